@@ -1,0 +1,20 @@
+# install: headers, libhmr.so/.a, hmrConfig.cmake (find_package(hmr) -> hmr::hmr) and hmr.pc.
+include(CMakePackageConfigHelpers)
+
+install(DIRECTORY include/hmr DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(TARGETS hmr hmr_static EXPORT hmrTargets
+  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(EXPORT hmrTargets NAMESPACE hmr:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/hmr)
+
+configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/hmrConfig.cmake.in
+  ${PROJECT_BINARY_DIR}/hmrConfig.cmake
+  INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/hmr)
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/hmrConfigVersion.cmake
+  COMPATIBILITY SameMajorVersion)
+install(FILES ${PROJECT_BINARY_DIR}/hmrConfig.cmake ${PROJECT_BINARY_DIR}/hmrConfigVersion.cmake
+  DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/hmr)
+
+configure_file(${PROJECT_SOURCE_DIR}/cmake/hmr.pc.in ${PROJECT_BINARY_DIR}/hmr.pc @ONLY)
+install(FILES ${PROJECT_BINARY_DIR}/hmr.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

@@ -1,0 +1,186 @@
+#include "core/domain.h"
+
+#include <sys/mman.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "core/async_registrar.h"
+#include "core/event_queue.h"
+#include "core/memory_region.h"
+#include "core/mr_mode.h"
+
+namespace hmr::core {
+namespace {
+
+// An application may ask for less than the NIC offers (0 = all of it), never more.
+Result<size_t> narrow_limit(const char* name, size_t requested, size_t nic_limit) {
+  if (requested == 0) return nic_limit;
+  if (nic_limit != 0 && requested > nic_limit) {
+    return make_error(HMR_EINVAL, "%s %zu exceeds the NIC's %zu", name, requested, nic_limit);
+  }
+  return requested;
+}
+
+Result<hmr_threading> negotiate_threading(hmr_threading requested) {
+  const auto value = static_cast<int>(requested);
+  if (value < HMR_THREAD_UNSPEC || value > HMR_THREAD_ENDPOINT) {
+    return make_error(HMR_EINVAL, "threading %d is not an hmr_threading value", value);
+  }
+  // Every model is served by thread-safe code; report what the application asked for.
+  return requested == HMR_THREAD_UNSPEC ? HMR_THREAD_SAFE : requested;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Domain>> Domain::open(const hmr_domain_attr& attr,
+                                             hmr_domain_attr* negotiated) {
+  Result<Environment> environment = read_environment();
+  if (!environment.ok()) return environment.status();
+  Result<std::unique_ptr<nic::Nic>> nic = nic::open_nic(attr.nic, attr.nic_options);
+  if (!nic.ok()) return nic.status();
+  const nic::Capabilities& caps = (*nic)->capabilities();
+
+  Result<uint64_t> mode = negotiate_mr_mode(attr.mr_mode, caps.required_mr_mode);
+  if (!mode.ok()) return mode.status();
+  const bool raw = (*mode & HMR_MR_RAW) != 0;
+  Result<size_t> key_size = narrow_limit("mr_key_size", attr.mr_key_size, caps.key_size);
+  if (!key_size.ok()) return key_size.status();
+  if (raw && *key_size != caps.key_size) {
+    return make_error(HMR_EINVAL, "mr_key_size %zu: RAW keys of this NIC are %zu bytes",
+                      *key_size, caps.key_size);
+  }
+  Result<size_t> iov_limit = narrow_limit("mr_iov_limit", attr.mr_iov_limit, caps.iov_limit);
+  if (!iov_limit.ok()) return iov_limit.status();
+  Result<size_t> mr_cnt = narrow_limit("mr_cnt", attr.mr_cnt, caps.mr_cnt);
+  if (!mr_cnt.ok()) return mr_cnt.status();
+  Result<hmr_threading> threading = negotiate_threading(attr.threading);
+  if (!threading.ok()) return threading.status();
+
+  DomainRules rules;
+  rules.mr_mode = *mode;
+  rules.key_size = *key_size;
+  rules.iov_limit = *iov_limit;
+  rules.max_mr_size = caps.max_mr_size;
+  rules.nic_auth_keys = caps.auth_keys;
+  std::unique_ptr<Domain> domain(new Domain(std::move(*nic), rules, *environment));
+  domain->mr_cnt_ = *mr_cnt;
+
+  *negotiated = attr;
+  negotiated->mr_mode = *mode;
+  negotiated->mr_key_size = *key_size;
+  negotiated->mr_iov_limit = *iov_limit;
+  negotiated->mr_cnt = *mr_cnt;
+  negotiated->threading = *threading;
+  return domain;
+}
+
+Domain::Domain(std::unique_ptr<nic::Nic> nic, const DomainRules& rules,
+               const Environment& environment)
+    : nic_(std::move(nic)), rules_(rules), environment_(environment) {}
+
+Domain::~Domain() = default;
+
+Status Domain::prepare_close() {
+  if (open_mrs_.load() != 0 || open_objects_.load() != 0) {
+    return make_error(HMR_EBUSY, "domain has %zu MRs and %d counters/endpoints open; close them "
+                      "first", open_mrs_.load(), open_objects_.load());
+  }
+  std::lock_guard<std::mutex> lock(bind_mutex_);
+  registrar_.reset();
+  if (event_queue_ != nullptr) event_queue_->unbind_domain();
+  event_queue_ = nullptr;
+  return ok_status();
+}
+
+Status Domain::bind_event_queue(EventQueue& queue, uint64_t flags) {
+  if (flags != HMR_REG_MR) {
+    return make_error(HMR_EBADFLAGS, "bind an event queue with HMR_REG_MR (got %#llx)",
+                      static_cast<unsigned long long>(flags));
+  }
+  std::lock_guard<std::mutex> lock(bind_mutex_);
+  if (event_queue_ != nullptr) return make_error(HMR_EBUSY, "domain is already bound to an event queue");
+  if (open_mrs_.load() != 0) {
+    return make_error(HMR_EBUSY, "bind the event queue before registering memory");
+  }
+  registrar_ = std::make_unique<AsyncRegistrar>();
+  event_queue_ = &queue;
+  queue.bind_domain();
+  return ok_status();
+}
+
+Status Domain::reserve_mr_slot() {
+  size_t open = open_mrs_.load();
+  do {
+    if (mr_cnt_ != 0 && open >= mr_cnt_) {
+      return make_error(HMR_ENOSPC, "domain already has mr_cnt=%zu MRs open", mr_cnt_);
+    }
+  } while (!open_mrs_.compare_exchange_weak(open, open + 1));
+  return ok_status();
+}
+
+Status Domain::check_allocated(const MrRequest& request) const {
+  if (!has_mode(HMR_MR_ALLOCATED)) return ok_status();
+  for (const iovec& segment : request.segments) {
+    const auto start = reinterpret_cast<uintptr_t>(segment.iov_base);
+    const uintptr_t page = start & ~uintptr_t{4095};
+    // msync fails with ENOMEM exactly when part of the range is not mapped; it touches nothing.
+    if (msync(reinterpret_cast<void*>(page), segment.iov_len + (start - page), MS_ASYNC) != 0) {
+      const int err = errno;
+      return make_error(HMR_EFAULT,
+                        "[%p, +%zu) is not allocated (%s); the domain requires HMR_MR_ALLOCATED",
+                        segment.iov_base, segment.iov_len, std::strerror(err));
+    }
+  }
+  return ok_status();
+}
+
+Result<MemoryRegion*> Domain::register_memory(const hmr_mr_attr& attr, uint64_t flags) {
+  Result<MrRequest> request = validate_mr_request(attr, flags, rules_);
+  Status status = request.ok() ? check_allocated(*request) : request.status();
+  if (status.ok()) status = reserve_mr_slot();
+  if (!status.ok()) {
+    stats_.record_registration(false);
+    return status;
+  }
+  std::optional<uint64_t> key = request->requested_key;
+  if (key) {
+    status = requested_keys_.reserve(*key);
+    if (!status.ok()) {
+      open_mrs_.fetch_sub(1);
+      stats_.record_registration(false);
+      return status;
+    }
+  }
+  const uint64_t length = request->length();
+  auto region = std::make_unique<MemoryRegion>(*this, std::move(*request));
+  {
+    std::lock_guard<std::mutex> lock(bind_mutex_);
+    if (registrar_) {
+      stats_.record_mr_open(length);
+      registrar_->submit(region.get());
+      return region.release();
+    }
+  }
+  status = region->register_now();
+  stats_.record_registration(status.ok());
+  if (!status.ok()) {
+    if (key) requested_keys_.release(*key);
+    open_mrs_.fetch_sub(1);
+    return status;
+  }
+  stats_.record_mr_open(length);
+  return region.release();
+}
+
+Status Domain::close_memory_region(MemoryRegion* region) {
+  if (event_queue_ != nullptr) region->settle_async_registration();
+  region->release();
+  if (region->request().requested_key) requested_keys_.release(*region->request().requested_key);
+  stats_.record_mr_close(region->request().length());
+  open_mrs_.fetch_sub(1);
+  delete region;
+  return ok_status();
+}
+
+}  // namespace hmr::core

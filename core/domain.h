@@ -1,0 +1,73 @@
+// Domain: one NIC, the mr_mode negotiated with the application, and everything registered
+// through it.  It validates every request before any lock or NIC call, and owns the
+// asynchronous registration worker when an event queue is bound with HMR_REG_MR.
+#pragma once
+
+#include <hmr/hmr.h>
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+
+#include "core/domain_stats.h"
+#include "core/environment.h"
+#include "core/key_registry.h"
+#include "core/mr_request.h"
+#include "core/object.h"
+#include "core/status.h"
+#include "nic/nic.h"
+
+namespace hmr::core {
+
+class AsyncRegistrar;
+class EventQueue;
+class MemoryRegion;
+
+class Domain : public Tagged<ObjectClass::domain> {
+ public:
+  // `attr` is the caller's request, already read; on success `negotiated` holds the result.
+  static Result<std::unique_ptr<Domain>> open(const hmr_domain_attr& attr,
+                                              hmr_domain_attr* negotiated);
+  ~Domain();
+
+  // HMR_EBUSY while objects of the domain are open; otherwise stops the async worker.
+  Status prepare_close();
+  Status bind_event_queue(EventQueue& queue, uint64_t flags);
+
+  Result<MemoryRegion*> register_memory(const hmr_mr_attr& attr, uint64_t flags);
+  Status close_memory_region(MemoryRegion* region);
+
+  nic::Nic& nic() const { return *nic_; }
+  const DomainRules& rules() const { return rules_; }
+  bool has_mode(uint64_t bit) const { return (rules_.mr_mode & bit) != 0; }
+  bool raw_keys() const { return has_mode(HMR_MR_RAW); }
+  MappedRawKeys& mapped_keys() { return mapped_keys_; }
+  DomainStats& stats() { return stats_; }
+  EventQueue* event_queue() const { return event_queue_; }
+
+  void object_opened() { open_objects_.fetch_add(1); }
+  void object_closed() { open_objects_.fetch_sub(1); }
+
+ private:
+  Domain(std::unique_ptr<nic::Nic> nic, const DomainRules& rules, const Environment& environment);
+  Status reserve_mr_slot();
+  Status check_allocated(const MrRequest& request) const;
+
+  std::unique_ptr<nic::Nic> nic_;
+  DomainRules rules_;
+  Environment environment_;
+  size_t mr_cnt_ = 0;
+  std::atomic<size_t> open_mrs_{0};
+  std::atomic<int> open_objects_{0};  // counters and endpoints
+  RequestedKeys requested_keys_;
+  MappedRawKeys mapped_keys_;
+  DomainStats stats_;
+
+  std::mutex bind_mutex_;
+  EventQueue* event_queue_ = nullptr;
+  std::unique_ptr<AsyncRegistrar> registrar_;
+
+  friend class MemoryRegion;
+};
+
+}  // namespace hmr::core

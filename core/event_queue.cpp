@@ -1,0 +1,69 @@
+#include "core/event_queue.h"
+
+#include <chrono>
+#include <cstring>
+
+namespace hmr::core {
+
+void EventQueue::post_completion(hmr_fid* fid, void* context) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    events_.push_back(Event{HMR_MR_COMPLETE, fid, context, 0, {}});
+  }
+  arrived_.notify_all();
+}
+
+void EventQueue::post_error(hmr_fid* fid, void* context, const Status& failure) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    events_.push_back(Event{HMR_MR_COMPLETE, fid, context, failure.code(), failure.reason()});
+  }
+  arrived_.notify_all();
+}
+
+void EventQueue::withdraw(hmr_fid* fid) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::erase_if(events_, [fid](const Event& event) { return event.fid == fid; });
+}
+
+int EventQueue::read_locked(uint32_t* event, hmr_eq_entry* entry) {
+  if (events_.empty()) return -HMR_EAGAIN;
+  const Event& next = events_.front();
+  if (next.error != 0) return -HMR_EAVAIL;
+  *event = next.kind;
+  *entry = hmr_eq_entry{next.fid, next.context, 0};
+  events_.pop_front();
+  return 1;
+}
+
+int EventQueue::read(uint32_t* event, hmr_eq_entry* entry) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return read_locked(event, entry);
+}
+
+int EventQueue::wait_and_read(uint32_t* event, hmr_eq_entry* entry, int timeout_ms) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  auto ready = [this] { return !events_.empty(); };
+  if (timeout_ms < 0) {
+    arrived_.wait(lock, ready);
+  } else if (!arrived_.wait_for(lock, std::chrono::milliseconds(timeout_ms), ready)) {
+    return -HMR_ETIMEDOUT;
+  }
+  return read_locked(event, entry);
+}
+
+int EventQueue::read_error(hmr_eq_err_entry* entry) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (events_.empty() || events_.front().error == 0) return -HMR_EAGAIN;
+  const Event& next = events_.front();
+  hmr_eq_err_entry out{};
+  out.fid = next.fid;
+  out.context = next.context;
+  out.err = next.error;
+  std::strncpy(out.reason, next.reason.c_str(), sizeof out.reason - 1);
+  *entry = out;
+  events_.pop_front();
+  return 1;
+}
+
+}  // namespace hmr::core

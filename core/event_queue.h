@@ -1,0 +1,51 @@
+// Event queue: where asynchronous registrations complete (fi_eq with FI_REG_MR).
+#pragma once
+
+#include <hmr/hmr.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <string>
+
+#include "core/object.h"
+#include "core/status.h"
+
+namespace hmr::core {
+
+class EventQueue : public Tagged<ObjectClass::event_queue> {
+ public:
+  EventQueue() = default;
+
+  void post_completion(hmr_fid* fid, void* context);
+  void post_error(hmr_fid* fid, void* context, const Status& failure);
+  // Removes every unread event that names `fid` (its MR is being closed).
+  void withdraw(hmr_fid* fid);
+
+  // 1 and the entry; -HMR_EAGAIN when empty; -HMR_EAVAIL when an error entry is next.
+  int read(uint32_t* event, hmr_eq_entry* entry);
+  int wait_and_read(uint32_t* event, hmr_eq_entry* entry, int timeout_ms);
+  int read_error(hmr_eq_err_entry* entry);
+
+  void bind_domain() { bound_domains_.fetch_add(1); }
+  void unbind_domain() { bound_domains_.fetch_sub(1); }
+  bool has_bound_domains() const { return bound_domains_.load() != 0; }
+
+ private:
+  struct Event {
+    uint32_t kind = HMR_MR_COMPLETE;
+    hmr_fid* fid = nullptr;
+    void* context = nullptr;
+    int error = 0;  // positive HMR_E* for an error entry
+    std::string reason;
+  };
+  int read_locked(uint32_t* event, hmr_eq_entry* entry);
+
+  std::mutex mutex_;
+  std::condition_variable arrived_;
+  std::deque<Event> events_;
+  std::atomic<int> bound_domains_{0};
+};
+
+}  // namespace hmr::core

@@ -1,0 +1,32 @@
+// A memory-region key as the NIC sees it: up to 16 bytes (RAW keys are wider than 64 bits).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+namespace hmr {
+
+struct KeyBytes {
+  static constexpr size_t kMaxSize = 16;
+  uint8_t bytes[kMaxSize] = {};
+  size_t size = 0;
+
+  static KeyBytes from_u64(uint64_t key, size_t size) {
+    KeyBytes k;
+    k.size = size;
+    std::memcpy(k.bytes, &key, size < sizeof key ? size : sizeof key);
+    return k;
+  }
+  // The low 64 bits (little-endian), the part a non-RAW key consists of.
+  uint64_t low_u64() const {
+    uint64_t key = 0;
+    std::memcpy(&key, bytes, size < sizeof key ? size : sizeof key);
+    return key;
+  }
+  bool operator==(const KeyBytes& other) const {
+    return size == other.size && std::memcmp(bytes, other.bytes, size) == 0;
+  }
+};
+
+}  // namespace hmr

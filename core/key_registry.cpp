@@ -1,0 +1,43 @@
+#include "core/key_registry.h"
+
+namespace hmr::core {
+
+Status RequestedKeys::reserve(uint64_t key) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!in_use_.insert(key).second) {
+    return make_error(HMR_ENOKEY, "requested key %#llx is already in use in this domain",
+                      static_cast<unsigned long long>(key));
+  }
+  return ok_status();
+}
+
+void RequestedKeys::release(uint64_t key) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  in_use_.erase(key);
+}
+
+uint64_t MappedRawKeys::map(const KeyBytes& raw_key) {
+  std::unique_lock<std::shared_mutex> lock(mutex_);
+  while (mapped_.count(next_key_) != 0 || next_key_ == HMR_KEY_NOTAVAIL) ++next_key_;
+  const uint64_t key = next_key_++;
+  mapped_.emplace(key, raw_key);
+  return key;
+}
+
+Status MappedRawKeys::unmap(uint64_t key) {
+  std::unique_lock<std::shared_mutex> lock(mutex_);
+  if (mapped_.erase(key) == 0) {
+    return make_error(HMR_ENOENT, "key %#llx was not mapped by hmr_mr_map_raw in this domain",
+                      static_cast<unsigned long long>(key));
+  }
+  return ok_status();
+}
+
+std::optional<KeyBytes> MappedRawKeys::find(uint64_t key) const {
+  std::shared_lock<std::shared_mutex> lock(mutex_);
+  auto it = mapped_.find(key);
+  if (it == mapped_.end()) return std::nullopt;
+  return it->second;
+}
+
+}  // namespace hmr::core

@@ -1,0 +1,246 @@
+#include "core/memory_region.h"
+
+#include <chrono>
+#include <cstring>
+
+#include "core/async_registrar.h"
+#include "core/counter.h"
+#include "core/domain.h"
+#include "core/endpoint.h"
+#include "core/event_queue.h"
+
+namespace hmr::core {
+namespace {
+uint64_t elapsed_ns(std::chrono::steady_clock::time_point since) {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now() - since)
+                                   .count());
+}
+}  // namespace
+
+MemoryRegion::MemoryRegion(Domain& domain, MrRequest request)
+    : domain_(domain), request_(std::move(request)) {}
+
+bool MemoryRegion::starts_enabled() const {
+  if (domain_.has_mode(HMR_MR_ENDPOINT)) return false;
+  return !(domain_.has_mode(HMR_MR_RMA_EVENT) && (request_.flags & HMR_RMA_EVENT));
+}
+
+Status MemoryRegion::register_now() {
+  nic::RegistrationRequest nic_request;
+  nic_request.segments = request_.segments;
+  nic_request.dmabuf = request_.dmabuf ? &*request_.dmabuf : nullptr;
+  nic_request.access = request_.access;
+  nic_request.flags = request_.flags;
+  nic_request.requested_key = request_.requested_key;
+  nic_request.virt_addr = domain_.has_mode(HMR_MR_VIRT_ADDR);
+  nic_request.track_page_changes = domain_.has_mode(HMR_MR_MMU_NOTIFY);
+  nic_request.iface = request_.iface;
+  nic_request.device = request_.device;
+  nic_request.hmem_data = request_.hmem_data;
+  nic_request.page_size = request_.page_size;
+
+  const auto started = std::chrono::steady_clock::now();
+  Result<nic::Registration> registered = domain_.nic().register_memory(nic_request);
+  if (!registered.ok()) return registered.status();
+  domain_.stats().record_nic_registration(elapsed_ns(started));
+  registration_ = *registered;
+
+  std::lock_guard<std::mutex> lock(mutex_);
+  enabled_ = starts_enabled();
+  Status published = publish_remote_access();
+  if (!published.ok()) {
+    (void)domain_.nic().deregister(registration_);
+    domain_.stats().record_nic_deregistration();
+    return published;
+  }
+  state_.store(State::registered, std::memory_order_release);
+  return ok_status();
+}
+
+void MemoryRegion::complete_async_registration() {
+  Status status = register_now();
+  if (!status.ok()) state_.store(State::failed, std::memory_order_release);
+  domain_.stats().record_registration(status.ok());
+  EventQueue* queue = domain_.event_queue();
+  auto* fid = to_handle<hmr_fid>(this);
+  if (status.ok()) {
+    queue->post_completion(fid, request_.context);
+  } else {
+    queue->post_error(fid, request_.context, status);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    async_done_ = true;
+  }
+  async_done_cv_.notify_all();
+}
+
+void MemoryRegion::settle_async_registration() {
+  if (domain_.registrar_ && domain_.registrar_->cancel(this)) {
+    state_.store(State::failed, std::memory_order_release);  // never registered
+  } else {
+    std::unique_lock<std::mutex> lock(mutex_);
+    async_done_cv_.wait(lock, [this] { return async_done_; });
+  }
+  domain_.event_queue()->withdraw(to_handle<hmr_fid>(this));
+}
+
+void MemoryRegion::release() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (endpoint_ != nullptr) endpoint_->unbind_mr();
+    for (const CounterBinding& binding : counters_) binding.counter->unbind_mr();
+    endpoint_ = nullptr;
+    counters_.clear();
+  }
+  if (state() == State::registered) {
+    Status status = domain_.nic().deregister(registration_);
+    if (status.ok()) domain_.stats().record_nic_deregistration();
+  }
+}
+
+Status MemoryRegion::check_registered() const {
+  switch (state()) {
+    case State::registered: return ok_status();
+    case State::pending:
+      return make_error(HMR_EAGAIN, "MR registration has not completed yet (read its event)");
+    case State::failed: break;
+  }
+  return make_error(HMR_EINVAL, "MR registration failed; close the MR");
+}
+
+void* MemoryRegion::desc() const {
+  return state() == State::registered ? registration_.desc : nullptr;
+}
+
+uint64_t MemoryRegion::key() const {
+  if (state() != State::registered || domain_.raw_keys()) return HMR_KEY_NOTAVAIL;
+  return registration_.key.low_u64();
+}
+
+Status MemoryRegion::raw_attr(uint64_t* base_addr, uint8_t* raw_key, size_t* key_size) const {
+  if (key_size == nullptr || base_addr == nullptr) {
+    return make_error(HMR_EINVAL, "raw_attr needs base_addr and key_size");
+  }
+  HMR_RETURN_IF_ERROR(check_registered());
+  const KeyBytes& key = registration_.key;
+  if (*key_size < key.size) {
+    const size_t given = *key_size;
+    *key_size = key.size;  // the one output written on failure: the size needed
+    return make_error(HMR_ETOOSMALL, "raw key needs %zu bytes, buffer has %zu", key.size, given);
+  }
+  if (raw_key == nullptr) return make_error(HMR_EINVAL, "raw_key buffer is NULL");
+  std::memcpy(raw_key, key.bytes, key.size);
+  *key_size = key.size;
+  *base_addr = registration_.base_addr;
+  return ok_status();
+}
+
+// Runs under this MR's own mutex, which orders the NIC's view of this one MR (enable and
+// bind racing on the same MR); nobody else ever waits for that mutex.
+Status MemoryRegion::publish_remote_access() {
+  nic::RemoteAccess access;
+  access.enabled = enabled_;
+  access.endpoint = endpoint_;
+  for (const CounterBinding& binding : counters_) {
+    access.counters.push_back({binding.counter->sink(), binding.events});
+  }
+  return domain_.nic().set_remote_access(registration_, std::move(access));
+}
+
+Status MemoryRegion::bind_endpoint(Endpoint& endpoint, uint64_t flags) {
+  if (flags != 0) {
+    return make_error(HMR_EBADFLAGS, "binding an endpoint takes flags 0 (got %#llx)",
+                      static_cast<unsigned long long>(flags));
+  }
+  if (&endpoint.domain() != &domain_) {
+    return make_error(HMR_EINVAL, "endpoint belongs to another domain");
+  }
+  if (!domain_.has_mode(HMR_MR_ENDPOINT)) {
+    return make_error(HMR_EINVAL, "MRs are bound to endpoints only in HMR_MR_ENDPOINT domains");
+  }
+  HMR_RETURN_IF_ERROR(check_registered());
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (endpoint_ != nullptr) return make_error(HMR_EBUSY, "MR is already bound to an endpoint");
+  if (enabled_) return make_error(HMR_EBUSY, "MR is enabled; bind before hmr_mr_enable");
+  endpoint_ = &endpoint;
+  endpoint.bind_mr();
+  return ok_status();
+}
+
+Status MemoryRegion::bind_counter(Counter& counter, uint64_t flags) {
+  constexpr uint64_t kEvents = HMR_REMOTE_WRITE | HMR_REMOTE_READ;
+  if (flags == 0 || (flags & ~kEvents) != 0) {
+    return make_error(HMR_EBADFLAGS,
+                      "bind a counter with HMR_REMOTE_WRITE and/or HMR_REMOTE_READ (got %#llx)",
+                      static_cast<unsigned long long>(flags));
+  }
+  if (&counter.domain() != &domain_) {
+    return make_error(HMR_EINVAL, "counter belongs to another domain");
+  }
+  if (!(request_.flags & HMR_RMA_EVENT)) {
+    return make_error(HMR_EINVAL, "MR was not registered with HMR_RMA_EVENT; it cannot count "
+                                  "remote events");
+  }
+  HMR_RETURN_IF_ERROR(check_registered());
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (enabled_ && domain_.has_mode(HMR_MR_RMA_EVENT)) {
+    return make_error(HMR_EBUSY, "MR is enabled; bind counters before hmr_mr_enable");
+  }
+  bool merged = false;
+  for (CounterBinding& binding : counters_) {
+    if (binding.counter == &counter) {
+      binding.events |= flags;
+      merged = true;
+    }
+  }
+  if (!merged) {
+    counters_.push_back({&counter, flags});
+    counter.bind_mr();
+  }
+  return enabled_ ? publish_remote_access() : ok_status();
+}
+
+Status MemoryRegion::enable() {
+  HMR_RETURN_IF_ERROR(check_registered());
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (enabled_) return ok_status();
+  if (domain_.has_mode(HMR_MR_ENDPOINT) && endpoint_ == nullptr) {
+    return make_error(HMR_EINVAL, "bind the MR to an endpoint before enabling it "
+                                  "(the domain requires HMR_MR_ENDPOINT)");
+  }
+  enabled_ = true;
+  Status published = publish_remote_access();
+  if (!published.ok()) enabled_ = false;
+  return published;
+}
+
+bool MemoryRegion::contains(const iovec& range) const {
+  const auto start = reinterpret_cast<uintptr_t>(range.iov_base);
+  for (const iovec& segment : request_.segments) {
+    const auto first = reinterpret_cast<uintptr_t>(segment.iov_base);
+    if (start >= first && range.iov_len <= segment.iov_len &&
+        start - first <= segment.iov_len - range.iov_len) {
+      return true;
+    }
+  }
+  return false;
+}
+
+Status MemoryRegion::refresh(const iovec* iov, size_t count) {
+  if (iov == nullptr || count == 0) return make_error(HMR_EINVAL, "refresh needs an iov");
+  if (request_.dmabuf) {
+    return make_error(HMR_EINVAL, "a dma-buf MR has no pages of this process to refresh");
+  }
+  for (size_t i = 0; i < count; ++i) {
+    if (iov[i].iov_base == nullptr || iov[i].iov_len == 0 || !contains(iov[i])) {
+      return make_error(HMR_EINVAL, "refresh segment %zu [%p, +%zu) is not inside the MR", i,
+                        iov[i].iov_base, iov[i].iov_len);
+    }
+  }
+  HMR_RETURN_IF_ERROR(check_registered());
+  return domain_.nic().refresh(registration_, std::span<const iovec>(iov, count));
+}
+
+}  // namespace hmr::core

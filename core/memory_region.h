@@ -1,0 +1,75 @@
+// MemoryRegion: the application's MR handle.  It owns its NIC registration, its requested
+// key, and its bindings to an endpoint and to counters; its state says whether a peer may
+// reach it (enable) and whether an asynchronous registration has completed.
+#pragma once
+
+#include <hmr/hmr.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "core/mr_request.h"
+#include "core/object.h"
+#include "core/status.h"
+#include "nic/nic.h"
+
+namespace hmr::core {
+
+class Counter;
+class Domain;
+class Endpoint;
+
+class MemoryRegion : public Tagged<ObjectClass::memory_region> {
+ public:
+  enum class State { pending, registered, failed };
+
+  MemoryRegion(Domain& domain, MrRequest request);
+
+  Domain& domain() const { return domain_; }
+  const MrRequest& request() const { return request_; }
+  State state() const { return state_.load(std::memory_order_acquire); }
+
+  // Registers on the NIC now (synchronous registration).
+  Status register_now();
+  // Run by the async worker: registers, posts the completion, then lets close() proceed.
+  void complete_async_registration();
+  // Waits for (or cancels) a pending asynchronous registration and withdraws its event.
+  void settle_async_registration();
+  // Deregisters and releases bindings; the object is deleted by the domain afterwards.
+  void release();
+
+  void* desc() const;
+  uint64_t key() const;
+  Status raw_attr(uint64_t* base_addr, uint8_t* raw_key, size_t* key_size) const;
+  Status bind_endpoint(Endpoint& endpoint, uint64_t flags);
+  Status bind_counter(Counter& counter, uint64_t flags);
+  Status enable();
+  Status refresh(const iovec* iov, size_t count);
+
+ private:
+  Status check_registered() const;
+  Status publish_remote_access();  // caller holds mutex_
+  bool starts_enabled() const;
+  bool contains(const iovec& range) const;
+
+  Domain& domain_;
+  MrRequest request_;
+  std::atomic<State> state_{State::pending};
+  nic::Registration registration_;  // written before state_ becomes registered
+
+  std::mutex mutex_;  // bindings, enable state, async completion
+  std::condition_variable async_done_cv_;
+  bool async_done_ = false;
+  bool enabled_ = false;
+  Endpoint* endpoint_ = nullptr;
+  struct CounterBinding {
+    Counter* counter;
+    uint64_t events;
+  };
+  std::vector<CounterBinding> counters_;
+};
+
+}  // namespace hmr::core

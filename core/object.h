@@ -1,0 +1,51 @@
+// Every public handle points at an object whose first bytes are an ObjectTag, so the C ABI
+// can refuse a NULL handle or a handle of the wrong type with an error instead of a crash.
+#pragma once
+
+#include <cstdint>
+
+namespace hmr::core {
+
+enum class ObjectClass : uint32_t {
+  domain = 0x444f4d4e,  // "DOMN"
+  memory_region = 0x4d52454e,
+  event_queue = 0x45514551,
+  counter = 0x434e5452,
+  endpoint = 0x45505054,
+};
+
+struct ObjectTag {
+  static constexpr uint32_t kLive = 0x686d7221;  // "hmr!"
+  uint32_t magic;
+  ObjectClass object_class;
+};
+
+// Base of every handle type; non-polymorphic so the tag sits at offset 0.
+template <ObjectClass Class>
+class Tagged {
+ public:
+  static constexpr ObjectClass kClass = Class;
+
+ protected:
+  Tagged() = default;
+  ~Tagged() { tag_.magic = 0; }  // a use after close is then usually caught, never relied on
+
+ private:
+  ObjectTag tag_{ObjectTag::kLive, Class};
+};
+
+// The object behind a public handle, or nullptr when the handle is NULL or of another type.
+template <typename T>
+T* from_handle(const void* handle) {
+  if (handle == nullptr) return nullptr;
+  const auto* tag = static_cast<const ObjectTag*>(handle);
+  if (tag->magic != ObjectTag::kLive || tag->object_class != T::kClass) return nullptr;
+  return static_cast<T*>(const_cast<void*>(handle));
+}
+
+template <typename Handle, typename T>
+Handle* to_handle(T* object) {
+  return reinterpret_cast<Handle*>(object);
+}
+
+}  // namespace hmr::core

@@ -1,0 +1,64 @@
+// Status and Result: how every internal hmr function reports failure.
+//
+// A failure carries a positive HMR_E* code and a human reason.  It is created once, where
+// the error is classified (make_error logs it there); callers pass it on unchanged.  The C
+// ABI turns it into a negative return code plus the thread's last-error text.
+#pragma once
+
+#include <hmr/hmr.h>
+
+#include <cstdarg>
+#include <optional>
+#include <string>
+#include <utility>
+
+namespace hmr {
+
+class [[nodiscard]] Status {
+ public:
+  Status() = default;  // success
+  Status(int code, std::string reason) : code_(code), reason_(std::move(reason)) {}
+
+  bool ok() const { return code_ == HMR_SUCCESS; }
+  int code() const { return code_; }
+  const std::string& reason() const { return reason_; }
+
+ private:
+  int code_ = HMR_SUCCESS;
+  std::string reason_;
+};
+
+inline Status ok_status() { return Status(); }
+
+// Builds a failure with a printf-style reason and logs it at debug level: this is the one
+// place an error is classified.
+Status make_error(int code, const char* format, ...) __attribute__((format(printf, 2, 3)));
+Status make_error_v(int code, const char* format, va_list args) __attribute__((format(printf, 2, 0)));
+
+// A value or the Status explaining why there is none.
+template <typename T>
+class [[nodiscard]] Result {
+ public:
+  Result(T value) : value_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(Status status) : status_(std::move(status)) {}  // NOLINT(google-explicit-constructor)
+
+  bool ok() const { return value_.has_value(); }
+  const Status& status() const { return status_; }
+  T& value() { return *value_; }
+  const T& value() const { return *value_; }
+  T& operator*() { return *value_; }
+  T* operator->() { return &*value_; }
+
+ private:
+  std::optional<T> value_;
+  Status status_;
+};
+
+}  // namespace hmr
+
+// Returns early with the failure of an expression yielding Status.
+#define HMR_RETURN_IF_ERROR(expr)          \
+  do {                                     \
+    ::hmr::Status hmr_status_ = (expr);    \
+    if (!hmr_status_.ok()) return hmr_status_; \
+  } while (0)

@@ -1,0 +1,322 @@
+/*
+ * hmr — heterogeneous memory registration.  Public C ABI.
+ *
+ * Names and numeric values follow libfabric's fi_mr(3) / fi_domain(3) one to one wherever
+ * libfabric has the same concept, so a libfabric user finds them without a manual and the
+ * libfabric adapter passes them through unchanged.
+ *
+ * Conventions:
+ *  - Functions return 0 (or a count) on success and a negative HMR_E* code on failure.
+ *  - After any failure, hmr_last_error() gives a human reason for the calling thread.
+ *  - Output parameters are written only on success.
+ *  - Every attribute struct starts with `size`: set it to sizeof(the struct) you compiled
+ *    against.  hmr reads only that many bytes, so old binaries keep working as structs grow.
+ */
+#ifndef HMR_HMR_H
+#define HMR_HMR_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(HMR_BUILDING_LIBRARY)
+#define HMR_API __attribute__((visibility("default")))
+#else
+#define HMR_API
+#endif
+
+#define HMR_VERSION_MAJOR 0
+#define HMR_VERSION_MINOR 1
+#define HMR_VERSION_PATCH 0
+/* Version of the library actually loaded: (major << 16) | (minor << 8) | patch. */
+HMR_API uint32_t hmr_version(void);
+
+/* ---------------------------------------------------------------- errors ---------------- */
+/* Positive values; functions return them negated.  Same numbers as libfabric's FI_E*. */
+enum hmr_errno {
+	HMR_SUCCESS = 0,
+	HMR_EPERM = 1,
+	HMR_ENOENT = 2,
+	HMR_EIO = 5,
+	HMR_EBADF = 9,
+	HMR_EAGAIN = 11,
+	HMR_ENOMEM = 12,
+	HMR_EACCES = 13,
+	HMR_EFAULT = 14,
+	HMR_EBUSY = 16,
+	HMR_ENODEV = 19,
+	HMR_EINVAL = 22,
+	HMR_ENOSPC = 28,
+	HMR_ERANGE = 34,
+	HMR_ENOSYS = 38,
+	HMR_ENODATA = 61,
+	HMR_EOPNOTSUPP = 95,
+	HMR_EALREADY = 114,
+	HMR_ETIMEDOUT = 110,
+	HMR_EKEYREJECTED = 129,
+	HMR_ETOOSMALL = 257, /* a caller's buffer is too small; the needed size was written back */
+	HMR_EBADFLAGS = 260, /* unknown or contradictory flags */
+	HMR_EAVAIL = 259,    /* an error entry is waiting on an event queue: read it with readerr */
+	HMR_ENOKEY = 266,    /* the requested key is already in use in this domain */
+};
+
+/* Short description of an error code (accepts positive or negative values). Never NULL. */
+HMR_API const char *hmr_strerror(int err);
+/* The reason for the most recent failure on this thread ("" if none yet). Never NULL.
+ * Valid until the next hmr call on this thread. */
+HMR_API const char *hmr_last_error(void);
+
+/* ---------------------------------------------------------------- constants ------------- */
+/* mr_mode bits (fi_domain(3)). */
+#define HMR_MR_UNSPEC 0ULL
+#define HMR_MR_BASIC (1ULL << 0)    /* = VIRT_ADDR | ALLOCATED | PROV_KEY */
+#define HMR_MR_SCALABLE (1ULL << 1) /* = none of those: offsets and requested keys */
+#define HMR_MR_LOCAL (1ULL << 2)
+#define HMR_MR_RAW (1ULL << 3)
+#define HMR_MR_VIRT_ADDR (1ULL << 4)
+#define HMR_MR_ALLOCATED (1ULL << 5)
+#define HMR_MR_PROV_KEY (1ULL << 6)
+#define HMR_MR_MMU_NOTIFY (1ULL << 7)
+#define HMR_MR_RMA_EVENT (1ULL << 8)
+#define HMR_MR_ENDPOINT (1ULL << 9)
+#define HMR_MR_HMEM (1ULL << 10)
+#define HMR_MR_COLLECTIVE (1ULL << 11)
+
+/* Access bits (fi_mr(3)). */
+#define HMR_COLLECTIVE (1ULL << 6)
+#define HMR_READ (1ULL << 8)
+#define HMR_WRITE (1ULL << 9)
+#define HMR_RECV (1ULL << 10)
+#define HMR_SEND (1ULL << 11)
+#define HMR_REMOTE_READ (1ULL << 12)
+#define HMR_REMOTE_WRITE (1ULL << 13)
+
+/* Registration flags (fi_mr(3)). */
+#define HMR_MR_DMABUF (1ULL << 40)        /* attr->dmabuf describes the memory, not mr_iov */
+#define HMR_HMEM_HOST_ALLOC (1ULL << 45)  /* device-runtime host allocation */
+#define HMR_HMEM_DEVICE_ONLY (1ULL << 46) /* the CPU must never touch this memory */
+#define HMR_RMA_PMEM (1ULL << 49)
+#define HMR_RMA_EVENT (1ULL << 56) /* MR may be bound to counters for remote events */
+#define HMR_AUTH_KEY (1ULL << 57)
+/* Flag for hmr_domain_bind(): registrations complete through the event queue. */
+#define HMR_REG_MR (1ULL << 59)
+
+/* Returned by hmr_mr_key() when no 64-bit key is available (RAW domains, pending MRs). */
+#define HMR_KEY_NOTAVAIL ((uint64_t)-1)
+
+enum hmr_hmem_iface {
+	HMR_HMEM_SYSTEM = 0,
+	HMR_HMEM_CUDA = 1,
+	HMR_HMEM_ROCR = 2,
+	HMR_HMEM_ZE = 3,
+	HMR_HMEM_NEURON = 4,
+	HMR_HMEM_SYNAPSEAI = 5,
+};
+#define HMR_HMEM_IFACE_COUNT 6
+
+enum hmr_threading {
+	HMR_THREAD_UNSPEC = 0,
+	HMR_THREAD_SAFE = 1,
+	HMR_THREAD_FID = 2,
+	HMR_THREAD_DOMAIN = 3,
+	HMR_THREAD_COMPLETION = 4,
+	HMR_THREAD_ENDPOINT = 5,
+};
+
+/* Level Zero device identifier as libfabric's fi_hmem_ze_device(): driver << 16 | device.
+ * Returns -HMR_EINVAL if either index is negative or above 0x7fff (driver) / 0xffff (device). */
+HMR_API int hmr_hmem_ze_device(int driver_index, int device_index);
+/* Inverse of hmr_hmem_ze_device(); both outputs written only on success. */
+HMR_API int hmr_hmem_ze_device_decode(int device, int *driver_index, int *device_index);
+
+/* ---------------------------------------------------------------- objects --------------- */
+typedef struct hmr_domain hmr_domain;
+typedef struct hmr_mr hmr_mr;
+typedef struct hmr_eq hmr_eq;
+typedef struct hmr_cntr hmr_cntr;
+typedef struct hmr_ep hmr_ep;
+/* Any of the objects above, for hmr_mr_bind() and hmr_domain_bind(). */
+typedef struct hmr_fid hmr_fid;
+static inline hmr_fid *hmr_ep_fid(hmr_ep *ep) { return (hmr_fid *)(void *)ep; }
+static inline hmr_fid *hmr_cntr_fid(hmr_cntr *cntr) { return (hmr_fid *)(void *)cntr; }
+static inline hmr_fid *hmr_eq_fid(hmr_eq *eq) { return (hmr_fid *)(void *)eq; }
+
+/* ---------------------------------------------------------------- domain ---------------- */
+struct hmr_domain_attr {
+	size_t size; /* sizeof(struct hmr_domain_attr) */
+	/* NIC adapter: "sim" (software NIC in this process; the default when NULL). */
+	const char *nic;
+	/* Adapter options, "name=value" pairs separated by ';'.  sim understands
+	 * require=<mode bit names joined by '|'> (the mr_mode the simulated NIC requires),
+	 * key_size=<1..8, or 16 with raw>, max_mr_size=<bytes>, iov_limit=<n>, mr_cnt=<n>. */
+	const char *nic_options;
+	/* In: the mr_mode bits the application supports (BASIC/SCALABLE accepted).
+	 * Out: the bits the application must honour; hmr clears those it emulates
+	 * (LOCAL and HMEM).  A bit the NIC needs and the application lacks fails with
+	 * -HMR_ENODATA and says which. */
+	uint64_t mr_mode;
+	/* In: 0 for the NIC's size, or a smaller size in bytes.  Out: the key size in use. */
+	size_t mr_key_size;
+	/* In: 0 for the NIC's limit, or a smaller limit.  Out: the limit in force. */
+	size_t mr_iov_limit;
+	/* In: 0 for the NIC's limit, or a smaller one.  Out: most MRs open at once. */
+	size_t mr_cnt;
+	/* In: the threading model the application wants (UNSPEC = SAFE).  Out: provided. */
+	enum hmr_threading threading;
+};
+
+HMR_API int hmr_domain_open(struct hmr_domain_attr *attr, hmr_domain **domain);
+/* -HMR_EBUSY while MRs, endpoints or counters of the domain are open. */
+HMR_API int hmr_domain_close(hmr_domain *domain);
+/* Binds an event queue; with HMR_REG_MR every registration completes asynchronously on it. */
+HMR_API int hmr_domain_bind(hmr_domain *domain, hmr_fid *eq, uint64_t flags);
+
+struct hmr_domain_stats {
+	size_t size;                 /* sizeof(struct hmr_domain_stats) */
+	uint64_t mr_open;            /* MR handles open now */
+	uint64_t mr_bytes;           /* bytes covered by open MR handles */
+	uint64_t registrations;      /* successful registrations since open */
+	uint64_t registration_errors;
+	uint64_t nic_registrations;   /* registrations made on the NIC */
+	uint64_t nic_deregistrations;
+	uint64_t registration_ns;     /* total time spent registering on the NIC */
+	uint64_t rma_ops;             /* RMA operations carried out through endpoints */
+	uint64_t rma_bytes;
+	uint64_t rma_errors;
+};
+HMR_API int hmr_domain_query_stats(hmr_domain *domain, struct hmr_domain_stats *stats);
+
+/* ---------------------------------------------------------------- memory regions -------- */
+struct hmr_mr_dmabuf {
+	int fd;             /* the caller keeps ownership; hmr never closes it */
+	uint64_t offset;    /* of the registered range inside the dma-buf */
+	size_t len;
+	void *base_addr;    /* the address the range is known by (VIRT_ADDR addressing) */
+};
+
+struct hmr_mr_attr {
+	size_t size; /* sizeof(struct hmr_mr_attr) */
+	const struct iovec *mr_iov;   /* unless flags has HMR_MR_DMABUF */
+	size_t iov_count;
+	const struct hmr_mr_dmabuf *dmabuf; /* with HMR_MR_DMABUF */
+	uint64_t access;
+	uint64_t offset;        /* reserved by fi_mr(3): must be 0 */
+	uint64_t requested_key; /* ignored when the domain requires HMR_MR_PROV_KEY */
+	void *context;
+	size_t auth_key_size;
+	const uint8_t *auth_key;
+	enum hmr_hmem_iface iface;
+	union {
+		uint64_t reserved;
+		int cuda;
+		int rocr;
+		int ze; /* hmr_hmem_ze_device() encoding */
+		int neuron;
+		int synapseai;
+	} device;
+	void *hmem_data;  /* passed to the NIC adapter untouched */
+	size_t page_size; /* 0, or a power of two >= 4096 the NIC should map with */
+};
+
+HMR_API int hmr_mr_reg(hmr_domain *domain, const void *buf, size_t len, uint64_t access,
+		       uint64_t offset, uint64_t requested_key, uint64_t flags, hmr_mr **mr,
+		       void *context);
+HMR_API int hmr_mr_regv(hmr_domain *domain, const struct iovec *iov, size_t count,
+			uint64_t access, uint64_t offset, uint64_t requested_key, uint64_t flags,
+			hmr_mr **mr, void *context);
+HMR_API int hmr_mr_regattr(hmr_domain *domain, const struct hmr_mr_attr *attr, uint64_t flags,
+			   hmr_mr **mr);
+/* Deregisters and frees the MR, releasing its bindings to counters and endpoints.  A pending
+ * asynchronous registration is waited for first, and an unread completion event for the MR
+ * is withdrawn from the event queue, so no event ever names a closed MR. */
+HMR_API int hmr_mr_close(hmr_mr *mr);
+/* Local descriptor for data transfers; NULL for an invalid or pending MR. */
+HMR_API void *hmr_mr_desc(hmr_mr *mr);
+/* 64-bit remote key; HMR_KEY_NOTAVAIL for RAW domains, pending or invalid MRs. */
+HMR_API uint64_t hmr_mr_key(hmr_mr *mr);
+/* Raw key bytes and the base address a peer must use.  On entry *key_size is the size of
+ * raw_key; -HMR_ETOOSMALL writes the needed size to *key_size.  flags must be 0. */
+HMR_API int hmr_mr_raw_attr(hmr_mr *mr, uint64_t *base_addr, uint8_t *raw_key, size_t *key_size,
+			    uint64_t flags);
+/* Turns a peer's raw key into a 64-bit key for this domain's data transfers. */
+HMR_API int hmr_mr_map_raw(hmr_domain *domain, uint64_t base_addr, const uint8_t *raw_key,
+			   size_t key_size, uint64_t *key, uint64_t flags);
+HMR_API int hmr_mr_unmap_key(hmr_domain *domain, uint64_t key);
+/* Binds an endpoint (flags 0) or a counter (HMR_REMOTE_WRITE and/or HMR_REMOTE_READ). */
+HMR_API int hmr_mr_bind(hmr_mr *mr, hmr_fid *bfid, uint64_t flags);
+HMR_API int hmr_mr_enable(hmr_mr *mr);
+/* Tells hmr that the pages behind [iov] changed (HMR_MR_MMU_NOTIFY domains). */
+HMR_API int hmr_mr_refresh(hmr_mr *mr, const struct iovec *iov, size_t count, uint64_t flags);
+
+/* ---------------------------------------------------------------- event queue ----------- */
+struct hmr_eq_attr {
+	size_t size;    /* sizeof(struct hmr_eq_attr) */
+	size_t entries; /* capacity hint; 0 for the default */
+};
+enum hmr_eq_event {
+	HMR_MR_COMPLETE = 1, /* an asynchronous registration finished */
+};
+struct hmr_eq_entry {
+	hmr_fid *fid;   /* the hmr_mr the event is about */
+	void *context;  /* the context given at registration */
+	uint64_t data;
+};
+struct hmr_eq_err_entry {
+	hmr_fid *fid;
+	void *context;
+	uint64_t data;
+	int err;            /* positive HMR_E* code */
+	char reason[192];
+};
+HMR_API int hmr_eq_open(const struct hmr_eq_attr *attr, hmr_eq **eq);
+HMR_API int hmr_eq_close(hmr_eq *eq);
+/* Returns 1 and fills the entry; -HMR_EAGAIN when empty; -HMR_EAVAIL when an error entry is
+ * next (read it with hmr_eq_readerr). */
+HMR_API int hmr_eq_read(hmr_eq *eq, uint32_t *event, struct hmr_eq_entry *entry, uint64_t flags);
+/* As hmr_eq_read, waiting up to timeout_ms (-1 forever); -HMR_ETIMEDOUT when none came. */
+HMR_API int hmr_eq_sread(hmr_eq *eq, uint32_t *event, struct hmr_eq_entry *entry, int timeout_ms,
+			 uint64_t flags);
+/* Returns 1 and fills the entry; -HMR_EAGAIN when no error entry is next. */
+HMR_API int hmr_eq_readerr(hmr_eq *eq, struct hmr_eq_err_entry *entry, uint64_t flags);
+
+/* ---------------------------------------------------------------- counters -------------- */
+struct hmr_cntr_attr {
+	size_t size; /* sizeof(struct hmr_cntr_attr) */
+	uint64_t flags; /* must be 0 */
+};
+HMR_API int hmr_cntr_open(hmr_domain *domain, const struct hmr_cntr_attr *attr, hmr_cntr **cntr);
+/* -HMR_EBUSY while MRs are bound to it. */
+HMR_API int hmr_cntr_close(hmr_cntr *cntr);
+HMR_API int hmr_cntr_read(hmr_cntr *cntr, uint64_t *value);
+
+/* ---------------------------------------------------------------- endpoints ------------- */
+/* hmr's endpoints exist so MRs have something to bind to and so the software NIC can move
+ * bytes; a transport with its own endpoints uses hmr only for registration. */
+struct hmr_ep_attr {
+	size_t size; /* sizeof(struct hmr_ep_attr) */
+	uint64_t flags; /* must be 0 */
+};
+HMR_API int hmr_ep_open(hmr_domain *domain, const struct hmr_ep_attr *attr, hmr_ep **ep);
+/* -HMR_EBUSY while MRs are bound to it or another endpoint is connected to it. */
+HMR_API int hmr_ep_close(hmr_ep *ep);
+/* Makes `peer` the target of ep's RMA operations (both must be on the same kind of NIC). */
+HMR_API int hmr_ep_connect(hmr_ep *ep, hmr_ep *peer);
+/* RMA write of [buf, buf+len) to the peer's memory at (addr, key).  desc is the local MR's
+ * descriptor (required when the domain's mr_mode has HMR_MR_LOCAL, checked when given). */
+HMR_API int hmr_ep_write(hmr_ep *ep, const void *buf, size_t len, void *desc, uint64_t addr,
+			 uint64_t key);
+HMR_API int hmr_ep_read(hmr_ep *ep, void *buf, size_t len, void *desc, uint64_t addr,
+			uint64_t key);
+/* Atomically adds `operand` to the 8-byte aligned uint64_t at (addr, key) and writes the
+ * previous value to *result. Needs REMOTE_READ and REMOTE_WRITE at the target. */
+HMR_API int hmr_ep_fetch_add(hmr_ep *ep, uint64_t operand, uint64_t *result, uint64_t addr,
+			     uint64_t key);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* HMR_HMR_H */

@@ -1,0 +1,471 @@
+// hmr.hpp — thin, header-only C++ RAII wrapper over the hmr C ABI (hmr.h).
+//
+// Every object owns one C handle, is move-only, and closes it in its destructor.  A destructor
+// never throws: a close that fails there (for example -HMR_EBUSY because MRs of a domain are
+// still open) is ignored and the handle leaks.  Call close() yourself where the outcome
+// matters; it throws like every other method.
+//
+// Every method maps to one C call.  Failures throw hmr::Error, whose code() is the positive
+// HMR_E* value and whose what() is "<call>: <hmr_strerror>: <hmr_last_error>".  Two methods
+// map to at most two calls, and say so: MemoryRegion::raw_key() (retries once with the size
+// hmr asked for) and EventQueue::read()/sread() (fetch an error entry with hmr_eq_readerr).
+//
+// Lifetimes follow the C ABI: close MRs, endpoints and counters before their domain, and a
+// domain before the event queue bound to it.  Declaring them in that order (domain first)
+// makes destructors run in the right order.
+//
+// Needs C++17 or later.  The C semantics are in docs/semantics.md.
+#ifndef HMR_HMR_HPP
+#define HMR_HMR_HPP
+
+#include <hmr/hmr.h>
+#include <sys/uio.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace hmr {
+
+// ------------------------------------------------------------------------------ errors ----
+
+class Error : public std::runtime_error {
+ public:
+  Error(int code, const std::string& message) : std::runtime_error(message), code_(code) {}
+  // The positive HMR_E* code (HMR_EINVAL, HMR_ENOKEY, ...).
+  int code() const noexcept { return code_; }
+
+ private:
+  int code_;
+};
+
+namespace detail {
+
+// Builds the Error for a failed call.  The reason is copied first: hmr_last_error() is valid
+// only until the next hmr call, and hmr_strerror() is one.
+[[noreturn]] inline void throw_error(int rc, const char* call) {
+  const std::string reason = hmr_last_error();
+  const int code = rc < 0 ? -rc : rc;
+  std::string message = std::string(call) + ": " + hmr_strerror(code);
+  if (!reason.empty()) message += ": " + reason;
+  throw Error(code, message);
+}
+
+inline int check(int rc, const char* call) {
+  if (rc < 0) throw_error(rc, call);
+  return rc;
+}
+
+// Owns one C handle; `Close` is the hmr_*_close function of its type.
+template <typename T, int (*Close)(T*)>
+class Handle {
+ public:
+  Handle() noexcept = default;
+  explicit Handle(T* handle) noexcept : handle_(handle) {}
+  ~Handle() { reset(); }
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+  Handle(Handle&& other) noexcept : handle_(other.release()) {}
+  Handle& operator=(Handle&& other) noexcept {
+    if (this != &other) {
+      reset();
+      handle_ = other.release();
+    }
+    return *this;
+  }
+
+  T* get() const noexcept { return handle_; }
+  T* release() noexcept { return std::exchange(handle_, nullptr); }
+  // Closes, ignoring the outcome (destructors, move assignment).
+  void reset() noexcept {
+    if (handle_ != nullptr) (void)Close(std::exchange(handle_, nullptr));
+  }
+  // Closes and throws on failure; on failure the handle stays owned (so it can be retried).
+  void close(const char* call) {
+    if (handle_ == nullptr) return;
+    check(Close(handle_), call);
+    handle_ = nullptr;
+  }
+
+ private:
+  T* handle_ = nullptr;
+};
+
+// Throws if an object is used after a move or close, rather than passing NULL to hmr.
+inline void require_open(const void* handle, const char* what) {
+  if (handle == nullptr) {
+    throw Error(HMR_EINVAL, std::string(what) + ": object is closed or was moved from");
+  }
+}
+
+}  // namespace detail
+
+class Domain;
+class EventQueue;
+class Counter;
+class Endpoint;
+
+// ------------------------------------------------------------------------------ event queue
+
+// One completion read from an event queue.  `error` is 0 for HMR_MR_COMPLETE, or the positive
+// HMR_E* code of a failed asynchronous registration (then `reason` says why).
+struct Event {
+  uint32_t event = 0;  // HMR_MR_COMPLETE; 0 for an error entry
+  hmr_mr* mr = nullptr;
+  void* context = nullptr;
+  uint64_t data = 0;
+  int error = 0;
+  std::string reason;
+};
+
+class EventQueue {
+ public:
+  // entries: capacity hint, 0 for the default.
+  explicit EventQueue(size_t entries = 0) {
+    hmr_eq_attr attr;
+    std::memset(&attr, 0, sizeof attr);
+    attr.size = sizeof attr;
+    attr.entries = entries;
+    hmr_eq* eq = nullptr;
+    detail::check(hmr_eq_open(&attr, &eq), "hmr_eq_open");
+    handle_ = detail::Handle<hmr_eq, hmr_eq_close>(eq);
+  }
+
+  // The next event, or std::nullopt when none is waiting.
+  std::optional<Event> read() {
+    detail::require_open(get(), "hmr_eq_read");
+    uint32_t kind = 0;
+    hmr_eq_entry entry;
+    std::memset(&entry, 0, sizeof entry);
+    const int rc = hmr_eq_read(get(), &kind, &entry, 0);
+    return finish(rc, kind, entry, "hmr_eq_read");
+  }
+
+  // Waits up to timeout_ms (-1: forever) for the next event; std::nullopt on timeout.
+  std::optional<Event> sread(int timeout_ms) {
+    detail::require_open(get(), "hmr_eq_sread");
+    uint32_t kind = 0;
+    hmr_eq_entry entry;
+    std::memset(&entry, 0, sizeof entry);
+    const int rc = hmr_eq_sread(get(), &kind, &entry, timeout_ms, 0);
+    return finish(rc, kind, entry, "hmr_eq_sread");
+  }
+
+  void close() { handle_.close("hmr_eq_close"); }
+  hmr_eq* get() const noexcept { return handle_.get(); }
+  hmr_fid* fid() const noexcept { return hmr_eq_fid(handle_.get()); }
+  hmr_eq* release() noexcept { return handle_.release(); }
+  explicit operator bool() const noexcept { return get() != nullptr; }
+
+ private:
+  std::optional<Event> finish(int rc, uint32_t kind, const hmr_eq_entry& entry,
+                              const char* call) {
+    if (rc == -HMR_EAGAIN || rc == -HMR_ETIMEDOUT) return std::nullopt;
+    Event event;
+    if (rc == -HMR_EAVAIL) {
+      hmr_eq_err_entry err;
+      std::memset(&err, 0, sizeof err);
+      detail::check(hmr_eq_readerr(get(), &err, 0), "hmr_eq_readerr");
+      event.mr = reinterpret_cast<hmr_mr*>(err.fid);
+      event.context = err.context;
+      event.data = err.data;
+      event.error = err.err;
+      event.reason.assign(err.reason, strnlen(err.reason, sizeof err.reason));
+      return event;
+    }
+    detail::check(rc, call);
+    event.event = kind;
+    event.mr = reinterpret_cast<hmr_mr*>(entry.fid);
+    event.context = entry.context;
+    event.data = entry.data;
+    return event;
+  }
+
+  detail::Handle<hmr_eq, hmr_eq_close> handle_;
+};
+
+// ------------------------------------------------------------------------------ domain ----
+
+// What to ask for when opening a domain; the fields of hmr_domain_attr (0 = the NIC's value).
+struct DomainOptions {
+  std::string nic = "sim";
+  std::string nic_options;  // e.g. "require=VIRT_ADDR|PROV_KEY;key_size=4"
+  uint64_t mr_mode = 0;     // the mr_mode bits the application supports
+  size_t mr_key_size = 0;
+  size_t mr_iov_limit = 0;
+  size_t mr_cnt = 0;
+  hmr_threading threading = HMR_THREAD_UNSPEC;
+};
+
+// hmr.h names both a struct and a function hmr_domain_stats; in C++ the struct then needs the
+// `struct` keyword.  This alias spares callers that.
+using DomainStats = struct hmr_domain_stats;
+
+// What hmr_domain_open wrote back: what the application must honour.
+struct NegotiatedAttributes {
+  uint64_t mr_mode = 0;
+  size_t mr_key_size = 0;
+  size_t mr_iov_limit = 0;
+  size_t mr_cnt = 0;
+  hmr_threading threading = HMR_THREAD_UNSPEC;
+};
+
+class Domain {
+ public:
+  explicit Domain(const DomainOptions& options = DomainOptions()) {
+    hmr_domain_attr attr;
+    std::memset(&attr, 0, sizeof attr);
+    attr.size = sizeof attr;
+    attr.nic = options.nic.c_str();
+    attr.nic_options = options.nic_options.empty() ? nullptr : options.nic_options.c_str();
+    attr.mr_mode = options.mr_mode;
+    attr.mr_key_size = options.mr_key_size;
+    attr.mr_iov_limit = options.mr_iov_limit;
+    attr.mr_cnt = options.mr_cnt;
+    attr.threading = options.threading;
+    open(attr);
+  }
+  // From a C attribute struct (attr.size must be set); it is copied, not written back.
+  explicit Domain(hmr_domain_attr attr) { open(attr); }
+
+  const NegotiatedAttributes& negotiated() const noexcept { return negotiated_; }
+
+  DomainStats stats() const {
+    detail::require_open(get(), "hmr_domain_stats");
+    DomainStats result;
+    std::memset(&result, 0, sizeof result);
+    result.size = sizeof result;
+    detail::check(::hmr_domain_stats(get(), &result), "hmr_domain_stats");
+    return result;
+  }
+
+  // With HMR_REG_MR every later registration completes asynchronously on `eq`.
+  void bind(EventQueue& eq, uint64_t flags = HMR_REG_MR) {
+    detail::require_open(get(), "hmr_domain_bind");
+    detail::check(hmr_domain_bind(get(), eq.fid(), flags), "hmr_domain_bind");
+  }
+
+  // A peer's raw key (from MemoryRegion::raw_key()) as a 64-bit key for this domain.
+  uint64_t map_raw(uint64_t base_addr, const std::vector<uint8_t>& raw_key) {
+    detail::require_open(get(), "hmr_mr_map_raw");
+    uint64_t key = 0;
+    detail::check(hmr_mr_map_raw(get(), base_addr, raw_key.data(), raw_key.size(), &key, 0),
+                  "hmr_mr_map_raw");
+    return key;
+  }
+  void unmap_key(uint64_t key) {
+    detail::require_open(get(), "hmr_mr_unmap_key");
+    detail::check(hmr_mr_unmap_key(get(), key), "hmr_mr_unmap_key");
+  }
+
+  // Throws Error(HMR_EBUSY) while MRs, counters or endpoints of the domain are open.
+  void close() { handle_.close("hmr_domain_close"); }
+  hmr_domain* get() const noexcept { return handle_.get(); }
+  hmr_domain* release() noexcept { return handle_.release(); }
+  explicit operator bool() const noexcept { return get() != nullptr; }
+
+ private:
+  void open(hmr_domain_attr& attr) {
+    hmr_domain* domain = nullptr;
+    detail::check(hmr_domain_open(&attr, &domain), "hmr_domain_open");
+    handle_ = detail::Handle<hmr_domain, hmr_domain_close>(domain);
+    negotiated_.mr_mode = attr.mr_mode;
+    negotiated_.mr_key_size = attr.mr_key_size;
+    negotiated_.mr_iov_limit = attr.mr_iov_limit;
+    negotiated_.mr_cnt = attr.mr_cnt;
+    negotiated_.threading = attr.threading;
+  }
+
+  detail::Handle<hmr_domain, hmr_domain_close> handle_;
+  NegotiatedAttributes negotiated_;
+};
+
+// ------------------------------------------------------------------------------ counter ---
+
+class Counter {
+ public:
+  explicit Counter(Domain& domain) {
+    detail::require_open(domain.get(), "hmr_cntr_open");
+    hmr_cntr* cntr = nullptr;
+    detail::check(hmr_cntr_open(domain.get(), nullptr, &cntr), "hmr_cntr_open");
+    handle_ = detail::Handle<hmr_cntr, hmr_cntr_close>(cntr);
+  }
+
+  uint64_t value() const {
+    detail::require_open(get(), "hmr_cntr_read");
+    uint64_t value = 0;
+    detail::check(hmr_cntr_read(get(), &value), "hmr_cntr_read");
+    return value;
+  }
+
+  // Throws Error(HMR_EBUSY) while MRs are bound to it.
+  void close() { handle_.close("hmr_cntr_close"); }
+  hmr_cntr* get() const noexcept { return handle_.get(); }
+  hmr_fid* fid() const noexcept { return hmr_cntr_fid(handle_.get()); }
+  hmr_cntr* release() noexcept { return handle_.release(); }
+  explicit operator bool() const noexcept { return get() != nullptr; }
+
+ private:
+  detail::Handle<hmr_cntr, hmr_cntr_close> handle_;
+};
+
+// ------------------------------------------------------------------------------ endpoint --
+
+class Endpoint {
+ public:
+  explicit Endpoint(Domain& domain) {
+    detail::require_open(domain.get(), "hmr_ep_open");
+    hmr_ep* ep = nullptr;
+    detail::check(hmr_ep_open(domain.get(), nullptr, &ep), "hmr_ep_open");
+    handle_ = detail::Handle<hmr_ep, hmr_ep_close>(ep);
+  }
+
+  // Makes `peer` the target of this endpoint's RMA operations.
+  void connect(Endpoint& peer) {
+    detail::require_open(get(), "hmr_ep_connect");
+    detail::check(hmr_ep_connect(get(), peer.get()), "hmr_ep_connect");
+  }
+
+  // RMA write of [buf, buf+len) to the peer's (addr, key); desc: the local MR's descriptor
+  // or nullptr (required in HMR_MR_LOCAL domains).
+  void write(const void* buf, size_t len, void* desc, uint64_t addr, uint64_t key) {
+    detail::require_open(get(), "hmr_ep_write");
+    detail::check(hmr_ep_write(get(), buf, len, desc, addr, key), "hmr_ep_write");
+  }
+  void read(void* buf, size_t len, void* desc, uint64_t addr, uint64_t key) {
+    detail::require_open(get(), "hmr_ep_read");
+    detail::check(hmr_ep_read(get(), buf, len, desc, addr, key), "hmr_ep_read");
+  }
+  // Adds `operand` to the uint64_t at (addr, key); returns the previous value.
+  uint64_t fetch_add(uint64_t operand, uint64_t addr, uint64_t key) {
+    detail::require_open(get(), "hmr_ep_fetch_add");
+    uint64_t previous = 0;
+    detail::check(hmr_ep_fetch_add(get(), operand, &previous, addr, key), "hmr_ep_fetch_add");
+    return previous;
+  }
+
+  // Throws Error(HMR_EBUSY) while MRs are bound to it or another endpoint is connected to it.
+  void close() { handle_.close("hmr_ep_close"); }
+  hmr_ep* get() const noexcept { return handle_.get(); }
+  hmr_fid* fid() const noexcept { return hmr_ep_fid(handle_.get()); }
+  hmr_ep* release() noexcept { return handle_.release(); }
+  explicit operator bool() const noexcept { return get() != nullptr; }
+
+ private:
+  detail::Handle<hmr_ep, hmr_ep_close> handle_;
+};
+
+// ------------------------------------------------------------------------------ memory region
+
+// What a peer needs to address an MR: the key bytes and the address of the MR's first byte
+// (its virtual address in VIRT_ADDR domains, else 0).
+struct RawKey {
+  uint64_t base_addr = 0;
+  std::vector<uint8_t> bytes;
+};
+
+class MemoryRegion {
+ public:
+  MemoryRegion() noexcept = default;
+  // Adopts an MR registered through the C ABI (or read from an Event).
+  explicit MemoryRegion(hmr_mr* mr) noexcept : handle_(mr) {}
+
+  // hmr_mr_reg: one contiguous buffer.  requested_key is used only in domains without
+  // HMR_MR_PROV_KEY; `context` comes back in the completion of an asynchronous registration.
+  static MemoryRegion reg(Domain& domain, const void* buf, size_t len, uint64_t access,
+                          uint64_t flags = 0, uint64_t requested_key = 0,
+                          void* context = nullptr) {
+    detail::require_open(domain.get(), "hmr_mr_reg");
+    hmr_mr* mr = nullptr;
+    detail::check(
+        hmr_mr_reg(domain.get(), buf, len, access, 0, requested_key, flags, &mr, context),
+        "hmr_mr_reg");
+    return MemoryRegion(mr);
+  }
+
+  // hmr_mr_regv: several segments, one region.
+  static MemoryRegion regv(Domain& domain, const iovec* iov, size_t count, uint64_t access,
+                           uint64_t flags = 0, uint64_t requested_key = 0,
+                           void* context = nullptr) {
+    detail::require_open(domain.get(), "hmr_mr_regv");
+    hmr_mr* mr = nullptr;
+    detail::check(
+        hmr_mr_regv(domain.get(), iov, count, access, 0, requested_key, flags, &mr, context),
+        "hmr_mr_regv");
+    return MemoryRegion(mr);
+  }
+  static MemoryRegion regv(Domain& domain, const std::vector<iovec>& iov, uint64_t access,
+                           uint64_t flags = 0, uint64_t requested_key = 0,
+                           void* context = nullptr) {
+    return regv(domain, iov.data(), iov.size(), access, flags, requested_key, context);
+  }
+
+  // hmr_mr_regattr: everything (dma-buf, iface and device, auth key, page size).
+  static MemoryRegion regattr(Domain& domain, const hmr_mr_attr& attr, uint64_t flags = 0) {
+    detail::require_open(domain.get(), "hmr_mr_regattr");
+    hmr_mr* mr = nullptr;
+    detail::check(hmr_mr_regattr(domain.get(), &attr, flags, &mr), "hmr_mr_regattr");
+    return MemoryRegion(mr);
+  }
+
+  // Local descriptor; nullptr while an asynchronous registration is pending.
+  void* desc() const noexcept { return hmr_mr_desc(get()); }
+  // 64-bit key; HMR_KEY_NOTAVAIL in RAW domains and while pending.  Does not throw.
+  uint64_t key() const noexcept { return hmr_mr_key(get()); }
+
+  RawKey raw_key() const {
+    detail::require_open(get(), "hmr_mr_raw_attr");
+    RawKey raw;
+    raw.bytes.resize(16);  // every key hmr knows today fits; retried once if not
+    size_t size = raw.bytes.size();
+    int rc = hmr_mr_raw_attr(get(), &raw.base_addr, raw.bytes.data(), &size, 0);
+    if (rc == -HMR_ETOOSMALL) {
+      raw.bytes.resize(size);
+      rc = hmr_mr_raw_attr(get(), &raw.base_addr, raw.bytes.data(), &size, 0);
+    }
+    detail::check(rc, "hmr_mr_raw_attr");
+    raw.bytes.resize(size);
+    return raw;
+  }
+
+  // Binds to an endpoint (HMR_MR_ENDPOINT domains).
+  void bind(Endpoint& ep) {
+    detail::require_open(get(), "hmr_mr_bind");
+    detail::check(hmr_mr_bind(get(), ep.fid(), 0), "hmr_mr_bind");
+  }
+  // Binds a counter to count remote HMR_REMOTE_WRITE and/or HMR_REMOTE_READ events.
+  void bind(Counter& counter, uint64_t flags) {
+    detail::require_open(get(), "hmr_mr_bind");
+    detail::check(hmr_mr_bind(get(), counter.fid(), flags), "hmr_mr_bind");
+  }
+  void enable() {
+    detail::require_open(get(), "hmr_mr_enable");
+    detail::check(hmr_mr_enable(get()), "hmr_mr_enable");
+  }
+  // The pages behind these ranges changed (HMR_MR_MMU_NOTIFY domains).
+  void refresh(const iovec* iov, size_t count, uint64_t flags = 0) {
+    detail::require_open(get(), "hmr_mr_refresh");
+    detail::check(hmr_mr_refresh(get(), iov, count, flags), "hmr_mr_refresh");
+  }
+  void refresh(void* buf, size_t len) {
+    const iovec iov = {buf, len};
+    refresh(&iov, 1);
+  }
+
+  void close() { handle_.close("hmr_mr_close"); }
+  hmr_mr* get() const noexcept { return handle_.get(); }
+  hmr_mr* release() noexcept { return handle_.release(); }
+  explicit operator bool() const noexcept { return get() != nullptr; }
+
+ private:
+  detail::Handle<hmr_mr, hmr_mr_close> handle_;
+};
+
+}  // namespace hmr
+
+#endif  // HMR_HMR_HPP

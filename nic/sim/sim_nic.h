@@ -1,0 +1,55 @@
+// The software NIC: registrations and RMA inside this process, with the semantics of an
+// RDMA NIC (keys, bounds, access rights, enable state, endpoint binding, remote-event
+// counters, stale translations under MMU_NOTIFY).  It is the reference every other adapter
+// is compared with, and what the tests use to prove hmr's rules end to end.
+//
+// "DMA" is process_vm_readv/writev on this process, so an unmapped or read-only target page
+// fails with EFAULT instead of crashing, as a NIC's access would fail.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+
+#include "nic/nic.h"
+#include "nic/sim/page_change_tracker.h"
+#include "nic/sim/sim_options.h"
+#include "nic/sim/sim_region_table.h"
+
+namespace hmr::nic::sim {
+
+class SimNic final : public Nic {
+ public:
+  static Result<std::unique_ptr<Nic>> open(const char* options);
+  ~SimNic() override;
+
+  const Capabilities& capabilities() const override { return capabilities_; }
+  Result<Registration> register_memory(const RegistrationRequest& request) override;
+  Status deregister(Registration& registration) override;
+  Status refresh(Registration& registration, std::span<const iovec> segments) override;
+  Status set_remote_access(Registration& registration, RemoteAccess access) override;
+  Status check_local(void* desc, const void* buf, size_t len, uint64_t access) override;
+  Status remote_access(const RmaRequest& request) override;
+
+ private:
+  explicit SimNic(const SimOptions& options);
+  Result<std::unique_ptr<SimRegion>> build_region(const RegistrationRequest& request);
+  Status watch_segments(const std::vector<iovec>& segments);
+  Status choose_key(const RegistrationRequest& request, SimRegion& region);
+  void mark_stale(uintptr_t start, uintptr_t end);
+
+  SimOptions options_;
+  Capabilities capabilities_;
+  uint64_t raw_key_tag_;  // upper half of RAW keys: a key of another sim NIC never matches
+
+  mutable std::shared_mutex table_mutex_;  // shared: RMA; exclusive: (de)registration
+  SimRegionTable table_;
+  uint64_t next_key_ = 1;  // guarded by table_mutex_
+  std::mutex atomics_mutex_;  // serialises fetch_add read-modify-write
+
+  std::mutex tracker_mutex_;
+  std::unique_ptr<PageChangeTracker> tracker_;  // started by the first MMU_NOTIFY region
+};
+
+}  // namespace hmr::nic::sim

@@ -1,0 +1,87 @@
+#include "nic/sim/sim_options.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+
+#include "core/mr_mode.h"
+
+namespace hmr::nic::sim {
+namespace {
+
+Result<uint64_t> parse_count(const std::string& name, const std::string& value) {
+  if (value.empty() || value[0] == '-') {
+    return make_error(HMR_EINVAL, "sim option %s='%s' is not a positive number", name.c_str(),
+                      value.c_str());
+  }
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long number = std::strtoull(value.c_str(), &end, 0);
+  if (errno != 0 || *end != '\0' || number == 0) {
+    return make_error(HMR_EINVAL, "sim option %s='%s' is not a positive number", name.c_str(),
+                      value.c_str());
+  }
+  return static_cast<uint64_t>(number);
+}
+
+}  // namespace
+
+Result<SimOptions> parse_sim_options(const char* text) {
+  SimOptions options;
+  bool key_size_given = false;
+  std::string_view rest = text == nullptr ? std::string_view() : std::string_view(text);
+  while (!rest.empty()) {
+    const size_t end = rest.find(';');
+    const std::string item(rest.substr(0, end));
+    rest = end == std::string_view::npos ? std::string_view() : rest.substr(end + 1);
+    if (item.empty()) continue;
+    const size_t equals = item.find('=');
+    if (equals == std::string::npos) {
+      return make_error(HMR_EINVAL, "sim option '%s' is not name=value", item.c_str());
+    }
+    const std::string name = item.substr(0, equals);
+    const std::string value = item.substr(equals + 1);
+    if (name == "require") {
+      Result<uint64_t> mode = core::parse_mode_names(value);
+      if (!mode.ok()) return mode.status();
+      options.required_mr_mode = *mode;
+      continue;
+    }
+    Result<uint64_t> number = parse_count(name, value);
+    if (!number.ok()) return number.status();
+    if (name == "key_size") {
+      options.key_size = *number;
+      key_size_given = true;
+    } else if (name == "iov_limit") {
+      options.iov_limit = *number;
+    } else if (name == "mr_cnt") {
+      options.mr_cnt = *number;
+    } else if (name == "max_mr_size") {
+      options.max_mr_size = *number;
+    } else {
+      return make_error(HMR_EINVAL,
+                        "unknown sim option '%s' (known: require, key_size, iov_limit, "
+                        "mr_cnt, max_mr_size)",
+                        name.c_str());
+    }
+  }
+  if (options.required_mr_mode & (HMR_MR_BASIC | HMR_MR_SCALABLE)) {
+    return make_error(HMR_EINVAL, "sim option require= takes explicit bits, not BASIC/SCALABLE");
+  }
+  const bool raw = options.required_mr_mode & HMR_MR_RAW;
+  if (raw) {
+    options.required_mr_mode |= HMR_MR_PROV_KEY;
+    if (!key_size_given) options.key_size = 16;
+    if (options.key_size != 16) {
+      return make_error(HMR_EINVAL, "sim option key_size=%zu: RAW keys are 16 bytes",
+                        options.key_size);
+    }
+  } else if (options.key_size > 8) {
+    return make_error(HMR_EINVAL, "sim option key_size=%zu: at most 8 bytes without RAW",
+                      options.key_size);
+  }
+  return options;
+}
+
+}  // namespace hmr::nic::sim

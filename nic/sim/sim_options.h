@@ -1,0 +1,23 @@
+// Options of the software NIC: which provider behaviour it models.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/status.h"
+
+namespace hmr::nic::sim {
+
+struct SimOptions {
+  uint64_t required_mr_mode = 0;   // modelled provider requirements (require=RAW|PROV_KEY...)
+  size_t key_size = 8;             // 1..8, or 16 for RAW keys
+  size_t iov_limit = 4;
+  size_t mr_cnt = 65536;
+  uint64_t max_mr_size = 1ULL << 40;
+};
+
+// Parses "require=RAW|VIRT_ADDR;key_size=16;iov_limit=4;mr_cnt=100;max_mr_size=4096".
+// RAW implies PROV_KEY (a raw key is always chosen by the NIC) and a 16-byte key.
+Result<SimOptions> parse_sim_options(const char* text);
+
+}  // namespace hmr::nic::sim

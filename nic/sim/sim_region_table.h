@@ -1,0 +1,63 @@
+// The software NIC's translation table: one SimRegion per registration, found by key
+// (remote side) or by descriptor (local side).
+#pragma once
+
+#include <sys/uio.h>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "core/key_bytes.h"
+#include "nic/nic.h"
+
+namespace hmr::nic::sim {
+
+// A dma-buf mapped into this process so the software NIC can reach its bytes.
+class DmabufMapping {
+ public:
+  DmabufMapping(void* address, size_t length) : address_(address), length_(length) {}
+  DmabufMapping(const DmabufMapping&) = delete;
+  DmabufMapping& operator=(const DmabufMapping&) = delete;
+  ~DmabufMapping();
+  void* address() const { return address_; }
+
+ private:
+  void* address_;
+  size_t length_;
+};
+
+struct SimRegion {
+  KeyBytes key;
+  uint64_t base_addr = 0;      // what a peer addresses byte 0 as
+  uint64_t length = 0;
+  uint64_t access = 0;
+  std::vector<iovec> segments; // where the bytes live in this process, in order
+  std::vector<iovec> local_ranges;  // addresses the owner passes as local buffers
+  std::unique_ptr<DmabufMapping> dmabuf;
+  RemoteAccess remote;
+  bool track_page_changes = false;
+  std::atomic<bool> stale{false};
+};
+
+// Not synchronised: SimNic guards it with its table lock.
+class SimRegionTable {
+ public:
+  bool key_in_use(uint64_t low_key) const { return by_key_.count(low_key) != 0; }
+  SimRegion* insert(std::unique_ptr<SimRegion> region);
+  std::unique_ptr<SimRegion> erase(SimRegion* region);
+  SimRegion* find_by_key(const KeyBytes& key) const;
+  SimRegion* find_by_desc(void* desc) const;
+  void for_each_overlapping(uintptr_t start, uintptr_t end,
+                            const std::function<void(SimRegion&)>& visit) const;
+
+ private:
+  std::unordered_map<uint64_t, std::unique_ptr<SimRegion>> by_key_;
+  std::unordered_set<const void*> descriptors_;  // live regions, to vet a caller's desc
+};
+
+}  // namespace hmr::nic::sim

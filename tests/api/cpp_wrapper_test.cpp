@@ -1,0 +1,351 @@
+// Tests of the header-only C++ wrapper (include/hmr/hmr.hpp): it closes what it opens, turns
+// failures into hmr::Error with the right code, transfers ownership on move, and moves bytes.
+#include <hmr/hmr.hpp>
+
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "test_support.h"
+
+namespace {
+
+using hmr_test::Pages;
+
+constexpr size_t kPage = 4096;
+
+// A verbs-like NIC: virtual addresses, mapped pages and provider keys (so many MRs may share
+// a buffer), plus `extra` required bits, which the application then supports too.
+hmr::DomainOptions verbs_like(const std::string& extra = "", uint64_t extra_bits = 0) {
+  hmr::DomainOptions options;
+  options.nic_options = "require=VIRT_ADDR|ALLOCATED|PROV_KEY" + extra;
+  options.mr_mode =
+      HMR_MR_LOCAL | HMR_MR_VIRT_ADDR | HMR_MR_ALLOCATED | HMR_MR_PROV_KEY | extra_bits;
+  return options;
+}
+
+// The code of the hmr::Error `call` throws, or 0 when it does not throw.
+template <typename Call>
+int error_code_of(Call&& call) {
+  try {
+    call();
+  } catch (const hmr::Error& error) {
+    EXPECT_NE(std::string(error.what()), "");
+    return error.code();
+  }
+  return 0;
+}
+
+uint64_t open_mrs(const hmr::Domain& domain) { return domain.stats().mr_open; }
+
+TEST(CppWrapper, DestructorsCloseEverythingAndTheDomainClosesCleanly) {
+  Pages pages(16 * kPage);
+  hmr::Domain domain(verbs_like());
+  {
+    hmr::EventQueue unbound_queue;
+    hmr::Endpoint second(domain);
+    hmr::Endpoint first(domain);  // destroyed before `second`, the endpoint it targets
+    first.connect(second);
+    hmr::Counter counter(domain);
+    std::vector<hmr::MemoryRegion> mrs;
+    for (size_t i = 0; i < 200; ++i) {
+      mrs.push_back(hmr::MemoryRegion::reg(domain, pages.data() + (i % 16) * kPage, kPage,
+                                           HMR_READ | HMR_WRITE | HMR_REMOTE_WRITE));
+    }
+    EXPECT_EQ(open_mrs(domain), 200u);
+    EXPECT_TRUE(unbound_queue);
+    EXPECT_EQ(counter.value(), 0u);
+  }
+  const hmr::DomainStats stats = domain.stats();
+  EXPECT_EQ(stats.mr_open, 0u);
+  EXPECT_EQ(stats.mr_bytes, 0u);
+  EXPECT_EQ(stats.registrations, 200u);
+  EXPECT_EQ(stats.nic_registrations, stats.nic_deregistrations);
+  EXPECT_NO_THROW(domain.close());
+  EXPECT_FALSE(domain);
+  EXPECT_NO_THROW(domain.close());  // closing a closed object does nothing
+}
+
+TEST(CppWrapper, ExplicitCloseThrowsAndKeepsOwnershipOnFailure) {
+  Pages pages(kPage);
+  hmr::Domain domain(verbs_like());
+  hmr::MemoryRegion mr = hmr::MemoryRegion::reg(domain, pages.data(), kPage, HMR_READ);
+  EXPECT_EQ(error_code_of([&] { domain.close(); }), HMR_EBUSY);
+  EXPECT_TRUE(domain);  // still owned: the close can be retried
+  mr.close();
+  EXPECT_FALSE(mr);
+  EXPECT_NO_THROW(domain.close());
+}
+
+TEST(CppWrapper, FailuresThrowErrorWithTheCodeAndTheReason) {
+  hmr::DomainOptions unknown_nic;
+  unknown_nic.nic = "no-such-nic";
+  try {
+    hmr::Domain domain(unknown_nic);
+    ADD_FAILURE() << "opening an unknown NIC did not throw";
+  } catch (const hmr::Error& error) {
+    EXPECT_EQ(error.code(), HMR_ENODEV);
+    const std::string what = error.what();
+    EXPECT_NE(what.find("hmr_domain_open"), std::string::npos) << what;
+    EXPECT_NE(what.find(hmr_strerror(HMR_ENODEV)), std::string::npos) << what;
+  }
+
+  hmr::DomainOptions bad_options;
+  bad_options.nic_options = "no_such_option=1";
+  EXPECT_EQ(error_code_of([&] { hmr::Domain domain(bad_options); }), HMR_EINVAL);
+
+  Pages pages(2 * kPage);
+  hmr::Domain domain(verbs_like());
+  EXPECT_EQ(error_code_of([&] { (void)hmr::MemoryRegion::reg(domain, pages.data(), kPage, 0); }),
+            HMR_EINVAL);
+  EXPECT_EQ(error_code_of([&] {
+              (void)hmr::MemoryRegion::reg(domain, pages.data(), kPage, HMR_READ, 1ULL << 30);
+            }),
+            HMR_EBADFLAGS);
+  EXPECT_EQ(error_code_of([&] {
+              (void)hmr::MemoryRegion::reg(domain, pages.data(), kPage, HMR_READ,
+                                           HMR_HMEM_DEVICE_ONLY | HMR_HMEM_HOST_ALLOC);
+            }),
+            HMR_EBADFLAGS);
+  EXPECT_EQ(open_mrs(domain), 0u);
+
+  // An RMA error: the target MR lacks REMOTE_WRITE.
+  hmr::Endpoint target(domain);  // declared first, so the initiator is closed first
+  hmr::Endpoint initiator(domain);
+  initiator.connect(target);
+  hmr::MemoryRegion read_only = hmr::MemoryRegion::reg(domain, pages.data(), kPage,
+                                                       HMR_REMOTE_READ);
+  uint8_t byte = 7;
+  EXPECT_EQ(error_code_of([&] {
+              initiator.write(&byte, 1, nullptr, read_only.raw_key().base_addr, read_only.key());
+            }),
+            HMR_EACCES);
+}
+
+TEST(CppWrapper, RequestedKeyInUseThrowsEnokey) {
+  Pages pages(kPage);
+  hmr::Domain domain;  // sim requires nothing: requested keys, offset addressing
+  EXPECT_EQ(domain.negotiated().mr_mode & HMR_MR_PROV_KEY, 0u);
+  hmr::MemoryRegion first =
+      hmr::MemoryRegion::reg(domain, pages.data(), kPage, HMR_REMOTE_READ, 0, 42);
+  EXPECT_EQ(first.key(), 42u);
+  EXPECT_EQ(error_code_of([&] {
+              (void)hmr::MemoryRegion::reg(domain, pages.data(), kPage, HMR_REMOTE_READ, 0, 42);
+            }),
+            HMR_ENOKEY);
+  first.close();
+  hmr::MemoryRegion again =
+      hmr::MemoryRegion::reg(domain, pages.data(), kPage, HMR_REMOTE_READ, 0, 42);
+  EXPECT_EQ(again.key(), 42u);
+}
+
+TEST(CppWrapper, UsingAMovedFromObjectThrowsInsteadOfPassingNull) {
+  hmr::Domain domain(verbs_like());
+  hmr::Domain moved = std::move(domain);
+  EXPECT_FALSE(domain);  // NOLINT(bugprone-use-after-move): that is the point
+  EXPECT_EQ(error_code_of([&] { (void)domain.stats(); }), HMR_EINVAL);
+  EXPECT_EQ(error_code_of([&] { hmr::Endpoint ep(domain); }), HMR_EINVAL);
+  EXPECT_NO_THROW((void)moved.stats());
+}
+
+TEST(CppWrapper, MovesTransferOwnership) {
+  Pages pages(2 * kPage);
+  hmr::Domain domain(verbs_like());
+  hmr::MemoryRegion a = hmr::MemoryRegion::reg(domain, pages.data(), kPage, HMR_READ);
+  hmr_mr* const raw = a.get();
+  ASSERT_NE(raw, nullptr);
+
+  hmr::MemoryRegion b(std::move(a));
+  EXPECT_EQ(a.get(), nullptr);  // NOLINT(bugprone-use-after-move)
+  EXPECT_EQ(b.get(), raw);
+  EXPECT_EQ(open_mrs(domain), 1u);
+
+  // Move assignment closes what the destination held.
+  hmr::MemoryRegion c = hmr::MemoryRegion::reg(domain, pages.data() + kPage, kPage, HMR_READ);
+  EXPECT_EQ(open_mrs(domain), 2u);
+  c = std::move(b);
+  EXPECT_EQ(c.get(), raw);
+  EXPECT_EQ(open_mrs(domain), 1u);
+
+  // A moved domain keeps working and the moved-from one closes nothing.
+  hmr::Domain other = std::move(domain);
+  EXPECT_EQ(open_mrs(other), 1u);
+  c = hmr::MemoryRegion();
+  EXPECT_EQ(open_mrs(other), 0u);
+
+  // release() hands the handle back to C.
+  hmr::MemoryRegion d = hmr::MemoryRegion::reg(other, pages.data(), kPage, HMR_READ);
+  hmr_mr* released = d.release();
+  EXPECT_FALSE(d);
+  ASSERT_HMR_OK(hmr_mr_close(released));
+  EXPECT_NO_THROW(other.close());
+}
+
+TEST(CppWrapper, EndToEndWriteReadAndFetchAdd) {
+  constexpr size_t kBytes = 64 * 1024;
+  Pages source(kBytes);
+  Pages target(kBytes);
+  Pages sink(kBytes);
+  for (size_t i = 0; i < kBytes; ++i) source.data()[i] = static_cast<uint8_t>(i * 131 + 7);
+
+  hmr::Domain domain(verbs_like());
+  EXPECT_NE(domain.negotiated().mr_mode & HMR_MR_VIRT_ADDR, 0u);
+  EXPECT_EQ(domain.negotiated().mr_mode & HMR_MR_LOCAL, 0u);  // emulated by hmr
+  hmr::Endpoint responder(domain);  // declared first, so the initiator is closed first
+  hmr::Endpoint initiator(domain);
+  initiator.connect(responder);
+
+  hmr::MemoryRegion local = hmr::MemoryRegion::reg(domain, source.data(), kBytes, HMR_WRITE);
+  hmr::MemoryRegion local_sink = hmr::MemoryRegion::reg(domain, sink.data(), kBytes, HMR_READ);
+  hmr::MemoryRegion remote = hmr::MemoryRegion::reg(domain, target.data(), kBytes,
+                                                    HMR_REMOTE_WRITE | HMR_REMOTE_READ);
+  const hmr::RawKey raw = remote.raw_key();
+  EXPECT_EQ(raw.base_addr, reinterpret_cast<uint64_t>(target.data()));
+  EXPECT_EQ(raw.bytes.size(), domain.negotiated().mr_key_size);
+  ASSERT_NE(remote.key(), HMR_KEY_NOTAVAIL);
+  ASSERT_NE(local.desc(), nullptr);
+
+  initiator.write(source.data(), kBytes, local.desc(), raw.base_addr, remote.key());
+  EXPECT_EQ(std::memcmp(source.data(), target.data(), kBytes), 0);
+  initiator.read(sink.data(), kBytes, local_sink.desc(), raw.base_addr, remote.key());
+  EXPECT_EQ(std::memcmp(source.data(), sink.data(), kBytes), 0);
+
+  uint64_t counter_value = 40;
+  std::memcpy(target.data(), &counter_value, sizeof counter_value);
+  EXPECT_EQ(initiator.fetch_add(2, raw.base_addr, remote.key()), 40u);
+  std::memcpy(&counter_value, target.data(), sizeof counter_value);
+  EXPECT_EQ(counter_value, 42u);
+
+  const hmr::DomainStats stats = domain.stats();
+  EXPECT_EQ(stats.rma_ops, 3u);
+  EXPECT_EQ(stats.rma_errors, 0u);
+}
+
+TEST(CppWrapper, CounterCountsRemoteWritesAfterBindAndEnable) {
+  Pages source(kPage);
+  Pages target(kPage);
+  hmr::Domain domain(verbs_like("|RMA_EVENT", HMR_MR_RMA_EVENT));
+  ASSERT_NE(domain.negotiated().mr_mode & HMR_MR_RMA_EVENT, 0u);
+  hmr::Endpoint responder(domain);  // declared first, so the initiator is closed first
+  hmr::Endpoint initiator(domain);
+  initiator.connect(responder);
+  hmr::Counter writes(domain);
+
+  hmr::MemoryRegion remote = hmr::MemoryRegion::reg(domain, target.data(), kPage,
+                                                    HMR_REMOTE_WRITE, HMR_RMA_EVENT);
+  const uint64_t addr = remote.raw_key().base_addr;
+  // Disabled until enabled: the write is refused.
+  EXPECT_EQ(error_code_of([&] { initiator.write(source.data(), 8, nullptr, addr, remote.key()); }),
+            HMR_EACCES);
+  remote.bind(writes, HMR_REMOTE_WRITE);
+  remote.enable();
+  EXPECT_EQ(error_code_of([&] { remote.bind(writes, HMR_REMOTE_WRITE); }), HMR_EBUSY);
+  initiator.write(source.data(), 8, nullptr, addr, remote.key());
+  initiator.write(source.data(), 8, nullptr, addr + 8, remote.key());
+  EXPECT_EQ(writes.value(), 2u);
+
+  EXPECT_EQ(error_code_of([&] { writes.close(); }), HMR_EBUSY);  // an MR is bound to it
+  remote.close();
+  EXPECT_NO_THROW(writes.close());
+}
+
+TEST(CppWrapper, EndpointBindingInEndpointDomains) {
+  Pages target(kPage);
+  hmr::Domain domain(verbs_like("|ENDPOINT", HMR_MR_ENDPOINT));
+  hmr::Endpoint responder(domain);  // declared first, so the initiator is closed first
+  hmr::Endpoint initiator(domain);
+  initiator.connect(responder);
+  hmr::MemoryRegion remote =
+      hmr::MemoryRegion::reg(domain, target.data(), kPage, HMR_REMOTE_WRITE);
+  EXPECT_EQ(error_code_of([&] { remote.enable(); }), HMR_EINVAL);  // not bound yet
+  remote.bind(responder);
+  remote.enable();
+  const uint64_t value = 0x1122334455667788ULL;
+  initiator.write(&value, sizeof value, nullptr, remote.raw_key().base_addr, remote.key());
+  EXPECT_EQ(std::memcmp(target.data(), &value, sizeof value), 0);
+}
+
+TEST(CppWrapper, RawKeysMapAndUnmap) {
+  Pages source(kPage);
+  Pages target(kPage);
+  hmr::Domain domain(verbs_like("|RAW", HMR_MR_RAW));
+  EXPECT_EQ(domain.negotiated().mr_key_size, 16u);
+  hmr::Endpoint responder(domain);  // declared first, so the initiator is closed first
+  hmr::Endpoint initiator(domain);
+  initiator.connect(responder);
+
+  hmr::MemoryRegion remote =
+      hmr::MemoryRegion::reg(domain, target.data(), kPage, HMR_REMOTE_WRITE);
+  EXPECT_EQ(remote.key(), HMR_KEY_NOTAVAIL);
+  const hmr::RawKey raw = remote.raw_key();
+  ASSERT_EQ(raw.bytes.size(), 16u);
+
+  const uint64_t key = domain.map_raw(raw.base_addr, raw.bytes);
+  std::memset(source.data(), 0x5a, kPage);
+  initiator.write(source.data(), kPage, nullptr, raw.base_addr, key);
+  EXPECT_EQ(std::memcmp(source.data(), target.data(), kPage), 0);
+  domain.unmap_key(key);
+  EXPECT_EQ(error_code_of([&] { domain.unmap_key(key); }), HMR_ENOENT);
+}
+
+TEST(CppWrapper, AsynchronousRegistrationCompletesOnTheEventQueue) {
+  Pages pages(4 * kPage);
+  hmr::EventQueue queue;  // declared first: it must outlive the domain bound to it
+  hmr::Domain domain(verbs_like());
+  domain.bind(queue);
+  EXPECT_FALSE(queue.read().has_value());
+
+  int context = 0;
+  hmr::MemoryRegion mr =
+      hmr::MemoryRegion::reg(domain, pages.data(), 4 * kPage, HMR_REMOTE_READ, 0, 0, &context);
+  const std::optional<hmr::Event> event = queue.sread(10000);
+  ASSERT_TRUE(event.has_value());
+  EXPECT_EQ(event->event, static_cast<uint32_t>(HMR_MR_COMPLETE));
+  EXPECT_EQ(event->error, 0);
+  EXPECT_EQ(event->mr, mr.get());
+  EXPECT_EQ(event->context, &context);
+  EXPECT_NE(mr.key(), HMR_KEY_NOTAVAIL);
+  EXPECT_NE(mr.desc(), nullptr);
+  EXPECT_FALSE(queue.sread(0).has_value());
+}
+
+TEST(CppWrapper, FailedAsynchronousRegistrationIsAnErrorEvent) {
+  Pages pages(2 * kPage);
+  hmr::EventQueue queue;
+  hmr::Domain domain(verbs_like());  // ALLOCATED: every page must be mapped
+  ASSERT_NE(domain.negotiated().mr_mode & HMR_MR_ALLOCATED, 0u);
+  domain.bind(queue);
+  ASSERT_EQ(munmap(pages.data() + kPage, kPage), 0);
+
+  int context = 0;
+  hmr::MemoryRegion mr;
+  const int code = error_code_of([&] {
+    mr = hmr::MemoryRegion::reg(domain, pages.data(), 2 * kPage, HMR_REMOTE_READ, 0, 0,
+                                &context);
+  });
+  if (code != 0) {
+    EXPECT_EQ(code, HMR_EFAULT);  // detected while validating, before going asynchronous
+  } else {
+    const std::optional<hmr::Event> event = queue.sread(10000);
+    ASSERT_TRUE(event.has_value());
+    EXPECT_EQ(event->error, HMR_EFAULT);
+    EXPECT_NE(event->reason, "");
+    EXPECT_EQ(event->mr, mr.get());
+    EXPECT_EQ(event->context, &context);
+    EXPECT_EQ(mr.key(), HMR_KEY_NOTAVAIL);
+  }
+  EXPECT_NO_THROW(mr.close());  // a failed asynchronous registration must still be closed
+}
+
+TEST(CppWrapper, RegvAndRefresh) {
+  Pages pages(4 * kPage);
+  hmr::Domain domain(verbs_like("|MMU_NOTIFY", HMR_MR_MMU_NOTIFY));
+  const std::vector<iovec> segments = {{pages.data(), kPage}, {pages.data() + 2 * kPage, kPage}};
+  hmr::MemoryRegion mr = hmr::MemoryRegion::regv(domain, segments, HMR_REMOTE_WRITE);
+  EXPECT_EQ(domain.stats().mr_bytes, 2 * kPage);
+  EXPECT_NO_THROW(mr.refresh(pages.data(), kPage));
+  EXPECT_EQ(error_code_of([&] { mr.refresh(pages.data() + 3 * kPage, kPage); }), HMR_EINVAL);
+}
+
+}  // namespace

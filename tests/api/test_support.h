@@ -1,0 +1,60 @@
+// Shared helpers for tests of the public C ABI.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <hmr/hmr.h>
+#include <sys/mman.h>
+
+#include <cstddef>
+#include <cstring>
+#include <string>
+
+namespace hmr_test {
+
+// Expects `call` to fail with -code and to leave a non-empty reason.
+#define EXPECT_HMR_ERROR(call, code)                                          \
+  do {                                                                        \
+    const int hmr_rc_ = (call);                                               \
+    EXPECT_EQ(hmr_rc_, -(code)) << #call << ": " << hmr_last_error();         \
+    if (hmr_rc_ < 0) EXPECT_STRNE(hmr_last_error(), "") << #call;             \
+  } while (0)
+
+#define ASSERT_HMR_OK(call)                                                   \
+  do {                                                                        \
+    const int hmr_rc_ = (call);                                               \
+    ASSERT_EQ(hmr_rc_, 0) << #call << ": " << hmr_last_error();               \
+  } while (0)
+
+// An attr with size set and everything else zero.
+inline hmr_domain_attr domain_attr(uint64_t app_mode, const char* nic_options = nullptr) {
+  hmr_domain_attr attr;
+  std::memset(&attr, 0, sizeof attr);
+  attr.size = sizeof attr;
+  attr.nic = "sim";
+  attr.nic_options = nic_options;
+  attr.mr_mode = app_mode;
+  return attr;
+}
+
+// Opens a sim domain or fails the test; `attr_out` receives the negotiated attributes.
+hmr_domain* open_sim_domain(uint64_t app_mode, const char* nic_options = nullptr,
+                            hmr_domain_attr* attr_out = nullptr);
+
+// Page-aligned anonymous memory, unmapped on destruction (unless released).
+class Pages {
+ public:
+  explicit Pages(size_t bytes);
+  ~Pages();
+  Pages(const Pages&) = delete;
+  Pages& operator=(const Pages&) = delete;
+  uint8_t* data() const { return static_cast<uint8_t*>(address_); }
+  size_t size() const { return bytes_; }
+  // Unmaps now (for tests of what happens to registered memory that goes away).
+  void unmap();
+
+ private:
+  void* address_;
+  size_t bytes_;
+};
+
+}  // namespace hmr_test
