@@ -9,7 +9,9 @@ HMR_API uint32_t hmr_version(void) {
 }
 
 HMR_API const char* hmr_strerror(int err) {
-  switch (err < 0 ? -err : err) {
+  // Negate in unsigned arithmetic: -INT_MIN does not exist.
+  const unsigned magnitude = err < 0 ? 0u - static_cast<unsigned>(err) : static_cast<unsigned>(err);
+  switch (magnitude) {
     case HMR_SUCCESS: return "success";
     case HMR_EPERM: return "operation not permitted";
     case HMR_ENOENT: return "no such entry";

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "core/async_registrar.h"
+#include "core/enum_bits.h"
 #include "core/event_queue.h"
 #include "core/memory_region.h"
 #include "core/mr_mode.h"
@@ -22,13 +23,13 @@ Result<size_t> narrow_limit(const char* name, size_t requested, size_t nic_limit
   return requested;
 }
 
-Result<hmr_threading> negotiate_threading(hmr_threading requested) {
-  const auto value = static_cast<int>(requested);
+Result<hmr_threading> negotiate_threading(const hmr_threading& requested) {
+  const int value = enum_bits(requested);
   if (value < HMR_THREAD_UNSPEC || value > HMR_THREAD_ENDPOINT) {
     return make_error(HMR_EINVAL, "threading %d is not an hmr_threading value", value);
   }
   // Every model is served by thread-safe code; report what the application asked for.
-  return requested == HMR_THREAD_UNSPEC ? HMR_THREAD_SAFE : requested;
+  return value == HMR_THREAD_UNSPEC ? HMR_THREAD_SAFE : static_cast<hmr_threading>(value);
 }
 
 }  // namespace

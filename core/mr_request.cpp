@@ -1,5 +1,6 @@
 #include "core/mr_request.h"
 
+#include "core/enum_bits.h"
 #include "hmem/hmem_registry.h"
 
 namespace hmr::core {
@@ -62,7 +63,7 @@ Status validate_dmabuf(const hmr_mr_attr& attr, const DomainRules& rules, MrRequ
   return ok_status();
 }
 
-Status validate_flags(uint64_t flags, hmr_hmem_iface iface) {
+Status validate_flags(uint64_t flags, int iface) {
   if (flags & ~kKnownRegistrationFlags) {
     return make_error(HMR_EBADFLAGS, "unknown registration flags %#llx",
                       static_cast<ull>(flags & ~kKnownRegistrationFlags));
@@ -111,7 +112,8 @@ uint64_t MrRequest::length() const {
 Result<MrRequest> validate_mr_request(const hmr_mr_attr& attr, uint64_t flags,
                                       const DomainRules& rules) {
   MrRequest request;
-  HMR_RETURN_IF_ERROR(validate_flags(flags, attr.iface));
+  const int iface = enum_bits(attr.iface);
+  HMR_RETURN_IF_ERROR(validate_flags(flags, iface));
   if (flags & HMR_MR_DMABUF) {
     HMR_RETURN_IF_ERROR(validate_dmabuf(attr, rules, request));
   } else {
@@ -135,11 +137,11 @@ Result<MrRequest> validate_mr_request(const hmr_mr_attr& attr, uint64_t flags,
     return make_error(HMR_EINVAL, "page_size %zu is not a power of two >= 4096", attr.page_size);
   }
   // Last: availability of the memory's runtime, after every argument error is reported.
-  HMR_RETURN_IF_ERROR(hmem::check_declared_device(attr.iface, attr.device.reserved));
+  HMR_RETURN_IF_ERROR(hmem::check_declared_device(iface, attr.device.reserved));
   request.access = attr.access;
   request.flags = flags;
   request.context = attr.context;
-  request.iface = attr.iface;
+  request.iface = static_cast<hmr_hmem_iface>(iface);
   request.device = attr.device.reserved;
   request.hmem_data = attr.hmem_data;
   request.page_size = attr.page_size;

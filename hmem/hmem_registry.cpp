@@ -4,7 +4,7 @@
 
 namespace hmr::hmem {
 
-const char* iface_name(hmr_hmem_iface iface) {
+const char* iface_name(int iface) {
   switch (iface) {
     case HMR_HMEM_SYSTEM: return "system";
     case HMR_HMEM_CUDA: return "cuda";
@@ -16,9 +16,9 @@ const char* iface_name(hmr_hmem_iface iface) {
   return "unknown";
 }
 
-Status check_declared_device(hmr_hmem_iface iface, uint64_t device) {
+Status check_declared_device(int iface, uint64_t device) {
   const auto as_int = static_cast<int>(static_cast<uint32_t>(device));
-  const auto index = static_cast<int>(iface);
+  const int index = iface;
   if (index < 0 || index >= HMR_HMEM_IFACE_COUNT) {
     return make_error(HMR_EINVAL, "iface %d is not an hmr_hmem_iface (0..%d)", index,
                       HMR_HMEM_IFACE_COUNT - 1);

@@ -12,9 +12,10 @@
 
 namespace hmr::hmem {
 
-const char* iface_name(hmr_hmem_iface iface);
+const char* iface_name(int iface);
 
 // Checks a caller-declared iface/device pair: in range, well formed, and served here.
-Status check_declared_device(hmr_hmem_iface iface, uint64_t device);
+// `iface` is the caller's raw enum value, which may be out of range.
+Status check_declared_device(int iface, uint64_t device);
 
 }  // namespace hmr::hmem

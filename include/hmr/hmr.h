@@ -301,7 +301,7 @@ struct hmr_ep_attr {
 	uint64_t flags; /* must be 0 */
 };
 HMR_API int hmr_ep_open(hmr_domain *domain, const struct hmr_ep_attr *attr, hmr_ep **ep);
-/* -HMR_EBUSY while MRs are bound to it or another endpoint is connected to it. */
+/* -HMR_EBUSY while MRs are bound to it; connections to and from it are dropped. */
 HMR_API int hmr_ep_close(hmr_ep *ep);
 /* Makes `peer` the target of ep's RMA operations (both must be on the same kind of NIC). */
 HMR_API int hmr_ep_connect(hmr_ep *ep, hmr_ep *peer);

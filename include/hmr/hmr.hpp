@@ -10,9 +10,11 @@
 // map to at most two calls, and say so: MemoryRegion::raw_key() (retries once with the size
 // hmr asked for) and EventQueue::read()/sread() (fetch an error entry with hmr_eq_readerr).
 //
-// Lifetimes follow the C ABI: close MRs, endpoints and counters before their domain, and a
-// domain before the event queue bound to it.  Declaring them in that order (domain first)
-// makes destructors run in the right order.
+// Lifetimes follow the C ABI: MRs close before the endpoints and counters they are bound to,
+// an initiator endpoint before the endpoint it is connected to, all of them before their
+// domain, and the domain before the event queue bound to it.  Declaring objects in opening
+// order (event queue, domain, target endpoint, initiator endpoint, counters, MRs) makes the
+// destructors run in closing order.
 //
 // Needs C++17 or later.  The C semantics are in docs/semantics.md.
 #ifndef HMR_HMR_HPP
@@ -202,9 +204,8 @@ struct DomainOptions {
   hmr_threading threading = HMR_THREAD_UNSPEC;
 };
 
-// hmr.h names both a struct and a function hmr_domain_stats; in C++ the struct then needs the
-// `struct` keyword.  This alias spares callers that.
-using DomainStats = struct hmr_domain_stats;
+// What Domain::stats() returns.
+using DomainStats = hmr_domain_stats;
 
 // What hmr_domain_open wrote back: what the application must honour.
 struct NegotiatedAttributes {
@@ -236,11 +237,11 @@ class Domain {
   const NegotiatedAttributes& negotiated() const noexcept { return negotiated_; }
 
   DomainStats stats() const {
-    detail::require_open(get(), "hmr_domain_stats");
+    detail::require_open(get(), "hmr_domain_query_stats");
     DomainStats result;
     std::memset(&result, 0, sizeof result);
     result.size = sizeof result;
-    detail::check(::hmr_domain_stats(get(), &result), "hmr_domain_stats");
+    detail::check(hmr_domain_query_stats(get(), &result), "hmr_domain_query_stats");
     return result;
   }
 

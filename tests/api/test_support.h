@@ -16,7 +16,7 @@ namespace hmr_test {
   do {                                                                        \
     const int hmr_rc_ = (call);                                               \
     EXPECT_EQ(hmr_rc_, -(code)) << #call << ": " << hmr_last_error();         \
-    if (hmr_rc_ < 0) EXPECT_STRNE(hmr_last_error(), "") << #call;             \
+    if (hmr_rc_ < 0) { EXPECT_STRNE(hmr_last_error(), "") << #call; }         \
   } while (0)
 
 #define ASSERT_HMR_OK(call)                                                   \

@@ -1,0 +1,46 @@
+// One cached NIC registration, shared by every MR handle whose range it contains and whose
+// sharing key matches.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "nic/nic.h"
+
+namespace hmr::core {
+
+// What must match, besides containment, for a request to reuse an entry: the peer must see
+// nothing different from a registration of its own.
+struct CacheKey {
+  uint64_t alloc_id = 0;    // allocation identity (device buffer id); 0 for host memory
+  uint32_t access = 0;
+  int32_t device = 0;
+  uint8_t iface = 0;
+  bool exact_start = false;  // 0-based addressing: byte 0 must be the request's own start
+
+  bool operator==(const CacheKey&) const = default;
+};
+
+struct CacheEntry {
+  static constexpr uint32_t kInvalid = 1u << 31;  // out of the index; dies with its last user
+  static constexpr uint32_t kRefMask = kInvalid - 1;
+
+  std::atomic<uint32_t> state{0};  // reference count | kInvalid
+  std::atomic<uint8_t> referenced{0};  // CLOCK second chance, set on hits
+  uint8_t level = 0;                   // index level the entry is filed under
+  bool subscribed = false;             // its range is watched by the cache's monitor
+  uintptr_t start = 0;
+  uint64_t length = 0;
+  CacheKey key;
+  nic::Registration registration;
+  // Ring of cached entries for CLOCK eviction; `next` also chains the dead list.
+  CacheEntry* prev = nullptr;
+  CacheEntry* next = nullptr;
+
+  uintptr_t end() const { return start + length; }
+  bool contains(uintptr_t first, uint64_t len) const {
+    return first >= start && len <= length && first - start <= length - len;
+  }
+};
+
+}  // namespace hmr::core

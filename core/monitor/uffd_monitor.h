@@ -1,0 +1,60 @@
+// Host-memory monitor on userfaultfd: one thread for the process, ranges watched in
+// write-protect mode (no page is ever protected, so no fault is trapped) and reported on
+// UNMAP, REMOVE (madvise DONTNEED/FREE/REMOVE) and REMAP (mremap).
+//
+// Watching is done per 2 MiB-aligned block, reference-counted, falling back to the exact
+// pages when a block is not uniformly mapped: registering every small region on its own
+// would split the kernel's mappings until vm.max_map_count is hit.
+//
+// Deadlock rules: the thread reads every queued event (which releases the unmapping
+// threads) before it takes any lock, and no lock it takes is ever held by a thread while
+// that thread unmaps or frees.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "core/monitor/monitor.h"
+#include "core/unique_fd.h"
+#include "core/userfaultfd.h"
+
+namespace hmr::core {
+
+class UffdMonitor final : public Monitor {
+ public:
+  static UffdMonitor& instance();
+  ~UffdMonitor() override;
+
+  const char* name() const override { return "userfaultfd"; }
+  Status start() override;
+  void stop() override {}  // lives as long as the process: caches come and go
+  Status subscribe(uintptr_t start, size_t len) override;
+  void unsubscribe(uintptr_t start, size_t len) override;
+
+  // True on the monitor's own thread (caches defer deregistration from it).
+  static bool on_monitor_thread();
+
+ private:
+  UffdMonitor() = default;
+  void run();
+  void forget_blocks(uintptr_t start, uintptr_t end);
+
+  static constexpr uintptr_t kBlock = 2u << 20;
+  struct Block {
+    uint32_t references = 0;
+    bool watched_whole = false;  // the whole block is registered
+  };
+
+  std::mutex start_mutex_;
+  std::optional<Userfaultfd> uffd_;
+  UniqueFd wake_;
+  std::thread thread_;
+
+  std::mutex blocks_mutex_;
+  std::map<uintptr_t, Block> blocks_;
+};
+
+}  // namespace hmr::core
