@@ -53,7 +53,16 @@ HMR_API int hmr_domain_query_stats(hmr_domain* handle, hmr_domain_stats* stats) 
     if (domain == nullptr) return hmr::report_error(HMR_EINVAL, "not a domain handle");
     auto checked = hmr::core::read_extensible(stats, sizeof(hmr_domain_stats), "hmr_domain_stats");
     if (!checked.ok()) return hmr::report(checked.status());
-    hmr::core::write_extensible(stats, domain->stats().snapshot());
+    hmr::core::write_extensible(stats, domain->statistics());
+    return 0;
+  });
+}
+
+HMR_API int hmr_domain_cache_flush(hmr_domain* handle) {
+  return hmr::guarded([&] {
+    Domain* domain = from_handle<Domain>(handle);
+    if (domain == nullptr) return hmr::report_error(HMR_EINVAL, "not a domain handle");
+    domain->flush_cache();
     return 0;
   });
 }

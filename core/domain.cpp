@@ -9,7 +9,11 @@
 #include "core/enum_bits.h"
 #include "core/event_queue.h"
 #include "core/memory_region.h"
+#include "core/monitor/monitor_registry.h"
+#include "core/monitor/uffd_monitor.h"
 #include "core/mr_mode.h"
+#include "core/log.h"
+#include "core/stopwatch.h"
 
 namespace hmr::core {
 namespace {
@@ -73,14 +77,110 @@ Result<std::unique_ptr<Domain>> Domain::open(const hmr_domain_attr& attr,
   negotiated->mr_iov_limit = *iov_limit;
   negotiated->mr_cnt = *mr_cnt;
   negotiated->threading = *threading;
+  HMR_RETURN_IF_ERROR(domain->open_cache(attr, negotiated));
   return domain;
+}
+
+Status Domain::open_cache(const hmr_domain_attr& attr, hmr_domain_attr* negotiated) {
+  CacheLimits limits;
+  limits.max_count = attr.cache_max_count != 0 ? attr.cache_max_count : environment_.cache_max_count;
+  limits.max_bytes = attr.cache_max_size != 0 ? attr.cache_max_size : environment_.cache_max_size;
+  const bool chosen = attr.cache_monitor != nullptr || environment_.cache_monitor_from_environment;
+  const char* name = attr.cache_monitor != nullptr ? attr.cache_monitor : environment_.cache_monitor;
+  Result<Monitor*> monitor = acquire_monitor(name);
+  if (!monitor.ok()) return monitor.status();
+  monitor_ = *monitor;
+  negotiated->cache_max_count = 0;
+  negotiated->cache_max_size = 0;
+  negotiated->cache_monitor = "disabled";
+  if (monitor_ == nullptr || limits.max_count == 0 || limits.max_bytes == 0) return ok_status();
+
+  auto cache = std::make_unique<RegistrationCache>(cache_backend_, limits, monitor_);
+  Status attached = cache->attach();
+  if (!attached.ok()) {
+    if (chosen) return attached;  // asked for by name: say why it cannot be had
+    log_message(LogLevel::warn, "registration cache disabled: %s", attached.reason().c_str());
+    return ok_status();
+  }
+  cache_ = std::move(cache);
+  negotiated->cache_max_count = limits.max_count;
+  negotiated->cache_max_size = limits.max_bytes;
+  negotiated->cache_monitor = monitor_->name();
+  return ok_status();
+}
+
+bool Domain::cacheable(const MrRequest& request) const {
+  // Sharing must not change what a peer sees: its own key (requested keys), its own
+  // counters or endpoint, or a dma-buf the caller owns would.
+  return cache_ != nullptr && has_mode(HMR_MR_PROV_KEY) && !has_mode(HMR_MR_ENDPOINT) &&
+         request.segments.size() == 1 && !request.dmabuf && !(request.flags & HMR_RMA_EVENT) &&
+         request.iface == HMR_HMEM_SYSTEM;
+}
+
+CacheKey Domain::cache_key(const MrRequest& request) const {
+  CacheKey key;
+  key.access = static_cast<uint32_t>(request.access);
+  key.iface = static_cast<uint8_t>(request.iface);
+  key.device = static_cast<int32_t>(request.device);
+  key.exact_start = !has_mode(HMR_MR_VIRT_ADDR);
+  return key;
+}
+
+nic::RegistrationRequest Domain::nic_request(std::span<const iovec> segments,
+                                             uint64_t access) const {
+  nic::RegistrationRequest request;
+  request.segments = segments;
+  request.access = access;
+  request.virt_addr = has_mode(HMR_MR_VIRT_ADDR);
+  request.track_page_changes = has_mode(HMR_MR_MMU_NOTIFY);
+  return request;
+}
+
+Result<nic::Registration> Domain::CacheBackendAdapter::register_range(uintptr_t start,
+                                                                      uint64_t len,
+                                                                      const CacheKey& key) {
+  const iovec segment = {reinterpret_cast<void*>(start), len};
+  nic::RegistrationRequest request = domain_.nic_request({&segment, 1}, key.access);
+  request.iface = static_cast<hmr_hmem_iface>(key.iface);
+  request.device = static_cast<uint64_t>(key.device);
+  const Stopwatch stopwatch;
+  Result<nic::Registration> registered = domain_.nic().register_memory(request);
+  if (registered.ok()) domain_.stats().record_nic_registration(stopwatch.elapsed_ns());
+  return registered;
+}
+
+void Domain::CacheBackendAdapter::deregister(nic::Registration& registration) {
+  if (domain_.nic().deregister(registration).ok()) domain_.stats().record_nic_deregistration();
+}
+
+hmr_domain_stats Domain::statistics() {
+  hmr_domain_stats stats = stats_.snapshot();
+  if (cache_) {
+    const CacheStatistics cache = cache_->statistics();
+    stats.cache_hits = cache.hits;
+    stats.cache_misses = cache.misses;
+    stats.cache_invalidations = cache.invalidations;
+    stats.cache_evictions = cache.evictions;
+    stats.cache_uncached = cache.uncached;
+    stats.cache_regions = cache.cached_regions;
+    stats.cache_bytes = cache.cached_bytes;
+    stats.cache_in_use = cache.in_use_regions;
+  }
+  return stats;
+}
+
+void Domain::flush_cache() {
+  if (cache_) cache_->flush();
 }
 
 Domain::Domain(std::unique_ptr<nic::Nic> nic, const DomainRules& rules,
                const Environment& environment)
     : nic_(std::move(nic)), rules_(rules), environment_(environment) {}
 
-Domain::~Domain() = default;
+Domain::~Domain() {
+  cache_.reset();  // deregisters what it holds, leaves the monitor
+  if (monitor_ != nullptr) release_monitor(monitor_);
+}
 
 Status Domain::prepare_close() {
   if (open_mrs_.load() != 0 || open_objects_.load() != 0) {

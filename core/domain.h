@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 
+#include "core/cache/registration_cache.h"
 #include "core/domain_stats.h"
 #include "core/environment.h"
 #include "core/key_registry.h"
@@ -37,6 +38,16 @@ class Domain : public Tagged<ObjectClass::domain> {
   Result<MemoryRegion*> register_memory(const hmr_mr_attr& attr, uint64_t flags);
   Status close_memory_region(MemoryRegion* region);
 
+  // Whether MRs for `request` may share a cached NIC registration, and under which key.
+  bool cacheable(const MrRequest& request) const;
+  CacheKey cache_key(const MrRequest& request) const;
+  RegistrationCache* cache() const { return cache_.get(); }
+  hmr_domain_stats statistics();
+  void flush_cache();
+
+  // The NIC request for `segments` under this domain's mode.
+  nic::RegistrationRequest nic_request(std::span<const iovec> segments, uint64_t access) const;
+
   nic::Nic& nic() const { return *nic_; }
   const DomainRules& rules() const { return rules_; }
   bool has_mode(uint64_t bit) const { return (rules_.mr_mode & bit) != 0; }
@@ -50,6 +61,7 @@ class Domain : public Tagged<ObjectClass::domain> {
 
  private:
   Domain(std::unique_ptr<nic::Nic> nic, const DomainRules& rules, const Environment& environment);
+  Status open_cache(const hmr_domain_attr& attr, hmr_domain_attr* negotiated);
   Status reserve_mr_slot();
   Status check_allocated(const MrRequest& request) const;
 
@@ -66,6 +78,20 @@ class Domain : public Tagged<ObjectClass::domain> {
   std::mutex bind_mutex_;
   EventQueue* event_queue_ = nullptr;
   std::unique_ptr<AsyncRegistrar> registrar_;
+
+  class CacheBackendAdapter final : public CacheBackend {
+   public:
+    explicit CacheBackendAdapter(Domain& domain) : domain_(domain) {}
+    Result<nic::Registration> register_range(uintptr_t start, uint64_t len,
+                                             const CacheKey& key) override;
+    void deregister(nic::Registration& registration) override;
+
+   private:
+    Domain& domain_;
+  };
+  CacheBackendAdapter cache_backend_{*this};
+  Monitor* monitor_ = nullptr;
+  std::unique_ptr<RegistrationCache> cache_;  // after nic_: destroyed (flushed) before it
 
   friend class MemoryRegion;
 };

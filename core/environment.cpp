@@ -2,6 +2,9 @@
 
 #include <strings.h>
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdlib>
 
 namespace hmr::core {
@@ -19,11 +22,46 @@ Result<bool> env_bool(const char* name, bool default_value) {
                     name, value);
 }
 
+Result<uint64_t> env_unsigned(const char* name, uint64_t default_value) {
+  const char* value = std::getenv(name);
+  if (value == nullptr || *value == '\0') return default_value;
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long number = std::strtoull(value, &end, 0);
+  if (errno != 0 || *end != '\0' || value[0] == '-') {
+    return make_error(HMR_EINVAL, "%s='%s' is not an unsigned number", name, value);
+  }
+  return static_cast<uint64_t>(number);
+}
+
+namespace {
+// libfabric's default for FI_MR_CACHE_MAX_SIZE: physical memory shared among the CPUs.
+uint64_t memory_per_cpu() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_size = sysconf(_SC_PAGESIZE);
+  const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  if (pages <= 0 || page_size <= 0 || cpus <= 0) return 1ULL << 30;
+  return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size) /
+         static_cast<uint64_t>(cpus);
+}
+}  // namespace
+
 Result<Environment> read_environment() {
   Environment environment;
   Result<bool> disable_p2p = env_bool("FI_HMEM_DISABLE_P2P", false);
   if (!disable_p2p.ok()) return disable_p2p.status();
   environment.disable_p2p = *disable_p2p;
+  Result<uint64_t> max_count = env_unsigned("FI_MR_CACHE_MAX_COUNT", 1024);
+  if (!max_count.ok()) return max_count.status();
+  environment.cache_max_count = *max_count;
+  Result<uint64_t> max_size = env_unsigned("FI_MR_CACHE_MAX_SIZE", memory_per_cpu());
+  if (!max_size.ok()) return max_size.status();
+  environment.cache_max_size = *max_size;
+  const char* monitor = std::getenv("FI_MR_CACHE_MONITOR");
+  if (monitor != nullptr && *monitor != '\0') {
+    environment.cache_monitor = monitor;
+    environment.cache_monitor_from_environment = true;
+  }
   return environment;
 }
 

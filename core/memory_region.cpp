@@ -1,6 +1,5 @@
 #include "core/memory_region.h"
 
-#include <chrono>
 #include <cstring>
 
 #include "core/async_registrar.h"
@@ -8,15 +7,9 @@
 #include "core/domain.h"
 #include "core/endpoint.h"
 #include "core/event_queue.h"
+#include "core/stopwatch.h"
 
 namespace hmr::core {
-namespace {
-uint64_t elapsed_ns(std::chrono::steady_clock::time_point since) {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   std::chrono::steady_clock::now() - since)
-                                   .count());
-}
-}  // namespace
 
 MemoryRegion::MemoryRegion(Domain& domain, MrRequest request)
     : domain_(domain), request_(std::move(request)) {}
@@ -27,33 +20,33 @@ bool MemoryRegion::starts_enabled() const {
 }
 
 Status MemoryRegion::register_now() {
-  nic::RegistrationRequest nic_request;
-  nic_request.segments = request_.segments;
+  if (domain_.cacheable(request_)) {
+    const iovec& segment = request_.segments[0];
+    Result<CacheEntry*> entry = domain_.cache()->get(
+        reinterpret_cast<uintptr_t>(segment.iov_base), segment.iov_len, domain_.cache_key(request_));
+    if (!entry.ok()) return entry.status();
+    cache_entry_ = *entry;
+    registration_ = cache_entry_->registration;
+    enabled_ = true;  // a shared registration is never disabled: nothing binds to it
+    state_.store(State::registered, std::memory_order_release);
+    return ok_status();
+  }
+  nic::RegistrationRequest nic_request = domain_.nic_request(request_.segments, request_.access);
   nic_request.dmabuf = request_.dmabuf ? &*request_.dmabuf : nullptr;
-  nic_request.access = request_.access;
   nic_request.flags = request_.flags;
   nic_request.requested_key = request_.requested_key;
-  nic_request.virt_addr = domain_.has_mode(HMR_MR_VIRT_ADDR);
-  nic_request.track_page_changes = domain_.has_mode(HMR_MR_MMU_NOTIFY);
   nic_request.iface = request_.iface;
   nic_request.device = request_.device;
   nic_request.hmem_data = request_.hmem_data;
   nic_request.page_size = request_.page_size;
+  nic_request.enabled = starts_enabled();
 
-  const auto started = std::chrono::steady_clock::now();
+  const Stopwatch stopwatch;
   Result<nic::Registration> registered = domain_.nic().register_memory(nic_request);
   if (!registered.ok()) return registered.status();
-  domain_.stats().record_nic_registration(elapsed_ns(started));
+  domain_.stats().record_nic_registration(stopwatch.elapsed_ns());
   registration_ = *registered;
-
-  std::lock_guard<std::mutex> lock(mutex_);
-  enabled_ = starts_enabled();
-  Status published = publish_remote_access();
-  if (!published.ok()) {
-    (void)domain_.nic().deregister(registration_);
-    domain_.stats().record_nic_deregistration();
-    return published;
-  }
+  enabled_ = nic_request.enabled;
   state_.store(State::registered, std::memory_order_release);
   return ok_status();
 }
@@ -94,10 +87,13 @@ void MemoryRegion::release() {
     endpoint_ = nullptr;
     counters_.clear();
   }
-  if (state() == State::registered) {
-    Status status = domain_.nic().deregister(registration_);
-    if (status.ok()) domain_.stats().record_nic_deregistration();
+  if (state() != State::registered) return;
+  if (cache_entry_ != nullptr) {
+    domain_.cache()->put(cache_entry_);  // the cache deregisters when the entry dies
+    return;
   }
+  Status status = domain_.nic().deregister(registration_);
+  if (status.ok()) domain_.stats().record_nic_deregistration();
 }
 
 Status MemoryRegion::check_registered() const {

@@ -11,6 +11,7 @@
 #include <optional>
 #include <vector>
 
+#include "core/cache/cache_entry.h"
 #include "core/mr_request.h"
 #include "core/object.h"
 #include "core/status.h"
@@ -59,6 +60,7 @@ class MemoryRegion : public Tagged<ObjectClass::memory_region> {
   MrRequest request_;
   std::atomic<State> state_{State::pending};
   nic::Registration registration_;  // written before state_ becomes registered
+  CacheEntry* cache_entry_ = nullptr;  // the shared registration this MR holds, if cached
 
   std::mutex mutex_;  // bindings, enable state, async completion
   std::condition_variable async_done_cv_;

@@ -45,7 +45,7 @@ Result<uint64_t> negotiate_mr_mode(uint64_t app_supported, uint64_t nic_required
                       "(it supports %s) and hmr cannot emulate",
                       mode_names(missing).c_str(), mode_names(*app).c_str());
   }
-  return nic_required & *app & ~kEmulatedModeBits;
+  return (nic_required | kSharingModeBits) & *app & ~kEmulatedModeBits;
 }
 
 std::string mode_names(uint64_t mode) {

@@ -21,8 +21,14 @@ inline constexpr uint64_t kKnownModeBits =
 // defines them; rejects unknown bits and BASIC together with SCALABLE.
 Result<uint64_t> expand_legacy_mode(uint64_t mode);
 
-// The bits the application must honour, or HMR_ENODATA naming every bit the NIC needs
-// that the application does not support and hmr cannot emulate.
+// Bits hmr asks for whenever the application supports them: provider keys and virtual
+// addresses let many MRs share one cached registration (a requested key is unique per MR,
+// and 0-based addressing pins byte 0 to each MR's own start).
+inline constexpr uint64_t kSharingModeBits = HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR;
+
+// The bits the application must honour: what the NIC requires plus kSharingModeBits, as far
+// as the application supports them, minus what hmr emulates.  HMR_ENODATA names every bit
+// the NIC needs that the application does not support and hmr cannot emulate.
 Result<uint64_t> negotiate_mr_mode(uint64_t app_supported, uint64_t nic_required);
 
 // "VIRT_ADDR|PROV_KEY" for 0x50; "none" for 0.

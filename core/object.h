@@ -12,6 +12,7 @@ enum class ObjectClass : uint32_t {
   event_queue = 0x45514551,
   counter = 0x434e5452,
   endpoint = 0x45505054,
+  monitor = 0x4d4f4e49,
 };
 
 struct ObjectTag {

@@ -43,6 +43,7 @@ struct RegistrationRequest {
   std::optional<uint64_t> requested_key;       // absent: the NIC chooses (PROV_KEY)
   bool virt_addr = true;                       // remote addresses are VAs, else 0-based
   bool track_page_changes = false;             // MMU_NOTIFY: the NIC must be refreshed
+  bool enabled = true;                         // reachable by peers from the start
   hmr_hmem_iface iface = HMR_HMEM_SYSTEM;
   uint64_t device = 0;
   void* hmem_data = nullptr;

@@ -167,6 +167,17 @@ struct hmr_domain_attr {
 	size_t mr_cnt;
 	/* In: the threading model the application wants (UNSPEC = SAFE).  Out: provided. */
 	enum hmr_threading threading;
+	/* Registration cache of this domain.  In: 0 takes the process default
+	 * (FI_MR_CACHE_MAX_COUNT, else 1024 regions; FI_MR_CACHE_MAX_SIZE, else physical memory
+	 * divided by the number of CPUs).  Out: the limits in force, 0 when caching is off. */
+	size_t cache_max_count;
+	size_t cache_max_size;
+	/* In: "userfaultfd", "memhooks", "disabled" (no caching) or the name of a monitor
+	 * imported with hmr_monitor_import; NULL takes FI_MR_CACHE_MONITOR, else "userfaultfd".
+	 * Out: the monitor in use ("disabled" when caching is off).  Only registrations whose
+	 * peer-visible form can be shared are cached: provider keys (HMR_MR_PROV_KEY), one host
+	 * segment, no RMA_EVENT flag, no MR_ENDPOINT domain, no caller dma-buf. */
+	const char *cache_monitor;
 };
 
 HMR_API int hmr_domain_open(struct hmr_domain_attr *attr, hmr_domain **domain);
@@ -187,7 +198,39 @@ struct hmr_domain_stats {
 	uint64_t rma_ops;             /* RMA operations carried out through endpoints */
 	uint64_t rma_bytes;
 	uint64_t rma_errors;
+	/* Registration cache. */
+	uint64_t cache_hits;
+	uint64_t cache_misses;
+	uint64_t cache_invalidations; /* entries dropped because their memory changed */
+	uint64_t cache_evictions;     /* unused entries dropped for the limits */
+	uint64_t cache_uncached;      /* cacheable registrations handed out uncached (limits, races) */
+	uint64_t cache_regions;       /* entries cached now */
+	uint64_t cache_bytes;
+	uint64_t cache_in_use;        /* cached entries some MR holds */
 };
+/* Deregisters every cached registration no MR holds. */
+HMR_API int hmr_domain_cache_flush(hmr_domain *domain);
+
+/* ---------------------------------------------------------------- custom monitors ------- */
+/* A cache monitor supplied by the application (libfabric's "mr_cache" import): hmr calls
+ * these operations; the application calls hmr_monitor_notify() when memory changes. */
+typedef struct hmr_monitor hmr_monitor;
+struct hmr_monitor_ops {
+	size_t size;      /* sizeof(struct hmr_monitor_ops) */
+	const char *name; /* what domains name in hmr_domain_attr.cache_monitor */
+	void *context;    /* passed to every operation */
+	int (*start)(void *context);   /* 0 or a negative HMR_E* code */
+	void (*stop)(void *context);
+	int (*subscribe)(void *context, const void *addr, size_t len);
+	void (*unsubscribe)(void *context, const void *addr, size_t len);
+	/* Optional (NULL: always valid): asked on every cache hit; 0 means the range changed. */
+	int (*valid)(void *context, const void *addr, size_t len);
+};
+HMR_API int hmr_monitor_import(const struct hmr_monitor_ops *ops, hmr_monitor **monitor);
+/* Every cached registration overlapping [addr, addr+len) is dropped before this returns. */
+HMR_API int hmr_monitor_notify(hmr_monitor *monitor, const void *addr, size_t len);
+/* -HMR_EBUSY while a domain uses it. */
+HMR_API int hmr_monitor_close(hmr_monitor *monitor);
 HMR_API int hmr_domain_query_stats(hmr_domain *domain, struct hmr_domain_stats *stats);
 
 /* ---------------------------------------------------------------- memory regions -------- */

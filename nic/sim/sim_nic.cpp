@@ -89,6 +89,7 @@ Result<std::unique_ptr<SimRegion>> SimNic::build_region(const RegistrationReques
   auto region = std::make_unique<SimRegion>();
   region->access = request.access;
   region->track_page_changes = request.track_page_changes;
+  region->remote.enabled = request.enabled;
   if (request.dmabuf != nullptr) {
     const hmr_mr_dmabuf& dmabuf = *request.dmabuf;
     const uint64_t map_offset = dmabuf.offset & ~(kPageSize - 1);

@@ -23,11 +23,19 @@ TEST(MrMode, BasicWithScalableAndUnknownBitsAreRejected) {
 }
 
 TEST(MrMode, RequiredIsNicBitsTheAppSupportsMinusEmulated) {
-  Result<uint64_t> mode = negotiate_mr_mode(
-      HMR_MR_VIRT_ADDR | HMR_MR_PROV_KEY | HMR_MR_LOCAL | HMR_MR_RAW,
-      HMR_MR_VIRT_ADDR | HMR_MR_LOCAL | HMR_MR_HMEM);
+  Result<uint64_t> mode = negotiate_mr_mode(HMR_MR_ALLOCATED | HMR_MR_LOCAL | HMR_MR_RAW,
+                                            HMR_MR_ALLOCATED | HMR_MR_LOCAL | HMR_MR_HMEM);
   ASSERT_TRUE(mode.ok());
-  EXPECT_EQ(*mode, HMR_MR_VIRT_ADDR);  // PROV_KEY/RAW not required; LOCAL/HMEM emulated
+  EXPECT_EQ(*mode, HMR_MR_ALLOCATED);  // RAW not required; LOCAL/HMEM emulated
+}
+
+TEST(MrMode, SharingBitsAreTakenWhenTheAppSupportsThem) {
+  Result<uint64_t> mode = negotiate_mr_mode(HMR_MR_VIRT_ADDR | HMR_MR_PROV_KEY | HMR_MR_RAW, 0);
+  ASSERT_TRUE(mode.ok());
+  EXPECT_EQ(*mode, HMR_MR_VIRT_ADDR | HMR_MR_PROV_KEY);
+  Result<uint64_t> scalable = negotiate_mr_mode(HMR_MR_SCALABLE, 0);
+  ASSERT_TRUE(scalable.ok());
+  EXPECT_EQ(*scalable, 0u);
 }
 
 TEST(MrMode, MissingBitIsNamed) {
