@@ -9,8 +9,8 @@ RegistrationCache::RegistrationCache(CacheBackend& backend, CacheLimits limits, 
     : backend_(backend), limits_(limits), monitor_(monitor) {}
 
 RegistrationCache::~RegistrationCache() {
+  detach();  // no notification can run after this, so nothing more gets deferred
   flush();
-  detach();
 }
 
 Status RegistrationCache::attach() {
@@ -55,6 +55,7 @@ Result<CacheEntry*> RegistrationCache::get(uintptr_t start, uint64_t len, const 
     }
   }
   misses_.fetch_add(1, std::memory_order_relaxed);
+  finalize_deferred();
   return register_and_insert(start, len, key);
 }
 
@@ -222,6 +223,7 @@ void RegistrationCache::invalidate(uintptr_t start, uintptr_t end) {
 }
 
 void RegistrationCache::flush() {
+  finalize_deferred();
   CacheEntry* dead = nullptr;
   lock_.lock();
   for (size_t remaining = count_; remaining > 0 && clock_hand_ != nullptr; --remaining) {
@@ -242,6 +244,15 @@ void RegistrationCache::finalize(CacheEntry* entry) {
 }
 
 void RegistrationCache::finalize_all(CacheEntry* dead) {
+  if (dead != nullptr && Monitor::on_event_thread()) {
+    CacheEntry* tail = dead;
+    while (tail->next != nullptr) tail = tail->next;
+    tail->next = deferred_.load(std::memory_order_relaxed);
+    while (!deferred_.compare_exchange_weak(tail->next, dead, std::memory_order_release,
+                                            std::memory_order_relaxed)) {
+    }
+    return;
+  }
   while (dead != nullptr) {
     CacheEntry* next = dead->next;
     finalize(dead);
@@ -249,7 +260,13 @@ void RegistrationCache::finalize_all(CacheEntry* dead) {
   }
 }
 
+void RegistrationCache::finalize_deferred() {
+  if (deferred_.load(std::memory_order_relaxed) == nullptr) return;
+  finalize_all(deferred_.exchange(nullptr, std::memory_order_acquire));
+}
+
 CacheStatistics RegistrationCache::statistics() {
+  finalize_deferred();
   CacheStatistics stats;
   for (const HitCounter& counter : hit_counters_) stats.hits += counter.hits.load(std::memory_order_relaxed);
   stats.misses = misses_.load(std::memory_order_relaxed);

@@ -80,7 +80,10 @@ class RegistrationCache final : public InvalidationSink {
   void retire(CacheEntry* entry, CacheEntry*& dead);  // out of index and ring (locked)
   void retire_unlinked(CacheEntry* entry, CacheEntry*& dead);  // already out of the ring
   void finalize(CacheEntry* entry);
+  // Deregisters and frees `dead` now, or, on a monitor's event thread, hands it to the next
+  // cache call on another thread.
   void finalize_all(CacheEntry* dead);
+  void finalize_deferred();
 
   CacheBackend& backend_;
   const CacheLimits limits_;
@@ -107,6 +110,7 @@ class RegistrationCache final : public InvalidationSink {
   };
   HitCounter hit_counters_[ShardedRwLock::kSlots];
   std::atomic<uint64_t> misses_{0}, invalidations_{0}, evictions_{0}, uncached_{0};
+  std::atomic<CacheEntry*> deferred_{nullptr};  // dead entries left by a monitor thread
 };
 
 }  // namespace hmr::core

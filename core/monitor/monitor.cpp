@@ -4,6 +4,13 @@
 
 namespace hmr::core {
 
+namespace {
+thread_local bool event_thread = false;
+}
+
+bool Monitor::on_event_thread() { return event_thread; }
+void Monitor::mark_event_thread() { event_thread = true; }
+
 void Monitor::wait_pending() const {
   while (has_pending()) std::this_thread::yield();
 }

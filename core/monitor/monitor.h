@@ -52,9 +52,14 @@ class Monitor {
   // Delivers an invalidation to every sink; safe from any thread, including the monitor's.
   void notify(uintptr_t start, uintptr_t end);
 
+  // True on a monitor's own event thread.  Work there must not free or unmap anything: a
+  // heap trim over watched memory would make the thread wait for its own event.
+  static bool on_event_thread();
+
  protected:
   void begin_pending() { pending_.fetch_add(1, std::memory_order_seq_cst); }
   void end_pending() { pending_.fetch_sub(1, std::memory_order_seq_cst); }
+  static void mark_event_thread();
 
  private:
   std::atomic<uint32_t> pending_{0};

@@ -10,7 +10,6 @@
 
 namespace hmr::core {
 namespace {
-thread_local bool monitor_thread = false;
 constexpr uintptr_t kPage = 4096;
 }  // namespace
 
@@ -27,8 +26,6 @@ UffdMonitor::~UffdMonitor() {
     thread_.join();
   }
 }
-
-bool UffdMonitor::on_monitor_thread() { return monitor_thread; }
 
 Status UffdMonitor::start() {
   std::lock_guard<std::mutex> lock(start_mutex_);
@@ -99,7 +96,7 @@ void UffdMonitor::forget_blocks(uintptr_t start, uintptr_t end) {
 }
 
 void UffdMonitor::run() {
-  monitor_thread = true;
+  mark_event_thread();
   pollfd fds[2] = {{uffd_->fd(), POLLIN, 0}, {wake_.get(), POLLIN, 0}};
   std::vector<AddressRangeEvent> batch;
   batch.reserve(64);

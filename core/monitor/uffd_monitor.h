@@ -34,8 +34,6 @@ class UffdMonitor final : public Monitor {
   Status subscribe(uintptr_t start, size_t len) override;
   void unsubscribe(uintptr_t start, size_t len) override;
 
-  // True on the monitor's own thread (caches defer deregistration from it).
-  static bool on_monitor_thread();
 
  private:
   UffdMonitor() = default;
