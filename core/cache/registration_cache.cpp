@@ -18,6 +18,7 @@ Status RegistrationCache::attach() {
   HMR_RETURN_IF_ERROR(monitor_->start());
   HMR_RETURN_IF_ERROR(monitor_->add_sink(this));
   attached_ = true;
+  validate_hits_ = monitor_->checks_on_hit();
   return ok_status();
 }
 
@@ -36,7 +37,10 @@ CacheEntry* RegistrationCache::lookup(uintptr_t start, uint64_t len, const Cache
     if (entry->referenced.load(std::memory_order_relaxed) == 0) {
       entry->referenced.store(1, std::memory_order_relaxed);
     }
-    hit_counters_[slot].hits.fetch_add(1, std::memory_order_relaxed);
+    // A plain increment of this thread's own slot: no locked instruction on the hit path.
+    // Only threads beyond the 64th share a slot, and may then lose a count.
+    std::atomic<uint64_t>& hits = hit_counters_[slot].hits;
+    hits.store(hits.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   }
   lock_.unlock_shared(slot);
   return entry;
@@ -46,8 +50,7 @@ Result<CacheEntry*> RegistrationCache::get(uintptr_t start, uint64_t len, const 
   if (limits_.max_count != 0) {
     if (monitor_ != nullptr && monitor_->has_pending()) monitor_->wait_pending();
     if (CacheEntry* entry = lookup(start, len, key)) {
-      if (monitor_ == nullptr || !monitor_->checks_on_hit() ||
-          monitor_->valid(entry->start, entry->length)) {
+      if (!validate_hits_ || monitor_->valid(entry->start, entry->length)) {
         return entry;
       }
       invalidate(entry->start, entry->end());  // the monitor says it changed: drop it

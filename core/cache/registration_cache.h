@@ -89,6 +89,7 @@ class RegistrationCache final : public InvalidationSink {
   const CacheLimits limits_;
   Monitor* monitor_;
   bool attached_ = false;
+  bool validate_hits_ = false;  // the monitor wants valid() asked on every hit
 
   ShardedRwLock lock_;
   BlockIndex index_;
