@@ -62,10 +62,9 @@ void MemoryRegion::complete_async_registration() {
   } else {
     queue->post_error(fid, request_.context, status);
   }
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    async_done_ = true;
-  }
+  // Notify under the lock: once it is released, close() may delete this MR at any moment.
+  std::lock_guard<std::mutex> lock(mutex_);
+  async_done_ = true;
   async_done_cv_.notify_all();
 }
 

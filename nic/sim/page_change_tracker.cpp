@@ -25,6 +25,10 @@ PageChangeTracker::PageChangeTracker(core::Userfaultfd uffd, UniqueFd wake, OnCh
   thread_ = std::thread([this] { run(); });
 }
 
+void PageChangeTracker::wait_until_reported() const {
+  while (pending_.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
+}
+
 PageChangeTracker::~PageChangeTracker() {
   const uint64_t one = 1;
   (void)!::write(wake_.get(), &one, sizeof one);
@@ -36,8 +40,10 @@ void PageChangeTracker::run() {
   for (;;) {
     if (poll(fds, 2, -1) < 0 && errno != EINTR) return;
     // Drain events before honouring a stop request: an unmapping thread may be blocked on one.
+    pending_.fetch_add(1, std::memory_order_seq_cst);
     core::AddressRangeEvent event;
     while (uffd_.read_event(&event)) on_change_(event.start, event.end);
+    pending_.fetch_sub(1, std::memory_order_seq_cst);
     if (fds[1].revents & POLLIN) return;
   }
 }

@@ -3,6 +3,7 @@
 // the pages change, until the application calls hmr_mr_refresh.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -25,6 +26,11 @@ class PageChangeTracker {
 
   Status watch(uintptr_t start, size_t len) { return uffd_.watch(start, len); }
 
+  // The kernel releases an unmapping thread as soon as its event is read, before the
+  // callback ran.  `pending` is raised before reading and lowered after the callbacks, so an
+  // access that waits for it never sees pages that changed without being told.
+  void wait_until_reported() const;
+
  private:
   PageChangeTracker(core::Userfaultfd uffd, UniqueFd wake, OnChange on_change);
   void run();
@@ -32,6 +38,7 @@ class PageChangeTracker {
   core::Userfaultfd uffd_;
   UniqueFd wake_;  // eventfd: tells the thread to stop
   OnChange on_change_;
+  std::atomic<uint32_t> pending_{0};
   std::thread thread_;
 };
 

@@ -124,6 +124,7 @@ Status SimNic::watch_segments(const std::vector<iovec>& segments) {
           [this](uintptr_t start, uintptr_t end) { mark_stale(start, end); });
       if (!tracker.ok()) return tracker.status();
       tracker_ = std::move(*tracker);
+      tracker_started_.store(tracker_.get(), std::memory_order_release);
     }
   }
   for (const iovec& segment : segments) {
@@ -227,6 +228,10 @@ Status SimNic::check_local(void* desc, const void* buf, size_t len, uint64_t acc
 }
 
 Status SimNic::remote_access(const RmaRequest& request) {
+  // Before the table lock: the tracker's callback takes it too.
+  if (PageChangeTracker* tracker = tracker_started_.load(std::memory_order_acquire)) {
+    tracker->wait_until_reported();
+  }
   std::shared_lock<std::shared_mutex> lock(table_mutex_);
   const SimRegion* region = table_.find_by_key(request.key);
   if (region == nullptr) {

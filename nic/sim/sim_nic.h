@@ -50,6 +50,7 @@ class SimNic final : public Nic {
 
   std::mutex tracker_mutex_;
   std::unique_ptr<PageChangeTracker> tracker_;  // started by the first MMU_NOTIFY region
+  std::atomic<PageChangeTracker*> tracker_started_{nullptr};  // read without tracker_mutex_
 };
 
 }  // namespace hmr::nic::sim

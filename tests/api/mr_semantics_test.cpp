@@ -397,18 +397,23 @@ uint64_t negotiated(uint64_t app_mode, const char* options) {
 TEST(MrMode, BasicExpandsToItsBits) {
   EXPECT_EQ(negotiated(HMR_MR_BASIC, "require=VIRT_ADDR|ALLOCATED|PROV_KEY"),
             HMR_MR_VIRT_ADDR | HMR_MR_ALLOCATED | HMR_MR_PROV_KEY);
-  EXPECT_EQ(negotiated(HMR_MR_BASIC, "require=VIRT_ADDR"), HMR_MR_VIRT_ADDR);
-  EXPECT_EQ(negotiated(HMR_MR_BASIC, nullptr), 0u);
+  // hmr itself takes PROV_KEY and VIRT_ADDR when offered (they let MRs share a cached
+  // registration); ALLOCATED only when the NIC needs it.
+  EXPECT_EQ(negotiated(HMR_MR_BASIC, "require=VIRT_ADDR"), HMR_MR_VIRT_ADDR | HMR_MR_PROV_KEY);
+  EXPECT_EQ(negotiated(HMR_MR_BASIC, nullptr), HMR_MR_VIRT_ADDR | HMR_MR_PROV_KEY);
   // SCALABLE supports none of them.
   EXPECT_EQ(negotiated(HMR_MR_SCALABLE, nullptr), 0u);
 }
 
 TEST(MrMode, OnlyRequiredBitsComeBack) {
+  // Supported but not needed by the NIC: RMA_EVENT and ENDPOINT stay off; the sharing bits
+  // PROV_KEY and VIRT_ADDR are hmr's own choice whenever the application supports them.
   EXPECT_EQ(negotiated(HMR_MR_VIRT_ADDR | HMR_MR_PROV_KEY | HMR_MR_RMA_EVENT | HMR_MR_ENDPOINT,
                        nullptr),
-            0u);
-  EXPECT_EQ(negotiated(HMR_MR_VIRT_ADDR | HMR_MR_PROV_KEY | HMR_MR_RMA_EVENT, "require=PROV_KEY"),
-            HMR_MR_PROV_KEY);
+            HMR_MR_VIRT_ADDR | HMR_MR_PROV_KEY);
+  EXPECT_EQ(negotiated(HMR_MR_PROV_KEY | HMR_MR_RMA_EVENT | HMR_MR_ENDPOINT, "require=ENDPOINT"),
+            HMR_MR_PROV_KEY | HMR_MR_ENDPOINT);
+  EXPECT_EQ(negotiated(HMR_MR_RMA_EVENT, nullptr), 0u);
 }
 
 TEST(MrMode, LocalAndHmemAreClearedFromOutput) {
@@ -696,6 +701,9 @@ TEST(MrEnvironment, DisableP2PAcceptsBooleansOnly) {
 
 // ============================================================== device memory and HMEM flags
 
+// Host memory declared as device memory of an iface whose runtime is absent: fail closed,
+// never register it as host memory.  (Where a vendor runtime is present this case belongs to
+// the GPU lane, which checks the contradiction instead.)
 TEST(MrHmem, DeviceIfaceWithoutRuntimeFailsClosed) {
   Pages pages(kPage);
   DomainPtr domain = open_domain(HMR_MR_HMEM);

@@ -1,0 +1,364 @@
+// Asynchronous registration: a domain bound to an event queue with HMR_REG_MR completes every
+// registration through HMR_MR_COMPLETE events (docs/semantics.md, "Asynchronous registration").
+// Every wait is bounded by an event-queue timeout or a deadline; nothing sleeps.
+#include <fcntl.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "test_support.h"
+
+namespace {
+
+using hmr_test::open_sim_domain;
+using hmr_test::Pages;
+
+constexpr size_t kPage = 4096;
+constexpr uint64_t kRemote = HMR_REMOTE_READ | HMR_REMOTE_WRITE;
+constexpr int kTimeoutMs = 5000;  // a bound on a wait for an event, never a delay
+
+struct DomainCloser {
+  void operator()(hmr_domain* d) const { EXPECT_EQ(hmr_domain_close(d), 0) << hmr_last_error(); }
+};
+struct MrCloser {
+  void operator()(hmr_mr* m) const { EXPECT_EQ(hmr_mr_close(m), 0) << hmr_last_error(); }
+};
+struct EpCloser {
+  void operator()(hmr_ep* e) const { EXPECT_EQ(hmr_ep_close(e), 0) << hmr_last_error(); }
+};
+struct EqCloser {
+  void operator()(hmr_eq* q) const { EXPECT_EQ(hmr_eq_close(q), 0) << hmr_last_error(); }
+};
+using DomainPtr = std::unique_ptr<hmr_domain, DomainCloser>;
+using MrPtr = std::unique_ptr<hmr_mr, MrCloser>;
+using EpPtr = std::unique_ptr<hmr_ep, EpCloser>;
+using EqPtr = std::unique_ptr<hmr_eq, EqCloser>;
+
+// An event queue and a domain bound to it.  The domain is declared after the queue, so it
+// is closed first (a queue cannot close while a domain is bound to it).
+struct AsyncDomain {
+  EqPtr eq;
+  DomainPtr domain;
+  explicit operator bool() const { return eq && domain; }
+};
+AsyncDomain open_async_domain(uint64_t app_mode = 0, const char* options = nullptr) {
+  AsyncDomain async;
+  hmr_eq* eq = nullptr;
+  EXPECT_EQ(hmr_eq_open(nullptr, &eq), 0) << hmr_last_error();
+  async.eq.reset(eq);
+  async.domain.reset(open_sim_domain(app_mode, options));
+  if (async) {
+    EXPECT_EQ(hmr_domain_bind(async.domain.get(), hmr_eq_fid(eq), HMR_REG_MR), 0)
+        << hmr_last_error();
+  }
+  return async;
+}
+
+struct hmr_eq_entry empty_entry() {
+  struct hmr_eq_entry entry;
+  std::memset(&entry, 0, sizeof entry);
+  return entry;
+}
+
+struct hmr_domain_stats stats_of(hmr_domain* domain) {
+  struct hmr_domain_stats stats;
+  std::memset(&stats, 0, sizeof stats);
+  stats.size = sizeof stats;
+  EXPECT_EQ(hmr_domain_query_stats(domain, &stats), 0) << hmr_last_error();
+  return stats;
+}
+
+// Expects the queue to be empty now: no completion and no error entry.
+void expect_no_event(hmr_eq* eq) {
+  uint32_t event = 0;
+  struct hmr_eq_entry entry = empty_entry();
+  const int rc = hmr_eq_read(eq, &event, &entry, 0);
+  EXPECT_EQ(rc, -HMR_EAGAIN) << "unexpected event " << event << " for fid " << entry.fid
+                             << " context " << entry.context << ": " << hmr_last_error();
+}
+
+TEST(AsyncRegistration, CompletesWithFidAndContext) {
+  Pages pages(kPage);
+  AsyncDomain async = open_async_domain();
+  ASSERT_TRUE(async);
+  int marker = 0;
+  hmr_mr* mr = nullptr;
+  ASSERT_HMR_OK(hmr_mr_reg(async.domain.get(), pages.data(), kPage, kRemote, 0, 5, 0, &mr,
+                           &marker));
+  ASSERT_NE(mr, nullptr) << "*mr must be written before the registration completes";
+  MrPtr owned(mr);
+
+  uint32_t event = 0;
+  struct hmr_eq_entry entry = empty_entry();
+  ASSERT_EQ(hmr_eq_sread(async.eq.get(), &event, &entry, kTimeoutMs, 0), 1) << hmr_last_error();
+  EXPECT_EQ(event, static_cast<uint32_t>(HMR_MR_COMPLETE));
+  EXPECT_EQ(entry.fid, reinterpret_cast<hmr_fid*>(mr));
+  EXPECT_EQ(entry.context, &marker);
+
+  // Completed: the key and descriptor are available and a peer can use the MR.
+  EXPECT_EQ(hmr_mr_key(mr), 5u);
+  EXPECT_NE(hmr_mr_desc(mr), nullptr);
+  EpPtr target_ep;
+  EpPtr initiator_ep;
+  {
+    hmr_ep* ep = nullptr;
+    ASSERT_HMR_OK(hmr_ep_open(async.domain.get(), nullptr, &ep));
+    target_ep.reset(ep);
+    ASSERT_HMR_OK(hmr_ep_open(async.domain.get(), nullptr, &ep));
+    initiator_ep.reset(ep);
+  }
+  ASSERT_HMR_OK(hmr_ep_connect(initiator_ep.get(), target_ep.get()));
+  const uint64_t value = 0x5150;
+  ASSERT_HMR_OK(hmr_ep_write(initiator_ep.get(), &value, sizeof value, nullptr, 0, 5));
+  EXPECT_EQ(std::memcmp(pages.data(), &value, sizeof value), 0);
+  initiator_ep.reset();
+
+  expect_no_event(async.eq.get());
+  event = 0;
+  EXPECT_HMR_ERROR(hmr_eq_sread(async.eq.get(), &event, &entry, 1, 0), HMR_ETIMEDOUT);
+  EXPECT_EQ(stats_of(async.domain.get()).registrations, 1u);
+}
+
+TEST(AsyncRegistration, ManyRegistrationsEachCompleteOnce) {
+  constexpr size_t kCount = 64;
+  Pages pages(kCount * kPage);
+  AsyncDomain async = open_async_domain();
+  ASSERT_TRUE(async);
+  std::vector<int> contexts(kCount);
+  std::vector<MrPtr> mrs(kCount);
+  for (size_t i = 0; i < kCount; ++i) {
+    hmr_mr* mr = nullptr;
+    ASSERT_HMR_OK(hmr_mr_reg(async.domain.get(), pages.data() + i * kPage, kPage, kRemote, 0,
+                             1000 + i, 0, &mr, &contexts[i]));
+    ASSERT_NE(mr, nullptr);
+    mrs[i].reset(mr);
+  }
+
+  std::vector<int> seen(kCount, 0);
+  for (size_t n = 0; n < kCount; ++n) {
+    uint32_t event = 0;
+    struct hmr_eq_entry entry = empty_entry();
+    ASSERT_EQ(hmr_eq_sread(async.eq.get(), &event, &entry, kTimeoutMs, 0), 1)
+        << "after " << n << " events: " << hmr_last_error();
+    ASSERT_EQ(event, static_cast<uint32_t>(HMR_MR_COMPLETE));
+    const int* context = static_cast<const int*>(entry.context);
+    ASSERT_TRUE(context >= contexts.data() && context < contexts.data() + kCount)
+        << "unknown context " << entry.context;
+    const size_t index = static_cast<size_t>(context - contexts.data());
+    ++seen[index];
+    EXPECT_EQ(entry.fid, reinterpret_cast<hmr_fid*>(mrs[index].get())) << index;
+    EXPECT_EQ(hmr_mr_key(mrs[index].get()), 1000 + index);
+  }
+  for (size_t i = 0; i < kCount; ++i) EXPECT_EQ(seen[i], 1) << "context " << i;
+  expect_no_event(async.eq.get());
+
+  struct hmr_domain_stats stats = stats_of(async.domain.get());
+  EXPECT_EQ(stats.registrations, kCount);
+  EXPECT_EQ(stats.mr_open, kCount);
+  EXPECT_EQ(stats.mr_bytes, kCount * kPage);
+}
+
+// Both ends of a pipe, closed by the test, never by hmr.
+struct Pipe {
+  Pipe() { EXPECT_EQ(pipe2(fds, O_CLOEXEC), 0); }
+  ~Pipe() {
+    for (int fd : fds) {
+      if (fd >= 0) close(fd);
+    }
+  }
+  Pipe(const Pipe&) = delete;
+  Pipe& operator=(const Pipe&) = delete;
+  int fds[2] = {-1, -1};
+};
+
+TEST(AsyncRegistration, FailureCompletesWithErrorEntry) {
+  Pipe pipe;
+  ASSERT_GE(pipe.fds[0], 0);
+  AsyncDomain async = open_async_domain();
+  ASSERT_TRUE(async);
+
+  // A pipe passes the synchronous checks (fd >= 0, len > 0) but cannot be mapped: the
+  // registration fails inside the NIC, on the worker.
+  hmr_mr_dmabuf dmabuf = {};
+  dmabuf.fd = pipe.fds[0];
+  dmabuf.offset = 0;
+  dmabuf.len = kPage;
+  dmabuf.base_addr = nullptr;
+  hmr_mr_attr attr;
+  std::memset(&attr, 0, sizeof attr);
+  attr.size = sizeof attr;
+  attr.dmabuf = &dmabuf;
+  attr.access = kRemote;
+  attr.requested_key = 9;
+  int marker = 0;
+  attr.context = &marker;
+  hmr_mr* mr = nullptr;
+  ASSERT_HMR_OK(hmr_mr_regattr(async.domain.get(), &attr, HMR_MR_DMABUF, &mr));
+  ASSERT_NE(mr, nullptr);
+  MrPtr owned(mr);  // a failed MR must still be closed
+
+  uint32_t event = 0;
+  struct hmr_eq_entry entry = empty_entry();
+  EXPECT_HMR_ERROR(hmr_eq_sread(async.eq.get(), &event, &entry, kTimeoutMs, 0), HMR_EAVAIL);
+  EXPECT_HMR_ERROR(hmr_eq_read(async.eq.get(), &event, &entry, 0), HMR_EAVAIL);
+
+  struct hmr_eq_err_entry err;
+  std::memset(&err, 0, sizeof err);
+  ASSERT_EQ(hmr_eq_readerr(async.eq.get(), &err, 0), 1) << hmr_last_error();
+  EXPECT_EQ(err.fid, reinterpret_cast<hmr_fid*>(mr));
+  EXPECT_EQ(err.context, &marker);
+  EXPECT_GT(err.err, 0);
+  EXPECT_NE(err.err, HMR_EAVAIL);
+  EXPECT_NE(std::string(err.reason, strnlen(err.reason, sizeof err.reason)), "");
+  EXPECT_LT(strnlen(err.reason, sizeof err.reason), sizeof err.reason) << "reason not terminated";
+
+  EXPECT_EQ(hmr_mr_key(mr), HMR_KEY_NOTAVAIL);
+  EXPECT_EQ(hmr_mr_desc(mr), nullptr);
+  expect_no_event(async.eq.get());
+  EXPECT_HMR_ERROR(hmr_eq_readerr(async.eq.get(), &err, 0), HMR_EAGAIN);
+  EXPECT_EQ(stats_of(async.domain.get()).registrations, 0u);
+
+  ASSERT_HMR_OK(hmr_mr_close(owned.release()));
+  // hmr never closes the caller's fd.
+  EXPECT_NE(fcntl(pipe.fds[0], F_GETFD), -1);
+}
+
+TEST(AsyncRegistration, BadArgumentsStillFailSynchronously) {
+  Pages pages(kPage);
+  AsyncDomain async = open_async_domain();
+  ASSERT_TRUE(async);
+  hmr_mr* mr = nullptr;
+  EXPECT_HMR_ERROR(hmr_mr_reg(async.domain.get(), pages.data(), kPage, 0, 0, 1, 0, &mr, nullptr),
+                   HMR_EINVAL);
+  EXPECT_HMR_ERROR(hmr_mr_reg(async.domain.get(), pages.data(), kPage, kRemote, 1, 1, 0, &mr,
+                              nullptr),
+                   HMR_EINVAL);
+  EXPECT_HMR_ERROR(hmr_mr_reg(async.domain.get(), pages.data(), 0, kRemote, 0, 1, 0, &mr,
+                              nullptr),
+                   HMR_EINVAL);
+  EXPECT_HMR_ERROR(hmr_mr_reg(async.domain.get(), nullptr, kPage, kRemote, 0, 1, 0, &mr, nullptr),
+                   HMR_EINVAL);
+  EXPECT_HMR_ERROR(hmr_mr_reg(async.domain.get(), pages.data(), kPage, kRemote, 0, 1, 1ULL << 20,
+                              &mr, nullptr),
+                   HMR_EBADFLAGS);
+  EXPECT_HMR_ERROR(hmr_mr_reg(async.domain.get(), pages.data(), kPage, kRemote, 0, 1, 0, nullptr,
+                              nullptr),
+                   HMR_EINVAL);
+  hmr_mr_dmabuf dmabuf = {};
+  dmabuf.fd = -1;
+  dmabuf.len = kPage;
+  hmr_mr_attr attr;
+  std::memset(&attr, 0, sizeof attr);
+  attr.size = sizeof attr;
+  attr.dmabuf = &dmabuf;
+  attr.access = kRemote;
+  EXPECT_HMR_ERROR(hmr_mr_regattr(async.domain.get(), &attr, HMR_MR_DMABUF, &mr), HMR_EBADF);
+  EXPECT_EQ(mr, nullptr);
+  expect_no_event(async.eq.get());
+  EXPECT_EQ(stats_of(async.domain.get()).mr_open, 0u);
+}
+
+TEST(AsyncRegistration, ClosingPendingMrsWithdrawsTheirEvents) {
+  constexpr size_t kCount = 32;
+  Pages pages(kCount * kPage);
+  AsyncDomain async = open_async_domain();
+  ASSERT_TRUE(async);
+  std::vector<int> contexts(kCount);
+  std::vector<MrPtr> mrs(kCount);
+  for (size_t i = 0; i < kCount; ++i) {
+    hmr_mr* mr = nullptr;
+    ASSERT_HMR_OK(hmr_mr_reg(async.domain.get(), pages.data() + i * kPage, kPage, kRemote, 0,
+                             1 + i, 0, &mr, &contexts[i]));
+    mrs[i].reset(mr);
+    if (i % 2 == 0) {
+      ASSERT_HMR_OK(hmr_mr_close(mrs[i].release()));  // pending or completed-but-unread
+    }
+  }
+  std::vector<int> seen(kCount, 0);
+  for (size_t n = 0; n < kCount / 2; ++n) {
+    uint32_t event = 0;
+    struct hmr_eq_entry entry = empty_entry();
+    ASSERT_EQ(hmr_eq_sread(async.eq.get(), &event, &entry, kTimeoutMs, 0), 1)
+        << "after " << n << " events: " << hmr_last_error();
+    const int* context = static_cast<const int*>(entry.context);
+    ASSERT_TRUE(context >= contexts.data() && context < contexts.data() + kCount);
+    const size_t index = static_cast<size_t>(context - contexts.data());
+    EXPECT_EQ(index % 2, 1u) << "an event names closed MR " << index;
+    ++seen[index];
+  }
+  for (size_t i = 1; i < kCount; i += 2) EXPECT_EQ(seen[i], 1) << i;
+  expect_no_event(async.eq.get());
+  EXPECT_EQ(stats_of(async.domain.get()).mr_open, kCount / 2);
+}
+
+TEST(AsyncRegistration, CompletedButUnreadEventIsWithdrawnOnClose) {
+  Pages pages(2 * kPage);
+  AsyncDomain async = open_async_domain();
+  ASSERT_TRUE(async);
+  int closed_context = 0;
+  hmr_mr* mr = nullptr;
+  ASSERT_HMR_OK(hmr_mr_reg(async.domain.get(), pages.data(), kPage, kRemote, 0, 1, 0, &mr,
+                           &closed_context));
+  MrPtr closing(mr);
+  // The key becomes available when the registration completes; its event is then queued
+  // (or about to be).  Bounded by a deadline, not a sleep.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kTimeoutMs);
+  while (hmr_mr_key(closing.get()) == HMR_KEY_NOTAVAIL &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::yield();
+  }
+  ASSERT_EQ(hmr_mr_key(closing.get()), 1u) << "registration did not complete in time";
+  ASSERT_HMR_OK(hmr_mr_close(closing.release()));
+
+  // A later registration's event arrives; the closed one's never does.
+  int later_context = 0;
+  ASSERT_HMR_OK(hmr_mr_reg(async.domain.get(), pages.data() + kPage, kPage, kRemote, 0, 2, 0, &mr,
+                           &later_context));
+  MrPtr later(mr);
+  uint32_t event = 0;
+  struct hmr_eq_entry entry = empty_entry();
+  ASSERT_EQ(hmr_eq_sread(async.eq.get(), &event, &entry, kTimeoutMs, 0), 1) << hmr_last_error();
+  EXPECT_EQ(entry.context, &later_context) << "event of a closed MR was delivered";
+  EXPECT_EQ(entry.fid, reinterpret_cast<hmr_fid*>(later.get()));
+  expect_no_event(async.eq.get());
+}
+
+TEST(AsyncRegistration, EventQueueBusyWhileDomainBound) {
+  Pages pages(kPage);
+  AsyncDomain async = open_async_domain();
+  ASSERT_TRUE(async);
+  hmr_mr* mr = nullptr;
+  ASSERT_HMR_OK(hmr_mr_reg(async.domain.get(), pages.data(), kPage, kRemote, 0, 1, 0, &mr,
+                           nullptr));
+  MrPtr owned(mr);
+  EXPECT_HMR_ERROR(hmr_eq_close(async.eq.get()), HMR_EBUSY);
+  EXPECT_HMR_ERROR(hmr_domain_close(async.domain.get()), HMR_EBUSY);  // an MR is open
+  ASSERT_HMR_OK(hmr_mr_close(owned.release()));
+  EXPECT_HMR_ERROR(hmr_eq_close(async.eq.get()), HMR_EBUSY);
+  ASSERT_HMR_OK(hmr_domain_close(async.domain.release()));
+  EXPECT_EQ(hmr_eq_close(async.eq.release()), 0) << hmr_last_error();
+}
+
+TEST(AsyncRegistration, BindRules) {
+  hmr_eq* eq_raw = nullptr;
+  ASSERT_HMR_OK(hmr_eq_open(nullptr, &eq_raw));
+  EqPtr eq(eq_raw);
+  DomainPtr domain(open_sim_domain(0));
+  ASSERT_TRUE(domain);
+  hmr_ep* ep_raw = nullptr;
+  ASSERT_HMR_OK(hmr_ep_open(domain.get(), nullptr, &ep_raw));
+  EpPtr ep(ep_raw);
+  EXPECT_HMR_ERROR(hmr_domain_bind(domain.get(), hmr_eq_fid(eq.get()), 0), HMR_EBADFLAGS);
+  EXPECT_HMR_ERROR(hmr_domain_bind(domain.get(), hmr_ep_fid(ep.get()), HMR_REG_MR), HMR_EINVAL);
+  ASSERT_HMR_OK(hmr_domain_bind(domain.get(), hmr_eq_fid(eq.get()), HMR_REG_MR));
+  EXPECT_HMR_ERROR(hmr_domain_bind(domain.get(), hmr_eq_fid(eq.get()), HMR_REG_MR), HMR_EBUSY);
+}
+
+}  // namespace
