@@ -16,5 +16,7 @@ write_basic_package_version_file(${PROJECT_BINARY_DIR}/hmrConfigVersion.cmake
 install(FILES ${PROJECT_BINARY_DIR}/hmrConfig.cmake ${PROJECT_BINARY_DIR}/hmrConfigVersion.cmake
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/hmr)
 
+# The .pc file finds its prefix relative to itself, so an installed tree can be moved.
+file(RELATIVE_PATH HMR_PC_RELATIVE_PREFIX "/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/")
 configure_file(${PROJECT_SOURCE_DIR}/cmake/hmr.pc.in ${PROJECT_BINARY_DIR}/hmr.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/hmr.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

@@ -112,9 +112,10 @@ Status Domain::open_cache(const hmr_domain_attr& attr, hmr_domain_attr* negotiat
 bool Domain::cacheable(const MrRequest& request) const {
   // Sharing must not change what a peer sees: its own key (requested keys), its own
   // counters or endpoint, or a dma-buf the caller owns would.
+  // Any registration flag (RMA_EVENT, RMA_PMEM, ...) asks the NIC for something particular,
+  // so only plain registrations share.
   return cache_ != nullptr && has_mode(HMR_MR_PROV_KEY) && !has_mode(HMR_MR_ENDPOINT) &&
-         request.segments.size() == 1 && !request.dmabuf && !(request.flags & HMR_RMA_EVENT) &&
-         request.iface == HMR_HMEM_SYSTEM;
+         request.segments.size() == 1 && request.flags == 0 && request.iface == HMR_HMEM_SYSTEM;
 }
 
 CacheKey Domain::cache_key(const MrRequest& request) const {
@@ -140,6 +141,7 @@ Result<nic::Registration> Domain::CacheBackendAdapter::register_range(uintptr_t 
                                                                       uint64_t len,
                                                                       const CacheKey& key) {
   const iovec segment = {reinterpret_cast<void*>(start), len};
+  HMR_RETURN_IF_ERROR(domain_.check_allocated({&segment, 1}));
   nic::RegistrationRequest request = domain_.nic_request({&segment, 1}, key.access);
   request.iface = static_cast<hmr_hmem_iface>(key.iface);
   request.device = static_cast<uint64_t>(key.device);
@@ -154,9 +156,10 @@ void Domain::CacheBackendAdapter::deregister(nic::Registration& registration) {
 }
 
 hmr_domain_stats Domain::statistics() {
+  // Cache first: it finishes deferred deregistrations, which the NIC counters then include.
+  const CacheStatistics cache = cache_ ? cache_->statistics() : CacheStatistics{};
   hmr_domain_stats stats = stats_.snapshot();
   if (cache_) {
-    const CacheStatistics cache = cache_->statistics();
     stats.cache_hits = cache.hits;
     stats.cache_misses = cache.misses;
     stats.cache_invalidations = cache.invalidations;
@@ -220,9 +223,9 @@ Status Domain::reserve_mr_slot() {
   return ok_status();
 }
 
-Status Domain::check_allocated(const MrRequest& request) const {
+Status Domain::check_allocated(std::span<const iovec> segments) const {
   if (!has_mode(HMR_MR_ALLOCATED)) return ok_status();
-  for (const iovec& segment : request.segments) {
+  for (const iovec& segment : segments) {
     const auto start = reinterpret_cast<uintptr_t>(segment.iov_base);
     const uintptr_t page = start & ~uintptr_t{4095};
     // msync fails with ENOMEM exactly when part of the range is not mapped; it touches nothing.
@@ -238,8 +241,7 @@ Status Domain::check_allocated(const MrRequest& request) const {
 
 Result<MemoryRegion*> Domain::register_memory(const hmr_mr_attr& attr, uint64_t flags) {
   Result<MrRequest> request = validate_mr_request(attr, flags, rules_);
-  Status status = request.ok() ? check_allocated(*request) : request.status();
-  if (status.ok()) status = reserve_mr_slot();
+  Status status = request.ok() ? reserve_mr_slot() : request.status();
   if (!status.ok()) {
     stats_.record_registration(false);
     return status;

@@ -31,6 +31,7 @@ Status MemoryRegion::register_now() {
     state_.store(State::registered, std::memory_order_release);
     return ok_status();
   }
+  HMR_RETURN_IF_ERROR(domain_.check_allocated(request_.segments));
   nic::RegistrationRequest nic_request = domain_.nic_request(request_.segments, request_.access);
   nic_request.dmabuf = request_.dmabuf ? &*request_.dmabuf : nullptr;
   nic_request.flags = request_.flags;

@@ -202,6 +202,9 @@ struct DomainOptions {
   size_t mr_iov_limit = 0;
   size_t mr_cnt = 0;
   hmr_threading threading = HMR_THREAD_UNSPEC;
+  size_t cache_max_count = 0;  // 0: the process default (FI_MR_CACHE_MAX_COUNT, else 1024)
+  size_t cache_max_size = 0;   // 0: the process default (FI_MR_CACHE_MAX_SIZE, ...)
+  std::string cache_monitor;   // "userfaultfd", "memhooks", "disabled", an imported one; "": default
 };
 
 // What Domain::stats() returns.
@@ -214,6 +217,9 @@ struct NegotiatedAttributes {
   size_t mr_iov_limit = 0;
   size_t mr_cnt = 0;
   hmr_threading threading = HMR_THREAD_UNSPEC;
+  size_t cache_max_count = 0;  // 0 when caching is off
+  size_t cache_max_size = 0;
+  std::string cache_monitor;   // the monitor in use; "disabled" when caching is off
 };
 
 class Domain {
@@ -229,6 +235,9 @@ class Domain {
     attr.mr_iov_limit = options.mr_iov_limit;
     attr.mr_cnt = options.mr_cnt;
     attr.threading = options.threading;
+    attr.cache_max_count = options.cache_max_count;
+    attr.cache_max_size = options.cache_max_size;
+    attr.cache_monitor = options.cache_monitor.empty() ? nullptr : options.cache_monitor.c_str();
     open(attr);
   }
   // From a C attribute struct (attr.size must be set); it is copied, not written back.
@@ -243,6 +252,12 @@ class Domain {
     result.size = sizeof result;
     detail::check(hmr_domain_query_stats(get(), &result), "hmr_domain_query_stats");
     return result;
+  }
+
+  // Deregisters every cached registration no MR holds.
+  void cache_flush() {
+    detail::require_open(get(), "hmr_domain_cache_flush");
+    detail::check(hmr_domain_cache_flush(get()), "hmr_domain_cache_flush");
   }
 
   // With HMR_REG_MR every later registration completes asynchronously on `eq`.
@@ -280,6 +295,9 @@ class Domain {
     negotiated_.mr_iov_limit = attr.mr_iov_limit;
     negotiated_.mr_cnt = attr.mr_cnt;
     negotiated_.threading = attr.threading;
+    negotiated_.cache_max_count = attr.cache_max_count;
+    negotiated_.cache_max_size = attr.cache_max_size;
+    negotiated_.cache_monitor = attr.cache_monitor != nullptr ? attr.cache_monitor : "";
   }
 
   detail::Handle<hmr_domain, hmr_domain_close> handle_;

@@ -61,7 +61,12 @@ TEST(CppWrapper, DestructorsCloseEverythingAndTheDomainClosesCleanly) {
   EXPECT_EQ(stats.mr_open, 0u);
   EXPECT_EQ(stats.mr_bytes, 0u);
   EXPECT_EQ(stats.registrations, 200u);
-  EXPECT_EQ(stats.nic_registrations, stats.nic_deregistrations);
+  EXPECT_EQ(stats.cache_in_use, 0u);
+  // Cached registrations outlive their MRs until flushed (or the domain closes).
+  domain.cache_flush();
+  const hmr::DomainStats flushed = domain.stats();
+  EXPECT_EQ(flushed.cache_regions, 0u);
+  EXPECT_EQ(flushed.nic_registrations, flushed.nic_deregistrations);
   EXPECT_NO_THROW(domain.close());
   EXPECT_FALSE(domain);
   EXPECT_NO_THROW(domain.close());  // closing a closed object does nothing
@@ -313,29 +318,71 @@ TEST(CppWrapper, AsynchronousRegistrationCompletesOnTheEventQueue) {
 TEST(CppWrapper, FailedAsynchronousRegistrationIsAnErrorEvent) {
   Pages pages(2 * kPage);
   hmr::EventQueue queue;
-  hmr::Domain domain(verbs_like());  // ALLOCATED: every page must be mapped
-  ASSERT_NE(domain.negotiated().mr_mode & HMR_MR_ALLOCATED, 0u);
+  hmr::DomainOptions options = verbs_like();
+  options.cache_monitor = "disabled";  // every registration goes to the NIC
+  hmr::Domain domain(options);
+  EXPECT_EQ(domain.negotiated().cache_max_count, 0u);
+  EXPECT_EQ(domain.negotiated().cache_monitor, "disabled");
   domain.bind(queue);
-  ASSERT_EQ(munmap(pages.data() + kPage, kPage), 0);
 
+  // The sim NIC has no persistent-memory semantics: it refuses HMR_RMA_PMEM when it registers,
+  // which happens on hmr's worker thread, so the failure arrives as an error entry.
   int context = 0;
   hmr::MemoryRegion mr;
   const int code = error_code_of([&] {
-    mr = hmr::MemoryRegion::reg(domain, pages.data(), 2 * kPage, HMR_REMOTE_READ, 0, 0,
-                                &context);
+    mr = hmr::MemoryRegion::reg(domain, pages.data(), 2 * kPage, HMR_REMOTE_READ, HMR_RMA_PMEM,
+                                0, &context);
   });
   if (code != 0) {
-    EXPECT_EQ(code, HMR_EFAULT);  // detected while validating, before going asynchronous
+    EXPECT_EQ(code, HMR_EOPNOTSUPP);  // refused while validating, before going asynchronous
   } else {
     const std::optional<hmr::Event> event = queue.sread(10000);
     ASSERT_TRUE(event.has_value());
-    EXPECT_EQ(event->error, HMR_EFAULT);
+    EXPECT_EQ(event->error, HMR_EOPNOTSUPP);
     EXPECT_NE(event->reason, "");
     EXPECT_EQ(event->mr, mr.get());
     EXPECT_EQ(event->context, &context);
     EXPECT_EQ(mr.key(), HMR_KEY_NOTAVAIL);
+    EXPECT_EQ(mr.desc(), nullptr);
   }
   EXPECT_NO_THROW(mr.close());  // a failed asynchronous registration must still be closed
+  EXPECT_EQ(open_mrs(domain), 0u);
+}
+
+TEST(CppWrapper, RepeatedRegistrationsShareACachedRegistration) {
+  Pages pages(4 * kPage);
+  hmr::Domain domain(verbs_like());
+  if (domain.negotiated().cache_max_count == 0) {
+    GTEST_SKIP() << "caching is off here (monitor " << domain.negotiated().cache_monitor << ")";
+  }
+  hmr::MemoryRegion whole =
+      hmr::MemoryRegion::reg(domain, pages.data(), 4 * kPage, HMR_REMOTE_READ);
+  hmr::MemoryRegion part =
+      hmr::MemoryRegion::reg(domain, pages.data() + kPage, kPage, HMR_REMOTE_READ);
+  EXPECT_EQ(part.key(), whole.key());  // one NIC registration, one key
+  hmr::DomainStats stats = domain.stats();
+  EXPECT_EQ(stats.nic_registrations, 1u);
+  EXPECT_EQ(stats.cache_hits, 1u);
+  EXPECT_EQ(stats.cache_in_use, 1u);
+  whole.close();
+  part.close();
+  stats = domain.stats();
+  EXPECT_EQ(stats.cache_in_use, 0u);
+  EXPECT_EQ(stats.cache_regions, 1u);
+  domain.cache_flush();
+  EXPECT_EQ(domain.stats().cache_regions, 0u);
+}
+
+TEST(CppWrapper, UnmappedPageInAnAllocatedDomainThrowsEfault) {
+  Pages pages(2 * kPage);
+  hmr::Domain domain(verbs_like());  // ALLOCATED: every page must be mapped
+  ASSERT_NE(domain.negotiated().mr_mode & HMR_MR_ALLOCATED, 0u);
+  ASSERT_EQ(munmap(pages.data() + kPage, kPage), 0);
+  EXPECT_EQ(error_code_of([&] {
+              (void)hmr::MemoryRegion::reg(domain, pages.data(), 2 * kPage, HMR_REMOTE_READ);
+            }),
+            HMR_EFAULT);
+  EXPECT_EQ(domain.stats().registration_errors, 1u);
 }
 
 TEST(CppWrapper, RegvAndRefresh) {

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs what building and testing hmr needs on Debian 12 (used by demo.sh and test.sh).
+# As root it always runs apt-get (quick when everything is installed already).  As another user
+# it installs nothing: it checks that the tools are there and says what is missing.
+set -euo pipefail
+
+packages=(cmake ninja-build g++ gcc libc6-dev libgtest-dev pkg-config)
+
+if [[ $(id -u) -eq 0 ]]; then
+  echo "== installing build dependencies with apt-get: ${packages[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update
+  apt-get install -y --no-install-recommends "${packages[@]}"
+  exit 0
+fi
+
+missing=()
+for tool in cmake ninja g++ cc pkg-config; do
+  command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
+done
+[[ -f /usr/include/gtest/gtest.h ]] || missing+=("GoogleTest headers (/usr/include/gtest)")
+if [[ ${#missing[@]} -gt 0 ]]; then
+  echo "error: not root, so nothing is installed, and these are missing: ${missing[*]}" >&2
+  echo "       run as root, or: sudo apt-get install -y ${packages[*]}" >&2
+  exit 1
+fi
+echo "== not root: skipping apt-get; cmake, ninja, g++, pkg-config and GoogleTest are present"
