@@ -4,7 +4,7 @@
 # it installs nothing: it checks that the tools are there and says what is missing.
 set -euo pipefail
 
-packages=(cmake ninja-build g++ gcc libc6-dev libgtest-dev pkg-config)
+packages=(cmake ninja-build g++ gcc libc6-dev libgtest-dev pkg-config libbenchmark-dev libucx-dev)
 
 if [[ $(id -u) -eq 0 ]]; then
   echo "== installing build dependencies with apt-get: ${packages[*]}"
