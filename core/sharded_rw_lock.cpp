@@ -6,7 +6,7 @@ namespace hmr::core {
 
 unsigned ShardedRwLock::thread_slot() {
   static std::atomic<unsigned> next_slot{0};
-  thread_local const unsigned slot = next_slot.fetch_add(1, std::memory_order_relaxed) % kSlots;
+  __attribute__((tls_model("initial-exec"))) thread_local const unsigned slot = next_slot.fetch_add(1, std::memory_order_relaxed) % kSlots;
   return slot;
 }
 

@@ -50,6 +50,7 @@ void report(uintptr_t start, uintptr_t end) {
   MemhooksMonitor* monitor = g_monitor.load(std::memory_order_acquire);
   if (monitor == nullptr) return;
   const int saved_errno = errno;
+  const Monitor::EventScope scope;  // maybe under malloc's lock: caches must not free here
   monitor->notify(start, end);
   errno = saved_errno;
 }
@@ -243,6 +244,26 @@ constexpr size_t kRelativeJump = 5;  // e9 rel32
 constexpr size_t kAbsoluteJump = 13;  // movabs $hook, %r11; jmp *%r11
 constexpr size_t kInspect = MemhooksMonitor::kInspectBytes;
 
+// Code bytes are touched only through these: ThreadSanitizer keeps no shadow for libc's
+// text (an instrumented access there faults), and its memcpy interceptor would check them.
+#define HMR_CODE_ACCESS __attribute__((no_sanitize("thread")))
+
+HMR_CODE_ACCESS void copy_code(uint8_t* to, const uint8_t* from, size_t length) {
+  auto* volatile_to = static_cast<volatile uint8_t*>(to);
+  const auto* volatile_from = static_cast<const volatile uint8_t*>(from);
+  for (size_t i = 0; i < length; ++i) volatile_to[i] = volatile_from[i];
+}
+
+HMR_CODE_ACCESS void store_code_word(uintptr_t word, size_t shift, const uint8_t* bytes,
+                                     size_t length) {
+  uint64_t value = __atomic_load_n(reinterpret_cast<const uint64_t*>(word), __ATOMIC_RELAXED);
+  for (size_t i = 0; i < length; ++i) {
+    const unsigned bit = static_cast<unsigned>((shift + i) * 8);
+    value = (value & ~(uint64_t{0xff} << bit)) | (uint64_t{bytes[i]} << bit);
+  }
+  __atomic_store_n(reinterpret_cast<uint64_t*>(word), value, __ATOMIC_SEQ_CST);
+}
+
 // Page of trampolines near libc; kept for the life of the process (a thread may still be
 // on its way through one after stop()).
 uint8_t* g_trampolines = nullptr;
@@ -262,7 +283,7 @@ bool reaches(const uint8_t* from_end, const uint8_t* target) {
   return distance >= INT32_MIN && distance <= INT32_MAX;
 }
 
-bool has_endbr64(const uint8_t* code) {
+__attribute__((no_sanitize("thread"))) bool has_endbr64(const uint8_t* code) {
   return code[0] == 0xf3 && code[1] == 0x0f && code[2] == 0x1e && code[3] == 0xfa;
 }
 
@@ -305,12 +326,9 @@ Status write_code(uint8_t* at, const uint8_t* bytes, size_t length, const char* 
   const uintptr_t word = reinterpret_cast<uintptr_t>(at) & ~uintptr_t{7};
   const size_t shift = reinterpret_cast<uintptr_t>(at) - word;
   if (shift + length <= 8) {
-    uint64_t value;
-    std::memcpy(&value, reinterpret_cast<const void*>(word), sizeof value);
-    std::memcpy(reinterpret_cast<uint8_t*>(&value) + shift, bytes, length);
-    __atomic_store_n(reinterpret_cast<uint64_t*>(word), value, __ATOMIC_SEQ_CST);
+    store_code_word(word, shift, bytes, length);
   } else {
-    std::memcpy(at, bytes, length);
+    copy_code(at, bytes, length);
   }
   if (mprotect(reinterpret_cast<void*>(first), span, PROT_READ | PROT_EXEC) != 0) {
     const int err = errno;
@@ -330,7 +348,8 @@ MemhooksMonitor& MemhooksMonitor::instance() {
 
 Status MemhooksMonitor::check_patchable(const void* code, const char* function) {
 #if defined(__x86_64__)
-  const auto* bytes = static_cast<const uint8_t*>(code);
+  uint8_t bytes[kInspect];
+  copy_code(bytes, static_cast<const uint8_t*>(code), kInspect);
   const uint8_t* entry = has_endbr64(bytes) ? bytes + 4 : bytes;
   const char* found = nullptr;
   if (entry[0] == 0xe9) {
@@ -402,10 +421,9 @@ Status MemhooksMonitor::install() {
       break;
     }
     Dl_info info{};
-    const ElfW(Sym)* symbol = nullptr;
-    if (dladdr1(function, &info, reinterpret_cast<void**>(&symbol), RTLD_DL_SYMENT) != 0 &&
-        symbol != nullptr) {
-      sizes[i] = symbol->st_size;
+    void* symbol = nullptr;
+    if (dladdr1(function, &info, &symbol, RTLD_DL_SYMENT) != 0 && symbol != nullptr) {
+      sizes[i] = static_cast<const ElfW(Sym)*>(symbol)->st_size;
     }
     entries[i] = static_cast<uint8_t*>(function);
     found = check_patchable(function, g_patches[i].symbol);
@@ -423,7 +441,7 @@ Status MemhooksMonitor::install() {
     }
     uint8_t* page = map_trampoline_page(low, high);
     if (page != nullptr) {
-      std::memset(page, 0xcc, kPage);
+      std::memset(page, 0xcc, kPage);  // still an ordinary data page
       for (size_t i = 0; i < kPatches; ++i) encode_absolute_jump(page + i * kSlot, g_patches[i].hook);
       if (mprotect(page, kPage, PROT_READ | PROT_EXEC) == 0) {
         g_trampolines = page;
@@ -465,7 +483,7 @@ Status MemhooksMonitor::install() {
   for (size_t i = 0; i < kPatches; ++i) {
     Patch& patch = g_patches[i];
     patch.at = targets[i];
-    std::memcpy(patch.original, targets[i], lengths[i]);
+    copy_code(patch.original, targets[i], lengths[i]);
     Status written = write_code(targets[i], code[i], lengths[i], patch.symbol);
     if (!written.ok()) {
       restore();

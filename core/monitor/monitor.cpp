@@ -5,11 +5,16 @@
 namespace hmr::core {
 
 namespace {
-thread_local bool event_thread = false;
-}
+// initial-exec: the first touch of a dynamic TLS variable in a dlopen'ed library may call
+// malloc, and these are read inside memory hooks that can run under malloc's own lock.
+__attribute__((tls_model("initial-exec"))) thread_local bool event_thread = false;
+__attribute__((tls_model("initial-exec"))) thread_local unsigned event_scopes = 0;
+}  // namespace
 
-bool Monitor::on_event_thread() { return event_thread; }
+bool Monitor::on_event_thread() { return event_thread || event_scopes != 0; }
 void Monitor::mark_event_thread() { event_thread = true; }
+Monitor::EventScope::EventScope() { ++event_scopes; }
+Monitor::EventScope::~EventScope() { --event_scopes; }
 
 void Monitor::wait_pending() const {
   while (has_pending()) std::this_thread::yield();

@@ -52,9 +52,18 @@ class Monitor {
   // Delivers an invalidation to every sink; safe from any thread, including the monitor's.
   void notify(uintptr_t start, uintptr_t end);
 
-  // True on a monitor's own event thread.  Work there must not free or unmap anything: a
-  // heap trim over watched memory would make the thread wait for its own event.
+  // True on a monitor's own event thread, or inside an EventScope (a memory hook running in
+  // the application's thread, possibly under glibc's malloc lock).  Work there must not free
+  // or unmap anything: it could wait for itself.  Caches defer their deregistrations.
   static bool on_event_thread();
+
+  class EventScope {
+   public:
+    EventScope();
+    ~EventScope();
+    EventScope(const EventScope&) = delete;
+    EventScope& operator=(const EventScope&) = delete;
+  };
 
  protected:
   void begin_pending() { pending_.fetch_add(1, std::memory_order_seq_cst); }

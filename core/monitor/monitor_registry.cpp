@@ -5,6 +5,7 @@
 #include <mutex>
 #include <vector>
 
+#include "core/monitor/memhooks_monitor.h"
 #include "core/monitor/uffd_monitor.h"
 
 namespace hmr::core {
@@ -26,6 +27,7 @@ Result<Monitor*> acquire_monitor(const char* name) {
   if (std::strcmp(name, "userfaultfd") == 0 || std::strcmp(name, "uffd") == 0) {
     return static_cast<Monitor*>(&UffdMonitor::instance());
   }
+  if (std::strcmp(name, "memhooks") == 0) return static_cast<Monitor*>(&MemhooksMonitor::instance());
   Imported& registry = imported();
   std::lock_guard<std::mutex> lock(registry.mutex);
   for (const auto& monitor : registry.monitors) {
@@ -35,7 +37,7 @@ Result<Monitor*> acquire_monitor(const char* name) {
     }
   }
   return make_error(HMR_ENOENT,
-                    "unknown cache monitor '%s' (built in: userfaultfd, disabled; or a name "
+                    "unknown cache monitor '%s' (built in: userfaultfd, memhooks, disabled; or a name "
                     "given to hmr_monitor_import)",
                     name);
 }

@@ -48,27 +48,21 @@ Status UffdMonitor::subscribe(uintptr_t start, size_t len) {
   const uintptr_t first = start & ~(kBlock - 1);
   const uintptr_t end = start + len;
   std::lock_guard<std::mutex> lock(blocks_mutex_);
+  // Whole blocks first, once each: later registrations inside them then split no mapping.
+  // A block with holes registers only what is mapped (the kernel skips holes), so this is
+  // never relied on for correctness...
   for (uintptr_t block = first; block < end; block += kBlock) {
     Block& state = blocks_[block];
-    if (!state.watched_whole) state.watched_whole = uffd_->watch(block, kBlock).ok();
-    if (!state.watched_whole) {
-      // Not one uniform mapping: watch just the pages of this range inside the block.
-      const uintptr_t piece_start = std::max(block, start & ~(kPage - 1));
-      const uintptr_t piece_end = std::min(block + kBlock, end);
-      Status watched = uffd_->watch(piece_start, piece_end - piece_start);
-      if (!watched.ok()) {
-        if (state.references == 0) blocks_.erase(block);
-        // Undo the blocks already counted for this range.
-        for (uintptr_t undo = first; undo < block; undo += kBlock) {
-          auto it = blocks_.find(undo);
-          if (it != blocks_.end() && --it->second.references == 0) it->second.watched_whole = false;
-        }
-        return watched;
-      }
-    }
+    if (!state.registered) state.registered = uffd_->watch(block, kBlock).ok();
     ++state.references;
   }
-  return ok_status();
+  // ...the exact pages are: registering them again is free of splits where the block is
+  // registered already, and covers pages mapped into a hole since.
+  Status watched = uffd_->watch(start, len);
+  if (!watched.ok()) {
+    for (uintptr_t block = first; block < end; block += kBlock) --blocks_[block].references;
+  }
+  return watched;
 }
 
 void UffdMonitor::unsubscribe(uintptr_t start, size_t len) {
@@ -91,7 +85,7 @@ void UffdMonitor::forget_blocks(uintptr_t start, uintptr_t end) {
   auto it = blocks_.upper_bound(start & ~(kBlock - 1));
   if (it != blocks_.begin()) --it;
   for (; it != blocks_.end() && it->first < end; ++it) {
-    if (it->first + kBlock > start) it->second.watched_whole = false;
+    if (it->first + kBlock > start) it->second.registered = false;
   }
 }
 

@@ -2,9 +2,11 @@
 // write-protect mode (no page is ever protected, so no fault is trapped) and reported on
 // UNMAP, REMOVE (madvise DONTNEED/FREE/REMOVE) and REMAP (mremap).
 //
-// Watching is done per 2 MiB-aligned block, reference-counted, falling back to the exact
-// pages when a block is not uniformly mapped: registering every small region on its own
-// would split the kernel's mappings until vm.max_map_count is hit.
+// Each subscription registers its 2 MiB-aligned blocks once (reference-counted) and then its
+// exact pages.  The blocks keep the kernel's mappings whole: registering every small region
+// on its own would split them until vm.max_map_count is hit.  The exact pages make it
+// correct: a block registered while it had a hole does not cover what is mapped there later
+// (the kernel registers the mappings present and skips holes), so the block is never trusted.
 //
 // Deadlock rules: the thread reads every queued event (which releases the unmapping
 // threads) before it takes any lock, and no lock it takes is ever held by a thread while
@@ -43,7 +45,7 @@ class UffdMonitor final : public Monitor {
   static constexpr uintptr_t kBlock = 2u << 20;
   struct Block {
     uint32_t references = 0;
-    bool watched_whole = false;  // the whole block is registered
+    bool registered = false;  // what was mapped in the block is registered
   };
 
   std::mutex start_mutex_;
