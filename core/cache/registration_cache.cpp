@@ -4,6 +4,12 @@
 #include <utility>
 
 namespace hmr::core {
+namespace {
+struct PoolDeleter {
+  CacheEntryPool* pool;
+  void operator()(CacheEntry* entry) const { pool->release(entry); }
+};
+}  // namespace
 
 RegistrationCache::RegistrationCache(CacheBackend& backend, CacheLimits limits, Monitor* monitor)
     : backend_(backend), limits_(limits), monitor_(monitor) {}
@@ -28,8 +34,10 @@ void RegistrationCache::detach() {
   attached_ = false;
 }
 
-CacheEntry* RegistrationCache::lookup(uintptr_t start, uint64_t len, const CacheKey& key) {
+CacheEntry* RegistrationCache::lookup(uintptr_t start, uint64_t len, const CacheKey& key,
+                                      unsigned* slot_out) {
   const unsigned slot = lock_.lock_shared();
+  *slot_out = slot;
   CacheEntry* entry = index_.find(start, len, key);
   if (entry != nullptr) {
     // In the index means not invalid: invalidation removes entries under the exclusive lock.
@@ -37,10 +45,6 @@ CacheEntry* RegistrationCache::lookup(uintptr_t start, uint64_t len, const Cache
     if (entry->referenced.load(std::memory_order_relaxed) == 0) {
       entry->referenced.store(1, std::memory_order_relaxed);
     }
-    // A plain increment of this thread's own slot: no locked instruction on the hit path.
-    // Only threads beyond the 64th share a slot, and may then lose a count.
-    std::atomic<uint64_t>& hits = hit_counters_[slot].hits;
-    hits.store(hits.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   }
   lock_.unlock_shared(slot);
   return entry;
@@ -49,8 +53,13 @@ CacheEntry* RegistrationCache::lookup(uintptr_t start, uint64_t len, const Cache
 Result<CacheEntry*> RegistrationCache::get(uintptr_t start, uint64_t len, const CacheKey& key) {
   if (limits_.max_count != 0) {
     if (monitor_ != nullptr && monitor_->has_pending()) monitor_->wait_pending();
-    if (CacheEntry* entry = lookup(start, len, key)) {
+    unsigned slot = 0;
+    if (CacheEntry* entry = lookup(start, len, key, &slot)) {
       if (!validate_hits_ || monitor_->valid(entry->start, entry->length)) {
+        // A plain increment of this thread's own slot: no locked instruction on the hit
+        // path.  Only threads beyond the 64th share a slot, and may then lose a count.
+        std::atomic<uint64_t>& hits = hit_counters_[slot].hits;
+        hits.store(hits.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
         return entry;
       }
       invalidate(entry->start, entry->end());  // the monitor says it changed: drop it
@@ -64,7 +73,8 @@ Result<CacheEntry*> RegistrationCache::get(uintptr_t start, uint64_t len, const 
 
 Result<CacheEntry*> RegistrationCache::register_and_insert(uintptr_t start, uint64_t len,
                                                            const CacheKey& key) {
-  auto entry = std::make_unique<CacheEntry>();
+  // Returned to the pool unless it is handed out below.
+  std::unique_ptr<CacheEntry, PoolDeleter> entry(pool_.allocate(), PoolDeleter{&pool_});
   entry->start = start;
   entry->length = len;
   entry->key = key;
@@ -164,10 +174,12 @@ void RegistrationCache::retire(CacheEntry* entry, CacheEntry*& dead) {
 }
 
 void RegistrationCache::retire_unlinked(CacheEntry* entry, CacheEntry*& dead) {
-  const uint32_t previous = entry->state.fetch_or(CacheEntry::kInvalid, std::memory_order_acq_rel);
   index_.erase(entry);
   --count_;
   bytes_ -= entry->length;
+  // Last touch while a holder may still be out there: once kInvalid is set, that holder's
+  // put() may finalize the entry at any moment.
+  const uint32_t previous = entry->state.fetch_or(CacheEntry::kInvalid, std::memory_order_acq_rel);
   if ((previous & CacheEntry::kRefMask) == 0) {
     entry->next = dead;
     dead = entry;
@@ -190,6 +202,7 @@ CacheEntry* RegistrationCache::clock_victim() {
 }
 
 bool RegistrationCache::make_room(uint64_t bytes, CacheEntry*& dead) {
+  if (limits_.max_bytes != 0 && bytes > limits_.max_bytes) return false;  // never fits: evict nothing
   while (count_ + 1 > limits_.max_count ||
          (limits_.max_bytes != 0 && bytes_ + bytes > limits_.max_bytes)) {
     CacheEntry* victim = clock_victim();
@@ -197,7 +210,7 @@ bool RegistrationCache::make_room(uint64_t bytes, CacheEntry*& dead) {
     retire(victim, dead);
     evictions_.fetch_add(1, std::memory_order_relaxed);
   }
-  return limits_.max_bytes == 0 || bytes <= limits_.max_bytes;
+  return true;
 }
 
 void RegistrationCache::invalidate(uintptr_t start, uintptr_t end) {
@@ -243,7 +256,7 @@ void RegistrationCache::flush() {
 void RegistrationCache::finalize(CacheEntry* entry) {
   if (entry->subscribed) monitor_->unsubscribe(entry->start, entry->length);
   backend_.deregister(entry->registration);
-  delete entry;
+  pool_.release(entry);
 }
 
 void RegistrationCache::finalize_all(CacheEntry* dead) {

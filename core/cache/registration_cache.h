@@ -16,6 +16,7 @@
 
 #include "core/cache/block_index.h"
 #include "core/cache/cache_entry.h"
+#include "core/cache/entry_pool.h"
 #include "core/monitor/monitor.h"
 #include "core/sharded_rw_lock.h"
 #include "core/status.h"
@@ -70,7 +71,7 @@ class RegistrationCache final : public InvalidationSink {
   const CacheLimits& limits() const { return limits_; }
 
  private:
-  CacheEntry* lookup(uintptr_t start, uint64_t len, const CacheKey& key);
+  CacheEntry* lookup(uintptr_t start, uint64_t len, const CacheKey& key, unsigned* slot);
   Result<CacheEntry*> register_and_insert(uintptr_t start, uint64_t len, const CacheKey& key);
   bool invalidated_since(uint64_t sequence, uintptr_t start, uintptr_t end) const;
   bool make_room(uint64_t bytes, CacheEntry*& dead);
@@ -85,6 +86,7 @@ class RegistrationCache final : public InvalidationSink {
   void finalize_all(CacheEntry* dead);
   void finalize_deferred();
 
+  CacheEntryPool pool_;  // first member destroyed last: entries live in it
   CacheBackend& backend_;
   const CacheLimits limits_;
   Monitor* monitor_;

@@ -619,6 +619,10 @@ TEST_P(CacheCoherence, ConcurrentRemapsNeverYieldStaleHits) {
   };
   std::vector<Report> reports(kRegistrars + 1);
   std::latch start(kRegistrars + 1);
+  // The remapper keeps pace with the registrars (a remap per so many registrations), so the
+  // two overlap for the whole run whichever is faster on this machine and monitor.
+  std::atomic<uint64_t> progress{0};
+  std::atomic<int> registrars_done{0};
 
   std::vector<hmr_ep*> initiators(kRegistrars, nullptr);
   for (hmr_ep*& ep : initiators) {
@@ -631,6 +635,7 @@ TEST_P(CacheCoherence, ConcurrentRemapsNeverYieldStaleHits) {
     uint64_t rng = 0x243F6A8885A308D3ULL + static_cast<uint64_t>(t) * 0x13198A2E03707344ULL;
     start.arrive_and_wait();
     for (int i = 0; i < kIterations; ++i) {
+      progress.fetch_add(1);
       rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
       const size_t s = (rng >> 33) % kSlots;
       Slot& slot = slots[s];
@@ -695,6 +700,7 @@ TEST_P(CacheCoherence, ConcurrentRemapsNeverYieldStaleHits) {
       const int close_rc = hmr_mr_close(mr);
       if (close_rc != 0) report.fail("hmr_mr_close: " + std::to_string(close_rc), false);
     }
+    registrars_done.fetch_add(1);
   };
 
   auto remapper = [&] {
@@ -703,6 +709,10 @@ TEST_P(CacheCoherence, ConcurrentRemapsNeverYieldStaleHits) {
     uint64_t next_generation = 0;
     start.arrive_and_wait();
     for (int i = 0; i < kRemaps; ++i) {
+      const uint64_t due = static_cast<uint64_t>(i) * kRegistrars * kIterations / kRemaps;
+      while (progress.load() < due && registrars_done.load() < kRegistrars) {
+        std::this_thread::yield();
+      }
       rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
       const size_t s = (rng >> 33) % kSlots;
       Slot& slot = slots[s];
