@@ -17,29 +17,11 @@
 
 namespace {
 
-using hmr_test::open_sim_domain;
-using hmr_test::Pages;
+using namespace hmr_test;  // owners (DomainPtr, MrPtr, ...) and reg/open_ep/open_cntr
 
 constexpr size_t kPage = 4096;
 constexpr uint64_t kRemote = HMR_REMOTE_READ | HMR_REMOTE_WRITE;
 constexpr int kTimeoutMs = 5000;  // a bound on a wait for an event, never a delay
-
-struct DomainCloser {
-  void operator()(hmr_domain* d) const { EXPECT_EQ(hmr_domain_close(d), 0) << hmr_last_error(); }
-};
-struct MrCloser {
-  void operator()(hmr_mr* m) const { EXPECT_EQ(hmr_mr_close(m), 0) << hmr_last_error(); }
-};
-struct EpCloser {
-  void operator()(hmr_ep* e) const { EXPECT_EQ(hmr_ep_close(e), 0) << hmr_last_error(); }
-};
-struct EqCloser {
-  void operator()(hmr_eq* q) const { EXPECT_EQ(hmr_eq_close(q), 0) << hmr_last_error(); }
-};
-using DomainPtr = std::unique_ptr<hmr_domain, DomainCloser>;
-using MrPtr = std::unique_ptr<hmr_mr, MrCloser>;
-using EpPtr = std::unique_ptr<hmr_ep, EpCloser>;
-using EqPtr = std::unique_ptr<hmr_eq, EqCloser>;
 
 // An event queue and a domain bound to it.  The domain is declared after the queue, so it
 // is closed first (a queue cannot close while a domain is bound to it).

@@ -1364,41 +1364,48 @@ TEST(BadArgsEq, ReadSreadReaderr) {
 
 // ============================================================== counters ==================
 
-TEST(BadArgsCntr, Open) {
+// Counters and endpoints open the same way: a domain, an optional attribute (size + flags 0),
+// an output.  One check serves both.
+template <typename Object, typename Attr, typename Owner>
+void check_attr_open(int (*open)(hmr_domain*, const Attr*, Object**), int (*close)(Object*),
+                     const char* name) {
+  SCOPED_TRACE(name);
   Domain domain(open_sim_domain(0));
   ASSERT_NE(domain.get(), nullptr);
   Eq eq;
   ASSERT_HMR_OK(hmr_eq_open(nullptr, eq.out()));
 
-  hmr_cntr* cntr = sentinel<hmr_cntr>();
-  hmr_cntr_attr attr{sizeof(hmr_cntr_attr), 0};
-  EXPECT_HMR_ERROR(hmr_cntr_open(nullptr, &attr, &cntr), HMR_EINVAL);
-  EXPECT_HMR_ERROR(hmr_cntr_open(reinterpret_cast<hmr_domain*>(eq.get()), &attr, &cntr),
-                   HMR_EINVAL);
-  EXPECT_HMR_ERROR(hmr_cntr_open(domain, &attr, nullptr), HMR_EINVAL);
-  EXPECT_HMR_ERROR(hmr_cntr_open(domain, nullptr, nullptr), HMR_EINVAL);
-  for (const size_t size : {size_t{0}, size_t{1}, sizeof(size_t), sizeof(hmr_cntr_attr) - 1}) {
+  Object* object = sentinel<Object>();
+  Attr attr{sizeof(Attr), 0};
+  EXPECT_HMR_ERROR(open(nullptr, &attr, &object), HMR_EINVAL);
+  EXPECT_HMR_ERROR(open(reinterpret_cast<hmr_domain*>(eq.get()), &attr, &object), HMR_EINVAL);
+  EXPECT_HMR_ERROR(open(domain, &attr, nullptr), HMR_EINVAL);
+  EXPECT_HMR_ERROR(open(domain, nullptr, nullptr), HMR_EINVAL);
+  for (const size_t size : {size_t{0}, size_t{1}, sizeof(size_t), sizeof(Attr) - 1}) {
     SCOPED_TRACE("attr.size " + std::to_string(size));
     attr.size = size;
-    EXPECT_HMR_ERROR(hmr_cntr_open(domain, &attr, &cntr), HMR_EINVAL);
+    EXPECT_HMR_ERROR(open(domain, &attr, &object), HMR_EINVAL);
   }
-  attr = {sizeof(hmr_cntr_attr), 1};  // flags must be 0 (code not in the doc)
-  EXPECT_HMR_ERROR(hmr_cntr_open(domain, &attr, &cntr), HMR_EBADFLAGS);
+  attr = {sizeof(Attr), 1};  // flags must be 0 (code not in the doc)
+  EXPECT_HMR_ERROR(open(domain, &attr, &object), HMR_EBADFLAGS);
 
   struct Bigger {
-    hmr_cntr_attr a;
+    Attr a;
     uint64_t extra;
   };
   Bigger big{{sizeof(Bigger), 0}, 7};
-  EXPECT_HMR_ERROR(hmr_cntr_open(domain, &big.a, &cntr), HMR_EINVAL);
-  EXPECT_EQ(cntr, sentinel<hmr_cntr>()) << "*cntr written on failure";
+  EXPECT_HMR_ERROR(open(domain, &big.a, &object), HMR_EINVAL);
+  EXPECT_EQ(object, sentinel<Object>()) << "output written on failure";
   big.extra = 0;
-  Cntr ok_big;
-  ASSERT_HMR_OK(hmr_cntr_open(domain, &big.a, ok_big.out()));
-  ASSERT_HMR_OK(hmr_cntr_close(ok_big.release()));
-
+  Owner ok_big;
+  ASSERT_HMR_OK(open(domain, &big.a, ok_big.out()));
+  ASSERT_HMR_OK(close(ok_big.release()));
   ASSERT_HMR_OK(hmr_eq_close(eq.release()));
   ASSERT_HMR_OK(hmr_domain_close(domain.release()));
+}
+
+TEST(BadArgsCntr, Open) {
+  check_attr_open<hmr_cntr, hmr_cntr_attr, Cntr>(hmr_cntr_open, hmr_cntr_close, "hmr_cntr_open");
 }
 
 TEST(BadArgsCntr, CloseAndRead) {
@@ -1428,39 +1435,7 @@ TEST(BadArgsCntr, CloseAndRead) {
 // ============================================================== endpoints =================
 
 TEST(BadArgsEp, Open) {
-  Domain domain(open_sim_domain(0));
-  ASSERT_NE(domain.get(), nullptr);
-  Eq eq;
-  ASSERT_HMR_OK(hmr_eq_open(nullptr, eq.out()));
-
-  hmr_ep* ep = sentinel<hmr_ep>();
-  hmr_ep_attr attr{sizeof(hmr_ep_attr), 0};
-  EXPECT_HMR_ERROR(hmr_ep_open(nullptr, &attr, &ep), HMR_EINVAL);
-  EXPECT_HMR_ERROR(hmr_ep_open(reinterpret_cast<hmr_domain*>(eq.get()), &attr, &ep), HMR_EINVAL);
-  EXPECT_HMR_ERROR(hmr_ep_open(domain, &attr, nullptr), HMR_EINVAL);
-  EXPECT_HMR_ERROR(hmr_ep_open(domain, nullptr, nullptr), HMR_EINVAL);
-  for (const size_t size : {size_t{0}, size_t{1}, sizeof(size_t), sizeof(hmr_ep_attr) - 1}) {
-    SCOPED_TRACE("attr.size " + std::to_string(size));
-    attr.size = size;
-    EXPECT_HMR_ERROR(hmr_ep_open(domain, &attr, &ep), HMR_EINVAL);
-  }
-  attr = {sizeof(hmr_ep_attr), 1};  // flags must be 0 (code not in the doc)
-  EXPECT_HMR_ERROR(hmr_ep_open(domain, &attr, &ep), HMR_EBADFLAGS);
-
-  struct Bigger {
-    hmr_ep_attr a;
-    uint64_t extra;
-  };
-  Bigger big{{sizeof(Bigger), 0}, 7};
-  EXPECT_HMR_ERROR(hmr_ep_open(domain, &big.a, &ep), HMR_EINVAL);
-  EXPECT_EQ(ep, sentinel<hmr_ep>()) << "*ep written on failure";
-  big.extra = 0;
-  Ep ok_big;
-  ASSERT_HMR_OK(hmr_ep_open(domain, &big.a, ok_big.out()));
-  ASSERT_HMR_OK(hmr_ep_close(ok_big.release()));
-
-  ASSERT_HMR_OK(hmr_eq_close(eq.release()));
-  ASSERT_HMR_OK(hmr_domain_close(domain.release()));
+  check_attr_open<hmr_ep, hmr_ep_attr, Ep>(hmr_ep_open, hmr_ep_close, "hmr_ep_open");
 }
 
 TEST(BadArgsEp, CloseAndConnect) {

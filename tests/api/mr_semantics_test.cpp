@@ -20,64 +20,10 @@
 
 namespace {
 
-using hmr_test::domain_attr;
-using hmr_test::open_sim_domain;
-using hmr_test::Pages;
+using namespace hmr_test;  // owners (DomainPtr, MrPtr, ...) and reg/open_ep/open_cntr
 
 constexpr size_t kPage = 4096;
 constexpr uint64_t kRemote = HMR_REMOTE_READ | HMR_REMOTE_WRITE;
-
-// ---- owners that close what a test opened, even when an assertion ends the test early ----
-struct DomainCloser {
-  void operator()(hmr_domain* d) const { EXPECT_EQ(hmr_domain_close(d), 0) << hmr_last_error(); }
-};
-struct MrCloser {
-  void operator()(hmr_mr* m) const { EXPECT_EQ(hmr_mr_close(m), 0) << hmr_last_error(); }
-};
-struct EpCloser {
-  void operator()(hmr_ep* e) const { EXPECT_EQ(hmr_ep_close(e), 0) << hmr_last_error(); }
-};
-struct CntrCloser {
-  void operator()(hmr_cntr* c) const { EXPECT_EQ(hmr_cntr_close(c), 0) << hmr_last_error(); }
-};
-struct EqCloser {
-  void operator()(hmr_eq* q) const { EXPECT_EQ(hmr_eq_close(q), 0) << hmr_last_error(); }
-};
-using DomainPtr = std::unique_ptr<hmr_domain, DomainCloser>;
-using MrPtr = std::unique_ptr<hmr_mr, MrCloser>;
-using EpPtr = std::unique_ptr<hmr_ep, EpCloser>;
-using CntrPtr = std::unique_ptr<hmr_cntr, CntrCloser>;
-using EqPtr = std::unique_ptr<hmr_eq, EqCloser>;
-
-DomainPtr open_domain(uint64_t app_mode, const char* options = nullptr,
-                      hmr_domain_attr* attr_out = nullptr) {
-  return DomainPtr(open_sim_domain(app_mode, options, attr_out));
-}
-
-// Registers [buf, buf+len) or records a failure; a null MrPtr on failure.
-MrPtr reg(hmr_domain* domain, const void* buf, size_t len, uint64_t access, uint64_t key = 0,
-          uint64_t flags = 0) {
-  hmr_mr* mr = nullptr;
-  const int rc = hmr_mr_reg(domain, buf, len, access, 0, key, flags, &mr, nullptr);
-  EXPECT_EQ(rc, 0) << "hmr_mr_reg(key " << key << "): " << hmr_last_error();
-  if (rc != 0) return MrPtr();
-  EXPECT_NE(mr, nullptr);
-  return MrPtr(mr);
-}
-
-EpPtr open_ep(hmr_domain* domain) {
-  hmr_ep* ep = nullptr;
-  const int rc = hmr_ep_open(domain, nullptr, &ep);
-  EXPECT_EQ(rc, 0) << hmr_last_error();
-  return EpPtr(rc == 0 ? ep : nullptr);
-}
-
-CntrPtr open_cntr(hmr_domain* domain) {
-  hmr_cntr* cntr = nullptr;
-  const int rc = hmr_cntr_open(domain, nullptr, &cntr);
-  EXPECT_EQ(rc, 0) << hmr_last_error();
-  return CntrPtr(rc == 0 ? cntr : nullptr);
-}
 
 // An initiator endpoint connected to a target endpoint.  The initiator is declared last so
 // it is closed first: nothing is connected to a target when the target closes.

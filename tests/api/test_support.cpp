@@ -12,6 +12,30 @@ hmr_domain* open_sim_domain(uint64_t app_mode, const char* nic_options,
   return domain;
 }
 
+MrPtr reg(hmr_domain* domain, const void* buf, size_t len, uint64_t access, uint64_t key,
+          uint64_t flags) {
+  hmr_mr* mr = nullptr;
+  const int rc = hmr_mr_reg(domain, buf, len, access, 0, key, flags, &mr, nullptr);
+  EXPECT_EQ(rc, 0) << "hmr_mr_reg(key " << key << "): " << hmr_last_error();
+  if (rc != 0) return MrPtr();
+  EXPECT_NE(mr, nullptr);
+  return MrPtr(mr);
+}
+
+EpPtr open_ep(hmr_domain* domain) {
+  hmr_ep* ep = nullptr;
+  const int rc = hmr_ep_open(domain, nullptr, &ep);
+  EXPECT_EQ(rc, 0) << hmr_last_error();
+  return EpPtr(rc == 0 ? ep : nullptr);
+}
+
+CntrPtr open_cntr(hmr_domain* domain) {
+  hmr_cntr* cntr = nullptr;
+  const int rc = hmr_cntr_open(domain, nullptr, &cntr);
+  EXPECT_EQ(rc, 0) << hmr_last_error();
+  return CntrPtr(rc == 0 ? cntr : nullptr);
+}
+
 Pages::Pages(size_t bytes) : bytes_(bytes) {
   address_ = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (address_ == MAP_FAILED) address_ = nullptr;

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstring>
+#include <memory>
 #include <string>
 
 namespace hmr_test {
@@ -39,6 +40,38 @@ inline hmr_domain_attr domain_attr(uint64_t app_mode, const char* nic_options = 
 // Opens a sim domain or fails the test; `attr_out` receives the negotiated attributes.
 hmr_domain* open_sim_domain(uint64_t app_mode, const char* nic_options = nullptr,
                             hmr_domain_attr* attr_out = nullptr);
+
+// ---- owners that close what a test opened, even when an assertion ends the test early ----
+struct DomainCloser {
+  void operator()(hmr_domain* d) const { EXPECT_EQ(hmr_domain_close(d), 0) << hmr_last_error(); }
+};
+struct MrCloser {
+  void operator()(hmr_mr* m) const { EXPECT_EQ(hmr_mr_close(m), 0) << hmr_last_error(); }
+};
+struct EpCloser {
+  void operator()(hmr_ep* e) const { EXPECT_EQ(hmr_ep_close(e), 0) << hmr_last_error(); }
+};
+struct CntrCloser {
+  void operator()(hmr_cntr* c) const { EXPECT_EQ(hmr_cntr_close(c), 0) << hmr_last_error(); }
+};
+struct EqCloser {
+  void operator()(hmr_eq* q) const { EXPECT_EQ(hmr_eq_close(q), 0) << hmr_last_error(); }
+};
+using DomainPtr = std::unique_ptr<hmr_domain, DomainCloser>;
+using MrPtr = std::unique_ptr<hmr_mr, MrCloser>;
+using EpPtr = std::unique_ptr<hmr_ep, EpCloser>;
+using CntrPtr = std::unique_ptr<hmr_cntr, CntrCloser>;
+using EqPtr = std::unique_ptr<hmr_eq, EqCloser>;
+
+inline DomainPtr open_domain(uint64_t app_mode, const char* options = nullptr,
+                             hmr_domain_attr* attr_out = nullptr) {
+  return DomainPtr(open_sim_domain(app_mode, options, attr_out));
+}
+// Registers [buf, buf+len) or records a failure; a null MrPtr on failure.
+MrPtr reg(hmr_domain* domain, const void* buf, size_t len, uint64_t access, uint64_t key = 0,
+          uint64_t flags = 0);
+EpPtr open_ep(hmr_domain* domain);
+CntrPtr open_cntr(hmr_domain* domain);
 
 // Page-aligned anonymous memory, unmapped on destruction (unless released).
 class Pages {
