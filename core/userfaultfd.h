@@ -32,6 +32,8 @@ class Userfaultfd {
   // Reads one pending event without blocking; false when none is pending.
   bool read_event(AddressRangeEvent* event);
   int fd() const { return fd_.get(); }
+  // Closes the fd: the kernel drops every registration and releases any waiting unmapper.
+  void close() { fd_.reset(); }
 
  private:
   explicit Userfaultfd(UniqueFd fd) : fd_(std::move(fd)) {}

@@ -38,13 +38,22 @@ PageChangeTracker::~PageChangeTracker() {
 void PageChangeTracker::run() {
   pollfd fds[2] = {{uffd_.fd(), POLLIN, 0}, {wake_.get(), POLLIN, 0}};
   for (;;) {
-    if (poll(fds, 2, -1) < 0 && errno != EINTR) return;
+    if (poll(fds, 2, -1) < 0 && errno != EINTR) {
+      uffd_.close();
+      return;
+    }
     // Drain events before honouring a stop request: an unmapping thread may be blocked on one.
     pending_.fetch_add(1, std::memory_order_seq_cst);
     core::AddressRangeEvent event;
     while (uffd_.read_event(&event)) on_change_(event.start, event.end);
     pending_.fetch_sub(1, std::memory_order_seq_cst);
-    if (fds[1].revents & POLLIN) return;
+    if (fds[1].revents & POLLIN) {
+      // Close before this thread exits: its runtime may unmap memory on the way out (thread
+      // caches, a sanitizer's stacks) that happens to be watched here, and nobody would read
+      // that event.
+      uffd_.close();
+      return;
+    }
   }
 }
 
