@@ -9,10 +9,6 @@
 #include <vector>
 
 namespace hmr::core {
-namespace {
-constexpr uintptr_t kPage = 4096;
-}  // namespace
-
 UffdMonitor& UffdMonitor::instance() {
   // Never destroyed: caches in static objects may still unsubscribe at exit.
   static UffdMonitor* monitor = new UffdMonitor();
