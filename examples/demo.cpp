@@ -174,15 +174,21 @@ void section(const char* title) { std::printf("\n%s\n", title); }
 constexpr const char* kNicOptions = "require=VIRT_ADDR|ALLOCATED|PROV_KEY";
 constexpr uint64_t kAppMode = HMR_MR_LOCAL | HMR_MR_VIRT_ADDR | HMR_MR_ALLOCATED | HMR_MR_PROV_KEY;
 
-// 1. A domain is hmr's fi_domain: one NIC, the mr_mode contract, the limits.
-hmr_domain* open_domain(bool* cache_on) {
-  section("[1] Open a domain on the sim NIC");
+// The demo's domain attributes: the sim NIC, the mr_mode the demo supports, all else default.
+hmr_domain_attr demo_domain_attr() {
   hmr_domain_attr attr;
   std::memset(&attr, 0, sizeof attr);
   attr.size = sizeof attr;
   attr.nic = "sim";
   attr.nic_options = kNicOptions;
   attr.mr_mode = kAppMode;
+  return attr;
+}
+
+// 1. A domain is hmr's fi_domain: one NIC, the mr_mode contract, the limits.
+hmr_domain* open_domain(bool* cache_on) {
+  section("[1] Open a domain on the sim NIC");
+  hmr_domain_attr attr = demo_domain_attr();
   // cache_max_count, cache_max_size, cache_monitor left 0/NULL: the defaults (or FI_MR_CACHE_*).
   hmr_domain* domain = nullptr;
   CHECK(hmr_domain_open(&attr, &domain));
@@ -277,12 +283,7 @@ void registration_latency(hmr_domain* cached_domain, bool cache_on) {
   section("[3] Registration latency: hmr_mr_reg of host memory (each followed by hmr_mr_close)");
 
   // The same NIC, with the cache turned off: every registration is a NIC registration.
-  hmr_domain_attr attr;
-  std::memset(&attr, 0, sizeof attr);
-  attr.size = sizeof attr;
-  attr.nic = "sim";
-  attr.nic_options = kNicOptions;
-  attr.mr_mode = kAppMode;
+  hmr_domain_attr attr = demo_domain_attr();
   attr.cache_monitor = "disabled";
   hmr_domain* cold_domain = nullptr;
   CHECK(hmr_domain_open(&attr, &cold_domain));
