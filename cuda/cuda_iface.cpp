@@ -1,0 +1,292 @@
+#include "cuda/cuda_iface.h"
+
+#include <cinttypes>
+#include <cstdio>
+#include <utility>
+
+#include "core/log.h"
+#include "cuda/cuda_error.h"
+#include "hmem/page_range.h"
+
+namespace hmr::cuda {
+
+using hmem::Capability;
+using hmem::DeviceCapabilities;
+using hmem::DeviceId;
+using hmem::DmabufExport;
+using hmem::DmabufFd;
+using hmem::MemoryKind;
+using hmem::MemoryRange;
+using hmem::PointerInfo;
+
+namespace {
+
+Capability no(std::string reason) { return Capability{false, std::move(reason)}; }
+Capability yes() { return Capability{true, {}}; }
+
+}  // namespace
+
+Status CudaIface::init() {
+  if (library_.has_value()) return ok_status();
+
+  Result<hmem::SymbolTable> table =
+      hmem::SymbolTable::load("CUDA", kCudaDefaultLibrary, cuda_symbol_specs());
+  if (!table.ok()) {
+    // The table classified (and logged) the failure; say which iface it disables.
+    return Status(table.status().code(), "cuda iface unavailable: " + table.status().reason());
+  }
+  CudaSymbols symbols;
+  bind_cuda_symbols(*table, symbols);
+  const char* path = table->path().c_str();
+
+  CUresult result = symbols.cuInit(0);
+  if (result != CUDA_SUCCESS) {
+    return make_error(hmr_code_for(result), "cuda iface unavailable: cuInit(0) in '%s' failed: %s",
+                      path, describe_cuda_error(symbols, result).c_str());
+  }
+  int version = 0;
+  result = symbols.cuDriverGetVersion(&version);
+  if (result != CUDA_SUCCESS) {
+    return make_error(hmr_code_for(result),
+                      "cuda iface unavailable: cuDriverGetVersion in '%s' failed: %s", path,
+                      describe_cuda_error(symbols, result).c_str());
+  }
+  int count = 0;
+  result = symbols.cuDeviceGetCount(&count);
+  if (result != CUDA_SUCCESS) {
+    return make_error(hmr_code_for(result),
+                      "cuda iface unavailable: cuDeviceGetCount in '%s' failed: %s", path,
+                      describe_cuda_error(symbols, result).c_str());
+  }
+
+  symbols_ = symbols;
+  device_count_ = count;
+  driver_version_ = version;
+  bus_ids_.clear();
+  for (int ordinal = 0; ordinal < count; ++ordinal) {
+    CUdevice device = 0;
+    // A device whose identity cannot be read still works; it only has no sys_dev.
+    bus_ids_.push_back(symbols_.cuDeviceGet(&device, ordinal) == CUDA_SUCCESS ? pci_bus_id(device)
+                                                                               : std::string());
+  }
+  library_ = std::move(*table);
+  log_message(LogLevel::debug, "cuda iface: '%s', driver %d, %d device(s)",
+              library_->path().c_str(), version, count);
+  return ok_status();
+}
+
+const std::string& CudaIface::library_path() const {
+  static const std::string none;
+  return library_.has_value() ? library_->path() : none;
+}
+
+Status CudaIface::check_initialized() const {
+  if (library_.has_value()) return ok_status();
+  return make_error(HMR_EINVAL, "cuda iface used before a successful init()");
+}
+
+Result<int> CudaIface::device_count() {
+  HMR_RETURN_IF_ERROR(check_initialized());
+  return device_count_;
+}
+
+std::string CudaIface::pci_bus_id(CUdevice device) const {
+  int domain = 0;
+  int bus = 0;
+  int slot = 0;
+  if (symbols_.cuDeviceGetAttribute(&domain, CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, device) !=
+          CUDA_SUCCESS ||
+      symbols_.cuDeviceGetAttribute(&bus, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, device) != CUDA_SUCCESS ||
+      symbols_.cuDeviceGetAttribute(&slot, CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, device) !=
+          CUDA_SUCCESS) {
+    return {};
+  }
+  char text[32];
+  std::snprintf(text, sizeof text, "%04x:%02x:%02x.0", static_cast<unsigned>(domain),
+                static_cast<unsigned>(bus), static_cast<unsigned>(slot));
+  return text;
+}
+
+Result<PointerInfo> CudaIface::query(const void* ptr, size_t len) {
+  HMR_RETURN_IF_ERROR(check_initialized());
+  const auto address = reinterpret_cast<uintptr_t>(ptr);
+  if (len == 0 || address + len < address) {
+    return make_error(HMR_EINVAL, "cuda query of [%p, +%zu): empty or wrapping range", ptr, len);
+  }
+
+  // One call for every attribute: it reports "not CUDA memory" as memory type 0 instead of an
+  // error, so a host pointer costs no error path in the driver.
+  unsigned int memory_type = 0;
+  int ordinal = -1;
+  unsigned long long buffer_id = 0;
+  unsigned int is_managed = 0;  // the driver writes a bool; zeroed so any width reads right
+  CUpointer_attribute attributes[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                      CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                      CU_POINTER_ATTRIBUTE_BUFFER_ID,
+                                      CU_POINTER_ATTRIBUTE_IS_MANAGED};
+  void* data[] = {&memory_type, &ordinal, &buffer_id, &is_managed};
+  CUresult result = symbols_.cuPointerGetAttributes(4, attributes, data, address);
+  if (result != CUDA_SUCCESS) {
+    // Fail closed: an unanswered question is not "host memory".
+    return make_error(hmr_code_for(result), "cuPointerGetAttributes(%p) failed: %s", ptr,
+                      describe_cuda_error(symbols_, result).c_str());
+  }
+  if (memory_type == 0) {
+    return make_error(HMR_ENOENT, "%p is not CUDA memory", ptr);
+  }
+
+  MemoryKind kind = MemoryKind::device_only;
+  if (is_managed != 0 || memory_type == CU_MEMORYTYPE_UNIFIED) {
+    kind = MemoryKind::managed;
+  } else if (memory_type == CU_MEMORYTYPE_HOST) {
+    kind = MemoryKind::host_alloc;
+  } else if (memory_type != CU_MEMORYTYPE_DEVICE) {
+    return make_error(HMR_EOPNOTSUPP, "%p is CUDA memory of type %u (array), which hmr cannot "
+                      "register", ptr, memory_type);
+  }
+  if (ordinal < 0 || ordinal >= device_count_) {
+    return make_error(HMR_EIO, "%p is CUDA memory but the driver names device %d of %d", ptr,
+                      ordinal, device_count_);
+  }
+
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  result = symbols_.cuMemGetAddressRange(&base, &size, address);
+  if (result != CUDA_SUCCESS) {
+    return make_error(hmr_code_for(result), "cuMemGetAddressRange(%p) on cuda device %d failed: %s",
+                      ptr, ordinal, describe_cuda_error(symbols_, result).c_str());
+  }
+  if (address < base || address + len > base + size) {
+    return make_error(HMR_EINVAL,
+                      "[%p, +%zu) is not inside one CUDA allocation: device %d allocation is "
+                      "[0x%llx, +%zu)",
+                      ptr, len, ordinal, base, size);
+  }
+
+  PointerInfo info;
+  info.iface = HMR_HMEM_CUDA;
+  info.device = DeviceId{static_cast<uint64_t>(ordinal)};
+  info.base = base;
+  info.alloc_len = size;
+  info.kind = kind;
+  info.alloc_id = buffer_id;
+  info.sys_dev = bus_ids_[static_cast<size_t>(ordinal)];
+  return info;
+}
+
+Result<DmabufExport> CudaIface::export_dmabuf(MemoryRange range) {
+  HMR_RETURN_IF_ERROR(check_initialized());
+  if (symbols_.cuMemGetHandleForAddressRange == nullptr) {
+    return make_error(HMR_EOPNOTSUPP,
+                      "cuda dma-buf export unavailable: '%s' has no "
+                      "cuMemGetHandleForAddressRange (needs a CUDA 11.7 or newer driver)",
+                      library_->path().c_str());
+  }
+  Result<PointerInfo> info = query(range.address, range.length);
+  if (!info.ok()) return info.status();
+  if (info->kind == MemoryKind::managed) {
+    return make_error(HMR_EOPNOTSUPP,
+                      "%p is CUDA managed memory: its pages migrate, so it is never exported as "
+                      "dma-buf",
+                      range.address);
+  }
+
+  // The driver wants host-page-aligned address and size; the NIC gets the offset of the
+  // requested bytes inside the exported pages.
+  const hmem::PageRange pages =
+      hmem::page_round(reinterpret_cast<uintptr_t>(range.address), range.length,
+                       hmem::host_page_size());
+  int fd = -1;
+  unsigned long long flags = CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE;
+  CUresult result = symbols_.cuMemGetHandleForAddressRange(
+      &fd, pages.start, pages.length, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, flags);
+  if (result == CUDA_ERROR_INVALID_VALUE || result == CUDA_ERROR_NOT_SUPPORTED) {
+    // Drivers before 12.8 do not know the PCIe mapping flag, and some systems refuse it.
+    log_message(LogLevel::debug,
+                "cuda dma-buf export of [0x%" PRIxPTR ", +%zu) with the PCIe mapping flag "
+                "failed (%s); retrying without it",
+                pages.start, pages.length, describe_cuda_error(symbols_, result).c_str());
+    flags = 0;
+    fd = -1;
+    result = symbols_.cuMemGetHandleForAddressRange(&fd, pages.start, pages.length,
+                                                    CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, flags);
+  }
+  if (result != CUDA_SUCCESS) {
+    return make_error(hmr_code_for(result),
+                      "cuMemGetHandleForAddressRange(0x%" PRIxPTR
+                      ", %zu, DMA_BUF_FD, flags 0x%llx) on cuda device %llu failed: %s",
+                      pages.start, pages.length, flags,
+                      static_cast<unsigned long long>(info->device.value),
+                      describe_cuda_error(symbols_, result).c_str());
+  }
+  if (fd < 0) {
+    return make_error(HMR_EIO, "cuMemGetHandleForAddressRange succeeded but gave fd %d", fd);
+  }
+
+  DmabufExport exported;
+  exported.fd = DmabufFd(fd);
+  exported.offset = pages.offset;
+  exported.len = range.length;
+  exported.exported_len = pages.length;
+  return exported;
+}
+
+Capability CudaIface::dmabuf_capability(int ordinal, CUdevice device) const {
+  if (symbols_.cuMemGetHandleForAddressRange == nullptr) {
+    return no("the driver '" + library_->path() +
+              "' has no cuMemGetHandleForAddressRange (needs CUDA 11.7 or newer)");
+  }
+  int supported = 0;
+  CUresult result =
+      symbols_.cuDeviceGetAttribute(&supported, CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, device);
+  if (result != CUDA_SUCCESS) {
+    return no("cuDeviceGetAttribute(DMA_BUF_SUPPORTED) for device " + std::to_string(ordinal) +
+              " failed: " + describe_cuda_error(symbols_, result));
+  }
+  if (supported == 0) {
+    return no("device " + std::to_string(ordinal) +
+              " reports CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED = 0 (dma-buf needs the open "
+              "kernel module and a kernel with dma-buf support)");
+  }
+  return yes();
+}
+
+Capability CudaIface::peer_direct_capability(int ordinal, CUdevice device) const {
+  int supported = 0;
+  CUresult result = symbols_.cuDeviceGetAttribute(
+      &supported, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED, device);
+  if (result != CUDA_SUCCESS) {
+    return no("cuDeviceGetAttribute(GPU_DIRECT_RDMA_SUPPORTED) for device " +
+              std::to_string(ordinal) + " failed: " + describe_cuda_error(symbols_, result));
+  }
+  if (supported == 0) {
+    return no("device " + std::to_string(ordinal) +
+              " reports CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED = 0");
+  }
+  // The device can, but whether the NIC can (nvidia-peermem loaded) is not probed yet.
+  return no("device " + std::to_string(ordinal) +
+            " supports GPUDirect RDMA, but this hmr build does not probe nvidia-peermem yet");
+}
+
+Result<DeviceCapabilities> CudaIface::capabilities(DeviceId device) {
+  HMR_RETURN_IF_ERROR(check_initialized());
+  if (device.value >= static_cast<uint64_t>(device_count_)) {
+    return make_error(HMR_EINVAL, "cuda device %llu does not exist (this process sees %d)",
+                      static_cast<unsigned long long>(device.value), device_count_);
+  }
+  const int ordinal = static_cast<int>(device.value);
+  CUdevice handle = 0;
+  CUresult result = symbols_.cuDeviceGet(&handle, ordinal);
+  if (result != CUDA_SUCCESS) {
+    return make_error(hmr_code_for(result), "cuDeviceGet(%d) failed: %s", ordinal,
+                      describe_cuda_error(symbols_, result).c_str());
+  }
+  DeviceCapabilities caps;
+  caps.device = device;
+  caps.dmabuf = dmabuf_capability(ordinal, handle);
+  caps.peer_direct = peer_direct_capability(ordinal, handle);
+  caps.ipc = no("CUDA IPC export is not implemented in this hmr build");
+  return caps;
+}
+
+}  // namespace hmr::cuda

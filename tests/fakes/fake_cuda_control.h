@@ -1,0 +1,44 @@
+/* The test-only entry points of the fake CUDA driver (fake_cuda.c, built as libcuda.so.1).
+ *
+ * Tests reach them with dlsym on the same library the CUDA iface loaded through
+ * HMR_CUDA_LIBRARY, so both see one instance and one state. */
+#ifndef HMR_TESTS_FAKE_CUDA_CONTROL_H
+#define HMR_TESTS_FAKE_CUDA_CONTROL_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FAKE_CUDA_DEVICE_COUNT 2
+
+/* Memory types fake_cuda_alloc can hand out (CUmemorytype values, plus managed). */
+enum fake_cuda_memory {
+  FAKE_CUDA_MEM_HOST = 1,    /* pinned host memory from the driver */
+  FAKE_CUDA_MEM_DEVICE = 2,  /* device-only */
+  FAKE_CUDA_MEM_MANAGED = 4, /* migratable */
+};
+
+/* Forgets every allocation, failure, attribute override and counter; uninitialises the driver. */
+typedef void (*fake_cuda_reset_fn)(void);
+/* Hands out `size` bytes on `device` from that device's own reserved (PROT_NONE) address range;
+ * a freed address is handed out again first.  Returns a CUresult. */
+typedef int (*fake_cuda_alloc_fn)(int device, size_t size, int memory, unsigned long long *out);
+typedef int (*fake_cuda_free_fn)(unsigned long long ptr);
+/* Makes every later call of entry point `name` return `code` (0 clears it).  The pseudo-name
+ * "cuMemGetHandleForAddressRange:pcie" fails only calls that pass the PCIe mapping flag. */
+typedef void (*fake_cuda_set_failure_fn)(const char *name, int code);
+/* Overrides cuDeviceGetAttribute(attribute) for one device. */
+typedef void (*fake_cuda_set_device_attribute_fn)(int device, int attribute, int value);
+/* How often an entry point was called since reset. */
+typedef int (*fake_cuda_call_count_fn)(const char *name);
+/* The arguments of the last successful cuMemGetHandleForAddressRange. */
+typedef void (*fake_cuda_last_export_fn)(unsigned long long *ptr, size_t *size,
+                                         unsigned long long *flags);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

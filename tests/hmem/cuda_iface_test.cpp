@@ -1,0 +1,297 @@
+// The CUDA iface against the fake driver (tests/fakes/fake_cuda.c), loaded the way a user points
+// hmr at a driver: HMR_CUDA_LIBRARY.
+#include "cuda/cuda_iface.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <vector>
+
+#include "hmem/page_range.h"
+#include "tests/hmem/fake_cuda_library.h"
+
+namespace hmr::cuda {
+namespace {
+
+using hmem::DeviceId;
+using hmem::DmabufExport;
+using hmem::MemoryKind;
+using hmem::PointerInfo;
+using hmr::testing::fake_cuda;
+using hmr::testing::fake_cuda_path;
+using hmr::testing::open_fd_count;
+
+constexpr int kInvalidValue = 1;
+constexpr int kOutOfMemory = 2;
+constexpr int kNoDevice = 100;
+constexpr int kNotSupported = 801;
+
+const void* as_pointer(unsigned long long address) {
+  return reinterpret_cast<const void*>(static_cast<uintptr_t>(address));
+}
+
+class CudaIfaceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    setenv("HMR_CUDA_LIBRARY", fake_cuda_path(), 1);
+    fake_cuda().reset();
+  }
+  void TearDown() override {
+    for (unsigned long long ptr : allocations_) fake_cuda().free(ptr);
+    unsetenv("HMR_CUDA_LIBRARY");
+  }
+
+  void init() { ASSERT_TRUE(iface_.init().ok()); }
+
+  unsigned long long alloc(int device, size_t size, int memory = FAKE_CUDA_MEM_DEVICE) {
+    unsigned long long ptr = 0;
+    EXPECT_EQ(fake_cuda().alloc(device, size, memory, &ptr), 0);
+    allocations_.push_back(ptr);
+    return ptr;
+  }
+  void free_allocation(unsigned long long ptr) {
+    EXPECT_EQ(fake_cuda().free(ptr), 0);
+    std::erase(allocations_, ptr);
+  }
+
+  CudaIface iface_;
+  std::vector<unsigned long long> allocations_;
+};
+
+TEST_F(CudaIfaceTest, InitLoadsTheOverrideAndCountsDevices) {
+  init();
+  EXPECT_EQ(iface_.library_path(), fake_cuda_path());
+  EXPECT_EQ(iface_.driver_version(), 12080);
+  Result<int> count = iface_.device_count();
+  ASSERT_TRUE(count.ok());
+  EXPECT_EQ(*count, FAKE_CUDA_DEVICE_COUNT);
+  EXPECT_TRUE(iface_.init().ok());  // a second init is a no-op
+  EXPECT_EQ(fake_cuda().call_count("cuInit"), 1);
+}
+
+TEST_F(CudaIfaceTest, QueryDescribesTheWholeAllocation) {
+  init();
+  const size_t size = (1u << 20) + 123;
+  const unsigned long long base = alloc(1, size);
+  Result<PointerInfo> info = iface_.query(as_pointer(base + 4096 + 7), 100);
+  ASSERT_TRUE(info.ok()) << info.status().reason();
+  EXPECT_EQ(info->iface, HMR_HMEM_CUDA);
+  EXPECT_EQ(info->device, DeviceId{1});
+  EXPECT_EQ(info->base, base);
+  EXPECT_EQ(info->alloc_len, size);
+  EXPECT_EQ(info->kind, MemoryKind::device_only);
+  EXPECT_NE(info->alloc_id, 0u);
+  EXPECT_EQ(info->sys_dev, "0000:65:00.0");
+}
+
+TEST_F(CudaIfaceTest, DevicesHaveDistinctRangesAndBufferIds) {
+  init();
+  const unsigned long long on0 = alloc(0, 4096);
+  const unsigned long long on1 = alloc(1, 4096);
+  EXPECT_NE(on0, on1);
+  Result<PointerInfo> first = iface_.query(as_pointer(on0), 1);
+  Result<PointerInfo> second = iface_.query(as_pointer(on1), 1);
+  ASSERT_TRUE(first.ok() && second.ok());
+  EXPECT_EQ(first->device, DeviceId{0});
+  EXPECT_EQ(second->device, DeviceId{1});
+  EXPECT_NE(first->alloc_id, second->alloc_id);
+  EXPECT_EQ(first->sys_dev, "0000:17:00.0");
+}
+
+TEST_F(CudaIfaceTest, HostPointerIsNotCudaMemory) {
+  init();
+  std::vector<char> host(4096);
+  Result<PointerInfo> info = iface_.query(host.data(), host.size());
+  ASSERT_FALSE(info.ok());
+  EXPECT_EQ(info.status().code(), HMR_ENOENT);
+  EXPECT_NE(info.status().reason().find("not CUDA memory"), std::string::npos);
+}
+
+TEST_F(CudaIfaceTest, RangePastTheAllocationIsRejected) {
+  init();
+  const unsigned long long base = alloc(0, 8192);
+  Result<PointerInfo> info = iface_.query(as_pointer(base + 4096), 8192);
+  ASSERT_FALSE(info.ok());
+  EXPECT_EQ(info.status().code(), HMR_EINVAL);
+  EXPECT_EQ(iface_.query(as_pointer(base), 0).status().code(), HMR_EINVAL);
+}
+
+TEST_F(CudaIfaceTest, ReallocationAtTheSameAddressGetsANewBufferId) {
+  init();
+  const unsigned long long first = alloc(0, 1 << 16);
+  Result<PointerInfo> before = iface_.query(as_pointer(first), 64);
+  ASSERT_TRUE(before.ok());
+  free_allocation(first);
+  EXPECT_EQ(iface_.query(as_pointer(first), 64).status().code(), HMR_ENOENT);
+  const unsigned long long second = alloc(0, 1 << 16);
+  ASSERT_EQ(second, first);  // the fake reuses the lowest free address, as drivers often do
+  Result<PointerInfo> after = iface_.query(as_pointer(second), 64);
+  ASSERT_TRUE(after.ok());
+  EXPECT_NE(after->alloc_id, before->alloc_id);
+}
+
+TEST_F(CudaIfaceTest, ManagedAndHostAllocationsAreTold) {
+  init();
+  Result<PointerInfo> managed = iface_.query(as_pointer(alloc(0, 4096, FAKE_CUDA_MEM_MANAGED)), 8);
+  ASSERT_TRUE(managed.ok());
+  EXPECT_EQ(managed->kind, MemoryKind::managed);
+  Result<PointerInfo> pinned = iface_.query(as_pointer(alloc(1, 4096, FAKE_CUDA_MEM_HOST)), 8);
+  ASSERT_TRUE(pinned.ok());
+  EXPECT_EQ(pinned->kind, MemoryKind::host_alloc);
+}
+
+TEST_F(CudaIfaceTest, ExportCoversWholePagesWithTheRightOffset) {
+  init();
+  const size_t page = hmem::host_page_size();
+  const unsigned long long base = alloc(0, 16 * page);
+  const unsigned long long address = base + 3 * page + 100;  // not page aligned
+  Result<DmabufExport> exported = iface_.export_dmabuf({as_pointer(address), 2 * page});
+  ASSERT_TRUE(exported.ok()) << exported.status().reason();
+  EXPECT_TRUE(exported->fd.valid());
+  EXPECT_EQ(exported->offset, 100u);
+  EXPECT_EQ(exported->len, 2 * page);
+  EXPECT_EQ(exported->exported_len, 3 * page);  // [3 pages + 100, 5 pages + 100) -> pages 3..5
+
+  unsigned long long ptr = 0;
+  size_t size = 0;
+  unsigned long long flags = 0;
+  fake_cuda().last_export(&ptr, &size, &flags);
+  EXPECT_EQ(ptr, base + 3 * page);
+  EXPECT_EQ(size, 3 * page);
+  EXPECT_EQ(flags, CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE);  // accepted the first time
+  EXPECT_EQ(fake_cuda().call_count("cuMemGetHandleForAddressRange"), 1);
+
+  struct stat st {};
+  ASSERT_EQ(fstat(exported->fd.get(), &st), 0);
+  EXPECT_EQ(static_cast<size_t>(st.st_size), 3 * page);  // the fd covers exactly those pages
+}
+
+TEST_F(CudaIfaceTest, RejectedPcieFlagIsRetriedWithoutIt) {
+  init();
+  const unsigned long long base = alloc(0, 1 << 20);
+  for (int rejection : {kInvalidValue, kNotSupported}) {
+    const int calls = fake_cuda().call_count("cuMemGetHandleForAddressRange");
+    fake_cuda().set_failure("cuMemGetHandleForAddressRange:pcie", rejection);
+    Result<DmabufExport> exported = iface_.export_dmabuf({as_pointer(base), 4096});
+    ASSERT_TRUE(exported.ok()) << exported.status().reason();
+    EXPECT_EQ(fake_cuda().call_count("cuMemGetHandleForAddressRange"), calls + 2) << rejection;
+    unsigned long long ptr = 0;
+    size_t size = 0;
+    unsigned long long flags = ~0ull;
+    fake_cuda().last_export(&ptr, &size, &flags);
+    EXPECT_EQ(flags, 0u);
+    EXPECT_EQ(ptr, base);
+  }
+}
+
+TEST_F(CudaIfaceTest, OtherExportFailuresAreNotRetried) {
+  init();
+  const unsigned long long base = alloc(0, 1 << 20);
+  fake_cuda().set_failure("cuMemGetHandleForAddressRange", kOutOfMemory);
+  Result<DmabufExport> exported = iface_.export_dmabuf({as_pointer(base), 4096});
+  ASSERT_FALSE(exported.ok());
+  EXPECT_EQ(exported.status().code(), HMR_ENOMEM);
+  EXPECT_NE(exported.status().reason().find("cuMemGetHandleForAddressRange"), std::string::npos);
+  EXPECT_NE(exported.status().reason().find("CUDA_ERROR_OUT_OF_MEMORY"), std::string::npos);
+  EXPECT_EQ(fake_cuda().call_count("cuMemGetHandleForAddressRange"), 1);
+}
+
+TEST_F(CudaIfaceTest, ManagedMemoryIsNeverExported) {
+  init();
+  const unsigned long long managed = alloc(0, 1 << 20, FAKE_CUDA_MEM_MANAGED);
+  Result<DmabufExport> exported = iface_.export_dmabuf({as_pointer(managed), 4096});
+  ASSERT_FALSE(exported.ok());
+  EXPECT_EQ(exported.status().code(), HMR_EOPNOTSUPP);
+  EXPECT_EQ(fake_cuda().call_count("cuMemGetHandleForAddressRange"), 0);
+}
+
+TEST_F(CudaIfaceTest, ExportsLeakNoFd) {
+  init();
+  const unsigned long long base = alloc(0, 1 << 20);
+  const int before = open_fd_count();
+  for (int i = 0; i < 16; ++i) {
+    Result<DmabufExport> exported = iface_.export_dmabuf({as_pointer(base + 64), 4096});
+    ASSERT_TRUE(exported.ok());
+    EXPECT_EQ(open_fd_count(), before + 1);
+  }
+  EXPECT_EQ(open_fd_count(), before);
+
+  // Ownership moves with the export and is released exactly once.
+  Result<DmabufExport> exported = iface_.export_dmabuf({as_pointer(base), 4096});
+  ASSERT_TRUE(exported.ok());
+  DmabufExport moved = std::move(*exported);
+  EXPECT_FALSE(exported->fd.valid());
+  const int fd = moved.fd.release();
+  EXPECT_EQ(open_fd_count(), before + 1);
+  ::close(fd);
+  EXPECT_EQ(open_fd_count(), before);
+
+  // A failed export leaves nothing open either.
+  fake_cuda().set_failure("cuMemGetHandleForAddressRange", kOutOfMemory);
+  EXPECT_FALSE(iface_.export_dmabuf({as_pointer(base), 4096}).ok());
+  EXPECT_EQ(open_fd_count(), before);
+}
+
+TEST_F(CudaIfaceTest, CapabilitiesArePerDevice) {
+  init();
+  Result<hmem::DeviceCapabilities> first = iface_.capabilities(DeviceId{0});
+  Result<hmem::DeviceCapabilities> second = iface_.capabilities(DeviceId{1});
+  ASSERT_TRUE(first.ok() && second.ok());
+  EXPECT_TRUE(first->dmabuf.supported);
+  EXPECT_TRUE(first->dmabuf.reason.empty());
+  EXPECT_FALSE(second->dmabuf.supported);  // the fake's device 1 has no dma-buf
+  EXPECT_NE(second->dmabuf.reason.find("device 1"), std::string::npos) << second->dmabuf.reason;
+  EXPECT_NE(second->dmabuf.reason.find("DMA_BUF_SUPPORTED"), std::string::npos);
+  for (const auto* caps : {&*first, &*second}) {  // every "no" says why
+    EXPECT_FALSE(caps->peer_direct.supported);
+    EXPECT_FALSE(caps->peer_direct.reason.empty());
+    EXPECT_FALSE(caps->ipc.supported);
+    EXPECT_FALSE(caps->ipc.reason.empty());
+  }
+
+  fake_cuda().set_device_attribute(0, CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, 0);
+  fake_cuda().set_device_attribute(1, CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, 1);
+  EXPECT_FALSE(iface_.capabilities(DeviceId{0})->dmabuf.supported);
+  EXPECT_TRUE(iface_.capabilities(DeviceId{1})->dmabuf.supported);
+  EXPECT_EQ(iface_.capabilities(DeviceId{2}).status().code(), HMR_EINVAL);
+}
+
+TEST_F(CudaIfaceTest, InjectedInitFailureFailsClosedWithTheDriverError) {
+  fake_cuda().set_failure("cuInit", kNoDevice);
+  Status status = iface_.init();
+  ASSERT_FALSE(status.ok());
+  EXPECT_EQ(status.code(), HMR_ENODEV);
+  EXPECT_NE(status.reason().find("cuda iface unavailable"), std::string::npos) << status.reason();
+  EXPECT_NE(status.reason().find("cuInit"), std::string::npos);
+  EXPECT_NE(status.reason().find(fake_cuda_path()), std::string::npos);
+  EXPECT_NE(status.reason().find("CUDA_ERROR_NO_DEVICE"), std::string::npos);
+  EXPECT_NE(status.reason().find("no CUDA-capable device"), std::string::npos);  // driver's text
+
+  // Unusable, but never a crash and never "host memory".
+  int local = 0;
+  EXPECT_FALSE(iface_.query(&local, sizeof local).ok());
+  EXPECT_FALSE(iface_.device_count().ok());
+
+  fake_cuda().set_failure("cuInit", 0);
+  EXPECT_TRUE(iface_.init().ok());  // a failed init can be retried
+}
+
+TEST_F(CudaIfaceTest, MissingLibraryMeansIfaceUnavailable) {
+  setenv("HMR_CUDA_LIBRARY", "/nonexistent/hmr/libcuda.so.1", 1);
+  Status status = iface_.init();
+  ASSERT_FALSE(status.ok());
+  EXPECT_EQ(status.code(), HMR_ENOSYS);
+  EXPECT_NE(status.reason().find("cuda iface unavailable"), std::string::npos) << status.reason();
+  EXPECT_NE(status.reason().find("/nonexistent/hmr/libcuda.so.1"), std::string::npos);
+  EXPECT_TRUE(iface_.library_path().empty());
+
+  int local = 0;
+  EXPECT_FALSE(iface_.query(&local, sizeof local).ok());
+  EXPECT_FALSE(iface_.export_dmabuf({&local, sizeof local}).ok());
+  EXPECT_FALSE(iface_.capabilities(DeviceId{0}).ok());
+}
+
+}  // namespace
+}  // namespace hmr::cuda
