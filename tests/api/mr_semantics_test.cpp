@@ -20,26 +20,11 @@
 
 namespace {
 
-using namespace hmr_test;  // owners (DomainPtr, MrPtr, ...) and reg/open_ep/open_cntr
+using namespace hmr_test;  // owners (DomainPtr, MrPtr, ...), reg/open_ep/open_cntr, Link
 
 constexpr size_t kPage = 4096;
 constexpr uint64_t kRemote = HMR_REMOTE_READ | HMR_REMOTE_WRITE;
 
-// An initiator endpoint connected to a target endpoint.  The initiator is declared last so
-// it is closed first: nothing is connected to a target when the target closes.
-struct Link {
-  EpPtr target;
-  EpPtr initiator;
-};
-Link connect(hmr_domain* initiator_domain, hmr_domain* target_domain) {
-  Link link;
-  link.target = open_ep(target_domain);
-  link.initiator = open_ep(initiator_domain);
-  if (link.target && link.initiator) {
-    EXPECT_EQ(hmr_ep_connect(link.initiator.get(), link.target.get()), 0) << hmr_last_error();
-  }
-  return link;
-}
 
 hmr_mr_attr mr_attr(const iovec* iov, size_t count, uint64_t access) {
   hmr_mr_attr attr;

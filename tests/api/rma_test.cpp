@@ -16,27 +16,11 @@
 
 namespace {
 
-using namespace hmr_test;  // owners (DomainPtr, MrPtr, ...) and reg/open_ep/open_cntr
+using namespace hmr_test;  // owners (DomainPtr, MrPtr, ...), reg/open_ep/open_cntr, Link
 
 constexpr size_t kPage = 4096;
 constexpr uint64_t kRemote = HMR_REMOTE_READ | HMR_REMOTE_WRITE;
 
-// The initiator is declared last so it closes first: nothing is connected to the target
-// when the target closes.
-struct Link {
-  EpPtr target;
-  EpPtr initiator;
-  explicit operator bool() const { return target && initiator; }
-};
-Link connect(hmr_domain* initiator_domain, hmr_domain* target_domain) {
-  Link link;
-  link.target = open_ep(target_domain);
-  link.initiator = open_ep(initiator_domain);
-  if (link.target && link.initiator) {
-    EXPECT_EQ(hmr_ep_connect(link.initiator.get(), link.target.get()), 0) << hmr_last_error();
-  }
-  return link;
-}
 
 std::vector<uint8_t> pattern(size_t len, uint8_t seed) {
   std::vector<uint8_t> bytes(len);

@@ -36,6 +36,16 @@ CntrPtr open_cntr(hmr_domain* domain) {
   return CntrPtr(rc == 0 ? cntr : nullptr);
 }
 
+Link connect(hmr_domain* initiator_domain, hmr_domain* target_domain) {
+  Link link;
+  link.target = open_ep(target_domain);
+  link.initiator = open_ep(initiator_domain);
+  if (link.target && link.initiator) {
+    EXPECT_EQ(hmr_ep_connect(link.initiator.get(), link.target.get()), 0) << hmr_last_error();
+  }
+  return link;
+}
+
 Pages::Pages(size_t bytes) : bytes_(bytes) {
   address_ = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (address_ == MAP_FAILED) address_ = nullptr;

@@ -73,6 +73,15 @@ MrPtr reg(hmr_domain* domain, const void* buf, size_t len, uint64_t access, uint
 EpPtr open_ep(hmr_domain* domain);
 CntrPtr open_cntr(hmr_domain* domain);
 
+// An initiator endpoint connected to a target endpoint.  The initiator is declared last so it
+// closes first: nothing is connected to the target when the target closes.
+struct Link {
+  EpPtr target;
+  EpPtr initiator;
+  explicit operator bool() const { return target && initiator; }
+};
+Link connect(hmr_domain* initiator_domain, hmr_domain* target_domain);
+
 // Page-aligned anonymous memory, unmapped on destruction (unless released).
 class Pages {
  public:
