@@ -4,7 +4,8 @@
 # it installs nothing: it checks that the tools are there and says what is missing.
 set -euo pipefail
 
-packages=(cmake ninja-build g++ gcc libc6-dev libgtest-dev pkg-config libbenchmark-dev libucx-dev)
+packages=(cmake ninja-build g++ gcc clang libclang-rt-14-dev libc6-dev libgtest-dev pkg-config
+          libbenchmark-dev libucx-dev)
 
 if [[ $(id -u) -eq 0 ]]; then
   echo "== installing build dependencies with apt-get: ${packages[*]}"
@@ -15,7 +16,7 @@ if [[ $(id -u) -eq 0 ]]; then
 fi
 
 missing=()
-for tool in cmake ninja g++ cc pkg-config; do
+for tool in cmake ninja g++ cc clang++ pkg-config; do
   command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
 done
 [[ -f /usr/include/gtest/gtest.h ]] || missing+=("GoogleTest headers (/usr/include/gtest)")
@@ -24,4 +25,4 @@ if [[ ${#missing[@]} -gt 0 ]]; then
   echo "       run as root, or: sudo apt-get install -y ${packages[*]}" >&2
   exit 1
 fi
-echo "== not root: skipping apt-get; cmake, ninja, g++, pkg-config and GoogleTest are present"
+echo "== not root: skipping apt-get; cmake, ninja, g++, clang, pkg-config and GoogleTest are present"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds hmr twice and runs every test in each build:
-#   build/       normal build (RelWithDebInfo)
-#   build-asan/  AddressSanitizer + UndefinedBehaviorSanitizer (RelWithDebInfo)
+#   build/             normal build with GCC (RelWithDebInfo)
+#   build-clang-asan/  AddressSanitizer + UndefinedBehaviorSanitizer with clang (RelWithDebInfo)
+# Two compilers, so each one's warnings (errors here) are seen.
 # On a fresh Debian 12 machine, as root:  bash scripts/test.sh
 # HMR_JOBS sets build parallelism (default 2).
 set -euo pipefail
@@ -36,9 +37,10 @@ run_build() {
 
 # Options are given explicitly so a build folder configured by hand earlier cannot change them.
 common=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DHMR_BUILD_TESTS=ON -DHMR_BUILD_EXAMPLES=ON)
-run_build "normal build (RelWithDebInfo)" build "${common[@]}" -DHMR_SANITIZE=
-run_build "ASan+UBSan build (RelWithDebInfo)" build-asan "${common[@]}" \
-  -DHMR_SANITIZE=address,undefined
+run_build "normal build, GCC (RelWithDebInfo)" build "${common[@]}" -DHMR_SANITIZE= \
+  -DCMAKE_C_COMPILER=gcc -DCMAKE_CXX_COMPILER=g++
+run_build "ASan+UBSan build, clang (RelWithDebInfo)" build-clang-asan "${common[@]}" \
+  -DHMR_SANITIZE=address,undefined -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++
 
 echo
 echo "== both builds passed every test ($((SECONDS - start)) s)"
