@@ -10,7 +10,6 @@
 #include "core/event_queue.h"
 #include "core/memory_region.h"
 #include "core/monitor/monitor_registry.h"
-#include "core/monitor/uffd_monitor.h"
 #include "core/mr_mode.h"
 #include "core/log.h"
 #include "core/stopwatch.h"
@@ -137,18 +136,22 @@ nic::RegistrationRequest Domain::nic_request(std::span<const iovec> segments,
   return request;
 }
 
+Result<nic::Registration> Domain::register_on_nic(const nic::RegistrationRequest& request) {
+  HMR_RETURN_IF_ERROR(check_allocated(request.segments));
+  const Stopwatch stopwatch;
+  Result<nic::Registration> registered = nic_->register_memory(request);
+  if (registered.ok()) stats_.record_nic_registration(stopwatch.elapsed_ns());
+  return registered;
+}
+
 Result<nic::Registration> Domain::CacheBackendAdapter::register_range(uintptr_t start,
                                                                       uint64_t len,
                                                                       const CacheKey& key) {
   const iovec segment = {reinterpret_cast<void*>(start), len};
-  HMR_RETURN_IF_ERROR(domain_.check_allocated({&segment, 1}));
   nic::RegistrationRequest request = domain_.nic_request({&segment, 1}, key.access);
   request.iface = static_cast<hmr_hmem_iface>(key.iface);
   request.device = static_cast<uint64_t>(key.device);
-  const Stopwatch stopwatch;
-  Result<nic::Registration> registered = domain_.nic().register_memory(request);
-  if (registered.ok()) domain_.stats().record_nic_registration(stopwatch.elapsed_ns());
-  return registered;
+  return domain_.register_on_nic(request);
 }
 
 void Domain::CacheBackendAdapter::deregister(nic::Registration& registration) {

@@ -45,9 +45,8 @@ class Domain : public Tagged<ObjectClass::domain> {
   hmr_domain_stats statistics();
   void flush_cache();
 
-  // HMR_EFAULT unless every page of `segments` is mapped (ALLOCATED domains).  Checked where
-  // a NIC registration is made: a cache hit proves the range was mapped and still is.
-  Status check_allocated(std::span<const iovec> segments) const;
+  // Registers on the NIC (after the ALLOCATED check) and counts it in the statistics.
+  Result<nic::Registration> register_on_nic(const nic::RegistrationRequest& request);
   // The NIC request for `segments` under this domain's mode.
   nic::RegistrationRequest nic_request(std::span<const iovec> segments, uint64_t access) const;
 
@@ -65,6 +64,9 @@ class Domain : public Tagged<ObjectClass::domain> {
  private:
   Domain(std::unique_ptr<nic::Nic> nic, const DomainRules& rules, const Environment& environment);
   Status open_cache(const hmr_domain_attr& attr, hmr_domain_attr* negotiated);
+  // HMR_EFAULT unless every page of `segments` is mapped (ALLOCATED domains).  Checked where
+  // a NIC registration is made: a cache hit proves the range was mapped and still is.
+  Status check_allocated(std::span<const iovec> segments) const;
   Status reserve_mr_slot();
 
 

@@ -7,7 +7,6 @@
 #include "core/domain.h"
 #include "core/endpoint.h"
 #include "core/event_queue.h"
-#include "core/stopwatch.h"
 
 namespace hmr::core {
 
@@ -31,7 +30,6 @@ Status MemoryRegion::register_now() {
     state_.store(State::registered, std::memory_order_release);
     return ok_status();
   }
-  HMR_RETURN_IF_ERROR(domain_.check_allocated(request_.segments));
   nic::RegistrationRequest nic_request = domain_.nic_request(request_.segments, request_.access);
   nic_request.dmabuf = request_.dmabuf ? &*request_.dmabuf : nullptr;
   nic_request.flags = request_.flags;
@@ -42,10 +40,8 @@ Status MemoryRegion::register_now() {
   nic_request.page_size = request_.page_size;
   nic_request.enabled = starts_enabled();
 
-  const Stopwatch stopwatch;
-  Result<nic::Registration> registered = domain_.nic().register_memory(nic_request);
+  Result<nic::Registration> registered = domain_.register_on_nic(nic_request);
   if (!registered.ok()) return registered.status();
-  domain_.stats().record_nic_registration(stopwatch.elapsed_ns());
   registration_ = *registered;
   enabled_ = nic_request.enabled;
   state_.store(State::registered, std::memory_order_release);
