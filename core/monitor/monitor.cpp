@@ -6,13 +6,11 @@ namespace hmr::core {
 
 namespace {
 // initial-exec: the first touch of a dynamic TLS variable in a dlopen'ed library may call
-// malloc, and these are read inside memory hooks that can run under malloc's own lock.
-__attribute__((tls_model("initial-exec"))) thread_local bool event_thread = false;
+// malloc, and this is read inside memory hooks that can run under malloc's own lock.
 __attribute__((tls_model("initial-exec"))) thread_local unsigned event_scopes = 0;
 }  // namespace
 
-bool Monitor::on_event_thread() { return event_thread || event_scopes != 0; }
-void Monitor::mark_event_thread() { event_thread = true; }
+bool Monitor::on_event_thread() { return event_scopes != 0; }
 Monitor::EventScope::EventScope() { ++event_scopes; }
 Monitor::EventScope::~EventScope() { --event_scopes; }
 

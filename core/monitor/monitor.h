@@ -52,8 +52,8 @@ class Monitor {
   // Delivers an invalidation to every sink; safe from any thread, including the monitor's.
   void notify(uintptr_t start, uintptr_t end);
 
-  // True on a monitor's own event thread, or inside an EventScope (a memory hook running in
-  // the application's thread, possibly under glibc's malloc lock).  Work there must not free
+  // True inside an EventScope: a monitor's event thread (UffdWatcher), or a memory hook
+  // running in the application's thread, possibly under glibc's malloc lock.  Work there must not free
   // or unmap anything: it could wait for itself.  Caches defer their deregistrations.
   static bool on_event_thread();
 
@@ -66,9 +66,8 @@ class Monitor {
   };
 
  protected:
-  void begin_pending() { pending_.fetch_add(1, std::memory_order_seq_cst); }
-  void end_pending() { pending_.fetch_sub(1, std::memory_order_seq_cst); }
-  static void mark_event_thread();
+  // Raised and lowered around event reads by a monitor with such a window (UffdWatcher).
+  std::atomic<uint32_t>& pending_counter() { return pending_; }
 
  private:
   std::atomic<uint32_t> pending_{0};

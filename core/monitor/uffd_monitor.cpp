@@ -1,46 +1,26 @@
 #include "core/monitor/uffd_monitor.h"
 
-#include <poll.h>
-#include <sys/eventfd.h>
-
-#include <algorithm>
-#include <cerrno>
-#include <cstring>
-#include <vector>
-
 namespace hmr::core {
+
 UffdMonitor& UffdMonitor::instance() {
   // Never destroyed: caches in static objects may still unsubscribe at exit.
   static UffdMonitor* monitor = new UffdMonitor();
   return *monitor;
 }
 
-UffdMonitor::~UffdMonitor() {
-  if (thread_.joinable()) {
-    const uint64_t one = 1;
-    (void)!::write(wake_.get(), &one, sizeof one);
-    thread_.join();
-  }
-}
-
 Status UffdMonitor::start() {
   std::lock_guard<std::mutex> lock(start_mutex_);
-  if (thread_.joinable()) return ok_status();
-  Result<Userfaultfd> uffd = Userfaultfd::open();
-  if (!uffd.ok()) return uffd.status();
-  UniqueFd wake(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  if (!wake.valid()) {
-    const int err = errno;
-    return make_error(HMR_ENOMEM, "eventfd for the userfaultfd monitor: %s", std::strerror(err));
-  }
-  uffd_.emplace(std::move(*uffd));
-  wake_ = std::move(wake);
-  thread_ = std::thread([this] { run(); });
+  if (watcher_) return ok_status();
+  Result<std::unique_ptr<UffdWatcher>> watcher = UffdWatcher::start(
+      pending_counter(), [this](const AddressRangeEvent& change) { on_change(change); },
+      "userfaultfd monitor");
+  if (!watcher.ok()) return watcher.status();
+  watcher_ = std::move(*watcher);
   return ok_status();
 }
 
 Status UffdMonitor::subscribe(uintptr_t start, size_t len) {
-  if (!uffd_) return make_error(HMR_EINVAL, "userfaultfd monitor is not started");
+  if (!watcher_) return make_error(HMR_EINVAL, "userfaultfd monitor is not started");
   const uintptr_t first = start & ~(kBlock - 1);
   const uintptr_t end = start + len;
   std::lock_guard<std::mutex> lock(blocks_mutex_);
@@ -49,12 +29,12 @@ Status UffdMonitor::subscribe(uintptr_t start, size_t len) {
   // never relied on for correctness...
   for (uintptr_t block = first; block < end; block += kBlock) {
     Block& state = blocks_[block];
-    if (!state.registered) state.registered = uffd_->watch(block, kBlock).ok();
+    if (!state.registered) state.registered = watcher_->watch(block, kBlock).ok();
     ++state.references;
   }
   // ...the exact pages are: registering them again is free of splits where the block is
   // registered already, and covers pages mapped into a hole since.
-  Status watched = uffd_->watch(start, len);
+  Status watched = watcher_->watch(start, len);
   if (!watched.ok()) {
     for (uintptr_t block = first; block < end; block += kBlock) --blocks_[block].references;
   }
@@ -85,27 +65,9 @@ void UffdMonitor::forget_blocks(uintptr_t start, uintptr_t end) {
   }
 }
 
-void UffdMonitor::run() {
-  mark_event_thread();
-  pollfd fds[2] = {{uffd_->fd(), POLLIN, 0}, {wake_.get(), POLLIN, 0}};
-  std::vector<AddressRangeEvent> batch;
-  batch.reserve(64);
-  for (;;) {
-    if (poll(fds, 2, -1) < 0 && errno != EINTR) return;
-    if (fds[1].revents & POLLIN) return;
-    if (!(fds[0].revents & POLLIN)) continue;
-    begin_pending();
-    // Read everything queued first: each read releases an unmapping thread, which may hold
-    // a lock this thread is about to need.
-    AddressRangeEvent event;
-    while (batch.size() < batch.capacity() && uffd_->read_event(&event)) batch.push_back(event);
-    for (const AddressRangeEvent& change : batch) {
-      if (change.kind != AddressRangeEvent::Kind::remove) forget_blocks(change.start, change.end);
-      notify(change.start, change.end);
-    }
-    batch.clear();
-    end_pending();
-  }
+void UffdMonitor::on_change(const AddressRangeEvent& change) {
+  if (change.kind != AddressRangeEvent::Kind::remove) forget_blocks(change.start, change.end);
+  notify(change.start, change.end);
 }
 
 }  // namespace hmr::core

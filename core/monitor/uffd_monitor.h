@@ -15,20 +15,17 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
-#include <optional>
-#include <thread>
 
 #include "core/monitor/monitor.h"
-#include "core/unique_fd.h"
-#include "core/userfaultfd.h"
+#include "core/monitor/uffd_watcher.h"
 
 namespace hmr::core {
 
 class UffdMonitor final : public Monitor {
  public:
   static UffdMonitor& instance();
-  ~UffdMonitor() override;
 
   const char* name() const override { return "userfaultfd"; }
   Status start() override;
@@ -39,7 +36,7 @@ class UffdMonitor final : public Monitor {
 
  private:
   UffdMonitor() = default;
-  void run();
+  void on_change(const AddressRangeEvent& change);
   void forget_blocks(uintptr_t start, uintptr_t end);
 
   static constexpr uintptr_t kBlock = 2u << 20;
@@ -49,9 +46,7 @@ class UffdMonitor final : public Monitor {
   };
 
   std::mutex start_mutex_;
-  std::optional<Userfaultfd> uffd_;
-  UniqueFd wake_;
-  std::thread thread_;
+  std::unique_ptr<UffdWatcher> watcher_;
 
   std::mutex blocks_mutex_;
   std::map<uintptr_t, Block> blocks_;

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <thread>
 
 namespace hmr::nic::sim {
 namespace {
@@ -120,11 +121,12 @@ Status SimNic::watch_segments(const std::vector<iovec>& segments) {
   {
     std::lock_guard<std::mutex> lock(tracker_mutex_);
     if (!tracker_) {
-      Result<std::unique_ptr<PageChangeTracker>> tracker = PageChangeTracker::start(
-          [this](uintptr_t start, uintptr_t end) { mark_stale(start, end); });
+      Result<std::unique_ptr<core::UffdWatcher>> tracker = core::UffdWatcher::start(
+          tracker_pending_,
+          [this](const core::AddressRangeEvent& change) { mark_stale(change.start, change.end); },
+          "sim NIC page-change tracker");
       if (!tracker.ok()) return tracker.status();
       tracker_ = std::move(*tracker);
-      tracker_started_.store(tracker_.get(), std::memory_order_release);
     }
   }
   for (const iovec& segment : segments) {
@@ -229,9 +231,7 @@ Status SimNic::check_local(void* desc, const void* buf, size_t len, uint64_t acc
 
 Status SimNic::remote_access(const RmaRequest& request) {
   // Before the table lock: the tracker's callback takes it too.
-  if (PageChangeTracker* tracker = tracker_started_.load(std::memory_order_acquire)) {
-    tracker->wait_until_reported();
-  }
+  while (tracker_pending_.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
   std::shared_lock<std::shared_mutex> lock(table_mutex_);
   const SimRegion* region = table_.find_by_key(request.key);
   if (region == nullptr) {

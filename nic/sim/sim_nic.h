@@ -13,7 +13,7 @@
 #include <shared_mutex>
 
 #include "nic/nic.h"
-#include "nic/sim/page_change_tracker.h"
+#include "core/monitor/uffd_watcher.h"
 #include "nic/sim/sim_options.h"
 #include "nic/sim/sim_region_table.h"
 
@@ -48,9 +48,11 @@ class SimNic final : public Nic {
   uint64_t next_key_ = 1;  // guarded by table_mutex_
   std::mutex atomics_mutex_;  // serialises fetch_add read-modify-write
 
+  // MMU_NOTIFY model: a userfaultfd watcher over tracked regions, started by the first one.
+  // An access waits while `tracker_pending_` is up (see UffdWatcher).
+  std::atomic<uint32_t> tracker_pending_{0};
   std::mutex tracker_mutex_;
-  std::unique_ptr<PageChangeTracker> tracker_;  // started by the first MMU_NOTIFY region
-  std::atomic<PageChangeTracker*> tracker_started_{nullptr};  // read without tracker_mutex_
+  std::unique_ptr<core::UffdWatcher> tracker_;
 };
 
 }  // namespace hmr::nic::sim
