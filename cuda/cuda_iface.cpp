@@ -75,9 +75,14 @@ Status CudaIface::init() {
   return ok_status();
 }
 
-const std::string& CudaIface::library_path() const {
-  static const std::string none;
-  return library_.has_value() ? library_->path() : none;
+std::string CudaIface::library_path() const {
+  return library_.has_value() ? library_->path() : std::string();
+}
+
+std::string CudaIface::runtime_version() const {
+  if (!library_.has_value()) return {};
+  // cuDriverGetVersion reports 1000 * major + 10 * minor.
+  return std::to_string(driver_version_ / 1000) + "." + std::to_string(driver_version_ % 1000 / 10);
 }
 
 Status CudaIface::check_initialized() const {

@@ -28,7 +28,8 @@ class CudaIface final : public hmem::Iface {
   Result<hmem::DeviceCapabilities> capabilities(hmem::DeviceId device) override;
 
   // The library init loaded (empty before), and the driver version it reported (e.g. 12080).
-  const std::string& library_path() const;
+  std::string library_path() const override;
+  std::string runtime_version() const override;
   int driver_version() const { return driver_version_; }
 
  private:

@@ -99,6 +99,66 @@ class Iface {
   // Per device, never "device 0 for all": devices of one runtime differ.
   virtual Result<DeviceCapabilities> capabilities(DeviceId device) = 0;
 
+  // Copies between host memory and memory of this iface (device, host-alloc or managed).
+  // Used by host-shadow registrations and by tests; the CPU never reads device memory itself.
+  virtual Status copy_to_device(void* device_dst, const void* host_src, size_t len) {
+    (void)device_dst, (void)host_src, (void)len;
+    return unsupported("copies to the device");
+  }
+  virtual Status copy_from_device(void* host_dst, const void* device_src, size_t len) {
+    (void)host_dst, (void)device_src, (void)len;
+    return unsupported("copies from the device");
+  }
+
+  // Pins host memory for the runtime's DMA engines (cuMemHostRegister, hsa_amd_memory_lock).
+  virtual Status host_register(void* ptr, size_t len) {
+    (void)ptr, (void)len;
+    return unsupported("host registration");
+  }
+  virtual Status host_unregister(void* ptr) {
+    (void)ptr;
+    return unsupported("host unregistration");
+  }
+
+  // Allocates memory of `kind` (device_only, host_alloc or managed) on `device`, as UCX's
+  // mem_alloc does; for tests, hmr-perftest and applications that want hmr to own the buffer.
+  virtual Result<void*> mem_alloc(DeviceId device, size_t len, MemoryKind kind) {
+    (void)device, (void)len, (void)kind;
+    return unsupported("memory allocation");
+  }
+  virtual Status mem_free(void* ptr) {
+    (void)ptr;
+    return unsupported("memory free");
+  }
+
+  // How the registration cache learns that memory of this iface was freed.
+  //   alloc_id:     query() returns an identity that changes on free + realloc (CUDA BUFFER_ID,
+  //                 Level Zero allocation id); the cache keys entries by it, so a new allocation
+  //                 at the same address can never hit an old entry.
+  //   free_events:  watch_free() delivers a callback when the allocation is freed (ROCr).
+  //   explicit_only: the runtime reports nothing (Neuron, SynapseAI); the application must call
+  //                 hmr's explicit invalidation before freeing, as documented.
+  enum class FreeTracking { none, alloc_id, free_events, explicit_only };
+  virtual FreeTracking free_tracking() const { return FreeTracking::none; }
+
+  // free_events only: calls on_free(context, base, alloc_len) once when the allocation that
+  // `info` describes is freed, on whatever thread frees it.  The callback must not call back into
+  // the runtime.  unwatch_free() stops it; both are idempotent per (info.base, context).
+  using FreeCallback = void (*)(void* context, uint64_t base, size_t alloc_len);
+  virtual Status watch_free(const PointerInfo& info, FreeCallback on_free, void* context) {
+    (void)info, (void)on_free, (void)context;
+    return unsupported("free notifications");
+  }
+  virtual Status unwatch_free(const PointerInfo& info, void* context) {
+    (void)info, (void)context;
+    return unsupported("free notifications");
+  }
+
+  // For hmr-info: the library init loaded ("" before or when it failed) and the runtime's
+  // version as the runtime words it ("" when unknown).
+  virtual std::string library_path() const { return {}; }
+  virtual std::string runtime_version() const { return {}; }
+
  protected:
   // The typed "not supported" every iface uses for an operation it lacks.
   Status unsupported(const char* operation) const;
