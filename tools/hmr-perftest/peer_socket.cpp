@@ -1,0 +1,205 @@
+#include "peer_socket.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <utility>
+
+namespace hmr::perftest {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+bool set_why(std::string* why, std::string text) {
+  if (why != nullptr) *why = std::move(text);
+  return false;
+}
+
+std::string errno_text(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
+
+int milliseconds_left(Clock::time_point deadline) {
+  const auto left =
+      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  return left > 0 ? static_cast<int>(left) : 0;
+}
+
+// Waits for `events` on fd; false with a reason on timeout or error.
+bool wait_for(int fd, short events, Clock::time_point deadline, const char* what,
+              std::string* why) {
+  for (;;) {
+    pollfd p{fd, events, 0};
+    const int ready = ::poll(&p, 1, milliseconds_left(deadline));
+    if (ready > 0) return true;
+    if (ready == 0) return set_why(why, std::string("timed out waiting for ") + what);
+    if (errno != EINTR) return set_why(why, errno_text("poll"));
+  }
+}
+
+}  // namespace
+
+std::optional<PeerSocket> PeerSocket::listen(uint16_t port, std::string* why) {
+  const int fd = ::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    set_why(why, errno_text("socket"));
+    return std::nullopt;
+  }
+  PeerSocket socket(-1);
+  socket.listen_fd_ = fd;
+  const int on = 1, off = 0;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
+  ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof off);  // IPv4 clients too
+  sockaddr_in6 address{};
+  address.sin6_family = AF_INET6;
+  address.sin6_addr = in6addr_any;
+  address.sin6_port = htons(port);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
+    set_why(why, errno_text(("bind to port " + std::to_string(port)).c_str()));
+    return std::nullopt;
+  }
+  if (::listen(fd, 1) != 0) {
+    set_why(why, errno_text("listen"));
+    return std::nullopt;
+  }
+  socklen_t length = sizeof address;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+  socket.port_ = ntohs(address.sin6_port);
+  return socket;
+}
+
+bool PeerSocket::accept(int timeout_ms, std::string* why) {
+  if (listen_fd_ < 0) return set_why(why, "accept on a socket that is not listening");
+  const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  if (!wait_for(listen_fd_, POLLIN, deadline, "a client to connect", why)) return false;
+  const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+  if (fd < 0) return set_why(why, errno_text("accept"));
+  ::close(listen_fd_);
+  listen_fd_ = -1;
+  fd_ = fd;
+  const int on = 1;
+  ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
+  return true;
+}
+
+std::optional<PeerSocket> PeerSocket::connect(const std::string& host, uint16_t port,
+                                              int timeout_ms, std::string* why) {
+  const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const std::string service = std::to_string(port);
+  const int resolved = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &found);
+  if (resolved != 0) {
+    set_why(why, "cannot resolve '" + host + "': " + gai_strerror(resolved));
+    return std::nullopt;
+  }
+  std::string last_error = "no address for '" + host + "'";
+  for (;;) {
+    for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+      const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+      if (fd < 0) continue;
+      if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
+        ::freeaddrinfo(found);
+        const int on = 1;
+        ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
+        return PeerSocket(fd);
+      }
+      last_error = errno_text(("connect to " + host + ":" + service).c_str());
+      ::close(fd);
+    }
+    if (milliseconds_left(deadline) == 0) break;
+    // Not a timing assumption: the server may simply not be listening yet, so try again
+    // shortly, until the caller's deadline.
+    ::poll(nullptr, 0, 50);
+  }
+  ::freeaddrinfo(found);
+  set_why(why, last_error + " (gave up after " + std::to_string(timeout_ms) + " ms)");
+  return std::nullopt;
+}
+
+PeerSocket::PeerSocket(PeerSocket&& other) noexcept
+    : fd_(std::exchange(other.fd_, -1)),
+      listen_fd_(std::exchange(other.listen_fd_, -1)),
+      port_(other.port_) {}
+
+PeerSocket& PeerSocket::operator=(PeerSocket&& other) noexcept {
+  if (this != &other) {
+    close_fds();
+    fd_ = std::exchange(other.fd_, -1);
+    listen_fd_ = std::exchange(other.listen_fd_, -1);
+    port_ = other.port_;
+  }
+  return *this;
+}
+
+PeerSocket::~PeerSocket() { close_fds(); }
+
+void PeerSocket::close_fds() {
+  if (fd_ >= 0) ::close(fd_);
+  if (listen_fd_ >= 0) ::close(listen_fd_);
+  fd_ = listen_fd_ = -1;
+}
+
+bool PeerSocket::send(const std::vector<uint8_t>& message, std::string* why) {
+  if (fd_ < 0) return set_why(why, "send on a socket that is not connected");
+  size_t sent = 0;
+  while (sent < message.size()) {
+    const ssize_t n = ::send(fd_, message.data() + sent, message.size() - sent, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return set_why(why, errno_text("send to peer"));
+    }
+    sent += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+bool PeerSocket::read_exactly(uint8_t* out, size_t size, int timeout_ms, std::string* why) {
+  const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  size_t got = 0;
+  while (got < size) {
+    if (!wait_for(fd_, POLLIN, deadline, "the peer's message", why)) return false;
+    const ssize_t n = ::recv(fd_, out + got, size - got, 0);
+    if (n == 0) return set_why(why, "the peer closed the connection mid-message");
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      // A peer that exits with our message unread resets rather than closes.
+      if (errno == ECONNRESET) return set_why(why, "the peer closed the connection (reset)");
+      return set_why(why, errno_text("recv from peer"));
+    }
+    got += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+std::optional<std::vector<uint8_t>> PeerSocket::receive(MessageType expected, int timeout_ms,
+                                                        std::string* why) {
+  if (fd_ < 0) {
+    set_why(why, "receive on a socket that is not connected");
+    return std::nullopt;
+  }
+  uint8_t header[kPeerHeaderSize];
+  if (!read_exactly(header, sizeof header, timeout_ms, why)) return std::nullopt;
+  size_t body_size = 0;
+  std::optional<MessageType> type = decode_header(header, &body_size, why);
+  if (!type) return std::nullopt;
+  if (*type != expected) {
+    set_why(why, "the peer sent message type " + std::to_string(static_cast<int>(*type)) +
+                     " where type " + std::to_string(static_cast<int>(expected)) +
+                     " was due");
+    return std::nullopt;
+  }
+  std::vector<uint8_t> body(body_size);
+  if (!read_exactly(body.data(), body.size(), timeout_ms, why)) return std::nullopt;
+  return body;
+}
+
+}  // namespace hmr::perftest

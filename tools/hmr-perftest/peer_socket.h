@@ -1,0 +1,50 @@
+// The out-of-band TCP connection between hmr-perftest's server and client: one message at a
+// time, each read under a deadline so a silent or slow peer ends the run with a reason
+// instead of hanging it.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "peer_message.h"
+
+namespace hmr::perftest {
+
+class PeerSocket {
+ public:
+  // Server: listens on `port` (0 picks one; listening_port() tells which) on all addresses.
+  static std::optional<PeerSocket> listen(uint16_t port, std::string* why);
+  // Server: waits up to `timeout_ms` for one client; the listening socket is closed after.
+  bool accept(int timeout_ms, std::string* why);
+  // Client: connects to host:port, retrying until `timeout_ms` passes (the server may start
+  // a moment later than the client).
+  static std::optional<PeerSocket> connect(const std::string& host, uint16_t port, int timeout_ms,
+                                           std::string* why);
+
+  PeerSocket(PeerSocket&& other) noexcept;
+  PeerSocket& operator=(PeerSocket&& other) noexcept;
+  PeerSocket(const PeerSocket&) = delete;
+  PeerSocket& operator=(const PeerSocket&) = delete;
+  ~PeerSocket();
+
+  uint16_t listening_port() const { return port_; }
+
+  bool send(const std::vector<uint8_t>& message, std::string* why);
+  // Reads one message of type `expected` and returns its body, checked by decode_header.
+  std::optional<std::vector<uint8_t>> receive(MessageType expected, int timeout_ms,
+                                              std::string* why);
+
+ private:
+  explicit PeerSocket(int fd) : fd_(fd) {}
+  bool read_exactly(uint8_t* out, size_t size, int timeout_ms, std::string* why);
+  void close_fds();
+
+  int fd_ = -1;         // the connection (or the listening socket before accept)
+  int listen_fd_ = -1;  // server side until accept
+  uint16_t port_ = 0;
+};
+
+}  // namespace hmr::perftest
