@@ -6,7 +6,9 @@
 
 #include "core/log.h"
 #include "cuda/cuda_error.h"
+#include "cuda/cuda_mapped_range.h"
 #include "hmem/page_range.h"
+#include "nic/verbs/peer_direct.h"
 
 namespace hmr::cuda {
 
@@ -70,6 +72,7 @@ Status CudaIface::init() {
                                                                                : std::string());
   }
   library_ = std::move(*table);
+  contexts_.reset(&symbols_, count);
   log_message(LogLevel::debug, "cuda iface: '%s', driver %d, %d device(s)",
               library_->path().c_str(), version, count);
   return ok_status();
@@ -154,27 +157,27 @@ Result<PointerInfo> CudaIface::query(const void* ptr, size_t len) {
                       ordinal, device_count_);
   }
 
-  CUdeviceptr base = 0;
-  size_t size = 0;
-  result = symbols_.cuMemGetAddressRange(&base, &size, address);
+  FirstSegment first;
+  first.memory_type = memory_type;
+  first.managed = kind == MemoryKind::managed;
+  first.ordinal = ordinal;
+  first.buffer_id = buffer_id;
+  result = symbols_.cuMemGetAddressRange(&first.base, &first.size, address);
   if (result != CUDA_SUCCESS) {
     return make_error(hmr_code_for(result), "cuMemGetAddressRange(%p) on cuda device %d failed: %s",
                       ptr, ordinal, describe_cuda_error(symbols_, result).c_str());
   }
-  if (address < base || address + len > base + size) {
-    return make_error(HMR_EINVAL,
-                      "[%p, +%zu) is not inside one CUDA allocation: device %d allocation is "
-                      "[0x%llx, +%zu)",
-                      ptr, len, ordinal, base, size);
-  }
+  // For VMM memory the segment may be only part of the range; cover it segment by segment.
+  Result<MappedRange> mapped = cover_requested_range(symbols_, address, len, first);
+  if (!mapped.ok()) return mapped.status();
 
   PointerInfo info;
   info.iface = HMR_HMEM_CUDA;
   info.device = DeviceId{static_cast<uint64_t>(ordinal)};
-  info.base = base;
-  info.alloc_len = size;
+  info.base = mapped->base;
+  info.alloc_len = mapped->length;
   info.kind = kind;
-  info.alloc_id = buffer_id;
+  info.alloc_id = mapped->alloc_id;
   info.sys_dev = bus_ids_[static_cast<size_t>(ordinal)];
   return info;
 }
@@ -268,9 +271,14 @@ Capability CudaIface::peer_direct_capability(int ordinal, CUdevice device) const
     return no("device " + std::to_string(ordinal) +
               " reports CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED = 0");
   }
-  // The device can, but whether the NIC can (nvidia-peermem loaded) is not probed yet.
-  return no("device " + std::to_string(ordinal) +
-            " supports GPUDirect RDMA, but this hmr build does not probe nvidia-peermem yet");
+  // The device can; the NIC can reach its memory by VA only through a kernel peer-memory
+  // client.  Whether a given NIC and GPU share a PCIe path is for the NIC's own probe.
+  verbs::PeerDirectReport clients = verbs::probe_peer_direct(sysfs_root_);
+  if (!clients.available) {
+    return no("device " + std::to_string(ordinal) + " supports GPUDirect RDMA, but " +
+              clients.reason);
+  }
+  return yes();
 }
 
 Result<DeviceCapabilities> CudaIface::capabilities(DeviceId device) {
@@ -291,6 +299,7 @@ Result<DeviceCapabilities> CudaIface::capabilities(DeviceId device) {
   caps.dmabuf = dmabuf_capability(ordinal, handle);
   caps.peer_direct = peer_direct_capability(ordinal, handle);
   caps.ipc = no("CUDA IPC export is not implemented in this hmr build");
+  caps.sys_dev = bus_ids_[static_cast<size_t>(ordinal)];
   return caps;
 }
 

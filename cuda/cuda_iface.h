@@ -6,8 +6,10 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "cuda/cuda_context.h"
 #include "cuda/cuda_symbols.h"
 #include "hmem/iface.h"
 #include "hmem/symbol_table.h"
@@ -18,6 +20,10 @@ inline constexpr const char* kCudaDefaultLibrary = "libcuda.so.1";  // HMR_CUDA_
 
 class CudaIface final : public hmem::Iface {
  public:
+  // `sysfs_root` is where peer-direct support (an NVIDIA peer-memory client) is looked up: ""
+  // for the real /sys; tests give a directory that mirrors its layout.
+  explicit CudaIface(std::string sysfs_root = {}) : sysfs_root_(std::move(sysfs_root)) {}
+
   int iface() const override { return HMR_HMEM_CUDA; }
   const char* name() const override { return "cuda"; }
 
@@ -26,6 +32,19 @@ class CudaIface final : public hmem::Iface {
   Result<hmem::PointerInfo> query(const void* ptr, size_t len) override;
   Result<hmem::DmabufExport> export_dmabuf(hmem::MemoryRange range) override;
   Result<hmem::DeviceCapabilities> capabilities(hmem::DeviceId device) override;
+
+  // Copies, allocation and host registration run in the device's primary context, which the
+  // iface retains on first use and releases when it is destroyed (cuda_memory.cpp).  Memory
+  // from mem_alloc lives in that context: free it before the iface goes away.
+  Status copy_to_device(void* device_dst, const void* host_src, size_t len) override;
+  Status copy_from_device(void* host_dst, const void* device_src, size_t len) override;
+  Status host_register(void* ptr, size_t len) override;
+  Status host_unregister(void* ptr) override;
+  Result<void*> mem_alloc(hmem::DeviceId device, size_t len, hmem::MemoryKind kind) override;
+  Status mem_free(void* ptr) override;
+
+  // BUFFER_ID changes whenever an address is freed and reallocated (or a VMM segment remapped).
+  FreeTracking free_tracking() const override { return FreeTracking::alloc_id; }
 
   // The library init loaded (empty before), and the driver version it reported (e.g. 12080).
   std::string library_path() const override;
@@ -37,12 +56,19 @@ class CudaIface final : public hmem::Iface {
   hmem::Capability dmabuf_capability(int ordinal, CUdevice device) const;
   hmem::Capability peer_direct_capability(int ordinal, CUdevice device) const;
   std::string pci_bus_id(CUdevice device) const;
+  // The CUDA memory a copy touches: query() of it, or a reason naming `what` for host memory.
+  Result<hmem::PointerInfo> device_range(const void* ptr, size_t len, const char* what);
+  template <typename Call>  // defined and used in cuda_memory.cpp
+  Result<CUresult> in_device_context(int ordinal, Call call);
 
+  std::string sysfs_root_;
   std::optional<hmem::SymbolTable> library_;  // set only once init has fully succeeded
   CudaSymbols symbols_;
   int driver_version_ = 0;
   int device_count_ = 0;
   std::vector<std::string> bus_ids_;  // per ordinal, read once at init (empty if unknown)
+  // Declared after library_ so it is destroyed first: its releases call into the library.
+  PrimaryContexts contexts_;
 };
 
 }  // namespace hmr::cuda

@@ -70,6 +70,9 @@ struct DeviceCapabilities {
   Capability dmabuf;       // export_dmabuf works for this device's memory
   Capability peer_direct;  // the NIC can register the device VA directly (nvidia-peermem)
   Capability ipc;          // the memory can be shared with another process
+  // Where the device sits, for hmr-info and NIC affinity: its PCI bus id ("0000:17:00.0"),
+  // or "" when the runtime does not say.  Defaulted so existing initialisers stay complete.
+  std::string sys_dev = {};
 };
 
 class Iface {

@@ -39,13 +39,16 @@ Result<SymbolTable> SymbolTable::load(const char* vendor, const char* default_so
   table.addresses_.reserve(symbols.size());
   for (const SymbolSpec& symbol : symbols) {
     dlerror();
-    void* address = dlsym(handle, symbol.name);
+    void* address = symbol.version != nullptr ? dlvsym(handle, symbol.name, symbol.version)
+                                              : dlsym(handle, symbol.name);
     if (address == nullptr && symbol.need == SymbolNeed::required) {
       const char* why = dlerror();
       return make_error(HMR_ENOSYS,
-                        "the %s runtime '%s' lacks required symbol %s (%s): the driver is too "
-                        "old or this is not the %s runtime",
+                        "the %s runtime '%s' lacks required symbol %s%s%s (%s): the driver is "
+                        "too old or this is not the %s runtime",
                         vendor, table.path_.c_str(), symbol.name,
+                        symbol.version != nullptr ? "@" : "",
+                        symbol.version != nullptr ? symbol.version : "",
                         why != nullptr ? why : "resolved to null", vendor);
     }
     table.addresses_.push_back(address);

@@ -21,6 +21,9 @@ enum class SymbolNeed { required, optional };
 struct SymbolSpec {
   const char* name;  // the exact name to dlsym (e.g. "cuMemGetAddressRange_v2")
   SymbolNeed need;
+  // When set, the symbol is looked up at this version (dlvsym), e.g. "IBVERBS_1.1": libraries
+  // that keep several ABIs of one name under symbol versions must give the one hmr declares.
+  const char* version = nullptr;
 };
 
 // "HMR_<VENDOR>_LIBRARY", the variable that overrides where a vendor's runtime is loaded from.

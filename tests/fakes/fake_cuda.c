@@ -1,51 +1,22 @@
 /* A fake CUDA driver: a real shared object named libcuda.so.1 with the driver API entry points
  * hmr's CUDA iface dlsyms, so the real iface code runs without a GPU.
  *
- * Two devices.  Device memory comes from a PROT_NONE address range reserved per device: the
- * addresses are real and distinct per device, and a CPU touch would fault, which is how "the CPU
- * never touches device memory" is checked.  Every allocation gets a new buffer id.  dma-buf
- * export returns a real fd (a memfd sized to the exported range), so fd ownership is real. */
+ * Two devices.  This file: initialisation, devices, pointer attributes, dma-buf export, error
+ * strings and the test-only controls.  Memory (allocations, copies, host registration) is in
+ * fake_cuda_memory.c, VMM in fake_cuda_vmm.c, contexts in fake_cuda_context.c; the memory model
+ * is described in fake_cuda_internal.h.  dma-buf export returns a real fd (a memfd sized to the
+ * exported range), so fd ownership is real. */
 #define _GNU_SOURCE
-#include <pthread.h>
-#include <stddef.h>
-#include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "fake_cuda_control.h"
+#include "fake_cuda_internal.h"
 
-#define EXPORT __attribute__((visibility("default")))
-
-typedef int CUresult;
-typedef int CUdevice;
-typedef unsigned long long CUdeviceptr;
-
-enum {
-  SUCCESS = 0,
-  INVALID_VALUE = 1,
-  OUT_OF_MEMORY = 2,
-  NOT_INITIALIZED = 3,
-  INVALID_DEVICE = 101,
-  NOT_FOUND = 500,
-};
-
-#define REGION_SIZE (256ull << 20) /* address space reserved per device */
-#define GRANULE (2ull << 20)       /* cuMemAlloc's allocation granularity */
-#define MAX_ALLOCATIONS 128
 #define MAX_FAILURES 16
-#define MAX_COUNTERS 32
+#define MAX_COUNTERS 48
 #define MAX_OVERRIDES 16
 #define NAME_LEN 64
-
-struct allocation {
-  int live;
-  int device;
-  int memory;
-  CUdeviceptr base;
-  size_t size;
-  unsigned long long buffer_id;
-};
 
 struct named_value {
   char name[NAME_LEN];
@@ -56,11 +27,9 @@ struct attribute_override {
   int device, attribute, value;
 };
 
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static int initialized;
-static void *regions[FAKE_CUDA_DEVICE_COUNT];
-static struct allocation allocations[MAX_ALLOCATIONS];
-static unsigned long long next_buffer_id = 1;
+pthread_mutex_t fake_lock = PTHREAD_MUTEX_INITIALIZER;
+int fake_initialized;
+static unsigned long long next_id = 1;
 static struct named_value failures[MAX_FAILURES];
 static struct named_value counters[MAX_COUNTERS];
 static struct attribute_override overrides[MAX_OVERRIDES];
@@ -83,44 +52,23 @@ static struct named_value *find_named(struct named_value *table, int count, cons
   return NULL;
 }
 
-/* Counts the call and returns the injected failure for `name`, or SUCCESS. Lock held. */
-static CUresult enter(const char *name) {
+CUresult fake_enter(const char *name) {
   struct named_value *counter = find_named(counters, MAX_COUNTERS, name, 1);
   if (counter != NULL) counter->value++;
   struct named_value *failure = find_named(failures, MAX_FAILURES, name, 0);
   return failure != NULL ? failure->value : SUCCESS;
 }
 
-static struct allocation *find_allocation(CUdeviceptr ptr) {
-  for (int i = 0; i < MAX_ALLOCATIONS; ++i) {
-    struct allocation *a = &allocations[i];
-    if (a->live && ptr >= a->base && ptr < a->base + a->size) return a;
-  }
-  return NULL;
-}
+unsigned long long fake_next_id(void) { return next_id++; }
 
-static uint64_t round_up(uint64_t value, uint64_t granule) {
+uint64_t fake_round_up(uint64_t value, uint64_t granule) {
   return (value + granule - 1) / granule * granule;
 }
-
-#define ENTER(name)                   \
-  pthread_mutex_lock(&lock);          \
-  CUresult injected = enter(name);    \
-  if (injected != SUCCESS) {          \
-    pthread_mutex_unlock(&lock);      \
-    return injected;                  \
-  }
-
-#define LEAVE(result)            \
-  do {                           \
-    pthread_mutex_unlock(&lock); \
-    return (result);             \
-  } while (0)
 
 EXPORT CUresult cuInit(unsigned int flags) {
   ENTER("cuInit");
   if (flags != 0) LEAVE(INVALID_VALUE);
-  initialized = 1;
+  fake_initialized = 1;
   LEAVE(SUCCESS);
 }
 
@@ -133,7 +81,7 @@ EXPORT CUresult cuDriverGetVersion(int *version) {
 
 EXPORT CUresult cuDeviceGetCount(int *count) {
   ENTER("cuDeviceGetCount");
-  if (!initialized) LEAVE(NOT_INITIALIZED);
+  if (!fake_initialized) LEAVE(NOT_INITIALIZED);
   if (count == NULL) LEAVE(INVALID_VALUE);
   *count = FAKE_CUDA_DEVICE_COUNT;
   LEAVE(SUCCESS);
@@ -141,7 +89,7 @@ EXPORT CUresult cuDeviceGetCount(int *count) {
 
 EXPORT CUresult cuDeviceGet(CUdevice *device, int ordinal) {
   ENTER("cuDeviceGet");
-  if (!initialized) LEAVE(NOT_INITIALIZED);
+  if (!fake_initialized) LEAVE(NOT_INITIALIZED);
   if (device == NULL) LEAVE(INVALID_VALUE);
   if (ordinal < 0 || ordinal >= FAKE_CUDA_DEVICE_COUNT) LEAVE(INVALID_DEVICE);
   *device = ordinal;
@@ -150,7 +98,7 @@ EXPORT CUresult cuDeviceGet(CUdevice *device, int ordinal) {
 
 EXPORT CUresult cuDeviceGetAttribute(int *value, int attribute, CUdevice device) {
   ENTER("cuDeviceGetAttribute");
-  if (!initialized) LEAVE(NOT_INITIALIZED);
+  if (!fake_initialized) LEAVE(NOT_INITIALIZED);
   if (value == NULL) LEAVE(INVALID_VALUE);
   if (device < 0 || device >= FAKE_CUDA_DEVICE_COUNT) LEAVE(INVALID_DEVICE);
   for (int i = 0; i < MAX_OVERRIDES; ++i) {
@@ -162,7 +110,10 @@ EXPORT CUresult cuDeviceGetAttribute(int *value, int attribute, CUdevice device)
   switch (attribute) {
     case 33: *value = device == 0 ? 0x17 : 0x65; break; /* PCI_BUS_ID */
     case 34: *value = 0; break;                        /* PCI_DEVICE_ID */
+    case 41: *value = 1; break;                        /* UNIFIED_ADDRESSING */
     case 50: *value = 0; break;                        /* PCI_DOMAIN_ID */
+    case 102: *value = 1; break;                       /* VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED */
+    case 110: *value = 1; break;                       /* GPU_DIRECT_RDMA_WITH_CUDA_VMM */
     case 116: *value = 1; break;                       /* GPU_DIRECT_RDMA_SUPPORTED */
     /* DMA_BUF_SUPPORTED: only device 0, so "per device, not device 0 for all" is visible. */
     case 124: *value = device == 0; break;
@@ -171,17 +122,28 @@ EXPORT CUresult cuDeviceGetAttribute(int *value, int attribute, CUdevice device)
   LEAVE(SUCCESS);
 }
 
-/* One attribute of the allocation holding ptr, or its "not CUDA memory" default. Lock held. */
-static CUresult pointer_attribute(void *data, int attribute, CUdeviceptr ptr) {
-  const struct allocation *a = find_allocation(ptr);
+/* One pointer attribute.  What the fake reports follows cuda.h's descriptions; where a real
+ * driver's answer is not documented (marked "assumed") the fake picks the plausible one:
+ *   BUFFER_ID        a new id per allocation and per cuMemMap mapping (assumed per mapping)
+ *   RANGE_START/SIZE the VMM reservation, or the allocation itself
+ *   MAPPING_BASE/SIZE the mapping (VMM segment) or the allocation; 0 where nothing is mapped
+ *   MEMORY_BLOCK_ID  the cuMemCreate handle; the buffer id for other allocations (assumed)
+ *   unmapped reservation: memory type 0, MAPPED 0, ordinal -1 (assumed). */
+static CUresult pointer_attribute(void *data, int attribute, const struct located *at) {
+  const int mapped = at->place != PLACE_NONE && at->place != PLACE_HOLE;
   switch (attribute) {
     case 2: /* MEMORY_TYPE: managed memory reads as device memory, told apart by IS_MANAGED */
-      *(unsigned int *)data =
-          a == NULL ? 0u : (a->memory == FAKE_CUDA_MEM_MANAGED ? 2u : (unsigned)a->memory);
+      *(unsigned int *)data = at->memory == FAKE_CUDA_MEM_MANAGED ? 2u : (unsigned)at->memory;
       break;
-    case 7: *(unsigned long long *)data = a == NULL ? 0ull : a->buffer_id; break;
-    case 8: *(unsigned int *)data = a != NULL && a->memory == FAKE_CUDA_MEM_MANAGED; break;
-    case 9: *(int *)data = a == NULL ? -1 : a->device; break;
+    case 7: *(unsigned long long *)data = at->buffer_id; break;
+    case 8: *(unsigned int *)data = at->memory == FAKE_CUDA_MEM_MANAGED; break;
+    case 9: *(int *)data = at->device; break;
+    case 11: *(CUdeviceptr *)data = at->range_base; break;
+    case 12: *(size_t *)data = at->range_size; break;
+    case 13: *(unsigned int *)data = (unsigned)mapped; break;
+    case 18: *(size_t *)data = mapped ? at->size : 0; break;
+    case 19: *(CUdeviceptr *)data = mapped ? at->base : 0; break;
+    case 20: *(unsigned long long *)data = at->block_id; break;
     default: return INVALID_VALUE;
   }
   return SUCCESS;
@@ -190,29 +152,60 @@ static CUresult pointer_attribute(void *data, int attribute, CUdeviceptr ptr) {
 EXPORT CUresult cuPointerGetAttributes(unsigned int count, int *attributes, void **data,
                                        CUdeviceptr ptr) {
   ENTER("cuPointerGetAttributes");
-  if (!initialized) LEAVE(NOT_INITIALIZED);
+  if (!fake_initialized) LEAVE(NOT_INITIALIZED);
   if (attributes == NULL || data == NULL) LEAVE(INVALID_VALUE);
+  struct located at;
+  fake_locate(ptr, &at);
   for (unsigned int i = 0; i < count; ++i) {
-    CUresult result = pointer_attribute(data[i], attributes[i], ptr);
+    CUresult result = pointer_attribute(data[i], attributes[i], &at);
     if (result != SUCCESS) LEAVE(result);
   }
   LEAVE(SUCCESS);
 }
 
+/* Like the driver: for VMM memory only the one mapping (segment) that holds ptr. */
 EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr ptr) {
   ENTER("cuMemGetAddressRange_v2");
-  if (!initialized) LEAVE(NOT_INITIALIZED);
-  const struct allocation *a = find_allocation(ptr);
-  if (a == NULL) LEAVE(NOT_FOUND);
-  if (base != NULL) *base = a->base;
-  if (size != NULL) *size = a->size;
+  if (!fake_initialized) LEAVE(NOT_INITIALIZED);
+  struct located at;
+  fake_locate(ptr, &at);
+  if (at.place == PLACE_NONE || at.place == PLACE_HOLE) LEAVE(NOT_FOUND);
+  if (base != NULL) *base = at.base;
+  if (size != NULL) *size = at.size;
   LEAVE(SUCCESS);
+}
+
+/* Whether [ptr, ptr + size) may be exported, as cuda.h documents it: inside one allocation
+ * (whole pages of it), or fully mapped VMM segments of one reservation, one device and the
+ * same allocation properties.  Managed and registered memory are never exported.  Lock held. */
+static int exportable(CUdeviceptr ptr, size_t size, uint64_t page) {
+  struct located first;
+  fake_locate(ptr, &first);
+  if (first.place == PLACE_ALLOCATION) {
+    return first.memory != FAKE_CUDA_MEM_MANAGED &&
+           ptr + size <= first.base + fake_round_up(first.size, page);
+  }
+  if (first.place != PLACE_MAPPING) return 0;
+  const struct physical *first_memory = &physicals[mappings[first.index].physical];
+  CUdeviceptr cursor = first.base + first.size;
+  while (cursor < ptr + size) {
+    struct located next;
+    fake_locate(cursor, &next);
+    if (next.place != PLACE_MAPPING || next.range_base != first.range_base ||
+        next.device != first.device ||
+        physicals[mappings[next.index].physical].gpu_direct_rdma !=
+            first_memory->gpu_direct_rdma) {
+      return 0;
+    }
+    cursor = next.base + next.size;
+  }
+  return 1;
 }
 
 EXPORT CUresult cuMemGetHandleForAddressRange(void *handle, CUdeviceptr ptr, size_t size, int type,
                                               unsigned long long flags) {
   ENTER("cuMemGetHandleForAddressRange");
-  if (!initialized) LEAVE(NOT_INITIALIZED);
+  if (!fake_initialized) LEAVE(NOT_INITIALIZED);
   if (flags & 1ull) {
     struct named_value *pcie =
         find_named(failures, MAX_FAILURES, "cuMemGetHandleForAddressRange:pcie", 0);
@@ -220,13 +213,7 @@ EXPORT CUresult cuMemGetHandleForAddressRange(void *handle, CUdeviceptr ptr, siz
   }
   const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
   if (handle == NULL || type != 1 || size == 0 || (flags & ~1ull) != 0 || ptr % page != 0 ||
-      size % page != 0) {
-    LEAVE(INVALID_VALUE);
-  }
-  /* Like the driver: the range must lie in one allocation (whole pages of it). */
-  const struct allocation *a = find_allocation(ptr);
-  if (a == NULL || a->memory == FAKE_CUDA_MEM_MANAGED ||
-      ptr + size > a->base + round_up(a->size, page)) {
+      size % page != 0 || !exportable(ptr, size, page)) {
     LEAVE(INVALID_VALUE);
   }
   int fd = memfd_create("fake-cuda-dmabuf", MFD_CLOEXEC);
@@ -251,8 +238,15 @@ EXPORT CUresult cuGetErrorString(CUresult error, const char **text) {
     case NOT_INITIALIZED: *text = "initialization error"; break;
     case 100: *text = "no CUDA-capable device is detected"; break;
     case INVALID_DEVICE: *text = "invalid device ordinal"; break;
+    case INVALID_CONTEXT: *text = "invalid device context"; break;
     case NOT_FOUND: *text = "named symbol not found"; break;
-    case 801: *text = "operation not supported"; break;
+    case HOST_MEMORY_ALREADY_REGISTERED:
+      *text = "part or all of the requested memory range is already mapped";
+      break;
+    case HOST_MEMORY_NOT_REGISTERED:
+      *text = "pointer does not correspond to a registered memory region";
+      break;
+    case NOT_SUPPORTED: *text = "operation not supported"; break;
     default: *text = "fake: unknown error"; return INVALID_VALUE;
   }
   return SUCCESS;
@@ -261,84 +255,33 @@ EXPORT CUresult cuGetErrorString(CUresult error, const char **text) {
 /* ---- test-only control ------------------------------------------------------------------ */
 
 EXPORT void fake_cuda_reset(void) {
-  pthread_mutex_lock(&lock);
-  initialized = 0;
-  memset(allocations, 0, sizeof allocations);
+  pthread_mutex_lock(&fake_lock);
+  fake_initialized = 0;
+  fake_reset_vmm();
+  fake_reset_memory();
+  fake_reset_contexts();
   memset(failures, 0, sizeof failures);
   memset(counters, 0, sizeof counters);
   memset(overrides, 0xff, sizeof overrides); /* device -1: unused */
   last_export_ptr = 0;
   last_export_size = 0;
   last_export_flags = 0;
-  /* Buffer ids keep growing: ids are never reused, across resets too. */
-  pthread_mutex_unlock(&lock);
-}
-
-EXPORT int fake_cuda_alloc(int device, size_t size, int memory, unsigned long long *out) {
-  if (device < 0 || device >= FAKE_CUDA_DEVICE_COUNT) return INVALID_DEVICE;
-  if (size == 0 || size > REGION_SIZE || out == NULL) return INVALID_VALUE;
-  if (memory != FAKE_CUDA_MEM_DEVICE && memory != FAKE_CUDA_MEM_HOST &&
-      memory != FAKE_CUDA_MEM_MANAGED) {
-    return INVALID_VALUE;
-  }
-  pthread_mutex_lock(&lock);
-  if (regions[device] == NULL) {
-    /* Reserved, never backed: the CPU must never touch device memory. */
-    void *region =
-        mmap(NULL, REGION_SIZE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (region == MAP_FAILED) LEAVE(OUT_OF_MEMORY);
-    regions[device] = region;
-  }
-  /* First fit from the start of the region, so a freed address is handed out again first. */
-  const CUdeviceptr region_start = round_up((uintptr_t)regions[device], GRANULE);
-  const CUdeviceptr region_end = (uintptr_t)regions[device] + REGION_SIZE;
-  CUdeviceptr candidate = region_start;
-  int moved = 1;
-  while (moved) {
-    moved = 0;
-    for (int i = 0; i < MAX_ALLOCATIONS; ++i) {
-      const struct allocation *a = &allocations[i];
-      if (a->live && a->device == device && candidate < a->base + round_up(a->size, GRANULE) &&
-          a->base < candidate + round_up(size, GRANULE)) {
-        candidate = a->base + round_up(a->size, GRANULE);
-        moved = 1;
-      }
-    }
-  }
-  if (candidate + size > region_end) LEAVE(OUT_OF_MEMORY);
-  for (int i = 0; i < MAX_ALLOCATIONS; ++i) {
-    if (!allocations[i].live) {
-      allocations[i] = (struct allocation){1, device, memory, candidate, size, next_buffer_id++};
-      *out = candidate;
-      LEAVE(SUCCESS);
-    }
-  }
-  LEAVE(OUT_OF_MEMORY);
-}
-
-EXPORT int fake_cuda_free(unsigned long long ptr) {
-  pthread_mutex_lock(&lock);
-  for (int i = 0; i < MAX_ALLOCATIONS; ++i) {
-    if (allocations[i].live && allocations[i].base == ptr) {
-      allocations[i].live = 0;
-      LEAVE(SUCCESS);
-    }
-  }
-  LEAVE(INVALID_VALUE);
+  /* Ids keep growing: ids are never reused, across resets too. */
+  pthread_mutex_unlock(&fake_lock);
 }
 
 EXPORT void fake_cuda_set_failure(const char *name, int code) {
-  pthread_mutex_lock(&lock);
+  pthread_mutex_lock(&fake_lock);
   struct named_value *failure = find_named(failures, MAX_FAILURES, name, code != 0);
   if (failure != NULL) {
     failure->value = code;
     if (code == 0) failure->name[0] = '\0';
   }
-  pthread_mutex_unlock(&lock);
+  pthread_mutex_unlock(&fake_lock);
 }
 
 EXPORT void fake_cuda_set_device_attribute(int device, int attribute, int value) {
-  pthread_mutex_lock(&lock);
+  pthread_mutex_lock(&fake_lock);
   for (int i = 0; i < MAX_OVERRIDES; ++i) {
     if (overrides[i].device == -1 ||
         (overrides[i].device == device && overrides[i].attribute == attribute)) {
@@ -346,24 +289,24 @@ EXPORT void fake_cuda_set_device_attribute(int device, int attribute, int value)
       break;
     }
   }
-  pthread_mutex_unlock(&lock);
+  pthread_mutex_unlock(&fake_lock);
 }
 
 EXPORT int fake_cuda_call_count(const char *name) {
-  pthread_mutex_lock(&lock);
+  pthread_mutex_lock(&fake_lock);
   const struct named_value *counter = find_named(counters, MAX_COUNTERS, name, 0);
   const int count = counter != NULL ? counter->value : 0;
-  pthread_mutex_unlock(&lock);
+  pthread_mutex_unlock(&fake_lock);
   return count;
 }
 
 EXPORT void fake_cuda_last_export(unsigned long long *ptr, size_t *size,
                                   unsigned long long *flags) {
-  pthread_mutex_lock(&lock);
+  pthread_mutex_lock(&fake_lock);
   *ptr = last_export_ptr;
   *size = last_export_size;
   *flags = last_export_flags;
-  pthread_mutex_unlock(&lock);
+  pthread_mutex_unlock(&fake_lock);
 }
 
 /* Overrides start unused (device -1) even before the first reset. */

@@ -1,4 +1,4 @@
-/* The test-only entry points of the fake CUDA driver (fake_cuda.c, built as libcuda.so.1).
+/* The test-only entry points of the fake CUDA driver (fake_cuda*.c, built as libcuda.so.1).
  *
  * Tests reach them with dlsym on the same library the CUDA iface loaded through
  * HMR_CUDA_LIBRARY, so both see one instance and one state. */
@@ -20,10 +20,13 @@ enum fake_cuda_memory {
   FAKE_CUDA_MEM_MANAGED = 4, /* migratable */
 };
 
-/* Forgets every allocation, failure, attribute override and counter; uninitialises the driver. */
+/* Frees every allocation, VMM reservation, mapping and physical allocation; forgets host
+ * registrations, failures, attribute overrides, counters and primary-context retains; and
+ * uninitialises the driver. */
 typedef void (*fake_cuda_reset_fn)(void);
-/* Hands out `size` bytes on `device` from that device's own reserved (PROT_NONE) address range;
- * a freed address is handed out again first.  Returns a CUresult. */
+/* Hands out `size` bytes on `device` from that device's own reserved address range, owned by no
+ * context; a freed address is handed out again first.  Device memory stays PROT_NONE to the CPU;
+ * host and managed memory is readable and writable, as on a real driver.  Returns a CUresult. */
 typedef int (*fake_cuda_alloc_fn)(int device, size_t size, int memory, unsigned long long *out);
 typedef int (*fake_cuda_free_fn)(unsigned long long ptr);
 /* Makes every later call of entry point `name` return `code` (0 clears it).  The pseudo-name
@@ -36,6 +39,18 @@ typedef int (*fake_cuda_call_count_fn)(const char *name);
 /* The arguments of the last successful cuMemGetHandleForAddressRange. */
 typedef void (*fake_cuda_last_export_fn)(unsigned long long *ptr, size_t *size,
                                          unsigned long long *flags);
+/* Reads or writes device bytes through the fake's own view of them, so a test can check a copy
+ * without trusting the copy in the other direction.  Every byte must be allocated or mapped.
+ * Returns a CUresult. */
+typedef int (*fake_cuda_peek_fn)(unsigned long long ptr, void *out, size_t len);
+typedef int (*fake_cuda_poke_fn)(unsigned long long ptr, const void *in, size_t len);
+/* How many cuMemHostRegister ranges are registered now. */
+typedef int (*fake_cuda_host_registration_count_fn)(void);
+/* The primary context's reference count on `device`; releasing the last one frees the memory
+ * allocated in it (cuMemAlloc and friends), as a real driver does. */
+typedef int (*fake_cuda_primary_retains_fn)(int device);
+/* The device of the calling thread's current context, or -1 when none is current. */
+typedef int (*fake_cuda_current_context_device_fn)(void);
 
 #ifdef __cplusplus
 }

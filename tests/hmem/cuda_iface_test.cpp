@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <vector>
 
 #include "hmem/page_range.h"
@@ -19,6 +21,7 @@ using hmem::DeviceId;
 using hmem::DmabufExport;
 using hmem::MemoryKind;
 using hmem::PointerInfo;
+using hmr::testing::as_pointer;
 using hmr::testing::fake_cuda;
 using hmr::testing::fake_cuda_path;
 using hmr::testing::open_fd_count;
@@ -28,37 +31,7 @@ constexpr int kOutOfMemory = 2;
 constexpr int kNoDevice = 100;
 constexpr int kNotSupported = 801;
 
-const void* as_pointer(unsigned long long address) {
-  return reinterpret_cast<const void*>(static_cast<uintptr_t>(address));
-}
-
-class CudaIfaceTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    setenv("HMR_CUDA_LIBRARY", fake_cuda_path(), 1);
-    fake_cuda().reset();
-  }
-  void TearDown() override {
-    for (unsigned long long ptr : allocations_) fake_cuda().free(ptr);
-    unsetenv("HMR_CUDA_LIBRARY");
-  }
-
-  void init() { ASSERT_TRUE(iface_.init().ok()); }
-
-  unsigned long long alloc(int device, size_t size, int memory = FAKE_CUDA_MEM_DEVICE) {
-    unsigned long long ptr = 0;
-    EXPECT_EQ(fake_cuda().alloc(device, size, memory, &ptr), 0);
-    allocations_.push_back(ptr);
-    return ptr;
-  }
-  void free_allocation(unsigned long long ptr) {
-    EXPECT_EQ(fake_cuda().free(ptr), 0);
-    std::erase(allocations_, ptr);
-  }
-
-  CudaIface iface_;
-  std::vector<unsigned long long> allocations_;
-};
+using CudaIfaceTest = hmr::testing::FakeCudaTest;
 
 TEST_F(CudaIfaceTest, InitLoadsTheOverrideAndCountsDevices) {
   init();
@@ -256,6 +229,35 @@ TEST_F(CudaIfaceTest, CapabilitiesArePerDevice) {
   EXPECT_FALSE(iface_.capabilities(DeviceId{0})->dmabuf.supported);
   EXPECT_TRUE(iface_.capabilities(DeviceId{1})->dmabuf.supported);
   EXPECT_EQ(iface_.capabilities(DeviceId{2}).status().code(), HMR_EINVAL);
+}
+
+TEST_F(CudaIfaceTest, PeerDirectNeedsTheDeviceAndAPeerMemoryClient) {
+  init();
+  Result<hmem::DeviceCapabilities> without = iface_.capabilities(DeviceId{0});
+  ASSERT_TRUE(without.ok());
+  EXPECT_FALSE(without->peer_direct.supported);
+  EXPECT_NE(without->peer_direct.reason.find("peer-memory client"), std::string::npos)
+      << without->peer_direct.reason;
+
+  // A sysfs tree in which nvidia-peermem is loaded.
+  char root[] = "/tmp/hmr-cuda-sysfs-XXXXXX";
+  ASSERT_NE(mkdtemp(root), nullptr);
+  const std::filesystem::path module = std::filesystem::path(root) / "sys/module/nvidia_peermem";
+  std::filesystem::create_directories(module);
+  std::ofstream(module / "version") << "1.0\n";
+  CudaIface with_peermem(root);
+  ASSERT_TRUE(with_peermem.init().ok());
+  Result<hmem::DeviceCapabilities> with = with_peermem.capabilities(DeviceId{1});
+  ASSERT_TRUE(with.ok());
+  EXPECT_TRUE(with->peer_direct.supported) << with->peer_direct.reason;
+  EXPECT_TRUE(with->peer_direct.reason.empty());
+
+  fake_cuda().set_device_attribute(1, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED, 0);
+  Result<hmem::DeviceCapabilities> unable = with_peermem.capabilities(DeviceId{1});
+  ASSERT_TRUE(unable.ok());
+  EXPECT_FALSE(unable->peer_direct.supported);
+  EXPECT_NE(unable->peer_direct.reason.find("GPU_DIRECT_RDMA_SUPPORTED = 0"), std::string::npos);
+  std::filesystem::remove_all(root);
 }
 
 TEST_F(CudaIfaceTest, InjectedInitFailureFailsClosedWithTheDriverError) {

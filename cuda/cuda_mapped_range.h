@@ -1,0 +1,45 @@
+// The mapped memory behind a requested CUDA range, which may be several VMM segments.
+//
+// With the VMM API (cuMemAddressReserve + cuMemCreate + cuMemMap, as PyTorch's expandable
+// segments use it) one reserved address range holds separately created physical segments
+// mapped back to back, and cuMemGetAddressRange answers for one segment only.  A registration
+// of a range that crosses segments must cover all of them, and must never cover a hole.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/status.h"
+#include "cuda/cuda_symbols.h"
+
+namespace hmr::cuda {
+
+// What the driver says about the segment that holds the start of the range.
+struct FirstSegment {
+  CUdeviceptr base = 0;  // from cuMemGetAddressRange
+  size_t size = 0;
+  unsigned int memory_type = 0;
+  bool managed = false;
+  int ordinal = -1;
+  unsigned long long buffer_id = 0;
+};
+
+// The whole segments that together hold the requested range.
+struct MappedRange {
+  CUdeviceptr base = 0;
+  size_t length = 0;
+  // The first segment's BUFFER_ID when one segment holds the range; otherwise a mix of every
+  // segment's BUFFER_ID in address order.  The driver gives each mapping its own id and never
+  // reuses one, so unmapping and remapping any segment of the range changes this identity.
+  uint64_t alloc_id = 0;
+  size_t segments = 0;
+};
+
+// Walks from `first` to the next address after each segment's end until [address, +len) is
+// covered.  Every segment must be mapped, in the same reservation, on the same device and of
+// the same memory type; an unmapped hole fails with HMR_EFAULT, anything else that breaks the
+// range with HMR_EINVAL, each with the address and why.
+Result<MappedRange> cover_requested_range(const CudaSymbols& symbols, uintptr_t address,
+                                          size_t len, const FirstSegment& first);
+
+}  // namespace hmr::cuda

@@ -1,0 +1,589 @@
+#include "rocr/rocr_iface.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cinttypes>
+#include <cstdio>
+#include <new>
+#include <utility>
+
+#include "core/log.h"
+#include "hmem/page_range.h"
+#include "rocr/rocr_error.h"
+
+namespace hmr::rocr {
+
+using hmem::Capability;
+using hmem::DeviceCapabilities;
+using hmem::DeviceId;
+using hmem::DmabufExport;
+using hmem::DmabufFd;
+using hmem::MemoryKind;
+using hmem::MemoryRange;
+using hmem::PointerInfo;
+
+namespace {
+
+Capability no(std::string reason) { return Capability{false, std::move(reason)}; }
+
+// Iteration callbacks run inside the runtime: no exception may cross it.
+template <typename Handle>
+hsa_status_t collect(Handle handle, void* data) {
+  try {
+    static_cast<std::vector<Handle>*>(data)->push_back(handle);
+  } catch (const std::bad_alloc&) {
+    return HSA_STATUS_ERROR_OUT_OF_RESOURCES;
+  }
+  return HSA_STATUS_SUCCESS;
+}
+
+bool same_agent(hsa_agent_t a, hsa_agent_t b) { return a.handle == b.handle; }
+
+// Which of the two views of an allocation holds `address`: for memory pinned by
+// hsa_amd_memory_lock the GPU may see it at another address than the CPU does.
+std::optional<uintptr_t> base_holding(const hsa_amd_pointer_info_t& info, uintptr_t address) {
+  for (const void* base : {info.agentBaseAddress, info.hostBaseAddress}) {
+    const auto start = reinterpret_cast<uintptr_t>(base);
+    if (base != nullptr && address >= start && address - start < info.sizeInBytes) return start;
+  }
+  return std::nullopt;
+}
+
+// What hsa_init's failure means for the user.  ROCr answers OUT_OF_RESOURCES when it cannot open
+// a GPU at all, which is "no device" rather than "out of memory".
+std::string init_hint(hsa_status_t status) {
+  if (status != HSA_STATUS_ERROR_OUT_OF_RESOURCES) return {};
+  if (access("/dev/kfd", F_OK) != 0) {
+    return "; /dev/kfd does not exist: no amdgpu kernel driver, or no GPU passed into this "
+           "container";
+  }
+  return "; check that this user may open /dev/kfd and /dev/dri/renderD*";
+}
+
+}  // namespace
+
+RocrIface::RocrIface() : RocrIface(default_kernel_config_sources()) {}
+
+RocrIface::RocrIface(KernelConfigSources kernel_config)
+    : kernel_config_(std::move(kernel_config)) {}
+
+RocrIface::~RocrIface() {
+  if (!library_.has_value()) return;
+  for (const auto& [base, registrations] : watches_->take_registrations()) {
+    for (int i = 0; i < registrations; ++i) {
+      // Fails only when the allocation is already gone, and then the runtime forgot it itself.
+      (void)symbols_.hsa_amd_deregister_deallocation_callback(reinterpret_cast<void*>(base),
+                                                              &FreeWatchTable::trampoline);
+    }
+  }
+  // Pinned host memory the caller never freed stays the caller's; hsa_shut_down unpins it.
+  symbols_.hsa_shut_down();
+}
+
+Status RocrIface::init() {
+  if (library_.has_value()) return ok_status();
+
+  Result<hmem::SymbolTable> table =
+      hmem::SymbolTable::load("ROCR", kRocrDefaultLibrary, rocr_symbol_specs());
+  if (!table.ok()) {
+    return Status(table.status().code(), "rocr iface unavailable: " + table.status().reason());
+  }
+  RocrSymbols symbols;
+  bind_rocr_symbols(*table, symbols);
+  const char* path = table->path().c_str();
+
+  const hsa_status_t status = symbols.hsa_init();
+  if (status != HSA_STATUS_SUCCESS) {
+    const int code =
+        status == HSA_STATUS_ERROR_OUT_OF_RESOURCES ? HMR_ENODEV : hmr_code_for(status);
+    return make_error(code, "rocr iface unavailable: hsa_init() in '%s' failed: %s%s", path,
+                      describe_hsa_status(symbols, status).c_str(), init_hint(status).c_str());
+  }
+  // hsa_init counts references: every failure from here balances it.
+  Result<Topology> topology = discover(symbols, path);
+  if (!topology.ok()) {
+    symbols.hsa_shut_down();
+    return topology.status();
+  }
+
+  symbols_ = symbols;
+  cpu_agents_ = std::move(topology->cpu_agents);
+  gpus_ = std::move(topology->gpus);
+  system_pool_ = topology->system_pool;
+  version_ = read_version(symbols);
+  runtime_dmabuf_ = runtime_dmabuf_capability(symbols, path);
+  library_ = std::move(*table);
+  log_message(LogLevel::debug, "rocr iface: '%s', %s, %zu GPU(s), dma-buf: %s",
+              library_->path().c_str(), version_.c_str(), gpus_.size(),
+              runtime_dmabuf_.supported ? "runtime can export" : runtime_dmabuf_.reason.c_str());
+  return ok_status();
+}
+
+Result<RocrIface::Topology> RocrIface::discover(const RocrSymbols& symbols, const char* path) {
+  std::vector<hsa_agent_t> agents;
+  hsa_status_t status = symbols.hsa_iterate_agents(&collect<hsa_agent_t>, &agents);
+  if (status != HSA_STATUS_SUCCESS) {
+    return make_error(hmr_code_for(status),
+                      "rocr iface unavailable: hsa_iterate_agents in '%s' failed: %s", path,
+                      describe_hsa_status(symbols, status).c_str());
+  }
+  Topology topology;
+  for (hsa_agent_t agent : agents) {
+    int type = -1;
+    status = symbols.hsa_agent_get_info(agent, HSA_AGENT_INFO_DEVICE, &type);
+    if (status != HSA_STATUS_SUCCESS) {
+      return make_error(hmr_code_for(status),
+                        "rocr iface unavailable: hsa_agent_get_info(agent 0x%" PRIx64
+                        ", DEVICE) in '%s' failed: %s",
+                        agent.handle, path, describe_hsa_status(symbols, status).c_str());
+    }
+    if (type == HSA_DEVICE_TYPE_GPU) topology.gpus.push_back(describe_gpu(symbols, agent));
+    if (type == HSA_DEVICE_TYPE_CPU) topology.cpu_agents.push_back(agent);
+  }
+  if (topology.gpus.empty()) {
+    return make_error(HMR_ENODEV, "rocr iface unavailable: the ROCr runtime '%s' sees no GPU agent "
+                      "(%zu agent(s), none a GPU)", path, agents.size());
+  }
+  if (!topology.cpu_agents.empty()) {
+    topology.system_pool =
+        find_pool(symbols, topology.cpu_agents.front(), HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_FINE_GRAINED);
+  }
+  return topology;
+}
+
+std::optional<hsa_amd_memory_pool_t> RocrIface::find_pool(const RocrSymbols& symbols,
+                                                          hsa_agent_t agent,
+                                                          uint32_t wanted_flag) {
+  std::vector<hsa_amd_memory_pool_t> pools;
+  if (symbols.hsa_amd_agent_iterate_memory_pools(agent, &collect<hsa_amd_memory_pool_t>, &pools) !=
+      HSA_STATUS_SUCCESS) {
+    return std::nullopt;  // mem_alloc then says there is no pool; nothing else needs one
+  }
+  for (hsa_amd_memory_pool_t pool : pools) {
+    int segment = -1;
+    uint32_t flags = 0;
+    bool alloc_allowed = false;
+    if (symbols.hsa_amd_memory_pool_get_info(pool, HSA_AMD_MEMORY_POOL_INFO_SEGMENT, &segment) !=
+            HSA_STATUS_SUCCESS ||
+        symbols.hsa_amd_memory_pool_get_info(pool, HSA_AMD_MEMORY_POOL_INFO_GLOBAL_FLAGS,
+                                             &flags) != HSA_STATUS_SUCCESS ||
+        symbols.hsa_amd_memory_pool_get_info(
+            pool, HSA_AMD_MEMORY_POOL_INFO_RUNTIME_ALLOC_ALLOWED, &alloc_allowed) !=
+            HSA_STATUS_SUCCESS) {
+      continue;
+    }
+    // The kernel-argument pool is fine-grained system memory too, but small and special.
+    if (segment == HSA_AMD_SEGMENT_GLOBAL && alloc_allowed && (flags & wanted_flag) != 0 &&
+        (flags & HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_KERNARG_INIT) == 0) {
+      return pool;
+    }
+  }
+  return std::nullopt;
+}
+
+RocrIface::Gpu RocrIface::describe_gpu(const RocrSymbols& symbols, hsa_agent_t agent) {
+  Gpu gpu;
+  gpu.agent = agent;
+  char name[kHsaAgentNameSize] = {};
+  if (symbols.hsa_agent_get_info(agent, HSA_AGENT_INFO_NAME, name) == HSA_STATUS_SUCCESS) {
+    name[sizeof name - 1] = '\0';
+    gpu.name = name;
+  }
+  // A GPU whose location cannot be read still works; it only has no sys_dev.
+  uint32_t bdfid = 0;
+  uint32_t domain = 0;
+  if (symbols.hsa_agent_get_info(agent, HSA_AMD_AGENT_INFO_BDFID, &bdfid) == HSA_STATUS_SUCCESS &&
+      symbols.hsa_agent_get_info(agent, HSA_AMD_AGENT_INFO_DOMAIN, &domain) == HSA_STATUS_SUCCESS) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%04x:%02x:%02x.%x", domain, (bdfid >> 8) & 0xffu,
+                  (bdfid >> 3) & 0x1fu, bdfid & 0x7u);
+    gpu.pci_bus_id = text;
+  }
+  gpu.vram_pool = find_pool(symbols, agent, HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_COARSE_GRAINED);
+  return gpu;
+}
+
+std::string RocrIface::read_version(const RocrSymbols& symbols) {
+  uint16_t major = 0;
+  uint16_t minor = 0;
+  if (symbols.hsa_system_get_info(HSA_SYSTEM_INFO_VERSION_MAJOR, &major) != HSA_STATUS_SUCCESS ||
+      symbols.hsa_system_get_info(HSA_SYSTEM_INFO_VERSION_MINOR, &minor) != HSA_STATUS_SUCCESS) {
+    return {};
+  }
+  std::string version = "HSA " + std::to_string(major) + "." + std::to_string(minor);
+  const char* build = nullptr;
+  if (symbols.hsa_system_get_info(HSA_AMD_SYSTEM_INFO_BUILD_VERSION, &build) ==
+          HSA_STATUS_SUCCESS &&
+      build != nullptr && build[0] != '\0') {
+    version += std::string(", ROCr build ") + build;
+  }
+  return version;
+}
+
+Capability RocrIface::runtime_dmabuf_capability(const RocrSymbols& symbols, const char* path) {
+  if (symbols.hsa_amd_portable_export_dmabuf == nullptr) {
+    return no(std::string("the ROCr runtime '") + path +
+              "' has no hsa_amd_portable_export_dmabuf (ROCm 5.6 or newer exports dma-bufs)");
+  }
+  bool supported = false;
+  const hsa_status_t status =
+      symbols.hsa_system_get_info(HSA_AMD_SYSTEM_INFO_DMABUF_SUPPORTED, &supported);
+  if (status != HSA_STATUS_SUCCESS) {
+    return no("hsa_system_get_info(HSA_AMD_SYSTEM_INFO_DMABUF_SUPPORTED) failed: " +
+              describe_hsa_status(symbols, status));
+  }
+  if (!supported) {
+    return no("the ROCr runtime reports HSA_AMD_SYSTEM_INFO_DMABUF_SUPPORTED = false (the amdgpu "
+              "kernel driver cannot export dma-bufs)");
+  }
+  return Capability{true, {}};
+}
+
+Capability RocrIface::dmabuf_capability() {
+  if (!runtime_dmabuf_.supported) return runtime_dmabuf_;
+  std::call_once(kernel_once_, [this] { kernel_dmabuf_ = kernel_dmabuf_capability(kernel_config_); });
+  return kernel_dmabuf_;
+}
+
+std::string RocrIface::library_path() const {
+  return library_.has_value() ? library_->path() : std::string();
+}
+
+std::string RocrIface::runtime_version() const {
+  return library_.has_value() ? version_ : std::string();
+}
+
+Status RocrIface::check_initialized() const {
+  if (library_.has_value()) return ok_status();
+  return make_error(HMR_EINVAL, "rocr iface used before a successful init()");
+}
+
+Result<int> RocrIface::device_count() {
+  HMR_RETURN_IF_ERROR(check_initialized());
+  return static_cast<int>(gpus_.size());
+}
+
+Result<PointerInfo> RocrIface::query(const void* ptr, size_t len) {
+  HMR_RETURN_IF_ERROR(check_initialized());
+  const auto address = reinterpret_cast<uintptr_t>(ptr);
+  if (len == 0 || address + len < address) {
+    return make_error(HMR_EINVAL, "rocr query of [%p, +%zu): empty or wrapping range", ptr, len);
+  }
+
+  hsa_amd_pointer_info_t info{};
+  info.size = sizeof info;
+  const hsa_status_t status = symbols_.hsa_amd_pointer_info(ptr, &info, nullptr, nullptr, nullptr);
+  if (status != HSA_STATUS_SUCCESS) {
+    // Fail closed: an unanswered question is not "host memory".
+    return make_error(hmr_code_for(status), "hsa_amd_pointer_info(%p) failed: %s", ptr,
+                      describe_hsa_status(symbols_, status).c_str());
+  }
+  if (info.type == HSA_EXT_POINTER_TYPE_UNKNOWN) {
+    return make_error(HMR_ENOENT, "%p is not ROCr memory", ptr);
+  }
+  if (info.size < offsetof(hsa_amd_pointer_info_t, global_flags)) {
+    return make_error(HMR_EIO, "the ROCr runtime answers hsa_amd_pointer_info(%p) with a %u-byte "
+                      "structure, too old to name the owning agent", ptr, info.size);
+  }
+  if (info.type == HSA_EXT_POINTER_TYPE_RESERVED_ADDR) {
+    return make_error(HMR_EOPNOTSUPP, "%p lies in a ROCr address reservation with no memory "
+                      "mapped", ptr);
+  }
+  if (info.type != HSA_EXT_POINTER_TYPE_HSA && info.type != HSA_EXT_POINTER_TYPE_LOCKED &&
+      info.type != HSA_EXT_POINTER_TYPE_GRAPHICS && info.type != HSA_EXT_POINTER_TYPE_IPC &&
+      info.type != HSA_EXT_POINTER_TYPE_HSA_VMEM) {
+    return make_error(HMR_EOPNOTSUPP, "%p is ROCr memory of pointer type %d, which hmr does not "
+                      "know", ptr, info.type);
+  }
+
+  int gpu = -1;
+  for (size_t i = 0; i < gpus_.size(); ++i) {
+    if (same_agent(gpus_[i].agent, info.agentOwner)) gpu = static_cast<int>(i);
+  }
+  bool cpu_owned = false;
+  for (hsa_agent_t cpu : cpu_agents_) cpu_owned = cpu_owned || same_agent(cpu, info.agentOwner);
+  if (gpu < 0 && !cpu_owned) {
+    return make_error(HMR_EIO, "%p is ROCr memory owned by agent 0x%" PRIx64 ", which init did "
+                      "not see", ptr, info.agentOwner.handle);
+  }
+
+  MemoryKind kind = MemoryKind::device_only;
+  if (info.type == HSA_EXT_POINTER_TYPE_LOCKED) {
+    kind = MemoryKind::host_alloc;
+  } else if (gpu < 0) {
+    // ROCr has no "managed" pointer type.  Memory from a CPU agent's pool is coherent system
+    // memory that every agent may touch, and what hipMallocManaged falls back to; UCX calls it
+    // ROCM_MANAGED, and hmr does the same so that it is never exported as dma-buf.
+    kind = MemoryKind::managed;
+  }
+
+  const std::optional<uintptr_t> base = base_holding(info, address);
+  if (!base.has_value()) {
+    return make_error(HMR_EIO, "hsa_amd_pointer_info(%p) describes an allocation that does not "
+                      "hold it", ptr);
+  }
+  if (len > info.sizeInBytes - (address - *base)) {
+    return make_error(HMR_EINVAL, "[%p, +%zu) is not inside one ROCr allocation: the allocation "
+                      "is [0x%" PRIxPTR ", +%zu)", ptr, len, *base, info.sizeInBytes);
+  }
+
+  PointerInfo result;
+  result.iface = HMR_HMEM_ROCR;
+  // Host-side ROCr memory belongs to no GPU; it reports device 0, as libfabric does.
+  result.device = DeviceId{gpu < 0 ? 0u : static_cast<uint64_t>(gpu)};
+  result.base = *base;
+  result.alloc_len = info.sizeInBytes;
+  result.kind = kind;
+  result.alloc_id = 0;  // ROCr has no allocation ids: frees are watched (free_tracking)
+  if (gpu >= 0) result.sys_dev = gpus_[static_cast<size_t>(gpu)].pci_bus_id;
+  return result;
+}
+
+Result<DmabufExport> RocrIface::export_dmabuf(MemoryRange range) {
+  HMR_RETURN_IF_ERROR(check_initialized());
+  Result<PointerInfo> info = query(range.address, range.length);
+  if (!info.ok()) return info.status();
+  if (info->kind != MemoryKind::device_only) {
+    return make_error(HMR_EOPNOTSUPP, "%p is ROCr %s memory: only device memory is exported as "
+                      "dma-buf (managed pages migrate; host memory is registered by address)",
+                      range.address, hmem::memory_kind_name(info->kind));
+  }
+  const Capability capability = dmabuf_capability();
+  if (!capability.supported) {
+    return make_error(HMR_EOPNOTSUPP, "rocr dma-buf export of %p on device %" PRIu64
+                      " unavailable: %s", range.address, info->device.value,
+                      capability.reason.c_str());
+  }
+
+  const hmem::PageRange pages = hmem::page_round(reinterpret_cast<uintptr_t>(range.address),
+                                                 range.length, hmem::host_page_size());
+  int fd = -1;
+  uint64_t buffer_offset = 0;  // where pages.start lies in the exported buffer object
+  const hsa_status_t status = symbols_.hsa_amd_portable_export_dmabuf(
+      reinterpret_cast<const void*>(pages.start), pages.length, &fd, &buffer_offset);
+  if (status != HSA_STATUS_SUCCESS) {
+    return make_error(hmr_code_for(status),
+                      "hsa_amd_portable_export_dmabuf(0x%" PRIxPTR ", %zu) on rocr device %" PRIu64
+                      " failed: %s",
+                      pages.start, pages.length, info->device.value,
+                      describe_hsa_status(symbols_, status).c_str());
+  }
+  if (fd < 0) {
+    return make_error(HMR_EIO, "hsa_amd_portable_export_dmabuf succeeded but gave fd %d", fd);
+  }
+  DmabufExport exported;
+  exported.fd = DmabufFd(fd);
+  // The dma-buf is the whole buffer object behind the allocation, which may be larger than the
+  // pages asked for; a dma-buf reports its size to lseek(SEEK_END).
+  const off_t size = lseek(fd, 0, SEEK_END);
+  (void)lseek(fd, 0, SEEK_SET);
+  exported.offset = buffer_offset + pages.offset;
+  exported.len = range.length;
+  exported.exported_len =
+      size > 0 ? static_cast<size_t>(size) : static_cast<size_t>(buffer_offset + pages.length);
+  if (exported.offset + exported.len > exported.exported_len) {
+    return make_error(HMR_EIO, "hsa_amd_portable_export_dmabuf(0x%" PRIxPTR ", %zu) gave offset "
+                      "%" PRIu64 " into a %zu-byte dma-buf, which cannot hold the range",
+                      pages.start, pages.length, buffer_offset, exported.exported_len);
+  }
+  return exported;
+}
+
+Result<DeviceCapabilities> RocrIface::capabilities(DeviceId device) {
+  HMR_RETURN_IF_ERROR(check_initialized());
+  if (device.value >= gpus_.size()) {
+    return make_error(HMR_EINVAL, "rocr device %" PRIu64 " does not exist (this process sees %zu "
+                      "GPU(s))", device.value, gpus_.size());
+  }
+  DeviceCapabilities caps;
+  caps.device = device;
+  caps.sys_dev = gpus_[device.value].pci_bus_id;
+  caps.dmabuf = dmabuf_capability();
+  caps.peer_direct = no("AMD peer-direct (the amdgpu peer-memory client of ib_core) is not "
+                        "probed by this hmr build; ROCm memory reaches NICs through dma-buf");
+  caps.ipc = no("ROCr IPC export is not implemented in this hmr build");
+  return caps;
+}
+
+Status RocrIface::copy(void* dst, const void* src, size_t len, const char* direction) {
+  HMR_RETURN_IF_ERROR(check_initialized());
+  if (dst == nullptr || src == nullptr || len == 0) {
+    return make_error(HMR_EINVAL, "rocr copy %s: destination %p, source %p, %zu bytes: null "
+                      "pointer or nothing to copy", direction, dst, src, len);
+  }
+  // Synchronous: the bytes are in place when it returns.
+  const hsa_status_t status = symbols_.hsa_memory_copy(dst, src, len);
+  if (status != HSA_STATUS_SUCCESS) {
+    return make_error(hmr_code_for(status), "hsa_memory_copy(%p, %p, %zu) %s failed: %s", dst,
+                      src, len, direction, describe_hsa_status(symbols_, status).c_str());
+  }
+  return ok_status();
+}
+
+Status RocrIface::copy_to_device(void* device_dst, const void* host_src, size_t len) {
+  return copy(device_dst, host_src, len, "to the device");
+}
+
+Status RocrIface::copy_from_device(void* host_dst, const void* device_src, size_t len) {
+  return copy(host_dst, device_src, len, "from the device");
+}
+
+Status RocrIface::host_register(void* ptr, size_t len) {
+  HMR_RETURN_IF_ERROR(check_initialized());
+  if (ptr == nullptr || len == 0) {
+    return make_error(HMR_EINVAL, "rocr host registration of [%p, +%zu): null or empty", ptr, len);
+  }
+  void* agent_ptr = nullptr;
+  const hsa_status_t status = symbols_.hsa_amd_memory_lock(ptr, len, nullptr, 0, &agent_ptr);
+  if (status != HSA_STATUS_SUCCESS) {
+    return make_error(hmr_code_for(status), "hsa_amd_memory_lock(%p, %zu) failed: %s", ptr, len,
+                      describe_hsa_status(symbols_, status).c_str());
+  }
+  return ok_status();
+}
+
+Status RocrIface::host_unregister(void* ptr) {
+  HMR_RETURN_IF_ERROR(check_initialized());
+  if (ptr == nullptr) return make_error(HMR_EINVAL, "rocr host unregistration of a null pointer");
+  const hsa_status_t status = symbols_.hsa_amd_memory_unlock(ptr);
+  if (status != HSA_STATUS_SUCCESS) {
+    return make_error(hmr_code_for(status), "hsa_amd_memory_unlock(%p) failed: %s", ptr,
+                      describe_hsa_status(symbols_, status).c_str());
+  }
+  return ok_status();
+}
+
+Result<void*> RocrIface::alloc_from_pool(hsa_amd_memory_pool_t pool, size_t len, const char* what,
+                                         bool share_with_gpus) {
+  void* ptr = nullptr;
+  hsa_status_t status =
+      symbols_.hsa_amd_memory_pool_allocate(pool, len, HSA_AMD_MEMORY_POOL_STANDARD_FLAG, &ptr);
+  if (status != HSA_STATUS_SUCCESS) {
+    return make_error(hmr_code_for(status), "hsa_amd_memory_pool_allocate(%s, %zu) failed: %s",
+                      what, len, describe_hsa_status(symbols_, status).c_str());
+  }
+  if (share_with_gpus) {
+    std::vector<hsa_agent_t> agents;
+    for (const Gpu& gpu : gpus_) agents.push_back(gpu.agent);
+    status = symbols_.hsa_amd_agents_allow_access(static_cast<uint32_t>(agents.size()),
+                                                  agents.data(), nullptr, ptr);
+    if (status != HSA_STATUS_SUCCESS) {
+      (void)symbols_.hsa_amd_memory_pool_free(ptr);
+      return make_error(hmr_code_for(status), "hsa_amd_agents_allow_access(%zu GPU(s), %p) for %s "
+                        "failed: %s", agents.size(), ptr, what,
+                        describe_hsa_status(symbols_, status).c_str());
+    }
+  }
+  return ptr;
+}
+
+Result<void*> RocrIface::alloc_pinned_host(size_t len) {
+  const size_t mapped = hmem::page_round(0, len, hmem::host_page_size()).length;
+  void* ptr = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (ptr == MAP_FAILED) {
+    return make_error(HMR_ENOMEM, "rocr host allocation of %zu bytes: mmap failed", mapped);
+  }
+  Status locked = host_register(ptr, mapped);
+  if (!locked.ok()) {
+    munmap(ptr, mapped);
+    return locked;
+  }
+  try {
+    std::lock_guard lock(pinned_mutex_);
+    pinned_allocations_.emplace(reinterpret_cast<uintptr_t>(ptr), mapped);
+  } catch (const std::bad_alloc&) {
+    (void)symbols_.hsa_amd_memory_unlock(ptr);
+    munmap(ptr, mapped);
+    return make_error(HMR_ENOMEM, "rocr host allocation: out of memory for its bookkeeping");
+  }
+  return ptr;
+}
+
+Result<void*> RocrIface::mem_alloc(DeviceId device, size_t len, MemoryKind kind) {
+  HMR_RETURN_IF_ERROR(check_initialized());
+  if (len == 0) return make_error(HMR_EINVAL, "rocr allocation of 0 bytes");
+  if (device.value >= gpus_.size()) {
+    return make_error(HMR_EINVAL, "rocr allocation on device %" PRIu64 ", which does not exist "
+                      "(this process sees %zu GPU(s))", device.value, gpus_.size());
+  }
+  const Gpu& gpu = gpus_[device.value];
+  switch (kind) {
+    case MemoryKind::device_only:
+      if (!gpu.vram_pool.has_value()) {
+        return make_error(HMR_EOPNOTSUPP, "rocr device %" PRIu64 " (%s) has no coarse-grained "
+                          "global memory pool that allows allocation", device.value,
+                          gpu.name.c_str());
+      }
+      return alloc_from_pool(*gpu.vram_pool, len, "device memory pool", false);
+    case MemoryKind::managed:
+      if (!system_pool_.has_value()) {
+        return make_error(HMR_EOPNOTSUPP, "the ROCr runtime has no fine-grained system memory "
+                          "pool that allows allocation");
+      }
+      return alloc_from_pool(*system_pool_, len, "system memory pool", true);
+    case MemoryKind::host_alloc:
+      return alloc_pinned_host(len);
+    case MemoryKind::host:
+      break;
+  }
+  return make_error(HMR_EINVAL, "rocr cannot allocate memory of kind %s: it allocates "
+                    "device_only, managed or host_alloc memory", hmem::memory_kind_name(kind));
+}
+
+Status RocrIface::mem_free(void* ptr) {
+  HMR_RETURN_IF_ERROR(check_initialized());
+  if (ptr == nullptr) return make_error(HMR_EINVAL, "rocr free of a null pointer");
+  std::optional<size_t> pinned;
+  {
+    std::lock_guard lock(pinned_mutex_);
+    auto found = pinned_allocations_.find(reinterpret_cast<uintptr_t>(ptr));
+    if (found != pinned_allocations_.end()) pinned = found->second;
+  }
+  if (pinned.has_value()) {
+    HMR_RETURN_IF_ERROR(host_unregister(ptr));
+    {
+      std::lock_guard lock(pinned_mutex_);
+      pinned_allocations_.erase(reinterpret_cast<uintptr_t>(ptr));
+    }
+    munmap(ptr, *pinned);
+    return ok_status();
+  }
+  const hsa_status_t status = symbols_.hsa_amd_memory_pool_free(ptr);
+  if (status != HSA_STATUS_SUCCESS) {
+    return make_error(hmr_code_for(status), "hsa_amd_memory_pool_free(%p) failed: %s (not an "
+                      "allocation hmr's mem_alloc made?)", ptr,
+                      describe_hsa_status(symbols_, status).c_str());
+  }
+  return ok_status();
+}
+
+Status RocrIface::watch_free(const PointerInfo& info, FreeCallback on_free, void* context) {
+  HMR_RETURN_IF_ERROR(check_initialized());
+  if (on_free == nullptr || info.iface != HMR_HMEM_ROCR || info.base == 0) {
+    return make_error(HMR_EINVAL, "rocr free watch of base 0x%" PRIx64 " (iface %d): needs a "
+                      "callback and a ROCr allocation from query()", info.base, info.iface);
+  }
+  if (watches_->add_if_registered(info.base, info.alloc_len, on_free, context)) return ok_status();
+  const hsa_status_t status = symbols_.hsa_amd_register_deallocation_callback(
+      reinterpret_cast<void*>(static_cast<uintptr_t>(info.base)), &FreeWatchTable::trampoline,
+      watches_.get());
+  if (status != HSA_STATUS_SUCCESS) {
+    return make_error(hmr_code_for(status),
+                      "hsa_amd_register_deallocation_callback(0x%" PRIx64 ") failed: %s",
+                      info.base, describe_hsa_status(symbols_, status).c_str());
+  }
+  watches_->add_registered(info.base, info.alloc_len, on_free, context);
+  return ok_status();
+}
+
+Status RocrIface::unwatch_free(const PointerInfo& info, void* context) {
+  HMR_RETURN_IF_ERROR(check_initialized());
+  if (info.iface != HMR_HMEM_ROCR) {
+    return make_error(HMR_EINVAL, "rocr free unwatch of memory of iface %d", info.iface);
+  }
+  watches_->remove(info.base, context);
+  return ok_status();
+}
+
+}  // namespace hmr::rocr

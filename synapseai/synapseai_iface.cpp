@@ -1,0 +1,407 @@
+#include "synapseai/synapseai_iface.h"
+
+#include <fcntl.h>
+
+#include <cerrno>
+#include <cinttypes>
+#include <climits>
+#include <utility>
+
+#include "core/log.h"
+#include "hmem/page_range.h"
+#include "synapseai/synapseai_error.h"
+
+namespace hmr::synapseai {
+
+using hmem::Capability;
+using hmem::DeviceCapabilities;
+using hmem::DeviceId;
+using hmem::DmabufExport;
+using hmem::DmabufFd;
+using hmem::MemoryKind;
+using hmem::MemoryRange;
+using hmem::PointerInfo;
+
+namespace {
+
+Capability no(std::string reason) { return Capability{false, std::move(reason)}; }
+Capability yes() { return Capability{true, {}}; }
+
+bool empty_or_wrapping(uintptr_t address, size_t len) {
+  return len == 0 || address + len < address;
+}
+
+// The flags perftest exports Gaudi memory with: the NIC reads and writes it, and the fd must not
+// leak into children.
+constexpr uint32_t kExportFlags = O_RDWR | O_CLOEXEC;
+
+}  // namespace
+
+SynapseaiIface::~SynapseaiIface() {
+  allocations_.clear();  // unmap + free each, while the device is still open
+  const int fd = device_fd_.exchange(-1);
+  if (fd >= 0) hlthunk_.hlthunk_close(fd);
+}
+
+Status SynapseaiIface::init() {
+  if (synapse_library_.has_value()) return ok_status();
+
+  Result<hmem::SymbolTable> synapse =
+      hmem::SymbolTable::load("SYNAPSEAI", kSynapseDefaultLibrary, synapse_symbol_specs());
+  if (!synapse.ok()) {
+    return Status(synapse.status().code(),
+                  "synapseai iface unavailable: " + synapse.status().reason());
+  }
+  Result<hmem::SymbolTable> hlthunk =
+      hmem::SymbolTable::load("HLTHUNK", kHlthunkDefaultLibrary, hlthunk_symbol_specs());
+  if (!hlthunk.ok()) {
+    return Status(hlthunk.status().code(),
+                  "synapseai iface unavailable: " + hlthunk.status().reason());
+  }
+  SynapseSymbols symbols;
+  bind_synapse_symbols(*synapse, symbols);
+  const char* path = synapse->path().c_str();
+
+  // A second synInitialize in a process whose application already called it succeeds and
+  // changes nothing, so hmr may call it whatever the application did.
+  synStatus status = symbols.synInitialize();
+  if (status != synSuccess) {
+    return make_error(hmr_code_for(status),
+                      "synapseai iface unavailable: synInitialize in '%s' failed: %s", path,
+                      describe_syn_status(status).c_str());
+  }
+  uint32_t count = 0;
+  status = symbols.synDeviceGetCount(&count);
+  if (status != synSuccess) {
+    return make_error(hmr_code_for(status),
+                      "synapseai iface unavailable: synDeviceGetCount in '%s' failed: %s", path,
+                      describe_syn_status(status).c_str());
+  }
+  if (count > static_cast<uint32_t>(INT_MAX)) {
+    return make_error(HMR_EIO, "synapseai iface unavailable: '%s' reports %" PRIu32 " devices",
+                      path, count);
+  }
+  char version[256] = {};
+  if (symbols.synDriverGetVersion == nullptr ||
+      symbols.synDriverGetVersion(version, static_cast<int>(sizeof version)) != synSuccess) {
+    version[0] = '\0';
+  }
+  version[sizeof version - 1] = '\0';
+
+  synapse_ = symbols;
+  bind_hlthunk_symbols(*hlthunk, hlthunk_);
+  device_count_ = static_cast<int>(count);
+  version_ = version;
+  synapse_library_ = std::move(*synapse);
+  hlthunk_library_ = std::move(*hlthunk);
+  log_message(LogLevel::debug, "synapseai iface: '%s' (driver %s) and '%s', %d device(s)",
+              synapse_library_->path().c_str(), version_.empty() ? "?" : version_.c_str(),
+              hlthunk_library_->path().c_str(), device_count_);
+  return ok_status();
+}
+
+std::string SynapseaiIface::library_path() const {
+  return synapse_library_.has_value() ? synapse_library_->path() : std::string();
+}
+
+std::string SynapseaiIface::hlthunk_path() const {
+  return hlthunk_library_.has_value() ? hlthunk_library_->path() : std::string();
+}
+
+std::string SynapseaiIface::runtime_version() const { return version_; }
+
+Status SynapseaiIface::check_initialized() const {
+  if (synapse_library_.has_value()) return ok_status();
+  return make_error(HMR_EINVAL, "synapseai iface used before a successful init()");
+}
+
+Result<int> SynapseaiIface::device_count() {
+  HMR_RETURN_IF_ERROR(check_initialized());
+  return device_count_;
+}
+
+Result<int> SynapseaiIface::open_device() {
+  const int current = device_fd_.load(std::memory_order_acquire);
+  if (current >= 0) return current;
+
+  errno = 0;
+  const int fd = hlthunk_.hlthunk_open(HLTHUNK_DEVICE_DONT_CARE, nullptr);
+  if (fd < 0) {
+    const int error = hlthunk_errno(fd, errno);
+    // Another thread may have opened it meanwhile (an exclusive device then reads as busy).
+    const int winner = device_fd_.load(std::memory_order_acquire);
+    if (winner >= 0) return winner;
+    return make_error(hmr_code_for_errno(error),
+                      "hlthunk_open(DONT_CARE) in '%s' failed: %s (Gaudi devices are exclusive: "
+                      "one acquired through SynapseAI cannot also be opened for hmr's own "
+                      "allocations)",
+                      hlthunk_library_->path().c_str(), describe_errno(error).c_str());
+  }
+  char bus_id[32] = {};
+  if (hlthunk_.hlthunk_get_pci_bus_id_from_fd == nullptr ||
+      hlthunk_.hlthunk_get_pci_bus_id_from_fd(fd, bus_id, static_cast<int>(sizeof bus_id)) != 0) {
+    bus_id[0] = '\0';
+  }
+  bus_id[sizeof bus_id - 1] = '\0';
+
+  int expected = -1;
+  if (!device_fd_.compare_exchange_strong(expected, fd, std::memory_order_acq_rel)) {
+    hlthunk_.hlthunk_close(fd);  // another thread won; use its device
+    return expected;
+  }
+  std::lock_guard<std::mutex> guard(mutex_);
+  bus_id_ = bus_id;
+  return fd;
+}
+
+Result<SynapseaiIface::MemorySpan> SynapseaiIface::memory_for_range(const void* ptr, size_t len,
+                                                                    const char* what) const {
+  const auto address = reinterpret_cast<uint64_t>(ptr);
+  std::lock_guard<std::mutex> guard(mutex_);
+  auto it = allocations_.upper_bound(address);
+  if (it == allocations_.begin() || address >= std::prev(it)->first + std::prev(it)->second.len) {
+    return make_error(HMR_ENOENT,
+                      "%s: %p is not Gaudi memory hmr allocated (SynapseAI has no pointer "
+                      "query; declare memory the application allocated with iface SYNAPSEAI)",
+                      what, ptr);
+  }
+  --it;
+  if (address + len > it->first + it->second.len) {
+    return make_error(HMR_EINVAL,
+                      "%s: [%p, +%zu) is not inside one Gaudi allocation: it is [0x%" PRIx64
+                      ", +%zu)",
+                      what, ptr, len, it->first, it->second.len);
+  }
+  return MemorySpan{it->first, it->second.len, it->second.alloc_id};
+}
+
+Result<PointerInfo> SynapseaiIface::query(const void* ptr, size_t len) {
+  HMR_RETURN_IF_ERROR(check_initialized());
+  if (empty_or_wrapping(reinterpret_cast<uintptr_t>(ptr), len)) {
+    return make_error(HMR_EINVAL, "synapseai query of [%p, +%zu): empty or wrapping range", ptr,
+                      len);
+  }
+  Result<MemorySpan> span = memory_for_range(ptr, len, "synapseai query");
+  if (!span.ok()) return span.status();
+
+  PointerInfo info;
+  info.iface = HMR_HMEM_SYNAPSEAI;
+  info.device = DeviceId{0};
+  info.base = span->base;
+  info.alloc_len = span->len;
+  info.kind = MemoryKind::device_only;
+  info.alloc_id = span->alloc_id;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    info.sys_dev = bus_id_;
+  }
+  return info;
+}
+
+Result<DmabufExport> SynapseaiIface::export_dmabuf(MemoryRange range) {
+  HMR_RETURN_IF_ERROR(check_initialized());
+  const auto address = reinterpret_cast<uintptr_t>(range.address);
+  if (empty_or_wrapping(address, range.length)) {
+    return make_error(HMR_EINVAL,
+                      "synapseai dma-buf export of [%p, +%zu): empty or wrapping range",
+                      range.address, range.length);
+  }
+  Result<MemorySpan> own =
+      memory_for_range(range.address, range.length, "synapseai dma-buf export");
+  if (own.ok()) return export_own(address, range.length);
+  if (own.status().code() != HMR_ENOENT) return own.status();
+  return export_declared(address, range.length);
+}
+
+Result<DmabufExport> SynapseaiIface::export_own(uintptr_t address, size_t length) {
+  if (hlthunk_.hlthunk_device_mapped_memory_export_dmabuf_fd == nullptr) {
+    return make_error(HMR_EOPNOTSUPP,
+                      "synapseai dma-buf export unavailable: '%s' lacks "
+                      "hlthunk_device_mapped_memory_export_dmabuf_fd (Gaudi2 or newer with a "
+                      "matching hl-thunk)",
+                      hlthunk_library_->path().c_str());
+  }
+  // Memory hmr allocated exists only once the device is open.
+  const int device = device_fd_.load(std::memory_order_acquire);
+  const hmem::PageRange pages = hmem::page_round(address, length, hmem::host_page_size());
+  errno = 0;
+  const int fd = hlthunk_.hlthunk_device_mapped_memory_export_dmabuf_fd(
+      device, pages.start, pages.length, 0, kExportFlags);
+  if (fd < 0) {
+    const int error = hlthunk_errno(fd, errno);
+    return make_error(hmr_code_for_errno(error),
+                      "hlthunk_device_mapped_memory_export_dmabuf_fd(0x%" PRIxPTR
+                      ", %zu, offset 0, O_RDWR|O_CLOEXEC) failed: %s",
+                      pages.start, pages.length, describe_errno(error).c_str());
+  }
+  DmabufExport exported;
+  exported.fd = DmabufFd(fd);
+  exported.offset = pages.offset;
+  exported.len = length;
+  exported.exported_len = pages.length;
+  return exported;
+}
+
+Result<DmabufExport> SynapseaiIface::export_declared(uintptr_t address, size_t length) {
+  if (synapse_.hcclLookupDMABuff == nullptr) {
+    return make_error(HMR_EOPNOTSUPP,
+                      "synapseai dma-buf export of 0x%" PRIxPTR ": it is not memory hmr "
+                      "allocated, and '%s' lacks hcclLookupDMABuff, which exports memory the "
+                      "application allocated",
+                      address, synapse_library_->path().c_str());
+  }
+  const hmem::PageRange pages = hmem::page_round(address, length, hmem::host_page_size());
+  int fd = -1;
+  const int rc = synapse_.hcclLookupDMABuff(pages.start, pages.length, &fd);
+  DmabufFd owned(fd);  // owned at once: a failing call that still gave an fd leaks nothing
+  if (rc != 0 || !owned.valid()) {
+    return make_error(HMR_EIO,
+                      "hcclLookupDMABuff(0x%" PRIxPTR ", %zu) failed (returned %d, fd %d): the "
+                      "range is not SynapseAI device memory of this process, or HCCL cannot "
+                      "export it",
+                      pages.start, pages.length, rc, fd);
+  }
+  DmabufExport exported;
+  exported.fd = std::move(owned);
+  exported.offset = pages.offset;  // the fd starts at the page the range starts in
+  exported.len = length;
+  exported.exported_len = pages.length;
+  return exported;
+}
+
+Result<DeviceCapabilities> SynapseaiIface::capabilities(DeviceId device) {
+  HMR_RETURN_IF_ERROR(check_initialized());
+  if (device.value >= static_cast<uint64_t>(device_count_)) {
+    return make_error(HMR_EINVAL, "synapseai device %llu does not exist (this host has %d)",
+                      static_cast<unsigned long long>(device.value), device_count_);
+  }
+  const std::string name = "device " + std::to_string(device.value);
+  const bool own_export = hlthunk_.hlthunk_device_mapped_memory_export_dmabuf_fd != nullptr;
+  const bool declared_export = synapse_.hcclLookupDMABuff != nullptr;
+  DeviceCapabilities caps;
+  caps.device = device;
+  if (device.value == 0) {
+    std::lock_guard<std::mutex> guard(mutex_);
+    caps.sys_dev = bus_id_;  // known once hl-thunk has opened the device
+  }
+  if (declared_export || (device.value == 0 && own_export)) {
+    caps.dmabuf = yes();
+  } else if (device.value == 0) {
+    caps.dmabuf = no(name + ": '" + hlthunk_library_->path() +
+                     "' lacks hlthunk_device_mapped_memory_export_dmabuf_fd and '" +
+                     synapse_library_->path() + "' lacks hcclLookupDMABuff");
+  } else {
+    caps.dmabuf = no(name + ": hmr allocates and exports its own memory only on device 0, and '" +
+                     synapse_library_->path() +
+                     "' lacks hcclLookupDMABuff for memory the application allocated");
+  }
+  caps.peer_direct = no(name + ": hmr hands Gaudi memory to NICs only as dma-buf");
+  caps.ipc = no(name + ": sharing Gaudi memory between processes is not implemented in this "
+                       "hmr build");
+  return caps;
+}
+
+Status SynapseaiIface::copy_to_device(void* device_dst, const void* host_src, size_t len) {
+  (void)device_dst, (void)host_src, (void)len;
+  return make_error(HMR_EOPNOTSUPP,
+                    "synapseai memory interface does not support copies to the device: SynapseAI "
+                    "copies run on a stream of an acquired device (synMemCopyAsync), and hmr "
+                    "acquires none");
+}
+
+Status SynapseaiIface::copy_from_device(void* host_dst, const void* device_src, size_t len) {
+  (void)host_dst, (void)device_src, (void)len;
+  return make_error(HMR_EOPNOTSUPP,
+                    "synapseai memory interface does not support copies from the device: "
+                    "SynapseAI copies run on a stream of an acquired device (synMemCopyAsync), "
+                    "and hmr acquires none");
+}
+
+Status SynapseaiIface::host_register(void* ptr, size_t len) {
+  (void)ptr, (void)len;
+  return make_error(HMR_EOPNOTSUPP,
+                    "synapseai memory interface does not support host registration: SynapseAI "
+                    "maps host memory for an acquired device (synHostMap), and hmr acquires none");
+}
+
+Status SynapseaiIface::host_unregister(void* ptr) {
+  (void)ptr;
+  return make_error(HMR_EOPNOTSUPP,
+                    "synapseai memory interface does not support host unregistration: it has no "
+                    "host registration");
+}
+
+Result<void*> SynapseaiIface::mem_alloc(DeviceId device, size_t len, MemoryKind kind) {
+  HMR_RETURN_IF_ERROR(check_initialized());
+  if (kind != MemoryKind::device_only) {
+    return make_error(HMR_EOPNOTSUPP,
+                      "synapseai mem_alloc makes device memory (device_only) only, not %s",
+                      hmem::memory_kind_name(kind));
+  }
+  const size_t page = hmem::host_page_size();
+  if (len == 0 || len > SIZE_MAX - page) {
+    return make_error(HMR_EINVAL, "synapseai mem_alloc of %zu bytes: empty or too large", len);
+  }
+  if (device.value >= static_cast<uint64_t>(device_count_)) {
+    return make_error(HMR_EINVAL,
+                      "synapseai mem_alloc on device %llu: it does not exist (this host has %d)",
+                      static_cast<unsigned long long>(device.value), device_count_);
+  }
+  if (device.value != 0) {
+    return make_error(HMR_EOPNOTSUPP,
+                      "synapseai mem_alloc on device %llu: hmr allocates only on device 0, the "
+                      "one hl-thunk opens for it",
+                      static_cast<unsigned long long>(device.value));
+  }
+  Result<int> fd = open_device();
+  if (!fd.ok()) return fd.status();
+  const size_t size = hmem::page_round(0, len, page).length;
+
+  // As perftest: the driver's default page size, physically contiguous, not shared.
+  errno = 0;
+  const uint64_t handle = hlthunk_.hlthunk_device_memory_alloc(*fd, size, 0, true, false);
+  if (handle == 0) {
+    const int error = hlthunk_errno(0, errno);
+    return make_error(hmr_code_for_errno(error), "hlthunk_device_memory_alloc(%zu) failed: %s",
+                      size, describe_errno(error).c_str());
+  }
+  // Owned before anything else can fail; released after the lock below is dropped.
+  HlthunkMemory memory(hlthunk_, *fd, handle);
+  errno = 0;
+  const uint64_t va = hlthunk_.hlthunk_device_memory_map(*fd, handle, 0);
+  if (va == 0) {
+    const int error = hlthunk_errno(0, errno);
+    return make_error(hmr_code_for_errno(error),
+                      "hlthunk_device_memory_map(handle 0x%" PRIx64 ", %zu bytes) failed: %s",
+                      handle, size, describe_errno(error).c_str());
+  }
+  memory.set_mapping(va);
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    if (!allocations_.contains(va)) {
+      allocations_.emplace(va, LiveMemory{std::move(memory), size, next_alloc_id_++});
+      return reinterpret_cast<void*>(static_cast<uintptr_t>(va));
+    }
+  }
+  return make_error(HMR_EIO,
+                    "hl-thunk mapped new memory at 0x%" PRIx64 " while earlier memory there is "
+                    "still mapped",
+                    va);
+}
+
+Status SynapseaiIface::mem_free(void* ptr) {
+  HMR_RETURN_IF_ERROR(check_initialized());
+  std::map<uint64_t, LiveMemory>::node_type node;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    auto it = allocations_.find(reinterpret_cast<uint64_t>(ptr));
+    if (it == allocations_.end()) {
+      return make_error(HMR_EINVAL, "synapseai mem_free(%p): not the start of memory hmr "
+                        "allocated", ptr);
+    }
+    node = allocations_.extract(it);
+  }
+  return node.mapped().memory.release();  // unmap then free, outside the lock
+}
+
+}  // namespace hmr::synapseai

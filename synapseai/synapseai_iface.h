@@ -1,0 +1,106 @@
+// The Habana SynapseAI memory interface: libSynapse.so for the runtime (initialisation, device
+// count, HCCL's dma-buf lookup) and libhl-thunk.so for device memory hmr allocates itself, both
+// dlopen'ed at init.
+//
+// Neither library answers "what is this pointer", so hmr knows Gaudi memory only through its
+// own allocations (mem_alloc records each mapping with its device VA range) and answers
+// HMR_ENOENT for anything else.  Memory the application allocated with SynapseAI must be
+// declared by the caller (iface HMR_HMEM_SYNAPSEAI); export_dmabuf then asks HCCL for it.
+// Neither reports frees (explicit_only): an application must invalidate a range through hmr
+// before it frees that memory.  Gaudi device VAs are not CPU addresses: hmr never touches them.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "hmem/iface.h"
+#include "hmem/symbol_table.h"
+#include "synapseai/hlthunk_memory.h"
+#include "synapseai/hlthunk_symbols.h"
+#include "synapseai/synapse_symbols.h"
+
+namespace hmr::synapseai {
+
+inline constexpr const char* kSynapseDefaultLibrary = "libSynapse.so";  // HMR_SYNAPSEAI_LIBRARY
+inline constexpr const char* kHlthunkDefaultLibrary = "libhl-thunk.so";  // HMR_HLTHUNK_LIBRARY
+
+class SynapseaiIface final : public hmem::Iface {
+ public:
+  SynapseaiIface() = default;
+  SynapseaiIface(const SynapseaiIface&) = delete;
+  SynapseaiIface& operator=(const SynapseaiIface&) = delete;
+  // Frees the device memory hmr allocated and nobody freed, then closes the device hl-thunk
+  // opened.  Never calls synDestroy (see synapse_symbols.h).
+  ~SynapseaiIface() override;
+
+  int iface() const override { return HMR_HMEM_SYNAPSEAI; }
+  const char* name() const override { return "synapseai"; }
+
+  Status init() override;
+  Result<int> device_count() override;
+  Result<hmem::PointerInfo> query(const void* ptr, size_t len) override;
+  Result<hmem::DmabufExport> export_dmabuf(hmem::MemoryRange range) override;
+  Result<hmem::DeviceCapabilities> capabilities(hmem::DeviceId device) override;
+
+  Status copy_to_device(void* device_dst, const void* host_src, size_t len) override;
+  Status copy_from_device(void* host_dst, const void* device_src, size_t len) override;
+  Status host_register(void* ptr, size_t len) override;
+  Status host_unregister(void* ptr) override;
+
+  // Device memory only, on device 0: the device hl-thunk opens for hmr on first use (the first
+  // free one; its PCI bus id is the allocation's sys_dev).  `len` is rounded up to host pages.
+  Result<void*> mem_alloc(hmem::DeviceId device, size_t len, hmem::MemoryKind kind) override;
+  Status mem_free(void* ptr) override;
+
+  FreeTracking free_tracking() const override { return FreeTracking::explicit_only; }
+
+  std::string library_path() const override;
+  std::string runtime_version() const override;
+  // The hl-thunk library init loaded ("" before).
+  std::string hlthunk_path() const;
+
+ private:
+  struct LiveMemory {
+    HlthunkMemory memory;
+    size_t len = 0;
+    uint64_t alloc_id = 0;
+  };
+  struct MemorySpan {
+    uint64_t base = 0;
+    size_t len = 0;
+    uint64_t alloc_id = 0;
+  };
+
+  Status check_initialized() const;
+  // The device fd hl-thunk opened for hmr, opening it on first use.
+  Result<int> open_device();
+  // The hmr allocation holding all of [address, address + len): HMR_ENOENT when none holds
+  // `address`, HMR_EINVAL when the range runs past it.
+  Result<MemorySpan> memory_for_range(const void* address, size_t len, const char* what) const;
+  Result<hmem::DmabufExport> export_own(uintptr_t address, size_t length);
+  Result<hmem::DmabufExport> export_declared(uintptr_t address, size_t length);
+
+  // Declared first so they are unloaded last, after every allocation is freed.
+  std::optional<hmem::SymbolTable> synapse_library_;  // both set only once init fully succeeded
+  std::optional<hmem::SymbolTable> hlthunk_library_;
+  SynapseSymbols synapse_;
+  HlthunkSymbols hlthunk_;
+  int device_count_ = 0;
+  std::string version_;
+
+  // Opened lazily: Gaudi devices are exclusive, so opening one at init would take it from an
+  // application that acquires it through SynapseAI afterwards.
+  std::atomic<int> device_fd_{-1};
+
+  mutable std::mutex mutex_;  // guards the three below; never held across a driver call
+  std::string bus_id_;        // of the device behind device_fd_ ("" if unknown)
+  uint64_t next_alloc_id_ = 1;
+  std::map<uint64_t, LiveMemory> allocations_;  // keyed by device VA
+};
+
+}  // namespace hmr::synapseai

@@ -1,0 +1,327 @@
+/* The fake CUDA driver's memory: allocations, copies and host registration, and the one lookup
+ * that says what an address is.  See fake_cuda_internal.h for the memory model. */
+#define _GNU_SOURCE
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "fake_cuda_internal.h"
+
+#define REGION_SIZE (256ull << 20) /* address space reserved per device */
+
+struct allocation allocations[MAX_ALLOCATIONS];
+struct registration registrations[MAX_REGISTRATIONS];
+static void *regions[FAKE_CUDA_DEVICE_COUNT];
+
+static int cpu_accessible(int memory) {
+  return memory == FAKE_CUDA_MEM_HOST || memory == FAKE_CUDA_MEM_MANAGED;
+}
+
+void fake_locate(CUdeviceptr ptr, struct located *out) {
+  memset(out, 0, sizeof *out);
+  out->device = -1;
+  for (int i = 0; i < MAX_ALLOCATIONS; ++i) {
+    const struct allocation *a = &allocations[i];
+    if (a->live && ptr >= a->base && ptr < a->base + a->size) {
+      *out = (struct located){PLACE_ALLOCATION, i,       a->device,    a->memory,    a->base,
+                              a->size,          a->base, a->size,      a->buffer_id, a->buffer_id,
+                              a->alias};
+      return;
+    }
+  }
+  for (int i = 0; i < MAX_MAPPINGS; ++i) {
+    const struct mapping *m = &mappings[i];
+    if (m->live && ptr >= m->base && ptr < m->base + m->size) {
+      const struct physical *p = &physicals[m->physical];
+      const struct reservation *r = &reservations[m->reservation];
+      *out = (struct located){PLACE_MAPPING, i,       p->device,    FAKE_CUDA_MEM_DEVICE,
+                              m->base,       m->size, r->base,      r->size,
+                              m->buffer_id,  p->block_id, p->alias + m->offset};
+      return;
+    }
+  }
+  for (int i = 0; i < MAX_RESERVATIONS; ++i) {
+    const struct reservation *r = &reservations[i];
+    if (r->live && ptr >= r->base && ptr < r->base + r->size) {
+      out->place = PLACE_HOLE;
+      out->index = i;
+      out->range_base = r->base;
+      out->range_size = r->size;
+      return;
+    }
+  }
+  for (int i = 0; i < MAX_REGISTRATIONS; ++i) {
+    const struct registration *g = &registrations[i];
+    if (g->live && ptr >= g->base && ptr < g->base + g->size) {
+      *out = (struct located){PLACE_REGISTRATION, i,       g->device,    FAKE_CUDA_MEM_HOST,
+                              g->base,            g->size, g->base,      g->size,
+                              g->buffer_id,       g->buffer_id, (char *)g->base};
+      return;
+    }
+  }
+}
+
+/* Lock held. */
+CUresult fake_allocate(int device, size_t size, int memory, int context, CUdeviceptr *out) {
+  if (device < 0 || device >= FAKE_CUDA_DEVICE_COUNT) return INVALID_DEVICE;
+  if (size == 0 || size > REGION_SIZE - GRANULE || out == NULL) return INVALID_VALUE;
+  if (regions[device] == NULL) {
+    /* Reserved, never touched through this address unless CPU-accessible memory lives there. */
+    void *region =
+        mmap(NULL, REGION_SIZE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (region == MAP_FAILED) return OUT_OF_MEMORY;
+    regions[device] = region;
+  }
+  /* First fit from the start of the region, so a freed address is handed out again first. */
+  const CUdeviceptr region_start = fake_round_up((uintptr_t)regions[device], GRANULE);
+  const CUdeviceptr region_end = (uintptr_t)regions[device] + REGION_SIZE;
+  const size_t span = fake_round_up(size, GRANULE);
+  CUdeviceptr candidate = region_start;
+  int moved = 1;
+  while (moved) {
+    moved = 0;
+    for (int i = 0; i < MAX_ALLOCATIONS; ++i) {
+      const struct allocation *a = &allocations[i];
+      if (a->live && a->device == device && candidate < a->base + fake_round_up(a->size, GRANULE) &&
+          a->base < candidate + span) {
+        candidate = a->base + fake_round_up(a->size, GRANULE);
+        moved = 1;
+      }
+    }
+  }
+  if (candidate + span > region_end) return OUT_OF_MEMORY;
+  for (int i = 0; i < MAX_ALLOCATIONS; ++i) {
+    if (allocations[i].live) continue;
+    char *alias;
+    if (cpu_accessible(memory)) {
+      /* The CPU may touch it, so its own address is the alias. */
+      if (mprotect((void *)(uintptr_t)candidate, span, PROT_READ | PROT_WRITE) != 0) {
+        return OUT_OF_MEMORY;
+      }
+      alias = (char *)(uintptr_t)candidate;
+    } else {
+      alias = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
+      if (alias == MAP_FAILED) return OUT_OF_MEMORY;
+    }
+    allocations[i] =
+        (struct allocation){1, device, memory, context, candidate, size, fake_next_id(), alias};
+    *out = candidate;
+    return SUCCESS;
+  }
+  return OUT_OF_MEMORY;
+}
+
+/* Lock held.  The bytes go away, as freed device memory does. */
+void fake_release_allocation(struct allocation *a) {
+  const size_t span = fake_round_up(a->size, GRANULE);
+  if (cpu_accessible(a->memory)) {
+    madvise(a->alias, span, MADV_DONTNEED);
+    mprotect(a->alias, span, PROT_NONE);
+  } else {
+    munmap(a->alias, span);
+  }
+  memset(a, 0, sizeof *a);
+}
+
+void fake_free_context_allocations(int device) {
+  for (int i = 0; i < MAX_ALLOCATIONS; ++i) {
+    if (allocations[i].live && allocations[i].context == device) {
+      fake_release_allocation(&allocations[i]);
+    }
+  }
+}
+
+void fake_reset_memory(void) {
+  for (int i = 0; i < MAX_ALLOCATIONS; ++i) {
+    if (allocations[i].live) fake_release_allocation(&allocations[i]);
+  }
+  memset(registrations, 0, sizeof registrations);
+}
+
+/* Frees the allocation starting exactly at ptr: host memory only through cuMemFreeHost, other
+ * memory only through cuMemFree. */
+static CUresult free_allocation(CUdeviceptr ptr, int host) {
+  for (int i = 0; i < MAX_ALLOCATIONS; ++i) {
+    struct allocation *a = &allocations[i];
+    if (a->live && a->base == ptr && (a->memory == FAKE_CUDA_MEM_HOST) == host) {
+      fake_release_allocation(a);
+      return SUCCESS;
+    }
+  }
+  return INVALID_VALUE;
+}
+
+EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *ptr, size_t size) {
+  ENTER("cuMemAlloc_v2");
+  REQUIRE_CONTEXT();
+  const int device = fake_current_device();
+  LEAVE(fake_allocate(device, size, FAKE_CUDA_MEM_DEVICE, device, ptr));
+}
+
+EXPORT CUresult cuMemAllocManaged(CUdeviceptr *ptr, size_t size, unsigned int flags) {
+  ENTER("cuMemAllocManaged");
+  REQUIRE_CONTEXT();
+  if (flags != 1 && flags != 2) LEAVE(INVALID_VALUE); /* ATTACH_GLOBAL or ATTACH_HOST */
+  const int device = fake_current_device();
+  LEAVE(fake_allocate(device, size, FAKE_CUDA_MEM_MANAGED, device, ptr));
+}
+
+EXPORT CUresult cuMemHostAlloc(void **ptr, size_t size, unsigned int flags) {
+  ENTER("cuMemHostAlloc");
+  REQUIRE_CONTEXT();
+  if (ptr == NULL || (flags & ~7u) != 0) LEAVE(INVALID_VALUE);
+  const int device = fake_current_device();
+  CUdeviceptr address = 0;
+  const CUresult result = fake_allocate(device, size, FAKE_CUDA_MEM_HOST, device, &address);
+  if (result == SUCCESS) *ptr = (void *)(uintptr_t)address;
+  LEAVE(result);
+}
+
+EXPORT CUresult cuMemFree_v2(CUdeviceptr ptr) {
+  ENTER("cuMemFree_v2");
+  REQUIRE_CONTEXT();
+  LEAVE(free_allocation(ptr, 0));
+}
+
+EXPORT CUresult cuMemFreeHost(void *ptr) {
+  ENTER("cuMemFreeHost");
+  REQUIRE_CONTEXT();
+  LEAVE(free_allocation((uintptr_t)ptr, 1));
+}
+
+/* Copies through the aliases, segment by segment: a range may cross VMM mappings.  Fails
+ * without copying anything if any byte is not memory a copy may reach.  Lock held. */
+static CUresult device_copy(CUdeviceptr ptr, char *host, size_t n, int to_device) {
+  for (int pass = 0; pass < 2; ++pass) { /* pass 0 checks, pass 1 copies */
+    size_t done = 0;
+    while (done < n) {
+      struct located at;
+      fake_locate(ptr + done, &at);
+      if (at.alias == NULL ||
+          (at.place == PLACE_MAPPING && !mappings[at.index].accessible)) {
+        return INVALID_VALUE;
+      }
+      const size_t offset = (size_t)(ptr + done - at.base);
+      size_t chunk = at.size - offset;
+      if (chunk > n - done) chunk = n - done;
+      if (pass == 1) {
+        if (to_device) {
+          memcpy(at.alias + offset, host + done, chunk);
+        } else {
+          memcpy(host + done, at.alias + offset, chunk);
+        }
+      }
+      done += chunk;
+    }
+  }
+  return SUCCESS;
+}
+
+EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr destination, const void *source, size_t bytes) {
+  ENTER("cuMemcpyHtoD_v2");
+  REQUIRE_CONTEXT();
+  if (source == NULL) LEAVE(INVALID_VALUE);
+  LEAVE(device_copy(destination, (char *)(uintptr_t)source, bytes, 1));
+}
+
+EXPORT CUresult cuMemcpyDtoH_v2(void *destination, CUdeviceptr source, size_t bytes) {
+  ENTER("cuMemcpyDtoH_v2");
+  REQUIRE_CONTEXT();
+  if (destination == NULL) LEAVE(INVALID_VALUE);
+  LEAVE(device_copy(source, destination, bytes, 0));
+}
+
+EXPORT CUresult cuMemHostRegister_v2(void *ptr, size_t size, unsigned int flags) {
+  ENTER("cuMemHostRegister_v2");
+  REQUIRE_CONTEXT();
+  const uintptr_t base = (uintptr_t)ptr;
+  if (ptr == NULL || size == 0 || base + size < base || (flags & ~0xfu) != 0) {
+    LEAVE(INVALID_VALUE);
+  }
+  for (int i = 0; i < MAX_REGISTRATIONS; ++i) {
+    const struct registration *g = &registrations[i];
+    if (g->live && base < g->base + g->size && g->base < base + size) {
+      LEAVE(HOST_MEMORY_ALREADY_REGISTERED);
+    }
+  }
+  for (int i = 0; i < MAX_REGISTRATIONS; ++i) {
+    if (!registrations[i].live) {
+      registrations[i] =
+          (struct registration){1, fake_current_device(), base, size, fake_next_id()};
+      LEAVE(SUCCESS);
+    }
+  }
+  LEAVE(OUT_OF_MEMORY);
+}
+
+EXPORT CUresult cuMemHostUnregister(void *ptr) {
+  ENTER("cuMemHostUnregister");
+  REQUIRE_CONTEXT();
+  for (int i = 0; i < MAX_REGISTRATIONS; ++i) {
+    if (registrations[i].live && registrations[i].base == (uintptr_t)ptr) {
+      memset(&registrations[i], 0, sizeof registrations[i]);
+      LEAVE(SUCCESS);
+    }
+  }
+  LEAVE(HOST_MEMORY_NOT_REGISTERED);
+}
+
+/* ---- test-only control ------------------------------------------------------------------ */
+
+EXPORT int fake_cuda_alloc(int device, size_t size, int memory, unsigned long long *out) {
+  if (memory != FAKE_CUDA_MEM_DEVICE && memory != FAKE_CUDA_MEM_HOST &&
+      memory != FAKE_CUDA_MEM_MANAGED) {
+    return INVALID_VALUE;
+  }
+  pthread_mutex_lock(&fake_lock);
+  LEAVE(fake_allocate(device, size, memory, -1, out));
+}
+
+EXPORT int fake_cuda_free(unsigned long long ptr) {
+  pthread_mutex_lock(&fake_lock);
+  for (int i = 0; i < MAX_ALLOCATIONS; ++i) {
+    if (allocations[i].live && allocations[i].base == ptr) {
+      fake_release_allocation(&allocations[i]);
+      LEAVE(SUCCESS);
+    }
+  }
+  LEAVE(INVALID_VALUE);
+}
+
+/* The fake's own view of device bytes, so tests can check what a copy did without trusting
+ * the copy in the other direction.  Ignores cuMemSetAccess, as a debugger would. */
+static int peek_or_poke(unsigned long long ptr, void *buffer, size_t len, int poke) {
+  pthread_mutex_lock(&fake_lock);
+  size_t done = 0;
+  while (done < len) {
+    struct located at;
+    fake_locate(ptr + done, &at);
+    if (at.alias == NULL) LEAVE(INVALID_VALUE);
+    const size_t offset = (size_t)(ptr + done - at.base);
+    size_t chunk = at.size - offset;
+    if (chunk > len - done) chunk = len - done;
+    if (poke) {
+      memcpy(at.alias + offset, (char *)buffer + done, chunk);
+    } else {
+      memcpy((char *)buffer + done, at.alias + offset, chunk);
+    }
+    done += chunk;
+  }
+  LEAVE(SUCCESS);
+}
+
+EXPORT int fake_cuda_peek(unsigned long long ptr, void *out, size_t len) {
+  return peek_or_poke(ptr, out, len, 0);
+}
+
+EXPORT int fake_cuda_poke(unsigned long long ptr, const void *in, size_t len) {
+  return peek_or_poke(ptr, (void *)(uintptr_t)in, len, 1);
+}
+
+EXPORT int fake_cuda_host_registration_count(void) {
+  pthread_mutex_lock(&fake_lock);
+  int count = 0;
+  for (int i = 0; i < MAX_REGISTRATIONS; ++i) count += registrations[i].live;
+  LEAVE(count);
+}

@@ -1,0 +1,371 @@
+/* A fake hl-thunk: a real shared object named libhl-thunk.so with the entry points hmr's
+ * SynapseAI iface dlsyms for device memory of its own.
+ *
+ * Two Gaudi devices, each opened exclusively (an open device, or one another process holds, is
+ * passed over; none free is EBUSY), each open a real fd.  Device memory has allocation handles
+ * and device VAs from a PROT_NONE range reserved per device: real, distinct addresses the CPU
+ * must never touch.  As the driver, it refuses to free a handle that is still mapped.  The
+ * mapped-memory dma-buf export returns a real memfd sized to the exported range.
+ *
+ * Built with FAKE_HLTHUNK_WITH_EXPORT=1 it exports hlthunk_device_mapped_memory_export_dmabuf_fd;
+ * without it the symbol is absent, as in libraries before Gaudi2. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "fake_hlthunk_control.h"
+
+#define EXPORT __attribute__((visibility("default")))
+
+#define DEVICE_DONT_CARE 4
+#define DEVICE_GAUDI2 5
+#define REGION_SIZE (256ull << 20)
+#define GRANULE (2ull << 20) /* Gaudi device memory comes in 2 MiB pages */
+#define MAX_HANDLES 64
+#define MAX_FAILURES 16
+#define MAX_COUNTERS 32
+#define NAME_LEN 64
+
+struct device {
+  int fd;   /* ours, or -1 when not open here */
+  int busy; /* held by another process */
+  void *region;
+};
+
+struct memory {
+  int live;
+  int device;
+  uint64_t handle;
+  uint64_t size;
+  uint64_t va; /* 0 while unmapped */
+};
+
+struct named_value {
+  char name[NAME_LEN];
+  int value;
+};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static struct device devices[FAKE_HLTHUNK_DEVICE_COUNT] = {{-1, 0, NULL}, {-1, 0, NULL}};
+static const char *const bus_ids[FAKE_HLTHUNK_DEVICE_COUNT] = {"0000:33:00.0", "0000:9a:00.0"};
+static struct memory memories[MAX_HANDLES];
+static uint64_t next_handle = 1;
+static struct named_value failures[MAX_FAILURES];
+static struct named_value counters[MAX_COUNTERS];
+static uint64_t last_export_address, last_export_size, last_export_offset;
+static uint32_t last_export_flags;
+
+static struct named_value *find_named(struct named_value *table, int count, const char *name,
+                                      int create) {
+  for (int i = 0; i < count; ++i) {
+    if (table[i].name[0] != '\0' && strcmp(table[i].name, name) == 0) return &table[i];
+  }
+  if (!create) return NULL;
+  for (int i = 0; i < count; ++i) {
+    if (table[i].name[0] == '\0') {
+      strncpy(table[i].name, name, NAME_LEN - 1);
+      return &table[i];
+    }
+  }
+  return NULL;
+}
+
+/* Counts the call and returns the errno injected for `name`, or 0. Lock held. */
+static int enter(const char *name) {
+  struct named_value *counter = find_named(counters, MAX_COUNTERS, name, 1);
+  if (counter != NULL) counter->value++;
+  struct named_value *failure = find_named(failures, MAX_FAILURES, name, 0);
+  return failure != NULL ? failure->value : 0;
+}
+
+static uint64_t round_up(uint64_t value, uint64_t granule) {
+  return (value + granule - 1) / granule * granule;
+}
+
+/* The device open as `fd`, or -1. Lock held. */
+static int device_of(int fd) {
+  for (int i = 0; i < FAKE_HLTHUNK_DEVICE_COUNT; ++i) {
+    if (fd >= 0 && devices[i].fd == fd) return i;
+  }
+  return -1;
+}
+
+/* hl-thunk's convention: -errno from int calls, with errno set too. */
+#define FAIL(error)              \
+  do {                           \
+    pthread_mutex_unlock(&lock); \
+    errno = (error);             \
+    return -(error);             \
+  } while (0)
+/* ... and 0 from calls that return a handle or an address. */
+#define FAIL_ZERO(error)         \
+  do {                           \
+    pthread_mutex_unlock(&lock); \
+    errno = (error);             \
+    return 0;                    \
+  } while (0)
+#define LEAVE(result)            \
+  do {                           \
+    pthread_mutex_unlock(&lock); \
+    return (result);             \
+  } while (0)
+
+EXPORT int hlthunk_open(int device_name, const char *busid) {
+  pthread_mutex_lock(&lock);
+  int injected = enter("hlthunk_open");
+  if (injected != 0) FAIL(injected);
+  if (device_name != DEVICE_DONT_CARE && device_name != DEVICE_GAUDI2) FAIL(ENODEV);
+  for (int i = 0; i < FAKE_HLTHUNK_DEVICE_COUNT; ++i) {
+    if (busid != NULL && strcmp(busid, bus_ids[i]) != 0) continue;
+    if (devices[i].fd >= 0 || devices[i].busy) continue; /* exclusive */
+    const int fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+    const int error = errno;
+    if (fd < 0) FAIL(error);
+    devices[i].fd = fd;
+    LEAVE(fd);
+  }
+  FAIL(busid != NULL ? ENODEV : EBUSY);
+}
+
+EXPORT int hlthunk_close(int fd) {
+  pthread_mutex_lock(&lock);
+  int injected = enter("hlthunk_close");
+  if (injected != 0) FAIL(injected);
+  const int device = device_of(fd);
+  if (device < 0) FAIL(EBADF);
+  devices[device].fd = -1;
+  /* Closing the device releases everything allocated through it, as the driver does. */
+  for (int i = 0; i < MAX_HANDLES; ++i) {
+    if (memories[i].live && memories[i].device == device) memories[i].live = 0;
+  }
+  LEAVE(close(fd));
+}
+
+EXPORT uint64_t hlthunk_device_memory_alloc(int fd, uint64_t size, uint64_t page_size,
+                                            bool contiguous, bool shared) {
+  (void)contiguous;
+  pthread_mutex_lock(&lock);
+  int injected = enter("hlthunk_device_memory_alloc");
+  if (injected != 0) FAIL_ZERO(injected);
+  const int device = device_of(fd);
+  if (device < 0) FAIL_ZERO(EBADF);
+  if (size == 0 || size > REGION_SIZE || (page_size & (page_size - 1)) != 0 || shared) {
+    FAIL_ZERO(EINVAL);
+  }
+  for (int i = 0; i < MAX_HANDLES; ++i) {
+    if (!memories[i].live) {
+      memories[i] = (struct memory){1, device, next_handle++, round_up(size, GRANULE), 0};
+      LEAVE(memories[i].handle);
+    }
+  }
+  FAIL_ZERO(ENOMEM);
+}
+
+/* The live memory of `device` with `handle`. Lock held. */
+static struct memory *find_handle(int device, uint64_t handle) {
+  for (int i = 0; i < MAX_HANDLES; ++i) {
+    if (memories[i].live && memories[i].device == device && memories[i].handle == handle) {
+      return &memories[i];
+    }
+  }
+  return NULL;
+}
+
+EXPORT uint64_t hlthunk_device_memory_map(int fd, uint64_t handle, uint64_t hint_addr) {
+  (void)hint_addr;
+  pthread_mutex_lock(&lock);
+  int injected = enter("hlthunk_device_memory_map");
+  if (injected != 0) FAIL_ZERO(injected);
+  const int device = device_of(fd);
+  if (device < 0) FAIL_ZERO(EBADF);
+  struct memory *m = find_handle(device, handle);
+  if (m == NULL || m->va != 0) FAIL_ZERO(EINVAL);
+  if (devices[device].region == NULL) {
+    /* Reserved, never backed: device VAs are not CPU addresses. */
+    void *region =
+        mmap(NULL, REGION_SIZE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (region == MAP_FAILED) FAIL_ZERO(ENOMEM);
+    devices[device].region = region;
+  }
+  /* First fit, so an address freed is handed out again first. */
+  const uint64_t region_start = round_up((uintptr_t)devices[device].region, GRANULE);
+  const uint64_t region_end = (uintptr_t)devices[device].region + REGION_SIZE;
+  uint64_t candidate = region_start;
+  int moved = 1;
+  while (moved) {
+    moved = 0;
+    for (int i = 0; i < MAX_HANDLES; ++i) {
+      const struct memory *other = &memories[i];
+      if (other->live && other->va != 0 && other->device == device &&
+          candidate < other->va + other->size && other->va < candidate + m->size) {
+        candidate = other->va + other->size;
+        moved = 1;
+      }
+    }
+  }
+  if (candidate + m->size > region_end) FAIL_ZERO(ENOMEM);
+  m->va = candidate;
+  LEAVE(candidate);
+}
+
+EXPORT int hlthunk_memory_unmap(int fd, uint64_t device_virt_addr) {
+  pthread_mutex_lock(&lock);
+  int injected = enter("hlthunk_memory_unmap");
+  if (injected != 0) FAIL(injected);
+  const int device = device_of(fd);
+  if (device < 0) FAIL(EBADF);
+  for (int i = 0; i < MAX_HANDLES; ++i) {
+    struct memory *m = &memories[i];
+    if (m->live && m->device == device && m->va != 0 && m->va == device_virt_addr) {
+      m->va = 0;
+      LEAVE(0);
+    }
+  }
+  FAIL(EINVAL);
+}
+
+EXPORT int hlthunk_device_memory_free(int fd, uint64_t handle) {
+  pthread_mutex_lock(&lock);
+  int injected = enter("hlthunk_device_memory_free");
+  if (injected != 0) FAIL(injected);
+  const int device = device_of(fd);
+  if (device < 0) FAIL(EBADF);
+  struct memory *m = find_handle(device, handle);
+  if (m == NULL || m->va != 0) FAIL(EINVAL); /* the driver refuses to free mapped memory */
+  m->live = 0;
+  LEAVE(0);
+}
+
+#if FAKE_HLTHUNK_WITH_EXPORT
+EXPORT int hlthunk_device_mapped_memory_export_dmabuf_fd(int fd, uint64_t addr, uint64_t size,
+                                                         uint64_t offset, uint32_t flags) {
+  pthread_mutex_lock(&lock);
+  int injected = enter("hlthunk_device_mapped_memory_export_dmabuf_fd");
+  if (injected != 0) FAIL(injected);
+  const int device = device_of(fd);
+  if (device < 0) FAIL(EBADF);
+  const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+  if (size == 0 || addr % page != 0 || size % page != 0 || offset % page != 0 ||
+      (flags & ~(uint32_t)(O_RDWR | O_CLOEXEC)) != 0) {
+    FAIL(EINVAL);
+  }
+  const uint64_t start = addr + offset;
+  const struct memory *found = NULL;
+  for (int i = 0; i < MAX_HANDLES; ++i) {
+    const struct memory *m = &memories[i];
+    if (m->live && m->device == device && m->va != 0 && start >= m->va &&
+        start + size <= m->va + m->size) {
+      found = m;
+    }
+  }
+  if (found == NULL) FAIL(EINVAL);
+  const int exported = memfd_create("fake-hlthunk-dmabuf", MFD_CLOEXEC);
+  const int error = errno;
+  if (exported < 0) FAIL(error);
+  if (ftruncate(exported, (off_t)size) != 0) {
+    close(exported);
+    FAIL(ENOMEM);
+  }
+  last_export_address = addr;
+  last_export_size = size;
+  last_export_offset = offset;
+  last_export_flags = flags;
+  LEAVE(exported);
+}
+#endif
+
+EXPORT int hlthunk_get_pci_bus_id_from_fd(int fd, char *pci_bus_id, int len) {
+  pthread_mutex_lock(&lock);
+  int injected = enter("hlthunk_get_pci_bus_id_from_fd");
+  if (injected != 0) FAIL(injected);
+  const int device = device_of(fd);
+  if (device < 0) FAIL(EBADF);
+  if (pci_bus_id == NULL || len < (int)strlen(bus_ids[device]) + 1) FAIL(EINVAL);
+  snprintf(pci_bus_id, (size_t)len, "%s", bus_ids[device]);
+  LEAVE(0);
+}
+
+/* ---- test-only control ------------------------------------------------------------------ */
+
+EXPORT void fake_hlthunk_reset(void) {
+  pthread_mutex_lock(&lock);
+  for (int i = 0; i < FAKE_HLTHUNK_DEVICE_COUNT; ++i) {
+    if (devices[i].fd >= 0) close(devices[i].fd);
+    devices[i].fd = -1;
+    devices[i].busy = 0;
+  }
+  memset(memories, 0, sizeof memories);
+  memset(failures, 0, sizeof failures);
+  memset(counters, 0, sizeof counters);
+  last_export_address = last_export_size = last_export_offset = 0;
+  last_export_flags = 0;
+  /* Handles keep growing: never reused, across resets too. */
+  pthread_mutex_unlock(&lock);
+}
+
+EXPORT void fake_hlthunk_set_failure(const char *name, int error) {
+  pthread_mutex_lock(&lock);
+  struct named_value *failure = find_named(failures, MAX_FAILURES, name, error != 0);
+  if (failure != NULL) {
+    failure->value = error;
+    if (error == 0) failure->name[0] = '\0';
+  }
+  pthread_mutex_unlock(&lock);
+}
+
+EXPORT int fake_hlthunk_call_count(const char *name) {
+  pthread_mutex_lock(&lock);
+  const struct named_value *counter = find_named(counters, MAX_COUNTERS, name, 0);
+  const int count = counter != NULL ? counter->value : 0;
+  pthread_mutex_unlock(&lock);
+  return count;
+}
+
+EXPORT int fake_hlthunk_open_devices(void) {
+  pthread_mutex_lock(&lock);
+  int count = 0;
+  for (int i = 0; i < FAKE_HLTHUNK_DEVICE_COUNT; ++i) count += devices[i].fd >= 0;
+  pthread_mutex_unlock(&lock);
+  return count;
+}
+
+EXPORT int fake_hlthunk_live_handles(void) {
+  pthread_mutex_lock(&lock);
+  int count = 0;
+  for (int i = 0; i < MAX_HANDLES; ++i) count += memories[i].live;
+  pthread_mutex_unlock(&lock);
+  return count;
+}
+
+EXPORT int fake_hlthunk_live_mappings(void) {
+  pthread_mutex_lock(&lock);
+  int count = 0;
+  for (int i = 0; i < MAX_HANDLES; ++i) count += memories[i].live && memories[i].va != 0;
+  pthread_mutex_unlock(&lock);
+  return count;
+}
+
+EXPORT void fake_hlthunk_last_export(uint64_t *address, uint64_t *size, uint64_t *offset,
+                                     uint32_t *flags) {
+  pthread_mutex_lock(&lock);
+  *address = last_export_address;
+  *size = last_export_size;
+  *offset = last_export_offset;
+  *flags = last_export_flags;
+  pthread_mutex_unlock(&lock);
+}
+
+EXPORT int fake_hlthunk_set_busy(int index, int busy) {
+  if (index < 0 || index >= FAKE_HLTHUNK_DEVICE_COUNT) return -EINVAL;
+  pthread_mutex_lock(&lock);
+  devices[index].busy = busy != 0;
+  LEAVE(0);
+}

@@ -1,0 +1,33 @@
+/* The test-only entry points of the fake SynapseAI runtime (fake_synapse.c, built as
+ * libSynapse.so).  Tests reach them with dlsym on the library the SynapseAI iface loaded through
+ * HMR_SYNAPSEAI_LIBRARY, so both see one instance and one state. */
+#ifndef HMR_TESTS_FAKE_SYNAPSE_CONTROL_H
+#define HMR_TESTS_FAKE_SYNAPSE_CONTROL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FAKE_SYNAPSE_DEVICE_COUNT 2
+
+/* Forgets every allocation, failure and counter; uninitialises the runtime. */
+typedef void (*fake_synapse_reset_fn)(void);
+/* Makes every later call of entry point `name` return `code` (a synStatus, or for
+ * hcclLookupDMABuff its int result; 0 clears it). */
+typedef void (*fake_synapse_set_failure_fn)(const char *name, int code);
+typedef int (*fake_synapse_call_count_fn)(const char *name);
+/* Device memory as an application gets it from SynapseAI: `size` bytes on `device` from that
+ * device's own reserved (PROT_NONE) range.  Returns 0 or -1. */
+typedef int (*fake_synapse_alloc_fn)(int device, size_t size, uint64_t *out);
+typedef int (*fake_synapse_free_fn)(uint64_t address);
+/* The arguments of the last successful hcclLookupDMABuff. */
+typedef void (*fake_synapse_last_lookup_fn)(uint64_t *address, uint64_t *size);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

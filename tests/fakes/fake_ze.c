@@ -1,0 +1,764 @@
+/* A fake Level Zero loader: a real shared object named libze_loader.so.1 with the entry points
+ * hmr's ZE iface dlsyms, so the real iface code runs without an Intel GPU.
+ *
+ * Two drivers: driver 0 with two devices, driver 1 with one.  Device memory lives in a PROT_NONE
+ * address range reserved per device, so addresses are real and distinct per device and a CPU
+ * touch faults; each device allocation is a memfd mapped PROT_NONE at its device address and
+ * read-write at a private address only the fake uses, so copies really move bytes and an
+ * exported dma-buf (a dup of that memfd) really holds them.  Every allocation gets a new id, so
+ * a freed and reused address is a different allocation.  Allocations belong to a driver: every
+ * context of the driver answers for them, as the Intel driver does.
+ *
+ * Command lists created in synchronous mode copy during the append; in any other mode the copy
+ * waits for zeCommandListHostSynchronize, so a caller that forgets to wait reads stale bytes.
+ *
+ * Built twice: with API 1.6 features, and with FAKE_ZE_API_1_0 as an old loader that has no
+ * zeDevicePciGetPropertiesExt and no zeCommandListHostSynchronize. */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "fake_ze_control.h"
+
+#define EXPORT __attribute__((visibility("default")))
+
+typedef int ze_result_t;
+
+enum {
+  SUCCESS = 0,
+  OUT_OF_HOST_MEMORY = 0x70000002,
+  OUT_OF_DEVICE_MEMORY = 0x70000003,
+  UNINITIALIZED = 0x78000001,
+  UNSUPPORTED_FEATURE = 0x78000003,
+  INVALID_ARGUMENT = 0x78000004,
+  INVALID_NULL_HANDLE = 0x78000005,
+  INVALID_NULL_POINTER = 0x78000007,
+  UNSUPPORTED_SIZE = 0x78000009,
+  UNSUPPORTED_ALIGNMENT = 0x7800000a,
+  INVALID_ENUMERATION = 0x7800000c,
+};
+
+enum { TYPE_UNKNOWN = 0, TYPE_HOST = 1, TYPE_DEVICE = 2, TYPE_SHARED = 3 };
+enum { OPAQUE_FD = 1, DMA_BUF = 2 };
+enum { MODE_SYNCHRONOUS = 1 };
+
+struct chain {
+  int stype;
+  const struct chain *next;
+};
+
+typedef struct {
+  int stype;
+  void *pNext;
+  int type;
+  uint32_t vendorId, deviceId, flags, subdeviceId, coreClockRate;
+  uint64_t maxMemAllocSize;
+  uint32_t maxHardwareContexts, maxCommandQueuePriority, numThreadsPerEU, physicalEUSimdWidth,
+      numEUsPerSubslice, numSubslicesPerSlice, numSlices;
+  uint64_t timerResolution;
+  uint32_t timestampValidBits, kernelTimestampValidBits;
+  uint8_t uuid[16];
+  char name[256];
+} device_properties_t;
+
+typedef struct {
+  int stype;
+  void *pNext;
+  uint32_t domain, bus, device, function;
+  int32_t genVersion, width;
+  int64_t maxBandwidth;
+} pci_properties_t;
+
+typedef struct {
+  int stype;
+  void *pNext;
+  uint32_t import_types, export_types, image_import_types, image_export_types;
+} external_memory_properties_t;
+
+typedef struct {
+  int stype;
+  void *pNext;
+  int type;
+  uint64_t id;
+  uint64_t pageSize;
+} allocation_properties_t;
+
+typedef struct {
+  int stype;
+  const void *pNext;
+  uint32_t flags;
+  int fd;
+} export_fd_t;
+
+typedef struct {
+  int stype;
+  const void *pNext;
+  uint32_t flags;
+} flags_desc_t; /* context, host allocation and export descriptors */
+
+typedef struct {
+  int stype;
+  const void *pNext;
+  uint32_t flags, ordinal;
+} device_alloc_desc_t;
+
+typedef struct {
+  int stype;
+  const void *pNext;
+  uint32_t ordinal, index, flags;
+  int mode, priority;
+} queue_desc_t;
+
+struct fake_driver {
+  int index;
+};
+struct fake_device {
+  int driver;
+  int index; /* within the driver */
+  int global;
+};
+struct fake_context {
+  int live;
+  int driver;
+};
+
+#define MAX_PENDING 8
+struct pending_copy {
+  void *dst;
+  const void *src;
+  size_t size;
+};
+struct fake_list {
+  int live;
+  int mode;
+  struct fake_context *context;
+  struct pending_copy pending[MAX_PENDING];
+  int pending_count;
+};
+
+struct allocation {
+  int live;
+  int type;
+  int driver;
+  int device; /* global device index; -1 for host memory */
+  uintptr_t base;
+  size_t size;
+  size_t mapped;
+  uint64_t id;
+  int memfd;   /* device memory only, else -1 */
+  void *alias; /* device memory only: the fake's read-write view */
+  int export_flags;
+};
+
+#define REGION_SIZE (256ull << 20) /* address space reserved per device */
+#define GRANULE (64ull << 10)
+#define MAX_CONTEXTS 16
+#define MAX_LISTS 64
+#define MAX_ALLOCATIONS 128
+#define MAX_FAILURES 16
+#define MAX_COUNTERS 48
+#define NAME_LEN 64
+
+static const struct fake_driver drivers[FAKE_ZE_DRIVER_COUNT] = {{0}, {1}};
+static const struct fake_device devices[FAKE_ZE_DEVICE_COUNT] = {{0, 0, 0}, {0, 1, 1}, {1, 0, 2}};
+
+struct named_value {
+  char name[NAME_LEN];
+  int value;
+};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static int initialized;
+static unsigned last_init_flags;
+static int driver_count = FAKE_ZE_DRIVER_COUNT;
+static void *regions[FAKE_ZE_DEVICE_COUNT];
+static struct fake_context contexts[MAX_CONTEXTS];
+static struct fake_list lists[MAX_LISTS];
+static struct allocation allocations[MAX_ALLOCATIONS];
+static uint64_t next_id = 1;
+static struct named_value failures[MAX_FAILURES];
+static struct named_value counters[MAX_COUNTERS];
+
+static struct named_value *find_named(struct named_value *table, int count, const char *name,
+                                      int create) {
+  for (int i = 0; i < count; ++i) {
+    if (table[i].name[0] != '\0' && strcmp(table[i].name, name) == 0) return &table[i];
+  }
+  if (!create) return NULL;
+  for (int i = 0; i < count; ++i) {
+    if (table[i].name[0] == '\0') {
+      strncpy(table[i].name, name, NAME_LEN - 1);
+      return &table[i];
+    }
+  }
+  return NULL;
+}
+
+/* Counts the call and returns the injected failure for `name`, or SUCCESS. Lock held. */
+static ze_result_t enter(const char *name) {
+  struct named_value *counter = find_named(counters, MAX_COUNTERS, name, 1);
+  if (counter != NULL) counter->value++;
+  struct named_value *failure = find_named(failures, MAX_FAILURES, name, 0);
+  return failure != NULL ? failure->value : SUCCESS;
+}
+
+#define ENTER(name)                  \
+  pthread_mutex_lock(&lock);         \
+  ze_result_t injected = enter(name); \
+  if (injected != SUCCESS) {         \
+    pthread_mutex_unlock(&lock);     \
+    return injected;                 \
+  }                                  \
+  if (!initialized) LEAVE(UNINITIALIZED)
+
+#define LEAVE(result)            \
+  do {                           \
+    pthread_mutex_unlock(&lock); \
+    return (result);             \
+  } while (0)
+
+static size_t round_up(size_t value, size_t granule) {
+  return (value + granule - 1) / granule * granule;
+}
+
+static int driver_of(const void *handle) {
+  for (int i = 0; i < driver_count; ++i) {
+    if (handle == (const void *)&drivers[i]) return i;
+  }
+  return -1;
+}
+
+static int device_of(const void *handle) {
+  for (int i = 0; i < FAKE_ZE_DEVICE_COUNT; ++i) {
+    if (handle == (const void *)&devices[i] && devices[i].driver < driver_count) return i;
+  }
+  return -1;
+}
+
+static struct fake_context *context_of(const void *handle) {
+  for (int i = 0; i < MAX_CONTEXTS; ++i) {
+    if (handle == (const void *)&contexts[i] && contexts[i].live) return &contexts[i];
+  }
+  return NULL;
+}
+
+static struct fake_list *list_of(const void *handle) {
+  for (int i = 0; i < MAX_LISTS; ++i) {
+    if (handle == (const void *)&lists[i] && lists[i].live) return &lists[i];
+  }
+  return NULL;
+}
+
+static int can_export_dmabuf(int device) { return device != 1; /* device 0.1 cannot */ }
+
+/* The live allocation of `driver` holding ptr (any driver when driver < 0). Lock held. */
+static struct allocation *find_allocation(int driver, uintptr_t ptr) {
+  for (int i = 0; i < MAX_ALLOCATIONS; ++i) {
+    struct allocation *a = &allocations[i];
+    if (a->live && (driver < 0 || a->driver == driver) && ptr >= a->base && ptr - a->base < a->size) {
+      return a;
+    }
+  }
+  return NULL;
+}
+
+static int in_device_region(uintptr_t ptr) {
+  for (int i = 0; i < FAKE_ZE_DEVICE_COUNT; ++i) {
+    const uintptr_t start = (uintptr_t)regions[i];
+    if (regions[i] != NULL && ptr >= start && ptr - start < REGION_SIZE) return 1;
+  }
+  return 0;
+}
+
+/* Where the fake reads or writes [ptr, ptr + size): device memory through its alias, anything
+ * else in place.  NULL when the range runs out of its allocation or into unallocated device
+ * memory. Lock held. */
+static void *resolve(uintptr_t ptr, size_t size) {
+  const struct allocation *a = find_allocation(-1, ptr);
+  if (a == NULL) return in_device_region(ptr) ? NULL : (void *)ptr;
+  if (size > a->size - (ptr - a->base)) return NULL;
+  if (a->alias == NULL) return (void *)ptr;
+  return (char *)a->alias + (ptr - a->base);
+}
+
+static ze_result_t allocate(int driver, int device, int type, size_t size, size_t alignment,
+                            int export_flags, void **out) {
+  if (out == NULL) return INVALID_NULL_POINTER;
+  if (size == 0 || size > REGION_SIZE) return UNSUPPORTED_SIZE;
+  if (alignment != 0 && ((alignment & (alignment - 1)) != 0 || alignment > GRANULE)) {
+    return UNSUPPORTED_ALIGNMENT;
+  }
+  struct allocation *slot = NULL;
+  for (int i = 0; i < MAX_ALLOCATIONS && slot == NULL; ++i) {
+    if (!allocations[i].live) slot = &allocations[i];
+  }
+  if (slot == NULL) return OUT_OF_HOST_MEMORY;
+  const size_t mapped = round_up(size, GRANULE);
+  uintptr_t base = 0;
+  int memfd = -1;
+  void *alias = NULL;
+  if (type == TYPE_DEVICE) {
+    if (regions[device] == NULL) {
+      void *region =
+          mmap(NULL, REGION_SIZE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (region == MAP_FAILED) return OUT_OF_DEVICE_MEMORY;
+      regions[device] = region;
+    }
+    /* First fit from the start of the region, so a freed address is handed out again first. */
+    base = round_up((uintptr_t)regions[device], GRANULE);
+    for (int moved = 1; moved;) {
+      moved = 0;
+      for (int i = 0; i < MAX_ALLOCATIONS; ++i) {
+        const struct allocation *other = &allocations[i];
+        if (other->live && other->type == TYPE_DEVICE && other->device == device &&
+            base < other->base + other->mapped && other->base < base + mapped) {
+          base = other->base + other->mapped;
+          moved = 1;
+        }
+      }
+    }
+    if (base + mapped > (uintptr_t)regions[device] + REGION_SIZE) return OUT_OF_DEVICE_MEMORY;
+    memfd = memfd_create("fake-ze-device-memory", MFD_CLOEXEC);
+    if (memfd < 0) return OUT_OF_DEVICE_MEMORY;
+    if (ftruncate(memfd, (off_t)mapped) != 0 ||
+        mmap((void *)base, mapped, PROT_NONE, MAP_SHARED | MAP_FIXED, memfd, 0) == MAP_FAILED ||
+        (alias = mmap(NULL, mapped, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0)) == MAP_FAILED) {
+      mmap((void *)base, mapped, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE,
+           -1, 0);
+      close(memfd);
+      return OUT_OF_DEVICE_MEMORY;
+    }
+  } else {
+    void *memory = mmap(NULL, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (memory == MAP_FAILED) return OUT_OF_HOST_MEMORY;
+    base = (uintptr_t)memory;
+  }
+  *slot = (struct allocation){1,    type,    driver, type == TYPE_HOST ? -1 : device,
+                              base, size,    mapped, next_id++,
+                              memfd, alias,  export_flags};
+  *out = (void *)base;
+  return SUCCESS;
+}
+
+static void release(struct allocation *a) {
+  if (a->type == TYPE_DEVICE) {
+    /* Keep the address reserved (and CPU-inaccessible) for the next allocation. */
+    mmap((void *)a->base, a->mapped, PROT_NONE,
+         MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+    munmap(a->alias, a->mapped);
+    close(a->memfd);
+  } else {
+    munmap((void *)a->base, a->mapped);
+  }
+  memset(a, 0, sizeof *a);
+}
+
+#ifndef FAKE_ZE_API_1_0
+static void run_pending(struct fake_list *list) {
+  for (int i = 0; i < list->pending_count; ++i) {
+    memmove(list->pending[i].dst, list->pending[i].src, list->pending[i].size);
+  }
+  list->pending_count = 0;
+}
+#endif
+
+/* ---- the loader ---------------------------------------------------------------------------- */
+
+EXPORT ze_result_t zeInit(uint32_t flags) {
+  pthread_mutex_lock(&lock);
+  const ze_result_t injected = enter("zeInit");
+  if (injected != SUCCESS) LEAVE(injected);
+  if ((flags & ~3u) != 0) LEAVE(INVALID_ENUMERATION);
+  last_init_flags = flags;
+  initialized = 1;
+  LEAVE(SUCCESS);
+}
+
+EXPORT ze_result_t zeDriverGet(uint32_t *count, const void **handles) {
+  ENTER("zeDriverGet");
+  if (count == NULL) LEAVE(INVALID_NULL_POINTER);
+  if (handles != NULL) {
+    for (uint32_t i = 0; i < *count && i < (uint32_t)driver_count; ++i) handles[i] = &drivers[i];
+    if (*count > (uint32_t)driver_count) *count = (uint32_t)driver_count;
+  } else {
+    *count = (uint32_t)driver_count;
+  }
+  LEAVE(SUCCESS);
+}
+
+EXPORT ze_result_t zeDriverGetApiVersion(const void *driver, uint32_t *version) {
+  ENTER("zeDriverGetApiVersion");
+  if (driver_of(driver) < 0) LEAVE(INVALID_NULL_HANDLE);
+  if (version == NULL) LEAVE(INVALID_NULL_POINTER);
+#ifdef FAKE_ZE_API_1_0
+  *version = 1u << 16 | 0u;
+#else
+  *version = 1u << 16 | 6u;
+#endif
+  LEAVE(SUCCESS);
+}
+
+EXPORT ze_result_t zeDeviceGet(const void *driver, uint32_t *count, const void **handles) {
+  ENTER("zeDeviceGet");
+  const int d = driver_of(driver);
+  if (d < 0) LEAVE(INVALID_NULL_HANDLE);
+  if (count == NULL) LEAVE(INVALID_NULL_POINTER);
+  uint32_t available = 0;
+  for (int i = 0; i < FAKE_ZE_DEVICE_COUNT; ++i) {
+    if (devices[i].driver != d) continue;
+    if (handles != NULL && available < *count) handles[available] = &devices[i];
+    available++;
+  }
+  if (handles == NULL || *count > available) *count = available;
+  LEAVE(SUCCESS);
+}
+
+EXPORT ze_result_t zeDeviceGetProperties(const void *device, device_properties_t *properties) {
+  ENTER("zeDeviceGetProperties");
+  const int g = device_of(device);
+  if (g < 0) LEAVE(INVALID_NULL_HANDLE);
+  if (properties == NULL) LEAVE(INVALID_NULL_POINTER);
+  if (properties->stype != 0x3) LEAVE(INVALID_ARGUMENT);
+  void *next = properties->pNext;
+  memset(properties, 0, sizeof *properties);
+  properties->stype = 0x3;
+  properties->pNext = next;
+  properties->type = 1; /* GPU */
+  properties->vendorId = 0x8086;
+  properties->deviceId = 0x0bd5;
+  properties->maxMemAllocSize = REGION_SIZE;
+  properties->uuid[0] = (uint8_t)(0xd0 | devices[g].driver);
+  properties->uuid[1] = (uint8_t)(0xe0 | devices[g].index);
+  for (int k = 2; k < 16; ++k) properties->uuid[k] = (uint8_t)k;
+  snprintf(properties->name, sizeof properties->name, "Fake Level Zero GPU %d.%d", devices[g].driver,
+           devices[g].index);
+  LEAVE(SUCCESS);
+}
+
+#ifndef FAKE_ZE_API_1_0
+EXPORT ze_result_t zeDevicePciGetPropertiesExt(const void *device, pci_properties_t *properties) {
+  ENTER("zeDevicePciGetPropertiesExt");
+  const int g = device_of(device);
+  if (g < 0) LEAVE(INVALID_NULL_HANDLE);
+  if (properties == NULL) LEAVE(INVALID_NULL_POINTER);
+  if (properties->stype != 0x10008) LEAVE(INVALID_ARGUMENT);
+  properties->domain = 0;
+  properties->bus = 0x3a + 0x10 * (uint32_t)g;
+  properties->device = 0;
+  properties->function = 0;
+  properties->genVersion = 4;
+  properties->width = 16;
+  properties->maxBandwidth = 32000000000ll;
+  LEAVE(SUCCESS);
+}
+#endif
+
+EXPORT ze_result_t zeDeviceGetExternalMemoryProperties(const void *device,
+                                                       external_memory_properties_t *properties) {
+  ENTER("zeDeviceGetExternalMemoryProperties");
+  const int g = device_of(device);
+  if (g < 0) LEAVE(INVALID_NULL_HANDLE);
+  if (properties == NULL) LEAVE(INVALID_NULL_POINTER);
+  if (properties->stype != 0xc) LEAVE(INVALID_ARGUMENT);
+  const uint32_t types = can_export_dmabuf(g) ? (OPAQUE_FD | DMA_BUF) : OPAQUE_FD;
+  properties->import_types = types;
+  properties->export_types = types;
+  properties->image_import_types = 0;
+  properties->image_export_types = 0;
+  LEAVE(SUCCESS);
+}
+
+EXPORT ze_result_t zeContextCreate(const void *driver, const flags_desc_t *desc, void **context) {
+  ENTER("zeContextCreate");
+  const int d = driver_of(driver);
+  if (d < 0) LEAVE(INVALID_NULL_HANDLE);
+  if (desc == NULL || context == NULL) LEAVE(INVALID_NULL_POINTER);
+  if (desc->stype != 0xd) LEAVE(INVALID_ARGUMENT);
+  for (int i = 0; i < MAX_CONTEXTS; ++i) {
+    if (!contexts[i].live) {
+      contexts[i] = (struct fake_context){1, d};
+      *context = &contexts[i];
+      LEAVE(SUCCESS);
+    }
+  }
+  LEAVE(OUT_OF_HOST_MEMORY);
+}
+
+EXPORT ze_result_t zeContextDestroy(void *context) {
+  ENTER("zeContextDestroy");
+  struct fake_context *c = context_of(context);
+  if (c == NULL) LEAVE(INVALID_NULL_HANDLE);
+  for (int i = 0; i < MAX_LISTS; ++i) {
+    if (lists[i].live && lists[i].context == c) LEAVE(0x78000006); /* HANDLE_OBJECT_IN_USE */
+  }
+  c->live = 0;
+  LEAVE(SUCCESS);
+}
+
+EXPORT ze_result_t zeMemGetAllocProperties(const void *context, const void *ptr,
+                                           allocation_properties_t *properties,
+                                           const void **device) {
+  ENTER("zeMemGetAllocProperties");
+  const struct fake_context *c = context_of(context);
+  if (c == NULL) LEAVE(INVALID_NULL_HANDLE);
+  if (ptr == NULL || properties == NULL) LEAVE(INVALID_NULL_POINTER);
+  if (properties->stype != 0x17) LEAVE(INVALID_ARGUMENT);
+  const struct allocation *a = find_allocation(c->driver, (uintptr_t)ptr);
+  export_fd_t *export_fd = NULL;
+  for (const struct chain *ext = properties->pNext; ext != NULL; ext = ext->next) {
+    if (ext->stype == 0x1a) export_fd = (export_fd_t *)(uintptr_t)ext;
+  }
+  if (export_fd != NULL) {
+    const struct named_value *failure =
+        find_named(failures, MAX_FAILURES, "zeMemGetAllocProperties:export", 0);
+    if (failure != NULL) LEAVE(failure->value);
+    if (a == NULL) LEAVE(INVALID_ARGUMENT);
+    if (export_fd->flags != DMA_BUF || a->type != TYPE_DEVICE || !can_export_dmabuf(a->device)) {
+      LEAVE(UNSUPPORTED_FEATURE);
+    }
+    /* The dma-buf is the whole allocation. */
+    const int fd = fcntl(a->memfd, F_DUPFD_CLOEXEC, 0);
+    if (fd < 0) LEAVE(OUT_OF_HOST_MEMORY);
+    export_fd->fd = fd;
+  }
+  properties->type = a != NULL ? a->type : TYPE_UNKNOWN;
+  properties->id = a != NULL ? a->id : 0;
+  properties->pageSize = a != NULL ? 4096 : 0;
+  if (device != NULL) *device = (a != NULL && a->device >= 0) ? &devices[a->device] : NULL;
+  LEAVE(SUCCESS);
+}
+
+EXPORT ze_result_t zeMemGetAddressRange(const void *context, const void *ptr, void **base,
+                                        size_t *size) {
+  ENTER("zeMemGetAddressRange");
+  const struct fake_context *c = context_of(context);
+  if (c == NULL) LEAVE(INVALID_NULL_HANDLE);
+  const struct allocation *a = find_allocation(c->driver, (uintptr_t)ptr);
+  if (a == NULL) LEAVE(INVALID_ARGUMENT);
+  if (base != NULL) *base = (void *)a->base;
+  if (size != NULL) *size = a->size;
+  LEAVE(SUCCESS);
+}
+
+/* The export types declared in a descriptor chain, or -1. */
+static int declared_export(const void *chain_start) {
+  for (const struct chain *ext = chain_start; ext != NULL; ext = ext->next) {
+    if (ext->stype == 0x18) return (int)((const flags_desc_t *)(const void *)ext)->flags;
+  }
+  return -1;
+}
+
+EXPORT ze_result_t zeMemAllocDevice(const void *context, const device_alloc_desc_t *desc,
+                                    size_t size, size_t alignment, const void *device, void **ptr) {
+  ENTER("zeMemAllocDevice");
+  const struct fake_context *c = context_of(context);
+  const int g = device_of(device);
+  if (c == NULL || g < 0 || devices[g].driver != c->driver) LEAVE(INVALID_NULL_HANDLE);
+  if (desc == NULL) LEAVE(INVALID_NULL_POINTER);
+  if (desc->stype != 0x15) LEAVE(INVALID_ARGUMENT);
+  const int exported = declared_export(desc->pNext);
+  if (exported > 0 && (exported & DMA_BUF) != 0 && !can_export_dmabuf(g)) LEAVE(UNSUPPORTED_FEATURE);
+  LEAVE(allocate(c->driver, g, TYPE_DEVICE, size, alignment, exported, ptr));
+}
+
+EXPORT ze_result_t zeMemAllocHost(const void *context, const flags_desc_t *desc, size_t size,
+                                  size_t alignment, void **ptr) {
+  ENTER("zeMemAllocHost");
+  const struct fake_context *c = context_of(context);
+  if (c == NULL) LEAVE(INVALID_NULL_HANDLE);
+  if (desc == NULL) LEAVE(INVALID_NULL_POINTER);
+  if (desc->stype != 0x16) LEAVE(INVALID_ARGUMENT);
+  LEAVE(allocate(c->driver, -1, TYPE_HOST, size, alignment, -1, ptr));
+}
+
+EXPORT ze_result_t zeMemAllocShared(const void *context, const device_alloc_desc_t *device_desc,
+                                    const flags_desc_t *host_desc, size_t size, size_t alignment,
+                                    const void *device, void **ptr) {
+  ENTER("zeMemAllocShared");
+  const struct fake_context *c = context_of(context);
+  const int g = device == NULL ? -1 : device_of(device);
+  if (c == NULL || (device != NULL && (g < 0 || devices[g].driver != c->driver))) {
+    LEAVE(INVALID_NULL_HANDLE);
+  }
+  if (device_desc == NULL || host_desc == NULL) LEAVE(INVALID_NULL_POINTER);
+  if (device_desc->stype != 0x15 || host_desc->stype != 0x16) LEAVE(INVALID_ARGUMENT);
+  LEAVE(allocate(c->driver, g, TYPE_SHARED, size, alignment, -1, ptr));
+}
+
+EXPORT ze_result_t zeMemFree(const void *context, void *ptr) {
+  ENTER("zeMemFree");
+  const struct fake_context *c = context_of(context);
+  if (c == NULL) LEAVE(INVALID_NULL_HANDLE);
+  struct allocation *a = find_allocation(c->driver, (uintptr_t)ptr);
+  if (a == NULL || a->base != (uintptr_t)ptr) LEAVE(INVALID_ARGUMENT);
+  release(a);
+  LEAVE(SUCCESS);
+}
+
+EXPORT ze_result_t zeCommandListCreateImmediate(const void *context, const void *device,
+                                                const queue_desc_t *desc, void **list) {
+  ENTER("zeCommandListCreateImmediate");
+  struct fake_context *c = context_of(context);
+  const int g = device_of(device);
+  if (c == NULL || g < 0 || devices[g].driver != c->driver) LEAVE(INVALID_NULL_HANDLE);
+  if (desc == NULL || list == NULL) LEAVE(INVALID_NULL_POINTER);
+  if (desc->stype != 0xe || desc->mode < 0 || desc->mode > 2) LEAVE(INVALID_ARGUMENT);
+  for (int i = 0; i < MAX_LISTS; ++i) {
+    if (!lists[i].live) {
+      memset(&lists[i], 0, sizeof lists[i]);
+      lists[i].live = 1;
+      lists[i].mode = desc->mode;
+      lists[i].context = c;
+      *list = &lists[i];
+      LEAVE(SUCCESS);
+    }
+  }
+  LEAVE(OUT_OF_HOST_MEMORY);
+}
+
+EXPORT ze_result_t zeCommandListAppendMemoryCopy(void *list, void *dst, const void *src,
+                                                 size_t size, void *signal_event,
+                                                 uint32_t wait_count, void **wait_events) {
+  ENTER("zeCommandListAppendMemoryCopy");
+  struct fake_list *l = list_of(list);
+  if (l == NULL) LEAVE(INVALID_NULL_HANDLE);
+  if (dst == NULL || src == NULL) LEAVE(INVALID_NULL_POINTER);
+  if (signal_event != NULL || wait_count != 0 || wait_events != NULL) LEAVE(INVALID_ARGUMENT);
+  void *to = resolve((uintptr_t)dst, size);
+  const void *from = resolve((uintptr_t)src, size);
+  if (to == NULL || from == NULL) LEAVE(INVALID_ARGUMENT);
+  if (l->mode == MODE_SYNCHRONOUS) {
+    memmove(to, from, size);
+  } else {
+    if (l->pending_count == MAX_PENDING) LEAVE(OUT_OF_HOST_MEMORY);
+    l->pending[l->pending_count++] = (struct pending_copy){to, from, size};
+  }
+  LEAVE(SUCCESS);
+}
+
+#ifndef FAKE_ZE_API_1_0
+EXPORT ze_result_t zeCommandListHostSynchronize(void *list, uint64_t timeout) {
+  ENTER("zeCommandListHostSynchronize");
+  struct fake_list *l = list_of(list);
+  if (l == NULL) LEAVE(INVALID_NULL_HANDLE);
+  (void)timeout;
+  run_pending(l);
+  LEAVE(SUCCESS);
+}
+#endif
+
+EXPORT ze_result_t zeCommandListDestroy(void *list) {
+  ENTER("zeCommandListDestroy");
+  struct fake_list *l = list_of(list);
+  if (l == NULL) LEAVE(INVALID_NULL_HANDLE);
+  l->live = 0; /* copies never waited for are lost, as on a device that was not synchronised */
+  LEAVE(SUCCESS);
+}
+
+/* ---- test-only control ------------------------------------------------------------------ */
+
+EXPORT void fake_ze_reset(void) {
+  pthread_mutex_lock(&lock);
+  for (int i = 0; i < MAX_ALLOCATIONS; ++i) {
+    if (allocations[i].live) release(&allocations[i]);
+  }
+  memset(contexts, 0, sizeof contexts);
+  memset(lists, 0, sizeof lists);
+  memset(failures, 0, sizeof failures);
+  memset(counters, 0, sizeof counters);
+  initialized = 0;
+  last_init_flags = 0;
+  driver_count = FAKE_ZE_DRIVER_COUNT;
+  /* Allocation ids keep growing: ids are never reused, across resets too. */
+  pthread_mutex_unlock(&lock);
+}
+
+EXPORT int fake_ze_alloc(int driver, int device, size_t size, int memory, void **out) {
+  if (driver < 0 || driver >= FAKE_ZE_DRIVER_COUNT) return INVALID_ARGUMENT;
+  if (memory != TYPE_HOST && memory != TYPE_DEVICE && memory != TYPE_SHARED) return INVALID_ARGUMENT;
+  int global = -1;
+  for (int i = 0; i < FAKE_ZE_DEVICE_COUNT; ++i) {
+    if (devices[i].driver == driver && devices[i].index == device) global = i;
+  }
+  if (global < 0 && memory != TYPE_HOST) return INVALID_ARGUMENT;
+  pthread_mutex_lock(&lock);
+  const ze_result_t result = allocate(driver, global, memory, size, 0, -1, out);
+  LEAVE(result);
+}
+
+EXPORT int fake_ze_free(void *ptr) {
+  pthread_mutex_lock(&lock);
+  struct allocation *a = find_allocation(-1, (uintptr_t)ptr);
+  if (a == NULL || a->base != (uintptr_t)ptr) LEAVE(INVALID_ARGUMENT);
+  release(a);
+  LEAVE(SUCCESS);
+}
+
+EXPORT int fake_ze_read(const void *ptr, void *out, size_t size) {
+  pthread_mutex_lock(&lock);
+  const void *from = find_allocation(-1, (uintptr_t)ptr) != NULL ? resolve((uintptr_t)ptr, size) : NULL;
+  if (from == NULL || out == NULL) LEAVE(INVALID_ARGUMENT);
+  memcpy(out, from, size);
+  LEAVE(SUCCESS);
+}
+
+EXPORT void fake_ze_set_failure(const char *name, int result) {
+  pthread_mutex_lock(&lock);
+  struct named_value *failure = find_named(failures, MAX_FAILURES, name, result != 0);
+  if (failure != NULL) {
+    failure->value = result;
+    if (result == 0) failure->name[0] = '\0';
+  }
+  pthread_mutex_unlock(&lock);
+}
+
+EXPORT int fake_ze_call_count(const char *name) {
+  pthread_mutex_lock(&lock);
+  const struct named_value *counter = find_named(counters, MAX_COUNTERS, name, 0);
+  const int count = counter != NULL ? counter->value : 0;
+  pthread_mutex_unlock(&lock);
+  return count;
+}
+
+EXPORT void fake_ze_set_driver_count(int count) {
+  pthread_mutex_lock(&lock);
+  if (count >= 0 && count <= FAKE_ZE_DRIVER_COUNT) driver_count = count;
+  pthread_mutex_unlock(&lock);
+}
+
+EXPORT int fake_ze_live_contexts(void) {
+  pthread_mutex_lock(&lock);
+  int count = 0;
+  for (int i = 0; i < MAX_CONTEXTS; ++i) count += contexts[i].live;
+  pthread_mutex_unlock(&lock);
+  return count;
+}
+
+EXPORT int fake_ze_live_command_lists(void) {
+  pthread_mutex_lock(&lock);
+  int count = 0;
+  for (int i = 0; i < MAX_LISTS; ++i) count += lists[i].live;
+  pthread_mutex_unlock(&lock);
+  return count;
+}
+
+EXPORT int fake_ze_export_flags(const void *ptr) {
+  pthread_mutex_lock(&lock);
+  const struct allocation *a = find_allocation(-1, (uintptr_t)ptr);
+  const int flags = a != NULL ? a->export_flags : -1;
+  pthread_mutex_unlock(&lock);
+  return flags;
+}
+
+EXPORT unsigned fake_ze_last_init_flags(void) {
+  pthread_mutex_lock(&lock);
+  const unsigned flags = last_init_flags;
+  pthread_mutex_unlock(&lock);
+  return flags;
+}

@@ -1,0 +1,211 @@
+// The CUDA iface on VMM memory (cuMemCreate + cuMemMap segments back to back in one reserved
+// range, as PyTorch's expandable segments allocate), against the fake driver.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <cstring>
+#include <optional>
+#include <vector>
+
+#include "hmem/page_range.h"
+#include "tests/gpu/vmm_allocation.h"
+#include "tests/hmem/fake_cuda_library.h"
+
+namespace hmr::cuda {
+namespace {
+
+using hmem::DeviceId;
+using hmem::DmabufExport;
+using hmem::MemoryKind;
+using hmem::PointerInfo;
+using hmr::testing::as_pointer;
+using hmr::testing::fake_cuda;
+using hmr::testing::fake_cuda_driver;
+using hmr::testing::VmmAllocation;
+
+std::string hex(unsigned long long address) {
+  char text[32];
+  std::snprintf(text, sizeof text, "0x%llx", address);
+  return text;
+}
+
+class CudaVmmRangeTest : public hmr::testing::FakeCudaTest {
+ protected:
+  // A VMM allocation on `device` with `segments` mapped and `spare` unmapped after them.
+  VmmAllocation& vmm(int device, size_t segments, size_t spare = 1) {
+    Result<VmmAllocation> created =
+        VmmAllocation::create(fake_cuda_driver(), device, segments, 1, spare);
+    EXPECT_TRUE(created.ok()) << created.status().reason();
+    vmm_.emplace(std::move(*created));
+    return *vmm_;
+  }
+  void TearDown() override {
+    vmm_.reset();  // before the fake is reset under it
+    FakeCudaTest::TearDown();
+  }
+
+  std::optional<VmmAllocation> vmm_;
+};
+
+TEST_F(CudaVmmRangeTest, RangeAcrossAdjacentSegmentsGetsTheWholeMappedRange) {
+  init();
+  VmmAllocation& memory = vmm(1, 3);
+  const size_t segment = memory.segment_size();
+
+  Result<PointerInfo> spanning = iface_.query(as_pointer(memory.base() + 100), 2 * segment);
+  ASSERT_TRUE(spanning.ok()) << spanning.status().reason();
+  EXPECT_EQ(spanning->iface, HMR_HMEM_CUDA);
+  EXPECT_EQ(spanning->device, DeviceId{1});
+  EXPECT_EQ(spanning->kind, MemoryKind::device_only);
+  EXPECT_EQ(spanning->base, memory.base());
+  EXPECT_EQ(spanning->alloc_len, 3 * segment);  // 100 bytes into the third segment
+  EXPECT_EQ(spanning->sys_dev, "0000:65:00.0");
+
+  Result<PointerInfo> two = iface_.query(as_pointer(memory.base() + 100), segment);
+  ASSERT_TRUE(two.ok()) << two.status().reason();
+  EXPECT_EQ(two->alloc_len, 2 * segment);
+
+  // Inside one segment: that segment alone, as cuMemGetAddressRange reports it.
+  Result<PointerInfo> one = iface_.query(as_pointer(memory.segment(1) + 8), 64);
+  ASSERT_TRUE(one.ok()) << one.status().reason();
+  EXPECT_EQ(one->base, memory.segment(1));
+  EXPECT_EQ(one->alloc_len, segment);
+  EXPECT_NE(one->alloc_id, spanning->alloc_id);
+  EXPECT_NE(two->alloc_id, spanning->alloc_id);
+}
+
+TEST_F(CudaVmmRangeTest, ExportCoversExactlyThePageRoundedRequestedRange) {
+  init();
+  VmmAllocation& memory = vmm(0, 3);
+  const size_t segment = memory.segment_size();
+  const size_t page = hmem::host_page_size();
+  const unsigned long long address = memory.base() + segment - page + 7;  // across a boundary
+
+  Result<DmabufExport> exported = iface_.export_dmabuf({as_pointer(address), segment + page});
+  ASSERT_TRUE(exported.ok()) << exported.status().reason();
+  EXPECT_EQ(exported->offset, 7u);
+  EXPECT_EQ(exported->len, segment + page);
+  EXPECT_EQ(exported->exported_len, segment + 2 * page);
+
+  unsigned long long ptr = 0;
+  size_t size = 0;
+  unsigned long long flags = 0;
+  fake_cuda().last_export(&ptr, &size, &flags);
+  EXPECT_EQ(ptr, memory.base() + segment - page);  // not the segment, not the reservation
+  EXPECT_EQ(size, segment + 2 * page);
+  struct stat st {};
+  ASSERT_EQ(fstat(exported->fd.get(), &st), 0);
+  EXPECT_EQ(static_cast<size_t>(st.st_size), segment + 2 * page);
+}
+
+TEST_F(CudaVmmRangeTest, HoleInsideTheRangeIsAnErrorWithItsAddress) {
+  init();
+  VmmAllocation& memory = vmm(0, 3);
+  const size_t segment = memory.segment_size();
+  ASSERT_TRUE(memory.unmap_segment(1).ok());
+
+  Result<PointerInfo> info = iface_.query(as_pointer(memory.base()), 3 * segment);
+  ASSERT_FALSE(info.ok());
+  EXPECT_EQ(info.status().code(), HMR_EFAULT);
+  EXPECT_NE(info.status().reason().find("not mapped"), std::string::npos) << info.status().reason();
+  EXPECT_NE(info.status().reason().find(hex(memory.segment(1))), std::string::npos)
+      << info.status().reason();
+
+  Result<DmabufExport> exported = iface_.export_dmabuf({as_pointer(memory.base()), 3 * segment});
+  ASSERT_FALSE(exported.ok());
+  EXPECT_EQ(exported.status().code(), HMR_EFAULT);
+  EXPECT_EQ(fake_cuda().call_count("cuMemGetHandleForAddressRange"), 0);  // never asked
+
+  // The segments on either side of the hole are still memory of their own.
+  EXPECT_TRUE(iface_.query(as_pointer(memory.segment(0)), segment).ok());
+  EXPECT_TRUE(iface_.query(as_pointer(memory.segment(2)), segment).ok());
+}
+
+TEST_F(CudaVmmRangeTest, RangePastTheMappedEndOrTheReservationIsRejected) {
+  init();
+  VmmAllocation& memory = vmm(0, 2, /*spare=*/1);
+  const size_t segment = memory.segment_size();
+  Result<PointerInfo> into_spare = iface_.query(as_pointer(memory.segment(1)), 2 * segment);
+  ASSERT_FALSE(into_spare.ok());
+  EXPECT_EQ(into_spare.status().code(), HMR_EFAULT);
+
+  Result<PointerInfo> past_reservation =
+      iface_.query(as_pointer(memory.segment(1)), 3 * segment);
+  ASSERT_FALSE(past_reservation.ok());
+  EXPECT_EQ(past_reservation.status().code(), HMR_EINVAL);
+  EXPECT_NE(past_reservation.status().reason().find("VMM reservation"), std::string::npos)
+      << past_reservation.status().reason();
+}
+
+TEST_F(CudaVmmRangeTest, RemappingASegmentChangesTheIdentityOfRangesThatCoverIt) {
+  init();
+  VmmAllocation& memory = vmm(0, 2);
+  const size_t segment = memory.segment_size();
+  auto id_of = [&](unsigned long long address, size_t len) {
+    Result<PointerInfo> info = iface_.query(as_pointer(address), len);
+    EXPECT_TRUE(info.ok()) << info.status().reason();
+    return info.ok() ? info->alloc_id : 0;
+  };
+  const uint64_t whole = id_of(memory.base(), 2 * segment);
+  const uint64_t first = id_of(memory.base(), 64);
+  const uint64_t second = id_of(memory.segment(1), 64);
+  EXPECT_NE(whole, 0u);
+  EXPECT_EQ(id_of(memory.base(), 2 * segment), whole);  // stable while nothing changes
+  EXPECT_NE(first, second);
+
+  ASSERT_TRUE(memory.unmap_segment(1).ok());
+  ASSERT_TRUE(memory.map_segment(1).ok());  // fresh physical memory at the same address
+  EXPECT_NE(id_of(memory.base(), 2 * segment), whole);
+  EXPECT_NE(id_of(memory.segment(1), 64), second);
+  EXPECT_EQ(id_of(memory.base(), 64), first);  // the untouched segment keeps its identity
+}
+
+TEST_F(CudaVmmRangeTest, SegmentOfAnotherDeviceEndsTheRange) {
+  init();
+  VmmAllocation& memory = vmm(0, 1, /*spare=*/1);
+  ASSERT_TRUE(memory.map_segment(1, /*device=*/1).ok());
+  Result<PointerInfo> info = iface_.query(as_pointer(memory.base()), 2 * memory.segment_size());
+  ASSERT_FALSE(info.ok());
+  EXPECT_EQ(info.status().code(), HMR_EINVAL);
+  EXPECT_NE(info.status().reason().find("device 1"), std::string::npos) << info.status().reason();
+  Result<PointerInfo> second = iface_.query(as_pointer(memory.segment(1)), 64);
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(second->device, DeviceId{1});
+}
+
+TEST_F(CudaVmmRangeTest, AdjacentPlainAllocationsAreNeverMerged) {
+  init();
+  const unsigned long long first = alloc(0, 2 << 20);
+  const unsigned long long second = alloc(0, 2 << 20);
+  ASSERT_EQ(second, first + (2 << 20));  // back to back in the device's address range
+  Result<PointerInfo> info = iface_.query(as_pointer(first), 4 << 20);
+  ASSERT_FALSE(info.ok());
+  EXPECT_EQ(info.status().code(), HMR_EINVAL);
+  EXPECT_NE(info.status().reason().find("not inside one CUDA allocation"), std::string::npos)
+      << info.status().reason();
+}
+
+TEST_F(CudaVmmRangeTest, CopiesCrossSegmentBoundaries) {
+  init();
+  VmmAllocation& memory = vmm(1, 2);
+  const unsigned long long boundary = memory.segment(1);
+  std::vector<unsigned char> pattern(8192);
+  for (size_t i = 0; i < pattern.size(); ++i) pattern[i] = static_cast<unsigned char>(i * 7 + 3);
+  void* start = const_cast<void*>(as_pointer(boundary - 4096));
+  ASSERT_TRUE(iface_.copy_to_device(start, pattern.data(), pattern.size()).ok());
+
+  std::vector<unsigned char> seen(pattern.size());
+  ASSERT_EQ(fake_cuda().peek(boundary - 4096, seen.data(), seen.size()), 0);
+  EXPECT_EQ(seen, pattern);
+  std::vector<unsigned char> back(pattern.size(), 0);
+  ASSERT_TRUE(iface_.copy_from_device(back.data(), start, back.size()).ok());
+  EXPECT_EQ(back, pattern);
+
+  // A copy that would run into the unmapped spare segment fails before moving anything.
+  void* tail = const_cast<void*>(as_pointer(memory.segment(2) - 16));
+  EXPECT_EQ(iface_.copy_to_device(tail, pattern.data(), 32).code(), HMR_EFAULT);
+}
+
+}  // namespace
+}  // namespace hmr::cuda

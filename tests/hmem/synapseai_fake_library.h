@@ -1,0 +1,40 @@
+// The fake SynapseAI stack as tests see it: libSynapse.so at HMR_FAKE_SYNAPSE_PATH and
+// libhl-thunk.so at HMR_FAKE_HLTHUNK_PATH (with the mapped-memory dma-buf export) and
+// HMR_FAKE_HLTHUNK_NOEXPORT_PATH (without it), built from tests/fakes/fake_synapse.c and
+// fake_hlthunk.c, each opened once and kept open so its state outlives every SynapseaiIface.
+#pragma once
+
+#include "tests/fakes/fake_hlthunk_control.h"
+#include "tests/fakes/fake_synapse_control.h"
+
+namespace hmr::testing {
+
+struct FakeSynapse {
+  fake_synapse_reset_fn reset = nullptr;
+  fake_synapse_set_failure_fn set_failure = nullptr;
+  fake_synapse_call_count_fn call_count = nullptr;
+  fake_synapse_alloc_fn alloc = nullptr;
+  fake_synapse_free_fn free = nullptr;
+  fake_synapse_last_lookup_fn last_lookup = nullptr;
+};
+
+struct FakeHlthunk {
+  fake_hlthunk_reset_fn reset = nullptr;
+  fake_hlthunk_set_failure_fn set_failure = nullptr;
+  fake_hlthunk_call_count_fn call_count = nullptr;
+  fake_hlthunk_open_devices_fn open_devices = nullptr;
+  fake_hlthunk_live_handles_fn live_handles = nullptr;
+  fake_hlthunk_live_mappings_fn live_mappings = nullptr;
+  fake_hlthunk_last_export_fn last_export = nullptr;
+  fake_hlthunk_set_busy_fn set_busy = nullptr;
+};
+
+const char* fake_synapse_path();
+const char* fake_hlthunk_path();           // a Gaudi2-era hl-thunk, with the mapped export
+const char* fake_hlthunk_noexport_path();  // an older one, without it
+
+// Abort the test binary if a fake cannot be loaded: every SynapseAI test depends on them.
+const FakeSynapse& fake_synapse();
+const FakeHlthunk& fake_hlthunk(const char* path);
+
+}  // namespace hmr::testing

@@ -1,0 +1,458 @@
+// The SynapseAI iface against the fake libSynapse.so and libhl-thunk.so
+// (tests/fakes/fake_synapse.c, fake_hlthunk.c), loaded the way a user points hmr at them:
+// HMR_SYNAPSEAI_LIBRARY and HMR_HLTHUNK_LIBRARY.
+#include "synapseai/synapseai_iface.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "hmem/page_range.h"
+#include "tests/hmem/synapseai_fake_library.h"
+
+namespace hmr::synapseai {
+namespace {
+
+using hmem::DeviceId;
+using hmem::DmabufExport;
+using hmem::MemoryKind;
+using hmem::PointerInfo;
+using hmr::testing::fake_hlthunk;
+using hmr::testing::fake_hlthunk_noexport_path;
+using hmr::testing::fake_hlthunk_path;
+using hmr::testing::fake_synapse;
+using hmr::testing::fake_synapse_path;
+
+int open_fds() {
+  int count = 0;
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    ++count;
+  }
+  return count;
+}
+
+size_t fd_size(int fd) {
+  struct stat st {};
+  EXPECT_EQ(fstat(fd, &st), 0);
+  return static_cast<size_t>(st.st_size);
+}
+
+bool has(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+const void* as_pointer(uint64_t address) {
+  return reinterpret_cast<const void*>(static_cast<uintptr_t>(address));
+}
+
+void* at(void* base, size_t offset) { return static_cast<char*>(base) + offset; }
+
+class SynapseaiIfaceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    setenv("HMR_SYNAPSEAI_LIBRARY", fake_synapse_path(), 1);
+    use_hlthunk(fake_hlthunk_path());
+    fake_synapse().reset();
+    fake_hlthunk(fake_hlthunk_path()).reset();
+    fake_hlthunk(fake_hlthunk_noexport_path()).reset();
+    fds_at_start_ = open_fds();
+  }
+  void TearDown() override {
+    iface_.reset();
+    for (uint64_t address : app_allocations_) fake_synapse().free(address);
+    EXPECT_EQ(open_fds(), fds_at_start_);  // the device fd and every export were closed
+    EXPECT_EQ(fake_synapse().call_count("synDestroy"), 0);  // never: it hangs without a device
+    unsetenv("HMR_SYNAPSEAI_LIBRARY");
+    unsetenv("HMR_HLTHUNK_LIBRARY");
+  }
+
+  void use_hlthunk(const char* path) {
+    hlthunk_path_ = path;
+    setenv("HMR_HLTHUNK_LIBRARY", path, 1);
+  }
+  const testing::FakeHlthunk& hlthunk() const { return fake_hlthunk(hlthunk_path_); }
+  SynapseaiIface& iface() { return *iface_; }
+
+  void init() { ASSERT_TRUE(iface().init().ok()); }
+
+  void* alloc(size_t len) {
+    Result<void*> ptr = iface().mem_alloc(DeviceId{0}, len, MemoryKind::device_only);
+    EXPECT_TRUE(ptr.ok()) << ptr.status().reason();
+    return ptr.ok() ? *ptr : nullptr;
+  }
+  // Device memory as the application gets it from SynapseAI, not through hmr.
+  uint64_t app_alloc(int device, size_t len) {
+    uint64_t address = 0;
+    EXPECT_EQ(fake_synapse().alloc(device, len, &address), 0);
+    app_allocations_.push_back(address);
+    return address;
+  }
+
+  const size_t page_ = hmem::host_page_size();
+  const char* hlthunk_path_ = nullptr;
+  int fds_at_start_ = 0;
+  std::optional<SynapseaiIface> iface_{std::in_place};
+  std::vector<uint64_t> app_allocations_;
+};
+
+TEST_F(SynapseaiIfaceTest, InitLoadsBothLibrariesAndOpensNoDevice) {
+  init();
+  EXPECT_EQ(iface().iface(), HMR_HMEM_SYNAPSEAI);
+  EXPECT_EQ(iface().library_path(), fake_synapse_path());
+  EXPECT_EQ(iface().hlthunk_path(), fake_hlthunk_path());
+  EXPECT_EQ(iface().runtime_version(), "1.19.0-fake");
+  Result<int> count = iface().device_count();
+  ASSERT_TRUE(count.ok());
+  EXPECT_EQ(*count, FAKE_SYNAPSE_DEVICE_COUNT);
+  EXPECT_EQ(iface().free_tracking(), hmem::Iface::FreeTracking::explicit_only);
+  // Gaudi devices are exclusive: init must leave them to the application.
+  EXPECT_EQ(hlthunk().call_count("hlthunk_open"), 0);
+  EXPECT_TRUE(iface().init().ok());  // a second init is a no-op
+  EXPECT_EQ(fake_synapse().call_count("synInitialize"), 1);
+}
+
+TEST_F(SynapseaiIfaceTest, MissingSynapseLibraryMeansIfaceUnavailable) {
+  setenv("HMR_SYNAPSEAI_LIBRARY", "/nonexistent/hmr/libSynapse.so", 1);
+  Status status = iface().init();
+  ASSERT_FALSE(status.ok());
+  EXPECT_EQ(status.code(), HMR_ENOSYS);
+  EXPECT_TRUE(has(status.reason(), "synapseai iface unavailable")) << status.reason();
+  EXPECT_TRUE(has(status.reason(), "/nonexistent/hmr/libSynapse.so"));
+  EXPECT_TRUE(has(status.reason(), "HMR_SYNAPSEAI_LIBRARY"));
+  EXPECT_TRUE(iface().library_path().empty());
+
+  int local = 0;
+  EXPECT_EQ(iface().query(&local, sizeof local).status().code(), HMR_EINVAL);
+  EXPECT_FALSE(iface().export_dmabuf({&local, sizeof local}).ok());
+  EXPECT_FALSE(iface().capabilities(DeviceId{0}).ok());
+  EXPECT_FALSE(iface().device_count().ok());
+  EXPECT_FALSE(iface().mem_alloc(DeviceId{0}, page_, MemoryKind::device_only).ok());
+}
+
+TEST_F(SynapseaiIfaceTest, MissingHlthunkMeansIfaceUnavailable) {
+  setenv("HMR_HLTHUNK_LIBRARY", "/nonexistent/hmr/libhl-thunk.so", 1);
+  Status status = iface().init();
+  ASSERT_FALSE(status.ok());
+  EXPECT_EQ(status.code(), HMR_ENOSYS);
+  EXPECT_TRUE(has(status.reason(), "/nonexistent/hmr/libhl-thunk.so")) << status.reason();
+  EXPECT_TRUE(has(status.reason(), "HMR_HLTHUNK_LIBRARY"));
+  EXPECT_TRUE(iface().library_path().empty());
+  EXPECT_FALSE(iface().device_count().ok());
+}
+
+TEST_F(SynapseaiIfaceTest, InitErrorsFailClosedWithTheStatusName) {
+  fake_synapse().set_failure("synInitialize", synNoDeviceFound);
+  Status status = iface().init();
+  ASSERT_FALSE(status.ok());
+  EXPECT_EQ(status.code(), HMR_ENODEV);
+  EXPECT_TRUE(has(status.reason(), "synInitialize")) << status.reason();
+  EXPECT_TRUE(has(status.reason(), "synNoDeviceFound"));
+  EXPECT_TRUE(has(status.reason(), fake_synapse_path()));
+
+  fake_synapse().set_failure("synInitialize", 0);
+  fake_synapse().set_failure("synDeviceGetCount", synFail);
+  status = iface().init();
+  ASSERT_FALSE(status.ok());
+  EXPECT_EQ(status.code(), HMR_EIO);
+  EXPECT_TRUE(has(status.reason(), "synDeviceGetCount")) << status.reason();
+
+  fake_synapse().set_failure("synDeviceGetCount", 0);
+  EXPECT_TRUE(iface().init().ok());  // a failed init can be retried
+}
+
+TEST_F(SynapseaiIfaceTest, QueryKnowsMemoryHmrAllocated) {
+  init();
+  void* first = alloc(3 * page_ + 5);
+  void* second = alloc(page_);
+  ASSERT_NE(first, nullptr);
+  ASSERT_NE(second, nullptr);
+  EXPECT_EQ(hlthunk().call_count("hlthunk_open"), 1);  // opened once, on first use
+
+  Result<PointerInfo> info = iface().query(at(first, page_ + 9), 100);
+  ASSERT_TRUE(info.ok()) << info.status().reason();
+  EXPECT_EQ(info->iface, HMR_HMEM_SYNAPSEAI);
+  EXPECT_EQ(info->device, DeviceId{0});
+  EXPECT_EQ(info->base, reinterpret_cast<uintptr_t>(first));
+  EXPECT_EQ(info->alloc_len, 4 * page_);  // rounded up to whole host pages
+  EXPECT_EQ(info->kind, MemoryKind::device_only);
+  EXPECT_EQ(info->sys_dev, "0000:33:00.0");
+  EXPECT_NE(info->alloc_id, 0u);
+
+  Result<PointerInfo> other = iface().query(second, page_);
+  ASSERT_TRUE(other.ok());
+  EXPECT_NE(other->base, info->base);
+  EXPECT_NE(other->alloc_id, info->alloc_id);
+  EXPECT_EQ(hlthunk().live_mappings(), 2);
+}
+
+TEST_F(SynapseaiIfaceTest, AllocationsUseTheFirstFreeDevice) {
+  init();
+  hlthunk().set_busy(0, 1);  // another process holds device 0
+  void* ptr = alloc(page_);
+  Result<PointerInfo> info = iface().query(ptr, 1);
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->sys_dev, "0000:9a:00.0");
+  Result<hmem::DeviceCapabilities> caps = iface().capabilities(DeviceId{0});
+  ASSERT_TRUE(caps.ok());
+  EXPECT_EQ(caps->sys_dev, "0000:9a:00.0");  // device 0 is the one hl-thunk opened
+  EXPECT_TRUE(iface().capabilities(DeviceId{1})->sys_dev.empty());
+}
+
+TEST_F(SynapseaiIfaceTest, NoFreeDeviceFailsWithAReason) {
+  init();
+  hlthunk().set_busy(0, 1);
+  hlthunk().set_busy(1, 1);
+  Result<void*> refused = iface().mem_alloc(DeviceId{0}, page_, MemoryKind::device_only);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), HMR_EBUSY);
+  EXPECT_TRUE(has(refused.status().reason(), "hlthunk_open")) << refused.status().reason();
+  EXPECT_TRUE(has(refused.status().reason(), "exclusive"));
+
+  hlthunk().set_busy(1, 0);  // the failure is not remembered
+  EXPECT_TRUE(iface().mem_alloc(DeviceId{0}, page_, MemoryKind::device_only).ok());
+}
+
+TEST_F(SynapseaiIfaceTest, MemoryHmrDidNotAllocateIsNotSynapseMemoryToQuery) {
+  init();
+  std::vector<char> host(4096);
+  Result<PointerInfo> info = iface().query(host.data(), host.size());
+  ASSERT_FALSE(info.ok());
+  EXPECT_EQ(info.status().code(), HMR_ENOENT);
+  EXPECT_TRUE(has(info.status().reason(), "declare")) << info.status().reason();
+  EXPECT_EQ(iface().query(as_pointer(app_alloc(1, page_)), 64).status().code(), HMR_ENOENT);
+}
+
+TEST_F(SynapseaiIfaceTest, BadRangesAreRejected) {
+  init();
+  void* base = alloc(2 * page_);
+  EXPECT_EQ(iface().query(base, 0).status().code(), HMR_EINVAL);
+  EXPECT_EQ(iface().query(at(base, page_), 2 * page_).status().code(), HMR_EINVAL);
+  EXPECT_EQ(iface().query(as_pointer(UINT64_MAX - 8), 64).status().code(), HMR_EINVAL);
+  EXPECT_EQ(iface().export_dmabuf({base, 0}).status().code(), HMR_EINVAL);
+  EXPECT_EQ(iface().export_dmabuf({at(base, page_), 2 * page_}).status().code(), HMR_EINVAL);
+}
+
+TEST_F(SynapseaiIfaceTest, FreeUnmapsThenFreesAndReallocationGetsANewIdentity) {
+  init();
+  void* first = alloc(4 * page_);
+  Result<PointerInfo> before = iface().query(first, 64);
+  ASSERT_TRUE(before.ok());
+  // The fake, like the driver, refuses to free mapped memory: success means unmap came first.
+  ASSERT_TRUE(iface().mem_free(first).ok());
+  EXPECT_EQ(hlthunk().call_count("hlthunk_memory_unmap"), 1);
+  EXPECT_EQ(hlthunk().call_count("hlthunk_device_memory_free"), 1);
+  EXPECT_EQ(hlthunk().live_handles(), 0);
+  EXPECT_EQ(iface().query(first, 64).status().code(), HMR_ENOENT);
+
+  void* second = alloc(4 * page_);
+  ASSERT_EQ(second, first);  // the fake reuses the lowest free address
+  Result<PointerInfo> after = iface().query(second, 64);
+  ASSERT_TRUE(after.ok());
+  EXPECT_NE(after->alloc_id, before->alloc_id);
+}
+
+TEST_F(SynapseaiIfaceTest, MemAllocAndFreeRejectBadArguments) {
+  init();
+  EXPECT_EQ(iface().mem_alloc(DeviceId{0}, 0, MemoryKind::device_only).status().code(), HMR_EINVAL);
+  EXPECT_EQ(iface().mem_alloc(DeviceId{0}, SIZE_MAX, MemoryKind::device_only).status().code(),
+            HMR_EINVAL);
+  EXPECT_EQ(iface().mem_alloc(DeviceId{2}, page_, MemoryKind::device_only).status().code(),
+            HMR_EINVAL);
+  Result<void*> other_device = iface().mem_alloc(DeviceId{1}, page_, MemoryKind::device_only);
+  EXPECT_EQ(other_device.status().code(), HMR_EOPNOTSUPP);
+  EXPECT_TRUE(has(other_device.status().reason(), "device 0")) << other_device.status().reason();
+  for (MemoryKind kind : {MemoryKind::host_alloc, MemoryKind::managed, MemoryKind::host}) {
+    Result<void*> wrong = iface().mem_alloc(DeviceId{0}, page_, kind);
+    EXPECT_EQ(wrong.status().code(), HMR_EOPNOTSUPP);
+    EXPECT_TRUE(has(wrong.status().reason(), hmem::memory_kind_name(kind)));
+  }
+  EXPECT_EQ(hlthunk().call_count("hlthunk_open"), 0);
+
+  void* base = alloc(2 * page_);
+  int local = 0;
+  EXPECT_EQ(iface().mem_free(&local).code(), HMR_EINVAL);
+  EXPECT_EQ(iface().mem_free(nullptr).code(), HMR_EINVAL);
+  EXPECT_EQ(iface().mem_free(at(base, page_)).code(), HMR_EINVAL);
+  EXPECT_TRUE(iface().mem_free(base).ok());
+  EXPECT_EQ(iface().mem_free(base).code(), HMR_EINVAL);
+}
+
+TEST_F(SynapseaiIfaceTest, DriverFailuresDuringAllocationLeaveNothingBehind) {
+  init();
+  hlthunk().set_failure("hlthunk_device_memory_alloc", ENOMEM);
+  Result<void*> no_memory = iface().mem_alloc(DeviceId{0}, page_, MemoryKind::device_only);
+  EXPECT_EQ(no_memory.status().code(), HMR_ENOMEM);
+  EXPECT_TRUE(has(no_memory.status().reason(), "hlthunk_device_memory_alloc"));
+  EXPECT_TRUE(has(no_memory.status().reason(), "ENOMEM"));
+  hlthunk().set_failure("hlthunk_device_memory_alloc", 0);
+
+  hlthunk().set_failure("hlthunk_device_memory_map", EFAULT);
+  Result<void*> no_map = iface().mem_alloc(DeviceId{0}, page_, MemoryKind::device_only);
+  EXPECT_EQ(no_map.status().code(), HMR_EINVAL);
+  EXPECT_TRUE(has(no_map.status().reason(), "hlthunk_device_memory_map"));
+  EXPECT_EQ(hlthunk().live_handles(), 0);  // the handle it did get was freed again
+}
+
+TEST_F(SynapseaiIfaceTest, FailedUnmapIsReported) {
+  init();
+  void* base = alloc(page_);
+  hlthunk().set_failure("hlthunk_memory_unmap", EBUSY);
+  Status status = iface().mem_free(base);
+  EXPECT_EQ(status.code(), HMR_EBUSY);
+  EXPECT_TRUE(has(status.reason(), "hlthunk_memory_unmap")) << status.reason();
+  EXPECT_EQ(hlthunk().call_count("hlthunk_device_memory_free"), 0);  // never free mapped memory
+  EXPECT_EQ(iface().query(base, 1).status().code(), HMR_ENOENT);   // hmr no longer claims it
+  hlthunk().set_failure("hlthunk_memory_unmap", 0);
+}
+
+TEST_F(SynapseaiIfaceTest, OwnMemoryExportsThroughHlthunkWithTheRightOffset) {
+  init();
+  void* base = alloc(16 * page_);
+  const size_t start = 3 * page_ + 100;
+  Result<DmabufExport> exported = iface().export_dmabuf({at(base, start), 2 * page_});
+  ASSERT_TRUE(exported.ok()) << exported.status().reason();
+  EXPECT_EQ(exported->offset, 100u);
+  EXPECT_EQ(exported->len, 2 * page_);
+  EXPECT_EQ(exported->exported_len, 3 * page_);
+  EXPECT_EQ(fd_size(exported->fd.get()), 3 * page_);
+
+  uint64_t address = 0;
+  uint64_t size = 0;
+  uint64_t offset = 1;
+  uint32_t flags = 0;
+  hlthunk().last_export(&address, &size, &offset, &flags);
+  EXPECT_EQ(address, reinterpret_cast<uintptr_t>(base) + 3 * page_);
+  EXPECT_EQ(size, 3 * page_);
+  EXPECT_EQ(offset, 0u);
+  EXPECT_EQ(flags, static_cast<uint32_t>(O_RDWR | O_CLOEXEC));
+  EXPECT_EQ(fake_synapse().call_count("hcclLookupDMABuff"), 0);
+}
+
+TEST_F(SynapseaiIfaceTest, OwnMemoryWithoutTheMappedExportIsUnsupportedWithAReason) {
+  use_hlthunk(fake_hlthunk_noexport_path());
+  init();
+  void* base = alloc(page_);
+  Result<DmabufExport> exported = iface().export_dmabuf({base, page_});
+  ASSERT_FALSE(exported.ok());
+  EXPECT_EQ(exported.status().code(), HMR_EOPNOTSUPP);
+  EXPECT_TRUE(has(exported.status().reason(), "hlthunk_device_mapped_memory_export_dmabuf_fd"));
+  Result<hmem::DeviceCapabilities> caps = iface().capabilities(DeviceId{0});
+  ASSERT_TRUE(caps.ok());
+  EXPECT_TRUE(caps->dmabuf.supported);  // memory the application allocates still exports (HCCL)
+}
+
+TEST_F(SynapseaiIfaceTest, ExportFailuresAreMappedAndLeakNothing) {
+  init();
+  void* base = alloc(4 * page_);
+  const int fds = open_fds();
+  hlthunk().set_failure("hlthunk_device_mapped_memory_export_dmabuf_fd", ENOTTY);  // Gaudi1
+  Result<DmabufExport> old_device = iface().export_dmabuf({base, page_});
+  EXPECT_EQ(old_device.status().code(), HMR_EOPNOTSUPP);
+  EXPECT_TRUE(has(old_device.status().reason(), "ENOTTY")) << old_device.status().reason();
+  hlthunk().set_failure("hlthunk_device_mapped_memory_export_dmabuf_fd", ENOMEM);
+  EXPECT_EQ(iface().export_dmabuf({base, page_}).status().code(), HMR_ENOMEM);
+  EXPECT_EQ(open_fds(), fds);
+}
+
+TEST_F(SynapseaiIfaceTest, DeclaredMemoryExportsThroughHccl) {
+  init();
+  const uint64_t app = app_alloc(1, 8 * page_);
+  const size_t start = 2 * page_ + 40;
+  Result<DmabufExport> exported = iface().export_dmabuf({as_pointer(app + start), page_});
+  ASSERT_TRUE(exported.ok()) << exported.status().reason();
+  EXPECT_EQ(exported->offset, 40u);  // the fd starts at the page the range starts in
+  EXPECT_EQ(exported->len, page_);
+  EXPECT_EQ(exported->exported_len, 2 * page_);
+  EXPECT_EQ(fd_size(exported->fd.get()), 2 * page_);
+  uint64_t address = 0;
+  uint64_t size = 0;
+  fake_synapse().last_lookup(&address, &size);
+  EXPECT_EQ(address, app + 2 * page_);
+  EXPECT_EQ(size, 2 * page_);
+  EXPECT_EQ(hlthunk().call_count("hlthunk_open"), 0);  // the application's device stays its own
+
+  // Not SynapseAI memory: HCCL refuses, and the reason says who.
+  const int fds = open_fds();
+  std::vector<char> host(2 * page_);
+  Result<DmabufExport> refused = iface().export_dmabuf({host.data(), 64});
+  EXPECT_EQ(refused.status().code(), HMR_EIO);
+  EXPECT_TRUE(has(refused.status().reason(), "hcclLookupDMABuff")) << refused.status().reason();
+  EXPECT_EQ(open_fds(), fds);
+}
+
+TEST_F(SynapseaiIfaceTest, ExportsLeakNoFd) {
+  init();
+  void* base = alloc(4 * page_);
+  const int before = open_fds();
+  for (int i = 0; i < 16; ++i) {
+    Result<DmabufExport> exported = iface().export_dmabuf({at(base, 64), page_});
+    ASSERT_TRUE(exported.ok());
+    EXPECT_EQ(open_fds(), before + 1);
+  }
+  EXPECT_EQ(open_fds(), before);
+
+  Result<DmabufExport> exported = iface().export_dmabuf({base, page_});
+  ASSERT_TRUE(exported.ok());
+  DmabufExport moved = std::move(*exported);
+  EXPECT_FALSE(exported->fd.valid());
+  const int fd = moved.fd.release();
+  EXPECT_EQ(open_fds(), before + 1);
+  EXPECT_EQ(::close(fd), 0);
+  EXPECT_EQ(open_fds(), before);
+}
+
+TEST_F(SynapseaiIfaceTest, CopiesAndHostRegistrationAreUnsupportedWithReasons) {
+  init();
+  void* base = alloc(page_);
+  std::vector<char> host(page_);
+  Status to = iface().copy_to_device(base, host.data(), 16);
+  EXPECT_EQ(to.code(), HMR_EOPNOTSUPP);
+  EXPECT_TRUE(has(to.reason(), "synMemCopyAsync")) << to.reason();
+  Status from = iface().copy_from_device(host.data(), base, 16);
+  EXPECT_EQ(from.code(), HMR_EOPNOTSUPP);
+  EXPECT_TRUE(has(from.reason(), "synMemCopyAsync"));
+  Status pin = iface().host_register(host.data(), host.size());
+  EXPECT_EQ(pin.code(), HMR_EOPNOTSUPP);
+  EXPECT_TRUE(has(pin.reason(), "synHostMap")) << pin.reason();
+  EXPECT_EQ(iface().host_unregister(host.data()).code(), HMR_EOPNOTSUPP);
+}
+
+TEST_F(SynapseaiIfaceTest, CapabilitiesArePerDeviceAndEveryNoSaysWhy) {
+  init();
+  for (uint64_t device : {0u, 1u}) {
+    Result<hmem::DeviceCapabilities> caps = iface().capabilities(DeviceId{device});
+    ASSERT_TRUE(caps.ok());
+    EXPECT_EQ(caps->device, DeviceId{device});
+    EXPECT_TRUE(caps->dmabuf.supported);
+    EXPECT_TRUE(caps->dmabuf.reason.empty());
+    EXPECT_FALSE(caps->peer_direct.supported);
+    EXPECT_TRUE(has(caps->peer_direct.reason, "device " + std::to_string(device)));
+    EXPECT_FALSE(caps->ipc.supported);
+    EXPECT_FALSE(caps->ipc.reason.empty());
+  }
+  EXPECT_EQ(iface().capabilities(DeviceId{2}).status().code(), HMR_EINVAL);
+}
+
+TEST_F(SynapseaiIfaceTest, DestructionFreesMemoryThenClosesTheDevice) {
+  init();
+  ASSERT_NE(alloc(page_), nullptr);
+  ASSERT_NE(alloc(2 * page_), nullptr);
+  EXPECT_EQ(hlthunk().open_devices(), 1);
+  iface_.reset();
+  EXPECT_EQ(hlthunk().call_count("hlthunk_memory_unmap"), 2);
+  EXPECT_EQ(hlthunk().call_count("hlthunk_device_memory_free"), 2);
+  // Freed before the close: the fake releases leftovers on close, so count the calls, too.
+  EXPECT_EQ(hlthunk().call_count("hlthunk_close"), 1);
+  EXPECT_EQ(hlthunk().live_handles(), 0);
+  EXPECT_EQ(hlthunk().open_devices(), 0);
+}
+
+}  // namespace
+}  // namespace hmr::synapseai

@@ -1,0 +1,515 @@
+#include "ze/ze_iface.h"
+
+#include <unistd.h>
+
+#include <cinttypes>
+#include <cstdio>
+#include <utility>
+
+#include "core/log.h"
+#include "hmem/page_range.h"
+#include "hmem/ze_device.h"
+#include "ze/ze_error.h"
+
+namespace hmr::ze {
+
+using hmem::Capability;
+using hmem::DeviceCapabilities;
+using hmem::DeviceId;
+using hmem::DmabufExport;
+using hmem::DmabufFd;
+using hmem::MemoryKind;
+using hmem::MemoryRange;
+using hmem::PointerInfo;
+
+namespace {
+
+Capability no(std::string reason) { return Capability{false, std::move(reason)}; }
+
+std::string format_uuid(const ze_device_uuid_t& uuid) {
+  std::string text;
+  for (size_t i = 0; i < sizeof uuid.id; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) text += '-';
+    char byte[3];
+    std::snprintf(byte, sizeof byte, "%02x", uuid.id[i]);
+    text += byte;
+  }
+  return text;
+}
+
+}  // namespace
+
+ZeIface::~ZeIface() {
+  if (!library_.has_value()) return;
+  copies_.reset();  // command lists before the contexts they belong to
+  destroy_contexts(symbols_, drivers_);
+}
+
+void ZeIface::destroy_contexts(const ZeSymbols& symbols, std::vector<Driver>& drivers) {
+  for (Driver& driver : drivers) {
+    if (driver.context != nullptr) (void)symbols.zeContextDestroy(driver.context);
+    driver.context = nullptr;
+  }
+}
+
+Status ZeIface::init() {
+  if (library_.has_value()) return ok_status();
+
+  Result<hmem::SymbolTable> table =
+      hmem::SymbolTable::load("ZE", kZeDefaultLibrary, ze_symbol_specs());
+  if (!table.ok()) {
+    return Status(table.status().code(), "ze iface unavailable: " + table.status().reason());
+  }
+  ZeSymbols symbols;
+  bind_ze_symbols(*table, symbols);
+  const char* path = table->path().c_str();
+
+  // GPU drivers only: hmr registers GPU memory, and other drivers (VPU) need not be loaded.
+  const ze_result_t result = symbols.zeInit(ZE_INIT_FLAG_GPU_ONLY);
+  if (result != ZE_RESULT_SUCCESS) {
+    // The loader answers UNINITIALIZED when it found no driver to load.
+    const bool no_driver = result == ZE_RESULT_ERROR_UNINITIALIZED;
+    return make_error(no_driver ? HMR_ENODEV : hmr_code_for(result),
+                      "ze iface unavailable: zeInit(ZE_INIT_FLAG_GPU_ONLY) in '%s' failed: %s%s",
+                      path, describe_ze_result(result).c_str(),
+                      no_driver ? "; the loader found no Level Zero GPU driver (none installed, "
+                                  "or no Intel GPU)"
+                                : "");
+  }
+  std::vector<Driver> drivers;
+  std::vector<Device> devices;
+  Status discovered = discover(symbols, path, drivers, devices);
+  if (!discovered.ok()) {
+    destroy_contexts(symbols, drivers);
+    return discovered;
+  }
+
+  uint32_t api = 0;
+  std::string version;
+  if (symbols.zeDriverGetApiVersion(drivers.front().handle, &api) == ZE_RESULT_SUCCESS) {
+    version = "Level Zero API " + std::to_string(api >> 16) + "." + std::to_string(api & 0xffff);
+  }
+  std::vector<ZeCopyEngine::Target> targets;
+  for (const Device& device : devices) {
+    targets.push_back({drivers[static_cast<size_t>(device.info.driver_index)].context,
+                       device.handle});
+  }
+
+  symbols_ = symbols;
+  drivers_ = std::move(drivers);
+  devices_ = std::move(devices);
+  version_ = std::move(version);
+  copies_ = std::make_unique<ZeCopyEngine>(symbols_, std::move(targets));
+  library_ = std::move(*table);
+  log_message(LogLevel::debug, "ze iface: '%s', %s, %zu driver(s), %zu device(s)",
+              library_->path().c_str(), version_.c_str(), drivers_.size(), devices_.size());
+  return ok_status();
+}
+
+Status ZeIface::discover(const ZeSymbols& symbols, const char* path, std::vector<Driver>& drivers,
+                         std::vector<Device>& devices) const {
+  uint32_t driver_count = 0;
+  ze_result_t result = symbols.zeDriverGet(&driver_count, nullptr);
+  std::vector<ze_driver_handle_t> handles(driver_count);
+  if (result == ZE_RESULT_SUCCESS && driver_count > 0) {
+    result = symbols.zeDriverGet(&driver_count, handles.data());
+    handles.resize(driver_count);
+  }
+  if (result != ZE_RESULT_SUCCESS) {
+    return make_error(hmr_code_for(result), "ze iface unavailable: zeDriverGet in '%s' failed: %s",
+                      path, describe_ze_result(result).c_str());
+  }
+  if (handles.empty()) {
+    return make_error(HMR_ENODEV, "ze iface unavailable: zeDriverGet in '%s' reports no driver",
+                      path);
+  }
+  for (size_t d = 0; d < handles.size(); ++d) {
+    Driver& driver = drivers.emplace_back();
+    driver.handle = handles[d];
+    ze_context_desc_t context_desc{ZE_STRUCTURE_TYPE_CONTEXT_DESC, nullptr, 0};
+    result = symbols.zeContextCreate(driver.handle, &context_desc, &driver.context);
+    if (result != ZE_RESULT_SUCCESS) {
+      driver.context = nullptr;
+      return make_error(hmr_code_for(result), "ze iface unavailable: zeContextCreate for driver %zu "
+                        "failed: %s", d, describe_ze_result(result).c_str());
+    }
+    uint32_t device_count = 0;
+    result = symbols.zeDeviceGet(driver.handle, &device_count, nullptr);
+    std::vector<ze_device_handle_t> device_handles(device_count);
+    if (result == ZE_RESULT_SUCCESS && device_count > 0) {
+      result = symbols.zeDeviceGet(driver.handle, &device_count, device_handles.data());
+      device_handles.resize(device_count);
+    }
+    if (result != ZE_RESULT_SUCCESS) {
+      return make_error(hmr_code_for(result), "ze iface unavailable: zeDeviceGet for driver %zu "
+                        "failed: %s", d, describe_ze_result(result).c_str());
+    }
+    for (size_t i = 0; i < device_handles.size(); ++i) {
+      Result<Device> device = describe_device(symbols, device_handles[i], static_cast<int>(d),
+                                              static_cast<int>(i));
+      if (!device.ok()) return device.status();
+      driver.devices.push_back(devices.size());
+      devices.push_back(std::move(*device));
+    }
+  }
+  if (devices.empty()) {
+    return make_error(HMR_ENODEV, "ze iface unavailable: %zu Level Zero driver(s) in '%s' but no "
+                      "device", drivers.size(), path);
+  }
+  return ok_status();
+}
+
+Result<ZeIface::Device> ZeIface::describe_device(const ZeSymbols& symbols,
+                                                 ze_device_handle_t handle, int driver_index,
+                                                 int device_index) const {
+  Result<int> encoded = hmem::encode_ze_device(driver_index, device_index);
+  if (!encoded.ok()) {
+    return Status(encoded.status().code(), "ze iface unavailable: " + encoded.status().reason());
+  }
+  Device device;
+  device.handle = handle;
+  device.info.device = DeviceId{static_cast<uint64_t>(*encoded)};
+  device.info.driver_index = driver_index;
+  device.info.device_index = device_index;
+
+  ze_device_properties_t properties{};
+  properties.stype = ZE_STRUCTURE_TYPE_DEVICE_PROPERTIES;
+  ze_result_t result = symbols.zeDeviceGetProperties(handle, &properties);
+  if (result != ZE_RESULT_SUCCESS) {
+    return make_error(hmr_code_for(result), "ze iface unavailable: zeDeviceGetProperties for ze "
+                      "device 0x%x failed: %s", *encoded, describe_ze_result(result).c_str());
+  }
+  properties.name[sizeof properties.name - 1] = '\0';
+  device.info.name = properties.name;
+  device.info.uuid = format_uuid(properties.uuid);
+
+  // A device whose location cannot be read still works; it only has no sys_dev.
+  if (symbols.zeDevicePciGetPropertiesExt != nullptr) {
+    ze_pci_ext_properties_t pci{};
+    pci.stype = ZE_STRUCTURE_TYPE_PCI_EXT_PROPERTIES;
+    if (symbols.zeDevicePciGetPropertiesExt(handle, &pci) == ZE_RESULT_SUCCESS) {
+      char text[32];
+      std::snprintf(text, sizeof text, "%04x:%02x:%02x.%x", pci.address.domain, pci.address.bus,
+                    pci.address.device, pci.address.function);
+      device.info.pci_bus_id = text;
+    }
+  }
+
+  ze_device_external_memory_properties_t external{};
+  external.stype = ZE_STRUCTURE_TYPE_DEVICE_EXTERNAL_MEMORY_PROPERTIES;
+  result = symbols.zeDeviceGetExternalMemoryProperties(handle, &external);
+  char name[32];
+  std::snprintf(name, sizeof name, "ze device 0x%x", *encoded);
+  if (result != ZE_RESULT_SUCCESS) {
+    device.dmabuf = no(std::string("zeDeviceGetExternalMemoryProperties for ") + name +
+                       " failed: " + describe_ze_result(result));
+  } else if ((external.memoryAllocationExportTypes & ZE_EXTERNAL_MEMORY_TYPE_FLAG_DMA_BUF) == 0) {
+    char flags[16];
+    std::snprintf(flags, sizeof flags, "0x%x", external.memoryAllocationExportTypes);
+    device.dmabuf = no(std::string(name) + " (" + device.info.name +
+                       ") cannot export allocations as dma-buf (export types " + flags + ")");
+  } else {
+    device.dmabuf = Capability{true, {}};
+  }
+  return device;
+}
+
+std::string ZeIface::library_path() const {
+  return library_.has_value() ? library_->path() : std::string();
+}
+
+std::string ZeIface::runtime_version() const {
+  return library_.has_value() ? version_ : std::string();
+}
+
+Status ZeIface::check_initialized() const {
+  if (library_.has_value()) return ok_status();
+  return make_error(HMR_EINVAL, "ze iface used before a successful init()");
+}
+
+Result<int> ZeIface::device_count() {
+  HMR_RETURN_IF_ERROR(check_initialized());
+  return static_cast<int>(devices_.size());
+}
+
+Result<std::vector<ZeDeviceInfo>> ZeIface::devices() const {
+  HMR_RETURN_IF_ERROR(check_initialized());
+  std::vector<ZeDeviceInfo> infos;
+  for (const Device& device : devices_) infos.push_back(device.info);
+  return infos;
+}
+
+Result<size_t> ZeIface::find_device(DeviceId device, const char* what) const {
+  for (size_t i = 0; i < devices_.size(); ++i) {
+    if (devices_[i].info.device == device) return i;
+  }
+  Result<hmem::ZeDeviceIndex> decoded =
+      hmem::decode_ze_device(device.value > INT32_MAX ? -1 : static_cast<int>(device.value));
+  if (!decoded.ok()) {
+    return make_error(HMR_EINVAL, "%s: ze device 0x%" PRIx64 " is not a driver << 16 | device "
+                      "encoding", what, device.value);
+  }
+  return make_error(HMR_EINVAL, "%s: ze device 0x%" PRIx64 " (driver %d, device %d) does not "
+                    "exist (%zu driver(s), %zu device(s))", what, device.value, decoded->driver,
+                    decoded->device, drivers_.size(), devices_.size());
+}
+
+Result<ZeIface::Owner> ZeIface::owner_of(const void* ptr) const {
+  for (size_t d = 0; d < drivers_.size(); ++d) {
+    ze_memory_allocation_properties_t properties{};
+    properties.stype = ZE_STRUCTURE_TYPE_MEMORY_ALLOCATION_PROPERTIES;
+    ze_device_handle_t device = nullptr;
+    const ze_result_t result =
+        symbols_.zeMemGetAllocProperties(drivers_[d].context, ptr, &properties, &device);
+    if (result != ZE_RESULT_SUCCESS) {
+      // Fail closed: an unanswered question is not "host memory".
+      return make_error(hmr_code_for(result), "zeMemGetAllocProperties(%p) on ze driver %zu "
+                        "failed: %s", ptr, d, describe_ze_result(result).c_str());
+    }
+    if (properties.type == ZE_MEMORY_TYPE_UNKNOWN) continue;
+    Owner owner;
+    owner.driver = d;
+    owner.type = properties.type;
+    owner.id = properties.id;
+    if (device != nullptr) {
+      for (size_t index : drivers_[d].devices) {
+        if (devices_[index].handle == device) owner.device = index;
+      }
+      if (!owner.device.has_value()) {
+        return make_error(HMR_EIO, "%p is Level Zero memory of a device ze driver %zu did not "
+                          "list at init", ptr, d);
+      }
+    }
+    return owner;
+  }
+  return make_error(HMR_ENOENT, "%p is not Level Zero memory", ptr);
+}
+
+Result<PointerInfo> ZeIface::query(const void* ptr, size_t len) {
+  HMR_RETURN_IF_ERROR(check_initialized());
+  const auto address = reinterpret_cast<uintptr_t>(ptr);
+  if (len == 0 || address + len < address) {
+    return make_error(HMR_EINVAL, "ze query of [%p, +%zu): empty or wrapping range", ptr, len);
+  }
+  Result<Owner> owner = owner_of(ptr);
+  if (!owner.ok()) return owner.status();
+
+  MemoryKind kind = MemoryKind::device_only;
+  switch (owner->type) {
+    case ZE_MEMORY_TYPE_HOST: kind = MemoryKind::host_alloc; break;
+    case ZE_MEMORY_TYPE_DEVICE: kind = MemoryKind::device_only; break;
+    case ZE_MEMORY_TYPE_SHARED: kind = MemoryKind::managed; break;
+    default:
+      return make_error(HMR_EOPNOTSUPP, "%p is Level Zero memory of type %d, which hmr does not "
+                        "know", ptr, owner->type);
+  }
+  if (kind == MemoryKind::device_only && !owner->device.has_value()) {
+    return make_error(HMR_EIO, "%p is Level Zero device memory without a device", ptr);
+  }
+
+  const Driver& driver = drivers_[owner->driver];
+  void* base = nullptr;
+  size_t size = 0;
+  const ze_result_t result = symbols_.zeMemGetAddressRange(driver.context, ptr, &base, &size);
+  if (result != ZE_RESULT_SUCCESS) {
+    return make_error(hmr_code_for(result), "zeMemGetAddressRange(%p) on ze driver %zu failed: %s",
+                      ptr, owner->driver, describe_ze_result(result).c_str());
+  }
+  const auto start = reinterpret_cast<uintptr_t>(base);
+  if (address < start || address - start >= size || len > size - (address - start)) {
+    return make_error(HMR_EINVAL, "[%p, +%zu) is not inside one Level Zero allocation: the "
+                      "allocation is [%p, +%zu)", ptr, len, base, size);
+  }
+
+  PointerInfo info;
+  info.iface = HMR_HMEM_ZE;
+  info.base = start;
+  info.alloc_len = size;
+  info.kind = kind;
+  info.alloc_id = owner->id;
+  if (owner->device.has_value()) {
+    info.device = devices_[*owner->device].info.device;
+    info.sys_dev = devices_[*owner->device].info.pci_bus_id;
+  } else {
+    // Host memory (and shared memory bound to no device) belongs to the driver, not a device:
+    // it reports the driver's device 0, as libfabric does.
+    info.device = DeviceId{static_cast<uint64_t>(owner->driver) << 16};
+  }
+  return info;
+}
+
+Result<DmabufExport> ZeIface::export_dmabuf(MemoryRange range) {
+  HMR_RETURN_IF_ERROR(check_initialized());
+  Result<PointerInfo> info = query(range.address, range.length);
+  if (!info.ok()) return info.status();
+  if (info->kind != MemoryKind::device_only) {
+    return make_error(HMR_EOPNOTSUPP, "%p is Level Zero %s memory: only device memory is exported "
+                      "as dma-buf (shared pages migrate; host memory is registered by address)",
+                      range.address, hmem::memory_kind_name(info->kind));
+  }
+  Result<size_t> device = find_device(info->device, "ze dma-buf export");
+  if (!device.ok()) return device.status();
+  const Device& owner = devices_[*device];
+  if (!owner.dmabuf.supported) {
+    return make_error(HMR_EOPNOTSUPP, "ze dma-buf export of %p unavailable: %s", range.address,
+                      owner.dmabuf.reason.c_str());
+  }
+
+  ze_external_memory_export_fd_t export_fd{};
+  export_fd.stype = ZE_STRUCTURE_TYPE_EXTERNAL_MEMORY_EXPORT_FD;
+  export_fd.flags = ZE_EXTERNAL_MEMORY_TYPE_FLAG_DMA_BUF;
+  export_fd.fd = -1;
+  ze_memory_allocation_properties_t properties{};
+  properties.stype = ZE_STRUCTURE_TYPE_MEMORY_ALLOCATION_PROPERTIES;
+  properties.pNext = &export_fd;
+  const void* base = reinterpret_cast<const void*>(static_cast<uintptr_t>(info->base));
+  const ze_result_t result = symbols_.zeMemGetAllocProperties(
+      drivers_[static_cast<size_t>(owner.info.driver_index)].context, base, &properties, nullptr);
+  if (result != ZE_RESULT_SUCCESS) {
+    return make_error(hmr_code_for(result), "zeMemGetAllocProperties(%p) with a dma-buf export "
+                      "request on ze device 0x%" PRIx64 " failed: %s", base, info->device.value,
+                      describe_ze_result(result).c_str());
+  }
+  if (export_fd.fd < 0) {
+    return make_error(HMR_EIO, "zeMemGetAllocProperties(%p) succeeded but exported fd %d", base,
+                      export_fd.fd);
+  }
+  DmabufExport exported;
+  exported.fd = DmabufFd(export_fd.fd);
+  // The dma-buf is the whole allocation; a dma-buf reports its size to lseek(SEEK_END).
+  const off_t size = lseek(exported.fd.get(), 0, SEEK_END);
+  (void)lseek(exported.fd.get(), 0, SEEK_SET);
+  exported.offset = reinterpret_cast<uintptr_t>(range.address) - info->base;
+  exported.len = range.length;
+  exported.exported_len =
+      size > 0 ? static_cast<size_t>(size)
+               : hmem::page_round(0, info->alloc_len, hmem::host_page_size()).length;
+  if (exported.offset + exported.len > exported.exported_len) {
+    return make_error(HMR_EIO, "ze dma-buf of %p covers %zu bytes, fewer than the allocation "
+                      "needs", base, exported.exported_len);
+  }
+  return exported;
+}
+
+Result<DeviceCapabilities> ZeIface::capabilities(DeviceId device) {
+  HMR_RETURN_IF_ERROR(check_initialized());
+  Result<size_t> index = find_device(device, "ze capabilities");
+  if (!index.ok()) return index.status();
+  DeviceCapabilities caps;
+  caps.device = device;
+  caps.sys_dev = devices_[*index].info.pci_bus_id;
+  caps.dmabuf = devices_[*index].dmabuf;
+  caps.peer_direct = no("Level Zero memory reaches NICs through dma-buf; there is no "
+                        "peer-memory path for it");
+  caps.ipc = no("Level Zero IPC export is not implemented in this hmr build");
+  return caps;
+}
+
+Status ZeIface::copy(const void* device_side, void* dst, const void* src, size_t len, const char* what) {
+  HMR_RETURN_IF_ERROR(check_initialized());
+  if (dst == nullptr || src == nullptr || len == 0) {
+    return make_error(HMR_EINVAL, "ze copy %s: destination %p, source %p, %zu bytes: null pointer "
+                      "or nothing to copy", what, dst, src, len);
+  }
+  // The copy runs on the engine of the device that owns the memory.
+  Result<PointerInfo> info = query(device_side, len);
+  if (!info.ok()) {
+    return Status(info.status().code(), std::string("ze copy ") + what + ": " +
+                                            info.status().reason());
+  }
+  Result<size_t> device = find_device(info->device, "ze copy");
+  if (!device.ok()) return device.status();
+  return copies_->copy(*device, dst, src, len, what);
+}
+
+Status ZeIface::copy_to_device(void* device_dst, const void* host_src, size_t len) {
+  return copy(device_dst, device_dst, host_src, len, "to the device");
+}
+
+Status ZeIface::copy_from_device(void* host_dst, const void* device_src, size_t len) {
+  return copy(device_src, host_dst, device_src, len, "from the device");
+}
+
+Status ZeIface::host_register(void* ptr, size_t len) {
+  (void)ptr, (void)len;
+  return make_error(HMR_EOPNOTSUPP, "Level Zero cannot register host memory it did not allocate; "
+                    "allocate it through Level Zero instead (mem_alloc with host_alloc, i.e. "
+                    "zeMemAllocHost)");
+}
+
+Status ZeIface::host_unregister(void* ptr) {
+  (void)ptr;
+  return make_error(HMR_EOPNOTSUPP, "Level Zero has no host registration to undo");
+}
+
+Result<void*> ZeIface::mem_alloc(DeviceId device, size_t len, MemoryKind kind) {
+  HMR_RETURN_IF_ERROR(check_initialized());
+  if (len == 0) return make_error(HMR_EINVAL, "ze allocation of 0 bytes");
+  Result<size_t> index = find_device(device, "ze allocation");
+  if (!index.ok()) return index.status();
+  const Device& target = devices_[*index];
+  ze_context_handle_t context = drivers_[static_cast<size_t>(target.info.driver_index)].context;
+
+  // The spec wants an allocation's export types declared when it is made.
+  ze_external_memory_export_desc_t export_desc{ZE_STRUCTURE_TYPE_EXTERNAL_MEMORY_EXPORT_DESC,
+                                               nullptr, ZE_EXTERNAL_MEMORY_TYPE_FLAG_DMA_BUF};
+  ze_device_mem_alloc_desc_t device_desc{ZE_STRUCTURE_TYPE_DEVICE_MEM_ALLOC_DESC, nullptr, 0, 0};
+  ze_host_mem_alloc_desc_t host_desc{ZE_STRUCTURE_TYPE_HOST_MEM_ALLOC_DESC, nullptr, 0};
+  void* ptr = nullptr;
+  ze_result_t result = ZE_RESULT_SUCCESS;
+  const char* call = nullptr;
+  switch (kind) {
+    case MemoryKind::device_only:
+      if (target.dmabuf.supported) device_desc.pNext = &export_desc;
+      call = "zeMemAllocDevice";
+      result = symbols_.zeMemAllocDevice(context, &device_desc, len, 0, target.handle, &ptr);
+      break;
+    case MemoryKind::host_alloc:
+      call = "zeMemAllocHost";
+      result = symbols_.zeMemAllocHost(context, &host_desc, len, 0, &ptr);
+      break;
+    case MemoryKind::managed:
+      call = "zeMemAllocShared";
+      result = symbols_.zeMemAllocShared(context, &device_desc, &host_desc, len, 0, target.handle,
+                                         &ptr);
+      break;
+    case MemoryKind::host:
+      return make_error(HMR_EINVAL, "ze cannot allocate memory of kind host: it allocates "
+                        "device_only, managed or host_alloc memory");
+  }
+  if (result != ZE_RESULT_SUCCESS) {
+    return make_error(hmr_code_for(result), "%s(%zu bytes) on ze device 0x%" PRIx64 " failed: %s",
+                      call, len, device.value, describe_ze_result(result).c_str());
+  }
+  return ptr;
+}
+
+Status ZeIface::mem_free(void* ptr) {
+  HMR_RETURN_IF_ERROR(check_initialized());
+  if (ptr == nullptr) return make_error(HMR_EINVAL, "ze free of a null pointer");
+  Result<Owner> owner = owner_of(ptr);
+  if (!owner.ok()) {
+    return Status(owner.status().code() == HMR_ENOENT ? HMR_EINVAL : owner.status().code(),
+                  "ze free: " + owner.status().reason());
+  }
+  ze_context_handle_t context = drivers_[owner->driver].context;
+  void* base = nullptr;
+  size_t size = 0;
+  ze_result_t result = symbols_.zeMemGetAddressRange(context, ptr, &base, &size);
+  if (result != ZE_RESULT_SUCCESS) {
+    return make_error(hmr_code_for(result), "ze free of %p: zeMemGetAddressRange failed: %s", ptr,
+                      describe_ze_result(result).c_str());
+  }
+  if (base != ptr) {
+    return make_error(HMR_EINVAL, "ze free of %p: not the start of its allocation [%p, +%zu)", ptr,
+                      base, size);
+  }
+  result = symbols_.zeMemFree(context, ptr);
+  if (result != ZE_RESULT_SUCCESS) {
+    return make_error(hmr_code_for(result), "zeMemFree(%p) failed: %s", ptr,
+                      describe_ze_result(result).c_str());
+  }
+  return ok_status();
+}
+
+}  // namespace hmr::ze
