@@ -1,4 +1,6 @@
 // C ABI: domains.
+#include <cstddef>
+
 #include "core/api_guard.h"
 #include "core/domain.h"
 #include "core/event_queue.h"
@@ -13,7 +15,18 @@ extern "C" {
 HMR_API int hmr_domain_open(hmr_domain_attr* attr, hmr_domain** domain) {
   return hmr::guarded([&] {
     if (domain == nullptr) return hmr::report_error(HMR_EINVAL, "domain output pointer is NULL");
-    auto request = hmr::core::read_extensible(attr, sizeof(hmr_domain_attr), "hmr_domain_attr");
+    // Callers built before nic_handle existed pass the first version's size, which ends
+    // where nic_handle starts, and those built before flags existed pass the size that ends
+    // where flags starts; any other size short of today's is a mistake.
+    constexpr size_t kFirstVersionSize = offsetof(hmr_domain_attr, nic_handle);
+    constexpr size_t kSecondVersionSize = offsetof(hmr_domain_attr, flags);
+    if (attr != nullptr && attr->size > kFirstVersionSize && attr->size != kSecondVersionSize &&
+        attr->size < sizeof(hmr_domain_attr)) {
+      return hmr::report_error(HMR_EINVAL,
+                               "hmr_domain_attr.size is %zu; set it to sizeof(struct "
+                               "hmr_domain_attr) (%zu)", attr->size, sizeof(hmr_domain_attr));
+    }
+    auto request = hmr::core::read_extensible(attr, kFirstVersionSize, "hmr_domain_attr");
     if (!request.ok()) return hmr::report(request.status());
     hmr_domain_attr negotiated{};
     auto opened = Domain::open(*request, &negotiated);

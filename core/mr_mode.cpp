@@ -35,7 +35,8 @@ Result<uint64_t> expand_legacy_mode(uint64_t mode) {
   return mode & ~(HMR_MR_BASIC | HMR_MR_SCALABLE);
 }
 
-Result<uint64_t> negotiate_mr_mode(uint64_t app_supported, uint64_t nic_required) {
+Result<uint64_t> negotiate_mr_mode(uint64_t app_supported, uint64_t nic_required,
+                                   uint64_t nic_optional) {
   Result<uint64_t> app = expand_legacy_mode(app_supported);
   if (!app.ok()) return app.status();
   const uint64_t missing = nic_required & ~*app & ~kEmulatedModeBits;
@@ -45,7 +46,7 @@ Result<uint64_t> negotiate_mr_mode(uint64_t app_supported, uint64_t nic_required
                       "(it supports %s) and hmr cannot emulate",
                       mode_names(missing).c_str(), mode_names(*app).c_str());
   }
-  return (nic_required | kSharingModeBits) & *app & ~kEmulatedModeBits;
+  return (nic_required | (kSharingModeBits & nic_optional)) & *app & ~kEmulatedModeBits;
 }
 
 std::string mode_names(uint64_t mode) {

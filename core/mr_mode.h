@@ -26,10 +26,12 @@ Result<uint64_t> expand_legacy_mode(uint64_t mode);
 // and 0-based addressing pins byte 0 to each MR's own start).
 inline constexpr uint64_t kSharingModeBits = HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR;
 
-// The bits the application must honour: what the NIC requires plus kSharingModeBits, as far
-// as the application supports them, minus what hmr emulates.  HMR_ENODATA names every bit
-// the NIC needs that the application does not support and hmr cannot emulate.
-Result<uint64_t> negotiate_mr_mode(uint64_t app_supported, uint64_t nic_required);
+// The bits the application must honour: what the NIC requires plus the kSharingModeBits the
+// NIC can honour (`nic_optional`), as far as the application supports them, minus what hmr
+// emulates.  HMR_ENODATA names every bit the NIC needs that the application does not support
+// and hmr cannot emulate.
+Result<uint64_t> negotiate_mr_mode(uint64_t app_supported, uint64_t nic_required,
+                                   uint64_t nic_optional = kSharingModeBits);
 
 // "VIRT_ADDR|PROV_KEY" for 0x50; "none" for 0.
 std::string mode_names(uint64_t mode);

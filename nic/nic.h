@@ -1,7 +1,8 @@
 // nic::Nic — what hmr needs from a network adapter: capabilities, registration of host
 // virtual ranges and dma-bufs, deregistration, and the optional operations some NICs have.
 // An operation a NIC lacks returns HMR_EOPNOTSUPP with a reason; nothing here is ever a
-// null function.  Adapters: sim (software NIC in this process), later ofi and verbs.
+// null function.  Adapters: sim (software NIC in this process), verbs (rdma-core), ofi
+// (libfabric).
 #pragma once
 
 #include <hmr/hmr.h>
@@ -20,18 +21,33 @@
 
 namespace hmr::nic {
 
+// The time one registration takes as a linear function of its size (UCX's reg_cost).
+struct LinearCost {
+  double overhead_ns = 0;  // fixed part
+  double ns_per_byte = 0;  // growth per byte
+};
+
 struct Capabilities {
   std::string name;
   uint64_t required_mr_mode = 0;  // mr_mode bits the NIC cannot work without
+  // Bits of core's sharing set (PROV_KEY, VIRT_ADDR) the NIC can honour when the application
+  // supports them without requiring them.  A libfabric domain's addressing is fixed when it is
+  // opened, so an ofi NIC whose domain uses offsets must not be handed VIRT_ADDR.
+  uint64_t optional_mr_mode = HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR;
   size_t key_size = 8;            // bytes of a remote key
   size_t iov_limit = 1;
   size_t mr_cnt = 0;              // most registrations at once (0: unlimited)
   uint64_t max_mr_size = UINT64_MAX;
   bool dmabuf_import = false;
   bool peer_direct = false;
+  bool on_demand_paging = false;  // registrations are ODP ones (advise works)
+  bool memory_windows = false;
   bool auth_keys = false;
   bool persistent_memory = false;
   bool rma = false;               // can move bytes through hmr endpoints (sim only)
+  // The registration cost when the NIC knows it (a vendor figure); empty: hmr measures it on
+  // the first hmr_md_query of a domain (core/registration_cost.h).
+  std::optional<LinearCost> reg_cost;
 };
 
 // One registration request, already validated by the domain.
@@ -69,6 +85,36 @@ struct RemoteAccess {
   std::vector<CounterBinding> counters;
 };
 
+// What a re-registration changes (verbs' ibv_rereg_mr); unset members stay as they are.
+struct ReregRequest {
+  std::optional<iovec> translation;   // the new range (a host-addressable VA range)
+  void* protection_domain = nullptr;  // the NIC's new protection domain (verbs: struct ibv_pd*)
+  std::optional<uint64_t> access;     // the new HMR_* access bits
+};
+
+// A memory window: a remote key onto part of a registration that can be re-pointed without
+// re-registering.  Type 1 windows are bound by a verb, type 2 by a work request on a queue.
+enum class WindowType { type1 = 1, type2 = 2 };
+struct MemoryWindow {
+  void* handle = nullptr;  // the NIC's own record
+  WindowType type = WindowType::type1;
+  KeyBytes key;            // the key a peer uses while the window is bound
+};
+// Binding a window to [addr, addr+len) of a registration.  The bind is posted to `queue` (verbs:
+// the application's struct ibv_qp*) and completes there: the caller reaps the completion.
+struct WindowBind {
+  const Registration* registration = nullptr;
+  uint64_t addr = 0;
+  uint64_t len = 0;
+  uint64_t access = 0;  // HMR_REMOTE_READ and/or HMR_REMOTE_WRITE
+  void* queue = nullptr;
+  uint64_t work_request_id = 0;
+  bool signaled = true;
+};
+
+// ODP prefetch advice (verbs' ibv_advise_mr).
+enum class Advice { prefetch, prefetch_write, prefetch_no_fault };
+
 enum class RmaOp { write, read, fetch_add };
 
 // One RMA operation arriving at a target NIC.
@@ -90,6 +136,9 @@ class Nic {
   virtual const Capabilities& capabilities() const = 0;
   virtual Result<Registration> register_memory(const RegistrationRequest& request) = 0;
   virtual Status deregister(Registration& registration) = 0;
+  // The NIC object registrations are made on (ofi: struct fid_domain*), written back to
+  // hmr_domain_attr.nic_handle; null when the NIC has none to show.
+  virtual void* native_handle() const { return nullptr; }
 
   // Re-reads the translation of [segments] after the application changed the pages.
   virtual Status refresh(Registration& registration, std::span<const iovec> segments);
@@ -99,9 +148,26 @@ class Nic {
   virtual Status check_local(void* desc, const void* buf, size_t len, uint64_t access);
   // Executes an RMA operation against this NIC's registrations (the target side).
   virtual Status remote_access(const RmaRequest& request);
+
+  // Changes translation, protection domain and/or access of a registration in place; its key
+  // and descriptor may change.
+  virtual Status rereg(Registration& registration, const ReregRequest& request);
+  virtual Result<MemoryWindow> alloc_window(WindowType type);
+  // Binds (or re-binds) a window; on success window.key is the key of the new binding.
+  virtual Status bind_window(MemoryWindow& window, const WindowBind& bind);
+  // Makes the window's key unusable by peers; posted to `queue` as a bind is.
+  virtual Status invalidate_window(MemoryWindow& window, void* queue, uint64_t work_request_id,
+                                   bool signaled);
+  virtual Status dealloc_window(MemoryWindow& window);
+  // Asks an on-demand-paging registration to map [ranges] ahead of use; `flush` waits for it.
+  virtual Status advise(const Registration& registration, Advice advice,
+                        std::span<const iovec> ranges, bool flush);
 };
 
-// Creates the adapter named `name` ("sim") with its option string.
-Result<std::unique_ptr<Nic>> open_nic(const char* name, const char* options);
+// Creates the adapter named `name` ("sim", "verbs", "ofi") with its option string.  `handle` is
+// the application's own NIC object for the adapter to work under (verbs: a struct ibv_pd*; ofi:
+// a struct fid_domain*), or null.
+Result<std::unique_ptr<Nic>> open_nic(const char* name, const char* options,
+                                      void* handle = nullptr);
 
 }  // namespace hmr::nic

@@ -6,8 +6,11 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <thread>
+
+#include "hmem/hmem_registry.h"
 
 namespace hmr::nic::sim {
 namespace {
@@ -77,7 +80,8 @@ SimNic::SimNic(const SimOptions& options) : options_(options) {
   capabilities_.iov_limit = options.iov_limit;
   capabilities_.mr_cnt = options.mr_cnt;
   capabilities_.max_mr_size = options.max_mr_size;
-  capabilities_.dmabuf_import = true;  // by mapping the fd, as an importer attaches it
+  capabilities_.dmabuf_import = options.dmabuf_import;  // host dma-bufs: by mapping the fd
+  capabilities_.peer_direct = options.peer_direct;
   capabilities_.rma = true;
   raw_key_tag_ = static_cast<uint64_t>(
                      std::chrono::steady_clock::now().time_since_epoch().count()) ^
@@ -86,7 +90,54 @@ SimNic::SimNic(const SimOptions& options) : options_(options) {
 
 SimNic::~SimNic() = default;
 
+Result<std::unique_ptr<SimRegion>> SimNic::build_device_region(
+    const RegistrationRequest& request) {
+  auto region = std::make_unique<SimRegion>();
+  region->access = request.access;
+  region->remote.enabled = request.enabled;
+  char what[160];
+  const char* iface = hmem::iface_name(request.iface);
+  const auto device = static_cast<unsigned long long>(request.device);
+  if (request.dmabuf != nullptr) {
+    // Recorded, never mapped: a device dma-buf is for a NIC's DMA engine, not for the CPU.
+    const hmr_mr_dmabuf& dmabuf = *request.dmabuf;
+    std::snprintf(what, sizeof what, "%s device %llu memory as dma-buf (fd %d, offset %llu, len %zu)",
+                  iface, device, dmabuf.fd, static_cast<unsigned long long>(dmabuf.offset),
+                  dmabuf.len);
+    region->device_dmabuf = dmabuf;
+    region->local_ranges.push_back({dmabuf.base_addr, dmabuf.len});
+    region->length = dmabuf.len;
+    region->base_addr = request.virt_addr ? address_of(dmabuf.base_addr) : 0;
+  } else {
+    if (!options_.peer_direct) {
+      return make_error(HMR_EOPNOTSUPP,
+                        "sim NIC has no peer-direct path for %s device %llu memory at %p (the "
+                        "nic option peer_direct=1 models one)",
+                        iface, device, request.segments[0].iov_base);
+    }
+    if (request.segments.size() != 1) {
+      return make_error(HMR_EOPNOTSUPP, "sim NIC registers device memory one segment at a time");
+    }
+    const iovec& segment = request.segments[0];
+    std::snprintf(what, sizeof what, "%s device %llu memory registered peer-direct at [%p, +%zu)",
+                  iface, device, segment.iov_base, segment.iov_len);
+    region->local_ranges.push_back(segment);
+    region->length = segment.iov_len;
+    region->base_addr = request.virt_addr ? address_of(segment.iov_base) : 0;
+  }
+  region->device_memory = what;
+  return region;
+}
+
 Result<std::unique_ptr<SimRegion>> SimNic::build_region(const RegistrationRequest& request) {
+  if (request.dmabuf != nullptr && !options_.dmabuf_import) {
+    return make_error(HMR_EOPNOTSUPP, "sim NIC opened with dmabuf=0 imports no dma-buf");
+  }
+  // Device memory the CPU must not touch: a dma-buf of a device iface, or a device VA.
+  if (request.iface != HMR_HMEM_SYSTEM &&
+      (request.dmabuf != nullptr || (request.flags & HMR_HMEM_DEVICE_ONLY) != 0)) {
+    return build_device_region(request);
+  }
   auto region = std::make_unique<SimRegion>();
   region->access = request.access;
   region->track_page_changes = request.track_page_changes;
@@ -157,17 +208,13 @@ Status SimNic::choose_key(const RegistrationRequest& request, SimRegion& region)
 }
 
 Result<Registration> SimNic::register_memory(const RegistrationRequest& request) {
-  if (request.iface != HMR_HMEM_SYSTEM) {
-    return make_error(HMR_EOPNOTSUPP, "sim NIC registers host memory only (iface %d)",
-                      static_cast<int>(request.iface));
-  }
   if (request.flags & HMR_RMA_PMEM) {
     return make_error(HMR_EOPNOTSUPP, "sim NIC has no persistent-memory write semantics");
   }
   Result<std::unique_ptr<SimRegion>> built = build_region(request);
   if (!built.ok()) return built.status();
   std::unique_ptr<SimRegion> region = std::move(*built);
-  if (region->track_page_changes && request.dmabuf == nullptr) {
+  if (region->track_page_changes && request.dmabuf == nullptr && region->device_memory.empty()) {
     HMR_RETURN_IF_ERROR(watch_segments(region->segments));
   }
 
@@ -213,6 +260,12 @@ Status SimNic::check_local(void* desc, const void* buf, size_t len, uint64_t acc
   const SimRegion* region = table_.find_by_desc(desc);
   if (region == nullptr) {
     return make_error(HMR_EINVAL, "desc %p is not a live registration of this domain", desc);
+  }
+  if (!region->device_memory.empty()) {
+    return make_error(HMR_EOPNOTSUPP,
+                      "sim NIC cannot move device memory: the local MR holds %s (a real NIC "
+                      "would DMA it)",
+                      region->device_memory.c_str());
   }
   if ((region->access & access) != access) {
     return make_error(HMR_EACCES, "local MR lacks %s access for this operation",
@@ -263,6 +316,13 @@ Status SimNic::remote_access(const RmaRequest& request) {
                       static_cast<unsigned long long>(region->base_addr),
                       static_cast<unsigned long long>(region->length),
                       static_cast<unsigned long long>(request.key.low_u64()));
+  }
+  if (!region->device_memory.empty()) {
+    return make_error(HMR_EOPNOTSUPP,
+                      "sim NIC cannot move device memory: target MR (key %#llx) holds %s (a real "
+                      "NIC would DMA it)",
+                      static_cast<unsigned long long>(request.key.low_u64()),
+                      region->device_memory.c_str());
   }
   if (region->track_page_changes && region->stale.load(std::memory_order_acquire)) {
     return make_error(HMR_EFAULT,

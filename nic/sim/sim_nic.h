@@ -35,6 +35,7 @@ class SimNic final : public Nic {
  private:
   explicit SimNic(const SimOptions& options);
   Result<std::unique_ptr<SimRegion>> build_region(const RegistrationRequest& request);
+  Result<std::unique_ptr<SimRegion>> build_device_region(const RegistrationRequest& request);
   Status watch_segments(const std::vector<iovec>& segments);
   Status choose_key(const RegistrationRequest& request, SimRegion& region);
   void mark_stale(uintptr_t start, uintptr_t end);

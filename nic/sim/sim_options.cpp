@@ -25,6 +25,12 @@ Result<uint64_t> parse_count(const std::string& name, const std::string& value) 
   return static_cast<uint64_t>(number);
 }
 
+Result<bool> parse_switch(const std::string& name, const std::string& value) {
+  if (value == "1") return true;
+  if (value == "0") return false;
+  return make_error(HMR_EINVAL, "sim option %s='%s' is not 0 or 1", name.c_str(), value.c_str());
+}
+
 }  // namespace
 
 Result<SimOptions> parse_sim_options(const char* text) {
@@ -48,6 +54,12 @@ Result<SimOptions> parse_sim_options(const char* text) {
       options.required_mr_mode = *mode;
       continue;
     }
+    if (name == "dmabuf" || name == "peer_direct") {
+      Result<bool> on = parse_switch(name, value);
+      if (!on.ok()) return on.status();
+      (name == "dmabuf" ? options.dmabuf_import : options.peer_direct) = *on;
+      continue;
+    }
     Result<uint64_t> number = parse_count(name, value);
     if (!number.ok()) return number.status();
     if (name == "key_size") {
@@ -62,7 +74,7 @@ Result<SimOptions> parse_sim_options(const char* text) {
     } else {
       return make_error(HMR_EINVAL,
                         "unknown sim option '%s' (known: require, key_size, iov_limit, "
-                        "mr_cnt, max_mr_size)",
+                        "mr_cnt, max_mr_size, dmabuf, peer_direct)",
                         name.c_str());
     }
   }

@@ -14,9 +14,15 @@ struct SimOptions {
   size_t iov_limit = 4;
   size_t mr_cnt = 65536;
   uint64_t max_mr_size = 1ULL << 40;
+  // Which device-memory paths the modelled NIC claims (dmabuf=0|1, peer_direct=0|1).  dma-buf
+  // import is on by default (the sim NIC maps a host dma-buf to reach its bytes); peer-direct
+  // (registering a device VA, as with nvidia-peermem) is off unless asked for.
+  bool dmabuf_import = true;
+  bool peer_direct = false;
 };
 
-// Parses "require=RAW|VIRT_ADDR;key_size=16;iov_limit=4;mr_cnt=100;max_mr_size=4096".
+// Parses "require=RAW|VIRT_ADDR;key_size=16;iov_limit=4;mr_cnt=100;max_mr_size=4096;
+// dmabuf=0;peer_direct=1".
 // RAW implies PROV_KEY (a raw key is always chosen by the NIC) and a 16-byte key.
 Result<SimOptions> parse_sim_options(const char* text);
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -42,6 +43,12 @@ struct SimRegion {
   RemoteAccess remote;
   bool track_page_changes = false;
   std::atomic<bool> stale{false};
+  // Device memory the sim NIC was handed but cannot move (it has no DMA engine into a device):
+  // what it was given, e.g. "cuda device 0 memory as dma-buf (fd 7, offset 4096, len 100)".
+  // Empty for memory it reaches.  RMA to or from it is refused with this description.
+  std::string device_memory;
+  // The dma-buf of such a registration, as handed over (fd -1 for a peer-direct VA).
+  hmr_mr_dmabuf device_dmabuf{-1, 0, 0, nullptr};
 };
 
 // Not synchronised: SimNic guards it with its table lock.

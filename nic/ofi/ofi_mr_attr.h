@@ -1,0 +1,57 @@
+// hmr's registration request as libfabric's fi_mr_attr and fi_mr_regattr flags.
+//
+// fi_mr_attr grows by appending (1.17 ends at `device`; 1.19 adds hmem_data, 1.20 a dma-buf
+// member in a union with mr_iov, 1.22 page_size), and a provider reads only as much as the
+// API version its fabric was opened with describes.  So the newer fields are compiled in
+// exactly when the headers hmr is built with have them, and used only when the runtime's API
+// version has them too; a request needing one that is missing is refused, never dropped.
+#pragma once
+
+#include <rdma/fabric.h>
+#include <rdma/fi_domain.h>
+
+#include <cstdint>
+#include <string>
+
+#include "core/status.h"
+#include "nic/nic.h"
+
+#if FI_VERSION_GE(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION), FI_VERSION(1, 19))
+#define HMR_OFI_HAS_HMEM_DATA 1
+#else
+#define HMR_OFI_HAS_HMEM_DATA 0
+#endif
+#if defined(FI_MR_DMABUF)
+#define HMR_OFI_HAS_DMABUF 1
+#else
+#define HMR_OFI_HAS_DMABUF 0
+#endif
+#if FI_VERSION_GE(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION), FI_VERSION(1, 22))
+#define HMR_OFI_HAS_PAGE_SIZE 1
+#else
+#define HMR_OFI_HAS_PAGE_SIZE 0
+#endif
+
+namespace hmr::nic::ofi {
+
+// What fi_mr_regattr is called with.  Not copyable: attr may point at dmabuf.
+struct MrAttr {
+  MrAttr() = default;
+  MrAttr(const MrAttr&) = delete;
+  MrAttr& operator=(const MrAttr&) = delete;
+
+  fi_mr_attr attr{};
+  uint64_t flags = 0;
+#if HMR_OFI_HAS_DMABUF
+  fi_mr_dmabuf dmabuf{};
+#endif
+};
+
+// Fills `out` from `request` with `key` as requested_key.  `api_version` is the version the
+// domain's fabric speaks; `who` names libfabric and the provider in reasons.  Fails with
+// HMR_ENOSYS for a dma-buf, hmem_data or page_size this build or runtime cannot carry, and
+// HMR_EOPNOTSUPP for HMR_RMA_EVENT (hmr counters are not libfabric counters).
+Status build_mr_attr(const RegistrationRequest& request, uint64_t key, uint32_t api_version,
+                     const std::string& who, MrAttr& out);
+
+}  // namespace hmr::nic::ofi

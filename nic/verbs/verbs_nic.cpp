@@ -1,0 +1,484 @@
+#include "nic/verbs/verbs_nic.h"
+
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "core/log.h"
+#include "nic/verbs/memory_window.h"
+#include "nic/verbs/provider_ops.h"
+#include "nic/verbs/verbs_error.h"
+
+namespace hmr::verbs {
+namespace {
+
+using ull = unsigned long long;
+
+constexpr uint64_t kKnownFlags = HMR_MR_DMABUF | HMR_HMEM_DEVICE_ONLY | HMR_HMEM_HOST_ALLOC;
+constexpr uint64_t kRemoteAccess = HMR_REMOTE_READ | HMR_REMOTE_WRITE;
+// An ibv_sge length is 32 bits; prefetch advice is split into pieces no longer than this.
+constexpr uint64_t kMaxAdviceSge = uint64_t{1} << 30;
+
+VerbsRegistration* record_of(const nic::Registration& registration) {
+  return static_cast<VerbsRegistration*>(registration.handle);
+}
+
+ibv_advise_mr_advice to_ibv_advice(nic::Advice advice) {
+  switch (advice) {
+    case nic::Advice::prefetch: return IBV_ADVISE_MR_ADVICE_PREFETCH;
+    case nic::Advice::prefetch_write: return IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE;
+    case nic::Advice::prefetch_no_fault: break;
+  }
+  return IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<nic::Nic>> VerbsNic::open(const char* options, void* handle,
+                                                 const VerbsEnvironment& environment) {
+  Result<VerbsOptions> parsed = parse_verbs_options(options);
+  if (!parsed.ok()) return parsed.status();
+  if (handle != nullptr && !parsed->device.empty()) {
+    return make_error(HMR_EINVAL, "verbs option device=%s and a nic_handle both choose the "
+                      "device; give one (the PD's device is used)", parsed->device.c_str());
+  }
+  Result<std::shared_ptr<const IbverbsLibrary>> library = IbverbsLibrary::load();
+  if (!library.ok()) return library.status();
+
+  Result<DeviceHandle> device = [&]() -> Result<DeviceHandle> {
+    if (handle != nullptr) return DeviceHandle::borrow(*library, static_cast<ibv_pd*>(handle));
+    Result<DeviceList> list = DeviceList::get(*library);
+    if (!list.ok()) return list.status();
+    Result<ibv_device*> chosen = parsed->device.empty() ? Result<ibv_device*>(list->device(0))
+                                                        : list->find(parsed->device);
+    if (!chosen.ok()) return chosen.status();
+    // The list may be freed once the device is open.
+    return DeviceHandle::open(*library, *chosen);
+  }();
+  if (!device.ok()) return device.status();
+
+  Result<DeviceProbe> probe =
+      probe_device(**library, device->context(), device->pd(), environment.sysfs_root);
+  if (!probe.ok()) return probe.status();
+  std::unique_ptr<VerbsNic> nic(
+      new VerbsNic(std::move(*library), std::move(*device), *parsed, std::move(*probe)));
+  HMR_RETURN_IF_ERROR(nic->apply_options());
+  log_message(LogLevel::info, "verbs NIC on %s: dma-buf %s; peer-direct %s; ODP %s",
+              nic->probe_.name.c_str(), nic->probe_.dmabuf.reason.c_str(),
+              nic->probe_.peer_direct.reason.c_str(), nic->probe_.on_demand_paging.reason.c_str());
+  return std::unique_ptr<nic::Nic>(std::move(nic));
+}
+
+VerbsNic::VerbsNic(std::shared_ptr<const IbverbsLibrary> library, DeviceHandle device,
+                   const VerbsOptions& options, DeviceProbe probe)
+    : library_(std::move(library)),
+      device_(std::move(device)),
+      options_(options),
+      probe_(std::move(probe)) {}
+
+VerbsNic::~VerbsNic() = default;
+
+Status VerbsNic::apply_options() {
+  if (options_.odp && !probe_.on_demand_paging.supported) {
+    return make_error(HMR_EOPNOTSUPP, "verbs option odp=on, but %s cannot: %s",
+                      probe_.name.c_str(), probe_.on_demand_paging.reason.c_str());
+  }
+  switch (options_.relaxed_ordering) {
+    case Tristate::off: relaxed_ordering_ = false; break;
+    case Tristate::automatic: relaxed_ordering_ = probe_.relaxed_ordering.supported; break;
+    case Tristate::on:
+      if (!probe_.relaxed_ordering.supported) {
+        return make_error(HMR_EOPNOTSUPP, "verbs option relaxed_ordering=on, but %s",
+                          probe_.relaxed_ordering.reason.c_str());
+      }
+      relaxed_ordering_ = true;
+      break;
+  }
+  chunk_len_ = chunk_length_for(probe_.max_mr_size);
+
+  capabilities_.name = "verbs:" + probe_.name;
+  capabilities_.required_mr_mode = HMR_MR_LOCAL | HMR_MR_PROV_KEY;
+  // Without ODP the kernel pins pages at registration, so they must exist.
+  if (!options_.odp) capabilities_.required_mr_mode |= HMR_MR_ALLOCATED;
+  if (!probe_.offset_addressing.supported) capabilities_.required_mr_mode |= HMR_MR_VIRT_ADDR;
+  if (options_.raw_keys) capabilities_.required_mr_mode |= HMR_MR_RAW;
+  capabilities_.key_size = options_.raw_keys ? kRawKeySize : sizeof(uint32_t);
+  capabilities_.iov_limit = 1;
+  capabilities_.mr_cnt = probe_.max_mr > 0 ? static_cast<size_t>(probe_.max_mr) : 0;
+  capabilities_.max_mr_size =
+      max_chunked_length(chunk_len_, options_.raw_keys ? kMaxRawKeyChunks : kMaxLocalChunks);
+  capabilities_.dmabuf_import = probe_.dmabuf.supported;
+  capabilities_.peer_direct = probe_.peer_direct.supported;
+  capabilities_.on_demand_paging = options_.odp;
+  capabilities_.memory_windows =
+      probe_.window_type1.supported || probe_.window_type2.supported;
+  return ok_status();
+}
+
+AccessExtras VerbsNic::access_extras() const {
+  AccessExtras extras;
+  extras.atomics = probe_.atomics;
+  extras.memory_windows = capabilities_.memory_windows;
+  extras.on_demand_paging = options_.odp;
+  extras.relaxed_ordering = relaxed_ordering_;
+  return extras;
+}
+
+Status VerbsNic::check_odp_access(uint64_t access) const {
+  uint32_t needed = 0;
+  if (access & HMR_SEND) needed |= IBV_ODP_SUPPORT_SEND;
+  if (access & HMR_RECV) needed |= IBV_ODP_SUPPORT_RECV;
+  if (access & HMR_REMOTE_WRITE) needed |= IBV_ODP_SUPPORT_WRITE;
+  if (access & HMR_REMOTE_READ) needed |= IBV_ODP_SUPPORT_READ;
+  const uint32_t missing = needed & ~probe_.odp_rc_caps;
+  if (missing != 0) {
+    return make_error(HMR_EOPNOTSUPP,
+                      "on-demand paging registration with access %#llx needs RC ODP support for "
+                      "%s, which %s lacks (it has: %s)",
+                      static_cast<ull>(access), odp_transport_names(missing).c_str(),
+                      probe_.name.c_str(), odp_transport_names(probe_.odp_rc_caps).c_str());
+  }
+  return ok_status();
+}
+
+Status VerbsNic::check_device_memory(const nic::RegistrationRequest& request) const {
+  const bool device_memory =
+      request.iface != HMR_HMEM_SYSTEM && (request.flags & HMR_HMEM_HOST_ALLOC) == 0;
+  if (!device_memory || request.iface != HMR_HMEM_CUDA || probe_.peer_direct.supported) {
+    return ok_status();
+  }
+  return make_error(HMR_EOPNOTSUPP,
+                    "CUDA device memory [%p, +%zu) cannot be registered by virtual address on "
+                    "%s: %s",
+                    request.segments[0].iov_base, request.segments[0].iov_len,
+                    probe_.name.c_str(), probe_.peer_direct.reason.c_str());
+}
+
+Status VerbsNic::check_chunking(const nic::RegistrationRequest& request,
+                                const VerbsRegistration::Layout& layout, size_t chunks) const {
+  if (chunks == 1) return ok_status();
+  const bool remote = (request.access & kRemoteAccess) != 0;
+  if (options_.raw_keys && chunks > kMaxRawKeyChunks) {
+    return make_error(HMR_EINVAL,
+                      "[%#llx, +%llu) needs %zu chunks of %llu bytes (max_mr_size of %s is "
+                      "%llu); a RAW key carries %zu: register at most %llu bytes per MR",
+                      static_cast<ull>(layout.start), static_cast<ull>(layout.length), chunks,
+                      static_cast<ull>(chunk_len_), probe_.name.c_str(),
+                      static_cast<ull>(probe_.max_mr_size), kMaxRawKeyChunks,
+                      static_cast<ull>(chunk_len_ * kMaxRawKeyChunks));
+  }
+  if (!options_.raw_keys && remote) {
+    return make_error(HMR_EINVAL,
+                      "[%#llx, +%llu) is larger than the max_mr_size of %s (%llu), so it is "
+                      "registered as %zu chunks with a key each, and a 4-byte key names one: "
+                      "open the domain with HMR_MR_RAW and nic_options raw_keys=on (up to %zu "
+                      "chunks), register at most %llu bytes per MR, or ask for local access only",
+                      static_cast<ull>(layout.start), static_cast<ull>(layout.length),
+                      probe_.name.c_str(), static_cast<ull>(probe_.max_mr_size), chunks,
+                      kMaxRawKeyChunks, static_cast<ull>(chunk_len_));
+  }
+  if (chunks > kMaxLocalChunks) {
+    return make_error(HMR_EINVAL, "[%#llx, +%llu) would need %zu chunks (at most %zu)",
+                      static_cast<ull>(layout.start), static_cast<ull>(layout.length), chunks,
+                      kMaxLocalChunks);
+  }
+  return ok_status();
+}
+
+Result<ibv_mr*> VerbsNic::register_chunk(const nic::RegistrationRequest& request,
+                                         const VerbsRegistration::Layout& layout,
+                                         const Chunk& chunk) {
+  const IbverbsSymbols& verbs = library_->symbols();
+  const uint64_t iova = layout.iova + chunk.offset;
+  ibv_mr* mr = nullptr;
+  errno = 0;
+  if (layout.dmabuf) {
+    mr = verbs.reg_dmabuf_mr(device_.pd(), request.dmabuf->offset + chunk.offset, chunk.length,
+                             iova, request.dmabuf->fd, static_cast<int>(layout.ibv_access));
+    if (mr != nullptr) return mr;
+    return verbs_failure(errno,
+                         "ibv_reg_dmabuf_mr(fd %d, offset %llu, %llu bytes, access %#x) on %s "
+                         "failed",
+                         request.dmabuf->fd,
+                         static_cast<ull>(request.dmabuf->offset + chunk.offset),
+                         static_cast<ull>(chunk.length), layout.ibv_access, probe_.name.c_str());
+  }
+  auto* addr = reinterpret_cast<void*>(static_cast<uintptr_t>(layout.start + chunk.offset));
+  const bool through_iova2 = verbs.reg_mr_iova2 != nullptr;
+  mr = through_iova2 ? verbs.reg_mr_iova2(device_.pd(), addr, chunk.length, iova, layout.ibv_access)
+                     : verbs.reg_mr(device_.pd(), addr, chunk.length,
+                                    static_cast<int>(layout.ibv_access));
+  if (mr != nullptr) return mr;
+  const int err = errno;
+  const bool device_memory =
+      request.iface != HMR_HMEM_SYSTEM && (request.flags & HMR_HMEM_HOST_ALLOC) == 0;
+  return verbs_failure(err, "%s([%p, +%llu), access %#x) on %s failed%s",
+                       through_iova2 ? "ibv_reg_mr_iova2" : "ibv_reg_mr", addr,
+                       static_cast<ull>(chunk.length), layout.ibv_access, probe_.name.c_str(),
+                       device_memory ? " (device memory by virtual address needs its vendor's "
+                                       "peer-memory client; register a dma-buf instead)"
+                                     : "");
+}
+
+KeyBytes VerbsNic::key_of(std::span<const uint32_t> rkeys) const {
+  if (options_.raw_keys) return encode_raw_key(rkeys, chunk_len_);
+  return KeyBytes::from_u64(rkeys.empty() ? 0 : rkeys[0], sizeof(uint32_t));
+}
+
+nic::Registration VerbsNic::describe(VerbsRegistration& record) const {
+  std::vector<uint32_t> rkeys;
+  for (size_t i = 0; i < record.chunk_count(); ++i) rkeys.push_back(record.chunk(i)->rkey);
+  nic::Registration registration;
+  registration.handle = &record;
+  registration.desc = record.desc();
+  registration.key = key_of(rkeys);
+  registration.base_addr = record.layout().iova;
+  return registration;
+}
+
+Result<nic::Registration> VerbsNic::register_memory(const nic::RegistrationRequest& request) {
+  if (request.requested_key) {
+    return make_error(HMR_EINVAL, "requested key %#llx: verbs keys are chosen by the device "
+                      "(HMR_MR_PROV_KEY)", static_cast<ull>(*request.requested_key));
+  }
+  if (request.track_page_changes) {
+    return make_error(HMR_EOPNOTSUPP, "verbs registrations are not refreshed page by page "
+                      "(HMR_MR_MMU_NOTIFY); use odp=on for memory that changes");
+  }
+  if ((request.flags & ~kKnownFlags) != 0) {
+    return make_error(HMR_EBADFLAGS, "registration flags %#llx are not supported by the verbs NIC",
+                      static_cast<ull>(request.flags & ~kKnownFlags));
+  }
+  VerbsRegistration::Layout layout;
+  if (request.dmabuf != nullptr) {
+    if (!probe_.dmabuf.supported) {
+      return make_error(HMR_EOPNOTSUPP, "dma-buf registration on %s: %s", probe_.name.c_str(),
+                        probe_.dmabuf.reason.c_str());
+    }
+    layout.start = reinterpret_cast<uintptr_t>(request.dmabuf->base_addr);
+    layout.length = request.dmabuf->len;
+    layout.dmabuf = true;
+  } else {
+    if (request.segments.size() != 1) {
+      return make_error(HMR_EINVAL, "the verbs NIC registers one range per MR (iov_limit 1), "
+                        "got %zu", request.segments.size());
+    }
+    HMR_RETURN_IF_ERROR(check_device_memory(request));
+    layout.start = reinterpret_cast<uintptr_t>(request.segments[0].iov_base);
+    layout.length = request.segments[0].iov_len;
+  }
+  if (layout.length == 0) return make_error(HMR_EINVAL, "cannot register 0 bytes");
+  if (!request.virt_addr && !probe_.offset_addressing.supported) {
+    return make_error(HMR_EOPNOTSUPP, "offset addressing (no HMR_MR_VIRT_ADDR): %s",
+                      probe_.offset_addressing.reason.c_str());
+  }
+  if (options_.odp) HMR_RETURN_IF_ERROR(check_odp_access(request.access));
+  layout.iova = request.virt_addr ? layout.start : 0;
+  layout.chunk_len = chunk_len_;
+  layout.ibv_access = ibv_access_for(request.access, access_extras());
+
+  const std::vector<Chunk> chunks = plan_chunks(layout.length, chunk_len_);
+  HMR_RETURN_IF_ERROR(check_chunking(request, layout, chunks.size()));
+  auto record = std::make_unique<VerbsRegistration>(library_->symbols(), layout);
+  for (const Chunk& chunk : chunks) {
+    Result<ibv_mr*> mr = register_chunk(request, layout, chunk);
+    if (!mr.ok()) return mr.status();  // the record deregisters the chunks made so far
+    record->add_chunk(*mr);
+  }
+  nic::Registration registration = describe(*record);
+  record.release();  // owned by the registration's handle until deregister
+  return registration;
+}
+
+Status VerbsNic::deregister(nic::Registration& registration) {
+  VerbsRegistration* record = record_of(registration);
+  if (record == nullptr) return make_error(HMR_EINVAL, "not a verbs registration");
+  HMR_RETURN_IF_ERROR(record->deregister_all());
+  delete record;
+  registration.handle = nullptr;
+  registration.desc = nullptr;
+  return ok_status();
+}
+
+Status VerbsNic::rereg(nic::Registration& registration, const nic::ReregRequest& request) {
+  VerbsRegistration* record = record_of(registration);
+  if (record == nullptr) return make_error(HMR_EINVAL, "not a verbs registration");
+  if (record->unusable()) {
+    return make_error(HMR_EIO, "an earlier re-registration left this registration unusable; "
+                      "close it");
+  }
+  const VerbsRegistration::Layout& old_layout = record->layout();
+  if (record->chunk_count() != 1) {
+    return make_error(HMR_EOPNOTSUPP, "a registration split into %zu chunks cannot be "
+                      "re-registered; close it and register again", record->chunk_count());
+  }
+  if (old_layout.dmabuf) {
+    return make_error(HMR_EOPNOTSUPP, "a dma-buf registration cannot be re-registered "
+                      "(ibv_rereg_mr takes virtual ranges); close it and register again");
+  }
+  VerbsRegistration::Layout layout = old_layout;
+  int flags = 0;
+  void* addr = nullptr;
+  size_t length = 0;
+  ibv_pd* pd = nullptr;
+  unsigned int access = 0;
+  if (request.translation) {
+    const iovec& range = *request.translation;
+    if (range.iov_base == nullptr || range.iov_len == 0) {
+      return make_error(HMR_EINVAL, "re-registration translation [%p, +%zu) is empty",
+                        range.iov_base, range.iov_len);
+    }
+    if (range.iov_len > chunk_len_) {
+      return make_error(HMR_EINVAL, "re-registration to %zu bytes exceeds the max_mr_size of %s "
+                        "(%llu); close it and register again", range.iov_len,
+                        probe_.name.c_str(), static_cast<ull>(probe_.max_mr_size));
+    }
+    if (old_layout.iova != old_layout.start) {
+      return make_error(HMR_EOPNOTSUPP, "ibv_rereg_mr gives a new translation its virtual "
+                        "address as iova, which would change how peers address this "
+                        "offset-addressed registration; close it and register again");
+    }
+    flags |= IBV_REREG_MR_CHANGE_TRANSLATION;
+    addr = range.iov_base;
+    length = range.iov_len;
+    layout.start = layout.iova = reinterpret_cast<uintptr_t>(range.iov_base);
+    layout.length = range.iov_len;
+  }
+  if (request.protection_domain != nullptr) {
+    pd = static_cast<ibv_pd*>(request.protection_domain);
+    if (pd->context != device_.context()) {
+      return make_error(HMR_EINVAL, "the new protection domain %p belongs to another device "
+                        "context than %s", request.protection_domain, probe_.name.c_str());
+    }
+    flags |= IBV_REREG_MR_CHANGE_PD;
+  }
+  if (request.access) {
+    if (options_.odp) HMR_RETURN_IF_ERROR(check_odp_access(*request.access));
+    access = ibv_access_for(*request.access, access_extras());
+    layout.ibv_access = access;
+    flags |= IBV_REREG_MR_CHANGE_ACCESS;
+  }
+  if (flags == 0) {
+    return make_error(HMR_EINVAL, "re-registration changes nothing: give a translation, a "
+                      "protection domain or access");
+  }
+  ibv_mr* mr = record->chunk(0);
+  errno = 0;
+  const int result = library_->symbols().rereg_mr(mr, flags, pd, addr, length,
+                                                  static_cast<int>(access));
+  const int err = errno;
+  if (result == 0 || result == IBV_REREG_MR_ERR_DO_FORK_OLD) {
+    if (result != 0) {
+      log_message(LogLevel::warn, "ibv_rereg_mr on %s succeeded but could not restore fork "
+                  "protection of the old range: %s", probe_.name.c_str(), std::strerror(err));
+    }
+    record->set_layout(layout);
+    const uint32_t rkey = mr->rkey;
+    registration.key = key_of({&rkey, 1});
+    registration.base_addr = layout.iova;
+    return ok_status();
+  }
+  if (result == IBV_REREG_MR_ERR_INPUT || result == IBV_REREG_MR_ERR_DONT_FORK_NEW) {
+    return verbs_failure(err, "ibv_rereg_mr(flags %#x) on %s failed (result %d); the "
+                         "registration is unchanged", static_cast<unsigned>(flags),
+                         probe_.name.c_str(), result);
+  }
+  record->mark_unusable();
+  return verbs_failure(err, "ibv_rereg_mr(flags %#x) on %s failed (result %d) and left the "
+                       "registration usable only for deregistration; close it",
+                       static_cast<unsigned>(flags), probe_.name.c_str(), result);
+}
+
+Result<nic::MemoryWindow> VerbsNic::alloc_window(nic::WindowType type) {
+  const Support& support =
+      type == nic::WindowType::type2 ? probe_.window_type2 : probe_.window_type1;
+  if (type != nic::WindowType::type1 && type != nic::WindowType::type2) {
+    return make_error(HMR_EINVAL, "memory window type %d: use 1 or 2", static_cast<int>(type));
+  }
+  if (!support.supported) {
+    return make_error(HMR_EOPNOTSUPP, "memory windows of type %d on %s: %s",
+                      static_cast<int>(type), probe_.name.c_str(), support.reason.c_str());
+  }
+  Result<std::unique_ptr<VerbsWindow>> window =
+      VerbsWindow::allocate(device_.pd(), type, probe_.name);
+  if (!window.ok()) return window.status();
+  nic::MemoryWindow result;
+  result.type = type;
+  const uint32_t rkey = (*window)->rkey();
+  result.key = key_of({&rkey, 1});
+  result.handle = window->release();
+  return result;
+}
+
+Status VerbsNic::bind_window(nic::MemoryWindow& window, const nic::WindowBind& bind) {
+  auto* verbs_window = static_cast<VerbsWindow*>(window.handle);
+  if (verbs_window == nullptr || bind.registration == nullptr ||
+      record_of(*bind.registration) == nullptr) {
+    return make_error(HMR_EINVAL, "binding needs a memory window and a registration of this NIC");
+  }
+  HMR_RETURN_IF_ERROR(verbs_window->bind(*record_of(*bind.registration), bind));
+  const uint32_t rkey = verbs_window->rkey();
+  window.key = key_of({&rkey, 1});
+  return ok_status();
+}
+
+Status VerbsNic::invalidate_window(nic::MemoryWindow& window, void* queue,
+                                   uint64_t work_request_id, bool signaled) {
+  auto* verbs_window = static_cast<VerbsWindow*>(window.handle);
+  if (verbs_window == nullptr) return make_error(HMR_EINVAL, "not a memory window of this NIC");
+  return verbs_window->invalidate(queue, work_request_id, signaled);
+}
+
+Status VerbsNic::dealloc_window(nic::MemoryWindow& window) {
+  auto* verbs_window = static_cast<VerbsWindow*>(window.handle);
+  if (verbs_window == nullptr) return make_error(HMR_EINVAL, "not a memory window of this NIC");
+  HMR_RETURN_IF_ERROR(verbs_window->deallocate());
+  delete verbs_window;
+  window.handle = nullptr;
+  return ok_status();
+}
+
+Status VerbsNic::advise(const nic::Registration& registration, nic::Advice advice,
+                        std::span<const iovec> ranges, bool flush) {
+  const VerbsRegistration* record = record_of(registration);
+  if (record == nullptr) return make_error(HMR_EINVAL, "not a verbs registration");
+  const VerbsRegistration::Layout& layout = record->layout();
+  if ((layout.ibv_access & IBV_ACCESS_ON_DEMAND) == 0) {
+    return make_error(HMR_EINVAL, "prefetch advice needs an on-demand-paging registration (open "
+                      "the verbs NIC with odp=on)");
+  }
+  if (ranges.empty()) return make_error(HMR_EINVAL, "prefetch advice needs at least one range");
+  std::vector<ibv_sge> sges;
+  for (const iovec& range : ranges) {
+    const uint64_t start = reinterpret_cast<uintptr_t>(range.iov_base);
+    if (range.iov_len == 0 || start < layout.start || start - layout.start > layout.length ||
+        range.iov_len > layout.length - (start - layout.start)) {
+      return make_error(HMR_EINVAL, "advice range [%p, +%zu) is not inside the registration "
+                        "[%#llx, +%llu)", range.iov_base, range.iov_len,
+                        static_cast<ull>(layout.start), static_cast<ull>(layout.length));
+    }
+    // One entry per piece within a chunk: each carries that chunk's lkey, and the addresses are
+    // the MR's own (its iova), as in any work request.
+    uint64_t offset = start - layout.start;
+    const uint64_t end = offset + range.iov_len;
+    while (offset < end) {
+      const uint64_t chunk = offset / layout.chunk_len;
+      const uint64_t chunk_end = (chunk + 1) * layout.chunk_len;
+      uint64_t piece = (end < chunk_end ? end : chunk_end) - offset;
+      if (piece > kMaxAdviceSge) piece = kMaxAdviceSge;
+      sges.push_back({layout.iova + offset, static_cast<uint32_t>(piece),
+                      record->chunk(static_cast<size_t>(chunk))->lkey});
+      offset += piece;
+    }
+  }
+  const uint32_t flags = flush ? IBV_ADVISE_MR_FLAG_FLUSH : 0;
+  if (const int err = advise_mr(record->chunk(0)->pd, to_ibv_advice(advice), flags, sges.data(),
+                                static_cast<uint32_t>(sges.size()));
+      err != 0) {
+    return verbs_failure(err, "ibv_advise_mr(%zu ranges) on %s failed", sges.size(),
+                         probe_.name.c_str());
+  }
+  return ok_status();
+}
+
+}  // namespace hmr::verbs

@@ -1,0 +1,82 @@
+// The verbs NIC adapter: registers memory with an RDMA device through rdma-core's libibverbs,
+// dlopen'ed at run time.  It works in the application's protection domain (nic_handle, a
+// struct ibv_pd*) or opens a device and a PD of its own (nic_options device=<name>).
+//
+// At open it probes the device (device_probe.h) and fixes what every registration gets:
+// on-demand paging when asked for, relaxed ordering where libibverbs can pass it, memory-window
+// binding where the device has windows.  Ranges above the device's max_mr_size are registered
+// in chunks (chunk_plan.h); dma-bufs through ibv_reg_dmabuf_mr; CUDA device memory by VA only
+// where a peer-memory client is loaded.
+//
+// No lock is taken: registrations are independent verb calls, and the state fixed at open is
+// read-only afterwards.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "nic/nic.h"
+#include "nic/verbs/chunk_plan.h"
+#include "nic/verbs/device_probe.h"
+#include "nic/verbs/ibverbs_library.h"
+#include "nic/verbs/verbs_access.h"
+#include "nic/verbs/verbs_options.h"
+#include "nic/verbs/verbs_registration.h"
+
+namespace hmr::verbs {
+
+// What tests change about the machine the adapter looks at.
+struct VerbsEnvironment {
+  std::string sysfs_root;  // "" for /; where the peer-direct hints are read
+};
+
+class VerbsNic final : public nic::Nic {
+ public:
+  static Result<std::unique_ptr<nic::Nic>> open(const char* options, void* handle,
+                                                const VerbsEnvironment& environment = {});
+  ~VerbsNic() override;
+
+  const nic::Capabilities& capabilities() const override { return capabilities_; }
+  Result<nic::Registration> register_memory(const nic::RegistrationRequest& request) override;
+  Status deregister(nic::Registration& registration) override;
+  // The PD registrations are made in: the application's, or the one the adapter allocated
+  // (for the application's QPs on a device hmr opened).
+  void* native_handle() const override { return device_.pd(); }
+  Status rereg(nic::Registration& registration, const nic::ReregRequest& request) override;
+  Result<nic::MemoryWindow> alloc_window(nic::WindowType type) override;
+  Status bind_window(nic::MemoryWindow& window, const nic::WindowBind& bind) override;
+  Status invalidate_window(nic::MemoryWindow& window, void* queue, uint64_t work_request_id,
+                           bool signaled) override;
+  Status dealloc_window(nic::MemoryWindow& window) override;
+  Status advise(const nic::Registration& registration, nic::Advice advice,
+                std::span<const iovec> ranges, bool flush) override;
+
+  const DeviceProbe& probe() const { return probe_; }
+  const VerbsOptions& options() const { return options_; }
+  ibv_pd* pd() const { return device_.pd(); }
+
+ private:
+  VerbsNic(std::shared_ptr<const IbverbsLibrary> library, DeviceHandle device,
+           const VerbsOptions& options, DeviceProbe probe);
+  Status apply_options();
+  Result<ibv_mr*> register_chunk(const nic::RegistrationRequest& request,
+                                 const VerbsRegistration::Layout& layout, const Chunk& chunk);
+  Status check_chunking(const nic::RegistrationRequest& request,
+                        const VerbsRegistration::Layout& layout, size_t chunks) const;
+  Status check_odp_access(uint64_t access) const;
+  Status check_device_memory(const nic::RegistrationRequest& request) const;
+  AccessExtras access_extras() const;
+  KeyBytes key_of(std::span<const uint32_t> rkeys) const;
+  nic::Registration describe(VerbsRegistration& record) const;
+
+  // Declared first: destroyed last, after everything that calls into it.
+  std::shared_ptr<const IbverbsLibrary> library_;
+  DeviceHandle device_;
+  VerbsOptions options_;
+  DeviceProbe probe_;
+  nic::Capabilities capabilities_;
+  bool relaxed_ordering_ = false;
+  uint64_t chunk_len_ = 0;
+};
+
+}  // namespace hmr::verbs

@@ -1,0 +1,908 @@
+/* A fake libibverbs: a real shared object named libibverbs.so.1 that exports the verbs hmr's
+ * verbs adapter looks up, at rdma-core's symbol versions (fake_ibverbs.map), and builds its
+ * contexts the way a real provider does (an extended verbs_context whose ops tables carry the
+ * verbs rdma-core inlines), so the adapter's real code runs without an RDMA device.
+ *
+ * Two devices with configurable limits and abilities.  It checks what the kernel checks (PD
+ * ownership, access flag rules, mapped memory for pinned registrations, dma-buf fds, window
+ * bindings), records every call and the arguments hmr cares about, and fails any entry point
+ * with an errno on request.
+ *
+ * Built against rdma-core's <infiniband/verbs.h> where installed, as a provider would be, and
+ * against hmr's own declarations (nic/verbs/verbs_abi.h) elsewhere or when FAKE_IBVERBS_OWN_ABI
+ * is defined.  Linked with
+ * fake_ibverbs_legacy.map it stands for an rdma-core before 22: ibv_reg_mr_iova2 and
+ * ibv_reg_dmabuf_mr are still there but under a version hmr must not accept. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#if __has_include(<infiniband/verbs.h>) && !defined(FAKE_IBVERBS_OWN_ABI)
+#include <infiniband/verbs.h>
+#define FAKE_OPTIONAL_ACCESS IBV_ACCESS_OPTIONAL_RANGE
+#define FAKE_ABI_IS_EXTENDED __VERBS_ABI_IS_EXTENDED
+#else
+#include "nic/verbs/verbs_abi.h"
+#define FAKE_OPTIONAL_ACCESS HMR_IBV_ACCESS_OPTIONAL_RANGE
+#define FAKE_ABI_IS_EXTENDED HMR_VERBS_ABI_IS_EXTENDED
+#endif
+
+#include "fake_ibverbs_control.h"
+
+#define EXPORT __attribute__((visibility("default")))
+
+#define MAX_OBJECTS 4096
+#define MAX_NAMED 32
+#define MAX_REGISTRATIONS 2048
+#define NAME_LEN 48
+
+#define KNOWN_ACCESS                                                                        \
+  (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |             \
+   IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED |                 \
+   IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB | FAKE_OPTIONAL_ACCESS)
+
+struct named_value {
+  char name[NAME_LEN];
+  int value;
+  int countdown; /* failures: fail only the countdown-th call (0: every call) */
+};
+
+struct fake_context {
+  struct verbs_context vctx; /* the application sees &vctx.context */
+  int device;
+};
+
+struct fake_mr {
+  struct ibv_mr mr;
+  uint64_t iova;
+  unsigned int access;
+};
+
+struct fake_qp {
+  struct ibv_context *context; /* where a provider's QP has it: first */
+  struct ibv_pd *pd;
+};
+
+struct fake_mw {
+  struct ibv_mw mw;
+  struct fake_mr *bound_to; /* type 2 windows bound by a work request */
+};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static struct ibv_device devices[FAKE_IBVERBS_MAX_DEVICES];
+static struct fake_ibverbs_device_config configs[FAKE_IBVERBS_MAX_DEVICES];
+static int list_count = FAKE_IBVERBS_MAX_DEVICES;
+static int list_errno;
+static struct named_value failures[MAX_NAMED];
+static struct named_value counters[MAX_NAMED];
+static int rereg_result, rereg_errno;
+static uint32_t next_key = 1;
+
+static struct fake_context *contexts[MAX_OBJECTS];
+static struct ibv_pd *pds[MAX_OBJECTS];
+static struct fake_mr *mrs[MAX_OBJECTS];
+static struct fake_mw *mws[MAX_OBJECTS];
+static struct fake_qp *qps[MAX_OBJECTS];
+static int device_lists;
+
+static struct fake_ibverbs_registration registrations[MAX_REGISTRATIONS];
+static int registration_count;
+static struct fake_ibverbs_rereg last_rereg;
+static struct fake_ibverbs_window_op last_window_op;
+static struct fake_ibverbs_advice last_advice;
+
+/* ------------------------------------------------------------------ bookkeeping ---------- */
+
+static struct named_value *find_named(struct named_value *table, const char *name, int create) {
+  for (int i = 0; i < MAX_NAMED; ++i) {
+    if (table[i].name[0] != '\0' && strcmp(table[i].name, name) == 0) return &table[i];
+  }
+  if (!create) return NULL;
+  for (int i = 0; i < MAX_NAMED; ++i) {
+    if (table[i].name[0] == '\0') {
+      strncpy(table[i].name, name, NAME_LEN - 1);
+      return &table[i];
+    }
+  }
+  return NULL;
+}
+
+/* Counts a call of `name` and returns the errno it must fail with (0: proceed). */
+static int enter(const char *name) {
+  struct named_value *counter = find_named(counters, name, 1);
+  if (counter != NULL) counter->value++;
+  struct named_value *failure = find_named(failures, name, 0);
+  if (failure == NULL || failure->value == 0) return 0;
+  if (failure->countdown == 0) return failure->value;
+  if (--failure->countdown == 0) {
+    const int err = failure->value;
+    failure->value = 0;
+    return err;
+  }
+  return 0;
+}
+
+static int add_object(void **table, void *object) {
+  for (int i = 0; i < MAX_OBJECTS; ++i) {
+    if (table[i] == NULL) {
+      table[i] = object;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+static int remove_object(void **table, const void *object) {
+  for (int i = 0; i < MAX_OBJECTS; ++i) {
+    if (table[i] != NULL && table[i] == object) {
+      table[i] = NULL;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+static int has_object(void *const *table, const void *object) {
+  if (object == NULL) return 0;
+  for (int i = 0; i < MAX_OBJECTS; ++i) {
+    if (table[i] == object) return 1;
+  }
+  return 0;
+}
+
+static int count_objects(void *const *table) {
+  int count = 0;
+  for (int i = 0; i < MAX_OBJECTS; ++i) count += table[i] != NULL;
+  return count;
+}
+
+static const struct fake_ibverbs_device_config *config_of(struct ibv_context *context) {
+  return &configs[((struct fake_context *)(void *)((char *)context -
+                                                   offsetof(struct verbs_context, context)))
+                      ->device];
+}
+
+static void default_config(int index, struct fake_ibverbs_device_config *config) {
+  memset(config, 0, sizeof *config);
+  config->query_device_ex = 1;
+  if (index == 0) {
+    strcpy(config->name, "fake_mlx5_0");
+    config->max_mr_size = 1ull << 46;
+    config->max_mr = 1 << 20;
+    config->max_mw = 1 << 16;
+    config->device_cap_flags = IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
+    config->atomic_cap = IBV_ATOMIC_HCA;
+    config->dmabuf_errno = EBADF;
+    config->odp_general_caps = IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT;
+    config->odp_rc_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
+                          IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC;
+    config->advise_mr = 1;
+    config->memory_window_ops = 1;
+  } else {
+    strcpy(config->name, "fake_efa_0");
+    config->max_mr_size = 1ull << 32;
+    config->max_mr = 1 << 16;
+    config->atomic_cap = IBV_ATOMIC_NONE;
+    config->dmabuf_errno = EOPNOTSUPP;
+  }
+}
+
+static void reset_locked(void) {
+  for (int i = 0; i < MAX_OBJECTS; ++i) {
+    free(contexts[i]);
+    free(pds[i]);
+    free(mrs[i]);
+    free(mws[i]);
+    free(qps[i]);
+    contexts[i] = NULL;
+    pds[i] = NULL;
+    mrs[i] = NULL;
+    mws[i] = NULL;
+    qps[i] = NULL;
+  }
+  for (int i = 0; i < FAKE_IBVERBS_MAX_DEVICES; ++i) {
+    default_config(i, &configs[i]);
+    memset(&devices[i], 0, sizeof devices[i]);
+  }
+  list_count = FAKE_IBVERBS_MAX_DEVICES;
+  list_errno = 0;
+  memset(failures, 0, sizeof failures);
+  memset(counters, 0, sizeof counters);
+  rereg_result = rereg_errno = 0;
+  next_key = 1;
+  device_lists = 0;
+  registration_count = 0;
+  memset(&last_rereg, 0, sizeof last_rereg);
+  memset(&last_window_op, 0, sizeof last_window_op);
+  memset(&last_advice, 0, sizeof last_advice);
+}
+
+/* The devices the control header promises exist from load on, not only after a test's first
+ * fake_ibverbs_reset: a process that never calls the controls (hmr-info) sees them too. */
+__attribute__((constructor)) static void load_default_devices(void) { reset_locked(); }
+
+/* Whether every page of [addr, addr+length) is mapped: pinning would fail with EFAULT. */
+static int range_mapped(uint64_t addr, uint64_t length) {
+  const uint64_t page = addr & ~(uint64_t)4095;
+  return msync((void *)(uintptr_t)page, length + (addr - page), MS_ASYNC) == 0;
+}
+
+static int access_valid(unsigned int access) {
+  if (access & ~(unsigned int)KNOWN_ACCESS) return 0;
+  /* The kernel refuses remote writes or atomics into memory the HCA may not write locally. */
+  if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
+      !(access & IBV_ACCESS_LOCAL_WRITE)) {
+    return 0;
+  }
+  return 1;
+}
+
+static void record_registration(const char *entry, const struct fake_mr *mr, int fd,
+                                uint64_t offset) {
+  if (registration_count < MAX_REGISTRATIONS) {
+    struct fake_ibverbs_registration *record = &registrations[registration_count];
+    memset(record, 0, sizeof *record);
+    strncpy(record->entry, entry, sizeof record->entry - 1);
+    record->addr = fd >= 0 ? 0 : (uint64_t)(uintptr_t)mr->mr.addr;
+    record->length = mr->mr.length;
+    record->iova = mr->iova;
+    record->access = mr->access;
+    record->fd = fd;
+    record->offset = offset;
+    record->lkey = mr->mr.lkey;
+    record->rkey = mr->mr.rkey;
+    record->pd = mr->mr.pd;
+  }
+  registration_count++;
+}
+
+static void assign_keys(struct fake_mr *mr) {
+  const uint32_t index = next_key++;
+  mr->mr.lkey = (index << 8) | 0x01;
+  mr->mr.rkey = (index << 8) | 0x02;
+  mr->mr.handle = index;
+}
+
+/* The shared part of every registration; the caller holds the lock. */
+static struct ibv_mr *make_mr(const char *entry, struct ibv_pd *pd, void *addr, size_t length,
+                              uint64_t iova, unsigned int access, int fd, uint64_t offset) {
+  if (!has_object((void *const *)pds, pd) || length == 0 || !access_valid(access)) {
+    errno = EINVAL;
+    return NULL;
+  }
+  const struct fake_ibverbs_device_config *config = config_of(pd->context);
+  if (length > config->max_mr_size) {
+    errno = EINVAL;
+    return NULL;
+  }
+  if ((access & IBV_ACCESS_ON_DEMAND) && !(config->odp_general_caps & IBV_ODP_SUPPORT)) {
+    errno = EOPNOTSUPP;
+    return NULL;
+  }
+  if (fd < 0 && !(access & IBV_ACCESS_ON_DEMAND) && !range_mapped((uintptr_t)addr, length)) {
+    errno = EFAULT;
+    return NULL;
+  }
+  struct fake_mr *mr = calloc(1, sizeof *mr);
+  if (mr == NULL || !add_object((void **)mrs, mr)) {
+    free(mr);
+    errno = ENOMEM;
+    return NULL;
+  }
+  mr->mr.context = pd->context;
+  mr->mr.pd = pd;
+  mr->mr.addr = addr;
+  mr->mr.length = length;
+  mr->iova = iova;
+  mr->access = access;
+  assign_keys(mr);
+  record_registration(entry, mr, fd, offset);
+  return &mr->mr;
+}
+
+static struct fake_mr *mr_with_lkey(uint32_t lkey) {
+  for (int i = 0; i < MAX_OBJECTS; ++i) {
+    if (mrs[i] != NULL && mrs[i]->mr.lkey == lkey) return mrs[i];
+  }
+  return NULL;
+}
+
+static struct fake_mw *mw_with_rkey(uint32_t rkey) {
+  for (int i = 0; i < MAX_OBJECTS; ++i) {
+    if (mws[i] != NULL && mws[i]->mw.rkey == rkey) return mws[i];
+  }
+  return NULL;
+}
+
+static uint32_t next_window_key(uint32_t rkey) { return (rkey & ~0xffu) | ((rkey + 1) & 0xffu); }
+
+/* Checks a window binding as the HCA would; 0 or an errno. */
+static int check_binding(struct ibv_mw *mw, const struct ibv_mw_bind_info *info) {
+  if (info->mr == NULL) return info->addr == 0 && info->length == 0 ? 0 : EINVAL;
+  struct fake_mr *mr = (struct fake_mr *)(void *)info->mr;
+  if (!has_object((void *const *)mrs, mr)) return EINVAL;
+  if (mr->mr.pd != mw->pd) return EPERM;
+  if (!(mr->access & IBV_ACCESS_MW_BIND)) return EACCES;
+  if (info->addr < mr->iova || info->length > mr->mr.length ||
+      info->addr - mr->iova > mr->mr.length - info->length) {
+    return EINVAL;
+  }
+  return 0;
+}
+
+static void record_window_op(const char *entry, int opcode, uint64_t wr_id, unsigned int flags,
+                             uint32_t new_rkey, uint32_t invalidate_rkey,
+                             const struct ibv_mw_bind_info *info) {
+  memset(&last_window_op, 0, sizeof last_window_op);
+  strncpy(last_window_op.entry, entry, sizeof last_window_op.entry - 1);
+  last_window_op.opcode = opcode;
+  last_window_op.wr_id = wr_id;
+  last_window_op.send_flags = flags;
+  last_window_op.new_rkey = new_rkey;
+  last_window_op.invalidate_rkey = invalidate_rkey;
+  if (info != NULL) {
+    last_window_op.mr = info->mr;
+    last_window_op.addr = info->addr;
+    last_window_op.length = info->length;
+    last_window_op.mw_access = info->mw_access_flags;
+  }
+}
+
+/* ------------------------------------------------------------------ provider ops --------- */
+
+static int fake_query_device_ex(struct ibv_context *context,
+                                const struct ibv_query_device_ex_input *input,
+                                struct ibv_device_attr_ex *attr, size_t attr_size);
+static int fake_advise_mr(struct ibv_pd *pd, enum ibv_advise_mr_advice advice, uint32_t flags,
+                          struct ibv_sge *sg_list, uint32_t num_sge);
+static struct ibv_mw *fake_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type);
+static int fake_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *mw_bind);
+static int fake_dealloc_mw(struct ibv_mw *mw);
+static int fake_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr);
+
+static void fill_attr(const struct fake_ibverbs_device_config *config,
+                      struct ibv_device_attr *attr) {
+  memset(attr, 0, sizeof *attr);
+  strcpy(attr->fw_ver, "1.0-fake");
+  attr->max_mr_size = config->max_mr_size;
+  attr->page_size_cap = 4096;
+  attr->max_mr = config->max_mr;
+  attr->max_mw = config->max_mw;
+  attr->max_pd = 1 << 16;
+  attr->device_cap_flags = config->device_cap_flags;
+  attr->atomic_cap = (enum ibv_atomic_cap)config->atomic_cap;
+  attr->phys_port_cnt = 1;
+}
+
+static int fake_query_device_ex(struct ibv_context *context,
+                                const struct ibv_query_device_ex_input *input,
+                                struct ibv_device_attr_ex *attr, size_t attr_size) {
+  (void)input;
+  pthread_mutex_lock(&lock);
+  int err = enter("query_device_ex");
+  if (err == 0) {
+    /* Fill a full struct, hand out what the caller's size has room for: callers compiled
+     * against older headers pass smaller sizes. */
+    struct ibv_device_attr_ex full;
+    memset(&full, 0, sizeof full);
+    const struct fake_ibverbs_device_config *config = config_of(context);
+    fill_attr(config, &full.orig_attr);
+    full.odp_caps.general_caps = config->odp_general_caps;
+    full.odp_caps.per_transport_caps.rc_odp_caps = config->odp_rc_caps;
+    if (attr_size < sizeof full.orig_attr) {
+      err = EINVAL;
+    } else {
+      memcpy(attr, &full, attr_size < sizeof full ? attr_size : sizeof full);
+    }
+  }
+  pthread_mutex_unlock(&lock);
+  return err;
+}
+
+static int fake_advise_mr(struct ibv_pd *pd, enum ibv_advise_mr_advice advice, uint32_t flags,
+                          struct ibv_sge *sg_list, uint32_t num_sge) {
+  pthread_mutex_lock(&lock);
+  int err = enter("advise_mr");
+  if (err == 0) {
+    memset(&last_advice, 0, sizeof last_advice);
+    last_advice.advice = (int)advice;
+    last_advice.flags = flags;
+    last_advice.num_sge = num_sge;
+    if (num_sge == 0 || (int)advice < 0 || (int)advice > 2) err = EINVAL;
+    for (uint32_t i = 0; err == 0 && i < num_sge; ++i) {
+      struct fake_mr *mr = mr_with_lkey(sg_list[i].lkey);
+      /* Prefetching needs an ODP MR of this PD that covers the entry, in the MR's addresses. */
+      if (mr == NULL || mr->mr.pd != pd || !(mr->access & IBV_ACCESS_ON_DEMAND) ||
+          sg_list[i].addr < mr->iova ||
+          sg_list[i].addr + sg_list[i].length > mr->iova + mr->mr.length) {
+        err = EINVAL;
+      }
+      if (i < FAKE_IBVERBS_MAX_SGE) {
+        last_advice.addr[i] = sg_list[i].addr;
+        last_advice.length[i] = sg_list[i].length;
+        last_advice.lkey[i] = sg_list[i].lkey;
+      }
+    }
+  }
+  pthread_mutex_unlock(&lock);
+  return err;
+}
+
+static struct ibv_mw *fake_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type) {
+  pthread_mutex_lock(&lock);
+  struct fake_mw *mw = NULL;
+  int err = enter("alloc_mw");
+  if (err == 0 && !has_object((void *const *)pds, pd)) err = EINVAL;
+  if (err == 0) {
+    const struct fake_ibverbs_device_config *config = config_of(pd->context);
+    const unsigned int needed = type == IBV_MW_TYPE_1 ? IBV_DEVICE_MEM_WINDOW
+                                                      : IBV_DEVICE_MEM_WINDOW_TYPE_2A |
+                                                            IBV_DEVICE_MEM_WINDOW_TYPE_2B;
+    if (type != IBV_MW_TYPE_1 && type != IBV_MW_TYPE_2) {
+      err = EINVAL;
+    } else if (!(config->device_cap_flags & needed)) {
+      err = EOPNOTSUPP;
+    }
+  }
+  if (err == 0) {
+    mw = calloc(1, sizeof *mw);
+    if (mw == NULL || !add_object((void **)mws, mw)) {
+      free(mw);
+      mw = NULL;
+      err = ENOMEM;
+    }
+  }
+  if (mw != NULL) {
+    const uint32_t index = next_key++;
+    mw->mw.context = pd->context;
+    mw->mw.pd = pd;
+    mw->mw.rkey = (index << 8) | 0x40;
+    mw->mw.handle = index;
+    mw->mw.type = type;
+  }
+  pthread_mutex_unlock(&lock);
+  if (mw == NULL) errno = err;
+  return mw != NULL ? &mw->mw : NULL;
+}
+
+static int fake_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *mw_bind) {
+  pthread_mutex_lock(&lock);
+  int err = enter("bind_mw");
+  if (err == 0 && (!has_object((void *const *)qps, qp) || !has_object((void *const *)mws, mw) ||
+                   mw->type != IBV_MW_TYPE_1)) {
+    err = EINVAL;
+  }
+  if (err == 0) err = check_binding(mw, &mw_bind->bind_info);
+  if (err == 0) {
+    mw->rkey = next_window_key(mw->rkey);
+    record_window_op("bind_mw", IBV_WR_BIND_MW, mw_bind->wr_id, mw_bind->send_flags, mw->rkey, 0,
+                     &mw_bind->bind_info);
+  }
+  pthread_mutex_unlock(&lock);
+  return err;
+}
+
+static int fake_dealloc_mw(struct ibv_mw *mw) {
+  pthread_mutex_lock(&lock);
+  int err = enter("dealloc_mw");
+  if (err == 0 && !remove_object((void **)mws, mw)) err = EINVAL;
+  pthread_mutex_unlock(&lock);
+  if (err == 0) free(mw);
+  return err;
+}
+
+static int fake_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr) {
+  pthread_mutex_lock(&lock);
+  int err = enter("post_send");
+  if (err == 0 && !has_object((void *const *)qps, qp)) err = EINVAL;
+  if (err == 0 && wr->opcode == IBV_WR_BIND_MW) {
+    struct ibv_mw *mw = wr->bind_mw.mw;
+    if (!has_object((void *const *)mws, mw) || mw->type != IBV_MW_TYPE_2 ||
+        (wr->bind_mw.rkey & ~0xffu) != (mw->rkey & ~0xffu)) {
+      err = EINVAL;
+    }
+    if (err == 0) err = check_binding(mw, &wr->bind_mw.bind_info);
+    if (err == 0) {
+      mw->rkey = wr->bind_mw.rkey;
+      ((struct fake_mw *)(void *)mw)->bound_to = (struct fake_mr *)(void *)wr->bind_mw.bind_info.mr;
+      record_window_op("post_send", IBV_WR_BIND_MW, wr->wr_id, wr->send_flags, mw->rkey, 0,
+                       &wr->bind_mw.bind_info);
+    }
+  } else if (err == 0 && wr->opcode == IBV_WR_LOCAL_INV) {
+    struct fake_mw *mw = mw_with_rkey(wr->invalidate_rkey);
+    if (mw != NULL) mw->bound_to = NULL;
+    /* An unknown key would complete in error on the CQ; posting itself succeeds. */
+    record_window_op("post_send", IBV_WR_LOCAL_INV, wr->wr_id, wr->send_flags, 0,
+                     wr->invalidate_rkey, NULL);
+  } else if (err == 0) {
+    err = EINVAL; /* the fake carries no data */
+  }
+  pthread_mutex_unlock(&lock);
+  if (err != 0 && bad_wr != NULL) *bad_wr = wr;
+  return err;
+}
+
+/* ------------------------------------------------------------------ exported verbs ------- */
+
+EXPORT struct ibv_device **(ibv_get_device_list)(int *num_devices) {
+  pthread_mutex_lock(&lock);
+  int err = enter("ibv_get_device_list");
+  if (err == 0) err = list_errno;
+  struct ibv_device **list = NULL;
+  if (err == 0) {
+    list = calloc((size_t)list_count + 1, sizeof *list);
+    if (list == NULL) err = ENOMEM;
+  }
+  if (list != NULL) {
+    for (int i = 0; i < list_count; ++i) {
+      struct ibv_device *device = &devices[i];
+      memset(device, 0, sizeof *device);
+      _Static_assert(sizeof device->name == sizeof configs[i].name, "device names differ");
+      memcpy(device->name, configs[i].name, sizeof device->name);
+      device->name[sizeof device->name - 1] = '\0';
+      strcpy(device->dev_name, i == 0 ? "uverbs0" : "uverbs1");
+      list[i] = device;
+    }
+    device_lists++;
+    if (num_devices != NULL) *num_devices = list_count;
+  }
+  pthread_mutex_unlock(&lock);
+  if (list == NULL) errno = err;
+  return list;
+}
+
+EXPORT void ibv_free_device_list(struct ibv_device **list) {
+  pthread_mutex_lock(&lock);
+  enter("ibv_free_device_list");
+  if (list != NULL) device_lists--;
+  pthread_mutex_unlock(&lock);
+  free(list);
+}
+
+EXPORT const char *ibv_get_device_name(struct ibv_device *device) {
+  pthread_mutex_lock(&lock);
+  enter("ibv_get_device_name");
+  pthread_mutex_unlock(&lock);
+  return device->name;
+}
+
+EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device) {
+  pthread_mutex_lock(&lock);
+  int err = enter("ibv_open_device");
+  const int index = (int)(device - devices);
+  if (err == 0 && (index < 0 || index >= FAKE_IBVERBS_MAX_DEVICES)) err = ENODEV;
+  struct fake_context *context = NULL;
+  if (err == 0) {
+    context = calloc(1, sizeof *context);
+    if (context == NULL || !add_object((void **)contexts, context)) {
+      free(context);
+      context = NULL;
+      err = ENOMEM;
+    }
+  }
+  if (context != NULL) {
+    const struct fake_ibverbs_device_config *config = &configs[index];
+    context->device = index;
+    context->vctx.sz = sizeof context->vctx;
+    context->vctx.context.device = device;
+    context->vctx.context.abi_compat = FAKE_ABI_IS_EXTENDED;
+    context->vctx.context.cmd_fd = -1;
+    context->vctx.context.async_fd = -1;
+    if (config->query_device_ex) context->vctx.query_device_ex = fake_query_device_ex;
+    if (config->advise_mr) context->vctx.advise_mr = fake_advise_mr;
+    if (config->memory_window_ops) {
+      context->vctx.context.ops.alloc_mw = fake_alloc_mw;
+      context->vctx.context.ops.bind_mw = fake_bind_mw;
+      context->vctx.context.ops.dealloc_mw = fake_dealloc_mw;
+    }
+    context->vctx.context.ops.post_send = fake_post_send;
+  }
+  pthread_mutex_unlock(&lock);
+  if (context == NULL) errno = err;
+  return context != NULL ? &context->vctx.context : NULL;
+}
+
+EXPORT int ibv_close_device(struct ibv_context *context) {
+  pthread_mutex_lock(&lock);
+  int err = enter("ibv_close_device");
+  struct fake_context *owner =
+      (struct fake_context *)(void *)((char *)context - offsetof(struct verbs_context, context));
+  if (err == 0 && !remove_object((void **)contexts, owner)) err = EINVAL;
+  pthread_mutex_unlock(&lock);
+  if (err != 0) {
+    errno = err;
+    return -1;
+  }
+  free(owner);
+  return 0;
+}
+
+EXPORT int ibv_query_device(struct ibv_context *context, struct ibv_device_attr *attr) {
+  pthread_mutex_lock(&lock);
+  const int err = enter("ibv_query_device");
+  if (err == 0) fill_attr(config_of(context), attr);
+  pthread_mutex_unlock(&lock);
+  return err;
+}
+
+EXPORT struct ibv_pd *ibv_alloc_pd(struct ibv_context *context) {
+  pthread_mutex_lock(&lock);
+  int err = enter("ibv_alloc_pd");
+  struct ibv_pd *pd = NULL;
+  if (err == 0) {
+    pd = calloc(1, sizeof *pd);
+    if (pd == NULL || !add_object((void **)pds, pd)) {
+      free(pd);
+      pd = NULL;
+      err = ENOMEM;
+    }
+  }
+  if (pd != NULL) {
+    pd->context = context;
+    pd->handle = next_key++;
+  }
+  pthread_mutex_unlock(&lock);
+  if (pd == NULL) errno = err;
+  return pd;
+}
+
+EXPORT int ibv_dealloc_pd(struct ibv_pd *pd) {
+  pthread_mutex_lock(&lock);
+  int err = enter("ibv_dealloc_pd");
+  if (err == 0 && !has_object((void *const *)pds, pd)) err = EINVAL;
+  for (int i = 0; err == 0 && i < MAX_OBJECTS; ++i) {
+    if ((mrs[i] != NULL && mrs[i]->mr.pd == pd) || (mws[i] != NULL && mws[i]->mw.pd == pd)) {
+      err = EBUSY;
+    }
+  }
+  if (err == 0) remove_object((void **)pds, pd);
+  pthread_mutex_unlock(&lock);
+  if (err == 0) free(pd);
+  return err;
+}
+
+EXPORT struct ibv_mr *(ibv_reg_mr)(struct ibv_pd *pd, void *addr, size_t length, int access) {
+  pthread_mutex_lock(&lock);
+  const int err = enter("ibv_reg_mr");
+  struct ibv_mr *mr = NULL;
+  if (err == 0) {
+    mr = make_mr("ibv_reg_mr", pd, addr, length, (uintptr_t)addr, (unsigned int)access, -1, 0);
+  }
+  const int saved = errno;
+  pthread_mutex_unlock(&lock);
+  errno = err != 0 ? err : saved;
+  return mr;
+}
+
+EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length,
+                                       uint64_t iova, unsigned int access) {
+  pthread_mutex_lock(&lock);
+  const int err = enter("ibv_reg_mr_iova2");
+  struct ibv_mr *mr = NULL;
+  if (err == 0) mr = make_mr("ibv_reg_mr_iova2", pd, addr, length, iova, access, -1, 0);
+  const int saved = errno;
+  pthread_mutex_unlock(&lock);
+  errno = err != 0 ? err : saved;
+  return mr;
+}
+
+EXPORT struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t length,
+                                        uint64_t iova, int fd, int access) {
+  pthread_mutex_lock(&lock);
+  int err = enter("ibv_reg_dmabuf_mr");
+  struct ibv_mr *mr = NULL;
+  if (err == 0 && !has_object((void *const *)pds, pd)) err = EINVAL;
+  if (err == 0) {
+    const struct fake_ibverbs_device_config *config = config_of(pd->context);
+    /* A device that imports looks the fd up first; one that cannot refuses before looking. */
+    if (config->dmabuf_errno != EBADF) {
+      err = config->dmabuf_errno;
+    } else {
+      struct stat status;
+      if (fd < 0 || fstat(fd, &status) != 0) {
+        err = EBADF;
+      } else if (offset + length > (uint64_t)status.st_size || offset + length < offset) {
+        err = EINVAL;
+      }
+    }
+  }
+  if (err == 0) {
+    mr = make_mr("ibv_reg_dmabuf_mr", pd, NULL, length, iova, (unsigned int)access, fd, offset);
+    if (mr == NULL) err = errno;
+  }
+  pthread_mutex_unlock(&lock);
+  if (mr == NULL) errno = err;
+  return mr;
+}
+
+EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr,
+                        size_t length, int access) {
+  pthread_mutex_lock(&lock);
+  int result = 0;
+  int err = enter("ibv_rereg_mr");
+  last_rereg.flags = flags;
+  last_rereg.pd = pd;
+  last_rereg.addr = (uintptr_t)addr;
+  last_rereg.length = length;
+  last_rereg.access = access;
+  struct fake_mr *fake = (struct fake_mr *)(void *)mr;
+  const int known = IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_PD |
+                    IBV_REREG_MR_CHANGE_ACCESS;
+  if (err == 0 && rereg_result != 0) {
+    result = rereg_result;
+    err = rereg_errno;
+  } else if (err != 0) {
+    result = IBV_REREG_MR_ERR_CMD;
+  } else if (!has_object((void *const *)mrs, fake) || flags == 0 || (flags & ~known) ||
+             ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (addr == NULL || length == 0)) ||
+             (access != 0 && !(flags & IBV_REREG_MR_CHANGE_ACCESS)) ||
+             ((flags & IBV_REREG_MR_CHANGE_PD) && !has_object((void *const *)pds, pd)) ||
+             ((flags & IBV_REREG_MR_CHANGE_ACCESS) && !access_valid((unsigned int)access))) {
+    result = IBV_REREG_MR_ERR_INPUT;
+    err = EINVAL;
+  } else if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) &&
+             !((flags & IBV_REREG_MR_CHANGE_ACCESS ? (unsigned int)access : fake->access) &
+               IBV_ACCESS_ON_DEMAND) &&
+             !range_mapped((uintptr_t)addr, length)) {
+    result = IBV_REREG_MR_ERR_CMD;
+    err = EFAULT;
+  } else {
+    if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
+      fake->mr.addr = addr;
+      fake->mr.length = length;
+      fake->iova = (uintptr_t)addr;
+    }
+    if (flags & IBV_REREG_MR_CHANGE_PD) fake->mr.pd = pd;
+    if (flags & IBV_REREG_MR_CHANGE_ACCESS) fake->access = (unsigned int)access;
+    assign_keys(fake); /* a device may hand out new keys; hmr must pick them up */
+  }
+  pthread_mutex_unlock(&lock);
+  if (result != 0) errno = err;
+  return result;
+}
+
+EXPORT int ibv_dereg_mr(struct ibv_mr *mr) {
+  pthread_mutex_lock(&lock);
+  int err = enter("ibv_dereg_mr");
+  struct fake_mr *fake = (struct fake_mr *)(void *)mr;
+  if (err == 0 && !has_object((void *const *)mrs, fake)) err = EINVAL;
+  for (int i = 0; err == 0 && i < MAX_OBJECTS; ++i) {
+    if (mws[i] != NULL && mws[i]->bound_to == fake) err = EBUSY; /* a type 2 window is bound */
+  }
+  if (err == 0) remove_object((void **)mrs, fake);
+  pthread_mutex_unlock(&lock);
+  if (err == 0) free(fake);
+  return err;
+}
+
+/* ------------------------------------------------------------------ test control --------- */
+
+EXPORT void fake_ibverbs_reset(void) {
+  pthread_mutex_lock(&lock);
+  reset_locked();
+  pthread_mutex_unlock(&lock);
+}
+
+EXPORT void fake_ibverbs_set_device_list(int count, int err) {
+  pthread_mutex_lock(&lock);
+  list_count = count < 0 ? 0 : count > FAKE_IBVERBS_MAX_DEVICES ? FAKE_IBVERBS_MAX_DEVICES : count;
+  list_errno = err;
+  pthread_mutex_unlock(&lock);
+}
+
+EXPORT void fake_ibverbs_get_device(int index, struct fake_ibverbs_device_config *config) {
+  pthread_mutex_lock(&lock);
+  *config = configs[index];
+  pthread_mutex_unlock(&lock);
+}
+
+EXPORT void fake_ibverbs_set_device(int index, const struct fake_ibverbs_device_config *config) {
+  pthread_mutex_lock(&lock);
+  configs[index] = *config;
+  pthread_mutex_unlock(&lock);
+}
+
+EXPORT void fake_ibverbs_set_failure(const char *name, int err) {
+  pthread_mutex_lock(&lock);
+  char base[NAME_LEN];
+  strncpy(base, name, NAME_LEN - 1);
+  base[NAME_LEN - 1] = '\0';
+  int countdown = 0;
+  char *hash = strchr(base, '#');
+  if (hash != NULL) {
+    countdown = atoi(hash + 1);
+    *hash = '\0';
+  }
+  struct named_value *failure = find_named(failures, base, 1);
+  if (failure != NULL) {
+    failure->value = err;
+    failure->countdown = countdown;
+  }
+  pthread_mutex_unlock(&lock);
+}
+
+EXPORT void fake_ibverbs_set_rereg_result(int result, int err) {
+  pthread_mutex_lock(&lock);
+  rereg_result = result;
+  rereg_errno = err;
+  pthread_mutex_unlock(&lock);
+}
+
+EXPORT int fake_ibverbs_call_count(const char *name) {
+  pthread_mutex_lock(&lock);
+  const struct named_value *counter = find_named(counters, name, 0);
+  const int count = counter != NULL ? counter->value : 0;
+  pthread_mutex_unlock(&lock);
+  return count;
+}
+
+EXPORT int fake_ibverbs_live(const char *kind) {
+  pthread_mutex_lock(&lock);
+  int count = -1;
+  if (strcmp(kind, "contexts") == 0) count = count_objects((void *const *)contexts);
+  if (strcmp(kind, "pds") == 0) count = count_objects((void *const *)pds);
+  if (strcmp(kind, "mrs") == 0) count = count_objects((void *const *)mrs);
+  if (strcmp(kind, "mws") == 0) count = count_objects((void *const *)mws);
+  if (strcmp(kind, "qps") == 0) count = count_objects((void *const *)qps);
+  if (strcmp(kind, "device_lists") == 0) count = device_lists;
+  pthread_mutex_unlock(&lock);
+  return count;
+}
+
+EXPORT int fake_ibverbs_registrations(struct fake_ibverbs_registration *out, int max) {
+  pthread_mutex_lock(&lock);
+  const int count = registration_count;
+  for (int i = 0; i < max && i < count && i < MAX_REGISTRATIONS; ++i) out[i] = registrations[i];
+  pthread_mutex_unlock(&lock);
+  return count;
+}
+
+EXPORT void fake_ibverbs_last_rereg(struct fake_ibverbs_rereg *out) {
+  pthread_mutex_lock(&lock);
+  *out = last_rereg;
+  pthread_mutex_unlock(&lock);
+}
+
+EXPORT void fake_ibverbs_last_window_op(struct fake_ibverbs_window_op *out) {
+  pthread_mutex_lock(&lock);
+  *out = last_window_op;
+  pthread_mutex_unlock(&lock);
+}
+
+EXPORT void fake_ibverbs_last_advice(struct fake_ibverbs_advice *out) {
+  pthread_mutex_lock(&lock);
+  *out = last_advice;
+  pthread_mutex_unlock(&lock);
+}
+
+EXPORT void *fake_ibverbs_create_qp(void *pd_pointer) {
+  struct ibv_pd *pd = pd_pointer;
+  pthread_mutex_lock(&lock);
+  struct fake_qp *qp = NULL;
+  if (has_object((void *const *)pds, pd)) {
+    qp = calloc(1, sizeof *qp);
+    if (qp != NULL && add_object((void **)qps, qp)) {
+      qp->context = pd->context;
+      qp->pd = pd;
+    } else {
+      free(qp);
+      qp = NULL;
+    }
+  }
+  pthread_mutex_unlock(&lock);
+  return qp;
+}
+
+EXPORT void fake_ibverbs_destroy_qp(void *qp) {
+  pthread_mutex_lock(&lock);
+  const int removed = remove_object((void **)qps, qp);
+  pthread_mutex_unlock(&lock);
+  if (removed) free(qp);
+}

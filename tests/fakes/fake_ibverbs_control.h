@@ -1,0 +1,114 @@
+/* The test-only entry points of the fake libibverbs (fake_ibverbs.c, built as libibverbs.so.1).
+ *
+ * Tests reach them with dlsym on the same library the verbs adapter loaded through
+ * HMR_IBVERBS_LIBRARY, so both see one instance and one state.  Objects the tests create
+ * themselves (a PD to pass as nic_handle, a QP for memory windows) come from the fake's exported
+ * verbs and from fake_ibverbs_create_qp. */
+#ifndef HMR_TESTS_FAKE_IBVERBS_CONTROL_H
+#define HMR_TESTS_FAKE_IBVERBS_CONTROL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FAKE_IBVERBS_MAX_DEVICES 2
+
+/* What one fake device reports and does.  Device 0 defaults to a ConnectX-like device (dma-buf,
+ * ODP, memory windows, atomics), device 1 to a device with none of those. */
+struct fake_ibverbs_device_config {
+  char name[64];
+  uint64_t max_mr_size;
+  int max_mr;
+  int max_mw;
+  unsigned int device_cap_flags;   /* IBV_DEVICE_* (memory window bits) */
+  int atomic_cap;                  /* IBV_ATOMIC_* */
+  int dmabuf_errno;                /* what ibv_reg_dmabuf_mr with fd -1 fails with: EBADF means
+                                      the device imports dma-bufs; anything else means it cannot */
+  uint64_t odp_general_caps;       /* IBV_ODP_SUPPORT ... */
+  uint32_t odp_rc_caps;            /* IBV_ODP_SUPPORT_SEND ... */
+  int query_device_ex;             /* 1: the provider fills verbs_context.query_device_ex */
+  int advise_mr;                   /* 1: ... verbs_context.advise_mr */
+  int memory_window_ops;           /* 1: ... ops.alloc_mw, bind_mw, dealloc_mw */
+};
+
+/* One registration the fake made (ibv_reg_mr, ibv_reg_mr_iova2 or ibv_reg_dmabuf_mr). */
+struct fake_ibverbs_registration {
+  char entry[32];  /* the entry point that made it */
+  uint64_t addr;   /* VA, or 0 for a dma-buf */
+  uint64_t length;
+  uint64_t iova;
+  unsigned int access;
+  int fd;          /* dma-buf fd, or -1 */
+  uint64_t offset; /* dma-buf offset */
+  uint32_t lkey, rkey;
+  void *pd;
+};
+
+/* The last ibv_rereg_mr call. */
+struct fake_ibverbs_rereg {
+  int flags;
+  void *pd;
+  uint64_t addr;
+  uint64_t length;
+  int access;
+};
+
+/* The last memory-window operation: a bind_mw verb or a posted work request. */
+struct fake_ibverbs_window_op {
+  char entry[32];           /* "bind_mw" or "post_send" */
+  int opcode;               /* IBV_WR_* for post_send */
+  uint64_t wr_id;
+  unsigned int send_flags;
+  uint32_t new_rkey;        /* the window's key after a bind */
+  uint32_t invalidate_rkey; /* IBV_WR_LOCAL_INV */
+  void *mr;
+  uint64_t addr, length;
+  unsigned int mw_access;
+};
+
+#define FAKE_IBVERBS_MAX_SGE 16
+struct fake_ibverbs_advice {
+  int advice;
+  uint32_t flags;
+  uint32_t num_sge;
+  uint64_t addr[FAKE_IBVERBS_MAX_SGE];
+  uint32_t length[FAKE_IBVERBS_MAX_SGE];
+  uint32_t lkey[FAKE_IBVERBS_MAX_SGE];
+};
+
+/* Forgets every object, failure, record and counter; restores the default devices and a device
+ * list of both.  Objects still alive are freed. */
+typedef void (*fake_ibverbs_reset_fn)(void);
+/* ibv_get_device_list returns `count` devices; with err != 0 it returns NULL with errno err
+ * (a kernel without RDMA gives ENOSYS). */
+typedef void (*fake_ibverbs_set_device_list_fn)(int count, int err);
+typedef void (*fake_ibverbs_get_device_fn)(int index, struct fake_ibverbs_device_config *config);
+/* Takes effect for contexts opened afterwards. */
+typedef void (*fake_ibverbs_set_device_fn)(int index,
+                                          const struct fake_ibverbs_device_config *config);
+/* Makes every later call of entry point `name` (e.g. "ibv_reg_mr_iova2", "advise_mr") fail with
+ * errno `err` (0 clears it).  "ibv_reg_mr_iova2#3" fails only the third call from now. */
+typedef void (*fake_ibverbs_set_failure_fn)(const char *name, int err);
+/* ibv_rereg_mr returns `result` with errno `err` (result 0 restores normal behaviour). */
+typedef void (*fake_ibverbs_set_rereg_result_fn)(int result, int err);
+/* How often an entry point was called since reset. */
+typedef int (*fake_ibverbs_call_count_fn)(const char *name);
+/* Objects alive now: "contexts", "pds", "mrs", "mws", "qps", "device_lists". */
+typedef int (*fake_ibverbs_live_fn)(const char *kind);
+/* The registrations made since reset: copies up to `max`, returns how many there were. */
+typedef int (*fake_ibverbs_registrations_fn)(struct fake_ibverbs_registration *out, int max);
+typedef void (*fake_ibverbs_last_rereg_fn)(struct fake_ibverbs_rereg *out);
+typedef void (*fake_ibverbs_last_window_op_fn)(struct fake_ibverbs_window_op *out);
+typedef void (*fake_ibverbs_last_advice_fn)(struct fake_ibverbs_advice *out);
+/* A QP of `pd`'s context (only what memory windows need of one); freed by destroy or reset. */
+typedef void *(*fake_ibverbs_create_qp_fn)(void *pd);
+typedef void (*fake_ibverbs_destroy_qp_fn)(void *qp);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

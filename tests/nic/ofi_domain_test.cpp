@@ -1,0 +1,274 @@
+// Opening ofi domains: by provider name (hmr opens and owns the libfabric domain), around the
+// application's own domain, and every way that goes wrong — each with a clear code and reason.
+#include <gtest/gtest.h>
+#include <hmr/hmr.h>
+#include <stdlib.h>
+
+#include <cstddef>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "nic/nic.h"
+#include "ofi_test_fabric.h"
+#include "tests/api/test_support.h"
+
+namespace {
+
+using hmr_ofi_test::AppDomain;
+using hmr_ofi_test::EndpointPair;
+using namespace hmr_test;
+
+constexpr size_t kPage = 4096;
+constexpr uint64_t kAppMode = HMR_MR_VIRT_ADDR | HMR_MR_PROV_KEY | HMR_MR_ALLOCATED;
+const char* const kTcpLoopback = "provider=tcp;domain=lo;fabric=127.0.0.1/32";
+
+hmr_domain_attr ofi_attr(const char* options, uint64_t app_mode = kAppMode,
+                         void* handle = nullptr) {
+  hmr_domain_attr attr = domain_attr(app_mode, options);
+  attr.nic = "ofi";
+  attr.nic_handle = handle;
+  return attr;
+}
+
+// Expects hmr_domain_open to fail with `code` and a reason containing `part`.
+void expect_open_error(hmr_domain_attr attr, int code, const char* part) {
+  hmr_domain* domain = nullptr;
+  const int rc = hmr_domain_open(&attr, &domain);
+  EXPECT_EQ(rc, -code) << hmr_last_error();
+  EXPECT_EQ(domain, nullptr);
+  if (rc == 0) {
+    EXPECT_EQ(hmr_domain_close(domain), 0);
+  }
+  EXPECT_NE(std::string(hmr_last_error()).find(part), std::string::npos)
+      << "reason: " << hmr_last_error();
+}
+
+// Sets an environment variable for one scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
+  ~ScopedEnv() { unsetenv(name_); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+};
+
+// ------------------------------------------------------- hmr opens the domain itself ----
+
+void expect_own_domain_moves_bytes(const char* options,
+                                   const hmr_ofi_test::ProviderChoice& choice) {
+  hmr_domain_attr attr = ofi_attr(options);
+  hmr_domain* raw = nullptr;
+  ASSERT_HMR_OK(hmr_domain_open(&attr, &raw));
+  DomainPtr domain(raw);
+  // hmr shows the domain it opened, so the application can put endpoints on it.
+  auto* fabric_domain = static_cast<fid_domain*>(attr.nic_handle);
+  ASSERT_NE(fabric_domain, nullptr);
+  EXPECT_EQ(fabric_domain->fid.fclass, static_cast<size_t>(FI_CLASS_DOMAIN));
+
+  Pages target(2 * kPage);
+  std::memset(target.data(), 0, target.size());
+  MrPtr mr = reg(domain.get(), target.data(), target.size(), HMR_REMOTE_WRITE | HMR_REMOTE_READ);
+  ASSERT_TRUE(mr);
+  uint64_t base = 0;
+  uint8_t raw_key[16];
+  size_t key_size = sizeof raw_key;
+  ASSERT_HMR_OK(hmr_mr_raw_attr(mr.get(), &base, raw_key, &key_size, 0));
+
+  hmr_ofi_test::InfoPtr info = hmr_ofi_test::find_info(choice);
+  ASSERT_TRUE(info);
+  {
+    EndpointPair pair(fabric_domain, info.get());
+    ASSERT_TRUE(pair);
+    std::vector<uint8_t> out(3000);
+    for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<uint8_t>(i * 31 + 1);
+    ASSERT_EQ(pair.write(out.data(), out.size(), nullptr, base + 1000, hmr_mr_key(mr.get())), 0)
+        << pair.last_error();
+    EXPECT_EQ(std::memcmp(target.data() + 1000, out.data(), out.size()), 0);
+    std::vector<uint8_t> in(3000, 0);
+    ASSERT_EQ(pair.read(in.data(), in.size(), nullptr, base + 1000, hmr_mr_key(mr.get())), 0)
+        << pair.last_error();
+    EXPECT_EQ(in, out);
+  }
+  mr.reset();
+  // hmr closes the libfabric domain it opened with the hmr domain (and would fail if an MR
+  // were left on it).
+}
+
+TEST(OfiOwnDomain, TcpByProviderName) {
+  expect_own_domain_moves_bytes(kTcpLoopback, hmr_ofi_test::tcp_loopback());
+}
+
+TEST(OfiOwnDomain, LayeredProviderNameAsLibfabricPrintsIt) {
+  expect_own_domain_moves_bytes("provider=tcp;ofi_rxm;domain=lo;fabric=127.0.0.1/32",
+                                hmr_ofi_test::tcp_loopback());
+}
+
+TEST(OfiOwnDomain, ShmByProviderName) {
+  // hmr offers VIRT_ADDR in its hints, and shm takes it.
+  expect_own_domain_moves_bytes("provider=shm", hmr_ofi_test::shm_choice(FI_MR_VIRT_ADDR));
+}
+
+TEST(OfiOwnDomain, ReportsTheProvidersLimits) {
+  hmr_domain_attr attr = ofi_attr("provider=shm");
+  hmr_domain* raw = nullptr;
+  ASSERT_HMR_OK(hmr_domain_open(&attr, &raw));
+  DomainPtr domain(raw);
+  hmr_ofi_test::InfoPtr info = hmr_ofi_test::find_info(hmr_ofi_test::shm_choice(FI_MR_VIRT_ADDR));
+  ASSERT_TRUE(info);
+  EXPECT_EQ(attr.mr_iov_limit, info->domain_attr->mr_iov_limit);
+  EXPECT_EQ(attr.mr_key_size, info->domain_attr->mr_key_size);
+  EXPECT_EQ(attr.mr_mode, HMR_MR_VIRT_ADDR | HMR_MR_PROV_KEY);
+}
+
+TEST(OfiOwnDomain, UnknownProviderNamesTheProvider) {
+  expect_open_error(ofi_attr("provider=no_such_provider"), HMR_ENODEV, "'no_such_provider'");
+}
+
+TEST(OfiOwnDomain, UnknownDomainNameListsWhatThereIs) {
+  expect_open_error(ofi_attr("provider=tcp;domain=no_such_interface"), HMR_ENODEV, "lo (");
+}
+
+TEST(OfiOwnDomain, ApplicationWithoutVirtualAddressesGetsAnOffsetDomainOrAClearNo) {
+  // Asking for a domain without VIRT_ADDR through the hints works on shm ...
+  hmr_domain_attr attr = ofi_attr("provider=shm;mr_mode=PROV_KEY", HMR_MR_PROV_KEY);
+  hmr_domain* raw = nullptr;
+  ASSERT_HMR_OK(hmr_domain_open(&attr, &raw));
+  DomainPtr domain(raw);
+  EXPECT_EQ(attr.mr_mode, HMR_MR_PROV_KEY);
+  // ... while hmr's default hints give a VIRT_ADDR domain the application must support.
+  expect_open_error(ofi_attr("provider=shm", HMR_MR_PROV_KEY), HMR_ENODATA, "VIRT_ADDR");
+}
+
+// ------------------------------------------------------- the application's own domain ----
+
+TEST(OfiWrappedDomain, NeedsProviderAndModeInOptions) {
+  AppDomain app(hmr_ofi_test::tcp_loopback());
+  ASSERT_TRUE(app);
+  expect_open_error(ofi_attr(nullptr, kAppMode, app.domain()), HMR_EINVAL, "provider mr_mode");
+  expect_open_error(ofi_attr("provider=tcp", kAppMode, app.domain()), HMR_EINVAL,
+                    "missing: mr_mode");
+  expect_open_error(ofi_attr("mr_mode=0", kAppMode, app.domain()), HMR_EINVAL,
+                    "missing: provider");
+}
+
+TEST(OfiWrappedDomain, AnotherLibfabricObjectIsNotADomain) {
+  AppDomain app(hmr_ofi_test::tcp_loopback());
+  ASSERT_TRUE(app);
+  const std::string options = app.wrap_options();
+  expect_open_error(ofi_attr(options.c_str(), kAppMode, app.fabric()), HMR_EINVAL,
+                    "not a libfabric domain");
+}
+
+TEST(OfiWrappedDomain, ApplicationMustSupportWhatItsDomainRequires) {
+  AppDomain app(hmr_ofi_test::shm_choice(FI_MR_VIRT_ADDR));
+  ASSERT_TRUE(app);
+  const std::string options = app.wrap_options();
+  expect_open_error(ofi_attr(options.c_str(), HMR_MR_PROV_KEY, app.domain()), HMR_ENODATA,
+                    "VIRT_ADDR");
+}
+
+TEST(OfiWrappedDomain, HmrNeverClosesTheApplicationsDomain) {
+  AppDomain app(hmr_ofi_test::shm_choice(0));
+  ASSERT_TRUE(app);
+  const std::string options = app.wrap_options();
+  for (int round = 0; round < 2; ++round) {
+    hmr_domain_attr attr = ofi_attr(options.c_str(), kAppMode, app.domain());
+    hmr_domain* raw = nullptr;
+    ASSERT_HMR_OK(hmr_domain_open(&attr, &raw));
+    ASSERT_HMR_OK(hmr_domain_close(raw));
+  }
+  // Still open and usable (AppDomain's destructor checks fi_close succeeds too).
+  Pages page(kPage);
+  fid_mr* mr = nullptr;
+  EXPECT_EQ(fi_mr_reg(app.domain(), page.data(), kPage, FI_REMOTE_READ, 0, 9, 0, &mr, nullptr), 0);
+  if (mr != nullptr) {
+    EXPECT_EQ(fi_close(&mr->fid), 0);
+  }
+}
+
+// ------------------------------------------------------------------- the library ----
+
+TEST(OfiLibrary, MissingLibraryIsAClearNoSys) {
+  ScopedEnv env("HMR_OFI_LIBRARY", "/nonexistent/libfabric.so.1");
+  expect_open_error(ofi_attr(kTcpLoopback), HMR_ENOSYS, "/nonexistent/libfabric.so.1");
+  expect_open_error(ofi_attr(kTcpLoopback), HMR_ENOSYS, "HMR_OFI_LIBRARY");
+}
+
+TEST(OfiLibrary, ALibraryThatIsNotLibfabricIsAClearNoSys) {
+  ScopedEnv env("HMR_OFI_LIBRARY", "libc.so.6");
+  expect_open_error(ofi_attr(kTcpLoopback), HMR_ENOSYS, "fi_version");
+}
+
+// ------------------------------------------------------------- device memory ----
+
+// The adapter itself, below hmr's pointer detection, so the NIC's answer is what is tested.
+hmr::Result<hmr::nic::Registration> register_device_memory(hmr::nic::Nic& nic, void* buffer) {
+  const iovec segment = {buffer, kPage};
+  hmr::nic::RegistrationRequest request;
+  request.segments = std::span<const iovec>(&segment, 1);
+  request.access = HMR_REMOTE_READ;
+  request.iface = HMR_HMEM_CUDA;
+  request.device = 0;
+  return nic.register_memory(request);
+}
+
+void expect_device_refused(const char* options, int code, const char* part) {
+  auto nic = hmr::nic::open_nic("ofi", options);
+  ASSERT_TRUE(nic.ok()) << nic.status().reason();
+  Pages page(kPage);
+  auto registered = register_device_memory(**nic, page.data());
+  ASSERT_FALSE(registered.ok());
+  EXPECT_EQ(registered.status().code(), code);
+  EXPECT_NE(registered.status().reason().find(part), std::string::npos)
+      << registered.status().reason();
+  EXPECT_NE(registered.status().reason().find("libfabric 1."), std::string::npos)
+      << registered.status().reason();
+}
+
+TEST(OfiDeviceMemory, TcpHasNoHmemInThisLibfabricBuild) {
+  expect_device_refused(kTcpLoopback, HMR_ENOSYS, "not supported by this libfabric build");
+}
+
+TEST(OfiDeviceMemory, ShmWithHmemSaysTheBuildLacksCuda) {
+  expect_device_refused("provider=shm;hmem=1", HMR_ENOSYS, "built without cuda support");
+}
+
+TEST(OfiDeviceMemory, ShmDomainOpenedWithoutHmemSaysHowToGetIt) {
+  expect_device_refused("provider=shm", HMR_EOPNOTSUPP, "hmem=1");
+}
+
+TEST(OfiDeviceMemory, HostMemoryOnAnHmemDomainStillRegisters) {
+  auto nic = hmr::nic::open_nic("ofi", "provider=shm;hmem=1");
+  ASSERT_TRUE(nic.ok()) << nic.status().reason();
+  EXPECT_TRUE((*nic)->capabilities().peer_direct) << "the domain has FI_HMEM";
+  EXPECT_NE((*nic)->capabilities().required_mr_mode & HMR_MR_HMEM, 0u);
+  Pages page(kPage);
+  const iovec segment = {page.data(), kPage};
+  hmr::nic::RegistrationRequest request;
+  request.segments = std::span<const iovec>(&segment, 1);
+  request.access = HMR_REMOTE_READ;
+  request.requested_key = 5;
+  auto registered = (*nic)->register_memory(request);
+  ASSERT_TRUE(registered.ok()) << registered.status().reason();
+  EXPECT_EQ(registered->key.low_u64(), 5u);
+  EXPECT_TRUE((*nic)->deregister(*registered).ok());
+}
+
+// ------------------------------------------------------------- the attr's size ----
+
+TEST(OfiDomainAttr, CallerBuiltBeforeNicHandleStillOpensDomains) {
+  hmr_domain_attr attr = domain_attr(0);
+  attr.size = offsetof(hmr_domain_attr, nic_handle);
+  attr.nic_handle = reinterpret_cast<void*>(0x1);  // beyond the caller's size: never read
+  hmr_domain* raw = nullptr;
+  ASSERT_HMR_OK(hmr_domain_open(&attr, &raw));
+  DomainPtr domain(raw);
+  EXPECT_EQ(attr.size, offsetof(hmr_domain_attr, nic_handle));
+  EXPECT_EQ(attr.nic_handle, reinterpret_cast<void*>(0x1)) << "written beyond the caller's size";
+}
+
+}  // namespace

@@ -1,0 +1,119 @@
+// hmr's own declarations of the libibverbs ABI (nic/verbs/verbs_abi.h) against rdma-core's
+// <infiniband/verbs.h>, where libibverbs-dev is installed.  A wrong offset here would make hmr
+// read a provider's ops table or a device's limits from the wrong place, so every field hmr
+// touches, and the size of every struct hmr allocates or passes by size, is compared.
+#include "nic/verbs/verbs_abi.h"
+
+#include <gtest/gtest.h>
+
+namespace {
+// rdma-core's header turns these names into macros (IB_UVERBS_*), so ours are read before it.
+constexpr long long kOurPrefetchNoFault = hmr::verbs::IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT;
+constexpr long long kOurAdviseFlush = hmr::verbs::IBV_ADVISE_MR_FLAG_FLUSH;
+constexpr long long kOurOptionalRange = hmr::verbs::HMR_IBV_ACCESS_OPTIONAL_RANGE;
+}  // namespace
+
+#if __has_include(<infiniband/verbs.h>)
+#include <infiniband/verbs.h>
+#define HMR_HAVE_RDMA_CORE_HEADER 1
+#endif
+
+namespace {
+
+#ifdef HMR_HAVE_RDMA_CORE_HEADER
+namespace ours = hmr::verbs;
+
+#define HMR_SAME_LAYOUT(type, field)                                              \
+  static_assert(offsetof(ours::type, field) == offsetof(::type, field),          \
+                #type "." #field " is not where rdma-core has it");              \
+  static_assert(sizeof(ours::type::field) == sizeof(::type::field),              \
+                #type "." #field " has not rdma-core's size")
+#define HMR_SAME_VALUE(name)                                                       \
+  static_assert(static_cast<long long>(ours::name) == static_cast<long long>(::name), \
+                #name " has not rdma-core's value")
+#define HMR_SAME_SIZE(type) \
+  static_assert(sizeof(ours::type) == sizeof(::type), #type " has not rdma-core's size")
+
+HMR_SAME_SIZE(ibv_device);
+HMR_SAME_LAYOUT(ibv_device, name);
+HMR_SAME_LAYOUT(ibv_device, ibdev_path);
+
+HMR_SAME_SIZE(ibv_context_ops);
+HMR_SAME_LAYOUT(ibv_context_ops, alloc_mw);
+HMR_SAME_LAYOUT(ibv_context_ops, bind_mw);
+HMR_SAME_LAYOUT(ibv_context_ops, dealloc_mw);
+HMR_SAME_LAYOUT(ibv_context_ops, post_send);
+
+HMR_SAME_SIZE(ibv_context);
+HMR_SAME_LAYOUT(ibv_context, device);
+HMR_SAME_LAYOUT(ibv_context, ops);
+HMR_SAME_LAYOUT(ibv_context, abi_compat);
+
+HMR_SAME_SIZE(verbs_context);
+HMR_SAME_LAYOUT(verbs_context, advise_mr);
+HMR_SAME_LAYOUT(verbs_context, query_device_ex);
+HMR_SAME_LAYOUT(verbs_context, sz);
+HMR_SAME_LAYOUT(verbs_context, context);
+
+HMR_SAME_SIZE(ibv_device_attr);
+HMR_SAME_LAYOUT(ibv_device_attr, max_mr_size);
+HMR_SAME_LAYOUT(ibv_device_attr, device_cap_flags);
+HMR_SAME_LAYOUT(ibv_device_attr, atomic_cap);
+HMR_SAME_LAYOUT(ibv_device_attr, max_mw);
+HMR_SAME_LAYOUT(ibv_device_attr, phys_port_cnt);
+
+HMR_SAME_SIZE(ibv_device_attr_ex);
+HMR_SAME_LAYOUT(ibv_device_attr_ex, odp_caps);
+HMR_SAME_LAYOUT(ibv_device_attr_ex, device_cap_flags_ex);
+HMR_SAME_LAYOUT(ibv_device_attr_ex, rss_caps);
+HMR_SAME_LAYOUT(ibv_device_attr_ex, max_dm_size);
+HMR_SAME_LAYOUT(ibv_device_attr_ex, phys_port_cnt_ex);
+
+HMR_SAME_SIZE(ibv_pd);
+HMR_SAME_SIZE(ibv_mr);
+HMR_SAME_LAYOUT(ibv_mr, pd);
+HMR_SAME_LAYOUT(ibv_mr, addr);
+HMR_SAME_LAYOUT(ibv_mr, length);
+HMR_SAME_LAYOUT(ibv_mr, lkey);
+HMR_SAME_LAYOUT(ibv_mr, rkey);
+HMR_SAME_SIZE(ibv_mw);
+HMR_SAME_LAYOUT(ibv_mw, rkey);
+HMR_SAME_LAYOUT(ibv_mw, type);
+HMR_SAME_SIZE(ibv_mw_bind_info);
+HMR_SAME_SIZE(ibv_mw_bind);
+HMR_SAME_LAYOUT(ibv_mw_bind, bind_info);
+HMR_SAME_SIZE(ibv_sge);
+HMR_SAME_SIZE(ibv_send_wr);
+HMR_SAME_LAYOUT(ibv_send_wr, opcode);
+HMR_SAME_LAYOUT(ibv_send_wr, send_flags);
+HMR_SAME_LAYOUT(ibv_send_wr, invalidate_rkey);
+HMR_SAME_LAYOUT(ibv_send_wr, wr);
+HMR_SAME_LAYOUT(ibv_send_wr, bind_mw);
+static_assert(offsetof(::ibv_qp, context) == offsetof(ours::hmr_ibv_qp_head, context));
+
+HMR_SAME_VALUE(IBV_ACCESS_RELAXED_ORDERING);
+static_assert(kOurOptionalRange == ::IBV_ACCESS_OPTIONAL_RANGE);
+HMR_SAME_VALUE(IBV_ACCESS_ON_DEMAND);
+HMR_SAME_VALUE(IBV_ACCESS_MW_BIND);
+HMR_SAME_VALUE(IBV_REREG_MR_CHANGE_ACCESS);
+HMR_SAME_VALUE(IBV_REREG_MR_ERR_CMD_AND_DO_FORK_NEW);
+HMR_SAME_VALUE(IBV_DEVICE_MEM_WINDOW_TYPE_2B);
+HMR_SAME_VALUE(IBV_ODP_SUPPORT_SRQ_RECV);
+static_assert(kOurPrefetchNoFault == ::IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT);
+static_assert(kOurAdviseFlush == ::IBV_ADVISE_MR_FLAG_FLUSH);
+HMR_SAME_VALUE(IBV_WR_BIND_MW);
+HMR_SAME_VALUE(IBV_WR_LOCAL_INV);
+HMR_SAME_VALUE(IBV_SEND_SIGNALED);
+#endif
+
+TEST(VerbsAbi, MatchesRdmaCoreHeader) {
+#ifdef HMR_HAVE_RDMA_CORE_HEADER
+  // The comparison is the static_asserts above; reaching here means they held.
+  EXPECT_EQ(sizeof(hmr::verbs::verbs_context), sizeof(::verbs_context));
+#else
+  GTEST_SKIP() << "libibverbs-dev (<infiniband/verbs.h>) is not installed; install it to check "
+                  "nic/verbs/verbs_abi.h against rdma-core";
+#endif
+}
+
+}  // namespace

@@ -1,0 +1,167 @@
+// The verbs NIC through the public C ABI: a domain over the application's PD (nic_handle) or
+// over a device hmr opens, MRs whose descriptor is a struct hmr_verbs_desc, RAW keys for
+// chunked ranges, and the errors an application sees.
+#include <hmr/hmr.h>
+
+#include <vector>
+
+#include "nic/verbs/chunk_plan.h"
+#include "tests/nic/verbs_test_fixture.h"
+
+namespace hmr::testing {
+namespace {
+
+class VerbsDomainTest : public VerbsTest {
+ protected:
+  void TearDown() override {
+    if (domain_ != nullptr) {
+      EXPECT_EQ(hmr_domain_close(domain_), 0) << hmr_last_error();
+    }
+    VerbsTest::TearDown();
+  }
+  int open_domain(const char* options, void* handle, uint64_t mode) {
+    attr_ = hmr_domain_attr{};
+    attr_.size = sizeof attr_;
+    attr_.nic = "verbs";
+    attr_.nic_options = options;
+    attr_.nic_handle = handle;
+    attr_.mr_mode = mode;
+    attr_.cache_monitor = "disabled";
+    return hmr_domain_open(&attr_, &domain_);
+  }
+
+  hmr_domain_attr attr_{};
+  hmr_domain* domain_ = nullptr;
+};
+
+constexpr uint64_t kBasicMode = HMR_MR_LOCAL | HMR_MR_VIRT_ADDR | HMR_MR_ALLOCATED |
+                                HMR_MR_PROV_KEY;
+
+TEST_F(VerbsDomainTest, RegistersInTheApplicationsPd) {
+  verbs::ibv_pd* pd = app_pd();
+  ASSERT_EQ(open_domain(nullptr, pd, kBasicMode), 0) << hmr_last_error();
+  EXPECT_EQ(attr_.nic_handle, pd);
+  EXPECT_EQ(attr_.mr_key_size, 4u);
+  EXPECT_EQ(attr_.mr_iov_limit, 1u);
+  std::vector<char> buffer(8192);
+  hmr_mr* mr = nullptr;
+  ASSERT_EQ(hmr_mr_reg(domain_, buffer.data(), buffer.size(),
+                       HMR_REMOTE_READ | HMR_REMOTE_WRITE | HMR_SEND, 0, 0, 0, &mr, nullptr),
+            0)
+      << hmr_last_error();
+  const auto* desc = static_cast<const hmr_verbs_desc*>(hmr_mr_desc(mr));
+  ASSERT_NE(desc, nullptr);
+  ASSERT_EQ(desc->chunk_count, 1u);
+  const auto* ibv_mr = reinterpret_cast<const verbs::ibv_mr*>(desc->mr);
+  EXPECT_EQ(ibv_mr->pd, pd);
+  EXPECT_EQ(ibv_mr->addr, buffer.data());
+  EXPECT_EQ(hmr_mr_key(mr), ibv_mr->rkey);
+  const fake_ibverbs_registration made = registrations().at(0);
+  EXPECT_EQ(made.lkey, ibv_mr->lkey);
+  EXPECT_EQ(hmr_mr_close(mr), 0);
+  EXPECT_EQ(fake().live("mrs"), 0);
+}
+
+TEST_F(VerbsDomainTest, OpensTheNamedDevice) {
+  ASSERT_EQ(open_domain("device=fake_efa_0", nullptr, kBasicMode), 0) << hmr_last_error();
+  EXPECT_EQ(fake().live("contexts"), 1);
+  // The PD hmr allocated comes back, for the application's QPs.
+  const auto* pd = static_cast<const verbs::ibv_pd*>(attr_.nic_handle);
+  ASSERT_NE(pd, nullptr);
+  EXPECT_STREQ(pd->context->device->name, "fake_efa_0");
+  EXPECT_EQ(hmr_domain_close(domain_), 0);
+  domain_ = nullptr;
+  EXPECT_EQ(fake().live("contexts"), 0);
+  EXPECT_EQ(fake().live("pds"), 0);
+}
+
+TEST_F(VerbsDomainTest, ErrorsReachTheApplicationWithReasons) {
+  EXPECT_EQ(open_domain("device=nope", nullptr, kBasicMode), -HMR_ENODEV);
+  EXPECT_NE(std::string(hmr_last_error()).find("nope"), std::string::npos) << hmr_last_error();
+  EXPECT_EQ(domain_, nullptr);
+
+  fake().set_device_list(2, ENOSYS);
+  EXPECT_EQ(open_domain(nullptr, nullptr, kBasicMode), -HMR_ENODEV);
+  EXPECT_NE(std::string(hmr_last_error()).find("no RDMA devices"), std::string::npos);
+  fake().set_device_list(2, 0);
+
+  // Requested keys are not a verbs thing: an application that cannot take provider keys
+  // cannot use this NIC.
+  EXPECT_EQ(open_domain(nullptr, nullptr, HMR_MR_SCALABLE), -HMR_ENODATA);
+  EXPECT_NE(std::string(hmr_last_error()).find("PROV_KEY"), std::string::npos)
+      << hmr_last_error();
+
+  // The sim NIC has no NIC objects to work under.
+  hmr_domain_attr sim{};
+  sim.size = sizeof sim;
+  sim.nic = "sim";
+  sim.nic_handle = &sim;
+  EXPECT_EQ(hmr_domain_open(&sim, &domain_), -HMR_EINVAL);
+  EXPECT_EQ(domain_, nullptr);
+}
+
+TEST_F(VerbsDomainTest, ChunkedRangesUseRawKeys) {
+  fake().configure(0, [](fake_ibverbs_device_config& config) { config.max_mr_size = 65536; });
+  ASSERT_EQ(open_domain("raw_keys=on", nullptr, kBasicMode | HMR_MR_RAW), 0) << hmr_last_error();
+  EXPECT_EQ(attr_.mr_key_size, 16u);
+  std::vector<char> buffer(2 * 65536 + 4096);
+  hmr_mr* mr = nullptr;
+  ASSERT_EQ(hmr_mr_reg(domain_, buffer.data(), buffer.size(), HMR_REMOTE_READ, 0, 0, 0, &mr,
+                       nullptr),
+            0)
+      << hmr_last_error();
+  EXPECT_EQ(hmr_mr_key(mr), HMR_KEY_NOTAVAIL);
+  uint64_t base = 0;
+  uint8_t raw[16];
+  size_t size = sizeof raw;
+  ASSERT_EQ(hmr_mr_raw_attr(mr, &base, raw, &size, 0), 0) << hmr_last_error();
+  EXPECT_EQ(base, reinterpret_cast<uintptr_t>(buffer.data()));
+  KeyBytes key;
+  key.size = size;
+  std::memcpy(key.bytes, raw, size);
+  Result<verbs::DecodedRawKey> decoded = verbs::decode_raw_key(key);
+  ASSERT_TRUE(decoded.ok());
+  ASSERT_EQ(decoded->rkeys.size(), 3u);
+  const auto* desc = static_cast<const hmr_verbs_desc*>(hmr_mr_desc(mr));
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(decoded->rkeys[i], reinterpret_cast<const verbs::ibv_mr*>(desc->chunks[i])->rkey);
+  }
+  EXPECT_EQ(hmr_mr_close(mr), 0);
+
+  // Four chunks do not fit: the domain refuses before the NIC is asked.
+  std::vector<char> large(3 * 65536 + 1);
+  EXPECT_EQ(hmr_mr_reg(domain_, large.data(), large.size(), HMR_REMOTE_READ, 0, 0, 0, &mr,
+                       nullptr),
+            -HMR_EINVAL);
+}
+
+TEST_F(VerbsDomainTest, CachedRegistrationsAreSharedAndDeregisteredOnce) {
+  attr_ = hmr_domain_attr{};
+  attr_.size = sizeof attr_;
+  attr_.nic = "verbs";
+  attr_.mr_mode = kBasicMode;
+  // The cache monitor is process-wide and keeps its fds once started: start it before counting.
+  ASSERT_EQ(hmr_domain_open(&attr_, &domain_), 0) << hmr_last_error();
+  ASSERT_EQ(hmr_domain_close(domain_), 0);
+  fds_before_ = open_fd_count();
+  attr_.cache_monitor = nullptr;
+  attr_.nic_handle = nullptr;  // it came back as the PD of the closed domain
+  ASSERT_EQ(hmr_domain_open(&attr_, &domain_), 0) << hmr_last_error();
+  if (std::string(attr_.cache_monitor) == "disabled") {
+    GTEST_SKIP() << "no cache monitor can start here: " << hmr_last_error();
+  }
+  std::vector<char> buffer(8192);
+  hmr_mr* first = nullptr;
+  hmr_mr* second = nullptr;
+  ASSERT_EQ(hmr_mr_reg(domain_, buffer.data(), 4096, HMR_SEND, 0, 0, 0, &first, nullptr), 0);
+  ASSERT_EQ(hmr_mr_reg(domain_, buffer.data(), 4096, HMR_SEND, 0, 0, 0, &second, nullptr), 0);
+  EXPECT_EQ(hmr_mr_desc(first), hmr_mr_desc(second));
+  EXPECT_EQ(fake().call_count("ibv_reg_mr_iova2"), 1);
+  EXPECT_EQ(hmr_mr_close(first), 0);
+  EXPECT_EQ(hmr_mr_close(second), 0);
+  EXPECT_EQ(hmr_domain_cache_flush(domain_), 0);
+  EXPECT_EQ(fake().live("mrs"), 0);
+}
+
+}  // namespace
+}  // namespace hmr::testing

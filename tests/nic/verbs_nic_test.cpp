@@ -1,0 +1,456 @@
+// The verbs adapter against the fake libibverbs: opening (device list, named device, the
+// application's PD), capabilities, registration (access, iova, dma-buf, device memory),
+// chunking above max_mr_size, and failures at every verb.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "nic/verbs/chunk_plan.h"
+#include "tests/nic/verbs_test_fixture.h"
+
+namespace hmr::testing {
+namespace {
+
+using verbs::ibv_mr;
+using VerbsNicTest = VerbsTest;
+
+constexpr uint64_t kRemote = HMR_REMOTE_READ | HMR_REMOTE_WRITE;
+
+TEST_F(VerbsNicTest, NullDeviceListSaysWhy) {
+  fake().set_device_list(2, ENOSYS);  // what a kernel without RDMA gives
+  Result<std::unique_ptr<nic::Nic>> opened = try_open("");
+  ASSERT_FALSE(opened.ok());
+  EXPECT_EQ(opened.status().code(), HMR_ENODEV);
+  EXPECT_TRUE(contains(opened.status().reason(),
+                       "no RDMA devices: ibv_get_device_list failed: Function not implemented"))
+      << opened.status().reason();
+}
+
+TEST_F(VerbsNicTest, EmptyDeviceListSaysWhyAndIsFreed) {
+  fake().set_device_list(0, 0);
+  Result<std::unique_ptr<nic::Nic>> opened = try_open("");
+  ASSERT_FALSE(opened.ok());
+  EXPECT_EQ(opened.status().code(), HMR_ENODEV);
+  EXPECT_TRUE(contains(opened.status().reason(), "empty list")) << opened.status().reason();
+  EXPECT_EQ(fake().call_count("ibv_free_device_list"), 1);
+}
+
+TEST_F(VerbsNicTest, OpensTheFirstDeviceOrTheNamedOne) {
+  open();
+  EXPECT_EQ(nic_->capabilities().name, "verbs:fake_mlx5_0");
+  EXPECT_EQ(fake().live("contexts"), 1);
+  EXPECT_EQ(fake().live("pds"), 1);
+  EXPECT_EQ(fake().live("device_lists"), 0);  // freed once the device is open
+  nic_.reset();
+  EXPECT_EQ(fake().live("contexts"), 0);
+
+  open("device=fake_efa_0");
+  EXPECT_EQ(nic_->capabilities().name, "verbs:fake_efa_0");
+}
+
+TEST_F(VerbsNicTest, UnknownDeviceNamesTheOnesThereAre) {
+  Result<std::unique_ptr<nic::Nic>> opened = try_open("device=mlx5_9");
+  ASSERT_FALSE(opened.ok());
+  EXPECT_EQ(opened.status().code(), HMR_ENODEV);
+  EXPECT_TRUE(contains(opened.status().reason(), "mlx5_9"));
+  EXPECT_TRUE(contains(opened.status().reason(), "fake_mlx5_0, fake_efa_0"))
+      << opened.status().reason();
+}
+
+TEST_F(VerbsNicTest, BadOptionsAndHandlesAreRefused) {
+  EXPECT_EQ(try_open("odp=perhaps").status().code(), HMR_EINVAL);
+  verbs::ibv_pd* pd = app_pd();
+  Result<std::unique_ptr<nic::Nic>> both = try_open("device=fake_mlx5_0", pd);
+  ASSERT_FALSE(both.ok());
+  EXPECT_EQ(both.status().code(), HMR_EINVAL);
+  verbs::ibv_pd not_a_pd{};
+  EXPECT_EQ(try_open("", &not_a_pd).status().code(), HMR_EINVAL);
+}
+
+TEST_F(VerbsNicTest, MissingLibraryNamesTheOverride) {
+  setenv("HMR_IBVERBS_LIBRARY", "/nonexistent/libibverbs.so.1", 1);
+  Result<std::unique_ptr<nic::Nic>> opened = try_open("");
+  ASSERT_FALSE(opened.ok());
+  EXPECT_EQ(opened.status().code(), HMR_ENOSYS);
+  EXPECT_TRUE(contains(opened.status().reason(), "HMR_IBVERBS_LIBRARY"));
+}
+
+TEST_F(VerbsNicTest, OpenFailuresReleaseWhatWasOpened) {
+  fake().set_failure("ibv_alloc_pd", ENOMEM);
+  Result<std::unique_ptr<nic::Nic>> opened = try_open("");
+  ASSERT_FALSE(opened.ok());
+  EXPECT_EQ(opened.status().code(), HMR_ENOMEM);
+  EXPECT_TRUE(contains(opened.status().reason(), "ibv_alloc_pd"));
+  EXPECT_EQ(fake().live("contexts"), 0);
+
+  fake().set_failure("ibv_alloc_pd", 0);
+  fake().set_failure("ibv_open_device", EACCES);
+  EXPECT_EQ(try_open("").status().code(), HMR_EACCES);
+
+  fake().set_failure("ibv_open_device", 0);
+  fake().set_failure("query_device_ex", EIO);
+  opened = try_open("");
+  ASSERT_FALSE(opened.ok());
+  EXPECT_TRUE(contains(opened.status().reason(), "ibv_query_device")) << opened.status().reason();
+  EXPECT_EQ(fake().live("pds"), 0);
+  EXPECT_EQ(fake().live("contexts"), 0);
+}
+
+TEST_F(VerbsNicTest, TheApplicationsPdIsUsedAndNeverFreed) {
+  verbs::ibv_pd* pd = app_pd();
+  open("", pd);
+  EXPECT_EQ(verbs_nic().pd(), pd);
+  std::vector<char> buffer(8192);
+  const iovec segment{buffer.data(), buffer.size()};
+  Result<nic::Registration> registered = nic_->register_memory(host_request(segment, HMR_SEND));
+  ASSERT_TRUE(registered.ok()) << registered.status().reason();
+  EXPECT_EQ(registrations().at(0).pd, static_cast<void*>(pd));
+  EXPECT_TRUE(nic_->deregister(*registered).ok());
+  nic_.reset();
+  EXPECT_EQ(fake().call_count("ibv_dealloc_pd"), 0);
+  EXPECT_EQ(fake().call_count("ibv_close_device"), 0);
+  EXPECT_EQ(fake().call_count("ibv_get_device_list"), 1);  // the application's AppPd only
+  EXPECT_EQ(fake().live("pds"), 1);
+}
+
+TEST_F(VerbsNicTest, CapabilitiesFollowTheDevice) {
+  open();
+  const nic::Capabilities& caps = nic_->capabilities();
+  EXPECT_EQ(caps.key_size, 4u);
+  EXPECT_EQ(caps.iov_limit, 1u);
+  EXPECT_EQ(caps.mr_cnt, size_t{1} << 20);
+  EXPECT_EQ(caps.required_mr_mode, HMR_MR_LOCAL | HMR_MR_PROV_KEY | HMR_MR_ALLOCATED);
+  EXPECT_TRUE(caps.dmabuf_import);
+  EXPECT_TRUE(caps.memory_windows);
+  EXPECT_FALSE(caps.on_demand_paging);
+  EXPECT_FALSE(caps.peer_direct);  // the fixture's sysfs has no peer-memory client
+  nic_.reset();
+
+  open("device=fake_efa_0");
+  EXPECT_FALSE(nic_->capabilities().dmabuf_import);
+  EXPECT_FALSE(nic_->capabilities().memory_windows);
+  EXPECT_TRUE(contains(verbs_nic().probe().dmabuf.reason, "Operation not supported"))
+      << verbs_nic().probe().dmabuf.reason;
+}
+
+TEST_F(VerbsNicTest, RegistersThroughIova2WithMappedAccess) {
+  open();
+  std::vector<char> buffer(3 * 4096);
+  const iovec segment{buffer.data() + 100, 5000};
+  Result<nic::Registration> registered =
+      nic_->register_memory(host_request(segment, kRemote | HMR_SEND));
+  ASSERT_TRUE(registered.ok()) << registered.status().reason();
+  const std::vector<fake_ibverbs_registration> made = registrations();
+  ASSERT_EQ(made.size(), 1u);
+  EXPECT_STREQ(made[0].entry, "ibv_reg_mr_iova2");
+  EXPECT_EQ(made[0].addr, reinterpret_cast<uintptr_t>(segment.iov_base));
+  EXPECT_EQ(made[0].length, 5000u);
+  EXPECT_EQ(made[0].iova, made[0].addr);
+  EXPECT_EQ(made[0].access,
+            unsigned{verbs::IBV_ACCESS_LOCAL_WRITE | verbs::IBV_ACCESS_REMOTE_WRITE |
+                     verbs::IBV_ACCESS_REMOTE_READ | verbs::IBV_ACCESS_REMOTE_ATOMIC |
+                     verbs::IBV_ACCESS_MW_BIND | verbs::IBV_ACCESS_RELAXED_ORDERING});
+  EXPECT_EQ(registered->key.size, 4u);
+  EXPECT_EQ(registered->key.low_u64(), made[0].rkey);
+  EXPECT_EQ(registered->base_addr, made[0].addr);
+  const hmr_verbs_desc& desc = desc_of(*registered);
+  ASSERT_EQ(desc.chunk_count, 1u);
+  EXPECT_EQ(desc.mr, desc.chunks[0]);
+  EXPECT_EQ(chunk_of(*registered, 0)->lkey, made[0].lkey);
+  EXPECT_EQ(fake().live("mrs"), 1);
+  EXPECT_TRUE(nic_->deregister(*registered).ok());
+  EXPECT_EQ(fake().live("mrs"), 0);
+  EXPECT_EQ(registered->handle, nullptr);
+}
+
+TEST_F(VerbsNicTest, OffsetAddressingRegistersAtIovaZero) {
+  open();
+  std::vector<char> buffer(4096);
+  const iovec segment{buffer.data(), buffer.size()};
+  nic::RegistrationRequest request = host_request(segment, HMR_REMOTE_READ);
+  request.virt_addr = false;
+  Result<nic::Registration> registered = nic_->register_memory(request);
+  ASSERT_TRUE(registered.ok()) << registered.status().reason();
+  EXPECT_EQ(registrations().at(0).iova, 0u);
+  EXPECT_EQ(registered->base_addr, 0u);
+  EXPECT_TRUE(nic_->deregister(*registered).ok());
+}
+
+TEST_F(VerbsNicTest, RelaxedOrderingCanBeTurnedOff) {
+  open("relaxed_ordering=off");
+  std::vector<char> buffer(4096);
+  const iovec segment{buffer.data(), buffer.size()};
+  Result<nic::Registration> registered = nic_->register_memory(host_request(segment, HMR_SEND));
+  ASSERT_TRUE(registered.ok());
+  EXPECT_EQ(registrations().at(0).access & verbs::IBV_ACCESS_RELAXED_ORDERING, 0u);
+  EXPECT_TRUE(nic_->deregister(*registered).ok());
+}
+
+TEST_F(VerbsNicTest, LegacyLibraryRegistersThroughIbvRegMr) {
+  use(legacy_fake_ibverbs());
+  open();
+  const verbs::DeviceProbe& probe = verbs_nic().probe();
+  // The legacy fake has both symbols, but not at IBVERBS_1.8 / 1.12: a versioned lookup
+  // must not take them.
+  EXPECT_FALSE(probe.relaxed_ordering.supported);
+  EXPECT_TRUE(contains(probe.relaxed_ordering.reason, "IBVERBS_1.8"))
+      << probe.relaxed_ordering.reason;
+  EXPECT_FALSE(probe.dmabuf.supported);
+  EXPECT_TRUE(contains(probe.dmabuf.reason, "IBVERBS_1.12")) << probe.dmabuf.reason;
+  EXPECT_TRUE(nic_->capabilities().required_mr_mode & HMR_MR_VIRT_ADDR);
+  std::vector<char> buffer(4096);
+  const iovec segment{buffer.data(), buffer.size()};
+  Result<nic::Registration> registered = nic_->register_memory(host_request(segment, kRemote));
+  ASSERT_TRUE(registered.ok()) << registered.status().reason();
+  EXPECT_STREQ(registrations().at(0).entry, "ibv_reg_mr");
+  EXPECT_EQ(registrations().at(0).access & verbs::IBV_ACCESS_RELAXED_ORDERING, 0u);
+  EXPECT_EQ(fake().call_count("ibv_reg_mr_iova2"), 0);
+  EXPECT_EQ(fake().call_count("ibv_reg_dmabuf_mr"), 0);
+  EXPECT_TRUE(nic_->deregister(*registered).ok());
+  nic_.reset();
+
+  Result<std::unique_ptr<nic::Nic>> forced = try_open("relaxed_ordering=on");
+  ASSERT_FALSE(forced.ok());
+  EXPECT_EQ(forced.status().code(), HMR_EOPNOTSUPP);
+}
+
+TEST_F(VerbsNicTest, RequestsTheAdapterCannotHonourAreRefused) {
+  open();
+  std::vector<char> buffer(8192);
+  const iovec segments[2] = {{buffer.data(), 4096}, {buffer.data() + 4096, 4096}};
+  nic::RegistrationRequest request = host_request(segments[0], HMR_SEND);
+
+  request.requested_key = 42;
+  EXPECT_EQ(nic_->register_memory(request).status().code(), HMR_EINVAL);
+  request.requested_key.reset();
+  request.track_page_changes = true;
+  EXPECT_EQ(nic_->register_memory(request).status().code(), HMR_EOPNOTSUPP);
+  request.track_page_changes = false;
+  request.flags = HMR_RMA_EVENT;
+  EXPECT_EQ(nic_->register_memory(request).status().code(), HMR_EBADFLAGS);
+  request.flags = 0;
+  request.segments = segments;
+  EXPECT_EQ(nic_->register_memory(request).status().code(), HMR_EINVAL);
+  const iovec empty{buffer.data(), 0};
+  EXPECT_EQ(nic_->register_memory(host_request(empty, HMR_SEND)).status().code(), HMR_EINVAL);
+  nic::Registration not_ours;
+  EXPECT_EQ(nic_->deregister(not_ours).code(), HMR_EINVAL);
+  EXPECT_EQ(fake().call_count("ibv_reg_mr_iova2"), 0);
+}
+
+TEST_F(VerbsNicTest, VerbFailuresBecomeClearErrors) {
+  open();
+  // Unmapped memory cannot be pinned.
+  const long page = sysconf(_SC_PAGESIZE);
+  void* gone = mmap(nullptr, static_cast<size_t>(page), PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(gone, MAP_FAILED);
+  ASSERT_EQ(munmap(gone, static_cast<size_t>(page)), 0);
+  const iovec unmapped{gone, static_cast<size_t>(page)};
+  Result<nic::Registration> failed = nic_->register_memory(host_request(unmapped, HMR_SEND));
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.status().code(), HMR_EFAULT);
+  EXPECT_TRUE(contains(failed.status().reason(), "ibv_reg_mr_iova2")) << failed.status().reason();
+
+  std::vector<char> buffer(4096);
+  const iovec segment{buffer.data(), buffer.size()};
+  fake().set_failure("ibv_reg_mr_iova2", ENOMEM);
+  failed = nic_->register_memory(host_request(segment, HMR_SEND));
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.status().code(), HMR_ENOMEM);
+  EXPECT_TRUE(contains(failed.status().reason(), "RLIMIT_MEMLOCK")) << failed.status().reason();
+  fake().set_failure("ibv_reg_mr_iova2", 0);
+
+  Result<nic::Registration> registered = nic_->register_memory(host_request(segment, HMR_SEND));
+  ASSERT_TRUE(registered.ok());
+  fake().set_failure("ibv_dereg_mr", EIO);
+  Status status = nic_->deregister(*registered);
+  EXPECT_EQ(status.code(), HMR_EIO);
+  EXPECT_TRUE(contains(status.reason(), "ibv_dereg_mr")) << status.reason();
+  EXPECT_EQ(fake().live("mrs"), 1);  // still registered, and still owned: a retry works
+  fake().set_failure("ibv_dereg_mr", 0);
+  EXPECT_TRUE(nic_->deregister(*registered).ok());
+  EXPECT_EQ(fake().live("mrs"), 0);
+}
+
+TEST_F(VerbsNicTest, DmabufRegistrationPassesFdOffsetAndIova) {
+  open();
+  const int fd = memfd_create("hmr-verbs-test", MFD_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, 65536), 0);
+  const hmr_mr_dmabuf dmabuf{fd, 4096, 8192, reinterpret_cast<void*>(uintptr_t{0x7000000})};
+  nic::RegistrationRequest request;
+  request.dmabuf = &dmabuf;
+  request.access = HMR_REMOTE_READ;
+  request.flags = HMR_MR_DMABUF;
+  Result<nic::Registration> registered = nic_->register_memory(request);
+  ASSERT_TRUE(registered.ok()) << registered.status().reason();
+  const fake_ibverbs_registration made = registrations().at(0);
+  EXPECT_STREQ(made.entry, "ibv_reg_dmabuf_mr");
+  EXPECT_EQ(made.fd, fd);
+  EXPECT_EQ(made.offset, 4096u);
+  EXPECT_EQ(made.length, 8192u);
+  EXPECT_EQ(made.iova, 0x7000000u);
+  EXPECT_EQ(registered->base_addr, 0x7000000u);
+  EXPECT_TRUE(nic_->deregister(*registered).ok());
+
+  // Past the end of the dma-buf: the device refuses.
+  const hmr_mr_dmabuf beyond{fd, 65536 - 4096, 8192, nullptr};
+  request.dmabuf = &beyond;
+  EXPECT_EQ(nic_->register_memory(request).status().code(), HMR_EINVAL);
+  close(fd);
+}
+
+TEST_F(VerbsNicTest, DmabufOnADeviceThatCannotImportSaysWhy) {
+  open("device=fake_efa_0");
+  const hmr_mr_dmabuf dmabuf{0, 0, 4096, nullptr};
+  nic::RegistrationRequest request;
+  request.dmabuf = &dmabuf;
+  request.flags = HMR_MR_DMABUF;
+  Result<nic::Registration> refused = nic_->register_memory(request);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), HMR_EOPNOTSUPP);
+  EXPECT_TRUE(contains(refused.status().reason(), "fake_efa_0")) << refused.status().reason();
+}
+
+TEST_F(VerbsNicTest, CudaMemoryByAddressNeedsPeerDirect) {
+  open();  // the fixture's sysfs: no peer-memory client
+  std::vector<char> buffer(4096);
+  const iovec segment{buffer.data(), buffer.size()};
+  nic::RegistrationRequest request = host_request(segment, HMR_SEND);
+  request.iface = HMR_HMEM_CUDA;
+  Result<nic::Registration> refused = nic_->register_memory(request);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), HMR_EOPNOTSUPP);
+  EXPECT_TRUE(contains(refused.status().reason(), "nvidia-peermem")) << refused.status().reason();
+  // CUDA host allocations are host memory.
+  request.flags = HMR_HMEM_HOST_ALLOC;
+  Result<nic::Registration> host = nic_->register_memory(request);
+  ASSERT_TRUE(host.ok()) << host.status().reason();
+  EXPECT_TRUE(nic_->deregister(*host).ok());
+}
+
+TEST_F(VerbsNicTest, RegistersFromManyThreadsAtOnce) {
+  open();
+  constexpr int kThreads = 4;
+  constexpr int kRounds = 50;
+  std::vector<std::vector<char>> buffers(kThreads, std::vector<char>(8192));
+  std::vector<std::vector<uint32_t>> keys(kThreads);
+  std::vector<int> failures(kThreads, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      const iovec segment{buffers[t].data(), buffers[t].size()};
+      std::vector<nic::Registration> held;
+      for (int round = 0; round < kRounds; ++round) {
+        Result<nic::Registration> registered =
+            nic_->register_memory(host_request(segment, HMR_REMOTE_READ));
+        if (!registered.ok()) {
+          ++failures[t];
+          continue;
+        }
+        keys[t].push_back(static_cast<uint32_t>(registered->key.low_u64()));
+        held.push_back(*registered);
+      }
+      for (nic::Registration& registration : held) {
+        if (!nic_->deregister(registration).ok()) ++failures[t];
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  std::set<uint32_t> distinct;
+  for (int t = 0; t < kThreads; ++t) {
+    EXPECT_EQ(failures[t], 0);
+    distinct.insert(keys[t].begin(), keys[t].end());
+  }
+  EXPECT_EQ(distinct.size(), size_t{kThreads * kRounds});
+  EXPECT_EQ(fake().live("mrs"), 0);
+}
+
+class VerbsChunkingTest : public VerbsTest {
+ protected:
+  static constexpr uint64_t kChunk = 65536;
+  void SetUp() override {
+    VerbsTest::SetUp();
+    fake().configure(0, [](fake_ibverbs_device_config& config) { config.max_mr_size = kChunk; });
+  }
+};
+
+TEST_F(VerbsChunkingTest, LocalRangesAboveMaxMrSizeAreChunked) {
+  open();
+  EXPECT_EQ(nic_->capabilities().max_mr_size, kChunk * verbs::kMaxLocalChunks);
+  std::vector<char> buffer(3 * kChunk + 5000);
+  const iovec segment{buffer.data(), buffer.size()};
+  Result<nic::Registration> registered = nic_->register_memory(host_request(segment, HMR_RECV));
+  ASSERT_TRUE(registered.ok()) << registered.status().reason();
+  const std::vector<fake_ibverbs_registration> made = registrations();
+  ASSERT_EQ(made.size(), 4u);
+  const hmr_verbs_desc& desc = desc_of(*registered);
+  ASSERT_EQ(desc.chunk_count, 4u);
+  EXPECT_EQ(desc.chunk_len, kChunk);
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(made[i].addr, reinterpret_cast<uintptr_t>(buffer.data()) + i * kChunk);
+    EXPECT_EQ(made[i].iova, made[i].addr);
+    EXPECT_EQ(made[i].length, i < 3 ? kChunk : 5000u);
+    EXPECT_EQ(chunk_of(*registered, i)->lkey, made[i].lkey);
+  }
+  EXPECT_TRUE(nic_->deregister(*registered).ok());
+  EXPECT_EQ(fake().call_count("ibv_dereg_mr"), 4);
+}
+
+TEST_F(VerbsChunkingTest, RemoteChunksNeedRawKeys) {
+  open();
+  std::vector<char> buffer(2 * kChunk);
+  const iovec segment{buffer.data(), buffer.size()};
+  Result<nic::Registration> refused = nic_->register_memory(host_request(segment, kRemote));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), HMR_EINVAL);
+  EXPECT_TRUE(contains(refused.status().reason(), "raw_keys=on")) << refused.status().reason();
+  EXPECT_EQ(fake().call_count("ibv_reg_mr_iova2"), 0);  // refused before registering anything
+}
+
+TEST_F(VerbsChunkingTest, RawKeysCarryUpToThreeChunkKeys) {
+  open("raw_keys=on");
+  const nic::Capabilities& caps = nic_->capabilities();
+  EXPECT_EQ(caps.key_size, verbs::kRawKeySize);
+  EXPECT_TRUE(caps.required_mr_mode & HMR_MR_RAW);
+  EXPECT_EQ(caps.max_mr_size, 3 * kChunk);
+
+  std::vector<char> buffer(4 * kChunk);
+  const iovec three{buffer.data(), 3 * kChunk - 10};
+  Result<nic::Registration> registered = nic_->register_memory(host_request(three, kRemote));
+  ASSERT_TRUE(registered.ok()) << registered.status().reason();
+  Result<verbs::DecodedRawKey> key = verbs::decode_raw_key(registered->key);
+  ASSERT_TRUE(key.ok()) << key.status().reason();
+  EXPECT_EQ(key->chunk_len, kChunk);
+  const std::vector<fake_ibverbs_registration> made = registrations();
+  ASSERT_EQ(key->rkeys.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(key->rkeys[i], made[i].rkey);
+  EXPECT_TRUE(nic_->deregister(*registered).ok());
+
+  const iovec four{buffer.data(), 3 * kChunk + 1};
+  Result<nic::Registration> refused = nic_->register_memory(host_request(four, kRemote));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_TRUE(contains(refused.status().reason(), "a RAW key carries 3"))
+      << refused.status().reason();
+}
+
+TEST_F(VerbsChunkingTest, AFailedChunkReleasesTheOthers) {
+  open();
+  std::vector<char> buffer(4 * kChunk);
+  const iovec segment{buffer.data(), buffer.size()};
+  fake().set_failure("ibv_reg_mr_iova2#3", ENOMEM);
+  Result<nic::Registration> failed = nic_->register_memory(host_request(segment, HMR_RECV));
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.status().code(), HMR_ENOMEM);
+  EXPECT_EQ(fake().call_count("ibv_reg_mr_iova2"), 3);
+  EXPECT_EQ(fake().call_count("ibv_dereg_mr"), 2);
+  EXPECT_EQ(fake().live("mrs"), 0);
+}
+
+}  // namespace
+}  // namespace hmr::testing

@@ -1,0 +1,395 @@
+// The verbs adapter's optional operations against the fake libibverbs: re-registration,
+// memory windows (type 1 and 2), and on-demand paging with prefetch advice.
+#include <cerrno>
+#include <vector>
+
+#include "tests/nic/verbs_test_fixture.h"
+
+namespace hmr::testing {
+namespace {
+
+using VerbsReregTest = VerbsTest;
+using VerbsWindowTest = VerbsTest;
+using VerbsOdpTest = VerbsTest;
+
+constexpr uint64_t kRemote = HMR_REMOTE_READ | HMR_REMOTE_WRITE;
+
+// ---------------------------------------------------------------- re-registration --------
+
+TEST_F(VerbsReregTest, TranslationChangeTakesTheNewKeys) {
+  open();
+  std::vector<char> first(8192), second(16384);
+  const iovec segment{first.data(), first.size()};
+  Result<nic::Registration> registered = nic_->register_memory(host_request(segment, kRemote));
+  ASSERT_TRUE(registered.ok());
+  const void* desc_before = registered->desc;
+  const uint64_t key_before = registered->key.low_u64();
+
+  nic::ReregRequest request;
+  request.translation = iovec{second.data(), second.size()};
+  Status status = nic_->rereg(*registered, request);
+  ASSERT_TRUE(status.ok()) << status.reason();
+  fake_ibverbs_rereg call{};
+  fake().last_rereg(&call);
+  EXPECT_EQ(call.flags, verbs::IBV_REREG_MR_CHANGE_TRANSLATION);
+  EXPECT_EQ(call.addr, reinterpret_cast<uintptr_t>(second.data()));
+  EXPECT_EQ(call.length, second.size());
+  EXPECT_EQ(call.access, 0);  // only with CHANGE_ACCESS, or ibv_rereg_mr refuses
+  EXPECT_EQ(registered->desc, desc_before);  // the same descriptor, new contents
+  EXPECT_NE(registered->key.low_u64(), key_before);
+  EXPECT_EQ(registered->key.low_u64(), chunk_of(*registered, 0)->rkey);
+  EXPECT_EQ(registered->base_addr, reinterpret_cast<uintptr_t>(second.data()));
+  EXPECT_TRUE(nic_->deregister(*registered).ok());
+}
+
+TEST_F(VerbsReregTest, AccessAndProtectionDomainChange) {
+  verbs::ibv_pd* pd = app_pd();
+  open("relaxed_ordering=off", pd);
+  verbs::ibv_pd* other = fake().alloc_pd(pd->context);
+  ASSERT_NE(other, nullptr);
+  std::vector<char> buffer(4096);
+  const iovec segment{buffer.data(), buffer.size()};
+  Result<nic::Registration> registered = nic_->register_memory(host_request(segment, HMR_SEND));
+  ASSERT_TRUE(registered.ok());
+
+  nic::ReregRequest request;
+  request.access = HMR_REMOTE_WRITE;
+  request.protection_domain = other;
+  ASSERT_TRUE(nic_->rereg(*registered, request).ok());
+  fake_ibverbs_rereg call{};
+  fake().last_rereg(&call);
+  EXPECT_EQ(call.flags, verbs::IBV_REREG_MR_CHANGE_ACCESS | verbs::IBV_REREG_MR_CHANGE_PD);
+  EXPECT_EQ(call.pd, static_cast<void*>(other));
+  EXPECT_EQ(call.access, verbs::IBV_ACCESS_LOCAL_WRITE | verbs::IBV_ACCESS_REMOTE_WRITE |
+                             verbs::IBV_ACCESS_MW_BIND);
+  EXPECT_EQ(chunk_of(*registered, 0)->pd, other);
+  EXPECT_TRUE(nic_->deregister(*registered).ok());
+  EXPECT_EQ(fake().dealloc_pd(other), 0);
+}
+
+TEST_F(VerbsReregTest, BadRequestsChangeNothing) {
+  open();
+  std::vector<char> buffer(4096);
+  const iovec segment{buffer.data(), buffer.size()};
+  Result<nic::Registration> registered = nic_->register_memory(host_request(segment, HMR_SEND));
+  ASSERT_TRUE(registered.ok());
+  EXPECT_EQ(nic_->rereg(*registered, {}).code(), HMR_EINVAL);  // nothing to change
+  nic::ReregRequest empty_range;
+  empty_range.translation = iovec{buffer.data(), 0};
+  EXPECT_EQ(nic_->rereg(*registered, empty_range).code(), HMR_EINVAL);
+  // A PD of another device context.
+  AppPd elsewhere(fake(), 1);
+  nic::ReregRequest foreign;
+  foreign.protection_domain = elsewhere.pd();
+  EXPECT_EQ(nic_->rereg(*registered, foreign).code(), HMR_EINVAL);
+  nic::Registration not_ours;
+  nic::ReregRequest access;
+  access.access = HMR_SEND;
+  EXPECT_EQ(nic_->rereg(not_ours, access).code(), HMR_EINVAL);
+  EXPECT_EQ(fake().call_count("ibv_rereg_mr"), 0);
+  EXPECT_TRUE(nic_->deregister(*registered).ok());
+}
+
+TEST_F(VerbsReregTest, FailuresSayWhetherTheRegistrationSurvived) {
+  open();
+  std::vector<char> buffer(4096);
+  const iovec segment{buffer.data(), buffer.size()};
+  Result<nic::Registration> registered = nic_->register_memory(host_request(segment, HMR_SEND));
+  ASSERT_TRUE(registered.ok());
+  nic::ReregRequest request;
+  request.access = HMR_RECV;
+
+  fake().set_rereg_result(verbs::IBV_REREG_MR_ERR_INPUT, EINVAL);
+  Status status = nic_->rereg(*registered, request);
+  EXPECT_EQ(status.code(), HMR_EINVAL);
+  EXPECT_TRUE(contains(status.reason(), "unchanged")) << status.reason();
+
+  fake().set_rereg_result(verbs::IBV_REREG_MR_ERR_CMD, EIO);
+  status = nic_->rereg(*registered, request);
+  EXPECT_EQ(status.code(), HMR_EIO);
+  EXPECT_TRUE(contains(status.reason(), "only for deregistration")) << status.reason();
+  fake().set_rereg_result(0, 0);
+  EXPECT_EQ(nic_->rereg(*registered, request).code(), HMR_EIO);  // unusable from now on
+  EXPECT_TRUE(nic_->deregister(*registered).ok());
+}
+
+TEST_F(VerbsReregTest, ChunkedDmabufAndOffsetRegistrationsAreNotReregistered) {
+  fake().configure(0, [](fake_ibverbs_device_config& config) { config.max_mr_size = 8192; });
+  open();
+  std::vector<char> buffer(4 * 8192);
+  nic::ReregRequest access;
+  access.access = HMR_RECV;
+
+  const iovec big{buffer.data(), 3 * 8192};
+  Result<nic::Registration> chunked = nic_->register_memory(host_request(big, HMR_SEND));
+  ASSERT_TRUE(chunked.ok()) << chunked.status().reason();
+  EXPECT_EQ(nic_->rereg(*chunked, access).code(), HMR_EOPNOTSUPP);
+  EXPECT_TRUE(nic_->deregister(*chunked).ok());
+
+  const iovec small{buffer.data(), 4096};
+  nic::RegistrationRequest offset_request = host_request(small, HMR_SEND);
+  offset_request.virt_addr = false;
+  Result<nic::Registration> offset = nic_->register_memory(offset_request);
+  ASSERT_TRUE(offset.ok());
+  nic::ReregRequest move;
+  move.translation = iovec{buffer.data() + 8192, 4096};
+  EXPECT_EQ(nic_->rereg(*offset, move).code(), HMR_EOPNOTSUPP);
+  move.translation = iovec{buffer.data(), 2 * 8192};  // above max_mr_size
+  EXPECT_EQ(nic_->rereg(*offset, move).code(), HMR_EINVAL);
+  EXPECT_TRUE(nic_->deregister(*offset).ok());
+}
+
+// ---------------------------------------------------------------- memory windows ---------
+
+class VerbsWindowLifecycle : public VerbsTest {
+ protected:
+  void SetUp() override {
+    VerbsTest::SetUp();
+    open();
+    buffer_.resize(16384);
+    segment_ = {buffer_.data(), buffer_.size()};
+    Result<nic::Registration> registered = nic_->register_memory(host_request(segment_, kRemote));
+    ASSERT_TRUE(registered.ok()) << registered.status().reason();
+    registration_ = *registered;
+    qp_ = fake().create_qp(verbs_nic().pd());
+    ASSERT_NE(qp_, nullptr);
+  }
+  void TearDown() override {
+    if (registration_.handle != nullptr) {
+      EXPECT_TRUE(nic_->deregister(registration_).ok());
+    }
+    fake().destroy_qp(qp_);
+    VerbsTest::TearDown();
+  }
+  nic::WindowBind bind_request(uint64_t offset, uint64_t len) const {
+    nic::WindowBind bind;
+    bind.registration = &registration_;
+    bind.addr = reinterpret_cast<uintptr_t>(buffer_.data()) + offset;
+    bind.len = len;
+    bind.access = HMR_REMOTE_READ;
+    bind.queue = qp_;
+    bind.work_request_id = 77;
+    return bind;
+  }
+
+  std::vector<char> buffer_;
+  iovec segment_{};
+  nic::Registration registration_;
+  void* qp_ = nullptr;
+};
+
+TEST_F(VerbsWindowLifecycle, TypeOneAllocBindInvalidateDealloc) {
+  Result<nic::MemoryWindow> window = nic_->alloc_window(nic::WindowType::type1);
+  ASSERT_TRUE(window.ok()) << window.status().reason();
+  EXPECT_EQ(fake().live("mws"), 1);
+  const uint64_t first_key = window->key.low_u64();
+
+  ASSERT_TRUE(nic_->bind_window(*window, bind_request(4096, 4096)).ok());
+  fake_ibverbs_window_op op{};
+  fake().last_window_op(&op);
+  EXPECT_STREQ(op.entry, "bind_mw");
+  EXPECT_EQ(op.wr_id, 77u);
+  EXPECT_EQ(op.send_flags, unsigned{verbs::IBV_SEND_SIGNALED});
+  EXPECT_EQ(op.addr, reinterpret_cast<uintptr_t>(buffer_.data()) + 4096);
+  EXPECT_EQ(op.length, 4096u);
+  EXPECT_EQ(op.mw_access, unsigned{verbs::IBV_ACCESS_REMOTE_READ});
+  EXPECT_EQ(op.mr, desc_of(registration_).mr);
+  EXPECT_EQ(window->key.low_u64(), op.new_rkey);
+  EXPECT_NE(window->key.low_u64(), first_key);  // every binding gets a new key
+  EXPECT_EQ(window->key.low_u64() & ~0xffull, first_key & ~0xffull);
+
+  ASSERT_TRUE(nic_->invalidate_window(*window, qp_, 78, false).ok());
+  fake().last_window_op(&op);
+  EXPECT_STREQ(op.entry, "bind_mw");
+  EXPECT_EQ(op.mr, nullptr);  // a zero-length bind to no MR
+  EXPECT_EQ(op.length, 0u);
+  EXPECT_EQ(nic_->invalidate_window(*window, qp_, 79, false).code(), HMR_EINVAL);  // not bound
+
+  ASSERT_TRUE(nic_->dealloc_window(*window).ok());
+  EXPECT_EQ(window->handle, nullptr);
+  EXPECT_EQ(fake().live("mws"), 0);
+}
+
+TEST_F(VerbsWindowLifecycle, TypeTwoBindsAndInvalidatesThroughWorkRequests) {
+  Result<nic::MemoryWindow> window = nic_->alloc_window(nic::WindowType::type2);
+  ASSERT_TRUE(window.ok()) << window.status().reason();
+  nic::WindowBind bind = bind_request(0, 8192);
+  bind.access = kRemote;
+  ASSERT_TRUE(nic_->bind_window(*window, bind).ok());
+  fake_ibverbs_window_op op{};
+  fake().last_window_op(&op);
+  EXPECT_STREQ(op.entry, "post_send");
+  EXPECT_EQ(op.opcode, verbs::IBV_WR_BIND_MW);
+  EXPECT_EQ(op.mw_access, unsigned{verbs::IBV_ACCESS_REMOTE_READ | verbs::IBV_ACCESS_REMOTE_WRITE});
+  EXPECT_EQ(window->key.low_u64(), op.new_rkey);
+
+  // A registration with a bound type 2 window cannot be deregistered.
+  Status busy = nic_->deregister(registration_);
+  EXPECT_EQ(busy.code(), HMR_EBUSY);
+  EXPECT_TRUE(contains(busy.reason(), "memory windows")) << busy.reason();
+
+  ASSERT_TRUE(nic_->invalidate_window(*window, qp_, 5, true).ok());
+  fake().last_window_op(&op);
+  EXPECT_EQ(op.opcode, verbs::IBV_WR_LOCAL_INV);
+  EXPECT_EQ(op.invalidate_rkey, window->key.low_u64());
+  ASSERT_TRUE(nic_->dealloc_window(*window).ok());
+}
+
+TEST_F(VerbsWindowLifecycle, BadBindsAreRefused) {
+  Result<nic::MemoryWindow> window = nic_->alloc_window(nic::WindowType::type1);
+  ASSERT_TRUE(window.ok());
+  nic::WindowBind bind = bind_request(0, 4096);
+  bind.queue = nullptr;
+  EXPECT_EQ(nic_->bind_window(*window, bind).code(), HMR_EINVAL);
+  bind = bind_request(0, 4096);
+  bind.access = HMR_SEND;
+  EXPECT_EQ(nic_->bind_window(*window, bind).code(), HMR_EINVAL);
+  bind = bind_request(8192, 16384);  // past the registration's end
+  EXPECT_EQ(nic_->bind_window(*window, bind).code(), HMR_EINVAL);
+  bind = bind_request(0, 4096);
+  bind.registration = nullptr;
+  EXPECT_EQ(nic_->bind_window(*window, bind).code(), HMR_EINVAL);
+  // A QP of another device context.
+  AppPd elsewhere(fake(), 1);
+  void* foreign_qp = fake().create_qp(elsewhere.pd());
+  bind = bind_request(0, 4096);
+  bind.queue = foreign_qp;
+  EXPECT_EQ(nic_->bind_window(*window, bind).code(), HMR_EINVAL);
+  fake().destroy_qp(foreign_qp);
+  EXPECT_EQ(fake().call_count("bind_mw"), 0);
+  // The provider's own refusal is passed on.
+  fake().set_failure("bind_mw", ENOMEM);
+  EXPECT_EQ(nic_->bind_window(*window, bind_request(0, 4096)).code(), HMR_ENOMEM);
+  fake().set_failure("bind_mw", 0);
+
+  nic::MemoryWindow not_ours;
+  EXPECT_EQ(nic_->bind_window(not_ours, bind_request(0, 4096)).code(), HMR_EINVAL);
+  EXPECT_EQ(nic_->dealloc_window(not_ours).code(), HMR_EINVAL);
+  fake().set_failure("dealloc_mw", EBUSY);
+  EXPECT_EQ(nic_->dealloc_window(*window).code(), HMR_EBUSY);
+  EXPECT_EQ(fake().live("mws"), 1);  // still allocated and owned
+  fake().set_failure("dealloc_mw", 0);
+  EXPECT_TRUE(nic_->dealloc_window(*window).ok());
+}
+
+TEST_F(VerbsWindowTest, DevicesWithoutWindowsSayWhy) {
+  open("device=fake_efa_0");
+  Result<nic::MemoryWindow> window = nic_->alloc_window(nic::WindowType::type1);
+  ASSERT_FALSE(window.ok());
+  EXPECT_EQ(window.status().code(), HMR_EOPNOTSUPP);
+  EXPECT_TRUE(contains(window.status().reason(), "does not advertise")) << window.status().reason();
+  EXPECT_EQ(nic_->alloc_window(static_cast<nic::WindowType>(3)).status().code(), HMR_EINVAL);
+}
+
+TEST_F(VerbsWindowTest, ProvidersWithoutWindowOpsSayWhy) {
+  fake().configure(0, [](fake_ibverbs_device_config& config) { config.memory_window_ops = 0; });
+  open();
+  EXPECT_FALSE(nic_->capabilities().memory_windows);
+  Result<nic::MemoryWindow> window = nic_->alloc_window(nic::WindowType::type2);
+  ASSERT_FALSE(window.ok());
+  EXPECT_TRUE(contains(window.status().reason(), "alloc_mw")) << window.status().reason();
+}
+
+// ---------------------------------------------------------------- on-demand paging -------
+
+TEST_F(VerbsOdpTest, OdpRegistrationsAndPrefetchAdvice) {
+  open("odp=on");
+  EXPECT_TRUE(nic_->capabilities().on_demand_paging);
+  // Pages need not exist yet, so the domain need not check them.
+  EXPECT_FALSE(nic_->capabilities().required_mr_mode & HMR_MR_ALLOCATED);
+  std::vector<char> buffer(16384);
+  const iovec segment{buffer.data(), buffer.size()};
+  Result<nic::Registration> registered = nic_->register_memory(host_request(segment, kRemote));
+  ASSERT_TRUE(registered.ok()) << registered.status().reason();
+  EXPECT_TRUE(registrations().at(0).access & verbs::IBV_ACCESS_ON_DEMAND);
+
+  const iovec ranges[2] = {{buffer.data() + 4096, 4096}, {buffer.data(), 100}};
+  ASSERT_TRUE(nic_->advise(*registered, nic::Advice::prefetch_write, ranges, true).ok());
+  fake_ibverbs_advice advice{};
+  fake().last_advice(&advice);
+  EXPECT_EQ(advice.advice, verbs::IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE);
+  EXPECT_EQ(advice.flags, uint32_t{verbs::IBV_ADVISE_MR_FLAG_FLUSH});
+  ASSERT_EQ(advice.num_sge, 2u);
+  EXPECT_EQ(advice.addr[0], reinterpret_cast<uintptr_t>(buffer.data()) + 4096);
+  EXPECT_EQ(advice.length[0], 4096u);
+  EXPECT_EQ(advice.lkey[0], chunk_of(*registered, 0)->lkey);
+  EXPECT_EQ(advice.length[1], 100u);
+
+  const iovec outside{buffer.data() + 16000, 4096};
+  EXPECT_EQ(nic_->advise(*registered, nic::Advice::prefetch, {&outside, 1}, false).code(),
+            HMR_EINVAL);
+  EXPECT_EQ(nic_->advise(*registered, nic::Advice::prefetch, {}, false).code(), HMR_EINVAL);
+  fake().set_failure("advise_mr", EFAULT);
+  EXPECT_EQ(nic_->advise(*registered, nic::Advice::prefetch_no_fault, ranges, false).code(),
+            HMR_EFAULT);
+  EXPECT_TRUE(nic_->deregister(*registered).ok());
+}
+
+TEST_F(VerbsOdpTest, AdviceSplitsAtChunkBoundaries) {
+  fake().configure(0, [](fake_ibverbs_device_config& config) { config.max_mr_size = 8192; });
+  open("odp=on");
+  std::vector<char> buffer(3 * 8192);
+  const iovec segment{buffer.data(), buffer.size()};
+  Result<nic::Registration> registered = nic_->register_memory(host_request(segment, HMR_RECV));
+  ASSERT_TRUE(registered.ok()) << registered.status().reason();
+  const iovec across{buffer.data() + 4096, 2 * 8192};
+  ASSERT_TRUE(nic_->advise(*registered, nic::Advice::prefetch, {&across, 1}, false).ok());
+  fake_ibverbs_advice advice{};
+  fake().last_advice(&advice);
+  ASSERT_EQ(advice.num_sge, 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(advice.lkey[i], chunk_of(*registered, i)->lkey);
+  EXPECT_EQ(advice.length[0], 4096u);
+  EXPECT_EQ(advice.length[1], 8192u);
+  EXPECT_EQ(advice.length[2], 4096u);
+  EXPECT_TRUE(nic_->deregister(*registered).ok());
+}
+
+TEST_F(VerbsOdpTest, AdviceNeedsAnOdpRegistration) {
+  open();
+  std::vector<char> buffer(4096);
+  const iovec segment{buffer.data(), buffer.size()};
+  Result<nic::Registration> registered = nic_->register_memory(host_request(segment, HMR_SEND));
+  ASSERT_TRUE(registered.ok());
+  Status status = nic_->advise(*registered, nic::Advice::prefetch, {&segment, 1}, false);
+  EXPECT_EQ(status.code(), HMR_EINVAL);
+  EXPECT_TRUE(contains(status.reason(), "odp=on")) << status.reason();
+  EXPECT_TRUE(nic_->deregister(*registered).ok());
+}
+
+TEST_F(VerbsOdpTest, OdpNeedsTheDeviceAndTheTransportCaps) {
+  Result<std::unique_ptr<nic::Nic>> refused = try_open("odp=on;device=fake_efa_0");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), HMR_EOPNOTSUPP);
+  EXPECT_TRUE(contains(refused.status().reason(), "IBV_ODP_SUPPORT")) << refused.status().reason();
+
+  fake().configure(0, [](fake_ibverbs_device_config& config) {
+    config.odp_rc_caps = verbs::IBV_ODP_SUPPORT_SEND | verbs::IBV_ODP_SUPPORT_READ;
+  });
+  open("odp=on");
+  std::vector<char> buffer(4096);
+  const iovec segment{buffer.data(), buffer.size()};
+  Result<nic::Registration> failed =
+      nic_->register_memory(host_request(segment, HMR_REMOTE_WRITE));
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.status().code(), HMR_EOPNOTSUPP);
+  EXPECT_TRUE(contains(failed.status().reason(), "write")) << failed.status().reason();
+  Result<nic::Registration> readable =
+      nic_->register_memory(host_request(segment, HMR_REMOTE_READ));
+  ASSERT_TRUE(readable.ok()) << readable.status().reason();
+  EXPECT_TRUE(nic_->deregister(*readable).ok());
+}
+
+TEST_F(VerbsOdpTest, ProvidersWithoutAdviceSayNotSupported) {
+  fake().configure(0, [](fake_ibverbs_device_config& config) { config.advise_mr = 0; });
+  open("odp=on");
+  std::vector<char> buffer(4096);
+  const iovec segment{buffer.data(), buffer.size()};
+  Result<nic::Registration> registered = nic_->register_memory(host_request(segment, HMR_SEND));
+  ASSERT_TRUE(registered.ok());
+  EXPECT_EQ(nic_->advise(*registered, nic::Advice::prefetch, {&segment, 1}, false).code(),
+            HMR_EOPNOTSUPP);
+  EXPECT_TRUE(nic_->deregister(*registered).ok());
+}
+
+}  // namespace
+}  // namespace hmr::testing

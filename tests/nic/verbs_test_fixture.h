@@ -1,0 +1,95 @@
+// A fixture for tests of the verbs adapter against the fake libibverbs: points
+// HMR_IBVERBS_LIBRARY at the fake, resets it, and at the end checks that nothing the adapter
+// opened is left behind (contexts, PDs, MRs, windows, device lists, fds).
+#pragma once
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/uio.h>
+
+#include <memory>
+#include <string>
+
+#include "nic/verbs/verbs_nic.h"
+#include "tests/nic/fake_ibverbs_library.h"
+
+namespace hmr::testing {
+
+// A sysfs without peer-memory clients, so results do not depend on the machine's.
+inline verbs::VerbsEnvironment no_peer_memory() { return {"/nonexistent-hmr-test-sysfs"}; }
+
+class VerbsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    use(fake_ibverbs());
+    fds_before_ = open_fd_count();
+  }
+  void TearDown() override {
+    nic_.reset();
+    app_.reset();
+    for (const char* kind : {"contexts", "pds", "mrs", "mws", "qps", "device_lists"}) {
+      EXPECT_EQ(fake_->live(kind), 0) << kind << " left behind";
+    }
+    EXPECT_EQ(open_fd_count(), fds_before_) << "an fd leaked";
+    unsetenv("HMR_IBVERBS_LIBRARY");
+  }
+
+  // Makes `fake` the library the adapter loads, in its default state.
+  void use(const FakeIbverbs& fake) {
+    fake_ = &fake;
+    setenv("HMR_IBVERBS_LIBRARY", fake.path, 1);
+    fake.reset();
+  }
+  const FakeIbverbs& fake() const { return *fake_; }
+
+  Result<std::unique_ptr<nic::Nic>> try_open(
+      const char* options, void* handle = nullptr,
+      const verbs::VerbsEnvironment& environment = no_peer_memory()) {
+    return verbs::VerbsNic::open(options, handle, environment);
+  }
+  // Opens the adapter into nic_; the test fails (and stops) when it cannot.
+  void open(const char* options = "", void* handle = nullptr,
+            const verbs::VerbsEnvironment& environment = no_peer_memory()) {
+    Result<std::unique_ptr<nic::Nic>> opened = try_open(options, handle, environment);
+    ASSERT_TRUE(opened.ok()) << opened.status().reason();
+    nic_ = std::move(*opened);
+  }
+  // A PD the test (as the application) allocates on device `index`, freed after nic_.
+  verbs::ibv_pd* app_pd(int index = 0) {
+    app_ = std::make_unique<AppPd>(*fake_, index);
+    return app_->pd();
+  }
+  verbs::VerbsNic& verbs_nic() { return static_cast<verbs::VerbsNic&>(*nic_); }
+
+  static nic::RegistrationRequest host_request(const iovec& segment, uint64_t access) {
+    nic::RegistrationRequest request;
+    request.segments = {&segment, 1};
+    request.access = access;
+    return request;
+  }
+  static const hmr_verbs_desc& desc_of(const nic::Registration& registration) {
+    return *static_cast<const hmr_verbs_desc*>(registration.desc);
+  }
+  static const verbs::ibv_mr* chunk_of(const nic::Registration& registration, size_t index) {
+    return reinterpret_cast<const verbs::ibv_mr*>(desc_of(registration).chunks[index]);
+  }
+  // The registrations the fake made since reset.
+  std::vector<fake_ibverbs_registration> registrations() const {
+    std::vector<fake_ibverbs_registration> records(256);
+    const int count = fake_->registrations(records.data(), static_cast<int>(records.size()));
+    records.resize(static_cast<size_t>(count) < records.size() ? static_cast<size_t>(count)
+                                                               : records.size());
+    return records;
+  }
+
+  const FakeIbverbs* fake_ = nullptr;
+  std::unique_ptr<AppPd> app_;
+  std::unique_ptr<nic::Nic> nic_;
+  int fds_before_ = 0;
+};
+
+inline bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+}  // namespace hmr::testing
