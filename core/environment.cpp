@@ -4,8 +4,10 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
+#include <thread>
 
 namespace hmr::core {
 
@@ -51,6 +53,24 @@ Result<Environment> read_environment() {
   Result<bool> disable_p2p = env_bool("FI_HMEM_DISABLE_P2P", false);
   if (!disable_p2p.ok()) return disable_p2p.status();
   environment.disable_p2p = *disable_p2p;
+  static constexpr const char* kUseDmabuf[HMR_HMEM_IFACE_COUNT] = {
+      nullptr, "FI_HMEM_CUDA_USE_DMABUF", "FI_HMEM_ROCR_USE_DMABUF", "FI_HMEM_ZE_USE_DMABUF",
+      "FI_HMEM_NEURON_USE_DMABUF", "FI_HMEM_SYNAPSEAI_USE_DMABUF"};
+  static constexpr const char* kCacheMonitor[HMR_HMEM_IFACE_COUNT] = {
+      nullptr, "FI_MR_CUDA_CACHE_MONITOR_ENABLED", "FI_MR_ROCR_CACHE_MONITOR_ENABLED",
+      "FI_MR_ZE_CACHE_MONITOR_ENABLED", nullptr, nullptr};
+  for (size_t iface = 0; iface < HMR_HMEM_IFACE_COUNT; ++iface) {
+    if (kUseDmabuf[iface] != nullptr) {
+      Result<bool> use = env_bool(kUseDmabuf[iface], true);
+      if (!use.ok()) return use.status();
+      environment.use_dmabuf[iface] = *use;
+    }
+    if (kCacheMonitor[iface] != nullptr) {
+      Result<bool> cached = env_bool(kCacheMonitor[iface], true);
+      if (!cached.ok()) return cached.status();
+      environment.device_cache[iface] = *cached;
+    }
+  }
   Result<uint64_t> max_count = env_unsigned("FI_MR_CACHE_MAX_COUNT", 1024);
   if (!max_count.ok()) return max_count.status();
   environment.cache_max_count = *max_count;
@@ -62,7 +82,23 @@ Result<Environment> read_environment() {
     environment.cache_monitor = monitor;
     environment.cache_monitor_from_environment = true;
   }
+  Result<uint64_t> prefault_min = env_unsigned("HMR_REG_PREFAULT_MIN", 64ULL << 20);
+  if (!prefault_min.ok()) return prefault_min.status();
+  environment.reg_prefault_min = *prefault_min;
+  const unsigned hardware = std::thread::hardware_concurrency();
+  Result<uint64_t> threads =
+      env_unsigned("HMR_REG_THREADS", std::min<uint64_t>(4, hardware != 0 ? hardware : 1));
+  if (!threads.ok()) return threads.status();
+  if (*threads == 0 || *threads > 256) {
+    return make_error(HMR_EINVAL, "HMR_REG_THREADS=%llu: use 1 to 256",
+                      static_cast<unsigned long long>(*threads));
+  }
+  environment.reg_threads = *threads;
   return environment;
+}
+
+Result<hmem::IfaceSelection> read_hmem_selection() {
+  return hmem::parse_iface_list(std::getenv("FI_HMEM"));
 }
 
 }  // namespace hmr::core

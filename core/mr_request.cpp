@@ -136,8 +136,9 @@ Result<MrRequest> validate_mr_request(const hmr_mr_attr& attr, uint64_t flags,
       (attr.page_size < 4096 || (attr.page_size & (attr.page_size - 1)) != 0)) {
     return make_error(HMR_EINVAL, "page_size %zu is not a power of two >= 4096", attr.page_size);
   }
-  // Last: availability of the memory's runtime, after every argument error is reported.
-  HMR_RETURN_IF_ERROR(hmem::check_declared_device(iface, attr.device.reserved));
+  // The declared iface/device's syntax; whether its runtime serves the memory is checked when
+  // the memory is resolved (core/memory_resolution.h), after every argument error.
+  HMR_RETURN_IF_ERROR(hmem::check_device_syntax(iface, attr.device.reserved));
   request.access = attr.access;
   request.flags = flags;
   request.context = attr.context;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "hmem/iface.h"
 
 namespace hmr::core {
 
@@ -39,8 +40,12 @@ struct MrRequest {
   uint64_t device = 0;
   void* hmem_data = nullptr;
   size_t page_size = 0;
+  // What the memory is, once resolved (core/memory_resolution.h): iface and device then
+  // agree with it.  Host memory until then.
+  hmem::PointerInfo memory;
 
   uint64_t length() const;
+  bool device_memory() const { return memory.iface != HMR_HMEM_SYSTEM; }
 };
 
 Result<MrRequest> validate_mr_request(const hmr_mr_attr& attr, uint64_t flags,

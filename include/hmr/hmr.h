@@ -148,11 +148,19 @@ static inline hmr_fid *hmr_eq_fid(hmr_eq *eq) { return (hmr_fid *)(void *)eq; }
 /* ---------------------------------------------------------------- domain ---------------- */
 struct hmr_domain_attr {
 	size_t size; /* sizeof(struct hmr_domain_attr) */
-	/* NIC adapter: "sim" (software NIC in this process; the default when NULL). */
+	/* NIC adapter: "sim" (software NIC in this process; the default when NULL), "verbs"
+	 * (an RDMA device through rdma-core's libibverbs.so.1, loaded at run time) or "ofi"
+	 * (a libfabric provider through libfabric.so.1, loaded at run time). */
 	const char *nic;
 	/* Adapter options, "name=value" pairs separated by ';'.  sim understands
 	 * require=<mode bit names joined by '|'> (the mr_mode the simulated NIC requires),
-	 * key_size=<1..8, or 16 with raw>, max_mr_size=<bytes>, iov_limit=<n>, mr_cnt=<n>. */
+	 * key_size=<1..8, or 16 with raw>, max_mr_size=<bytes>, iov_limit=<n>, mr_cnt=<n>,
+	 * dmabuf=0|1 (imports dma-bufs; default 1), peer_direct=0|1 (registers device
+	 * addresses, as with nvidia-peermem; default 0).
+	 * verbs understands device=<name>, odp=on|off, relaxed_ordering=auto|on|off,
+	 * raw_keys=on|off (see docs/api.md).  ofi understands provider=<name as libfabric
+	 * prints it, e.g. tcp;ofi_rxm>, ep_type=rdm|msg|dgram, domain=<name>, fabric=<name>,
+	 * mr_mode=<names or number>, hmem=1|0 (see docs/api.md). */
 	const char *nic_options;
 	/* In: the mr_mode bits the application supports (BASIC/SCALABLE accepted).
 	 * Out: the bits the application must honour; hmr clears those it emulates
@@ -175,10 +183,27 @@ struct hmr_domain_attr {
 	/* In: "userfaultfd", "memhooks", "disabled" (no caching) or the name of a monitor
 	 * imported with hmr_monitor_import; NULL takes FI_MR_CACHE_MONITOR, else "userfaultfd".
 	 * Out: the monitor in use ("disabled" when caching is off).  Only registrations whose
-	 * peer-visible form can be shared are cached: provider keys (HMR_MR_PROV_KEY), one host
-	 * segment, no RMA_EVENT flag, no MR_ENDPOINT domain, no caller dma-buf. */
+	 * peer-visible form can be shared are cached: provider keys (HMR_MR_PROV_KEY), one
+	 * segment, no RMA_EVENT flag, no MR_ENDPOINT domain, no caller dma-buf, no host shadow.
+	 * Device memory is cached under its runtime's monitor (see docs/semantics.md). */
 	const char *cache_monitor;
+	/* The application's own NIC object for hmr to register in, or NULL for one the adapter
+	 * opens itself.  "verbs": a struct ibv_pd * (hmr registers in that PD and never frees it;
+	 * it must outlive the domain).  "ofi": a struct fid_domain * (never closed by hmr; it
+	 * must outlive the domain; nic_options must then say provider= and mr_mode=, the
+	 * domain's info->fabric_attr->prov_name and info->domain_attr->mr_mode).
+	 * Out: the NIC object registrations are made on (ofi: the struct fid_domain *, verbs:
+	 * the struct ibv_pd *), also when the adapter opened it itself; that one stays hmr's and
+	 * closes with the hmr domain. */
+	void *nic_handle;
+	/* In: HMR_DOMAIN_* flags; other bits fail with -HMR_EBADFLAGS.  Out: those in force. */
+	uint64_t flags;
 };
+/* Device memory the NIC cannot reach directly (FI_HMEM_DISABLE_P2P, or neither a dma-buf nor
+ * a peer-direct path) may be registered through a host shadow: a host buffer hmr owns, which
+ * the NIC registers instead; hmr_mr_sync() copies between it and the device memory.  Without
+ * this flag such a registration fails, naming each path and why it was not possible. */
+#define HMR_DOMAIN_ALLOW_HMEM_COPY (1ULL << 0)
 
 HMR_API int hmr_domain_open(struct hmr_domain_attr *attr, hmr_domain **domain);
 /* -HMR_EBUSY while MRs, endpoints or counters of the domain are open. */
@@ -233,6 +258,43 @@ HMR_API int hmr_monitor_notify(hmr_monitor *monitor, const void *addr, size_t le
 HMR_API int hmr_monitor_close(hmr_monitor *monitor);
 HMR_API int hmr_domain_query_stats(hmr_domain *domain, struct hmr_domain_stats *stats);
 
+/* ---------------------------------------------------------------- memory domain (UCX md_query) */
+/* A set of memory interfaces: bit (1 << iface) for each enum hmr_hmem_iface. */
+#define HMR_HMEM_IFACE_BIT(iface) (1ULL << (iface))
+/* What hmr_md_query computes beyond the always-filled fields (field_mask, in). */
+#define HMR_MD_ATTR_REG_COST (1ULL << 0) /* reg_cost; the first query of a domain may measure it */
+/* hmr_md_attr.flags */
+#define HMR_MD_FLAG_CACHE (1ULL << 0)          /* host registrations are cached */
+#define HMR_MD_FLAG_DMABUF (1ULL << 1)         /* the NIC imports dma-bufs */
+#define HMR_MD_FLAG_PEER_DIRECT (1ULL << 2)    /* the NIC registers device addresses directly */
+#define HMR_MD_FLAG_ODP (1ULL << 3)            /* registrations are on-demand-paging ones */
+#define HMR_MD_FLAG_RAW_KEYS (1ULL << 4)       /* keys are raw bytes (HMR_MR_RAW) */
+#define HMR_MD_FLAG_MEMORY_WINDOWS (1ULL << 5) /* the NIC has memory windows */
+/* Registration time as a linear function of size: overhead_ns + ns_per_byte * len. */
+struct hmr_linear_cost {
+	double overhead_ns;
+	double ns_per_byte;
+};
+struct hmr_md_attr {
+	size_t size;          /* sizeof(struct hmr_md_attr) */
+	uint64_t field_mask;  /* in: HMR_MD_ATTR_* bits; other bits fail with -HMR_EBADFLAGS */
+	uint64_t flags;       /* HMR_MD_FLAG_* */
+	uint64_t max_reg;     /* most bytes one registration may cover */
+	size_t key_size;      /* bytes of a remote key (the negotiated mr_key_size) */
+	size_t rkey_packed_size; /* bytes a peer needs to reach an MR: the raw key with
+	                          * HMR_MR_RAW, else the 64-bit hmr_mr_key() */
+	uint64_t reg_mem_types;    /* HMR_HMEM_IFACE_BIT set: memory this domain can register */
+	uint64_t detect_mem_types; /* memory hmr_detect_memory_type recognises */
+	uint64_t alloc_mem_types;  /* memory hmr_mem_alloc can allocate */
+	/* HMR_MD_ATTR_REG_COST: the NIC's own figure when it has one (reg_cost_measured 0);
+	 * otherwise measured once per domain on its first such query, by registering 64 KiB and
+	 * 4 MiB host buffers directly on the NIC a few times each (reg_cost_measured 1). */
+	struct hmr_linear_cost reg_cost;
+	int reg_cost_measured;
+};
+/* What the domain can register and what a registration costs (UCX md_query). */
+HMR_API int hmr_md_query(hmr_domain *domain, struct hmr_md_attr *attr);
+
 /* ---------------------------------------------------------------- memory regions -------- */
 struct hmr_mr_dmabuf {
 	int fd;             /* the caller keeps ownership; hmr never closes it */
@@ -277,8 +339,21 @@ HMR_API int hmr_mr_regattr(hmr_domain *domain, const struct hmr_mr_attr *attr, u
  * asynchronous registration is waited for first, and an unread completion event for the MR
  * is withdrawn from the event queue, so no event ever names a closed MR. */
 HMR_API int hmr_mr_close(hmr_mr *mr);
-/* Local descriptor for data transfers; NULL for an invalid or pending MR. */
+/* Local descriptor for data transfers; NULL for an invalid or pending MR.  On the "verbs"
+ * NIC it points to a struct hmr_verbs_desc. */
 HMR_API void *hmr_mr_desc(hmr_mr *mr);
+
+/* What hmr_mr_desc() points to on the "verbs" NIC, valid while the MR is open.  A range longer
+ * than the device's max_mr_size is registered in chunks of chunk_len bytes (a power of two):
+ * chunk i covers [start + i * chunk_len, start + (i + 1) * chunk_len) of the registered range and
+ * its lkey/rkey are chunks[i]->lkey/rkey.  A work request's buffer must lie within one chunk. */
+struct ibv_mr;
+struct hmr_verbs_desc {
+	struct ibv_mr *mr;             /* the first (usually only) chunk */
+	size_t chunk_count;
+	uint64_t chunk_len;
+	struct ibv_mr *const *chunks;  /* chunk_count entries */
+};
 /* 64-bit remote key; HMR_KEY_NOTAVAIL for RAW domains, pending or invalid MRs. */
 HMR_API uint64_t hmr_mr_key(hmr_mr *mr);
 /* Raw key bytes and the base address a peer must use.  On entry *key_size is the size of
@@ -294,6 +369,88 @@ HMR_API int hmr_mr_bind(hmr_mr *mr, hmr_fid *bfid, uint64_t flags);
 HMR_API int hmr_mr_enable(hmr_mr *mr);
 /* Tells hmr that the pages behind [iov] changed (HMR_MR_MMU_NOTIFY domains). */
 HMR_API int hmr_mr_refresh(hmr_mr *mr, const struct iovec *iov, size_t count, uint64_t flags);
+
+/* How an MR's memory reached the NIC (hmr chose it: see docs/semantics.md, "Device memory"). */
+enum hmr_mr_path {
+	HMR_MR_PATH_ADDRESS = 0,        /* host-reachable memory, registered by its address */
+	HMR_MR_PATH_DMABUF = 1,         /* device memory exported by hmr as a dma-buf */
+	HMR_MR_PATH_PEER_DIRECT = 2,    /* device memory registered by its device address */
+	HMR_MR_PATH_HOST_SHADOW = 3,    /* a host buffer standing in for device memory */
+	HMR_MR_PATH_CALLER_DMABUF = 4,  /* the caller's own dma-buf (HMR_MR_DMABUF) */
+};
+enum hmr_mem_kind {
+	HMR_MEM_HOST = 0,        /* ordinary process memory */
+	HMR_MEM_HOST_ALLOC = 1,  /* host memory allocated or pinned through a device runtime */
+	HMR_MEM_DEVICE_ONLY = 2, /* device memory the CPU must never touch */
+	HMR_MEM_MANAGED = 3,     /* migratable memory both the CPU and the device may touch */
+};
+struct hmr_mr_info {
+	size_t size;                /* sizeof(struct hmr_mr_info) */
+	enum hmr_hmem_iface iface;  /* what the memory is: detected, or declared and verified */
+	enum hmr_mem_kind kind;
+	uint64_t device;
+	enum hmr_mr_path path;
+	int cached;                 /* 1: the MR shares a cached NIC registration */
+	/* HMR_MR_PATH_DMABUF: the fd the NIC imported and where the MR's first byte lies in it.
+	 * The fd is hmr's (never close it), valid while the MR is open.  Otherwise -1 and 0. */
+	int dmabuf_fd;
+	uint64_t dmabuf_offset;
+	/* HMR_MR_PATH_HOST_SHADOW: the shadow's address of the MR's first byte, which is what the
+	 * NIC registered: use it as the local buffer of transfers (with hmr_mr_desc), and it is the
+	 * address a VIRT_ADDR peer targets (hmr_mr_raw_attr's base).  Otherwise NULL. */
+	void *shadow;
+};
+/* Describes a registered MR (-HMR_EAGAIN while an asynchronous registration is pending). */
+HMR_API int hmr_mr_query(hmr_mr *mr, struct hmr_mr_info *info);
+
+#define HMR_SYNC_TO_DEVICE (1ULL << 0)   /* shadow -> device: after the NIC wrote the shadow */
+#define HMR_SYNC_FROM_DEVICE (1ULL << 1) /* device -> shadow: before the NIC reads the shadow */
+/* Copies [offset, offset + len) of a host-shadow MR between the shadow and the device memory,
+ * in the one direction flags names (len 0: to the end of the MR).  For every other MR the NIC
+ * reaches the memory itself, and this checks its arguments and returns 0. */
+HMR_API int hmr_mr_sync(hmr_mr *mr, uint64_t offset, size_t len, uint64_t flags);
+
+/* ---------------------------------------------------------------- memory (UCX style) ---- */
+/* What hmr_mem_query computes beyond the always-filled fields (field_mask, in). */
+#define HMR_MEM_ATTR_SYS_DEV (1ULL << 0) /* sys_dev and numa_node (a system call for host memory) */
+#define HMR_MEM_ATTR_DMABUF (1ULL << 1)  /* export the range: dmabuf_fd, dmabuf_offset */
+struct hmr_mem_attr {
+	size_t size;                /* sizeof(struct hmr_mem_attr) */
+	uint64_t field_mask;        /* in: HMR_MEM_ATTR_* bits; other bits fail with -HMR_EBADFLAGS */
+	enum hmr_hmem_iface iface;  /* out, always: the runtime that owns the memory */
+	enum hmr_mem_kind kind;
+	uint64_t device;            /* as hmr_mr_attr.device: CUDA ordinal, ZE encoding, ... */
+	void *base;                 /* the whole allocation holding the range (host memory: */
+	size_t alloc_len;           /*   the pages covering it, hmr knows no malloc blocks) */
+	uint64_t alloc_id;          /* changes when the address is freed and reused; 0 for host */
+	/* HMR_MEM_ATTR_SYS_DEV: where the memory sits: a PCI bus id ("0000:17:00.0") for device
+	 * memory, "numa:<node>" for host memory; "" when unknown.  numa_node: the node of host
+	 * memory, -1 otherwise or when unknown. */
+	char sys_dev[32];
+	int numa_node;
+	/* HMR_MEM_ATTR_DMABUF: a new dma-buf of the range, owned by the caller (close it), and the
+	 * offset of addr in it.  -1 and 0 otherwise. */
+	int dmabuf_fd;
+	uint64_t dmabuf_offset;
+};
+/* What [addr, addr + len) is, in one call (UCX mem_query).  The range must lie in one
+ * allocation.  The CPU never touches the memory. */
+HMR_API int hmr_mem_query(const void *addr, size_t len, struct hmr_mem_attr *attr);
+/* The runtime and kind of [addr, addr + len) (UCX detect_memory_type). */
+HMR_API int hmr_detect_memory_type(const void *addr, size_t len, enum hmr_hmem_iface *iface,
+				   enum hmr_mem_kind *kind);
+/* Allocates len bytes of `kind` memory of `iface` on `device` (UCX mem_alloc); HMR_HMEM_SYSTEM
+ * gives page-aligned host memory (kind HMR_MEM_HOST, device 0).  Free with hmr_mem_free. */
+HMR_API int hmr_mem_alloc(enum hmr_hmem_iface iface, uint64_t device, size_t len,
+			  enum hmr_mem_kind kind, void **ptr);
+/* Frees memory from hmr_mem_alloc, after dropping every cached registration of it in every
+ * domain (so no cache ever hands out a registration of freed memory). */
+HMR_API int hmr_mem_free(enum hmr_hmem_iface iface, void *ptr);
+/* Drops every cached registration overlapping [addr, addr + len): in `domain`, or in every
+ * domain when domain is NULL.  The explicit cache monitor of runtimes that report no frees
+ * (Neuron, SynapseAI): call it before freeing such memory.  MRs already open keep their
+ * registrations until closed. */
+HMR_API int hmr_mem_invalidate(hmr_domain *domain, const void *addr, size_t len);
 
 /* ---------------------------------------------------------------- event queue ----------- */
 struct hmr_eq_attr {

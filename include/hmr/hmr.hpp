@@ -205,6 +205,7 @@ struct DomainOptions {
   size_t cache_max_count = 0;  // 0: the process default (FI_MR_CACHE_MAX_COUNT, else 1024)
   size_t cache_max_size = 0;   // 0: the process default (FI_MR_CACHE_MAX_SIZE, ...)
   std::string cache_monitor;   // "userfaultfd", "memhooks", "disabled", an imported one; "": default
+  uint64_t flags = 0;          // HMR_DOMAIN_* (HMR_DOMAIN_ALLOW_HMEM_COPY)
 };
 
 // What Domain::stats() returns.
@@ -238,6 +239,7 @@ class Domain {
     attr.cache_max_count = options.cache_max_count;
     attr.cache_max_size = options.cache_max_size;
     attr.cache_monitor = options.cache_monitor.empty() ? nullptr : options.cache_monitor.c_str();
+    attr.flags = options.flags;
     open(attr);
   }
   // From a C attribute struct (attr.size must be set); it is copied, not written back.
@@ -252,6 +254,23 @@ class Domain {
     result.size = sizeof result;
     detail::check(hmr_domain_query_stats(get(), &result), "hmr_domain_query_stats");
     return result;
+  }
+
+  // What the domain can register and at what cost (hmr_md_query); `fields`: HMR_MD_ATTR_*.
+  hmr_md_attr md_query(uint64_t fields = HMR_MD_ATTR_REG_COST) const {
+    detail::require_open(get(), "hmr_md_query");
+    hmr_md_attr result;
+    std::memset(&result, 0, sizeof result);
+    result.size = sizeof result;
+    result.field_mask = fields;
+    detail::check(hmr_md_query(get(), &result), "hmr_md_query");
+    return result;
+  }
+
+  // Drops this domain's cached registrations overlapping [addr, addr + len).
+  void invalidate(const void* addr, size_t len) {
+    detail::require_open(get(), "hmr_mem_invalidate");
+    detail::check(hmr_mem_invalidate(get(), addr, len), "hmr_mem_invalidate");
   }
 
   // Deregisters every cached registration no MR holds.
@@ -476,6 +495,22 @@ class MemoryRegion {
     refresh(&iov, 1);
   }
 
+  // What the memory is and how it reached the NIC (dma-buf, peer-direct, host shadow, ...).
+  hmr_mr_info info() const {
+    detail::require_open(get(), "hmr_mr_query");
+    hmr_mr_info result;
+    std::memset(&result, 0, sizeof result);
+    result.size = sizeof result;
+    detail::check(hmr_mr_query(get(), &result), "hmr_mr_query");
+    return result;
+  }
+  // Host-shadow MRs: HMR_SYNC_TO_DEVICE or HMR_SYNC_FROM_DEVICE over [offset, offset + len)
+  // (len 0: to the end).  Other MRs: nothing to copy.
+  void sync(uint64_t flags, uint64_t offset = 0, size_t len = 0) {
+    detail::require_open(get(), "hmr_mr_sync");
+    detail::check(hmr_mr_sync(get(), offset, len, flags), "hmr_mr_sync");
+  }
+
   void close() { handle_.close("hmr_mr_close"); }
   hmr_mr* get() const noexcept { return handle_.get(); }
   hmr_mr* release() noexcept { return handle_.release(); }
@@ -483,6 +518,79 @@ class MemoryRegion {
 
  private:
   detail::Handle<hmr_mr, hmr_mr_close> handle_;
+};
+
+// ------------------------------------------------------------------------------ memory ----
+
+// hmr_mem_query: what [addr, addr + len) is; `fields` asks for HMR_MEM_ATTR_SYS_DEV and/or
+// HMR_MEM_ATTR_DMABUF (the returned dmabuf_fd is then the caller's to close).
+inline hmr_mem_attr mem_query(const void* addr, size_t len, uint64_t fields = 0) {
+  hmr_mem_attr attr;
+  std::memset(&attr, 0, sizeof attr);
+  attr.size = sizeof attr;
+  attr.field_mask = fields;
+  detail::check(hmr_mem_query(addr, len, &attr), "hmr_mem_query");
+  return attr;
+}
+
+struct MemoryType {
+  hmr_hmem_iface iface = HMR_HMEM_SYSTEM;
+  hmr_mem_kind kind = HMR_MEM_HOST;
+};
+inline MemoryType detect_memory_type(const void* addr, size_t len) {
+  MemoryType type;
+  detail::check(hmr_detect_memory_type(addr, len, &type.iface, &type.kind),
+                "hmr_detect_memory_type");
+  return type;
+}
+
+// Drops every domain's cached registrations overlapping [addr, addr + len).
+inline void invalidate(const void* addr, size_t len) {
+  detail::check(hmr_mem_invalidate(nullptr, addr, len), "hmr_mem_invalidate");
+}
+
+// Memory from hmr_mem_alloc, freed with hmr_mem_free when destroyed (a failure there is
+// ignored; call free() where the outcome matters).  Move-only.
+class DeviceMemory {
+ public:
+  DeviceMemory() noexcept = default;
+  DeviceMemory(hmr_hmem_iface iface, uint64_t device, size_t len, hmr_mem_kind kind)
+      : iface_(iface), len_(len) {
+    detail::check(hmr_mem_alloc(iface, device, len, kind, &ptr_), "hmr_mem_alloc");
+  }
+  DeviceMemory(DeviceMemory&& other) noexcept
+      : iface_(other.iface_), ptr_(other.ptr_), len_(other.len_) {
+    other.ptr_ = nullptr;
+  }
+  DeviceMemory& operator=(DeviceMemory&& other) noexcept {
+    if (this != &other) {
+      if (ptr_ != nullptr) (void)hmr_mem_free(iface_, ptr_);
+      iface_ = other.iface_;
+      ptr_ = other.ptr_;
+      len_ = other.len_;
+      other.ptr_ = nullptr;
+    }
+    return *this;
+  }
+  DeviceMemory(const DeviceMemory&) = delete;
+  DeviceMemory& operator=(const DeviceMemory&) = delete;
+  ~DeviceMemory() {
+    if (ptr_ != nullptr) (void)hmr_mem_free(iface_, ptr_);
+  }
+
+  void free() {
+    if (ptr_ == nullptr) return;
+    detail::check(hmr_mem_free(iface_, ptr_), "hmr_mem_free");
+    ptr_ = nullptr;
+  }
+  void* get() const noexcept { return ptr_; }
+  size_t size() const noexcept { return len_; }
+  hmr_hmem_iface iface() const noexcept { return iface_; }
+
+ private:
+  hmr_hmem_iface iface_ = HMR_HMEM_SYSTEM;
+  void* ptr_ = nullptr;
+  size_t len_ = 0;
 };
 
 }  // namespace hmr

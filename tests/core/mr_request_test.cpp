@@ -54,8 +54,10 @@ TEST_F(MrRequestTest, KeyWiderThanKeySizeIsRejected) {
 }
 
 TEST_F(MrRequestTest, ArgumentErrorsComeBeforeRuntimeAvailability) {
+  // Validation checks the declaration's syntax only; whether the runtime serves the memory is
+  // asked afterwards, when the memory is resolved (core/memory_resolution.h).
   attr_.iface = HMR_HMEM_CUDA;
-  EXPECT_EQ(validate_mr_request(attr_, 0, rules_).status().code(), HMR_ENOSYS);
+  EXPECT_TRUE(validate_mr_request(attr_, 0, rules_).ok());
   attr_.offset = 1;
   EXPECT_EQ(validate_mr_request(attr_, 0, rules_).status().code(), HMR_EINVAL);
   attr_.offset = 0;

@@ -1,0 +1,147 @@
+#include "tests/hmem_api/fake_cuda_driver.h"
+
+#include <dlfcn.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+namespace hmr_hmem_test {
+namespace {
+
+// Before main(), so before the first hmr call: hmr reads HMR_CUDA_LIBRARY when it loads the
+// memory runtimes, once per process.
+[[maybe_unused]] const bool kDriverChosen = [] {
+  setenv("HMR_CUDA_LIBRARY", HMR_FAKE_CUDA_PATH, 1);
+  setenv("HMR_ROCR_LIBRARY", HMR_FAKE_HSA_PATH, 1);  // for the ROCr free-callback monitor
+  return true;
+}();
+
+template <typename Fn>
+Fn must_find(void* handle, const char* name) {
+  void* address = dlsym(handle, name);
+  if (address == nullptr) {
+    std::fprintf(stderr, "fake CUDA driver %s lacks %s\n", HMR_FAKE_CUDA_PATH, name);
+    std::abort();
+  }
+  return reinterpret_cast<Fn>(address);
+}
+
+FakeCudaDriver load() {
+  void* handle = dlopen(HMR_FAKE_CUDA_PATH, RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    std::fprintf(stderr, "cannot load the fake CUDA driver: %s\n", dlerror());
+    std::abort();
+  }
+  FakeCudaDriver fake;
+  fake.alloc = must_find<fake_cuda_alloc_fn>(handle, "fake_cuda_alloc");
+  fake.free = must_find<fake_cuda_free_fn>(handle, "fake_cuda_free");
+  fake.set_failure = must_find<fake_cuda_set_failure_fn>(handle, "fake_cuda_set_failure");
+  fake.call_count = must_find<fake_cuda_call_count_fn>(handle, "fake_cuda_call_count");
+  fake.last_export = must_find<fake_cuda_last_export_fn>(handle, "fake_cuda_last_export");
+  fake.peek = must_find<fake_cuda_peek_fn>(handle, "fake_cuda_peek");
+  fake.poke = must_find<fake_cuda_poke_fn>(handle, "fake_cuda_poke");
+  return fake;  // the handle stays open for the life of the process, on purpose
+}
+
+}  // namespace
+
+const FakeCudaDriver& fake_cuda() {
+  static const FakeCudaDriver fake = load();
+  return fake;
+}
+
+int export_calls() {
+  // Every export first tries the PCIe mapping flag, and the fake accepts it: one call each.
+  return fake_cuda().call_count("cuMemGetHandleForAddressRange");
+}
+
+int open_fd_count() {
+  int count = 0;
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    ++count;
+  }
+  return count;
+}
+
+FakeAllocation::FakeAllocation(int device, size_t size, int memory) : size_(size) {
+  EXPECT_EQ(fake_cuda().alloc(device, size, memory, &address_), 0);
+}
+
+FakeAllocation::~FakeAllocation() {
+  if (address_ != 0) free_now();
+}
+
+void FakeAllocation::free_now() {
+  EXPECT_EQ(fake_cuda().free(address_), 0);
+  address_ = 0;
+}
+
+ScopedEnv::ScopedEnv(const char* name, const char* value) : name_(name) {
+  const char* old = std::getenv(name);
+  had_old_ = old != nullptr;
+  if (had_old_) old_ = old;
+  if (value != nullptr) {
+    setenv(name, value, 1);
+  } else {
+    unsetenv(name);
+  }
+}
+
+ScopedEnv::~ScopedEnv() {
+  if (had_old_) {
+    setenv(name_.c_str(), old_.c_str(), 1);
+  } else {
+    unsetenv(name_.c_str());
+  }
+}
+
+hmr_test::DomainPtr open_domain(const char* nic_options, uint64_t flags, uint64_t app_mode) {
+  hmr_domain_attr attr = hmr_test::domain_attr(app_mode, nic_options);
+  attr.flags = flags;
+  hmr_domain* domain = nullptr;
+  const int rc = hmr_domain_open(&attr, &domain);
+  EXPECT_EQ(rc, 0) << hmr_last_error();
+  return hmr_test::DomainPtr(rc == 0 ? domain : nullptr);
+}
+
+int register_attr(hmr_domain* domain, const void* ptr, size_t len, hmr_hmem_iface iface,
+                  int device, uint64_t flags, hmr_mr** mr, uint64_t access) {
+  const iovec segment = {const_cast<void*>(ptr), len};
+  hmr_mr_attr attr;
+  std::memset(&attr, 0, sizeof attr);
+  attr.size = sizeof attr;
+  attr.mr_iov = &segment;
+  attr.iov_count = 1;
+  attr.access = access;
+  attr.iface = iface;
+  attr.device.cuda = device;
+  return hmr_mr_regattr(domain, &attr, flags, mr);
+}
+
+hmr_test::MrPtr register_ok(hmr_domain* domain, const void* ptr, size_t len,
+                            hmr_hmem_iface iface, int device, uint64_t access) {
+  hmr_mr* mr = nullptr;
+  const int rc = register_attr(domain, ptr, len, iface, device, 0, &mr, access);
+  EXPECT_EQ(rc, 0) << hmr_last_error();
+  return hmr_test::MrPtr(rc == 0 ? mr : nullptr);
+}
+
+hmr_mr_info mr_info(hmr_mr* mr) {
+  hmr_mr_info info;
+  std::memset(&info, 0, sizeof info);
+  info.size = sizeof info;
+  EXPECT_EQ(hmr_mr_query(mr, &info), 0) << hmr_last_error();
+  return info;
+}
+
+hmr_domain_stats stats_of(hmr_domain* domain) {
+  hmr_domain_stats stats;
+  std::memset(&stats, 0, sizeof stats);
+  stats.size = sizeof stats;
+  EXPECT_EQ(hmr_domain_query_stats(domain, &stats), 0) << hmr_last_error();
+  return stats;
+}
+
+}  // namespace hmr_hmem_test

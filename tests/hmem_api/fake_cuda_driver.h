@@ -1,0 +1,90 @@
+// The fake CUDA driver (tests/fakes/fake_cuda*.c, a real libcuda.so.1) as public-API tests see
+// it: hmr loads it through HMR_CUDA_LIBRARY, set before the first hmr call of this process;
+// the tests reach its control entry points through dlsym on the same library.  The driver is
+// never reset here (hmr holds it initialised), so counts are compared before and after.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <hmr/hmr.h>
+
+#include <cstdint>
+#include <string>
+
+#include "tests/api/test_support.h"
+#include "tests/fakes/fake_cuda_control.h"
+
+namespace hmr_hmem_test {
+
+struct FakeCudaDriver {
+  fake_cuda_alloc_fn alloc = nullptr;
+  fake_cuda_free_fn free = nullptr;
+  fake_cuda_set_failure_fn set_failure = nullptr;
+  fake_cuda_call_count_fn call_count = nullptr;
+  fake_cuda_last_export_fn last_export = nullptr;
+  fake_cuda_peek_fn peek = nullptr;
+  fake_cuda_poke_fn poke = nullptr;
+};
+const FakeCudaDriver& fake_cuda();
+
+// How many cuMemGetHandleForAddressRange calls made an export (the PCIe-flag retry counts once).
+int export_calls();
+
+// Entries in /proc/self/fd: equal before and after means no fd leaked.
+int open_fd_count();
+
+inline void* as_pointer(unsigned long long address) {
+  return reinterpret_cast<void*>(static_cast<uintptr_t>(address));
+}
+
+// Memory from the fake driver, freed when it goes out of scope (unless freed before).
+class FakeAllocation {
+ public:
+  FakeAllocation(int device, size_t size, int memory = FAKE_CUDA_MEM_DEVICE);
+  ~FakeAllocation();
+  FakeAllocation(const FakeAllocation&) = delete;
+  FakeAllocation& operator=(const FakeAllocation&) = delete;
+  void* get() const { return as_pointer(address_); }
+  unsigned long long address() const { return address_; }
+  size_t size() const { return size_; }
+  // cuMemFree now; the fake hands the same address out first next time.
+  void free_now();
+
+ private:
+  unsigned long long address_ = 0;
+  size_t size_;
+};
+
+// Sets (or, with NULL, unsets) an environment variable for the life of the object.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value);
+  ~ScopedEnv();
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::string name_;
+  std::string old_;
+  bool had_old_;
+};
+
+inline constexpr uint64_t kSharingMode = HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR | HMR_MR_LOCAL;
+inline constexpr uint64_t kAccess = HMR_READ | HMR_WRITE | HMR_REMOTE_READ | HMR_REMOTE_WRITE;
+
+// A sim domain with `nic_options` and hmr_domain_attr.flags; null (and a test failure) on error.
+hmr_test::DomainPtr open_domain(const char* nic_options, uint64_t flags = 0,
+                                uint64_t app_mode = kSharingMode);
+
+// hmr_mr_regattr of [ptr, +len) declaring `iface`/`device` (iface SYSTEM: nothing declared in
+// a domain without HMR_MR_HMEM).  Returns the rc; *mr set on success.
+int register_attr(hmr_domain* domain, const void* ptr, size_t len, hmr_hmem_iface iface,
+                  int device, uint64_t flags, hmr_mr** mr, uint64_t access = kAccess);
+// Registers, expecting success.
+hmr_test::MrPtr register_ok(hmr_domain* domain, const void* ptr, size_t len,
+                            hmr_hmem_iface iface = HMR_HMEM_SYSTEM, int device = 0,
+                            uint64_t access = kAccess);
+
+hmr_mr_info mr_info(hmr_mr* mr);
+hmr_domain_stats stats_of(hmr_domain* domain);
+
+}  // namespace hmr_hmem_test

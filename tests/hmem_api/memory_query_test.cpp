@@ -1,0 +1,118 @@
+// UCX-style queries through the public ABI: hmr_mem_query and hmr_detect_memory_type on host,
+// device, managed and host-alloc memory, and hmr_mem_alloc / hmr_mem_free on an iface.
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "tests/hmem_api/fake_cuda_driver.h"
+
+namespace hmr_hmem_test {
+namespace {
+
+constexpr size_t kAlloc = 64 * 1024;
+
+hmr_mem_attr query(const void* addr, size_t len, uint64_t fields = 0) {
+  hmr_mem_attr attr;
+  std::memset(&attr, 0, sizeof attr);
+  attr.size = sizeof attr;
+  attr.field_mask = fields;
+  EXPECT_EQ(hmr_mem_query(addr, len, &attr), 0) << hmr_last_error();
+  return attr;
+}
+
+void expect_type(const void* addr, hmr_hmem_iface iface, hmr_mem_kind kind) {
+  hmr_hmem_iface found_iface = HMR_HMEM_SYNAPSEAI;
+  hmr_mem_kind found_kind = HMR_MEM_MANAGED;
+  ASSERT_HMR_OK(hmr_detect_memory_type(addr, 1, &found_iface, &found_kind));
+  EXPECT_EQ(found_iface, iface);
+  EXPECT_EQ(found_kind, kind);
+}
+
+TEST(MemoryQuery, HostMemoryIsSystemWithItsNumaNodeOnDemand) {
+  std::vector<char> host(10000, 1);
+  const hmr_mem_attr plain = query(host.data() + 5, 100);
+  EXPECT_EQ(plain.iface, HMR_HMEM_SYSTEM);
+  EXPECT_EQ(plain.kind, HMR_MEM_HOST);
+  EXPECT_EQ(plain.device, 0u);
+  EXPECT_EQ(plain.alloc_id, 0u);
+  EXPECT_LE(reinterpret_cast<uintptr_t>(plain.base), reinterpret_cast<uintptr_t>(host.data() + 5));
+  EXPECT_STREQ(plain.sys_dev, "");  // not asked for
+  EXPECT_EQ(plain.numa_node, -1);
+  EXPECT_EQ(plain.dmabuf_fd, -1);
+
+  const hmr_mem_attr located = query(host.data(), 100, HMR_MEM_ATTR_SYS_DEV | HMR_MEM_ATTR_DMABUF);
+  if (located.numa_node >= 0) {
+    EXPECT_EQ(std::string(located.sys_dev), "numa:" + std::to_string(located.numa_node));
+  } else {
+    EXPECT_STREQ(located.sys_dev, "") << "no NUMA answer from this kernel";
+  }
+  EXPECT_EQ(located.dmabuf_fd, -1) << "host memory is registered by address, never exported";
+  expect_type(host.data(), HMR_HMEM_SYSTEM, HMR_MEM_HOST);
+}
+
+TEST(MemoryQuery, DeviceMemoryInOneCallWithBusIdAndADmabufOfTheRange) {
+  FakeAllocation device(1, kAlloc);
+  FakeAllocation exportable(0, kAlloc);
+  const hmr_mem_attr attr = query(static_cast<char*>(device.get()) + 100, 50,
+                                  HMR_MEM_ATTR_SYS_DEV);
+  EXPECT_EQ(attr.iface, HMR_HMEM_CUDA);
+  EXPECT_EQ(attr.kind, HMR_MEM_DEVICE_ONLY);
+  EXPECT_EQ(attr.device, 1u);
+  EXPECT_EQ(attr.base, device.get());
+  EXPECT_EQ(attr.alloc_len, kAlloc);
+  EXPECT_NE(attr.alloc_id, 0u);
+  EXPECT_STREQ(attr.sys_dev, "0000:65:00.0");
+  EXPECT_EQ(attr.numa_node, -1);
+  EXPECT_EQ(attr.dmabuf_fd, -1);  // not asked for
+
+  const int fds = open_fd_count();
+  const hmr_mem_attr exported =
+      query(static_cast<char*>(exportable.get()) + 4096 + 16, 64, HMR_MEM_ATTR_DMABUF);
+  ASSERT_GE(exported.dmabuf_fd, 0);
+  EXPECT_EQ(exported.dmabuf_offset, 16u);  // inside the exported (page-rounded) range
+  EXPECT_EQ(open_fd_count(), fds + 1);
+  close(exported.dmabuf_fd);
+  expect_type(device.get(), HMR_HMEM_CUDA, HMR_MEM_DEVICE_ONLY);
+}
+
+TEST(MemoryQuery, ManagedAndHostAllocMemoryAreToldApart) {
+  FakeAllocation managed(0, kAlloc, FAKE_CUDA_MEM_MANAGED);
+  FakeAllocation pinned(1, kAlloc, FAKE_CUDA_MEM_HOST);
+  EXPECT_EQ(query(managed.get(), 1).kind, HMR_MEM_MANAGED);
+  EXPECT_EQ(query(pinned.get(), 1).kind, HMR_MEM_HOST_ALLOC);
+  EXPECT_EQ(query(pinned.get(), 1).device, 1u);
+  expect_type(managed.get(), HMR_HMEM_CUDA, HMR_MEM_MANAGED);
+  expect_type(pinned.get(), HMR_HMEM_CUDA, HMR_MEM_HOST_ALLOC);
+}
+
+TEST(MemoryQuery, IdentityChangesWhenAnAddressIsFreedAndReused) {
+  auto first = std::make_unique<FakeAllocation>(0, kAlloc);
+  const uint64_t id = query(first->get(), 1).alloc_id;
+  const unsigned long long address = first->address();
+  first->free_now();
+  FakeAllocation second(0, kAlloc);
+  ASSERT_EQ(second.address(), address) << "the fake hands a freed address out first";
+  EXPECT_NE(query(second.get(), 1).alloc_id, id);
+}
+
+TEST(MemoryQuery, MemAllocGivesEachKindOfEachIface) {
+  struct Case {
+    hmr_hmem_iface iface;
+    hmr_mem_kind kind;
+  };
+  for (const Case& c : {Case{HMR_HMEM_CUDA, HMR_MEM_DEVICE_ONLY}, Case{HMR_HMEM_CUDA, HMR_MEM_HOST_ALLOC},
+                        Case{HMR_HMEM_CUDA, HMR_MEM_MANAGED}, Case{HMR_HMEM_SYSTEM, HMR_MEM_HOST}}) {
+    SCOPED_TRACE(std::to_string(c.iface) + "/" + std::to_string(c.kind));
+    void* memory = nullptr;
+    ASSERT_HMR_OK(hmr_mem_alloc(c.iface, 0, 12345, c.kind, &memory));
+    ASSERT_NE(memory, nullptr);
+    expect_type(memory, c.iface, c.kind);
+    if (c.kind != HMR_MEM_DEVICE_ONLY) std::memset(memory, 0x5a, 12345);  // the CPU may touch it
+    ASSERT_HMR_OK(hmr_mem_free(c.iface, memory));
+  }
+}
+
+}  // namespace
+}  // namespace hmr_hmem_test
