@@ -7,6 +7,8 @@
 #include "core/domain.h"
 #include "core/endpoint.h"
 #include "core/event_queue.h"
+#include "core/memory_resolution.h"
+#include "hmem/hmem_registry.h"
 
 namespace hmr::core {
 
@@ -19,13 +21,15 @@ bool MemoryRegion::starts_enabled() const {
 }
 
 Status MemoryRegion::register_now() {
+  if (request_.device_memory() && !request_.dmabuf) return register_device();
   if (domain_.cacheable(request_)) {
     const iovec& segment = request_.segments[0];
-    Result<CacheEntry*> entry = domain_.cache()->get(
+    Result<CacheHandle> handle = domain_.cache()->get(
         reinterpret_cast<uintptr_t>(segment.iov_base), segment.iov_len, domain_.cache_key(request_));
-    if (!entry.ok()) return entry.status();
-    cache_entry_ = *entry;
-    registration_ = cache_entry_->registration;
+    if (!handle.ok()) return handle.status();
+    cache_handle_ = *handle;
+    handle_cache_ = domain_.cache();
+    registration_ = cache_handle_.registration();
     enabled_ = true;  // a shared registration is never disabled: nothing binds to it
     state_.store(State::registered, std::memory_order_release);
     return ok_status();
@@ -45,6 +49,129 @@ Status MemoryRegion::register_now() {
   registration_ = *registered;
   enabled_ = nic_request.enabled;
   state_.store(State::registered, std::memory_order_release);
+  return ok_status();
+}
+
+Status MemoryRegion::register_device() {
+  const hmem::PointerInfo& memory = request_.memory;
+  Result<hmem::Iface*> iface = hmem::Registry::global().loaded_iface(memory.iface);
+  if (!iface.ok()) return iface.status();
+  ExportInputs inputs;
+  Result<hmem::DeviceCapabilities> caps =
+      hmem::Registry::global().capabilities(memory.iface, memory.device);
+  if (caps.ok()) {
+    inputs.device = &*caps;
+  } else {
+    inputs.device_reason = caps.status().reason();
+  }
+  const ExportPlan plan = domain_.plan_export(memory, inputs);
+
+  const iovec& segment = request_.segments[0];
+  nic::RegistrationRequest nic_request = domain_.nic_request(request_.segments, request_.access);
+  nic_request.flags = request_.flags;
+  nic_request.requested_key = request_.requested_key;
+  nic_request.hmem_data = request_.hmem_data;
+  nic_request.page_size = request_.page_size;
+  nic_request.enabled = starts_enabled();
+
+  std::array<std::string, kExportModes> failures;
+  int last_code = HMR_EOPNOTSUPP;
+  for (size_t i = 0; i < plan.count; ++i) {
+    const ExportMode mode = plan.order[i];
+    if (domain_.device_cacheable(request_, mode)) {
+      Result<CacheHandle> handle = domain_.device_cache()->get(
+          reinterpret_cast<uintptr_t>(segment.iov_base), segment.iov_len,
+          domain_.device_cache_key(request_, mode));
+      if (handle.ok()) {
+        cache_handle_ = *handle;
+        handle_cache_ = domain_.device_cache();
+        registration_ = cache_handle_.registration();
+        export_mode_ = mode;
+        enabled_ = true;  // a shared registration is never disabled: nothing binds to it
+        state_.store(State::registered, std::memory_order_release);
+        return ok_status();
+      }
+      failures[static_cast<size_t>(mode)] = handle.status().reason();
+      last_code = handle.status().code();
+      continue;
+    }
+    DeviceHold hold;
+    Result<nic::Registration> registered =
+        register_device_range(domain_, nic_request, memory, **iface, segment, mode, hold);
+    if (registered.ok()) {
+      registration_ = *registered;
+      device_hold_ = std::move(hold);
+      export_mode_ = mode;
+      enabled_ = nic_request.enabled;
+      state_.store(State::registered, std::memory_order_release);
+      return ok_status();
+    }
+    failures[static_cast<size_t>(mode)] = registered.status().reason();
+    last_code = registered.status().code();
+  }
+  if (memory.kind != hmem::MemoryKind::device_only) {
+    // Memory the CPU reaches has one path; its failure is the answer.
+    return make_error(last_code, "%s", failures[static_cast<size_t>(ExportMode::host_va)].c_str());
+  }
+  return make_error(last_code, "%s", describe_no_path(inputs, plan, failures).c_str());
+}
+
+Status MemoryRegion::sync(uint64_t offset, size_t len, uint64_t flags) {
+  if (flags != HMR_SYNC_TO_DEVICE && flags != HMR_SYNC_FROM_DEVICE) {
+    return make_error(HMR_EBADFLAGS, "hmr_mr_sync takes exactly one of HMR_SYNC_TO_DEVICE and "
+                      "HMR_SYNC_FROM_DEVICE (got %#llx)", static_cast<unsigned long long>(flags));
+  }
+  const uint64_t length = request_.length();
+  if (offset > length || len > length - offset) {
+    return make_error(HMR_EINVAL, "sync of [%llu, +%zu) is outside the MR's %llu bytes",
+                      static_cast<unsigned long long>(offset), len,
+                      static_cast<unsigned long long>(length));
+  }
+  HMR_RETURN_IF_ERROR(check_registered());
+  ShadowBuffer* shadow = device_hold_.shadow.get();
+  if (shadow == nullptr) return ok_status();  // the NIC reaches the memory itself
+  const size_t count = len != 0 ? len : static_cast<size_t>(length - offset);
+  if (count == 0) return ok_status();
+  return flags == HMR_SYNC_TO_DEVICE ? shadow->copy_to_device(offset, count)
+                                     : shadow->copy_from_device(offset, count);
+}
+
+Status MemoryRegion::query(hmr_mr_info& info) const {
+  HMR_RETURN_IF_ERROR(check_registered());
+  info.iface = static_cast<hmr_hmem_iface>(request_.memory.iface);
+  info.device = request_.memory.device.value;
+  info.kind = public_kind(request_.memory.kind);
+  info.cached = cache_handle_ ? 1 : 0;
+  info.dmabuf_fd = -1;
+  info.dmabuf_offset = 0;
+  info.shadow = nullptr;
+  if (request_.dmabuf) {
+    info.path = HMR_MR_PATH_CALLER_DMABUF;
+    return ok_status();
+  }
+  switch (export_mode_) {
+    case ExportMode::host_va: info.path = HMR_MR_PATH_ADDRESS; break;
+    case ExportMode::dmabuf: info.path = HMR_MR_PATH_DMABUF; break;
+    case ExportMode::peer_direct: info.path = HMR_MR_PATH_PEER_DIRECT; break;
+    case ExportMode::host_shadow: info.path = HMR_MR_PATH_HOST_SHADOW; break;
+  }
+  if (export_mode_ == ExportMode::dmabuf) {
+    if (cache_handle_) {
+      std::optional<DeviceCacheBackend::ExportView> view =
+          domain_.device_backend().view(cache_handle_.registration());
+      if (view) {
+        info.dmabuf_fd = view->dmabuf_fd;
+        // The entry may start before this MR: the MR's first byte lies further in.
+        info.dmabuf_offset = view->dmabuf_offset +
+                             (reinterpret_cast<uintptr_t>(request_.segments[0].iov_base) -
+                              cache_handle_.entry->start);
+      }
+    } else if (device_hold_.dmabuf) {
+      info.dmabuf_fd = device_hold_.dmabuf->fd();
+      info.dmabuf_offset = device_hold_.dmabuf_offset;
+    }
+  }
+  if (device_hold_.shadow) info.shadow = device_hold_.shadow->host();
   return ok_status();
 }
 
@@ -84,12 +211,13 @@ void MemoryRegion::release() {
     counters_.clear();
   }
   if (state() != State::registered) return;
-  if (cache_entry_ != nullptr) {
-    domain_.cache()->put(cache_entry_);  // the cache deregisters when the entry dies
+  if (cache_handle_) {
+    handle_cache_->put(cache_handle_);  // the cache deregisters when the entry dies
     return;
   }
   Status status = domain_.nic().deregister(registration_);
   if (status.ok()) domain_.stats().record_nic_deregistration();
+  device_hold_ = DeviceHold();  // after the NIC let go: closes the export, unmaps the shadow
 }
 
 Status MemoryRegion::check_registered() const {

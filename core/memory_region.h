@@ -11,7 +11,8 @@
 #include <optional>
 #include <vector>
 
-#include "core/cache/cache_entry.h"
+#include "core/cache/cache_handle.h"
+#include "core/device_registration.h"
 #include "core/mr_request.h"
 #include "core/object.h"
 #include "core/status.h"
@@ -49,9 +50,16 @@ class MemoryRegion : public Tagged<ObjectClass::memory_region> {
   Status bind_counter(Counter& counter, uint64_t flags);
   Status enable();
   Status refresh(const iovec* iov, size_t count);
+  // Host-shadow MRs: copies between the shadow and the device (flags: one HMR_SYNC_*
+  // direction; len 0: to the end).  Other MRs: arguments checked, nothing to copy.
+  Status sync(uint64_t offset, size_t len, uint64_t flags);
+  Status query(hmr_mr_info& info) const;
 
  private:
   Status check_registered() const;
+  // Device memory (and runtime memory the CPU can reach): each path the export decision
+  // allows, in order, through the device cache where it may be shared.
+  Status register_device();
   Status publish_remote_access();  // caller holds mutex_
   bool starts_enabled() const;
   bool contains(const iovec& range) const;
@@ -60,7 +68,10 @@ class MemoryRegion : public Tagged<ObjectClass::memory_region> {
   MrRequest request_;
   std::atomic<State> state_{State::pending};
   nic::Registration registration_;  // written before state_ becomes registered
-  CacheEntry* cache_entry_ = nullptr;  // the shared registration this MR holds, if cached
+  CacheHandle cache_handle_;  // the shared registration this MR holds, if cached
+  RegistrationCache* handle_cache_ = nullptr;  // the domain cache cache_handle_ came from
+  ExportMode export_mode_ = ExportMode::host_va;
+  DeviceHold device_hold_;  // an uncached device registration's export or shadow
 
   std::mutex mutex_;  // bindings, enable state, async completion
   std::condition_variable async_done_cv_;

@@ -1,6 +1,5 @@
 #include "core/cache/block_index.h"
 
-#include <bit>
 #include <utility>
 
 namespace hmr::core {
@@ -21,23 +20,35 @@ unsigned BlockIndex::level_for(uintptr_t start, uint64_t length) {
   return kLevels - 1;
 }
 
+bool BlockIndex::indexable(uintptr_t start, uint64_t length) {
+  if (length == 0 || start + (length - 1) < start) return false;
+  const unsigned top = kLevelShift[kLevels - 1];
+  return ((start + (length - 1)) >> top) - (start >> top) < kMaxBlocksPerEntry;
+}
+
 size_t BlockIndex::slots_needed(const CacheEntry& entry) {
   const unsigned shift = kLevelShift[entry.level];
   return static_cast<size_t>(((entry.end() - 1) >> shift) - (entry.start >> shift) + 1);
 }
 
-CacheEntry* BlockIndex::find(uintptr_t start, uint64_t len, const CacheKey& key) const {
-  const size_t mask = table_.capacity - 1;
+BlockIndex::Slot* BlockIndex::find(uintptr_t start, uint64_t len, const CacheKey& key,
+                                   uint32_t tag) const {
   for (unsigned level = 0; level < kLevels; ++level) {
     if (entries_per_level_[level] == 0) continue;
-    const uint64_t wanted = block_key(level, start >> kLevelShift[level]);
-    for (size_t i = home(wanted);; i = (i + 1) & mask) {
-      const Slot& slot = table_.slots[i];
-      if (slot.entry == nullptr) break;
-      if (slot.block_key == wanted && slot.entry->contains(start, len) &&
-          slot.entry->key == key && (!key.exact_start || slot.entry->start == start)) {
-        return slot.entry;
-      }
+    const uint64_t block = start >> kLevelShift[level];
+    // The level is part of the compared tag: a slot of another level whose computed block
+    // happens to match must not be taken (put() looks for the slot under this level's block).
+    const uint32_t wanted = tag | level << kLevelTagShift;
+    for (size_t i = home(level, block);; i = next(i)) {
+      Slot& slot = table_.slots[i];
+      if (slot.empty()) break;
+      if (slot.key_tag != wanted) continue;
+      const uint64_t length = slot.end - slot.start;
+      if (start < slot.start || len > length || start - slot.start > length - len) continue;
+      if ((slot.start >> kLevelShift[level]) + slot.delta() != block) continue;
+      if (key.exact_start && slot.start != start) continue;
+      if (!KeyTag::is_exact(tag) && !(slot.entry()->key == key)) continue;
+      return &slot;
     }
   }
   return nullptr;
@@ -45,7 +56,7 @@ CacheEntry* BlockIndex::find(uintptr_t start, uint64_t len, const CacheKey& key)
 
 size_t BlockIndex::capacity_for(size_t extra_slots) const {
   size_t capacity = table_.capacity;
-  while (used_ + extra_slots > max_load(capacity)) capacity *= 2;
+  while (used_ + extra_slots > max_load(capacity)) capacity += capacity / 2;
   return capacity == table_.capacity ? 0 : capacity;
 }
 
@@ -58,61 +69,71 @@ BlockIndex::Table BlockIndex::make_table(size_t capacity) {
 
 BlockIndex::Table BlockIndex::adopt(Table fresh) {
   Table old = std::exchange(table_, std::move(fresh));
-  shift_ = 64 - static_cast<unsigned>(std::countr_zero(table_.capacity));
   used_ = 0;
   for (size_t i = 0; i < old.capacity; ++i) {
-    if (old.slots[i].entry != nullptr) insert_slot(old.slots[i].block_key, old.slots[i].entry);
+    if (!old.slots[i].empty()) insert_slot(old.slots[i]);
   }
   return old;
 }
 
-void BlockIndex::insert_slot(uint64_t key, CacheEntry* entry) {
-  const size_t mask = table_.capacity - 1;
-  size_t i = home(key);
-  while (table_.slots[i].entry != nullptr) i = (i + 1) & mask;
-  table_.slots[i] = Slot{key, entry};
+void BlockIndex::insert_slot(const Slot& slot) {
+  size_t i = home(slot.level(), slot.block());
+  while (!table_.slots[i].empty()) i = next(i);
+  table_.slots[i] = slot;
   ++used_;
 }
 
-void BlockIndex::erase_slot(uint64_t key, CacheEntry* entry) {
-  const size_t mask = table_.capacity - 1;
-  size_t hole = home(key);
-  while (!(table_.slots[hole].block_key == key && table_.slots[hole].entry == entry)) {
-    if (table_.slots[hole].entry == nullptr) return;  // not filed: nothing to erase
-    hole = (hole + 1) & mask;
-  }
+BlockIndex::Slot BlockIndex::erase_slot(const CacheEntry* entry, unsigned level, uint64_t block) {
+  Slot* found = slot_of(entry, level, block);
+  if (found == nullptr) return Slot{};  // not filed: nothing to erase
+  const Slot erased = *found;
+  size_t hole = static_cast<size_t>(found - table_.slots.get());
   // Backward-shift deletion: pull later members of the probe run into the hole, so no
-  // tombstones are left to lengthen future probes.
-  for (size_t next = (hole + 1) & mask; table_.slots[next].entry != nullptr;
-       next = (next + 1) & mask) {
-    const size_t ideal = home(table_.slots[next].block_key);
-    const bool movable = hole <= next ? (ideal <= hole || ideal > next)
-                                      : (ideal <= hole && ideal > next);
-    if (movable) {
-      table_.slots[hole] = table_.slots[next];
-      hole = next;
+  // tombstones are left to lengthen future probes.  A member may move back to the hole only
+  // if that does not put it before its home (distances are cyclic: probing wraps around).
+  auto distance = [this](size_t from, size_t to) {
+    return to >= from ? to - from : to + table_.capacity - from;
+  };
+  for (size_t i = next(hole); !table_.slots[i].empty(); i = next(i)) {
+    const size_t ideal = home(table_.slots[i].level(), table_.slots[i].block());
+    if (distance(ideal, i) >= distance(hole, i)) {
+      table_.slots[hole] = table_.slots[i];
+      hole = i;
     }
   }
   table_.slots[hole] = Slot{};
   --used_;
+  return erased;
 }
 
-void BlockIndex::insert(CacheEntry* entry) {
+void BlockIndex::insert(CacheEntry* entry, uint32_t tag, uint32_t first_holds) {
   const unsigned shift = kLevelShift[entry->level];
+  const uint64_t first = entry->start >> shift;
   const uint64_t last = (entry->end() - 1) >> shift;
-  for (uint64_t block = entry->start >> shift; block <= last; ++block) {
-    insert_slot(block_key(entry->level, block), entry);
+  Slot slot;
+  slot.start = entry->start;
+  slot.end = entry->end();
+  slot.key_tag = tag | static_cast<uint32_t>(entry->level) << kLevelTagShift;
+  for (uint64_t block = first; block <= last; ++block) {
+    slot.tagged_entry = reinterpret_cast<uintptr_t>(entry) | static_cast<uintptr_t>(block - first);
+    slot.holds = kFiledRecency | (block == first ? first_holds : 0);
+    insert_slot(slot);
   }
   ++entries_per_level_[entry->level];
 }
 
-void BlockIndex::erase(CacheEntry* entry) {
+uint64_t BlockIndex::erase(CacheEntry* entry) {
   const unsigned shift = kLevelShift[entry->level];
   const uint64_t last = (entry->end() - 1) >> shift;
+  uint64_t holds = 0;
+  bool filed = false;
   for (uint64_t block = entry->start >> shift; block <= last; ++block) {
-    erase_slot(block_key(entry->level, block), entry);
+    const Slot erased = erase_slot(entry, entry->level, block);
+    filed = filed || !erased.empty();
+    holds += erased.hold_count();
   }
-  --entries_per_level_[entry->level];
+  if (filed) --entries_per_level_[entry->level];
+  return holds;
 }
 
 }  // namespace hmr::core

@@ -16,6 +16,7 @@ struct CacheKey {
   uint32_t access = 0;
   int32_t device = 0;
   uint8_t iface = 0;
+  uint8_t export_mode = 0;   // core::ExportMode: how device memory reaches the NIC (0: by address)
   bool exact_start = false;  // 0-based addressing: byte 0 must be the request's own start
 
   bool operator==(const CacheKey&) const = default;
@@ -25,17 +26,18 @@ struct CacheEntry {
   static constexpr uint32_t kInvalid = 1u << 31;  // out of the index; dies with its last user
   static constexpr uint32_t kRefMask = kInvalid - 1;
 
-  std::atomic<uint32_t> state{0};  // reference count | kInvalid
-  std::atomic<uint8_t> referenced{0};  // CLOCK second chance, set on hits
-  uint8_t level = 0;                   // index level the entry is filed under
-  bool subscribed = false;             // its range is watched by the cache's monitor
+  // 0 while the entry is in the cache's index: its references are counted in the index
+  // slots (a hit never writes the entry).  Leaving the index moves their sum here with
+  // kInvalid; each later put() counts down, and the last one deregisters.
+  std::atomic<uint32_t> state{0};
+  uint8_t level = 0;        // index level the entry is filed under
+  bool subscribed = false;  // its range is watched by the cache's monitor
+  bool collected = false;   // on an invalidation's victim list (through `next`)
   uintptr_t start = 0;
   uint64_t length = 0;
   CacheKey key;
   nic::Registration registration;
-  // Ring of cached entries for CLOCK eviction; `next` also chains the dead list.
-  CacheEntry* prev = nullptr;
-  CacheEntry* next = nullptr;
+  CacheEntry* next = nullptr;  // dead list, or an invalidation's victim list
 
   uintptr_t end() const { return start + length; }
   bool contains(uintptr_t first, uint64_t len) const {

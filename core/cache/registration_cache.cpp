@@ -1,5 +1,6 @@
 #include "core/cache/registration_cache.h"
 
+#include <algorithm>
 #include <memory>
 #include <utility>
 
@@ -34,54 +35,60 @@ void RegistrationCache::detach() {
   attached_ = false;
 }
 
-CacheEntry* RegistrationCache::lookup(uintptr_t start, uint64_t len, const CacheKey& key,
-                                      unsigned* slot_out) {
-  const unsigned slot = lock_.lock_shared();
-  *slot_out = slot;
-  CacheEntry* entry = index_.find(start, len, key);
-  if (entry != nullptr) {
-    // In the index means not invalid: invalidation removes entries under the exclusive lock.
-    entry->state.fetch_add(1, std::memory_order_acquire);
-    if (entry->referenced.load(std::memory_order_relaxed) == 0) {
-      entry->referenced.store(1, std::memory_order_relaxed);
+RegistrationCache::Hit RegistrationCache::lookup(uintptr_t start, uint64_t len,
+                                                 const CacheKey& key, unsigned* reader) {
+  const uint32_t tag = KeyTag::of(key);
+  Hit hit;
+  *reader = lock_.lock_shared();
+  // In the index means not invalid: invalidation removes entries under the exclusive lock.
+  // Everything below reads and writes the one slot; the entry is not touched.
+  if (BlockIndex::Slot* slot = index_.find(start, len, key, tag)) {
+    if (BlockIndex::take_hold(*slot)) {
+      hit.handle = CacheHandle{slot->entry(), start, static_cast<uint8_t>(slot->level())};
+      hit.entry_start = slot->start;
+      hit.entry_end = slot->end;
+    } else {
+      hit.saturated = true;
     }
   }
-  lock_.unlock_shared(slot);
-  return entry;
+  lock_.unlock_shared(*reader);
+  return hit;
 }
 
-Result<CacheEntry*> RegistrationCache::get(uintptr_t start, uint64_t len, const CacheKey& key) {
+Result<CacheHandle> RegistrationCache::get(uintptr_t start, uint64_t len, const CacheKey& key) {
+  bool saturated = false;
   if (limits_.max_count != 0) {
     if (monitor_ != nullptr && monitor_->has_pending()) monitor_->wait_pending();
-    unsigned slot = 0;
-    if (CacheEntry* entry = lookup(start, len, key, &slot)) {
-      if (!validate_hits_ || monitor_->valid(entry->start, entry->length)) {
+    unsigned reader = 0;
+    const Hit hit = lookup(start, len, key, &reader);
+    if (hit.handle) {
+      if (!validate_hits_ || monitor_->valid(hit.entry_start, hit.entry_end - hit.entry_start)) {
         // A plain increment of this thread's own slot: no locked instruction on the hit
         // path.  Only threads beyond the 64th share a slot, and may then lose a count.
-        std::atomic<uint64_t>& hits = hit_counters_[slot].hits;
+        std::atomic<uint64_t>& hits = hit_counters_[reader].hits;
         hits.store(hits.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-        return entry;
+        return hit.handle;
       }
-      invalidate(entry->start, entry->end());  // the monitor says it changed: drop it
-      put(entry);
+      invalidate(hit.entry_start, hit.entry_end);  // the monitor says it changed: drop it
+      put(hit.handle);
     }
+    saturated = hit.saturated;
   }
   misses_.fetch_add(1, std::memory_order_relaxed);
   finalize_deferred();
-  return register_and_insert(start, len, key);
+  return register_and_insert(start, len, key, /*may_cache=*/!saturated);
 }
 
-Result<CacheEntry*> RegistrationCache::register_and_insert(uintptr_t start, uint64_t len,
-                                                           const CacheKey& key) {
+Result<CacheHandle> RegistrationCache::register_and_insert(uintptr_t start, uint64_t len,
+                                                           const CacheKey& key, bool may_cache) {
   // Returned to the pool unless it is handed out below.
   std::unique_ptr<CacheEntry, PoolDeleter> entry(pool_.allocate(), PoolDeleter{&pool_});
   entry->start = start;
   entry->length = len;
   entry->key = key;
   entry->level = static_cast<uint8_t>(BlockIndex::level_for(start, len));
-  entry->state.store(1, std::memory_order_relaxed);
 
-  const bool caching = limits_.max_count != 0;
+  const bool caching = may_cache && limits_.max_count != 0 && BlockIndex::indexable(start, len);
   const uint64_t sequence = invalidation_sequence_.load(std::memory_order_acquire);
   bool subscribed = false;
   if (caching && monitor_ != nullptr) subscribed = monitor_->subscribe(start, len).ok();
@@ -98,6 +105,7 @@ Result<CacheEntry*> RegistrationCache::register_and_insert(uintptr_t start, uint
   BlockIndex::Table spare;  // a larger index table, allocated with the lock released
   if (caching && (subscribed || monitor_ == nullptr)) {
     const size_t slots = BlockIndex::slots_needed(*entry);
+    const uint32_t tag = KeyTag::of(key);
     for (;;) {
       lock_.lock();
       size_t capacity = index_.capacity_for(slots);
@@ -107,8 +115,9 @@ Result<CacheEntry*> RegistrationCache::register_and_insert(uintptr_t start, uint
       }
       if (capacity == 0) {
         if (!invalidated_since(sequence, start, start + len) && make_room(len, dead)) {
-          index_.insert(entry.get());
-          ring_insert(entry.get());
+          // The caller's reference goes in the slot of the first block: its start is the
+          // entry's start, so that is the slot put() will look in.
+          index_.insert(entry.get(), tag, /*first_holds=*/1);
           ++count_;
           bytes_ += len;
           inserted = true;
@@ -121,12 +130,12 @@ Result<CacheEntry*> RegistrationCache::register_and_insert(uintptr_t start, uint
     }
   }
   finalize_all(dead);
-  if (!inserted) {
-    // Handed out once: the last put() deregisters it.
-    entry->state.fetch_or(CacheEntry::kInvalid, std::memory_order_relaxed);
-    uncached_.fetch_add(1, std::memory_order_relaxed);
-  }
-  return entry.release();
+  const uint8_t level = entry->level;
+  if (inserted) return CacheHandle{entry.release(), start, level};
+  // Handed out once: the last put() deregisters it.
+  entry->state.store(CacheEntry::kInvalid | 1, std::memory_order_relaxed);
+  uncached_.fetch_add(1, std::memory_order_relaxed);
+  return CacheHandle{entry.release(), start, CacheHandle::kUnindexed};
 }
 
 bool RegistrationCache::invalidated_since(uint64_t sequence, uintptr_t start,
@@ -140,63 +149,67 @@ bool RegistrationCache::invalidated_since(uint64_t sequence, uintptr_t start,
   return false;
 }
 
-void RegistrationCache::put(CacheEntry* entry) {
+void RegistrationCache::put(const CacheHandle& handle) {
+  if (handle.level != CacheHandle::kUnindexed) {
+    const uint64_t block = handle.start >> BlockIndex::kLevelShift[handle.level];
+    const unsigned reader = lock_.lock_shared();
+    BlockIndex::Slot* slot = index_.slot_of(handle.entry, handle.level, block);
+    if (slot != nullptr) BlockIndex::drop_hold(*slot);
+    lock_.unlock_shared(reader);
+    if (slot != nullptr) return;
+    // Not in the index any more: retire() moved this reference into entry->state.
+  }
+  release_unindexed(handle.entry);
+}
+
+void RegistrationCache::release_unindexed(CacheEntry* entry) {
   const uint32_t previous = entry->state.fetch_sub(1, std::memory_order_acq_rel);
   if (previous == (CacheEntry::kInvalid | 1)) finalize(entry);
 }
 
-void RegistrationCache::ring_insert(CacheEntry* entry) {
-  if (clock_hand_ == nullptr) {
-    entry->prev = entry->next = entry;
-    clock_hand_ = entry;
-    return;
-  }
-  entry->next = clock_hand_;
-  entry->prev = clock_hand_->prev;
-  clock_hand_->prev->next = entry;
-  clock_hand_->prev = entry;
-}
-
-void RegistrationCache::ring_remove(CacheEntry* entry) {
-  if (entry->next == entry) {
-    clock_hand_ = nullptr;
-  } else {
-    entry->prev->next = entry->next;
-    entry->next->prev = entry->prev;
-    if (clock_hand_ == entry) clock_hand_ = entry->next;
-  }
-  entry->prev = entry->next = nullptr;
+uint64_t RegistrationCache::holds_of(BlockIndex::Slot& first_slot) const {
+  uint64_t holds = 0;
+  index_.for_each_slot_of(first_slot, [&](BlockIndex::Slot& slot) { holds += slot.hold_count(); });
+  return holds;
 }
 
 void RegistrationCache::retire(CacheEntry* entry, CacheEntry*& dead) {
-  ring_remove(entry);
-  retire_unlinked(entry, dead);
-}
-
-void RegistrationCache::retire_unlinked(CacheEntry* entry, CacheEntry*& dead) {
-  index_.erase(entry);
+  const uint64_t holds = index_.erase(entry);
   --count_;
   bytes_ -= entry->length;
-  // Last touch while a holder may still be out there: once kInvalid is set, that holder's
-  // put() may finalize the entry at any moment.
-  const uint32_t previous = entry->state.fetch_or(CacheEntry::kInvalid, std::memory_order_acq_rel);
-  if ((previous & CacheEntry::kRefMask) == 0) {
+  // Last touch while a holder may still be out there: from now on its put() finds no slot
+  // and counts down entry->state, and may finalize the entry at any moment.
+  entry->state.fetch_add(static_cast<uint32_t>(holds) | CacheEntry::kInvalid,
+                         std::memory_order_acq_rel);
+  if (holds == 0) {
     entry->next = dead;
     dead = entry;
   }
 }
 
 CacheEntry* RegistrationCache::clock_victim() {
-  // Two sweeps at most: the first clears second chances, the second finds one if any is unused.
-  for (size_t step = 0; clock_hand_ != nullptr && step < 2 * count_; ++step) {
-    CacheEntry* candidate = clock_hand_;
-    clock_hand_ = candidate->next;
-    if ((candidate->state.load(std::memory_order_acquire) & CacheEntry::kRefMask) != 0) continue;
-    if (candidate->referenced.load(std::memory_order_relaxed) != 0) {
-      candidate->referenced.store(0, std::memory_order_relaxed);
-      continue;
-    }
-    return candidate;
+  // The hand judges an entry at its first slot.  A hit sets a slot's recency to 2 and filing
+  // to 1 (a new entry outlives one pass, as behind a classic CLOCK hand); each pass lowers
+  // it.  Three passes at most: two bring anything to 0, the third finds an unused entry if
+  // there is one.
+  const size_t capacity = index_.capacity();
+  for (size_t step = 0; step < 3 * capacity; ++step) {
+    if (clock_hand_ >= capacity) clock_hand_ = 0;
+    BlockIndex::Slot& first = index_.slot_at(clock_hand_++);
+    if (first.empty() || first.delta() != 0) continue;
+    uint64_t holds = 0;
+    uint32_t recency = 0;
+    index_.for_each_slot_of(first, [&](BlockIndex::Slot& slot) {
+      holds += slot.hold_count();
+      recency = std::max(recency, slot.recency());
+    });
+    if (holds != 0) continue;
+    if (recency == 0) return first.entry();
+    // Exclusive lock: no hit can change a slot meanwhile, plain writes are enough.
+    const uint32_t lowered = (recency - 1) << BlockIndex::kRecencyShift;
+    index_.for_each_slot_of(first, [&](BlockIndex::Slot& slot) {
+      slot.holds = (slot.holds & ~BlockIndex::kRecencyMask) | lowered;
+    });
   }
   return nullptr;
 }
@@ -219,19 +232,19 @@ void RegistrationCache::invalidate(uintptr_t start, uintptr_t end) {
   const uint64_t sequence = invalidation_sequence_.load(std::memory_order_relaxed) + 1;
   recent_[sequence % kRecent] = RecentInvalidation{sequence, start, end};
   invalidation_sequence_.store(sequence, std::memory_order_release);
-  // Collect first (the index must not change while it is walked), threading the victims
-  // through their ring links after taking them out of the ring.
+  // Collect first (the index must not change while it is walked); an entry filed under
+  // several blocks is met once per block.
   CacheEntry* victims = nullptr;
   index_.for_each_overlapping(start, end, [&](CacheEntry* entry) {
-    if (entry->prev == nullptr) return;  // already collected through another block
-    ring_remove(entry);
+    if (entry->collected) return;
+    entry->collected = true;
     entry->next = victims;
     victims = entry;
   });
   while (victims != nullptr) {
     CacheEntry* entry = victims;
     victims = entry->next;
-    retire_unlinked(entry, dead);
+    retire(entry, dead);
     invalidations_.fetch_add(1, std::memory_order_relaxed);
   }
   lock_.unlock();
@@ -242,12 +255,17 @@ void RegistrationCache::flush() {
   finalize_deferred();
   CacheEntry* dead = nullptr;
   lock_.lock();
-  for (size_t remaining = count_; remaining > 0 && clock_hand_ != nullptr; --remaining) {
-    CacheEntry* entry = clock_hand_;
-    clock_hand_ = entry->next;
-    if ((entry->state.load(std::memory_order_acquire) & CacheEntry::kRefMask) == 0) {
-      retire(entry, dead);
-    }
+  CacheEntry* unused = nullptr;
+  for (size_t i = 0; i < index_.capacity(); ++i) {
+    BlockIndex::Slot& first = index_.slot_at(i);
+    if (first.empty() || first.delta() != 0 || holds_of(first) != 0) continue;
+    first.entry()->next = unused;
+    unused = first.entry();
+  }
+  while (unused != nullptr) {
+    CacheEntry* entry = unused;
+    unused = entry->next;
+    retire(entry, dead);
   }
   lock_.unlock();
   finalize_all(dead);
@@ -292,11 +310,9 @@ CacheStatistics RegistrationCache::statistics() {
   lock_.lock();
   stats.cached_regions = count_;
   stats.cached_bytes = bytes_;
-  CacheEntry* entry = clock_hand_;
-  for (size_t i = 0; i < count_; ++i, entry = entry->next) {
-    if ((entry->state.load(std::memory_order_acquire) & CacheEntry::kRefMask) != 0) {
-      ++stats.in_use_regions;
-    }
+  for (size_t i = 0; i < index_.capacity(); ++i) {
+    BlockIndex::Slot& first = index_.slot_at(i);
+    if (!first.empty() && first.delta() == 0 && holds_of(first) != 0) ++stats.in_use_regions;
   }
   lock_.unlock();
   return stats;

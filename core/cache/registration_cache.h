@@ -4,10 +4,12 @@
 // one hash probe per populated index level, a reference count, no allocation, no exclusive
 // lock), or registers on a miss: the NIC call runs with no lock held, then the entry is
 // inserted under the exclusive lock if no invalidation touched its range meanwhile.
+// A hit reads and writes only the index slot it finds (range, key tag and reference count
+// live there), so it costs one cache miss of shared data, not two.
 // Entries die when the monitor reports their range changed; one still in use stays valid
 // for its holders and is deregistered by the last put().  Unused entries are evicted by
-// CLOCK (second chance) when the count or byte limit is reached.  Deregistration always
-// happens after the lock is released (a dead list threaded through the entries).
+// CLOCK (a hand sweeping the slot table) when the count or byte limit is reached.
+// Deregistration always happens after the lock is released (a dead list through the entries).
 #pragma once
 
 #include <atomic>
@@ -16,6 +18,7 @@
 
 #include "core/cache/block_index.h"
 #include "core/cache/cache_entry.h"
+#include "core/cache/cache_handle.h"
 #include "core/cache/entry_pool.h"
 #include "core/monitor/monitor.h"
 #include "core/sharded_rw_lock.h"
@@ -60,9 +63,9 @@ class RegistrationCache final : public InvalidationSink {
   Status attach();
   void detach();
 
-  // A referenced entry containing [start, start+len); release it with put().
-  Result<CacheEntry*> get(uintptr_t start, uint64_t len, const CacheKey& key);
-  void put(CacheEntry* entry);
+  // A reference to an entry containing [start, start+len); release it with put().
+  Result<CacheHandle> get(uintptr_t start, uint64_t len, const CacheKey& key);
+  void put(const CacheHandle& handle);
 
   void invalidate(uintptr_t start, uintptr_t end) override;
   // Drops every unused entry (domain close, tests).
@@ -71,15 +74,25 @@ class RegistrationCache final : public InvalidationSink {
   const CacheLimits& limits() const { return limits_; }
 
  private:
-  CacheEntry* lookup(uintptr_t start, uint64_t len, const CacheKey& key, unsigned* slot);
-  Result<CacheEntry*> register_and_insert(uintptr_t start, uint64_t len, const CacheKey& key);
+  friend class RegistrationCacheTestPeer;  // white-box tests (saturated slots)
+
+  struct Hit {
+    CacheHandle handle;
+    uintptr_t entry_start = 0;  // the entry's range, for a monitor that validates hits
+    uintptr_t entry_end = 0;
+    bool saturated = false;  // found, but its slot already carries BlockIndex::kMaxHolds
+  };
+  Hit lookup(uintptr_t start, uint64_t len, const CacheKey& key, unsigned* reader);
+  // `may_cache` false: register and hand out uncached (a saturated slot).
+  Result<CacheHandle> register_and_insert(uintptr_t start, uint64_t len, const CacheKey& key,
+                                          bool may_cache);
   bool invalidated_since(uint64_t sequence, uintptr_t start, uintptr_t end) const;
   bool make_room(uint64_t bytes, CacheEntry*& dead);
   CacheEntry* clock_victim();
-  void ring_insert(CacheEntry* entry);
-  void ring_remove(CacheEntry* entry);
-  void retire(CacheEntry* entry, CacheEntry*& dead);  // out of index and ring (locked)
-  void retire_unlinked(CacheEntry* entry, CacheEntry*& dead);  // already out of the ring
+  // References held through `first_slot` (an entry's first) and the entry's other slots.
+  uint64_t holds_of(BlockIndex::Slot& first_slot) const;
+  void retire(CacheEntry* entry, CacheEntry*& dead);  // out of the index (locked)
+  void release_unindexed(CacheEntry* entry);          // a put() through entry->state
   void finalize(CacheEntry* entry);
   // Deregisters and frees `dead` now, or, on a monitor's event thread, hands it to the next
   // cache call on another thread.
@@ -95,7 +108,7 @@ class RegistrationCache final : public InvalidationSink {
 
   ShardedRwLock lock_;
   BlockIndex index_;
-  CacheEntry* clock_hand_ = nullptr;  // ring of cached entries, guarded by lock_ (exclusive)
+  size_t clock_hand_ = 0;  // slot index the CLOCK sweep resumes at; lock_ (exclusive)
   size_t count_ = 0;
   uint64_t bytes_ = 0;
 

@@ -1,9 +1,11 @@
 // core::BlockIndex — the registration cache's interval index: entries filed per address block
 // at one of four granularities, found by one probe per populated level, erased without
-// tombstones, grown by tables made outside the lock.
+// tombstones, grown by tables made outside the lock; and its slots, which carry what a hit
+// needs (range, key tag, references) so that a hit never reads the entry.
 #include "core/cache/block_index.h"
 
 #include <gtest/gtest.h>
+#include <hmr/hmr.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -35,6 +37,10 @@ std::unique_ptr<CacheEntry> make_entry(uintptr_t start, uint64_t length,
   return entry;
 }
 
+void insert(BlockIndex& index, CacheEntry* entry, uint32_t first_holds = 0) {
+  index.insert(entry, KeyTag::of(entry->key), first_holds);
+}
+
 // Grows the index the way the cache does: a table made "outside the lock", then adopted.
 void insert_growing(BlockIndex& index, CacheEntry* entry) {
   const size_t capacity = index.capacity_for(BlockIndex::slots_needed(*entry));
@@ -42,7 +48,33 @@ void insert_growing(BlockIndex& index, CacheEntry* entry) {
     BlockIndex::Table old = index.adopt(BlockIndex::make_table(capacity));
     EXPECT_GT(index.capacity(), old.capacity);
   }
-  index.insert(entry);
+  insert(index, entry);
+}
+
+// The entry whose slot hits [start, start+len) with `key`, as the cache looks it up; also
+// checks that the slot is the one filing it under the block of `start` at its own level,
+// which is where put() will look for it.
+CacheEntry* find(const BlockIndex& index, uintptr_t start, uint64_t len, const CacheKey& key) {
+  BlockIndex::Slot* slot = index.find(start, len, key, KeyTag::of(key));
+  if (slot == nullptr) return nullptr;
+  CacheEntry* entry = slot->entry();
+  EXPECT_EQ(slot->level(), entry->level);
+  EXPECT_EQ(slot->block(), start >> BlockIndex::kLevelShift[entry->level]);
+  EXPECT_EQ(slot->start, entry->start);
+  EXPECT_EQ(slot->end, entry->end());
+  EXPECT_EQ(index.slot_of(entry, entry->level, slot->block()), slot);
+  return entry;
+}
+
+// The entry's slots, found through its first one.
+std::vector<BlockIndex::Slot*> slots_of(const BlockIndex& index, const CacheEntry& entry) {
+  std::vector<BlockIndex::Slot*> slots;
+  BlockIndex::Slot* first =
+      index.slot_of(&entry, entry.level, entry.start >> BlockIndex::kLevelShift[entry.level]);
+  if (first == nullptr) return slots;
+  EXPECT_EQ(first->delta(), 0u);
+  index.for_each_slot_of(*first, [&](BlockIndex::Slot& slot) { slots.push_back(&slot); });
+  return slots;
 }
 
 std::set<CacheEntry*> overlapping(const BlockIndex& index, uintptr_t start, uintptr_t end) {
@@ -72,6 +104,17 @@ TEST(BlockIndexLevel, LargerRangesClimbLevels) {
   EXPECT_EQ(BlockIndex::level_for(0, 64 * k512G), 3u);  // the top level takes everything
 }
 
+TEST(BlockIndexLevel, MoreThanEightTopLevelBlocksCannotBeFiled) {
+  // The block's delta lives in the low bits of the entry pointer: eight blocks at most.
+  EXPECT_TRUE(BlockIndex::indexable(0, 8 * k512G));
+  EXPECT_FALSE(BlockIndex::indexable(0, 8 * k512G + 1));
+  EXPECT_FALSE(BlockIndex::indexable(k512G - 1, 8 * k512G));
+  EXPECT_TRUE(BlockIndex::indexable(0x7f0000000000, kPage));
+  EXPECT_FALSE(BlockIndex::indexable(0x1000, 0)) << "empty";
+  EXPECT_FALSE(BlockIndex::indexable(UINTPTR_MAX - kPage + 2, kPage)) << "wraps around";
+  EXPECT_TRUE(BlockIndex::indexable(UINTPTR_MAX - kPage + 1, kPage)) << "ends at the very top";
+}
+
 TEST(BlockIndexLevel, SlotsNeededCountsTouchedBlocksAtTheLevel) {
   auto one = make_entry(0x10000, kPage);
   EXPECT_EQ(BlockIndex::slots_needed(*one), 1u);
@@ -92,21 +135,21 @@ TEST(BlockIndexLevel, SlotsNeededCountsTouchedBlocksAtTheLevel) {
 TEST(BlockIndex, FindsContainedRangesWithTheSameKeyOnly) {
   BlockIndex index;
   auto entry = make_entry(0x100000, 4 * kPage);
-  index.insert(entry.get());
+  insert(index, entry.get());
   EXPECT_EQ(index.slots_used(), 4u);
 
-  EXPECT_EQ(index.find(0x100000, 4 * kPage, entry->key), entry.get());
-  EXPECT_EQ(index.find(0x100000 + kPage + 17, 100, entry->key), entry.get());
-  EXPECT_EQ(index.find(0x100000 + 4 * kPage - 1, 1, entry->key), entry.get());
+  EXPECT_EQ(find(index, 0x100000, 4 * kPage, entry->key), entry.get());
+  EXPECT_EQ(find(index, 0x100000 + kPage + 17, 100, entry->key), entry.get());
+  EXPECT_EQ(find(index, 0x100000 + 4 * kPage - 1, 1, entry->key), entry.get());
   // Not contained: past either end.
-  EXPECT_EQ(index.find(0x100000, 4 * kPage + 1, entry->key), nullptr);
-  EXPECT_EQ(index.find(0x100000 - 1, 2, entry->key), nullptr);
-  EXPECT_EQ(index.find(0x100000 + 4 * kPage, 1, entry->key), nullptr);
+  EXPECT_EQ(find(index, 0x100000, 4 * kPage + 1, entry->key), nullptr);
+  EXPECT_EQ(find(index, 0x100000 - 1, 2, entry->key), nullptr);
+  EXPECT_EQ(find(index, 0x100000 + 4 * kPage, 1, entry->key), nullptr);
   // Another sharing key.
-  EXPECT_EQ(index.find(0x100000, kPage, key_with_access(2)), nullptr);
+  EXPECT_EQ(find(index, 0x100000, kPage, key_with_access(2)), nullptr);
   CacheKey other_device = entry->key;
   other_device.device = 3;
-  EXPECT_EQ(index.find(0x100000, kPage, other_device), nullptr);
+  EXPECT_EQ(find(index, 0x100000, kPage, other_device), nullptr);
 }
 
 TEST(BlockIndex, ExactStartKeysMatchOnlyTheSameStart) {
@@ -114,9 +157,9 @@ TEST(BlockIndex, ExactStartKeysMatchOnlyTheSameStart) {
   CacheKey exact = key_with_access(1);
   exact.exact_start = true;
   auto entry = make_entry(0x200000, 4 * kPage, exact);
-  index.insert(entry.get());
-  EXPECT_EQ(index.find(0x200000, kPage, exact), entry.get());
-  EXPECT_EQ(index.find(0x200000 + kPage, kPage, exact), nullptr);
+  insert(index, entry.get());
+  EXPECT_EQ(find(index, 0x200000, kPage, exact), entry.get());
+  EXPECT_EQ(find(index, 0x200000 + kPage, kPage, exact), nullptr);
 }
 
 TEST(BlockIndex, FindsAcrossLevels) {
@@ -129,28 +172,28 @@ TEST(BlockIndex, FindsAcrossLevels) {
   ASSERT_EQ(medium->level, 1u);
   ASSERT_EQ(large->level, 2u);
   ASSERT_EQ(huge->level, 3u);
-  for (auto* entry : {small.get(), medium.get(), large.get(), huge.get()}) index.insert(entry);
+  for (auto* entry : {small.get(), medium.get(), large.get(), huge.get()}) insert(index, entry);
 
   const CacheKey key = key_with_access(1);
-  EXPECT_EQ(index.find(0x40000000, kPage, key), small.get());
-  EXPECT_EQ(index.find(0x80000000 + k2M + 5, kPage, key), medium.get());
-  EXPECT_EQ(index.find(0x100000000 + 2 * k1G, k1G, key), large.get());
-  EXPECT_EQ(index.find(0x10000000000 + 8 * k1G, k1G, key), huge.get());
-  EXPECT_EQ(index.find(0x10000000000 + 8 * k1G, k1G + 1, key), nullptr);
-  EXPECT_EQ(index.find(0x30000000, kPage, key), nullptr);
+  EXPECT_EQ(find(index, 0x40000000, kPage, key), small.get());
+  EXPECT_EQ(find(index, 0x80000000 + k2M + 5, kPage, key), medium.get());
+  EXPECT_EQ(find(index, 0x100000000 + 2 * k1G, k1G, key), large.get());
+  EXPECT_EQ(find(index, 0x10000000000 + 8 * k1G, k1G, key), huge.get());
+  EXPECT_EQ(find(index, 0x10000000000 + 8 * k1G, k1G + 1, key), nullptr);
+  EXPECT_EQ(find(index, 0x30000000, kPage, key), nullptr);
 }
 
 TEST(BlockIndex, OverlappingEntriesAreAllFindable) {
   BlockIndex index;
   auto outer = make_entry(0x300000, 8 * kPage, key_with_access(1));
   auto inner = make_entry(0x300000 + 2 * kPage, kPage, key_with_access(2));
-  index.insert(outer.get());
-  index.insert(inner.get());
-  EXPECT_EQ(index.find(0x300000 + 2 * kPage, kPage, key_with_access(1)), outer.get());
-  EXPECT_EQ(index.find(0x300000 + 2 * kPage, kPage, key_with_access(2)), inner.get());
+  insert(index, outer.get());
+  insert(index, inner.get());
+  EXPECT_EQ(find(index, 0x300000 + 2 * kPage, kPage, key_with_access(1)), outer.get());
+  EXPECT_EQ(find(index, 0x300000 + 2 * kPage, kPage, key_with_access(2)), inner.get());
   index.erase(outer.get());
-  EXPECT_EQ(index.find(0x300000 + 2 * kPage, kPage, key_with_access(1)), nullptr);
-  EXPECT_EQ(index.find(0x300000 + 2 * kPage, kPage, key_with_access(2)), inner.get());
+  EXPECT_EQ(find(index, 0x300000 + 2 * kPage, kPage, key_with_access(1)), nullptr);
+  EXPECT_EQ(find(index, 0x300000 + 2 * kPage, kPage, key_with_access(2)), inner.get());
   index.erase(inner.get());
   EXPECT_EQ(index.slots_used(), 0u);
 }
@@ -161,14 +204,20 @@ TEST(BlockIndex, CapacityForSaysWhenTheTableMustGrow) {
   BlockIndex index;
   const size_t initial = index.capacity();
   ASSERT_GT(initial, 0u);
-  EXPECT_EQ(initial & (initial - 1), 0u) << "capacity must be a power of two";
   EXPECT_EQ(index.capacity_for(1), 0u);
+  EXPECT_EQ(index.capacity_for(initial / 4 * 3), 0u) << "a load of 3/4 is allowed";
+  EXPECT_EQ(index.capacity_for(initial / 4 * 3 + 1), initial + initial / 2)
+      << "the table grows by half (not doubling), to any capacity";
   const size_t needed = index.capacity_for(initial);  // a full table is over any sane load
-  EXPECT_GT(needed, initial);
-  EXPECT_EQ(needed & (needed - 1), 0u);
+  EXPECT_EQ(needed, initial + initial / 2);
+  // 64 -> 96 -> 144 -> 216 -> 324 -> 486: the first step whose 3/4 holds 256 slots.
+  ASSERT_EQ(initial, 64u);
+  EXPECT_EQ(index.capacity_for(256), 486u);
   BlockIndex::Table fresh = BlockIndex::make_table(needed);
   EXPECT_EQ(fresh.capacity, needed);
-  for (size_t i = 0; i < fresh.capacity; ++i) EXPECT_EQ(fresh.slots[i].entry, nullptr);
+  for (size_t i = 0; i < fresh.capacity; ++i) EXPECT_TRUE(fresh.slots[i].empty());
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(fresh.slots.get()) % 32, 0u)
+      << "slots must not straddle cache lines";
   BlockIndex::Table old = index.adopt(std::move(fresh));
   EXPECT_EQ(old.capacity, initial);
   EXPECT_EQ(index.capacity(), needed);
@@ -192,10 +241,10 @@ TEST(BlockIndex, ManyEntriesForceGrowthAndStayFindable) {
   }
   EXPECT_GT(index.capacity(), initial);
   for (const auto& entry : entries) {
-    EXPECT_EQ(index.find(entry->start, entry->length, entry->key), entry.get());
-    EXPECT_EQ(index.find(entry->end() - 1, 1, entry->key), entry.get());
+    EXPECT_EQ(find(index, entry->start, entry->length, entry->key), entry.get());
+    EXPECT_EQ(find(index, entry->end() - 1, 1, entry->key), entry.get());
   }
-  EXPECT_EQ(index.find(0x7f0000000000 + 3 * kPage, 1, key_with_access(1)), nullptr);
+  EXPECT_EQ(find(index, 0x7f0000000000 + 3 * kPage, 1, key_with_access(1)), nullptr);
 }
 
 TEST(BlockIndex, BackwardShiftEraseKeepsTheOthersFindable) {
@@ -216,7 +265,7 @@ TEST(BlockIndex, BackwardShiftEraseKeepsTheOthersFindable) {
     erased.insert(victim);
     for (size_t i = 0; i < entries.size(); ++i) {
       const CacheEntry& entry = *entries[i];
-      CacheEntry* found = index.find(entry.start, entry.length, entry.key);
+      CacheEntry* found = find(index, entry.start, entry.length, entry.key);
       if (erased.count(i) != 0) {
         ASSERT_EQ(found, nullptr) << "erased entry " << i << " still found";
       } else {
@@ -242,12 +291,12 @@ TEST(BlockIndex, EraseAndReinsertManyTimesLeavesNoTombstones) {
     CacheEntry* entry = entries[static_cast<size_t>(round * 7) % entries.size()].get();
     index.erase(entry);
     ASSERT_EQ(index.capacity_for(1), 0u);
-    index.insert(entry);
+    insert(index, entry);
   }
   EXPECT_EQ(index.capacity(), capacity) << "churn at constant size must not grow the table";
   EXPECT_EQ(index.slots_used(), entries.size());
   for (const auto& entry : entries) {
-    EXPECT_EQ(index.find(entry->start, entry->length, entry->key), entry.get());
+    EXPECT_EQ(find(index, entry->start, entry->length, entry->key), entry.get());
   }
 }
 
@@ -259,7 +308,7 @@ TEST(BlockIndex, ForEachOverlappingVisitsExactlyTheOverlappingEntries) {
   auto b = make_entry(0x600000 + 2 * kPage, kPage);
   auto c = make_entry(0x600000 + 10 * kPage, kPage);
   auto big = make_entry(0x40000000, 5 * k2M);
-  for (auto* entry : {a.get(), b.get(), c.get(), big.get()}) index.insert(entry);
+  for (auto* entry : {a.get(), b.get(), c.get(), big.get()}) insert(index, entry);
 
   EXPECT_EQ(overlapping(index, 0x600000, 0x600000 + 1), (std::set<CacheEntry*>{a.get()}));
   EXPECT_EQ(overlapping(index, 0x600000 + 2 * kPage - 1, 0x600000 + 2 * kPage + 1),
@@ -284,7 +333,7 @@ TEST(BlockIndex, ForEachOverlappingOverHugeRangesFindsEverything) {
                                  (1 + i % 4) * kPage));
     insert_growing(index, entries.back().get());
   }
-  auto giant = make_entry(0x100000000000 + 2000 * k1G, 20 * k512G);
+  auto giant = make_entry(0x100000000000 + 2000 * k1G, 6 * k512G);  // 7 top-level blocks
   ASSERT_EQ(giant->level, 3u);
   insert_growing(index, giant.get());
 
@@ -306,6 +355,244 @@ TEST(BlockIndex, ForEachOverlappingOverHugeRangesFindsEverything) {
   index.erase(giant.get());
   EXPECT_EQ(index.slots_used(), 0u);
   EXPECT_TRUE(overlapping(index, 0, UINTPTR_MAX).empty());
+}
+
+
+// ------------------------------------------------------------------ key tags
+
+TEST(KeyTag, HostKeysAreEncodedExactly) {
+  CacheKey key = key_with_access(HMR_READ | HMR_REMOTE_WRITE);
+  EXPECT_TRUE(KeyTag::is_exact(KeyTag::of(key)));
+  EXPECT_EQ(KeyTag::of(key), HMR_READ | HMR_REMOTE_WRITE);
+  CacheKey exact = key;
+  exact.exact_start = true;
+  EXPECT_TRUE(KeyTag::is_exact(KeyTag::of(exact)));
+  EXPECT_NE(KeyTag::of(exact), KeyTag::of(key));
+  EXPECT_NE(KeyTag::of(key_with_access(HMR_READ)), KeyTag::of(key_with_access(HMR_WRITE)));
+  EXPECT_EQ(KeyTag::of(key) & KeyTag::kIndexBits, 0u);
+}
+
+TEST(KeyTag, AnyOtherKeyIsHashed) {
+  CacheKey device = key_with_access(HMR_READ);
+  device.device = 1;
+  CacheKey allocation = key_with_access(HMR_READ);
+  allocation.alloc_id = 42;
+  CacheKey iface = key_with_access(HMR_READ);
+  iface.iface = 2;
+  CacheKey high_access = key_with_access(1u << 30);  // cannot be encoded exactly
+  for (const CacheKey& key : {device, allocation, iface, high_access}) {
+    const uint32_t tag = KeyTag::of(key);
+    EXPECT_FALSE(KeyTag::is_exact(tag));
+    EXPECT_EQ(tag & KeyTag::kIndexBits, 0u);
+    EXPECT_EQ(KeyTag::of(key), tag) << "a key's tag must not change";
+  }
+}
+
+TEST(BlockIndex, HostHitsAreDecidedByTheSlotAlone) {
+  BlockIndex index;
+  auto entry = make_entry(0x700000, kPage, key_with_access(HMR_READ));
+  insert(index, entry.get());
+  // Scribble on the entry's own copy of range and key: a host lookup must not read them.
+  entry->key.access = HMR_WRITE;
+  entry->start = 0;
+  entry->length = 1;
+  const CacheKey key = key_with_access(HMR_READ);
+  BlockIndex::Slot* slot = index.find(0x700000, kPage, key, KeyTag::of(key));
+  ASSERT_NE(slot, nullptr);
+  EXPECT_EQ(slot->entry(), entry.get());
+  EXPECT_EQ(index.find(0x700000, kPage, key_with_access(HMR_WRITE),
+                       KeyTag::of(key_with_access(HMR_WRITE))),
+            nullptr);
+}
+
+TEST(BlockIndex, HashedTagMatchesAreConfirmedAgainstTheEntryKey) {
+  BlockIndex index;
+  CacheKey filed = key_with_access(HMR_READ);
+  filed.device = 1;
+  CacheKey asked = filed;
+  asked.device = 2;
+  auto entry = make_entry(0x800000, kPage, filed);
+  // File it under the other key's tag: what a hash collision between the two would do.
+  index.insert(entry.get(), KeyTag::of(asked), 0);
+  EXPECT_EQ(index.find(0x800000, kPage, asked, KeyTag::of(asked)), nullptr)
+      << "a colliding tag was taken for a key match";
+  EXPECT_EQ(index.find(0x800000, kPage, filed, KeyTag::of(filed)), nullptr)
+      << "wrong tag, must not match";
+  index.erase(entry.get());
+  insert(index, entry.get());
+  EXPECT_EQ(find(index, 0x800000, kPage, filed), entry.get());
+  EXPECT_EQ(find(index, 0x800000, kPage, asked), nullptr);
+}
+
+// ------------------------------------------------------------------ holds in the slots
+
+TEST(BlockIndex, EachBlockOfAnEntryHasASlotWithTheRangeAndItsDelta) {
+  BlockIndex index;
+  auto entry = make_entry(0x900800, 7 * kPage);  // straddles 8 pages
+  ASSERT_EQ(BlockIndex::slots_needed(*entry), 8u);
+  insert(index, entry.get(), /*first_holds=*/1);
+  const std::vector<BlockIndex::Slot*> slots = slots_of(index, *entry);
+  ASSERT_EQ(slots.size(), 8u);
+  for (unsigned delta = 0; delta < 8; ++delta) {
+    const BlockIndex::Slot& slot = *slots[delta];
+    EXPECT_EQ(slot.delta(), delta);
+    EXPECT_EQ(slot.entry(), entry.get());
+    EXPECT_EQ(slot.start, entry->start);
+    EXPECT_EQ(slot.end, entry->end());
+    EXPECT_EQ(slot.block(), (entry->start >> 12) + delta);
+    EXPECT_EQ(slot.hold_count(), delta == 0 ? 1u : 0u) << "the filer's hold is in the first slot";
+    EXPECT_EQ(slot.recency(), 1u) << "filing counts as one use";
+  }
+  // A lookup anywhere in the range goes through that block's slot.
+  EXPECT_EQ(index.find(entry->start + 5 * kPage, 10, entry->key, KeyTag::of(entry->key)),
+            slots[5]);
+}
+
+TEST(BlockIndex, HoldsTakenThroughAnySlotAreSummedByErase) {
+  BlockIndex index;
+  auto entry = make_entry(0xa00000, 3 * kPage);
+  insert(index, entry.get(), /*first_holds=*/1);
+  const uint32_t tag = KeyTag::of(entry->key);
+  for (uint64_t page = 0; page < 3; ++page) {
+    BlockIndex::Slot* slot = index.find(entry->start + page * kPage, kPage, entry->key, tag);
+    ASSERT_NE(slot, nullptr);
+    EXPECT_TRUE(BlockIndex::take_hold(*slot));
+    EXPECT_EQ(slot->recency(), 2u) << "a hit marks the slot recently used";
+  }
+  BlockIndex::Slot* middle = index.find(entry->start + kPage, kPage, entry->key, tag);
+  EXPECT_TRUE(BlockIndex::take_hold(*middle));
+  BlockIndex::drop_hold(*slots_of(index, *entry)[2]);
+  EXPECT_EQ(index.erase(entry.get()), 4u);  // 1 filed + 3 hits + 1 more - 1 dropped
+  EXPECT_EQ(index.slots_used(), 0u);
+  EXPECT_EQ(index.slot_of(entry.get(), entry->level, entry->start >> 12), nullptr)
+      << "put() must find no slot once the entry is out";
+  EXPECT_EQ(index.erase(entry.get()), 0u);
+}
+
+TEST(BlockIndex, ASaturatedSlotRefusesMoreHolds) {
+  BlockIndex index;
+  auto entry = make_entry(0xb00000, kPage);
+  insert(index, entry.get(), 1);
+  BlockIndex::Slot* slot = index.find(entry->start, kPage, entry->key, KeyTag::of(entry->key));
+  ASSERT_NE(slot, nullptr);
+  slot->holds = BlockIndex::kFiledRecency | (BlockIndex::kMaxHolds - 1);
+  EXPECT_TRUE(BlockIndex::take_hold(*slot));
+  EXPECT_EQ(slot->hold_count(), BlockIndex::kMaxHolds);
+  const uint32_t saturated = slot->holds;
+  EXPECT_FALSE(BlockIndex::take_hold(*slot));
+  EXPECT_EQ(slot->holds, saturated) << "a refused hold must change nothing";
+  BlockIndex::drop_hold(*slot);
+  EXPECT_TRUE(BlockIndex::take_hold(*slot));
+  slot->holds = 0;
+  index.erase(entry.get());
+}
+
+TEST(BlockIndex, HoldsMoveWithTheirSlotsOnGrowthAndErase) {
+  BlockIndex index;
+  std::vector<std::unique_ptr<CacheEntry>> entries;
+  // Filed with one hold each, then grown several times and thinned out by erases that shift
+  // the others back: every survivor must still carry exactly its hold.
+  for (uint64_t i = 0; i < 500; ++i) {
+    entries.push_back(make_entry(0x7c0000000000 + i * 3 * kPage, (1 + i % 2) * kPage));
+    const size_t capacity = index.capacity_for(BlockIndex::slots_needed(*entries.back()));
+    if (capacity != 0) (void)index.adopt(BlockIndex::make_table(capacity));
+    insert(index, entries.back().get(), /*first_holds=*/1);
+  }
+  for (size_t i = 0; i < entries.size(); i += 2) EXPECT_EQ(index.erase(entries[i].get()), 1u);
+  for (size_t i = 1; i < entries.size(); i += 2) {
+    const CacheEntry& entry = *entries[i];
+    BlockIndex::Slot* first = index.slot_of(&entry, entry.level, entry.start >> 12);
+    ASSERT_NE(first, nullptr);
+    EXPECT_EQ(first->hold_count(), 1u);
+    EXPECT_EQ(find(index, entry.start, entry.length, entry.key), &entry);
+    EXPECT_EQ(index.erase(entries[i].get()), 1u);
+  }
+  EXPECT_EQ(index.slots_used(), 0u);
+}
+
+TEST(BlockIndex, ProbeRunsWrapAroundTheEndOfTheTable) {
+  BlockIndex index;
+  const size_t capacity = index.capacity();
+  std::vector<std::unique_ptr<CacheEntry>> entries;
+  // Three pages homed at the last slot (their run wraps to slots 0 and 1), then other pages up
+  // to the maximum load.
+  for (uint64_t block = 0x100; entries.size() < 3; ++block) {
+    if (index.home(0, block) == capacity - 1) {
+      entries.push_back(make_entry(block << 12, kPage));
+      insert(index, entries.back().get());
+    }
+  }
+  ASSERT_EQ(index.slot_at(0).entry(), entries[1].get());
+  ASSERT_EQ(index.slot_at(1).entry(), entries[2].get());
+  for (uint64_t i = 0; index.capacity_for(1) == 0; ++i) {
+    entries.push_back(make_entry(0x3000000 + i * 5 * kPage, kPage));
+    insert(index, entries.back().get());
+  }
+  ASSERT_EQ(index.capacity(), capacity);
+  for (const auto& entry : entries) {
+    ASSERT_EQ(find(index, entry->start, entry->length, entry->key), entry.get());
+  }
+  // Erase everything, checking the rest after each erase (backward shifts across the end).
+  for (size_t victim = 0; victim < entries.size(); ++victim) {
+    index.erase(entries[victim].get());
+    for (size_t i = victim + 1; i < entries.size(); ++i) {
+      const CacheEntry& entry = *entries[i];
+      ASSERT_EQ(find(index, entry.start, entry.length, entry.key), &entry)
+          << "entry " << i << " lost after erasing " << victim;
+    }
+  }
+  EXPECT_EQ(index.slots_used(), 0u);
+}
+
+TEST(BlockIndex, ALevelIsOnlySearchedForItsOwnSlots) {
+  // A 2 MiB-level entry at S has the slot (level 1, block (S >> 21) + 2, delta 2).
+  // Recomputed with the 4 KiB shift, that slot claims block (S >> 12) + 2, which is where a
+  // lookup of R = S + 2 pages probes at level 0.  Build the collision: the level-0 probe run
+  // of R must cross that slot (fillers occupy everything in between).  It must not be taken
+  // there: put() would then look for the hold under R's 2 MiB block, the entry's first slot.
+  BlockIndex index;
+  const size_t capacity = index.capacity();
+  uintptr_t s = 0;
+  size_t first_home = 0, target_home = 0;
+  for (uintptr_t candidate = 0x40000000;; candidate += k2M) {
+    first_home = index.home(0, (candidate >> 12) + 2);
+    target_home = index.home(1, (candidate >> 21) + 2);
+    const size_t home0 = index.home(1, candidate >> 21);
+    const size_t home1 = index.home(1, (candidate >> 21) + 1);
+    const size_t gap = (target_home + capacity - first_home) % capacity;
+    const bool apart = home0 != home1 && home0 != target_home && home1 != target_home;
+    if (gap >= 1 && gap <= 8 && apart) {
+      s = candidate;
+      break;
+    }
+  }
+  auto large = make_entry(s, 3 * k2M);
+  ASSERT_EQ(large->level, 1u);
+  insert(index, large.get());
+  ASSERT_EQ(index.slot_at(target_home).entry(), large.get());
+  ASSERT_EQ(index.slot_at(target_home).delta(), 2u);
+  // Fillers: pages under another key, each homed at one of the slots before that one.
+  std::vector<std::unique_ptr<CacheEntry>> fillers;
+  for (size_t position = first_home; position != target_home;
+       position = (position + 1) % capacity) {
+    for (uint64_t block = 0x10;; ++block) {
+      if (index.home(0, block) == position) {
+        fillers.push_back(make_entry(block << 12, kPage, key_with_access(2)));
+        insert(index, fillers.back().get());
+        break;
+      }
+    }
+  }
+  ASSERT_EQ(index.slot_at(target_home).delta(), 2u) << "fillers moved the large entry's slot";
+  // The lookup of R walks the level-0 run into that slot; it must find the entry through its
+  // first slot at level 1 (R's 2 MiB block), where put() will look.
+  const uintptr_t r = s + 2 * kPage;
+  BlockIndex::Slot* slot = index.find(r, kPage, large->key, KeyTag::of(large->key));
+  ASSERT_NE(slot, nullptr);
+  EXPECT_EQ(slot->entry(), large.get());
+  EXPECT_EQ(slot->level(), 1u);
+  EXPECT_EQ(slot->delta(), 0u);
+  EXPECT_EQ(slot, index.slot_of(large.get(), 1, r >> 21));
 }
 
 }  // namespace
