@@ -1,0 +1,44 @@
+// Domain::registration_cost: how the measurement registers on this domain's NIC.
+#include "core/domain.h"
+#include "core/stopwatch.h"
+
+namespace hmr::core {
+namespace {
+// A key from the top of the key space, where applications seldom pick theirs; one in use is
+// skipped (the domain's requested-key registry says which).
+constexpr int kKeyAttempts = 16;
+}  // namespace
+
+Result<nic::LinearCost> Domain::registration_cost() {
+  const TimedRegistration register_once = [this](void* buf, size_t len) -> Result<uint64_t> {
+    const iovec segment{buf, len};
+    nic::RegistrationRequest request =
+        nic_request({&segment, 1}, HMR_READ | HMR_WRITE | HMR_REMOTE_READ | HMR_REMOTE_WRITE);
+    // Never reachable by a peer where the domain lets hmr keep it so.
+    request.enabled = !has_mode(HMR_MR_ENDPOINT);
+    std::optional<uint64_t> reserved;
+    if (!has_mode(HMR_MR_PROV_KEY)) {
+      const uint64_t top = rules_.key_size >= 8 ? UINT64_MAX
+                                                : (uint64_t{1} << (8 * rules_.key_size)) - 1;
+      for (int i = 0; i < kKeyAttempts && !reserved; ++i) {
+        if (requested_keys_.reserve(top - static_cast<uint64_t>(i)).ok()) {
+          reserved = top - static_cast<uint64_t>(i);
+        }
+      }
+      if (!reserved) {
+        return make_error(HMR_ENOKEY, "no free key to measure the registration cost with");
+      }
+      request.requested_key = reserved;
+    }
+    const Stopwatch stopwatch;
+    Result<nic::Registration> registered = nic_->register_memory(request);
+    const uint64_t elapsed = stopwatch.elapsed_ns();
+    Status status = registered.ok() ? nic_->deregister(*registered) : registered.status();
+    if (reserved) requested_keys_.release(*reserved);
+    if (!status.ok()) return status;
+    return elapsed;
+  };
+  return registration_cost_.get(nic_->capabilities(), register_once);
+}
+
+}  // namespace hmr::core

@@ -1,0 +1,191 @@
+// hmr_md_query (UCX md_query) and large host registrations through the public API: bad
+// arguments, values on the sim NIC, the registration cost, and pre-faulting by threshold.
+#include <gtest/gtest.h>
+#include <hmr/hmr.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "test_support.h"
+
+namespace hmr_test {
+namespace {
+
+hmr_md_attr md_attr(uint64_t fields = 0) {
+  hmr_md_attr attr;
+  std::memset(&attr, 0, sizeof attr);
+  attr.size = sizeof attr;
+  attr.field_mask = fields;
+  return attr;
+}
+
+TEST(MdQuery, BadArguments) {
+  DomainPtr domain = open_domain(HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR);
+  ASSERT_TRUE(domain);
+  hmr_md_attr attr = md_attr();
+  EXPECT_HMR_ERROR(hmr_md_query(nullptr, &attr), HMR_EINVAL);
+  EXPECT_HMR_ERROR(hmr_md_query(domain.get(), nullptr), HMR_EINVAL);
+  // Not a domain: an MR handle of it.
+  Pages pages(4096);
+  MrPtr mr = reg(domain.get(), pages.data(), pages.size(), HMR_READ);
+  ASSERT_TRUE(mr);
+  EXPECT_HMR_ERROR(hmr_md_query(reinterpret_cast<hmr_domain*>(mr.get()), &attr), HMR_EINVAL);
+
+  hmr_md_attr small = md_attr();
+  small.size = sizeof(size_t);
+  EXPECT_HMR_ERROR(hmr_md_query(domain.get(), &small), HMR_EINVAL);
+  // A newer, longer struct with bytes this hmr does not know.
+  std::vector<unsigned char> longer(sizeof(hmr_md_attr) + 16, 0);
+  hmr_md_attr* newer = reinterpret_cast<hmr_md_attr*>(longer.data());
+  newer->size = longer.size();
+  longer[sizeof(hmr_md_attr) + 3] = 1;
+  EXPECT_HMR_ERROR(hmr_md_query(domain.get(), newer), HMR_EINVAL);
+  longer[sizeof(hmr_md_attr) + 3] = 0;
+  EXPECT_EQ(hmr_md_query(domain.get(), newer), 0) << hmr_last_error();
+
+  hmr_md_attr unknown = md_attr(1ULL << 40);
+  unknown.max_reg = 12345;
+  EXPECT_HMR_ERROR(hmr_md_query(domain.get(), &unknown), HMR_EBADFLAGS);
+  EXPECT_EQ(unknown.max_reg, 12345u);  // nothing written on failure
+}
+
+TEST(MdQuery, DescribesTheSimNic) {
+  DomainPtr domain = open_domain(HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR,
+                                 "key_size=4;max_mr_size=1048576;dmabuf=1");
+  ASSERT_TRUE(domain);
+  hmr_md_attr attr = md_attr();
+  ASSERT_HMR_OK(hmr_md_query(domain.get(), &attr));
+  EXPECT_EQ(attr.size, sizeof attr);
+  EXPECT_EQ(attr.max_reg, 1048576u);
+  EXPECT_EQ(attr.key_size, 4u);
+  EXPECT_EQ(attr.rkey_packed_size, sizeof(uint64_t));
+  EXPECT_NE(attr.reg_mem_types & HMR_HMEM_IFACE_BIT(HMR_HMEM_SYSTEM), 0u);
+  EXPECT_NE(attr.detect_mem_types & HMR_HMEM_IFACE_BIT(HMR_HMEM_SYSTEM), 0u);
+  EXPECT_NE(attr.alloc_mem_types & HMR_HMEM_IFACE_BIT(HMR_HMEM_SYSTEM), 0u);
+  EXPECT_EQ(attr.reg_mem_types >> HMR_HMEM_IFACE_COUNT, 0u);
+  EXPECT_NE(attr.flags & HMR_MD_FLAG_DMABUF, 0u);
+  EXPECT_EQ(attr.flags & HMR_MD_FLAG_RAW_KEYS, 0u);
+  // Not asked for: not measured, left zero.
+  EXPECT_EQ(attr.reg_cost.overhead_ns, 0.0);
+  EXPECT_EQ(attr.reg_cost_measured, 0);
+
+  // The cache flag follows the domain's cache.
+  hmr_domain_attr uncached_attr = domain_attr(HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR);
+  uncached_attr.cache_monitor = "disabled";
+  hmr_domain* uncached = nullptr;
+  ASSERT_HMR_OK(hmr_domain_open(&uncached_attr, &uncached));
+  DomainPtr uncached_owner(uncached);
+  hmr_md_attr other = md_attr();
+  ASSERT_HMR_OK(hmr_md_query(uncached, &other));
+  EXPECT_EQ(other.flags & HMR_MD_FLAG_CACHE, 0u);
+  EXPECT_GT(other.max_reg, 1048576u);  // the sim NIC's default
+}
+
+TEST(MdQuery, RawKeysArePackedWhole) {
+  DomainPtr domain = open_domain(HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR | HMR_MR_RAW,
+                                 "require=RAW;key_size=16");
+  ASSERT_TRUE(domain);
+  hmr_md_attr attr = md_attr();
+  ASSERT_HMR_OK(hmr_md_query(domain.get(), &attr));
+  EXPECT_NE(attr.flags & HMR_MD_FLAG_RAW_KEYS, 0u);
+  EXPECT_EQ(attr.key_size, 16u);
+  EXPECT_EQ(attr.rkey_packed_size, 16u);
+}
+
+TEST(MdQuery, RegistrationCostIsMeasuredOnceAndKept) {
+  DomainPtr domain = open_domain(HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR);
+  ASSERT_TRUE(domain);
+  hmr_md_attr first = md_attr(HMR_MD_ATTR_REG_COST);
+  ASSERT_HMR_OK(hmr_md_query(domain.get(), &first));
+  EXPECT_EQ(first.reg_cost_measured, 1);
+  EXPECT_GT(first.reg_cost.overhead_ns, 0.0);
+  EXPECT_GE(first.reg_cost.ns_per_byte, 0.0);
+  hmr_md_attr second = md_attr(HMR_MD_ATTR_REG_COST);
+  ASSERT_HMR_OK(hmr_md_query(domain.get(), &second));
+  EXPECT_EQ(second.reg_cost.overhead_ns, first.reg_cost.overhead_ns);
+  EXPECT_EQ(second.reg_cost.ns_per_byte, first.reg_cost.ns_per_byte);
+  // Measured on the NIC directly: no MR, no cache entry, no statistics left behind.
+  hmr_domain_stats stats;
+  std::memset(&stats, 0, sizeof stats);
+  stats.size = sizeof stats;
+  ASSERT_HMR_OK(hmr_domain_query_stats(domain.get(), &stats));
+  EXPECT_EQ(stats.nic_registrations, 0u);
+  EXPECT_EQ(stats.mr_open, 0u);
+  EXPECT_EQ(stats.cache_regions, 0u);
+}
+
+TEST(MdQuery, RegistrationCostWithApplicationKeys) {
+  // Without PROV_KEY the measurement picks keys of its own, never one an open MR holds.
+  DomainPtr domain = open_domain(HMR_MR_VIRT_ADDR, "key_size=2");
+  ASSERT_TRUE(domain);
+  Pages pages(4096);
+  MrPtr mr = reg(domain.get(), pages.data(), pages.size(), HMR_REMOTE_READ, 0xffff);
+  ASSERT_TRUE(mr);
+  hmr_md_attr attr = md_attr(HMR_MD_ATTR_REG_COST);
+  ASSERT_HMR_OK(hmr_md_query(domain.get(), &attr));
+  EXPECT_GT(attr.reg_cost.overhead_ns, 0.0);
+  EXPECT_EQ(hmr_mr_key(mr.get()), 0xffffu);
+  // The key the measurement used is free again.
+  Pages more(4096);
+  MrPtr second = reg(domain.get(), more.data(), more.size(), HMR_REMOTE_READ, 0xfffe);
+  EXPECT_TRUE(second);
+}
+
+// ---- large registrations: pre-faulting by HMR_REG_PREFAULT_MIN (read at hmr_domain_open) ----
+
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
+  ~ScopedEnv() { unsetenv(name_); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+};
+
+size_t resident_pages(const void* addr, size_t len) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> present(len / page);
+  if (mincore(const_cast<void*>(addr), len, present.data()) != 0) return SIZE_MAX;
+  size_t count = 0;
+  for (unsigned char bit : present) count += bit & 1;
+  return count;
+}
+
+TEST(LargeRegistration, PrefaultsAboveTheThresholdOnly) {
+  ScopedEnv threshold("HMR_REG_PREFAULT_MIN", "16777216");
+  ScopedEnv threads("HMR_REG_THREADS", "3");
+  DomainPtr domain = open_domain(HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR);
+  ASSERT_TRUE(domain);
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  Pages small(8 << 20);
+  Pages large(32 << 20);
+  ASSERT_EQ(resident_pages(small.data(), small.size()), 0u);
+  ASSERT_EQ(resident_pages(large.data(), large.size()), 0u);
+  MrPtr small_mr = reg(domain.get(), small.data(), small.size(), HMR_READ | HMR_REMOTE_WRITE);
+  MrPtr large_mr = reg(domain.get(), large.data(), large.size(), HMR_READ | HMR_REMOTE_WRITE);
+  ASSERT_TRUE(small_mr && large_mr);
+  EXPECT_EQ(resident_pages(small.data(), small.size()), 0u);
+  EXPECT_EQ(resident_pages(large.data(), large.size()), large.size() / page);
+}
+
+TEST(LargeRegistration, BadEnvironmentFailsTheOpen) {
+  for (const char* bad : {"0", "many", "100000"}) {
+    ScopedEnv threads("HMR_REG_THREADS", bad);
+    hmr_domain_attr attr = domain_attr(HMR_MR_PROV_KEY);
+    hmr_domain* domain = nullptr;
+    EXPECT_HMR_ERROR(hmr_domain_open(&attr, &domain), HMR_EINVAL);
+    EXPECT_NE(std::strstr(hmr_last_error(), "HMR_REG_THREADS"), nullptr) << hmr_last_error();
+  }
+  ScopedEnv threshold("HMR_REG_PREFAULT_MIN", "-1");
+  hmr_domain_attr attr = domain_attr(HMR_MR_PROV_KEY);
+  hmr_domain* domain = nullptr;
+  EXPECT_HMR_ERROR(hmr_domain_open(&attr, &domain), HMR_EINVAL);
+}
+
+}  // namespace
+}  // namespace hmr_test
