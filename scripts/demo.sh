@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Builds hmr (RelWithDebInfo, into build/) and runs the demo, hmr-demo.
+# Builds hmr (RelWithDebInfo, into build/) and runs the main demo: hmr-info (what hmr finds on
+# this machine), hmr-demo (a tour of the API on the software NIC) and a short hmr-perftest
+# between two processes over libfabric's tcp provider.
 # On a fresh Debian 12 machine, as root:  bash scripts/demo.sh
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -12,8 +14,26 @@ echo "== configuring build/ (RelWithDebInfo)"
 generator=()
 [[ -f build/CMakeCache.txt ]] || generator=(-G Ninja)  # an existing build/ keeps its generator
 cmake -S . -B build "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo
-echo "== building hmr-demo (-j$jobs)"
-cmake --build build -j "$jobs" --target hmr-demo
-echo "== running build/examples/hmr-demo"
+echo "== building hmr-demo, hmr-info and hmr-perftest (-j$jobs)"
+cmake --build build -j "$jobs" --target hmr-demo hmr-info hmr-perftest
+
 echo
-exec ./build/examples/hmr-demo
+echo "== 1/3: build/tools/hmr-info (what hmr finds here)"
+echo
+./build/tools/hmr-info
+
+echo
+echo "== 2/3: build/examples/hmr-demo"
+echo
+./build/examples/hmr-demo
+
+echo
+echo "== 3/3: hmr-perftest, server and client on this host over libfabric tcp"
+echo "   (server: hmr-perftest --server --provider tcp; client: hmr-perftest 127.0.0.1 ...)"
+echo
+port=$((20000 + $$ % 20000))
+./build/tools/hmr-perftest --server --provider tcp --port "$port" --quiet &
+server=$!
+./build/tools/hmr-perftest 127.0.0.1 --provider tcp --port "$port" --sizes 4K:1M --iters 200 \
+  --reg per-iter,cached,raw
+wait "$server"

@@ -4,8 +4,13 @@
 # it installs nothing: it checks that the tools are there and says what is missing.
 set -euo pipefail
 
+# libfabric-dev: the ofi adapter and hmr-perftest; libibverbs-dev: verbs types for the verbs
+# adapter (libibverbs itself is dlopen'ed); libhsa-runtime64-1 and libze1: the real ROCr and
+# Level Zero runtimes, which the tests check fail closed on a machine without those GPUs;
+# iproute2: hmr-perftest's two-namespace test.
 packages=(cmake ninja-build g++ gcc clang libclang-rt-14-dev libc6-dev libgtest-dev pkg-config
-          libbenchmark-dev libucx-dev)
+          libbenchmark-dev libucx-dev libfabric-dev libibverbs-dev libhsa-runtime64-1 libze1
+          iproute2)
 
 if [[ $(id -u) -eq 0 ]]; then
   echo "== installing build dependencies with apt-get: ${packages[*]}"

@@ -162,6 +162,11 @@ bool PeerSocket::send(const std::vector<uint8_t>& message, std::string* why) {
   return true;
 }
 
+bool PeerSocket::readable() const {
+  pollfd p{fd_, POLLIN, 0};
+  return fd_ >= 0 && ::poll(&p, 1, 0) > 0;
+}
+
 bool PeerSocket::read_exactly(uint8_t* out, size_t size, int timeout_ms, std::string* why) {
   const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
   size_t got = 0;

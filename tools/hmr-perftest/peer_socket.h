@@ -33,6 +33,8 @@ class PeerSocket {
   uint16_t listening_port() const { return port_; }
 
   bool send(const std::vector<uint8_t>& message, std::string* why);
+  // Whether a message (or the peer's hang-up) is waiting to be read, without blocking.
+  bool readable() const;
   // Reads one message of type `expected` and returns its body, checked by decode_header.
   std::optional<std::vector<uint8_t>> receive(MessageType expected, int timeout_ms,
                                               std::string* why);

@@ -1,0 +1,162 @@
+// hmr-info's report tree and its two renderings: the JSON writer escapes everything a reason
+// or an environment value can hold, and the text report and its summary say what the tree says.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "answer.h"
+#include "json_value.h"
+#include "summary.h"
+#include "text_report.h"
+
+namespace hmr::info {
+namespace {
+
+TEST(HmrInfoJson, EscapesQuotesBackslashesAndControlCharacters) {
+  EXPECT_EQ(json_quote("a\"b\\c"), "\"a\\\"b\\\\c\"");
+  EXPECT_EQ(json_quote("\n\r\t\b\f"), "\"\\n\\r\\t\\b\\f\"");
+  EXPECT_EQ(json_quote(std::string("\x01\x1f", 2)), "\"\\u0001\\u001f\"");
+  EXPECT_EQ(json_quote(std::string("a\0b", 3)), "\"a\\u0000b\"");
+  EXPECT_EQ(json_quote("\x7f/"), "\"\x7f/\"");  // DEL and '/' need no escape
+}
+
+TEST(HmrInfoJson, KeepsUtf8AndReplacesWhatIsNot) {
+  EXPECT_EQ(json_quote("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"),
+            "\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\"");
+  EXPECT_EQ(json_quote("\xff"), "\"\\ufffd\"");
+  EXPECT_EQ(json_quote("\xc0\x80"), "\"\\ufffd\\ufffd\"");          // overlong NUL
+  EXPECT_EQ(json_quote("\xed\xa0\x80"), "\"\\ufffd\\ufffd\\ufffd\"");  // a UTF-16 surrogate
+  EXPECT_EQ(json_quote("\xf4\x90\x80\x80"), "\"\\ufffd\\ufffd\\ufffd\\ufffd\"");  // > U+10FFFF
+  EXPECT_EQ(json_quote("ab\xe2\x82"), "\"ab\\ufffd\\ufffd\"");       // cut short at the end
+}
+
+TEST(HmrInfoJson, WritesNumbersBooleansAndNull) {
+  JsonValue array = JsonValue::array();
+  array.push(std::numeric_limits<int64_t>::min());
+  array.push(std::numeric_limits<uint64_t>::max());
+  array.push(true);
+  array.push(JsonValue());
+  array.push(0.5);
+  array.push(std::numeric_limits<double>::quiet_NaN());
+  EXPECT_EQ(array.to_json(0),
+            "[-9223372036854775808,18446744073709551615,true,null,0.5,null]");
+}
+
+TEST(HmrInfoJson, ObjectsKeepInsertionOrderAndReplaceInPlace) {
+  JsonValue object = JsonValue::object();
+  object.set("b", 1);
+  object.set("a", "x");
+  object.set("b", 2);
+  EXPECT_EQ(object.to_json(0), "{\"b\":2,\"a\":\"x\"}");
+  EXPECT_EQ(object.to_json(2), "{\n  \"b\": 2,\n  \"a\": \"x\"\n}\n");
+  EXPECT_EQ(JsonValue::object().to_json(0), "{}");
+  EXPECT_EQ(JsonValue::array().to_json(2), "[]\n");
+}
+
+TEST(HmrInfoJson, FindsValuesByPath) {
+  JsonValue root = JsonValue::object();
+  root.set("nics", JsonValue::object()).set("verbs", JsonValue::object()).set("reason", "why");
+  ASSERT_NE(root.at("nics.verbs.reason"), nullptr);
+  EXPECT_EQ(root.at("nics.verbs.reason")->as_string(), "why");
+  EXPECT_EQ(root.at("nics.libfabric"), nullptr);
+  EXPECT_EQ(root.at("nics.verbs.reason.deeper"), nullptr);  // a string has no keys
+  EXPECT_EQ(JsonValue(3).find("x"), nullptr);
+  EXPECT_EQ(JsonValue("7").as_integer(), 0);  // the wrong type reads as nothing, not a crash
+}
+
+TEST(HmrInfoJson, AnswersAreRecognised) {
+  EXPECT_TRUE(is_answer(answer(false, "why")));
+  JsonValue extra = answer(true, "");
+  extra.set("more", 1);
+  EXPECT_FALSE(is_answer(extra));
+  EXPECT_FALSE(is_answer(JsonValue("yes")));
+}
+
+// The smallest report the summary reads: no device runtime, no RDMA.
+JsonValue bare_report() {
+  JsonValue report = JsonValue::object();
+  report.set("hmr", JsonValue::object()).set("version", "0.1.0");
+  JsonValue& ifaces = report.set("ifaces", JsonValue::array());
+  JsonValue system = JsonValue::object();
+  system.set("name", "system");
+  system.set("loaded", true);
+  ifaces.push(std::move(system));
+  JsonValue cuda = JsonValue::object();
+  cuda.set("name", "cuda");
+  cuda.set("loaded", false);
+  cuda.set("reason", "cannot load 'libcuda.so.1'");
+  ifaces.push(std::move(cuda));
+  report.set("devices", JsonValue::array());
+  JsonValue& nics = report.set("nics", JsonValue::object());
+  JsonValue& modules = nics.set("rdma_modules", JsonValue::object());
+  modules.set("ib_core", false);
+  modules.set("ib_uverbs", false);
+  modules.set("evidence", "no /sys/module/ib_core");
+  JsonValue& verbs = nics.set("verbs", JsonValue::object());
+  verbs.set("library", "libibverbs.so.1");
+  verbs.set("loaded", true);
+  verbs.set("reason", "no RDMA devices: ibv_get_device_list failed: Function not implemented");
+  verbs.set("devices", JsonValue::array());
+  return report;
+}
+
+TEST(HmrInfoSummary, SaysThereIsNoGpuAndNoRdmaDevice) {
+  const std::vector<std::string> lines = summary_lines(bare_report());
+  ASSERT_GE(lines.size(), 2u);
+  EXPECT_EQ(lines[0], "No GPU: no device runtime is loaded:\n  cuda: cannot load 'libcuda.so.1'");
+  EXPECT_EQ(lines[1],
+            "No RDMA device: ibv_get_device_list failed: Function not implemented (no RDMA "
+            "kernel support: no /sys/module/ib_core)");
+}
+
+TEST(HmrInfoSummary, CountsDevicesAndTheirAnswers) {
+  JsonValue report = bare_report();
+  JsonValue cuda = JsonValue::object();
+  cuda.set("name", "cuda");
+  cuda.set("loaded", true);
+  cuda.set("library", "/fake/libcuda.so.1");
+  cuda.set("version", "12.8");
+  JsonValue ifaces = JsonValue::array();
+  ifaces.push(cuda);
+  report.set("ifaces", std::move(ifaces));
+  JsonValue devices = JsonValue::array();
+  for (bool dmabuf : {true, false}) {
+    JsonValue device = JsonValue::object();
+    device.set("iface", "cuda");
+    device.set("dmabuf", answer(dmabuf, dmabuf ? "" : "no"));
+    device.set("p2p", answer(dmabuf, ""));
+    devices.push(std::move(device));
+  }
+  report.set("devices", std::move(devices));
+  const std::vector<std::string> lines = summary_lines(report);
+  ASSERT_FALSE(lines.empty());
+  EXPECT_EQ(lines[0], "Devices: cuda: 2 device(s) (/fake/libcuda.so.1, version 12.8); dma-buf "
+                      "export on 1, direct NIC access (P2P) on 1");
+}
+
+TEST(HmrInfoText, RendersSectionsAnswersAndTitledElements) {
+  JsonValue report = bare_report();
+  JsonValue device = JsonValue::object();
+  device.set("name", "cuda 0");
+  device.set("pci_bus_id", JsonValue());
+  device.set("dmabuf", answer(true, ""));
+  device.set("peer_direct", answer(false, "no peer-memory client"));
+  JsonValue devices = JsonValue::array();
+  devices.push(std::move(device));
+  report.set("devices", std::move(devices));
+  const std::string text = render_text(report);
+  EXPECT_EQ(text.rfind("hmr-info: hmr 0.1.0\n\nSummary\n", 0), 0u) << text;
+  EXPECT_NE(text.find("\nDevices\n  cuda 0\n    pci_bus_id:  -\n    dmabuf:      yes\n"
+                      "    peer_direct: no: no peer-memory client\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("\nMemory interfaces (ifaces)\n  system\n    loaded: yes\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("    devices: none\n"), std::string::npos) << text;
+}
+
+}  // namespace
+}  // namespace hmr::info

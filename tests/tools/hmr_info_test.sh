@@ -1,0 +1,199 @@
+#!/usr/bin/env bash
+# hmr-info end to end: on this machine as it is, with every runtime made unloadable, and under
+# each fake vendor library (loaded through HMR_<VENDOR>_LIBRARY, the path real runtimes take).
+# The text report must agree with the JSON; the JSON must parse and carry the documented keys.
+# Usage: hmr_info_test.sh <hmr-info> <fake libcuda> <fake libhsa-runtime64> <fake libze_loader>
+#        <fake libnrt> <fake libSynapse> <fake libhl-thunk> <fake libibverbs>
+set -euo pipefail
+info=$1 fake_cuda=$2 fake_hsa=$3 fake_ze=$4 fake_nrt=$5 fake_synapse=$6 fake_hlthunk=$7
+fake_ibverbs=$8
+
+if ! python3 -c 'import json' 2>/dev/null; then
+  echo "SKIP: python3 with its json module is needed to check hmr-info --json"
+  exit 77
+fi
+
+fail() {
+  echo "FAILED: $*" >&2
+  exit 1
+}
+
+# Runs hmr-info (text and --json) under the environment given as VAR=value arguments, and
+# then a Python check that gets the JSON as `d`, the text as `text`.
+check() {
+  local name=$1 check_code=$2
+  shift 2
+  local text json status=0
+  text=$(env "$@" "$info") || status=$?
+  [[ $status -eq 0 ]] || fail "$name: hmr-info exited $status"
+  json=$(env "$@" "$info" --json) || status=$?
+  [[ $status -eq 0 ]] || fail "$name: hmr-info --json exited $status"
+  HMR_INFO_TEXT=$text HMR_INFO_JSON=$json python3 - "$name" "$check_code" <<'PY' ||
+import json, os, sys
+name, code = sys.argv[1], sys.argv[2]
+text = os.environ["HMR_INFO_TEXT"]
+try:
+    d = json.loads(os.environ["HMR_INFO_JSON"])
+except ValueError as error:
+    sys.exit(f"{name}: --json is not valid JSON: {error}")
+
+def expect(condition, what):
+    if not condition:
+        sys.exit(f"{name}: {what}")
+
+def answer(node):
+    return isinstance(node, dict) and isinstance(node.get("supported"), bool) and \
+        isinstance(node.get("reason"), str) and (node["supported"] or node["reason"])
+
+expect(list(d) == ["hmr", "ifaces", "devices", "nics", "monitors", "config"],
+       f"top-level keys are {list(d)}")
+expect([i["name"] for i in d["ifaces"]] == ["system", "cuda", "rocr", "ze", "neuron", "synapseai"],
+       "ifaces are not the six interfaces")
+for iface in d["ifaces"]:
+    expect(iface["loaded"] or iface["reason"], f"{iface['name']} is not loaded and says no reason")
+for device in d["devices"]:
+    for key in ("dmabuf", "peer_direct", "p2p", "ipc"):
+        expect(answer(device[key]), f"{device['name']}: {key} is not a yes/no with a reason")
+for key in ("kernel", "rdma_modules", "infiniband_sysfs", "kernel_config", "dmabuf_import",
+            "peer_memory", "memlock", "verbs", "libfabric"):
+    expect(key in d["nics"], f"nics has no {key}")
+expect(answer(d["nics"]["dmabuf_import"]), "nics.dmabuf_import has no reason")
+expect(d["nics"]["memlock"]["soft"] == "unlimited" or isinstance(d["nics"]["memlock"]["soft"], int),
+       "memlock.soft is neither bytes nor unlimited")
+expect([m["name"] for m in d["monitors"]["host"]] == ["userfaultfd", "memhooks"],
+       "host monitors are not userfaultfd and memhooks")
+expect("FI_HMEM" in d["config"]["effective"], "config.effective has no FI_HMEM")
+
+# The text says what the JSON says.
+loaded_devices = [i for i in d["ifaces"] if i["name"] != "system" and i["loaded"]]
+if d["devices"]:
+    expect("\n  Devices: " in text, "devices in the JSON, no 'Devices:' summary line")
+else:
+    expect("\n  No GPU: " in text, "no device in the JSON, no 'No GPU:' summary line")
+    for i in d["ifaces"][1:]:
+        if not i["loaded"]:
+            expect(f"    {i['name']}: {i['reason']}\n" in text, f"the summary lacks {i['name']}'s reason")
+if d["nics"]["verbs"]["devices"]:
+    expect("\n  RDMA: " in text, "RDMA devices in the JSON, no 'RDMA:' summary line")
+else:
+    expect("\n  No RDMA device: " in text, "no RDMA device in the JSON, no 'No RDMA device:' line")
+for device in d["devices"]:
+    expect(f"\n  {device['name']}\n" in text, f"the text has no block for {device['name']}")
+
+exec(code)
+PY
+    fail "$name"
+  echo "ok: $name"
+}
+
+# This machine as it is.  Where it has no RDMA kernel support (as the build machines here),
+# the summary must say so plainly.
+check "this machine" '
+if not d["nics"]["rdma_modules"]["ib_uverbs"]:
+    expect("no RDMA kernel support" in text, "the summary does not say the kernel has no RDMA")
+    expect(not d["nics"]["dmabuf_import"]["supported"], "dma-buf import claimed without RDMA")
+if "FI_MR_CACHE_MONITOR" not in os.environ:
+    expect(d["monitors"]["chosen"]["source"] == "default", "a monitor chosen without FI_MR_CACHE_MONITOR")
+'
+
+# Nothing loadable: every runtime missing, said per runtime with the path tried.
+check "no runtime at all" '
+expect(d["devices"] == [], "devices without any runtime")
+expect("\n  No GPU: no device runtime is loaded:\n" in text, "no plain No GPU line")
+for i in d["ifaces"][1:]:
+    expect(not i["loaded"] and "/nonexistent" in i["reason"], "%s: %s" % (i["name"], i["reason"]))
+expect("/nonexistent" in d["nics"]["verbs"]["reason"], "verbs reason lacks the path")
+expect("\n  No RDMA device: libibverbs is not loaded: " in text, "no RDMA line for a missing libibverbs")
+expect(not d["nics"]["libfabric"]["loaded"] and "/nonexistent" in d["nics"]["libfabric"]["reason"],
+       "libfabric loaded from nowhere")
+' HMR_CUDA_LIBRARY=/nonexistent/libcuda.so.1 HMR_ROCR_LIBRARY=/nonexistent/x.so \
+  HMR_ZE_LIBRARY=/nonexistent/x.so HMR_NEURON_LIBRARY=/nonexistent/x.so \
+  HMR_SYNAPSEAI_LIBRARY=/nonexistent/x.so HMR_IBVERBS_LIBRARY=/nonexistent/x.so \
+  HMR_OFI_LIBRARY=/nonexistent/x.so
+
+# The runs below are about one runtime each: they leave libfabric out (HMR_OFI_LIBRARY set to
+# nowhere), which saves its ~0.8 s of provider start-up per run here.
+no_ofi=HMR_OFI_LIBRARY=/nonexistent/libfabric.so.1
+
+check "HMR_CUDA_LIBRARY=/nonexistent" '
+cuda = d["ifaces"][1]
+expect(not cuda["loaded"] and "/nonexistent" in cuda["reason"], f"cuda: {cuda}")
+expect(cuda["library"] == "/nonexistent", "cuda.library is not the override")
+expect("cuda: " + cuda["reason"] in text, "the text does not show why cuda is missing")
+' "$no_ofi" HMR_CUDA_LIBRARY=/nonexistent
+
+check "fake CUDA" '
+cuda = [x for x in d["devices"] if x["iface"] == "cuda"]
+expect(len(cuda) == 2, f"{len(cuda)} cuda devices")
+expect(cuda[0]["dmabuf"]["supported"] and not cuda[1]["dmabuf"]["supported"],
+       "the fake has dma-buf on device 0 only")
+expect("DMA_BUF_SUPPORTED" in cuda[1]["dmabuf"]["reason"], cuda[1]["dmabuf"]["reason"])
+expect(cuda[0]["p2p"]["supported"] and "dma-buf" in cuda[0]["p2p"]["reason"], "device 0 P2P")
+expect(not cuda[1]["p2p"]["supported"], "device 1 has neither path")
+expect(all(x["pci_bus_id"] for x in cuda), "no PCI bus id")
+expect(d["ifaces"][1]["free_tracking"] == "alloc_id", "cuda frees are tracked by buffer id")
+expect("\n  Devices: cuda: 2 device(s) (" in text, "no Devices summary")
+' "$no_ofi" HMR_CUDA_LIBRARY="$fake_cuda"
+
+check "fake CUDA with FI_HMEM_DISABLE_P2P" '
+for x in d["devices"]:
+    expect(not x["p2p"]["supported"] and "FI_HMEM_DISABLE_P2P" in x["p2p"]["reason"], x["p2p"])
+expect("FI_HMEM_DISABLE_P2P is set" in text, "the summary does not say P2P is disabled")
+' "$no_ofi" HMR_CUDA_LIBRARY="$fake_cuda" FI_HMEM_DISABLE_P2P=1
+
+check "fake ROCr" '
+rocr = [x for x in d["devices"] if x["iface"] == "rocr"]
+expect(len(rocr) == 2, f"{len(rocr)} rocr devices")
+expect(all(x["pci_bus_id"] for x in rocr), "no PCI bus id")
+expect(d["ifaces"][2]["free_tracking"] == "free_events", "rocr frees come as events")
+' "$no_ofi" HMR_ROCR_LIBRARY="$fake_hsa"
+
+check "fake Level Zero" '
+ze = [x for x in d["devices"] if x["iface"] == "ze"]
+expect(ze and ze[0]["dmabuf"]["supported"], "ze device 0 exports dma-buf")
+expect(ze[0]["ze_driver"] == 0 and ze[0]["ze_device"] == 0, "ze ids are not decoded")
+' "$no_ofi" HMR_ZE_LIBRARY="$fake_ze"
+
+check "fake Neuron" '
+neuron = [x for x in d["devices"] if x["iface"] == "neuron"]
+expect(len(neuron) == 2 and all(x["dmabuf"]["supported"] for x in neuron), "neuron devices")
+expect(d["ifaces"][4]["free_tracking"] == "explicit_only", "neuron frees are explicit")
+' "$no_ofi" HMR_NEURON_LIBRARY="$fake_nrt"
+
+check "fake SynapseAI" '
+gaudi = [x for x in d["devices"] if x["iface"] == "synapseai"]
+expect(len(gaudi) == 2 and gaudi[0]["dmabuf"]["supported"], "synapseai devices")
+' "$no_ofi" HMR_SYNAPSEAI_LIBRARY="$fake_synapse" HMR_HLTHUNK_LIBRARY="$fake_hlthunk"
+
+check "fake libibverbs" '
+verbs = d["nics"]["verbs"]
+expect([x["name"] for x in verbs["devices"]] == ["fake_mlx5_0", "fake_efa_0"], verbs)
+mlx, efa = verbs["devices"]
+expect(mlx["dmabuf"]["supported"] and mlx["on_demand_paging"]["supported"], mlx)
+expect(not efa["dmabuf"]["supported"] and efa["dmabuf"]["reason"], efa)
+expect(d["nics"]["dmabuf_import"]["supported"], "dma-buf import not seen through fake_mlx5_0")
+expect("\n  RDMA: 2 device(s) through " in text, "no RDMA summary line")
+' "$no_ofi" HMR_IBVERBS_LIBRARY="$fake_ibverbs"
+
+# Bad settings are reported, not fatal; odd bytes in a value still give valid JSON.
+check "bad environment" '
+errors = d["config"]["errors"]
+expect(any("FI_HMEM_DISABLE_P2P" in e for e in errors), errors)
+expect(any("FI_MR_CACHE_MAX_COUNT" in e for e in errors), errors)
+expect(not d["config"]["environment"]["supported"], "a bad environment passed")
+expect(d["config"]["set"]["FI_MR_CACHE_MONITOR"] == "bad\ufffd\t\"name\"", d["config"]["set"])
+expect("chosen" in d["monitors"] and d["monitors"]["chosen"]["name"] is None, "a monitor chosen")
+expect("Configuration error: FI_HMEM_DISABLE_P2P=" in text, "no configuration error line")
+' FI_HMEM_DISABLE_P2P=maybe FI_MR_CACHE_MAX_COUNT=-1 FI_MR_CACHE_MONITOR=$'bad\xff\t"name"'
+
+check "FI_HMEM excludes cuda" '
+expect(not d["ifaces"][1]["enabled"] and "FI_HMEM" in d["ifaces"][1]["reason"], d["ifaces"][1])
+expect(d["devices"] == [], "an excluded runtime gave devices")
+' "$no_ofi" FI_HMEM=^cuda HMR_CUDA_LIBRARY="$fake_cuda"
+
+# The command line.
+"$info" --help | grep -q -- "--json" || fail "--help does not document --json"
+status=0
+"$info" --bogus >/dev/null 2>&1 || status=$?
+[[ $status -eq 2 ]] || fail "an unknown argument exited $status, not 2"
+echo "ok: command line"

@@ -1,0 +1,114 @@
+// hmr-perftest's command line: what a user types is understood, and what is wrong is refused
+// with a reason before anything is opened.
+#include "options.h"
+
+#include <gtest/gtest.h>
+
+#include <initializer_list>
+
+namespace hmr::perftest {
+namespace {
+
+struct Parsed {
+  std::optional<Options> options;
+  std::string why;
+  bool help = false;
+};
+
+Parsed parse(std::initializer_list<const char*> args) {
+  std::vector<const char*> argv = {"hmr-perftest"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  Parsed parsed;
+  parsed.options =
+      parse_options(static_cast<int>(argv.size()), argv.data(), &parsed.why, &parsed.help);
+  return parsed;
+}
+
+TEST(PerftestOptions, ServerAndClientDefaults) {
+  Parsed server = parse({"--server"});
+  ASSERT_TRUE(server.options) << server.why;
+  EXPECT_TRUE(server.options->server);
+  EXPECT_EQ(server.options->test, TestKind::write_bw);
+  EXPECT_EQ(server.options->provider, "tcp");
+  EXPECT_EQ(server.options->port, 18515);
+
+  Parsed client = parse({"10.0.0.2", "--test", "write_lat", "--sizes", "4K:1M", "--iters", "50",
+                         "--reg", "cached,raw", "--provider", "shm", "--mem", "cuda:1", "--json",
+                         "--dmabuf", "--port", "9000", "--timeout", "5"});
+  ASSERT_TRUE(client.options) << client.why;
+  const Options& o = *client.options;
+  EXPECT_EQ(o.host, "10.0.0.2");
+  EXPECT_EQ(o.test, TestKind::write_lat);
+  EXPECT_EQ(o.min_size, 4096u);
+  EXPECT_EQ(o.max_size, 1u << 20);
+  EXPECT_EQ(o.iterations, 50u);
+  ASSERT_EQ(o.reg_modes.size(), 2u);
+  EXPECT_EQ(o.reg_modes[0], RegMode::cached);
+  EXPECT_EQ(o.reg_modes[1], RegMode::raw);
+  EXPECT_EQ(o.provider, "shm");
+  EXPECT_EQ(o.memory, "cuda:1");
+  EXPECT_TRUE(o.json);
+  EXPECT_TRUE(o.dmabuf);
+  EXPECT_EQ(o.port, 9000);
+  EXPECT_EQ(o.timeout_ms, 5000);
+}
+
+TEST(PerftestOptions, SizeSweepIsPowersOfTwoEndingAtMax) {
+  Parsed parsed = parse({"h", "--sizes", "2:8"});
+  ASSERT_TRUE(parsed.options);
+  EXPECT_EQ(message_sizes(*parsed.options), (std::vector<uint64_t>{2, 4, 8}));
+  parsed = parse({"h", "--sizes", "3:20"});
+  ASSERT_TRUE(parsed.options);
+  EXPECT_EQ(message_sizes(*parsed.options), (std::vector<uint64_t>{3, 6, 12, 20}));
+  parsed = parse({"h", "--size", "1M"});
+  ASSERT_TRUE(parsed.options);
+  EXPECT_EQ(message_sizes(*parsed.options), (std::vector<uint64_t>{1u << 20}));
+}
+
+TEST(PerftestOptions, BadInputIsRefusedWithAReason) {
+  const std::initializer_list<const char*> bad[] = {
+      {},                                    // neither server nor host
+      {"--server", "host"},                  // both
+      {"h", "--test", "send_bw"},            // unknown test
+      {"h", "--size", "0"},                  // empty messages
+      {"h", "--size", "12X"},                // bad suffix
+      {"h", "--sizes", "8:4"},               // min > max
+      {"h", "--sizes", "8"},                 // no colon
+      {"h", "--size", "8G"},                 // over 4 GiB
+      {"h", "--iters", "0"},
+      {"h", "--iters", "-5"},
+      {"h", "--mem", "cuda"},                // no device
+      {"h", "--mem", "cuda:x"},
+      {"h", "--mem", "tpu:0"},
+      {"h", "--reg", "cached,sometimes"},
+      {"h", "--provider", "tcp shm"},        // not a name
+      {"h", "--port", "70000"},
+      {"h", "--timeout", "0"},
+      {"h", "--iters"},                      // missing value
+      {"h", "extra"},                        // second host
+  };
+  for (const auto& args : bad) {
+    Parsed parsed = parse(args);
+    EXPECT_FALSE(parsed.options);
+    EXPECT_FALSE(parsed.why.empty());
+    EXPECT_NE(parsed.why.find("--help"), std::string::npos) << parsed.why;
+  }
+  Parsed help = parse({"--help"});
+  EXPECT_FALSE(help.options);
+  EXPECT_TRUE(help.help);
+  EXPECT_NE(usage().find("--reg"), std::string::npos);
+}
+
+TEST(PerftestOptions, MemorySpecs) {
+  EXPECT_EQ(parse_memory("host")->iface, "host");
+  std::optional<MemorySpec> ze = parse_memory("ze:3");
+  ASSERT_TRUE(ze);
+  EXPECT_EQ(ze->iface, "ze");
+  EXPECT_EQ(ze->device, 3);
+  EXPECT_FALSE(parse_memory("ze:"));
+  EXPECT_FALSE(parse_memory("ze:99999999"));
+  EXPECT_FALSE(parse_memory(""));
+}
+
+}  // namespace
+}  // namespace hmr::perftest

@@ -1,0 +1,54 @@
+// hmr-info: what hmr finds on this machine (memory runtimes and their devices, the NIC side,
+// cache monitors, the settings in force) and why anything is missing.  See `hmr-info --help`.
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "json_value.h"
+#include "report.h"
+#include "text_report.h"
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: hmr-info [--json]\n"
+    "\n"
+    "Reports what hmr finds here: each memory interface (loaded or not, library, version,\n"
+    "why not), each device (PCI bus id, dma-buf, peer-direct and P2P answers with reasons),\n"
+    "the NIC side (kernel, dma-buf import, peer-memory clients, RLIMIT_MEMLOCK, RDMA devices\n"
+    "through libibverbs, libfabric providers), the cache monitors, and the settings in force.\n"
+    "\n"
+    "  --json   one JSON document with the keys hmr, ifaces, devices, nics, monitors, config\n"
+    "  --help   this text\n"
+    "\n"
+    "HMR_<VENDOR>_LIBRARY (CUDA, ROCR, ZE, NEURON, SYNAPSEAI, HLTHUNK, IBVERBS, OFI) point hmr\n"
+    "at a runtime library of your choice, exactly as for applications.\n";
+
+bool write_all(const std::string& text) {
+  return std::fwrite(text.data(), 1, text.size(), stdout) == text.size() &&
+         std::fflush(stdout) == 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool json = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--json") == 0) {
+      json = true;
+    } else if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
+      return write_all(kUsage) ? 0 : 1;
+    } else {
+      std::fprintf(stderr, "hmr-info: unknown argument '%s'\n%s", argv[i], kUsage);
+      return 2;
+    }
+  }
+  const hmr::info::JsonValue report = hmr::info::build_report();
+  const std::string text = json ? report.to_json(2) : hmr::info::render_text(report);
+  if (!write_all(text)) {
+    std::fprintf(stderr, "hmr-info: cannot write the report: %s\n", std::strerror(errno));
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,149 @@
+#include "monitor_probe.h"
+
+#include <cstring>
+#include <string>
+
+#include "answer.h"
+#include "core/monitor/memhooks_monitor.h"
+#include "core/monitor/uffd_monitor.h"
+#include "iface_probe.h"
+
+namespace hmr::info {
+namespace {
+
+struct HostMonitor {
+  const char* name;
+  Status started;
+};
+
+JsonValue host_monitor_json(const HostMonitor& monitor, const char* how) {
+  JsonValue entry = JsonValue::object();
+  entry.set("name", monitor.name);
+  entry.set("available", answer(monitor.started.ok(),
+                                monitor.started.ok() ? std::string("started here: ") + how
+                                                     : monitor.started.reason()));
+  return entry;
+}
+
+// What a domain opened with no cache_monitor of its own gets, and why.
+JsonValue chosen_json(const Result<core::Environment>& environment, const HostMonitor* monitors,
+                      size_t count) {
+  JsonValue chosen = JsonValue::object();
+  if (!environment.ok()) {
+    chosen.set("name", JsonValue());
+    chosen.set("source", JsonValue());
+    chosen.set("reason", "no domain opens while the environment does not parse: " +
+                             environment.status().reason());
+    return chosen;
+  }
+  const char* name = environment.value().cache_monitor;
+  const bool named = environment.value().cache_monitor_from_environment;
+  chosen.set("name", name);
+  chosen.set("source", named ? "FI_MR_CACHE_MONITOR" : "default");
+  std::string reason;
+  if (environment.value().cache_max_count == 0 || environment.value().cache_max_size == 0) {
+    reason = std::string("host registrations are not cached: ") +
+             (environment.value().cache_max_count == 0 ? "FI_MR_CACHE_MAX_COUNT" : "FI_MR_CACHE_MAX_SIZE") +
+             " is 0";
+  } else if (std::strcmp(name, "disabled") == 0) {
+    reason = "FI_MR_CACHE_MONITOR=disabled: host registrations are not cached";
+  } else {
+    const HostMonitor* known = nullptr;
+    for (size_t i = 0; i < count; ++i) {
+      const bool alias = std::strcmp(name, "uffd") == 0 && std::strcmp(monitors[i].name, "userfaultfd") == 0;
+      if (std::strcmp(name, monitors[i].name) == 0 || alias) known = &monitors[i];
+    }
+    if (known == nullptr) {
+      reason = std::string("'") + name + "' is not built in: a domain opens only if the "
+               "application imported a monitor of that name (hmr_monitor_import)";
+    } else if (known->started.ok()) {
+      reason = "it can start here, so host registrations are cached";
+    } else if (named) {
+      reason = "FI_MR_CACHE_MONITOR names it but it cannot start here, so hmr_domain_open "
+               "fails: " + known->started.reason();
+    } else {
+      reason = "it cannot start here, so domains open without a host registration cache "
+               "(hmr logs a warning): " + known->started.reason();
+    }
+  }
+  chosen.set("reason", reason);
+  return chosen;
+}
+
+const char* device_cache_variable(int iface) {
+  switch (iface) {
+    case HMR_HMEM_CUDA: return "FI_MR_CUDA_CACHE_MONITOR_ENABLED";
+    case HMR_HMEM_ROCR: return "FI_MR_ROCR_CACHE_MONITOR_ENABLED";
+    case HMR_HMEM_ZE: return "FI_MR_ZE_CACHE_MONITOR_ENABLED";
+  }
+  return nullptr;  // Neuron and SynapseAI have no variable: always cached, invalidated explicitly
+}
+
+std::string tracking_text(hmem::Iface::FreeTracking tracking) {
+  switch (tracking) {
+    case hmem::Iface::FreeTracking::alloc_id:
+      return "allocation ids: cache keys carry the runtime's id, so a new allocation at an old "
+             "address never hits an old entry";
+    case hmem::Iface::FreeTracking::free_events:
+      return "the runtime calls back when memory is freed, and the entries die then";
+    case hmem::Iface::FreeTracking::explicit_only:
+      return "the runtime reports no frees: the application calls hmr_mem_invalidate (or "
+             "frees through hmr_mem_free) before it frees";
+    case hmem::Iface::FreeTracking::none:
+      return "the runtime reports frees in no way hmr can use, so its memory is never cached";
+  }
+  return "unknown";
+}
+
+JsonValue device_monitor_json(const hmem::IfaceReport& report,
+                              const Result<core::Environment>& environment) {
+  JsonValue entry = JsonValue::object();
+  entry.set("name", report.name);
+  entry.set("free_tracking", free_tracking_name(report.free_tracking));
+  const char* variable = device_cache_variable(report.iface);
+  entry.set("variable", variable != nullptr ? JsonValue(variable) : JsonValue());
+  bool cached = false;
+  std::string reason;
+  if (!report.loaded) {
+    reason = "not loaded: " + report.reason;
+  } else if (!environment.ok()) {
+    reason = "the environment does not parse: " + environment.status().reason();
+  } else if (!environment.value().device_cache[static_cast<size_t>(report.iface)]) {
+    reason = std::string(variable != nullptr ? variable : "its variable") +
+             "=0: registrations of this memory are not cached";
+  } else {
+    cached = report.free_tracking != hmem::Iface::FreeTracking::none;
+    reason = tracking_text(report.free_tracking);
+  }
+  entry.set("cached", answer(cached, reason));
+  return entry;
+}
+
+}  // namespace
+
+JsonValue monitors_section(const std::vector<hmem::IfaceReport>& reports,
+                           const Result<core::Environment>& environment) {
+  core::MemhooksMonitor& memhooks = core::MemhooksMonitor::instance();
+  const bool memhooks_was_installed = memhooks.installed();
+  HostMonitor monitors[] = {
+      {"userfaultfd", core::UffdMonitor::instance().start()},
+      {"memhooks", memhooks.start()},
+  };
+  // Put libc back as it was; nothing here subscribed a range.
+  if (monitors[1].started.ok() && !memhooks_was_installed) memhooks.stop();
+
+  JsonValue section = JsonValue::object();
+  JsonValue& host = section.set("host", JsonValue::array());
+  host.push(host_monitor_json(monitors[0], "a userfaultfd (UFFD_USER_MODE_ONLY) reports "
+                                           "unmap, madvise and mremap of watched ranges"));
+  host.push(host_monitor_json(monitors[1], "libc's munmap, mremap, madvise, brk, shmdt and "
+                                           "MAP_FIXED mmap are hooked"));
+  section.set("chosen", chosen_json(environment, monitors, std::size(monitors)));
+  JsonValue& devices = section.set("device", JsonValue::array());
+  for (const hmem::IfaceReport& report : reports) {
+    if (report.iface != HMR_HMEM_SYSTEM) devices.push(device_monitor_json(report, environment));
+  }
+  return section;
+}
+
+}  // namespace hmr::info

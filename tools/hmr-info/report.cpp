@@ -1,0 +1,41 @@
+#include "report.h"
+
+#include <hmr/hmr.h>
+
+#include <string>
+
+#include "config_probe.h"
+#include "core/environment.h"
+#include "hmem/hmem_registry.h"
+#include "iface_probe.h"
+#include "monitor_probe.h"
+#include "nic_section.h"
+
+namespace hmr::info {
+namespace {
+
+std::string version_text(uint32_t version) {
+  return std::to_string(version >> 16) + "." + std::to_string((version >> 8) & 0xffu) + "." +
+         std::to_string(version & 0xffu);
+}
+
+}  // namespace
+
+JsonValue build_report() {
+  JsonValue report = JsonValue::object();
+  JsonValue& about = report.set("hmr", JsonValue::object());
+  about.set("version", version_text(hmr_version()));
+  about.set("headers", std::to_string(HMR_VERSION_MAJOR) + "." + std::to_string(HMR_VERSION_MINOR) +
+                         "." + std::to_string(HMR_VERSION_PATCH));
+
+  const Result<core::Environment> environment = core::read_environment();
+  const std::vector<hmem::IfaceReport> ifaces = hmem::Registry::global().describe();
+  report.set("ifaces", ifaces_section(ifaces));
+  report.set("devices", devices_section(ifaces, environment));
+  report.set("nics", nics_section());
+  report.set("monitors", monitors_section(ifaces, environment));
+  report.set("config", config_section(environment));
+  return report;
+}
+
+}  // namespace hmr::info

@@ -1,0 +1,57 @@
+// hmr-perftest's command line, parsed and checked before anything is opened.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "peer_message.h"
+
+namespace hmr::perftest {
+
+// How the buffers are registered for each run.
+enum class RegMode {
+  cached,    // through hmr, once per message (repeats hit hmr's cache)
+  per_iter,  // through hmr with caching off: every message registers and deregisters
+  once,      // through hmr, once for the whole run (the perftest default)
+  raw,       // fi_mr_reg directly, once for the whole run: the baseline without hmr
+};
+
+const char* reg_mode_name(RegMode mode);
+
+struct Options {
+  bool server = false;
+  std::string host;       // client: the server to connect to
+  uint16_t port = 18515;  // perftest's default port
+  TestKind test = TestKind::write_bw;
+  uint64_t min_size = 2;
+  uint64_t max_size = uint64_t{1} << 23;  // perftest's -a sweep: 2 B .. 8 MiB
+  uint64_t iterations = 1000;
+  std::string memory = "host";  // host | cuda:N | rocr:N | ze:N | neuron:N | synapseai:N
+  bool dmabuf = false;          // insist on dma-buf for device memory
+  std::vector<RegMode> reg_modes = {RegMode::once};  // several: compared in one run
+  std::string provider = "tcp";
+  bool json = false;
+  int timeout_ms = 30000;  // out-of-band exchange and connection deadline
+  bool quiet = false;      // no progress lines
+};
+
+// Parses argv; on failure returns nullopt with the reason and usage hint in `why`.
+// `--help` sets `help` and returns nullopt with an empty `why`.
+std::optional<Options> parse_options(int argc, const char* const* argv, std::string* why,
+                                     bool* help);
+
+std::string usage();
+
+// The message sizes of a run: powers of two from min to max, plus max if it is not one.
+std::vector<uint64_t> message_sizes(const Options& options);
+
+// "cuda:1" -> ("cuda", 1); "host" -> ("host", 0).  Nullopt when malformed.
+struct MemorySpec {
+  std::string iface;
+  int device = 0;
+};
+std::optional<MemorySpec> parse_memory(const std::string& text);
+
+}  // namespace hmr::perftest

@@ -1,0 +1,110 @@
+#include "report.h"
+
+#include <cstdarg>
+#include <cstdio>
+
+namespace hmr::perftest {
+namespace {
+
+__attribute__((format(printf, 1, 2))) std::string printf_string(const char* format, ...) {
+  char line[512];
+  va_list args;
+  va_start(args, format);
+  std::vsnprintf(line, sizeof line, format, args);
+  va_end(args);
+  return line;
+}
+
+bool is_latency(TestKind test) { return test == TestKind::write_lat; }
+
+std::string rule() { return std::string(96, '-') + "\n"; }
+
+}  // namespace
+
+std::string format_table(const RunInfo& run, const std::vector<Measurement>& rows) {
+  std::string out = rule();
+  out += printf_string(" hmr-perftest %s   provider %s (libfabric %s)   memory %s   mr_mode 0x%llx\n",
+                       test_name(run.test), run.provider.c_str(), run.fabric_version.c_str(),
+                       run.memory.c_str(), static_cast<unsigned long long>(run.mr_mode));
+  out += rule();
+  if (is_latency(run.test)) {
+    out += " #bytes     #iterations  reg       t_min[usec]  t_typical[usec]  t_avg[usec]  t_max[usec]  nic_regs\n";
+    for (const Measurement& m : rows) {
+      out += printf_string(" %-10llu %-12llu %-9s %-12.2f %-16.2f %-12.2f %-12.2f %llu\n",
+                           static_cast<unsigned long long>(m.size),
+                           static_cast<unsigned long long>(m.iterations), reg_mode_name(m.mode),
+                           m.lat_min_us, m.lat_median_us, m.lat_avg_us, m.lat_max_us,
+                           static_cast<unsigned long long>(m.nic_registrations));
+    }
+  } else {
+    out += " #bytes     #iterations  reg       BW average[GB/s]  MsgRate[Mpps]  nic_regs  cache_hits\n";
+    for (const Measurement& m : rows) {
+      out += printf_string(" %-10llu %-12llu %-9s %-17.3f %-14.4f %-9llu %llu\n",
+                           static_cast<unsigned long long>(m.size),
+                           static_cast<unsigned long long>(m.iterations), reg_mode_name(m.mode),
+                           m.gbytes_per_second, m.mmsgs_per_second,
+                           static_cast<unsigned long long>(m.nic_registrations),
+                           static_cast<unsigned long long>(m.cache_hits));
+    }
+  }
+  out += rule();
+  return out;
+}
+
+std::string format_json(const RunInfo& run, const std::vector<Measurement>& rows) {
+  // Names are escaped; everything else is a number or this tool's own words.
+  auto escaped = [](const std::string& text) {
+    std::string out;
+    for (char c : text) {
+      if (c == '"' || c == '\\') out += '\\';
+      out += c;
+    }
+    return out;
+  };
+  std::string out = "{\n";
+  out += printf_string("  \"test\": \"%s\",\n  \"provider\": \"%s\",\n  \"libfabric\": \"%s\",\n",
+                       test_name(run.test), escaped(run.provider).c_str(),
+                       escaped(run.fabric_version).c_str());
+  out += printf_string("  \"memory\": \"%s\",\n  \"mr_mode\": %llu,\n  \"results\": [",
+                       escaped(run.memory).c_str(), static_cast<unsigned long long>(run.mr_mode));
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Measurement& m = rows[i];
+    out += i == 0 ? "\n" : ",\n";
+    out += printf_string(
+        "    {\"bytes\": %llu, \"iterations\": %llu, \"reg\": \"%s\", \"seconds\": %.6f, "
+        "\"gbytes_per_s\": %.4f, \"mmsgs_per_s\": %.4f, \"lat_min_us\": %.3f, "
+        "\"lat_median_us\": %.3f, \"lat_avg_us\": %.3f, \"lat_max_us\": %.3f, "
+        "\"nic_registrations\": %llu, \"cache_hits\": %llu}",
+        static_cast<unsigned long long>(m.size), static_cast<unsigned long long>(m.iterations),
+        reg_mode_name(m.mode), m.seconds, m.gbytes_per_second, m.mmsgs_per_second, m.lat_min_us,
+        m.lat_median_us, m.lat_avg_us, m.lat_max_us,
+        static_cast<unsigned long long>(m.nic_registrations),
+        static_cast<unsigned long long>(m.cache_hits));
+  }
+  out += "\n  ]\n}\n";
+  return out;
+}
+
+std::string format_results(const RunInfo& run, const std::vector<Measurement>& rows) {
+  if (run.test != TestKind::write_bw) return {};
+  constexpr uint64_t kMiB = uint64_t{1} << 20;
+  const Measurement* raw = nullptr;
+  const Measurement* through_hmr = nullptr;
+  for (const Measurement& m : rows) {
+    if (m.size != kMiB) continue;
+    if (m.mode == RegMode::raw) raw = &m;
+    // The mode a transport would use: cached when it was run, else once.
+    if (m.mode == RegMode::cached || (m.mode == RegMode::once && through_hmr == nullptr)) {
+      through_hmr = &m;
+    }
+  }
+  if (raw == nullptr || through_hmr == nullptr || raw->gbytes_per_second <= 0) return {};
+  // "tcp;ofi_rxm" is reported as tcp: the provider the user named.
+  const std::string provider = run.provider.substr(0, run.provider.find(';'));
+  return printf_string("RESULT metric=write_bw_1MiB provider=%s hmr=%.3f raw=%.3f ratio=%.3f\n",
+                       provider.c_str(), through_hmr->gbytes_per_second,
+                       raw->gbytes_per_second,
+                       through_hmr->gbytes_per_second / raw->gbytes_per_second);
+}
+
+}  // namespace hmr::perftest

@@ -1,0 +1,41 @@
+// hmr-perftest's results: one row per (message size, registration mode), printed as a table
+// in the style of ib_write_bw / ib_write_lat, or as one JSON document.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "options.h"
+
+namespace hmr::perftest {
+
+struct Measurement {
+  uint64_t size = 0;
+  RegMode mode = RegMode::once;
+  uint64_t iterations = 0;
+  double seconds = 0;
+  // Bandwidth tests.
+  double gbytes_per_second = 0;  // 10^9 bytes per second
+  double mmsgs_per_second = 0;
+  // Latency test: one-way latency (half a round trip), in microseconds.
+  double lat_avg_us = 0, lat_min_us = 0, lat_median_us = 0, lat_max_us = 0;
+  // hmr's work during the run (zeros for the raw mode).
+  uint64_t nic_registrations = 0;
+  uint64_t cache_hits = 0;
+};
+
+struct RunInfo {
+  TestKind test = TestKind::write_bw;
+  std::string provider;
+  std::string fabric_version;
+  std::string memory;
+  uint64_t mr_mode = 0;
+};
+
+std::string format_table(const RunInfo& run, const std::vector<Measurement>& rows);
+std::string format_json(const RunInfo& run, const std::vector<Measurement>& rows);
+// RESULT lines for the hmr-versus-raw comparison at 1 MiB, when the run has both.
+std::string format_results(const RunInfo& run, const std::vector<Measurement>& rows);
+
+}  // namespace hmr::perftest

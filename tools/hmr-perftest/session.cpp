@@ -1,0 +1,467 @@
+#include "session.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "buffer.h"
+#include "fabric.h"
+#include "peer_socket.h"
+#include "registrar.h"
+#include "report.h"
+
+namespace hmr::perftest {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr uint64_t kAccess = FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+constexpr size_t kWindow = 64;  // RMA operations in flight in the bandwidth tests
+
+int fail(const char* role, const std::string& why) {
+  std::fprintf(stderr, "hmr-perftest %s: %s\n", role, why.c_str());
+  return 1;
+}
+
+// The peer's buffer as this side addresses it.
+struct Remote {
+  uint64_t base = 0;  // address of byte 0 in RMA calls
+  uint64_t key = 0;
+  uint64_t length = 0;
+};
+
+std::optional<Remote> adopt_remote(Fabric& fabric, const BufferInfo& info, std::string* why) {
+  Remote remote;
+  remote.base = info.address;
+  remote.length = info.length;
+  if (info.key_is_raw) {
+    if (!fabric.map_raw(info.address, info.key, &remote.key, why)) return std::nullopt;
+  } else {
+    std::memcpy(&remote.key, info.key.data(), sizeof remote.key);
+  }
+  if (!fabric.insert_peer(info.fabric_address, why)) return std::nullopt;
+  return remote;
+}
+
+BufferInfo describe(const Fabric& fabric, const Registered& registered, uint64_t address,
+                    uint64_t length) {
+  BufferInfo info;
+  info.address = address;
+  info.length = length;
+  info.mr_mode = fabric.mr_mode();
+  info.key_is_raw = !registered.raw_key.empty();
+  if (info.key_is_raw) {
+    info.key = registered.raw_key;
+  } else {
+    info.key.resize(sizeof registered.key);
+    std::memcpy(info.key.data(), &registered.key, sizeof registered.key);
+  }
+  info.fabric_address = fabric.address();
+  return info;
+}
+
+template <typename T>
+std::optional<T> receive_as(PeerSocket& socket, MessageType type,
+                            std::optional<T> (*decode)(std::span<const uint8_t>, std::string*),
+                            int timeout_ms, std::string* why) {
+  std::optional<std::vector<uint8_t>> body = socket.receive(type, timeout_ms, why);
+  if (!body) return std::nullopt;
+  return decode(*body, why);
+}
+
+// Waits until byte `at` of `buffer` reads `tag`, progressing the CQ meanwhile (the provider
+// lands the peer's bytes only while someone reads the CQ).
+bool wait_for_tag(Fabric& fabric, const uint8_t* at, uint8_t tag, std::string* why) {
+  std::atomic_ref<const uint8_t> byte(*at);
+  while (byte.load(std::memory_order_acquire) != tag) {
+    if (fabric.poll(nullptr, why) < 0) return false;
+  }
+  return true;
+}
+
+uint8_t tag_for(uint64_t sequence) { return static_cast<uint8_t>(sequence % 255 + 1); }
+
+// ---- server ----------------------------------------------------------------------------
+
+int serve_latency(PeerSocket& socket, Fabric& fabric, Buffer& buffer, const Registered& mine,
+                  const Remote& client, const Hello& hello, int timeout_ms) {
+  std::string why;
+  uint64_t sequence = 0;
+  for (;;) {
+    std::optional<Done> barrier = receive_as(socket, MessageType::done, decode_done, timeout_ms, &why);
+    if (!barrier) return fail("server", why);
+    const uint64_t size = barrier->value;
+    if (size == 0) return 0;  // the client is finished
+    if (size > buffer.size() || size > client.length) {
+      return fail("server", "the client asked for a " + std::to_string(size) +
+                                "-byte block, beyond the buffers agreed");
+    }
+    std::memset(buffer.data(), 0, size);
+    if (!socket.send(encode(Done{size}), &why)) return fail("server", why);
+    for (uint64_t i = 0; i < hello.iterations; ++i) {
+      const uint8_t tag = tag_for(sequence++);
+      if (!wait_for_tag(fabric, buffer.data() + size - 1, tag, &why)) return fail("server", why);
+      if (!fabric.post_write(mine.local, size, mine.desc, client.base, client.key, nullptr,
+                             nullptr, &why) ||
+          !fabric.wait(1, &why)) {
+        return fail("server", why);
+      }
+    }
+  }
+}
+
+// Bandwidth: the client drives; this side only progresses until the client's Done arrives.
+int serve_bandwidth(PeerSocket& socket, Fabric& fabric, Buffer& buffer, Registrar& registrar,
+                    const Registered& mine, const Hello& hello, int timeout_ms) {
+  std::string why;
+  while (!socket.readable()) {
+    if (fabric.poll(nullptr, &why) < 0) return fail("server", why);
+  }
+  // What the client wrote into a host shadow belongs in the device memory.
+  if (hello.test == TestKind::write_bw && !registrar.sync(mine, buffer.size(), true, &why)) {
+    return fail("server", why);
+  }
+  std::optional<Done> done = receive_as(socket, MessageType::done, decode_done, timeout_ms, &why);
+  if (!done) return fail("server", why);
+  const uint64_t held = buffer.host() ? buffer.checksum(hello.max_size) : 0;
+  if (!socket.send(encode(Done{held}), &why)) return fail("server", why);
+  if (hello.test == TestKind::write_bw && buffer.host() && done->value != 0 && done->value != held) {
+    return fail("server", "the bytes written into this buffer differ from what the client sent");
+  }
+  return 0;
+}
+
+}  // namespace
+
+int run_server(const Options& options) {
+  std::string why;
+  std::optional<PeerSocket> socket = PeerSocket::listen(options.port, &why);
+  if (!socket) return fail("server", why);
+  if (!options.quiet) {
+    std::fprintf(stderr, "hmr-perftest server: waiting for a client on port %u\n",
+                 socket->listening_port());
+  }
+  if (!socket->accept(options.timeout_ms, &why)) return fail("server", why);
+  std::optional<Hello> hello =
+      receive_as(*socket, MessageType::hello, decode_hello, options.timeout_ms, &why);
+  if (!hello) return fail("server", why);
+  if (hello->provider != options.provider) {
+    return fail("server", "the client uses provider '" + hello->provider + "', this server '" +
+                              options.provider + "': start both with the same --provider");
+  }
+  std::optional<Fabric> fabric = Fabric::open(options.provider, &why);
+  if (!fabric) return fail("server", why);
+  std::optional<Buffer> buffer = Buffer::allocate(options.memory, hello->max_size, &why);
+  if (!buffer) return fail("server", why);
+  if (hello->test == TestKind::read_bw && buffer->host()) buffer->fill_pattern(buffer->size());
+  std::optional<Registrar> registrar = Registrar::open(*fabric, RegMode::once, options.dmabuf, &why);
+  if (!registrar) return fail("server", why);
+  std::optional<Registered> mine = registrar->reg(buffer->data(), buffer->size(), kAccess, &why);
+  if (!mine) return fail("server", why);
+  int status = 0;
+  // A host shadow must hold the device's bytes before the client reads them.
+  if (hello->test == TestKind::read_bw && !registrar->sync(*mine, buffer->size(), false, &why)) {
+    status = fail("server", why);
+  } else if (!socket->send(encode(describe(*fabric, *mine, mine->base, buffer->size())), &why)) {
+    status = fail("server", why);
+  } else if (std::optional<BufferInfo> theirs = receive_as(
+                 *socket, MessageType::buffer, decode_buffer, options.timeout_ms, &why);
+             !theirs) {
+    status = fail("server", why);
+  } else if (std::optional<Remote> client = adopt_remote(*fabric, *theirs, &why); !client) {
+    status = fail("server", why);
+  } else if (hello->test == TestKind::write_lat) {
+    status = serve_latency(*socket, *fabric, *buffer, *mine, *client, *hello, options.timeout_ms);
+  } else {
+    status = serve_bandwidth(*socket, *fabric, *buffer, *registrar, *mine, *hello,
+                             options.timeout_ms);
+  }
+  registrar->release(*mine);
+  if (status == 0 && !options.quiet) std::fprintf(stderr, "hmr-perftest server: done\n");
+  return status;
+}
+
+// ---- client ----------------------------------------------------------------------------
+
+namespace {
+
+struct Client {
+  const Options& options;
+  PeerSocket& socket;
+  Fabric& fabric;
+  Buffer& buffer;  // write_lat: [send area | landing area], each max_size
+  Remote server;
+  std::vector<Registrar>& registrars;   // one per --reg mode, in order
+  std::vector<Registered>& whole;       // each mode's whole-buffer registration (once/raw)
+  Clock::time_point last_progress = Clock::now();
+
+  void progress(uint64_t size, RegMode mode) {
+    if (options.quiet || options.json) return;
+    const Clock::time_point now = Clock::now();
+    if (now - last_progress < std::chrono::seconds(1)) return;
+    last_progress = now;
+    std::fprintf(stderr, "hmr-perftest: %s %llu bytes (%s) done\n", test_name(options.test),
+                 static_cast<unsigned long long>(size), reg_mode_name(mode));
+  }
+
+  bool per_message(RegMode mode) const {
+    return mode == RegMode::cached || mode == RegMode::per_iter;
+  }
+
+  // One bandwidth block: `iterations` RMA operations of `size` bytes, kWindow in flight.
+  std::optional<Measurement> bandwidth(uint64_t size, size_t mode_index, std::string* why) {
+    Registrar& registrar = registrars[mode_index];
+    const RegMode mode = registrar.mode();
+    const bool write = options.test == TestKind::write_bw;
+    const hmr_domain_stats before = registrar.stats();
+    struct Slot {
+      Registered registered;
+      bool busy = false;
+    };
+    std::vector<Slot> slots(kWindow);
+    std::vector<size_t> free_slots;
+    for (size_t i = kWindow; i-- > 0;) free_slots.push_back(i);
+    std::vector<void*> done;
+    uint64_t posted = 0, completed = 0;
+    bool synced = true;
+    auto retire = [&](void* context) {
+      Slot& slot = *static_cast<Slot*>(context);
+      if (per_message(mode)) {
+        // What a read landed in a host shadow belongs in the device memory.
+        if (!write) synced = synced && registrar.sync(slot.registered, size, true, why);
+        registrar.release(slot.registered);
+      }
+      slot.busy = false;
+      free_slots.push_back(static_cast<size_t>(&slot - slots.data()));
+      ++completed;
+    };
+    const Clock::time_point start = Clock::now();
+    if (write && !per_message(mode) && !registrar.sync(whole[mode_index], size, false, why)) {
+      return std::nullopt;
+    }
+    while (completed < options.iterations && synced) {
+      while (posted < options.iterations && !free_slots.empty()) {
+        Slot& slot = slots[free_slots.back()];
+        free_slots.pop_back();
+        if (per_message(mode)) {
+          std::optional<Registered> r = registrar.reg(buffer.data(), size, kAccess, why);
+          if (!r) return std::nullopt;
+          slot.registered = *r;
+          if (write && !registrar.sync(slot.registered, size, false, why)) return std::nullopt;
+        } else {
+          slot.registered = whole[mode_index];
+        }
+        slot.busy = true;
+        const bool ok = write ? fabric.post_write(slot.registered.local, size,
+                                                  slot.registered.desc, server.base, server.key,
+                                                  &slot, &done, why)
+                              : fabric.post_read(slot.registered.local, size,
+                                                 slot.registered.desc, server.base, server.key,
+                                                 &slot, &done, why);
+        if (!ok) return std::nullopt;
+        ++posted;
+      }
+      if (fabric.poll(&done, why) < 0) return std::nullopt;
+      for (void* context : done) retire(context);
+      done.clear();
+    }
+    if (!synced) return std::nullopt;
+    if (!write && !per_message(mode) && !registrar.sync(whole[mode_index], size, true, why)) {
+      return std::nullopt;
+    }
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    if (!write && buffer.host() && !buffer.matches_pattern(size)) {
+      *why = "read_bw: the bytes read differ from the server's pattern at size " +
+             std::to_string(size);
+      return std::nullopt;
+    }
+    const hmr_domain_stats after = registrar.stats();
+    Measurement m;
+    m.size = size;
+    m.mode = mode;
+    m.iterations = options.iterations;
+    m.seconds = seconds;
+    m.gbytes_per_second = static_cast<double>(size * options.iterations) / seconds / 1e9;
+    m.mmsgs_per_second = static_cast<double>(options.iterations) / seconds / 1e6;
+    m.nic_registrations = after.nic_registrations - before.nic_registrations;
+    m.cache_hits = after.cache_hits - before.cache_hits;
+    return m;
+  }
+
+  // One latency block: ping-pong of `size` bytes; the answer lands in the landing area.
+  std::optional<Measurement> latency(uint64_t size, size_t mode_index, uint64_t* sequence,
+                                     std::string* why) {
+    Registrar& registrar = registrars[mode_index];
+    const RegMode mode = registrar.mode();
+    uint8_t* send = buffer.data();
+    uint8_t* landing = buffer.data() + options.max_size;
+    std::memset(landing, 0, size);
+    if (!socket.send(encode(Done{size}), why)) return std::nullopt;
+    std::optional<Done> ack =
+        receive_as(socket, MessageType::done, decode_done, options.timeout_ms, why);
+    if (!ack) return std::nullopt;
+    if (ack->value != size) {
+      *why = "the server answered the barrier for a different block";
+      return std::nullopt;
+    }
+    const hmr_domain_stats before = registrar.stats();
+    std::vector<double> samples;
+    samples.reserve(options.iterations);
+    for (uint64_t i = 0; i < options.iterations; ++i) {
+      const uint8_t tag = tag_for((*sequence)++);
+      send[size - 1] = tag;
+      const Clock::time_point start = Clock::now();
+      Registered registered = whole[mode_index];
+      if (per_message(mode)) {
+        std::optional<Registered> r = registrar.reg(send, size, kAccess, why);
+        if (!r) return std::nullopt;
+        registered = *r;
+      }
+      if (!fabric.post_write(send, size, registered.desc, server.base, server.key, nullptr,
+                             nullptr, why) ||
+          !wait_for_tag(fabric, landing + size - 1, tag, why) || !fabric.wait(1, why)) {
+        return std::nullopt;
+      }
+      if (per_message(mode)) registrar.release(registered);
+      samples.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count() /
+                        2);
+    }
+    const hmr_domain_stats after = registrar.stats();
+    std::sort(samples.begin(), samples.end());
+    Measurement m;
+    m.size = size;
+    m.mode = mode;
+    m.iterations = options.iterations;
+    for (double s : samples) m.seconds += 2 * s / 1e6;
+    m.lat_min_us = samples.front();
+    m.lat_max_us = samples.back();
+    m.lat_median_us = samples[samples.size() / 2];
+    m.lat_avg_us = m.seconds * 1e6 / 2 / static_cast<double>(samples.size());
+    m.nic_registrations = after.nic_registrations - before.nic_registrations;
+    m.cache_hits = after.cache_hits - before.cache_hits;
+    return m;
+  }
+};
+
+}  // namespace
+
+int run_client(const Options& options) {
+  std::string why;
+  const bool latency = options.test == TestKind::write_lat;
+  if (latency && options.iterations > (uint64_t{1} << 24)) {
+    return fail("client", "write_lat keeps every sample: use --iters up to 16M");
+  }
+  std::optional<PeerSocket> socket =
+      PeerSocket::connect(options.host, options.port, options.timeout_ms, &why);
+  if (!socket) return fail("client", why);
+  Hello hello;
+  hello.test = options.test;
+  hello.min_size = options.min_size;
+  hello.max_size = options.max_size;
+  hello.iterations = options.iterations;
+  hello.provider = options.provider;
+  hello.memory = options.memory;
+  if (!socket->send(encode(hello), &why)) return fail("client", why);
+  std::optional<BufferInfo> theirs =
+      receive_as(*socket, MessageType::buffer, decode_buffer, options.timeout_ms, &why);
+  if (!theirs) return fail("client", why);
+  if (theirs->length < options.max_size) {
+    return fail("client", "the server's buffer is smaller than the largest message");
+  }
+
+  std::optional<Fabric> fabric = Fabric::open(options.provider, &why);
+  if (!fabric) return fail("client", why);
+  std::optional<Remote> server = adopt_remote(*fabric, *theirs, &why);
+  if (!server) return fail("client", why);
+  const size_t length = latency ? 2 * options.max_size : options.max_size;
+  std::optional<Buffer> buffer = Buffer::allocate(options.memory, length, &why);
+  if (!buffer) return fail("client", why);
+  if (buffer->host()) buffer->fill_pattern(options.max_size);
+  if (latency && !buffer->host()) {
+    return fail("client", "write_lat polls memory with the CPU: use --mem host");
+  }
+
+  std::vector<Registrar> registrars;
+  std::vector<Registered> whole;
+  for (RegMode mode : options.reg_modes) {
+    std::optional<Registrar> registrar = Registrar::open(*fabric, mode, options.dmabuf, &why);
+    if (!registrar) return fail("client", why);
+    registrars.push_back(std::move(*registrar));
+    std::optional<Registered> r =
+        registrars.back().reg(buffer->data(), buffer->size(), kAccess, &why);
+    if (!r) return fail("client", why);
+    whole.push_back(*r);
+  }
+  // The landing area for write_lat answers, published through the first mode's registration.
+  const uint64_t landing = whole.front().base + options.max_size;
+  if (!socket->send(encode(describe(*fabric, whole.front(), landing, options.max_size)), &why)) {
+    return fail("client", why);
+  }
+
+  Client client{options, *socket, *fabric, *buffer, *server, registrars, whole};
+  std::vector<Measurement> rows;
+  uint64_t sequence = 0;
+  int status = 0;
+  // Warm-up: the first operation sets up the provider's connection to the peer, which no
+  // measurement should include.  (write_lat pays it once, in its first sample: t_max.)
+  if (!latency) {
+    const bool ok = options.test == TestKind::write_bw
+                        ? fabric->post_write(whole.front().local, 1, whole.front().desc, server->base,
+                                             server->key, nullptr, nullptr, &why)
+                        : fabric->post_read(static_cast<uint8_t*>(whole.front().local) +
+                                                options.max_size - 1, 1,
+                                            whole.front().desc, server->base, server->key,
+                                            nullptr, nullptr, &why);
+    if (!ok || !fabric->wait(1, &why)) return fail("client", "warm-up: " + why);
+  }
+  // Sizes outer, modes inner: the modes of one size run back to back, under the same
+  // conditions, so their comparison is fair.
+  for (uint64_t size : message_sizes(options)) {
+    for (size_t mode = 0; mode < registrars.size() && status == 0; ++mode) {
+      std::optional<Measurement> m = latency ? client.latency(size, mode, &sequence, &why)
+                                             : client.bandwidth(size, mode, &why);
+      if (!m) {
+        status = fail("client", why);
+        break;
+      }
+      rows.push_back(*m);
+      client.progress(size, registrars[mode].mode());
+    }
+    if (status != 0) break;
+  }
+  if (status == 0) {
+    if (latency) {
+      if (!socket->send(encode(Done{0}), &why)) status = fail("client", why);
+    } else {
+      const uint64_t sent = buffer->host() && options.test == TestKind::write_bw
+                                ? buffer->checksum(options.max_size) : 0;
+      std::optional<Done> answer;
+      if (!socket->send(encode(Done{sent}), &why) ||
+          !(answer = receive_as(*socket, MessageType::done, decode_done, options.timeout_ms,
+                                &why))) {
+        status = fail("client", why);
+      } else if (sent != 0 && answer->value != sent) {
+        status = fail("client", "the server's buffer does not hold the bytes written");
+      }
+    }
+  }
+  for (size_t i = 0; i < registrars.size(); ++i) registrars[i].release(whole[i]);
+  if (status != 0) return status;
+
+  RunInfo run;
+  run.test = options.test;
+  run.provider = fabric->provider_name();
+  run.fabric_version = fabric->fabric_version();
+  run.memory = options.memory;
+  run.mr_mode = fabric->mr_mode();
+  std::fputs(options.json ? format_json(run, rows).c_str() : format_table(run, rows).c_str(),
+             stdout);
+  if (!options.json) std::fputs(format_results(run, rows).c_str(), stdout);
+  return 0;
+}
+
+}  // namespace hmr::perftest
