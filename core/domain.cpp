@@ -9,9 +9,12 @@
 #include "core/enum_bits.h"
 #include "core/event_queue.h"
 #include "core/memory_region.h"
+#include "core/memory_resolution.h"
+#include "core/monitor/device_monitor.h"
 #include "core/monitor/monitor_registry.h"
 #include "core/mr_mode.h"
 #include "core/log.h"
+#include "core/prefault.h"
 #include "core/stopwatch.h"
 
 namespace hmr::core {
@@ -39,13 +42,22 @@ Result<hmr_threading> negotiate_threading(const hmr_threading& requested) {
 
 Result<std::unique_ptr<Domain>> Domain::open(const hmr_domain_attr& attr,
                                              hmr_domain_attr* negotiated) {
+  if (attr.flags & ~HMR_DOMAIN_ALLOW_HMEM_COPY) {
+    return make_error(HMR_EBADFLAGS, "unknown hmr_domain_attr.flags %#llx",
+                      static_cast<unsigned long long>(attr.flags & ~HMR_DOMAIN_ALLOW_HMEM_COPY));
+  }
   Result<Environment> environment = read_environment();
   if (!environment.ok()) return environment.status();
-  Result<std::unique_ptr<nic::Nic>> nic = nic::open_nic(attr.nic, attr.nic_options);
+  // The memory runtimes load here, once per process, so no registration pays for it; a bad
+  // FI_HMEM fails the open.
+  HMR_RETURN_IF_ERROR(hmem::Registry::global().load());
+  Result<std::unique_ptr<nic::Nic>> nic =
+      nic::open_nic(attr.nic, attr.nic_options, attr.nic_handle);
   if (!nic.ok()) return nic.status();
   const nic::Capabilities& caps = (*nic)->capabilities();
 
-  Result<uint64_t> mode = negotiate_mr_mode(attr.mr_mode, caps.required_mr_mode);
+  Result<uint64_t> mode =
+      negotiate_mr_mode(attr.mr_mode, caps.required_mr_mode, caps.optional_mr_mode);
   if (!mode.ok()) return mode.status();
   const bool raw = (*mode & HMR_MR_RAW) != 0;
   Result<size_t> key_size = narrow_limit("mr_key_size", attr.mr_key_size, caps.key_size);
@@ -69,6 +81,10 @@ Result<std::unique_ptr<Domain>> Domain::open(const hmr_domain_attr& attr,
   rules.nic_auth_keys = caps.auth_keys;
   std::unique_ptr<Domain> domain(new Domain(std::move(*nic), rules, *environment));
   domain->mr_cnt_ = *mr_cnt;
+  domain->copies_allowed_ = (attr.flags & HMR_DOMAIN_ALLOW_HMEM_COPY) != 0;
+  // HMEM is emulated (cleared from the mode in force), but an application that supports it
+  // has promised to say iface/device itself: hmr verifies them instead of detecting.
+  domain->declares_memory_ = (attr.mr_mode & HMR_MR_HMEM) != 0;
 
   *negotiated = attr;
   negotiated->mr_mode = *mode;
@@ -76,6 +92,9 @@ Result<std::unique_ptr<Domain>> Domain::open(const hmr_domain_attr& attr,
   negotiated->mr_iov_limit = *iov_limit;
   negotiated->mr_cnt = *mr_cnt;
   negotiated->threading = *threading;
+  negotiated->flags = attr.flags;
+  // An adapter that opened its own NIC object shows it, so the application can use it too.
+  if (void* handle = domain->nic().native_handle()) negotiated->nic_handle = handle;
   HMR_RETURN_IF_ERROR(domain->open_cache(attr, negotiated));
   return domain;
 }
@@ -93,6 +112,7 @@ Status Domain::open_cache(const hmr_domain_attr& attr, hmr_domain_attr* negotiat
   negotiated->cache_max_size = 0;
   negotiated->cache_monitor = "disabled";
   if (monitor_ == nullptr || limits.max_count == 0 || limits.max_bytes == 0) return ok_status();
+  HMR_RETURN_IF_ERROR(open_device_cache(limits));
 
   auto cache = std::make_unique<RegistrationCache>(cache_backend_, limits, monitor_);
   Status attached = cache->attach();
@@ -101,11 +121,65 @@ Status Domain::open_cache(const hmr_domain_attr& attr, hmr_domain_attr* negotiat
     log_message(LogLevel::warn, "registration cache disabled: %s", attached.reason().c_str());
     return ok_status();
   }
+  // Explicit invalidation (hmr_mem_invalidate with no domain) reaches host entries too.
+  HMR_RETURN_IF_ERROR(DeviceMonitor::instance().add_sink(cache.get()));
   cache_ = std::move(cache);
   negotiated->cache_max_count = limits.max_count;
   negotiated->cache_max_size = limits.max_bytes;
   negotiated->cache_monitor = monitor_->name();
   return ok_status();
+}
+
+Status Domain::open_device_cache(const CacheLimits& limits) {
+  auto cache = std::make_unique<RegistrationCache>(device_backend_, limits,
+                                                   &DeviceMonitor::instance());
+  HMR_RETURN_IF_ERROR(cache->attach());
+  device_cache_ = std::move(cache);
+  return ok_status();
+}
+
+bool Domain::device_cacheable(const MrRequest& request, ExportMode mode) const {
+  if (device_cache_ == nullptr || mode == ExportMode::host_shadow) return false;  // MR-owned
+  if (!has_mode(HMR_MR_PROV_KEY) || has_mode(HMR_MR_ENDPOINT) || request.dmabuf ||
+      (request.flags & ~(HMR_HMEM_DEVICE_ONLY | HMR_HMEM_HOST_ALLOC)) != 0) {
+    return false;
+  }
+  const int iface = request.memory.iface;
+  if (!environment_.device_cache[static_cast<size_t>(iface)]) return false;  // FI_MR_*_CACHE_...
+  Result<hmem::Iface*> runtime = hmem::Registry::global().loaded_iface(iface);
+  // A runtime that reports frees in none of the three ways cannot have its memory cached.
+  return runtime.ok() && (*runtime)->free_tracking() != hmem::Iface::FreeTracking::none;
+}
+
+CacheKey Domain::device_cache_key(const MrRequest& request, ExportMode mode) const {
+  CacheKey key = cache_key(request);
+  key.alloc_id = request.memory.alloc_id;
+  key.export_mode = static_cast<uint8_t>(mode);
+  return key;
+}
+
+ExportPlan Domain::plan_export(const hmem::PointerInfo& memory, ExportInputs& inputs) const {
+  inputs.memory = &memory;
+  inputs.nic = &nic_->capabilities();
+  inputs.environment = &environment_;
+  inputs.copies_allowed = copies_allowed_;
+  return core::plan_export(inputs);
+}
+
+Status Domain::resolve(MrRequest& request) {
+  hmem::Registry& registry = hmem::Registry::global();
+  HMR_RETURN_IF_ERROR(resolve_memory(request, declares_memory_, registry));
+  if (request.device_memory() && !request.dmabuf) {
+    Result<hmem::Iface*> iface = registry.loaded_iface(request.memory.iface);
+    if (iface.ok()) DeviceMonitor::instance().observe(**iface, request.memory);
+  }
+  return ok_status();
+}
+
+void Domain::invalidate(uintptr_t start, uintptr_t end) {
+  DmabufShares::instance().forget_range(start, end);  // the memory may have been freed
+  if (cache_) cache_->invalidate(start, end);
+  if (device_cache_) device_cache_->invalidate(start, end);
 }
 
 bool Domain::cacheable(const MrRequest& request) const {
@@ -137,7 +211,11 @@ nic::RegistrationRequest Domain::nic_request(std::span<const iovec> segments,
 }
 
 Result<nic::Registration> Domain::register_on_nic(const nic::RegistrationRequest& request) {
-  HMR_RETURN_IF_ERROR(check_allocated(request.segments));
+  // Device addresses are not the CPU's to probe: the ALLOCATED check is for host memory.
+  if (!(request.flags & HMR_HMEM_DEVICE_ONLY)) HMR_RETURN_IF_ERROR(check_allocated(request.segments));
+  // Large host ranges are populated first, in parallel (core/prefault.h decides which).
+  prefault_for_registration(request, {environment_.reg_prefault_min, environment_.reg_threads},
+                            nic_->capabilities().on_demand_paging);
   const Stopwatch stopwatch;
   Result<nic::Registration> registered = nic_->register_memory(request);
   if (registered.ok()) stats_.record_nic_registration(stopwatch.elapsed_ns());
@@ -160,9 +238,20 @@ void Domain::CacheBackendAdapter::deregister(nic::Registration& registration) {
 
 hmr_domain_stats Domain::statistics() {
   // Cache first: it finishes deferred deregistrations, which the NIC counters then include.
-  const CacheStatistics cache = cache_ ? cache_->statistics() : CacheStatistics{};
+  CacheStatistics cache = cache_ ? cache_->statistics() : CacheStatistics{};
+  if (device_cache_) {
+    const CacheStatistics device = device_cache_->statistics();
+    cache.hits += device.hits;
+    cache.misses += device.misses;
+    cache.invalidations += device.invalidations;
+    cache.evictions += device.evictions;
+    cache.uncached += device.uncached;
+    cache.cached_regions += device.cached_regions;
+    cache.cached_bytes += device.cached_bytes;
+    cache.in_use_regions += device.in_use_regions;
+  }
   hmr_domain_stats stats = stats_.snapshot();
-  if (cache_) {
+  if (cache_ || device_cache_) {
     stats.cache_hits = cache.hits;
     stats.cache_misses = cache.misses;
     stats.cache_invalidations = cache.invalidations;
@@ -177,6 +266,7 @@ hmr_domain_stats Domain::statistics() {
 
 void Domain::flush_cache() {
   if (cache_) cache_->flush();
+  if (device_cache_) device_cache_->flush();
 }
 
 Domain::Domain(std::unique_ptr<nic::Nic> nic, const DomainRules& rules,
@@ -184,6 +274,8 @@ Domain::Domain(std::unique_ptr<nic::Nic> nic, const DomainRules& rules,
     : nic_(std::move(nic)), rules_(rules), environment_(environment) {}
 
 Domain::~Domain() {
+  if (cache_) DeviceMonitor::instance().remove_sink(cache_.get());
+  device_cache_.reset();
   cache_.reset();  // deregisters what it holds, leaves the monitor
   if (monitor_ != nullptr) release_monitor(monitor_);
 }
@@ -244,7 +336,8 @@ Status Domain::check_allocated(std::span<const iovec> segments) const {
 
 Result<MemoryRegion*> Domain::register_memory(const hmr_mr_attr& attr, uint64_t flags) {
   Result<MrRequest> request = validate_mr_request(attr, flags, rules_);
-  Status status = request.ok() ? reserve_mr_slot() : request.status();
+  Status status = request.ok() ? resolve(*request) : request.status();
+  if (status.ok()) status = reserve_mr_slot();
   if (!status.ok()) {
     stats_.record_registration(false);
     return status;

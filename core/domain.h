@@ -10,10 +10,13 @@
 #include <mutex>
 
 #include "core/cache/registration_cache.h"
+#include "core/device_registration.h"
+#include "core/export_policy.h"
 #include "core/domain_stats.h"
 #include "core/environment.h"
 #include "core/key_registry.h"
 #include "core/mr_request.h"
+#include "core/registration_cost.h"
 #include "core/object.h"
 #include "core/status.h"
 #include "nic/nic.h"
@@ -42,6 +45,16 @@ class Domain : public Tagged<ObjectClass::domain> {
   bool cacheable(const MrRequest& request) const;
   CacheKey cache_key(const MrRequest& request) const;
   RegistrationCache* cache() const { return cache_.get(); }
+  // The same for device memory (and runtime memory the CPU can reach), reaching the NIC
+  // through `mode`: a cache of its own, whose monitor is the device runtimes' (DeviceMonitor).
+  bool device_cacheable(const MrRequest& request, ExportMode mode) const;
+  CacheKey device_cache_key(const MrRequest& request, ExportMode mode) const;
+  RegistrationCache* device_cache() const { return device_cache_.get(); }
+  DeviceCacheBackend& device_backend() { return device_backend_; }
+  // How device memory may reach this domain's NIC (the export decision, core/export_policy.h).
+  ExportPlan plan_export(const hmem::PointerInfo& memory, ExportInputs& inputs) const;
+  // Drops this domain's cached registrations overlapping [start, end) (hmr_mem_invalidate).
+  void invalidate(uintptr_t start, uintptr_t end);
   hmr_domain_stats statistics();
   void flush_cache();
 
@@ -49,6 +62,9 @@ class Domain : public Tagged<ObjectClass::domain> {
   Result<nic::Registration> register_on_nic(const nic::RegistrationRequest& request);
   // The NIC request for `segments` under this domain's mode.
   nic::RegistrationRequest nic_request(std::span<const iovec> segments, uint64_t access) const;
+  // The NIC's registration cost (hmr_md_query), measured on first use when the NIC has no
+  // figure of its own (core/registration_cost.h; defined in domain_registration_cost.cpp).
+  Result<nic::LinearCost> registration_cost();
 
   nic::Nic& nic() const { return *nic_; }
   const DomainRules& rules() const { return rules_; }
@@ -64,6 +80,9 @@ class Domain : public Tagged<ObjectClass::domain> {
  private:
   Domain(std::unique_ptr<nic::Nic> nic, const DomainRules& rules, const Environment& environment);
   Status open_cache(const hmr_domain_attr& attr, hmr_domain_attr* negotiated);
+  Status open_device_cache(const CacheLimits& limits);
+  // Detects or verifies what the request's memory is (before any lock or NIC call).
+  Status resolve(MrRequest& request);
   // HMR_EFAULT unless every page of `segments` is mapped (ALLOCATED domains).  Checked where
   // a NIC registration is made: a cache hit proves the range was mapped and still is.
   Status check_allocated(std::span<const iovec> segments) const;
@@ -79,6 +98,7 @@ class Domain : public Tagged<ObjectClass::domain> {
   RequestedKeys requested_keys_;
   MappedRawKeys mapped_keys_;
   DomainStats stats_;
+  RegistrationCostModel registration_cost_;
 
   std::mutex bind_mutex_;
   EventQueue* event_queue_ = nullptr;
@@ -97,6 +117,10 @@ class Domain : public Tagged<ObjectClass::domain> {
   CacheBackendAdapter cache_backend_{*this};
   Monitor* monitor_ = nullptr;
   std::unique_ptr<RegistrationCache> cache_;  // after nic_: destroyed (flushed) before it
+  bool copies_allowed_ = false;  // HMR_DOMAIN_ALLOW_HMEM_COPY
+  bool declares_memory_ = false;  // the application supports HMR_MR_HMEM
+  DeviceCacheBackend device_backend_{*this};
+  std::unique_ptr<RegistrationCache> device_cache_;  // after its backend: destroyed first
 
   friend class MemoryRegion;
 };
