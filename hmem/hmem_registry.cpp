@@ -104,9 +104,10 @@ void Registry::load_slot(Slot& slot) {
                 name, status.reason().c_str());
     return;
   }
-  Result<int> count = iface->device_count();
-  for (int device = 0; count.ok() && device < *count; ++device) {
-    const DeviceId id{static_cast<uint64_t>(device)};
+  // Level Zero's ids are encoded (driver << 16 | device), so ask for the ids, not a count.
+  Result<std::vector<DeviceId>> ids = iface->device_ids();
+  for (size_t i = 0; ids.ok() && i < ids->size(); ++i) {
+    const DeviceId id = (*ids)[i];
     Result<DeviceCapabilities> caps = iface->capabilities(id);
     if (caps.ok()) {
       slot.devices.push_back(std::move(*caps));

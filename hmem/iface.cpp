@@ -12,6 +12,14 @@ const char* memory_kind_name(MemoryKind kind) {
   return "unknown";
 }
 
+Result<std::vector<DeviceId>> Iface::device_ids() {
+  Result<int> count = device_count();
+  if (!count.ok()) return count.status();
+  std::vector<DeviceId> ids;
+  for (int device = 0; device < *count; ++device) ids.push_back(DeviceId{static_cast<uint64_t>(device)});
+  return ids;
+}
+
 Status Iface::unsupported(const char* operation) const {
   return make_error(HMR_EOPNOTSUPP, "%s memory interface does not support %s", name(), operation);
 }

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "hmem/dmabuf_fd.h"
@@ -88,6 +89,9 @@ class Iface {
   virtual Status init() = 0;
 
   virtual Result<int> device_count() = 0;
+  // The ids of every device, as callers name them in hmr_mr_attr.device.  0..count-1 unless
+  // the runtime encodes them (Level Zero: driver << 16 | device).
+  virtual Result<std::vector<DeviceId>> device_ids();
 
   // What [ptr, ptr + len) is.  HMR_ENOENT means "not this iface's memory", and the registry
   // asks the next iface; every other failure is final (fail closed).  The range must lie inside

@@ -232,6 +232,13 @@ Result<int> ZeIface::device_count() {
   return static_cast<int>(devices_.size());
 }
 
+Result<std::vector<hmem::DeviceId>> ZeIface::device_ids() {
+  HMR_RETURN_IF_ERROR(check_initialized());
+  std::vector<hmem::DeviceId> ids;
+  for (const Device& device : devices_) ids.push_back(device.info.device);
+  return ids;
+}
+
 Result<std::vector<ZeDeviceInfo>> ZeIface::devices() const {
   HMR_RETURN_IF_ERROR(check_initialized());
   std::vector<ZeDeviceInfo> infos;

@@ -45,6 +45,7 @@ class ZeIface final : public hmem::Iface {
   Status init() override;
   // All devices of all drivers.  Their ids are encoded, not 0..count-1: see devices().
   Result<int> device_count() override;
+  Result<std::vector<hmem::DeviceId>> device_ids() override;
   Result<hmem::PointerInfo> query(const void* ptr, size_t len) override;
   // Exports the whole allocation (Level Zero exports allocations, not ranges); the offset is
   // where the range starts in it.

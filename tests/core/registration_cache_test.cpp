@@ -368,8 +368,7 @@ TEST_F(RegistrationCacheTest, ValidFalseOnHitForcesAMiss) {
   EXPECT_EQ(backend_.registrations.load(), 2u);
 }
 
-// Disabled: fails today.  lookup() counts the hit before get() asks valid(); a hit the
-// monitor rejects is then counted as a hit and as a miss.
+// A hit the monitor rejects is counted as a miss only.
 TEST_F(RegistrationCacheTest, RejectedHitIsCountedOnlyAsAMiss) {
   monitor_.check_on_hit = true;
   RegistrationCache& cache = make(limits(16));
@@ -551,10 +550,8 @@ TEST_F(RegistrationCacheTest, ByteLimitEvictsToMakeRoom) {
   EXPECT_EQ(stats.cached_regions, 2u);
 }
 
-// Disabled: fails today.  make_room() evicts every unused entry before finding that the new
-// region alone exceeds max_bytes, so the region is handed out uncached anyway and the cache is
-// emptied for nothing (and cache_evictions counts it).  Enable once make_room() checks
-// `bytes <= max_bytes` before evicting.
+// A region that alone exceeds max_bytes is handed out uncached without evicting anything:
+// emptying the cache could not make it fit.
 TEST_F(RegistrationCacheTest, RegionLargerThanTheByteLimitIsUncachedAndEvictsNothing) {
   RegistrationCache& cache = make(limits(100, 4 * kPage));
   const uint64_t a = touch(page(0), kPage);

@@ -152,6 +152,8 @@ check "fake Level Zero" '
 ze = [x for x in d["devices"] if x["iface"] == "ze"]
 expect(ze and ze[0]["dmabuf"]["supported"], "ze device 0 exports dma-buf")
 expect(ze[0]["ze_driver"] == 0 and ze[0]["ze_device"] == 0, "ze ids are not decoded")
+# The fake has a second driver: its device is 1 << 16, never "device 2".
+expect([x["id"] for x in ze] == [0, 1, 65536], "ze device ids are not the driver << 16 encoding")
 ' "$no_ofi" HMR_ZE_LIBRARY="$fake_ze"
 
 check "fake Neuron" '
