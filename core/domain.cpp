@@ -216,8 +216,10 @@ Result<nic::Registration> Domain::register_on_nic(const nic::RegistrationRequest
   // Large host ranges are populated first, in parallel (core/prefault.h decides which).
   prefault_for_registration(request, {environment_.reg_prefault_min, environment_.reg_threads},
                             nic_->capabilities().on_demand_paging);
+  nic::RegistrationRequest parallel = request;
+  parallel.parallelism = environment_.reg_threads;
   const Stopwatch stopwatch;
-  Result<nic::Registration> registered = nic_->register_memory(request);
+  Result<nic::Registration> registered = nic_->register_memory(parallel);
   if (registered.ok()) stats_.record_nic_registration(stopwatch.elapsed_ns());
   return registered;
 }

@@ -64,6 +64,9 @@ struct RegistrationRequest {
   uint64_t device = 0;
   void* hmem_data = nullptr;
   size_t page_size = 0;
+  // Threads the adapter may use for one registration it splits into pieces (verbs chunks
+  // above max_mr_size): HMR_REG_THREADS, the caller's own thread included.
+  size_t parallelism = 1;
 };
 
 // What a registration gives back; `handle` is the NIC's own record, opaque to the core.

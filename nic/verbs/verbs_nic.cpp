@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/log.h"
+#include "core/thread_pool.h"
 #include "nic/verbs/memory_window.h"
 #include "nic/verbs/provider_ops.h"
 #include "nic/verbs/verbs_error.h"
@@ -220,6 +221,33 @@ Result<ibv_mr*> VerbsNic::register_chunk(const nic::RegistrationRequest& request
                                      : "");
 }
 
+// Pinning is what makes a huge registration slow, and the kernel pins separate MRs
+// independently, so the chunks go to the registration pool at once.  They are added to the
+// record in address order (their keys are published in that order); if any failed, the record
+// still takes those that were made, and deregisters them when it is dropped.
+Status VerbsNic::register_chunks_in_parallel(const nic::RegistrationRequest& request,
+                                             const VerbsRegistration::Layout& layout,
+                                             const std::vector<Chunk>& chunks,
+                                             VerbsRegistration& record) {
+  std::vector<ibv_mr*> made(chunks.size(), nullptr);
+  std::vector<core::ThreadPool::Task> tasks;
+  tasks.reserve(chunks.size());
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    tasks.push_back([&, i]() -> Status {
+      Result<ibv_mr*> mr = register_chunk(request, layout, chunks[i]);
+      if (!mr.ok()) return mr.status();
+      made[i] = *mr;
+      return ok_status();
+    });
+  }
+  const Status status =
+      core::ThreadPool::registration_pool(request.parallelism).run_batch(tasks);
+  for (ibv_mr* mr : made) {
+    if (mr != nullptr) record.add_chunk(mr);
+  }
+  return status;
+}
+
 KeyBytes VerbsNic::key_of(std::span<const uint32_t> rkeys) const {
   if (options_.raw_keys) return encode_raw_key(rkeys, chunk_len_);
   return KeyBytes::from_u64(rkeys.empty() ? 0 : rkeys[0], sizeof(uint32_t));
@@ -280,10 +308,14 @@ Result<nic::Registration> VerbsNic::register_memory(const nic::RegistrationReque
   const std::vector<Chunk> chunks = plan_chunks(layout.length, chunk_len_);
   HMR_RETURN_IF_ERROR(check_chunking(request, layout, chunks.size()));
   auto record = std::make_unique<VerbsRegistration>(library_->symbols(), layout);
-  for (const Chunk& chunk : chunks) {
-    Result<ibv_mr*> mr = register_chunk(request, layout, chunk);
-    if (!mr.ok()) return mr.status();  // the record deregisters the chunks made so far
-    record->add_chunk(*mr);
+  if (chunks.size() > 1 && request.parallelism > 1) {
+    HMR_RETURN_IF_ERROR(register_chunks_in_parallel(request, layout, chunks, *record));
+  } else {
+    for (const Chunk& chunk : chunks) {
+      Result<ibv_mr*> mr = register_chunk(request, layout, chunk);
+      if (!mr.ok()) return mr.status();  // the record deregisters the chunks made so far
+      record->add_chunk(*mr);
+    }
   }
   nic::Registration registration = describe(*record);
   record.release();  // owned by the registration's handle until deregister

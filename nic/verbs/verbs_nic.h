@@ -59,6 +59,9 @@ class VerbsNic final : public nic::Nic {
   VerbsNic(std::shared_ptr<const IbverbsLibrary> library, DeviceHandle device,
            const VerbsOptions& options, DeviceProbe probe);
   Status apply_options();
+  Status register_chunks_in_parallel(const nic::RegistrationRequest& request,
+                                    const VerbsRegistration::Layout& layout,
+                                    const std::vector<Chunk>& chunks, VerbsRegistration& record);
   Result<ibv_mr*> register_chunk(const nic::RegistrationRequest& request,
                                  const VerbsRegistration::Layout& layout, const Chunk& chunk);
   Status check_chunking(const nic::RegistrationRequest& request,

@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <set>
 #include <thread>
@@ -449,6 +450,46 @@ TEST_F(VerbsChunkingTest, AFailedChunkReleasesTheOthers) {
   EXPECT_EQ(failed.status().code(), HMR_ENOMEM);
   EXPECT_EQ(fake().call_count("ibv_reg_mr_iova2"), 3);
   EXPECT_EQ(fake().call_count("ibv_dereg_mr"), 2);
+  EXPECT_EQ(fake().live("mrs"), 0);
+}
+
+// With HMR_REG_THREADS > 1 the chunks are registered on the registration pool at once; the
+// record still lists them in address order, whatever order they completed in.
+TEST_F(VerbsChunkingTest, ChunksRegisteredInParallelKeepAddressOrder) {
+  open();
+  std::vector<char> buffer(8 * kChunk);
+  const iovec segment{buffer.data(), buffer.size()};
+  nic::RegistrationRequest request = host_request(segment, HMR_RECV);
+  request.parallelism = 4;
+  Result<nic::Registration> registered = nic_->register_memory(request);
+  ASSERT_TRUE(registered.ok()) << registered.status().reason();
+  std::vector<fake_ibverbs_registration> made = registrations();
+  ASSERT_EQ(made.size(), 8u);
+  std::sort(made.begin(), made.end(),
+            [](const auto& a, const auto& b) { return a.addr < b.addr; });
+  ASSERT_EQ(desc_of(*registered).chunk_count, 8u);
+  for (size_t i = 0; i < 8; ++i) {
+    EXPECT_EQ(made[i].addr, reinterpret_cast<uintptr_t>(buffer.data()) + i * kChunk);
+    EXPECT_EQ(chunk_of(*registered, i)->lkey, made[i].lkey) << "chunk " << i << " out of order";
+  }
+  EXPECT_TRUE(nic_->deregister(*registered).ok());
+  EXPECT_EQ(fake().call_count("ibv_dereg_mr"), 8);
+  EXPECT_EQ(fake().live("mrs"), 0);
+}
+
+TEST_F(VerbsChunkingTest, AFailedParallelChunkReleasesEveryChunkMade) {
+  open();
+  std::vector<char> buffer(8 * kChunk);
+  const iovec segment{buffer.data(), buffer.size()};
+  nic::RegistrationRequest request = host_request(segment, HMR_RECV);
+  request.parallelism = 4;
+  fake().set_failure("ibv_reg_mr_iova2#3", ENOMEM);
+  Result<nic::Registration> failed = nic_->register_memory(request);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.status().code(), HMR_ENOMEM);
+  const int calls = fake().call_count("ibv_reg_mr_iova2");
+  EXPECT_GE(calls, 3);
+  EXPECT_EQ(fake().call_count("ibv_dereg_mr"), calls - 1);  // every one that succeeded
   EXPECT_EQ(fake().live("mrs"), 0);
 }
 
