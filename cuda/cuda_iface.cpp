@@ -21,13 +21,6 @@ using hmem::MemoryKind;
 using hmem::MemoryRange;
 using hmem::PointerInfo;
 
-namespace {
-
-Capability no(std::string reason) { return Capability{false, std::move(reason)}; }
-Capability yes() { return Capability{true, {}}; }
-
-}  // namespace
-
 Status CudaIface::init() {
   if (library_.has_value()) return ok_status();
 
@@ -241,22 +234,24 @@ Result<DmabufExport> CudaIface::export_dmabuf(MemoryRange range) {
 
 Capability CudaIface::dmabuf_capability(int ordinal, CUdevice device) const {
   if (symbols_.cuMemGetHandleForAddressRange == nullptr) {
-    return no("the driver '" + library_->path() +
-              "' has no cuMemGetHandleForAddressRange (needs CUDA 11.7 or newer)");
+    return Capability::no("the driver '" + library_->path() +
+                          "' has no cuMemGetHandleForAddressRange (needs CUDA 11.7 or newer)");
   }
   int supported = 0;
   CUresult result =
       symbols_.cuDeviceGetAttribute(&supported, CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, device);
   if (result != CUDA_SUCCESS) {
-    return no("cuDeviceGetAttribute(DMA_BUF_SUPPORTED) for device " + std::to_string(ordinal) +
-              " failed: " + describe_cuda_error(symbols_, result));
+    return Capability::no("cuDeviceGetAttribute(DMA_BUF_SUPPORTED) for device " +
+                          std::to_string(ordinal) +
+                          " failed: " + describe_cuda_error(symbols_, result));
   }
   if (supported == 0) {
-    return no("device " + std::to_string(ordinal) +
-              " reports CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED = 0 (dma-buf needs the open "
-              "kernel module and a kernel with dma-buf support)");
+    return Capability::no(
+        "device " + std::to_string(ordinal) +
+        " reports CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED = 0 (dma-buf needs the open "
+        "kernel module and a kernel with dma-buf support)");
   }
-  return yes();
+  return Capability::yes();
 }
 
 Capability CudaIface::peer_direct_capability(int ordinal, CUdevice device) const {
@@ -264,21 +259,22 @@ Capability CudaIface::peer_direct_capability(int ordinal, CUdevice device) const
   CUresult result = symbols_.cuDeviceGetAttribute(
       &supported, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED, device);
   if (result != CUDA_SUCCESS) {
-    return no("cuDeviceGetAttribute(GPU_DIRECT_RDMA_SUPPORTED) for device " +
-              std::to_string(ordinal) + " failed: " + describe_cuda_error(symbols_, result));
+    return Capability::no("cuDeviceGetAttribute(GPU_DIRECT_RDMA_SUPPORTED) for device " +
+                          std::to_string(ordinal) +
+                          " failed: " + describe_cuda_error(symbols_, result));
   }
   if (supported == 0) {
-    return no("device " + std::to_string(ordinal) +
-              " reports CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED = 0");
+    return Capability::no("device " + std::to_string(ordinal) +
+                          " reports CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED = 0");
   }
   // The device can; the NIC can reach its memory by VA only through a kernel peer-memory
   // client.  Whether a given NIC and GPU share a PCIe path is for the NIC's own probe.
   verbs::PeerDirectReport clients = verbs::probe_peer_direct(sysfs_root_);
   if (!clients.available) {
-    return no("device " + std::to_string(ordinal) + " supports GPUDirect RDMA, but " +
-              clients.reason);
+    return Capability::no("device " + std::to_string(ordinal) + " supports GPUDirect RDMA, but " +
+                          clients.reason);
   }
-  return yes();
+  return Capability::yes();
 }
 
 Result<DeviceCapabilities> CudaIface::capabilities(DeviceId device) {
@@ -298,7 +294,7 @@ Result<DeviceCapabilities> CudaIface::capabilities(DeviceId device) {
   caps.device = device;
   caps.dmabuf = dmabuf_capability(ordinal, handle);
   caps.peer_direct = peer_direct_capability(ordinal, handle);
-  caps.ipc = no("CUDA IPC export is not implemented in this hmr build");
+  caps.ipc = Capability::no("CUDA IPC export is not implemented in this hmr build");
   caps.sys_dev = bus_ids_[static_cast<size_t>(ordinal)];
   return caps;
 }

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -64,6 +65,10 @@ struct DmabufExport {
 struct Capability {
   bool supported = false;
   std::string reason;  // empty when supported
+
+  // The only two answers every iface gives; no() takes the reason so a "no" cannot lack one.
+  static Capability yes() { return Capability{true, {}}; }
+  static Capability no(std::string why) { return Capability{false, std::move(why)}; }
 };
 
 struct DeviceCapabilities {

@@ -24,9 +24,6 @@ using hmem::PointerInfo;
 
 namespace {
 
-Capability no(std::string reason) { return Capability{false, std::move(reason)}; }
-Capability yes() { return Capability{true, {}}; }
-
 bool empty_or_wrapping(uintptr_t address, size_t len) {
   return len == 0 || address + len < address;
 }
@@ -109,20 +106,10 @@ Result<int> NeuronIface::device_count() {
   return device_count_;
 }
 
-std::optional<NeuronIface::TensorSpan> NeuronIface::find_tensor(uintptr_t address) const {
-  std::lock_guard<std::mutex> guard(mutex_);
-  auto it = tensors_.upper_bound(address);
-  if (it == tensors_.begin()) return std::nullopt;
-  --it;
-  if (address >= it->first + it->second.len) return std::nullopt;
-  return TensorSpan{it->second.tensor.get(), it->first, it->second.len, it->second.vnc,
-                    it->second.alloc_id};
-}
-
 Result<NeuronIface::TensorSpan> NeuronIface::tensor_for_range(const void* ptr, size_t len,
                                                                const char* what) const {
   const auto address = reinterpret_cast<uintptr_t>(ptr);
-  std::optional<TensorSpan> span = find_tensor(address);
+  std::optional<TensorSpan> span = tensors_.find(address);
   if (!span.has_value()) {
     return make_error(HMR_ENOENT,
                       "%s: %p is not Neuron memory hmr allocated (nrt has no pointer query; "
@@ -134,7 +121,7 @@ Result<NeuronIface::TensorSpan> NeuronIface::tensor_for_range(const void* ptr, s
     return make_error(HMR_EINVAL,
                       "%s: [%p, +%zu) is not inside one Neuron allocation: vnc %d tensor is "
                       "[0x%" PRIxPTR ", +%zu)",
-                      what, ptr, len, span->vnc, span->base, span->len);
+                      what, ptr, len, span->details.vnc, span->base, span->len);
   }
   return *span;
 }
@@ -149,7 +136,7 @@ Result<PointerInfo> NeuronIface::query(const void* ptr, size_t len) {
 
   PointerInfo info;
   info.iface = HMR_HMEM_NEURON;
-  info.device = DeviceId{static_cast<uint64_t>(span->vnc)};
+  info.device = DeviceId{static_cast<uint64_t>(span->details.vnc)};
   info.base = span->base;
   info.alloc_len = span->len;
   info.kind = MemoryKind::device_only;
@@ -262,14 +249,15 @@ Result<DeviceCapabilities> NeuronIface::capabilities(DeviceId device) {
   DeviceCapabilities caps;
   caps.device = device;
   if (symbols_.nrt_get_dmabuf_fd_v2 != nullptr || symbols_.nrt_get_dmabuf_fd != nullptr) {
-    caps.dmabuf = yes();
+    caps.dmabuf = Capability::yes();
   } else {
-    caps.dmabuf = no(vnc + ": the runtime '" + library_->path() +
-                     "' has neither nrt_get_dmabuf_fd_v2 nor nrt_get_dmabuf_fd");
+    caps.dmabuf = Capability::no(vnc + ": the runtime '" + library_->path() +
+                                 "' has neither nrt_get_dmabuf_fd_v2 nor nrt_get_dmabuf_fd");
   }
-  caps.peer_direct = no(vnc + ": hmr hands Neuron memory to NICs only as dma-buf");
-  caps.ipc = no(vnc + ": sharing Neuron memory between processes is not implemented in this "
-                      "hmr build");
+  caps.peer_direct = Capability::no(vnc + ": hmr hands Neuron memory to NICs only as dma-buf");
+  caps.ipc = Capability::no(vnc +
+                            ": sharing Neuron memory between processes is not implemented in this "
+                            "hmr build");
   return caps;
 }
 
@@ -284,10 +272,10 @@ Status NeuronIface::copy_to_device(void* device_dst, const void* host_src, size_
   if (span.ok()) {
     // The caller must not free the tensor during its own copy, as with any runtime's memcpy.
     const size_t offset = reinterpret_cast<uintptr_t>(device_dst) - span->base;
-    const NRT_STATUS status = symbols_.nrt_tensor_write(span->tensor, host_src, offset, len);
+    const NRT_STATUS status = symbols_.nrt_tensor_write(span->details.tensor, host_src, offset, len);
     if (status != NRT_SUCCESS) {
       return make_error(hmr_code_for(status),
-                        "nrt_tensor_write(vnc %d, offset %zu, %zu) failed: %s", span->vnc, offset,
+                        "nrt_tensor_write(vnc %d, offset %zu, %zu) failed: %s", span->details.vnc, offset,
                         len, describe_nrt_status(symbols_, status).c_str());
     }
     return ok_status();
@@ -323,10 +311,10 @@ Status NeuronIface::copy_from_device(void* host_dst, const void* device_src, siz
                       device_src);
   }
   const size_t offset = reinterpret_cast<uintptr_t>(device_src) - span->base;
-  const NRT_STATUS status = symbols_.nrt_tensor_read(span->tensor, host_dst, offset, len);
+  const NRT_STATUS status = symbols_.nrt_tensor_read(span->details.tensor, host_dst, offset, len);
   if (status != NRT_SUCCESS) {
     return make_error(hmr_code_for(status), "nrt_tensor_read(vnc %d, offset %zu, %zu) failed: %s",
-                      span->vnc, offset, len, describe_nrt_status(symbols_, status).c_str());
+                      span->details.vnc, offset, len, describe_nrt_status(symbols_, status).c_str());
   }
   return ok_status();
 }
@@ -378,13 +366,8 @@ Result<void*> NeuronIface::mem_alloc(DeviceId device, size_t len, MemoryKind kin
     return make_error(HMR_EIO, "nrt_tensor_get_va gave no address for a new %zu-byte tensor on "
                       "vnc %d", size, vnc);
   }
-  {
-    std::lock_guard<std::mutex> guard(mutex_);
-    const auto key = reinterpret_cast<uintptr_t>(va);
-    if (!tensors_.contains(key)) {
-      tensors_.emplace(key, LiveTensor{std::move(tensor), vnc, size, next_alloc_id_++});
-      return va;
-    }
+  if (tensors_.add(reinterpret_cast<uintptr_t>(va), size, std::move(tensor), {raw, vnc})) {
+    return va;
   }
   return make_error(HMR_EIO, "nrt gave address %p for a new tensor while an earlier tensor "
                     "there is still live", va);
@@ -392,17 +375,12 @@ Result<void*> NeuronIface::mem_alloc(DeviceId device, size_t len, MemoryKind kin
 
 Status NeuronIface::mem_free(void* ptr) {
   HMR_RETURN_IF_ERROR(check_initialized());
-  std::map<uintptr_t, LiveTensor>::node_type node;
-  {
-    std::lock_guard<std::mutex> guard(mutex_);
-    auto it = tensors_.find(reinterpret_cast<uintptr_t>(ptr));
-    if (it == tensors_.end()) {
-      return make_error(HMR_EINVAL, "neuron mem_free(%p): not the start of a tensor hmr "
-                        "allocated", ptr);
-    }
-    node = tensors_.extract(it);
+  // The tensor is freed when `tensor` goes out of scope, after the table's lock is released.
+  std::optional<OwnedTensor> tensor = tensors_.take(reinterpret_cast<uintptr_t>(ptr));
+  if (!tensor.has_value()) {
+    return make_error(HMR_EINVAL, "neuron mem_free(%p): not the start of a tensor hmr allocated",
+                      ptr);
   }
-  // The node (and the tensor it owns) is freed here, outside the lock.
   return ok_status();
 }
 

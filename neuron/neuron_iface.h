@@ -10,12 +10,11 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <map>
-#include <mutex>
 #include <optional>
 #include <string>
 
 #include "hmem/iface.h"
+#include "hmem/owned_allocations.h"
 #include "hmem/symbol_table.h"
 #include "neuron/neuron_symbols.h"
 #include "neuron/neuron_tensor.h"
@@ -58,24 +57,15 @@ class NeuronIface final : public hmem::Iface {
   std::string runtime_version() const override;
 
  private:
-  struct LiveTensor {
-    OwnedTensor tensor;
-    int vnc = 0;
-    size_t len = 0;
-    uint64_t alloc_id = 0;
-  };
-  // What a lookup copies out of the table, so no lock is held across a runtime call.
-  struct TensorSpan {
+  // What a lookup copies out with a tensor's span, so no lock is held across a runtime call.
+  struct TensorDetails {
     nrt_tensor_t* tensor = nullptr;
-    uintptr_t base = 0;
-    size_t len = 0;
     int vnc = 0;
-    uint64_t alloc_id = 0;
   };
+  using Tensors = hmem::OwnedAllocations<OwnedTensor, TensorDetails>;
+  using TensorSpan = Tensors::Span;
 
   Status check_initialized() const;
-  // The hmr-allocated tensor holding `address`, if any.
-  std::optional<TensorSpan> find_tensor(uintptr_t address) const;
   // The tensor holding all of [address, address + len): HMR_ENOENT when no tensor holds
   // `address`, HMR_EINVAL when the range runs past its tensor.
   Result<TensorSpan> tensor_for_range(const void* address, size_t len, const char* what) const;
@@ -89,9 +79,7 @@ class NeuronIface final : public hmem::Iface {
   int device_count_ = 0;
   std::string version_;
 
-  mutable std::mutex mutex_;  // guards the two below; never held across a runtime call
-  uint64_t next_alloc_id_ = 1;
-  std::map<uintptr_t, LiveTensor> tensors_;  // keyed by the tensor's VA
+  Tensors tensors_;  // the tensors hmr allocated, keyed by VA
 };
 
 }  // namespace hmr::neuron

@@ -25,8 +25,6 @@ using hmem::PointerInfo;
 
 namespace {
 
-Capability no(std::string reason) { return Capability{false, std::move(reason)}; }
-
 // Iteration callbacks run inside the runtime: no exception may cross it.
 template <typename Handle>
 hsa_status_t collect(Handle handle, void* data) {
@@ -223,19 +221,21 @@ std::string RocrIface::read_version(const RocrSymbols& symbols) {
 
 Capability RocrIface::runtime_dmabuf_capability(const RocrSymbols& symbols, const char* path) {
   if (symbols.hsa_amd_portable_export_dmabuf == nullptr) {
-    return no(std::string("the ROCr runtime '") + path +
-              "' has no hsa_amd_portable_export_dmabuf (ROCm 5.6 or newer exports dma-bufs)");
+    return Capability::no(
+        std::string("the ROCr runtime '") + path +
+        "' has no hsa_amd_portable_export_dmabuf (ROCm 5.6 or newer exports dma-bufs)");
   }
   bool supported = false;
   const hsa_status_t status =
       symbols.hsa_system_get_info(HSA_AMD_SYSTEM_INFO_DMABUF_SUPPORTED, &supported);
   if (status != HSA_STATUS_SUCCESS) {
-    return no("hsa_system_get_info(HSA_AMD_SYSTEM_INFO_DMABUF_SUPPORTED) failed: " +
-              describe_hsa_status(symbols, status));
+    return Capability::no("hsa_system_get_info(HSA_AMD_SYSTEM_INFO_DMABUF_SUPPORTED) failed: " +
+                          describe_hsa_status(symbols, status));
   }
   if (!supported) {
-    return no("the ROCr runtime reports HSA_AMD_SYSTEM_INFO_DMABUF_SUPPORTED = false (the amdgpu "
-              "kernel driver cannot export dma-bufs)");
+    return Capability::no(
+        "the ROCr runtime reports HSA_AMD_SYSTEM_INFO_DMABUF_SUPPORTED = false (the amdgpu "
+        "kernel driver cannot export dma-bufs)");
   }
   return Capability{true, {}};
 }
@@ -400,9 +400,10 @@ Result<DeviceCapabilities> RocrIface::capabilities(DeviceId device) {
   caps.device = device;
   caps.sys_dev = gpus_[device.value].pci_bus_id;
   caps.dmabuf = dmabuf_capability();
-  caps.peer_direct = no("AMD peer-direct (the amdgpu peer-memory client of ib_core) is not "
-                        "probed by this hmr build; ROCm memory reaches NICs through dma-buf");
-  caps.ipc = no("ROCr IPC export is not implemented in this hmr build");
+  caps.peer_direct = Capability::no(
+      "AMD peer-direct (the amdgpu peer-memory client of ib_core) is not "
+      "probed by this hmr build; ROCm memory reaches NICs through dma-buf");
+  caps.ipc = Capability::no("ROCr IPC export is not implemented in this hmr build");
   return caps;
 }
 

@@ -24,9 +24,6 @@ using hmem::PointerInfo;
 
 namespace {
 
-Capability no(std::string reason) { return Capability{false, std::move(reason)}; }
-Capability yes() { return Capability{true, {}}; }
-
 bool empty_or_wrapping(uintptr_t address, size_t len) {
   return len == 0 || address + len < address;
 }
@@ -156,23 +153,21 @@ Result<int> SynapseaiIface::open_device() {
 
 Result<SynapseaiIface::MemorySpan> SynapseaiIface::memory_for_range(const void* ptr, size_t len,
                                                                     const char* what) const {
-  const auto address = reinterpret_cast<uint64_t>(ptr);
-  std::lock_guard<std::mutex> guard(mutex_);
-  auto it = allocations_.upper_bound(address);
-  if (it == allocations_.begin() || address >= std::prev(it)->first + std::prev(it)->second.len) {
+  const auto address = reinterpret_cast<uintptr_t>(ptr);
+  std::optional<MemorySpan> span = allocations_.find(address);
+  if (!span.has_value()) {
     return make_error(HMR_ENOENT,
                       "%s: %p is not Gaudi memory hmr allocated (SynapseAI has no pointer "
                       "query; declare memory the application allocated with iface SYNAPSEAI)",
                       what, ptr);
   }
-  --it;
-  if (address + len > it->first + it->second.len) {
+  if (address + len > span->base + span->len) {
     return make_error(HMR_EINVAL,
-                      "%s: [%p, +%zu) is not inside one Gaudi allocation: it is [0x%" PRIx64
+                      "%s: [%p, +%zu) is not inside one Gaudi allocation: it is [0x%" PRIxPTR
                       ", +%zu)",
-                      what, ptr, len, it->first, it->second.len);
+                      what, ptr, len, span->base, span->len);
   }
-  return MemorySpan{it->first, it->second.len, it->second.alloc_id};
+  return *span;
 }
 
 Result<PointerInfo> SynapseaiIface::query(const void* ptr, size_t len) {
@@ -285,19 +280,21 @@ Result<DeviceCapabilities> SynapseaiIface::capabilities(DeviceId device) {
     caps.sys_dev = bus_id_;  // known once hl-thunk has opened the device
   }
   if (declared_export || (device.value == 0 && own_export)) {
-    caps.dmabuf = yes();
+    caps.dmabuf = Capability::yes();
   } else if (device.value == 0) {
-    caps.dmabuf = no(name + ": '" + hlthunk_library_->path() +
-                     "' lacks hlthunk_device_mapped_memory_export_dmabuf_fd and '" +
-                     synapse_library_->path() + "' lacks hcclLookupDMABuff");
+    caps.dmabuf = Capability::no(name + ": '" + hlthunk_library_->path() +
+                                 "' lacks hlthunk_device_mapped_memory_export_dmabuf_fd and '" +
+                                 synapse_library_->path() + "' lacks hcclLookupDMABuff");
   } else {
-    caps.dmabuf = no(name + ": hmr allocates and exports its own memory only on device 0, and '" +
-                     synapse_library_->path() +
-                     "' lacks hcclLookupDMABuff for memory the application allocated");
+    caps.dmabuf =
+        Capability::no(name + ": hmr allocates and exports its own memory only on device 0, and '" +
+                       synapse_library_->path() +
+                       "' lacks hcclLookupDMABuff for memory the application allocated");
   }
-  caps.peer_direct = no(name + ": hmr hands Gaudi memory to NICs only as dma-buf");
-  caps.ipc = no(name + ": sharing Gaudi memory between processes is not implemented in this "
-                       "hmr build");
+  caps.peer_direct = Capability::no(name + ": hmr hands Gaudi memory to NICs only as dma-buf");
+  caps.ipc = Capability::no(name +
+                            ": sharing Gaudi memory between processes is not implemented in this "
+                            "hmr build");
   return caps;
 }
 
@@ -376,12 +373,8 @@ Result<void*> SynapseaiIface::mem_alloc(DeviceId device, size_t len, MemoryKind 
                       handle, size, describe_errno(error).c_str());
   }
   memory.set_mapping(va);
-  {
-    std::lock_guard<std::mutex> guard(mutex_);
-    if (!allocations_.contains(va)) {
-      allocations_.emplace(va, LiveMemory{std::move(memory), size, next_alloc_id_++});
-      return reinterpret_cast<void*>(static_cast<uintptr_t>(va));
-    }
+  if (allocations_.add(static_cast<uintptr_t>(va), size, std::move(memory), {})) {
+    return reinterpret_cast<void*>(static_cast<uintptr_t>(va));
   }
   return make_error(HMR_EIO,
                     "hl-thunk mapped new memory at 0x%" PRIx64 " while earlier memory there is "
@@ -391,17 +384,12 @@ Result<void*> SynapseaiIface::mem_alloc(DeviceId device, size_t len, MemoryKind 
 
 Status SynapseaiIface::mem_free(void* ptr) {
   HMR_RETURN_IF_ERROR(check_initialized());
-  std::map<uint64_t, LiveMemory>::node_type node;
-  {
-    std::lock_guard<std::mutex> guard(mutex_);
-    auto it = allocations_.find(reinterpret_cast<uint64_t>(ptr));
-    if (it == allocations_.end()) {
-      return make_error(HMR_EINVAL, "synapseai mem_free(%p): not the start of memory hmr "
-                        "allocated", ptr);
-    }
-    node = allocations_.extract(it);
+  std::optional<HlthunkMemory> memory = allocations_.take(reinterpret_cast<uintptr_t>(ptr));
+  if (!memory.has_value()) {
+    return make_error(HMR_EINVAL, "synapseai mem_free(%p): not the start of memory hmr allocated",
+                      ptr);
   }
-  return node.mapped().memory.release();  // unmap then free, outside the lock
+  return memory->release();  // unmap then free, outside the table's lock
 }
 
 }  // namespace hmr::synapseai

@@ -13,12 +13,12 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <map>
 #include <mutex>
 #include <optional>
 #include <string>
 
 #include "hmem/iface.h"
+#include "hmem/owned_allocations.h"
 #include "hmem/symbol_table.h"
 #include "synapseai/hlthunk_memory.h"
 #include "synapseai/hlthunk_symbols.h"
@@ -65,16 +65,10 @@ class SynapseaiIface final : public hmem::Iface {
   std::string hlthunk_path() const;
 
  private:
-  struct LiveMemory {
-    HlthunkMemory memory;
-    size_t len = 0;
-    uint64_t alloc_id = 0;
-  };
-  struct MemorySpan {
-    uint64_t base = 0;
-    size_t len = 0;
-    uint64_t alloc_id = 0;
-  };
+  // SynapseAI memory needs nothing beyond its span: hmr allocates only on device 0.
+  struct NoDetails {};
+  using Allocations = hmem::OwnedAllocations<HlthunkMemory, NoDetails>;
+  using MemorySpan = Allocations::Span;
 
   Status check_initialized() const;
   // The device fd hl-thunk opened for hmr, opening it on first use.
@@ -97,10 +91,9 @@ class SynapseaiIface final : public hmem::Iface {
   // application that acquires it through SynapseAI afterwards.
   std::atomic<int> device_fd_{-1};
 
-  mutable std::mutex mutex_;  // guards the three below; never held across a driver call
+  mutable std::mutex mutex_;  // guards bus_id_; never held across a driver call
   std::string bus_id_;        // of the device behind device_fd_ ("" if unknown)
-  uint64_t next_alloc_id_ = 1;
-  std::map<uint64_t, LiveMemory> allocations_;  // keyed by device VA
+  Allocations allocations_;   // the memory hmr allocated, keyed by device VA
 };
 
 }  // namespace hmr::synapseai

@@ -24,8 +24,6 @@ using hmem::PointerInfo;
 
 namespace {
 
-Capability no(std::string reason) { return Capability{false, std::move(reason)}; }
-
 std::string format_uuid(const ze_device_uuid_t& uuid) {
   std::string text;
   for (size_t i = 0; i < sizeof uuid.id; ++i) {
@@ -201,12 +199,13 @@ Result<ZeIface::Device> ZeIface::describe_device(const ZeSymbols& symbols,
   char name[32];
   std::snprintf(name, sizeof name, "ze device 0x%x", *encoded);
   if (result != ZE_RESULT_SUCCESS) {
-    device.dmabuf = no(std::string("zeDeviceGetExternalMemoryProperties for ") + name +
-                       " failed: " + describe_ze_result(result));
+    device.dmabuf = Capability::no(std::string("zeDeviceGetExternalMemoryProperties for ") + name +
+                                   " failed: " + describe_ze_result(result));
   } else if ((external.memoryAllocationExportTypes & ZE_EXTERNAL_MEMORY_TYPE_FLAG_DMA_BUF) == 0) {
     char flags[16];
     std::snprintf(flags, sizeof flags, "0x%x", external.memoryAllocationExportTypes);
-    device.dmabuf = no(std::string(name) + " (" + device.info.name +
+    device.dmabuf =
+        Capability::no(std::string(name) + " (" + device.info.name +
                        ") cannot export allocations as dma-buf (export types " + flags + ")");
   } else {
     device.dmabuf = Capability{true, {}};
@@ -406,9 +405,10 @@ Result<DeviceCapabilities> ZeIface::capabilities(DeviceId device) {
   caps.device = device;
   caps.sys_dev = devices_[*index].info.pci_bus_id;
   caps.dmabuf = devices_[*index].dmabuf;
-  caps.peer_direct = no("Level Zero memory reaches NICs through dma-buf; there is no "
-                        "peer-memory path for it");
-  caps.ipc = no("Level Zero IPC export is not implemented in this hmr build");
+  caps.peer_direct = Capability::no(
+      "Level Zero memory reaches NICs through dma-buf; there is no "
+      "peer-memory path for it");
+  caps.ipc = Capability::no("Level Zero IPC export is not implemented in this hmr build");
   return caps;
 }
 

@@ -5,9 +5,9 @@
 #include <cctype>
 #include <cerrno>
 #include <cstdlib>
-#include <string_view>
 
 #include "core/mr_mode.h"
+#include "nic/option_list.h"
 
 namespace hmr::nic::ofi {
 namespace {
@@ -59,23 +59,17 @@ const char* endpoint_type_name(EndpointType type) {
 Result<OfiOptions> parse_ofi_options(const char* text) {
   OfiOptions options;
   bool continues_provider = false;
-  std::string_view rest = text == nullptr ? std::string_view() : std::string_view(text);
-  while (!rest.empty()) {
-    const size_t end = rest.find(';');
-    const std::string item(rest.substr(0, end));
-    rest = end == std::string_view::npos ? std::string_view() : rest.substr(end + 1);
-    if (item.empty()) continue;
-    const size_t equals = item.find('=');
-    if (equals == std::string::npos) {
+  for (const nic::OptionItem& item : nic::split_option_list(text)) {
+    if (!item.has_value) {
       if (!continues_provider) {
-        return make_error(HMR_EINVAL, "ofi option '%s' is not name=value", item.c_str());
+        return make_error(HMR_EINVAL, "ofi option '%s' is not name=value", item.name.c_str());
       }
-      options.provider += ";" + item;  // a layered provider name, "tcp;ofi_rxm"
+      options.provider += ";" + item.name;  // a layered provider name, "tcp;ofi_rxm"
       continue;
     }
     continues_provider = false;
-    const std::string name = item.substr(0, equals);
-    const std::string value = item.substr(equals + 1);
+    const std::string& name = item.name;
+    const std::string& value = item.value;
     if (name == "provider") {
       if (value.empty()) return make_error(HMR_EINVAL, "ofi option provider= is empty");
       options.provider = value;

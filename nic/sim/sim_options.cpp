@@ -3,9 +3,10 @@
 #include <cerrno>
 #include <cstdlib>
 #include <string>
-#include <string_view>
+#include <vector>
 
 #include "core/mr_mode.h"
+#include "nic/option_list.h"
 
 namespace hmr::nic::sim {
 namespace {
@@ -36,18 +37,11 @@ Result<bool> parse_switch(const std::string& name, const std::string& value) {
 Result<SimOptions> parse_sim_options(const char* text) {
   SimOptions options;
   bool key_size_given = false;
-  std::string_view rest = text == nullptr ? std::string_view() : std::string_view(text);
-  while (!rest.empty()) {
-    const size_t end = rest.find(';');
-    const std::string item(rest.substr(0, end));
-    rest = end == std::string_view::npos ? std::string_view() : rest.substr(end + 1);
-    if (item.empty()) continue;
-    const size_t equals = item.find('=');
-    if (equals == std::string::npos) {
-      return make_error(HMR_EINVAL, "sim option '%s' is not name=value", item.c_str());
-    }
-    const std::string name = item.substr(0, equals);
-    const std::string value = item.substr(equals + 1);
+  Result<std::vector<OptionItem>> items = parse_option_list(text, "sim");
+  if (!items.ok()) return items.status();
+  for (const OptionItem& item : *items) {
+    const std::string& name = item.name;
+    const std::string& value = item.value;
     if (name == "require") {
       Result<uint64_t> mode = core::parse_mode_names(value);
       if (!mode.ok()) return mode.status();

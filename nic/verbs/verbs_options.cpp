@@ -1,6 +1,8 @@
 #include "nic/verbs/verbs_options.h"
 
-#include <string_view>
+#include <vector>
+
+#include "nic/option_list.h"
 
 namespace hmr::verbs {
 namespace {
@@ -16,18 +18,11 @@ Result<bool> parse_switch(const std::string& name, const std::string& value) {
 
 Result<VerbsOptions> parse_verbs_options(const char* text) {
   VerbsOptions options;
-  std::string_view rest = text == nullptr ? std::string_view() : std::string_view(text);
-  while (!rest.empty()) {
-    const size_t end = rest.find(';');
-    const std::string item(rest.substr(0, end));
-    rest = end == std::string_view::npos ? std::string_view() : rest.substr(end + 1);
-    if (item.empty()) continue;
-    const size_t equals = item.find('=');
-    if (equals == std::string::npos) {
-      return make_error(HMR_EINVAL, "verbs option '%s' is not name=value", item.c_str());
-    }
-    const std::string name = item.substr(0, equals);
-    const std::string value = item.substr(equals + 1);
+  Result<std::vector<nic::OptionItem>> items = nic::parse_option_list(text, "verbs");
+  if (!items.ok()) return items.status();
+  for (const nic::OptionItem& item : *items) {
+    const std::string& name = item.name;
+    const std::string& value = item.value;
     if (name == "device") {
       if (value.empty()) return make_error(HMR_EINVAL, "verbs option device= needs a name");
       options.device = value;

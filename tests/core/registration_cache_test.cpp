@@ -870,6 +870,10 @@ TEST_F(RegistrationCacheTest, ConcurrentHitsNeverSeeAnInvalidatedRegistration) {
   std::atomic<int> stale{0}, wrong{0};
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> notified{0};
+  // Reader iterations so far: the invalidating thread paces itself on them, so entries get
+  // cached between invalidations however the scheduler runs the threads (an unpaced stream
+  // of invalidations can keep every miss from being inserted, and then nothing is invalidated).
+  std::atomic<uint64_t> progress{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < kReaders; ++t) {
     threads.emplace_back([&, t] {
@@ -880,6 +884,7 @@ TEST_F(RegistrationCacheTest, ConcurrentHitsNeverSeeAnInvalidatedRegistration) {
       uint64_t state = 0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(t + 1);
       std::vector<CacheHandle> held;
       for (int i = 0; i < kIterations || notified.load() < notified_at_start + 2000; ++i) {
+        progress.fetch_add(1, std::memory_order_relaxed);
         state = state * 6364136223846793005ULL + 1442695040888963407ULL;
         const uint64_t first = (state >> 33) % kPages;
         const uint64_t pages = first + 1 < kPages && (state >> 20) % 3 == 0 ? 2 : 1;
@@ -910,6 +915,9 @@ TEST_F(RegistrationCacheTest, ConcurrentHitsNeverSeeAnInvalidatedRegistration) {
   }
   threads.emplace_back([&] {
     for (uint64_t i = 0; !stop.load(std::memory_order_relaxed); ++i) {
+      // After the first one (which releases the readers), one invalidation per 4 reader gets.
+      const uint64_t paced = progress.load() + (i == 0 ? 0 : 4);
+      while (progress.load() < paced && !stop.load()) std::this_thread::yield();
       const uint64_t p = i * 7 % kPages;
       const uint64_t before = backend_.registrations.load();
       monitor_.notify(page(p), page(p) + 1);

@@ -12,16 +12,9 @@
 #include <unistd.h>
 
 #include "fake_cuda_internal.h"
+#include "fake_support.h"
 
-#define MAX_FAILURES 16
-#define MAX_COUNTERS 48
 #define MAX_OVERRIDES 16
-#define NAME_LEN 64
-
-struct named_value {
-  char name[NAME_LEN];
-  int value;
-};
 
 struct attribute_override {
   int device, attribute, value;
@@ -30,34 +23,13 @@ struct attribute_override {
 pthread_mutex_t fake_lock = PTHREAD_MUTEX_INITIALIZER;
 int fake_initialized;
 static unsigned long long next_id = 1;
-static struct named_value failures[MAX_FAILURES];
-static struct named_value counters[MAX_COUNTERS];
+static struct fake_calls calls = FAKE_CALLS_INITIALIZER;
 static struct attribute_override overrides[MAX_OVERRIDES];
 static CUdeviceptr last_export_ptr;
 static size_t last_export_size;
 static unsigned long long last_export_flags;
 
-static struct named_value *find_named(struct named_value *table, int count, const char *name,
-                                      int create) {
-  for (int i = 0; i < count; ++i) {
-    if (table[i].name[0] != '\0' && strcmp(table[i].name, name) == 0) return &table[i];
-  }
-  if (!create) return NULL;
-  for (int i = 0; i < count; ++i) {
-    if (table[i].name[0] == '\0') {
-      strncpy(table[i].name, name, NAME_LEN - 1);
-      return &table[i];
-    }
-  }
-  return NULL;
-}
-
-CUresult fake_enter(const char *name) {
-  struct named_value *counter = find_named(counters, MAX_COUNTERS, name, 1);
-  if (counter != NULL) counter->value++;
-  struct named_value *failure = find_named(failures, MAX_FAILURES, name, 0);
-  return failure != NULL ? failure->value : SUCCESS;
-}
+CUresult fake_enter(const char *name) { return fake_calls_enter(&calls, name); }
 
 unsigned long long fake_next_id(void) { return next_id++; }
 
@@ -207,9 +179,8 @@ EXPORT CUresult cuMemGetHandleForAddressRange(void *handle, CUdeviceptr ptr, siz
   ENTER("cuMemGetHandleForAddressRange");
   if (!fake_initialized) LEAVE(NOT_INITIALIZED);
   if (flags & 1ull) {
-    struct named_value *pcie =
-        find_named(failures, MAX_FAILURES, "cuMemGetHandleForAddressRange:pcie", 0);
-    if (pcie != NULL) LEAVE(pcie->value);
+    const int pcie_failure = fake_calls_failure(&calls, "cuMemGetHandleForAddressRange:pcie");
+    if (pcie_failure != 0) LEAVE(pcie_failure);
   }
   const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
   if (handle == NULL || type != 1 || size == 0 || (flags & ~1ull) != 0 || ptr % page != 0 ||
@@ -260,8 +231,7 @@ EXPORT void fake_cuda_reset(void) {
   fake_reset_vmm();
   fake_reset_memory();
   fake_reset_contexts();
-  memset(failures, 0, sizeof failures);
-  memset(counters, 0, sizeof counters);
+  fake_calls_reset(&calls);
   memset(overrides, 0xff, sizeof overrides); /* device -1: unused */
   last_export_ptr = 0;
   last_export_size = 0;
@@ -271,13 +241,7 @@ EXPORT void fake_cuda_reset(void) {
 }
 
 EXPORT void fake_cuda_set_failure(const char *name, int code) {
-  pthread_mutex_lock(&fake_lock);
-  struct named_value *failure = find_named(failures, MAX_FAILURES, name, code != 0);
-  if (failure != NULL) {
-    failure->value = code;
-    if (code == 0) failure->name[0] = '\0';
-  }
-  pthread_mutex_unlock(&fake_lock);
+  fake_calls_set_failure(&calls, name, code, 0);
 }
 
 EXPORT void fake_cuda_set_device_attribute(int device, int attribute, int value) {
@@ -293,11 +257,7 @@ EXPORT void fake_cuda_set_device_attribute(int device, int attribute, int value)
 }
 
 EXPORT int fake_cuda_call_count(const char *name) {
-  pthread_mutex_lock(&fake_lock);
-  const struct named_value *counter = find_named(counters, MAX_COUNTERS, name, 0);
-  const int count = counter != NULL ? counter->value : 0;
-  pthread_mutex_unlock(&fake_lock);
-  return count;
+  return fake_calls_count(&calls, name);
 }
 
 EXPORT void fake_cuda_last_export(unsigned long long *ptr, size_t *size,

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "fake_cuda_internal.h"
+#include "fake_support.h"
 
 #define REGION_SIZE (256ull << 20) /* address space reserved per device */
 
@@ -67,9 +68,8 @@ CUresult fake_allocate(int device, size_t size, int memory, int context, CUdevic
   if (size == 0 || size > REGION_SIZE - GRANULE || out == NULL) return INVALID_VALUE;
   if (regions[device] == NULL) {
     /* Reserved, never touched through this address unless CPU-accessible memory lives there. */
-    void *region =
-        mmap(NULL, REGION_SIZE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (region == MAP_FAILED) return OUT_OF_MEMORY;
+    void *region = fake_reserve_device_range(REGION_SIZE);
+    if (region == NULL) return OUT_OF_MEMORY;
     regions[device] = region;
   }
   /* First fit from the start of the region, so a freed address is handed out again first. */

@@ -7,6 +7,7 @@
 #include <sys/mman.h>
 
 #include "fake_cuda_internal.h"
+#include "fake_support.h"
 
 struct physical physicals[MAX_PHYSICAL];
 struct reservation reservations[MAX_RESERVATIONS];
@@ -143,9 +144,8 @@ EXPORT CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignm
   for (int i = 0; i < MAX_RESERVATIONS; ++i) {
     if (reservations[i].live) continue;
     /* Over-reserve, then trim to an aligned start: PROT_NONE, so the CPU can never touch it. */
-    char *raw = mmap(NULL, size + align, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                     -1, 0);
-    if (raw == MAP_FAILED) LEAVE(OUT_OF_MEMORY);
+    char *raw = fake_reserve_device_range(size + align);
+    if (raw == NULL) LEAVE(OUT_OF_MEMORY);
     const uintptr_t start = fake_round_up((uintptr_t)raw, align);
     if (start > (uintptr_t)raw) munmap(raw, start - (uintptr_t)raw);
     const uintptr_t tail = start + size;

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "fake_hlthunk_control.h"
+#include "fake_support.h"
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -30,9 +31,6 @@
 #define REGION_SIZE (256ull << 20)
 #define GRANULE (2ull << 20) /* Gaudi device memory comes in 2 MiB pages */
 #define MAX_HANDLES 64
-#define MAX_FAILURES 16
-#define MAX_COUNTERS 32
-#define NAME_LEN 64
 
 struct device {
   int fd;   /* ours, or -1 when not open here */
@@ -48,43 +46,14 @@ struct memory {
   uint64_t va; /* 0 while unmapped */
 };
 
-struct named_value {
-  char name[NAME_LEN];
-  int value;
-};
-
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct device devices[FAKE_HLTHUNK_DEVICE_COUNT] = {{-1, 0, NULL}, {-1, 0, NULL}};
 static const char *const bus_ids[FAKE_HLTHUNK_DEVICE_COUNT] = {"0000:33:00.0", "0000:9a:00.0"};
 static struct memory memories[MAX_HANDLES];
 static uint64_t next_handle = 1;
-static struct named_value failures[MAX_FAILURES];
-static struct named_value counters[MAX_COUNTERS];
+static struct fake_calls calls = FAKE_CALLS_INITIALIZER;
 static uint64_t last_export_address, last_export_size, last_export_offset;
 static uint32_t last_export_flags;
-
-static struct named_value *find_named(struct named_value *table, int count, const char *name,
-                                      int create) {
-  for (int i = 0; i < count; ++i) {
-    if (table[i].name[0] != '\0' && strcmp(table[i].name, name) == 0) return &table[i];
-  }
-  if (!create) return NULL;
-  for (int i = 0; i < count; ++i) {
-    if (table[i].name[0] == '\0') {
-      strncpy(table[i].name, name, NAME_LEN - 1);
-      return &table[i];
-    }
-  }
-  return NULL;
-}
-
-/* Counts the call and returns the errno injected for `name`, or 0. Lock held. */
-static int enter(const char *name) {
-  struct named_value *counter = find_named(counters, MAX_COUNTERS, name, 1);
-  if (counter != NULL) counter->value++;
-  struct named_value *failure = find_named(failures, MAX_FAILURES, name, 0);
-  return failure != NULL ? failure->value : 0;
-}
 
 static uint64_t round_up(uint64_t value, uint64_t granule) {
   return (value + granule - 1) / granule * granule;
@@ -120,7 +89,7 @@ static int device_of(int fd) {
 
 EXPORT int hlthunk_open(int device_name, const char *busid) {
   pthread_mutex_lock(&lock);
-  int injected = enter("hlthunk_open");
+  int injected = fake_calls_enter(&calls, "hlthunk_open");
   if (injected != 0) FAIL(injected);
   if (device_name != DEVICE_DONT_CARE && device_name != DEVICE_GAUDI2) FAIL(ENODEV);
   for (int i = 0; i < FAKE_HLTHUNK_DEVICE_COUNT; ++i) {
@@ -137,7 +106,7 @@ EXPORT int hlthunk_open(int device_name, const char *busid) {
 
 EXPORT int hlthunk_close(int fd) {
   pthread_mutex_lock(&lock);
-  int injected = enter("hlthunk_close");
+  int injected = fake_calls_enter(&calls, "hlthunk_close");
   if (injected != 0) FAIL(injected);
   const int device = device_of(fd);
   if (device < 0) FAIL(EBADF);
@@ -153,7 +122,7 @@ EXPORT uint64_t hlthunk_device_memory_alloc(int fd, uint64_t size, uint64_t page
                                             bool contiguous, bool shared) {
   (void)contiguous;
   pthread_mutex_lock(&lock);
-  int injected = enter("hlthunk_device_memory_alloc");
+  int injected = fake_calls_enter(&calls, "hlthunk_device_memory_alloc");
   if (injected != 0) FAIL_ZERO(injected);
   const int device = device_of(fd);
   if (device < 0) FAIL_ZERO(EBADF);
@@ -182,7 +151,7 @@ static struct memory *find_handle(int device, uint64_t handle) {
 EXPORT uint64_t hlthunk_device_memory_map(int fd, uint64_t handle, uint64_t hint_addr) {
   (void)hint_addr;
   pthread_mutex_lock(&lock);
-  int injected = enter("hlthunk_device_memory_map");
+  int injected = fake_calls_enter(&calls, "hlthunk_device_memory_map");
   if (injected != 0) FAIL_ZERO(injected);
   const int device = device_of(fd);
   if (device < 0) FAIL_ZERO(EBADF);
@@ -190,9 +159,8 @@ EXPORT uint64_t hlthunk_device_memory_map(int fd, uint64_t handle, uint64_t hint
   if (m == NULL || m->va != 0) FAIL_ZERO(EINVAL);
   if (devices[device].region == NULL) {
     /* Reserved, never backed: device VAs are not CPU addresses. */
-    void *region =
-        mmap(NULL, REGION_SIZE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (region == MAP_FAILED) FAIL_ZERO(ENOMEM);
+    void *region = fake_reserve_device_range(REGION_SIZE);
+    if (region == NULL) FAIL_ZERO(ENOMEM);
     devices[device].region = region;
   }
   /* First fit, so an address freed is handed out again first. */
@@ -218,7 +186,7 @@ EXPORT uint64_t hlthunk_device_memory_map(int fd, uint64_t handle, uint64_t hint
 
 EXPORT int hlthunk_memory_unmap(int fd, uint64_t device_virt_addr) {
   pthread_mutex_lock(&lock);
-  int injected = enter("hlthunk_memory_unmap");
+  int injected = fake_calls_enter(&calls, "hlthunk_memory_unmap");
   if (injected != 0) FAIL(injected);
   const int device = device_of(fd);
   if (device < 0) FAIL(EBADF);
@@ -234,7 +202,7 @@ EXPORT int hlthunk_memory_unmap(int fd, uint64_t device_virt_addr) {
 
 EXPORT int hlthunk_device_memory_free(int fd, uint64_t handle) {
   pthread_mutex_lock(&lock);
-  int injected = enter("hlthunk_device_memory_free");
+  int injected = fake_calls_enter(&calls, "hlthunk_device_memory_free");
   if (injected != 0) FAIL(injected);
   const int device = device_of(fd);
   if (device < 0) FAIL(EBADF);
@@ -248,7 +216,7 @@ EXPORT int hlthunk_device_memory_free(int fd, uint64_t handle) {
 EXPORT int hlthunk_device_mapped_memory_export_dmabuf_fd(int fd, uint64_t addr, uint64_t size,
                                                          uint64_t offset, uint32_t flags) {
   pthread_mutex_lock(&lock);
-  int injected = enter("hlthunk_device_mapped_memory_export_dmabuf_fd");
+  int injected = fake_calls_enter(&calls, "hlthunk_device_mapped_memory_export_dmabuf_fd");
   if (injected != 0) FAIL(injected);
   const int device = device_of(fd);
   if (device < 0) FAIL(EBADF);
@@ -284,7 +252,7 @@ EXPORT int hlthunk_device_mapped_memory_export_dmabuf_fd(int fd, uint64_t addr, 
 
 EXPORT int hlthunk_get_pci_bus_id_from_fd(int fd, char *pci_bus_id, int len) {
   pthread_mutex_lock(&lock);
-  int injected = enter("hlthunk_get_pci_bus_id_from_fd");
+  int injected = fake_calls_enter(&calls, "hlthunk_get_pci_bus_id_from_fd");
   if (injected != 0) FAIL(injected);
   const int device = device_of(fd);
   if (device < 0) FAIL(EBADF);
@@ -303,8 +271,7 @@ EXPORT void fake_hlthunk_reset(void) {
     devices[i].busy = 0;
   }
   memset(memories, 0, sizeof memories);
-  memset(failures, 0, sizeof failures);
-  memset(counters, 0, sizeof counters);
+  fake_calls_reset(&calls);
   last_export_address = last_export_size = last_export_offset = 0;
   last_export_flags = 0;
   /* Handles keep growing: never reused, across resets too. */
@@ -312,21 +279,11 @@ EXPORT void fake_hlthunk_reset(void) {
 }
 
 EXPORT void fake_hlthunk_set_failure(const char *name, int error) {
-  pthread_mutex_lock(&lock);
-  struct named_value *failure = find_named(failures, MAX_FAILURES, name, error != 0);
-  if (failure != NULL) {
-    failure->value = error;
-    if (error == 0) failure->name[0] = '\0';
-  }
-  pthread_mutex_unlock(&lock);
+  fake_calls_set_failure(&calls, name, error, 0);
 }
 
 EXPORT int fake_hlthunk_call_count(const char *name) {
-  pthread_mutex_lock(&lock);
-  const struct named_value *counter = find_named(counters, MAX_COUNTERS, name, 0);
-  const int count = counter != NULL ? counter->value : 0;
-  pthread_mutex_unlock(&lock);
-  return count;
+  return fake_calls_count(&calls, name);
 }
 
 EXPORT int fake_hlthunk_open_devices(void) {

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "fake_hsa_control.h"
+#include "fake_support.h"
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -69,9 +70,6 @@ enum { FINE_GRAINED = 2, KERNARG_INIT = 1, COARSE_GRAINED = 4 };
 #define GRANULE (64ull << 10)      /* VRAM allocation granularity */
 #define MAX_ALLOCATIONS 128
 #define MAX_NOTIFIERS 8
-#define MAX_FAILURES 16
-#define MAX_COUNTERS 48
-#define NAME_LEN 64
 
 struct notifier {
   void *ptr;
@@ -93,51 +91,22 @@ struct allocation {
   struct notifier notifiers[MAX_NOTIFIERS];
 };
 
-struct named_value {
-  char name[NAME_LEN];
-  int value;
-};
-
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static int init_count;
 static int gpu_count = FAKE_HSA_GPU_COUNT;
 static int dmabuf_supported = 1;
 static void *regions[FAKE_HSA_GPU_COUNT];
 static struct allocation allocations[MAX_ALLOCATIONS];
-static struct named_value failures[MAX_FAILURES];
-static struct named_value counters[MAX_COUNTERS];
+static struct fake_calls calls = FAKE_CALLS_INITIALIZER;
 static const void *last_export_ptr;
 static size_t last_export_size;
 
-static struct named_value *find_named(struct named_value *table, int count, const char *name,
-                                      int create) {
-  for (int i = 0; i < count; ++i) {
-    if (table[i].name[0] != '\0' && strcmp(table[i].name, name) == 0) return &table[i];
-  }
-  if (!create) return NULL;
-  for (int i = 0; i < count; ++i) {
-    if (table[i].name[0] == '\0') {
-      strncpy(table[i].name, name, NAME_LEN - 1);
-      return &table[i];
-    }
-  }
-  return NULL;
-}
-
-/* Counts the call and returns the injected failure for `name`, or SUCCESS. Lock held. */
-static hsa_status_t enter(const char *name) {
-  struct named_value *counter = find_named(counters, MAX_COUNTERS, name, 1);
-  if (counter != NULL) counter->value++;
-  struct named_value *failure = find_named(failures, MAX_FAILURES, name, 0);
-  return failure != NULL ? failure->value : SUCCESS;
-}
-
-#define ENTER(name)                   \
-  pthread_mutex_lock(&lock);          \
-  hsa_status_t injected = enter(name); \
-  if (injected != SUCCESS) {          \
-    pthread_mutex_unlock(&lock);      \
-    return injected;                  \
+#define ENTER(name)                                       \
+  pthread_mutex_lock(&lock);                              \
+  hsa_status_t injected = fake_calls_enter(&calls, name); \
+  if (injected != SUCCESS) {                              \
+    pthread_mutex_unlock(&lock);                          \
+    return injected;                                      \
   }
 
 #define ENTER_INITIALIZED(name) \
@@ -190,9 +159,8 @@ static struct allocation *free_slot(void) {
 /* Maps a VRAM allocation on `gpu`, first fit from the start of its region. Lock held. */
 static hsa_status_t map_vram(int gpu, size_t size, struct allocation *a) {
   if (regions[gpu] == NULL) {
-    void *region =
-        mmap(NULL, REGION_SIZE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (region == MAP_FAILED) return OUT_OF_RESOURCES;
+    void *region = fake_reserve_device_range(REGION_SIZE);
+    if (region == NULL) return OUT_OF_RESOURCES;
     regions[gpu] = region;
   }
   const size_t mapped = round_up(size, GRANULE);
@@ -563,8 +531,7 @@ EXPORT void fake_hsa_reset(void) {
   for (int i = 0; i < MAX_ALLOCATIONS; ++i) {
     if (allocations[i].live) release(&allocations[i]);
   }
-  memset(failures, 0, sizeof failures);
-  memset(counters, 0, sizeof counters);
+  fake_calls_reset(&calls);
   init_count = 0;
   gpu_count = FAKE_HSA_GPU_COUNT;
   dmabuf_supported = 1;
@@ -597,21 +564,11 @@ EXPORT int fake_hsa_read(const void *ptr, void *out, size_t size) {
 }
 
 EXPORT void fake_hsa_set_failure(const char *name, int status) {
-  pthread_mutex_lock(&lock);
-  struct named_value *failure = find_named(failures, MAX_FAILURES, name, status != 0);
-  if (failure != NULL) {
-    failure->value = status;
-    if (status == 0) failure->name[0] = '\0';
-  }
-  pthread_mutex_unlock(&lock);
+  fake_calls_set_failure(&calls, name, status, 0);
 }
 
 EXPORT int fake_hsa_call_count(const char *name) {
-  pthread_mutex_lock(&lock);
-  const struct named_value *counter = find_named(counters, MAX_COUNTERS, name, 0);
-  const int count = counter != NULL ? counter->value : 0;
-  pthread_mutex_unlock(&lock);
-  return count;
+  return fake_calls_count(&calls, name);
 }
 
 EXPORT int fake_hsa_init_count(void) {

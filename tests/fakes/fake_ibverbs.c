@@ -35,24 +35,17 @@
 #endif
 
 #include "fake_ibverbs_control.h"
+#include "fake_support.h"
 
 #define EXPORT __attribute__((visibility("default")))
 
 #define MAX_OBJECTS 4096
-#define MAX_NAMED 32
 #define MAX_REGISTRATIONS 2048
-#define NAME_LEN 48
 
 #define KNOWN_ACCESS                                                                        \
   (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |             \
    IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED |                 \
    IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB | FAKE_OPTIONAL_ACCESS)
-
-struct named_value {
-  char name[NAME_LEN];
-  int value;
-  int countdown; /* failures: fail only the countdown-th call (0: every call) */
-};
 
 struct fake_context {
   struct verbs_context vctx; /* the application sees &vctx.context */
@@ -80,8 +73,7 @@ static struct ibv_device devices[FAKE_IBVERBS_MAX_DEVICES];
 static struct fake_ibverbs_device_config configs[FAKE_IBVERBS_MAX_DEVICES];
 static int list_count = FAKE_IBVERBS_MAX_DEVICES;
 static int list_errno;
-static struct named_value failures[MAX_NAMED];
-static struct named_value counters[MAX_NAMED];
+static struct fake_calls calls = FAKE_CALLS_INITIALIZER;
 static int rereg_result, rereg_errno;
 static uint32_t next_key = 1;
 
@@ -99,35 +91,6 @@ static struct fake_ibverbs_window_op last_window_op;
 static struct fake_ibverbs_advice last_advice;
 
 /* ------------------------------------------------------------------ bookkeeping ---------- */
-
-static struct named_value *find_named(struct named_value *table, const char *name, int create) {
-  for (int i = 0; i < MAX_NAMED; ++i) {
-    if (table[i].name[0] != '\0' && strcmp(table[i].name, name) == 0) return &table[i];
-  }
-  if (!create) return NULL;
-  for (int i = 0; i < MAX_NAMED; ++i) {
-    if (table[i].name[0] == '\0') {
-      strncpy(table[i].name, name, NAME_LEN - 1);
-      return &table[i];
-    }
-  }
-  return NULL;
-}
-
-/* Counts a call of `name` and returns the errno it must fail with (0: proceed). */
-static int enter(const char *name) {
-  struct named_value *counter = find_named(counters, name, 1);
-  if (counter != NULL) counter->value++;
-  struct named_value *failure = find_named(failures, name, 0);
-  if (failure == NULL || failure->value == 0) return 0;
-  if (failure->countdown == 0) return failure->value;
-  if (--failure->countdown == 0) {
-    const int err = failure->value;
-    failure->value = 0;
-    return err;
-  }
-  return 0;
-}
 
 static int add_object(void **table, void *object) {
   for (int i = 0; i < MAX_OBJECTS; ++i) {
@@ -213,8 +176,7 @@ static void reset_locked(void) {
   }
   list_count = FAKE_IBVERBS_MAX_DEVICES;
   list_errno = 0;
-  memset(failures, 0, sizeof failures);
-  memset(counters, 0, sizeof counters);
+  fake_calls_reset(&calls);
   rereg_result = rereg_errno = 0;
   next_key = 1;
   device_lists = 0;
@@ -386,7 +348,7 @@ static int fake_query_device_ex(struct ibv_context *context,
                                 struct ibv_device_attr_ex *attr, size_t attr_size) {
   (void)input;
   pthread_mutex_lock(&lock);
-  int err = enter("query_device_ex");
+  int err = fake_calls_enter(&calls, "query_device_ex");
   if (err == 0) {
     /* Fill a full struct, hand out what the caller's size has room for: callers compiled
      * against older headers pass smaller sizes. */
@@ -409,7 +371,7 @@ static int fake_query_device_ex(struct ibv_context *context,
 static int fake_advise_mr(struct ibv_pd *pd, enum ibv_advise_mr_advice advice, uint32_t flags,
                           struct ibv_sge *sg_list, uint32_t num_sge) {
   pthread_mutex_lock(&lock);
-  int err = enter("advise_mr");
+  int err = fake_calls_enter(&calls, "advise_mr");
   if (err == 0) {
     memset(&last_advice, 0, sizeof last_advice);
     last_advice.advice = (int)advice;
@@ -438,7 +400,7 @@ static int fake_advise_mr(struct ibv_pd *pd, enum ibv_advise_mr_advice advice, u
 static struct ibv_mw *fake_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type) {
   pthread_mutex_lock(&lock);
   struct fake_mw *mw = NULL;
-  int err = enter("alloc_mw");
+  int err = fake_calls_enter(&calls, "alloc_mw");
   if (err == 0 && !has_object((void *const *)pds, pd)) err = EINVAL;
   if (err == 0) {
     const struct fake_ibverbs_device_config *config = config_of(pd->context);
@@ -474,7 +436,7 @@ static struct ibv_mw *fake_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type) {
 
 static int fake_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *mw_bind) {
   pthread_mutex_lock(&lock);
-  int err = enter("bind_mw");
+  int err = fake_calls_enter(&calls, "bind_mw");
   if (err == 0 && (!has_object((void *const *)qps, qp) || !has_object((void *const *)mws, mw) ||
                    mw->type != IBV_MW_TYPE_1)) {
     err = EINVAL;
@@ -491,7 +453,7 @@ static int fake_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind
 
 static int fake_dealloc_mw(struct ibv_mw *mw) {
   pthread_mutex_lock(&lock);
-  int err = enter("dealloc_mw");
+  int err = fake_calls_enter(&calls, "dealloc_mw");
   if (err == 0 && !remove_object((void **)mws, mw)) err = EINVAL;
   pthread_mutex_unlock(&lock);
   if (err == 0) free(mw);
@@ -500,7 +462,7 @@ static int fake_dealloc_mw(struct ibv_mw *mw) {
 
 static int fake_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr) {
   pthread_mutex_lock(&lock);
-  int err = enter("post_send");
+  int err = fake_calls_enter(&calls, "post_send");
   if (err == 0 && !has_object((void *const *)qps, qp)) err = EINVAL;
   if (err == 0 && wr->opcode == IBV_WR_BIND_MW) {
     struct ibv_mw *mw = wr->bind_mw.mw;
@@ -533,7 +495,7 @@ static int fake_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
 
 EXPORT struct ibv_device **(ibv_get_device_list)(int *num_devices) {
   pthread_mutex_lock(&lock);
-  int err = enter("ibv_get_device_list");
+  int err = fake_calls_enter(&calls, "ibv_get_device_list");
   if (err == 0) err = list_errno;
   struct ibv_device **list = NULL;
   if (err == 0) {
@@ -560,7 +522,7 @@ EXPORT struct ibv_device **(ibv_get_device_list)(int *num_devices) {
 
 EXPORT void ibv_free_device_list(struct ibv_device **list) {
   pthread_mutex_lock(&lock);
-  enter("ibv_free_device_list");
+  fake_calls_enter(&calls, "ibv_free_device_list");
   if (list != NULL) device_lists--;
   pthread_mutex_unlock(&lock);
   free(list);
@@ -568,14 +530,14 @@ EXPORT void ibv_free_device_list(struct ibv_device **list) {
 
 EXPORT const char *ibv_get_device_name(struct ibv_device *device) {
   pthread_mutex_lock(&lock);
-  enter("ibv_get_device_name");
+  fake_calls_enter(&calls, "ibv_get_device_name");
   pthread_mutex_unlock(&lock);
   return device->name;
 }
 
 EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device) {
   pthread_mutex_lock(&lock);
-  int err = enter("ibv_open_device");
+  int err = fake_calls_enter(&calls, "ibv_open_device");
   const int index = (int)(device - devices);
   if (err == 0 && (index < 0 || index >= FAKE_IBVERBS_MAX_DEVICES)) err = ENODEV;
   struct fake_context *context = NULL;
@@ -611,7 +573,7 @@ EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device) {
 
 EXPORT int ibv_close_device(struct ibv_context *context) {
   pthread_mutex_lock(&lock);
-  int err = enter("ibv_close_device");
+  int err = fake_calls_enter(&calls, "ibv_close_device");
   struct fake_context *owner =
       (struct fake_context *)(void *)((char *)context - offsetof(struct verbs_context, context));
   if (err == 0 && !remove_object((void **)contexts, owner)) err = EINVAL;
@@ -626,7 +588,7 @@ EXPORT int ibv_close_device(struct ibv_context *context) {
 
 EXPORT int ibv_query_device(struct ibv_context *context, struct ibv_device_attr *attr) {
   pthread_mutex_lock(&lock);
-  const int err = enter("ibv_query_device");
+  const int err = fake_calls_enter(&calls, "ibv_query_device");
   if (err == 0) fill_attr(config_of(context), attr);
   pthread_mutex_unlock(&lock);
   return err;
@@ -634,7 +596,7 @@ EXPORT int ibv_query_device(struct ibv_context *context, struct ibv_device_attr 
 
 EXPORT struct ibv_pd *ibv_alloc_pd(struct ibv_context *context) {
   pthread_mutex_lock(&lock);
-  int err = enter("ibv_alloc_pd");
+  int err = fake_calls_enter(&calls, "ibv_alloc_pd");
   struct ibv_pd *pd = NULL;
   if (err == 0) {
     pd = calloc(1, sizeof *pd);
@@ -655,7 +617,7 @@ EXPORT struct ibv_pd *ibv_alloc_pd(struct ibv_context *context) {
 
 EXPORT int ibv_dealloc_pd(struct ibv_pd *pd) {
   pthread_mutex_lock(&lock);
-  int err = enter("ibv_dealloc_pd");
+  int err = fake_calls_enter(&calls, "ibv_dealloc_pd");
   if (err == 0 && !has_object((void *const *)pds, pd)) err = EINVAL;
   for (int i = 0; err == 0 && i < MAX_OBJECTS; ++i) {
     if ((mrs[i] != NULL && mrs[i]->mr.pd == pd) || (mws[i] != NULL && mws[i]->mw.pd == pd)) {
@@ -670,7 +632,7 @@ EXPORT int ibv_dealloc_pd(struct ibv_pd *pd) {
 
 EXPORT struct ibv_mr *(ibv_reg_mr)(struct ibv_pd *pd, void *addr, size_t length, int access) {
   pthread_mutex_lock(&lock);
-  const int err = enter("ibv_reg_mr");
+  const int err = fake_calls_enter(&calls, "ibv_reg_mr");
   struct ibv_mr *mr = NULL;
   if (err == 0) {
     mr = make_mr("ibv_reg_mr", pd, addr, length, (uintptr_t)addr, (unsigned int)access, -1, 0);
@@ -684,7 +646,7 @@ EXPORT struct ibv_mr *(ibv_reg_mr)(struct ibv_pd *pd, void *addr, size_t length,
 EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length,
                                        uint64_t iova, unsigned int access) {
   pthread_mutex_lock(&lock);
-  const int err = enter("ibv_reg_mr_iova2");
+  const int err = fake_calls_enter(&calls, "ibv_reg_mr_iova2");
   struct ibv_mr *mr = NULL;
   if (err == 0) mr = make_mr("ibv_reg_mr_iova2", pd, addr, length, iova, access, -1, 0);
   const int saved = errno;
@@ -696,7 +658,7 @@ EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t len
 EXPORT struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t length,
                                         uint64_t iova, int fd, int access) {
   pthread_mutex_lock(&lock);
-  int err = enter("ibv_reg_dmabuf_mr");
+  int err = fake_calls_enter(&calls, "ibv_reg_dmabuf_mr");
   struct ibv_mr *mr = NULL;
   if (err == 0 && !has_object((void *const *)pds, pd)) err = EINVAL;
   if (err == 0) {
@@ -726,7 +688,7 @@ EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *a
                         size_t length, int access) {
   pthread_mutex_lock(&lock);
   int result = 0;
-  int err = enter("ibv_rereg_mr");
+  int err = fake_calls_enter(&calls, "ibv_rereg_mr");
   last_rereg.flags = flags;
   last_rereg.pd = pd;
   last_rereg.addr = (uintptr_t)addr;
@@ -770,7 +732,7 @@ EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *a
 
 EXPORT int ibv_dereg_mr(struct ibv_mr *mr) {
   pthread_mutex_lock(&lock);
-  int err = enter("ibv_dereg_mr");
+  int err = fake_calls_enter(&calls, "ibv_dereg_mr");
   struct fake_mr *fake = (struct fake_mr *)(void *)mr;
   if (err == 0 && !has_object((void *const *)mrs, fake)) err = EINVAL;
   for (int i = 0; err == 0 && i < MAX_OBJECTS; ++i) {
@@ -810,22 +772,16 @@ EXPORT void fake_ibverbs_set_device(int index, const struct fake_ibverbs_device_
 }
 
 EXPORT void fake_ibverbs_set_failure(const char *name, int err) {
-  pthread_mutex_lock(&lock);
-  char base[NAME_LEN];
-  strncpy(base, name, NAME_LEN - 1);
-  base[NAME_LEN - 1] = '\0';
+  char base[FAKE_NAME_LEN];
+  strncpy(base, name, FAKE_NAME_LEN - 1);
+  base[FAKE_NAME_LEN - 1] = '\0';
   int countdown = 0;
   char *hash = strchr(base, '#');
   if (hash != NULL) {
     countdown = atoi(hash + 1);
     *hash = '\0';
   }
-  struct named_value *failure = find_named(failures, base, 1);
-  if (failure != NULL) {
-    failure->value = err;
-    failure->countdown = countdown;
-  }
-  pthread_mutex_unlock(&lock);
+  fake_calls_set_failure(&calls, base, err, countdown);
 }
 
 EXPORT void fake_ibverbs_set_rereg_result(int result, int err) {
@@ -836,11 +792,7 @@ EXPORT void fake_ibverbs_set_rereg_result(int result, int err) {
 }
 
 EXPORT int fake_ibverbs_call_count(const char *name) {
-  pthread_mutex_lock(&lock);
-  const struct named_value *counter = find_named(counters, name, 0);
-  const int count = counter != NULL ? counter->value : 0;
-  pthread_mutex_unlock(&lock);
-  return count;
+  return fake_calls_count(&calls, name);
 }
 
 EXPORT int fake_ibverbs_live(const char *kind) {

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "fake_nrt_control.h"
+#include "fake_support.h"
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -37,9 +38,6 @@ enum {
 #define REGION_SIZE (256ull << 20) /* address space reserved per vnc */
 #define GRANULE 4096ull
 #define MAX_TENSORS 128
-#define MAX_FAILURES 16
-#define MAX_COUNTERS 32
-#define NAME_LEN 64
 
 struct nrt_tensor {
   int live;
@@ -49,43 +47,14 @@ struct nrt_tensor {
   unsigned char *shadow; /* the tensor's bytes, where the "device" keeps them */
 };
 
-struct named_value {
-  char name[NAME_LEN];
-  int value;
-};
-
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static int initialized;
 static void *regions[FAKE_NRT_VNC_COUNT];
 static struct nrt_tensor tensors[MAX_TENSORS];
-static struct named_value failures[MAX_FAILURES];
-static struct named_value counters[MAX_COUNTERS];
+static struct fake_calls calls = FAKE_CALLS_INITIALIZER;
 static uint64_t last_export_va;
 static uint64_t last_export_size;
 static int export_gives_no_fd;
-
-static struct named_value *find_named(struct named_value *table, int count, const char *name,
-                                      int create) {
-  for (int i = 0; i < count; ++i) {
-    if (table[i].name[0] != '\0' && strcmp(table[i].name, name) == 0) return &table[i];
-  }
-  if (!create) return NULL;
-  for (int i = 0; i < count; ++i) {
-    if (table[i].name[0] == '\0') {
-      strncpy(table[i].name, name, NAME_LEN - 1);
-      return &table[i];
-    }
-  }
-  return NULL;
-}
-
-/* Counts the call and returns the injected failure for `name`, or SUCCESS. Lock held. */
-static NRT_STATUS enter(const char *name) {
-  struct named_value *counter = find_named(counters, MAX_COUNTERS, name, 1);
-  if (counter != NULL) counter->value++;
-  struct named_value *failure = find_named(failures, MAX_FAILURES, name, 0);
-  return failure != NULL ? failure->value : SUCCESS;
-}
 
 /* The live tensor holding `va`. Lock held. */
 static struct nrt_tensor *find_tensor(uint64_t va) {
@@ -104,12 +73,12 @@ static uint64_t round_up(uint64_t value, uint64_t granule) {
   return (value + granule - 1) / granule * granule;
 }
 
-#define ENTER(name)                     \
-  pthread_mutex_lock(&lock);            \
-  NRT_STATUS injected = enter(name);    \
-  if (injected != SUCCESS) {            \
-    pthread_mutex_unlock(&lock);        \
-    return injected;                    \
+#define ENTER(name)                                     \
+  pthread_mutex_lock(&lock);                            \
+  NRT_STATUS injected = fake_calls_enter(&calls, name); \
+  if (injected != SUCCESS) {                            \
+    pthread_mutex_unlock(&lock);                        \
+    return injected;                                    \
   }
 
 #define LEAVE(result)            \
@@ -142,9 +111,8 @@ EXPORT NRT_STATUS nrt_tensor_allocate(int placement, int vnc, size_t size, const
   }
   if (regions[vnc] == NULL) {
     /* Reserved, never backed: the CPU must never touch device memory. */
-    void *region =
-        mmap(NULL, REGION_SIZE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (region == MAP_FAILED) LEAVE(RESOURCE);
+    void *region = fake_reserve_device_range(REGION_SIZE);
+    if (region == NULL) LEAVE(RESOURCE);
     regions[vnc] = region;
   }
   /* First fit from the start of the region, so a freed address is handed out again first. */
@@ -179,7 +147,7 @@ EXPORT NRT_STATUS nrt_tensor_allocate(int placement, int vnc, size_t size, const
 
 EXPORT void nrt_tensor_free(struct nrt_tensor **tensor) {
   pthread_mutex_lock(&lock);
-  (void)enter("nrt_tensor_free");
+  (void)fake_calls_enter(&calls, "nrt_tensor_free");
   if (tensor != NULL && is_live(*tensor)) {
     free((*tensor)->shadow);
     memset(*tensor, 0, sizeof **tensor);
@@ -191,7 +159,7 @@ EXPORT void nrt_tensor_free(struct nrt_tensor **tensor) {
 EXPORT void *nrt_tensor_get_va(const struct nrt_tensor *tensor) {
   pthread_mutex_lock(&lock);
   void *va = NULL;
-  if (enter("nrt_tensor_get_va") == SUCCESS && is_live(tensor)) {
+  if (fake_calls_enter(&calls, "nrt_tensor_get_va") == SUCCESS && is_live(tensor)) {
     va = (void *)(uintptr_t)tensor->va;
   }
   pthread_mutex_unlock(&lock);
@@ -327,8 +295,7 @@ EXPORT void fake_nrt_reset(void) {
   initialized = 0;
   for (int i = 0; i < MAX_TENSORS; ++i) free(tensors[i].shadow);
   memset(tensors, 0, sizeof tensors);
-  memset(failures, 0, sizeof failures);
-  memset(counters, 0, sizeof counters);
+  fake_calls_reset(&calls);
   last_export_va = 0;
   last_export_size = 0;
   export_gives_no_fd = 0;
@@ -336,21 +303,11 @@ EXPORT void fake_nrt_reset(void) {
 }
 
 EXPORT void fake_nrt_set_failure(const char *name, int code) {
-  pthread_mutex_lock(&lock);
-  struct named_value *failure = find_named(failures, MAX_FAILURES, name, code != 0);
-  if (failure != NULL) {
-    failure->value = code;
-    if (code == 0) failure->name[0] = '\0';
-  }
-  pthread_mutex_unlock(&lock);
+  fake_calls_set_failure(&calls, name, code, 0);
 }
 
 EXPORT int fake_nrt_call_count(const char *name) {
-  pthread_mutex_lock(&lock);
-  const struct named_value *counter = find_named(counters, MAX_COUNTERS, name, 0);
-  const int count = counter != NULL ? counter->value : 0;
-  pthread_mutex_unlock(&lock);
-  return count;
+  return fake_calls_count(&calls, name);
 }
 
 EXPORT int fake_nrt_live_tensors(void) {

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "fake_synapse_control.h"
+#include "fake_support.h"
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -29,9 +30,6 @@ enum {
 #define REGION_SIZE (256ull << 20)
 #define GRANULE (2ull << 20) /* Gaudi device memory comes in 2 MiB pages */
 #define MAX_ALLOCATIONS 64
-#define MAX_FAILURES 16
-#define MAX_COUNTERS 32
-#define NAME_LEN 64
 
 struct allocation {
   int live;
@@ -40,53 +38,24 @@ struct allocation {
   uint64_t size;
 };
 
-struct named_value {
-  char name[NAME_LEN];
-  int value;
-};
-
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static int initialized;
 static void *regions[FAKE_SYNAPSE_DEVICE_COUNT];
 static struct allocation allocations[MAX_ALLOCATIONS];
-static struct named_value failures[MAX_FAILURES];
-static struct named_value counters[MAX_COUNTERS];
+static struct fake_calls calls = FAKE_CALLS_INITIALIZER;
 static uint64_t last_lookup_address;
 static uint64_t last_lookup_size;
-
-static struct named_value *find_named(struct named_value *table, int count, const char *name,
-                                      int create) {
-  for (int i = 0; i < count; ++i) {
-    if (table[i].name[0] != '\0' && strcmp(table[i].name, name) == 0) return &table[i];
-  }
-  if (!create) return NULL;
-  for (int i = 0; i < count; ++i) {
-    if (table[i].name[0] == '\0') {
-      strncpy(table[i].name, name, NAME_LEN - 1);
-      return &table[i];
-    }
-  }
-  return NULL;
-}
-
-/* Counts the call and returns the injected failure for `name`, or 0. Lock held. */
-static int enter(const char *name) {
-  struct named_value *counter = find_named(counters, MAX_COUNTERS, name, 1);
-  if (counter != NULL) counter->value++;
-  struct named_value *failure = find_named(failures, MAX_FAILURES, name, 0);
-  return failure != NULL ? failure->value : 0;
-}
 
 static uint64_t round_up(uint64_t value, uint64_t granule) {
   return (value + granule - 1) / granule * granule;
 }
 
-#define ENTER(name)                  \
-  pthread_mutex_lock(&lock);         \
-  int injected = enter(name);        \
-  if (injected != 0) {               \
-    pthread_mutex_unlock(&lock);     \
-    return injected;                 \
+#define ENTER(name)                              \
+  pthread_mutex_lock(&lock);                     \
+  int injected = fake_calls_enter(&calls, name); \
+  if (injected != 0) {                           \
+    pthread_mutex_unlock(&lock);                 \
+    return injected;                             \
   }
 
 #define LEAVE(result)            \
@@ -154,29 +123,18 @@ EXPORT void fake_synapse_reset(void) {
   pthread_mutex_lock(&lock);
   initialized = 0;
   memset(allocations, 0, sizeof allocations);
-  memset(failures, 0, sizeof failures);
-  memset(counters, 0, sizeof counters);
+  fake_calls_reset(&calls);
   last_lookup_address = 0;
   last_lookup_size = 0;
   pthread_mutex_unlock(&lock);
 }
 
 EXPORT void fake_synapse_set_failure(const char *name, int code) {
-  pthread_mutex_lock(&lock);
-  struct named_value *failure = find_named(failures, MAX_FAILURES, name, code != 0);
-  if (failure != NULL) {
-    failure->value = code;
-    if (code == 0) failure->name[0] = '\0';
-  }
-  pthread_mutex_unlock(&lock);
+  fake_calls_set_failure(&calls, name, code, 0);
 }
 
 EXPORT int fake_synapse_call_count(const char *name) {
-  pthread_mutex_lock(&lock);
-  const struct named_value *counter = find_named(counters, MAX_COUNTERS, name, 0);
-  const int count = counter != NULL ? counter->value : 0;
-  pthread_mutex_unlock(&lock);
-  return count;
+  return fake_calls_count(&calls, name);
 }
 
 EXPORT int fake_synapse_alloc(int device, size_t size, uint64_t *out) {
@@ -186,9 +144,8 @@ EXPORT int fake_synapse_alloc(int device, size_t size, uint64_t *out) {
   }
   pthread_mutex_lock(&lock);
   if (regions[device] == NULL) {
-    void *region =
-        mmap(NULL, REGION_SIZE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (region == MAP_FAILED) LEAVE(-1);
+    void *region = fake_reserve_device_range(REGION_SIZE);
+    if (region == NULL) LEAVE(-1);
     regions[device] = region;
   }
   const uint64_t region_start = round_up((uintptr_t)regions[device], GRANULE);

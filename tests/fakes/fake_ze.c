@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "fake_ze_control.h"
+#include "fake_support.h"
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -161,17 +162,9 @@ struct allocation {
 #define MAX_CONTEXTS 16
 #define MAX_LISTS 64
 #define MAX_ALLOCATIONS 128
-#define MAX_FAILURES 16
-#define MAX_COUNTERS 48
-#define NAME_LEN 64
 
 static const struct fake_driver drivers[FAKE_ZE_DRIVER_COUNT] = {{0}, {1}};
 static const struct fake_device devices[FAKE_ZE_DEVICE_COUNT] = {{0, 0, 0}, {0, 1, 1}, {1, 0, 2}};
-
-struct named_value {
-  char name[NAME_LEN];
-  int value;
-};
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static int initialized;
@@ -182,39 +175,15 @@ static struct fake_context contexts[MAX_CONTEXTS];
 static struct fake_list lists[MAX_LISTS];
 static struct allocation allocations[MAX_ALLOCATIONS];
 static uint64_t next_id = 1;
-static struct named_value failures[MAX_FAILURES];
-static struct named_value counters[MAX_COUNTERS];
+static struct fake_calls calls = FAKE_CALLS_INITIALIZER;
 
-static struct named_value *find_named(struct named_value *table, int count, const char *name,
-                                      int create) {
-  for (int i = 0; i < count; ++i) {
-    if (table[i].name[0] != '\0' && strcmp(table[i].name, name) == 0) return &table[i];
-  }
-  if (!create) return NULL;
-  for (int i = 0; i < count; ++i) {
-    if (table[i].name[0] == '\0') {
-      strncpy(table[i].name, name, NAME_LEN - 1);
-      return &table[i];
-    }
-  }
-  return NULL;
-}
-
-/* Counts the call and returns the injected failure for `name`, or SUCCESS. Lock held. */
-static ze_result_t enter(const char *name) {
-  struct named_value *counter = find_named(counters, MAX_COUNTERS, name, 1);
-  if (counter != NULL) counter->value++;
-  struct named_value *failure = find_named(failures, MAX_FAILURES, name, 0);
-  return failure != NULL ? failure->value : SUCCESS;
-}
-
-#define ENTER(name)                  \
-  pthread_mutex_lock(&lock);         \
-  ze_result_t injected = enter(name); \
-  if (injected != SUCCESS) {         \
-    pthread_mutex_unlock(&lock);     \
-    return injected;                 \
-  }                                  \
+#define ENTER(name)                                      \
+  pthread_mutex_lock(&lock);                             \
+  ze_result_t injected = fake_calls_enter(&calls, name); \
+  if (injected != SUCCESS) {                             \
+    pthread_mutex_unlock(&lock);                         \
+    return injected;                                     \
+  }                                                      \
   if (!initialized) LEAVE(UNINITIALIZED)
 
 #define LEAVE(result)            \
@@ -305,9 +274,8 @@ static ze_result_t allocate(int driver, int device, int type, size_t size, size_
   void *alias = NULL;
   if (type == TYPE_DEVICE) {
     if (regions[device] == NULL) {
-      void *region =
-          mmap(NULL, REGION_SIZE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-      if (region == MAP_FAILED) return OUT_OF_DEVICE_MEMORY;
+      void *region = fake_reserve_device_range(REGION_SIZE);
+      if (region == NULL) return OUT_OF_DEVICE_MEMORY;
       regions[device] = region;
     }
     /* First fit from the start of the region, so a freed address is handed out again first. */
@@ -372,7 +340,7 @@ static void run_pending(struct fake_list *list) {
 
 EXPORT ze_result_t zeInit(uint32_t flags) {
   pthread_mutex_lock(&lock);
-  const ze_result_t injected = enter("zeInit");
+  const ze_result_t injected = fake_calls_enter(&calls, "zeInit");
   if (injected != SUCCESS) LEAVE(injected);
   if ((flags & ~3u) != 0) LEAVE(INVALID_ENUMERATION);
   last_init_flags = flags;
@@ -515,9 +483,8 @@ EXPORT ze_result_t zeMemGetAllocProperties(const void *context, const void *ptr,
     if (ext->stype == 0x1a) export_fd = (export_fd_t *)(uintptr_t)ext;
   }
   if (export_fd != NULL) {
-    const struct named_value *failure =
-        find_named(failures, MAX_FAILURES, "zeMemGetAllocProperties:export", 0);
-    if (failure != NULL) LEAVE(failure->value);
+    const int export_failure = fake_calls_failure(&calls, "zeMemGetAllocProperties:export");
+    if (export_failure != 0) LEAVE(export_failure);
     if (a == NULL) LEAVE(INVALID_ARGUMENT);
     if (export_fd->flags != DMA_BUF || a->type != TYPE_DEVICE || !can_export_dmabuf(a->device)) {
       LEAVE(UNSUPPORTED_FEATURE);
@@ -670,8 +637,7 @@ EXPORT void fake_ze_reset(void) {
   }
   memset(contexts, 0, sizeof contexts);
   memset(lists, 0, sizeof lists);
-  memset(failures, 0, sizeof failures);
-  memset(counters, 0, sizeof counters);
+  fake_calls_reset(&calls);
   initialized = 0;
   last_init_flags = 0;
   driver_count = FAKE_ZE_DRIVER_COUNT;
@@ -709,21 +675,11 @@ EXPORT int fake_ze_read(const void *ptr, void *out, size_t size) {
 }
 
 EXPORT void fake_ze_set_failure(const char *name, int result) {
-  pthread_mutex_lock(&lock);
-  struct named_value *failure = find_named(failures, MAX_FAILURES, name, result != 0);
-  if (failure != NULL) {
-    failure->value = result;
-    if (result == 0) failure->name[0] = '\0';
-  }
-  pthread_mutex_unlock(&lock);
+  fake_calls_set_failure(&calls, name, result, 0);
 }
 
 EXPORT int fake_ze_call_count(const char *name) {
-  pthread_mutex_lock(&lock);
-  const struct named_value *counter = find_named(counters, MAX_COUNTERS, name, 0);
-  const int count = counter != NULL ? counter->value : 0;
-  pthread_mutex_unlock(&lock);
-  return count;
+  return fake_calls_count(&calls, name);
 }
 
 EXPORT void fake_ze_set_driver_count(int count) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "hmem/page_range.h"
+#include "tests/hmem/export_checks.h"
 #include "tests/hmem/fake_cuda_library.h"
 
 namespace hmr::cuda {
@@ -24,6 +25,7 @@ using hmem::PointerInfo;
 using hmr::testing::as_pointer;
 using hmr::testing::fake_cuda;
 using hmr::testing::fake_cuda_path;
+using hmr::testing::expect_exports_leak_no_fd;
 using hmr::testing::open_fd_count;
 
 constexpr int kInvalidValue = 1;
@@ -184,22 +186,7 @@ TEST_F(CudaIfaceTest, ExportsLeakNoFd) {
   init();
   const unsigned long long base = alloc(0, 1 << 20);
   const int before = open_fd_count();
-  for (int i = 0; i < 16; ++i) {
-    Result<DmabufExport> exported = iface_.export_dmabuf({as_pointer(base + 64), 4096});
-    ASSERT_TRUE(exported.ok());
-    EXPECT_EQ(open_fd_count(), before + 1);
-  }
-  EXPECT_EQ(open_fd_count(), before);
-
-  // Ownership moves with the export and is released exactly once.
-  Result<DmabufExport> exported = iface_.export_dmabuf({as_pointer(base), 4096});
-  ASSERT_TRUE(exported.ok());
-  DmabufExport moved = std::move(*exported);
-  EXPECT_FALSE(exported->fd.valid());
-  const int fd = moved.fd.release();
-  EXPECT_EQ(open_fd_count(), before + 1);
-  ::close(fd);
-  EXPECT_EQ(open_fd_count(), before);
+  ASSERT_NO_FATAL_FAILURE(expect_exports_leak_no_fd(iface_, as_pointer(base), 4096));
 
   // A failed export leaves nothing open either.
   fake_cuda().set_failure("cuMemGetHandleForAddressRange", kOutOfMemory);

@@ -13,6 +13,7 @@
 #include "cuda/cuda_iface.h"
 #include "cuda/cuda_symbols.h"
 #include "tests/fakes/fake_cuda_control.h"
+#include "tests/hmem/fd_checks.h"
 
 namespace hmr::testing {
 
@@ -36,9 +37,6 @@ const char* fake_cuda_path();
 const FakeCuda& fake_cuda();
 // The fake's driver entry points, bound with hmr's own symbol list.
 const cuda::CudaSymbols& fake_cuda_driver();
-
-// Entries in /proc/self/fd: equal before and after means no fd leaked.
-int open_fd_count();
 
 inline const void* as_pointer(unsigned long long address) {
   return reinterpret_cast<const void*>(static_cast<uintptr_t>(address));

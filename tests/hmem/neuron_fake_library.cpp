@@ -1,46 +1,29 @@
 #include "tests/hmem/neuron_fake_library.h"
 
-#include <dlfcn.h>
-
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
+#include "tests/hmem/fake_library.h"
+
 namespace hmr::testing {
 namespace {
 
-template <typename Fn>
-Fn must_find(void* handle, const char* path, const char* name) {
-  void* address = dlsym(handle, name);
-  if (address == nullptr) {
-    std::fprintf(stderr, "fake Neuron runtime %s lacks %s\n", path, name);
-    std::abort();
-  }
-  return reinterpret_cast<Fn>(address);
-}
-
-using TensorAllocateFn = int (*)(int, int, size_t, const char*, void**);
-using TensorGetVaFn = void* (*)(const void*);
-using TensorFreeFn = void (*)(void**);
-
 FakeNrt load(const char* path) {
-  // The same path the iface opens through HMR_NEURON_LIBRARY, so dlopen returns the same object.
-  void* handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  if (handle == nullptr) {
-    std::fprintf(stderr, "cannot load the fake Neuron runtime: %s\n", dlerror());
-    std::abort();
-  }
+  const FakeLibrary library("fake Neuron runtime", path);
   FakeNrt fake;
-  fake.reset = must_find<fake_nrt_reset_fn>(handle, path, "fake_nrt_reset");
-  fake.set_failure = must_find<fake_nrt_set_failure_fn>(handle, path, "fake_nrt_set_failure");
-  fake.call_count = must_find<fake_nrt_call_count_fn>(handle, path, "fake_nrt_call_count");
-  fake.live_tensors = must_find<fake_nrt_live_tensors_fn>(handle, path, "fake_nrt_live_tensors");
-  fake.last_export = must_find<fake_nrt_last_export_fn>(handle, path, "fake_nrt_last_export");
-  fake.set_export_gives_no_fd = must_find<fake_nrt_set_export_gives_no_fd_fn>(
-      handle, path, "fake_nrt_set_export_gives_no_fd");
-  fake.handle = handle;
-  return fake;  // the handle stays open for the life of the process, on purpose
+  fake.reset = library.function<fake_nrt_reset_fn>("fake_nrt_reset");
+  fake.set_failure = library.function<fake_nrt_set_failure_fn>("fake_nrt_set_failure");
+  fake.call_count = library.function<fake_nrt_call_count_fn>("fake_nrt_call_count");
+  fake.live_tensors = library.function<fake_nrt_live_tensors_fn>("fake_nrt_live_tensors");
+  fake.last_export = library.function<fake_nrt_last_export_fn>("fake_nrt_last_export");
+  fake.set_export_gives_no_fd =
+      library.function<fake_nrt_set_export_gives_no_fd_fn>("fake_nrt_set_export_gives_no_fd");
+  fake.tensor_allocate = library.function<FakeNrt::TensorAllocateFn>("nrt_tensor_allocate");
+  fake.tensor_get_va = library.function<FakeNrt::TensorGetVaFn>("nrt_tensor_get_va");
+  fake.tensor_free = library.function<FakeNrt::TensorFreeFn>("nrt_tensor_free");
+  return fake;
 }
 
 }  // namespace
@@ -58,15 +41,11 @@ const FakeNrt& fake_nrt(const char* path) {
 }
 
 void* app_tensor_allocate(const FakeNrt& fake, int vnc, size_t size, void** tensor) {
-  auto allocate = must_find<TensorAllocateFn>(fake.handle, "fake nrt", "nrt_tensor_allocate");
-  auto get_va = must_find<TensorGetVaFn>(fake.handle, "fake nrt", "nrt_tensor_get_va");
   *tensor = nullptr;
-  if (allocate(/*DEVICE*/ 0, vnc, size, "app", tensor) != 0) return nullptr;
-  return get_va(*tensor);
+  if (fake.tensor_allocate(/*DEVICE*/ 0, vnc, size, "app", tensor) != 0) return nullptr;
+  return fake.tensor_get_va(*tensor);
 }
 
-void app_tensor_free(const FakeNrt& fake, void* tensor) {
-  must_find<TensorFreeFn>(fake.handle, "fake nrt", "nrt_tensor_free")(&tensor);
-}
+void app_tensor_free(const FakeNrt& fake, void* tensor) { fake.tensor_free(&tensor); }
 
 }  // namespace hmr::testing

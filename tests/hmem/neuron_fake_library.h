@@ -18,7 +18,13 @@ struct FakeNrt {
   fake_nrt_live_tensors_fn live_tensors = nullptr;
   fake_nrt_last_export_fn last_export = nullptr;
   fake_nrt_set_export_gives_no_fd_fn set_export_gives_no_fd = nullptr;
-  void* handle = nullptr;  // the dlopen handle, for the runtime's own entry points
+  // The runtime's own allocation calls, with nrt's types reduced to what the tests pass.
+  using TensorAllocateFn = int (*)(int, int, size_t, const char*, void**);
+  using TensorGetVaFn = void* (*)(const void*);
+  using TensorFreeFn = void (*)(void**);
+  TensorAllocateFn tensor_allocate = nullptr;
+  TensorGetVaFn tensor_get_va = nullptr;
+  TensorFreeFn tensor_free = nullptr;
 };
 
 const char* fake_nrt_path();     // exports nrt_get_dmabuf_fd_v2

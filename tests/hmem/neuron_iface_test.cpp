@@ -7,10 +7,10 @@
 #include <unistd.h>
 
 #include <cstdlib>
-#include <filesystem>
 #include <string>
 #include <vector>
 
+#include "tests/hmem/export_checks.h"
 #include "tests/hmem/neuron_fake_library.h"
 
 namespace hmr::neuron {
@@ -23,16 +23,11 @@ using hmem::PointerInfo;
 using hmr::testing::fake_nrt;
 using hmr::testing::fake_nrt_path;
 using hmr::testing::fake_nrt_v1_path;
+using hmr::testing::fd_size;
+using hmr::testing::expect_exports_leak_no_fd;
+using hmr::testing::open_fd_count;
 
 constexpr size_t kPage = kNeuronGranule;
-
-int open_fds() {
-  int count = 0;
-  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
-    ++count;
-  }
-  return count;
-}
 
 char* at(void* base, size_t offset) { return static_cast<char*>(base) + offset; }
 
@@ -47,12 +42,6 @@ std::vector<unsigned char> read_fd(int fd, uint64_t offset, size_t len) {
   std::vector<unsigned char> bytes(len);
   EXPECT_EQ(pread(fd, bytes.data(), len, static_cast<off_t>(offset)), static_cast<ssize_t>(len));
   return bytes;
-}
-
-size_t fd_size(int fd) {
-  struct stat st {};
-  EXPECT_EQ(fstat(fd, &st), 0);
-  return static_cast<size_t>(st.st_size);
 }
 
 bool has(const std::string& text, const std::string& part) {
@@ -384,20 +373,20 @@ TEST_F(NeuronIfaceTest, V1ExportOfDeclaredMemoryNeedsTheAllocationStart) {
   EXPECT_EQ(from_start->offset, 0u);
   EXPECT_EQ(from_start->exported_len, 2 * kPage);
 
-  const int fds = open_fds();
+  const int fds = open_fd_count();
   Result<DmabufExport> inside = iface_.export_dmabuf({at(app, 2 * kPage), kPage});
   ASSERT_FALSE(inside.ok());
   EXPECT_EQ(inside.status().code(), HMR_EOPNOTSUPP);
   EXPECT_TRUE(has(inside.status().reason(), "nrt_get_dmabuf_fd_v2")) << inside.status().reason();
   EXPECT_TRUE(has(inside.status().reason(), "start"));
-  EXPECT_EQ(open_fds(), fds);
+  EXPECT_EQ(open_fd_count(), fds);
   testing::app_tensor_free(fake(), tensor);
 }
 
 TEST_F(NeuronIfaceTest, ExportStatusesAreReadAsLibfabricReadsThem) {
   init();
   void* base = alloc(0, 4 * kPage);
-  const int fds = open_fds();
+  const int fds = open_fd_count();
 
   fake().set_failure("nrt_get_dmabuf_fd_v2", NRT_RESOURCE);  // a hard error
   Result<DmabufExport> hard = iface_.export_dmabuf({base, kPage});
@@ -414,29 +403,13 @@ TEST_F(NeuronIfaceTest, ExportStatusesAreReadAsLibfabricReadsThem) {
 
   fake().set_export_gives_no_fd(1);  // "success" without an fd is not believed
   EXPECT_EQ(iface_.export_dmabuf({base, kPage}).status().code(), HMR_EIO);
-  EXPECT_EQ(open_fds(), fds);
+  EXPECT_EQ(open_fd_count(), fds);
 }
 
 TEST_F(NeuronIfaceTest, ExportsLeakNoFd) {
   init();
   void* base = alloc(0, 4 * kPage);
-  const int before = open_fds();
-  for (int i = 0; i < 16; ++i) {
-    Result<DmabufExport> exported = iface_.export_dmabuf({at(base, 64), kPage});
-    ASSERT_TRUE(exported.ok());
-    EXPECT_EQ(open_fds(), before + 1);
-  }
-  EXPECT_EQ(open_fds(), before);
-
-  // Ownership moves with the export and is released exactly once.
-  Result<DmabufExport> exported = iface_.export_dmabuf({base, kPage});
-  ASSERT_TRUE(exported.ok());
-  DmabufExport moved = std::move(*exported);
-  EXPECT_FALSE(exported->fd.valid());
-  const int fd = moved.fd.release();
-  EXPECT_EQ(open_fds(), before + 1);
-  EXPECT_EQ(::close(fd), 0);
-  EXPECT_EQ(open_fds(), before);
+  expect_exports_leak_no_fd(iface_, base, kPage);
 }
 
 TEST_F(NeuronIfaceTest, CapabilitiesArePerCoreAndEveryNoSaysWhy) {

@@ -9,12 +9,12 @@
 
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <vector>
 
 #include "hmem/page_range.h"
+#include "tests/hmem/export_checks.h"
 #include "tests/hmem/rocr_fake_library.h"
 #include "tests/hmem/rocr_temp_file.h"
 
@@ -29,19 +29,13 @@ using hmem::PointerInfo;
 using hmr::testing::FakeHsa;
 using hmr::testing::fake_hsa;
 using hmr::testing::fake_hsa_rocm52;
+using hmr::testing::expect_exports_leak_no_fd;
+using hmr::testing::open_fd_count;
 using hmr::testing::TempFile;
 
 constexpr int kError = 0x1000;
 constexpr int kOutOfResources = 0x1008;
 constexpr size_t kFakeGranule = 64 << 10;  // the fake's VRAM allocation granularity
-
-int open_fd_count() {
-  int count = 0;
-  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
-    ++count;
-  }
-  return count;
-}
 
 struct FreeLog {
   struct Event {
@@ -262,22 +256,7 @@ TEST_F(RocrIfaceTest, ExportsLeakNoFd) {
   init();
   auto* base = static_cast<char*>(alloc(0, 1 << 20));
   const int before = open_fd_count();
-  for (int i = 0; i < 16; ++i) {
-    Result<DmabufExport> exported = iface_->export_dmabuf({base + 64, 4096});
-    ASSERT_TRUE(exported.ok());
-    EXPECT_EQ(open_fd_count(), before + 1);
-  }
-  EXPECT_EQ(open_fd_count(), before);
-
-  // Ownership moves with the export and is released exactly once.
-  Result<DmabufExport> exported = iface_->export_dmabuf({base, 4096});
-  ASSERT_TRUE(exported.ok());
-  DmabufExport moved = std::move(*exported);
-  EXPECT_FALSE(exported->fd.valid());
-  const int fd = moved.fd.release();
-  EXPECT_EQ(open_fd_count(), before + 1);
-  ::close(fd);
-  EXPECT_EQ(open_fd_count(), before);
+  ASSERT_NO_FATAL_FAILURE(expect_exports_leak_no_fd(*iface_, base, 4096));
 
   // A failed export leaves nothing open either.
   fake().set_failure("hsa_amd_portable_export_dmabuf", kOutOfResources);

@@ -3,7 +3,6 @@
 // Without an AMD GPU (no /dev/kfd) the runtime must fail closed with its own words; with one,
 // the iface must find, allocate, describe and copy real memory.  Skipped where the runtime is
 // not installed.
-#include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -11,25 +10,14 @@
 #include <vector>
 
 #include "rocr/rocr_iface.h"
+#include "tests/hmem/real_library.h"
 
 namespace hmr::rocr {
 namespace {
 
-// Skips unless the runtime a user would get (no override) loads.
-// Why the test cannot use the real library, or "" when it can.  glibc hands a bare soname
-// to whatever object of that soname is already loaded, so in a process that loaded the fake first
-// the "real" library would be the fake: ctest runs these tests again in a process of their own
-// (hmr_vendor_real_runtimes).
 std::string real_library_unavailable() {
-  unsetenv("HMR_ROCR_LIBRARY");
-  void* handle = dlopen(kRocrDefaultLibrary, RTLD_NOW | RTLD_LOCAL);
-  if (handle == nullptr) {
-    const char* error = dlerror();
-    return std::string("not installed: ") + (error != nullptr ? error : "dlopen failed");
-  }
-  const bool fake = dlsym(handle, "fake_hsa_reset") != nullptr;
-  dlclose(handle);
-  return fake ? "this process loaded the fake under the same soname first" : "";
+  return hmr::testing::real_library_unavailable("HMR_ROCR_LIBRARY", kRocrDefaultLibrary,
+                                                "fake_hsa_reset");
 }
 
 bool have_amd_gpu() { return access("/dev/kfd", F_OK) == 0; }

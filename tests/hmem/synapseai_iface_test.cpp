@@ -10,11 +10,11 @@
 
 #include <cerrno>
 #include <cstdlib>
-#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "hmem/page_range.h"
+#include "tests/hmem/export_checks.h"
 #include "tests/hmem/synapseai_fake_library.h"
 
 namespace hmr::synapseai {
@@ -29,20 +29,9 @@ using hmr::testing::fake_hlthunk_noexport_path;
 using hmr::testing::fake_hlthunk_path;
 using hmr::testing::fake_synapse;
 using hmr::testing::fake_synapse_path;
-
-int open_fds() {
-  int count = 0;
-  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
-    ++count;
-  }
-  return count;
-}
-
-size_t fd_size(int fd) {
-  struct stat st {};
-  EXPECT_EQ(fstat(fd, &st), 0);
-  return static_cast<size_t>(st.st_size);
-}
+using hmr::testing::fd_size;
+using hmr::testing::expect_exports_leak_no_fd;
+using hmr::testing::open_fd_count;
 
 bool has(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
@@ -62,12 +51,12 @@ class SynapseaiIfaceTest : public ::testing::Test {
     fake_synapse().reset();
     fake_hlthunk(fake_hlthunk_path()).reset();
     fake_hlthunk(fake_hlthunk_noexport_path()).reset();
-    fds_at_start_ = open_fds();
+    fds_at_start_ = open_fd_count();
   }
   void TearDown() override {
     iface_.reset();
     for (uint64_t address : app_allocations_) fake_synapse().free(address);
-    EXPECT_EQ(open_fds(), fds_at_start_);  // the device fd and every export were closed
+    EXPECT_EQ(open_fd_count(), fds_at_start_);  // the device fd and every export were closed
     EXPECT_EQ(fake_synapse().call_count("synDestroy"), 0);  // never: it hangs without a device
     unsetenv("HMR_SYNAPSEAI_LIBRARY");
     unsetenv("HMR_HLTHUNK_LIBRARY");
@@ -351,14 +340,14 @@ TEST_F(SynapseaiIfaceTest, OwnMemoryWithoutTheMappedExportIsUnsupportedWithAReas
 TEST_F(SynapseaiIfaceTest, ExportFailuresAreMappedAndLeakNothing) {
   init();
   void* base = alloc(4 * page_);
-  const int fds = open_fds();
+  const int fds = open_fd_count();
   hlthunk().set_failure("hlthunk_device_mapped_memory_export_dmabuf_fd", ENOTTY);  // Gaudi1
   Result<DmabufExport> old_device = iface().export_dmabuf({base, page_});
   EXPECT_EQ(old_device.status().code(), HMR_EOPNOTSUPP);
   EXPECT_TRUE(has(old_device.status().reason(), "ENOTTY")) << old_device.status().reason();
   hlthunk().set_failure("hlthunk_device_mapped_memory_export_dmabuf_fd", ENOMEM);
   EXPECT_EQ(iface().export_dmabuf({base, page_}).status().code(), HMR_ENOMEM);
-  EXPECT_EQ(open_fds(), fds);
+  EXPECT_EQ(open_fd_count(), fds);
 }
 
 TEST_F(SynapseaiIfaceTest, DeclaredMemoryExportsThroughHccl) {
@@ -379,33 +368,18 @@ TEST_F(SynapseaiIfaceTest, DeclaredMemoryExportsThroughHccl) {
   EXPECT_EQ(hlthunk().call_count("hlthunk_open"), 0);  // the application's device stays its own
 
   // Not SynapseAI memory: HCCL refuses, and the reason says who.
-  const int fds = open_fds();
+  const int fds = open_fd_count();
   std::vector<char> host(2 * page_);
   Result<DmabufExport> refused = iface().export_dmabuf({host.data(), 64});
   EXPECT_EQ(refused.status().code(), HMR_EIO);
   EXPECT_TRUE(has(refused.status().reason(), "hcclLookupDMABuff")) << refused.status().reason();
-  EXPECT_EQ(open_fds(), fds);
+  EXPECT_EQ(open_fd_count(), fds);
 }
 
 TEST_F(SynapseaiIfaceTest, ExportsLeakNoFd) {
   init();
   void* base = alloc(4 * page_);
-  const int before = open_fds();
-  for (int i = 0; i < 16; ++i) {
-    Result<DmabufExport> exported = iface().export_dmabuf({at(base, 64), page_});
-    ASSERT_TRUE(exported.ok());
-    EXPECT_EQ(open_fds(), before + 1);
-  }
-  EXPECT_EQ(open_fds(), before);
-
-  Result<DmabufExport> exported = iface().export_dmabuf({base, page_});
-  ASSERT_TRUE(exported.ok());
-  DmabufExport moved = std::move(*exported);
-  EXPECT_FALSE(exported->fd.valid());
-  const int fd = moved.fd.release();
-  EXPECT_EQ(open_fds(), before + 1);
-  EXPECT_EQ(::close(fd), 0);
-  EXPECT_EQ(open_fds(), before);
+  expect_exports_leak_no_fd(iface(), base, page_);
 }
 
 TEST_F(SynapseaiIfaceTest, CopiesAndHostRegistrationAreUnsupportedWithReasons) {

@@ -9,12 +9,12 @@
 
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <memory>
 #include <vector>
 
 #include "hmem/page_range.h"
 #include "hmem/ze_device.h"
+#include "tests/hmem/export_checks.h"
 #include "tests/hmem/ze_fake_library.h"
 
 namespace hmr::ze {
@@ -28,6 +28,8 @@ using hmem::PointerInfo;
 using hmr::testing::FakeZe;
 using hmr::testing::fake_ze;
 using hmr::testing::fake_ze_api10;
+using hmr::testing::expect_exports_leak_no_fd;
+using hmr::testing::open_fd_count;
 
 constexpr int kDeviceLost = 0x70000001;
 constexpr int kOutOfDeviceMemory = 0x70000003;
@@ -39,14 +41,6 @@ constexpr size_t kFakeGranule = 64 << 10;  // the fake's allocation granularity
 constexpr DeviceId kDriver0Device0{0x0};
 constexpr DeviceId kDriver0Device1{0x1};  // cannot export dma-bufs
 constexpr DeviceId kDriver1Device0{0x10000};
-
-int open_fd_count() {
-  int count = 0;
-  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
-    ++count;
-  }
-  return count;
-}
 
 class ZeIfaceTest : public ::testing::Test {
  protected:
@@ -260,21 +254,7 @@ TEST_F(ZeIfaceTest, ExportsLeakNoFd) {
   init();
   auto* base = static_cast<char*>(alloc(1, 0, 1 << 20));
   const int before = open_fd_count();
-  for (int i = 0; i < 16; ++i) {
-    Result<DmabufExport> exported = iface_->export_dmabuf({base + 64, 4096});
-    ASSERT_TRUE(exported.ok());
-    EXPECT_EQ(open_fd_count(), before + 1);
-  }
-  EXPECT_EQ(open_fd_count(), before);
-
-  Result<DmabufExport> exported = iface_->export_dmabuf({base, 4096});
-  ASSERT_TRUE(exported.ok());
-  DmabufExport moved = std::move(*exported);
-  EXPECT_FALSE(exported->fd.valid());
-  const int fd = moved.fd.release();
-  EXPECT_EQ(open_fd_count(), before + 1);
-  ::close(fd);
-  EXPECT_EQ(open_fd_count(), before);
+  ASSERT_NO_FATAL_FAILURE(expect_exports_leak_no_fd(*iface_, base, 4096));
 
   fake().set_failure("zeMemGetAllocProperties:export", kUnsupportedFeature);
   Result<DmabufExport> failed = iface_->export_dmabuf({base, 4096});

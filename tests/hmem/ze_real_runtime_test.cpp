@@ -2,31 +2,20 @@
 //
 // Without a Level Zero GPU driver the loader must fail closed with its own words; with one, the
 // iface must find, allocate, describe and copy real memory.  Skipped where no loader is installed.
-#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <vector>
 
+#include "tests/hmem/real_library.h"
 #include "ze/ze_iface.h"
 
 namespace hmr::ze {
 namespace {
 
-// Why the test cannot use the real library, or "" when it can.  glibc hands a bare soname
-// to whatever object of that soname is already loaded, so in a process that loaded the fake first
-// the "real" library would be the fake: ctest runs these tests again in a process of their own
-// (hmr_vendor_real_runtimes).
 std::string real_library_unavailable() {
-  unsetenv("HMR_ZE_LIBRARY");
-  void* handle = dlopen(kZeDefaultLibrary, RTLD_NOW | RTLD_LOCAL);
-  if (handle == nullptr) {
-    const char* error = dlerror();
-    return std::string("not installed: ") + (error != nullptr ? error : "dlopen failed");
-  }
-  const bool fake = dlsym(handle, "fake_ze_reset") != nullptr;
-  dlclose(handle);
-  return fake ? "this process loaded the fake under the same soname first" : "";
+  return hmr::testing::real_library_unavailable("HMR_ZE_LIBRARY", kZeDefaultLibrary,
+                                                "fake_ze_reset");
 }
 
 TEST(ZeRealRuntime, InitFailsClosedOrFindsRealDevices) {

@@ -1,11 +1,10 @@
 #include "tests/hmem_api/fake_cuda_driver.h"
 
-#include <dlfcn.h>
-
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
+
+#include "tests/hmem/fake_library.h"
 
 namespace hmr_hmem_test {
 namespace {
@@ -18,31 +17,17 @@ namespace {
   return true;
 }();
 
-template <typename Fn>
-Fn must_find(void* handle, const char* name) {
-  void* address = dlsym(handle, name);
-  if (address == nullptr) {
-    std::fprintf(stderr, "fake CUDA driver %s lacks %s\n", HMR_FAKE_CUDA_PATH, name);
-    std::abort();
-  }
-  return reinterpret_cast<Fn>(address);
-}
-
 FakeCudaDriver load() {
-  void* handle = dlopen(HMR_FAKE_CUDA_PATH, RTLD_NOW | RTLD_LOCAL);
-  if (handle == nullptr) {
-    std::fprintf(stderr, "cannot load the fake CUDA driver: %s\n", dlerror());
-    std::abort();
-  }
+  const hmr::testing::FakeLibrary library("fake CUDA driver", HMR_FAKE_CUDA_PATH);
   FakeCudaDriver fake;
-  fake.alloc = must_find<fake_cuda_alloc_fn>(handle, "fake_cuda_alloc");
-  fake.free = must_find<fake_cuda_free_fn>(handle, "fake_cuda_free");
-  fake.set_failure = must_find<fake_cuda_set_failure_fn>(handle, "fake_cuda_set_failure");
-  fake.call_count = must_find<fake_cuda_call_count_fn>(handle, "fake_cuda_call_count");
-  fake.last_export = must_find<fake_cuda_last_export_fn>(handle, "fake_cuda_last_export");
-  fake.peek = must_find<fake_cuda_peek_fn>(handle, "fake_cuda_peek");
-  fake.poke = must_find<fake_cuda_poke_fn>(handle, "fake_cuda_poke");
-  return fake;  // the handle stays open for the life of the process, on purpose
+  fake.alloc = library.function<fake_cuda_alloc_fn>("fake_cuda_alloc");
+  fake.free = library.function<fake_cuda_free_fn>("fake_cuda_free");
+  fake.set_failure = library.function<fake_cuda_set_failure_fn>("fake_cuda_set_failure");
+  fake.call_count = library.function<fake_cuda_call_count_fn>("fake_cuda_call_count");
+  fake.last_export = library.function<fake_cuda_last_export_fn>("fake_cuda_last_export");
+  fake.peek = library.function<fake_cuda_peek_fn>("fake_cuda_peek");
+  fake.poke = library.function<fake_cuda_poke_fn>("fake_cuda_poke");
+  return fake;
 }
 
 }  // namespace
@@ -55,14 +40,6 @@ const FakeCudaDriver& fake_cuda() {
 int export_calls() {
   // Every export first tries the PCIe mapping flag, and the fake accepts it: one call each.
   return fake_cuda().call_count("cuMemGetHandleForAddressRange");
-}
-
-int open_fd_count() {
-  int count = 0;
-  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
-    ++count;
-  }
-  return count;
 }
 
 FakeAllocation::FakeAllocation(int device, size_t size, int memory) : size_(size) {

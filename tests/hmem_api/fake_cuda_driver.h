@@ -12,6 +12,7 @@
 
 #include "tests/api/test_support.h"
 #include "tests/fakes/fake_cuda_control.h"
+#include "tests/hmem/fd_checks.h"
 
 namespace hmr_hmem_test {
 
@@ -29,8 +30,7 @@ const FakeCudaDriver& fake_cuda();
 // How many cuMemGetHandleForAddressRange calls made an export (the PCIe-flag retry counts once).
 int export_calls();
 
-// Entries in /proc/self/fd: equal before and after means no fd leaked.
-int open_fd_count();
+using hmr::testing::open_fd_count;
 
 inline void* as_pointer(unsigned long long address) {
   return reinterpret_cast<void*>(static_cast<uintptr_t>(address));
