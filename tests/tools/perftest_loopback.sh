@@ -33,7 +33,7 @@ for provider in tcp shm; do
     grep -q "^ 65536 " <<<"$out" || { echo "FAILED: no 64 KiB row for $provider $test" >&2; exit 1; }
   done
   n=$((n + 1))
-  out=$(run $((port_base + n)) --provider "$provider" --size 1M --iters 50 --reg cached,raw)
+  out=$(run $((port_base + n)) --provider "$provider" --size 1M --iters 50 --reg once,raw,cached)
   echo "$out"
   grep -q "^RESULT metric=write_bw_1MiB provider=$provider " <<<"$out" ||
     { echo "FAILED: no RESULT line for $provider" >&2; exit 1; }

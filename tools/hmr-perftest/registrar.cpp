@@ -1,9 +1,18 @@
 #include "registrar.h"
 
+#include <atomic>
 #include <utility>
 
 namespace hmr::perftest {
 namespace {
+
+// Requested keys, for providers that do not choose their own.  One counter for every
+// registrar: the raw baseline and hmr register on one libfabric domain, where a requested key
+// may be used only once; starting high keeps clear of the keys hmr picks for itself.
+uint64_t next_requested_key() {
+  static std::atomic<uint64_t> next{uint64_t{1} << 40};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
 
 bool hmr_failed(std::string* why, const std::string& what, int rc) {
   if (why != nullptr) {
@@ -49,8 +58,7 @@ Registrar::Registrar(Registrar&& other) noexcept
       mode_(other.mode_),
       domain_(std::exchange(other.domain_, nullptr)),
       mr_mode_(other.mr_mode_),
-      dmabuf_(other.dmabuf_),
-      next_key_(other.next_key_) {}
+      dmabuf_(other.dmabuf_) {}
 
 Registrar::~Registrar() {
   if (domain_ != nullptr) hmr_domain_close(domain_);
@@ -61,7 +69,7 @@ std::optional<Registered> Registrar::reg(void* buf, size_t len, uint64_t access,
   Registered out;
   out.local = buf;
   out.base = (mr_mode_ & FI_MR_VIRT_ADDR) ? reinterpret_cast<uint64_t>(buf) : 0;
-  const uint64_t requested_key = next_key_++;
+  const uint64_t requested_key = next_requested_key();
   if (mode_ == RegMode::raw) {
     out.raw_mr = fabric_->register_raw(buf, len, access, requested_key, why);
     if (out.raw_mr == nullptr) return std::nullopt;

@@ -51,17 +51,13 @@ class Registrar {
   hmr_domain_stats stats() const;
 
  private:
-  // Each mode draws requested keys from its own range: the raw baseline and hmr register on
-  // one libfabric domain, where a requested key may be used only once.
-  Registrar(Fabric& fabric, RegMode mode)
-      : fabric_(&fabric), mode_(mode), next_key_((static_cast<uint64_t>(mode) + 1) << 40) {}
+  Registrar(Fabric& fabric, RegMode mode) : fabric_(&fabric), mode_(mode) {}
 
   Fabric* fabric_;
   RegMode mode_;
   hmr_domain* domain_ = nullptr;
   uint64_t mr_mode_ = 0;   // what the provider requires
   bool dmabuf_ = false;
-  uint64_t next_key_;      // requested keys, for providers that do not choose their own
 };
 
 }  // namespace hmr::perftest
