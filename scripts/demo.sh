@@ -35,5 +35,5 @@ port=$((20000 + $$ % 20000))
 ./build/tools/hmr-perftest --server --provider tcp --port "$port" --quiet &
 server=$!
 ./build/tools/hmr-perftest 127.0.0.1 --provider tcp --port "$port" --sizes 4K:1M --iters 200 \
-  --reg per-iter,cached,raw
+  --reg per-iter,cached,once,raw
 wait "$server"
