@@ -20,7 +20,7 @@ bool library_resident(const std::string& library) {
   return true;
 }
 
-Capability failed_capability(const Status& status) { return Capability{false, status.reason()}; }
+Capability failed_capability(const Status& status) { return Capability::no(status.reason()); }
 
 }  // namespace
 

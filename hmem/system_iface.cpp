@@ -40,10 +40,10 @@ Result<DeviceCapabilities> SystemIface::capabilities(DeviceId device) {
   }
   DeviceCapabilities caps;
   caps.device = device;
-  caps.dmabuf = Capability{false, "host memory is registered by its address, not exported"};
-  caps.peer_direct = Capability{false, "host memory needs no peer-direct path"};
-  caps.ipc = Capability{false, "host memory is shared between processes by the application "
-                               "(shared memory), not by hmr"};
+  caps.dmabuf = Capability::no("host memory is registered by its address, not exported");
+  caps.peer_direct = Capability::no("host memory needs no peer-direct path");
+  caps.ipc = Capability::no("host memory is shared between processes by the application "
+                            "(shared memory), not by hmr");
   return caps;
 }
 

@@ -237,7 +237,7 @@ Capability RocrIface::runtime_dmabuf_capability(const RocrSymbols& symbols, cons
         "the ROCr runtime reports HSA_AMD_SYSTEM_INFO_DMABUF_SUPPORTED = false (the amdgpu "
         "kernel driver cannot export dma-bufs)");
   }
-  return Capability{true, {}};
+  return Capability::yes();
 }
 
 Capability RocrIface::dmabuf_capability() {

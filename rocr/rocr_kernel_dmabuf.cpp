@@ -14,25 +14,17 @@ constexpr const char* kConsequence =
     "; without both options a NIC may accept ROCm dma-buf memory and then transfer the wrong "
     "bytes, so hmr does not export it";
 
-// "NAME=y" exactly, so "# NAME is not set" and "NAME=m" are both "off".
-bool option_is_y(std::string_view line, std::string_view name) {
-  return line.size() == name.size() + 2 && line.substr(0, name.size()) == name &&
-         line.substr(name.size()) == "=y";
-}
-
-hmem::Capability from_config(std::ifstream& config, const std::string& path) {
-  bool move_notify = false;
-  bool p2pdma = false;
+KernelOption option_from_config(std::ifstream& config, const std::string& path,
+                                std::string_view name) {
+  const std::string set_prefix = std::string(name) + "=";
+  const std::string unset_line = "# " + std::string(name) + " is not set";
+  config.clear();
+  config.seekg(0);
   for (std::string line; std::getline(config, line);) {
-    move_notify = move_notify || option_is_y(line, kMoveNotify);
-    p2pdma = p2pdma || option_is_y(line, kP2pdma);
+    if (line.rfind(set_prefix, 0) == 0) return {line.substr(set_prefix.size()), path + ": " + line};
+    if (line == unset_line) return {"n", path + ": " + line};
   }
-  if (move_notify && p2pdma) return hmem::Capability{true, {}};
-  std::string missing;
-  if (!move_notify) missing += std::string(kMoveNotify) + "=y";
-  if (!p2pdma) missing += (missing.empty() ? "" : " and ") + std::string(kP2pdma) + "=y";
-  return hmem::Capability{false, "the kernel configuration " + path + " lacks " + missing +
-                                     kConsequence};
+  return {"n", path + " does not mention " + std::string(name) + " (its dependencies are off)"};
 }
 
 // Any function that exists only when CONFIG_PCI_P2PDMA is on (drivers/pci/p2pdma.c).
@@ -57,25 +49,60 @@ KernelConfigSources default_kernel_config_sources() {
   return KernelConfigSources{"/boot/config-" + release, "/proc/kallsyms"};
 }
 
-hmem::Capability kernel_dmabuf_capability(const KernelConfigSources& sources) {
+KernelDmabufOptions read_kernel_dmabuf_options(const KernelConfigSources& sources) {
+  KernelDmabufOptions options;
   std::ifstream config(sources.config_path);
-  if (config.is_open()) return from_config(config, sources.config_path);
-
+  if (config.is_open()) {
+    options.source = sources.config_path;
+    options.move_notify = option_from_config(config, sources.config_path, kMoveNotify);
+    options.p2pdma = option_from_config(config, sources.config_path, kP2pdma);
+    return options;
+  }
+  const std::string no_config = sources.config_path + " cannot be read";
   std::ifstream kallsyms(sources.kallsyms_path);
   if (!kallsyms.is_open()) {
-    return hmem::Capability{
-        false, "cannot read the kernel configuration (" + sources.config_path + " or " +
-                   sources.kallsyms_path + ") to confirm " + std::string(kMoveNotify) + "=y and " +
-                   std::string(kP2pdma) + "=y" + kConsequence};
+    const std::string why = no_config + ", nor " + sources.kallsyms_path;
+    options.move_notify = options.p2pdma = {"unknown", why};
+    return options;
   }
-  if (!kallsyms_has_p2pdma(kallsyms)) {
-    return hmem::Capability{false, std::string(kP2pdma) + " is off (" + sources.kallsyms_path +
-                                       " has no pci_p2pdma_add_resource)" + kConsequence};
+  options.source = sources.kallsyms_path;
+  options.move_notify = {"unknown", no_config + "; " + sources.kallsyms_path +
+                                        " cannot tell (dma_buf_move_notify exists in every kernel "
+                                        "with dma-buf, whatever the option says)"};
+  options.p2pdma = kallsyms_has_p2pdma(kallsyms)
+                       ? KernelOption{"y", sources.kallsyms_path + " has pci_p2pdma_add_resource"}
+                       : KernelOption{"n", sources.kallsyms_path +
+                                               " has no pci_p2pdma_add_resource (p2pdma.c is not "
+                                               "built)"};
+  return options;
+}
+
+hmem::Capability kernel_dmabuf_capability(const KernelConfigSources& sources) {
+  const KernelDmabufOptions options = read_kernel_dmabuf_options(sources);
+  if (options.source == sources.config_path) {
+    const bool move_notify = options.move_notify.value == "y";
+    const bool p2pdma = options.p2pdma.value == "y";
+    if (move_notify && p2pdma) return hmem::Capability::yes();
+    std::string missing;
+    if (!move_notify) missing += std::string(kMoveNotify) + "=y";
+    if (!p2pdma) missing += (missing.empty() ? "" : " and ") + std::string(kP2pdma) + "=y";
+    return hmem::Capability::no("the kernel configuration " + sources.config_path + " lacks " +
+                                missing + kConsequence);
   }
-  return hmem::Capability{
-      false, std::string(kP2pdma) + " is on (per " + sources.kallsyms_path + ") but " +
-                 std::string(kMoveNotify) + " cannot be confirmed without " + sources.config_path +
-                 kConsequence};
+  if (options.source.empty()) {
+    return hmem::Capability::no(
+        "cannot read the kernel configuration (" + sources.config_path + " or " +
+        sources.kallsyms_path + ") to confirm " + std::string(kMoveNotify) + "=y and " +
+        std::string(kP2pdma) + "=y" + kConsequence);
+  }
+  if (options.p2pdma.value != "y") {
+    return hmem::Capability::no(std::string(kP2pdma) + " is off (" + sources.kallsyms_path +
+                                " has no pci_p2pdma_add_resource)" + kConsequence);
+  }
+  return hmem::Capability::no(std::string(kP2pdma) + " is on (per " + sources.kallsyms_path +
+                              ") but " + std::string(kMoveNotify) +
+                              " cannot be confirmed without " + sources.config_path +
+                              kConsequence);
 }
 
 }  // namespace hmr::rocr

@@ -21,6 +21,24 @@ struct KernelConfigSources {
 
 KernelConfigSources default_kernel_config_sources();
 
+// One build option as the sources show it: value "y", "m", "n" or "unknown", and the line or
+// fact that says so.
+struct KernelOption {
+  std::string value;
+  std::string evidence;
+};
+struct KernelDmabufOptions {
+  std::string source;  // the file the values come from; "" when neither could be read
+  KernelOption move_notify;  // CONFIG_DMABUF_MOVE_NOTIFY
+  KernelOption p2pdma;       // CONFIG_PCI_P2PDMA
+};
+
+// Reads both options once (hmr-info reports them; the verdict below is made from them).  The
+// config file decides when it can be read: "NAME=y|m" gives y or m, "# NAME is not set" or no
+// mention gives n.  Otherwise /proc/kallsyms can prove CONFIG_PCI_P2PDMA on or off but says
+// nothing about CONFIG_DMABUF_MOVE_NOTIFY (unknown).
+KernelDmabufOptions read_kernel_dmabuf_options(const KernelConfigSources& sources);
+
 // The verdict, with the evidence for a "no" in its reason.
 //
 // The config file decides when it can be read.  Without it only /proc/kallsyms is left, and that

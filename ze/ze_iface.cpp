@@ -208,7 +208,7 @@ Result<ZeIface::Device> ZeIface::describe_device(const ZeSymbols& symbols,
         Capability::no(std::string(name) + " (" + device.info.name +
                        ") cannot export allocations as dma-buf (export types " + flags + ")");
   } else {
-    device.dmabuf = Capability{true, {}};
+    device.dmabuf = Capability::yes();
   }
   return device;
 }

@@ -9,9 +9,8 @@
 namespace hmr::info {
 
 // {"source", "CONFIG_DMABUF_MOVE_NOTIFY": {"value", "evidence"}, "CONFIG_PCI_P2PDMA": {...}}:
-// value is "y", "m", "n" or "unknown".  The sources are the ones the ROCr iface reads.
-// The config file (sources.config_path) decides when readable; otherwise /proc/kallsyms can
-// prove P2PDMA on or off but says nothing about MOVE_NOTIFY (see rocr_kernel_dmabuf.h).
+// value is "y", "m", "n" or "unknown", as rocr::read_kernel_dmabuf_options reads them (the
+// reading the ROCr iface bases its dma-buf verdict on).
 JsonValue kernel_config_json(const rocr::KernelConfigSources& sources);
 
 }  // namespace hmr::info
