@@ -44,8 +44,8 @@
 #include <thread>
 #include <vector>
 
-#include "core/cache/registration_cache.h"
-#include "core/monitor/uffd_monitor.h"
+#include "cache/registration_cache.h"
+#include "monitor/uffd_monitor.h"
 
 // UCX's devel headers have no extern "C" of their own.
 extern "C" {

@@ -4,7 +4,7 @@
 #include <atomic>
 #include <cstdint>
 
-#include "core/object.h"
+#include "util/object.h"
 
 namespace hmr::core {
 

@@ -1,21 +1,14 @@
 #include "core/domain.h"
 
-#include <sys/mman.h>
-
-#include <cerrno>
-#include <cstring>
-
 #include "core/async_registrar.h"
-#include "core/enum_bits.h"
 #include "core/event_queue.h"
 #include "core/memory_region.h"
-#include "core/memory_resolution.h"
-#include "core/monitor/device_monitor.h"
-#include "core/monitor/monitor_registry.h"
 #include "core/mr_mode.h"
-#include "core/log.h"
-#include "core/prefault.h"
-#include "core/stopwatch.h"
+#include "monitor/device_monitor.h"
+#include "monitor/monitor_registry.h"
+#include "registration/memory_resolution.h"
+#include "util/enum_bits.h"
+#include "util/log.h"
 
 namespace hmr::core {
 namespace {
@@ -114,7 +107,7 @@ Status Domain::open_cache(const hmr_domain_attr& attr, hmr_domain_attr* negotiat
   if (monitor_ == nullptr || limits.max_count == 0 || limits.max_bytes == 0) return ok_status();
   HMR_RETURN_IF_ERROR(open_device_cache(limits));
 
-  auto cache = std::make_unique<RegistrationCache>(cache_backend_, limits, monitor_);
+  auto cache = std::make_unique<RegistrationCache>(nic_registrar_, limits, monitor_);
   Status attached = cache->attach();
   if (!attached.ok()) {
     if (chosen) return attached;  // asked for by name: say why it cannot be had
@@ -200,44 +193,6 @@ CacheKey Domain::cache_key(const MrRequest& request) const {
   return key;
 }
 
-nic::RegistrationRequest Domain::nic_request(std::span<const iovec> segments,
-                                             uint64_t access) const {
-  nic::RegistrationRequest request;
-  request.segments = segments;
-  request.access = access;
-  request.virt_addr = has_mode(HMR_MR_VIRT_ADDR);
-  request.track_page_changes = has_mode(HMR_MR_MMU_NOTIFY);
-  return request;
-}
-
-Result<nic::Registration> Domain::register_on_nic(const nic::RegistrationRequest& request) {
-  // Device addresses are not the CPU's to probe: the ALLOCATED check is for host memory.
-  if (!(request.flags & HMR_HMEM_DEVICE_ONLY)) HMR_RETURN_IF_ERROR(check_allocated(request.segments));
-  // Large host ranges are populated first, in parallel (core/prefault.h decides which).
-  prefault_for_registration(request, {environment_.reg_prefault_min, environment_.reg_threads},
-                            nic_->capabilities().on_demand_paging);
-  nic::RegistrationRequest parallel = request;
-  parallel.parallelism = environment_.reg_threads;
-  const Stopwatch stopwatch;
-  Result<nic::Registration> registered = nic_->register_memory(parallel);
-  if (registered.ok()) stats_.record_nic_registration(stopwatch.elapsed_ns());
-  return registered;
-}
-
-Result<nic::Registration> Domain::CacheBackendAdapter::register_range(uintptr_t start,
-                                                                      uint64_t len,
-                                                                      const CacheKey& key) {
-  const iovec segment = {reinterpret_cast<void*>(start), len};
-  nic::RegistrationRequest request = domain_.nic_request({&segment, 1}, key.access);
-  request.iface = static_cast<hmr_hmem_iface>(key.iface);
-  request.device = static_cast<uint64_t>(key.device);
-  return domain_.register_on_nic(request);
-}
-
-void Domain::CacheBackendAdapter::deregister(nic::Registration& registration) {
-  if (domain_.nic().deregister(registration).ok()) domain_.stats().record_nic_deregistration();
-}
-
 hmr_domain_stats Domain::statistics() {
   // Cache first: it finishes deferred deregistrations, which the NIC counters then include.
   CacheStatistics cache = cache_ ? cache_->statistics() : CacheStatistics{};
@@ -253,6 +208,10 @@ hmr_domain_stats Domain::statistics() {
     cache.in_use_regions += device.in_use_regions;
   }
   hmr_domain_stats stats = stats_.snapshot();
+  const NicCounters nic = nic_registrar_.counters();
+  stats.nic_registrations = nic.registrations;
+  stats.nic_deregistrations = nic.deregistrations;
+  stats.registration_ns = nic.registration_ns;
   if (cache_ || device_cache_) {
     stats.cache_hits = cache.hits;
     stats.cache_misses = cache.misses;
@@ -271,9 +230,24 @@ void Domain::flush_cache() {
   if (device_cache_) device_cache_->flush();
 }
 
+namespace {
+NicRules nic_rules(const DomainRules& rules, const Environment& environment) {
+  NicRules nic;
+  nic.virt_addr = (rules.mr_mode & HMR_MR_VIRT_ADDR) != 0;
+  nic.track_page_changes = (rules.mr_mode & HMR_MR_MMU_NOTIFY) != 0;
+  nic.check_allocated = (rules.mr_mode & HMR_MR_ALLOCATED) != 0;
+  nic.prefault = {environment.reg_prefault_min, environment.reg_threads};
+  nic.reg_threads = environment.reg_threads;
+  return nic;
+}
+}  // namespace
+
 Domain::Domain(std::unique_ptr<nic::Nic> nic, const DomainRules& rules,
                const Environment& environment)
-    : nic_(std::move(nic)), rules_(rules), environment_(environment) {}
+    : nic_(std::move(nic)),
+      rules_(rules),
+      environment_(environment),
+      nic_registrar_(*nic_, nic_rules(rules, environment)) {}
 
 Domain::~Domain() {
   if (cache_) DeviceMonitor::instance().remove_sink(cache_.get());
@@ -317,22 +291,6 @@ Status Domain::reserve_mr_slot() {
       return make_error(HMR_ENOSPC, "domain already has mr_cnt=%zu MRs open", mr_cnt_);
     }
   } while (!open_mrs_.compare_exchange_weak(open, open + 1));
-  return ok_status();
-}
-
-Status Domain::check_allocated(std::span<const iovec> segments) const {
-  if (!has_mode(HMR_MR_ALLOCATED)) return ok_status();
-  for (const iovec& segment : segments) {
-    const auto start = reinterpret_cast<uintptr_t>(segment.iov_base);
-    const uintptr_t page = start & ~uintptr_t{4095};
-    // msync fails with ENOMEM exactly when part of the range is not mapped; it touches nothing.
-    if (msync(reinterpret_cast<void*>(page), segment.iov_len + (start - page), MS_ASYNC) != 0) {
-      const int err = errno;
-      return make_error(HMR_EFAULT,
-                        "[%p, +%zu) is not allocated (%s); the domain requires HMR_MR_ALLOCATED",
-                        segment.iov_base, segment.iov_len, std::strerror(err));
-    }
-  }
   return ok_status();
 }
 

@@ -9,17 +9,18 @@
 #include <memory>
 #include <mutex>
 
-#include "core/cache/registration_cache.h"
-#include "core/device_registration.h"
-#include "core/export_policy.h"
+#include "cache/registration_cache.h"
 #include "core/domain_stats.h"
-#include "core/environment.h"
 #include "core/key_registry.h"
-#include "core/mr_request.h"
-#include "core/registration_cost.h"
-#include "core/object.h"
-#include "core/status.h"
 #include "nic/nic.h"
+#include "registration/device_registration.h"
+#include "registration/export_policy.h"
+#include "registration/mr_request.h"
+#include "registration/nic_registrar.h"
+#include "registration/registration_cost.h"
+#include "util/environment.h"
+#include "util/object.h"
+#include "util/status.h"
 
 namespace hmr::core {
 
@@ -58,10 +59,8 @@ class Domain : public Tagged<ObjectClass::domain> {
   hmr_domain_stats statistics();
   void flush_cache();
 
-  // Registers on the NIC (after the ALLOCATED check) and counts it in the statistics.
-  Result<nic::Registration> register_on_nic(const nic::RegistrationRequest& request);
-  // The NIC request for `segments` under this domain's mode.
-  nic::RegistrationRequest nic_request(std::span<const iovec> segments, uint64_t access) const;
+  // Every NIC registration of the domain goes through here (registration/nic_registrar.h).
+  NicRegistrar& nic_registrar() { return nic_registrar_; }
   // The NIC's registration cost (hmr_md_query), measured on first use when the NIC has no
   // figure of its own (core/registration_cost.h; defined in domain_registration_cost.cpp).
   Result<nic::LinearCost> registration_cost();
@@ -83,11 +82,7 @@ class Domain : public Tagged<ObjectClass::domain> {
   Status open_device_cache(const CacheLimits& limits);
   // Detects or verifies what the request's memory is (before any lock or NIC call).
   Status resolve(MrRequest& request);
-  // HMR_EFAULT unless every page of `segments` is mapped (ALLOCATED domains).  Checked where
-  // a NIC registration is made: a cache hit proves the range was mapped and still is.
-  Status check_allocated(std::span<const iovec> segments) const;
   Status reserve_mr_slot();
-
 
   std::unique_ptr<nic::Nic> nic_;
   DomainRules rules_;
@@ -99,27 +94,17 @@ class Domain : public Tagged<ObjectClass::domain> {
   MappedRawKeys mapped_keys_;
   DomainStats stats_;
   RegistrationCostModel registration_cost_;
+  NicRegistrar nic_registrar_;  // after nic_ and rules_: built from them
 
   std::mutex bind_mutex_;
   EventQueue* event_queue_ = nullptr;
   std::unique_ptr<AsyncRegistrar> registrar_;
 
-  class CacheBackendAdapter final : public CacheBackend {
-   public:
-    explicit CacheBackendAdapter(Domain& domain) : domain_(domain) {}
-    Result<nic::Registration> register_range(uintptr_t start, uint64_t len,
-                                             const CacheKey& key) override;
-    void deregister(nic::Registration& registration) override;
-
-   private:
-    Domain& domain_;
-  };
-  CacheBackendAdapter cache_backend_{*this};
   Monitor* monitor_ = nullptr;
   std::unique_ptr<RegistrationCache> cache_;  // after nic_: destroyed (flushed) before it
   bool copies_allowed_ = false;  // HMR_DOMAIN_ALLOW_HMEM_COPY
   bool declares_memory_ = false;  // the application supports HMR_MR_HMEM
-  DeviceCacheBackend device_backend_{*this};
+  DeviceCacheBackend device_backend_{nic_registrar_};
   std::unique_ptr<RegistrationCache> device_cache_;  // after its backend: destroyed first
 
   friend class MemoryRegion;

@@ -1,6 +1,6 @@
 // Domain::registration_cost: how the measurement registers on this domain's NIC.
 #include "core/domain.h"
-#include "core/stopwatch.h"
+#include "util/stopwatch.h"
 
 namespace hmr::core {
 namespace {
@@ -13,7 +13,7 @@ Result<nic::LinearCost> Domain::registration_cost() {
   const TimedRegistration register_once = [this](void* buf, size_t len) -> Result<uint64_t> {
     const iovec segment{buf, len};
     nic::RegistrationRequest request =
-        nic_request({&segment, 1}, HMR_READ | HMR_WRITE | HMR_REMOTE_READ | HMR_REMOTE_WRITE);
+        nic_registrar_.request_for({&segment, 1}, HMR_READ | HMR_WRITE | HMR_REMOTE_READ | HMR_REMOTE_WRITE);
     // Never reachable by a peer where the domain lets hmr keep it so.
     request.enabled = !has_mode(HMR_MR_ENDPOINT);
     std::optional<uint64_t> reserved;

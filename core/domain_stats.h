@@ -1,4 +1,5 @@
-// A domain's statistics: lock-free counters, read through hmr_domain_query_stats().
+// A domain's statistics: lock-free counters, read through hmr_domain_query_stats().  The
+// NIC registration counters are the NicRegistrar's, the cache's are the caches'.
 #pragma once
 
 #include <hmr/hmr.h>
@@ -11,11 +12,6 @@ namespace hmr::core {
 class DomainStats {
  public:
   void record_registration(bool ok) { (ok ? registrations_ : registration_errors_).fetch_add(1, kOrder); }
-  void record_nic_registration(uint64_t nanoseconds) {
-    nic_registrations_.fetch_add(1, kOrder);
-    registration_ns_.fetch_add(nanoseconds, kOrder);
-  }
-  void record_nic_deregistration() { nic_deregistrations_.fetch_add(1, kOrder); }
   void record_mr_open(uint64_t bytes) {
     mr_open_.fetch_add(1, kOrder);
     mr_bytes_.fetch_add(bytes, kOrder);
@@ -37,8 +33,7 @@ class DomainStats {
  private:
   static constexpr std::memory_order kOrder = std::memory_order_relaxed;
   std::atomic<uint64_t> mr_open_{0}, mr_bytes_{0}, registrations_{0}, registration_errors_{0},
-      nic_registrations_{0}, nic_deregistrations_{0}, registration_ns_{0}, rma_ops_{0},
-      rma_bytes_{0}, rma_errors_{0};
+      rma_ops_{0}, rma_bytes_{0}, rma_errors_{0};
 };
 
 inline hmr_domain_stats DomainStats::snapshot() const {
@@ -48,9 +43,6 @@ inline hmr_domain_stats DomainStats::snapshot() const {
   stats.mr_bytes = mr_bytes_.load(kOrder);
   stats.registrations = registrations_.load(kOrder);
   stats.registration_errors = registration_errors_.load(kOrder);
-  stats.nic_registrations = nic_registrations_.load(kOrder);
-  stats.nic_deregistrations = nic_deregistrations_.load(kOrder);
-  stats.registration_ns = registration_ns_.load(kOrder);
   stats.rma_ops = rma_ops_.load(kOrder);
   stats.rma_bytes = rma_bytes_.load(kOrder);
   stats.rma_errors = rma_errors_.load(kOrder);

@@ -7,9 +7,9 @@
 #include <cstdint>
 #include <set>
 
-#include "core/object.h"
-#include "core/status.h"
 #include "nic/nic.h"
+#include "util/object.h"
+#include "util/status.h"
 
 namespace hmr::core {
 

@@ -9,8 +9,8 @@
 #include <mutex>
 #include <string>
 
-#include "core/object.h"
-#include "core/status.h"
+#include "util/object.h"
+#include "util/status.h"
 
 namespace hmr::core {
 

@@ -9,8 +9,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "core/key_bytes.h"
-#include "core/status.h"
+#include "nic/key_bytes.h"
+#include "util/status.h"
 
 namespace hmr::core {
 

@@ -7,8 +7,8 @@
 #include "core/domain.h"
 #include "core/endpoint.h"
 #include "core/event_queue.h"
-#include "core/memory_resolution.h"
 #include "hmem/hmem_registry.h"
+#include "registration/memory_resolution.h"
 
 namespace hmr::core {
 
@@ -34,7 +34,7 @@ Status MemoryRegion::register_now() {
     state_.store(State::registered, std::memory_order_release);
     return ok_status();
   }
-  nic::RegistrationRequest nic_request = domain_.nic_request(request_.segments, request_.access);
+  nic::RegistrationRequest nic_request = domain_.nic_registrar().request_for(request_.segments, request_.access);
   nic_request.dmabuf = request_.dmabuf ? &*request_.dmabuf : nullptr;
   nic_request.flags = request_.flags;
   nic_request.requested_key = request_.requested_key;
@@ -44,7 +44,7 @@ Status MemoryRegion::register_now() {
   nic_request.page_size = request_.page_size;
   nic_request.enabled = starts_enabled();
 
-  Result<nic::Registration> registered = domain_.register_on_nic(nic_request);
+  Result<nic::Registration> registered = domain_.nic_registrar().register_memory(nic_request);
   if (!registered.ok()) return registered.status();
   registration_ = *registered;
   enabled_ = nic_request.enabled;
@@ -67,7 +67,7 @@ Status MemoryRegion::register_device() {
   const ExportPlan plan = domain_.plan_export(memory, inputs);
 
   const iovec& segment = request_.segments[0];
-  nic::RegistrationRequest nic_request = domain_.nic_request(request_.segments, request_.access);
+  nic::RegistrationRequest nic_request = domain_.nic_registrar().request_for(request_.segments, request_.access);
   nic_request.flags = request_.flags;
   nic_request.requested_key = request_.requested_key;
   nic_request.hmem_data = request_.hmem_data;
@@ -97,7 +97,7 @@ Status MemoryRegion::register_device() {
     }
     DeviceHold hold;
     Result<nic::Registration> registered =
-        register_device_range(domain_, nic_request, memory, **iface, segment, mode, hold);
+        register_device_range(domain_.nic_registrar(), nic_request, memory, **iface, segment, mode, hold);
     if (registered.ok()) {
       registration_ = *registered;
       device_hold_ = std::move(hold);
@@ -215,8 +215,7 @@ void MemoryRegion::release() {
     handle_cache_->put(cache_handle_);  // the cache deregisters when the entry dies
     return;
   }
-  Status status = domain_.nic().deregister(registration_);
-  if (status.ok()) domain_.stats().record_nic_deregistration();
+  domain_.nic_registrar().deregister_memory(registration_);
   device_hold_ = DeviceHold();  // after the NIC let go: closes the export, unmaps the shadow
 }
 

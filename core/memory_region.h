@@ -11,12 +11,12 @@
 #include <optional>
 #include <vector>
 
-#include "core/cache/cache_handle.h"
-#include "core/device_registration.h"
-#include "core/mr_request.h"
-#include "core/object.h"
-#include "core/status.h"
+#include "cache/cache_handle.h"
 #include "nic/nic.h"
+#include "registration/device_registration.h"
+#include "registration/mr_request.h"
+#include "util/object.h"
+#include "util/status.h"
 
 namespace hmr::core {
 

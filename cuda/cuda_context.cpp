@@ -2,8 +2,8 @@
 
 #include <utility>
 
-#include "core/log.h"
 #include "cuda/cuda_error.h"
+#include "util/log.h"
 
 namespace hmr::cuda {
 

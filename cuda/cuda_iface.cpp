@@ -4,11 +4,11 @@
 #include <cstdio>
 #include <utility>
 
-#include "core/log.h"
 #include "cuda/cuda_error.h"
 #include "cuda/cuda_mapped_range.h"
 #include "hmem/page_range.h"
-#include "nic/verbs/peer_direct.h"
+#include "hmem/peer_direct.h"
+#include "util/log.h"
 
 namespace hmr::cuda {
 
@@ -269,7 +269,7 @@ Capability CudaIface::peer_direct_capability(int ordinal, CUdevice device) const
   }
   // The device can; the NIC can reach its memory by VA only through a kernel peer-memory
   // client.  Whether a given NIC and GPU share a PCIe path is for the NIC's own probe.
-  verbs::PeerDirectReport clients = verbs::probe_peer_direct(sysfs_root_);
+  hmem::PeerDirectReport clients = hmem::probe_peer_direct(sysfs_root_);
   if (!clients.available) {
     return Capability::no("device " + std::to_string(ordinal) + " supports GPUDirect RDMA, but " +
                           clients.reason);

@@ -9,8 +9,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/status.h"
 #include "cuda/cuda_symbols.h"
+#include "util/status.h"
 
 namespace hmr::cuda {
 

@@ -9,7 +9,7 @@
 // retry could close an fd another thread just opened.
 #pragma once
 
-#include "core/unique_fd.h"
+#include "util/unique_fd.h"
 
 namespace hmr::hmem {
 

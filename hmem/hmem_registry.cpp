@@ -2,10 +2,10 @@
 
 #include <dlfcn.h>
 
-#include "core/environment.h"
-#include "core/log.h"
 #include "hmem/symbol_table.h"
 #include "hmem/ze_device.h"
+#include "util/environment.h"
+#include "util/log.h"
 
 namespace hmr::hmem {
 namespace {
@@ -75,7 +75,7 @@ Registry::~Registry() = default;
 
 Registry& Registry::global() {
   static Registry* registry = [] {
-    Result<IfaceSelection> selection = core::read_hmem_selection();
+    Result<IfaceSelection> selection = read_hmem_selection();
     return selection.ok() ? new Registry(std::move(*selection)) : new Registry(selection.status());
   }();
   return *registry;

@@ -25,11 +25,11 @@
 #include <string>
 #include <vector>
 
-#include "core/status.h"
 #include "hmem/iface.h"
 #include "hmem/iface_factory.h"
 #include "hmem/iface_list.h"
 #include "hmem/system_iface.h"
+#include "util/status.h"
 
 namespace hmr::hmem {
 

@@ -13,8 +13,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/status.h"
 #include "hmem/dmabuf_fd.h"
+#include "util/status.h"
 
 namespace hmr::hmem {
 

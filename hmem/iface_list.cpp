@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 
 #include "hmem/hmem_registry.h"
 
@@ -106,6 +107,10 @@ Result<IfaceSelection> parse_iface_list(const char* text) {
     if (iface != HMR_HMEM_SYSTEM) selection.detection_order.push_back(iface);
   }
   return selection;
+}
+
+Result<IfaceSelection> read_hmem_selection() {
+  return parse_iface_list(std::getenv("FI_HMEM"));
 }
 
 }  // namespace hmr::hmem

@@ -17,7 +17,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/status.h"
+#include "util/status.h"
 
 namespace hmr::hmem {
 
@@ -39,5 +39,8 @@ IfaceSelection all_ifaces();
 
 // Parses an FI_HMEM value; NULL or blank means every interface.  Errors name the variable.
 Result<IfaceSelection> parse_iface_list(const char* text);
+
+// FI_HMEM of this process, parsed.  Read once per process, by hmem::Registry::global().
+Result<IfaceSelection> read_hmem_selection();
 
 }  // namespace hmr::hmem

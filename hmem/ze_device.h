@@ -1,7 +1,7 @@
 // Level Zero device identity as libfabric encodes it (fi_hmem_ze_device): driver << 16 | device.
 #pragma once
 
-#include "core/status.h"
+#include "util/status.h"
 
 namespace hmr::hmem {
 

@@ -7,9 +7,9 @@
 #include <climits>
 #include <utility>
 
-#include "core/log.h"
 #include "hmem/page_range.h"
 #include "neuron/neuron_error.h"
+#include "util/log.h"
 
 namespace hmr::neuron {
 

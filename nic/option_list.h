@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "core/status.h"
+#include "util/status.h"
 
 namespace hmr::nic {
 

@@ -8,9 +8,9 @@
 #include <new>
 #include <utility>
 
-#include "core/log.h"
 #include "hmem/page_range.h"
 #include "rocr/rocr_error.h"
+#include "util/log.h"
 
 namespace hmr::rocr {
 

@@ -4,8 +4,8 @@
 #include <cinttypes>
 #include <utility>
 
-#include "core/log.h"
 #include "synapseai/synapseai_error.h"
+#include "util/log.h"
 
 namespace hmr::synapseai {
 

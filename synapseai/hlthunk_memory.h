@@ -5,8 +5,8 @@
 
 #include <cstdint>
 
-#include "core/status.h"
 #include "synapseai/hlthunk_symbols.h"
+#include "util/status.h"
 
 namespace hmr::synapseai {
 

@@ -7,9 +7,9 @@
 #include <climits>
 #include <utility>
 
-#include "core/log.h"
 #include "hmem/page_range.h"
 #include "synapseai/synapseai_error.h"
+#include "util/log.h"
 
 namespace hmr::synapseai {
 

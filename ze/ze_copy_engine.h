@@ -10,7 +10,7 @@
 #include <mutex>
 #include <vector>
 
-#include "core/status.h"
+#include "util/status.h"
 #include "ze/ze_symbols.h"
 
 namespace hmr::ze {

@@ -6,9 +6,9 @@
 #include <cstdio>
 #include <utility>
 
-#include "core/log.h"
 #include "hmem/page_range.h"
 #include "hmem/ze_device.h"
+#include "util/log.h"
 #include "ze/ze_error.h"
 
 namespace hmr::ze {

@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "core/mr_mode.h"
+#include "nic/mr_mode_names.h"
 #include "nic/ofi/ofi_error.h"
 
 namespace hmr::nic::ofi {
@@ -70,7 +70,7 @@ Result<OfiDomain::InfoList> OfiDomain::query(uint64_t mode_hints, uint64_t caps,
                       library_.version_text().c_str(), FI_MAJOR(library_.api_version),
                       FI_MINOR(library_.api_version), provider.c_str(),
                       endpoint_type_name(options_.endpoint_type),
-                      static_cast<unsigned long long>(caps), core::mode_names(mode_hints).c_str(),
+                      static_cast<unsigned long long>(caps), nic::mode_names(mode_hints).c_str(),
                       library_.describe(rc).c_str());
   }
   return list;
@@ -156,8 +156,8 @@ Status OfiDomain::wrap(void* handle) {
     return make_error(HMR_EINVAL,
                       "%s requires mr_mode %s, but nic_options say the domain was opened with "
                       "%s: give mr_mode= the domain's info->domain_attr->mr_mode",
-                      who_.c_str(), core::mode_names(answered).c_str(),
-                      core::mode_names(stated).c_str());
+                      who_.c_str(), nic::mode_names(answered).c_str(),
+                      nic::mode_names(stated).c_str());
   }
   domain_ = domain;
   mr_mode_ = stated;

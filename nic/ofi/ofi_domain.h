@@ -15,9 +15,9 @@
 #include <memory>
 #include <string>
 
-#include "core/status.h"
 #include "nic/ofi/ofi_library.h"
 #include "nic/ofi/ofi_options.h"
+#include "util/status.h"
 
 namespace hmr::nic::ofi {
 

@@ -4,9 +4,9 @@
 #include <cstdint>
 #include <string>
 
-#include "core/status.h"
 #include "hmem/symbol_table.h"
 #include "nic/ofi/ofi_symbols.h"
+#include "util/status.h"
 
 namespace hmr::nic::ofi {
 

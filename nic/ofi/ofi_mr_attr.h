@@ -13,8 +13,8 @@
 #include <cstdint>
 #include <string>
 
-#include "core/status.h"
 #include "nic/nic.h"
+#include "util/status.h"
 
 #if FI_VERSION_GE(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION), FI_VERSION(1, 19))
 #define HMR_OFI_HAS_HMEM_DATA 1

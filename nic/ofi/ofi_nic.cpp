@@ -3,8 +3,8 @@
 #include <atomic>
 #include <cstdio>
 
-#include "core/mr_mode.h"
 #include "hmem/hmem_registry.h"
+#include "nic/mr_mode_names.h"
 #include "nic/ofi/ofi_error.h"
 #include "nic/ofi/ofi_mr_attr.h"
 #include "nic/ofi/ofi_options.h"
@@ -69,9 +69,9 @@ Status OfiNic::describe() {
   const fi_info& info = domain_->info();
   const uint64_t mode = domain_->mr_mode() & ~(FI_MR_BASIC | FI_MR_SCALABLE);
   const std::string& who = domain_->who();
-  if ((mode & ~core::kKnownModeBits) != 0) {
+  if ((mode & ~nic::kKnownModeBits) != 0) {
     return make_error(HMR_EOPNOTSUPP, "%s requires mr_mode bits %#llx that hmr does not know",
-                      who.c_str(), static_cast<ull>(mode & ~core::kKnownModeBits));
+                      who.c_str(), static_cast<ull>(mode & ~nic::kKnownModeBits));
   }
   if (mode & FI_MR_ENDPOINT) {
     return make_error(HMR_EOPNOTSUPP,

@@ -6,7 +6,7 @@
 #include <cerrno>
 #include <cstdlib>
 
-#include "core/mr_mode.h"
+#include "nic/mr_mode_names.h"
 #include "nic/option_list.h"
 
 namespace hmr::nic::ofi {
@@ -15,7 +15,7 @@ namespace {
 Result<uint64_t> parse_mode(const std::string& value) {
   if (value.empty()) return make_error(HMR_EINVAL, "ofi option mr_mode= is empty");
   if (std::isdigit(static_cast<unsigned char>(value[0])) == 0) {
-    return core::parse_mode_names(value);
+    return nic::parse_mode_names(value);
   }
   char* end = nullptr;
   errno = 0;
@@ -24,9 +24,9 @@ Result<uint64_t> parse_mode(const std::string& value) {
     return make_error(HMR_EINVAL, "ofi option mr_mode='%s' is neither a number nor mode names",
                       value.c_str());
   }
-  if ((mode & ~core::kKnownModeBits) != 0) {
+  if ((mode & ~nic::kKnownModeBits) != 0) {
     return make_error(HMR_EINVAL, "ofi option mr_mode=%#llx has bits hmr does not know (%#llx)",
-                      mode, mode & ~core::kKnownModeBits);
+                      mode, mode & ~nic::kKnownModeBits);
   }
   return static_cast<uint64_t>(mode);
 }

@@ -5,7 +5,7 @@
 #include <optional>
 #include <string>
 
-#include "core/status.h"
+#include "util/status.h"
 
 namespace hmr::nic::ofi {
 

@@ -12,8 +12,8 @@
 #include <mutex>
 #include <shared_mutex>
 
+#include "monitor/uffd_watcher.h"
 #include "nic/nic.h"
-#include "core/monitor/uffd_watcher.h"
 #include "nic/sim/sim_options.h"
 #include "nic/sim/sim_region_table.h"
 

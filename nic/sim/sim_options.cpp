@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "core/mr_mode.h"
+#include "nic/mr_mode_names.h"
 #include "nic/option_list.h"
 
 namespace hmr::nic::sim {
@@ -43,7 +43,7 @@ Result<SimOptions> parse_sim_options(const char* text) {
     const std::string& name = item.name;
     const std::string& value = item.value;
     if (name == "require") {
-      Result<uint64_t> mode = core::parse_mode_names(value);
+      Result<uint64_t> mode = nic::parse_mode_names(value);
       if (!mode.ok()) return mode.status();
       options.required_mr_mode = *mode;
       continue;

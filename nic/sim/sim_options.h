@@ -4,7 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/status.h"
+#include "util/status.h"
 
 namespace hmr::nic::sim {
 

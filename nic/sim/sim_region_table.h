@@ -13,7 +13,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "core/key_bytes.h"
+#include "nic/key_bytes.h"
 #include "nic/nic.h"
 
 namespace hmr::nic::sim {

@@ -16,8 +16,8 @@
 #include <span>
 #include <vector>
 
-#include "core/key_bytes.h"
-#include "core/status.h"
+#include "nic/key_bytes.h"
+#include "util/status.h"
 
 namespace hmr::verbs {
 

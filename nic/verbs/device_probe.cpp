@@ -107,7 +107,7 @@ Result<DeviceProbe> probe_device(const IbverbsLibrary& library, ibv_context* con
   probe.odp_rc_caps = attr.odp_caps.per_transport_caps.rc_odp_caps;
 
   probe.dmabuf = probe_dmabuf(library, pd);
-  probe.peer_memory = probe_peer_direct(sysfs_root);
+  probe.peer_memory = hmem::probe_peer_direct(sysfs_root);
   probe.peer_direct = {probe.peer_memory.available, probe.peer_memory.reason};
   probe.on_demand_paging = probe_odp(probe);
   if (verbs.reg_mr_iova2 != nullptr) {

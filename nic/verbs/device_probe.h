@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "core/status.h"
+#include "hmem/peer_direct.h"
 #include "nic/verbs/ibverbs_library.h"
-#include "nic/verbs/peer_direct.h"
+#include "util/status.h"
 
 namespace hmr::verbs {
 
@@ -38,7 +38,7 @@ struct DeviceProbe {
   Support offset_addressing; // registrations at iova 0 (ibv_reg_mr_iova2)
   Support window_type1;
   Support window_type2;
-  PeerDirectReport peer_memory;
+  hmem::PeerDirectReport peer_memory;
 };
 
 // Probes the device of `context`, using `pd` for the dma-buf probe.  `sysfs_root` is where the

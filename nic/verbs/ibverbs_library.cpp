@@ -4,7 +4,7 @@
 #include <cstring>
 #include <utility>
 
-#include "core/log.h"
+#include "util/log.h"
 
 namespace hmr::verbs {
 

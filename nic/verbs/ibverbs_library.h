@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "core/status.h"
 #include "hmem/symbol_table.h"
 #include "nic/verbs/verbs_symbols.h"
+#include "util/status.h"
 
 namespace hmr::verbs {
 

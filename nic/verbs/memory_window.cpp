@@ -4,10 +4,10 @@
 
 #include <cerrno>
 
-#include "core/log.h"
 #include "nic/verbs/provider_ops.h"
 #include "nic/verbs/verbs_access.h"
 #include "nic/verbs/verbs_error.h"
+#include "util/log.h"
 
 namespace hmr::verbs {
 namespace {

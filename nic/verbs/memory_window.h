@@ -12,9 +12,9 @@
 #include <memory>
 #include <string>
 
-#include "core/status.h"
 #include "nic/nic.h"
 #include "nic/verbs/verbs_registration.h"
+#include "util/status.h"
 
 namespace hmr::verbs {
 

@@ -2,7 +2,7 @@
 // caller can do about it, and a reason that names the verb, the device and the range.
 #pragma once
 
-#include "core/status.h"
+#include "util/status.h"
 
 namespace hmr::verbs {
 

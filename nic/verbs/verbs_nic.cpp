@@ -4,11 +4,11 @@
 #include <cstring>
 #include <vector>
 
-#include "core/log.h"
-#include "core/thread_pool.h"
 #include "nic/verbs/memory_window.h"
 #include "nic/verbs/provider_ops.h"
 #include "nic/verbs/verbs_error.h"
+#include "util/log.h"
+#include "util/thread_pool.h"
 
 namespace hmr::verbs {
 namespace {

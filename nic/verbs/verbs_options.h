@@ -12,7 +12,7 @@
 
 #include <string>
 
-#include "core/status.h"
+#include "util/status.h"
 
 namespace hmr::verbs {
 

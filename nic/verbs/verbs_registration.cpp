@@ -3,8 +3,8 @@
 #include <cerrno>
 #include <cstring>
 
-#include "core/log.h"
 #include "nic/verbs/verbs_error.h"
+#include "util/log.h"
 
 namespace hmr::verbs {
 

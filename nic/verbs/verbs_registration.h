@@ -9,8 +9,8 @@
 #include <memory>
 #include <vector>
 
-#include "core/status.h"
 #include "nic/verbs/verbs_symbols.h"
+#include "util/status.h"
 
 namespace hmr::verbs {
 

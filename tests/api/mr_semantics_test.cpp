@@ -25,7 +25,6 @@ using namespace hmr_test;  // owners (DomainPtr, MrPtr, ...), reg/open_ep/open_c
 constexpr size_t kPage = 4096;
 constexpr uint64_t kRemote = HMR_REMOTE_READ | HMR_REMOTE_WRITE;
 
-
 hmr_mr_attr mr_attr(const iovec* iov, size_t count, uint64_t access) {
   hmr_mr_attr attr;
   std::memset(&attr, 0, sizeof attr);

@@ -21,7 +21,6 @@ using namespace hmr_test;  // owners (DomainPtr, MrPtr, ...), reg/open_ep/open_c
 constexpr size_t kPage = 4096;
 constexpr uint64_t kRemote = HMR_REMOTE_READ | HMR_REMOTE_WRITE;
 
-
 std::vector<uint8_t> pattern(size_t len, uint8_t seed) {
   std::vector<uint8_t> bytes(len);
   for (size_t i = 0; i < len; ++i) bytes[i] = static_cast<uint8_t>(seed + i * 13);

@@ -2,7 +2,7 @@
 // at one of four granularities, found by one probe per populated level, erased without
 // tombstones, grown by tables made outside the lock; and its slots, which carry what a hit
 // needs (range, key tag, references) so that a hit never reads the entry.
-#include "core/cache/block_index.h"
+#include "cache/block_index.h"
 
 #include <gtest/gtest.h>
 #include <hmr/hmr.h>
@@ -356,7 +356,6 @@ TEST(BlockIndex, ForEachOverlappingOverHugeRangesFindsEverything) {
   EXPECT_EQ(index.slots_used(), 0u);
   EXPECT_TRUE(overlapping(index, 0, UINTPTR_MAX).empty());
 }
-
 
 // ------------------------------------------------------------------ key tags
 

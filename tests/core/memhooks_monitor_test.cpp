@@ -1,4 +1,4 @@
-#include "core/monitor/memhooks_monitor.h"
+#include "monitor/memhooks_monitor.h"
 
 #include <dlfcn.h>
 #include <fcntl.h>

@@ -1,9 +1,12 @@
 #include "core/mr_mode.h"
+#include "nic/mr_mode_names.h"
 
 #include <gtest/gtest.h>
 
 namespace hmr::core {
 namespace {
+using nic::mode_names;
+using nic::parse_mode_names;
 
 TEST(MrMode, BasicExpandsToItsThreeBits) {
   Result<uint64_t> mode = expand_legacy_mode(HMR_MR_BASIC);

@@ -1,4 +1,4 @@
-#include "core/mr_request.h"
+#include "registration/mr_request.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // core/prefault: which registrations are pre-faulted, and that pre-faulting makes an untouched
 // range resident without ever crashing on memory the CPU may not write or touch at all.
-#include "core/prefault.h"
+#include "registration/prefault.h"
 
 #include <gtest/gtest.h>
 #include <sys/mman.h>

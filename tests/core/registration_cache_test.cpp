@@ -1,7 +1,7 @@
 // core::RegistrationCache driven by a fake backend (counting NIC registrations) and a fake
 // monitor (counting subscriptions; invalidations sent by the test through notify()).
 // The contract is docs/semantics.md, "Registration cache".
-#include "core/cache/registration_cache.h"
+#include "cache/registration_cache.h"
 
 #include <gtest/gtest.h>
 
@@ -695,7 +695,6 @@ TEST_F(RegistrationCacheTest, ConcurrentHitsMissesAndInvalidationsStayConsistent
   EXPECT_EQ(stats.in_use_regions, 0u);
   EXPECT_EQ(backend_.registrations.load() - backend_.deregistrations.load(), stats.cached_regions);
 }
-
 
 // ------------------------------------------------------------------ references in the slots
 

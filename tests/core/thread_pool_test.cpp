@@ -1,6 +1,6 @@
 // core::ThreadPool: every task runs, the pool stays at its size, failures come back, nested
 // and concurrent batches finish, and destroying a pool leaves no thread behind.
-#include "core/thread_pool.h"
+#include "util/thread_pool.h"
 
 #include <dirent.h>
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-#include "core/userfaultfd.h"
+#include "util/userfaultfd.h"
 
 #include <gtest/gtest.h>
 #include <sys/mman.h>

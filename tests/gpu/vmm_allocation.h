@@ -7,8 +7,8 @@
 #include <cstddef>
 #include <vector>
 
-#include "core/status.h"
 #include "cuda/cuda_symbols.h"
+#include "util/status.h"
 
 namespace hmr::testing {
 

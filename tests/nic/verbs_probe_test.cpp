@@ -10,8 +10,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "hmem/peer_direct.h"
 #include "nic/verbs/device_probe.h"
-#include "nic/verbs/peer_direct.h"
 #include "tests/nic/verbs_test_fixture.h"
 
 namespace hmr::testing {
@@ -52,7 +52,7 @@ constexpr const char* kNvMemNc = "sys/kernel/mm/memory_peers/nv_mem_nc/version";
 TEST(PeerDirect, NoClientSaysWhatWasLookedFor) {
   FakeSysfs sysfs;
   ASSERT_FALSE(sysfs.root().empty());
-  const verbs::PeerDirectReport report = verbs::probe_peer_direct(sysfs.root());
+  const hmem::PeerDirectReport report = hmem::probe_peer_direct(sysfs.root());
   EXPECT_FALSE(report.available);
   EXPECT_TRUE(report.clients.empty());
   for (const char* path : {kPeermem, kNvMem, kNvMemNc}) {
@@ -64,7 +64,7 @@ TEST(PeerDirect, NoClientSaysWhatWasLookedFor) {
 TEST(PeerDirect, EachClientIsReportedWithItsVersion) {
   FakeSysfs sysfs;
   sysfs.write(kNvMem, "1.3-0\n");
-  verbs::PeerDirectReport report = verbs::probe_peer_direct(sysfs.root());
+  hmem::PeerDirectReport report = hmem::probe_peer_direct(sysfs.root());
   ASSERT_TRUE(report.available);
   ASSERT_EQ(report.clients.size(), 1u);
   EXPECT_EQ(report.clients[0].name, "nv_mem");
@@ -74,7 +74,7 @@ TEST(PeerDirect, EachClientIsReportedWithItsVersion) {
 
   sysfs.write(kPeermem, "  550.54.15 \n");
   sysfs.write(kNvMemNc, "1.3-0");
-  report = verbs::probe_peer_direct(sysfs.root() + "/");
+  report = hmem::probe_peer_direct(sysfs.root() + "/");
   ASSERT_EQ(report.clients.size(), 3u);
   EXPECT_EQ(report.clients[0].name, "nvidia_peermem");
   EXPECT_EQ(report.clients[0].version, "550.54.15");
@@ -85,7 +85,7 @@ TEST(PeerDirect, EachClientIsReportedWithItsVersion) {
 TEST(PeerDirect, AnUnreadableHintIsNamed) {
   FakeSysfs sysfs;
   sysfs.make_directory(kPeermem);  // exists, but reading it fails (EISDIR)
-  const verbs::PeerDirectReport report = verbs::probe_peer_direct(sysfs.root());
+  const hmem::PeerDirectReport report = hmem::probe_peer_direct(sysfs.root());
   EXPECT_FALSE(report.available);
   EXPECT_TRUE(contains(report.reason, "cannot be read")) << report.reason;
 }

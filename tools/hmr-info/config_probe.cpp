@@ -4,12 +4,12 @@
 #include <string>
 
 #include "answer.h"
-#include "core/log.h"
 #include "hmem/hmem_registry.h"
 #include "hmem/iface_factory.h"
 #include "hmem/symbol_table.h"
 #include "nic/verbs/verbs_symbols.h"
 #include "synapseai/synapseai_iface.h"
+#include "util/log.h"
 
 #if defined(HMR_HAVE_OFI)
 #include "nic/ofi/ofi_library.h"
@@ -59,7 +59,7 @@ struct Collector {
 };
 
 std::string iface_list_text() {
-  Result<hmem::IfaceSelection> selection = core::read_hmem_selection();
+  Result<hmem::IfaceSelection> selection = hmem::read_hmem_selection();
   if (!selection.ok()) return {};
   std::string names = "system";
   for (int iface : selection->detection_order) names += std::string(",") + hmem::iface_name(iface);
@@ -79,7 +79,7 @@ JsonValue config_section(const Result<core::Environment>& environment) {
   Collector config;
 
   config.note("FI_HMEM");
-  Result<hmem::IfaceSelection> selection = core::read_hmem_selection();
+  Result<hmem::IfaceSelection> selection = hmem::read_hmem_selection();
   if (selection.ok()) {
     config.effective.set("FI_HMEM", iface_list_text());
   } else {

@@ -3,8 +3,8 @@
 // with the error hmr_domain_open would give.
 #pragma once
 
-#include "core/environment.h"
 #include "json_value.h"
+#include "util/environment.h"
 
 namespace hmr::info {
 

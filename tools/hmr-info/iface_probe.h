@@ -4,9 +4,9 @@
 
 #include <vector>
 
-#include "core/environment.h"
 #include "hmem/hmem_registry.h"
 #include "json_value.h"
+#include "util/environment.h"
 
 namespace hmr::info {
 

@@ -4,9 +4,9 @@
 #include <string>
 
 #include "answer.h"
-#include "core/monitor/memhooks_monitor.h"
-#include "core/monitor/uffd_monitor.h"
 #include "iface_probe.h"
+#include "monitor/memhooks_monitor.h"
+#include "monitor/uffd_monitor.h"
 
 namespace hmr::info {
 namespace {

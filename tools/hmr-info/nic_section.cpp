@@ -3,9 +3,9 @@
 #include <string>
 
 #include "answer.h"
+#include "hmem/peer_direct.h"
 #include "kernel_config.h"
 #include "kernel_probe.h"
-#include "nic/verbs/peer_direct.h"
 #include "ofi_probe.h"
 #include "rocr/rocr_kernel_dmabuf.h"
 #include "verbs_probe.h"
@@ -14,11 +14,11 @@ namespace hmr::info {
 namespace {
 
 JsonValue peer_memory_json() {
-  const verbs::PeerDirectReport report = verbs::probe_peer_direct("");
+  const hmem::PeerDirectReport report = hmem::probe_peer_direct("");
   JsonValue peer = JsonValue::object();
   peer.set("available", report.available);
   JsonValue& clients = peer.set("clients", JsonValue::array());
-  for (const verbs::PeerMemoryClient& client : report.clients) {
+  for (const hmem::PeerMemoryClient& client : report.clients) {
     JsonValue entry = JsonValue::object();
     entry.set("name", client.name);
     entry.set("path", client.path);

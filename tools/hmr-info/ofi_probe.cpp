@@ -11,7 +11,7 @@
 #if defined(HMR_HAVE_OFI)
 #include <rdma/fi_domain.h>
 
-#include "core/mr_mode.h"
+#include "nic/mr_mode_names.h"
 #include "nic/ofi/ofi_domain.h"
 #include "nic/ofi/ofi_library.h"
 #endif
@@ -61,7 +61,7 @@ const char* endpoint_type_name(fi_ep_type type) {
 std::string mode_text(uint64_t mode) {
   char hex[24];
   std::snprintf(hex, sizeof hex, " (%#llx)", static_cast<unsigned long long>(mode));
-  return core::mode_names(mode) + hex;
+  return nic::mode_names(mode) + hex;
 }
 
 const char* text_or(const char* text, const char* fallback) {

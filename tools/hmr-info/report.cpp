@@ -5,11 +5,11 @@
 #include <string>
 
 #include "config_probe.h"
-#include "core/environment.h"
 #include "hmem/hmem_registry.h"
 #include "iface_probe.h"
 #include "monitor_probe.h"
 #include "nic_section.h"
+#include "util/environment.h"
 
 namespace hmr::info {
 namespace {

@@ -2,118 +2,25 @@
 
 #include <cstring>
 
+#include "byte_codec.h"
+
 namespace hmr::perftest {
 namespace {
 
 constexpr uint8_t kMagic[4] = {'H', 'M', 'R', 'P'};
 
-class Writer {
- public:
-  void u8(uint8_t value) { bytes_.push_back(value); }
-  void u16(uint16_t value) { little_endian(value, 2); }
-  void u32(uint32_t value) { little_endian(value, 4); }
-  void u64(uint64_t value) { little_endian(value, 8); }
-  void str(std::span<const uint8_t> value) {
-    u32(static_cast<uint32_t>(value.size()));
-    bytes_.insert(bytes_.end(), value.begin(), value.end());
-  }
-  void str(const std::string& value) {
-    str(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(value.data()), value.size()));
-  }
+using wire::ByteReader;
 
-  // The header followed by everything written so far as the body.
-  std::vector<uint8_t> message(MessageType type) const {
-    Writer header;
-    header.bytes_.assign(kMagic, kMagic + sizeof kMagic);
-    header.u16(kPeerMessageVersion);
-    header.u16(static_cast<uint16_t>(type));
-    header.u32(static_cast<uint32_t>(bytes_.size()));
-    std::vector<uint8_t> out = header.bytes_;
-    out.insert(out.end(), bytes_.begin(), bytes_.end());
-    return out;
-  }
-
- private:
-  void little_endian(uint64_t value, int size) {
-    for (int i = 0; i < size; ++i) bytes_.push_back(static_cast<uint8_t>(value >> (8 * i)));
-  }
-  std::vector<uint8_t> bytes_;
-};
-
-// Reads fields in order; the first failure sticks and names the field, and every later
-// read returns zeros, so a decoder can read all fields and check once at the end.
-class Reader {
- public:
-  explicit Reader(std::span<const uint8_t> bytes) : bytes_(bytes) {}
-
-  uint8_t u8(const char* field) { return static_cast<uint8_t>(little_endian(field, 1)); }
-  uint16_t u16(const char* field) { return static_cast<uint16_t>(little_endian(field, 2)); }
-  uint32_t u32(const char* field) { return static_cast<uint32_t>(little_endian(field, 4)); }
-  uint64_t u64(const char* field) { return little_endian(field, 8); }
-
-  std::vector<uint8_t> bytes(const char* field, size_t max_size) {
-    const uint32_t size = u32(field);
-    if (!error_.empty()) return {};
-    if (size > max_size) {
-      fail(field, "is " + std::to_string(size) + " bytes, more than the " +
-                      std::to_string(max_size) + " allowed");
-      return {};
-    }
-    if (size > remaining()) {
-      fail(field, "claims " + std::to_string(size) + " bytes but only " +
-                      std::to_string(remaining()) + " follow");
-      return {};
-    }
-    std::vector<uint8_t> out(bytes_.begin() + static_cast<ptrdiff_t>(offset_),
-                             bytes_.begin() + static_cast<ptrdiff_t>(offset_ + size));
-    offset_ += size;
-    return out;
-  }
-
-  // A name: printable ASCII only, so it is safe to print and to pass as a C string.
-  std::string name(const char* field, size_t max_size) {
-    std::vector<uint8_t> raw = bytes(field, max_size);
-    for (uint8_t c : raw) {
-      if (c < 0x20 || c > 0x7e) {
-        fail(field, "contains a byte that is not printable ASCII");
-        return {};
-      }
-    }
-    return std::string(raw.begin(), raw.end());
-  }
-
-  void fail(const char* field, const std::string& what) {
-    if (error_.empty()) error_ = std::string(field) + " " + what;
-  }
-
-  // True when every field was read and nothing is left over; else `why` says what failed.
-  bool finish(std::string* why) {
-    if (error_.empty() && remaining() != 0) {
-      error_ = std::to_string(remaining()) + " unexpected bytes after the last field";
-    }
-    if (error_.empty()) return true;
-    if (why != nullptr) *why = error_;
-    return false;
-  }
-
- private:
-  size_t remaining() const { return bytes_.size() - offset_; }
-  uint64_t little_endian(const char* field, size_t size) {
-    if (!error_.empty()) return 0;
-    if (remaining() < size) {
-      fail(field, "is cut short (message truncated)");
-      return 0;
-    }
-    uint64_t value = 0;
-    for (size_t i = 0; i < size; ++i) value |= uint64_t{bytes_[offset_ + i]} << (8 * i);
-    offset_ += size;
-    return value;
-  }
-
-  std::span<const uint8_t> bytes_;
-  size_t offset_ = 0;
-  std::string error_;
-};
+// The header followed by `body` (written with a wire::ByteWriter).
+std::vector<uint8_t> message(MessageType type, const wire::ByteWriter& body) {
+  wire::ByteWriter header;
+  header.raw(kMagic);
+  header.u16(kPeerMessageVersion);
+  header.u16(static_cast<uint16_t>(type));
+  header.u32(static_cast<uint32_t>(body.bytes().size()));
+  header.raw(body.bytes());
+  return header.take();
+}
 
 bool valid_test(uint16_t test) {
   return test >= static_cast<uint16_t>(TestKind::write_bw) &&
@@ -132,7 +39,7 @@ const char* test_name(TestKind test) {
 }
 
 std::vector<uint8_t> encode(const Hello& hello) {
-  Writer w;
+  wire::ByteWriter w;
   w.u16(static_cast<uint16_t>(hello.test));
   w.u16(hello.flags);
   w.u64(hello.min_size);
@@ -140,24 +47,24 @@ std::vector<uint8_t> encode(const Hello& hello) {
   w.u64(hello.iterations);
   w.str(hello.provider);
   w.str(hello.memory);
-  return w.message(MessageType::hello);
+  return message(MessageType::hello, w);
 }
 
 std::vector<uint8_t> encode(const BufferInfo& buffer) {
-  Writer w;
+  wire::ByteWriter w;
   w.u64(buffer.address);
   w.u64(buffer.length);
   w.u64(buffer.mr_mode);
   w.u8(buffer.key_is_raw ? 1 : 0);
   w.str(buffer.key);
   w.str(buffer.fabric_address);
-  return w.message(MessageType::buffer);
+  return message(MessageType::buffer, w);
 }
 
 std::vector<uint8_t> encode(const Done& done) {
-  Writer w;
+  wire::ByteWriter w;
   w.u64(done.value);
-  return w.message(MessageType::done);
+  return message(MessageType::done, w);
 }
 
 std::optional<MessageType> decode_header(std::span<const uint8_t> header, size_t* body_size,
@@ -170,7 +77,7 @@ std::optional<MessageType> decode_header(std::span<const uint8_t> header, size_t
   if (std::memcmp(header.data(), kMagic, sizeof kMagic) != 0) {
     return reject("bad magic (the peer is not hmr-perftest)");
   }
-  Reader r(header.subspan(sizeof kMagic));
+  ByteReader r(header.subspan(sizeof kMagic));
   const uint16_t version = r.u16("version");
   const uint16_t type = r.u16("type");
   const uint32_t size = r.u32("body length");
@@ -192,7 +99,7 @@ std::optional<MessageType> decode_header(std::span<const uint8_t> header, size_t
 }
 
 std::optional<Hello> decode_hello(std::span<const uint8_t> body, std::string* why) {
-  Reader r(body);
+  ByteReader r(body);
   Hello hello;
   const uint16_t test = r.u16("test");
   hello.flags = r.u16("flags");
@@ -216,7 +123,7 @@ std::optional<Hello> decode_hello(std::span<const uint8_t> body, std::string* wh
 }
 
 std::optional<BufferInfo> decode_buffer(std::span<const uint8_t> body, std::string* why) {
-  Reader r(body);
+  ByteReader r(body);
   BufferInfo buffer;
   buffer.address = r.u64("address");
   buffer.length = r.u64("length");
@@ -240,7 +147,7 @@ std::optional<BufferInfo> decode_buffer(std::span<const uint8_t> body, std::stri
 }
 
 std::optional<Done> decode_done(std::span<const uint8_t> body, std::string* why) {
-  Reader r(body);
+  ByteReader r(body);
   Done done;
   done.value = r.u64("value");
   if (!r.finish(why)) return std::nullopt;

@@ -1,0 +1,75 @@
+// C ABI: hmr_md_query, what a domain can register and at what cost (UCX md_query).
+#include "api/api_guard.h"
+#include "api/extensible_struct.h"
+#include "core/domain.h"
+#include "hmem/hmem_registry.h"
+
+using hmr::core::Domain;
+using hmr::core::from_handle;
+
+namespace {
+
+constexpr uint64_t kKnownFields = HMR_MD_ATTR_REG_COST;
+
+// Memory interfaces whose runtime is loaded, system always.  Each loaded runtime detects its
+// memory, allocates it (hmr_mem_alloc) and has at least one way to the NIC (host VA for its
+// host-alloc memory, else dma-buf, peer-direct or a host shadow, as the export policy finds).
+uint64_t loaded_ifaces() {
+  uint64_t mask = HMR_HMEM_IFACE_BIT(HMR_HMEM_SYSTEM);
+  for (int iface = 0; iface < HMR_HMEM_IFACE_COUNT; ++iface) {
+    if (iface == HMR_HMEM_SYSTEM) continue;
+    if (hmr::hmem::Registry::global().loaded_iface(iface).ok()) mask |= HMR_HMEM_IFACE_BIT(iface);
+  }
+  return mask;
+}
+
+uint64_t md_flags(Domain& domain) {
+  const hmr::nic::Capabilities& caps = domain.nic().capabilities();
+  uint64_t flags = 0;
+  if (domain.cache() != nullptr) flags |= HMR_MD_FLAG_CACHE;
+  if (caps.dmabuf_import) flags |= HMR_MD_FLAG_DMABUF;
+  if (caps.peer_direct) flags |= HMR_MD_FLAG_PEER_DIRECT;
+  if (caps.on_demand_paging) flags |= HMR_MD_FLAG_ODP;
+  if (domain.raw_keys()) flags |= HMR_MD_FLAG_RAW_KEYS;
+  if (caps.memory_windows) flags |= HMR_MD_FLAG_MEMORY_WINDOWS;
+  return flags;
+}
+
+}  // namespace
+
+extern "C" {
+
+HMR_API int hmr_md_query(hmr_domain* handle, hmr_md_attr* attr) {
+  return hmr::guarded([&] {
+    Domain* domain = from_handle<Domain>(handle);
+    if (domain == nullptr) return hmr::report_error(HMR_EINVAL, "not a domain handle");
+    auto checked = hmr::core::read_extensible(attr, sizeof(hmr_md_attr), "hmr_md_attr");
+    if (!checked.ok()) return hmr::report(checked.status());
+    const uint64_t fields = checked->field_mask;
+    if (fields & ~kKnownFields) {
+      return hmr::report_error(HMR_EBADFLAGS, "hmr_md_attr.field_mask %#llx has unknown bits %#llx",
+                               static_cast<unsigned long long>(fields),
+                               static_cast<unsigned long long>(fields & ~kKnownFields));
+    }
+    hmr_md_attr result{};
+    result.size = sizeof result;
+    result.field_mask = fields;
+    result.flags = md_flags(*domain);
+    result.max_reg = domain->rules().max_mr_size;
+    result.key_size = domain->rules().key_size;
+    result.rkey_packed_size = domain->raw_keys() ? domain->rules().key_size : sizeof(uint64_t);
+    result.reg_mem_types = loaded_ifaces();
+    result.detect_mem_types = result.reg_mem_types;
+    result.alloc_mem_types = result.reg_mem_types;
+    if (fields & HMR_MD_ATTR_REG_COST) {
+      hmr::Result<hmr::nic::LinearCost> cost = domain->registration_cost();
+      if (!cost.ok()) return hmr::report(cost.status());
+      result.reg_cost = {cost->overhead_ns, cost->ns_per_byte};
+      result.reg_cost_measured = domain->nic().capabilities().reg_cost ? 0 : 1;
+    }
+    hmr::core::write_extensible(attr, result);
+    return 0;
+  });
+}
+
+}  // extern "C"

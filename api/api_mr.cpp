@@ -1,0 +1,174 @@
+// C ABI: memory regions and keys.
+#include "api/api_guard.h"
+#include "api/extensible_struct.h"
+#include "core/counter.h"
+#include "core/domain.h"
+#include "core/endpoint.h"
+#include "core/memory_region.h"
+
+using hmr::core::Counter;
+using hmr::core::Domain;
+using hmr::core::Endpoint;
+using hmr::core::from_handle;
+using hmr::core::MemoryRegion;
+
+namespace {
+
+int register_attr(hmr_domain* handle, const hmr_mr_attr& attr, uint64_t flags, hmr_mr** mr) {
+  Domain* domain = from_handle<Domain>(handle);
+  if (domain == nullptr) return hmr::report_error(HMR_EINVAL, "not a domain handle");
+  if (mr == nullptr) return hmr::report_error(HMR_EINVAL, "mr output pointer is NULL");
+  auto region = domain->register_memory(attr, flags);
+  if (!region.ok()) return hmr::report(region.status());
+  *mr = hmr::core::to_handle<hmr_mr>(*region);
+  return 0;
+}
+
+hmr_mr_attr iov_attr(const struct iovec* iov, size_t count, uint64_t access, uint64_t offset,
+                     uint64_t requested_key, void* context) {
+  hmr_mr_attr attr{};
+  attr.size = sizeof attr;
+  attr.mr_iov = iov;
+  attr.iov_count = count;
+  attr.access = access;
+  attr.offset = offset;
+  attr.requested_key = requested_key;
+  attr.context = context;
+  attr.iface = HMR_HMEM_SYSTEM;
+  return attr;
+}
+
+}  // namespace
+
+extern "C" {
+
+HMR_API int hmr_mr_reg(hmr_domain* domain, const void* buf, size_t len, uint64_t access,
+                       uint64_t offset, uint64_t requested_key, uint64_t flags, hmr_mr** mr,
+                       void* context) {
+  return hmr::guarded([&] {
+    const iovec segment = {const_cast<void*>(buf), len};
+    return register_attr(domain, iov_attr(&segment, 1, access, offset, requested_key, context),
+                         flags, mr);
+  });
+}
+
+HMR_API int hmr_mr_regv(hmr_domain* domain, const struct iovec* iov, size_t count,
+                        uint64_t access, uint64_t offset, uint64_t requested_key, uint64_t flags,
+                        hmr_mr** mr, void* context) {
+  return hmr::guarded([&] {
+    return register_attr(domain, iov_attr(iov, count, access, offset, requested_key, context),
+                         flags, mr);
+  });
+}
+
+HMR_API int hmr_mr_regattr(hmr_domain* domain, const hmr_mr_attr* attr, uint64_t flags,
+                           hmr_mr** mr) {
+  return hmr::guarded([&] {
+    auto copy = hmr::core::read_extensible(attr, sizeof(hmr_mr_attr), "hmr_mr_attr");
+    if (!copy.ok()) return hmr::report(copy.status());
+    return register_attr(domain, *copy, flags, mr);
+  });
+}
+
+HMR_API int hmr_mr_close(hmr_mr* handle) {
+  return hmr::guarded([&] {
+    MemoryRegion* region = from_handle<MemoryRegion>(handle);
+    if (region == nullptr) return hmr::report_error(HMR_EINVAL, "not an MR handle");
+    return hmr::report(region->domain().close_memory_region(region));
+  });
+}
+
+HMR_API void* hmr_mr_desc(hmr_mr* handle) {
+  MemoryRegion* region = from_handle<MemoryRegion>(handle);
+  if (region == nullptr) {
+    hmr::report_error(HMR_EINVAL, "not an MR handle");
+    return nullptr;
+  }
+  return region->desc();
+}
+
+HMR_API uint64_t hmr_mr_key(hmr_mr* handle) {
+  MemoryRegion* region = from_handle<MemoryRegion>(handle);
+  if (region == nullptr) {
+    hmr::report_error(HMR_EINVAL, "not an MR handle");
+    return HMR_KEY_NOTAVAIL;
+  }
+  return region->key();
+}
+
+HMR_API int hmr_mr_raw_attr(hmr_mr* handle, uint64_t* base_addr, uint8_t* raw_key,
+                            size_t* key_size, uint64_t flags) {
+  return hmr::guarded([&] {
+    MemoryRegion* region = from_handle<MemoryRegion>(handle);
+    if (region == nullptr) return hmr::report_error(HMR_EINVAL, "not an MR handle");
+    if (flags != 0) return hmr::report_error(HMR_EBADFLAGS, "hmr_mr_raw_attr takes flags 0");
+    return hmr::report(region->raw_attr(base_addr, raw_key, key_size));
+  });
+}
+
+HMR_API int hmr_mr_map_raw(hmr_domain* handle, uint64_t base_addr, const uint8_t* raw_key,
+                           size_t key_size, uint64_t* key, uint64_t flags) {
+  (void)base_addr;  // the base travels with RMA addresses; a mapping needs only the key
+  return hmr::guarded([&] {
+    Domain* domain = from_handle<Domain>(handle);
+    if (domain == nullptr) return hmr::report_error(HMR_EINVAL, "not a domain handle");
+    if (flags != 0) return hmr::report_error(HMR_EBADFLAGS, "hmr_mr_map_raw takes flags 0");
+    if (raw_key == nullptr || key == nullptr) {
+      return hmr::report_error(HMR_EINVAL, "raw_key and key must not be NULL");
+    }
+    const size_t expected = domain->rules().key_size;
+    if (key_size != expected) {
+      return hmr::report_error(HMR_EINVAL, "raw key of %zu bytes; this domain's keys are %zu",
+                               key_size, expected);
+    }
+    hmr::KeyBytes bytes;
+    bytes.size = key_size;
+    std::memcpy(bytes.bytes, raw_key, key_size);
+    *key = domain->raw_keys() ? domain->mapped_keys().map(bytes) : bytes.low_u64();
+    return 0;
+  });
+}
+
+HMR_API int hmr_mr_unmap_key(hmr_domain* handle, uint64_t key) {
+  return hmr::guarded([&] {
+    Domain* domain = from_handle<Domain>(handle);
+    if (domain == nullptr) return hmr::report_error(HMR_EINVAL, "not a domain handle");
+    if (!domain->raw_keys()) return 0;  // map_raw allocated nothing outside RAW domains
+    return hmr::report(domain->mapped_keys().unmap(key));
+  });
+}
+
+HMR_API int hmr_mr_bind(hmr_mr* handle, hmr_fid* bfid, uint64_t flags) {
+  return hmr::guarded([&] {
+    MemoryRegion* region = from_handle<MemoryRegion>(handle);
+    if (region == nullptr) return hmr::report_error(HMR_EINVAL, "not an MR handle");
+    if (Endpoint* endpoint = from_handle<Endpoint>(bfid)) {
+      return hmr::report(region->bind_endpoint(*endpoint, flags));
+    }
+    if (Counter* counter = from_handle<Counter>(bfid)) {
+      return hmr::report(region->bind_counter(*counter, flags));
+    }
+    return hmr::report_error(HMR_EINVAL,
+                             "an MR binds an endpoint or a counter (hmr_ep_fid / hmr_cntr_fid)");
+  });
+}
+
+HMR_API int hmr_mr_enable(hmr_mr* handle) {
+  return hmr::guarded([&] {
+    MemoryRegion* region = from_handle<MemoryRegion>(handle);
+    if (region == nullptr) return hmr::report_error(HMR_EINVAL, "not an MR handle");
+    return hmr::report(region->enable());
+  });
+}
+
+HMR_API int hmr_mr_refresh(hmr_mr* handle, const struct iovec* iov, size_t count,
+                           uint64_t flags) {
+  return hmr::guarded([&] {
+    MemoryRegion* region = from_handle<MemoryRegion>(handle);
+    if (region == nullptr) return hmr::report_error(HMR_EINVAL, "not an MR handle");
+    if (flags != 0) return hmr::report_error(HMR_EBADFLAGS, "hmr_mr_refresh takes flags 0");
+    return hmr::report(region->refresh(iov, count));
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,139 @@
+#include "cache/block_index.h"
+
+#include <utility>
+
+namespace hmr::core {
+namespace {
+constexpr size_t kInitialCapacity = 64;
+// Linear probing stays short below this load.
+constexpr size_t max_load(size_t capacity) { return capacity / 4 * 3; }
+}  // namespace
+
+BlockIndex::BlockIndex() { (void)adopt(make_table(kInitialCapacity)); }
+
+unsigned BlockIndex::level_for(uintptr_t start, uint64_t length) {
+  const uintptr_t last = start + length - 1;
+  for (unsigned level = 0; level + 1 < kLevels; ++level) {
+    const uint64_t blocks = (last >> kLevelShift[level]) - (start >> kLevelShift[level]) + 1;
+    if (blocks <= kMaxBlocksPerEntry) return level;
+  }
+  return kLevels - 1;
+}
+
+bool BlockIndex::indexable(uintptr_t start, uint64_t length) {
+  if (length == 0 || start + (length - 1) < start) return false;
+  const unsigned top = kLevelShift[kLevels - 1];
+  return ((start + (length - 1)) >> top) - (start >> top) < kMaxBlocksPerEntry;
+}
+
+size_t BlockIndex::slots_needed(const CacheEntry& entry) {
+  const unsigned shift = kLevelShift[entry.level];
+  return static_cast<size_t>(((entry.end() - 1) >> shift) - (entry.start >> shift) + 1);
+}
+
+BlockIndex::Slot* BlockIndex::find(uintptr_t start, uint64_t len, const CacheKey& key,
+                                   uint32_t tag) const {
+  for (unsigned level = 0; level < kLevels; ++level) {
+    if (entries_per_level_[level] == 0) continue;
+    const uint64_t block = start >> kLevelShift[level];
+    // The level is part of the compared tag: a slot of another level whose computed block
+    // happens to match must not be taken (put() looks for the slot under this level's block).
+    const uint32_t wanted = tag | level << kLevelTagShift;
+    for (size_t i = home(level, block);; i = next(i)) {
+      Slot& slot = table_.slots[i];
+      if (slot.empty()) break;
+      if (slot.key_tag != wanted) continue;
+      const uint64_t length = slot.end - slot.start;
+      if (start < slot.start || len > length || start - slot.start > length - len) continue;
+      if ((slot.start >> kLevelShift[level]) + slot.delta() != block) continue;
+      if (key.exact_start && slot.start != start) continue;
+      if (!KeyTag::is_exact(tag) && !(slot.entry()->key == key)) continue;
+      return &slot;
+    }
+  }
+  return nullptr;
+}
+
+size_t BlockIndex::capacity_for(size_t extra_slots) const {
+  size_t capacity = table_.capacity;
+  while (used_ + extra_slots > max_load(capacity)) capacity += capacity / 2;
+  return capacity == table_.capacity ? 0 : capacity;
+}
+
+BlockIndex::Table BlockIndex::make_table(size_t capacity) {
+  Table table;
+  table.slots = std::make_unique<Slot[]>(capacity);
+  table.capacity = capacity;
+  return table;
+}
+
+BlockIndex::Table BlockIndex::adopt(Table fresh) {
+  Table old = std::exchange(table_, std::move(fresh));
+  used_ = 0;
+  for (size_t i = 0; i < old.capacity; ++i) {
+    if (!old.slots[i].empty()) insert_slot(old.slots[i]);
+  }
+  return old;
+}
+
+void BlockIndex::insert_slot(const Slot& slot) {
+  size_t i = home(slot.level(), slot.block());
+  while (!table_.slots[i].empty()) i = next(i);
+  table_.slots[i] = slot;
+  ++used_;
+}
+
+BlockIndex::Slot BlockIndex::erase_slot(const CacheEntry* entry, unsigned level, uint64_t block) {
+  Slot* found = slot_of(entry, level, block);
+  if (found == nullptr) return Slot{};  // not filed: nothing to erase
+  const Slot erased = *found;
+  size_t hole = static_cast<size_t>(found - table_.slots.get());
+  // Backward-shift deletion: pull later members of the probe run into the hole, so no
+  // tombstones are left to lengthen future probes.  A member may move back to the hole only
+  // if that does not put it before its home (distances are cyclic: probing wraps around).
+  auto distance = [this](size_t from, size_t to) {
+    return to >= from ? to - from : to + table_.capacity - from;
+  };
+  for (size_t i = next(hole); !table_.slots[i].empty(); i = next(i)) {
+    const size_t ideal = home(table_.slots[i].level(), table_.slots[i].block());
+    if (distance(ideal, i) >= distance(hole, i)) {
+      table_.slots[hole] = table_.slots[i];
+      hole = i;
+    }
+  }
+  table_.slots[hole] = Slot{};
+  --used_;
+  return erased;
+}
+
+void BlockIndex::insert(CacheEntry* entry, uint32_t tag, uint32_t first_holds) {
+  const unsigned shift = kLevelShift[entry->level];
+  const uint64_t first = entry->start >> shift;
+  const uint64_t last = (entry->end() - 1) >> shift;
+  Slot slot;
+  slot.start = entry->start;
+  slot.end = entry->end();
+  slot.key_tag = tag | static_cast<uint32_t>(entry->level) << kLevelTagShift;
+  for (uint64_t block = first; block <= last; ++block) {
+    slot.tagged_entry = reinterpret_cast<uintptr_t>(entry) | static_cast<uintptr_t>(block - first);
+    slot.holds = kFiledRecency | (block == first ? first_holds : 0);
+    insert_slot(slot);
+  }
+  ++entries_per_level_[entry->level];
+}
+
+uint64_t BlockIndex::erase(CacheEntry* entry) {
+  const unsigned shift = kLevelShift[entry->level];
+  const uint64_t last = (entry->end() - 1) >> shift;
+  uint64_t holds = 0;
+  bool filed = false;
+  for (uint64_t block = entry->start >> shift; block <= last; ++block) {
+    const Slot erased = erase_slot(entry, entry->level, block);
+    filed = filed || !erased.empty();
+    holds += erased.hold_count();
+  }
+  if (filed) --entries_per_level_[entry->level];
+  return holds;
+}
+
+}  // namespace hmr::core

@@ -1,0 +1,49 @@
+// The 32 bits of a CacheKey that an index slot keeps, so that a hit is decided from the slot
+// alone, without reading the entry (a second cache miss).
+//
+// A host key — every field other than access and exact_start as a default CacheKey has it —
+// is encoded exactly: a tag match is a key match.  Any other key (device memory, an allocation
+// id, whatever fields CacheKey grows) gets a hash with kHashed set, and a tag match must be
+// confirmed against the entry's own key; such registrations pay a driver query on every miss
+// anyway.  "Simple" is decided by comparing with a default key, so a new CacheKey field is
+// covered without touching this file.
+#pragma once
+
+#include <cstdint>
+
+#include "cache/cache_entry.h"
+
+namespace hmr::core {
+
+struct KeyTag {
+  static constexpr uint32_t kHashed = 1u << 31;
+  // Bits 29-30 are left to the index (it files the entry's level there).
+  static constexpr uint32_t kIndexBits = 3u << 29;
+  static constexpr uint32_t kExactStart = 1u << 28;
+  static constexpr uint32_t kAccessBits = kExactStart - 1;  // HMR_* access bits end at bit 13
+  static constexpr uint32_t kHashBits = kExactStart | kAccessBits;
+
+  static uint32_t of(const CacheKey& key) {
+    CacheKey rest = key;
+    rest.access = 0;
+    rest.exact_start = false;
+    if (rest == CacheKey{} && (key.access & ~kAccessBits) == 0) {
+      return key.access | (key.exact_start ? kExactStart : 0);
+    }
+    return kHashed | (hash(key) & kHashBits);
+  }
+  static bool is_exact(uint32_t tag) { return (tag & kHashed) == 0; }
+
+ private:
+  // Only a filter (matches are confirmed), so it may leave out fields added later.
+  static uint32_t hash(const CacheKey& key) {
+    uint64_t h = key.alloc_id * 0x9E3779B97F4A7C15ULL;
+    h ^= (static_cast<uint64_t>(key.access) << 32 | static_cast<uint32_t>(key.device)) *
+         0xC2B2AE3D27D4EB4FULL;
+    h ^= (static_cast<uint64_t>(key.iface) << 1 | (key.exact_start ? 1 : 0)) *
+         0x165667B19E3779F9ULL;
+    return static_cast<uint32_t>(h >> 32) ^ static_cast<uint32_t>(h);
+  }
+};
+
+}  // namespace hmr::core

@@ -1,0 +1,132 @@
+// core::RegistrationCache — per-domain cache of NIC registrations.
+//
+// get() finds an entry whose range contains the request and whose CacheKey matches (a hit:
+// one hash probe per populated index level, a reference count, no allocation, no exclusive
+// lock), or registers on a miss: the NIC call runs with no lock held, then the entry is
+// inserted under the exclusive lock if no invalidation touched its range meanwhile.
+// A hit reads and writes only the index slot it finds (range, key tag and reference count
+// live there), so it costs one cache miss of shared data, not two.
+// Entries die when the monitor reports their range changed; one still in use stays valid
+// for its holders and is deregistered by the last put().  Unused entries are evicted by
+// CLOCK (a hand sweeping the slot table) when the count or byte limit is reached.
+// Deregistration always happens after the lock is released (a dead list through the entries).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "cache/block_index.h"
+#include "cache/cache_entry.h"
+#include "cache/cache_handle.h"
+#include "cache/entry_pool.h"
+#include "monitor/monitor.h"
+#include "util/sharded_rw_lock.h"
+#include "util/status.h"
+
+namespace hmr::core {
+
+// The registration the cache stands in front of.
+class CacheBackend {
+ public:
+  virtual Result<nic::Registration> register_range(uintptr_t start, uint64_t len,
+                                                   const CacheKey& key) = 0;
+  virtual void deregister(nic::Registration& registration) = 0;
+
+ protected:
+  ~CacheBackend() = default;
+};
+
+struct CacheLimits {
+  size_t max_count = 1024;  // 0 disables caching: every get() registers, every put() deregisters
+  uint64_t max_bytes = 0;   // 0: no byte limit
+};
+
+struct CacheStatistics {
+  uint64_t hits = 0;
+  uint64_t misses = 0;
+  uint64_t invalidations = 0;   // entries killed by monitor events
+  uint64_t evictions = 0;       // unused entries dropped for the limits
+  uint64_t uncached = 0;        // registrations handed out without caching them
+  uint64_t cached_regions = 0;
+  uint64_t cached_bytes = 0;
+  uint64_t in_use_regions = 0;  // cached entries with at least one holder
+};
+
+class RegistrationCache final : public InvalidationSink {
+ public:
+  RegistrationCache(CacheBackend& backend, CacheLimits limits, Monitor* monitor);
+  ~RegistrationCache();  // every entry must have been put() back
+
+  // Joins the monitor (starting it).  A cache built without a monitor caches blindly: only
+  // for address spaces the caller controls (benchmarks); domains disable caching instead.
+  Status attach();
+  void detach();
+
+  // A reference to an entry containing [start, start+len); release it with put().
+  Result<CacheHandle> get(uintptr_t start, uint64_t len, const CacheKey& key);
+  void put(const CacheHandle& handle);
+
+  void invalidate(uintptr_t start, uintptr_t end) override;
+  // Drops every unused entry (domain close, tests).
+  void flush();
+  CacheStatistics statistics();
+  const CacheLimits& limits() const { return limits_; }
+
+ private:
+  friend class RegistrationCacheTestPeer;  // white-box tests (saturated slots)
+
+  struct Hit {
+    CacheHandle handle;
+    uintptr_t entry_start = 0;  // the entry's range, for a monitor that validates hits
+    uintptr_t entry_end = 0;
+    bool saturated = false;  // found, but its slot already carries BlockIndex::kMaxHolds
+  };
+  Hit lookup(uintptr_t start, uint64_t len, const CacheKey& key, unsigned* reader);
+  // `may_cache` false: register and hand out uncached (a saturated slot).
+  Result<CacheHandle> register_and_insert(uintptr_t start, uint64_t len, const CacheKey& key,
+                                          bool may_cache);
+  bool invalidated_since(uint64_t sequence, uintptr_t start, uintptr_t end) const;
+  bool make_room(uint64_t bytes, CacheEntry*& dead);
+  CacheEntry* clock_victim();
+  // References held through `first_slot` (an entry's first) and the entry's other slots.
+  uint64_t holds_of(BlockIndex::Slot& first_slot) const;
+  void retire(CacheEntry* entry, CacheEntry*& dead);  // out of the index (locked)
+  void release_unindexed(CacheEntry* entry);          // a put() through entry->state
+  void finalize(CacheEntry* entry);
+  // Deregisters and frees `dead` now, or, on a monitor's event thread, hands it to the next
+  // cache call on another thread.
+  void finalize_all(CacheEntry* dead);
+  void finalize_deferred();
+
+  CacheEntryPool pool_;  // first member destroyed last: entries live in it
+  CacheBackend& backend_;
+  const CacheLimits limits_;
+  Monitor* monitor_;
+  bool attached_ = false;
+  bool validate_hits_ = false;  // the monitor wants valid() asked on every hit
+
+  ShardedRwLock lock_;
+  BlockIndex index_;
+  size_t clock_hand_ = 0;  // slot index the CLOCK sweep resumes at; lock_ (exclusive)
+  size_t count_ = 0;
+  uint64_t bytes_ = 0;
+
+  struct RecentInvalidation {
+    uint64_t sequence = 0;
+    uintptr_t start = 0;
+    uintptr_t end = 0;
+  };
+  static constexpr unsigned kRecent = 64;
+  RecentInvalidation recent_[kRecent];
+  std::atomic<uint64_t> invalidation_sequence_{0};
+
+  struct alignas(64) HitCounter {
+    std::atomic<uint64_t> hits{0};
+  };
+  HitCounter hit_counters_[ShardedRwLock::kSlots];
+  std::atomic<uint64_t> misses_{0}, invalidations_{0}, evictions_{0}, uncached_{0};
+  std::atomic<CacheEntry*> deferred_{nullptr};  // dead entries left by a monitor thread
+};
+
+}  // namespace hmr::core

@@ -1,0 +1,61 @@
+#include "hmem/dmabuf_share.h"
+
+namespace hmr::core {
+
+DmabufShares& DmabufShares::instance() {
+  static DmabufShares* shares = new DmabufShares();  // outlives every static cache
+  return *shares;
+}
+
+Result<std::shared_ptr<const SharedExport>> DmabufShares::acquire(hmem::Iface& iface,
+                                                                   const hmem::PointerInfo& memory) {
+  const Key key{memory.iface, memory.base, memory.alloc_id};
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto found = exports_.find(key);
+    if (found != exports_.end()) {
+      if (std::shared_ptr<const SharedExport> live = found->second.lock()) return live;
+    }
+  }
+  Result<hmem::DmabufExport> exported = iface.export_dmabuf(
+      hmem::MemoryRange{reinterpret_cast<const void*>(static_cast<uintptr_t>(memory.base)),
+                        memory.alloc_len});
+  if (!exported.ok()) return exported.status();
+  std::shared_ptr<const SharedExport> made(
+      new SharedExport(std::move(*exported), memory.base), [this, key](const SharedExport* dying) {
+        forget(key);
+        delete dying;  // closes the fd, outside the lock
+      });
+
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::weak_ptr<const SharedExport>& slot = exports_[key];
+  if (std::shared_ptr<const SharedExport> raced = slot.lock()) {
+    return raced;  // another thread exported meanwhile: ours closes when `made` goes
+  }
+  slot = made;
+  return made;
+}
+
+void DmabufShares::forget(const Key& key) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto found = exports_.find(key);
+  // Only an expired slot is ours to erase: a racing export may have replaced it.
+  if (found != exports_.end() && found->second.expired()) exports_.erase(found);
+}
+
+void DmabufShares::forget_range(uintptr_t start, uintptr_t end) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::erase_if(exports_, [&](const auto& entry) {
+    const uint64_t base = std::get<1>(entry.first);
+    return base >= start && base < end;
+  });
+}
+
+size_t DmabufShares::live_exports() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  size_t live = 0;
+  for (const auto& [key, weak] : exports_) live += weak.expired() ? 0 : 1;
+  return live;
+}
+
+}  // namespace hmr::core

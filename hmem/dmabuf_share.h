@@ -1,0 +1,58 @@
+// One dma-buf export per device allocation, shared by every NIC registration inside it.
+//
+// Exporting costs a driver call and an fd; NICs import the same dma-buf at different offsets
+// for different sub-ranges, so hmr exports the whole allocation once (on the first
+// registration that needs it) and hands each registration (fd, offset of its range, length).
+// Each holder keeps a reference; the fd is closed when the last registration inside the
+// allocation goes.  Process-wide: registrations in different domains share it too.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+
+#include "hmem/iface.h"
+#include "util/status.h"
+
+namespace hmr::core {
+
+class SharedExport {
+ public:
+  SharedExport(hmem::DmabufExport exported, uint64_t base) : export_(std::move(exported)), base_(base) {}
+  int fd() const { return export_.fd.get(); }
+  // Where `address` (inside the allocation) lies in the dma-buf.
+  uint64_t offset_of(uintptr_t address) const { return export_.offset + (address - base_); }
+  size_t exported_len() const { return export_.exported_len; }
+
+ private:
+  hmem::DmabufExport export_;  // owns the fd
+  uint64_t base_;
+};
+
+class DmabufShares {
+ public:
+  static DmabufShares& instance();
+
+  // The export of the allocation `memory` describes, made through `iface` on first use.  No
+  // lock is held while the driver exports.
+  Result<std::shared_ptr<const SharedExport>> acquire(hmem::Iface& iface,
+                                                      const hmem::PointerInfo& memory);
+  // The allocations starting in [start, end) are gone (freed, or invalidated by the
+  // application): later registrations export anew.  Registrations holding an old export keep
+  // it until they go.  Needed where an allocation has no id (ROCr, declared memory), so a new
+  // allocation at the same address would otherwise find the old export.
+  void forget_range(uintptr_t start, uintptr_t end);
+  // Allocations with a live export (for tests and diagnostics).
+  size_t live_exports();
+
+ private:
+  using Key = std::tuple<int, uint64_t, uint64_t>;  // iface, base, allocation id
+  void forget(const Key& key);
+
+  std::mutex mutex_;
+  std::map<Key, std::weak_ptr<const SharedExport>> exports_;
+};
+
+}  // namespace hmr::core

@@ -1,0 +1,97 @@
+#include "monitor/device_monitor.h"
+
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "hmem/dmabuf_share.h"
+#include "util/log.h"
+
+namespace hmr::core {
+
+DeviceMonitor& DeviceMonitor::instance() {
+  static DeviceMonitor* monitor = new DeviceMonitor();  // outlives every static cache
+  return *monitor;
+}
+
+Status DeviceMonitor::subscribe(uintptr_t start, size_t len) {
+  (void)start, (void)len;
+  return ok_status();  // identities and callbacks, not ranges, tell device frees
+}
+
+void DeviceMonitor::unsubscribe(uintptr_t start, size_t len) { (void)start, (void)len; }
+
+void DeviceMonitor::observe(hmem::Iface& iface, const hmem::PointerInfo& memory) {
+  const bool free_events = iface.free_tracking() == hmem::Iface::FreeTracking::free_events;
+  // Without an id or free events there is nothing to compare or watch (memory that was only
+  // declared, of runtimes that report nothing): explicit invalidation is its monitor.
+  if (memory.alloc_id == 0 && !free_events) return;
+  const uint64_t end = memory.base + memory.alloc_len;
+  {
+    std::shared_lock<std::shared_mutex> lock(mutex_);
+    auto found = known_.find(memory.base);
+    if (found != known_.end() && found->second.alloc_id == memory.alloc_id &&
+        found->second.iface == memory.iface && found->second.length == memory.alloc_len) {
+      return;
+    }
+  }
+  // New at this address: whatever known allocation overlaps it has been freed.
+  std::vector<std::pair<uint64_t, uint64_t>> stale;
+  bool inserted = false;
+  {
+    std::unique_lock<std::shared_mutex> lock(mutex_);
+    auto it = known_.lower_bound(memory.base);
+    if (it != known_.begin()) {
+      auto before = std::prev(it);
+      if (before->first + before->second.length > memory.base) it = before;
+    }
+    while (it != known_.end() && it->first < end) {
+      if (it->first == memory.base && it->second.alloc_id == memory.alloc_id &&
+          it->second.iface == memory.iface && it->second.length == memory.alloc_len) {
+        ++it;  // another thread recorded this very allocation meanwhile
+        continue;
+      }
+      if (it->first + it->second.length > memory.base) {
+        stale.emplace_back(it->first, it->first + it->second.length);
+      }
+      it = known_.erase(it);
+    }
+    inserted = known_.emplace(memory.base, Known{memory.alloc_len, memory.alloc_id, memory.iface})
+                   .second;
+  }
+  for (const auto& [start, stop] : stale) {
+    DmabufShares::instance().forget_range(start, stop);
+    notify(start, stop);
+  }
+  if (inserted && free_events) {
+    Status watched = iface.watch_free(memory, &DeviceMonitor::on_free, this);
+    if (!watched.ok()) {
+      log_message(LogLevel::warn, "%s memory at 0x%llx: no free notification (%s); its cached "
+                  "registrations are dropped when the address is registered again",
+                  iface.name(), static_cast<unsigned long long>(memory.base),
+                  watched.reason().c_str());
+    }
+  }
+}
+
+void DeviceMonitor::on_free(void* context, uint64_t base, size_t alloc_len) {
+  static_cast<DeviceMonitor*>(context)->invalidate_everywhere(base, base + alloc_len);
+}
+
+void DeviceMonitor::forget(uintptr_t start, uintptr_t end) {
+  std::unique_lock<std::shared_mutex> lock(mutex_);
+  auto it = known_.lower_bound(start);
+  if (it != known_.begin()) {
+    auto before = std::prev(it);
+    if (before->first + before->second.length > start) it = before;
+  }
+  while (it != known_.end() && it->first < end) it = known_.erase(it);
+}
+
+void DeviceMonitor::invalidate_everywhere(uintptr_t start, uintptr_t end) {
+  forget(start, end);
+  DmabufShares::instance().forget_range(start, end);
+  notify(start, end);
+}
+
+}  // namespace hmr::core

@@ -1,0 +1,55 @@
+// DeviceMonitor — the monitor of every domain's device-memory cache, and the path of explicit
+// invalidation (hmr_mem_invalidate, hmr_mem_free) into every cache.
+//
+// Device runtimes report frees in three ways (hmem::Iface::FreeTracking):
+//   alloc_id       (CUDA buffer ids, Level Zero allocation ids) cache keys carry the id, so a
+//                  new allocation at an old address never hits an old entry; observe() also
+//                  notices the new id and drops the old allocation's entries at once, so their
+//                  NIC registrations and dma-bufs do not linger until evicted;
+//   free_events    (ROCr deallocation callbacks) the iface calls back on free; the callback
+//                  invalidates here;
+//   explicit_only  (Neuron, SynapseAI) nothing: the application calls hmr_mem_invalidate
+//                  (or frees through hmr_mem_free) before it frees.
+// Nothing is subscribed per range: device memory is never watched through the CPU.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <shared_mutex>
+
+#include "hmem/iface.h"
+#include "monitor/monitor.h"
+
+namespace hmr::core {
+
+class DeviceMonitor final : public Monitor {
+ public:
+  static DeviceMonitor& instance();
+
+  const char* name() const override { return "device"; }
+  Status start() override { return ok_status(); }
+  void stop() override {}
+  Status subscribe(uintptr_t start, size_t len) override;
+  void unsubscribe(uintptr_t start, size_t len) override;
+
+  // Called for each device allocation a registration resolved to.
+  // Drops cached registrations of an older allocation that overlapped it, and arranges free
+  // notifications for runtimes that deliver them.  Cheap when the allocation is known.
+  void observe(hmem::Iface& iface, const hmem::PointerInfo& memory);
+  // Drops [start, end) from every cache that listens here and forgets its allocations.
+  void invalidate_everywhere(uintptr_t start, uintptr_t end);
+
+ private:
+  struct Known {
+    uint64_t length = 0;
+    uint64_t alloc_id = 0;
+    int iface = 0;
+  };
+  static void on_free(void* context, uint64_t base, size_t alloc_len);
+  void forget(uintptr_t start, uintptr_t end);
+
+  std::shared_mutex mutex_;  // never held while notifying or calling a runtime
+  std::map<uint64_t, Known> known_;  // allocations seen, by base address
+};
+
+}  // namespace hmr::core

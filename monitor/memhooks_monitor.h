@@ -1,0 +1,79 @@
+// Host-memory monitor that patches libc's memory-unmapping functions in place (the UCX
+// "bistro" technique), so the calls glibc makes internally are seen too: free() of a large
+// block reaches munmap through a direct jump inside libc, malloc trimming reaches brk
+// through sbrk, realloc reaches mremap, arena shrinking reaches madvise.  Symbol
+// interposition or GOT patching would miss all of those.
+//
+// Each hooked function's entry gets a 5-byte `jmp rel32` to a 16-byte slot in a page
+// mapped within reach of libc, which holds `movabs $hook, %r11; jmp *%r11`.  (Where no such
+// page can be mapped, the 13-byte absolute jump is written at the entry itself.)  A hook
+// replaces its function entirely: it tells the caches first and then performs the
+// operation with a raw syscall, so the original code is never run and needs no relocation;
+// its bytes are kept only to be put back by stop() and in a forked child.  Five bytes cover
+// exactly the `mov $nr, %eax` before the `syscall` of glibc's stubs, so a thread sleeping in
+// the kernel while the patch is written returns to untouched code, and the five bytes are
+// written with one aligned 8-byte store.
+//
+// Hooked (x86-64 glibc only): munmap, mmap (MAP_FIXED over a range), mremap, madvise
+// (MADV_DONTNEED, MADV_DONTNEED_LOCKED, MADV_FREE, MADV_REMOVE), brk (and so sbrk and
+// malloc's trimming, which reach the break only through brk), shmdt, shmat (SHM_REMAP).
+// Not seen: raw syscall(2) or inline syscalls in other code, ld.so's private munmap (dlclose
+// of a library), io_uring and other processes.
+//
+// Caches are told before the memory goes away, so when the call returns no cache can hand
+// out the old registration.  Notifications are skipped while nothing is subscribed.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+
+#include "monitor/monitor.h"
+
+namespace hmr::core {
+
+class MemhooksMonitor final : public Monitor {
+ public:
+  static constexpr size_t kMaxPatch = 16;   // bytes of a function a patch may replace
+  static constexpr size_t kInspectBytes = 24;  // bytes check_patchable reads
+
+  static MemhooksMonitor& instance();
+
+  const char* name() const override { return "memhooks"; }
+  // Patches every hooked function or none.  HMR_EBUSY when a function already starts with
+  // a jump (another monitor or a profiler patched it), HMR_EOPNOTSUPP off x86-64 glibc.
+  Status start() override;
+  // Puts the original code back when no range is subscribed any more.
+  void stop() override;
+  Status subscribe(uintptr_t start, size_t len) override;
+  void unsubscribe(uintptr_t start, size_t len) override;
+
+  bool installed() const { return installed_.load(std::memory_order_acquire); }
+
+  // Whether code starting at `code` (kInspectBytes readable bytes) may be patched:
+  // HMR_EBUSY, naming `function` and the bytes, when it already starts with a jump or a
+  // breakpoint.
+  static Status check_patchable(const void* code, const char* function = "function");
+
+  // The patched entry of a hooked libc function (e.g. "munmap") and the bytes the patch
+  // replaced; false when the monitor is not installed or the name is not hooked.
+  bool original_code(const char* symbol, const uint8_t** entry, uint8_t* bytes,
+                     size_t* length) const;
+
+ private:
+  MemhooksMonitor() = default;
+  ~MemhooksMonitor() override = default;
+
+  Status install();  // start_mutex_ held
+  void restore();    // start_mutex_ held (or the only thread, in a forked child)
+  static void before_fork();
+  static void after_fork_in_parent();
+  static void after_fork_in_child();
+
+  mutable std::mutex start_mutex_;
+  std::atomic<bool> installed_{false};
+  bool atfork_registered_ = false;
+};
+
+}  // namespace hmr::core

@@ -1,0 +1,82 @@
+// core::Monitor — tells caches that address ranges changed (unmapped, pages dropped, moved),
+// so no cache ever hands out a registration of memory that is gone.
+//
+// A monitor is process-wide (one uffd thread, one set of memory hooks); each cache that
+// uses it is a sink.  subscribe/unsubscribe declare the ranges the caches hold; a monitor
+// may report more than that (events are filtered through the caches' indexes).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include <mutex>
+
+#include "util/status.h"
+
+namespace hmr::core {
+
+class InvalidationSink {
+ public:
+  virtual void invalidate(uintptr_t start, uintptr_t end) = 0;
+
+ protected:
+  ~InvalidationSink() = default;
+};
+
+class Monitor {
+ public:
+  virtual ~Monitor() = default;
+  virtual const char* name() const = 0;
+
+  // Idempotent; the first start brings the machinery up (thread, hooks, fd).
+  virtual Status start() = 0;
+  virtual void stop() = 0;
+  virtual Status subscribe(uintptr_t start, size_t len) = 0;
+  virtual void unsubscribe(uintptr_t start, size_t len) = 0;
+  // Whether a cached range is still what it was; monitors that learn of changes only on
+  // demand (allocation ids, imported monitors) answer here.  Called on cache hits only
+  // when checks_on_hit() is true.
+  virtual bool valid(uintptr_t start, size_t len) { (void)start; (void)len; return true; }
+  virtual bool checks_on_hit() const { return false; }
+
+  // The userfaultfd kernel releases an unmapping thread the moment its event is read, which
+  // is before the caches are told.  A monitor with such a window raises `pending` before it
+  // reads and lowers it after notifying; cache lookups wait while it is up, so no lookup
+  // after munmap() returns can see the old entry.
+  bool has_pending() const { return pending_.load(std::memory_order_seq_cst) != 0; }
+  void wait_pending() const;
+
+  Status add_sink(InvalidationSink* sink);
+  void remove_sink(InvalidationSink* sink);
+  // Delivers an invalidation to every sink; safe from any thread, including the monitor's.
+  void notify(uintptr_t start, uintptr_t end);
+
+  // True inside an EventScope: a monitor's event thread (UffdWatcher), or a memory hook
+  // running in the application's thread, possibly under glibc's malloc lock.  Work there must not free
+  // or unmap anything: it could wait for itself.  Caches defer their deregistrations.
+  static bool on_event_thread();
+
+  class EventScope {
+   public:
+    EventScope();
+    ~EventScope();
+    EventScope(const EventScope&) = delete;
+    EventScope& operator=(const EventScope&) = delete;
+  };
+
+ protected:
+  // Raised and lowered around event reads by a monitor with such a window (UffdWatcher).
+  std::atomic<uint32_t>& pending_counter() { return pending_; }
+
+ private:
+  std::atomic<uint32_t> pending_{0};
+  static constexpr unsigned kMaxSinks = 256;
+  // Recursive: a sink's invalidation may unmap (a dead dma-buf mapping), and a memory hook
+  // then notifies again on the same thread.  Other threads wait, so remove_sink() returns
+  // only when no notification is inside the sink.
+  std::recursive_mutex sinks_mutex_;
+  InvalidationSink* sinks_[kMaxSinks] = {};
+};
+
+}  // namespace hmr::core

@@ -1,0 +1,59 @@
+#include "monitor/uffd_watcher.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "monitor/monitor.h"
+
+namespace hmr::core {
+
+Result<std::unique_ptr<UffdWatcher>> UffdWatcher::start(std::atomic<uint32_t>& pending,
+                                                        OnChange on_change, const char* owner) {
+  Result<Userfaultfd> uffd = Userfaultfd::open();
+  if (!uffd.ok()) return uffd.status();
+  UniqueFd wake(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!wake.valid()) {
+    const int err = errno;
+    return make_error(HMR_ENOMEM, "eventfd for the %s: %s", owner, std::strerror(err));
+  }
+  return std::unique_ptr<UffdWatcher>(
+      new UffdWatcher(std::move(*uffd), std::move(wake), pending, std::move(on_change)));
+}
+
+UffdWatcher::UffdWatcher(Userfaultfd uffd, UniqueFd wake, std::atomic<uint32_t>& pending,
+                         OnChange on_change)
+    : uffd_(std::move(uffd)), wake_(std::move(wake)), pending_(pending),
+      on_change_(std::move(on_change)) {
+  thread_ = std::thread([this] { run(); });
+}
+
+UffdWatcher::~UffdWatcher() {
+  const uint64_t one = 1;
+  (void)!::write(wake_.get(), &one, sizeof one);
+  thread_.join();
+}
+
+void UffdWatcher::run() {
+  const Monitor::EventScope event_thread;
+  pollfd fds[2] = {{uffd_.fd(), POLLIN, 0}, {wake_.get(), POLLIN, 0}};
+  constexpr size_t kBatch = 64;
+  AddressRangeEvent batch[kBatch];
+  for (;;) {
+    if (poll(fds, 2, -1) < 0 && errno != EINTR) break;
+    // Events before a stop request: an unmapping thread may be blocked on one.
+    if (fds[0].revents & POLLIN) {
+      pending_.fetch_add(1, std::memory_order_seq_cst);
+      size_t count = 0;
+      while (count < kBatch && uffd_.read_event(&batch[count])) ++count;
+      for (size_t i = 0; i < count; ++i) on_change_(batch[i]);
+      pending_.fetch_sub(1, std::memory_order_seq_cst);
+    }
+    if (fds[1].revents & POLLIN) break;
+  }
+  uffd_.close();
+}
+
+}  // namespace hmr::core

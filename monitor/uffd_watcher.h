@@ -1,0 +1,50 @@
+// A userfaultfd and the one thread that reads it: the machinery both the host-memory monitor
+// and the software NIC's MMU_NOTIFY model stand on.
+//
+// The kernel releases an unmapping thread the moment its event is read, before anyone was
+// told.  The owner's `pending` counter is raised before each read and lowered after the
+// callbacks for what was read, so an owner that waits while it is up never acts on pages
+// that changed without being told.  Events are read in a batch before any callback runs:
+// each read releases an unmapping thread, which may hold a lock a callback needs.  The
+// thread counts as a monitor event thread (Monitor::on_event_thread), so caches never free
+// or unmap from it, and it closes the userfaultfd itself before exiting: its runtime may
+// unmap watched memory on the way out, and nobody would read that event.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <thread>
+
+#include "util/status.h"
+#include "util/unique_fd.h"
+#include "util/userfaultfd.h"
+
+namespace hmr::core {
+
+class UffdWatcher {
+ public:
+  // Runs on the watcher's thread; it must not wait for anything an unmapping thread may hold.
+  using OnChange = std::function<void(const AddressRangeEvent& change)>;
+
+  // `pending` must outlive the watcher.  `owner` names it in error reasons.
+  static Result<std::unique_ptr<UffdWatcher>> start(std::atomic<uint32_t>& pending,
+                                                    OnChange on_change, const char* owner);
+  ~UffdWatcher();  // stops the thread
+
+  Status watch(uintptr_t start, size_t len) { return uffd_.watch(start, len); }
+
+ private:
+  UffdWatcher(Userfaultfd uffd, UniqueFd wake, std::atomic<uint32_t>& pending,
+              OnChange on_change);
+  void run();
+
+  Userfaultfd uffd_;
+  UniqueFd wake_;  // eventfd: tells the thread to stop
+  std::atomic<uint32_t>& pending_;
+  OnChange on_change_;
+  std::thread thread_;
+};
+
+}  // namespace hmr::core

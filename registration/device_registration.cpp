@@ -1,0 +1,110 @@
+#include "registration/device_registration.h"
+
+#include "hmem/hmem_registry.h"
+
+namespace hmr::core {
+
+Result<nic::Registration> register_device_range(NicRegistrar& registrar, nic::RegistrationRequest request,
+                                                const hmem::PointerInfo& memory,
+                                                hmem::Iface& iface, const iovec& segment,
+                                                ExportMode mode, DeviceHold& hold) {
+  constexpr uint64_t kKindFlags = HMR_HMEM_DEVICE_ONLY | HMR_HMEM_HOST_ALLOC;
+  request.iface = static_cast<hmr_hmem_iface>(memory.iface);
+  request.device = memory.device.value;
+  request.flags &= ~kKindFlags;
+  request.dmabuf = nullptr;
+  request.segments = {&segment, 1};
+  DeviceHold made;
+  made.mode = mode;
+  hmr_mr_dmabuf dmabuf{};
+  iovec shadow_segment{};
+  switch (mode) {
+    case ExportMode::host_va:
+      // Runtime memory the CPU can reach: registered by address, and the NIC told what it is.
+      if (memory.kind == hmem::MemoryKind::host_alloc) request.flags |= HMR_HMEM_HOST_ALLOC;
+      break;
+    case ExportMode::dmabuf: {
+      Result<std::shared_ptr<const SharedExport>> share =
+          DmabufShares::instance().acquire(iface, memory);
+      if (!share.ok()) return share.status();
+      made.dmabuf = std::move(*share);
+      made.dmabuf_offset = made.dmabuf->offset_of(reinterpret_cast<uintptr_t>(segment.iov_base));
+      dmabuf.fd = made.dmabuf->fd();
+      dmabuf.offset = made.dmabuf_offset;
+      dmabuf.len = segment.iov_len;
+      dmabuf.base_addr = segment.iov_base;
+      request.dmabuf = &dmabuf;
+      request.segments = {};
+      request.flags |= HMR_HMEM_DEVICE_ONLY;
+      break;
+    }
+    case ExportMode::peer_direct:
+      request.flags |= HMR_HMEM_DEVICE_ONLY;
+      break;
+    case ExportMode::host_shadow: {
+      Result<std::unique_ptr<ShadowBuffer>> shadow =
+          ShadowBuffer::create(iface, segment.iov_base, segment.iov_len);
+      if (!shadow.ok()) return shadow.status();
+      made.shadow = std::move(*shadow);
+      shadow_segment = {made.shadow->host(), segment.iov_len};
+      // The NIC sees host memory: the shadow, not the device.
+      request.iface = HMR_HMEM_SYSTEM;
+      request.device = 0;
+      request.segments = {&shadow_segment, 1};
+      break;
+    }
+  }
+  Result<nic::Registration> registered = registrar.register_memory(request);
+  if (registered.ok()) hold = std::move(made);
+  return registered;
+}
+
+Result<nic::Registration> DeviceCacheBackend::register_range(uintptr_t start, uint64_t len,
+                                                             const CacheKey& key) {
+  hmem::Registry& registry = hmem::Registry::global();
+  Result<hmem::Iface*> iface = registry.loaded_iface(key.iface);
+  if (!iface.ok()) return iface.status();
+  const iovec segment = {reinterpret_cast<void*>(start), len};
+  Result<hmem::PointerInfo> memory = registry.verify(
+      key.iface, static_cast<uint64_t>(static_cast<uint32_t>(key.device)), segment.iov_base, len);
+  if (!memory.ok()) return memory.status();
+  if (memory->alloc_id != key.alloc_id) {
+    return make_error(HMR_EAGAIN, "%s memory at %p was freed and allocated again while it was "
+                      "being registered", hmem::iface_name(key.iface), segment.iov_base);
+  }
+  DeviceHold hold;
+  Result<nic::Registration> registered =
+      register_device_range(registrar_, registrar_.request_for({&segment, 1}, key.access), *memory,
+                            **iface, segment, static_cast<ExportMode>(key.export_mode), hold);
+  if (!registered.ok()) return registered;
+  std::lock_guard<std::mutex> lock(mutex_);
+  holds_.emplace(registered->handle, std::move(hold));
+  return registered;
+}
+
+void DeviceCacheBackend::deregister(nic::Registration& registration) {
+  void* handle = registration.handle;
+  registrar_.deregister_memory(registration);
+  DeviceHold released;  // closes its export or unmaps its shadow after the lock is dropped
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto found = holds_.find(handle);
+  if (found == holds_.end()) return;
+  released = std::move(found->second);
+  holds_.erase(found);
+}
+
+std::optional<DeviceCacheBackend::ExportView> DeviceCacheBackend::view(
+    const nic::Registration& registration) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto found = holds_.find(registration.handle);
+  if (found == holds_.end()) return std::nullopt;
+  ExportView view;
+  view.mode = found->second.mode;
+  if (found->second.dmabuf) {
+    view.dmabuf_fd = found->second.dmabuf->fd();
+    view.dmabuf_offset = found->second.dmabuf_offset;
+  }
+  return view;
+}
+
+}  // namespace hmr::core

@@ -1,0 +1,62 @@
+// Registering device memory (and runtime memory the CPU can reach) on the NIC through one
+// export path, and what such a registration keeps alive: the shared dma-buf export it points
+// into, or the host shadow the NIC registered instead of the device memory.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <unordered_map>
+
+#include "cache/registration_cache.h"
+#include "hmem/dmabuf_share.h"
+#include "hmem/iface.h"
+#include "nic/nic.h"
+#include "registration/export_policy.h"
+#include "registration/nic_registrar.h"
+#include "registration/shadow_buffer.h"
+
+namespace hmr::core {
+
+struct DeviceHold {
+  ExportMode mode = ExportMode::host_va;
+  std::shared_ptr<const SharedExport> dmabuf;  // dma-buf path: the allocation's export
+  uint64_t dmabuf_offset = 0;                  // of the registered range inside it
+  std::unique_ptr<ShadowBuffer> shadow;        // host-shadow path
+};
+
+// Registers `segment` (inside the allocation `memory` of `iface`) through `mode`, with the
+// rest of `request` (access, keys, flags, ...) as given.  On success `hold` owns what the NIC
+// registration needs for as long as it lives.
+Result<nic::Registration> register_device_range(NicRegistrar& registrar, nic::RegistrationRequest request,
+                                                const hmem::PointerInfo& memory,
+                                                hmem::Iface& iface, const iovec& segment,
+                                                ExportMode mode, DeviceHold& hold);
+
+// The backend of a domain's device-memory cache: entries are keyed by iface, device,
+// allocation id and export mode; a miss re-resolves the range (the allocation must still be
+// the one the key names) and registers it through the key's export mode.
+class DeviceCacheBackend final : public CacheBackend {
+ public:
+  explicit DeviceCacheBackend(NicRegistrar& registrar) : registrar_(registrar) {}
+  Result<nic::Registration> register_range(uintptr_t start, uint64_t len,
+                                           const CacheKey& key) override;
+  void deregister(nic::Registration& registration) override;
+
+  // The export of a cached registration (for hmr_mr_query): fd and offset of its first byte.
+  struct ExportView {
+    ExportMode mode = ExportMode::host_va;
+    int dmabuf_fd = -1;
+    uint64_t dmabuf_offset = 0;
+  };
+  std::optional<ExportView> view(const nic::Registration& registration);
+
+ private:
+  NicRegistrar& registrar_;
+  std::mutex mutex_;  // holds_ only; never held across a NIC or driver call
+  std::unordered_map<void*, DeviceHold> holds_;  // by NIC registration handle
+};
+
+}  // namespace hmr::core

@@ -1,0 +1,80 @@
+#include "registration/memory_resolution.h"
+
+namespace hmr::core {
+namespace {
+
+using hmem::MemoryKind;
+using ull = unsigned long long;
+
+// HMR_HMEM_DEVICE_ONLY / HMR_HMEM_HOST_ALLOC are statements about the memory too.
+Status check_declared_kind(const MrRequest& request, const hmem::PointerInfo& memory) {
+  const char* flag = nullptr;
+  MemoryKind expected = MemoryKind::host;
+  if (request.flags & HMR_HMEM_DEVICE_ONLY) {
+    flag = "HMR_HMEM_DEVICE_ONLY";
+    expected = MemoryKind::device_only;
+  } else if (request.flags & HMR_HMEM_HOST_ALLOC) {
+    flag = "HMR_HMEM_HOST_ALLOC";
+    expected = MemoryKind::host_alloc;
+  }
+  if (flag == nullptr || memory.kind == expected) return ok_status();
+  return make_error(HMR_EINVAL, "registration flag %s contradicts the %s runtime, which reports "
+                    "%s memory at 0x%llx", flag, hmem::iface_name(memory.iface),
+                    hmem::memory_kind_name(memory.kind), static_cast<ull>(memory.base));
+}
+
+}  // namespace
+
+Status resolve_memory(MrRequest& request, bool declared, hmem::Registry& registry) {
+  if (request.dmabuf) {
+    request.memory = hmem::PointerInfo{};
+    request.memory.iface = request.iface;
+    request.memory.device = hmem::DeviceId{request.device};
+    request.memory.base = reinterpret_cast<uintptr_t>(request.dmabuf->base_addr);
+    request.memory.alloc_len = request.dmabuf->len;
+    request.memory.kind =
+        request.iface == HMR_HMEM_SYSTEM ? MemoryKind::host : MemoryKind::device_only;
+    return ok_status();
+  }
+  const bool verify = declared || request.iface != HMR_HMEM_SYSTEM;
+  for (size_t i = 0; i < request.segments.size(); ++i) {
+    const iovec& segment = request.segments[i];
+    Result<hmem::PointerInfo> memory =
+        verify ? registry.verify(request.iface, request.device, segment.iov_base, segment.iov_len)
+               : registry.classify(segment.iov_base, segment.iov_len);
+    if (!memory.ok()) return memory.status();
+    if (memory->iface != HMR_HMEM_SYSTEM && request.segments.size() != 1) {
+      return make_error(HMR_EOPNOTSUPP,
+                        "segment %zu [%p, +%zu) is %s memory: device memory is registered one "
+                        "segment per MR",
+                        i, segment.iov_base, segment.iov_len, hmem::iface_name(memory->iface));
+    }
+    if (i == 0) request.memory = std::move(*memory);
+  }
+  HMR_RETURN_IF_ERROR(check_declared_kind(request, request.memory));
+  request.iface = static_cast<hmr_hmem_iface>(request.memory.iface);
+  request.device = request.memory.device.value;
+  return ok_status();
+}
+
+hmr_mem_kind public_kind(MemoryKind kind) {
+  switch (kind) {
+    case MemoryKind::host: return HMR_MEM_HOST;
+    case MemoryKind::host_alloc: return HMR_MEM_HOST_ALLOC;
+    case MemoryKind::device_only: return HMR_MEM_DEVICE_ONLY;
+    case MemoryKind::managed: return HMR_MEM_MANAGED;
+  }
+  return HMR_MEM_HOST;
+}
+
+Result<MemoryKind> internal_kind(int kind) {
+  switch (kind) {
+    case HMR_MEM_HOST: return MemoryKind::host;
+    case HMR_MEM_HOST_ALLOC: return MemoryKind::host_alloc;
+    case HMR_MEM_DEVICE_ONLY: return MemoryKind::device_only;
+    case HMR_MEM_MANAGED: return MemoryKind::managed;
+  }
+  return make_error(HMR_EINVAL, "memory kind %d is not an hmr_mem_kind (0..3)", kind);
+}
+
+}  // namespace hmr::core

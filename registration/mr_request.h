@@ -1,0 +1,54 @@
+// A registration request as the domain works with it: every form of fi_mr_reg/regv/regattr
+// normalised into one value and validated against the domain's rules, before any lock is
+// taken or any NIC is called.
+#pragma once
+
+#include <hmr/hmr.h>
+#include <sys/uio.h>
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "hmem/iface.h"
+#include "util/status.h"
+
+namespace hmr::core {
+
+struct DomainRules {
+  uint64_t mr_mode = 0;      // negotiated: the bits in force
+  size_t key_size = 8;
+  size_t iov_limit = 1;
+  uint64_t max_mr_size = UINT64_MAX;
+  bool nic_auth_keys = false;
+};
+
+inline constexpr uint64_t kKnownAccess = HMR_COLLECTIVE | HMR_READ | HMR_WRITE | HMR_RECV |
+                                         HMR_SEND | HMR_REMOTE_READ | HMR_REMOTE_WRITE;
+inline constexpr uint64_t kKnownRegistrationFlags = HMR_MR_DMABUF | HMR_HMEM_HOST_ALLOC |
+                                                    HMR_HMEM_DEVICE_ONLY | HMR_RMA_PMEM |
+                                                    HMR_RMA_EVENT | HMR_AUTH_KEY;
+
+struct MrRequest {
+  std::vector<iovec> segments;          // empty for a dma-buf
+  std::optional<hmr_mr_dmabuf> dmabuf;
+  uint64_t access = 0;
+  uint64_t flags = 0;
+  std::optional<uint64_t> requested_key;  // absent under PROV_KEY
+  void* context = nullptr;
+  hmr_hmem_iface iface = HMR_HMEM_SYSTEM;
+  uint64_t device = 0;
+  void* hmem_data = nullptr;
+  size_t page_size = 0;
+  // What the memory is, once resolved (core/memory_resolution.h): iface and device then
+  // agree with it.  Host memory until then.
+  hmem::PointerInfo memory;
+
+  uint64_t length() const;
+  bool device_memory() const { return memory.iface != HMR_HMEM_SYSTEM; }
+};
+
+Result<MrRequest> validate_mr_request(const hmr_mr_attr& attr, uint64_t flags,
+                                      const DomainRules& rules);
+
+}  // namespace hmr::core

@@ -1,0 +1,63 @@
+// NicRegistrar: the one door from a domain to its NIC for registrations.  Every NIC
+// registration of the domain, cached or not, host or device, passes here: the ALLOCATED
+// check, pre-faulting of large host ranges, the call itself, its time and its count.  It is
+// also the backend of the domain's host-memory cache (a miss registers through it).
+#pragma once
+
+#include <sys/uio.h>
+
+#include <atomic>
+#include <cstdint>
+#include <span>
+
+#include "cache/registration_cache.h"
+#include "nic/nic.h"
+#include "registration/prefault.h"
+#include "util/status.h"
+
+namespace hmr::core {
+
+// The domain's rules a NIC registration follows (from the negotiated mr_mode).
+struct NicRules {
+  bool virt_addr = true;           // HMR_MR_VIRT_ADDR: peers address bytes by VA
+  bool track_page_changes = false;  // HMR_MR_MMU_NOTIFY
+  bool check_allocated = false;    // HMR_MR_ALLOCATED: every page must be mapped
+  PrefaultSettings prefault;
+  size_t reg_threads = 1;          // HMR_REG_THREADS
+};
+
+struct NicCounters {
+  uint64_t registrations = 0;
+  uint64_t deregistrations = 0;
+  uint64_t registration_ns = 0;  // total time spent in the NIC's register call
+};
+
+class NicRegistrar final : public CacheBackend {
+ public:
+  NicRegistrar(nic::Nic& nic, const NicRules& rules) : nic_(nic), rules_(rules) {}
+
+  // The NIC request for `segments` under the domain's addressing rules.
+  nic::RegistrationRequest request_for(std::span<const iovec> segments, uint64_t access) const;
+  // Registers on the NIC (after the ALLOCATED check and pre-faulting) and counts it.
+  Result<nic::Registration> register_memory(const nic::RegistrationRequest& request);
+  void deregister_memory(nic::Registration& registration);
+
+  // CacheBackend: a host-memory cache miss.
+  Result<nic::Registration> register_range(uintptr_t start, uint64_t len,
+                                           const CacheKey& key) override;
+  void deregister(nic::Registration& registration) override { deregister_memory(registration); }
+
+  nic::Nic& nic() const { return nic_; }
+  NicCounters counters() const;
+
+ private:
+  // HMR_EFAULT unless every page of `segments` is mapped (ALLOCATED domains).  Checked where
+  // a NIC registration is made: a cache hit proves the range was mapped and still is.
+  Status check_allocated(std::span<const iovec> segments) const;
+
+  nic::Nic& nic_;
+  const NicRules rules_;
+  std::atomic<uint64_t> registrations_{0}, deregistrations_{0}, registration_ns_{0};
+};
+
+}  // namespace hmr::core

@@ -1,0 +1,44 @@
+// Pre-faulting a large host range before the NIC pins it.  Pinning (get_user_pages) faults
+// untouched pages in one at a time under the mm lock; populating the range first, in
+// parallel chunks on the registration pool, turns that into a few large, concurrent calls.
+// Only ever host memory the CPU may touch: never device memory, never DEVICE_ONLY, never a
+// dma-buf, and never for an ODP NIC (whose point is not to fault everything in).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "nic/nic.h"
+#include "util/thread_pool.h"
+
+namespace hmr::core {
+
+// How pages are populated.  `automatic`: madvise(MADV_POPULATE_WRITE), falling back to
+// touching when the kernel lacks it (Linux < 5.14).  `touch`: always the fallback (tests).
+enum class PrefaultMethod { automatic, touch };
+
+struct PrefaultSettings {
+  uint64_t min_bytes = 64ULL << 20;  // HMR_REG_PREFAULT_MIN: smaller ranges are left alone
+  size_t threads = 1;                // HMR_REG_THREADS, the caller included
+};
+
+struct PrefaultOutcome {
+  uint64_t populated_bytes = 0;  // now backed by pages (written or read-populated)
+  uint64_t skipped_bytes = 0;    // left alone: not populatable (I/O mapping, unmapped, no access)
+};
+
+// The one decision: whether `request` (on a NIC with on-demand paging or not) is pre-faulted.
+bool wants_prefault(const nic::RegistrationRequest& request, uint64_t min_bytes,
+                    bool on_demand_paging);
+
+// Populates the pages covering [addr, addr+len) on `pool`.  Never fails a registration and
+// never crashes on a range it may not write: such parts are read-populated or skipped, and the
+// NIC's own registration then reports whatever is wrong with the range.
+PrefaultOutcome prefault_range(void* addr, size_t len, ThreadPool& pool,
+                               PrefaultMethod method = PrefaultMethod::automatic);
+
+// Pre-faults every segment of `request` when wants_prefault() says so.
+void prefault_for_registration(const nic::RegistrationRequest& request,
+                               const PrefaultSettings& settings, bool on_demand_paging);
+
+}  // namespace hmr::core
