@@ -5,6 +5,7 @@
 
 #include "api/api_guard.h"
 #include "api/extensible_struct.h"
+#include "api/mr_handle.h"
 #include "core/domain.h"
 #include "core/memory_region.h"
 #include "hmem/hmem_registry.h"
@@ -162,22 +163,22 @@ HMR_API int hmr_mem_invalidate(hmr_domain* handle, const void* addr, size_t len)
 
 HMR_API int hmr_mr_query(hmr_mr* handle, hmr_mr_info* info) {
   return hmr::guarded([&] {
-    MemoryRegion* region = from_handle<MemoryRegion>(handle);
-    if (region == nullptr) return hmr::report_error(HMR_EINVAL, "not an MR handle");
-    auto copy = hmr::core::read_extensible(info, sizeof(hmr_mr_info), "hmr_mr_info");
-    if (!copy.ok()) return hmr::report(copy.status());
-    hmr::Status status = region->query(*copy);
-    if (!status.ok()) return hmr::report(status);
-    hmr::core::write_extensible(info, *copy);
-    return 0;
+    return hmr::with_memory_region(handle, [&](MemoryRegion& region) {
+      auto copy = hmr::core::read_extensible(info, sizeof(hmr_mr_info), "hmr_mr_info");
+      if (!copy.ok()) return hmr::report(copy.status());
+      hmr::Status status = region.query(*copy);
+      if (!status.ok()) return hmr::report(status);
+      hmr::core::write_extensible(info, *copy);
+      return 0;
+    });
   });
 }
 
 HMR_API int hmr_mr_sync(hmr_mr* handle, uint64_t offset, size_t len, uint64_t flags) {
   return hmr::guarded([&] {
-    MemoryRegion* region = from_handle<MemoryRegion>(handle);
-    if (region == nullptr) return hmr::report_error(HMR_EINVAL, "not an MR handle");
-    return hmr::report(region->sync(offset, len, flags));
+    return hmr::with_memory_region(handle, [&](MemoryRegion& region) {
+      return hmr::report(region.sync(offset, len, flags));
+    });
   });
 }
 

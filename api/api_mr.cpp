@@ -1,11 +1,13 @@
 // C ABI: memory regions and keys.
 #include "api/api_guard.h"
 #include "api/extensible_struct.h"
+#include "api/mr_handle.h"
 #include "core/counter.h"
 #include "core/domain.h"
 #include "core/endpoint.h"
 #include "core/memory_region.h"
 
+using hmr::core::CachedMr;
 using hmr::core::Counter;
 using hmr::core::Domain;
 using hmr::core::Endpoint;
@@ -46,6 +48,14 @@ HMR_API int hmr_mr_reg(hmr_domain* domain, const void* buf, size_t len, uint64_t
                        uint64_t offset, uint64_t requested_key, uint64_t flags, hmr_mr** mr,
                        void* context) {
   return hmr::guarded([&] {
+    // The hit path (core/hit_path.cpp); anything it does not serve goes the full way below.
+    Domain* target = from_handle<Domain>(domain);
+    if (target != nullptr && mr != nullptr && flags == 0) {
+      if (CachedMr* hit = target->try_cached_hit(buf, len, access, offset, context)) {
+        *mr = hmr::core::to_handle<hmr_mr>(hit);
+        return 0;
+      }
+    }
     const iovec segment = {const_cast<void*>(buf), len};
     return register_attr(domain, iov_attr(&segment, 1, access, offset, requested_key, context),
                          flags, mr);
@@ -56,6 +66,14 @@ HMR_API int hmr_mr_regv(hmr_domain* domain, const struct iovec* iov, size_t coun
                         uint64_t access, uint64_t offset, uint64_t requested_key, uint64_t flags,
                         hmr_mr** mr, void* context) {
   return hmr::guarded([&] {
+    Domain* target = from_handle<Domain>(domain);
+    if (target != nullptr && mr != nullptr && flags == 0 && iov != nullptr && count == 1) {
+      if (CachedMr* hit =
+              target->try_cached_hit(iov->iov_base, iov->iov_len, access, offset, context)) {
+        *mr = hmr::core::to_handle<hmr_mr>(hit);
+        return 0;
+      }
+    }
     return register_attr(domain, iov_attr(iov, count, access, offset, requested_key, context),
                          flags, mr);
   });
@@ -72,6 +90,10 @@ HMR_API int hmr_mr_regattr(hmr_domain* domain, const hmr_mr_attr* attr, uint64_t
 
 HMR_API int hmr_mr_close(hmr_mr* handle) {
   return hmr::guarded([&] {
+    if (CachedMr* hit = from_handle<CachedMr>(handle)) {
+      hit->domain().close_cached(hit);
+      return 0;
+    }
     MemoryRegion* region = from_handle<MemoryRegion>(handle);
     if (region == nullptr) return hmr::report_error(HMR_EINVAL, "not an MR handle");
     return hmr::report(region->domain().close_memory_region(region));
@@ -79,6 +101,7 @@ HMR_API int hmr_mr_close(hmr_mr* handle) {
 }
 
 HMR_API void* hmr_mr_desc(hmr_mr* handle) {
+  if (const CachedMr* hit = from_handle<CachedMr>(handle)) return hit->desc();
   MemoryRegion* region = from_handle<MemoryRegion>(handle);
   if (region == nullptr) {
     hmr::report_error(HMR_EINVAL, "not an MR handle");
@@ -88,6 +111,7 @@ HMR_API void* hmr_mr_desc(hmr_mr* handle) {
 }
 
 HMR_API uint64_t hmr_mr_key(hmr_mr* handle) {
+  if (const CachedMr* hit = from_handle<CachedMr>(handle)) return hit->key();
   MemoryRegion* region = from_handle<MemoryRegion>(handle);
   if (region == nullptr) {
     hmr::report_error(HMR_EINVAL, "not an MR handle");
@@ -99,10 +123,10 @@ HMR_API uint64_t hmr_mr_key(hmr_mr* handle) {
 HMR_API int hmr_mr_raw_attr(hmr_mr* handle, uint64_t* base_addr, uint8_t* raw_key,
                             size_t* key_size, uint64_t flags) {
   return hmr::guarded([&] {
-    MemoryRegion* region = from_handle<MemoryRegion>(handle);
-    if (region == nullptr) return hmr::report_error(HMR_EINVAL, "not an MR handle");
-    if (flags != 0) return hmr::report_error(HMR_EBADFLAGS, "hmr_mr_raw_attr takes flags 0");
-    return hmr::report(region->raw_attr(base_addr, raw_key, key_size));
+    return hmr::with_memory_region(handle, [&](MemoryRegion& region) {
+      if (flags != 0) return hmr::report_error(HMR_EBADFLAGS, "hmr_mr_raw_attr takes flags 0");
+      return hmr::report(region.raw_attr(base_addr, raw_key, key_size));
+    });
   });
 }
 
@@ -140,34 +164,33 @@ HMR_API int hmr_mr_unmap_key(hmr_domain* handle, uint64_t key) {
 
 HMR_API int hmr_mr_bind(hmr_mr* handle, hmr_fid* bfid, uint64_t flags) {
   return hmr::guarded([&] {
-    MemoryRegion* region = from_handle<MemoryRegion>(handle);
-    if (region == nullptr) return hmr::report_error(HMR_EINVAL, "not an MR handle");
-    if (Endpoint* endpoint = from_handle<Endpoint>(bfid)) {
-      return hmr::report(region->bind_endpoint(*endpoint, flags));
-    }
-    if (Counter* counter = from_handle<Counter>(bfid)) {
-      return hmr::report(region->bind_counter(*counter, flags));
-    }
-    return hmr::report_error(HMR_EINVAL,
-                             "an MR binds an endpoint or a counter (hmr_ep_fid / hmr_cntr_fid)");
+    return hmr::with_memory_region(handle, [&](MemoryRegion& region) {
+      if (Endpoint* endpoint = from_handle<Endpoint>(bfid)) {
+        return hmr::report(region.bind_endpoint(*endpoint, flags));
+      }
+      if (Counter* counter = from_handle<Counter>(bfid)) {
+        return hmr::report(region.bind_counter(*counter, flags));
+      }
+      return hmr::report_error(HMR_EINVAL,
+                               "an MR binds an endpoint or a counter (hmr_ep_fid / hmr_cntr_fid)");
+    });
   });
 }
 
 HMR_API int hmr_mr_enable(hmr_mr* handle) {
   return hmr::guarded([&] {
-    MemoryRegion* region = from_handle<MemoryRegion>(handle);
-    if (region == nullptr) return hmr::report_error(HMR_EINVAL, "not an MR handle");
-    return hmr::report(region->enable());
+    return hmr::with_memory_region(handle,
+                                   [](MemoryRegion& region) { return hmr::report(region.enable()); });
   });
 }
 
 HMR_API int hmr_mr_refresh(hmr_mr* handle, const struct iovec* iov, size_t count,
                            uint64_t flags) {
   return hmr::guarded([&] {
-    MemoryRegion* region = from_handle<MemoryRegion>(handle);
-    if (region == nullptr) return hmr::report_error(HMR_EINVAL, "not an MR handle");
-    if (flags != 0) return hmr::report_error(HMR_EBADFLAGS, "hmr_mr_refresh takes flags 0");
-    return hmr::report(region->refresh(iov, count));
+    return hmr::with_memory_region(handle, [&](MemoryRegion& region) {
+      if (flags != 0) return hmr::report_error(HMR_EBADFLAGS, "hmr_mr_refresh takes flags 0");
+      return hmr::report(region.refresh(iov, count));
+    });
   });
 }
 

@@ -106,7 +106,7 @@ BlockIndex::Slot BlockIndex::erase_slot(const CacheEntry* entry, unsigned level,
   return erased;
 }
 
-void BlockIndex::insert(CacheEntry* entry, uint32_t tag, uint32_t first_holds) {
+void BlockIndex::insert(CacheEntry* entry, uint32_t tag) {
   const unsigned shift = kLevelShift[entry->level];
   const uint64_t first = entry->start >> shift;
   const uint64_t last = (entry->end() - 1) >> shift;
@@ -116,24 +116,19 @@ void BlockIndex::insert(CacheEntry* entry, uint32_t tag, uint32_t first_holds) {
   slot.key_tag = tag | static_cast<uint32_t>(entry->level) << kLevelTagShift;
   for (uint64_t block = first; block <= last; ++block) {
     slot.tagged_entry = reinterpret_cast<uintptr_t>(entry) | static_cast<uintptr_t>(block - first);
-    slot.holds = kFiledRecency | (block == first ? first_holds : 0);
     insert_slot(slot);
   }
   ++entries_per_level_[entry->level];
 }
 
-uint64_t BlockIndex::erase(CacheEntry* entry) {
+void BlockIndex::erase(CacheEntry* entry) {
   const unsigned shift = kLevelShift[entry->level];
   const uint64_t last = (entry->end() - 1) >> shift;
-  uint64_t holds = 0;
   bool filed = false;
   for (uint64_t block = entry->start >> shift; block <= last; ++block) {
-    const Slot erased = erase_slot(entry, entry->level, block);
-    filed = filed || !erased.empty();
-    holds += erased.hold_count();
+    filed = !erase_slot(entry, entry->level, block).empty() || filed;
   }
   if (filed) --entries_per_level_[entry->level];
-  return holds;
 }
 
 }  // namespace hmr::core

@@ -3,14 +3,13 @@
 // finest level where that is at most kMaxBlocksPerEntry blocks, so a lookup is one hash probe
 // per populated level and never a scan, and a small region costs one or two slots.
 //
-// A slot carries everything a hit needs — the entry's range, a tag of its key, and the
-// references taken through this slot — so a hit reads and writes one 32-byte slot (half a
-// cache line, on one page) and never the entry itself.  While an entry is in the index its
-// reference count is the sum of its slots' holds; erase() hands that sum back so the cache
-// can move it into the entry.
+// A slot carries what a lookup needs — the entry's range and a tag of its key — so a lookup
+// reads one 32-byte slot (half a cache line, on one page) and then only the entry it found.
+// Slots are never written by a hit: references and CLOCK recency live in the entry, which the
+// caller reads anyway for its key, so two threads hitting neighbouring entries share no line.
 //
-// Not synchronised: the cache reads it, and takes and drops holds (atomically), under the
-// shared side of its lock, and changes it under the exclusive side.  Growing needs a new
+// Not synchronised: the cache reads it under the shared side of its lock and changes it under
+// the exclusive side.  Growing needs a new
 // table, which the caller allocates before taking the lock (no allocation under the lock).
 #pragma once
 
@@ -32,21 +31,10 @@ class BlockIndex {
   static constexpr unsigned kLevelShift[kLevels] = {12, 21, 30, 39};
   static constexpr uint64_t kMaxBlocksPerEntry = 8;
 
-  // Slot::holds: references taken through the slot (low bits) and a CLOCK recency (top two
-  // bits: 1 when filed, 2 after a hit, lowered by each pass of the hand; 0 makes it a victim).
-  // The per-slot limit keeps the sum over an entry's slots below CacheEntry::kInvalid.
-  static constexpr uint32_t kMaxHolds = (1u << 28) - 1;
-  static constexpr unsigned kRecencyShift = 30;
-  static constexpr uint32_t kRecencyMask = 3u << kRecencyShift;
-  static constexpr uint32_t kFiledRecency = 1u << kRecencyShift;
-  static constexpr uint32_t kHitRecency = 2u << kRecencyShift;
-  static_assert(uint64_t{kMaxHolds} * kMaxBlocksPerEntry <= CacheEntry::kRefMask);
-
   struct alignas(32) Slot {
     uintptr_t tagged_entry = 0;  // CacheEntry* | the block's delta from the entry's first (0..7)
     uintptr_t start = 0;         // the entry's range
     uintptr_t end = 0;
-    uint32_t holds = 0;          // see kMaxHolds; std::atomic_ref under the shared lock
     uint32_t key_tag = 0;        // KeyTag::of(entry key) | level << kLevelTagShift
 
     bool empty() const { return tagged_entry == 0; }
@@ -54,8 +42,6 @@ class BlockIndex {
     unsigned delta() const { return static_cast<unsigned>(tagged_entry & kDeltaMask); }
     unsigned level() const { return (key_tag >> kLevelTagShift) & (kLevels - 1); }
     uint64_t block() const { return (start >> kLevelShift[level()]) + delta(); }
-    uint32_t hold_count() const { return holds & kMaxHolds; }
-    uint32_t recency() const { return holds >> kRecencyShift; }
   };
   static_assert(sizeof(Slot) == 32);
   static_assert(alignof(CacheEntry) > kMaxBlocksPerEntry - 1, "the delta lives in the pointer");
@@ -81,21 +67,6 @@ class BlockIndex {
   // The slot filing `entry` under `block` of its level; nullptr once the entry has left.
   Slot* slot_of(const CacheEntry* entry, unsigned level, uint64_t block) const;
 
-  // Takes a reference through the slot and marks it recently used; false (and nothing
-  // taken) when the slot already carries kMaxHolds.
-  static bool take_hold(Slot& slot) {
-    std::atomic_ref<uint32_t> holds(slot.holds);
-    uint32_t seen = holds.load(std::memory_order_relaxed);
-    do {
-      if ((seen & kMaxHolds) == kMaxHolds) return false;
-    } while (!holds.compare_exchange_weak(seen, (((seen & kMaxHolds) + 1) | kHitRecency),
-                                          std::memory_order_acquire, std::memory_order_relaxed));
-    return true;
-  }
-  static void drop_hold(Slot& slot) {
-    std::atomic_ref<uint32_t>(slot.holds).fetch_sub(1, std::memory_order_release);
-  }
-
   // Calls visit(entry) for each entry overlapping [start, end), possibly more than once.
   template <typename Visit>
   void for_each_overlapping(uintptr_t start, uintptr_t end, Visit&& visit) const;
@@ -111,11 +82,10 @@ class BlockIndex {
   Table adopt(Table fresh);
 
   // Files the entry under each block it touches (the table must have room: capacity_for
-  // said 0), with `tag` = KeyTag::of(entry->key) and `first_holds` references in the slot of
-  // its first block.
-  void insert(CacheEntry* entry, uint32_t tag, uint32_t first_holds);
-  // Takes the entry out; returns the references still held through its slots.
-  uint64_t erase(CacheEntry* entry);
+  // said 0), with `tag` = KeyTag::of(entry->key).
+  void insert(CacheEntry* entry, uint32_t tag);
+  // Takes the entry out of every block it was filed under.
+  void erase(CacheEntry* entry);
   size_t slots_used() const { return used_; }
   size_t capacity() const { return table_.capacity; }
   Slot& slot_at(size_t i) const { return table_.slots[i]; }
@@ -141,7 +111,6 @@ class BlockIndex {
   size_t entries_per_level_[kLevels] = {};
 };
 
-// Inline: every put() of a cached entry runs it.
 inline BlockIndex::Slot* BlockIndex::slot_of(const CacheEntry* entry, unsigned level,
                                              uint64_t block) const {
   for (size_t i = home(level, block);; i = next(i)) {

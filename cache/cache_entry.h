@@ -25,14 +25,21 @@ struct CacheKey {
 struct CacheEntry {
   static constexpr uint32_t kInvalid = 1u << 31;  // out of the index; dies with its last user
   static constexpr uint32_t kRefMask = kInvalid - 1;
+  // References one entry can carry; a get() beyond it registers anew and hands that out
+  // uncached, so the count can never reach kInvalid.
+  static constexpr uint32_t kMaxRefs = (1u << 30) - 1;
+  // CLOCK recency: 1 when filed, 2 after a hit, lowered by each pass of the hand; 0 makes the
+  // entry a victim.
+  static constexpr uint8_t kFiledRecency = 1;
+  static constexpr uint8_t kHitRecency = 2;
 
-  // 0 while the entry is in the cache's index: its references are counted in the index
-  // slots (a hit never writes the entry).  Leaving the index moves their sum here with
-  // kInvalid; each later put() counts down, and the last one deregisters.
+  // References held (the low bits) and kInvalid once the entry has left the index.  A hit
+  // counts up, a put() counts down; the put() that leaves kInvalid alone deregisters.
   std::atomic<uint32_t> state{0};
   uint8_t level = 0;        // index level the entry is filed under
   bool subscribed = false;  // its range is watched by the cache's monitor
   bool collected = false;   // on an invalidation's victim list (through `next`)
+  std::atomic<uint8_t> recency{0};  // written by hits without ordering; read by the hand
   uintptr_t start = 0;
   uint64_t length = 0;
   CacheKey key;
@@ -40,6 +47,7 @@ struct CacheEntry {
   CacheEntry* next = nullptr;  // dead list, or an invalidation's victim list
 
   uintptr_t end() const { return start + length; }
+  uint32_t references() const { return state.load(std::memory_order_relaxed) & kRefMask; }
   bool contains(uintptr_t first, uint64_t len) const {
     return first >= start && len <= length && first - start <= length - len;
   }

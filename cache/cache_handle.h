@@ -7,17 +7,10 @@
 
 namespace hmr::core {
 
-// A reference to a cached registration.  A cached entry's references are counted in the
-// index slots, so the handle says which slot this one was taken through: the one filing
-// `entry` under the block of `start` (the request's own start) at index level `level`.
-// put() finds that slot again — usually still in the CPU cache from get() — without reading
-// the entry.  A registration handed out uncached is counted in entry->state (kUnindexed).
+// A reference to a cached registration, counted in entry->state: put() counts it down with
+// one atomic instruction, under no lock, whether the entry is still cached or not.
 struct CacheHandle {
-  static constexpr uint8_t kUnindexed = 0xff;
-
   CacheEntry* entry = nullptr;
-  uintptr_t start = 0;
-  uint8_t level = kUnindexed;
 
   explicit operator bool() const { return entry != nullptr; }
   const nic::Registration& registration() const { return entry->registration; }

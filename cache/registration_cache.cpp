@@ -35,42 +35,67 @@ void RegistrationCache::detach() {
   attached_ = false;
 }
 
+bool RegistrationCache::take_reference(CacheEntry& entry) {
+  uint32_t seen = entry.state.load(std::memory_order_relaxed);
+  do {
+    if ((seen & CacheEntry::kRefMask) >= CacheEntry::kMaxRefs) return false;
+  } while (!entry.state.compare_exchange_weak(seen, seen + 1, std::memory_order_acquire,
+                                              std::memory_order_relaxed));
+  // Unordered and only when it changes: the hand reads it under the exclusive lock, and a
+  // lost update costs at most one early eviction.
+  if (entry.recency.load(std::memory_order_relaxed) != CacheEntry::kHitRecency) {
+    entry.recency.store(CacheEntry::kHitRecency, std::memory_order_relaxed);
+  }
+  return true;
+}
+
 RegistrationCache::Hit RegistrationCache::lookup(uintptr_t start, uint64_t len,
-                                                 const CacheKey& key, unsigned* reader) {
+                                                 const CacheKey& key) {
   const uint32_t tag = KeyTag::of(key);
   Hit hit;
-  *reader = lock_.lock_shared();
-  // In the index means not invalid: invalidation removes entries under the exclusive lock.
-  // Everything below reads and writes the one slot; the entry is not touched.
+  const ThreadSlot reader = lock_.lock_shared();
+  // In the index means not invalid: invalidation removes entries under the exclusive lock,
+  // so the reference taken here is on a live entry.
   if (BlockIndex::Slot* slot = index_.find(start, len, key, tag)) {
-    if (BlockIndex::take_hold(*slot)) {
-      hit.handle = CacheHandle{slot->entry(), start, static_cast<uint8_t>(slot->level())};
+    CacheEntry* entry = slot->entry();
+    if (take_reference(*entry)) {
+      hit.handle = CacheHandle{entry};
       hit.entry_start = slot->start;
       hit.entry_end = slot->end;
     } else {
       hit.saturated = true;
     }
   }
-  lock_.unlock_shared(*reader);
+  lock_.unlock_shared(reader);
   return hit;
+}
+
+bool RegistrationCache::still_valid(const Hit& hit) {
+  if (!validate_hits_ || monitor_->valid(hit.entry_start, hit.entry_end - hit.entry_start)) {
+    return true;
+  }
+  invalidate(hit.entry_start, hit.entry_end);  // the monitor says it changed: drop it
+  put(hit.handle);
+  return false;
+}
+
+CacheHandle RegistrationCache::find(uintptr_t start, uint64_t len, const CacheKey& key) {
+  if (limits_.max_count == 0) return {};
+  if (monitor_ != nullptr && monitor_->has_pending()) monitor_->wait_pending();
+  const Hit hit = lookup(start, len, key);
+  if (!hit.handle || !still_valid(hit)) return {};
+  hits_.add(0, 1);
+  return hit.handle;
 }
 
 Result<CacheHandle> RegistrationCache::get(uintptr_t start, uint64_t len, const CacheKey& key) {
   bool saturated = false;
   if (limits_.max_count != 0) {
     if (monitor_ != nullptr && monitor_->has_pending()) monitor_->wait_pending();
-    unsigned reader = 0;
-    const Hit hit = lookup(start, len, key, &reader);
-    if (hit.handle) {
-      if (!validate_hits_ || monitor_->valid(hit.entry_start, hit.entry_end - hit.entry_start)) {
-        // A plain increment of this thread's own slot: no locked instruction on the hit
-        // path.  Only threads beyond the 64th share a slot, and may then lose a count.
-        std::atomic<uint64_t>& hits = hit_counters_[reader].hits;
-        hits.store(hits.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-        return hit.handle;
-      }
-      invalidate(hit.entry_start, hit.entry_end);  // the monitor says it changed: drop it
-      put(hit.handle);
+    const Hit hit = lookup(start, len, key);
+    if (hit.handle && still_valid(hit)) {
+      hits_.add(0, 1);
+      return hit.handle;
     }
     saturated = hit.saturated;
   }
@@ -115,9 +140,9 @@ Result<CacheHandle> RegistrationCache::register_and_insert(uintptr_t start, uint
       }
       if (capacity == 0) {
         if (!invalidated_since(sequence, start, start + len) && make_room(len, dead)) {
-          // The caller's reference goes in the slot of the first block: its start is the
-          // entry's start, so that is the slot put() will look in.
-          index_.insert(entry.get(), tag, /*first_holds=*/1);
+          entry->state.store(1, std::memory_order_relaxed);  // the caller's reference
+          entry->recency.store(CacheEntry::kFiledRecency, std::memory_order_relaxed);
+          index_.insert(entry.get(), tag);
           ++count_;
           bytes_ += len;
           inserted = true;
@@ -130,12 +155,11 @@ Result<CacheHandle> RegistrationCache::register_and_insert(uintptr_t start, uint
     }
   }
   finalize_all(dead);
-  const uint8_t level = entry->level;
-  if (inserted) return CacheHandle{entry.release(), start, level};
+  if (inserted) return CacheHandle{entry.release()};
   // Handed out once: the last put() deregisters it.
   entry->state.store(CacheEntry::kInvalid | 1, std::memory_order_relaxed);
   uncached_.fetch_add(1, std::memory_order_relaxed);
-  return CacheHandle{entry.release(), start, CacheHandle::kUnindexed};
+  return CacheHandle{entry.release()};
 }
 
 bool RegistrationCache::invalidated_since(uint64_t sequence, uintptr_t start,
@@ -150,66 +174,38 @@ bool RegistrationCache::invalidated_since(uint64_t sequence, uintptr_t start,
 }
 
 void RegistrationCache::put(const CacheHandle& handle) {
-  if (handle.level != CacheHandle::kUnindexed) {
-    const uint64_t block = handle.start >> BlockIndex::kLevelShift[handle.level];
-    const unsigned reader = lock_.lock_shared();
-    BlockIndex::Slot* slot = index_.slot_of(handle.entry, handle.level, block);
-    if (slot != nullptr) BlockIndex::drop_hold(*slot);
-    lock_.unlock_shared(reader);
-    if (slot != nullptr) return;
-    // Not in the index any more: retire() moved this reference into entry->state.
-  }
-  release_unindexed(handle.entry);
-}
-
-void RegistrationCache::release_unindexed(CacheEntry* entry) {
+  CacheEntry* entry = handle.entry;
   const uint32_t previous = entry->state.fetch_sub(1, std::memory_order_acq_rel);
-  if (previous == (CacheEntry::kInvalid | 1)) finalize(entry);
-}
-
-uint64_t RegistrationCache::holds_of(BlockIndex::Slot& first_slot) const {
-  uint64_t holds = 0;
-  index_.for_each_slot_of(first_slot, [&](BlockIndex::Slot& slot) { holds += slot.hold_count(); });
-  return holds;
+  if (previous == (CacheEntry::kInvalid | 1)) finalize(entry);  // the last user of a dead entry
 }
 
 void RegistrationCache::retire(CacheEntry* entry, CacheEntry*& dead) {
-  const uint64_t holds = index_.erase(entry);
+  index_.erase(entry);
   --count_;
   bytes_ -= entry->length;
-  // Last touch while a holder may still be out there: from now on its put() finds no slot
-  // and counts down entry->state, and may finalize the entry at any moment.
-  entry->state.fetch_add(static_cast<uint32_t>(holds) | CacheEntry::kInvalid,
-                         std::memory_order_acq_rel);
-  if (holds == 0) {
+  // Last touch while a holder may still be out there: from now on the put() that drops the
+  // last reference finalizes the entry, at any moment.  No new reference can be taken: the
+  // entry is out of the index and no reader is inside (exclusive lock).
+  const uint32_t previous = entry->state.fetch_or(CacheEntry::kInvalid, std::memory_order_acq_rel);
+  if ((previous & CacheEntry::kRefMask) == 0) {
     entry->next = dead;
     dead = entry;
   }
 }
 
 CacheEntry* RegistrationCache::clock_victim() {
-  // The hand judges an entry at its first slot.  A hit sets a slot's recency to 2 and filing
-  // to 1 (a new entry outlives one pass, as behind a classic CLOCK hand); each pass lowers
-  // it.  Three passes at most: two bring anything to 0, the third finds an unused entry if
-  // there is one.
+  // The hand judges an entry at its first slot.  Three passes at most: two bring any
+  // recency to 0, the third finds an unused entry if there is one.
   const size_t capacity = index_.capacity();
   for (size_t step = 0; step < 3 * capacity; ++step) {
     if (clock_hand_ >= capacity) clock_hand_ = 0;
     BlockIndex::Slot& first = index_.slot_at(clock_hand_++);
     if (first.empty() || first.delta() != 0) continue;
-    uint64_t holds = 0;
-    uint32_t recency = 0;
-    index_.for_each_slot_of(first, [&](BlockIndex::Slot& slot) {
-      holds += slot.hold_count();
-      recency = std::max(recency, slot.recency());
-    });
-    if (holds != 0) continue;
-    if (recency == 0) return first.entry();
-    // Exclusive lock: no hit can change a slot meanwhile, plain writes are enough.
-    const uint32_t lowered = (recency - 1) << BlockIndex::kRecencyShift;
-    index_.for_each_slot_of(first, [&](BlockIndex::Slot& slot) {
-      slot.holds = (slot.holds & ~BlockIndex::kRecencyMask) | lowered;
-    });
+    CacheEntry* entry = first.entry();
+    if (entry->references() != 0) continue;
+    const uint8_t recency = entry->recency.load(std::memory_order_relaxed);
+    if (recency == 0) return entry;
+    entry->recency.store(static_cast<uint8_t>(recency - 1), std::memory_order_relaxed);
   }
   return nullptr;
 }
@@ -258,7 +254,7 @@ void RegistrationCache::flush() {
   CacheEntry* unused = nullptr;
   for (size_t i = 0; i < index_.capacity(); ++i) {
     BlockIndex::Slot& first = index_.slot_at(i);
-    if (first.empty() || first.delta() != 0 || holds_of(first) != 0) continue;
+    if (first.empty() || first.delta() != 0 || first.entry()->references() != 0) continue;
     first.entry()->next = unused;
     unused = first.entry();
   }
@@ -302,7 +298,7 @@ void RegistrationCache::finalize_deferred() {
 CacheStatistics RegistrationCache::statistics() {
   finalize_deferred();
   CacheStatistics stats;
-  for (const HitCounter& counter : hit_counters_) stats.hits += counter.hits.load(std::memory_order_relaxed);
+  stats.hits = static_cast<uint64_t>(hits_.sum(0));
   stats.misses = misses_.load(std::memory_order_relaxed);
   stats.invalidations = invalidations_.load(std::memory_order_relaxed);
   stats.evictions = evictions_.load(std::memory_order_relaxed);
@@ -312,7 +308,9 @@ CacheStatistics RegistrationCache::statistics() {
   stats.cached_bytes = bytes_;
   for (size_t i = 0; i < index_.capacity(); ++i) {
     BlockIndex::Slot& first = index_.slot_at(i);
-    if (!first.empty() && first.delta() == 0 && holds_of(first) != 0) ++stats.in_use_regions;
+    if (!first.empty() && first.delta() == 0 && first.entry()->references() != 0) {
+      ++stats.in_use_regions;
+    }
   }
   lock_.unlock();
   return stats;

@@ -4,8 +4,8 @@
 // one hash probe per populated index level, a reference count, no allocation, no exclusive
 // lock), or registers on a miss: the NIC call runs with no lock held, then the entry is
 // inserted under the exclusive lock if no invalidation touched its range meanwhile.
-// A hit reads and writes only the index slot it finds (range, key tag and reference count
-// live there), so it costs one cache miss of shared data, not two.
+// A hit reads the index slot it finds and counts a reference in the entry, whose key and
+// descriptor the caller reads next anyway; put() is one atomic decrement, under no lock.
 // Entries die when the monitor reports their range changed; one still in use stays valid
 // for its holders and is deregistered by the last put().  Unused entries are evicted by
 // CLOCK (a hand sweeping the slot table) when the count or byte limit is reached.
@@ -21,6 +21,7 @@
 #include "cache/cache_handle.h"
 #include "cache/entry_pool.h"
 #include "monitor/monitor.h"
+#include "util/sharded_counters.h"
 #include "util/sharded_rw_lock.h"
 #include "util/status.h"
 
@@ -65,6 +66,9 @@ class RegistrationCache final : public InvalidationSink {
 
   // A reference to an entry containing [start, start+len); release it with put().
   Result<CacheHandle> get(uintptr_t start, uint64_t len, const CacheKey& key);
+  // The same when it is a hit; an empty handle (nothing registered, no miss counted) when it
+  // is not.  The C ABI's hit path asks this first and leaves a miss to the domain's full path.
+  CacheHandle find(uintptr_t start, uint64_t len, const CacheKey& key);
   void put(const CacheHandle& handle);
 
   void invalidate(uintptr_t start, uintptr_t end) override;
@@ -74,25 +78,27 @@ class RegistrationCache final : public InvalidationSink {
   const CacheLimits& limits() const { return limits_; }
 
  private:
-  friend class RegistrationCacheTestPeer;  // white-box tests (saturated slots)
+  friend class RegistrationCacheTestPeer;  // white-box tests (index slots)
 
   struct Hit {
     CacheHandle handle;
     uintptr_t entry_start = 0;  // the entry's range, for a monitor that validates hits
     uintptr_t entry_end = 0;
-    bool saturated = false;  // found, but its slot already carries BlockIndex::kMaxHolds
+    bool saturated = false;  // found, but the entry already carries CacheEntry::kMaxRefs
   };
-  Hit lookup(uintptr_t start, uint64_t len, const CacheKey& key, unsigned* reader);
+  Hit lookup(uintptr_t start, uint64_t len, const CacheKey& key);
+  // Whether a hit may be handed out: the monitor's verdict for monitors that check on every
+  // hit; otherwise yes.  A stale hit is invalidated and released here.
+  bool still_valid(const Hit& hit);
   // `may_cache` false: register and hand out uncached (a saturated slot).
   Result<CacheHandle> register_and_insert(uintptr_t start, uint64_t len, const CacheKey& key,
                                           bool may_cache);
   bool invalidated_since(uint64_t sequence, uintptr_t start, uintptr_t end) const;
   bool make_room(uint64_t bytes, CacheEntry*& dead);
   CacheEntry* clock_victim();
-  // References held through `first_slot` (an entry's first) and the entry's other slots.
-  uint64_t holds_of(BlockIndex::Slot& first_slot) const;
+  // One more reference on an entry found in the index; false at CacheEntry::kMaxRefs.
+  static bool take_reference(CacheEntry& entry);
   void retire(CacheEntry* entry, CacheEntry*& dead);  // out of the index (locked)
-  void release_unindexed(CacheEntry* entry);          // a put() through entry->state
   void finalize(CacheEntry* entry);
   // Deregisters and frees `dead` now, or, on a monitor's event thread, hands it to the next
   // cache call on another thread.
@@ -121,10 +127,7 @@ class RegistrationCache final : public InvalidationSink {
   RecentInvalidation recent_[kRecent];
   std::atomic<uint64_t> invalidation_sequence_{0};
 
-  struct alignas(64) HitCounter {
-    std::atomic<uint64_t> hits{0};
-  };
-  HitCounter hit_counters_[ShardedRwLock::kSlots];
+  ShardedCounters<1> hits_;
   std::atomic<uint64_t> misses_{0}, invalidations_{0}, evictions_{0}, uncached_{0};
   std::atomic<CacheEntry*> deferred_{nullptr};  // dead entries left by a monitor thread
 };

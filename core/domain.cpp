@@ -89,6 +89,7 @@ Result<std::unique_ptr<Domain>> Domain::open(const hmr_domain_attr& attr,
   // An adapter that opened its own NIC object shows it, so the application can use it too.
   if (void* handle = domain->nic().native_handle()) negotiated->nic_handle = handle;
   HMR_RETURN_IF_ERROR(domain->open_cache(attr, negotiated));
+  domain->enable_hit_path();
   return domain;
 }
 
@@ -208,6 +209,9 @@ hmr_domain_stats Domain::statistics() {
     cache.in_use_regions += device.in_use_regions;
   }
   hmr_domain_stats stats = stats_.snapshot();
+  stats.registrations += static_cast<uint64_t>(hit_counters_.sum(kHitRegistrations));
+  stats.mr_open += static_cast<uint64_t>(hit_counters_.sum(kHitOpen));
+  stats.mr_bytes += static_cast<uint64_t>(hit_counters_.sum(kHitBytes));
   const NicCounters nic = nic_registrar_.counters();
   stats.nic_registrations = nic.registrations;
   stats.nic_deregistrations = nic.deregistrations;
@@ -257,9 +261,10 @@ Domain::~Domain() {
 }
 
 Status Domain::prepare_close() {
-  if (open_mrs_.load() != 0 || open_objects_.load() != 0) {
-    return make_error(HMR_EBUSY, "domain has %zu MRs and %d counters/endpoints open; close them "
-                      "first", open_mrs_.load(), open_objects_.load());
+  const int64_t open_mrs = open_mr_count();
+  if (open_mrs != 0 || open_objects_.load() != 0) {
+    return make_error(HMR_EBUSY, "domain has %lld MRs and %d counters/endpoints open; close them "
+                      "first", static_cast<long long>(open_mrs), open_objects_.load());
   }
   std::lock_guard<std::mutex> lock(bind_mutex_);
   registrar_.reset();
@@ -275,9 +280,10 @@ Status Domain::bind_event_queue(EventQueue& queue, uint64_t flags) {
   }
   std::lock_guard<std::mutex> lock(bind_mutex_);
   if (event_queue_ != nullptr) return make_error(HMR_EBUSY, "domain is already bound to an event queue");
-  if (open_mrs_.load() != 0) {
+  if (open_mr_count() != 0) {
     return make_error(HMR_EBUSY, "bind the event queue before registering memory");
   }
+  async_bound_.store(true, std::memory_order_release);  // from now on every MR is asynchronous
   registrar_ = std::make_unique<AsyncRegistrar>();
   event_queue_ = &queue;
   queue.bind_domain();

@@ -20,11 +20,13 @@
 #include "registration/registration_cost.h"
 #include "util/environment.h"
 #include "util/object.h"
+#include "util/sharded_counters.h"
 #include "util/status.h"
 
 namespace hmr::core {
 
 class AsyncRegistrar;
+class CachedMr;
 class EventQueue;
 class MemoryRegion;
 
@@ -41,6 +43,13 @@ class Domain : public Tagged<ObjectClass::domain> {
 
   Result<MemoryRegion*> register_memory(const hmr_mr_attr& attr, uint64_t flags);
   Status close_memory_region(MemoryRegion* region);
+
+  // The cache hit path (core/hit_path.cpp): hmr_mr_reg of host memory that the cache holds,
+  // as a pooled CachedMr; nullptr when the request needs the full path (register_memory),
+  // which then also reports any error.  No lock, allocation or virtual call on the way.
+  CachedMr* try_cached_hit(const void* buf, size_t len, uint64_t access, uint64_t offset,
+                           void* context);
+  void close_cached(CachedMr* mr);
 
   // Whether MRs for `request` may share a cached NIC registration, and under which key.
   bool cacheable(const MrRequest& request) const;
@@ -83,6 +92,10 @@ class Domain : public Tagged<ObjectClass::domain> {
   // Detects or verifies what the request's memory is (before any lock or NIC call).
   Status resolve(MrRequest& request);
   Status reserve_mr_slot();
+  // MRs open now: full MemoryRegions and the hit path's CachedMrs.
+  int64_t open_mr_count() const;
+  // Whether hmr_mr_reg may try the hit path in this domain (decided once, at open).
+  void enable_hit_path();
 
   std::unique_ptr<nic::Nic> nic_;
   DomainRules rules_;
@@ -105,6 +118,14 @@ class Domain : public Tagged<ObjectClass::domain> {
   bool copies_allowed_ = false;  // HMR_DOMAIN_ALLOW_HMEM_COPY
   bool declares_memory_ = false;  // the application supports HMR_MR_HMEM
   DeviceCacheBackend device_backend_{nic_registrar_};
+
+  // The hit path's state: whether it may serve this domain, the cache key its requests share
+  // (access filled in per call), and its counters, per thread (summed by statistics()).
+  bool hit_path_ = false;
+  std::atomic<bool> async_bound_{false};  // an event queue took over registration
+  CacheKey hit_key_;
+  enum HitCounter { kHitRegistrations, kHitOpen, kHitBytes, kHitCounters };
+  ShardedCounters<kHitCounters> hit_counters_;
   std::unique_ptr<RegistrationCache> device_cache_;  // after its backend: destroyed first
 
   friend class MemoryRegion;

@@ -3,17 +3,31 @@
 #include <cstring>
 
 #include "core/async_registrar.h"
+#include "core/cached_mr.h"
 #include "core/counter.h"
 #include "core/domain.h"
 #include "core/endpoint.h"
 #include "core/event_queue.h"
 #include "hmem/hmem_registry.h"
+#include "hmem/system_iface.h"
 #include "registration/memory_resolution.h"
 
 namespace hmr::core {
 
 MemoryRegion::MemoryRegion(Domain& domain, MrRequest request)
     : domain_(domain), request_(std::move(request)) {}
+
+MemoryRegion::MemoryRegion(const CachedMr& hit) : domain_(hit.domain()) {
+  request_.segments.push_back({reinterpret_cast<void*>(hit.start()), hit.length()});
+  request_.access = hit.access();
+  request_.context = hit.context();
+  request_.memory = hmem::host_pointer_info(reinterpret_cast<void*>(hit.start()), hit.length());
+  cache_handle_ = hit.handle();
+  handle_cache_ = &hit.cache();
+  registration_ = hit.handle().registration();
+  enabled_ = true;  // a shared registration is never disabled: nothing binds to it
+  state_.store(State::registered, std::memory_order_release);
+}
 
 bool MemoryRegion::starts_enabled() const {
   if (domain_.has_mode(HMR_MR_ENDPOINT)) return false;

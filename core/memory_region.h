@@ -20,6 +20,7 @@
 
 namespace hmr::core {
 
+class CachedMr;
 class Counter;
 class Domain;
 class Endpoint;
@@ -29,6 +30,10 @@ class MemoryRegion : public Tagged<ObjectClass::memory_region> {
   enum class State { pending, registered, failed };
 
   MemoryRegion(Domain& domain, MrRequest request);
+  // A view of a cache hit's handle (core/cached_mr.h) for the calls other than key, desc and
+  // close, so every rule of an MR is written once, here.  The view owns nothing: the CachedMr
+  // keeps the cache reference, and the view must not be released.
+  explicit MemoryRegion(const CachedMr& hit);
 
   Domain& domain() const { return domain_; }
   const MrRequest& request() const { return request_; }

@@ -9,6 +9,7 @@ namespace hmr::core {
 enum class ObjectClass : uint32_t {
   domain = 0x444f4d4e,  // "DOMN"
   memory_region = 0x4d52454e,
+  cached_memory_region = 0x4d524843,  // an MR handed out by the cache hit path (core/cached_mr.h)
   event_queue = 0x45514551,
   counter = 0x434e5452,
   endpoint = 0x45505054,

@@ -4,12 +4,6 @@
 
 namespace hmr::core {
 
-unsigned ShardedRwLock::thread_slot() {
-  static std::atomic<unsigned> next_slot{0};
-  __attribute__((tls_model("initial-exec"))) thread_local const unsigned slot = next_slot.fetch_add(1, std::memory_order_relaxed) % kSlots;
-  return slot;
-}
-
 void ShardedRwLock::wait_for_writer() const {
   while (writer_.load(std::memory_order_acquire)) std::this_thread::yield();
 }

@@ -37,9 +37,7 @@ std::unique_ptr<CacheEntry> make_entry(uintptr_t start, uint64_t length,
   return entry;
 }
 
-void insert(BlockIndex& index, CacheEntry* entry, uint32_t first_holds = 0) {
-  index.insert(entry, KeyTag::of(entry->key), first_holds);
-}
+void insert(BlockIndex& index, CacheEntry* entry) { index.insert(entry, KeyTag::of(entry->key)); }
 
 // Grows the index the way the cache does: a table made "outside the lock", then adopted.
 void insert_growing(BlockIndex& index, CacheEntry* entry) {
@@ -412,7 +410,7 @@ TEST(BlockIndex, HashedTagMatchesAreConfirmedAgainstTheEntryKey) {
   asked.device = 2;
   auto entry = make_entry(0x800000, kPage, filed);
   // File it under the other key's tag: what a hash collision between the two would do.
-  index.insert(entry.get(), KeyTag::of(asked), 0);
+  index.insert(entry.get(), KeyTag::of(asked));
   EXPECT_EQ(index.find(0x800000, kPage, asked, KeyTag::of(asked)), nullptr)
       << "a colliding tag was taken for a key match";
   EXPECT_EQ(index.find(0x800000, kPage, filed, KeyTag::of(filed)), nullptr)
@@ -423,13 +421,13 @@ TEST(BlockIndex, HashedTagMatchesAreConfirmedAgainstTheEntryKey) {
   EXPECT_EQ(find(index, 0x800000, kPage, asked), nullptr);
 }
 
-// ------------------------------------------------------------------ holds in the slots
+// ------------------------------------------------------------------ the slots of an entry
 
 TEST(BlockIndex, EachBlockOfAnEntryHasASlotWithTheRangeAndItsDelta) {
   BlockIndex index;
   auto entry = make_entry(0x900800, 7 * kPage);  // straddles 8 pages
   ASSERT_EQ(BlockIndex::slots_needed(*entry), 8u);
-  insert(index, entry.get(), /*first_holds=*/1);
+  insert(index, entry.get());
   const std::vector<BlockIndex::Slot*> slots = slots_of(index, *entry);
   ASSERT_EQ(slots.size(), 8u);
   for (unsigned delta = 0; delta < 8; ++delta) {
@@ -439,72 +437,47 @@ TEST(BlockIndex, EachBlockOfAnEntryHasASlotWithTheRangeAndItsDelta) {
     EXPECT_EQ(slot.start, entry->start);
     EXPECT_EQ(slot.end, entry->end());
     EXPECT_EQ(slot.block(), (entry->start >> 12) + delta);
-    EXPECT_EQ(slot.hold_count(), delta == 0 ? 1u : 0u) << "the filer's hold is in the first slot";
-    EXPECT_EQ(slot.recency(), 1u) << "filing counts as one use";
   }
   // A lookup anywhere in the range goes through that block's slot.
   EXPECT_EQ(index.find(entry->start + 5 * kPage, 10, entry->key, KeyTag::of(entry->key)),
             slots[5]);
 }
 
-TEST(BlockIndex, HoldsTakenThroughAnySlotAreSummedByErase) {
+TEST(BlockIndex, EraseTakesOutEverySlotOfTheEntry) {
   BlockIndex index;
   auto entry = make_entry(0xa00000, 3 * kPage);
-  insert(index, entry.get(), /*first_holds=*/1);
+  insert(index, entry.get());
   const uint32_t tag = KeyTag::of(entry->key);
   for (uint64_t page = 0; page < 3; ++page) {
-    BlockIndex::Slot* slot = index.find(entry->start + page * kPage, kPage, entry->key, tag);
-    ASSERT_NE(slot, nullptr);
-    EXPECT_TRUE(BlockIndex::take_hold(*slot));
-    EXPECT_EQ(slot->recency(), 2u) << "a hit marks the slot recently used";
+    EXPECT_NE(index.find(entry->start + page * kPage, kPage, entry->key, tag), nullptr);
   }
-  BlockIndex::Slot* middle = index.find(entry->start + kPage, kPage, entry->key, tag);
-  EXPECT_TRUE(BlockIndex::take_hold(*middle));
-  BlockIndex::drop_hold(*slots_of(index, *entry)[2]);
-  EXPECT_EQ(index.erase(entry.get()), 4u);  // 1 filed + 3 hits + 1 more - 1 dropped
+  index.erase(entry.get());
   EXPECT_EQ(index.slots_used(), 0u);
   EXPECT_EQ(index.slot_of(entry.get(), entry->level, entry->start >> 12), nullptr)
-      << "put() must find no slot once the entry is out";
-  EXPECT_EQ(index.erase(entry.get()), 0u);
+      << "no lookup may find the entry once it is out";
+  index.erase(entry.get());  // a second erase finds nothing and changes nothing
+  EXPECT_EQ(index.slots_used(), 0u);
 }
 
-TEST(BlockIndex, ASaturatedSlotRefusesMoreHolds) {
-  BlockIndex index;
-  auto entry = make_entry(0xb00000, kPage);
-  insert(index, entry.get(), 1);
-  BlockIndex::Slot* slot = index.find(entry->start, kPage, entry->key, KeyTag::of(entry->key));
-  ASSERT_NE(slot, nullptr);
-  slot->holds = BlockIndex::kFiledRecency | (BlockIndex::kMaxHolds - 1);
-  EXPECT_TRUE(BlockIndex::take_hold(*slot));
-  EXPECT_EQ(slot->hold_count(), BlockIndex::kMaxHolds);
-  const uint32_t saturated = slot->holds;
-  EXPECT_FALSE(BlockIndex::take_hold(*slot));
-  EXPECT_EQ(slot->holds, saturated) << "a refused hold must change nothing";
-  BlockIndex::drop_hold(*slot);
-  EXPECT_TRUE(BlockIndex::take_hold(*slot));
-  slot->holds = 0;
-  index.erase(entry.get());
-}
-
-TEST(BlockIndex, HoldsMoveWithTheirSlotsOnGrowthAndErase) {
+TEST(BlockIndex, EntriesStayFoundThroughGrowthAndErase) {
   BlockIndex index;
   std::vector<std::unique_ptr<CacheEntry>> entries;
-  // Filed with one hold each, then grown several times and thinned out by erases that shift
-  // the others back: every survivor must still carry exactly its hold.
+  // Filed, then grown several times and thinned out by erases that shift the others back:
+  // every survivor must still be found, through its own first slot.
   for (uint64_t i = 0; i < 500; ++i) {
     entries.push_back(make_entry(0x7c0000000000 + i * 3 * kPage, (1 + i % 2) * kPage));
     const size_t capacity = index.capacity_for(BlockIndex::slots_needed(*entries.back()));
     if (capacity != 0) (void)index.adopt(BlockIndex::make_table(capacity));
-    insert(index, entries.back().get(), /*first_holds=*/1);
+    insert(index, entries.back().get());
   }
-  for (size_t i = 0; i < entries.size(); i += 2) EXPECT_EQ(index.erase(entries[i].get()), 1u);
+  for (size_t i = 0; i < entries.size(); i += 2) index.erase(entries[i].get());
   for (size_t i = 1; i < entries.size(); i += 2) {
     const CacheEntry& entry = *entries[i];
     BlockIndex::Slot* first = index.slot_of(&entry, entry.level, entry.start >> 12);
     ASSERT_NE(first, nullptr);
-    EXPECT_EQ(first->hold_count(), 1u);
+    EXPECT_EQ(first->start, entry.start);
     EXPECT_EQ(find(index, entry.start, entry.length, entry.key), &entry);
-    EXPECT_EQ(index.erase(entries[i].get()), 1u);
+    index.erase(entries[i].get());
   }
   EXPECT_EQ(index.slots_used(), 0u);
 }

@@ -16,14 +16,14 @@
 
 namespace hmr::core {
 
-// Reaches the index slot a handle's reference was taken through (tests only, no other thread
-// running): lets a test put a slot at its hold limit without taking 2^28 references.
+// Reaches the index slot that files a handle's entry under the block of `start` (tests only,
+// no other thread running).
 class RegistrationCacheTestPeer {
  public:
-  static BlockIndex::Slot* slot_of(RegistrationCache& cache, const CacheHandle& handle) {
-    if (handle.level == CacheHandle::kUnindexed) return nullptr;
-    return cache.index_.slot_of(handle.entry, handle.level,
-                                handle.start >> BlockIndex::kLevelShift[handle.level]);
+  static BlockIndex::Slot* slot_of(RegistrationCache& cache, const CacheHandle& handle,
+                                   uintptr_t start) {
+    const CacheEntry& entry = *handle.entry;
+    return cache.index_.slot_of(&entry, entry.level, start >> BlockIndex::kLevelShift[entry.level]);
   }
 };
 
@@ -696,7 +696,7 @@ TEST_F(RegistrationCacheTest, ConcurrentHitsMissesAndInvalidationsStayConsistent
   EXPECT_EQ(backend_.registrations.load() - backend_.deregistrations.load(), stats.cached_regions);
 }
 
-// ------------------------------------------------------------------ references in the slots
+// ------------------------------------------------------------------ references of multi-block entries
 
 TEST_F(RegistrationCacheTest, HitsThroughDifferentSlotsOfOneEntryAreAllCounted) {
   RegistrationCache& cache = make(limits(16));
@@ -707,9 +707,9 @@ TEST_F(RegistrationCacheTest, HitsThroughDifferentSlotsOfOneEntryAreAllCounted) 
   ASSERT_TRUE(whole && second && third && third_again);
   EXPECT_EQ(second.entry, whole.entry);
   EXPECT_EQ(third.entry, whole.entry);
-  EXPECT_NE(RegistrationCacheTestPeer::slot_of(cache, second),
-            RegistrationCacheTestPeer::slot_of(cache, third))
-      << "each hit goes through the slot of its own block";
+  EXPECT_NE(RegistrationCacheTestPeer::slot_of(cache, second, page(11) + 100),
+            RegistrationCacheTestPeer::slot_of(cache, third, page(12)))
+      << "each hit is found through the slot of its own block";
   const uint64_t id = FakeBackend::id_of(whole);
   CacheStatistics stats = cache.statistics();
   EXPECT_EQ(stats.hits, 3u);
@@ -790,24 +790,23 @@ TEST_F(RegistrationCacheTest, HoldsSurviveIndexGrowthAndOtherEntriesLeaving) {
   EXPECT_EQ(backend_.deregistrations.load(), 600u);
 }
 
-TEST_F(RegistrationCacheTest, ASaturatedSlotHandsTheRequestOutUncached) {
+TEST_F(RegistrationCacheTest, ASaturatedEntryHandsTheRequestOutUncached) {
   RegistrationCache& cache = make(limits(16));
   CacheHandle first = get(page(0), kPage);
   const uint64_t id = FakeBackend::id_of(first);
-  BlockIndex::Slot* slot = RegistrationCacheTestPeer::slot_of(cache, first);
-  ASSERT_NE(slot, nullptr);
-  ASSERT_EQ(slot->hold_count(), 1u);
-  // As if 2^28 - 2 more MRs held it through this slot.
-  const uint32_t others = BlockIndex::kMaxHolds - 2;
-  slot->holds += others;
+  CacheEntry& entry = *first.entry;
+  ASSERT_EQ(entry.references(), 1u);
+  // As if 2^30 - 3 more MRs held it.
+  const uint32_t others = CacheEntry::kMaxRefs - 2;
+  entry.state.fetch_add(others);
 
   CacheHandle last_one = get(page(0), kPage);  // reaches the limit
   EXPECT_EQ(FakeBackend::id_of(last_one), id);
-  EXPECT_EQ(slot->hold_count(), BlockIndex::kMaxHolds);
+  EXPECT_EQ(entry.references(), CacheEntry::kMaxRefs);
   CacheHandle beyond = get(page(0), kPage);
   ASSERT_TRUE(beyond);
-  EXPECT_NE(FakeBackend::id_of(beyond), id) << "a saturated slot must not be counted past";
-  EXPECT_EQ(slot->hold_count(), BlockIndex::kMaxHolds) << "the refused hold changed the count";
+  EXPECT_NE(FakeBackend::id_of(beyond), id) << "a saturated entry must not be counted past";
+  EXPECT_EQ(entry.references(), CacheEntry::kMaxRefs) << "the refused reference changed the count";
   CacheStatistics stats = cache.statistics();
   EXPECT_EQ(stats.hits, 1u);
   EXPECT_EQ(stats.misses, 2u);
@@ -818,7 +817,7 @@ TEST_F(RegistrationCacheTest, ASaturatedSlotHandsTheRequestOutUncached) {
   EXPECT_FALSE(backend_.is_live(beyond_id)) << "an uncached registration dies with its put";
 
   cache.put(last_one);
-  slot->holds -= others;
+  entry.state.fetch_sub(others);
   cache.put(first);
   EXPECT_EQ(cache.statistics().in_use_regions, 0u);
   EXPECT_EQ(touch(page(0), kPage), id) << "still cached and usable";
