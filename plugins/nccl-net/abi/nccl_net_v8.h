@@ -1,0 +1,57 @@
+/* ncclNet_v8_t (NCCL 2.20 - 2.23): properties and the function table, as published. */
+#ifndef HMR_NCCL_NET_V8_H
+#define HMR_NCCL_NET_V8_H
+
+#include "nccl_net_common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+	char *name;
+	char *pciPath;
+	uint64_t guid;
+	int ptrSupport;
+	int regIsGlobal;
+	int speed; /* Mbps */
+	int port;
+	float latency; /* us */
+	int maxComms;
+	int maxRecvs;
+	int netDeviceType;
+	int netDeviceVersion;
+} ncclNetProperties_v8_t;
+
+typedef struct {
+	const char *name;
+	ncclResult_t (*init)(ncclDebugLogger_t logger);
+	ncclResult_t (*devices)(int *ndev);
+	ncclResult_t (*getProperties)(int dev, ncclNetProperties_v8_t *props);
+	ncclResult_t (*listen)(int dev, void *handle, void **listenComm);
+	ncclResult_t (*connect)(int dev, void *handle, void **sendComm,
+				ncclNetDeviceHandle_t **sendDevComm);
+	ncclResult_t (*accept)(void *listenComm, void **recvComm, ncclNetDeviceHandle_t **recvDevComm);
+	ncclResult_t (*regMr)(void *comm, void *data, size_t size, int type, void **mhandle);
+	ncclResult_t (*regMrDmaBuf)(void *comm, void *data, size_t size, int type, uint64_t offset,
+				    int fd, void **mhandle);
+	ncclResult_t (*deregMr)(void *comm, void *mhandle);
+	ncclResult_t (*isend)(void *sendComm, void *data, int size, int tag, void *mhandle,
+			      void **request);
+	ncclResult_t (*irecv)(void *recvComm, int n, void **data, int *sizes, int *tags,
+			      void **mhandles, void **request);
+	ncclResult_t (*iflush)(void *recvComm, int n, void **data, int *sizes, void **mhandles,
+			       void **request);
+	ncclResult_t (*test)(void *request, int *done, int *sizes);
+	ncclResult_t (*closeSend)(void *sendComm);
+	ncclResult_t (*closeRecv)(void *recvComm);
+	ncclResult_t (*closeListen)(void *listenComm);
+	ncclResult_t (*getDeviceMr)(void *comm, void *mhandle, void **dptr_mhandle);
+	ncclResult_t (*irecvConsumed)(void *recvComm, int n, void *request);
+} ncclNet_v8_t;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

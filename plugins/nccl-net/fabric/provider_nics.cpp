@@ -1,0 +1,99 @@
+#include "provider_nics.h"
+
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_errno.h>
+
+#include <cstring>
+#include <set>
+
+namespace hmr::nccl {
+namespace {
+
+constexpr size_t kCqDataBytes = 8;
+
+bool same_provider(const std::string& wanted, const char* actual) {
+  if (wanted == actual) return true;
+  // "tcp" asks for the core provider; RDM endpoints over it come layered as "tcp;ofi_rxm".
+  return wanted.find(';') == std::string::npos && std::string(actual).rfind(wanted + ";", 0) == 0;
+}
+
+std::optional<ProviderNics> query(const Libfabric& libfabric, const std::string& provider,
+                                  std::string* why) {
+  InfoPtr hints = rdm_rma_hints(libfabric);
+  if (!hints) {
+    if (why != nullptr) *why = "fi_allocinfo failed";
+    return std::nullopt;
+  }
+  hints->fabric_attr->prov_name = strdup(provider.c_str());  // fi_freeinfo frees it
+  // Device memory where the provider can reach it (FI_HMEM); host memory where it cannot.
+  fi_info* list = nullptr;
+  hints->caps |= FI_HMEM;
+  int rc = libfabric.getinfo(libfabric.api_version(), nullptr, nullptr, 0, hints.get(), &list);
+  if (rc == -FI_ENODATA) {
+    hints->caps &= ~FI_HMEM;
+    rc = libfabric.getinfo(libfabric.api_version(), nullptr, nullptr, 0, hints.get(), &list);
+  }
+  if (rc != 0) {
+    if (why != nullptr) {
+      *why = "provider '" + provider + "' offers no RDM endpoint with RMA and 8-byte CQ data: " +
+             libfabric.describe(rc);
+    }
+    return std::nullopt;
+  }
+  ProviderNics found;
+  std::set<std::string> seen;
+  for (fi_info* info = list; info != nullptr; info = info->next) {
+    if (!same_provider(provider, info->fabric_attr->prov_name)) continue;
+    // libfabric lists a NIC once per address format and utility layering; the first entry,
+    // IPv4 before IPv6 for tcp, is the one to use.
+    if (!seen.insert(info->domain_attr->name).second) continue;
+    if (found.provider.empty()) found.provider = info->fabric_attr->prov_name;
+    if (found.provider != info->fabric_attr->prov_name) continue;
+    found.nics.emplace_back(libfabric.dupinfo(info), InfoDeleter{&libfabric});
+    if (!found.nics.back()) {
+      libfabric.freeinfo(list);
+      if (why != nullptr) *why = "fi_dupinfo failed";
+      return std::nullopt;
+    }
+  }
+  libfabric.freeinfo(list);
+  if (found.nics.empty()) {
+    if (why != nullptr) *why = "provider '" + provider + "' lists no NIC";
+    return std::nullopt;
+  }
+  return found;
+}
+
+}  // namespace
+
+InfoPtr rdm_rma_hints(const Libfabric& libfabric) {
+  InfoPtr hints(libfabric.dupinfo(nullptr), InfoDeleter{&libfabric});
+  if (!hints) return hints;
+  hints->caps = FI_MSG | FI_RMA | FI_SEND | FI_RECV | FI_WRITE | FI_READ | FI_REMOTE_WRITE |
+                FI_REMOTE_READ;
+  hints->mode = FI_CONTEXT | FI_CONTEXT2;  // every operation context starts with fi_context2
+  hints->ep_attr->type = FI_EP_RDM;
+  hints->domain_attr->mr_mode =
+      FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_HMEM;
+  hints->domain_attr->threading = FI_THREAD_SAFE;  // NCCL registers from any thread
+  hints->domain_attr->cq_data_size = kCqDataBytes;
+  hints->domain_attr->control_progress = FI_PROGRESS_UNSPEC;
+  hints->domain_attr->data_progress = FI_PROGRESS_UNSPEC;
+  return hints;
+}
+
+std::optional<ProviderNics> find_provider_nics(const Libfabric& libfabric,
+                                               const std::string& requested, std::string* why) {
+  if (!requested.empty()) return query(libfabric, requested, why);
+  std::string reasons;
+  for (const char* provider : kDefaultProviders) {
+    std::string reason;
+    if (auto found = query(libfabric, provider, &reason)) return found;
+    reasons += (reasons.empty() ? "" : "; ") + reason;
+  }
+  if (why != nullptr) *why = "no usable provider (" + reasons + ")";
+  return std::nullopt;
+}
+
+}  // namespace hmr::nccl

@@ -1,0 +1,107 @@
+#include "control_channel.h"
+
+#include <hmr/hmr.h>
+#include <rdma/fi_errno.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "device.h"
+
+namespace hmr::nccl {
+
+std::unique_ptr<ControlChannel> ControlChannel::open(Device& device, Endpoint& endpoint,
+                                                     size_t receives, size_t sends,
+                                                     std::string* why) {
+  std::unique_ptr<ControlChannel> channel(new ControlChannel(device, endpoint));
+  const size_t count = receives + sends;
+  const size_t bytes = ((count + 1) * kControlBufferSize + 4095) / 4096 * 4096;  // + scratch
+  channel->memory_ = static_cast<uint8_t*>(std::aligned_alloc(4096, bytes));
+  if (channel->memory_ == nullptr) {
+    *why = "cannot allocate " + std::to_string(bytes) + " bytes of control buffers";
+    return nullptr;
+  }
+  // Registered like any buffer, so providers that want descriptors for local buffers
+  // (FI_MR_LOCAL) get hmr's; one registration for all of a comm's control buffers.
+  const int rc = hmr_mr_reg(device.registrations(), channel->memory_, bytes, HMR_SEND | HMR_RECV,
+                            0, 0, 0, &channel->mr_, nullptr);
+  if (rc != 0) {
+    *why = std::string("hmr_mr_reg of the control buffers: ") + hmr_strerror(rc) + " (" +
+           hmr_last_error() + ")";
+    return nullptr;
+  }
+  channel->desc_ = hmr_mr_desc(channel->mr_);
+  channel->receives_ = receives;
+  channel->slots_.resize(count);
+  for (size_t i = 0; i < count; ++i) {
+    Operation& op = channel->slots_[i];
+    op.kind = i < receives ? OperationKind::control_receive : OperationKind::control_send;
+    op.owner = channel.get();
+    op.index = static_cast<uint32_t>(i);
+    if (i >= receives) channel->free_sends_.push_back(static_cast<uint32_t>(i));
+  }
+  return channel;
+}
+
+ControlChannel::~ControlChannel() {
+  // The endpoint is closed before this (its owner's order), so no operation still uses a buffer.
+  if (mr_ != nullptr) hmr_mr_close(mr_);
+  std::free(memory_);
+}
+
+bool ControlChannel::post_receives(std::string* why) {
+  for (size_t i = 0; i < receives_; ++i) {
+    if (!repost(slots_[i], why)) return false;
+  }
+  return true;
+}
+
+bool ControlChannel::repost(Operation& op, std::string* why) {
+  const ssize_t rc = endpoint_->post_receive(buffer(op.index), kControlBufferSize, desc_, &op);
+  if (rc != 0) {
+    // Receive queues are sized for every buffer a comm posts, so EAGAIN here is a fault too.
+    *why = "posting a control receive buffer failed: " + endpoint_->libfabric().describe(rc);
+    return false;
+  }
+  return true;
+}
+
+bool ControlChannel::send(const ControlMessage& message, fi_addr_t peer, std::string* why) {
+  std::vector<uint8_t> bytes = encode(message);
+  if (bytes.size() > kControlBufferSize) {
+    *why = "a control message of " + std::to_string(bytes.size()) + " bytes does not fit a buffer";
+    return false;
+  }
+  queued_.push_back(Queued{std::move(bytes), peer});
+  return flush(why);
+}
+
+bool ControlChannel::flush(std::string* why) {
+  while (!queued_.empty() && !free_sends_.empty()) {
+    const Queued& next = queued_.front();
+    const uint32_t index = free_sends_.back();
+    std::memcpy(buffer(index), next.bytes.data(), next.bytes.size());
+    const ssize_t rc = endpoint_->send(buffer(index), next.bytes.size(), desc_, next.peer,
+                                       &slots_[index]);
+    if (rc == -FI_EAGAIN) return true;  // the provider is busy: the next progress retries
+    if (rc != 0) {
+      *why = "sending a control message failed: " + endpoint_->libfabric().describe(rc);
+      return false;
+    }
+    free_sends_.pop_back();
+    queued_.pop_front();
+    ++sends_in_flight_;
+  }
+  return true;
+}
+
+std::span<const uint8_t> ControlChannel::received(const Operation& op, size_t len) const {
+  return std::span<const uint8_t>(buffer(op.index), len < kControlBufferSize ? len : kControlBufferSize);
+}
+
+void ControlChannel::sent(const Operation& op) {
+  free_sends_.push_back(op.index);
+  --sends_in_flight_;
+}
+
+}  // namespace hmr::nccl

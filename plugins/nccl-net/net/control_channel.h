@@ -1,0 +1,69 @@
+// A comm's control messages (connection set-up, receive announcements, send failures): a few
+// small buffers registered once through hmr, receive buffers kept posted, and sends that
+// queue when the provider or the buffers are busy and go out on the next progress.
+#pragma once
+
+#include <hmr/hmr.h>
+#include <rdma/fabric.h>
+
+#include <deque>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "../wire/control_message.h"
+#include "operation.h"
+
+namespace hmr::nccl {
+
+class Device;
+
+class ControlChannel {
+ public:
+  static std::unique_ptr<ControlChannel> open(Device& device, Endpoint& endpoint,
+                                              size_t receives, size_t sends, std::string* why);
+  ~ControlChannel();
+  ControlChannel(const ControlChannel&) = delete;
+  ControlChannel& operator=(const ControlChannel&) = delete;
+
+  // Posts every receive buffer (once, after open).
+  bool post_receives(std::string* why);
+  // Sends `message` to `peer` now, or queues it for flush().
+  bool send(const ControlMessage& message, fi_addr_t peer, std::string* why);
+  // Posts queued sends while buffers and the provider allow.
+  bool flush(std::string* why);
+  // Sends queued or not yet completed.
+  bool busy() const { return !queued_.empty() || sends_in_flight_ != 0; }
+
+  // For a completed control_receive operation: the bytes received, and then its repost.
+  std::span<const uint8_t> received(const Operation& op, size_t len) const;
+  bool repost(Operation& op, std::string* why);
+  // For a completed (or failed) control_send operation.
+  void sent(const Operation& op);
+  // A registered buffer of kControlBufferSize bytes no message uses (iflush reads into it).
+  void* scratch() const { return buffer(slots_.size()); }
+  void* desc() const { return desc_; }
+
+ private:
+  ControlChannel(Device& device, Endpoint& endpoint) : device_(&device), endpoint_(&endpoint) {}
+  uint8_t* buffer(size_t index) const { return memory_ + index * kControlBufferSize; }
+
+  struct Queued {
+    std::vector<uint8_t> bytes;
+    fi_addr_t peer;
+  };
+
+  Device* device_;
+  Endpoint* endpoint_;
+  uint8_t* memory_ = nullptr;
+  hmr_mr* mr_ = nullptr;
+  void* desc_ = nullptr;
+  size_t receives_ = 0;
+  std::vector<Operation> slots_;       // receives first, then sends
+  std::vector<uint32_t> free_sends_;   // indices of idle send slots
+  std::deque<Queued> queued_;
+  size_t sends_in_flight_ = 0;
+};
+
+}  // namespace hmr::nccl

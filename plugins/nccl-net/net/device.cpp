@@ -1,0 +1,107 @@
+#include "device.h"
+
+#include "../abi/nccl_net_common.h"
+#include "../wire/fnv1a.h"
+#include "../wire/limits.h"
+#include "nic_sysfs.h"
+
+namespace hmr::nccl {
+namespace {
+
+// Link speeds for NICs sysfs does not describe: shm is memory bandwidth, the rest a guess
+// NCCL only uses to rank devices.
+constexpr int kShmSpeedMbps = 400000;
+constexpr int kUnknownSpeedMbps = 10000;
+
+}  // namespace
+
+std::unique_ptr<Device> Device::open(const Libfabric& libfabric, InfoPtr info,
+                                     const std::string& provider, std::string* why) {
+  std::unique_ptr<Device> device(new Device(libfabric, std::move(info)));
+  device->provider_ = provider;
+  fi_info* fi = device->info_.get();
+  int rc = libfabric.fabric(fi->fabric_attr, &device->fabric_, nullptr);
+  if (rc != 0) {
+    *why = "fi_fabric of " + provider + " failed: " + libfabric.describe(rc);
+    return nullptr;
+  }
+  if ((rc = fi_domain(device->fabric_, fi, &device->domain_, nullptr)) != 0) {
+    *why = "fi_domain of " + provider + " NIC " + fi->domain_attr->name + " failed: " +
+           libfabric.describe(rc);
+    return nullptr;
+  }
+  if (!device->open_registrations(why)) return nullptr;
+
+  DeviceProperties& p = device->properties_;
+  p.name = fi->domain_attr->name;
+  const NicSysfs sysfs = read_nic_sysfs(*fi);
+  p.pci_path = sysfs.pci_path;
+  const std::string identity = provider + "/" + p.name;
+  p.guid = sysfs.guid.value_or(fnv1a(std::span<const uint8_t>(
+      reinterpret_cast<const uint8_t*>(identity.data()), identity.size())));
+  p.speed_mbps = sysfs.speed_mbps.value_or(provider == "shm" ? kShmSpeedMbps : kUnknownSpeedMbps);
+  p.ptr_support = device->query_ptr_support();
+  p.max_message = fi->ep_attr->max_msg_size < kMaxMessageSize ? fi->ep_attr->max_msg_size
+                                                              : kMaxMessageSize;
+  return device;
+}
+
+bool Device::open_registrations(std::string* why) {
+  fi_info* fi = info_.get();
+  const uint64_t mr_mode = static_cast<uint64_t>(fi->domain_attr->mr_mode);
+  std::string options = "provider=" + provider_ + ";mr_mode=" + std::to_string(mr_mode);
+  if (fi->caps & FI_HMEM) options += ";hmem=1";
+  hmr_domain_attr attr{};
+  attr.size = sizeof attr;
+  attr.nic = "ofi";
+  attr.nic_options = options.c_str();
+  attr.nic_handle = domain_;  // hmr registers in this libfabric domain and never closes it
+  // What the plugin honours: provider keys (hmr chooses them where the provider takes
+  // requested keys, which is what lets its cache share registrations), descriptors for local
+  // buffers, only mapped memory.  Not HMR_MR_HMEM: hmr detects what memory is.
+  attr.mr_mode = (mr_mode & ~static_cast<uint64_t>(FI_MR_HMEM)) | HMR_MR_PROV_KEY | HMR_MR_LOCAL |
+                 HMR_MR_ALLOCATED;
+  attr.threading = HMR_THREAD_SAFE;
+  const int rc = hmr_domain_open(&attr, &hmr_);
+  if (rc != 0) {
+    *why = "hmr_domain_open on " + provider_ + " NIC " + fi->domain_attr->name + ": " +
+           hmr_strerror(rc) + " (" + hmr_last_error() + ")";
+    return false;
+  }
+  return true;
+}
+
+int Device::query_ptr_support() const {
+  hmr_md_attr md{};
+  md.size = sizeof md;
+  int support = NCCL_PTR_HOST;
+  if (hmr_md_query(hmr_, &md) != 0) return support;
+  // GPU memory only where the NIC reaches it itself: a dma-buf import or peer-direct.  No host
+  // shadow: NCCL stages through host memory on its own when the plugin says host only.
+  const bool cuda = (md.reg_mem_types & HMR_HMEM_IFACE_BIT(HMR_HMEM_CUDA)) != 0;
+  if (cuda && (md.flags & (HMR_MD_FLAG_DMABUF | HMR_MD_FLAG_PEER_DIRECT))) support |= NCCL_PTR_CUDA;
+  if (cuda && (md.flags & HMR_MD_FLAG_DMABUF)) support |= NCCL_PTR_DMABUF;
+  return support;
+}
+
+bool Device::close(std::string* why) {
+  if (hmr_ != nullptr) {
+    const int rc = hmr_domain_close(hmr_);
+    if (rc != 0) {
+      *why = std::string("hmr_domain_close: ") + hmr_strerror(rc) + " (" + hmr_last_error() +
+             "); memory registered with regMr is still open";
+      return false;
+    }
+    hmr_ = nullptr;
+  }
+  return true;
+}
+
+Device::~Device() {
+  std::string ignored;
+  if (!close(&ignored)) return;  // still in use: the libfabric domain must stay with it
+  if (domain_ != nullptr) fi_close(&domain_->fid);
+  if (fabric_ != nullptr) fi_close(&fabric_->fid);
+}
+
+}  // namespace hmr::nccl

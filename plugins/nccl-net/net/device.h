@@ -1,0 +1,61 @@
+// One NCCL device: a NIC of the chosen provider, with the libfabric fabric and domain every comm
+// on it opens its endpoint in, and the hmr domain layered on that libfabric domain, which does
+// all of the device's memory registration (detection, dma-buf export, caching, invalidation).
+#pragma once
+
+#include <hmr/hmr.h>
+#include <rdma/fabric.h>
+#include <rdma/fi_domain.h>
+
+#include <memory>
+#include <string>
+
+#include "../fabric/libfabric.h"
+#include "../fabric/provider_nics.h"
+
+namespace hmr::nccl {
+
+struct DeviceProperties {
+  std::string name;      // the provider's NIC name ("lo", "eth0", "shm", "rdmap0s6")
+  std::string pci_path;  // empty when unknown
+  uint64_t guid = 0;
+  int speed_mbps = 0;
+  int ptr_support = 0;   // NCCL_PTR_* bits hmr can register for this NIC
+  uint64_t max_message = 0;
+};
+
+class Device {
+ public:
+  static std::unique_ptr<Device> open(const Libfabric& libfabric, InfoPtr info,
+                                      const std::string& provider, std::string* why);
+  ~Device();
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+
+  const Libfabric& libfabric() const { return *libfabric_; }
+  fi_info* info() const { return info_.get(); }
+  fid_domain* domain() const { return domain_; }
+  hmr_domain* registrations() const { return hmr_; }
+  const std::string& provider() const { return provider_; }
+  const DeviceProperties& properties() const { return properties_; }
+  // Whether peers address registered memory by virtual address (else by offset into the
+  // registration).
+  bool virtual_addressing() const { return (info_->domain_attr->mr_mode & FI_MR_VIRT_ADDR) != 0; }
+  // Closes the hmr domain first; false (and the device kept) while memory is still registered.
+  bool close(std::string* why);
+
+ private:
+  Device(const Libfabric& libfabric, InfoPtr info) : libfabric_(&libfabric), info_(std::move(info)) {}
+  bool open_registrations(std::string* why);
+  int query_ptr_support() const;
+
+  const Libfabric* libfabric_;
+  InfoPtr info_;
+  std::string provider_;
+  fid_fabric* fabric_ = nullptr;
+  fid_domain* domain_ = nullptr;
+  hmr_domain* hmr_ = nullptr;
+  DeviceProperties properties_;
+};
+
+}  // namespace hmr::nccl

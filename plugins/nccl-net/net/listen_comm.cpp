@@ -1,0 +1,101 @@
+#include "listen_comm.h"
+
+#include <random>
+
+#include "device.h"
+#include "log.h"
+
+namespace hmr::nccl {
+namespace {
+
+constexpr size_t kControlReceives = 16;
+
+uint64_t fresh_nonce() {
+  std::random_device random;
+  uint64_t nonce = 0;
+  while (nonce == 0) nonce = uint64_t{random()} << 32 | random();
+  return nonce;
+}
+
+}  // namespace
+
+ncclResult_t ListenComm::open(Device& device, bool force_flush,
+                              std::span<uint8_t, kHandleSize> handle,
+                              std::unique_ptr<ListenComm>* out) {
+  std::unique_ptr<ListenComm> comm(new ListenComm(device));
+  comm->force_flush_ = force_flush;
+  std::string why;
+  comm->endpoint_ = Endpoint::open(device.libfabric(), device.info(), device.domain(), &why);
+  if (!comm->endpoint_) return fail(ncclSystemError, "listen: %s", why.c_str());
+  comm->control_ = ControlChannel::open(device, *comm->endpoint_, kControlReceives, 0, &why);
+  if (!comm->control_ || !comm->control_->post_receives(&why)) {
+    return fail(ncclSystemError, "listen: %s", why.c_str());
+  }
+  comm->nonce_ = fresh_nonce();
+  const ListenHandle contents{comm->nonce_, provider_tag(device.provider()), comm->endpoint_->address()};
+  if (!encode(contents, handle, &why)) return fail(ncclInternalError, "listen: %s", why.c_str());
+  *out = std::move(comm);
+  return ncclSuccess;
+}
+
+ListenComm::~ListenComm() {
+  accepting_.clear();
+  endpoint_.reset();
+  control_.reset();
+}
+
+void ListenComm::on_message(std::span<const uint8_t> bytes) {
+  std::string why;
+  std::optional<ControlMessage> message = decode_control_message(bytes, &why);
+  if (!message) {
+    log_warn("accept: dropped a connect request: %s", why.c_str());
+    return;
+  }
+  const auto* request = std::get_if<ConnectRequest>(&*message);
+  if (request == nullptr) {
+    log_warn("accept: dropped a message that is not a connect request");
+    return;
+  }
+  if (request->nonce != nonce_) {
+    log_warn("accept: dropped a connect request made from another listen handle");
+    return;
+  }
+  std::unique_ptr<RecvComm> comm;
+  if (RecvComm::start(*device_, *request, force_flush_, &comm) == ncclSuccess) {
+    accepting_.push_back(std::move(comm));
+  }
+}
+
+ncclResult_t ListenComm::accept(std::unique_ptr<RecvComm>* out) {
+  std::string why;
+  Completion completions[16];
+  for (;;) {
+    CompletionError error;
+    const int n = endpoint_->poll(completions, &error);
+    if (n == 0) break;
+    if (n < 0) return fail(ncclSystemError, "accept: the listening endpoint failed: %s", error.reason.c_str());
+    for (int i = 0; i < n; ++i) {
+      auto* op = static_cast<Operation*>(completions[i].context);
+      if (op == nullptr || op->kind != OperationKind::control_receive) continue;
+      on_message(control_->received(*op, completions[i].len));
+      if (!control_->repost(*op, &why)) return fail(ncclSystemError, "accept: %s", why.c_str());
+    }
+  }
+  for (auto it = accepting_.begin(); it != accepting_.end(); ++it) {
+    bool accepted = false;
+    if ((*it)->poll_accepted(&accepted) != ncclSuccess) {
+      // A connector that went away must not take the listener with it.
+      log_warn("accept: dropped a connection whose accept could not be delivered");
+      accepting_.erase(it);
+      return ncclSuccess;
+    }
+    if (accepted) {
+      *out = std::move(*it);
+      accepting_.erase(it);
+      return ncclSuccess;
+    }
+  }
+  return ncclSuccess;
+}
+
+}  // namespace hmr::nccl

@@ -1,0 +1,48 @@
+#include "log.h"
+
+#include <atomic>
+#include <cstdarg>
+#include <cstdio>
+
+namespace hmr::nccl {
+namespace {
+
+std::atomic<ncclDebugLogger_t> g_logger{nullptr};
+
+void emit(ncclDebugLogLevel level, const char* fmt, va_list args) {
+  char line[1024];
+  vsnprintf(line, sizeof line, fmt, args);
+  if (ncclDebugLogger_t logger = g_logger.load(std::memory_order_acquire)) {
+    logger(level, NCCL_NET, __FILE__, __LINE__, "NET/hmr: %s", line);
+  } else if (level == NCCL_LOG_WARN) {
+    std::fprintf(stderr, "NET/hmr WARN: %s\n", line);
+  }
+}
+
+}  // namespace
+
+void set_logger(ncclDebugLogger_t logger) { g_logger.store(logger, std::memory_order_release); }
+
+void log_info(const char* fmt, ...) {
+  va_list args;
+  va_start(args, fmt);
+  emit(NCCL_LOG_INFO, fmt, args);
+  va_end(args);
+}
+
+void log_warn(const char* fmt, ...) {
+  va_list args;
+  va_start(args, fmt);
+  emit(NCCL_LOG_WARN, fmt, args);
+  va_end(args);
+}
+
+ncclResult_t fail(ncclResult_t result, const char* fmt, ...) {
+  va_list args;
+  va_start(args, fmt);
+  emit(NCCL_LOG_WARN, fmt, args);
+  va_end(args);
+  return result;
+}
+
+}  // namespace hmr::nccl

@@ -1,0 +1,24 @@
+// What a completion's context points to: every operation the plugin posts is one of these, so
+// a comm's progress loop knows what finished without a lookup.
+#pragma once
+
+#include <cstdint>
+
+#include "../fabric/endpoint.h"
+
+namespace hmr::nccl {
+
+enum class OperationKind : uint8_t {
+  control_receive,  // a control-message buffer posted for receiving
+  control_send,     // a control message being sent
+  data_write,       // a message's RMA write into the peer's announced buffer
+  flush_read,       // iflush's read-back through the NIC
+};
+
+struct Operation : OperationContext {
+  OperationKind kind = OperationKind::control_receive;
+  void* owner = nullptr;  // the control slot's channel or the request
+  uint32_t index = 0;     // which control slot
+};
+
+}  // namespace hmr::nccl

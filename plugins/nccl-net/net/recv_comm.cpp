@@ -1,0 +1,301 @@
+#include "recv_comm.h"
+
+#include <rdma/fi_errno.h>
+
+#include <climits>
+
+#include "../wire/write_completion.h"
+#include "device.h"
+#include "log.h"
+#include "memory_handle.h"
+
+namespace hmr::nccl {
+namespace {
+
+// Failure notices from the sender (rare), and the announcements of every posted receive plus
+// the accept.
+constexpr size_t kControlReceives = 16;
+constexpr size_t kControlSends = kMaxRequests + 4;
+
+}  // namespace
+
+ncclResult_t RecvComm::start(Device& device, const ConnectRequest& request, bool force_flush,
+                             std::unique_ptr<RecvComm>* out) {
+  std::unique_ptr<RecvComm> comm(new RecvComm(device));
+  comm->force_flush_ = force_flush;
+  std::string why;
+  comm->endpoint_ = Endpoint::open(device.libfabric(), device.info(), device.domain(), &why);
+  if (!comm->endpoint_) return fail(ncclSystemError, "accept: %s", why.c_str());
+  comm->control_ = ControlChannel::open(device, *comm->endpoint_, kControlReceives, kControlSends, &why);
+  if (!comm->control_ || !comm->control_->post_receives(&why)) {
+    return fail(ncclSystemError, "accept: %s", why.c_str());
+  }
+  if (!comm->endpoint_->insert(request.address, &comm->peer_, &why)) {
+    return fail(ncclRemoteError, "accept: the connector's address is unusable: %s", why.c_str());
+  }
+  if (!comm->control_->send(ConnectAccept{request.nonce, comm->endpoint_->address()}, comm->peer_,
+                            &why)) {
+    return fail(ncclRemoteError, "accept: %s", why.c_str());
+  }
+  comm->accept_sent_ = true;
+  for (size_t i = 0; i < kMaxRequests; ++i) {
+    comm->receives_[i].comm = comm.get();
+    comm->receives_[i].slot = static_cast<uint8_t>(i);
+    comm->flushes_[i].comm = comm.get();
+    comm->flushes_[i].read.kind = OperationKind::flush_read;
+    comm->flushes_[i].read.owner = &comm->flushes_[i];
+  }
+  *out = std::move(comm);
+  return ncclSuccess;
+}
+
+RecvComm::~RecvComm() {
+  endpoint_.reset();  // first: it ends every operation still pointing into our buffers
+  control_.reset();
+}
+
+ncclResult_t RecvComm::fail_comm(ncclResult_t result, const std::string& reason) {
+  if (failure_.empty()) {
+    failure_ = reason;
+    failure_result_ = result;
+    log_warn("recv comm failed: %s", reason.c_str());
+  }
+  return failure_result_;
+}
+
+ncclResult_t RecvComm::poll_accepted(bool* accepted) {
+  *accepted = false;
+  if (const ncclResult_t rc = progress(); rc != ncclSuccess) return rc;
+  *accepted = accept_sent_ && !control_->busy();
+  return ncclSuccess;
+}
+
+ncclResult_t RecvComm::progress() {
+  if (!failure_.empty()) return failure_result_;
+  std::string why;
+  if (!control_->flush(&why)) return fail_comm(ncclSystemError, why);
+  Completion completions[16];
+  for (;;) {
+    CompletionError error;
+    const int n = endpoint_->poll(completions, &error);
+    if (n == 0) return ncclSuccess;
+    if (n < 0) {
+      auto* op = static_cast<Operation*>(error.context);
+      if (op != nullptr && op->kind == OperationKind::flush_read) {
+        auto* request = static_cast<FlushRequest*>(op->owner);
+        request->state = RequestState::failed;
+        request->error = fail(ncclSystemError, "iflush's read-back failed: %s", error.reason.c_str());
+        continue;
+      }
+      if (op != nullptr && op->kind == OperationKind::control_send) control_->sent(*op);
+      return fail_comm(ncclRemoteError, "the connection to the sender failed: " + error.reason);
+    }
+    for (int i = 0; i < n; ++i) {
+      const Completion& c = completions[i];
+      if (c.flags & FI_REMOTE_CQ_DATA) {
+        if (const ncclResult_t rc = on_write(c.data); rc != ncclSuccess) return rc;
+        continue;
+      }
+      auto* op = static_cast<Operation*>(c.context);
+      if (op == nullptr) continue;
+      switch (op->kind) {
+        case OperationKind::control_receive: {
+          const ncclResult_t rc = on_message(control_->received(*op, c.len));
+          if (!control_->repost(*op, &why)) return fail_comm(ncclSystemError, why);
+          if (rc != ncclSuccess) return rc;
+          break;
+        }
+        case OperationKind::control_send: control_->sent(*op); break;
+        case OperationKind::flush_read:
+          static_cast<FlushRequest*>(op->owner)->state = RequestState::done;
+          break;
+        case OperationKind::data_write: break;
+      }
+    }
+  }
+}
+
+ReceiveRequest* RecvComm::posted(uint8_t slot, uint8_t generation, uint8_t index) {
+  if (slot >= kMaxRequests) return nullptr;
+  ReceiveRequest& request = receives_[slot];
+  if (request.state != RequestState::pending || request.generation != generation ||
+      index >= request.count) {
+    return nullptr;
+  }
+  return &request;
+}
+
+ncclResult_t RecvComm::on_write(uint64_t data) {
+  const WriteCompletion c = decode_write_completion(data);
+  ReceiveRequest* request = posted(c.slot, c.generation, c.index);
+  if (request == nullptr || (request->done_mask & (1u << c.index))) {
+    return fail_comm(ncclRemoteError,
+                     "the sender completed slot " + std::to_string(c.slot) + " buffer " +
+                         std::to_string(c.index) + " (generation " + std::to_string(c.generation) +
+                         "), which is not a posted receive awaiting data");
+  }
+  if (c.size > request->posted[c.index]) {
+    return fail_comm(ncclRemoteError, "the sender wrote " + std::to_string(c.size) +
+                                          " bytes into a " +
+                                          std::to_string(request->posted[c.index]) +
+                                          "-byte posted buffer");
+  }
+  request->received[c.index] = c.size;
+  request->done_mask |= static_cast<uint8_t>(1u << c.index);
+  return ncclSuccess;
+}
+
+ncclResult_t RecvComm::on_message(std::span<const uint8_t> bytes) {
+  std::string why;
+  std::optional<ControlMessage> message = decode_control_message(bytes, &why);
+  if (!message) return fail_comm(ncclRemoteError, "from the sender: " + why);
+  const auto* notice = std::get_if<SendFailure>(&*message);
+  if (notice == nullptr) {
+    return fail_comm(ncclRemoteError, "the sender sent a message a recv comm never expects");
+  }
+  ReceiveRequest* request = posted(notice->slot, notice->generation, notice->index);
+  if (request == nullptr) {
+    return fail_comm(ncclRemoteError, "the sender reported a failure for a receive that is not posted");
+  }
+  request->state = RequestState::failed;
+  request->error = fail(ncclRemoteError, "receive of buffer %u (%zu bytes posted) failed on the "
+                        "sender's side: %s (message of %llu bytes)", notice->index,
+                        request->posted[notice->index], describe(notice->reason),
+                        static_cast<unsigned long long>(notice->size));
+  return ncclSuccess;
+}
+
+ncclResult_t RecvComm::irecv(int n, void** data, const size_t* sizes, const int* tags,
+                             MemoryHandle* const* mhandles, void** request) {
+  *request = nullptr;
+  if (!failure_.empty()) {
+    return fail(failure_result_, "irecv on a recv comm that failed earlier: %s", failure_.c_str());
+  }
+  if (n < 1 || static_cast<size_t>(n) > kMaxRecvs) {
+    return fail(ncclInvalidArgument, "irecv of %d buffers: between 1 and %zu (maxRecvs)", n, kMaxRecvs);
+  }
+  ReceiveAnnouncement announcement;
+  announcement.count = static_cast<uint8_t>(n);
+  for (int i = 0; i < n; ++i) {
+    const MemoryHandle* mh = mhandles[i];
+    if (sizes[i] > kMaxMessageSize) {
+      return fail(ncclInvalidArgument, "irecv buffer %d of %zu bytes: over maxP2pBytes", i, sizes[i]);
+    }
+    if (mh == nullptr || mh->device != device_ || !mh->contains(data[i], sizes[i])) {
+      return fail(ncclInvalidArgument, "irecv buffer %d (%zu bytes at %p) is not inside a memory "
+                  "handle registered on this device", i, sizes[i], data[i]);
+    }
+    announcement.buffers[i] = AnnouncedBuffer{mh->rma_address(data[i]), sizes[i], mh->key, tags[i]};
+  }
+  if (const ncclResult_t rc = progress(); rc != ncclSuccess) return rc;
+  ReceiveRequest* slot = nullptr;
+  for (ReceiveRequest& candidate : receives_) {
+    if (candidate.state == RequestState::idle) {
+      slot = &candidate;
+      break;
+    }
+  }
+  if (slot == nullptr) return ncclSuccess;  // all NCCL_NET_MAX_REQUESTS in use: NCCL retries
+  ++slot->generation;  // a late completion for the slot's previous receive cannot match
+  slot->count = static_cast<uint8_t>(n);
+  slot->done_mask = 0;
+  for (int i = 0; i < n; ++i) {
+    slot->posted[i] = sizes[i];
+    slot->received[i] = 0;
+  }
+  announcement.slot = slot->slot;
+  announcement.generation = slot->generation;
+  std::string why;
+  if (!control_->send(announcement, peer_, &why)) return fail_comm(ncclSystemError, why);
+  slot->state = RequestState::pending;
+  slot->error = ncclSuccess;
+  *request = slot;
+  return ncclSuccess;
+}
+
+ncclResult_t RecvComm::iflush(int n, void** data, const int* sizes, MemoryHandle* const* mhandles,
+                              void** request) {
+  *request = nullptr;
+  if (n < 1 || static_cast<size_t>(n) > kMaxRecvs) {
+    return fail(ncclInvalidArgument, "iflush of %d buffers: between 1 and %zu", n, kMaxRecvs);
+  }
+  // The last buffer that received bytes the NIC wrote directly (device memory), or any with
+  // HMR_NCCL_FORCE_FLUSH: a read through the NIC after the writes makes them visible to the GPU.
+  int last = -1;
+  for (int i = 0; i < n; ++i) {
+    const MemoryHandle* mh = mhandles[i];
+    if (sizes[i] <= 0 || mh == nullptr || !(mh->needs_flush || force_flush_)) continue;
+    if (mh->device != device_ || !mh->contains(data[i], 1)) {
+      return fail(ncclInvalidArgument, "iflush buffer %d at %p is not inside its memory handle", i, data[i]);
+    }
+    last = i;
+  }
+  if (last < 0) return ncclSuccess;  // host memory: nothing to flush, no request
+  std::string why;
+  if (self_ == FI_ADDR_UNSPEC && !endpoint_->insert(endpoint_->address(), &self_, &why)) {
+    return fail(ncclSystemError, "iflush: %s", why.c_str());
+  }
+  FlushRequest* slot = nullptr;
+  for (FlushRequest& candidate : flushes_) {
+    if (candidate.state == RequestState::idle) {
+      slot = &candidate;
+      break;
+    }
+  }
+  if (slot == nullptr) return ncclSuccess;
+  const MemoryHandle* mh = mhandles[last];
+  const ssize_t rc = endpoint_->read(control_->scratch(), 1, control_->desc(), self_,
+                                     mh->rma_address(data[last]), mh->key, &slot->read);
+  if (rc == -FI_EAGAIN) return progress();
+  if (rc != 0) {
+    return fail(ncclSystemError, "iflush: fi_read failed: %s", device_->libfabric().describe(rc).c_str());
+  }
+  slot->state = RequestState::pending;
+  *request = slot;
+  return ncclSuccess;
+}
+
+ncclResult_t RecvComm::test(ReceiveRequest* request, int* done, int* sizes) {
+  if (done != nullptr) *done = 0;
+  if (request->state == RequestState::pending) {
+    const ncclResult_t rc = progress();
+    if (rc != ncclSuccess) {
+      request->state = RequestState::idle;
+      return rc;
+    }
+    if (request->done_mask == (1u << request->count) - 1) request->state = RequestState::done;
+  }
+  if (request->state == RequestState::failed) {
+    request->state = RequestState::idle;
+    return request->error;
+  }
+  if (request->state != RequestState::done) return ncclSuccess;
+  if (done != nullptr) *done = 1;
+  if (sizes != nullptr) {
+    for (size_t i = 0; i < request->count; ++i) {
+      sizes[i] = request->received[i] > INT_MAX ? INT_MAX : static_cast<int>(request->received[i]);
+    }
+  }
+  request->state = RequestState::idle;
+  return ncclSuccess;
+}
+
+ncclResult_t RecvComm::test(FlushRequest* request, int* done) {
+  if (done != nullptr) *done = 0;
+  if (request->state == RequestState::pending) {
+    if (const ncclResult_t rc = progress(); rc != ncclSuccess) {
+      request->state = RequestState::idle;
+      return rc;
+    }
+  }
+  if (request->state == RequestState::failed) {
+    request->state = RequestState::idle;
+    return request->error;
+  }
+  if (request->state != RequestState::done) return ncclSuccess;
+  if (done != nullptr) *done = 1;
+  request->state = RequestState::idle;
+  return ncclSuccess;
+}
+
+}  // namespace hmr::nccl

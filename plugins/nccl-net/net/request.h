@@ -1,0 +1,54 @@
+// What isend, irecv and iflush hand NCCL as a request, and test() takes back.  Requests live in
+// fixed pools inside their comm (NCCL has at most NCCL_NET_MAX_REQUESTS outstanding per comm),
+// so posting allocates nothing.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "../abi/nccl_net_common.h"
+#include "../wire/limits.h"
+#include "../wire/write_completion.h"
+#include "operation.h"
+
+namespace hmr::nccl {
+
+class SendComm;
+class RecvComm;
+
+enum class RequestKind : uint8_t { send, receive, flush };
+enum class RequestState : uint8_t { idle, pending, done, failed };
+
+struct Request {
+  RequestKind kind;
+  RequestState state = RequestState::idle;
+  ncclResult_t error = ncclSuccess;  // when failed
+  explicit Request(RequestKind k) : kind(k) {}
+};
+
+struct SendRequest : Request {
+  SendRequest() : Request(RequestKind::send) {}
+  SendComm* comm = nullptr;
+  Operation write;
+  size_t size = 0;
+  WriteCompletion target;  // which announced buffer it writes, to name it if the write fails
+};
+
+struct ReceiveRequest : Request {
+  ReceiveRequest() : Request(RequestKind::receive) {}
+  RecvComm* comm = nullptr;
+  uint8_t slot = 0;
+  uint8_t generation = 0;
+  uint8_t count = 0;
+  uint8_t done_mask = 0;
+  size_t posted[kMaxRecvs] = {};
+  size_t received[kMaxRecvs] = {};
+};
+
+struct FlushRequest : Request {
+  FlushRequest() : Request(RequestKind::flush) {}
+  RecvComm* comm = nullptr;
+  Operation read;
+};
+
+}  // namespace hmr::nccl

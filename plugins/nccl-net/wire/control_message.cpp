@@ -1,0 +1,139 @@
+#include "control_message.h"
+
+#include <cstring>
+
+#include "byte_codec.h"
+
+namespace hmr::nccl {
+namespace {
+
+constexpr uint8_t kMagic[4] = {'H', 'M', 'R', 'C'};
+constexpr size_t kHeaderSize = 8;
+
+// The variant's index is the type on the wire, plus one (0 is never a valid type).
+uint16_t type_of(const ControlMessage& message) { return static_cast<uint16_t>(message.index() + 1); }
+
+void write_body(wire::ByteWriter& w, const ConnectRequest& m) {
+  w.u64(m.nonce);
+  w.str(m.address);
+}
+void write_body(wire::ByteWriter& w, const ConnectAccept& m) {
+  w.u64(m.nonce);
+  w.str(m.address);
+}
+void write_body(wire::ByteWriter& w, const ReceiveAnnouncement& m) {
+  w.u8(m.slot);
+  w.u8(m.generation);
+  w.u8(m.count);
+  for (size_t i = 0; i < m.count && i < kMaxRecvs; ++i) {
+    w.u64(m.buffers[i].address);
+    w.u64(m.buffers[i].size);
+    w.u64(m.buffers[i].key);
+    w.u32(static_cast<uint32_t>(m.buffers[i].tag));
+  }
+}
+void write_body(wire::ByteWriter& w, const SendFailure& m) {
+  w.u8(m.slot);
+  w.u8(m.generation);
+  w.u8(m.index);
+  w.u32(static_cast<uint32_t>(m.reason));
+  w.u64(m.size);
+}
+
+template <typename Connection>
+Connection read_connection(wire::ByteReader& r) {
+  Connection m;
+  m.nonce = r.u64("nonce");
+  m.address = r.bytes("address", kMaxFabricAddress);
+  if (m.nonce == 0) r.fail("nonce", "is 0");
+  if (m.address.empty()) r.fail("address", "is empty");
+  return m;
+}
+
+ReceiveAnnouncement read_announcement(wire::ByteReader& r) {
+  ReceiveAnnouncement m;
+  m.slot = r.u8("slot");
+  m.generation = r.u8("generation");
+  m.count = r.u8("count");
+  if (m.slot >= kMaxRequests) r.fail("slot", "is out of range");
+  if (m.count == 0 || m.count > kMaxRecvs) {
+    r.fail("count", "is not between 1 and " + std::to_string(kMaxRecvs));
+    return m;
+  }
+  for (size_t i = 0; i < m.count; ++i) {
+    AnnouncedBuffer& b = m.buffers[i];
+    b.address = r.u64("buffer address");
+    b.size = r.u64("buffer size");
+    b.key = r.u64("buffer key");
+    b.tag = static_cast<int32_t>(r.u32("buffer tag"));
+    if (b.size > kMaxMessageSize) r.fail("buffer size", "is over the 1 TiB limit");
+    if (b.address + b.size < b.address) r.fail("buffer address", "+ size overflows");
+  }
+  return m;
+}
+
+SendFailure read_failure(wire::ByteReader& r) {
+  SendFailure m;
+  m.slot = r.u8("slot");
+  m.generation = r.u8("generation");
+  m.index = r.u8("index");
+  const uint32_t reason = r.u32("reason");
+  m.size = r.u64("size");
+  if (m.slot >= kMaxRequests) r.fail("slot", "is out of range");
+  if (m.index >= kMaxRecvs) r.fail("index", "is out of range");
+  if (reason != static_cast<uint32_t>(SendFailureReason::too_large) &&
+      reason != static_cast<uint32_t>(SendFailureReason::write_failed)) {
+    r.fail("reason", "is unknown (" + std::to_string(reason) + ")");
+  }
+  m.reason = static_cast<SendFailureReason>(reason);
+  return m;
+}
+
+}  // namespace
+
+std::vector<uint8_t> encode(const ControlMessage& message) {
+  wire::ByteWriter w;
+  w.raw(kMagic);
+  w.u16(kControlVersion);
+  w.u16(type_of(message));
+  std::visit([&w](const auto& m) { write_body(w, m); }, message);
+  return w.take();
+}
+
+std::optional<ControlMessage> decode_control_message(std::span<const uint8_t> bytes,
+                                                     std::string* why) {
+  auto reject = [why](const std::string& reason) -> std::optional<ControlMessage> {
+    if (why != nullptr) *why = "control message rejected: " + reason;
+    return std::nullopt;
+  };
+  if (bytes.size() < kHeaderSize) return reject("shorter than its header");
+  if (std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0) return reject("bad magic");
+  wire::ByteReader r(bytes.subspan(sizeof kMagic));
+  const uint16_t version = r.u16("version");
+  const uint16_t type = r.u16("type");
+  if (version != kControlVersion) {
+    return reject("version " + std::to_string(version) + ", this plugin speaks " +
+                  std::to_string(kControlVersion));
+  }
+  std::optional<ControlMessage> message;
+  switch (type) {
+    case 1: message = read_connection<ConnectRequest>(r); break;
+    case 2: message = read_connection<ConnectAccept>(r); break;
+    case 3: message = read_announcement(r); break;
+    case 4: message = read_failure(r); break;
+    default: return reject("unknown type " + std::to_string(type));
+  }
+  std::string reason;
+  if (!r.finish(&reason)) return reject(reason);
+  return message;
+}
+
+const char* describe(SendFailureReason reason) {
+  switch (reason) {
+    case SendFailureReason::too_large: return "the message is larger than the posted buffer";
+    case SendFailureReason::write_failed: return "the RMA write into the posted buffer failed";
+  }
+  return "unknown";
+}
+
+}  // namespace hmr::nccl

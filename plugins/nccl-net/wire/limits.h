@@ -1,0 +1,19 @@
+// Bounds the plugin's peer-facing formats share, from NCCL's ABI and the providers' needs.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace hmr::nccl {
+
+// Receives a recv comm may have posted at once (NCCL_NET_MAX_REQUESTS) and buffers in one
+// grouped receive (the properties' maxRecvs).
+inline constexpr size_t kMaxRequests = 32;
+inline constexpr size_t kMaxRecvs = 8;
+// Largest message: the size rides in 40 bits of the remote CQ data (1 TiB - 1, NCCL's own
+// ceiling for maxP2pBytes).
+inline constexpr uint64_t kMaxMessageSize = (uint64_t{1} << 40) - 1;
+// Largest fabric address a control message carries (tcp: 16 or 28 bytes; shm: a short name).
+inline constexpr size_t kMaxFabricAddress = 256;
+
+}  // namespace hmr::nccl
