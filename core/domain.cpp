@@ -1,5 +1,8 @@
 #include "core/domain.h"
 
+#include <cstring>
+#include <string>
+
 #include "core/async_registrar.h"
 #include "core/event_queue.h"
 #include "core/memory_region.h"
@@ -97,30 +100,53 @@ Status Domain::open_cache(const hmr_domain_attr& attr, hmr_domain_attr* negotiat
   CacheLimits limits;
   limits.max_count = attr.cache_max_count != 0 ? attr.cache_max_count : environment_.cache_max_count;
   limits.max_bytes = attr.cache_max_size != 0 ? attr.cache_max_size : environment_.cache_max_size;
-  const bool chosen = attr.cache_monitor != nullptr || environment_.cache_monitor_from_environment;
   const char* name = attr.cache_monitor != nullptr ? attr.cache_monitor : environment_.cache_monitor;
-  Result<Monitor*> monitor = acquire_monitor(name);
-  if (!monitor.ok()) return monitor.status();
-  monitor_ = *monitor;
   negotiated->cache_max_count = 0;
   negotiated->cache_max_size = 0;
   negotiated->cache_monitor = "disabled";
-  if (monitor_ == nullptr || limits.max_count == 0 || limits.max_bytes == 0) return ok_status();
-  HMR_RETURN_IF_ERROR(open_device_cache(limits));
-
-  auto cache = std::make_unique<RegistrationCache>(nic_registrar_, limits, monitor_);
-  Status attached = cache->attach();
-  if (!attached.ok()) {
-    if (chosen) return attached;  // asked for by name: say why it cannot be had
-    log_message(LogLevel::warn, "registration cache disabled: %s", attached.reason().c_str());
+  if (std::strcmp(name, "disabled") == 0 || limits.max_count == 0 || limits.max_bytes == 0) {
     return ok_status();
   }
-  // Explicit invalidation (hmr_mem_invalidate with no domain) reaches host entries too.
-  HMR_RETURN_IF_ERROR(DeviceMonitor::instance().add_sink(cache.get()));
-  cache_ = std::move(cache);
+  HMR_RETURN_IF_ERROR(open_device_cache(limits));
+
+  if (std::strcmp(name, kDefaultMonitorName) != 0) {
+    // Asked for by name: a monitor that cannot start fails the open, saying why.
+    HMR_RETURN_IF_ERROR(open_host_cache(name, limits));
+  } else {
+    std::string reasons;
+    for (const char* candidate : kDefaultMonitorOrder) {
+      Status opened = open_host_cache(candidate, limits);
+      if (opened.ok()) break;
+      reasons += std::string(reasons.empty() ? "" : "; ") + candidate + ": " + opened.reason();
+    }
+    if (cache_ == nullptr) {
+      log_message(LogLevel::warn, "registration cache disabled, no host monitor starts here (%s)",
+                  reasons.c_str());
+      return ok_status();
+    }
+  }
   negotiated->cache_max_count = limits.max_count;
   negotiated->cache_max_size = limits.max_bytes;
   negotiated->cache_monitor = monitor_->name();
+  return ok_status();
+}
+
+Status Domain::open_host_cache(const char* monitor_name, const CacheLimits& limits) {
+  Result<Monitor*> monitor = acquire_monitor(monitor_name);
+  if (!monitor.ok()) return monitor.status();
+  auto cache = std::make_unique<RegistrationCache>(nic_registrar_, limits, *monitor);
+  Status attached = cache->attach();
+  if (attached.ok()) {
+    // Explicit invalidation (hmr_mem_invalidate with no domain) reaches host entries too.
+    attached = DeviceMonitor::instance().add_sink(cache.get());
+  }
+  if (!attached.ok()) {
+    cache.reset();
+    release_monitor(*monitor);
+    return attached;
+  }
+  monitor_ = *monitor;
+  cache_ = std::move(cache);
   return ok_status();
 }
 

@@ -88,6 +88,8 @@ class Domain : public Tagged<ObjectClass::domain> {
  private:
   Domain(std::unique_ptr<nic::Nic> nic, const DomainRules& rules, const Environment& environment);
   Status open_cache(const hmr_domain_attr& attr, hmr_domain_attr* negotiated);
+  // The host cache under one monitor; leaves cache_ and monitor_ unset when it cannot start.
+  Status open_host_cache(const char* monitor_name, const CacheLimits& limits);
   Status open_device_cache(const CacheLimits& limits);
   // Detects or verifies what the request's memory is (before any lock or NIC call).
   Status resolve(MrRequest& request);

@@ -37,7 +37,7 @@ Result<Monitor*> acquire_monitor(const char* name) {
     }
   }
   return make_error(HMR_ENOENT,
-                    "unknown cache monitor '%s' (built in: userfaultfd, memhooks, disabled; or a name "
+                    "unknown cache monitor '%s' (built in: memhooks, userfaultfd, disabled, default; or a name "
                     "given to hmr_monitor_import)",
                     name);
 }
@@ -59,7 +59,7 @@ Result<MonitorHandle*> import_monitor(const hmr_monitor_ops& ops) {
     return make_error(HMR_EINVAL, "monitor '%s' lacks start, stop, subscribe or unsubscribe",
                       ops.name);
   }
-  for (const char* reserved : {"disabled", "userfaultfd", "uffd", "memhooks"}) {
+  for (const char* reserved : {"disabled", "userfaultfd", "uffd", "memhooks", kDefaultMonitorName}) {
     if (std::strcmp(ops.name, reserved) == 0) {
       return make_error(HMR_EINVAL, "monitor name '%s' is hmr's own", ops.name);
     }

@@ -28,7 +28,9 @@ struct Environment {
   // Registration cache defaults for domains that do not set their own.
   uint64_t cache_max_count = 1024;       // FI_MR_CACHE_MAX_COUNT (0 disables caching)
   uint64_t cache_max_size = 0;           // FI_MR_CACHE_MAX_SIZE (0 disables caching)
-  const char* cache_monitor = "userfaultfd";  // FI_MR_CACHE_MONITOR
+  // FI_MR_CACHE_MONITOR; "default" is memhooks, else userfaultfd, else no cache
+  // (monitor/monitor_registry.h says why).
+  const char* cache_monitor = "default";
   bool cache_monitor_from_environment = false;
   // Large host registrations (core/prefault.h): ranges of at least this many bytes are
   // pre-faulted before the NIC pins them (HMR_REG_PREFAULT_MIN; default 64 MiB) by this many

@@ -180,8 +180,10 @@ struct hmr_domain_attr {
 	 * divided by the number of CPUs).  Out: the limits in force, 0 when caching is off. */
 	size_t cache_max_count;
 	size_t cache_max_size;
-	/* In: "userfaultfd", "memhooks", "disabled" (no caching) or the name of a monitor
-	 * imported with hmr_monitor_import; NULL takes FI_MR_CACHE_MONITOR, else "userfaultfd".
+	/* In: "memhooks", "userfaultfd", "disabled" (no caching), "default" or the name of a
+	 * monitor imported with hmr_monitor_import; NULL takes FI_MR_CACHE_MONITOR, else
+	 * "default": memhooks where it installs, else userfaultfd, else no host cache (with a
+	 * warning).  A monitor named here that cannot start fails hmr_domain_open.
 	 * Out: the monitor in use ("disabled" when caching is off).  Only registrations whose
 	 * peer-visible form can be shared are cached: provider keys (HMR_MR_PROV_KEY), one
 	 * segment, no RMA_EVENT flag, no MR_ENDPOINT domain, no caller dma-buf, no host shadow.

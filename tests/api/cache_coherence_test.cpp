@@ -8,6 +8,7 @@
 // address now.  The decisive checks are therefore the cache statistics (no hit, an
 // invalidation) and the key (a stale hit returns the old entry's key); the RMA checks prove
 // the new registration reaches the new pages and that the old key is dead.
+#include <dlfcn.h>
 #include <sys/ipc.h>
 #include <sys/mman.h>
 #include <sys/shm.h>
@@ -917,7 +918,15 @@ TEST(CacheSwitches, DisabledMonitorFromTheEnvironmentDisablesCaching) {
   expect_no_caching(domain);
 }
 
-TEST(CacheSwitches, DefaultCachesWithUserfaultfd) {
+// What a domain gets when nothing names a monitor: memhooks where it installs (it costs the
+// unmapping thread least), else userfaultfd.
+std::string expected_default_monitor() {
+  CachedDomain memhooks;
+  if (memhooks.open("memhooks")) return "memhooks";
+  return "userfaultfd";
+}
+
+TEST(CacheSwitches, DefaultCachesWithMemhooksElseUserfaultfd) {
   {
     CachedDomain explicit_uffd;
     OPEN_OR_SKIP(explicit_uffd, "userfaultfd");
@@ -926,15 +935,92 @@ TEST(CacheSwitches, DefaultCachesWithUserfaultfd) {
       std::getenv("FI_MR_CACHE_MAX_COUNT") != nullptr) {
     GTEST_SKIP() << "the environment chooses the cache settings";
   }
+  const std::string expected = expected_default_monitor();
+  for (const char* spelled : {static_cast<const char*>(nullptr), "default"}) {
+    CachedDomain domain;
+    OPEN_OR_SKIP(domain, spelled);
+    EXPECT_EQ(domain.monitor_name(), expected) << (spelled != nullptr ? spelled : "NULL");
+    EXPECT_EQ(domain.negotiated().cache_max_count, 1024u);
+    EXPECT_GT(domain.negotiated().cache_max_size, 0u);
+    Pages pages(kPage);
+    reg_close_keep(domain, pages.data(), kPage);
+    reg_close_keep(domain, pages.data(), kPage);
+    EXPECT_EQ(domain.stats().cache_hits, 1u);
+  }
+}
+
+// UCX's UCM patches libc's munmap when a handler for unmap events is set, so memhooks cannot
+// install in a process that loaded UCX's hooks first; the default must then fall back to
+// userfaultfd and stay coherent.  Run in a fresh process (this binary, re-executed with only
+// this test) so the patch does not outlive the test.
+constexpr const char* kUcmChild = "HMR_TEST_UCM_CHILD";
+
+void on_ucm_event(int, void*, void*) {}
+
+TEST(CacheSwitches, DefaultFallsBackToUserfaultfdWhereUcxPatchedMunmap) {
+  if (std::getenv("FI_MR_CACHE_MONITOR") != nullptr) {
+    GTEST_SKIP() << "the environment chooses the monitor";
+  }
+  if (std::getenv(kUcmChild) == nullptr) {
+    const std::string filter =
+        "--gtest_filter=CacheSwitches.DefaultFallsBackToUserfaultfdWhereUcxPatchedMunmap";
+    const int status = hmr_test::run_self({filter}, {std::string(kUcmChild) + "=1"});
+    EXPECT_EQ(status, 0) << "the child process failed (its output is above)";
+    return;
+  }
+  // libc's own entries, not a sanitizer's interceptors of the same names.
+  void* libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
+  ASSERT_NE(libc, nullptr) << dlerror();
+  constexpr const char* kHooked[] = {"munmap", "mmap", "mremap", "madvise", "brk", "shmdt", "shmat"};
+  std::vector<std::vector<uint8_t>> before;
+  for (const char* name : kHooked) {
+    const auto* entry = static_cast<const uint8_t*>(dlsym(libc, name));
+    ASSERT_NE(entry, nullptr) << name;
+    before.emplace_back(entry, entry + 16);
+  }
+  // libucm is under-linked: it needs libucs's symbols loaded globally first.
+  void* ucs = dlopen("libucs.so.0", RTLD_NOW | RTLD_GLOBAL);
+  if (ucs == nullptr) GTEST_SKIP() << "UCX's libucs is not installed: " << dlerror();
+  void* ucm = dlopen("libucm.so.0", RTLD_NOW | RTLD_GLOBAL);
+  if (ucm == nullptr) GTEST_SKIP() << "UCX's libucm is not installed: " << dlerror();
+  using SetHandler = int (*)(int, int, void (*)(int, void*, void*), void*);
+  auto set_handler = reinterpret_cast<SetHandler>(dlsym(ucm, "ucm_set_event_handler"));
+  ASSERT_NE(set_handler, nullptr) << dlerror();
+  constexpr int kUcmVmUnmapped = 1 << 17;  // UCM_EVENT_VM_UNMAPPED
+  ASSERT_EQ(set_handler(kUcmVmUnmapped, 0, on_ucm_event, nullptr), 0);
+  std::string patched_by_ucm;
+  for (size_t i = 0; i < std::size(kHooked); ++i) {
+    const auto* entry = static_cast<const uint8_t*>(dlsym(libc, kHooked[i]));
+    if (std::memcmp(before[i].data(), entry, 16) != 0) patched_by_ucm += std::string(" ") + kHooked[i];
+  }
+  const std::string expected = expected_default_monitor();
+  // UCX 1.13 patches when libucm loads; a UCX that stops doing so makes this test moot.
+  ASSERT_FALSE(patched_by_ucm.empty()) << "UCM patched nothing in libc: the scenario did not happen";
+  EXPECT_EQ(expected, "userfaultfd") << "memhooks installed over UCM's patches of" << patched_by_ucm;
+
   CachedDomain domain;
   OPEN_OR_SKIP(domain, nullptr);
-  EXPECT_EQ(domain.monitor_name(), "userfaultfd");
-  EXPECT_EQ(domain.negotiated().cache_max_count, 1024u);
-  EXPECT_GT(domain.negotiated().cache_max_size, 0u);
-  Pages pages(kPage);
-  reg_close_keep(domain, pages.data(), kPage);
-  reg_close_keep(domain, pages.data(), kPage);
-  EXPECT_EQ(domain.stats().cache_hits, 1u);
+  EXPECT_EQ(domain.monitor_name(), expected)
+      << "UCM patched libc's" << (patched_by_ucm.empty() ? " nothing" : patched_by_ucm);
+  // Coherent under whichever it got: an unmapped, remapped range is a miss with a new key.
+  void* first = mmap(nullptr, kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(first, MAP_FAILED);
+  hmr_mr* old_mr = domain.reg(first, kPage);
+  ASSERT_NE(old_mr, nullptr);
+  const uint64_t old_key = hmr_mr_key(old_mr);
+  ASSERT_EQ(hmr_mr_close(old_mr), 0);
+  ASSERT_EQ(munmap(first, kPage), 0);
+  void* again = mmap(first, kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(again, MAP_FAILED);
+  const uint64_t hits = domain.stats().cache_hits;
+  hmr_mr* new_mr = domain.reg(again, kPage);
+  ASSERT_NE(new_mr, nullptr);
+  EXPECT_EQ(domain.stats().cache_hits, hits) << "a stale hit after munmap under UCX's hooks";
+  if (again == first) {
+    EXPECT_NE(hmr_mr_key(new_mr), old_key);
+  }
+  EXPECT_EQ(hmr_mr_close(new_mr), 0);
+  munmap(again, kPage);
 }
 
 TEST(CacheFlush, ReleasesUnusedEntriesOnly) {

@@ -1,5 +1,12 @@
 #include "test_support.h"
 
+#include <spawn.h>
+#include <cerrno>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char** environ;
+
 namespace hmr_test {
 
 hmr_domain* open_sim_domain(uint64_t app_mode, const char* nic_options,
@@ -57,6 +64,28 @@ Pages::~Pages() { unmap(); }
 void Pages::unmap() {
   if (address_ != nullptr) munmap(address_, bytes_);
   address_ = nullptr;
+}
+
+int run_self(const std::vector<std::string>& arguments, const std::vector<std::string>& environment) {
+  std::vector<std::string> argv_storage{"/proc/self/exe"};
+  argv_storage.insert(argv_storage.end(), arguments.begin(), arguments.end());
+  std::vector<char*> argv;
+  for (std::string& argument : argv_storage) argv.push_back(argument.data());
+  argv.push_back(nullptr);
+  std::vector<std::string> env_storage(environment);
+  for (char** variable = environ; *variable != nullptr; ++variable) env_storage.emplace_back(*variable);
+  std::vector<char*> envp;
+  for (std::string& variable : env_storage) envp.push_back(variable.data());
+  envp.push_back(nullptr);
+  pid_t child = -1;
+  if (posix_spawn(&child, "/proc/self/exe", nullptr, nullptr, argv.data(), envp.data()) != 0) {
+    return -1;
+  }
+  int status = 0;
+  while (waitpid(child, &status, 0) < 0) {
+    if (errno != EINTR) return -1;
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 }  // namespace hmr_test

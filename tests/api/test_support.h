@@ -9,6 +9,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace hmr_test {
 
@@ -98,5 +99,11 @@ class Pages {
   void* address_;
   size_t bytes_;
 };
+
+// Runs this test binary again in a new process with `arguments` (e.g. a --gtest_filter) and
+// `environment` ("NAME=value") added to this process's environment; returns its exit status
+// (-1 when it could not run or died of a signal).  For tests whose effects must not outlive
+// them, such as a library that patches libc.
+int run_self(const std::vector<std::string>& arguments, const std::vector<std::string>& environment);
 
 }  // namespace hmr_test

@@ -94,7 +94,17 @@ if not d["nics"]["rdma_modules"]["ib_uverbs"]:
     expect(not d["nics"]["dmabuf_import"]["supported"], "dma-buf import claimed without RDMA")
 if "FI_MR_CACHE_MONITOR" not in os.environ:
     expect(d["monitors"]["chosen"]["source"] == "default", "a monitor chosen without FI_MR_CACHE_MONITOR")
+    # The default is the first of memhooks, userfaultfd that starts here, else none.
+    started = {m["name"]: m["available"]["supported"] for m in d["monitors"]["host"]}
+    first = next((n for n in ("memhooks", "userfaultfd") if started[n]), None)
+    expect(d["monitors"]["chosen"]["name"] == first, (d["monitors"]["chosen"], started))
+    expect(d["monitors"]["chosen"]["reason"], "the default monitor comes without a reason")
 '
+
+check "monitor named in the environment" '
+expect(d["monitors"]["chosen"]["name"] == "userfaultfd", d["monitors"]["chosen"])
+expect(d["monitors"]["chosen"]["source"] == "FI_MR_CACHE_MONITOR", d["monitors"]["chosen"])
+' FI_MR_CACHE_MONITOR=userfaultfd
 
 # Nothing loadable: every runtime missing, said per runtime with the path tried.
 check "no runtime at all" '

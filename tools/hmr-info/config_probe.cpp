@@ -100,7 +100,7 @@ JsonValue config_section(const Result<core::Environment>& environment) {
   config.note("FI_MR_CACHE_MONITOR");
   const char* monitor = std::getenv("FI_MR_CACHE_MONITOR");
   config.effective.set("FI_MR_CACHE_MONITOR",
-                       monitor != nullptr && *monitor != '\0' ? monitor : "userfaultfd");
+                       monitor != nullptr && *monitor != '\0' ? monitor : "default");
   for (const char* name : {"FI_MR_CUDA_CACHE_MONITOR_ENABLED", "FI_MR_ROCR_CACHE_MONITOR_ENABLED",
                            "FI_MR_ZE_CACHE_MONITOR_ENABLED"}) {
     config.add_bool(name, true);

@@ -6,6 +6,7 @@
 #include "answer.h"
 #include "iface_probe.h"
 #include "monitor/memhooks_monitor.h"
+#include "monitor/monitor_registry.h"
 #include "monitor/uffd_monitor.h"
 
 namespace hmr::info {
@@ -41,7 +42,30 @@ JsonValue chosen_json(const Result<core::Environment>& environment, const HostMo
   chosen.set("name", name);
   chosen.set("source", named ? "FI_MR_CACHE_MONITOR" : "default");
   std::string reason;
-  if (environment.value().cache_max_count == 0 || environment.value().cache_max_size == 0) {
+  if (std::strcmp(name, core::kDefaultMonitorName) == 0) {
+    // The chain a domain walks: the first that starts is the one it gets.
+    const HostMonitor* first = nullptr;
+    std::string refused;
+    for (const char* candidate : core::kDefaultMonitorOrder) {
+      for (size_t i = 0; i < count && first == nullptr; ++i) {
+        if (std::strcmp(monitors[i].name, candidate) != 0) continue;
+        if (monitors[i].started.ok()) {
+          first = &monitors[i];
+        } else {
+          refused += std::string(candidate) + " cannot start (" + monitors[i].started.reason() + "); ";
+        }
+      }
+    }
+    chosen.set("name", first != nullptr ? JsonValue(first->name) : JsonValue());
+    if (first == nullptr) {
+      reason = refused + "so domains open without a host registration cache (hmr logs a warning)";
+    } else if (std::strcmp(first->name, "memhooks") == 0) {
+      reason = "it installs here, and it runs inline in the thread that unmaps, so it costs "
+               "the application least (userfaultfd makes that thread wait for its monitor thread)";
+    } else {
+      reason = refused + "so userfaultfd, whose monitor thread the unmapping thread waits for";
+    }
+  } else if (environment.value().cache_max_count == 0 || environment.value().cache_max_size == 0) {
     reason = std::string("host registrations are not cached: ") +
              (environment.value().cache_max_count == 0 ? "FI_MR_CACHE_MAX_COUNT" : "FI_MR_CACHE_MAX_SIZE") +
              " is 0";
