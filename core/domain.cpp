@@ -77,6 +77,7 @@ Result<std::unique_ptr<Domain>> Domain::open(const hmr_domain_attr& attr,
   rules.nic_auth_keys = caps.auth_keys;
   std::unique_ptr<Domain> domain(new Domain(std::move(*nic), rules, *environment));
   domain->mr_cnt_ = *mr_cnt;
+  domain->mr_credits_.reset(*mr_cnt);
   domain->copies_allowed_ = (attr.flags & HMR_DOMAIN_ALLOW_HMEM_COPY) != 0;
   // HMEM is emulated (cleared from the mode in force), but an application that supports it
   // has promised to say iface/device itself: hmr verifies them instead of detecting.
@@ -317,13 +318,16 @@ Status Domain::bind_event_queue(EventQueue& queue, uint64_t flags) {
 }
 
 Status Domain::reserve_mr_slot() {
-  size_t open = open_mrs_.load();
-  do {
-    if (mr_cnt_ != 0 && open >= mr_cnt_) {
-      return make_error(HMR_ENOSPC, "domain already has mr_cnt=%zu MRs open", mr_cnt_);
-    }
-  } while (!open_mrs_.compare_exchange_weak(open, open + 1));
+  if (!mr_credits_.take()) {
+    return make_error(HMR_ENOSPC, "domain already has mr_cnt=%zu MRs open", mr_cnt_);
+  }
+  open_mrs_.fetch_add(1);
   return ok_status();
+}
+
+void Domain::release_mr_slot() {
+  open_mrs_.fetch_sub(1);
+  mr_credits_.give();
 }
 
 Result<MemoryRegion*> Domain::register_memory(const hmr_mr_attr& attr, uint64_t flags) {
@@ -338,7 +342,7 @@ Result<MemoryRegion*> Domain::register_memory(const hmr_mr_attr& attr, uint64_t 
   if (key) {
     status = requested_keys_.reserve(*key);
     if (!status.ok()) {
-      open_mrs_.fetch_sub(1);
+      release_mr_slot();
       stats_.record_registration(false);
       return status;
     }
@@ -357,7 +361,7 @@ Result<MemoryRegion*> Domain::register_memory(const hmr_mr_attr& attr, uint64_t 
   stats_.record_registration(status.ok());
   if (!status.ok()) {
     if (key) requested_keys_.release(*key);
-    open_mrs_.fetch_sub(1);
+    release_mr_slot();
     return status;
   }
   stats_.record_mr_open(length);
@@ -369,7 +373,7 @@ Status Domain::close_memory_region(MemoryRegion* region) {
   region->release();
   if (region->request().requested_key) requested_keys_.release(*region->request().requested_key);
   stats_.record_mr_close(region->request().length());
-  open_mrs_.fetch_sub(1);
+  release_mr_slot();
   delete region;
   return ok_status();
 }

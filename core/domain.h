@@ -18,6 +18,7 @@
 #include "registration/mr_request.h"
 #include "registration/nic_registrar.h"
 #include "registration/registration_cost.h"
+#include "util/credit_pool.h"
 #include "util/environment.h"
 #include "util/object.h"
 #include "util/sharded_counters.h"
@@ -94,6 +95,7 @@ class Domain : public Tagged<ObjectClass::domain> {
   // Detects or verifies what the request's memory is (before any lock or NIC call).
   Status resolve(MrRequest& request);
   Status reserve_mr_slot();
+  void release_mr_slot();
   // MRs open now: full MemoryRegions and the hit path's CachedMrs.
   int64_t open_mr_count() const;
   // Whether hmr_mr_reg may try the hit path in this domain (decided once, at open).
@@ -103,7 +105,9 @@ class Domain : public Tagged<ObjectClass::domain> {
   DomainRules rules_;
   Environment environment_;
   size_t mr_cnt_ = 0;
-  std::atomic<size_t> open_mrs_{0};
+  std::atomic<size_t> open_mrs_{0};  // MRs of the full path; hits count in hit_counters_
+  // mr_cnt, enforced for both paths without a shared counter on the hit path.
+  CreditPool mr_credits_;
   std::atomic<int> open_objects_{0};  // counters and endpoints
   RequestedKeys requested_keys_;
   MappedRawKeys mapped_keys_;

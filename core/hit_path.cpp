@@ -2,7 +2,7 @@
 //
 // It serves exactly the requests whose answer is "the cached registration of this host range":
 // one segment, no flags, no requested key (provider keys), no endpoint binding, no event
-// queue, no mr_cnt limit, host memory the registry can vouch for without asking a runtime.
+// queue, no mr_cnt limit, a range a live host-cache entry covers.
 // Everything else — and every miss — returns nullptr and takes the full path, which also
 // reports every error with its reason.  On the way: no domain mutex, no allocation (handles
 // come from a per-thread free list), no condition variable, no vector, no virtual call;
@@ -10,7 +10,6 @@
 #include "cache/registration_cache.h"
 #include "core/cached_mr.h"
 #include "core/domain.h"
-#include "hmem/hmem_registry.h"
 #include "registration/mr_request.h"
 
 namespace hmr::core {
@@ -19,10 +18,9 @@ void Domain::enable_hit_path() {
   MrRequest host;
   host.iface = HMR_HMEM_SYSTEM;
   hit_key_ = cache_key(host);
-  // The same conditions as cacheable() for a plain host request, decided once; plus no
-  // mr_cnt (a limit needs one shared count) — see register_memory() for the full rules.
-  hit_path_ = cache_ != nullptr && has_mode(HMR_MR_PROV_KEY) && !has_mode(HMR_MR_ENDPOINT) &&
-              mr_cnt_ == 0;
+  // The same conditions as cacheable() for a plain host request, decided once — see
+  // register_memory() for the full rules.  mr_cnt is honoured through mr_credits_.
+  hit_path_ = cache_ != nullptr && has_mode(HMR_MR_PROV_KEY) && !has_mode(HMR_MR_ENDPOINT);
 }
 
 CachedMr* Domain::try_cached_hit(const void* buf, size_t len, uint64_t access, uint64_t offset,
@@ -34,13 +32,22 @@ CachedMr* Domain::try_cached_hit(const void* buf, size_t len, uint64_t access, u
       access == 0 || (access & ~kKnownAccess) != 0 || offset != 0) {
     return nullptr;
   }
-  // Host memory for certain only while no device runtime is loaded; otherwise classifying
-  // means asking the runtime, which is the full path's business.
-  if (!hmem::Registry::global().host_without_asking()) return nullptr;
+  // No classification here, even with device runtimes loaded: the host cache files only
+  // ranges the full path classified as system memory, and the monitor drops an entry when its
+  // range is unmapped, so a live entry covering [buf, +len) means the range is still the
+  // host mapping it was.  A device runtime cannot map its memory over a live host mapping
+  // without unmapping it first (its own allocations are fresh VA), which the monitor sees.
+  // (Host memory pinned later with cudaHostRegister and the like stays system memory to hmr:
+  // the registration is of the same pages and stays valid for RMA.)
   CacheKey key = hit_key_;
   key.access = static_cast<uint32_t>(access);
   const CacheHandle handle = cache_->find(start, len, key);
   if (!handle) return nullptr;
+  // mr_cnt: with no credit left the full path says ENOSPC with its reason.
+  if (!mr_credits_.take()) {
+    cache_->put(handle);
+    return nullptr;
+  }
   hit_counters_.add(kHitRegistrations, 1);
   hit_counters_.add(kHitOpen, 1);
   hit_counters_.add(kHitBytes, static_cast<int64_t>(len));
@@ -51,6 +58,7 @@ void Domain::close_cached(CachedMr* mr) {
   const uint64_t length = mr->length();
   mr->cache().put(mr->handle());
   CachedMr::release(mr);
+  mr_credits_.give();
   hit_counters_.add(kHitOpen, -1);
   hit_counters_.add(kHitBytes, -static_cast<int64_t>(length));
 }

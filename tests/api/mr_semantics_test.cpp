@@ -185,6 +185,42 @@ TEST(MrKeys, MrCntLimitsOpenRegions) {
   EXPECT_TRUE(c_again);
 }
 
+// Cached hits are MRs too: mr_cnt counts them, whichever path handed them out, and a
+// closed hit gives its place back.
+TEST(MrKeys, MrCntCountsCachedHits) {
+  Pages pages(kPage);
+  hmr_domain_attr attr = domain_attr(HMR_MR_PROV_KEY, "mr_cnt=3");
+  attr.cache_monitor = "userfaultfd";
+  hmr_domain* raw = nullptr;
+  const int rc = hmr_domain_open(&attr, &raw);
+  if (rc == -HMR_ENOSYS) GTEST_SKIP() << "userfaultfd not available here: " << hmr_last_error();
+  ASSERT_EQ(rc, 0) << hmr_last_error();
+  DomainPtr domain(raw);
+  ASSERT_EQ(attr.mr_cnt, 3u);
+  std::vector<MrPtr> open;
+  for (int i = 0; i < 3; ++i) {
+    open.push_back(reg(domain.get(), pages.data(), kPage, kRemote));
+    ASSERT_TRUE(open.back()) << i;
+  }
+  hmr_domain_stats stats{};
+  stats.size = sizeof stats;
+  ASSERT_HMR_OK(hmr_domain_query_stats(domain.get(), &stats));
+  EXPECT_EQ(stats.cache_hits, 2u) << "the second and third are hits";
+  EXPECT_EQ(stats.mr_open, 3u);
+  hmr_mr* fourth = nullptr;
+  EXPECT_HMR_ERROR(hmr_mr_reg(domain.get(), pages.data(), kPage, kRemote, 0, 0, 0, &fourth,
+                              nullptr),
+                   HMR_ENOSPC);
+  EXPECT_EQ(fourth, nullptr);
+  open.pop_back();  // a hit, closed
+  MrPtr again = reg(domain.get(), pages.data(), kPage, kRemote);
+  EXPECT_TRUE(again);
+  open.clear();
+  again.reset();
+  ASSERT_HMR_OK(hmr_domain_query_stats(domain.get(), &stats));
+  EXPECT_EQ(stats.mr_open, 0u);
+}
+
 // ============================================================== raw keys
 
 void expect_raw_key_is_key(hmr_mr* mr, size_t key_size, uint64_t expected_base) {

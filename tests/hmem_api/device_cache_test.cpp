@@ -77,6 +77,37 @@ TEST(DeviceCache, AnMrStillHoldingTheOldAllocationKeepsItWhileTheNewOneGetsItsOw
   EXPECT_EQ(stats_of(domain.get()).nic_deregistrations, 1u);
 }
 
+// With a device runtime loaded, a repeated registration of host memory is still served from
+// the cache without asking the runtime: a live host entry is proof enough that the range is
+// the host mapping it was (the monitor drops it when the range is unmapped).  The first
+// registration asks (that is how hmr knows it is host memory), the second must not.
+TEST(DeviceCache, HostHitsDoNotAskTheLoadedDeviceRuntime) {
+  auto domain = open_domain(nullptr);
+  ASSERT_TRUE(domain);
+  hmr_test::Pages pages(2 * 4096);
+  FakeAllocation device(0, kAlloc);  // the runtime is loaded and owns memory
+  hmr_mr* first = nullptr;
+  ASSERT_EQ(hmr_mr_reg(domain.get(), pages.data(), 4096, kAccess, 0, 0, 0, &first, nullptr), 0)
+      << hmr_last_error();
+  ASSERT_EQ(hmr_mr_close(first), 0);
+  const int asked = fake_cuda().call_count("cuPointerGetAttributes");
+  const hmr_domain_stats before = stats_of(domain.get());
+  hmr_mr* second = nullptr;
+  ASSERT_EQ(hmr_mr_reg(domain.get(), pages.data(), 4096, kAccess, 0, 0, 0, &second, nullptr), 0)
+      << hmr_last_error();
+  EXPECT_EQ(stats_of(domain.get()).cache_hits, before.cache_hits + 1);
+  EXPECT_EQ(fake_cuda().call_count("cuPointerGetAttributes"), asked)
+      << "a host cache hit asked the device runtime";
+  EXPECT_EQ(mr_info(second).iface, HMR_HMEM_SYSTEM);
+  ASSERT_EQ(hmr_mr_close(second), 0);
+  // Device memory is never taken for a host hit: it is classified and goes its own way.
+  hmr_mr* on_device = nullptr;
+  ASSERT_EQ(hmr_mr_reg(domain.get(), device.get(), 4096, kAccess, 0, 0, 0, &on_device, nullptr),
+            0) << hmr_last_error();
+  EXPECT_EQ(mr_info(on_device).iface, HMR_HMEM_CUDA);
+  ASSERT_EQ(hmr_mr_close(on_device), 0);
+}
+
 TEST(DeviceCache, MonitorDisabledByEnvironmentLeavesDeviceMemoryUncached) {
   FakeAllocation device(0, kAlloc);
   ScopedEnv off("FI_MR_CUDA_CACHE_MONITOR_ENABLED", "0");
