@@ -31,29 +31,6 @@ size_t BlockIndex::slots_needed(const CacheEntry& entry) {
   return static_cast<size_t>(((entry.end() - 1) >> shift) - (entry.start >> shift) + 1);
 }
 
-BlockIndex::Slot* BlockIndex::find(uintptr_t start, uint64_t len, const CacheKey& key,
-                                   uint32_t tag) const {
-  for (unsigned level = 0; level < kLevels; ++level) {
-    if (entries_per_level_[level] == 0) continue;
-    const uint64_t block = start >> kLevelShift[level];
-    // The level is part of the compared tag: a slot of another level whose computed block
-    // happens to match must not be taken (put() looks for the slot under this level's block).
-    const uint32_t wanted = tag | level << kLevelTagShift;
-    for (size_t i = home(level, block);; i = next(i)) {
-      Slot& slot = table_.slots[i];
-      if (slot.empty()) break;
-      if (slot.key_tag != wanted) continue;
-      const uint64_t length = slot.end - slot.start;
-      if (start < slot.start || len > length || start - slot.start > length - len) continue;
-      if ((slot.start >> kLevelShift[level]) + slot.delta() != block) continue;
-      if (key.exact_start && slot.start != start) continue;
-      if (!KeyTag::is_exact(tag) && !(slot.entry()->key == key)) continue;
-      return &slot;
-    }
-  }
-  return nullptr;
-}
-
 size_t BlockIndex::capacity_for(size_t extra_slots) const {
   size_t capacity = table_.capacity;
   while (used_ + extra_slots > max_load(capacity)) capacity += capacity / 2;
@@ -62,7 +39,7 @@ size_t BlockIndex::capacity_for(size_t extra_slots) const {
 
 BlockIndex::Table BlockIndex::make_table(size_t capacity) {
   Table table;
-  table.slots = std::make_unique<Slot[]>(capacity);
+  table.slots = PageArray<Slot>(capacity);
   table.capacity = capacity;
   return table;
 }

@@ -20,6 +20,7 @@
 
 #include "cache/cache_entry.h"
 #include "cache/key_tag.h"
+#include "util/page_array.h"
 
 namespace hmr::core {
 
@@ -48,7 +49,7 @@ class BlockIndex {
 
   // A table allocated outside the lock, adopted under it.
   struct Table {
-    std::unique_ptr<Slot[]> slots;
+    PageArray<Slot> slots;  // huge pages from 2 MiB (64k slots) up
     size_t capacity = 0;
   };
 
@@ -118,6 +119,29 @@ inline BlockIndex::Slot* BlockIndex::slot_of(const CacheEntry* entry, unsigned l
     if (slot.empty()) return nullptr;
     if (slot.entry() == entry && slot.block() == block) return &slot;
   }
+}
+
+inline BlockIndex::Slot* BlockIndex::find(uintptr_t start, uint64_t len, const CacheKey& key,
+                                   uint32_t tag) const {
+  for (unsigned level = 0; level < kLevels; ++level) {
+    if (entries_per_level_[level] == 0) continue;
+    const uint64_t block = start >> kLevelShift[level];
+    // The level is part of the compared tag: a slot of another level whose computed block
+    // happens to match must not be taken (put() looks for the slot under this level's block).
+    const uint32_t wanted = tag | level << kLevelTagShift;
+    for (size_t i = home(level, block);; i = next(i)) {
+      Slot& slot = table_.slots[i];
+      if (slot.empty()) break;
+      if (slot.key_tag != wanted) continue;
+      const uint64_t length = slot.end - slot.start;
+      if (start < slot.start || len > length || start - slot.start > length - len) continue;
+      if ((slot.start >> kLevelShift[level]) + slot.delta() != block) continue;
+      if (key.exact_start && slot.start != start) continue;
+      if (!KeyTag::is_exact(tag) && !(slot.entry()->key == key)) continue;
+      return &slot;
+    }
+  }
+  return nullptr;
 }
 
 template <typename Visit>

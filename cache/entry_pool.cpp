@@ -1,5 +1,7 @@
 #include "cache/entry_pool.h"
 
+#include <algorithm>
+
 namespace hmr::core {
 
 CacheEntry* CacheEntryPool::allocate() {
@@ -7,8 +9,12 @@ CacheEntry* CacheEntryPool::allocate() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (free_ == nullptr) {
-      auto slab = std::make_unique<Node[]>(kNodesPerSlab);
-      for (size_t i = 0; i < kNodesPerSlab; ++i) {
+      const size_t nodes =
+          slabs_.empty() ? kFirstSlabNodes
+                         : std::min(2 * slabs_.back().size(), kLargestSlabNodes);
+      PageArray<Node> slab(nodes);
+      // Linked so that allocation walks the slab upwards, the order its pages were touched.
+      for (size_t i = nodes; i-- > 0;) {
         slab[i].next = free_;
         free_ = &slab[i];
       }

@@ -35,59 +35,6 @@ void RegistrationCache::detach() {
   attached_ = false;
 }
 
-bool RegistrationCache::take_reference(CacheEntry& entry) {
-  uint32_t seen = entry.state.load(std::memory_order_relaxed);
-  do {
-    if ((seen & CacheEntry::kRefMask) >= CacheEntry::kMaxRefs) return false;
-  } while (!entry.state.compare_exchange_weak(seen, seen + 1, std::memory_order_acquire,
-                                              std::memory_order_relaxed));
-  // Unordered and only when it changes: the hand reads it under the exclusive lock, and a
-  // lost update costs at most one early eviction.
-  if (entry.recency.load(std::memory_order_relaxed) != CacheEntry::kHitRecency) {
-    entry.recency.store(CacheEntry::kHitRecency, std::memory_order_relaxed);
-  }
-  return true;
-}
-
-RegistrationCache::Hit RegistrationCache::lookup(uintptr_t start, uint64_t len,
-                                                 const CacheKey& key) {
-  const uint32_t tag = KeyTag::of(key);
-  Hit hit;
-  const ThreadSlot reader = lock_.lock_shared();
-  // In the index means not invalid: invalidation removes entries under the exclusive lock,
-  // so the reference taken here is on a live entry.
-  if (BlockIndex::Slot* slot = index_.find(start, len, key, tag)) {
-    CacheEntry* entry = slot->entry();
-    if (take_reference(*entry)) {
-      hit.handle = CacheHandle{entry};
-      hit.entry_start = slot->start;
-      hit.entry_end = slot->end;
-    } else {
-      hit.saturated = true;
-    }
-  }
-  lock_.unlock_shared(reader);
-  return hit;
-}
-
-bool RegistrationCache::still_valid(const Hit& hit) {
-  if (!validate_hits_ || monitor_->valid(hit.entry_start, hit.entry_end - hit.entry_start)) {
-    return true;
-  }
-  invalidate(hit.entry_start, hit.entry_end);  // the monitor says it changed: drop it
-  put(hit.handle);
-  return false;
-}
-
-CacheHandle RegistrationCache::find(uintptr_t start, uint64_t len, const CacheKey& key) {
-  if (limits_.max_count == 0) return {};
-  if (monitor_ != nullptr && monitor_->has_pending()) monitor_->wait_pending();
-  const Hit hit = lookup(start, len, key);
-  if (!hit.handle || !still_valid(hit)) return {};
-  hits_.add(0, 1);
-  return hit.handle;
-}
-
 Result<CacheHandle> RegistrationCache::get(uintptr_t start, uint64_t len, const CacheKey& key) {
   bool saturated = false;
   if (limits_.max_count != 0) {
@@ -173,10 +120,11 @@ bool RegistrationCache::invalidated_since(uint64_t sequence, uintptr_t start,
   return false;
 }
 
-void RegistrationCache::put(const CacheHandle& handle) {
-  CacheEntry* entry = handle.entry;
-  const uint32_t previous = entry->state.fetch_sub(1, std::memory_order_acq_rel);
-  if (previous == (CacheEntry::kInvalid | 1)) finalize(entry);  // the last user of a dead entry
+bool RegistrationCache::still_valid_slow(const Hit& hit) {
+  if (monitor_->valid(hit.entry_start, hit.entry_end - hit.entry_start)) return true;
+  invalidate(hit.entry_start, hit.entry_end);  // the monitor says it changed: drop it
+  put(hit.handle);
+  return false;
 }
 
 void RegistrationCache::retire(CacheEntry* entry, CacheEntry*& dead) {

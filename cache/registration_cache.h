@@ -89,7 +89,8 @@ class RegistrationCache final : public InvalidationSink {
   Hit lookup(uintptr_t start, uint64_t len, const CacheKey& key);
   // Whether a hit may be handed out: the monitor's verdict for monitors that check on every
   // hit; otherwise yes.  A stale hit is invalidated and released here.
-  bool still_valid(const Hit& hit);
+  bool still_valid(const Hit& hit) { return !validate_hits_ || still_valid_slow(hit); }
+  bool still_valid_slow(const Hit& hit);
   // `may_cache` false: register and hand out uncached (a saturated slot).
   Result<CacheHandle> register_and_insert(uintptr_t start, uint64_t len, const CacheKey& key,
                                           bool may_cache);
@@ -131,5 +132,59 @@ class RegistrationCache final : public InvalidationSink {
   std::atomic<uint64_t> misses_{0}, invalidations_{0}, evictions_{0}, uncached_{0};
   std::atomic<CacheEntry*> deferred_{nullptr};  // dead entries left by a monitor thread
 };
+
+// The hit path, inline: the C ABI's hmr_mr_reg reaches it through one call.
+
+inline bool RegistrationCache::take_reference(CacheEntry& entry) {
+  // One locked add, no compare-exchange loop.  kMaxRefs leaves bit 30 as headroom, so adds
+  // racing past the limit (each undone at once) can never reach kInvalid.
+  const uint32_t seen = entry.state.fetch_add(1, std::memory_order_acquire);
+  if ((seen & CacheEntry::kRefMask) >= CacheEntry::kMaxRefs) {
+    entry.state.fetch_sub(1, std::memory_order_relaxed);
+    return false;
+  }
+  // Unordered and only when it changes: the hand reads it under the exclusive lock, and a
+  // lost update costs at most one early eviction.
+  if (entry.recency.load(std::memory_order_relaxed) != CacheEntry::kHitRecency) {
+    entry.recency.store(CacheEntry::kHitRecency, std::memory_order_relaxed);
+  }
+  return true;
+}
+
+inline RegistrationCache::Hit RegistrationCache::lookup(uintptr_t start, uint64_t len,
+                                                 const CacheKey& key) {
+  const uint32_t tag = KeyTag::of(key);
+  Hit hit;
+  const ThreadSlot reader = lock_.lock_shared();
+  // In the index means not invalid: invalidation removes entries under the exclusive lock,
+  // so the reference taken here is on a live entry.
+  if (BlockIndex::Slot* slot = index_.find(start, len, key, tag)) {
+    CacheEntry* entry = slot->entry();
+    if (take_reference(*entry)) {
+      hit.handle = CacheHandle{entry};
+      hit.entry_start = slot->start;
+      hit.entry_end = slot->end;
+    } else {
+      hit.saturated = true;
+    }
+  }
+  lock_.unlock_shared(reader);
+  return hit;
+}
+
+inline CacheHandle RegistrationCache::find(uintptr_t start, uint64_t len, const CacheKey& key) {
+  if (limits_.max_count == 0) return {};
+  if (monitor_ != nullptr && monitor_->has_pending()) monitor_->wait_pending();
+  const Hit hit = lookup(start, len, key);
+  if (!hit.handle || !still_valid(hit)) return {};
+  hits_.add(0, 1);
+  return hit.handle;
+}
+
+inline void RegistrationCache::put(const CacheHandle& handle) {
+  CacheEntry* entry = handle.entry;
+  const uint32_t previous = entry->state.fetch_sub(1, std::memory_order_acq_rel);
+  if (previous == (CacheEntry::kInvalid | 1)) finalize(entry);  // the last user of a dead entry
+}
 
 }  // namespace hmr::core

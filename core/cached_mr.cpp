@@ -6,22 +6,8 @@
 #include <new>
 #include <vector>
 
-namespace hmr::core {
+namespace hmr::core::cached_mr_detail {
 namespace {
-
-// The storage of one handle.  While free it carries the free-list link after the handle's
-// tag, never over it: a stale handle's tag stays dead (zeroed by ~Tagged) while it waits.
-union alignas(alignof(CachedMr)) Storage {
-  unsigned char bytes[sizeof(CachedMr)];
-  struct {
-    uint64_t dead_tag;
-    Storage* next;
-  } free;
-};
-static_assert(sizeof(Storage) == sizeof(CachedMr));
-
-constexpr size_t kBatch = 64;         // moved between a thread and the shared pool at once
-constexpr size_t kThreadLimit = 256;  // a thread keeps at most this many free handles
 
 // The shared pool: slabs that live as long as the process (handles are small and their
 // number is bounded by the most ever open at once), and the free handles threads gave back.
@@ -59,14 +45,6 @@ SharedPool& shared_pool() {
   return *pool;
 }
 
-// The calling thread's free handles.  Plain data in initial-exec TLS: the hit path reaches
-// it without a call or an initialisation guard.
-struct ThreadFreeList {
-  Storage* head;
-  size_t count;
-};
-__attribute__((tls_model("initial-exec"))) thread_local ThreadFreeList free_list;
-
 // Unlinks up to kBatch handles from the head of `list`.
 Storage* split_batch(ThreadFreeList& list) {
   Storage* batch = list.head;
@@ -82,8 +60,8 @@ Storage* split_batch(ThreadFreeList& list) {
   return batch;
 }
 
-// Gives a thread's free handles back to the shared pool when the thread exits.  Touched only
-// when the thread first refills its list, which registers the destructor.
+// Gives a thread's free handles back to the shared pool when the thread exits.  Constructed
+// the first time the thread's list gets a handle (refill, or a close into an empty list).
 struct ThreadExitReturn {
   ~ThreadExitReturn() {
     while (free_list.head != nullptr) shared_pool().give_batch(split_batch(free_list));
@@ -93,29 +71,16 @@ thread_local ThreadExitReturn thread_exit_return;
 
 }  // namespace
 
-CachedMr* CachedMr::make(Domain& domain, RegistrationCache& cache, const CacheHandle& handle,
-                         uintptr_t start, uint64_t length, uint64_t access, void* context,
-                         bool raw_keys) {
-  ThreadFreeList& list = free_list;
-  if (list.head == nullptr) {
-    (void)&thread_exit_return;  // odr-use: constructs it, so its destructor runs at exit
-    list.head = shared_pool().take_batch();
-    list.count = kBatch;
-  }
-  Storage* storage = list.head;
-  list.head = storage->free.next;
-  --list.count;
-  return new (storage->bytes)
-      CachedMr(domain, cache, handle, start, length, access, context, raw_keys);
+__attribute__((tls_model("initial-exec"))) thread_local ThreadFreeList free_list = {nullptr, 0};
+
+void refill(ThreadFreeList& list) {
+  (void)&thread_exit_return;  // odr-use: constructs it, so its destructor runs at exit
+  list.head = shared_pool().take_batch();
+  list.count = kBatch;
 }
 
-void CachedMr::release(CachedMr* mr) {
-  mr->~CachedMr();
-  if (free_list.head == nullptr) (void)&thread_exit_return;  // a thread that only closes
-  auto* storage = reinterpret_cast<Storage*>(mr);
-  storage->free.next = free_list.head;
-  free_list.head = storage;
-  if (++free_list.count > kThreadLimit) shared_pool().give_batch(split_batch(free_list));
-}
+void spill(ThreadFreeList& list) { shared_pool().give_batch(split_batch(list)); }
 
-}  // namespace hmr::core
+void return_at_exit() { (void)&thread_exit_return; }
+
+}  // namespace hmr::core::cached_mr_detail

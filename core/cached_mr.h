@@ -7,7 +7,9 @@
 // written once (MemoryRegion).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <new>
 
 #include "cache/cache_handle.h"
 #include "util/object.h"
@@ -19,10 +21,14 @@ class RegistrationCache;
 
 class CachedMr : public Tagged<ObjectClass::cached_memory_region> {
  public:
+  // The key and descriptor are copied out of the entry here, while its line is in the cache
+  // from taking the reference, so hmr_mr_key and hmr_mr_desc read only the handle.
   CachedMr(Domain& domain, RegistrationCache& cache, const CacheHandle& handle, uintptr_t start,
            uint64_t length, uint64_t access, void* context, bool raw_keys)
       : domain_(domain), cache_(cache), handle_(handle), start_(start), length_(length),
-        access_(access), context_(context), raw_keys_(raw_keys) {}
+        access_(access), context_(context),
+        desc_(handle.registration().desc),
+        key_(raw_keys ? HMR_KEY_NOTAVAIL : handle.registration().key.low_u64()) {}
 
   // A handle from the calling thread's free list (refilled in batches from the shared pool);
   // ends its life with release().
@@ -41,10 +47,9 @@ class CachedMr : public Tagged<ObjectClass::cached_memory_region> {
   uint64_t access() const { return access_; }
   void* context() const { return context_; }
 
-  void* desc() const { return handle_.registration().desc; }
-  uint64_t key() const {
-    return raw_keys_ ? HMR_KEY_NOTAVAIL : handle_.registration().key.low_u64();
-  }
+  void* desc() const { return desc_; }
+  // HMR_KEY_NOTAVAIL in RAW domains: the key is read with hmr_mr_raw_attr, never as a u64.
+  uint64_t key() const { return key_; }
 
  private:
   Domain& domain_;
@@ -54,7 +59,64 @@ class CachedMr : public Tagged<ObjectClass::cached_memory_region> {
   uint64_t length_;
   uint64_t access_;
   void* context_;
-  bool raw_keys_;  // RAW domains: the key is read with hmr_mr_raw_attr, never as a u64
+  void* desc_;
+  uint64_t key_;
 };
+
+namespace cached_mr_detail {
+
+// The storage of one handle.  While free it carries the free-list link after the handle's
+// tag, never over it: a stale handle's tag stays dead (zeroed by ~Tagged) while it waits.
+union alignas(alignof(CachedMr)) Storage {
+  unsigned char bytes[sizeof(CachedMr)];
+  struct {
+    uint64_t dead_tag;
+    Storage* next;
+  } free;
+};
+static_assert(sizeof(Storage) == sizeof(CachedMr));
+
+inline constexpr size_t kBatch = 64;         // moved between a thread and the shared pool at once
+inline constexpr size_t kThreadLimit = 256;  // a thread keeps at most this many free handles
+
+// The calling thread's free handles.  Plain data in initial-exec TLS: the hit path reaches
+// it without a call or an initialisation guard.
+struct ThreadFreeList {
+  Storage* head;
+  size_t count;
+};
+extern __attribute__((tls_model("initial-exec"))) thread_local ThreadFreeList free_list;
+
+void refill(ThreadFreeList& list);  // from the shared pool; registers the thread-exit return
+void spill(ThreadFreeList& list);   // a batch back to the shared pool
+// Makes sure the thread's free handles go back to the shared pool when it exits (a thread
+// that only closes handles others made has never refilled).
+void return_at_exit();
+
+}  // namespace cached_mr_detail
+
+inline CachedMr* CachedMr::make(Domain& domain, RegistrationCache& cache,
+                                const CacheHandle& handle, uintptr_t start, uint64_t length,
+                                uint64_t access, void* context, bool raw_keys) {
+  cached_mr_detail::ThreadFreeList& list = cached_mr_detail::free_list;
+  if (__builtin_expect(list.head == nullptr, 0)) cached_mr_detail::refill(list);
+  cached_mr_detail::Storage* storage = list.head;
+  list.head = storage->free.next;
+  --list.count;
+  return new (storage->bytes)
+      CachedMr(domain, cache, handle, start, length, access, context, raw_keys);
+}
+
+inline void CachedMr::release(CachedMr* mr) {
+  mr->~CachedMr();
+  cached_mr_detail::ThreadFreeList& list = cached_mr_detail::free_list;
+  auto* storage = reinterpret_cast<cached_mr_detail::Storage*>(mr);
+  if (__builtin_expect(list.head == nullptr, 0)) cached_mr_detail::return_at_exit();
+  storage->free.next = list.head;
+  list.head = storage;
+  if (__builtin_expect(++list.count > cached_mr_detail::kThreadLimit, 0)) {
+    cached_mr_detail::spill(list);
+  }
+}
 
 }  // namespace hmr::core

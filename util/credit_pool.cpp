@@ -23,8 +23,10 @@ bool CreditPool::refill_and_take(std::atomic<int64_t>& credits) {
   // The pool is dry: pull back what other slots hold spare, then take one if any came back.
   std::lock_guard<std::mutex> lock(reclaim_mutex_);
   for (Slot& slot : slots_) {
+    // Negative too: a slot dips below zero while its owner undoes a take that found it
+    // empty, and the owner's undo will add the one back to the slot, not to the pool.
     const int64_t parked = slot.credits.exchange(0, std::memory_order_relaxed);
-    if (parked > 0) pool_.fetch_add(parked, std::memory_order_relaxed);
+    if (parked != 0) pool_.fetch_add(parked, std::memory_order_relaxed);
   }
   available = pool_.load(std::memory_order_relaxed);
   while (available > 0) {

@@ -30,10 +30,11 @@ class CreditPool {
   bool take() {
     if (limit_ == 0) return true;
     std::atomic<int64_t>& credits = slots_[this_thread_slot().index].credits;
-    int64_t seen = credits.load(std::memory_order_relaxed);
-    while (seen > 0) {
-      if (credits.compare_exchange_weak(seen, seen - 1, std::memory_order_relaxed)) return true;
-    }
+    // One locked add.  A slot may dip below zero for a moment (empty, or a reclaimer took its
+    // credits between our add and its exchange); every move is an atomic add or exchange, so
+    // the total is conserved whatever the interleaving.
+    if (credits.fetch_sub(1, std::memory_order_relaxed) > 0) return true;
+    credits.fetch_add(1, std::memory_order_relaxed);
     return refill_and_take(credits);
   }
 

@@ -2,16 +2,17 @@
 
 #include <atomic>
 
-namespace hmr {
+namespace hmr::thread_slot_detail {
 
-ThreadSlot this_thread_slot() {
+__attribute__((tls_model("initial-exec"))) thread_local unsigned slot_plus_one = 0;
+
+ThreadSlot assign() {
   static std::atomic<unsigned> next{0};
-  // initial-exec: the slot is read on every cache hit, so no __tls_get_addr call.
-  __attribute__((tls_model("initial-exec"))) thread_local const ThreadSlot slot = [] {
-    const unsigned n = next.fetch_add(1, std::memory_order_relaxed);
-    return ThreadSlot{n % kThreadSlots, n < kThreadSlots};
-  }();
-  return slot;
+  // Saturates well below overflow: thread 4 billion shares slots like thread 65 does.
+  unsigned n = next.fetch_add(1, std::memory_order_relaxed);
+  if (n > (1u << 30)) n = kThreadSlots + n % kThreadSlots;
+  slot_plus_one = n + 1;
+  return ThreadSlot{n % kThreadSlots, n < kThreadSlots};
 }
 
-}  // namespace hmr
+}  // namespace hmr::thread_slot_detail
