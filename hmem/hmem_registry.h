@@ -88,13 +88,6 @@ class Registry {
     return classify_slow(ptr, len);
   }
 
-  // True when every pointer is host memory without asking anyone: the runtimes are loaded
-  // and none of them detects.  The cache hit path asks this; false means "classify()", not
-  // "device memory".
-  bool host_without_asking() const {
-    return loaded_.load(std::memory_order_acquire) && detect_count_ == 0 && unverifiable_.ok();
-  }
-
   // Verification of a declaration: the declared iface must be loaded and must own the range
   // on the declared device; declared system memory must not be claimed by a device runtime.
   Result<PointerInfo> verify(int iface, uint64_t device, const void* ptr, size_t len);
