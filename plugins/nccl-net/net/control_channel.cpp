@@ -13,7 +13,7 @@ namespace hmr::nccl {
 std::unique_ptr<ControlChannel> ControlChannel::open(Device& device, Endpoint& endpoint,
                                                      size_t receives, size_t sends,
                                                      std::string* why) {
-  std::unique_ptr<ControlChannel> channel(new ControlChannel(device, endpoint));
+  std::unique_ptr<ControlChannel> channel(new ControlChannel(endpoint));
   const size_t count = receives + sends;
   const size_t bytes = ((count + 1) * kControlBufferSize + 4095) / 4096 * 4096;  // + scratch
   channel->memory_ = static_cast<uint8_t*>(std::aligned_alloc(4096, bytes));

@@ -46,7 +46,7 @@ class ControlChannel {
   void* desc() const { return desc_; }
 
  private:
-  ControlChannel(Device& device, Endpoint& endpoint) : device_(&device), endpoint_(&endpoint) {}
+  explicit ControlChannel(Endpoint& endpoint) : endpoint_(&endpoint) {}
   uint8_t* buffer(size_t index) const { return memory_ + index * kControlBufferSize; }
 
   struct Queued {
@@ -54,7 +54,6 @@ class ControlChannel {
     fi_addr_t peer;
   };
 
-  Device* device_;
   Endpoint* endpoint_;
   uint8_t* memory_ = nullptr;
   hmr_mr* mr_ = nullptr;

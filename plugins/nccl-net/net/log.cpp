@@ -9,7 +9,10 @@ namespace {
 
 std::atomic<ncclDebugLogger_t> g_logger{nullptr};
 
-void emit(ncclDebugLogLevel level, const char* fmt, va_list args) {
+// The format comes from the printf-checked entry points below; the attribute tells the
+// compiler so it checks their callers instead of rejecting this forward.
+__attribute__((format(printf, 2, 0))) void emit(ncclDebugLogLevel level, const char* fmt,
+                                                va_list args) {
   char line[1024];
   vsnprintf(line, sizeof line, fmt, args);
   if (ncclDebugLogger_t logger = g_logger.load(std::memory_order_acquire)) {
