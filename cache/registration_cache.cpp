@@ -251,7 +251,10 @@ CacheStatistics RegistrationCache::statistics() {
   stats.invalidations = invalidations_.load(std::memory_order_relaxed);
   stats.evictions = evictions_.load(std::memory_order_relaxed);
   stats.uncached = uncached_.load(std::memory_order_relaxed);
-  lock_.lock();
+  // The walk is O(slots) (milliseconds at a million entries), so it holds the lock shared:
+  // entries cannot leave the index meanwhile, and hits, which are readers too, go on.  Only
+  // inserts and invalidations wait for it.
+  SharedGuard guard(lock_);
   stats.cached_regions = count_;
   stats.cached_bytes = bytes_;
   for (size_t i = 0; i < index_.capacity(); ++i) {
@@ -260,7 +263,6 @@ CacheStatistics RegistrationCache::statistics() {
       ++stats.in_use_regions;
     }
   }
-  lock_.unlock();
   return stats;
 }
 

@@ -2,7 +2,8 @@
 //
 // It serves exactly the requests whose answer is "the cached registration of this host range":
 // one segment, no flags, no requested key (provider keys), no endpoint binding, no event
-// queue, no mr_cnt limit, a range a live host-cache entry covers.
+// queue, a range a live host-cache entry covers.  The NIC's mr_cnt limit is honoured through
+// per-thread credits (util/credit_pool.h), so it costs one thread-local add, not a lock.
 // Everything else — and every miss — returns nullptr and takes the full path, which also
 // reports every error with its reason.  On the way: no domain mutex, no allocation (handles
 // come from a per-thread free list), no condition variable, no vector, no virtual call;

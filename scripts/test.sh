@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Builds hmr twice and runs every test in each build:
-#   build/             normal build with GCC (RelWithDebInfo)
-#   build-clang-asan/  AddressSanitizer + UndefinedBehaviorSanitizer with clang (RelWithDebInfo)
+# Builds hmr three times and runs the tests in each build:
+#   build/             normal build with GCC (RelWithDebInfo), every test
+#   build-clang-asan/  AddressSanitizer + UndefinedBehaviorSanitizer with clang, every test
+#   build-clang-tsan/  ThreadSanitizer with clang: the binaries holding the cache, monitor,
+#                      concurrency and C ABI tests (the code with threads in it), nothing else
 # Two compilers, so each one's warnings (errors here) are seen.
 # On a fresh Debian 12 machine, as root:  bash scripts/test.sh
 # HMR_JOBS sets build parallelism (default 2).
@@ -16,10 +18,18 @@ bash scripts/install-deps.sh
 # Sanitizer reports must fail the tests, with a stack to read.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+# A data race fails the test (exit code 66) and names both stacks.  The suppressions file
+# lists each race that is not hmr's, with the reason.
+export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/scripts/tsan.supp}
 
+# run_build TITLE DIR [cmake options...] [-- target...]: configures, builds the targets (all
+# when none are named) and runs the ctest entries of the same names (all when none).
 run_build() {
   local title=$1 dir=$2
   shift 2
+  local options=() targets=()
+  while (($#)) && [[ $1 != -- ]]; do options+=("$1"); shift; done
+  (($#)) && shift && targets=("$@")
   echo
   echo "================================================================================"
   echo "== $title: configuring $dir/"
@@ -27,11 +37,16 @@ run_build() {
   local generator=()
   # Ninja for a new folder; an existing one keeps the generator it was made with.
   [[ -f "$dir/CMakeCache.txt" ]] || generator=(-G Ninja)
-  cmake -S . -B "$dir" "${generator[@]}" "$@"
-  echo "== $title: building $dir/ (-j$jobs)"
-  cmake --build "$dir" -j "$jobs"
+  cmake -S . -B "$dir" "${generator[@]}" "${options[@]}"
+  echo "== $title: building $dir/ (-j$jobs) ${targets[*]:-(everything)}"
+  local target_args=() filter=()
+  if ((${#targets[@]})); then
+    target_args=(--target "${targets[@]}")
+    filter=(-R "^($(IFS='|'; echo "${targets[*]}"))\$")
+  fi
+  cmake --build "$dir" -j "$jobs" "${target_args[@]}"
   echo "== $title: running the tests (ctest in $dir/)"
-  (cd "$dir" && ctest --output-on-failure)
+  (cd "$dir" && ctest --output-on-failure "${filter[@]}")
   echo "== $title: all tests passed"
 }
 
@@ -42,5 +57,13 @@ run_build "normal build, GCC (RelWithDebInfo)" build "${common[@]}" -DHMR_SANITI
 run_build "ASan+UBSan build, clang (RelWithDebInfo)" build-clang-asan "${common[@]}" \
   -DHMR_SANITIZE=address,undefined -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++
 
+# hmr_unit_tests: cache, block index, credit pool, thread pool, userfaultfd and memhooks
+# monitors; hmr_api_tests: the C ABI with its threading, cache coherence (concurrent remaps
+# under each monitor) and asynchronous registration tests.
+run_build "ThreadSanitizer build, clang (RelWithDebInfo)" build-clang-tsan \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHMR_BUILD_TESTS=ON -DHMR_BUILD_EXAMPLES=OFF \
+  -DHMR_BUILD_BENCH=OFF -DHMR_SANITIZE=thread -DCMAKE_C_COMPILER=clang \
+  -DCMAKE_CXX_COMPILER=clang++ -- hmr_unit_tests hmr_api_tests
+
 echo
-echo "== both builds passed every test ($((SECONDS - start)) s)"
+echo "== all three builds passed their tests ($((SECONDS - start)) s)"
