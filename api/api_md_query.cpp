@@ -2,6 +2,7 @@
 #include "api/api_guard.h"
 #include "api/extensible_struct.h"
 #include "core/domain.h"
+#include "core/packed_rkey.h"
 #include "hmem/hmem_registry.h"
 
 using hmr::core::Domain;
@@ -57,7 +58,13 @@ HMR_API int hmr_md_query(hmr_domain* handle, hmr_md_attr* attr) {
     result.flags = md_flags(*domain);
     result.max_reg = domain->rules().max_mr_size;
     result.key_size = domain->rules().key_size;
-    result.rkey_packed_size = domain->raw_keys() ? domain->rules().key_size : sizeof(uint64_t);
+    // What hmr_rkey_pack writes: the fixed header, the key, the checksum; 0 for a NIC whose
+    // keys have no packed form.
+    if (hmr::core::nic_identity_of(domain->nic().capabilities().name).ok()) {
+      hmr::core::PackedRkey packed;
+      packed.key.size = domain->rules().key_size;
+      result.rkey_packed_size = packed.packed_size();
+    }
     result.reg_mem_types = loaded_ifaces();
     result.detect_mem_types = result.reg_mem_types;
     result.alloc_mem_types = result.reg_mem_types;

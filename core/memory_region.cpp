@@ -270,6 +270,30 @@ Status MemoryRegion::raw_attr(uint64_t* base_addr, uint8_t* raw_key, size_t* key
   return ok_status();
 }
 
+Result<PackedRkey> MemoryRegion::packed_rkey() const {
+  HMR_RETURN_IF_ERROR(check_registered());
+  Result<NicIdentity> nic = nic_identity_of(domain_.nic().capabilities().name);
+  if (!nic.ok()) return nic.status();
+  PackedRkey packed;
+  packed.nic = *nic;
+  if (domain_.raw_keys()) packed.flags |= PackedRkey::kRawKey;
+  if (domain_.has_mode(HMR_MR_VIRT_ADDR)) packed.flags |= PackedRkey::kVirtAddr;
+  packed.iface = static_cast<uint16_t>(request_.memory.iface);
+  packed.device = request_.memory.device.value;
+  packed.length = request_.length();
+  packed.key = registration_.key;
+  // The registration's base is the peer's address of the registration's first byte.  A cached
+  // registration may begin before this MR (it is shared by every range it contains); the MR's
+  // first byte then lies that far in.  (0-based keys are cached only from their exact start.)
+  uint64_t offset = 0;
+  if (cache_handle_ && !request_.segments.empty()) {
+    const auto start = reinterpret_cast<uintptr_t>(request_.segments[0].iov_base);
+    if (start > cache_handle_.entry->start) offset = start - cache_handle_.entry->start;
+  }
+  packed.addr = registration_.base_addr + offset;
+  return packed;
+}
+
 // Runs under this MR's own mutex, which orders the NIC's view of this one MR (enable and
 // bind racing on the same MR); nobody else ever waits for that mutex.
 Status MemoryRegion::publish_remote_access() {

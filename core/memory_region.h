@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cache/cache_handle.h"
+#include "core/packed_rkey.h"
 #include "nic/nic.h"
 #include "registration/device_registration.h"
 #include "registration/mr_request.h"
@@ -51,6 +52,8 @@ class MemoryRegion : public Tagged<ObjectClass::memory_region> {
   void* desc() const;
   uint64_t key() const;
   Status raw_attr(uint64_t* base_addr, uint8_t* raw_key, size_t* key_size) const;
+  // What a peer needs to reach this MR (hmr_rkey_pack).
+  Result<PackedRkey> packed_rkey() const;
   Status bind_endpoint(Endpoint& endpoint, uint64_t flags);
   Status bind_counter(Counter& counter, uint64_t flags);
   Status enable();

@@ -14,6 +14,7 @@ enum class ObjectClass : uint32_t {
   counter = 0x434e5452,
   endpoint = 0x45505054,
   monitor = 0x4d4f4e49,
+  remote_key = 0x524b4559,  // "RKEY": a peer's unpacked key (core/remote_key.h)
 };
 
 struct ObjectTag {

@@ -283,8 +283,7 @@ struct hmr_md_attr {
 	uint64_t flags;       /* HMR_MD_FLAG_* */
 	uint64_t max_reg;     /* most bytes one registration may cover */
 	size_t key_size;      /* bytes of a remote key (the negotiated mr_key_size) */
-	size_t rkey_packed_size; /* bytes a peer needs to reach an MR: the raw key with
-	                          * HMR_MR_RAW, else the 64-bit hmr_mr_key() */
+	size_t rkey_packed_size; /* bytes hmr_rkey_pack writes for an MR of this domain */
 	uint64_t reg_mem_types;    /* HMR_HMEM_IFACE_BIT set: memory this domain can register */
 	uint64_t detect_mem_types; /* memory hmr_detect_memory_type recognises */
 	uint64_t alloc_mem_types;  /* memory hmr_mem_alloc can allocate */
@@ -411,6 +410,38 @@ HMR_API int hmr_mr_query(hmr_mr *mr, struct hmr_mr_info *info);
  * in the one direction flags names (len 0: to the end of the MR).  For every other MR the NIC
  * reaches the memory itself, and this checks its arguments and returns 0. */
 HMR_API int hmr_mr_sync(hmr_mr *mr, uint64_t offset, size_t len, uint64_t flags);
+
+/* ---------------------------------------------------------------- packed remote keys ---- */
+/* What a peer needs to reach an MR, as bytes to send it (UCX's mkey_pack / rkey_unpack): the
+ * remote address of the MR's first byte, its length, its key (raw or 64-bit), what the memory
+ * is, and which kind of NIC registered it.  The blob is versioned, length-checked and
+ * checksummed; hmr_rkey_unpack checks every field against the unpacking domain and trusts
+ * none (docs/semantics.md, "Packed remote keys"). */
+typedef struct hmr_rkey hmr_rkey;
+#define HMR_RKEY_PACKED_MAX 64 /* no packed key is longer (hmr_md_attr.rkey_packed_size: exact) */
+#define HMR_RKEY_RAW_MAX 16    /* bytes of the longest raw key */
+/* Writes the MR's packed key to buf.  On entry *len is the size of buf; -HMR_ETOOSMALL writes
+ * the size needed to *len (the one output written on failure).  -HMR_EAGAIN while an
+ * asynchronous registration is pending. */
+HMR_API int hmr_rkey_pack(hmr_mr *mr, void *buf, size_t *len);
+/* Checks a peer's packed key and makes an hmr_rkey for this domain's data transfers.  A blob
+ * that is truncated, of another version, inconsistent, corrupted, or from another kind of NIC
+ * (or another libfabric provider) fails with -HMR_EINVAL and says which field. */
+HMR_API int hmr_rkey_unpack(hmr_domain *domain, const void *buf, size_t len, hmr_rkey **rkey);
+struct hmr_rkey_info {
+	size_t size;                /* sizeof(struct hmr_rkey_info) */
+	uint64_t addr;              /* remote address of the MR's first byte (hmr_ep_write's addr) */
+	uint64_t length;            /* bytes the MR covers from addr */
+	uint64_t key;               /* the key for this domain's hmr_ep_* calls (HMR_MR_RAW keys
+	                             * are mapped, as hmr_mr_map_raw does, until release) */
+	enum hmr_hmem_iface iface;  /* what the remote memory is */
+	uint64_t device;
+	size_t raw_key_size;        /* the key as the peer's NIC gave it, for a transport's own */
+	uint8_t raw_key[HMR_RKEY_RAW_MAX];
+};
+HMR_API int hmr_rkey_query(hmr_rkey *rkey, struct hmr_rkey_info *info);
+/* Releases the rkey (and its mapped key).  A domain cannot close while it has rkeys. */
+HMR_API int hmr_rkey_release(hmr_rkey *rkey);
 
 /* ---------------------------------------------------------------- memory (UCX style) ---- */
 /* What hmr_mem_query computes beyond the always-filled fields (field_mask, in). */

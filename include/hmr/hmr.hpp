@@ -471,6 +471,16 @@ class MemoryRegion {
     return raw;
   }
 
+  // hmr_rkey_pack: the bytes a peer passes to RemoteKey::unpack.
+  std::vector<uint8_t> pack_rkey() const {
+    detail::require_open(get(), "hmr_rkey_pack");
+    std::vector<uint8_t> bytes(HMR_RKEY_PACKED_MAX);
+    size_t size = bytes.size();
+    detail::check(hmr_rkey_pack(get(), bytes.data(), &size), "hmr_rkey_pack");
+    bytes.resize(size);
+    return bytes;
+  }
+
   // Binds to an endpoint (HMR_MR_ENDPOINT domains).
   void bind(Endpoint& ep) {
     detail::require_open(get(), "hmr_mr_bind");
@@ -519,6 +529,45 @@ class MemoryRegion {
  private:
   detail::Handle<hmr_mr, hmr_mr_close> handle_;
 };
+
+// ------------------------------------------------------------------------------ remote keys
+
+// A peer's MR unpacked for this domain (hmr_rkey_unpack); released when destroyed.
+class RemoteKey {
+ public:
+  RemoteKey() noexcept = default;
+  static RemoteKey unpack(Domain& domain, const void* bytes, size_t len);
+  static RemoteKey unpack(Domain& domain, const std::vector<uint8_t>& bytes) {
+    return unpack(domain, bytes.data(), bytes.size());
+  }
+
+  hmr_rkey_info info() const {
+    detail::require_open(get(), "hmr_rkey_query");
+    hmr_rkey_info info;
+    std::memset(&info, 0, sizeof info);
+    info.size = sizeof info;
+    detail::check(hmr_rkey_query(get(), &info), "hmr_rkey_query");
+    return info;
+  }
+  // The remote address of the MR's first byte and the key, as hmr_ep_write/read take them.
+  uint64_t addr() const { return info().addr; }
+  uint64_t key() const { return info().key; }
+
+  void release() { handle_.close("hmr_rkey_release"); }
+  hmr_rkey* get() const noexcept { return handle_.get(); }
+  explicit operator bool() const noexcept { return get() != nullptr; }
+
+ private:
+  explicit RemoteKey(hmr_rkey* rkey) noexcept : handle_(rkey) {}
+  detail::Handle<hmr_rkey, hmr_rkey_release> handle_;
+};
+
+inline RemoteKey RemoteKey::unpack(Domain& domain, const void* bytes, size_t len) {
+  detail::require_open(domain.get(), "hmr_rkey_unpack");
+  hmr_rkey* rkey = nullptr;
+  detail::check(hmr_rkey_unpack(domain.get(), bytes, len, &rkey), "hmr_rkey_unpack");
+  return RemoteKey(rkey);
+}
 
 // ------------------------------------------------------------------------------ memory ----
 

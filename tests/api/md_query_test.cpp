@@ -61,7 +61,7 @@ TEST(MdQuery, DescribesTheSimNic) {
   EXPECT_EQ(attr.size, sizeof attr);
   EXPECT_EQ(attr.max_reg, 1048576u);
   EXPECT_EQ(attr.key_size, 4u);
-  EXPECT_EQ(attr.rkey_packed_size, sizeof(uint64_t));
+  EXPECT_EQ(attr.rkey_packed_size, 48u);  // hmr_rkey_pack: 40-byte header, 4-byte key, checksum
   EXPECT_NE(attr.reg_mem_types & HMR_HMEM_IFACE_BIT(HMR_HMEM_SYSTEM), 0u);
   EXPECT_NE(attr.detect_mem_types & HMR_HMEM_IFACE_BIT(HMR_HMEM_SYSTEM), 0u);
   EXPECT_NE(attr.alloc_mem_types & HMR_HMEM_IFACE_BIT(HMR_HMEM_SYSTEM), 0u);
@@ -92,7 +92,7 @@ TEST(MdQuery, RawKeysArePackedWhole) {
   ASSERT_HMR_OK(hmr_md_query(domain.get(), &attr));
   EXPECT_NE(attr.flags & HMR_MD_FLAG_RAW_KEYS, 0u);
   EXPECT_EQ(attr.key_size, 16u);
-  EXPECT_EQ(attr.rkey_packed_size, 16u);
+  EXPECT_EQ(attr.rkey_packed_size, 60u);  // the 16-byte raw key whole
 }
 
 TEST(MdQuery, RegistrationCostIsMeasuredOnceAndKept) {
