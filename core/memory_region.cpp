@@ -266,8 +266,20 @@ Status MemoryRegion::raw_attr(uint64_t* base_addr, uint8_t* raw_key, size_t* key
   if (raw_key == nullptr) return make_error(HMR_EINVAL, "raw_key buffer is NULL");
   std::memcpy(raw_key, key.bytes, key.size);
   *key_size = key.size;
-  *base_addr = registration_.base_addr;
+  *base_addr = remote_first_byte();
   return ok_status();
+}
+
+uint64_t MemoryRegion::remote_first_byte() const {
+  // The registration's base is the peer's address of the registration's first byte.  A cached
+  // registration may begin before this MR (it is shared by every range it contains); the MR's
+  // first byte then lies that far in.  (0-based keys are cached only from their exact start.)
+  uint64_t offset = 0;
+  if (cache_handle_ && !request_.segments.empty()) {
+    const auto start = reinterpret_cast<uintptr_t>(request_.segments[0].iov_base);
+    if (start > cache_handle_.entry->start) offset = start - cache_handle_.entry->start;
+  }
+  return registration_.base_addr + offset;
 }
 
 Result<PackedRkey> MemoryRegion::packed_rkey() const {
@@ -282,15 +294,7 @@ Result<PackedRkey> MemoryRegion::packed_rkey() const {
   packed.device = request_.memory.device.value;
   packed.length = request_.length();
   packed.key = registration_.key;
-  // The registration's base is the peer's address of the registration's first byte.  A cached
-  // registration may begin before this MR (it is shared by every range it contains); the MR's
-  // first byte then lies that far in.  (0-based keys are cached only from their exact start.)
-  uint64_t offset = 0;
-  if (cache_handle_ && !request_.segments.empty()) {
-    const auto start = reinterpret_cast<uintptr_t>(request_.segments[0].iov_base);
-    if (start > cache_handle_.entry->start) offset = start - cache_handle_.entry->start;
-  }
-  packed.addr = registration_.base_addr + offset;
+  packed.addr = remote_first_byte();
   return packed;
 }
 

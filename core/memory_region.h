@@ -65,6 +65,8 @@ class MemoryRegion : public Tagged<ObjectClass::memory_region> {
 
  private:
   Status check_registered() const;
+  // The address a peer targets for this MR's first byte (hmr_mr_raw_attr's base).
+  uint64_t remote_first_byte() const;
   // Device memory (and runtime memory the CPU can reach): each path the export decision
   // allows, in order, through the device cache where it may be shared.
   Status register_device();

@@ -141,6 +141,12 @@ TEST(Rkey, MrSharingALargerCachedRegistrationPacksItsOwnStart) {
   ASSERT_TRUE(rkey);
   const hmr_rkey_info info = query(rkey.get());
   EXPECT_EQ(info.addr, va(memory.data() + 2 * kPage));
+  // hmr_mr_raw_attr's base is the same address (it once was the shared registration's start).
+  uint64_t base = 0;
+  uint8_t raw[HMR_RKEY_RAW_MAX];
+  size_t raw_size = sizeof raw;
+  ASSERT_HMR_OK(hmr_mr_raw_attr(part.get(), &base, raw, &raw_size, 0));
+  EXPECT_EQ(base, info.addr);
   EXPECT_EQ(info.length, kPage);
   Link link = connect(domain.get(), domain.get());
   ASSERT_TRUE(link);
