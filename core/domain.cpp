@@ -370,12 +370,12 @@ Result<MemoryRegion*> Domain::register_memory(const hmr_mr_attr& attr, uint64_t 
 
 Status Domain::close_memory_region(MemoryRegion* region) {
   if (event_queue_ != nullptr) region->settle_async_registration();
-  region->release();
+  Status deregistered = region->release();
   if (region->request().requested_key) requested_keys_.release(*region->request().requested_key);
   stats_.record_mr_close(region->request().length());
   release_mr_slot();
   delete region;
-  return ok_status();
+  return deregistered;  // the MR is closed either way; the caller learns the NIC failed
 }
 
 }  // namespace hmr::core

@@ -216,7 +216,7 @@ void MemoryRegion::settle_async_registration() {
   domain_.event_queue()->withdraw(to_handle<hmr_fid>(this));
 }
 
-void MemoryRegion::release() {
+Status MemoryRegion::release() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (endpoint_ != nullptr) endpoint_->unbind_mr();
@@ -224,13 +224,14 @@ void MemoryRegion::release() {
     endpoint_ = nullptr;
     counters_.clear();
   }
-  if (state() != State::registered) return;
+  if (state() != State::registered) return ok_status();
   if (cache_handle_) {
     handle_cache_->put(cache_handle_);  // the cache deregisters when the entry dies
-    return;
+    return ok_status();
   }
-  domain_.nic_registrar().deregister_memory(registration_);
+  Status deregistered = domain_.nic_registrar().deregister_memory(registration_);
   device_hold_ = DeviceHold();  // after the NIC let go: closes the export, unmaps the shadow
+  return deregistered;
 }
 
 Status MemoryRegion::check_registered() const {

@@ -47,7 +47,7 @@ class MemoryRegion : public Tagged<ObjectClass::memory_region> {
   // Waits for (or cancels) a pending asynchronous registration and withdraws its event.
   void settle_async_registration();
   // Deregisters and releases bindings; the object is deleted by the domain afterwards.
-  void release();
+  Status release();  // the NIC's deregistration failure, if any (the MR is released anyway)
 
   void* desc() const;
   uint64_t key() const;

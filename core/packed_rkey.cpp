@@ -78,7 +78,7 @@ Result<PackedRkey> PackedRkey::decode(std::span<const uint8_t> bytes) {
   }
   PackedRkey rkey;
   const unsigned kind = in[6];
-  if (kind < static_cast<unsigned>(NicKind::sim) || kind > static_cast<unsigned>(NicKind::verbs)) {
+  if (kind < static_cast<unsigned>(NicKind::sim) || kind > static_cast<unsigned>(NicKind::callback)) {
     return make_error(HMR_EINVAL, "packed rkey names NIC kind %u, which hmr does not know", kind);
   }
   rkey.nic.kind = static_cast<NicKind>(kind);
@@ -119,6 +119,8 @@ Result<NicIdentity> nic_identity_of(std::string_view name) {
     identity.kind = NicKind::sim;
   } else if (kind == "verbs") {
     identity.kind = NicKind::verbs;
+  } else if (kind == "callback") {
+    identity.kind = NicKind::callback;
   } else if (kind == "ofi") {
     identity.kind = NicKind::ofi;
     identity.provider = fnv1a(reinterpret_cast<const uint8_t*>(detail.data()), detail.size());
@@ -134,6 +136,7 @@ const char* nic_kind_name(NicKind kind) {
     case NicKind::sim: return "sim";
     case NicKind::ofi: return "ofi";
     case NicKind::verbs: return "verbs";
+    case NicKind::callback: return "callback";
   }
   return "unknown";
 }

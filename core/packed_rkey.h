@@ -5,7 +5,7 @@
 //    0  u32  magic "hmrK"            12  u32  NIC identity (FNV-1a of the libfabric provider)
 //    4  u8   version (1)             16  u64  device
 //    5  u8   header size (40)        24  u64  remote address of the MR's first byte
-//    6  u8   NIC kind                32  u64  length
+//    6  u8   NIC kind (1..4)         32  u64  length
 //    7  u8   key size (1..16)        40  key bytes
 //    8  u16  flags                   40+key_size  u32  FNV-1a of every byte before it
 //   10  u16  memory iface
@@ -23,7 +23,8 @@
 
 namespace hmr::core {
 
-enum class NicKind : uint8_t { sim = 1, ofi = 2, verbs = 3 };
+// callback: the application's own NIC (nic = "callback"), whose keys only it can read.
+enum class NicKind : uint8_t { sim = 1, ofi = 2, verbs = 3, callback = 4 };
 
 // Whose keys these are: the kind of NIC, and for libfabric the provider (a tcp key means
 // nothing to shm).  Two verbs devices read each other's keys, so verbs carries no more.

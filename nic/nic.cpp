@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "nic/callback/callback_nic.h"
 #include "nic/sim/sim_nic.h"
 #include "nic/verbs/verbs_nic.h"
 #if defined(HMR_HAVE_OFI)
@@ -69,6 +70,7 @@ Result<std::unique_ptr<Nic>> open_nic(const char* name, const char* options, voi
     return sim::SimNic::open(options);
   }
   if (std::strcmp(name, "verbs") == 0) return verbs::VerbsNic::open(options, handle);
+  if (std::strcmp(name, "callback") == 0) return callback::CallbackNic::open(options, handle);
   if (std::strcmp(name, "ofi") == 0) {
 #if defined(HMR_HAVE_OFI)
     return ofi::OfiNic::open(options, handle);
@@ -77,7 +79,7 @@ Result<std::unique_ptr<Nic>> open_nic(const char* name, const char* options, voi
                       "ofi NIC adapter (install libfabric-dev and rebuild)");
 #endif
   }
-  return make_error(HMR_ENODEV, "unknown NIC adapter '%s' (this build has: sim, verbs, ofi)",
+  return make_error(HMR_ENODEV, "unknown NIC adapter '%s' (this build has: sim, verbs, ofi, callback)",
                     name);
 }
 

@@ -84,7 +84,7 @@ Result<nic::Registration> DeviceCacheBackend::register_range(uintptr_t start, ui
 
 void DeviceCacheBackend::deregister(nic::Registration& registration) {
   void* handle = registration.handle;
-  registrar_.deregister_memory(registration);
+  (void)registrar_.deregister_memory(registration);  // logged there
   DeviceHold released;  // closes its export or unmaps its shadow after the lock is dropped
   std::lock_guard<std::mutex> lock(mutex_);
   auto found = holds_.find(handle);

@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "util/log.h"
 #include "util/stopwatch.h"
 
 namespace hmr::core {
@@ -35,8 +36,15 @@ Result<nic::Registration> NicRegistrar::register_memory(const nic::RegistrationR
   return registered;
 }
 
-void NicRegistrar::deregister_memory(nic::Registration& registration) {
-  if (nic_.deregister(registration).ok()) deregistrations_.fetch_add(1, std::memory_order_relaxed);
+Status NicRegistrar::deregister_memory(nic::Registration& registration) {
+  Status status = nic_.deregister(registration);
+  if (status.ok()) {
+    deregistrations_.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    log_message(LogLevel::warn, "NIC deregistration failed, registration dropped: %s",
+                status.reason().c_str());
+  }
+  return status;
 }
 
 Result<nic::Registration> NicRegistrar::register_range(uintptr_t start, uint64_t len,

@@ -40,12 +40,14 @@ class NicRegistrar final : public CacheBackend {
   nic::RegistrationRequest request_for(std::span<const iovec> segments, uint64_t access) const;
   // Registers on the NIC (after the ALLOCATED check and pre-faulting) and counts it.
   Result<nic::Registration> register_memory(const nic::RegistrationRequest& request);
-  void deregister_memory(nic::Registration& registration);
+  // A failure is logged (with the NIC's reason) and returned; the registration is dropped
+  // either way, since hmr cannot make a NIC let go.
+  Status deregister_memory(nic::Registration& registration);
 
   // CacheBackend: a host-memory cache miss.
   Result<nic::Registration> register_range(uintptr_t start, uint64_t len,
                                            const CacheKey& key) override;
-  void deregister(nic::Registration& registration) override { deregister_memory(registration); }
+  void deregister(nic::Registration& registration) override { (void)deregister_memory(registration); }
 
   nic::Nic& nic() const { return nic_; }
   NicCounters counters() const;

@@ -149,8 +149,9 @@ static inline hmr_fid *hmr_eq_fid(hmr_eq *eq) { return (hmr_fid *)(void *)eq; }
 struct hmr_domain_attr {
 	size_t size; /* sizeof(struct hmr_domain_attr) */
 	/* NIC adapter: "sim" (software NIC in this process; the default when NULL), "verbs"
-	 * (an RDMA device through rdma-core's libibverbs.so.1, loaded at run time) or "ofi"
-	 * (a libfabric provider through libfabric.so.1, loaded at run time). */
+	 * (an RDMA device through rdma-core's libibverbs.so.1, loaded at run time), "ofi"
+	 * (a libfabric provider through libfabric.so.1, loaded at run time) or "callback"
+	 * (your own functions, struct hmr_nic_callbacks as nic_handle). */
 	const char *nic;
 	/* Adapter options, "name=value" pairs separated by ';'.  sim understands
 	 * require=<mode bit names joined by '|'> (the mr_mode the simulated NIC requires),
@@ -194,13 +195,57 @@ struct hmr_domain_attr {
 	 * it must outlive the domain).  "ofi": a struct fid_domain * (never closed by hmr; it
 	 * must outlive the domain; nic_options must then say provider= and mr_mode=, the
 	 * domain's info->fabric_attr->prov_name and info->domain_attr->mr_mode).
+	 * "callback": a struct hmr_nic_callbacks * (required).
 	 * Out: the NIC object registrations are made on (ofi: the struct fid_domain *, verbs:
-	 * the struct ibv_pd *), also when the adapter opened it itself; that one stays hmr's and
-	 * closes with the hmr domain. */
+	 * the struct ibv_pd *, callback: the callbacks), also when the adapter opened it itself;
+	 * that one stays hmr's and closes with the hmr domain. */
 	void *nic_handle;
 	/* In: HMR_DOMAIN_* flags; other bits fail with -HMR_EBADFLAGS.  Out: those in force. */
 	uint64_t flags;
 };
+/* ---------------------------------------------------------------- a NIC of your own ---- */
+/* nic = "callback": hmr decides what the memory is, how it may reach the NIC, caches and
+ * watches it, and calls these functions for the NIC work, which stays the application's
+ * (its own verbs PD, provider domain, ...).  Pass the struct as hmr_domain_attr.nic_handle;
+ * it is read once at open (the functions and context must stay valid while the domain is
+ * open).  hmr never calls back while holding one of its locks, so a callback may call hmr.
+ * A callback returns 0, or a negative HMR_E* code and may write a reason (NUL-terminated,
+ * at most reason_size bytes) that hmr_last_error() then repeats. */
+struct hmr_nic_reg_request {
+	const void *addr;           /* the range: a host VA (or a device VA with peer-direct) */
+	size_t len;
+	uint64_t access;            /* HMR_* access bits */
+	enum hmr_hmem_iface iface;  /* what the memory is (hmr detected or verified it) */
+	uint64_t device;
+	int dmabuf_fd;              /* reg_dmabuf: the dma-buf (hmr's or the caller's; never close
+	                             * it), the range's offset in it; reg_va: -1 and 0 */
+	uint64_t dmabuf_offset;
+	int has_requested_key;      /* 1 without HMR_MR_PROV_KEY: the application chose the key */
+	uint64_t requested_key;
+};
+struct hmr_nic_mr {
+	void *handle;   /* yours: hmr hands it back to dereg */
+	void *desc;     /* hmr_mr_desc() of MRs on this registration */
+	uint64_t key;   /* hmr_mr_key(); must fit in key_size bytes */
+};
+#define HMR_NIC_CB_DMABUF (1ULL << 0)      /* reg_dmabuf imports dma-bufs */
+#define HMR_NIC_CB_PEER_DIRECT (1ULL << 1) /* reg_va takes device VAs (nvidia-peermem and the like) */
+struct hmr_nic_callbacks {
+	size_t size;                /* sizeof(struct hmr_nic_callbacks) */
+	void *context;              /* passed to every callback */
+	size_t key_size;            /* 1..8: bytes of the keys reg_* return */
+	uint64_t required_mr_mode;  /* mr_mode bits your NIC cannot work without */
+	uint64_t max_mr_size;       /* 0: no limit */
+	size_t mr_cnt;              /* most registrations at once; 0: no limit */
+	uint64_t caps;              /* HMR_NIC_CB_* */
+	int (*reg_va)(void *context, const struct hmr_nic_reg_request *request,
+		      struct hmr_nic_mr *mr, char *reason, size_t reason_size);
+	/* With HMR_NIC_CB_DMABUF; otherwise NULL. */
+	int (*reg_dmabuf)(void *context, const struct hmr_nic_reg_request *request,
+			  struct hmr_nic_mr *mr, char *reason, size_t reason_size);
+	int (*dereg)(void *context, const struct hmr_nic_mr *mr, char *reason, size_t reason_size);
+};
+
 /* Device memory the NIC cannot reach directly (FI_HMEM_DISABLE_P2P, or neither a dma-buf nor
  * a peer-direct path) may be registered through a host shadow: a host buffer hmr owns, which
  * the NIC registers instead; hmr_mr_sync() copies between it and the device memory.  Without

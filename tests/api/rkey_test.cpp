@@ -332,6 +332,7 @@ TEST_F(HostileRkey, ForgedFieldsAreRefusedEachForItsOwnReason) {
   expect_rejected(forged(6, {2}), "an ofi key on a sim domain");
   expect_rejected(forged(6, {0}), "NIC kind 0");
   expect_rejected(forged(6, {200}), "unknown NIC kind");
+  expect_rejected(forged(6, {4}), "a callback NIC's key on a sim domain");
   expect_rejected(forged(7, {0}), "key size 0");
   expect_rejected(forged(7, {4}), "key size lying about the length");
   expect_rejected(forged(7, {200}), "key size beyond any key");

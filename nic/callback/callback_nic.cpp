@@ -1,0 +1,143 @@
+#include "nic/callback/callback_nic.h"
+
+#include <cstring>
+
+namespace hmr::nic::callback {
+namespace {
+
+constexpr uint64_t kKnownCaps = HMR_NIC_CB_DMABUF | HMR_NIC_CB_PEER_DIRECT;
+constexpr size_t kReasonSize = 256;
+
+// A callback's answer as hmr's: its code and its reason, or a complaint about the answer.
+Status callback_status(int rc, const char* call, const char* reason) {
+  if (rc == 0) return ok_status();
+  if (rc > 0) {
+    return make_error(HMR_EIO, "callback NIC: %s returned %d, which is neither 0 nor a negative "
+                      "HMR_E* code%s%s", call, rc, reason[0] != '\0' ? ": " : "", reason);
+  }
+  return make_error(-rc, "callback NIC: %s failed (%s): %s", call, hmr_strerror(-rc),
+                    reason[0] != '\0' ? reason : "the callback gave no reason");
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Nic>> CallbackNic::open(const char* options, void* handle) {
+  if (options != nullptr && options[0] != '\0') {
+    return make_error(HMR_EINVAL, "the callback NIC takes no nic_options (its settings are in "
+                      "struct hmr_nic_callbacks)");
+  }
+  const auto* user = static_cast<const hmr_nic_callbacks*>(handle);
+  if (user == nullptr) {
+    return make_error(HMR_EINVAL, "nic \"callback\" needs nic_handle = a struct "
+                      "hmr_nic_callbacks *");
+  }
+  if (user->size < sizeof(hmr_nic_callbacks)) {
+    return make_error(HMR_EINVAL, "hmr_nic_callbacks.size is %zu; set it to sizeof(struct "
+                      "hmr_nic_callbacks) (%zu)", user->size, sizeof(hmr_nic_callbacks));
+  }
+  const auto* bytes = static_cast<const unsigned char*>(handle);
+  for (size_t i = sizeof(hmr_nic_callbacks); i < user->size; ++i) {
+    if (bytes[i] != 0) {
+      return make_error(HMR_EINVAL, "hmr_nic_callbacks.size is %zu but this hmr knows %zu bytes "
+                        "and byte %zu is set: the caller needs a newer hmr", user->size,
+                        sizeof(hmr_nic_callbacks), i);
+    }
+  }
+  hmr_nic_callbacks callbacks;
+  std::memcpy(&callbacks, user, sizeof callbacks);
+  if (callbacks.reg_va == nullptr || callbacks.dereg == nullptr) {
+    return make_error(HMR_EINVAL, "hmr_nic_callbacks needs reg_va and dereg");
+  }
+  if (callbacks.key_size == 0 || callbacks.key_size > sizeof(uint64_t)) {
+    return make_error(HMR_EINVAL, "hmr_nic_callbacks.key_size %zu outside 1..8",
+                      callbacks.key_size);
+  }
+  if (callbacks.caps & ~kKnownCaps) {
+    return make_error(HMR_EBADFLAGS, "hmr_nic_callbacks.caps has unknown bits %#llx",
+                      static_cast<unsigned long long>(callbacks.caps & ~kKnownCaps));
+  }
+  if (((callbacks.caps & HMR_NIC_CB_DMABUF) != 0) != (callbacks.reg_dmabuf != nullptr)) {
+    return make_error(HMR_EINVAL, "hmr_nic_callbacks: HMR_NIC_CB_DMABUF and reg_dmabuf go "
+                      "together (one is set without the other)");
+  }
+  return std::unique_ptr<Nic>(new CallbackNic(callbacks, handle));
+}
+
+CallbackNic::CallbackNic(const hmr_nic_callbacks& callbacks, void* user_handle)
+    : callbacks_(callbacks), user_handle_(user_handle) {
+  capabilities_.name = "callback";
+  capabilities_.required_mr_mode = callbacks.required_mr_mode;
+  capabilities_.key_size = callbacks.key_size;
+  capabilities_.iov_limit = 1;  // one range per callback
+  capabilities_.mr_cnt = callbacks.mr_cnt;
+  capabilities_.max_mr_size = callbacks.max_mr_size != 0 ? callbacks.max_mr_size : UINT64_MAX;
+  capabilities_.dmabuf_import = (callbacks.caps & HMR_NIC_CB_DMABUF) != 0;
+  capabilities_.peer_direct = (callbacks.caps & HMR_NIC_CB_PEER_DIRECT) != 0;
+}
+
+Result<Registration> CallbackNic::register_memory(const RegistrationRequest& request) {
+  hmr_nic_reg_request call{};
+  call.access = request.access;
+  call.iface = request.iface;
+  call.device = request.device;
+  call.dmabuf_fd = -1;
+  if (request.requested_key) {
+    call.has_requested_key = 1;
+    call.requested_key = *request.requested_key;
+  }
+  if (request.dmabuf != nullptr) {
+    call.addr = request.dmabuf->base_addr;
+    call.len = request.dmabuf->len;
+    call.dmabuf_fd = request.dmabuf->fd;
+    call.dmabuf_offset = request.dmabuf->offset;
+  } else if (request.segments.size() == 1) {
+    call.addr = request.segments[0].iov_base;
+    call.len = request.segments[0].iov_len;
+  } else {
+    return make_error(HMR_EINVAL, "callback NIC registers one range at a time, not %zu",
+                      request.segments.size());
+  }
+  hmr_nic_mr mr{};
+  char reason[kReasonSize] = {};
+  const bool dmabuf = request.dmabuf != nullptr;
+  const int rc = dmabuf ? callbacks_.reg_dmabuf(callbacks_.context, &call, &mr, reason, sizeof reason)
+                        : callbacks_.reg_va(callbacks_.context, &call, &mr, reason, sizeof reason);
+  reason[kReasonSize - 1] = '\0';  // whatever the callback wrote
+  HMR_RETURN_IF_ERROR(callback_status(rc, dmabuf ? "reg_dmabuf" : "reg_va", reason));
+  if (callbacks_.key_size < sizeof(uint64_t) && (mr.key >> (8 * callbacks_.key_size)) != 0) {
+    // The registration exists on the NIC but cannot be described; give it back.
+    char ignored[kReasonSize] = {};
+    callbacks_.dereg(callbacks_.context, &mr, ignored, sizeof ignored);
+    return make_error(HMR_EINVAL, "callback NIC: %s returned key %#llx, wider than key_size %zu",
+                      dmabuf ? "reg_dmabuf" : "reg_va", static_cast<unsigned long long>(mr.key),
+                      callbacks_.key_size);
+  }
+  if (request.requested_key && mr.key != *request.requested_key) {
+    char ignored[kReasonSize] = {};
+    callbacks_.dereg(callbacks_.context, &mr, ignored, sizeof ignored);
+    return make_error(HMR_EINVAL, "callback NIC: the application asked for key %#llx and %s "
+                      "returned %#llx", static_cast<unsigned long long>(*request.requested_key),
+                      dmabuf ? "reg_dmabuf" : "reg_va", static_cast<unsigned long long>(mr.key));
+  }
+  Registration registration;
+  registration.handle = mr.handle;
+  registration.desc = mr.desc;
+  registration.key = KeyBytes::from_u64(mr.key, callbacks_.key_size);
+  registration.base_addr = request.virt_addr ? reinterpret_cast<uint64_t>(call.addr) : 0;
+  return registration;
+}
+
+Status CallbackNic::deregister(Registration& registration) {
+  hmr_nic_mr mr{};
+  mr.handle = registration.handle;
+  mr.desc = registration.desc;
+  mr.key = registration.key.low_u64();
+  char reason[kReasonSize] = {};
+  const int rc = callbacks_.dereg(callbacks_.context, &mr, reason, sizeof reason);
+  reason[kReasonSize - 1] = '\0';
+  HMR_RETURN_IF_ERROR(callback_status(rc, "dereg", reason));
+  registration = Registration();
+  return ok_status();
+}
+
+}  // namespace hmr::nic::callback

@@ -1,0 +1,32 @@
+// nic = "callback": the application's own NIC code behind hmr's registration path.  hmr keeps
+// detection, the export decision, the cache and its monitors; each NIC registration and
+// deregistration is a call to the application's struct hmr_nic_callbacks.
+#pragma once
+
+#include <hmr/hmr.h>
+
+#include <memory>
+
+#include "nic/nic.h"
+
+namespace hmr::nic::callback {
+
+class CallbackNic final : public Nic {
+ public:
+  // `handle` is the application's struct hmr_nic_callbacks; checked and copied here.
+  static Result<std::unique_ptr<Nic>> open(const char* options, void* handle);
+
+  const Capabilities& capabilities() const override { return capabilities_; }
+  Result<Registration> register_memory(const RegistrationRequest& request) override;
+  Status deregister(Registration& registration) override;
+  void* native_handle() const override { return user_handle_; }
+
+ private:
+  CallbackNic(const hmr_nic_callbacks& callbacks, void* user_handle);
+
+  hmr_nic_callbacks callbacks_;
+  void* user_handle_;
+  Capabilities capabilities_;
+};
+
+}  // namespace hmr::nic::callback

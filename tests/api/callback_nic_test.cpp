@@ -1,0 +1,302 @@
+// nic = "callback": the application's own registration functions behind hmr's detection,
+// cache and monitors — every call recorded, every failure carried back with its reason, and
+// callbacks that call hmr themselves (hmr holds no lock while it calls back).
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "test_support.h"
+
+using namespace hmr_test;
+
+namespace {
+
+constexpr size_t kPage = 4096;
+constexpr uint64_t kRemote = HMR_REMOTE_READ | HMR_REMOTE_WRITE;
+
+// A toy NIC: keys from a counter, desc = a fixed cookie, every call recorded.
+struct ToyNic {
+  struct Call {
+    const void* addr;
+    size_t len;
+    uint64_t access;
+    int dmabuf_fd;
+  };
+  std::vector<Call> registrations;
+  std::vector<hmr_nic_mr> deregistrations;
+  uint64_t next_key = 100;
+  int fail_reg = 0;    // a negative HMR code: reg_* fails with it
+  int fail_dereg = 0;
+  uint64_t key_override = 0;  // non-zero: returned as the key
+  // Called from inside reg_va, to show that hmr can be re-entered from a callback.
+  void (*reenter)(ToyNic&) = nullptr;
+  hmr_domain* domain = nullptr;
+  int reentered = 0;
+};
+
+int toy_register(void* context, const hmr_nic_reg_request* request, hmr_nic_mr* mr,
+                 char* reason, size_t reason_size) {
+  auto& nic = *static_cast<ToyNic*>(context);
+  nic.registrations.push_back({request->addr, request->len, request->access, request->dmabuf_fd});
+  if (nic.fail_reg != 0) {
+    std::snprintf(reason, reason_size, "toy NIC refuses %zu bytes at %p", request->len,
+                  request->addr);
+    return nic.fail_reg;
+  }
+  if (nic.reenter != nullptr) nic.reenter(nic);
+  mr->handle = reinterpret_cast<void*>(nic.registrations.size());
+  mr->desc = &nic;
+  mr->key = nic.key_override != 0 ? nic.key_override : nic.next_key++;
+  return 0;
+}
+
+int toy_deregister(void* context, const hmr_nic_mr* mr, char* reason, size_t reason_size) {
+  auto& nic = *static_cast<ToyNic*>(context);
+  nic.deregistrations.push_back(*mr);
+  if (nic.fail_dereg != 0) {
+    std::snprintf(reason, reason_size, "toy NIC lost handle %p", mr->handle);
+    return nic.fail_dereg;
+  }
+  return 0;
+}
+
+hmr_nic_callbacks toy_callbacks(ToyNic& nic, size_t key_size = 4) {
+  hmr_nic_callbacks callbacks;
+  std::memset(&callbacks, 0, sizeof callbacks);
+  callbacks.size = sizeof callbacks;
+  callbacks.context = &nic;
+  callbacks.key_size = key_size;
+  callbacks.reg_va = toy_register;
+  callbacks.dereg = toy_deregister;
+  return callbacks;
+}
+
+hmr_domain* open_callback_domain(hmr_nic_callbacks& callbacks, const char* monitor = nullptr) {
+  hmr_domain_attr attr = domain_attr(HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR);
+  attr.nic = "callback";
+  attr.nic_handle = &callbacks;
+  attr.cache_monitor = monitor;
+  hmr_domain* domain = nullptr;
+  EXPECT_EQ(hmr_domain_open(&attr, &domain), 0) << hmr_last_error();
+  if (domain != nullptr) {
+    EXPECT_EQ(attr.nic_handle, &callbacks) << "nic_handle out: the callbacks in use";
+    EXPECT_EQ(attr.mr_key_size, callbacks.key_size);
+  }
+  return domain;
+}
+
+TEST(CallbackNic, RegistersThroughTheCallbacksAndCachesWhatTheyReturn) {
+  ToyNic nic;
+  hmr_nic_callbacks callbacks = toy_callbacks(nic);
+  DomainPtr domain(open_callback_domain(callbacks));
+  ASSERT_TRUE(domain);
+  Pages buffer(4 * kPage);
+  {
+    MrPtr first = reg(domain.get(), buffer.data(), 2 * kPage, kRemote);
+    ASSERT_TRUE(first);
+    ASSERT_EQ(nic.registrations.size(), 1u);
+    EXPECT_EQ(nic.registrations[0].addr, buffer.data());
+    EXPECT_EQ(nic.registrations[0].len, 2 * kPage);
+    EXPECT_EQ(nic.registrations[0].access, kRemote);
+    EXPECT_EQ(nic.registrations[0].dmabuf_fd, -1);
+    EXPECT_EQ(hmr_mr_key(first.get()), 100u);
+    EXPECT_EQ(hmr_mr_desc(first.get()), &nic);
+    // The same memory again, and a range inside it: the cache serves both, no callback.
+    MrPtr again = reg(domain.get(), buffer.data(), 2 * kPage, kRemote);
+    MrPtr inside = reg(domain.get(), buffer.data() + kPage, kPage, kRemote);
+    ASSERT_TRUE(again && inside);
+    EXPECT_EQ(nic.registrations.size(), 1u);
+    EXPECT_EQ(hmr_mr_key(inside.get()), 100u);
+    uint64_t base = 0;
+    uint8_t raw[8];
+    size_t raw_size = sizeof raw;
+    ASSERT_HMR_OK(hmr_mr_raw_attr(inside.get(), &base, raw, &raw_size, 0));
+    EXPECT_EQ(base, reinterpret_cast<uint64_t>(buffer.data() + kPage));
+    EXPECT_EQ(raw_size, 4u);
+  }
+  EXPECT_TRUE(nic.deregistrations.empty()) << "closed MRs stay cached";
+  // Unmapping the memory: the monitor drops the entry and dereg is called with what reg gave.
+  buffer.unmap();
+  ASSERT_HMR_OK(hmr_domain_cache_flush(domain.get()));
+  ASSERT_EQ(nic.deregistrations.size(), 1u);
+  EXPECT_EQ(nic.deregistrations[0].key, 100u);
+  EXPECT_EQ(nic.deregistrations[0].handle, reinterpret_cast<void*>(1));
+  EXPECT_EQ(nic.deregistrations[0].desc, &nic);
+}
+
+TEST(CallbackNic, FailuresReachTheCallerWithTheCallbacksReason) {
+  ToyNic nic;
+  hmr_nic_callbacks callbacks = toy_callbacks(nic);
+  DomainPtr domain(open_callback_domain(callbacks, "disabled"));
+  ASSERT_TRUE(domain);
+  Pages buffer(kPage);
+  nic.fail_reg = -HMR_ENOMEM;
+  hmr_mr* mr = nullptr;
+  EXPECT_EQ(hmr_mr_reg(domain.get(), buffer.data(), kPage, kRemote, 0, 0, 0, &mr, nullptr),
+            -HMR_ENOMEM);
+  EXPECT_EQ(mr, nullptr);
+  EXPECT_NE(std::strstr(hmr_last_error(), "toy NIC refuses 4096 bytes"), nullptr)
+      << hmr_last_error();
+  EXPECT_NE(std::strstr(hmr_last_error(), "reg_va"), nullptr) << hmr_last_error();
+
+  // A callback returning something that is not an HMR code.
+  nic.fail_reg = 5;
+  EXPECT_HMR_ERROR(hmr_mr_reg(domain.get(), buffer.data(), kPage, kRemote, 0, 0, 0, &mr, nullptr),
+                   HMR_EIO);
+  EXPECT_NE(std::strstr(hmr_last_error(), "returned 5"), nullptr) << hmr_last_error();
+  EXPECT_EQ(mr, nullptr);
+  nic.fail_reg = 0;
+
+  // A key wider than key_size: refused, and the registration given back to the NIC.
+  nic.key_override = 0x1'0000'0000ULL;
+  const size_t dereg_before = nic.deregistrations.size();
+  EXPECT_HMR_ERROR(hmr_mr_reg(domain.get(), buffer.data(), kPage, kRemote, 0, 0, 0, &mr, nullptr),
+                   HMR_EINVAL);
+  EXPECT_EQ(nic.deregistrations.size(), dereg_before + 1);
+  nic.key_override = 0;
+
+  // dereg failing: hmr_mr_close says so (uncached domain: close deregisters now).
+  ASSERT_HMR_OK(hmr_mr_reg(domain.get(), buffer.data(), kPage, kRemote, 0, 0, 0, &mr, nullptr));
+  nic.fail_dereg = -HMR_EIO;
+  const int rc = hmr_mr_close(mr);
+  nic.fail_dereg = 0;
+  if (rc != 0) {
+    EXPECT_EQ(rc, -HMR_EIO);
+    EXPECT_NE(std::strstr(hmr_last_error(), "toy NIC lost handle"), nullptr) << hmr_last_error();
+  } else {
+    ADD_FAILURE() << "a failed dereg callback was not reported by hmr_mr_close";
+  }
+}
+
+// From inside reg_va: query the domain, register (a miss: reg_va again, nested) and close
+// another buffer in the same domain.  A lock held across the callback would deadlock here.
+Pages* g_other = nullptr;
+void reenter_same_domain(ToyNic& nic) {
+  if (nic.reentered++ != 0) return;  // only from the outer registration
+  hmr_domain_stats stats;
+  std::memset(&stats, 0, sizeof stats);
+  stats.size = sizeof stats;
+  EXPECT_EQ(hmr_domain_query_stats(nic.domain, &stats), 0) << hmr_last_error();
+  hmr_mr* inner = nullptr;
+  EXPECT_EQ(hmr_mr_reg(nic.domain, g_other->data(), kPage, kRemote, 0, 0, 0, &inner, nullptr), 0)
+      << hmr_last_error();
+  if (inner != nullptr) {
+    EXPECT_EQ(hmr_mr_close(inner), 0) << hmr_last_error();
+  }
+}
+
+TEST(CallbackNic, CallbacksMayCallHmr) {
+  for (const char* monitor : {"disabled", "userfaultfd", "memhooks"}) {
+    SCOPED_TRACE(monitor);
+    ToyNic nic;
+    hmr_nic_callbacks callbacks = toy_callbacks(nic);
+    hmr_domain_attr attr = domain_attr(HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR);
+    attr.nic = "callback";
+    attr.nic_handle = &callbacks;
+    attr.cache_monitor = monitor;
+    hmr_domain* raw = nullptr;
+    if (hmr_domain_open(&attr, &raw) != 0) {
+      // memhooks does not start everywhere (ThreadSanitizer, a process where UCX hooked first).
+      ASSERT_STREQ(monitor, "memhooks") << hmr_last_error();
+      continue;
+    }
+    DomainPtr domain(raw);
+    Pages mine(kPage);
+    Pages other(kPage);
+    g_other = &other;
+    nic.domain = domain.get();
+    nic.reenter = reenter_same_domain;
+    MrPtr mr = reg(domain.get(), mine.data(), kPage, kRemote);
+    ASSERT_TRUE(mr);
+    EXPECT_EQ(nic.reentered, 2) << "the nested registration called reg_va too";
+    EXPECT_EQ(nic.registrations.size(), 2u);
+    g_other = nullptr;
+  }
+}
+
+TEST(CallbackNic, DmabufRegistrationsGoToRegDmabuf) {
+  ToyNic nic;
+  hmr_nic_callbacks callbacks = toy_callbacks(nic);
+  callbacks.caps = HMR_NIC_CB_DMABUF;
+  callbacks.reg_dmabuf = toy_register;
+  DomainPtr domain(open_callback_domain(callbacks));
+  ASSERT_TRUE(domain);
+  hmr_md_attr md;
+  std::memset(&md, 0, sizeof md);
+  md.size = sizeof md;
+  ASSERT_HMR_OK(hmr_md_query(domain.get(), &md));
+  EXPECT_NE(md.flags & HMR_MD_FLAG_DMABUF, 0u);
+  EXPECT_EQ(md.flags & HMR_MD_FLAG_PEER_DIRECT, 0u);
+
+  // The caller's own dma-buf (any fd stands in: the toy NIC only records it).
+  const int fd = memfd_create("callback-nic-test", 0);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, 2 * kPage), 0);
+  hmr_mr_dmabuf dmabuf{fd, kPage, kPage, reinterpret_cast<void*>(0x10000)};
+  hmr_mr_attr attr;
+  std::memset(&attr, 0, sizeof attr);
+  attr.size = sizeof attr;
+  attr.dmabuf = &dmabuf;
+  attr.access = kRemote;
+  attr.iface = HMR_HMEM_SYSTEM;
+  hmr_mr* mr = nullptr;
+  ASSERT_HMR_OK(hmr_mr_regattr(domain.get(), &attr, HMR_MR_DMABUF, &mr));
+  ASSERT_EQ(nic.registrations.size(), 1u);
+  EXPECT_EQ(nic.registrations[0].dmabuf_fd, fd);
+  EXPECT_EQ(nic.registrations[0].addr, reinterpret_cast<void*>(0x10000));
+  ASSERT_HMR_OK(hmr_mr_close(mr));
+  close(fd);
+}
+
+TEST(CallbackNic, BadCallbackStructsAreRefused) {
+  ToyNic nic;
+  hmr_domain_attr attr = domain_attr(HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR);
+  attr.nic = "callback";
+  hmr_domain* domain = reinterpret_cast<hmr_domain*>(0x1);
+  EXPECT_HMR_ERROR(hmr_domain_open(&attr, &domain), HMR_EINVAL);  // no nic_handle
+
+  auto expect_refused = [&](hmr_nic_callbacks callbacks, int code, const char* what) {
+    attr.nic_handle = &callbacks;
+    EXPECT_EQ(hmr_domain_open(&attr, &domain), -code) << what;
+    EXPECT_STRNE(hmr_last_error(), "") << what;
+    attr.nic_handle = nullptr;
+  };
+  hmr_nic_callbacks good = toy_callbacks(nic);
+  hmr_nic_callbacks bad = good;
+  bad.size = 0;
+  expect_refused(bad, HMR_EINVAL, "size 0");
+  bad = good;
+  bad.reg_va = nullptr;
+  expect_refused(bad, HMR_EINVAL, "no reg_va");
+  bad = good;
+  bad.dereg = nullptr;
+  expect_refused(bad, HMR_EINVAL, "no dereg");
+  bad = good;
+  bad.key_size = 0;
+  expect_refused(bad, HMR_EINVAL, "key_size 0");
+  bad = good;
+  bad.key_size = 9;
+  expect_refused(bad, HMR_EINVAL, "key_size 9");
+  bad = good;
+  bad.caps = 1ULL << 40;
+  expect_refused(bad, HMR_EBADFLAGS, "unknown caps");
+  bad = good;
+  bad.caps = HMR_NIC_CB_DMABUF;
+  expect_refused(bad, HMR_EINVAL, "DMABUF without reg_dmabuf");
+  bad = good;
+  bad.reg_dmabuf = toy_register;
+  expect_refused(bad, HMR_EINVAL, "reg_dmabuf without DMABUF");
+  bad = good;
+  bad.required_mr_mode = HMR_MR_RAW;
+  expect_refused(bad, HMR_ENODATA, "a mode the application does not support");
+  attr.nic_handle = &good;
+  attr.nic_options = "key_size=4";
+  EXPECT_HMR_ERROR(hmr_domain_open(&attr, &domain), HMR_EINVAL);  // options belong to the struct
+  EXPECT_EQ(domain, reinterpret_cast<hmr_domain*>(0x1)) << "outputs are written only on success";
+  EXPECT_TRUE(nic.registrations.empty());
+}
+
+}  // namespace
