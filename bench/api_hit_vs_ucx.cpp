@@ -902,11 +902,11 @@ void perf_control(const char* command) {
   close(in);
 }
 
-int profile_hits(unsigned long long hits) {
-  const Order order(kProfileRegions);
-  const HmrWorld world("default", kProfileRegions);
-  std::printf("info: %zu regions cached, hmr monitor %s; running %llu C-ABI hits\n",
-              kProfileRegions, world.domain.monitor().c_str(), hits);
+int profile_hits(unsigned long long hits, size_t regions) {
+  const Order order(regions);
+  const HmrWorld world("default", regions);
+  std::printf("info: %zu regions cached, hmr monitor %s; running %llu C-ABI hits\n", regions,
+              world.domain.monitor().c_str(), hits);
   std::fflush(stdout);
   const uint64_t hits_before = world.domain.stats().cache_hits;
   perf_control("enable\n");
@@ -951,7 +951,8 @@ void usage() {
       "  --quick            fewer and shorter runs, no 1M-region sizes, about 15 s\n"
       "  --flush-check      also show how much heap flushing hmr's cache frees at 1M regions\n"
       "                     (the sim NIC's records; adds seconds)\n"
-      "  --profile-hits=N   only N C-ABI hits at %zu cached regions (no UCX), for perf\n",
+      "  --profile-hits=N   only N C-ABI hits at %zu cached regions (no UCX), for perf\n"
+      "  --profile-regions=R  with --profile-hits: R cached regions instead\n",
       kProfileRegions);
 }
 
@@ -960,6 +961,7 @@ void usage() {
 int main(int argc, char** argv) {
   Settings settings;
   unsigned long long profile = 0;
+  size_t profile_regions = kProfileRegions;
   for (int i = 1; i < argc; ++i) {
     const std::string argument = argv[i];
     if (argument == "--quick") {
@@ -973,6 +975,12 @@ int main(int argc, char** argv) {
       settings.munmap_reps = 3;
       settings.largest_hit_regions = 100000;
       settings.memory_regions = 100000;
+    } else if (argument.rfind("--profile-regions=", 0) == 0) {
+      profile_regions = std::strtoull(argument.c_str() + 18, nullptr, 10);
+      if (profile_regions == 0 || profile_regions > (size_t{1} << 24)) {
+        usage();
+        return 1;
+      }
     } else if (argument == "--flush-check") {
       settings.flush_check = true;
     } else if (argument.rfind("--profile-hits=", 0) == 0) {
@@ -986,7 +994,7 @@ int main(int argc, char** argv) {
       return argument == "--help" || argument == "-h" ? 0 : 1;
     }
   }
-  if (profile != 0) return profile_hits(profile);
+  if (profile != 0) return profile_hits(profile, profile_regions);
 
   std::printf("info: hmr through its C ABI (libhmr %u.%u.%u, sim NIC, cache on) against UCX's "
               "ucs_rcache (no-op registration, UCM_EVENT_VM_UNMAPPED); %s mode\n",
