@@ -56,6 +56,8 @@ extern "C" {
 #include <ucs/memory/rcache.h>
 }
 
+#include "paired_scaling.h"
+
 namespace {
 
 constexpr size_t kRegion = 4096;                  // bytes per registered region
@@ -87,12 +89,7 @@ double ns_between(Clock::time_point from, Clock::time_point to) {
   return std::chrono::duration<double, std::nano>(to - from).count();
 }
 
-double median_of(std::vector<double> values) {
-  if (values.empty()) return NAN;
-  std::sort(values.begin(), values.end());
-  const size_t middle = values.size() / 2;
-  return values.size() % 2 != 0 ? values[middle] : (values[middle - 1] + values[middle]) / 2;
-}
+using hmr_bench::median_of;
 
 struct Settings {
   bool quick = false;
@@ -567,71 +564,12 @@ void interleaved_hits(const Settings& settings, const Sink& sink) {
   }
 }
 
-struct Scaling {
-  double mops_1 = NAN;  // medians, Mops/s in total
-  double mops_2 = NAN;
-  double ratio = NAN;   // median of the per-pair ratios
-  uint64_t ops = 0;     // uses done in all runs
-};
+using hmr_bench::Scaling;
 
-// work(thread, first, ops): `ops` uses from position `first` of the thread's walk.  Runs of a
-// fixed window, 1 thread then 2 (or the other way round), alternating; throughput counts what
-// every thread finished inside the window.
 Scaling paired_scaling(const Settings& settings,
                        const std::function<void(int, size_t, size_t)>& work) {
-  constexpr size_t kChunk = 256;
-  const auto window = std::chrono::milliseconds(settings.window_ms);
-  Scaling scaling;
-  auto run = [&](int threads) {
-    std::atomic<bool> ready{threads == 1}, go{false}, stop{false};
-    size_t helper_ops = 0;
-    std::thread helper;
-    if (threads == 2) {
-      helper = std::thread([&] {
-        ready.store(true, std::memory_order_release);
-        while (!go.load(std::memory_order_acquire)) {
-        }
-        size_t done = 0;
-        while (!stop.load(std::memory_order_relaxed)) {
-          work(1, done, kChunk);
-          done += kChunk;
-        }
-        helper_ops = done;
-      });
-    }
-    while (!ready.load(std::memory_order_acquire)) {
-    }
-    const auto started = Clock::now();
-    go.store(true, std::memory_order_release);
-    size_t done = 0;
-    do {
-      work(0, done, kChunk);
-      done += kChunk;
-    } while (Clock::now() - started < window);
-    const double elapsed_us = ns_between(started, Clock::now()) / 1e3;
-    stop.store(true, std::memory_order_relaxed);
-    if (helper.joinable()) helper.join();
-    scaling.ops += done + helper_ops;
-    return static_cast<double>(done + helper_ops) / elapsed_us;
-  };
-  std::vector<double> ones, twos, ratios;
-  for (int pair = 0; pair < settings.pairs; ++pair) {
-    double one = 0, two = 0;
-    if (pair % 2 == 0) {
-      one = run(1);
-      two = run(2);
-    } else {
-      two = run(2);
-      one = run(1);
-    }
-    ones.push_back(one);
-    twos.push_back(two);
-    ratios.push_back(two / one);
-  }
-  scaling.mops_1 = median_of(ones);
-  scaling.mops_2 = median_of(twos);
-  scaling.ratio = median_of(ratios);
-  return scaling;
+  return hmr_bench::paired_scaling(std::chrono::milliseconds(settings.window_ms), settings.pairs,
+                                   work);
 }
 
 void thread_scaling(const Settings& settings, const Sink& sink) {

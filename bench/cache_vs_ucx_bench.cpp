@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "cache/registration_cache.h"
+#include "paired_scaling.h"
 #include "monitor/uffd_monitor.h"
 
 // UCX's devel headers have no extern "C" of their own.
@@ -578,73 +579,14 @@ MemorySample memory_in_child(size_t regions) {
 // thread-scaling summary does not compare two separate series: it alternates short 1-thread
 // and 2-thread runs of a fixed window and takes the median of the pairs' ratios.
 
-struct Scaling {
-  double mops_1 = 0;  // medians, Mops/s in total
-  double mops_2 = 0;
-  double ratio = 0;   // median of the per-pair ratios
-};
+using hmr_bench::median_of;
+using hmr_bench::Scaling;
 
-double median_of(std::vector<double> values) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  const size_t middle = values.size() / 2;
-  return values.size() % 2 != 0 ? values[middle] : (values[middle - 1] + values[middle]) / 2;
-}
-
-// work(thread, first, ops) does `ops` operations starting at position `first` of its walk.
-// Each run lasts a fixed window; throughput counts what every thread finished inside it.
+// work(thread, first, ops) does `ops` operations starting at position `first` of its walk:
+// 15 pairs of 30 ms windows (bench/paired_scaling.h).
 template <typename Work>
 Scaling paired_scaling(Work&& work) {
-  constexpr auto kWindow = std::chrono::milliseconds(30);
-  constexpr size_t kChunk = 256;
-  constexpr int kPairs = 15;
-  using Clock = std::chrono::steady_clock;
-  auto run = [&](int threads) {
-    std::atomic<bool> ready{threads == 1}, go{false}, stop{false};
-    size_t helper_ops = 0;
-    std::thread helper;
-    if (threads == 2) {
-      helper = std::thread([&] {
-        ready.store(true, std::memory_order_release);
-        while (!go.load(std::memory_order_acquire)) {
-        }
-        size_t done = 0;
-        while (!stop.load(std::memory_order_relaxed)) {
-          work(1, done, kChunk);
-          done += kChunk;
-        }
-        helper_ops = done;
-      });
-    }
-    while (!ready.load(std::memory_order_acquire)) {
-    }
-    const auto started = Clock::now();
-    go.store(true, std::memory_order_release);
-    size_t done = 0;
-    do {
-      work(0, done, kChunk);
-      done += kChunk;
-    } while (Clock::now() - started < kWindow);
-    const double elapsed_us = std::chrono::duration<double, std::micro>(Clock::now() - started).count();
-    stop.store(true, std::memory_order_relaxed);
-    if (helper.joinable()) helper.join();
-    return static_cast<double>(done + helper_ops) / elapsed_us;  // Mops/s
-  };
-  std::vector<double> ones, twos, ratios;
-  for (int pair = 0; pair < kPairs; ++pair) {
-    double one = 0, two = 0;
-    if (pair % 2 == 0) {
-      one = run(1);
-      two = run(2);
-    } else {
-      two = run(2);
-      one = run(1);
-    }
-    ones.push_back(one);
-    twos.push_back(two);
-    ratios.push_back(two / one);
-  }
-  return Scaling{median_of(ones), median_of(twos), median_of(ratios)};
+  return hmr_bench::paired_scaling(std::chrono::milliseconds(30), 15, work);
 }
 
 template <typename Cache>
