@@ -4,7 +4,14 @@
 // test the checksum, sealed ones let the fuzzer reach every field check behind it.
 // Every unpack either fails with -HMR_EINVAL and a reason or yields an rkey that queries and
 // releases cleanly; anything else aborts.
+//
+// The blob decoder (core/packed_rkey.cpp) is also compiled into this program, instrumented,
+// and run on the same bytes first: libhmr.so carries no coverage counters, so without it the
+// fuzzer would be blind past the magic.  The two must agree: bytes the decoder refuses, the
+// C ABI refuses.
 #include <hmr/hmr.h>
+
+#include "core/packed_rkey.h"
 
 #include <cstdint>
 #include <cstdlib>
@@ -45,8 +52,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (mode & 1) reseal(blob);
   hmr_domain* domain = (mode & 2) ? raw : plain;
 
+  const bool decodes = hmr::core::PackedRkey::decode(blob).ok();
   hmr_rkey* rkey = nullptr;
   const int rc = hmr_rkey_unpack(domain, blob.data(), blob.size(), &rkey);
+  if (rc == 0 && !decodes) std::abort();
   if (rc != 0) {
     if (rc != -HMR_EINVAL || rkey != nullptr || hmr_last_error()[0] == '\0') std::abort();
     return 0;
