@@ -196,6 +196,9 @@ void RegistrationCache::invalidate(uintptr_t start, uintptr_t end) {
 }
 
 void RegistrationCache::flush() {
+  // Invalidations already read by the monitor's thread are finished first, and what they left
+  // to deregister is deregistered here: after a flush nothing unused is registered.
+  if (monitor_ != nullptr && monitor_->has_pending()) monitor_->wait_pending();
   finalize_deferred();
   CacheEntry* dead = nullptr;
   lock_.lock();
