@@ -47,8 +47,9 @@ void capture_log(ncclDebugLogLevel level, unsigned long /*flags*/, const char* /
   va_start(args, fmt);
   std::vsnprintf(text, sizeof text, fmt, args);
   va_end(args);
-  if (std::getenv("HMR_NCCL_HARNESS_VERBOSE") != nullptr || level == NCCL_LOG_WARN) {
-    std::fprintf(stderr, "[pid %d] %s %s\n", static_cast<int>(getpid()),
+  if (std::getenv("HMR_NCCL_HARNESS_VERBOSE") != nullptr) {
+    const double t = std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+    std::fprintf(stderr, "[pid %d %.3f] %s %s\n", static_cast<int>(getpid()), t,
                  level == NCCL_LOG_WARN ? "WARN" : "INFO", text);
   }
   std::lock_guard lock(g_log_mutex);

@@ -11,6 +11,7 @@ namespace hmr::nccl {
 namespace {
 
 constexpr size_t kCqDataBytes = 8;
+constexpr size_t kQueueEntries = 256;
 
 bool same_provider(const std::string& wanted, const char* actual) {
   if (wanted == actual) return true;
@@ -78,6 +79,11 @@ InfoPtr rdm_rma_hints(const Libfabric& libfabric) {
       FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_HMEM;
   hints->domain_attr->threading = FI_THREAD_SAFE;  // NCCL registers from any thread
   hints->domain_attr->cq_data_size = kCqDataBytes;
+  // Queues sized for what a comm has in flight (NCCL_NET_MAX_REQUESTS writes and their
+  // announcements, a few control messages), not the providers' defaults: tcp;ofi_rxm sizes
+  // (and clears) its bounce buffers by them, ~0.4 s per endpoint at its default of 2048.
+  hints->tx_attr->size = kQueueEntries;
+  hints->rx_attr->size = kQueueEntries;
   hints->domain_attr->control_progress = FI_PROGRESS_UNSPEC;
   hints->domain_attr->data_progress = FI_PROGRESS_UNSPEC;
   return hints;

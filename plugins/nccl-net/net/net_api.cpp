@@ -49,6 +49,7 @@ ncclResult_t open_devices(Plugin& p) {
   std::string why;
   std::optional<Settings> settings = read_settings(&why);
   if (!settings) return fail(ncclInvalidArgument, "init: %s", why.c_str());
+  apply_libfabric_defaults();
   const Libfabric* libfabric = load_libfabric(&why);
   if (libfabric == nullptr) return fail(ncclSystemError, "init: %s", why.c_str());
   std::optional<ProviderNics> nics = find_provider_nics(*libfabric, settings->provider, &why);

@@ -139,6 +139,7 @@ ncclResult_t SendComm::on_message(std::span<const uint8_t> bytes) {
       return fail_comm(ncclRemoteError, "connect: the receiver's address is unusable: " + why);
     }
     connected_ = true;
+    log_info("connect: connected (listener nonce %#llx)", static_cast<unsigned long long>(nonce_));
     return ncclSuccess;
   }
   if (auto* announcement = std::get_if<ReceiveAnnouncement>(&*message)) {

@@ -31,4 +31,9 @@ std::optional<Settings> read_settings(std::string* why) {
   return settings;
 }
 
+void apply_libfabric_defaults() {
+  setenv("FI_OFI_RXM_MSG_RX_SIZE", "128", 0);
+  setenv("FI_OFI_RXM_BUFFER_SIZE", "4096", 0);
+}
+
 }  // namespace hmr::nccl

@@ -15,4 +15,11 @@ struct Settings {
 
 std::optional<Settings> read_settings(std::string* why);
 
+// libfabric defaults that suit the plugin, set in the environment before libfabric first reads
+// it and only where the user has not set them (docs/nccl-plugin.md): ofi_rxm, which layers
+// RDM endpoints over tcp and verbs, otherwise preposts 4096 bounce buffers of 16 KiB per
+// connection and clears them (~0.4 s per comm), where the plugin only sends small control
+// messages through them (its data moves by RMA).
+void apply_libfabric_defaults();
+
 }  // namespace hmr::nccl
