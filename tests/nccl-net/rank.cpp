@@ -258,9 +258,9 @@ bool Rank::exchange(Link& link, const std::vector<std::vector<MessageSpec>>& rec
     send_offsets.push_back(send_bytes);
     send_bytes += round_up(m.size == 0 ? 1 : m.size, 64);
   }
-  HostBuffer recv_arena(recv_bytes == 0 ? 64 : recv_bytes);
-  HostBuffer send_arena(send_bytes == 0 ? 64 : send_bytes);
-  std::memset(recv_arena.data(), kCanary, recv_arena.size());
+  HostBuffer& recv_arena = arena(recv_arena_, recv_bytes);
+  HostBuffer& send_arena = arena(send_arena_, send_bytes);
+  std::memset(recv_arena.data(), kCanary, recv_bytes);
   for (size_t i = 0; i < sends.size(); ++i) {
     fill_pattern(send_arena.data() + send_offsets[i], sends[i].size, message_seed(seed_out, sends[i]));
   }
@@ -395,6 +395,11 @@ bool Rank::exchange(Link& link, const std::vector<std::vector<MessageSpec>>& rec
     }
   }
   return deregister_all() && f->list.size() == failures_before;
+}
+
+HostBuffer& Rank::arena(std::unique_ptr<HostBuffer>& slot, size_t bytes) {
+  if (!slot || slot->size() < bytes) slot = std::make_unique<HostBuffer>(bytes < 4096 ? 4096 : bytes);
+  return *slot;
 }
 
 bool Rank::stats(const PluginLibrary& library, hmr_domain_stats* out, Failures* f) {

@@ -105,6 +105,10 @@ class Rank {
   const Properties& properties() const { return properties_; }
 
  private:
+  // The rank's receive and send arenas, kept from one exchange to the next (as NCCL keeps its
+  // buffers) and grown when too small: paging in fresh 64 MiB each time is what made runs slow.
+  HostBuffer& arena(std::unique_ptr<HostBuffer>& slot, size_t bytes);
+  std::unique_ptr<HostBuffer> recv_arena_, send_arena_;
   std::unique_ptr<Net> net_;
   int id_;
   Clock::time_point deadline_;
