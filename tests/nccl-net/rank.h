@@ -67,6 +67,7 @@ class HostBuffer {
  private:
   uint8_t* data_ = nullptr;
   size_t size_ = 0;
+  size_t mapped_ = 0;
 };
 
 void fill_pattern(uint8_t* p, size_t n, uint64_t seed);
