@@ -52,6 +52,12 @@ void check(bool ok, const std::string& what) {
   if (!ok) die(what);
 }
 
+// Every loop below ends by this time at the latest, the run failing with what it waited for.
+Clock::time_point g_deadline = Clock::now() + std::chrono::minutes(5);
+void check_deadline(const char* waiting_for) {
+  if (Clock::now() > g_deadline) die(std::string("still waiting for ") + waiting_for + " at the deadline");
+}
+
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // ------------------------------------------------------------------------------ raw libfabric
@@ -169,7 +175,10 @@ double raw_round(RawFabric& raw, Channel& ch, bool receiver, const Options& o, u
   ch.barrier();
   const auto start = Clock::now();
   if (receiver) {
-    for (int arrived = 0; arrived < o.messages;) arrived += raw.poll();
+    for (int arrived = 0; arrived < o.messages;) {
+      arrived += raw.poll();
+      check_deadline("raw writes to arrive");
+    }
     const double t = seconds_since(start);
     ch.send({2});  // the sender's last completions may still be unread: let it drain first
     return t;
@@ -186,6 +195,7 @@ double raw_round(RawFabric& raw, Channel& ch, bool receiver, const Options& o, u
       ++posted;
     }
     completed += raw.poll();
+    check_deadline("raw writes to complete");
   }
   ch.receive();
   return 0;
@@ -198,6 +208,7 @@ double plugin_round(Net& net, Channel& ch, bool receiver, const Options& o, void
   const auto start = Clock::now();
   int posted = 0, completed = 0;
   while (completed < o.messages) {
+    check_deadline(receiver ? "plugin receives" : "plugin sends");
     for (int w = 0; w < o.window; ++w) {
       void*& request = requests[static_cast<size_t>(w)];
       void* data = buffer + static_cast<size_t>(w) * o.size;

@@ -310,6 +310,28 @@ PeerProcess start_peer(const std::string& scenario, int version) {
   return std::move(*peer);
 }
 
+std::string hostile_peer_path() {
+  if (const char* path = std::getenv("HMR_NCCL_HOSTILE_PEER"); path != nullptr && *path != '\0') return path;
+  return HMR_NCCL_HOSTILE_PEER_PATH;
+}
+
+// isend until it gives a request or fails, then test until the request ends: the result that
+// ended it (ncclSuccess: the send completed).
+ncclResult_t send_to_the_end(Rank& rank, void* comm, void* data, size_t size, int tag, void* mh) {
+  void* request = nullptr;
+  while (request == nullptr && !rank.expired()) {
+    const ncclResult_t rc = rank.net().isend(comm, data, size, tag, mh, &request);
+    if (rc != ncclSuccess) return rc;
+  }
+  while (request != nullptr && !rank.expired()) {
+    int done = 0;
+    const ncclResult_t rc = rank.net().test(request, &done, nullptr);
+    if (rc != ncclSuccess) return rc;
+    if (done) return ncclSuccess;
+  }
+  return ncclInProgress;  // the deadline
+}
+
 // ----------------------------------------------------------------------------------- tests
 
 TEST(PluginTables, EveryVersionIsExportedComplete) {
@@ -438,6 +460,65 @@ TEST(BadInput, HandleOfAPeerThatWentAway) {
   EXPECT_EQ(rank.net().finalize(), ncclSuccess);
 }
 
+// A receiver that lies in what it announces (tests/nccl-net/hostile_peer.cpp): each lie ends
+// the message with an error and a logged reason here, and a failure notice there; bytes that
+// are no message end the comm, with the reason, and every later call says so.
+TEST(HostilePeer, LyingAnnouncementsAndGarbageAreErrorsOnBothSides) {
+  std::string why;
+  auto peer = PeerProcess::start({hostile_peer_path()}, &why);
+  ASSERT_TRUE(peer) << why;
+  Failures f;
+  Rank rank(table(11), 0, kScenarioBudget);
+  ASSERT_TRUE(rank.start(library(), &f)) << f.text();
+  auto handle = peer->channel().receive(rank.deadline(), &why);
+  ASSERT_TRUE(handle && handle->size() == NCCL_NET_HANDLE_MAXSIZE) << why;
+  void* send = nullptr;
+  while (send == nullptr && !rank.expired()) ASSERT_EQ(rank.net().connect(0, handle->data(), &send), ncclSuccess);
+  ASSERT_NE(send, nullptr) << "no connection to the hostile peer";
+  HostBuffer buffer(kMiB);
+  void* mh = nullptr;
+  ASSERT_EQ(rank.net().reg_mr(send, buffer.data(), kMiB, NCCL_PTR_HOST, &mh), ncclSuccess);
+
+  struct Lie {
+    const char* step;
+    int tag;
+    size_t size;
+    const char* reason;  // what this side must log
+  };
+  for (const Lie& lie : {Lie{"unregistered", 1, 4096, "RMA write"}, Lie{"beyond", 2, 65536, "RMA write"},
+                         Lie{"too-small", 3, 8192, "posted a buffer of only 4096 bytes"}}) {
+    SCOPED_TRACE(lie.step);
+    ASSERT_TRUE(peer->channel().send(std::string("step ") + lie.step, &why)) << why;
+    const size_t mark = log_mark();
+    const ncclResult_t rc = send_to_the_end(rank, send, buffer.data(), lie.size, lie.tag, mh);
+    EXPECT_NE(rc, ncclSuccess) << "the send completed";
+    EXPECT_NE(rc, ncclInProgress) << "the send neither completed nor failed before the deadline";
+    EXPECT_TRUE(warned_since(mark, lie.reason)) << "no reason logged:" << warnings_since(mark);
+    auto answer = peer->channel().receive_text(rank.deadline(), &why);
+    ASSERT_TRUE(answer) << why;
+    EXPECT_EQ(*answer, "ok") << "the hostile peer's side";
+  }
+  // Noise where a control message belongs: the comm fails with the reason, and stays failed.
+  ASSERT_TRUE(peer->channel().send(std::string("step garbage"), &why)) << why;
+  auto answer = peer->channel().receive_text(rank.deadline(), &why);
+  ASSERT_TRUE(answer && *answer == "ok") << why;
+  size_t mark = log_mark();
+  ncclResult_t rc = ncclSuccess;
+  void* request = nullptr;
+  while (rc == ncclSuccess && !rank.expired()) rc = rank.net().isend(send, buffer.data(), 64, 9, mh, &request);
+  EXPECT_EQ(rc, ncclRemoteError);
+  EXPECT_TRUE(warned_since(mark, "control message rejected")) << warnings_since(mark);
+  mark = log_mark();
+  EXPECT_EQ(rank.net().isend(send, buffer.data(), 64, 9, mh, &request), ncclRemoteError);
+  EXPECT_TRUE(warned_since(mark, "failed earlier")) << warnings_since(mark);
+
+  ASSERT_TRUE(peer->channel().send(std::string("done"), &why)) << why;
+  EXPECT_EQ(peer->wait(Clock::now() + std::chrono::seconds(30)), std::optional<int>(0));
+  EXPECT_EQ(rank.net().dereg_mr(send, mh), ncclSuccess);
+  EXPECT_EQ(rank.net().close_send(send), ncclSuccess);
+  EXPECT_EQ(rank.net().finalize(), ncclSuccess);
+}
+
 TEST(BadInput, ForeignHandlesAndArguments) {
   Failures f;
   Rank rank(table(11), 0, kScenarioBudget);
@@ -500,6 +581,9 @@ int main(int argc, char** argv) {
   // Connection attempts to a peer that went away give up after this long (the plugin's
   // default, 30 s, is for real jobs; connecting takes ~0.1 s here); the child ranks inherit it.
   setenv("HMR_NCCL_CONNECT_TIMEOUT", "3", 0);
+  // A write that neither completes nor fails (a receiver that lied about its buffer, on a
+  // provider that then loses the answer) fails the comm after this long (default 60 s).
+  setenv("HMR_NCCL_WRITE_TIMEOUT", "3", 0);
   std::string scenario;
   int version = 11;
   for (int i = 1; i < argc; ++i) {

@@ -28,7 +28,7 @@ std::string exercise_wire_parsers(const uint8_t* data, size_t size) {
 
   // A listen handle: NCCL always hands over 128 bytes; shorter input is a truncated one.
   std::array<uint8_t, kHandleSize> handle{};
-  std::memcpy(handle.data(), data, std::min(size, kHandleSize));
+  if (size > 0) std::memcpy(handle.data(), data, std::min(size, kHandleSize));
   why.clear();
   if (auto decoded = decode_listen_handle(handle, &why)) {
     std::array<uint8_t, kHandleSize> again{};

@@ -235,7 +235,8 @@ ncclResult_t connect(void* ctx, int dev, void* handle, void** send_comm,
                   "rank)", device->provider().c_str());
     }
     std::unique_ptr<SendComm> comm;
-    if (const ncclResult_t rc = SendComm::start(*device, *listener, p.settings.connect_timeout_ms, &comm);
+    if (const ncclResult_t rc = SendComm::start(*device, *listener, p.settings.connect_timeout_ms,
+                                                    p.settings.write_timeout_ms, &comm);
         rc != ncclSuccess) {
       return rc;
     }
