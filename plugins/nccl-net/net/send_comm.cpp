@@ -205,7 +205,9 @@ ncclResult_t SendComm::isend(void* data, size_t size, int tag, MemoryHandle* mha
     return fail(ncclInvalidUsage, "isend with tag %d: the receiver's oldest posted receive "
                 "(%u buffers) has no unused buffer with that tag", tag, m.count);
   }
-  const AnnouncedBuffer& target = m.buffers[index];
+  // Copies: finishing the announcement below pops it, and `m` with it.
+  const AnnouncedBuffer target = m.buffers[index];
+  const WriteCompletion where{m.slot, m.generation, static_cast<uint8_t>(index), size};
   if (size > target.size) {
     reject_message(announcement, index, SendFailureReason::too_large, size);
     return fail(ncclInvalidUsage, "isend of %zu bytes with tag %d: the receiver posted a buffer "
@@ -215,8 +217,7 @@ ncclResult_t SendComm::isend(void* data, size_t size, int tag, MemoryHandle* mha
   SendRequest* slot = free_request();
   if (slot == nullptr) return ncclSuccess;  // NCCL retries once earlier sends completed
 
-  const uint64_t completion =
-      encode(WriteCompletion{m.slot, m.generation, static_cast<uint8_t>(index), size});
+  const uint64_t completion = encode(where);
   slot->comm = this;
   slot->write.kind = OperationKind::data_write;
   slot->write.owner = slot;
@@ -229,11 +230,11 @@ ncclResult_t SendComm::isend(void* data, size_t size, int tag, MemoryHandle* mha
                 device_->libfabric().describe(rc).c_str());
   }
   announcement.used_mask |= static_cast<uint8_t>(1u << index);
-  if (announcement.used_mask == (1u << m.count) - 1) announcements_.pop_front();
+  if (announcement.used_mask == (1u << m.count) - 1) announcements_.pop_front();  // m dies here
   slot->state = RequestState::pending;
   slot->posted_at = std::chrono::steady_clock::now();
   slot->size = size;
-  slot->target = WriteCompletion{m.slot, m.generation, static_cast<uint8_t>(index), size};
+  slot->target = where;
   slot->error = ncclSuccess;
   *request = slot;
   return ncclSuccess;
