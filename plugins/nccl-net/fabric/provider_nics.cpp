@@ -11,6 +11,7 @@ namespace hmr::nccl {
 namespace {
 
 constexpr size_t kCqDataBytes = 8;
+constexpr size_t kQueueEntries = 256;
 
 bool same_provider(const std::string& wanted, const char* actual) {
   if (wanted == actual) return true;
@@ -28,11 +29,18 @@ std::optional<ProviderNics> query(const Libfabric& libfabric, const std::string&
   hints->fabric_attr->prov_name = strdup(provider.c_str());  // fi_freeinfo frees it
   // Device memory where the provider can reach it (FI_HMEM); host memory where it cannot.
   fi_info* list = nullptr;
-  hints->caps |= FI_HMEM;
-  int rc = libfabric.getinfo(libfabric.api_version(), nullptr, nullptr, 0, hints.get(), &list);
-  if (rc == -FI_ENODATA) {
-    hints->caps &= ~FI_HMEM;
-    rc = libfabric.getinfo(libfabric.api_version(), nullptr, nullptr, 0, hints.get(), &list);
+  // Each wish dropped in turn where the provider cannot grant it: device memory (FI_HMEM),
+  // then completions that mean delivered (a provider that only has transmit-complete still
+  // works with honest peers; only a lying receiver's refusal then goes unseen by the sender).
+  int rc = -FI_ENODATA;
+  for (const uint64_t hmem : {uint64_t{FI_HMEM}, uint64_t{0}}) {
+    for (const uint64_t op_flags : {uint64_t{FI_DELIVERY_COMPLETE}, uint64_t{0}}) {
+      hints->caps = (hints->caps & ~uint64_t{FI_HMEM}) | hmem;
+      hints->tx_attr->op_flags = op_flags;
+      rc = libfabric.getinfo(libfabric.api_version(), nullptr, nullptr, 0, hints.get(), &list);
+      if (rc != -FI_ENODATA) break;
+    }
+    if (rc != -FI_ENODATA) break;
   }
   if (rc != 0) {
     if (why != nullptr) {
@@ -77,7 +85,17 @@ InfoPtr rdm_rma_hints(const Libfabric& libfabric) {
   hints->domain_attr->mr_mode =
       FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_HMEM;
   hints->domain_attr->threading = FI_THREAD_SAFE;  // NCCL registers from any thread
+  // A write's completion must mean the receiver's NIC accepted it into the announced buffer
+  // (as an RDMA write's does on InfiniBand), not only that it left: a receiver that announced
+  // a key or range its NIC refuses is then an error here, not a silent loss.  Dropped where
+  // the provider cannot (find_provider_nics).
+  hints->tx_attr->op_flags = FI_DELIVERY_COMPLETE;
   hints->domain_attr->cq_data_size = kCqDataBytes;
+  // Queues sized for what a comm has in flight (NCCL_NET_MAX_REQUESTS writes and their
+  // announcements, a few control messages), not the providers' defaults: tcp;ofi_rxm sizes
+  // (and clears) its bounce buffers by them, ~0.4 s per endpoint at its default of 2048.
+  hints->tx_attr->size = kQueueEntries;
+  hints->rx_attr->size = kQueueEntries;
   hints->domain_attr->control_progress = FI_PROGRESS_UNSPEC;
   hints->domain_attr->data_progress = FI_PROGRESS_UNSPEC;
   return hints;

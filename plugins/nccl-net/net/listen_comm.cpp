@@ -60,6 +60,7 @@ void ListenComm::on_message(std::span<const uint8_t> bytes) {
     log_warn("accept: dropped a connect request made from another listen handle");
     return;
   }
+  log_info("accept: connect request received (nonce %#llx)", static_cast<unsigned long long>(nonce_));
   std::unique_ptr<RecvComm> comm;
   if (RecvComm::start(*device_, *request, force_flush_, &comm) == ncclSuccess) {
     accepting_.push_back(std::move(comm));
@@ -90,6 +91,7 @@ ncclResult_t ListenComm::accept(std::unique_ptr<RecvComm>* out) {
       return ncclSuccess;
     }
     if (accepted) {
+      log_info("accept: connection accepted");
       *out = std::move(*it);
       accepting_.erase(it);
       return ncclSuccess;

@@ -49,6 +49,7 @@ ncclResult_t open_devices(Plugin& p) {
   std::string why;
   std::optional<Settings> settings = read_settings(&why);
   if (!settings) return fail(ncclInvalidArgument, "init: %s", why.c_str());
+  apply_libfabric_defaults();
   const Libfabric* libfabric = load_libfabric(&why);
   if (libfabric == nullptr) return fail(ncclSystemError, "init: %s", why.c_str());
   std::optional<ProviderNics> nics = find_provider_nics(*libfabric, settings->provider, &why);
@@ -234,7 +235,8 @@ ncclResult_t connect(void* ctx, int dev, void* handle, void** send_comm,
                   "rank)", device->provider().c_str());
     }
     std::unique_ptr<SendComm> comm;
-    if (const ncclResult_t rc = SendComm::start(*device, *listener, p.settings.connect_timeout_ms, &comm);
+    if (const ncclResult_t rc = SendComm::start(*device, *listener, p.settings.connect_timeout_ms,
+                                                    p.settings.write_timeout_ms, &comm);
         rc != ncclSuccess) {
       return rc;
     }

@@ -3,6 +3,7 @@
 // so posting allocates nothing.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 
@@ -32,6 +33,7 @@ struct SendRequest : Request {
   Operation write;
   size_t size = 0;
   WriteCompletion target;  // which announced buffer it writes, to name it if the write fails
+  std::chrono::steady_clock::time_point posted_at;  // for HMR_NCCL_WRITE_TIMEOUT
 };
 
 struct ReceiveRequest : Request {

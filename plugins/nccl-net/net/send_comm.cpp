@@ -21,8 +21,9 @@ constexpr auto kDrainTime = std::chrono::seconds(2);
 }  // namespace
 
 ncclResult_t SendComm::start(Device& device, const ListenHandle& handle, int timeout_ms,
-                             std::unique_ptr<SendComm>* out) {
+                             int write_timeout_ms, std::unique_ptr<SendComm>* out) {
   std::unique_ptr<SendComm> comm(new SendComm(device));
+  comm->write_timeout_ = std::chrono::milliseconds(write_timeout_ms);
   std::string why;
   comm->endpoint_ = Endpoint::open(device.libfabric(), device.info(), device.domain(), &why);
   if (!comm->endpoint_) return fail(ncclSystemError, "connect: %s", why.c_str());
@@ -139,6 +140,7 @@ ncclResult_t SendComm::on_message(std::span<const uint8_t> bytes) {
       return fail_comm(ncclRemoteError, "connect: the receiver's address is unusable: " + why);
     }
     connected_ = true;
+    log_info("connect: connected (listener nonce %#llx)", static_cast<unsigned long long>(nonce_));
     return ncclSuccess;
   }
   if (auto* announcement = std::get_if<ReceiveAnnouncement>(&*message)) {
@@ -203,7 +205,9 @@ ncclResult_t SendComm::isend(void* data, size_t size, int tag, MemoryHandle* mha
     return fail(ncclInvalidUsage, "isend with tag %d: the receiver's oldest posted receive "
                 "(%u buffers) has no unused buffer with that tag", tag, m.count);
   }
-  const AnnouncedBuffer& target = m.buffers[index];
+  // Copies: finishing the announcement below pops it, and `m` with it.
+  const AnnouncedBuffer target = m.buffers[index];
+  const WriteCompletion where{m.slot, m.generation, static_cast<uint8_t>(index), size};
   if (size > target.size) {
     reject_message(announcement, index, SendFailureReason::too_large, size);
     return fail(ncclInvalidUsage, "isend of %zu bytes with tag %d: the receiver posted a buffer "
@@ -213,8 +217,7 @@ ncclResult_t SendComm::isend(void* data, size_t size, int tag, MemoryHandle* mha
   SendRequest* slot = free_request();
   if (slot == nullptr) return ncclSuccess;  // NCCL retries once earlier sends completed
 
-  const uint64_t completion =
-      encode(WriteCompletion{m.slot, m.generation, static_cast<uint8_t>(index), size});
+  const uint64_t completion = encode(where);
   slot->comm = this;
   slot->write.kind = OperationKind::data_write;
   slot->write.owner = slot;
@@ -227,10 +230,11 @@ ncclResult_t SendComm::isend(void* data, size_t size, int tag, MemoryHandle* mha
                 device_->libfabric().describe(rc).c_str());
   }
   announcement.used_mask |= static_cast<uint8_t>(1u << index);
-  if (announcement.used_mask == (1u << m.count) - 1) announcements_.pop_front();
+  if (announcement.used_mask == (1u << m.count) - 1) announcements_.pop_front();  // m dies here
   slot->state = RequestState::pending;
+  slot->posted_at = std::chrono::steady_clock::now();
   slot->size = size;
-  slot->target = WriteCompletion{m.slot, m.generation, static_cast<uint8_t>(index), size};
+  slot->target = where;
   slot->error = ncclSuccess;
   *request = slot;
   return ncclSuccess;
@@ -244,6 +248,21 @@ ncclResult_t SendComm::test(SendRequest* request, int* done, int* size) {
       request->state = RequestState::idle;
       return rc;
     }
+  }
+  if (request->state == RequestState::pending &&
+      std::chrono::steady_clock::now() - request->posted_at > write_timeout_) {
+    // The provider neither completed nor failed the write (a receiver that stopped, a
+    // provider that lost the answer).  Its operation still points into this request, so the
+    // slot can never be reused: the whole comm fails, as NCCL would abort it anyway.
+    const SendFailure notice{request->target.slot, request->target.generation,
+                             request->target.index, SendFailureReason::write_failed, request->size};
+    std::string why;
+    if (!control_->send(notice, peer_, &why)) log_warn("could not tell the receiver: %s", why.c_str());
+    return fail_comm(ncclRemoteError,
+                     "the RMA write of a " + std::to_string(request->size) + "-byte message did " +
+                         "not complete within HMR_NCCL_WRITE_TIMEOUT (" +
+                         std::to_string(write_timeout_.count() / 1000.0).substr(0, 5) +
+                         " s): the receiver's process or NIC may have failed");
   }
   switch (request->state) {
     case RequestState::done:

@@ -28,8 +28,9 @@ struct MemoryHandle;
 class SendComm {
  public:
   // Starts connecting to the listener `handle` describes.
+  // `write_timeout_ms`: how long a posted write may stay incomplete before the comm fails.
   static ncclResult_t start(Device& device, const ListenHandle& handle, int timeout_ms,
-                            std::unique_ptr<SendComm>* out);
+                            int write_timeout_ms, std::unique_ptr<SendComm>* out);
   ~SendComm();
 
   // Progresses the connection: true once connected; an error when it failed or timed out.
@@ -62,6 +63,7 @@ class SendComm {
   fi_addr_t peer_ = FI_ADDR_UNSPEC;  // the recv comm, once it accepted
   uint64_t nonce_ = 0;
   std::chrono::steady_clock::time_point deadline_;
+  std::chrono::milliseconds write_timeout_{60000};
   bool connected_ = false;
   std::string failure_;  // why the comm can no longer be used; empty while it can
   ncclResult_t failure_result_ = ncclSuccess;

@@ -5,18 +5,30 @@
 
 namespace hmr::nccl {
 
+namespace {
+
+// A number of seconds (fractions allowed) in (0, 86400], as milliseconds.
+bool read_seconds(const char* name, int* out_ms, std::string* why) {
+  const char* text = std::getenv(name);
+  if (text == nullptr) return true;
+  char* end = nullptr;
+  const double seconds = std::strtod(text, &end);
+  if (end == text || *end != '\0' || !(seconds > 0) || seconds > 86400) {
+    *why = std::string(name) + "='" + text + "' is not a number of seconds between 0 and 86400";
+    return false;
+  }
+  *out_ms = seconds * 1000 < 1 ? 1 : static_cast<int>(seconds * 1000);
+  return true;
+}
+
+}  // namespace
+
 std::optional<Settings> read_settings(std::string* why) {
   Settings settings;
   if (const char* provider = std::getenv("HMR_NCCL_PROVIDER")) settings.provider = provider;
-  if (const char* timeout = std::getenv("HMR_NCCL_CONNECT_TIMEOUT")) {
-    char* end = nullptr;
-    const double seconds = std::strtod(timeout, &end);
-    if (end == timeout || *end != '\0' || !(seconds > 0) || seconds > 86400) {
-      *why = std::string("HMR_NCCL_CONNECT_TIMEOUT='") + timeout +
-             "' is not a number of seconds between 0 and 86400";
-      return std::nullopt;
-    }
-    settings.connect_timeout_ms = static_cast<int>(seconds * 1000);
+  if (!read_seconds("HMR_NCCL_CONNECT_TIMEOUT", &settings.connect_timeout_ms, why) ||
+      !read_seconds("HMR_NCCL_WRITE_TIMEOUT", &settings.write_timeout_ms, why)) {
+    return std::nullopt;
   }
   if (const char* flush = std::getenv("HMR_NCCL_FORCE_FLUSH")) {
     if (strcasecmp(flush, "1") == 0 || strcasecmp(flush, "yes") == 0 ||
@@ -29,6 +41,10 @@ std::optional<Settings> read_settings(std::string* why) {
     }
   }
   return settings;
+}
+
+void apply_libfabric_defaults() {
+  setenv("FI_OFI_RXM_MSG_RX_SIZE", "128", 0);
 }
 
 }  // namespace hmr::nccl

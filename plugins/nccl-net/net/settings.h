@@ -10,9 +10,19 @@ namespace hmr::nccl {
 struct Settings {
   std::string provider;            // HMR_NCCL_PROVIDER; empty: the default order
   int connect_timeout_ms = 30000;  // HMR_NCCL_CONNECT_TIMEOUT (seconds, may be fractional)
+  int write_timeout_ms = 60000;    // HMR_NCCL_WRITE_TIMEOUT (seconds, may be fractional)
   bool force_flush = false;        // HMR_NCCL_FORCE_FLUSH: iflush reads back host memory too
 };
 
 std::optional<Settings> read_settings(std::string* why);
+
+// libfabric defaults that suit the plugin, set in the environment before libfabric first reads
+// it and only where the user has not set them (docs/nccl-plugin.md): ofi_rxm, which layers
+// RDM endpoints over tcp and verbs, otherwise preposts 4096 bounce buffers of 16 KiB per
+// connection and clears them (~0.3 s per comm), where the plugin only sends small control
+// messages through them (its data moves by RMA).  Only the count: the buffer size is the
+// eager limit, which rxm requires to be equal on both ends of a connection (it refuses the
+// connection otherwise), so it must not depend on whether this process set it first.
+void apply_libfabric_defaults();
 
 }  // namespace hmr::nccl

@@ -80,6 +80,10 @@ std::optional<ListenHandle> decode_listen_handle(std::span<const uint8_t, kHandl
     return reject("bytes after the address are not zero");
   }
   if (handle.nonce == 0) return reject("nonce is 0");
+  const auto reserved = bytes.subspan(kConnectStateOffset + 8, 8);
+  if (std::any_of(reserved.begin(), reserved.end(), [](uint8_t b) { return b != 0; })) {
+    return reject("the reserved bytes 120-127 are not zero");
+  }
   handle.address.assign(address.begin(), address.end());
   return handle;
 }

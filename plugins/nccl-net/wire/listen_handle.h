@@ -6,7 +6,8 @@
 //   24  address, zero-padded to byte 112
 //   112 connect state: 16 bytes that belong to the connecting side (NCCL calls connect() again
 //       with the same buffer until it returns a comm, and this is where the plugin finds its
-//       connection in progress); zero in a handle fresh from listen(), outside the checksum.
+//       connection in progress: a u64 id, then 8 reserved bytes); zero in a handle fresh from
+//       listen(), outside the checksum, and checked to be zero when a connect starts.
 //
 // The handle comes from another process over NCCL's bootstrap: decode() checks every field and
 // says what is wrong; nothing of a rejected handle is used.

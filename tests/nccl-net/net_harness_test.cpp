@@ -1,0 +1,641 @@
+// libnccl-net-hmr.so driven as NCCL drives it: dlopen by path, dlsym of each ncclNetPlugin_vN
+// table, init with a logger, devices and getProperties, listen / connect / accept loops, regMr,
+// isend / irecv / test, close, over the provider HMR_NCCL_PROVIDER names (ctest runs tcp and
+// shm).  The second rank is this binary again in a process of its own (--peer=...), reached
+// through a socketpair that carries the listen handles as NCCL's bootstrap would.
+//
+// Every wait is bounded by a deadline that fails the test with what was still pending; nothing
+// sleeps to make a result come true.
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+#include <hmr/hmr.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <random>
+
+#include "rank.h"
+
+namespace hmr::nccl::test {
+namespace {
+
+constexpr auto kScenarioBudget = std::chrono::seconds(60);
+constexpr size_t kMiB = size_t{1} << 20;
+
+std::string self_path() {
+  char path[4096];
+  const ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
+  if (n <= 0) return "/proc/self/exe";
+  path[n] = '\0';
+  return path;
+}
+
+const PluginLibrary& library() {
+  static std::unique_ptr<PluginLibrary> lib = [] {
+    std::string why;
+    auto l = PluginLibrary::open(plugin_path(), &why);
+    if (!l) {
+      std::fprintf(stderr, "%s\n", why.c_str());
+      std::abort();
+    }
+    return l;
+  }();
+  return *lib;
+}
+
+std::unique_ptr<Net> table(int version) {
+  std::string why;
+  auto net = library().table(version, &why);
+  if (!net) {
+    std::fprintf(stderr, "ncclNetPlugin_v%d: %s\n", version, why.c_str());
+    std::abort();
+  }
+  return net;
+}
+
+bool barrier(OobChannel* oob, Rank& rank, const std::string& name, Failures* f) {
+  if (oob == nullptr) return true;
+  std::string why;
+  if (!oob->send(name, &why)) return f->check(false, "barrier " + name + ": " + why);
+  auto got = oob->receive_text(rank.deadline(), &why);
+  if (!got) return f->check(false, "barrier " + name + ": " + why);
+  return f->check(*got == name, "barrier " + name + ": the peer is at " + *got);
+}
+
+// A message larger than the receive posted for it: the sender's isend fails (nothing is
+// written), the receiver's test fails, each with a logged reason; then the comms still work.
+void too_large(Rank& rank, Link& link, Failures* f) {
+  HostBuffer recv_buffer(4096), send_buffer(4096);
+  void* recv_mh = nullptr;
+  void* send_mh = nullptr;
+  if (!f->check(rank.net().reg_mr(link.recv, recv_buffer.data(), 4096, NCCL_PTR_HOST, &recv_mh) == ncclSuccess &&
+                    rank.net().reg_mr(link.send, send_buffer.data(), 4096, NCCL_PTR_HOST, &send_mh) == ncclSuccess,
+                "too-large: regMr failed")) {
+    return;
+  }
+  const size_t mark = log_mark();
+  void* recv_request = nullptr;
+  void* data[1] = {recv_buffer.data()};
+  size_t sizes[1] = {1024};
+  int tags[1] = {300};
+  void* mhs[1] = {recv_mh};
+  while (recv_request == nullptr && !rank.expired()) {
+    if (!f->check(rank.net().irecv(link.recv, 1, data, sizes, tags, mhs, &recv_request) == ncclSuccess,
+                  "too-large: irecv failed")) {
+      return;
+    }
+  }
+  bool send_failed = false, recv_failed = false;
+  while ((!send_failed || !recv_failed) && !rank.expired()) {
+    if (!send_failed) {
+      void* request = nullptr;
+      const ncclResult_t rc = rank.net().isend(link.send, send_buffer.data(), 4096, 300, send_mh, &request);
+      if (rc != ncclSuccess) {
+        send_failed = true;
+      } else if (request != nullptr) {
+        f->add("too-large: isend of 4096 bytes into a 1024-byte receive was accepted");
+        return;
+      }
+    }
+    if (!recv_failed) {
+      int done = 0;
+      const ncclResult_t rc = rank.net().test(recv_request, &done, nullptr);
+      if (rc != ncclSuccess) {
+        recv_failed = true;
+      } else if (done) {
+        f->add("too-large: the 1024-byte receive completed");
+        return;
+      }
+    }
+  }
+  f->check(send_failed && recv_failed, std::string("too-large: at the deadline the sender ") +
+                                           (send_failed ? "had" : "had not") + " failed, the receiver " +
+                                           (recv_failed ? "had" : "had not"));
+  f->check(warned_since(mark, "posted a buffer of only 1024 bytes"),
+           "too-large: the sender logged no reason:" + warnings_since(mark));
+  f->check(warned_since(mark, "larger than the posted buffer"),
+           "too-large: the receiver logged no reason:" + warnings_since(mark));
+  rank.net().dereg_mr(link.recv, recv_mh);
+  rank.net().dereg_mr(link.send, send_mh);
+}
+
+// Registering one buffer twice reaches the NIC once: hmr's cache answers the second.
+void registers_once(Rank& rank, Link& link, Failures* f) {
+  // A mapping of its own: heap memory may lie inside a range registered (and cached) before.
+  struct Mapping {
+    void* p = mmap(nullptr, kMiB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ~Mapping() { munmap(p, kMiB); }
+    void* data() const { return p; }
+  } buffer;
+  if (!f->check(buffer.p != MAP_FAILED, "mmap failed")) return;
+  hmr_domain_stats before, after_first, after_second;
+  if (!rank.stats(library(), &before, f)) return;
+  void* mh1 = nullptr;
+  void* mh2 = nullptr;
+  f->check(rank.net().reg_mr(link.send, buffer.data(), kMiB, NCCL_PTR_HOST, &mh1) == ncclSuccess, "regMr failed");
+  rank.stats(library(), &after_first, f);
+  f->check(rank.net().reg_mr(link.recv, buffer.data(), kMiB, NCCL_PTR_HOST, &mh2) == ncclSuccess, "regMr again failed");
+  rank.stats(library(), &after_second, f);
+  f->check(after_first.nic_registrations == before.nic_registrations + 1,
+           "the first regMr of a buffer made " +
+               std::to_string(after_first.nic_registrations - before.nic_registrations) + " NIC registrations");
+  f->check(after_second.nic_registrations == after_first.nic_registrations,
+           "the second regMr of the same buffer reached the NIC (" +
+               std::to_string(after_second.nic_registrations - after_first.nic_registrations) + " more)");
+  f->check(after_second.cache_hits > after_first.cache_hits, "the second regMr was no cache hit");
+  f->check(mh1 != mh2, "two regMr calls returned the same handle");
+  f->check(rank.net().dereg_mr(link.send, mh1) == ncclSuccess, "deregMr of the first handle failed");
+  f->check(rank.net().dereg_mr(link.recv, mh2) == ncclSuccess, "deregMr of the second handle failed");
+  const size_t mark = log_mark();
+  f->check(rank.net().dereg_mr(link.recv, mh2) == ncclInvalidArgument && warned_since(mark, "deregMr"),
+           "deregMr of a handle already deregistered: no ncclInvalidArgument with a reason");
+}
+
+// Phase timings on stderr with HMR_NCCL_HARNESS_VERBOSE (where a slow run spends its time).
+struct PhaseTimer {
+  Clock::time_point last = Clock::now();
+  void operator()(const char* phase) {
+    const auto now = Clock::now();
+    if (std::getenv("HMR_NCCL_HARNESS_VERBOSE") != nullptr) {
+      std::fprintf(stderr, "[pid %d] %-28s %8.1f ms\n", static_cast<int>(getpid()), phase,
+                   std::chrono::duration<double, std::milli>(now - last).count());
+    }
+    last = now;
+  }
+};
+
+// The whole conversation, run alike by both ranks (oob: the peer) or by one process talking
+// to itself (oob null).
+void transfer_scenario(Rank& rank, OobChannel* oob, Failures* f) {
+  PhaseTimer phase;
+  if (!rank.start(library(), f)) return;
+  phase("init");
+  const int peer = oob != nullptr ? 1 - rank.id() : rank.id();
+  const uint64_t seed_out = 1000 + static_cast<uint64_t>(rank.id()) + 100 * static_cast<uint64_t>(rank.net().version());
+  const uint64_t seed_in = 1000 + static_cast<uint64_t>(peer) + 100 * static_cast<uint64_t>(rank.net().version());
+
+  // A first connection and message, so what the plugin or its libraries open once per process
+  // is open before the file descriptors are counted.
+  Link link;
+  if (!rank.connect_both(oob, &link, f)) return;
+  rank.exchange(link, {{{4096, 1, 4096}}}, {{4096, 1, 4096}}, seed_out, seed_in, f);
+  if (!barrier(oob, rank, "warm", f)) return;
+  rank.close(&link, f);
+  const int fds_before = count_open_fds();
+  phase("warm-up connection");
+
+  if (!rank.connect_both(oob, &link, f)) return;
+  // The sizes NCCL moves, all in flight at once, each into a buffer at least as large.
+  const size_t sizes[] = {0, 1, 4096, kMiB, 64 * kMiB};
+  std::vector<std::vector<MessageSpec>> groups;
+  std::vector<MessageSpec> sends;
+  for (size_t i = 0; i < std::size(sizes); ++i) {
+    const MessageSpec m{sizes[i], 10 + static_cast<int>(i), sizes[i] == 0 ? 4096 : sizes[i] == 1 ? 100 : sizes[i]};
+    groups.push_back({m});
+    sends.push_back(m);
+  }
+  phase("connect");
+  rank.exchange(link, groups, sends, seed_out, seed_in, f);
+  phase("sizes 0 to 64 MiB");
+
+  // One grouped receive of 8 buffers with their own tags, the sends in the reverse order.
+  std::vector<MessageSpec> group;
+  for (int i = 0; i < 8; ++i) group.push_back({static_cast<size_t>(i) * 3000 + 1, 100 + i, static_cast<size_t>(i) * 3000 + 17});
+  rank.exchange(link, {group}, std::vector<MessageSpec>(group.rbegin(), group.rend()), seed_out, seed_in, f);
+  phase("grouped receive");
+
+  // NCCL_NET_MAX_REQUESTS receives and sends in flight, buffers registered twice (the second
+  // registration, served by the cache, is the one used).
+  groups.clear();
+  sends.clear();
+  for (int i = 0; i < NCCL_NET_MAX_REQUESTS; ++i) {
+    const MessageSpec m{65536, 200 + i, 65536};
+    groups.push_back({m});
+    sends.push_back(m);
+  }
+  rank.exchange(link, groups, sends, seed_out, seed_in, f, 2);
+  phase("32 in flight");
+  registers_once(rank, link, f);
+  phase("registers once");
+
+  // Host memory needs no flush: iflush gives no request.
+  {
+    HostBuffer buffer(4096);
+    void* mh = nullptr;
+    if (rank.net().reg_mr(link.recv, buffer.data(), 4096, NCCL_PTR_HOST, &mh) == ncclSuccess) {
+      void* data[1] = {buffer.data()};
+      int flush_sizes[1] = {4096};
+      void* mhs[1] = {mh};
+      void* request = reinterpret_cast<void*>(0x1);
+      f->check(rank.net().iflush(link.recv, 1, data, flush_sizes, mhs, &request) == ncclSuccess && request == nullptr,
+               "iflush of host memory returned a request or an error");
+      rank.net().dereg_mr(link.recv, mh);
+    }
+  }
+
+  if (!barrier(oob, rank, "too-large", f)) return;
+  too_large(rank, link, f);
+  if (!barrier(oob, rank, "after-too-large", f)) return;
+  rank.exchange(link, {{{64, 7, 64}}}, {{64, 7, 64}}, seed_out, seed_in, f);
+  phase("too large");
+  if (!barrier(oob, rank, "close", f)) return;
+  void* closed_send = link.send;
+  void* closed_recv = link.recv;
+  rank.close(&link, f);
+
+  // Calls on what is closed: errors with reasons, no crash.
+  HostBuffer buffer(64);
+  size_t mark = log_mark();
+  void* request = nullptr;
+  f->check(rank.net().isend(closed_send, buffer.data(), 64, 1, nullptr, &request) == ncclInvalidUsage &&
+               request == nullptr && warned_since(mark, "closed"),
+           "isend on a closed send comm: no ncclInvalidUsage with a reason");
+  mark = log_mark();
+  void* data[1] = {buffer.data()};
+  size_t recv_sizes[1] = {64};
+  int tags[1] = {1};
+  void* mhs[1] = {nullptr};
+  f->check(rank.net().irecv(closed_recv, 1, data, recv_sizes, tags, mhs, &request) == ncclInvalidUsage &&
+               warned_since(mark, "closed"),
+           "irecv on a closed recv comm: no ncclInvalidUsage with a reason");
+  void* mh = nullptr;
+  f->check(rank.net().reg_mr(closed_send, buffer.data(), 64, NCCL_PTR_HOST, &mh) != ncclSuccess && mh == nullptr,
+           "regMr on a closed comm succeeded");
+  f->check(rank.net().close_send(closed_send) == ncclInvalidUsage, "closeSend twice: no ncclInvalidUsage");
+  f->check(rank.net().close_recv(closed_recv) == ncclInvalidUsage, "closeRecv twice: no ncclInvalidUsage");
+
+  const int fds_after = count_open_fds();
+  f->check(fds_after == fds_before, "open file descriptors: " + std::to_string(fds_before) +
+                                        " before the connection, " + std::to_string(fds_after) +
+                                        " after every comm closed and every handle deregistered");
+  phase("close");
+  f->check(rank.net().finalize() == ncclSuccess, "finalize failed");
+  barrier(oob, rank, "done", f);
+  phase("finalize");
+}
+
+int run_peer(const std::string& scenario, int version) {
+  OobChannel oob(kPeerChannelFd);
+  Failures f;
+  Rank rank(table(version), 1, kScenarioBudget);
+  if (scenario == "transfer") {
+    transfer_scenario(rank, &oob, &f);
+  } else if (scenario == "went-away") {
+    // Listens, hands the handle over, and goes away before anyone connects.
+    if (rank.start(library(), &f)) {
+      uint8_t handle[NCCL_NET_HANDLE_MAXSIZE];
+      void* listen = nullptr;
+      std::string why;
+      f.check(rank.net().listen(0, handle, &listen) == ncclSuccess, "listen failed");
+      f.check(oob.send(std::vector<uint8_t>(handle, handle + sizeof handle), &why), why);
+      f.check(rank.net().close_listen(listen) == ncclSuccess, "closeListen failed");
+      f.check(rank.net().finalize() == ncclSuccess, "finalize failed");
+    }
+  } else {
+    f.add("unknown peer scenario " + scenario);
+  }
+  if (!f.ok()) std::fprintf(stderr, "peer (%s, v%d) failed:%s\n", scenario.c_str(), version, f.text().c_str());
+  return f.ok() ? 0 : 1;
+}
+
+PeerProcess start_peer(const std::string& scenario, int version) {
+  std::string why;
+  auto peer = PeerProcess::start({self_path(), "--peer=" + scenario, "--abi=" + std::to_string(version)}, &why);
+  if (!peer) {
+    std::fprintf(stderr, "cannot start the peer: %s\n", why.c_str());
+    std::abort();
+  }
+  return std::move(*peer);
+}
+
+std::string hostile_peer_path() {
+  if (const char* path = std::getenv("HMR_NCCL_HOSTILE_PEER"); path != nullptr && *path != '\0') return path;
+  return HMR_NCCL_HOSTILE_PEER_PATH;
+}
+
+// isend until it gives a request or fails, then test until the request ends: the result that
+// ended it (ncclSuccess: the send completed).
+ncclResult_t send_to_the_end(Rank& rank, void* comm, void* data, size_t size, int tag, void* mh) {
+  void* request = nullptr;
+  while (request == nullptr && !rank.expired()) {
+    const ncclResult_t rc = rank.net().isend(comm, data, size, tag, mh, &request);
+    if (rc != ncclSuccess) return rc;
+  }
+  while (request != nullptr && !rank.expired()) {
+    int done = 0;
+    const ncclResult_t rc = rank.net().test(request, &done, nullptr);
+    if (rc != ncclSuccess) return rc;
+    if (done) return ncclSuccess;
+  }
+  return ncclInProgress;  // the deadline
+}
+
+// ----------------------------------------------------------------------------------- tests
+
+TEST(PluginTables, EveryVersionIsExportedComplete) {
+  for (int version : kAbiVersions) {
+    std::string why;
+    auto net = library().table(version, &why);
+    ASSERT_TRUE(net) << "ncclNetPlugin_v" << version << ": " << why;
+    EXPECT_STREQ(net->name(), "hmr");
+  }
+  // Versions this plugin does not speak are not exported, so NCCL falls back to one it does.
+  for (int version : {12, 7, 6}) {
+    EXPECT_EQ(dlsym(library().handle(), ("ncclNetPlugin_v" + std::to_string(version)).c_str()), nullptr);
+  }
+}
+
+class AbiVersion : public ::testing::TestWithParam<int> {};
+
+TEST_P(AbiVersion, TwoProcessesMoveEveryByte) {
+  PeerProcess peer = start_peer("transfer", GetParam());
+  Failures f;
+  Rank rank(table(GetParam()), 0, kScenarioBudget);
+  transfer_scenario(rank, &peer.channel(), &f);
+  EXPECT_TRUE(f.ok()) << f.text();
+  EXPECT_EQ(peer.wait(Clock::now() + std::chrono::seconds(30)), std::optional<int>(0))
+      << "the peer rank failed (its reasons are on stderr) or did not exit";
+}
+
+INSTANTIATE_TEST_SUITE_P(NcclNetPlugin, AbiVersion, ::testing::ValuesIn(kAbiVersions),
+                         [](const ::testing::TestParamInfo<int>& param) { return "v" + std::to_string(param.param); });
+
+TEST(OneProcess, LoopbackConnection) {
+  Failures f;
+  Rank rank(table(11), 0, kScenarioBudget);
+  ASSERT_TRUE(rank.start(library(), &f)) << f.text();
+  Link link;
+  ASSERT_TRUE(rank.connect_both(nullptr, &link, &f)) << f.text();
+  rank.exchange(link, {{{kMiB, 5, kMiB}}, {{0, 6, 64}}}, {{kMiB, 5, kMiB}, {0, 6, 64}}, 77, 77, &f);
+  rank.close(&link, &f);
+  EXPECT_EQ(rank.net().finalize(), ncclSuccess);
+  EXPECT_TRUE(f.ok()) << f.text();
+}
+
+// Handles NCCL's bootstrap might deliver damaged: every one refused with a reason, none
+// connects, and the listener they were made from still works afterwards.
+TEST(BadInput, RandomTruncatedAndCorruptedHandles) {
+  for (int version : {11, 8}) {
+    SCOPED_TRACE("v" + std::to_string(version));
+    Failures f;
+    Rank rank(table(version), 0, kScenarioBudget);
+    ASSERT_TRUE(rank.start(library(), &f)) << f.text();
+    uint8_t good[NCCL_NET_HANDLE_MAXSIZE];
+    void* listen = nullptr;
+    ASSERT_EQ(rank.net().listen(0, good, &listen), ncclSuccess);
+
+    auto refused = [&](uint8_t* handle, const std::string& what) {
+      const size_t mark = log_mark();
+      void* comm = nullptr;
+      const ncclResult_t rc = rank.net().connect(0, handle, &comm);
+      EXPECT_EQ(rc, ncclInvalidArgument) << what;
+      EXPECT_EQ(comm, nullptr) << what;
+      EXPECT_TRUE(warned_since(mark, "handle")) << what << ": no reason logged:" << warnings_since(mark);
+    };
+    std::mt19937_64 random(42);
+    uint8_t handle[NCCL_NET_HANDLE_MAXSIZE];
+    for (int i = 0; i < 200; ++i) {
+      for (uint8_t& b : handle) b = static_cast<uint8_t>(random());
+      if (i % 2 == 1) std::memcpy(handle, good, 8);  // right magic and version, random rest
+      refused(handle, "random handle " + std::to_string(i));
+    }
+    // Truncated in transit: only the first n bytes arrived, the rest is zero.
+    const size_t meaningful = 24 + (good[6] | good[7] << 8);
+    for (size_t n = 0; n < meaningful; ++n) {
+      std::memset(handle, 0, sizeof handle);
+      std::memcpy(handle, good, n);
+      if (std::memcmp(handle, good, sizeof handle) == 0) continue;  // cut in trailing zeros
+      refused(handle, "handle truncated to " + std::to_string(n) + " bytes");
+    }
+    // Any single flipped bit anywhere in the 128 bytes.
+    for (size_t bit = 0; bit < 8 * sizeof handle; bit += 3) {
+      std::memcpy(handle, good, sizeof handle);
+      handle[bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
+      refused(handle, "bit " + std::to_string(bit) + " flipped");
+    }
+    // The listener is unharmed: the good handle connects.
+    void* send = nullptr;
+    void* recv = nullptr;
+    while ((send == nullptr || recv == nullptr) && !rank.expired()) {
+      if (send == nullptr) {
+        ASSERT_EQ(rank.net().connect(0, good, &send), ncclSuccess);
+      }
+      if (recv == nullptr) {
+        ASSERT_EQ(rank.net().accept(listen, &recv), ncclSuccess);
+      }
+    }
+    ASSERT_TRUE(send != nullptr && recv != nullptr) << "the good handle did not connect before the deadline";
+    Link link{send, recv, listen};
+    rank.exchange(link, {{{4096, 3, 4096}}}, {{4096, 3, 4096}}, 5, 5, &f);
+    rank.close(&link, &f);
+    EXPECT_EQ(rank.net().finalize(), ncclSuccess);
+    EXPECT_TRUE(f.ok()) << f.text();
+  }
+}
+
+TEST(BadInput, HandleOfAPeerThatWentAway) {
+  PeerProcess peer = start_peer("went-away", 11);
+  Failures f;
+  Rank rank(table(11), 0, kScenarioBudget);
+  ASSERT_TRUE(rank.start(library(), &f)) << f.text();
+  std::string why;
+  auto handle = peer.channel().receive(rank.deadline(), &why);
+  ASSERT_TRUE(handle && handle->size() == NCCL_NET_HANDLE_MAXSIZE) << why;
+  ASSERT_EQ(peer.wait(Clock::now() + std::chrono::seconds(30)), std::optional<int>(0));
+  // The listener's process is gone: connect fails (at once, or when HMR_NCCL_CONNECT_TIMEOUT
+  // expires) and says why; it never returns a comm and never hangs.
+  const size_t mark = log_mark();
+  const auto start = Clock::now();
+  void* comm = nullptr;
+  ncclResult_t rc = ncclSuccess;
+  while (rc == ncclSuccess && comm == nullptr && !rank.expired()) rc = rank.net().connect(0, handle->data(), &comm);
+  EXPECT_EQ(comm, nullptr) << "connected to a listener whose process exited";
+  EXPECT_NE(rc, ncclSuccess) << "connect still pending at the deadline";
+  EXPECT_TRUE(rc == ncclRemoteError || rc == ncclSystemError) << result_name(rc);
+  EXPECT_TRUE(warned_since(mark, "connect")) << "no reason logged:" << warnings_since(mark);
+  std::printf("connect to a peer that went away: %s after %.2f s\n", result_name(rc),
+              std::chrono::duration<double>(Clock::now() - start).count());
+  EXPECT_EQ(rank.net().finalize(), ncclSuccess);
+}
+
+// A receiver that lies in what it announces (tests/nccl-net/hostile_peer.cpp): each lie ends
+// the message with an error and a logged reason here, and a failure notice there; bytes that
+// are no message end the comm, with the reason, and every later call says so.
+TEST(HostilePeer, LyingAnnouncementsAndGarbageAreErrorsOnBothSides) {
+  std::string why;
+  auto peer = PeerProcess::start({hostile_peer_path()}, &why);
+  ASSERT_TRUE(peer) << why;
+  Failures f;
+  Rank rank(table(11), 0, kScenarioBudget);
+  ASSERT_TRUE(rank.start(library(), &f)) << f.text();
+  HostBuffer buffer(kMiB);
+  // Each step on a connection of its own (a provider may tear one down over a refused write).
+  auto connect = [&](const char* step) -> void* {
+    if (!peer->channel().send(std::string("step ") + step, &why)) return nullptr;
+    auto handle = peer->channel().receive(rank.deadline(), &why);
+    if (!handle || handle->size() != NCCL_NET_HANDLE_MAXSIZE) return nullptr;
+    void* send = nullptr;
+    while (send == nullptr && !rank.expired()) {
+      if (rank.net().connect(0, handle->data(), &send) != ncclSuccess) return nullptr;
+    }
+    return send;
+  };
+
+  // Noise where a control message belongs: the comm fails with the reason, and stays failed.
+  // First: a liar's own shm queue may stay stalled by the writes it lured (below).
+  // The nonsense may arrive while the connection is still being made (connect fails then)
+  // or after (the next isend fails); either way with the reason, and the comm stays failed.
+  size_t garbage_mark = log_mark();
+  void* garbage_send = nullptr;
+  ncclResult_t rc = ncclSuccess;
+  {
+    ASSERT_TRUE(peer->channel().send(std::string("step garbage"), &why)) << why;
+    auto handle = peer->channel().receive(rank.deadline(), &why);
+    ASSERT_TRUE(handle && handle->size() == NCCL_NET_HANDLE_MAXSIZE) << why;
+    while (rc == ncclSuccess && garbage_send == nullptr && !rank.expired()) {
+      rc = rank.net().connect(0, handle->data(), &garbage_send);
+    }
+  }
+  void* garbage_mh = nullptr;
+  if (garbage_send != nullptr) {
+    ASSERT_EQ(rank.net().reg_mr(garbage_send, buffer.data(), kMiB, NCCL_PTR_HOST, &garbage_mh), ncclSuccess);
+    void* request = nullptr;
+    while (rc == ncclSuccess && !rank.expired()) rc = rank.net().isend(garbage_send, buffer.data(), 64, 9, garbage_mh, &request);
+  }
+  EXPECT_EQ(rc, ncclRemoteError);
+  EXPECT_TRUE(warned_since(garbage_mark, "control message rejected") || warned_since(garbage_mark, "never expects"))
+      << warnings_since(garbage_mark);
+  if (garbage_send != nullptr) {
+    garbage_mark = log_mark();
+    void* request = nullptr;
+    EXPECT_EQ(rank.net().isend(garbage_send, buffer.data(), 64, 9, garbage_mh, &request), ncclRemoteError);
+    EXPECT_TRUE(warned_since(garbage_mark, "failed earlier")) << warnings_since(garbage_mark);
+  }
+  ASSERT_TRUE(peer->channel().send(std::string("sender-done"), &why)) << why;
+  auto answer = peer->channel().receive_text(rank.deadline(), &why);
+  EXPECT_TRUE(answer && *answer == "ok") << why;
+  if (garbage_send != nullptr) {
+    EXPECT_EQ(rank.net().dereg_mr(garbage_send, garbage_mh), ncclSuccess);
+    EXPECT_EQ(rank.net().close_send(garbage_send), ncclSuccess);
+  }
+
+  struct Lie {
+    const char* step;
+    int tag;
+    size_t size;
+    const char* reason;  // what this side must log
+  };
+  for (const Lie& lie : {Lie{"unregistered", 1, 4096, "RMA write"}, Lie{"beyond", 2, 65536, "RMA write"},
+                         Lie{"too-small", 3, 8192, "posted a buffer of only 4096 bytes"}}) {
+    SCOPED_TRACE(lie.step);
+    void* send = connect(lie.step);
+    ASSERT_NE(send, nullptr) << "no connection to the hostile peer: " << why;
+    void* mh = nullptr;
+    ASSERT_EQ(rank.net().reg_mr(send, buffer.data(), kMiB, NCCL_PTR_HOST, &mh), ncclSuccess);
+    const size_t mark = log_mark();
+    const ncclResult_t lie_rc = send_to_the_end(rank, send, buffer.data(), lie.size, lie.tag, mh);
+    EXPECT_NE(lie_rc, ncclInProgress) << "the send neither completed nor failed before the deadline";
+    ASSERT_TRUE(peer->channel().send(std::string("sender-done"), &why)) << why;
+    auto lie_answer = peer->channel().receive_text(rank.deadline(), &why);
+    ASSERT_TRUE(lie_answer) << why;
+    if (*lie_answer == "ok nothing" && std::string(lie.step) != "too-small") {
+      // The provider took the connection down over the refused write (tcp), or stalled the
+      // liar's queue on it (shm, then HMR_NCCL_WRITE_TIMEOUT ends the send): this side's
+      // error and reason are what count.
+      EXPECT_NE(lie_rc, ncclSuccess) << "the send completed";
+      EXPECT_TRUE(warned_since(mark, "RMA write")) << "no reason logged:" << warnings_since(mark);
+    } else if (*lie_answer == "ok written") {
+      // Only where the provider does not check keys (shm): both sides saw the write land.
+      EXPECT_EQ(lie_rc, ncclSuccess) << "the hostile peer saw the write land, this side an error";
+      std::printf("%s: the provider let the write land in the liar's own memory\n", lie.step);
+    } else {
+      EXPECT_EQ(*lie_answer, "ok") << "the hostile peer's side";
+      EXPECT_NE(lie_rc, ncclSuccess) << "the send completed";
+      EXPECT_TRUE(warned_since(mark, lie.reason)) << "no reason logged:" << warnings_since(mark);
+    }
+    EXPECT_EQ(rank.net().dereg_mr(send, mh), ncclSuccess);
+    EXPECT_EQ(rank.net().close_send(send), ncclSuccess);
+  }
+  ASSERT_TRUE(peer->channel().send(std::string("done"), &why)) << why;
+  EXPECT_EQ(peer->wait(Clock::now() + std::chrono::seconds(30)), std::optional<int>(0));
+  EXPECT_EQ(rank.net().finalize(), ncclSuccess);
+}
+
+TEST(BadInput, ForeignHandlesAndArguments) {
+  Failures f;
+  Rank rank(table(11), 0, kScenarioBudget);
+  ASSERT_TRUE(rank.start(library(), &f)) << f.text();
+  Link link;
+  ASSERT_TRUE(rank.connect_both(nullptr, &link, &f)) << f.text();
+  HostBuffer buffer(8192);
+  int foreign = 0;
+  size_t mark = log_mark();
+  EXPECT_EQ(rank.net().dereg_mr(link.send, &foreign), ncclInvalidArgument);
+  EXPECT_EQ(rank.net().dereg_mr(link.send, nullptr), ncclInvalidArgument);
+  EXPECT_TRUE(warned_since(mark, "not a memory handle")) << warnings_since(mark);
+  void* request = nullptr;
+  mark = log_mark();
+  EXPECT_EQ(rank.net().isend(link.send, buffer.data(), 64, 1, &foreign, &request), ncclInvalidArgument);
+  EXPECT_EQ(request, nullptr);
+  EXPECT_TRUE(warned_since(mark, "not registered")) << warnings_since(mark);
+  void* mh = nullptr;
+  EXPECT_NE(rank.net().reg_mr(link.send, nullptr, 64, NCCL_PTR_HOST, &mh), ncclSuccess);
+  EXPECT_NE(rank.net().reg_mr(link.send, buffer.data(), 0, NCCL_PTR_HOST, &mh), ncclSuccess);
+  EXPECT_NE(rank.net().reg_mr(link.send, buffer.data(), 64, 0x40, &mh), ncclSuccess);
+  EXPECT_NE(rank.net().reg_mr(&foreign, buffer.data(), 64, NCCL_PTR_HOST, &mh), ncclSuccess);
+  // Host memory declared as CUDA memory: refused, not registered as something it is not.
+  mark = log_mark();
+  EXPECT_NE(rank.net().reg_mr(link.send, buffer.data(), 64, NCCL_PTR_CUDA, &mh), ncclSuccess);
+  EXPECT_EQ(mh, nullptr);
+  EXPECT_TRUE(warned_since(mark, "regMr")) << warnings_since(mark);
+  ASSERT_EQ(rank.net().reg_mr(link.send, buffer.data(), 8192, NCCL_PTR_HOST, &mh), ncclSuccess);
+  // A send from outside the registered range, a receive of 0 or 9 buffers, a test of nothing.
+  EXPECT_EQ(rank.net().isend(link.send, buffer.data() + 8000, 4096, 1, mh, &request), ncclInvalidArgument);
+  void* data[9];
+  size_t sizes[9];
+  int tags[9];
+  void* mhs[9];
+  for (int i = 0; i < 9; ++i) {
+    data[i] = buffer.data();
+    sizes[i] = 64;
+    tags[i] = i;
+    mhs[i] = mh;
+  }
+  EXPECT_EQ(rank.net().irecv(link.recv, 0, data, sizes, tags, mhs, &request), ncclInvalidArgument);
+  EXPECT_EQ(rank.net().irecv(link.recv, 9, data, sizes, tags, mhs, &request), ncclInvalidArgument);
+  // A receive on a send comm.
+  EXPECT_EQ(rank.net().irecv(link.send, 1, data, sizes, tags, mhs, &request), ncclInvalidUsage);
+  int done = 0;
+  EXPECT_EQ(rank.net().test(nullptr, &done, nullptr), ncclInvalidArgument);
+  EXPECT_EQ(rank.net().dereg_mr(link.send, mh), ncclSuccess);
+  void* comm = nullptr;
+  EXPECT_EQ(rank.net().accept(&foreign, &comm), ncclInvalidUsage);
+  EXPECT_EQ(rank.net().close_listen(&foreign), ncclInvalidUsage);
+  rank.close(&link, &f);
+  EXPECT_EQ(rank.net().finalize(), ncclSuccess);
+  EXPECT_TRUE(f.ok()) << f.text();
+}
+
+}  // namespace
+}  // namespace hmr::nccl::test
+
+int main(int argc, char** argv) {
+  // Connection attempts to a peer that went away give up after this long (the plugin's
+  // default, 30 s, is for real jobs; connecting takes ~0.1 s here); the child ranks inherit it.
+  setenv("HMR_NCCL_CONNECT_TIMEOUT", "3", 0);
+  // A write that neither completes nor fails (a receiver that lied about its buffer, on a
+  // provider that then loses the answer) fails the comm after this long (default 60 s).
+  setenv("HMR_NCCL_WRITE_TIMEOUT", "2", 0);
+  std::string scenario;
+  int version = 11;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg.rfind("--peer=", 0) == 0) scenario = arg.substr(7);
+    if (arg.rfind("--abi=", 0) == 0) version = std::atoi(arg.c_str() + 6);
+  }
+  if (!scenario.empty()) return hmr::nccl::test::run_peer(scenario, version);
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}

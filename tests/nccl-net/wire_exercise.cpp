@@ -1,0 +1,57 @@
+#include "wire_exercise.h"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <span>
+#include <vector>
+
+#include "wire/control_message.h"
+#include "wire/listen_handle.h"
+#include "wire/write_completion.h"
+
+namespace hmr::nccl::test {
+
+std::string exercise_wire_parsers(const uint8_t* data, size_t size) {
+  const std::span<const uint8_t> bytes(data, size);
+
+  // A control message of any length.
+  std::string why;
+  if (auto message = decode_control_message(bytes, &why)) {
+    const std::vector<uint8_t> again = encode(*message);
+    if (!std::equal(again.begin(), again.end(), bytes.begin(), bytes.end())) {
+      return "an accepted control message does not re-encode to its bytes";
+    }
+  } else if (why.empty()) {
+    return "a control message was rejected without a reason";
+  }
+
+  // A listen handle: NCCL always hands over 128 bytes; shorter input is a truncated one.
+  std::array<uint8_t, kHandleSize> handle{};
+  if (size > 0) std::memcpy(handle.data(), data, std::min(size, kHandleSize));
+  why.clear();
+  if (auto decoded = decode_listen_handle(handle, &why)) {
+    std::array<uint8_t, kHandleSize> again{};
+    std::string encode_why;
+    if (!encode(*decoded, again, &encode_why)) return "an accepted handle cannot be encoded: " + encode_why;
+    // The connect state's id belongs to the connecting side (outside the checksum); all the
+    // rest must come back byte for byte.
+    std::array<uint8_t, kHandleSize> expected = handle;
+    write_connect_state(expected, 0);
+    if (again != expected) return "an accepted handle does not re-encode to its bytes";
+  } else if (why.empty()) {
+    return "a handle was rejected without a reason";
+  }
+
+  // Remote CQ data: any 64 bits split into fields that encode back to the same bits.
+  if (size >= 8) {
+    uint64_t cq_data = 0;
+    std::memcpy(&cq_data, data, 8);
+    const WriteCompletion c = decode_write_completion(cq_data);
+    if (encode(c) != cq_data) return "remote CQ data does not survive decode and encode";
+    if (c.size > kMaxMessageSize) return "remote CQ data decodes to a size over the limit";
+  }
+  return {};
+}
+
+}  // namespace hmr::nccl::test

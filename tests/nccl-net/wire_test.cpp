@@ -1,0 +1,239 @@
+// The plugin's parsers of bytes from another process: the listen handle NCCL's bootstrap
+// carries, the control messages between comms, the remote CQ data of a write.  Valid input
+// round-trips; truncated, corrupted, random and mutated input is rejected with a reason or,
+// where accepted, means exactly what its bytes say (tests/nccl-net/wire_exercise.cpp).  The
+// same exerciser runs under libFuzzer in clang builds (hmr_nccl_net_wire_fuzz).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+
+#include "wire/control_message.h"
+#include "wire/listen_handle.h"
+#include "wire/write_completion.h"
+#include "wire_exercise.h"
+
+namespace hmr::nccl {
+namespace {
+
+std::vector<uint8_t> address(size_t n) {
+  std::vector<uint8_t> a(n);
+  for (size_t i = 0; i < n; ++i) a[i] = static_cast<uint8_t>(i * 7 + 1);
+  return a;
+}
+
+std::array<uint8_t, kHandleSize> valid_handle(size_t address_size = 16) {
+  std::array<uint8_t, kHandleSize> out{};
+  std::string why;
+  EXPECT_TRUE(encode(ListenHandle{0x1122334455667788ull, provider_tag("tcp;ofi_rxm"), address(address_size)}, out, &why)) << why;
+  return out;
+}
+
+std::vector<std::vector<uint8_t>> valid_messages() {
+  ReceiveAnnouncement announcement;
+  announcement.slot = 31;
+  announcement.generation = 200;
+  announcement.count = kMaxRecvs;
+  for (size_t i = 0; i < kMaxRecvs; ++i) {
+    announcement.buffers[i] = AnnouncedBuffer{0x7f0000000000ull + i * 4096, 4096 + i, 0xabcdef00ull + i, static_cast<int32_t>(i) - 3};
+  }
+  ReceiveAnnouncement one;
+  one.count = 1;
+  one.buffers[0] = AnnouncedBuffer{0, 0, 0, 0};
+  return {encode(ConnectRequest{7, address(16)}), encode(ConnectAccept{9, address(kMaxFabricAddress)}),
+          encode(announcement), encode(one),
+          encode(SendFailure{3, 4, 5, SendFailureReason::too_large, 1 << 20}),
+          encode(SendFailure{0, 0, 0, SendFailureReason::write_failed, 0})};
+}
+
+void expect_invariants(const std::vector<uint8_t>& bytes, const std::string& what) {
+  EXPECT_EQ(test::exercise_wire_parsers(bytes.data(), bytes.size()), "") << what;
+}
+
+TEST(ListenHandle, RoundTripsEveryAddressLength) {
+  for (size_t n = 1; n <= kMaxHandleAddress; ++n) {
+    const auto bytes = valid_handle(n);
+    std::string why;
+    auto decoded = decode_listen_handle(bytes, &why);
+    ASSERT_TRUE(decoded) << n << ": " << why;
+    EXPECT_EQ(decoded->address, address(n));
+    EXPECT_EQ(decoded->nonce, 0x1122334455667788ull);
+    EXPECT_EQ(decoded->provider_tag, provider_tag("tcp;ofi_rxm"));
+  }
+  std::array<uint8_t, kHandleSize> out{};
+  std::string why;
+  EXPECT_FALSE(encode(ListenHandle{1, 0, {}}, out, &why));
+  EXPECT_FALSE(encode(ListenHandle{1, 0, address(kMaxHandleAddress + 1)}, out, &why));
+  EXPECT_NE(why.find("88"), std::string::npos) << why;
+}
+
+TEST(ListenHandle, EveryTruncationAndEverySingleByteChangeIsRefused) {
+  const auto good = valid_handle(16);
+  const size_t meaningful = kHandleAddressOffset + 16;
+  for (size_t n = 0; n < meaningful; ++n) {
+    auto cut = good;
+    std::fill(cut.begin() + static_cast<std::ptrdiff_t>(n), cut.end(), uint8_t{0});
+    if (cut == good) continue;
+    std::string why;
+    EXPECT_FALSE(decode_listen_handle(cut, &why)) << "truncated to " << n;
+    EXPECT_NE(why.find("listen handle rejected"), std::string::npos) << why;
+  }
+  // FNV-1a changes its state on any single-byte change and every later step is a bijection,
+  // so each such change outside the connect state's id is caught.
+  for (size_t i = 0; i < kHandleSize; ++i) {
+    if (i >= kConnectStateOffset && i < kConnectStateOffset + 8) continue;
+    for (int delta : {1, 0x80, 0xff}) {
+      auto bad = good;
+      bad[i] = static_cast<uint8_t>(bad[i] + delta);
+      std::string why;
+      EXPECT_FALSE(decode_listen_handle(bad, &why)) << "byte " << i << " + " << delta;
+      EXPECT_FALSE(why.empty());
+    }
+  }
+}
+
+TEST(ListenHandle, ConnectStateIsTheConnectorsOwn) {
+  auto bytes = valid_handle();
+  EXPECT_EQ(read_connect_state(bytes), 0u);
+  write_connect_state(bytes, 0xfeedull);
+  EXPECT_EQ(read_connect_state(bytes), 0xfeedull);
+  std::string why;
+  EXPECT_TRUE(decode_listen_handle(bytes, &why)) << why;  // outside the checksum
+}
+
+TEST(ListenHandle, ProviderTagsDiffer) {
+  EXPECT_NE(provider_tag("tcp;ofi_rxm"), provider_tag("shm"));
+  EXPECT_NE(provider_tag("tcp"), provider_tag("tcp;ofi_rxm"));
+}
+
+TEST(ControlMessage, RoundTripsEveryType) {
+  for (const auto& bytes : valid_messages()) {
+    std::string why;
+    auto decoded = decode_control_message(bytes, &why);
+    ASSERT_TRUE(decoded) << why;
+    EXPECT_EQ(encode(*decoded), bytes);
+    expect_invariants(bytes, "a valid message");
+  }
+  EXPECT_LE(valid_messages()[1].size(), kControlBufferSize);
+  EXPECT_LE(valid_messages()[2].size(), kControlBufferSize);
+}
+
+TEST(ControlMessage, FieldsOutOfRangeAreRefusedWithTheirName) {
+  struct Case {
+    std::vector<uint8_t> bytes;
+    const char* reason;
+  };
+  ReceiveAnnouncement a;
+  a.count = 1;
+  auto with = [](ReceiveAnnouncement m) { return encode(m); };
+  ReceiveAnnouncement slot = a;
+  slot.slot = kMaxRequests;
+  ReceiveAnnouncement too_big = a;
+  too_big.buffers[0].size = kMaxMessageSize + 1;
+  ReceiveAnnouncement wraps = a;
+  wraps.buffers[0] = AnnouncedBuffer{~0ull - 10, 100, 0, 0};
+  auto nine = with(a);
+  nine[10] = 9;  // the count byte
+  auto zero = with(a);
+  zero[10] = 0;
+  auto reason = encode(SendFailure{});
+  reason[11] = 99;  // the reason's low byte
+  const std::vector<Case> cases = {
+      {with(slot), "slot"},
+      {with(too_big), "buffer size"},
+      {with(wraps), "overflows"},
+      {nine, "count"},
+      {zero, "count"},
+      {reason, "reason"},
+      {encode(ConnectRequest{0, address(4)}), "nonce"},
+      {encode(ConnectRequest{1, {}}), "address"},
+      {encode(ConnectAccept{1, address(kMaxFabricAddress + 1)}), "address"},
+  };
+  for (const Case& c : cases) {
+    std::string why;
+    EXPECT_FALSE(decode_control_message(c.bytes, &why)) << c.reason;
+    EXPECT_NE(why.find(c.reason), std::string::npos) << why;
+  }
+  // Wrong magic, version, type; a byte too many.
+  for (size_t at : {0u, 4u, 6u}) {
+    auto bad = valid_messages()[0];
+    bad[at] ^= 0x40;
+    std::string why;
+    EXPECT_FALSE(decode_control_message(bad, &why)) << at;
+  }
+  auto longer = valid_messages()[0];
+  longer.push_back(0);
+  std::string why;
+  EXPECT_FALSE(decode_control_message(longer, &why));
+}
+
+TEST(ControlMessage, EveryTruncationIsRefused) {
+  for (const auto& bytes : valid_messages()) {
+    for (size_t n = 0; n < bytes.size(); ++n) {
+      std::vector<uint8_t> cut(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(n));
+      std::string why;
+      EXPECT_FALSE(decode_control_message(cut, &why)) << n << " of " << bytes.size();
+      EXPECT_FALSE(why.empty());
+    }
+  }
+}
+
+TEST(WriteCompletion, FieldsSurvive) {
+  const WriteCompletion c{31, 255, 7, kMaxMessageSize};
+  const WriteCompletion d = decode_write_completion(encode(c));
+  EXPECT_EQ(d.slot, 31);
+  EXPECT_EQ(d.generation, 255);
+  EXPECT_EQ(d.index, 7);
+  EXPECT_EQ(d.size, kMaxMessageSize);
+}
+
+// The deterministic counterpart of the fuzzer: mutations of valid inputs (bit flips, byte
+// sets, insertions, deletions, splices) and random bytes, every invariant checked each time.
+TEST(WireParsers, SurviveMutatedAndRandomInput) {
+  std::mt19937_64 random(20240611);
+  std::vector<std::vector<uint8_t>> seeds = valid_messages();
+  for (size_t n : {1u, 16u, 28u, 88u}) {
+    const auto h = valid_handle(n);
+    seeds.emplace_back(h.begin(), h.end());
+  }
+  size_t checked = 0;
+  for (int round = 0; round < 60000; ++round) {
+    std::vector<uint8_t> input = seeds[random() % seeds.size()];
+    const int mutations = 1 + static_cast<int>(random() % 4);
+    for (int m = 0; m < mutations; ++m) {
+      const size_t at = input.empty() ? 0 : random() % input.size();
+      switch (random() % 6) {
+        case 0:
+          if (!input.empty()) input[at] ^= static_cast<uint8_t>(1u << (random() % 8));
+          break;
+        case 1:
+          if (!input.empty()) input[at] = static_cast<uint8_t>(random());
+          break;
+        case 2: input.insert(input.begin() + static_cast<std::ptrdiff_t>(at), static_cast<uint8_t>(random())); break;
+        case 3:
+          if (!input.empty()) input.erase(input.begin() + static_cast<std::ptrdiff_t>(at));
+          break;
+        case 4: input.resize(random() % (input.size() + 1)); break;
+        case 5: {
+          const auto& other = seeds[random() % seeds.size()];
+          const size_t from = random() % other.size();
+          input.insert(input.end(), other.begin() + static_cast<std::ptrdiff_t>(from), other.end());
+          break;
+        }
+      }
+    }
+    ASSERT_EQ(test::exercise_wire_parsers(input.data(), input.size()), "") << "round " << round;
+    ++checked;
+  }
+  for (int round = 0; round < 20000; ++round) {
+    std::vector<uint8_t> input(random() % 600);
+    for (uint8_t& b : input) b = static_cast<uint8_t>(random());
+    if (input.size() >= 4 && round % 2 == 0) std::memcpy(input.data(), round % 4 == 0 ? "HMRC" : "HMRN", 4);
+    ASSERT_EQ(test::exercise_wire_parsers(input.data(), input.size()), "") << "random input " << round;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 80000u);
+}
+
+}  // namespace
+}  // namespace hmr::nccl
