@@ -541,11 +541,15 @@ TEST(HostilePeer, LyingAnnouncementsAndGarbageAreErrorsOnBothSides) {
     auto lie_answer = peer->channel().receive_text(rank.deadline(), &why);
     ASSERT_TRUE(lie_answer) << why;
     if (*lie_answer == "ok nothing" && std::string(lie.step) != "too-small") {
-      // The provider took the connection down over the refused write (tcp), or stalled the
-      // liar's queue on it (shm, then HMR_NCCL_WRITE_TIMEOUT ends the send): this side's
-      // error and reason are what count.
-      EXPECT_NE(lie_rc, ncclSuccess) << "the send completed";
-      EXPECT_TRUE(warned_since(mark, "RMA write")) << "no reason logged:" << warnings_since(mark);
+      // The provider took the connection down over the refused write (tcp): this side's
+      // error and reason are what count.  shm (libfabric 1.17) checks no keys and completes
+      // a write once it is handed over: there the liar only loses its own message, and this
+      // side may see it complete.
+      const char* provider = std::getenv("HMR_NCCL_PROVIDER");
+      if (provider == nullptr || std::string(provider) != "shm" || lie_rc != ncclSuccess) {
+        EXPECT_NE(lie_rc, ncclSuccess) << "the send completed";
+        EXPECT_TRUE(warned_since(mark, "RMA write")) << "no reason logged:" << warnings_since(mark);
+      }
     } else if (*lie_answer == "ok written") {
       // Only where the provider does not check keys (shm): both sides saw the write land.
       EXPECT_EQ(lie_rc, ncclSuccess) << "the hostile peer saw the write land, this side an error";
