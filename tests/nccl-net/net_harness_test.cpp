@@ -235,6 +235,26 @@ void transfer_scenario(Rank& rank, OobChannel* oob, Failures* f) {
     }
   }
 
+  // regMrDmaBuf: NCCL passes a dma-buf with CUDA memory only.  With host memory the fd is not
+  // used (the host range is registered); with "CUDA" memory that hmr finds is host memory, a
+  // clean error with a logged reason.
+  {
+    HostBuffer buffer(4096);
+    const int fd = memfd_create("nccl-net-dmabuf", 0);
+    f->check(fd >= 0 && ftruncate(fd, 4096) == 0, "memfd for the regMrDmaBuf check");
+    void* mh = nullptr;
+    f->check(rank.net().reg_mr_dmabuf(link.recv, buffer.data(), 4096, NCCL_PTR_HOST, 0, fd, &mh) ==
+                     ncclSuccess && mh != nullptr,
+             "regMrDmaBuf of host memory failed");
+    if (mh != nullptr) rank.net().dereg_mr(link.recv, mh);
+    mh = reinterpret_cast<void*>(0x1);
+    const size_t dmabuf_mark = log_mark();
+    f->check(rank.net().reg_mr_dmabuf(link.recv, buffer.data(), 4096, NCCL_PTR_CUDA, 0, fd, &mh) !=
+                     ncclSuccess && mh == nullptr && warned_since(dmabuf_mark, "CUDA"),
+             "regMrDmaBuf of host memory declared CUDA was not refused with a reason");
+    if (fd >= 0) close(fd);
+  }
+
   if (!barrier(oob, rank, "too-large", f)) return;
   too_large(rank, link, f);
   if (!barrier(oob, rank, "after-too-large", f)) return;

@@ -70,6 +70,10 @@ class NetBase : public Net {
   ncclResult_t reg_mr(void* comm, void* data, size_t size, int type, void** mh) override {
     return t_->regMr(comm, data, size, type, mh);
   }
+  ncclResult_t reg_mr_dmabuf(void* comm, void* data, size_t size, int type, uint64_t offset,
+                             int fd, void** mh) override {
+    return t_->regMrDmaBuf(comm, data, size, type, offset, fd, mh);
+  }
   ncclResult_t dereg_mr(void* comm, void* mh) override { return t_->deregMr(comm, mh); }
   ncclResult_t iflush(void* comm, int n, void** data, int* sizes, void** mhs, void** request) override {
     return t_->iflush(comm, n, data, sizes, mhs, request);

@@ -55,6 +55,8 @@ class Net {
   virtual ncclResult_t connect(int dev, void* handle, void** comm) = 0;
   virtual ncclResult_t accept(void* listen_comm, void** comm) = 0;
   virtual ncclResult_t reg_mr(void* comm, void* data, size_t size, int type, void** mh) = 0;
+  virtual ncclResult_t reg_mr_dmabuf(void* comm, void* data, size_t size, int type,
+                                     uint64_t offset, int fd, void** mh) = 0;
   virtual ncclResult_t dereg_mr(void* comm, void* mh) = 0;
   virtual ncclResult_t isend(void* comm, void* data, size_t size, int tag, void* mh,
                              void** request) = 0;
