@@ -3,7 +3,8 @@
 // It serves exactly the requests whose answer is "the cached registration of this host range":
 // one segment, no flags, no requested key (provider keys), no endpoint binding, no event
 // queue, a range a live host-cache entry covers.  The NIC's mr_cnt limit is honoured through
-// per-thread credits (util/credit_pool.h), so it costs one thread-local add, not a lock.
+// per-thread credits (util/credit_pool.h): one locked add on the thread's own cache line per
+// take and per give, never a shared lock.
 // Everything else — and every miss — returns nullptr and takes the full path, which also
 // reports every error with its reason.  On the way: no domain mutex, no allocation (handles
 // come from a per-thread free list), no condition variable, no vector, no virtual call;
