@@ -140,15 +140,16 @@ HMR_API int hmr_mr_map_raw(hmr_domain* handle, uint64_t base_addr, const uint8_t
     if (raw_key == nullptr || key == nullptr) {
       return hmr::report_error(HMR_EINVAL, "raw_key and key must not be NULL");
     }
-    const size_t expected = domain->rules().key_size;
-    if (key_size != expected) {
+    if (key_size > hmr::KeyBytes::kMaxSize) {
       return hmr::report_error(HMR_EINVAL, "raw key of %zu bytes; this domain's keys are %zu",
-                               key_size, expected);
+                               key_size, domain->rules().key_size);
     }
     hmr::KeyBytes bytes;
     bytes.size = key_size;
     std::memcpy(bytes.bytes, raw_key, key_size);
-    *key = domain->raw_keys() ? domain->mapped_keys().map(bytes) : bytes.low_u64();
+    hmr::Result<uint64_t> mapped = domain->map_peer_key(bytes);
+    if (!mapped.ok()) return hmr::report(mapped.status());
+    *key = *mapped;
     return 0;
   });
 }
@@ -157,8 +158,7 @@ HMR_API int hmr_mr_unmap_key(hmr_domain* handle, uint64_t key) {
   return hmr::guarded([&] {
     Domain* domain = from_handle<Domain>(handle);
     if (domain == nullptr) return hmr::report_error(HMR_EINVAL, "not a domain handle");
-    if (!domain->raw_keys()) return 0;  // map_raw allocated nothing outside RAW domains
-    return hmr::report(domain->mapped_keys().unmap(key));
+    return hmr::report(domain->unmap_peer_key(key));
   });
 }
 

@@ -368,6 +368,19 @@ Result<MemoryRegion*> Domain::register_memory(const hmr_mr_attr& attr, uint64_t 
   return region.release();
 }
 
+Result<uint64_t> Domain::map_peer_key(const KeyBytes& key) {
+  if (key.size != rules_.key_size) {
+    return make_error(HMR_EINVAL, "raw key of %zu bytes; this domain's keys are %zu", key.size,
+                      rules_.key_size);
+  }
+  return raw_keys() ? mapped_keys_.map(key) : key.low_u64();
+}
+
+Status Domain::unmap_peer_key(uint64_t key) {
+  if (!raw_keys()) return ok_status();  // nothing was mapped outside RAW domains
+  return mapped_keys_.unmap(key);
+}
+
 Status Domain::close_memory_region(MemoryRegion* region) {
   if (event_queue_ != nullptr) region->settle_async_registration();
   Status deregistered = region->release();

@@ -80,6 +80,11 @@ class Domain : public Tagged<ObjectClass::domain> {
   bool has_mode(uint64_t bit) const { return (rules_.mr_mode & bit) != 0; }
   bool raw_keys() const { return has_mode(HMR_MR_RAW); }
   MappedRawKeys& mapped_keys() { return mapped_keys_; }
+  // A peer's key as this domain's transfers take it (hmr_mr_map_raw, hmr_rkey_unpack): in a
+  // RAW domain a mapping, released with unmap_peer_key; otherwise the key's 64-bit value.
+  // A key of another size than the domain's is refused.
+  Result<uint64_t> map_peer_key(const KeyBytes& key);
+  Status unmap_peer_key(uint64_t key);
   DomainStats& stats() { return stats_; }
   EventQueue* event_queue() const { return event_queue_; }
 

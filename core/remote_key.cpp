@@ -24,18 +24,14 @@ Result<RemoteKey*> RemoteKey::unpack(Domain& domain, std::span<const uint8_t> by
     return make_error(HMR_EINVAL, "packed rkey holds a %s key; this domain's keys are %s",
                       raw ? "raw (HMR_MR_RAW)" : "64-bit", domain.raw_keys() ? "raw" : "64-bit");
   }
-  if (packed->key.size != domain.rules().key_size) {
-    return make_error(HMR_EINVAL, "packed rkey has a %zu-byte key; this domain's keys are %zu",
-                      packed->key.size, domain.rules().key_size);
-  }
-  const uint64_t key = raw ? domain.mapped_keys().map(packed->key) : packed->key.low_u64();
+  Result<uint64_t> key = domain.map_peer_key(packed->key);
+  if (!key.ok()) return key.status();
   domain.object_opened();
-  return new RemoteKey(domain, *packed, key);
+  return new RemoteKey(domain, *packed, *key);
 }
 
 Status RemoteKey::release() {
-  Status unmapped = ok_status();
-  if ((packed_.flags & PackedRkey::kRawKey) != 0) unmapped = domain_.mapped_keys().unmap(key_);
+  Status unmapped = domain_.unmap_peer_key(key_);
   domain_.object_closed();
   delete this;
   return unmapped;
