@@ -100,24 +100,26 @@ Result<Registration> CallbackNic::register_memory(const RegistrationRequest& req
   hmr_nic_mr mr{};
   char reason[kReasonSize] = {};
   const bool dmabuf = request.dmabuf != nullptr;
-  const int rc = dmabuf ? callbacks_.reg_dmabuf(callbacks_.context, &call, &mr, reason, sizeof reason)
-                        : callbacks_.reg_va(callbacks_.context, &call, &mr, reason, sizeof reason);
+  const char* const call_name = dmabuf ? "reg_dmabuf" : "reg_va";
+  const int rc = (dmabuf ? callbacks_.reg_dmabuf : callbacks_.reg_va)(callbacks_.context, &call,
+                                                                       &mr, reason, sizeof reason);
   reason[kReasonSize - 1] = '\0';  // whatever the callback wrote
-  HMR_RETURN_IF_ERROR(callback_status(rc, dmabuf ? "reg_dmabuf" : "reg_va", reason));
+  HMR_RETURN_IF_ERROR(callback_status(rc, call_name, reason));
+  // A key hmr cannot hand out as it came: the registration exists on the NIC but cannot be
+  // described, so it goes straight back.
+  Status refused = ok_status();
   if (callbacks_.key_size < sizeof(uint64_t) && (mr.key >> (8 * callbacks_.key_size)) != 0) {
-    // The registration exists on the NIC but cannot be described; give it back.
-    char ignored[kReasonSize] = {};
-    callbacks_.dereg(callbacks_.context, &mr, ignored, sizeof ignored);
-    return make_error(HMR_EINVAL, "callback NIC: %s returned key %#llx, wider than key_size %zu",
-                      dmabuf ? "reg_dmabuf" : "reg_va", static_cast<unsigned long long>(mr.key),
-                      callbacks_.key_size);
+    refused = make_error(HMR_EINVAL, "callback NIC: %s returned key %#llx, wider than key_size %zu",
+                         call_name, static_cast<unsigned long long>(mr.key), callbacks_.key_size);
+  } else if (request.requested_key && mr.key != *request.requested_key) {
+    refused = make_error(HMR_EINVAL, "callback NIC: the application asked for key %#llx and %s "
+                         "returned %#llx", static_cast<unsigned long long>(*request.requested_key),
+                         call_name, static_cast<unsigned long long>(mr.key));
   }
-  if (request.requested_key && mr.key != *request.requested_key) {
+  if (!refused.ok()) {
     char ignored[kReasonSize] = {};
     callbacks_.dereg(callbacks_.context, &mr, ignored, sizeof ignored);
-    return make_error(HMR_EINVAL, "callback NIC: the application asked for key %#llx and %s "
-                      "returned %#llx", static_cast<unsigned long long>(*request.requested_key),
-                      dmabuf ? "reg_dmabuf" : "reg_va", static_cast<unsigned long long>(mr.key));
+    return refused;
   }
   Registration registration;
   registration.handle = mr.handle;
