@@ -61,9 +61,7 @@ HMR_API int hmr_md_query(hmr_domain* handle, hmr_md_attr* attr) {
     // What hmr_rkey_pack writes: the fixed header, the key, the checksum; 0 for a NIC whose
     // keys have no packed form.
     if (hmr::core::nic_identity_of(domain->nic().capabilities().name).ok()) {
-      hmr::core::PackedRkey packed;
-      packed.key.size = domain->rules().key_size;
-      result.rkey_packed_size = packed.packed_size();
+      result.rkey_packed_size = hmr::core::PackedRkey::size_for(domain->rules().key_size);
     }
     result.reg_mem_types = loaded_ifaces();
     result.detect_mem_types = result.reg_mem_types;

@@ -38,7 +38,7 @@ void RegistrationCache::detach() {
 Result<CacheHandle> RegistrationCache::get(uintptr_t start, uint64_t len, const CacheKey& key) {
   bool saturated = false;
   if (limits_.max_count != 0) {
-    if (monitor_ != nullptr && monitor_->has_pending()) monitor_->wait_pending();
+    wait_for_monitor();
     const Hit hit = lookup(start, len, key);
     if (hit.handle && still_valid(hit)) {
       hits_.add(0, 1);
@@ -198,7 +198,7 @@ void RegistrationCache::invalidate(uintptr_t start, uintptr_t end) {
 void RegistrationCache::flush() {
   // Invalidations already read by the monitor's thread are finished first, and what they left
   // to deregister is deregistered here: after a flush nothing unused is registered.
-  if (monitor_ != nullptr && monitor_->has_pending()) monitor_->wait_pending();
+  wait_for_monitor();
   finalize_deferred();
   CacheEntry* dead = nullptr;
   lock_.lock();

@@ -91,6 +91,11 @@ class RegistrationCache final : public InvalidationSink {
   // hit; otherwise yes.  A stale hit is invalidated and released here.
   bool still_valid(const Hit& hit) { return !validate_hits_ || still_valid_slow(hit); }
   bool still_valid_slow(const Hit& hit);
+  // Lets the monitor's thread finish invalidations it has already read (an unmapper may have
+  // returned from munmap before its entries left the index).
+  void wait_for_monitor() {
+    if (monitor_ != nullptr && monitor_->has_pending()) monitor_->wait_pending();
+  }
   // `may_cache` false: register and hand out uncached (a saturated slot).
   Result<CacheHandle> register_and_insert(uintptr_t start, uint64_t len, const CacheKey& key,
                                           bool may_cache);
@@ -174,7 +179,7 @@ inline RegistrationCache::Hit RegistrationCache::lookup(uintptr_t start, uint64_
 
 inline CacheHandle RegistrationCache::find(uintptr_t start, uint64_t len, const CacheKey& key) {
   if (limits_.max_count == 0) return {};
-  if (monitor_ != nullptr && monitor_->has_pending()) monitor_->wait_pending();
+  wait_for_monitor();
   const Hit hit = lookup(start, len, key);
   if (!hit.handle || !still_valid(hit)) return {};
   hits_.add(0, 1);

@@ -52,7 +52,10 @@ struct PackedRkey {
   uint64_t length = 0;
   KeyBytes key;
 
-  size_t packed_size() const { return kHeaderSize + key.size + kChecksumSize; }
+  static constexpr size_t size_for(size_t key_size) {
+    return kHeaderSize + key_size + kChecksumSize;
+  }
+  size_t packed_size() const { return size_for(key.size); }
   // Writes packed_size() bytes to `out`.
   void encode(uint8_t* out) const;
   // Reads a peer's bytes; every failure says which field and why.  Checks the blob alone;
