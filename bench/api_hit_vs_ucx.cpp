@@ -49,14 +49,10 @@
 #include <thread>
 #include <vector>
 
-// UCX's devel headers have no extern "C" of their own.  Only types and constants are used from
-// them: the functions are looked up with dlsym in the child that measures UCX.
-extern "C" {
-#include <ucm/api/ucm.h>
-#include <ucs/memory/rcache.h>
-}
-
 #include "paired_scaling.h"
+// Only UCX's types and constants are used at compile time: its functions are looked up with
+// dlsym in the child that measures UCX.
+#include "ucx_noop_rcache.h"
 
 namespace {
 
@@ -265,28 +261,12 @@ struct UcxLibrary {
 };
 UcxLibrary ucx;
 
-struct UcxRegion {
-  ucs_rcache_region_t super;
-  uint64_t key;  // what the no-op registration stores
-};
+using hmr_bench::UcxRegion;
 
 class UcxCache {
  public:
   UcxCache() {
-    static const ucs_rcache_ops_t ops = {mem_reg, mem_dereg, dump_region};
-    ucs_rcache_params_t params;
-    std::memset(&params, 0, sizeof params);
-    params.region_struct_size = sizeof(UcxRegion);
-    params.alignment = kRegion;
-    params.max_alignment = kRegion;
-    params.ucm_events = UCM_EVENT_VM_UNMAPPED;
-    params.ucm_event_priority = 1000;  // what UCX's IB memory domain uses
-    params.ops = &ops;
-    params.context = &registrations_;
-    params.flags = UCS_RCACHE_FLAG_NO_PFN_CHECK;
-    params.max_regions = ULONG_MAX;
-    params.max_size = SIZE_MAX;
-    params.max_unreleased = SIZE_MAX;
+    const ucs_rcache_params_t params = hmr_bench::noop_rcache_params(&registrations_, kRegion);
     const ucs_status_t status = ucx.create(&params, "hmr-api-bench", nullptr, &rcache_);
     if (status != UCS_OK) die("ucs_rcache_create:", ucx.status_string(status));
   }
@@ -310,18 +290,6 @@ class UcxCache {
   static uint64_t nic_ns() { return 0; }  // a no-op registration
 
  private:
-  static ucs_status_t mem_reg(void* context, ucs_rcache_t*, void*, ucs_rcache_region_t* region,
-                              uint16_t) {
-    auto* counter = static_cast<std::atomic<uint64_t>*>(context);
-    reinterpret_cast<UcxRegion*>(region)->key =
-        counter->fetch_add(1, std::memory_order_relaxed) + 1;
-    return UCS_OK;
-  }
-  static void mem_dereg(void*, ucs_rcache_t*, ucs_rcache_region_t*) {}
-  static void dump_region(void*, ucs_rcache_t*, ucs_rcache_region_t*, char* buffer, size_t max) {
-    if (max != 0) buffer[0] = '\0';
-  }
-
   std::atomic<uint64_t> registrations_{0};
   ucs_rcache_t* rcache_ = nullptr;
 };

@@ -45,14 +45,9 @@
 #include <vector>
 
 #include "cache/registration_cache.h"
-#include "paired_scaling.h"
 #include "monitor/uffd_monitor.h"
-
-// UCX's devel headers have no extern "C" of their own.
-extern "C" {
-#include <ucm/api/ucm.h>
-#include <ucs/memory/rcache.h>
-}
+#include "paired_scaling.h"
+#include "ucx_noop_rcache.h"
 
 namespace {
 
@@ -147,10 +142,7 @@ class HmrCache {
 
 // ---- UCX ------------------------------------------------------------------------------
 
-struct UcxRegion {
-  ucs_rcache_region_t super;
-  uint64_t key;  // what the no-op registration stores
-};
+using hmr_bench::UcxRegion;
 
 class UcxCache {
  public:
@@ -158,20 +150,7 @@ class UcxCache {
   static constexpr const char* kName = "ucx";
 
   explicit UcxCache(size_t) {
-    static const ucs_rcache_ops_t ops = {mem_reg, mem_dereg, dump_region};
-    ucs_rcache_params_t params;
-    std::memset(&params, 0, sizeof params);
-    params.region_struct_size = sizeof(UcxRegion);
-    params.alignment = kPage;
-    params.max_alignment = kPage;
-    params.ucm_events = UCM_EVENT_VM_UNMAPPED;
-    params.ucm_event_priority = 1000;  // what UCX's IB memory domain uses
-    params.ops = &ops;
-    params.context = &registrations_;
-    params.flags = UCS_RCACHE_FLAG_NO_PFN_CHECK;
-    params.max_regions = ULONG_MAX;
-    params.max_size = SIZE_MAX;
-    params.max_unreleased = SIZE_MAX;
+    const ucs_rcache_params_t params = hmr_bench::noop_rcache_params(&registrations_, kPage);
     const ucs_status_t status = ucs_rcache_create(&params, "hmr-bench", nullptr, &rcache_);
     if (status != UCS_OK) die("ucs_rcache_create:", ucs_status_string(status));
   }
@@ -192,18 +171,6 @@ class UcxCache {
   uint64_t registrations() const { return registrations_.load(std::memory_order_relaxed); }
 
  private:
-  static ucs_status_t mem_reg(void* context, ucs_rcache_t*, void*, ucs_rcache_region_t* region,
-                              uint16_t) {
-    auto* counter = static_cast<std::atomic<uint64_t>*>(context);
-    reinterpret_cast<UcxRegion*>(region)->key =
-        counter->fetch_add(1, std::memory_order_relaxed) + 1;
-    return UCS_OK;
-  }
-  static void mem_dereg(void*, ucs_rcache_t*, ucs_rcache_region_t*) {}
-  static void dump_region(void*, ucs_rcache_t*, ucs_rcache_region_t*, char* buffer, size_t max) {
-    if (max != 0) buffer[0] = '\0';
-  }
-
   std::atomic<uint64_t> registrations_{0};
   ucs_rcache_t* rcache_ = nullptr;
 };
