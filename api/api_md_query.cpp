@@ -30,9 +30,22 @@ uint64_t md_flags(Domain& domain) {
   if (domain.cache() != nullptr) flags |= HMR_MD_FLAG_CACHE;
   if (caps.dmabuf_import) flags |= HMR_MD_FLAG_DMABUF;
   if (caps.peer_direct) flags |= HMR_MD_FLAG_PEER_DIRECT;
-  if (caps.on_demand_paging) flags |= HMR_MD_FLAG_ODP;
   if (domain.raw_keys()) flags |= HMR_MD_FLAG_RAW_KEYS;
-  if (caps.memory_windows) flags |= HMR_MD_FLAG_MEMORY_WINDOWS;
+  if (caps.on_demand_paging) flags |= HMR_MD_FLAG_ODP_ALWAYS;
+  // The operations as hmr_md_query_op answers them, without the reasons.
+  const struct {
+    hmr_md_op op;
+    uint64_t flag;
+  } operations[] = {{HMR_MD_OP_ODP, HMR_MD_FLAG_ODP},
+                    {HMR_MD_OP_MEMORY_WINDOWS, HMR_MD_FLAG_MEMORY_WINDOWS},
+                    {HMR_MD_OP_IMPLICIT_ODP, HMR_MD_FLAG_IMPLICIT_ODP},
+                    {HMR_MD_OP_ADVISE, HMR_MD_FLAG_ADVISE},
+                    {HMR_MD_OP_REREG, HMR_MD_FLAG_REREG},
+                    {HMR_MD_OP_INDIRECT, HMR_MD_FLAG_INDIRECT}};
+  for (const auto& [op, flag] : operations) {
+    if (domain.operation_support(op).available) flags |= flag;
+  }
+  if (caps.on_demand_paging) flags |= HMR_MD_FLAG_ODP;
   return flags;
 }
 

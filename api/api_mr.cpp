@@ -91,6 +91,9 @@ HMR_API int hmr_mr_regattr(hmr_domain* domain, const hmr_mr_attr* attr, uint64_t
 HMR_API int hmr_mr_close(hmr_mr* handle) {
   return hmr::guarded([&] {
     if (CachedMr* hit = from_handle<CachedMr>(handle)) {
+      if (__builtin_expect(hit->promoted() != nullptr, 0)) {
+        return hmr::report(hit->domain().close_promoted(hit));
+      }
       hit->domain().close_cached(hit);
       return 0;
     }

@@ -7,6 +7,7 @@
 // written once (MemoryRegion).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <new>
@@ -17,6 +18,7 @@
 namespace hmr::core {
 
 class Domain;
+class MemoryRegion;
 class RegistrationCache;
 
 class CachedMr : public Tagged<ObjectClass::cached_memory_region> {
@@ -51,6 +53,20 @@ class CachedMr : public Tagged<ObjectClass::cached_memory_region> {
   // HMR_KEY_NOTAVAIL in RAW domains: the key is read with hmr_mr_raw_attr, never as a u64.
   uint64_t key() const { return key_; }
 
+  // The MemoryRegion this handle became when an operation needed one of its own (a rereg, an
+  // indirect key over it: Domain::promote); null for a plain hit.  It owns the cache
+  // reference from then on and writes the key and descriptor back here when they change, so
+  // hmr_mr_key and hmr_mr_desc stay one load.
+  MemoryRegion* promoted() const { return promoted_.load(std::memory_order_acquire); }
+  bool promote_to(MemoryRegion* region) {
+    MemoryRegion* expected = nullptr;
+    return promoted_.compare_exchange_strong(expected, region, std::memory_order_acq_rel);
+  }
+  void publish(void* desc, uint64_t key) {
+    desc_ = desc;
+    key_ = key;
+  }
+
  private:
   Domain& domain_;
   RegistrationCache& cache_;
@@ -61,6 +77,7 @@ class CachedMr : public Tagged<ObjectClass::cached_memory_region> {
   void* context_;
   void* desc_;
   uint64_t key_;
+  std::atomic<MemoryRegion*> promoted_{nullptr};
 };
 
 namespace cached_mr_detail {

@@ -162,7 +162,8 @@ Status Domain::open_device_cache(const CacheLimits& limits) {
 bool Domain::device_cacheable(const MrRequest& request, ExportMode mode) const {
   if (device_cache_ == nullptr || mode == ExportMode::host_shadow) return false;  // MR-owned
   if (!has_mode(HMR_MR_PROV_KEY) || has_mode(HMR_MR_ENDPOINT) || request.dmabuf ||
-      (request.flags & ~(HMR_HMEM_DEVICE_ONLY | HMR_HMEM_HOST_ALLOC)) != 0) {
+      (request.flags & ~(HMR_HMEM_DEVICE_ONLY | HMR_HMEM_HOST_ALLOC)) != 0 ||
+      (request.access & ~kCacheableAccess) != 0) {
     return false;
   }
   const int iface = request.memory.iface;
@@ -187,6 +188,36 @@ ExportPlan Domain::plan_export(const hmem::PointerInfo& memory, ExportInputs& in
   return core::plan_export(inputs);
 }
 
+nic::Support Domain::operation_support(hmr_md_op op) const {
+  const nic::MemoryOperations& ops = nic_->capabilities().operations;
+  switch (op) {
+    case HMR_MD_OP_REREG: return ops.rereg;
+    case HMR_MD_OP_MEMORY_WINDOWS:
+      if (ops.memory_windows.available && raw_keys()) {
+        return {false, "memory windows give 64-bit keys; this domain's keys are raw (HMR_MR_RAW)"};
+      }
+      return ops.memory_windows;
+    case HMR_MD_OP_ODP: return ops.odp;
+    case HMR_MD_OP_IMPLICIT_ODP:
+      if (ops.implicit_odp.available && !has_mode(HMR_MR_VIRT_ADDR)) {
+        return {false, "implicit ODP is addressed by virtual address; this domain has no "
+                       "HMR_MR_VIRT_ADDR"};
+      }
+      return ops.implicit_odp;
+    case HMR_MD_OP_ADVISE: return ops.advise;
+    case HMR_MD_OP_INDIRECT: return ops.indirect;
+  }
+  return {false, "unknown operation"};
+}
+
+Status Domain::check_paging(const MrRequest& request) const {
+  if (!request.on_demand_paging()) return ok_status();
+  const nic::Support needed =
+      operation_support(request.implicit_odp() ? HMR_MD_OP_IMPLICIT_ODP : HMR_MD_OP_ODP);
+  if (!needed.available) return make_error(HMR_ENOSYS, "%s", needed.reason.c_str());
+  return ok_status();
+}
+
 Status Domain::resolve(MrRequest& request) {
   hmem::Registry& registry = hmem::Registry::global();
   HMR_RETURN_IF_ERROR(resolve_memory(request, declares_memory_, registry));
@@ -206,10 +237,11 @@ void Domain::invalidate(uintptr_t start, uintptr_t end) {
 bool Domain::cacheable(const MrRequest& request) const {
   // Sharing must not change what a peer sees: its own key (requested keys), its own
   // counters or endpoint, or a dma-buf the caller owns would.
-  // Any registration flag (RMA_EVENT, RMA_PMEM, ...) asks the NIC for something particular,
-  // so only plain registrations share.
+  // Any registration flag (RMA_EVENT, RMA_PMEM, ODP, ...) asks the NIC for something
+  // particular, so only plain registrations share; so does HMR_MW_BIND (windows pin an MR).
   return cache_ != nullptr && has_mode(HMR_MR_PROV_KEY) && !has_mode(HMR_MR_ENDPOINT) &&
-         request.segments.size() == 1 && request.flags == 0 && request.iface == HMR_HMEM_SYSTEM;
+         request.segments.size() == 1 && request.flags == 0 && request.iface == HMR_HMEM_SYSTEM &&
+         (request.access & ~kCacheableAccess) == 0;
 }
 
 CacheKey Domain::cache_key(const MrRequest& request) const {
@@ -332,7 +364,8 @@ void Domain::release_mr_slot() {
 
 Result<MemoryRegion*> Domain::register_memory(const hmr_mr_attr& attr, uint64_t flags) {
   Result<MrRequest> request = validate_mr_request(attr, flags, rules_);
-  Status status = request.ok() ? resolve(*request) : request.status();
+  Status status = request.ok() ? check_paging(*request) : request.status();
+  if (status.ok()) status = resolve(*request);
   if (status.ok()) status = reserve_mr_slot();
   if (!status.ok()) {
     stats_.record_registration(false);
@@ -347,7 +380,7 @@ Result<MemoryRegion*> Domain::register_memory(const hmr_mr_attr& attr, uint64_t 
       return status;
     }
   }
-  const uint64_t length = request->length();
+  const uint64_t length = request->counted_bytes();
   auto region = std::make_unique<MemoryRegion>(*this, std::move(*request));
   {
     std::lock_guard<std::mutex> lock(bind_mutex_);
@@ -382,10 +415,11 @@ Status Domain::unmap_peer_key(uint64_t key) {
 }
 
 Status Domain::close_memory_region(MemoryRegion* region) {
+  HMR_RETURN_IF_ERROR(region->check_unused());  // windows or indirect keys still use it
   if (event_queue_ != nullptr) region->settle_async_registration();
   Status deregistered = region->release();
   if (region->request().requested_key) requested_keys_.release(*region->request().requested_key);
-  stats_.record_mr_close(region->request().length());
+  stats_.record_mr_close(region->request().counted_bytes());
   release_mr_slot();
   delete region;
   return deregistered;  // the MR is closed either way; the caller learns the NIC failed

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <span>
 
 #include "cache/registration_cache.h"
 #include "core/domain_stats.h"
@@ -51,6 +52,24 @@ class Domain : public Tagged<ObjectClass::domain> {
   CachedMr* try_cached_hit(const void* buf, size_t len, uint64_t access, uint64_t offset,
                            void* context);
   void close_cached(CachedMr* mr);
+  // A hit handle that an operation needs as a MemoryRegion of its own (rereg, indirect keys):
+  // made once, then every call on the handle reaches it (core/cached_mr.h).
+  MemoryRegion& promote(CachedMr& hit);
+  // hmr_mr_close of a promoted hit: the MemoryRegion's rules (HMR_EBUSY while used), then the
+  // hit's own accounting.
+  Status close_promoted(CachedMr* hit);
+
+  // Whether this domain can do `op` (hmr_md_query_op): the NIC's answer, narrowed by the
+  // domain's own rules (implicit ODP needs VA addressing, windows 64-bit keys).
+  nic::Support operation_support(hmr_md_op op) const;
+
+  // hmr_mr_reg_indirect (core/indirect_key.cpp): one key over pieces of MRs of this domain.
+  struct IndirectPiece {
+    MemoryRegion* mr;
+    uintptr_t addr;
+    size_t len;
+  };
+  Result<MemoryRegion*> register_indirect(std::span<const IndirectPiece> pieces, uint64_t access);
 
   // Whether MRs for `request` may share a cached NIC registration, and under which key.
   bool cacheable(const MrRequest& request) const;
@@ -97,6 +116,8 @@ class Domain : public Tagged<ObjectClass::domain> {
   // The host cache under one monitor; leaves cache_ and monitor_ unset when it cannot start.
   Status open_host_cache(const char* monitor_name, const CacheLimits& limits);
   Status open_device_cache(const CacheLimits& limits);
+  // HMR_ENOSYS, with the NIC's reason, for an ODP request the NIC cannot serve.
+  Status check_paging(const MrRequest& request) const;
   // Detects or verifies what the request's memory is (before any lock or NIC call).
   Status resolve(MrRequest& request);
   Status reserve_mr_slot();

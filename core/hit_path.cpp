@@ -12,6 +12,7 @@
 #include "cache/registration_cache.h"
 #include "core/cached_mr.h"
 #include "core/domain.h"
+#include "core/memory_region.h"
 #include "registration/mr_request.h"
 
 namespace hmr::core {
@@ -31,7 +32,7 @@ CachedMr* Domain::try_cached_hit(const void* buf, size_t len, uint64_t access, u
   const auto start = reinterpret_cast<uintptr_t>(buf);
   // What validate_mr_request() would refuse is the full path's to refuse, with its reason.
   if (buf == nullptr || len == 0 || start + len < start || len > rules_.max_mr_size ||
-      access == 0 || (access & ~kKnownAccess) != 0 || offset != 0) {
+      access == 0 || (access & ~kCacheableAccess) != 0 || offset != 0) {
     return nullptr;
   }
   // No classification here, even with device runtimes loaded: the host cache files only
@@ -63,6 +64,26 @@ void Domain::close_cached(CachedMr* mr) {
   mr_credits_.give();
   hit_counters_.add(kHitOpen, -1);
   hit_counters_.add(kHitBytes, -static_cast<int64_t>(length));
+}
+
+MemoryRegion& Domain::promote(CachedMr& hit) {
+  if (MemoryRegion* promoted = hit.promoted()) return *promoted;
+  auto region = std::make_unique<MemoryRegion>(hit, /*promoted=*/true);
+  if (hit.promote_to(region.get())) return *region.release();
+  return *hit.promoted();  // another thread promoted it first
+}
+
+Status Domain::close_promoted(CachedMr* hit) {
+  MemoryRegion* region = hit->promoted();
+  HMR_RETURN_IF_ERROR(region->check_unused());
+  Status released = region->release();  // the cache reference (or its own registration)
+  delete region;
+  const uint64_t length = hit->length();
+  CachedMr::release(hit);
+  mr_credits_.give();
+  hit_counters_.add(kHitOpen, -1);
+  hit_counters_.add(kHitBytes, -static_cast<int64_t>(length));
+  return released;
 }
 
 int64_t Domain::open_mr_count() const {

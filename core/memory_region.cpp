@@ -29,6 +29,10 @@ MemoryRegion::MemoryRegion(const CachedMr& hit) : domain_(hit.domain()) {
   state_.store(State::registered, std::memory_order_release);
 }
 
+MemoryRegion::MemoryRegion(CachedMr& hit, bool) : MemoryRegion(static_cast<const CachedMr&>(hit)) {
+  promoted_from_ = &hit;
+}
+
 bool MemoryRegion::starts_enabled() const {
   if (domain_.has_mode(HMR_MR_ENDPOINT)) return false;
   return !(domain_.has_mode(HMR_MR_RMA_EVENT) && (request_.flags & HMR_RMA_EVENT));
@@ -56,6 +60,7 @@ Status MemoryRegion::register_now() {
   nic_request.device = request_.device;
   nic_request.hmem_data = request_.hmem_data;
   nic_request.page_size = request_.page_size;
+  nic_request.on_demand_paging = request_.on_demand_paging();
   nic_request.enabled = starts_enabled();
 
   Result<nic::Registration> registered = domain_.nic_registrar().register_memory(nic_request);
@@ -224,13 +229,15 @@ Status MemoryRegion::release() {
     endpoint_ = nullptr;
     counters_.clear();
   }
-  if (state() != State::registered) return ok_status();
+  if (state() != State::registered && state() != State::unusable) return ok_status();
   if (cache_handle_) {
     handle_cache_->put(cache_handle_);  // the cache deregisters when the entry dies
     return ok_status();
   }
   Status deregistered = domain_.nic_registrar().deregister_memory(registration_);
   device_hold_ = DeviceHold();  // after the NIC let go: closes the export, unmaps the shadow
+  for (MemoryRegion* part : indirect_parts_) part->drop_user();  // after the key is gone
+  indirect_parts_.clear();
   return deregistered;
 }
 
@@ -240,6 +247,9 @@ Status MemoryRegion::check_registered() const {
     case State::pending:
       return make_error(HMR_EAGAIN, "MR registration has not completed yet (read its event)");
     case State::failed: break;
+    case State::unusable:
+      return make_error(HMR_EINVAL, "the NIC failed to re-register this MR; only hmr_mr_close is "
+                                    "valid on it");
   }
   return make_error(HMR_EINVAL, "MR registration failed; close the MR");
 }
@@ -378,12 +388,10 @@ Status MemoryRegion::enable() {
   return published;
 }
 
-bool MemoryRegion::contains(const iovec& range) const {
-  const auto start = reinterpret_cast<uintptr_t>(range.iov_base);
+bool MemoryRegion::contains(uintptr_t start, size_t len) const {
   for (const iovec& segment : request_.segments) {
     const auto first = reinterpret_cast<uintptr_t>(segment.iov_base);
-    if (start >= first && range.iov_len <= segment.iov_len &&
-        start - first <= segment.iov_len - range.iov_len) {
+    if (start >= first && len <= segment.iov_len && start - first <= segment.iov_len - len) {
       return true;
     }
   }
@@ -392,11 +400,13 @@ bool MemoryRegion::contains(const iovec& range) const {
 
 Status MemoryRegion::refresh(const iovec* iov, size_t count) {
   if (iov == nullptr || count == 0) return make_error(HMR_EINVAL, "refresh needs an iov");
-  if (request_.dmabuf) {
-    return make_error(HMR_EINVAL, "a dma-buf MR has no pages of this process to refresh");
+  if (request_.dmabuf || indirect()) {
+    return make_error(HMR_EINVAL, "a dma-buf MR or an indirect key has no pages of its own to "
+                                  "refresh");
   }
   for (size_t i = 0; i < count; ++i) {
-    if (iov[i].iov_base == nullptr || iov[i].iov_len == 0 || !contains(iov[i])) {
+    if (iov[i].iov_base == nullptr || iov[i].iov_len == 0 ||
+        !contains(reinterpret_cast<uintptr_t>(iov[i].iov_base), iov[i].iov_len)) {
       return make_error(HMR_EINVAL, "refresh segment %zu [%p, +%zu) is not inside the MR", i,
                         iov[i].iov_base, iov[i].iov_len);
     }

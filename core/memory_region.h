@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "cache/cache_handle.h"
@@ -28,13 +29,17 @@ class Endpoint;
 
 class MemoryRegion : public Tagged<ObjectClass::memory_region> {
  public:
-  enum class State { pending, registered, failed };
+  // unusable: registered on the NIC, but a re-registration failed there; only close is valid.
+  enum class State { pending, registered, failed, unusable };
 
   MemoryRegion(Domain& domain, MrRequest request);
   // A view of a cache hit's handle (core/cached_mr.h) for the calls other than key, desc and
   // close, so every rule of an MR is written once, here.  The view owns nothing: the CachedMr
   // keeps the cache reference, and the view must not be released.
   explicit MemoryRegion(const CachedMr& hit);
+  // A cache hit's handle made a MemoryRegion of its own (Domain::promote): it owns the hit's
+  // cache reference from now on and keeps the hit's key and descriptor up to date.
+  MemoryRegion(CachedMr& hit, bool promoted);
 
   Domain& domain() const { return domain_; }
   const MrRequest& request() const { return request_; }
@@ -63,8 +68,28 @@ class MemoryRegion : public Tagged<ObjectClass::memory_region> {
   Status sync(uint64_t offset, size_t len, uint64_t flags);
   Status query(hmr_mr_info& info) const;
 
- private:
+  // hmr_mr_rereg (core/memory_region_rereg.cpp).  A shared cached registration is replaced by
+  // one of the MR's own first; a NIC failure leaves the MR unusable.
+  Status rereg(uint64_t flags, const hmr_mr_rereg_attr& attr);
+  // hmr_mem_advise: prefetch for ODP MRs, nothing to do for pinned ones.
+  Status advise(const void* addr, size_t len, hmr_mem_advice advice);
+  // An indirect key's MR (Domain::register_indirect): registers `segments` on the NIC and holds
+  // each MR they lie in until release.
+  Status register_indirect(std::vector<MemoryRegion*> parts,
+                           std::span<const nic::IndirectSegment> segments);
+  bool indirect() const { return !indirect_parts_.empty(); }
+
+  // Memory windows bound to this MR and indirect keys over it: while there are any, close and
+  // rereg are refused (HMR_EBUSY), as verbs refuses to deregister an MR with bound windows.
+  void add_user() { users_.fetch_add(1, std::memory_order_acq_rel); }
+  void drop_user() { users_.fetch_sub(1, std::memory_order_acq_rel); }
+  Status check_unused() const;
   Status check_registered() const;
+  const nic::Registration& registration() const { return registration_; }
+  // Whether [start, start + len) lies inside one of the MR's segments.
+  bool contains(uintptr_t start, size_t len) const;
+
+ private:
   // The address a peer targets for this MR's first byte (hmr_mr_raw_attr's base).
   uint64_t remote_first_byte() const;
   // Device memory (and runtime memory the CPU can reach): each path the export decision
@@ -72,7 +97,12 @@ class MemoryRegion : public Tagged<ObjectClass::memory_region> {
   Status register_device();
   Status publish_remote_access();  // caller holds mutex_
   bool starts_enabled() const;
-  bool contains(const iovec& range) const;
+  // rereg's pieces (core/memory_region_rereg.cpp).
+  Result<nic::ReregRequest> rereg_request(uint64_t flags, const hmr_mr_rereg_attr& attr) const;
+  // Replaces a shared cached registration by one of the MR's own with the same range and access.
+  Result<nic::Registration> private_registration() const;
+  void apply_rereg(const nic::ReregRequest& request);
+  void publish_to_hit();  // the promoted hit's copy of key and descriptor
 
   Domain& domain_;
   MrRequest request_;
@@ -93,6 +123,10 @@ class MemoryRegion : public Tagged<ObjectClass::memory_region> {
     uint64_t events;
   };
   std::vector<CounterBinding> counters_;
+
+  std::atomic<int> users_{0};
+  std::vector<MemoryRegion*> indirect_parts_;  // the MRs an indirect key lies in
+  CachedMr* promoted_from_ = nullptr;  // the hit handle this MR stands behind, if any
 };
 
 }  // namespace hmr::core

@@ -31,35 +31,44 @@ Status Nic::remote_access(const RmaRequest&) {
                     capabilities().name.c_str());
 }
 
+// The optional operations a NIC lacks: -HMR_ENOSYS with the reason the adapter gave.
+namespace {
+Status lacking(const Support& support, const char* fallback) {
+  return make_error(HMR_ENOSYS, "%s", support.reason.empty() ? fallback : support.reason.c_str());
+}
+}  // namespace
+
+Support unsupported(const std::string& nic_name, const char* what) {
+  return Support{false, "the " + nic_name + " NIC " + what};
+}
+
 Status Nic::rereg(Registration&, const ReregRequest&) {
-  return make_error(HMR_EOPNOTSUPP, "NIC '%s' does not support re-registration",
-                    capabilities().name.c_str());
+  return lacking(capabilities().operations.rereg, "the NIC cannot re-register");
 }
 
 Result<MemoryWindow> Nic::alloc_window(WindowType) {
-  return make_error(HMR_EOPNOTSUPP, "NIC '%s' does not support memory windows",
-                    capabilities().name.c_str());
+  return lacking(capabilities().operations.memory_windows, "the NIC has no memory windows");
 }
 
 Status Nic::bind_window(MemoryWindow&, const WindowBind&) {
-  return make_error(HMR_EOPNOTSUPP, "NIC '%s' does not support memory windows",
-                    capabilities().name.c_str());
+  return lacking(capabilities().operations.memory_windows, "the NIC has no memory windows");
 }
 
 Status Nic::invalidate_window(MemoryWindow&, void*, uint64_t, bool) {
-  return make_error(HMR_EOPNOTSUPP, "NIC '%s' does not support memory windows",
-                    capabilities().name.c_str());
+  return lacking(capabilities().operations.memory_windows, "the NIC has no memory windows");
 }
 
 Status Nic::dealloc_window(MemoryWindow&) {
-  return make_error(HMR_EOPNOTSUPP, "NIC '%s' does not support memory windows",
-                    capabilities().name.c_str());
+  return lacking(capabilities().operations.memory_windows, "the NIC has no memory windows");
 }
 
 Status Nic::advise(const Registration&, Advice, std::span<const iovec>, bool) {
-  return make_error(HMR_EOPNOTSUPP,
-                    "NIC '%s' does not support prefetch advice (no on-demand paging)",
-                    capabilities().name.c_str());
+  return lacking(capabilities().operations.advise,
+                 "the NIC has no prefetch advice (no on-demand paging)");
+}
+
+Result<Registration> Nic::register_indirect(std::span<const IndirectSegment>, uint64_t) {
+  return lacking(capabilities().operations.indirect, "the NIC has no indirect keys");
 }
 
 Result<std::unique_ptr<Nic>> open_nic(const char* name, const char* options, void* handle) {

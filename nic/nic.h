@@ -27,6 +27,22 @@ struct LinearCost {
   double ns_per_byte = 0;  // growth per byte
 };
 
+// Whether a NIC can do one optional operation, and why not when it cannot (hmr_md_query_op).
+struct Support {
+  bool available = false;
+  std::string reason;  // empty when available
+};
+
+// The memory operations beyond registration a NIC may have (verbs' and UCX's).
+struct MemoryOperations {
+  Support rereg;           // re-registration in place
+  Support memory_windows;  // windows of either type
+  Support odp;             // on-demand-paging registrations on request
+  Support implicit_odp;    // one ODP registration of the whole address space
+  Support advise;          // prefetch advice on ODP registrations
+  Support indirect;        // one key over ranges of other registrations
+};
+
 struct Capabilities {
   std::string name;
   uint64_t required_mr_mode = 0;  // mr_mode bits the NIC cannot work without
@@ -48,6 +64,8 @@ struct Capabilities {
   // The registration cost when the NIC knows it (a vendor figure); empty: hmr measures it on
   // the first hmr_md_query of a domain (core/registration_cost.h).
   std::optional<LinearCost> reg_cost;
+  // Filled by each adapter; the defaults say the NIC has none of them.
+  MemoryOperations operations;
 };
 
 // One registration request, already validated by the domain.
@@ -64,6 +82,9 @@ struct RegistrationRequest {
   uint64_t device = 0;
   void* hmem_data = nullptr;
   size_t page_size = 0;
+  // HMR_MR_ODP: pages are resolved when the NIC reaches them, nothing is pinned.  With one
+  // segment at address 0 of length SIZE_MAX: the whole address space (implicit ODP).
+  bool on_demand_paging = false;
   // Threads the adapter may use for one registration it splits into pieces (verbs chunks
   // above max_mr_size): HMR_REG_THREADS, the caller's own thread included.
   size_t parallelism = 1;
@@ -90,7 +111,7 @@ struct RemoteAccess {
 
 // What a re-registration changes (verbs' ibv_rereg_mr); unset members stay as they are.
 struct ReregRequest {
-  std::optional<iovec> translation;   // the new range (a host-addressable VA range)
+  std::vector<iovec> translation;     // the new ranges (host VAs); empty: unchanged
   void* protection_domain = nullptr;  // the NIC's new protection domain (verbs: struct ibv_pd*)
   std::optional<uint64_t> access;     // the new HMR_* access bits
 };
@@ -117,6 +138,13 @@ struct WindowBind {
 
 // ODP prefetch advice (verbs' ibv_advise_mr).
 enum class Advice { prefetch, prefetch_write, prefetch_no_fault };
+
+// One range of an existing registration, as a piece of an indirect key.
+struct IndirectSegment {
+  const Registration* registration = nullptr;
+  uint64_t addr = 0;  // host VA inside the registration's memory
+  uint64_t len = 0;
+};
 
 enum class RmaOp { write, read, fetch_add };
 
@@ -165,7 +193,13 @@ class Nic {
   // Asks an on-demand-paging registration to map [ranges] ahead of use; `flush` waits for it.
   virtual Status advise(const Registration& registration, Advice advice,
                         std::span<const iovec> ranges, bool flush);
+  // One key over `segments` in order, addressed from 0 (UMR/KLM); deregistered as any other.
+  virtual Result<Registration> register_indirect(std::span<const IndirectSegment> segments,
+                                                 uint64_t access);
 };
+
+// A Support that says the NIC lacks an operation: "<NIC> <what>".
+Support unsupported(const std::string& nic_name, const char* what);
 
 // Creates the adapter named `name` ("sim", "verbs", "ofi") with its option string.  `handle` is
 // the application's own NIC object for the adapter to work under (verbs: a struct ibv_pd*; ofi:

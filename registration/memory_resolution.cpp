@@ -36,6 +36,12 @@ Status resolve_memory(MrRequest& request, bool declared, hmem::Registry& registr
         request.iface == HMR_HMEM_SYSTEM ? MemoryKind::host : MemoryKind::device_only;
     return ok_status();
   }
+  if (request.implicit_odp()) {
+    // The whole address space is nobody's allocation: it is host memory the NIC maps on demand.
+    request.memory = hmem::PointerInfo{};
+    request.memory.kind = MemoryKind::host;
+    return ok_status();
+  }
   const bool verify = declared || request.iface != HMR_HMEM_SYSTEM;
   for (size_t i = 0; i < request.segments.size(); ++i) {
     const iovec& segment = request.segments[i];
@@ -52,6 +58,12 @@ Status resolve_memory(MrRequest& request, bool declared, hmem::Registry& registr
     if (i == 0) request.memory = std::move(*memory);
   }
   HMR_RETURN_IF_ERROR(check_declared_kind(request, request.memory));
+  if (request.on_demand_paging() && request.memory.iface != HMR_HMEM_SYSTEM) {
+    return make_error(HMR_EOPNOTSUPP, "[%p, +%zu) is %s memory; on-demand paging (HMR_MR_ODP) "
+                      "follows the CPU's page tables and is for host memory",
+                      request.segments[0].iov_base, request.segments[0].iov_len,
+                      hmem::iface_name(request.memory.iface));
+  }
   request.iface = static_cast<hmr_hmem_iface>(request.memory.iface);
   request.device = request.memory.device.value;
   return ok_status();

@@ -8,33 +8,23 @@ namespace {
 
 using ull = unsigned long long;
 
-Status validate_segments(const hmr_mr_attr& attr, const DomainRules& rules, MrRequest& request) {
-  if (attr.mr_iov == nullptr || attr.iov_count == 0) {
-    return make_error(HMR_EINVAL, "no memory to register: mr_iov is %s and iov_count is %zu",
-                      attr.mr_iov == nullptr ? "NULL" : "set", attr.iov_count);
-  }
-  if (attr.iov_count > rules.iov_limit) {
-    return make_error(HMR_EINVAL, "iov_count %zu exceeds the domain's mr_iov_limit %zu",
-                      attr.iov_count, rules.iov_limit);
-  }
-  uint64_t total = 0;
-  for (size_t i = 0; i < attr.iov_count; ++i) {
-    const iovec& segment = attr.mr_iov[i];
-    const auto start = reinterpret_cast<uintptr_t>(segment.iov_base);
-    if (segment.iov_base == nullptr) {
-      return make_error(HMR_EINVAL, "segment %zu has a NULL address", i);
+bool is_implicit_odp(const iovec* iov, size_t count, uint64_t flags) {
+  return (flags & HMR_MR_ODP) != 0 && count == 1 && iov[0].iov_base == nullptr &&
+         iov[0].iov_len == SIZE_MAX;
+}
+
+Status validate_segments(const hmr_mr_attr& attr, uint64_t flags, const DomainRules& rules,
+                         MrRequest& request) {
+  if (attr.mr_iov != nullptr && is_implicit_odp(attr.mr_iov, attr.iov_count, flags)) {
+    // The whole address space: nothing to check against sizes; the NIC maps pages on demand.
+    if (!(rules.mr_mode & HMR_MR_VIRT_ADDR)) {
+      return make_error(HMR_EINVAL, "an implicit ODP registration is addressed by virtual "
+                                    "address: the domain needs HMR_MR_VIRT_ADDR");
     }
-    if (segment.iov_len == 0) return make_error(HMR_EINVAL, "segment %zu has length 0", i);
-    if (start + segment.iov_len < start) {
-      return make_error(HMR_EINVAL, "segment %zu [%p, +%zu) wraps the address space", i,
-                        segment.iov_base, segment.iov_len);
-    }
-    total += segment.iov_len;
+    request.segments.assign(attr.mr_iov, attr.mr_iov + 1);
+    return ok_status();
   }
-  if (total > rules.max_mr_size) {
-    return make_error(HMR_EINVAL, "registration of %llu bytes exceeds the NIC's max MR size %llu",
-                      static_cast<ull>(total), static_cast<ull>(rules.max_mr_size));
-  }
+  HMR_RETURN_IF_ERROR(validate_segments(attr.mr_iov, attr.iov_count, rules));
   request.segments.assign(attr.mr_iov, attr.mr_iov + attr.iov_count);
   return ok_status();
 }
@@ -64,6 +54,10 @@ Status validate_dmabuf(const hmr_mr_attr& attr, const DomainRules& rules, MrRequ
 }
 
 Status validate_flags(uint64_t flags, int iface) {
+  if ((flags & HMR_MR_ODP) && (flags & (HMR_MR_DMABUF | HMR_HMEM_DEVICE_ONLY | HMR_HMEM_HOST_ALLOC))) {
+    return make_error(HMR_EBADFLAGS, "HMR_MR_ODP is for host memory registered by address, not "
+                                     "with dma-buf or device-memory flags");
+  }
   if (flags & ~kKnownRegistrationFlags) {
     return make_error(HMR_EBADFLAGS, "unknown registration flags %#llx",
                       static_cast<ull>(flags & ~kKnownRegistrationFlags));
@@ -102,6 +96,40 @@ Status validate_keys(const hmr_mr_attr& attr, uint64_t flags, const DomainRules&
 
 }  // namespace
 
+Status validate_segments(const iovec* iov, size_t count, const DomainRules& rules) {
+  if (iov == nullptr || count == 0) {
+    return make_error(HMR_EINVAL, "no memory to register: mr_iov is %s and iov_count is %zu",
+                      iov == nullptr ? "NULL" : "set", count);
+  }
+  if (count > rules.iov_limit) {
+    return make_error(HMR_EINVAL, "iov_count %zu exceeds the domain's mr_iov_limit %zu", count,
+                      rules.iov_limit);
+  }
+  uint64_t total = 0;
+  for (size_t i = 0; i < count; ++i) {
+    const iovec& segment = iov[i];
+    const auto start = reinterpret_cast<uintptr_t>(segment.iov_base);
+    if (segment.iov_base == nullptr) {
+      return make_error(HMR_EINVAL, "segment %zu has a NULL address", i);
+    }
+    if (segment.iov_len == 0) return make_error(HMR_EINVAL, "segment %zu has length 0", i);
+    if (start + segment.iov_len < start) {
+      return make_error(HMR_EINVAL, "segment %zu [%p, +%zu) wraps the address space", i,
+                        segment.iov_base, segment.iov_len);
+    }
+    total += segment.iov_len;
+  }
+  if (total > rules.max_mr_size) {
+    return make_error(HMR_EINVAL, "registration of %llu bytes exceeds the NIC's max MR size %llu",
+                      static_cast<ull>(total), static_cast<ull>(rules.max_mr_size));
+  }
+  return ok_status();
+}
+
+bool MrRequest::implicit_odp() const {
+  return !segments.empty() && is_implicit_odp(segments.data(), segments.size(), flags);
+}
+
 uint64_t MrRequest::length() const {
   if (dmabuf) return dmabuf->len;
   uint64_t total = 0;
@@ -117,7 +145,7 @@ Result<MrRequest> validate_mr_request(const hmr_mr_attr& attr, uint64_t flags,
   if (flags & HMR_MR_DMABUF) {
     HMR_RETURN_IF_ERROR(validate_dmabuf(attr, rules, request));
   } else {
-    HMR_RETURN_IF_ERROR(validate_segments(attr, rules, request));
+    HMR_RETURN_IF_ERROR(validate_segments(attr, flags, rules, request));
   }
   if (attr.access == 0) {
     return make_error(HMR_EINVAL, "access is 0: name at least one of HMR_SEND, HMR_RECV, "

@@ -24,10 +24,13 @@ struct DomainRules {
 };
 
 inline constexpr uint64_t kKnownAccess = HMR_COLLECTIVE | HMR_READ | HMR_WRITE | HMR_RECV |
-                                         HMR_SEND | HMR_REMOTE_READ | HMR_REMOTE_WRITE;
+                                         HMR_SEND | HMR_REMOTE_READ | HMR_REMOTE_WRITE |
+                                         HMR_MW_BIND;
+// Access an MR may have and still share a cached registration: windows bind to one MR's own.
+inline constexpr uint64_t kCacheableAccess = kKnownAccess & ~HMR_MW_BIND;
 inline constexpr uint64_t kKnownRegistrationFlags = HMR_MR_DMABUF | HMR_HMEM_HOST_ALLOC |
                                                     HMR_HMEM_DEVICE_ONLY | HMR_RMA_PMEM |
-                                                    HMR_RMA_EVENT | HMR_AUTH_KEY;
+                                                    HMR_RMA_EVENT | HMR_AUTH_KEY | HMR_MR_ODP;
 
 struct MrRequest {
   std::vector<iovec> segments;          // empty for a dma-buf
@@ -45,10 +48,18 @@ struct MrRequest {
   hmem::PointerInfo memory;
 
   uint64_t length() const;
+  // What the MR adds to hmr_domain_stats.mr_bytes: its length, 0 for implicit ODP (which
+  // covers the address space, not bytes of its own).
+  uint64_t counted_bytes() const { return implicit_odp() ? 0 : length(); }
   bool device_memory() const { return memory.iface != HMR_HMEM_SYSTEM; }
+  bool on_demand_paging() const { return (flags & HMR_MR_ODP) != 0; }
+  // HMR_MR_ODP over the whole address space: one segment, address NULL, length SIZE_MAX.
+  bool implicit_odp() const;
 };
 
 Result<MrRequest> validate_mr_request(const hmr_mr_attr& attr, uint64_t flags,
                                       const DomainRules& rules);
+// The checks of registration's segments (hmr_mr_rereg's new translation takes them too).
+Status validate_segments(const iovec* iov, size_t count, const DomainRules& rules);
 
 }  // namespace hmr::core

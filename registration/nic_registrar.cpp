@@ -21,14 +21,29 @@ nic::RegistrationRequest NicRegistrar::request_for(std::span<const iovec> segmen
 }
 
 Result<nic::Registration> NicRegistrar::register_memory(const nic::RegistrationRequest& request) {
-  // Device addresses are not the CPU's to probe: the ALLOCATED check is for host memory.
-  if (!(request.flags & HMR_HMEM_DEVICE_ONLY)) HMR_RETURN_IF_ERROR(check_allocated(request.segments));
+  // Device addresses are not the CPU's to probe: the ALLOCATED check is for host memory.  An
+  // ODP registration is the one a NIC makes over pages that need not exist yet.
+  if (!(request.flags & HMR_HMEM_DEVICE_ONLY) && !request.on_demand_paging) {
+    HMR_RETURN_IF_ERROR(check_allocated(request.segments));
+  }
   // Large host ranges are populated first, in parallel (registration/prefault.h decides which).
-  prefault_for_registration(request, rules_.prefault, nic_.capabilities().on_demand_paging);
+  prefault_for_registration(request, rules_.prefault,
+                            nic_.capabilities().on_demand_paging || request.on_demand_paging);
   nic::RegistrationRequest parallel = request;
   parallel.parallelism = rules_.reg_threads;
   const Stopwatch stopwatch;
   Result<nic::Registration> registered = nic_.register_memory(parallel);
+  if (registered.ok()) {
+    registrations_.fetch_add(1, std::memory_order_relaxed);
+    registration_ns_.fetch_add(stopwatch.elapsed_ns(), std::memory_order_relaxed);
+  }
+  return registered;
+}
+
+Result<nic::Registration> NicRegistrar::register_indirect(
+    std::span<const nic::IndirectSegment> segments, uint64_t access) {
+  const Stopwatch stopwatch;
+  Result<nic::Registration> registered = nic_.register_indirect(segments, access);
   if (registered.ok()) {
     registrations_.fetch_add(1, std::memory_order_relaxed);
     registration_ns_.fetch_add(stopwatch.elapsed_ns(), std::memory_order_relaxed);

@@ -40,6 +40,12 @@ class NicRegistrar final : public CacheBackend {
   nic::RegistrationRequest request_for(std::span<const iovec> segments, uint64_t access) const;
   // Registers on the NIC (after the ALLOCATED check and pre-faulting) and counts it.
   Result<nic::Registration> register_memory(const nic::RegistrationRequest& request);
+  // An indirect key over pieces of registrations the NIC already holds; counted as one.
+  Result<nic::Registration> register_indirect(std::span<const nic::IndirectSegment> segments,
+                                              uint64_t access);
+  // HMR_EFAULT unless every page of `segments` is mapped (ALLOCATED domains).  Checked where
+  // a NIC registration is made: a cache hit proves the range was mapped and still is.
+  Status check_allocated(std::span<const iovec> segments) const;
   // A failure is logged (with the NIC's reason) and returned; the registration is dropped
   // either way, since hmr cannot make a NIC let go.
   Status deregister_memory(nic::Registration& registration);
@@ -53,9 +59,6 @@ class NicRegistrar final : public CacheBackend {
   NicCounters counters() const;
 
  private:
-  // HMR_EFAULT unless every page of `segments` is mapped (ALLOCATED domains).  Checked where
-  // a NIC registration is made: a cache hit proves the range was mapped and still is.
-  Status check_allocated(std::span<const iovec> segments) const;
 
   nic::Nic& nic_;
   const NicRules rules_;

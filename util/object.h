@@ -15,6 +15,7 @@ enum class ObjectClass : uint32_t {
   endpoint = 0x45505054,
   monitor = 0x4d4f4e49,
   remote_key = 0x524b4559,  // "RKEY": a peer's unpacked key (core/remote_key.h)
+  memory_window = 0x4d57494e,  // "MWIN": core/memory_window.h
 };
 
 struct ObjectTag {

@@ -314,9 +314,14 @@ HMR_API int hmr_domain_query_stats(hmr_domain *domain, struct hmr_domain_stats *
 #define HMR_MD_FLAG_CACHE (1ULL << 0)          /* host registrations are cached */
 #define HMR_MD_FLAG_DMABUF (1ULL << 1)         /* the NIC imports dma-bufs */
 #define HMR_MD_FLAG_PEER_DIRECT (1ULL << 2)    /* the NIC registers device addresses directly */
-#define HMR_MD_FLAG_ODP (1ULL << 3)            /* registrations are on-demand-paging ones */
+#define HMR_MD_FLAG_ODP (1ULL << 3)            /* HMR_MR_ODP registrations are possible */
 #define HMR_MD_FLAG_RAW_KEYS (1ULL << 4)       /* keys are raw bytes (HMR_MR_RAW) */
-#define HMR_MD_FLAG_MEMORY_WINDOWS (1ULL << 5) /* the NIC has memory windows */
+#define HMR_MD_FLAG_MEMORY_WINDOWS (1ULL << 5) /* hmr_mw_* work */
+#define HMR_MD_FLAG_ODP_ALWAYS (1ULL << 6)     /* every registration is ODP (verbs odp=on) */
+#define HMR_MD_FLAG_IMPLICIT_ODP (1ULL << 7)   /* HMR_MR_ODP over the whole address space */
+#define HMR_MD_FLAG_ADVISE (1ULL << 8)         /* hmr_mem_advise prefetches ODP MRs */
+#define HMR_MD_FLAG_REREG (1ULL << 9)          /* hmr_mr_rereg works */
+#define HMR_MD_FLAG_INDIRECT (1ULL << 10)      /* hmr_mr_reg_indirect works */
 /* Registration time as a linear function of size: overhead_ns + ns_per_byte * len. */
 struct hmr_linear_cost {
 	double overhead_ns;
@@ -455,6 +460,110 @@ HMR_API int hmr_mr_query(hmr_mr *mr, struct hmr_mr_info *info);
  * in the one direction flags names (len 0: to the end of the MR).  For every other MR the NIC
  * reaches the memory itself, and this checks its arguments and returns 0. */
 HMR_API int hmr_mr_sync(hmr_mr *mr, uint64_t offset, size_t len, uint64_t flags);
+
+/* ---------------------------------------------------------------- memory operations ----- */
+/* The memory operations of verbs and UCX beyond registration (docs/semantics.md, "Memory
+ * operations").  Each is available where the NIC has it (hmr_md_query_op says, with the
+ * reason when not); elsewhere it fails with -HMR_ENOSYS and the reason. */
+
+/* Access bit: memory windows may be bound to this MR (verbs' IBV_ACCESS_MW_BIND).  Such MRs are
+ * never shared through the registration cache. */
+#define HMR_MW_BIND (1ULL << 14)
+/* Registration flag: on-demand paging (verbs' IBV_ACCESS_ON_DEMAND).  Nothing is pinned and
+ * the pages need not exist yet (no HMR_MR_ALLOCATED check); the NIC resolves each page when it
+ * reaches it and follows the process's page tables afterwards.  With one segment of address
+ * NULL and length SIZE_MAX it is an implicit ODP registration of the whole address space
+ * (HMR_MR_VIRT_ADDR domains only).  ODP MRs are never shared through the cache. */
+#define HMR_MR_ODP (1ULL << 42)
+
+/* Re-registration (verbs' ibv_rereg_mr): what hmr_mr_rereg changes. */
+#define HMR_MR_REREG_TRANSLATION (1ULL << 0) /* attr->mr_iov, iov_count: the new range */
+#define HMR_MR_REREG_ACCESS (1ULL << 1)      /* attr->access: the new access bits */
+#define HMR_MR_REREG_PD (1ULL << 2)          /* attr->nic_pd: the NIC protection domain */
+struct hmr_mr_rereg_attr {
+	size_t size;                /* sizeof(struct hmr_mr_rereg_attr) */
+	const struct iovec *mr_iov; /* HMR_MR_REREG_TRANSLATION */
+	size_t iov_count;
+	uint64_t access;            /* HMR_MR_REREG_ACCESS */
+	void *nic_pd;               /* HMR_MR_REREG_PD: verbs: a struct ibv_pd * of the same device */
+};
+/* Changes the MR in place: its handle stays, its key and descriptor may change (read them
+ * again).  An MR that shares a cached registration first gets one of its own, so nothing
+ * another MR sees changes.  Argument errors (found before the NIC is asked) leave the MR as it
+ * was; when the NIC itself fails, the MR is left registered as nothing: only hmr_mr_close is
+ * valid on it (ibv_rereg_mr's rule).  -HMR_EBUSY while memory windows are bound to the MR or
+ * indirect keys use it. */
+HMR_API int hmr_mr_rereg(hmr_mr *mr, uint64_t flags, const struct hmr_mr_rereg_attr *attr);
+
+/* Memory windows (verbs' ibv_alloc_mw / ibv_bind_mw / IBV_WR_LOCAL_INV / ibv_dealloc_mw): a
+ * key onto part of an MR registered with HMR_MW_BIND, which can be moved or revoked without
+ * touching the MR.  Type 1: bound by a call, re-bindable at any time.  Type 2: bound by a work
+ * request, must be invalidated before it is bound again.  Each bind gives a new key. */
+typedef struct hmr_mw hmr_mw;
+enum hmr_mw_type {
+	HMR_MW_TYPE_1 = 1,
+	HMR_MW_TYPE_2 = 2,
+};
+/* Where a window operation is posted.  verbs: the struct ibv_qp * (of the window's device) the
+ * bind or invalidation goes to; its completion is the caller's to reap.  sim: pass NULL (the
+ * operation completes before the call returns). */
+struct hmr_mw_post {
+	size_t size;      /* sizeof(struct hmr_mw_post) */
+	void *queue;
+	uint64_t wr_id;
+	int unsignaled;   /* 1: post without a completion (IBV_SEND_SIGNALED off) */
+};
+HMR_API int hmr_mw_alloc(hmr_domain *domain, enum hmr_mw_type type, hmr_mw **mw);
+/* Binds the window to [addr, addr + len) of `mr` (addresses of the MR's memory) with `access`
+ * (HMR_REMOTE_READ and/or HMR_REMOTE_WRITE, which the MR must grant) and writes the window's
+ * new key to *key.  A peer addresses the window's bytes as it addresses the MR's.  While bound,
+ * the MR cannot be closed or re-registered (-HMR_EBUSY). */
+HMR_API int hmr_mw_bind(hmr_mw *mw, hmr_mr *mr, const void *addr, size_t len, uint64_t access,
+			const struct hmr_mw_post *post, uint64_t *key);
+/* Revokes the window's key: RMA through it fails afterwards. */
+HMR_API int hmr_mw_invalidate(hmr_mw *mw, const struct hmr_mw_post *post);
+/* Frees the window (a bound window is unbound first). */
+HMR_API int hmr_mw_close(hmr_mw *mw);
+
+/* Advice on an MR's pages (UCX's uct_md_mem_advise). */
+enum hmr_mem_advice {
+	HMR_MADV_NORMAL = 0,   /* no particular expectation: nothing is done */
+	HMR_MADV_WILLNEED = 1, /* the range will be accessed soon: an ODP MR has its pages mapped
+	                        * for the NIC now (verbs' ibv_advise_mr PREFETCH / PREFETCH_WRITE) */
+};
+/* Advises on [addr, addr + len) of `mr` (inside it).  An MR that is not ODP is pinned already:
+ * WILLNEED on it succeeds and does nothing, as in UCX. */
+HMR_API int hmr_mem_advise(hmr_mr *mr, const void *addr, size_t len,
+			   enum hmr_mem_advice advice);
+
+/* Indirect keys (mlx5's UMR with a KLM list): one key over ranges of MRs already registered
+ * in the domain, in the given order.  A peer addresses the indirect key's bytes from 0 (byte
+ * 0 of the first segment) to the total length, whatever the domain's addressing; one RMA may
+ * span segments.  While the key is open its MRs cannot be closed or re-registered
+ * (-HMR_EBUSY).  Close it with hmr_mr_close. */
+struct hmr_mr_segment {
+	hmr_mr *mr;
+	const void *addr; /* inside mr's memory */
+	size_t len;
+};
+HMR_API int hmr_mr_reg_indirect(hmr_domain *domain, const struct hmr_mr_segment *segments,
+				size_t count, uint64_t access, hmr_mr **mr);
+
+/* Whether an operation is available in a domain, and why not (hmr_md_query's flags say the
+ * same without the reason). */
+enum hmr_md_op {
+	HMR_MD_OP_REREG = 0,          /* hmr_mr_rereg */
+	HMR_MD_OP_MEMORY_WINDOWS = 1, /* hmr_mw_* */
+	HMR_MD_OP_ODP = 2,            /* HMR_MR_ODP registrations */
+	HMR_MD_OP_IMPLICIT_ODP = 3,   /* HMR_MR_ODP over the whole address space */
+	HMR_MD_OP_ADVISE = 4,         /* hmr_mem_advise prefetching */
+	HMR_MD_OP_INDIRECT = 5,       /* hmr_mr_reg_indirect */
+};
+#define HMR_MD_OP_COUNT 6
+/* Returns 1 when `op` is available, 0 when not (and then writes why to reason, at most
+ * reason_size bytes, NUL-terminated; reason may be NULL), or a negative HMR_E* code. */
+HMR_API int hmr_md_query_op(hmr_domain *domain, enum hmr_md_op op, char *reason,
+			    size_t reason_size);
 
 /* ---------------------------------------------------------------- packed remote keys ---- */
 /* What a peer needs to reach an MR, as bytes to send it (UCX's mkey_pack / rkey_unpack): the

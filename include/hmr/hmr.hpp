@@ -10,11 +10,12 @@
 // map to at most two calls, and say so: MemoryRegion::raw_key() (retries once with the size
 // hmr asked for) and EventQueue::read()/sread() (fetch an error entry with hmr_eq_readerr).
 //
-// Lifetimes follow the C ABI: MRs close before the endpoints and counters they are bound to,
-// an initiator endpoint before the endpoint it is connected to, all of them before their
-// domain, and the domain before the event queue bound to it.  Declaring objects in opening
-// order (event queue, domain, target endpoint, initiator endpoint, counters, MRs) makes the
-// destructors run in closing order.
+// Lifetimes follow the C ABI: memory windows close before the MRs they are bound to, indirect
+// MRs before the MRs they span, MRs before the endpoints and counters they are bound to, an
+// initiator endpoint before the endpoint it is connected to, all of them before their domain,
+// and the domain before the event queue bound to it.  Declaring objects in opening order
+// (event queue, domain, target endpoint, initiator endpoint, counters, MRs, indirect MRs,
+// memory windows) makes the destructors run in closing order.
 //
 // Needs C++17 or later.  The C semantics are in docs/semantics.md.
 #ifndef HMR_HMR_HPP
@@ -211,6 +212,14 @@ struct DomainOptions {
 // What Domain::stats() returns.
 using DomainStats = hmr_domain_stats;
 
+// Whether an optional memory operation is available in a domain (Domain::op_available), and
+// why not when it is not.
+struct OpAvailability {
+  bool available = false;
+  std::string reason;  // empty when available
+  explicit operator bool() const noexcept { return available; }
+};
+
 // What hmr_domain_open wrote back: what the application must honour.
 struct NegotiatedAttributes {
   uint64_t mr_mode = 0;
@@ -264,6 +273,19 @@ class Domain {
     result.size = sizeof result;
     result.field_mask = fields;
     detail::check(hmr_md_query(get(), &result), "hmr_md_query");
+    return result;
+  }
+
+  // Whether `op` (HMR_MD_OP_REREG, _MEMORY_WINDOWS, _ODP, ...) works in this domain
+  // (hmr_md_query_op).  Unavailable is an answer, not an error: only a bad argument throws.
+  OpAvailability op_available(hmr_md_op op) const {
+    detail::require_open(get(), "hmr_md_query_op");
+    char reason[1024] = {};
+    const int rc = detail::check(hmr_md_query_op(get(), op, reason, sizeof reason),
+                                 "hmr_md_query_op");
+    OpAvailability result;
+    result.available = rc == 1;
+    if (!result.available) result.reason.assign(reason, strnlen(reason, sizeof reason));
     return result;
   }
 
@@ -451,6 +473,21 @@ class MemoryRegion {
     return MemoryRegion(mr);
   }
 
+  // hmr_mr_reg_indirect: one key over ranges of MRs of the domain, in order; a peer addresses
+  // its bytes from 0.  The MRs cannot be closed or re-registered while it is open.
+  static MemoryRegion reg_indirect(Domain& domain, const hmr_mr_segment* segments, size_t count,
+                                   uint64_t access) {
+    detail::require_open(domain.get(), "hmr_mr_reg_indirect");
+    hmr_mr* mr = nullptr;
+    detail::check(hmr_mr_reg_indirect(domain.get(), segments, count, access, &mr),
+                  "hmr_mr_reg_indirect");
+    return MemoryRegion(mr);
+  }
+  static MemoryRegion reg_indirect(Domain& domain, const std::vector<hmr_mr_segment>& segments,
+                                   uint64_t access) {
+    return reg_indirect(domain, segments.data(), segments.size(), access);
+  }
+
   // Local descriptor; nullptr while an asynchronous registration is pending.
   void* desc() const noexcept { return hmr_mr_desc(get()); }
   // 64-bit key; HMR_KEY_NOTAVAIL in RAW domains and while pending.  Does not throw.
@@ -505,6 +542,39 @@ class MemoryRegion {
     refresh(&iov, 1);
   }
 
+  // hmr_mr_rereg: changes the MR in place; `flags` (HMR_MR_REREG_TRANSLATION, _ACCESS, _PD)
+  // say which members of `attr` count (attr.size must be set).  key() and desc() may change:
+  // read them again.  When the NIC itself fails, only close() is left valid.
+  void rereg(uint64_t flags, const hmr_mr_rereg_attr& attr) {
+    detail::require_open(get(), "hmr_mr_rereg");
+    detail::check(hmr_mr_rereg(get(), flags, &attr), "hmr_mr_rereg");
+  }
+  // The MR now covers [buf, buf + len), with its access unchanged.
+  void rereg_translation(const void* buf, size_t len) {
+    const iovec iov = {const_cast<void*>(buf), len};
+    hmr_mr_rereg_attr attr;
+    std::memset(&attr, 0, sizeof attr);
+    attr.size = sizeof attr;
+    attr.mr_iov = &iov;
+    attr.iov_count = 1;
+    rereg(HMR_MR_REREG_TRANSLATION, attr);
+  }
+  // The MR now grants `access` (HMR_* access bits) over the same memory.
+  void rereg_access(uint64_t access) {
+    hmr_mr_rereg_attr attr;
+    std::memset(&attr, 0, sizeof attr);
+    attr.size = sizeof attr;
+    attr.access = access;
+    rereg(HMR_MR_REREG_ACCESS, attr);
+  }
+
+  // hmr_mem_advise over [addr, addr + len) (inside the MR).  WILLNEED maps an ODP MR's pages
+  // for the NIC now; on a pinned MR it does nothing.
+  void advise(const void* addr, size_t len, hmr_mem_advice advice = HMR_MADV_WILLNEED) {
+    detail::require_open(get(), "hmr_mem_advise");
+    detail::check(hmr_mem_advise(get(), addr, len, advice), "hmr_mem_advise");
+  }
+
   // What the memory is and how it reached the NIC (dma-buf, peer-direct, host shadow, ...).
   hmr_mr_info info() const {
     detail::require_open(get(), "hmr_mr_query");
@@ -528,6 +598,49 @@ class MemoryRegion {
 
  private:
   detail::Handle<hmr_mr, hmr_mr_close> handle_;
+};
+
+// ------------------------------------------------------------------------------ memory window
+
+// A key onto part of an MR registered with HMR_MW_BIND (hmr_mw_*), moved or revoked without
+// touching the MR.  Type 1 re-binds at any time; type 2 must be invalidated first.  Every bind
+// gives a new key.  The MR cannot be closed while the window is bound to it.
+class MemoryWindow {
+ public:
+  MemoryWindow() noexcept = default;
+  explicit MemoryWindow(Domain& domain, hmr_mw_type type = HMR_MW_TYPE_1) {
+    detail::require_open(domain.get(), "hmr_mw_alloc");
+    hmr_mw* mw = nullptr;
+    detail::check(hmr_mw_alloc(domain.get(), type, &mw), "hmr_mw_alloc");
+    handle_ = detail::Handle<hmr_mw, hmr_mw_close>(mw);
+  }
+  // Adopts a window allocated through the C ABI.
+  explicit MemoryWindow(hmr_mw* mw) noexcept : handle_(mw) {}
+
+  // Binds the window to [addr, addr + len) of `mr` with `access` (HMR_REMOTE_READ and/or
+  // HMR_REMOTE_WRITE) and returns its new key; a peer addresses the window's bytes as it
+  // addresses the MR's.  post: where the bind is posted (verbs: the ibv_qp); nullptr on sim.
+  uint64_t bind(MemoryRegion& mr, const void* addr, size_t len, uint64_t access,
+                const hmr_mw_post* post = nullptr) {
+    detail::require_open(get(), "hmr_mw_bind");
+    uint64_t key = 0;
+    detail::check(hmr_mw_bind(get(), mr.get(), addr, len, access, post, &key), "hmr_mw_bind");
+    return key;
+  }
+  // Revokes the window's key: RMA through it fails afterwards.
+  void invalidate(const hmr_mw_post* post = nullptr) {
+    detail::require_open(get(), "hmr_mw_invalidate");
+    detail::check(hmr_mw_invalidate(get(), post), "hmr_mw_invalidate");
+  }
+
+  // Unbinds (if bound) and frees the window.
+  void close() { handle_.close("hmr_mw_close"); }
+  hmr_mw* get() const noexcept { return handle_.get(); }
+  hmr_mw* release() noexcept { return handle_.release(); }
+  explicit operator bool() const noexcept { return get() != nullptr; }
+
+ private:
+  detail::Handle<hmr_mw, hmr_mw_close> handle_;
 };
 
 // ------------------------------------------------------------------------------ remote keys

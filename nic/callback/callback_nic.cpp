@@ -73,6 +73,19 @@ CallbackNic::CallbackNic(const hmr_nic_callbacks& callbacks, void* user_handle)
   capabilities_.max_mr_size = callbacks.max_mr_size != 0 ? callbacks.max_mr_size : UINT64_MAX;
   capabilities_.dmabuf_import = (callbacks.caps & HMR_NIC_CB_DMABUF) != 0;
   capabilities_.peer_direct = (callbacks.caps & HMR_NIC_CB_PEER_DIRECT) != 0;
+  // The callbacks register and deregister, nothing else: what the application's NIC can do
+  // beyond that is done on its own objects.
+  const auto lacks = [](const char* what) {
+    return Support{false, std::string("the callback NIC has ") + what +
+                              ": struct hmr_nic_callbacks has no callback for it"};
+  };
+  MemoryOperations& ops = capabilities_.operations;
+  ops.rereg = lacks("no re-registration");
+  ops.memory_windows = lacks("no memory windows");
+  ops.odp = lacks("no on-demand-paging registrations");
+  ops.implicit_odp = lacks("no implicit on-demand paging");
+  ops.advise = lacks("no prefetch advice");
+  ops.indirect = lacks("no indirect keys");
 }
 
 Result<Registration> CallbackNic::register_memory(const RegistrationRequest& request) {

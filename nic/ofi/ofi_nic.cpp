@@ -106,6 +106,18 @@ Status OfiNic::describe() {
   capabilities_.persistent_memory = (info.caps & FI_RMA_PMEM) != 0;
   capabilities_.auth_keys = false;  // fi_mr_attr.auth_key is not passed (yet)
   capabilities_.rma = false;        // bytes move through the application's own endpoints
+  // libfabric's fi_mr has none of verbs' memory operations: say so per operation.
+  const std::string& name = capabilities_.name;
+  nic::MemoryOperations& ops = capabilities_.operations;
+  ops.rereg = nic::unsupported(name, "cannot re-register: libfabric's fi_mr has no rereg (close "
+                                     "the MR and register again)");
+  ops.memory_windows = nic::unsupported(name, "has no memory windows: libfabric has none");
+  ops.odp = nic::unsupported(name, "has no on-demand-paging registrations: libfabric 1.17's "
+                                   "fi_mr_regattr has no ODP flag");
+  ops.implicit_odp = ops.odp;
+  ops.advise = nic::unsupported(name, "has no prefetch advice: libfabric has no fi_mr advise");
+  ops.indirect = nic::unsupported(name, "has no indirect keys: libfabric has no fi_mr over "
+                                        "other MRs");
   return ok_status();
 }
 

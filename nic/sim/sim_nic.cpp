@@ -32,7 +32,8 @@ Status transfer(const SimRegion& region, bool to_region, uint64_t offset, void* 
     }
     const size_t chunk = std::min<size_t>(len, segment.iov_len - offset);
     iovec local_iov = {cursor, chunk};
-    iovec region_iov = {static_cast<uint8_t*>(segment.iov_base) + offset, chunk};
+    // Integer arithmetic: an implicit ODP segment starts at address 0.
+    iovec region_iov = {reinterpret_cast<void*>(address_of(segment.iov_base) + offset), chunk};
     const ssize_t moved = to_region ? process_vm_writev(getpid(), &local_iov, 1, &region_iov, 1, 0)
                                     : process_vm_readv(getpid(), &local_iov, 1, &region_iov, 1, 0);
     if (moved != static_cast<ssize_t>(chunk)) {
@@ -83,6 +84,7 @@ SimNic::SimNic(const SimOptions& options) : options_(options) {
   capabilities_.dmabuf_import = options.dmabuf_import;  // host dma-bufs: by mapping the fd
   capabilities_.peer_direct = options.peer_direct;
   capabilities_.rma = true;
+  describe_operations();
   raw_key_tag_ = static_cast<uint64_t>(
                      std::chrono::steady_clock::now().time_since_epoch().count()) ^
                  address_of(this);
@@ -140,8 +142,12 @@ Result<std::unique_ptr<SimRegion>> SimNic::build_region(const RegistrationReques
   }
   auto region = std::make_unique<SimRegion>();
   region->access = request.access;
-  region->track_page_changes = request.track_page_changes;
+  region->on_demand_paging = request.on_demand_paging;
+  // An ODP registration follows the page tables, so a page change never makes it stale.
+  region->track_page_changes = request.track_page_changes && !request.on_demand_paging;
   region->remote.enabled = request.enabled;
+  region->virt_addr = request.virt_addr;
+  region->requested_key = request.requested_key.has_value();
   if (request.dmabuf != nullptr) {
     const hmr_mr_dmabuf& dmabuf = *request.dmabuf;
     const uint64_t map_offset = dmabuf.offset & ~(kPageSize - 1);
@@ -195,14 +201,21 @@ Status SimNic::choose_key(const RegistrationRequest& request, SimRegion& region)
     region.key = KeyBytes::from_u64(*request.requested_key, options_.key_size);
     return ok_status();
   }
+  Result<KeyBytes> key = fresh_key();
+  if (!key.ok()) return key.status();
+  region.key = *key;
+  return ok_status();
+}
+
+Result<KeyBytes> SimNic::fresh_key() {
   const uint64_t key_mask =
       options_.key_size >= 8 ? UINT64_MAX : (1ULL << (8 * options_.key_size)) - 1;
   for (uint64_t tries = 0; tries <= key_mask; ++tries) {
     const uint64_t candidate = next_key_++ & key_mask;
     if (table_.key_in_use(candidate)) continue;
-    region.key = KeyBytes::from_u64(candidate, options_.key_size);
-    if (options_.key_size == 16) std::memcpy(region.key.bytes + 8, &raw_key_tag_, 8);
-    return ok_status();
+    KeyBytes key = KeyBytes::from_u64(candidate, options_.key_size);
+    if (options_.key_size == 16) std::memcpy(key.bytes + 8, &raw_key_tag_, 8);
+    return key;
   }
   return make_error(HMR_ENOSPC, "sim NIC has no free %zu-byte key left", options_.key_size);
 }
@@ -258,7 +271,7 @@ Status SimNic::set_remote_access(Registration& registration, RemoteAccess access
 Status SimNic::check_local(void* desc, const void* buf, size_t len, uint64_t access) {
   std::shared_lock<std::shared_mutex> lock(table_mutex_);
   const SimRegion* region = table_.find_by_desc(desc);
-  if (region == nullptr) {
+  if (region == nullptr || region->kind == SimRegionKind::window) {
     return make_error(HMR_EINVAL, "desc %p is not a live registration of this domain", desc);
   }
   if (!region->device_memory.empty()) {

@@ -32,12 +32,32 @@ class SimNic final : public Nic {
   Status check_local(void* desc, const void* buf, size_t len, uint64_t access) override;
   Status remote_access(const RmaRequest& request) override;
 
+  // The memory operations (nic/sim/sim_memory_ops.cpp), each for real: RMA through a window's
+  // or an indirect key's key reaches exactly what the key covers.
+  Status rereg(Registration& registration, const ReregRequest& request) override;
+  Result<MemoryWindow> alloc_window(WindowType type) override;
+  Status bind_window(MemoryWindow& window, const WindowBind& bind) override;
+  Status invalidate_window(MemoryWindow& window, void* queue, uint64_t work_request_id,
+                           bool signaled) override;
+  Status dealloc_window(MemoryWindow& window) override;
+  Status advise(const Registration& registration, Advice advice, std::span<const iovec> ranges,
+                bool flush) override;
+  Result<Registration> register_indirect(std::span<const IndirectSegment> segments,
+                                         uint64_t access) override;
+
  private:
   explicit SimNic(const SimOptions& options);
   Result<std::unique_ptr<SimRegion>> build_region(const RegistrationRequest& request);
   Result<std::unique_ptr<SimRegion>> build_device_region(const RegistrationRequest& request);
   Status watch_segments(const std::vector<iovec>& segments);
   Status choose_key(const RegistrationRequest& request, SimRegion& region);
+  // A key no region uses, of the NIC's key size (caller holds table_mutex_ exclusively).
+  Result<KeyBytes> fresh_key();
+  // The host bytes behind [addr, addr + len) of a registration's local addresses, as pieces
+  // of its segments, and the offset of addr from the registration's first byte.
+  static Status slice(const SimRegion& region, uint64_t addr, uint64_t len,
+                      std::vector<iovec>& pieces, uint64_t& offset);
+  void describe_operations();
   void mark_stale(uintptr_t start, uintptr_t end);
 
   SimOptions options_;

@@ -22,6 +22,12 @@ std::unique_ptr<SimRegion> SimRegionTable::erase(SimRegion* region) {
   return owned;
 }
 
+void SimRegionTable::rekey(SimRegion* region, const KeyBytes& key) {
+  std::unique_ptr<SimRegion> owned = erase(region);
+  owned->key = key;
+  insert(std::move(owned));
+}
+
 SimRegion* SimRegionTable::find_by_key(const KeyBytes& key) const {
   auto it = by_key_.find(key.low_u64());
   if (it == by_key_.end()) return nullptr;

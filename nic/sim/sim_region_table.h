@@ -32,7 +32,12 @@ class DmabufMapping {
   size_t length_;
 };
 
+// What a key in the table names: a registration, a bound memory window onto part of one, or
+// an indirect key over parts of several.
+enum class SimRegionKind { registration, window, indirect };
+
 struct SimRegion {
+  SimRegionKind kind = SimRegionKind::registration;
   KeyBytes key;
   uint64_t base_addr = 0;      // what a peer addresses byte 0 as
   uint64_t length = 0;
@@ -43,6 +48,11 @@ struct SimRegion {
   RemoteAccess remote;
   bool track_page_changes = false;
   std::atomic<bool> stale{false};
+  bool virt_addr = true;         // peers address byte 0 by its VA (else 0)
+  bool requested_key = false;    // the application chose the key: re-registration keeps it
+  // On-demand paging: the "DMA" follows the page tables at each access, so nothing goes stale
+  // and pages need not exist until then.
+  bool on_demand_paging = false;
   // Device memory the sim NIC was handed but cannot move (it has no DMA engine into a device):
   // what it was given, e.g. "cuda device 0 memory as dma-buf (fd 7, offset 4096, len 100)".
   // Empty for memory it reaches.  RMA to or from it is refused with this description.
@@ -57,6 +67,8 @@ class SimRegionTable {
   bool key_in_use(uint64_t low_key) const { return by_key_.count(low_key) != 0; }
   SimRegion* insert(std::unique_ptr<SimRegion> region);
   std::unique_ptr<SimRegion> erase(SimRegion* region);
+  // Files the region under `key` instead of its current one (the region keeps its address).
+  void rekey(SimRegion* region, const KeyBytes& key);
   SimRegion* find_by_key(const KeyBytes& key) const;
   SimRegion* find_by_desc(void* desc) const;
   void for_each_overlapping(uintptr_t start, uintptr_t end,

@@ -65,8 +65,8 @@ Status VerbsWindow::bind(const VerbsRegistration& registration, const nic::Windo
     return make_error(HMR_EIO, "the registration failed to re-register; close it");
   }
   if ((registration.layout().ibv_access & IBV_ACCESS_MW_BIND) == 0) {
-    return make_error(HMR_EINVAL, "the registration was made without memory-window binding (the "
-                      "device has no memory windows of this adapter's kind)");
+    return make_error(HMR_EINVAL, "the registration was made without memory-window binding "
+                      "(register the MR with HMR_MW_BIND access)");
   }
   ibv_mr* mr = registration.chunk_holding(request.addr, request.len);
   if (mr == nullptr) {

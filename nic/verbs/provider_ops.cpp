@@ -45,6 +45,11 @@ int advise_mr(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t flags, ibv_sge* 
   return vctx->advise_mr(pd, advice, flags, sg_list, num_sge);
 }
 
+bool advise_available(ibv_pd* pd) {
+  verbs_context* vctx = context_reaching(pd->context, offsetof(verbs_context, advise_mr));
+  return vctx != nullptr && vctx->advise_mr != nullptr;
+}
+
 ibv_mw* alloc_mw(ibv_pd* pd, ibv_mw_type type) {
   if (pd->context->ops.alloc_mw == nullptr) {
     errno = EOPNOTSUPP;

@@ -23,6 +23,9 @@ int query_device_ex(const IbverbsSymbols& symbols, ibv_context* context, ibv_dev
 int advise_mr(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t flags, ibv_sge* sg_list,
               uint32_t num_sge);
 
+// Whether the provider of `pd` implements ibv_advise_mr.
+bool advise_available(ibv_pd* pd);
+
 ibv_mw* alloc_mw(ibv_pd* pd, ibv_mw_type type);
 int dealloc_mw(ibv_mw* mw);
 // Type 1 windows only, as ibv_bind_mw.

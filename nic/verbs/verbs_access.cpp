@@ -15,7 +15,7 @@ unsigned int ibv_access_for(uint64_t hmr_access, const AccessExtras& extras) {
   if (extras.atomics && (hmr_access & HMR_REMOTE_READ) && (hmr_access & HMR_REMOTE_WRITE)) {
     access |= IBV_ACCESS_REMOTE_ATOMIC;
   }
-  if (extras.memory_windows) access |= IBV_ACCESS_MW_BIND;
+  if (hmr_access & HMR_MW_BIND) access |= IBV_ACCESS_MW_BIND;
   if (extras.on_demand_paging) access |= IBV_ACCESS_ON_DEMAND;
   if (extras.relaxed_ordering) access |= IBV_ACCESS_RELAXED_ORDERING;
   return access;

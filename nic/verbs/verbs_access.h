@@ -9,7 +9,6 @@ namespace hmr::verbs {
 
 struct AccessExtras {
   bool atomics = false;           // the device has atomics: REMOTE_READ|REMOTE_WRITE add them
-  bool memory_windows = false;    // let windows bind to the registration (IBV_ACCESS_MW_BIND)
   bool on_demand_paging = false;  // IBV_ACCESS_ON_DEMAND
   bool relaxed_ordering = false;  // IBV_ACCESS_RELAXED_ORDERING (optional bit)
 };

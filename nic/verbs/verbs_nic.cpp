@@ -113,13 +113,48 @@ Status VerbsNic::apply_options() {
   capabilities_.on_demand_paging = options_.odp;
   capabilities_.memory_windows =
       probe_.window_type1.supported || probe_.window_type2.supported;
+  describe_operations();
   return ok_status();
+}
+
+void VerbsNic::describe_operations() {
+  nic::MemoryOperations& ops = capabilities_.operations;
+  const std::string& device = probe_.name;
+  ops.rereg = {true, ""};
+  if (capabilities_.memory_windows) {
+    ops.memory_windows = {true, ""};
+  } else {
+    ops.memory_windows = {false, device + ": " + probe_.window_type1.reason};
+  }
+  if (probe_.on_demand_paging.supported) {
+    ops.odp = {true, ""};
+  } else {
+    ops.odp = {false, device + ": " + probe_.on_demand_paging.reason};
+  }
+  if (!ops.odp.available) {
+    ops.implicit_odp = ops.odp;
+  } else if ((probe_.odp_general_caps & IBV_ODP_SUPPORT_IMPLICIT) == 0) {
+    ops.implicit_odp = {false, device + " has ODP but not implicit ODP (odp_caps.general_caps "
+                                        "lacks IBV_ODP_SUPPORT_IMPLICIT)"};
+  } else {
+    ops.implicit_odp = {true, ""};
+  }
+  if (!ops.odp.available) {
+    ops.advise = {false, "prefetch advice is for ODP registrations, and " + ops.odp.reason};
+  } else if (!advise_available(device_.pd())) {
+    ops.advise = {false, "the provider library of " + device + " has no ibv_advise_mr"};
+  } else {
+    ops.advise = {true, ""};
+  }
+  // mlx5's UMR builds indirect keys with work requests on the application's mlx5dv QP;
+  // the adapter has no such path, so it says so instead of pretending.
+  ops.indirect = {false, "indirect keys on verbs need mlx5dv UMR (mlx5dv_wr_mr_list on a QP of "
+                         "the application's), which hmr's verbs adapter does not build"};
 }
 
 AccessExtras VerbsNic::access_extras() const {
   AccessExtras extras;
   extras.atomics = probe_.atomics;
-  extras.memory_windows = capabilities_.memory_windows;
   extras.on_demand_paging = options_.odp;
   extras.relaxed_ordering = relaxed_ordering_;
   return extras;
@@ -296,14 +331,25 @@ Result<nic::Registration> VerbsNic::register_memory(const nic::RegistrationReque
     layout.length = request.segments[0].iov_len;
   }
   if (layout.length == 0) return make_error(HMR_EINVAL, "cannot register 0 bytes");
+  const bool on_demand = options_.odp || request.on_demand_paging;
+  if (request.on_demand_paging) {
+    const nic::Support& odp = capabilities_.operations.odp;
+    if (!odp.available) return make_error(HMR_ENOSYS, "%s", odp.reason.c_str());
+    if (request.dmabuf != nullptr) {
+      return make_error(HMR_EINVAL, "a dma-buf registration cannot be on-demand paging");
+    }
+    if (layout.start == 0 && layout.length == SIZE_MAX) return register_implicit(request);
+  }
   if (!request.virt_addr && !probe_.offset_addressing.supported) {
     return make_error(HMR_EOPNOTSUPP, "offset addressing (no HMR_MR_VIRT_ADDR): %s",
                       probe_.offset_addressing.reason.c_str());
   }
-  if (options_.odp) HMR_RETURN_IF_ERROR(check_odp_access(request.access));
+  if (on_demand) HMR_RETURN_IF_ERROR(check_odp_access(request.access));
   layout.iova = request.virt_addr ? layout.start : 0;
   layout.chunk_len = chunk_len_;
-  layout.ibv_access = ibv_access_for(request.access, access_extras());
+  AccessExtras extras = access_extras();
+  extras.on_demand_paging = on_demand;
+  layout.ibv_access = ibv_access_for(request.access, extras);
 
   const std::vector<Chunk> chunks = plan_chunks(layout.length, chunk_len_);
   HMR_RETURN_IF_ERROR(check_chunking(request, layout, chunks.size()));
@@ -317,6 +363,38 @@ Result<nic::Registration> VerbsNic::register_memory(const nic::RegistrationReque
       record->add_chunk(*mr);
     }
   }
+  nic::Registration registration = describe(*record);
+  record.release();  // owned by the registration's handle until deregister
+  return registration;
+}
+
+// One ODP registration of the whole address space: ibv_reg_mr(pd, NULL, SIZE_MAX, ...).  Never
+// chunked: the device translates every page on demand, so its max_mr_size does not apply.
+Result<nic::Registration> VerbsNic::register_implicit(const nic::RegistrationRequest& request) {
+  const nic::Support& implicit = capabilities_.operations.implicit_odp;
+  if (!implicit.available) return make_error(HMR_ENOSYS, "%s", implicit.reason.c_str());
+  if (!request.virt_addr) {
+    return make_error(HMR_EINVAL, "an implicit ODP registration is addressed by virtual address "
+                      "(the domain needs HMR_MR_VIRT_ADDR)");
+  }
+  HMR_RETURN_IF_ERROR(check_odp_access(request.access));
+  VerbsRegistration::Layout layout;
+  layout.start = 0;
+  layout.length = SIZE_MAX;
+  layout.iova = 0;
+  layout.chunk_len = SIZE_MAX;
+  AccessExtras extras = access_extras();
+  extras.on_demand_paging = true;
+  layout.ibv_access = ibv_access_for(request.access, extras);
+  errno = 0;
+  ibv_mr* mr = library_->symbols().reg_mr(device_.pd(), nullptr, SIZE_MAX,
+                                          static_cast<int>(layout.ibv_access));
+  if (mr == nullptr) {
+    return verbs_failure(errno, "implicit ODP ibv_reg_mr(NULL, SIZE_MAX, access %#x) on %s failed",
+                         layout.ibv_access, probe_.name.c_str());
+  }
+  auto record = std::make_unique<VerbsRegistration>(library_->symbols(), layout);
+  record->add_chunk(mr);
   nic::Registration registration = describe(*record);
   record.release();  // owned by the registration's handle until deregister
   return registration;
@@ -354,8 +432,12 @@ Status VerbsNic::rereg(nic::Registration& registration, const nic::ReregRequest&
   size_t length = 0;
   ibv_pd* pd = nullptr;
   unsigned int access = 0;
-  if (request.translation) {
-    const iovec& range = *request.translation;
+  if (!request.translation.empty()) {
+    if (request.translation.size() != 1) {
+      return make_error(HMR_EINVAL, "ibv_rereg_mr takes one range, got %zu",
+                        request.translation.size());
+    }
+    const iovec& range = request.translation[0];
     if (range.iov_base == nullptr || range.iov_len == 0) {
       return make_error(HMR_EINVAL, "re-registration translation [%p, +%zu) is empty",
                         range.iov_base, range.iov_len);
@@ -385,8 +467,11 @@ Status VerbsNic::rereg(nic::Registration& registration, const nic::ReregRequest&
     flags |= IBV_REREG_MR_CHANGE_PD;
   }
   if (request.access) {
-    if (options_.odp) HMR_RETURN_IF_ERROR(check_odp_access(*request.access));
-    access = ibv_access_for(*request.access, access_extras());
+    const bool on_demand = (old_layout.ibv_access & IBV_ACCESS_ON_DEMAND) != 0;
+    if (on_demand) HMR_RETURN_IF_ERROR(check_odp_access(*request.access));
+    AccessExtras extras = access_extras();
+    extras.on_demand_paging = on_demand;
+    access = ibv_access_for(*request.access, extras);
     layout.ibv_access = access;
     flags |= IBV_REREG_MR_CHANGE_ACCESS;
   }

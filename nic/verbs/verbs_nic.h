@@ -59,6 +59,9 @@ class VerbsNic final : public nic::Nic {
   VerbsNic(std::shared_ptr<const IbverbsLibrary> library, DeviceHandle device,
            const VerbsOptions& options, DeviceProbe probe);
   Status apply_options();
+  // capabilities_.operations from the probe: what this device can do beyond registration.
+  void describe_operations();
+  Result<nic::Registration> register_implicit(const nic::RegistrationRequest& request);
   Status register_chunks_in_parallel(const nic::RegistrationRequest& request,
                                     const VerbsRegistration::Layout& layout,
                                     const std::vector<Chunk>& chunks, VerbsRegistration& record);

@@ -657,7 +657,7 @@ TEST(BadArgsMrReg, AccessAndOffset) {
   Domain domain(open_sim_domain(0));
   ASSERT_NE(domain.get(), nullptr);
 
-  const uint64_t kBadAccess[] = {0, 1, 1ULL << 20, 1ULL << 63, HMR_REMOTE_READ | (1ULL << 14)};
+  const uint64_t kBadAccess[] = {0, 1, 1ULL << 20, 1ULL << 63, HMR_REMOTE_READ | (1ULL << 15)};
   for (const uint64_t access : kBadAccess) {
     SCOPED_TRACE("access " + std::to_string(access));
     EXPECT_REG_ERROR(HMR_EINVAL, hmr_mr_reg(domain, pages.data(), kPage, access, 0, next_key(),

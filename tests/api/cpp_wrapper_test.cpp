@@ -1,7 +1,9 @@
 // Tests of the header-only C++ wrapper (include/hmr/hmr.hpp): it closes what it opens, turns
-// failures into hmr::Error with the right code, transfers ownership on move, and moves bytes.
+// failures into hmr::Error with the right code, transfers ownership on move, and moves bytes,
+// also through the memory operations (windows, indirect keys, rereg, ODP and advice).
 #include <hmr/hmr.hpp>
 
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -38,6 +40,18 @@ int error_code_of(Call&& call) {
 }
 
 uint64_t open_mrs(const hmr::Domain& domain) { return domain.stats().mr_open; }
+
+// The address a VIRT_ADDR peer uses for a byte.
+uint64_t va(const void* byte) { return reinterpret_cast<uint64_t>(byte); }
+
+// How many pages of [addr, addr + len) are resident (mincore).
+size_t resident_pages(const void* addr, size_t len) {
+  std::vector<unsigned char> pages((len + kPage - 1) / kPage);
+  EXPECT_EQ(mincore(const_cast<void*>(addr), len, pages.data()), 0);
+  size_t resident = 0;
+  for (const unsigned char page : pages) resident += page & 1u;
+  return resident;
+}
 
 TEST(CppWrapper, DestructorsCloseEverythingAndTheDomainClosesCleanly) {
   Pages pages(16 * kPage);
@@ -393,6 +407,273 @@ TEST(CppWrapper, RegvAndRefresh) {
   EXPECT_EQ(domain.stats().mr_bytes, 2 * kPage);
   EXPECT_NO_THROW(mr.refresh(pages.data(), kPage));
   EXPECT_EQ(error_code_of([&] { mr.refresh(pages.data() + 3 * kPage, kPage); }), HMR_EINVAL);
+}
+
+TEST(CppWrapper, OpAvailableAnswersWithAReasonAndUnavailableCallsThrowEnosys) {
+  hmr::Domain domain(verbs_like());  // VIRT_ADDR: every operation the sim NIC has
+  for (int op = 0; op < HMR_MD_OP_COUNT; ++op) {
+    const hmr::OpAvailability answer = domain.op_available(static_cast<hmr_md_op>(op));
+    EXPECT_TRUE(answer) << "op " << op << ": " << answer.reason;
+    EXPECT_EQ(answer.reason, "") << "op " << op;
+  }
+  const auto out_of_range = static_cast<hmr_md_op>(HMR_MD_OP_COUNT);
+  EXPECT_EQ(error_code_of([&] { (void)domain.op_available(out_of_range); }), HMR_EINVAL);
+
+  // Offsets, not virtual addresses: no single key can cover the whole address space.
+  hmr::Domain offsets;
+  const hmr::OpAvailability implicit = offsets.op_available(HMR_MD_OP_IMPLICIT_ODP);
+  EXPECT_FALSE(implicit);
+  EXPECT_NE(implicit.reason, "");
+
+  // RAW keys leave no room for window keys: the answer says why, and the call throws.
+  hmr::Domain raw(verbs_like("|RAW", HMR_MR_RAW));
+  const hmr::OpAvailability windows = raw.op_available(HMR_MD_OP_MEMORY_WINDOWS);
+  EXPECT_FALSE(windows);
+  EXPECT_NE(windows.reason, "");
+  try {
+    hmr::MemoryWindow window(raw);
+    ADD_FAILURE() << "a window was allocated in a RAW-key domain";
+  } catch (const hmr::Error& error) {
+    EXPECT_EQ(error.code(), HMR_ENOSYS);
+    EXPECT_NE(std::string(error.what()).find("hmr_mw_alloc"), std::string::npos) << error.what();
+  }
+
+  // The sim NIC has no protection domains to move an MR to.
+  Pages pages(kPage);
+  hmr::MemoryRegion mr = hmr::MemoryRegion::reg(domain, pages.data(), kPage, HMR_REMOTE_READ);
+  int other_pd = 0;
+  hmr_mr_rereg_attr attr;
+  std::memset(&attr, 0, sizeof attr);
+  attr.size = sizeof attr;
+  attr.nic_pd = &other_pd;
+  EXPECT_EQ(error_code_of([&] { mr.rereg(HMR_MR_REREG_PD, attr); }), HMR_ENOSYS);
+  EXPECT_EQ(error_code_of([&] { mr.rereg(0, attr); }), HMR_EBADFLAGS);
+  EXPECT_EQ(error_code_of([&] { mr.rereg_access(0); }), HMR_EINVAL);
+}
+
+TEST(CppWrapper, MemoryWindowBindsMovesAndRevokesItsKey) {
+  Pages source(kPage);
+  Pages target(4 * kPage);
+  hmr::Domain domain(verbs_like());
+  hmr::Endpoint responder(domain);  // declared first, so the initiator is closed first
+  hmr::Endpoint initiator(domain);
+  initiator.connect(responder);
+  hmr::MemoryRegion mr = hmr::MemoryRegion::reg(
+      domain, target.data(), 4 * kPage, HMR_REMOTE_WRITE | HMR_REMOTE_READ | HMR_MW_BIND);
+  hmr::MemoryWindow window(domain);  // declared after the MR, so closed before it
+
+  uint8_t* const inside = target.data() + kPage;
+  const uint64_t key = window.bind(mr, inside, kPage, HMR_REMOTE_WRITE);
+  EXPECT_NE(key, mr.key());
+  std::memset(source.data(), 0x3c, kPage);
+  initiator.write(source.data(), kPage, nullptr, va(inside), key);
+  EXPECT_EQ(std::memcmp(inside, source.data(), kPage), 0);
+  // Outside the window's range, or an operation it does not grant.
+  EXPECT_EQ(error_code_of([&] {
+              initiator.write(source.data(), 8, nullptr, va(target.data()), key);
+            }),
+            HMR_EFAULT);
+  EXPECT_EQ(error_code_of([&] { initiator.read(source.data(), 8, nullptr, va(inside), key); }),
+            HMR_EACCES);
+  // The MR stays while a window is bound to it.
+  EXPECT_EQ(error_code_of([&] { mr.close(); }), HMR_EBUSY);
+  EXPECT_EQ(error_code_of([&] { mr.rereg_access(HMR_REMOTE_READ | HMR_MW_BIND); }), HMR_EBUSY);
+  EXPECT_TRUE(mr);
+
+  // A type 1 window re-binds at once: a new key, and the old one is dead.
+  uint8_t* const elsewhere = target.data() + 2 * kPage;
+  const uint64_t moved = window.bind(mr, elsewhere, kPage, HMR_REMOTE_WRITE | HMR_REMOTE_READ);
+  EXPECT_NE(moved, key);
+  EXPECT_EQ(error_code_of([&] { initiator.write(source.data(), 8, nullptr, va(inside), key); }),
+            HMR_EACCES);
+  initiator.write(source.data(), 8, nullptr, va(elsewhere), moved);
+  EXPECT_EQ(std::memcmp(elsewhere, source.data(), 8), 0);
+
+  window.invalidate();
+  EXPECT_EQ(error_code_of([&] {
+              initiator.write(source.data(), 8, nullptr, va(elsewhere), moved);
+            }),
+            HMR_EACCES);
+  EXPECT_EQ(error_code_of([&] { window.invalidate(); }), HMR_EINVAL);  // not bound
+  EXPECT_NO_THROW(mr.close());
+}
+
+TEST(CppWrapper, Type2WindowIsInvalidatedBeforeItRebindsAndHoldsItsDomain) {
+  Pages target(kPage);
+  hmr::Domain domain(verbs_like());
+  hmr::MemoryRegion mr = hmr::MemoryRegion::reg(domain, target.data(), kPage,
+                                                HMR_REMOTE_WRITE | HMR_MW_BIND);
+  hmr::MemoryRegion plain = hmr::MemoryRegion::reg(domain, target.data(), kPage, HMR_REMOTE_WRITE);
+  hmr::MemoryWindow window(domain, HMR_MW_TYPE_2);
+  hmr::MemoryWindow other(domain);
+
+  const uint64_t first = window.bind(mr, target.data(), kPage, HMR_REMOTE_WRITE);
+  EXPECT_EQ(error_code_of([&] { (void)window.bind(mr, target.data(), kPage, HMR_REMOTE_WRITE); }),
+            HMR_EBUSY);
+  window.invalidate();
+  EXPECT_NE(window.bind(mr, target.data(), kPage, HMR_REMOTE_WRITE), first);
+
+  // An MR registered without HMR_MW_BIND takes no window; a window grants no more than its MR.
+  EXPECT_EQ(error_code_of([&] { (void)other.bind(plain, target.data(), kPage, HMR_REMOTE_WRITE); }),
+            HMR_EINVAL);
+  EXPECT_EQ(error_code_of([&] { (void)other.bind(mr, target.data(), kPage, HMR_REMOTE_READ); }),
+            HMR_EACCES);
+
+  // A move hands the window over; the moved-from object throws instead of passing NULL.
+  hmr::MemoryWindow moved(std::move(window));
+  EXPECT_FALSE(window);  // NOLINT(bugprone-use-after-move): that is the point
+  EXPECT_EQ(error_code_of([&] { window.invalidate(); }), HMR_EINVAL);
+  moved.invalidate();
+  mr.close();
+  plain.close();
+  // Open windows keep the domain open, bound or not.
+  EXPECT_EQ(error_code_of([&] { domain.close(); }), HMR_EBUSY);
+  moved.close();
+  other.close();
+  EXPECT_FALSE(moved);
+  EXPECT_NO_THROW(domain.close());
+}
+
+TEST(CppWrapper, IndirectKeySpansTwoMrsFromAddressZero) {
+  constexpr size_t kTail = 100;  // the last bytes of the first buffer
+  constexpr size_t kHead = 156;  // the first bytes of the second
+  constexpr size_t kTotal = kTail + kHead;
+  Pages first(kPage);
+  Pages second(kPage);
+  Pages source(kPage);
+  Pages sink(kPage);
+  for (size_t i = 0; i < kTotal; ++i) source.data()[i] = static_cast<uint8_t>(i * 7 + 1);
+
+  hmr::Domain domain(verbs_like());  // VIRT_ADDR, yet the indirect key counts from 0
+  hmr::Endpoint responder(domain);   // declared first, so the initiator is closed first
+  hmr::Endpoint initiator(domain);
+  initiator.connect(responder);
+  hmr::MemoryRegion a =
+      hmr::MemoryRegion::reg(domain, first.data(), kPage, HMR_REMOTE_WRITE | HMR_REMOTE_READ);
+  hmr::MemoryRegion b =
+      hmr::MemoryRegion::reg(domain, second.data(), kPage, HMR_REMOTE_WRITE | HMR_REMOTE_READ);
+  EXPECT_EQ(error_code_of([&] {
+              (void)hmr::MemoryRegion::reg_indirect(domain, std::vector<hmr_mr_segment>(),
+                                                    HMR_REMOTE_WRITE);
+            }),
+            HMR_EINVAL);
+  const std::vector<hmr_mr_segment> segments = {{a.get(), first.data() + kPage - kTail, kTail},
+                                                {b.get(), second.data(), kHead}};
+  hmr::MemoryRegion indirect =
+      hmr::MemoryRegion::reg_indirect(domain, segments, HMR_REMOTE_WRITE | HMR_REMOTE_READ);
+  ASSERT_NE(indirect.key(), HMR_KEY_NOTAVAIL);
+  EXPECT_EQ(indirect.raw_key().base_addr, 0u);
+
+  // One write across the boundary lands in both buffers, in order, and nowhere else.
+  initiator.write(source.data(), kTotal, nullptr, 0, indirect.key());
+  EXPECT_EQ(std::memcmp(first.data() + kPage - kTail, source.data(), kTail), 0);
+  EXPECT_EQ(std::memcmp(second.data(), source.data() + kTail, kHead), 0);
+  EXPECT_EQ(first.data()[kPage - kTail - 1], 0);
+  EXPECT_EQ(second.data()[kHead], 0);
+  initiator.read(sink.data(), 20, nullptr, kTail - 10, indirect.key());
+  EXPECT_EQ(std::memcmp(sink.data(), source.data() + kTail - 10, 20), 0);
+  EXPECT_EQ(error_code_of([&] {
+              initiator.write(source.data(), 1, nullptr, kTotal, indirect.key());
+            }),
+            HMR_EFAULT);
+
+  // Its packed key carries address 0 too.
+  const hmr::RemoteKey remote = hmr::RemoteKey::unpack(domain, indirect.pack_rkey());
+  EXPECT_EQ(remote.addr(), 0u);
+  initiator.read(sink.data(), kTotal, nullptr, remote.addr(), remote.key());
+  EXPECT_EQ(std::memcmp(sink.data(), source.data(), kTotal), 0);
+
+  // The MRs under it stay until it is closed.
+  EXPECT_EQ(error_code_of([&] { a.close(); }), HMR_EBUSY);
+  EXPECT_TRUE(a);
+  indirect.close();
+  EXPECT_NO_THROW(a.close());
+}
+
+TEST(CppWrapper, ReregMovesTheMrToAnotherBufferAndChangesItsAccess) {
+  Pages old_buffer(kPage);
+  Pages new_buffer(kPage);
+  Pages source(kPage);
+  std::memset(source.data(), 0x77, kPage);
+  hmr::DomainOptions options = verbs_like();
+  options.cache_monitor = "disabled";  // the old registration goes with the rereg
+  hmr::Domain domain(options);
+  hmr::Endpoint responder(domain);  // declared first, so the initiator is closed first
+  hmr::Endpoint initiator(domain);
+  initiator.connect(responder);
+  hmr::MemoryRegion mr = hmr::MemoryRegion::reg(domain, old_buffer.data(), kPage,
+                                                HMR_REMOTE_WRITE | HMR_REMOTE_READ);
+  const uint64_t old_key = mr.key();
+
+  mr.rereg_translation(new_buffer.data(), kPage);
+  const uint64_t new_key = mr.key();
+  EXPECT_NE(new_key, old_key);  // provider keys: a new translation, a new key
+  EXPECT_EQ(mr.raw_key().base_addr, va(new_buffer.data()));
+  initiator.write(source.data(), kPage, nullptr, va(new_buffer.data()), new_key);
+  EXPECT_EQ(std::memcmp(new_buffer.data(), source.data(), kPage), 0);
+  EXPECT_EQ(old_buffer.data()[0], 0);
+  EXPECT_NE(error_code_of([&] {
+              initiator.write(source.data(), 8, nullptr, va(old_buffer.data()), new_key);
+            }),
+            0);
+  EXPECT_EQ(error_code_of([&] {
+              initiator.write(source.data(), 8, nullptr, va(new_buffer.data()), old_key);
+            }),
+            HMR_EACCES);
+
+  // Read-only from now on.
+  mr.rereg_access(HMR_REMOTE_READ);
+  EXPECT_EQ(error_code_of([&] {
+              initiator.write(source.data(), 8, nullptr, va(new_buffer.data()), mr.key());
+            }),
+            HMR_EACCES);
+  std::memset(source.data(), 0, kPage);
+  initiator.read(source.data(), kPage, nullptr, va(new_buffer.data()), mr.key());
+  EXPECT_EQ(source.data()[kPage - 1], 0x77);
+}
+
+TEST(CppWrapper, OdpMrIsAdvisedIntoMemoryAndImplicitOdpCoversAnyBuffer) {
+  constexpr size_t kPages = 8;
+  Pages lazy(kPages * kPage);  // never touched: no page of it is resident yet
+  Pages source(kPage);
+  Pages target(kPage);
+  hmr::Domain domain(verbs_like());  // ALLOCATED, which ODP registrations skip
+  hmr::Endpoint responder(domain);   // declared first, so the initiator is closed first
+  hmr::Endpoint initiator(domain);
+  initiator.connect(responder);
+
+  hmr::MemoryRegion odp = hmr::MemoryRegion::reg(domain, lazy.data(), kPages * kPage,
+                                                 HMR_REMOTE_WRITE, HMR_MR_ODP);
+  EXPECT_EQ(resident_pages(lazy.data(), kPages * kPage), 0u);
+  odp.advise(lazy.data(), 4 * kPage, HMR_MADV_NORMAL);  // no expectation: nothing is done
+  EXPECT_EQ(resident_pages(lazy.data(), kPages * kPage), 0u);
+  odp.advise(lazy.data(), 4 * kPage);  // WILLNEED
+  EXPECT_EQ(resident_pages(lazy.data(), 4 * kPage), 4u);
+  EXPECT_EQ(error_code_of([&] { odp.advise(lazy.data(), (kPages + 1) * kPage); }), HMR_EINVAL);
+  EXPECT_EQ(error_code_of([&] {
+              odp.advise(lazy.data(), kPage, static_cast<hmr_mem_advice>(HMR_MADV_WILLNEED + 1));
+            }),
+            HMR_EINVAL);
+
+  // A pinned MR needs no prefetch: WILLNEED succeeds and does nothing.
+  hmr::MemoryRegion pinned = hmr::MemoryRegion::reg(domain, target.data(), kPage, HMR_REMOTE_WRITE);
+  EXPECT_NO_THROW(pinned.advise(target.data(), kPage));
+  pinned.close();
+
+  // One implicit ODP key reaches every mapped buffer by its virtual address.
+  hmr::MemoryRegion everything =
+      hmr::MemoryRegion::reg(domain, nullptr, SIZE_MAX, HMR_REMOTE_WRITE, HMR_MR_ODP);
+  std::memset(source.data(), 0x5e, kPage);
+  initiator.write(source.data(), kPage, nullptr, va(target.data()), everything.key());
+  EXPECT_EQ(std::memcmp(target.data(), source.data(), kPage), 0);
+
+  // Without virtual addresses there is no whole address space to cover.
+  hmr::Domain offsets;
+  EXPECT_EQ(error_code_of([&] {
+              (void)hmr::MemoryRegion::reg(offsets, nullptr, SIZE_MAX, HMR_REMOTE_WRITE,
+                                           HMR_MR_ODP);
+            }),
+            HMR_EINVAL);
 }
 
 }  // namespace

@@ -143,7 +143,7 @@ TEST_F(VerbsNicTest, RegistersThroughIova2WithMappedAccess) {
   std::vector<char> buffer(3 * 4096);
   const iovec segment{buffer.data() + 100, 5000};
   Result<nic::Registration> registered =
-      nic_->register_memory(host_request(segment, kRemote | HMR_SEND));
+      nic_->register_memory(host_request(segment, kRemote | HMR_SEND | HMR_MW_BIND));
   ASSERT_TRUE(registered.ok()) << registered.status().reason();
   const std::vector<fake_ibverbs_registration> made = registrations();
   ASSERT_EQ(made.size(), 1u);

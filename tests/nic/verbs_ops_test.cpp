@@ -26,7 +26,7 @@ TEST_F(VerbsReregTest, TranslationChangeTakesTheNewKeys) {
   const uint64_t key_before = registered->key.low_u64();
 
   nic::ReregRequest request;
-  request.translation = iovec{second.data(), second.size()};
+  request.translation = {iovec{second.data(), second.size()}};
   Status status = nic_->rereg(*registered, request);
   ASSERT_TRUE(status.ok()) << status.reason();
   fake_ibverbs_rereg call{};
@@ -60,8 +60,7 @@ TEST_F(VerbsReregTest, AccessAndProtectionDomainChange) {
   fake().last_rereg(&call);
   EXPECT_EQ(call.flags, verbs::IBV_REREG_MR_CHANGE_ACCESS | verbs::IBV_REREG_MR_CHANGE_PD);
   EXPECT_EQ(call.pd, static_cast<void*>(other));
-  EXPECT_EQ(call.access, verbs::IBV_ACCESS_LOCAL_WRITE | verbs::IBV_ACCESS_REMOTE_WRITE |
-                             verbs::IBV_ACCESS_MW_BIND);
+  EXPECT_EQ(call.access, verbs::IBV_ACCESS_LOCAL_WRITE | verbs::IBV_ACCESS_REMOTE_WRITE);
   EXPECT_EQ(chunk_of(*registered, 0)->pd, other);
   EXPECT_TRUE(nic_->deregister(*registered).ok());
   EXPECT_EQ(fake().dealloc_pd(other), 0);
@@ -75,7 +74,7 @@ TEST_F(VerbsReregTest, BadRequestsChangeNothing) {
   ASSERT_TRUE(registered.ok());
   EXPECT_EQ(nic_->rereg(*registered, {}).code(), HMR_EINVAL);  // nothing to change
   nic::ReregRequest empty_range;
-  empty_range.translation = iovec{buffer.data(), 0};
+  empty_range.translation = {iovec{buffer.data(), 0}};
   EXPECT_EQ(nic_->rereg(*registered, empty_range).code(), HMR_EINVAL);
   // A PD of another device context.
   AppPd elsewhere(fake(), 1);
@@ -132,9 +131,9 @@ TEST_F(VerbsReregTest, ChunkedDmabufAndOffsetRegistrationsAreNotReregistered) {
   Result<nic::Registration> offset = nic_->register_memory(offset_request);
   ASSERT_TRUE(offset.ok());
   nic::ReregRequest move;
-  move.translation = iovec{buffer.data() + 8192, 4096};
+  move.translation = {iovec{buffer.data() + 8192, 4096}};
   EXPECT_EQ(nic_->rereg(*offset, move).code(), HMR_EOPNOTSUPP);
-  move.translation = iovec{buffer.data(), 2 * 8192};  // above max_mr_size
+  move.translation = {iovec{buffer.data(), 2 * 8192}};  // above max_mr_size
   EXPECT_EQ(nic_->rereg(*offset, move).code(), HMR_EINVAL);
   EXPECT_TRUE(nic_->deregister(*offset).ok());
 }
@@ -148,7 +147,8 @@ class VerbsWindowLifecycle : public VerbsTest {
     open();
     buffer_.resize(16384);
     segment_ = {buffer_.data(), buffer_.size()};
-    Result<nic::Registration> registered = nic_->register_memory(host_request(segment_, kRemote));
+    Result<nic::Registration> registered =
+        nic_->register_memory(host_request(segment_, kRemote | HMR_MW_BIND));
     ASSERT_TRUE(registered.ok()) << registered.status().reason();
     registration_ = *registered;
     qp_ = fake().create_qp(verbs_nic().pd());

@@ -58,9 +58,10 @@ TEST(VerbsAccess, ExtrasAddTheirFlags) {
   EXPECT_FALSE(ibv_access_for(HMR_REMOTE_READ, extras) & IBV_ACCESS_REMOTE_ATOMIC);
   extras.atomics = false;
   EXPECT_FALSE(ibv_access_for(both, extras) & IBV_ACCESS_REMOTE_ATOMIC);
-  extras.memory_windows = extras.on_demand_paging = extras.relaxed_ordering = true;
+  extras.on_demand_paging = extras.relaxed_ordering = true;
   const unsigned int access = ibv_access_for(HMR_SEND, extras);
-  EXPECT_TRUE(access & IBV_ACCESS_MW_BIND);
+  EXPECT_FALSE(access & IBV_ACCESS_MW_BIND);  // only when the MR asks for window binding
+  EXPECT_TRUE(ibv_access_for(HMR_SEND | HMR_MW_BIND, extras) & IBV_ACCESS_MW_BIND);
   EXPECT_TRUE(access & IBV_ACCESS_ON_DEMAND);
   EXPECT_TRUE(access & IBV_ACCESS_RELAXED_ORDERING);
   EXPECT_EQ(ibv_window_access_for(both | HMR_SEND),

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
 #include <string>
 
@@ -134,6 +135,66 @@ TEST(HmrInfoSummary, CountsDevicesAndTheirAnswers) {
   ASSERT_FALSE(lines.empty());
   EXPECT_EQ(lines[0], "Devices: cuda: 2 device(s) (/fake/libcuda.so.1, version 12.8); dma-buf "
                       "export on 1, direct NIC access (P2P) on 1");
+}
+
+// The six memory-operation answers of one NIC; `available` lists the keys answered yes.
+JsonValue operations(std::initializer_list<const char*> available) {
+  JsonValue result = JsonValue::object();
+  for (const char* key : {"rereg", "memory_windows", "odp", "implicit_odp", "advise", "indirect"}) {
+    bool yes = false;
+    for (const char* name : available) yes = yes || std::string(name) == key;
+    result.set(key, answer(yes, yes ? "" : "not here"));
+  }
+  return result;
+}
+
+TEST(HmrInfoSummary, SaysWhichMemoryOperationsEachNicHas) {
+  JsonValue report = bare_report();
+  JsonValue& nics = report.set("nics", JsonValue::object());
+  JsonValue& verbs = nics.set("verbs", JsonValue::object());
+  JsonValue devices = JsonValue::array();
+  JsonValue mlx = JsonValue::object();
+  mlx.set("name", "mlx5_0");
+  mlx.set("operations", operations({"rereg", "memory_windows", "odp", "implicit_odp", "advise"}));
+  devices.push(std::move(mlx));
+  JsonValue efa = JsonValue::object();
+  efa.set("name", "efa_0");
+  efa.set("operations", operations({"rereg"}));
+  devices.push(std::move(efa));
+  verbs.set("devices", std::move(devices));
+  JsonValue& libfabric = nics.set("libfabric", JsonValue::object());
+  JsonValue providers = JsonValue::array();
+  for (const char* name : {"tcp", "shm"}) {
+    JsonValue provider = JsonValue::object();
+    provider.set("name", name);
+    provider.set("operations", operations({}));
+    providers.push(std::move(provider));
+  }
+  libfabric.set("providers", std::move(providers));
+  nics.set("sim", JsonValue::object())
+      .set("operations", operations({"rereg", "memory_windows", "odp", "implicit_odp", "advise",
+                                     "indirect"}));
+  nics.set("callback", JsonValue::object()).set("operations", operations({}));
+
+  const std::vector<std::string> lines = summary_lines(report);
+  ASSERT_FALSE(lines.empty());
+  EXPECT_EQ(lines.back(),
+            "Memory operations: sim: all; callback: none; verbs mlx5_0: all but indirect keys; "
+            "verbs efa_0: rereg; ofi (every provider): none");
+
+  // Providers that answer differently are listed one by one.
+  JsonValue tcp = JsonValue::object();
+  tcp.set("name", "tcp");
+  tcp.set("operations", operations({"rereg", "odp"}));
+  JsonValue mixed = JsonValue::array();
+  mixed.push(std::move(tcp));
+  JsonValue shm = JsonValue::object();
+  shm.set("name", "shm");
+  shm.set("operations", operations({}));
+  mixed.push(std::move(shm));
+  nics.set("libfabric", JsonValue::object()).set("providers", std::move(mixed));
+  const std::string last = summary_lines(report).back();
+  EXPECT_NE(last.find("; ofi tcp: rereg, ODP; ofi shm: none"), std::string::npos) << last;
 }
 
 TEST(HmrInfoText, RendersSectionsAnswersAndTitledElements) {

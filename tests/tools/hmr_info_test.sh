@@ -55,8 +55,32 @@ for device in d["devices"]:
     for key in ("dmabuf", "peer_direct", "p2p", "ipc"):
         expect(answer(device[key]), f"{device['name']}: {key} is not a yes/no with a reason")
 for key in ("kernel", "rdma_modules", "infiniband_sysfs", "kernel_config", "dmabuf_import",
-            "peer_memory", "memlock", "verbs", "libfabric"):
+            "peer_memory", "memlock", "verbs", "libfabric", "sim", "callback"):
     expect(key in d["nics"], f"nics has no {key}")
+
+# Every NIC reported says, per memory operation, whether hmr_md_query_op finds it, and why not.
+OPS = ("rereg", "memory_windows", "odp", "implicit_odp", "advise", "indirect")
+def operations(node, where):
+    ops = node.get("operations")
+    expect(isinstance(ops, dict) and list(ops) == list(OPS), f"{where}: operations are {ops}")
+    for op in OPS:
+        expect(answer(ops[op]), f"{where}: {op} is not a yes/no with a reason")
+    return {op: ops[op]["supported"] for op in OPS}
+sim_ops = operations(d["nics"]["sim"], "sim")
+# The callback NIC and hmr's ofi NIC have none of them.
+expect(not any(operations(d["nics"]["callback"], "callback").values()), "callback claims an operation")
+for device in d["nics"]["verbs"]["devices"]:
+    operations(device, device["name"])
+for provider in d["nics"]["libfabric"]["providers"]:
+    expect(not any(operations(provider, provider["name"]).values()),
+           f"ofi {provider['name']} claims an operation: {provider['operations']}")
+expect("\n  Memory operations: " in text, "no 'Memory operations:' summary line")
+if d["config"]["environment"]["supported"]:
+    # A sim domain opens wherever the environment parses, and has all six (VIRT_ADDR offered).
+    expect(all(sim_ops.values()), f"sim lacks an operation: {d['nics']['sim']['operations']}")
+    expect("\n  Memory operations: sim: all; callback: none" in text, "the summary misreports sim")
+else:
+    expect(not any(sim_ops.values()), "sim answered although no domain can open")
 expect(answer(d["nics"]["dmabuf_import"]), "nics.dmabuf_import has no reason")
 expect(d["nics"]["memlock"]["soft"] == "unlimited" or isinstance(d["nics"]["memlock"]["soft"], int),
        "memlock.soft is neither bytes nor unlimited")
@@ -114,6 +138,8 @@ for i in d["ifaces"][1:]:
     expect(not i["loaded"] and "/nonexistent" in i["reason"], "%s: %s" % (i["name"], i["reason"]))
 expect("/nonexistent" in d["nics"]["verbs"]["reason"], "verbs reason lacks the path")
 expect("\n  No RDMA device: libibverbs is not loaded: " in text, "no RDMA line for a missing libibverbs")
+expect("\n  Memory operations: sim: all; callback: none\n" in text,
+       "the memory operations line lists a NIC that is not there")
 expect(not d["nics"]["libfabric"]["loaded"] and "/nonexistent" in d["nics"]["libfabric"]["reason"],
        "libfabric loaded from nowhere")
 ' HMR_CUDA_LIBRARY=/nonexistent/libcuda.so.1 HMR_ROCR_LIBRARY=/nonexistent/x.so \
@@ -185,6 +211,16 @@ expect(mlx["dmabuf"]["supported"] and mlx["on_demand_paging"]["supported"], mlx)
 expect(not efa["dmabuf"]["supported"] and efa["dmabuf"]["reason"], efa)
 expect(d["nics"]["dmabuf_import"]["supported"], "dma-buf import not seen through fake_mlx5_0")
 expect("\n  RDMA: 2 device(s) through " in text, "no RDMA summary line")
+# Through the verbs NIC of hmr: the fake mlx5 device has everything but indirect keys (mlx5dv UMR),
+# the fake EFA device (no windows, no ODP) only re-registration.
+mlx_ops, efa_ops = operations(mlx, "fake_mlx5_0"), operations(efa, "fake_efa_0")
+expect(all(mlx_ops[op] for op in OPS if op != "indirect"), mlx["operations"])
+expect(not mlx_ops["indirect"], mlx["operations"]["indirect"])
+expect("UMR" in mlx["operations"]["indirect"]["reason"] or "mlx5dv" in mlx["operations"]["indirect"]["reason"],
+       mlx["operations"]["indirect"]["reason"])
+expect(efa_ops["rereg"] and not any(efa_ops[op] for op in OPS if op != "rereg"), efa["operations"])
+expect("; verbs fake_mlx5_0: all but indirect keys; verbs fake_efa_0: rereg" in text,
+       "the summary misreports the memory operations of the verbs devices")
 ' "$no_ofi" HMR_IBVERBS_LIBRARY="$fake_ibverbs"
 
 # Bad settings are reported, not fatal; odd bytes in a value still give valid JSON.

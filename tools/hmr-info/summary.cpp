@@ -1,5 +1,7 @@
 #include "summary.h"
 
+#include <utility>
+
 namespace hmr::info {
 namespace {
 
@@ -118,6 +120,52 @@ std::string libfabric_line(const JsonValue& report) {
          (rma.empty() ? std::string("none") : join(rma, ", "));
 }
 
+// The memory operations of one NIC in words: "all", "none", "all but X" or "X, Y".
+std::string operations_text(const JsonValue* operations) {
+  static constexpr std::pair<const char*, const char*> kWords[] = {
+      {"rereg", "rereg"},   {"memory_windows", "windows"}, {"odp", "ODP"},
+      {"implicit_odp", "implicit ODP"}, {"advise", "advise"}, {"indirect", "indirect keys"}};
+  if (operations == nullptr) return "not asked";
+  std::vector<std::string> present, missing;
+  for (const auto& [key, words] : kWords) {
+    (bool_at(*operations, std::string(key) + ".supported") ? present : missing).push_back(words);
+  }
+  if (missing.empty()) return "all";
+  if (present.empty()) return "none";
+  if (present.size() > missing.size()) return "all but " + join(missing, ", ");
+  return join(present, ", ");
+}
+
+// Which of hmr's memory operations (rereg, windows, ODP, advice, indirect keys) each NIC has.
+std::string operations_line(const JsonValue& report) {
+  std::vector<std::string> nics;
+  for (const char* adapter : {"sim", "callback"}) {
+    const JsonValue* entry = report.at(std::string("nics.") + adapter);
+    if (entry == nullptr) continue;
+    nics.push_back(std::string(adapter) + ": " + operations_text(entry->find("operations")));
+  }
+  for (const JsonValue& device : items_at(report, "nics.verbs.devices")) {
+    nics.push_back("verbs " + text_at(device, "name") + ": " +
+                   operations_text(device.find("operations")));
+  }
+  // libfabric lists many providers, and hmr's ofi NIC usually answers the same for each.
+  std::vector<std::string> providers, texts;
+  for (const JsonValue& provider : items_at(report, "nics.libfabric.providers")) {
+    providers.push_back(text_at(provider, "name"));
+    texts.push_back(operations_text(provider.find("operations")));
+  }
+  bool same = true;
+  for (const std::string& text : texts) same = same && text == texts.front();
+  if (!texts.empty() && same) {
+    nics.push_back("ofi (every provider): " + texts.front());
+  } else {
+    for (size_t i = 0; i < texts.size(); ++i) {
+      nics.push_back("ofi " + providers[i] + ": " + texts[i]);
+    }
+  }
+  return "Memory operations: " + join(nics, "; ");
+}
+
 }  // namespace
 
 std::vector<std::string> summary_lines(const JsonValue& report) {
@@ -128,6 +176,7 @@ std::vector<std::string> summary_lines(const JsonValue& report) {
   lines.push_back(devices_line(report));
   lines.push_back(rdma_line(report));
   lines.push_back(libfabric_line(report));
+  if (report.at("nics.sim") != nullptr) lines.push_back(operations_line(report));
   if (bool_at(report, "config.effective.FI_HMEM_DISABLE_P2P")) {
     lines.push_back("FI_HMEM_DISABLE_P2P is set: NICs never access device memory directly");
   }

@@ -1,0 +1,172 @@
+// MemoryRegion's memory operations beyond registration: re-registration (verbs' ibv_rereg_mr),
+// prefetch advice (UCX's mem_advise), indirect keys over other MRs, and the use count that
+// windows and indirect keys hold on an MR.
+#include <cstring>
+
+#include "core/cached_mr.h"
+#include "core/domain.h"
+#include "core/memory_region.h"
+#include "hmem/hmem_registry.h"
+
+namespace hmr::core {
+namespace {
+
+using ull = unsigned long long;
+
+constexpr uint64_t kReregFlags =
+    HMR_MR_REREG_TRANSLATION | HMR_MR_REREG_ACCESS | HMR_MR_REREG_PD;
+
+}  // namespace
+
+Status MemoryRegion::check_unused() const {
+  const int users = users_.load(std::memory_order_acquire);
+  if (users == 0) return ok_status();
+  return make_error(HMR_EBUSY, "%d memory window(s) or indirect key(s) use this MR; invalidate "
+                    "or close them first", users);
+}
+
+Result<nic::ReregRequest> MemoryRegion::rereg_request(uint64_t flags,
+                                                      const hmr_mr_rereg_attr& attr) const {
+  if (flags == 0 || (flags & ~kReregFlags) != 0) {
+    return make_error(HMR_EBADFLAGS, "hmr_mr_rereg flags %#llx: give HMR_MR_REREG_TRANSLATION, "
+                      "HMR_MR_REREG_ACCESS and/or HMR_MR_REREG_PD", static_cast<ull>(flags));
+  }
+  nic::ReregRequest request;
+  if (flags & HMR_MR_REREG_TRANSLATION) {
+    HMR_RETURN_IF_ERROR(validate_segments(attr.mr_iov, attr.iov_count, domain_.rules()));
+    request.translation.assign(attr.mr_iov, attr.mr_iov + attr.iov_count);
+    // The new range must be host memory, as the MR's is: a device range has its own paths.
+    for (const iovec& segment : request.translation) {
+      Result<hmem::PointerInfo> memory =
+          hmem::Registry::global().classify(segment.iov_base, segment.iov_len);
+      if (!memory.ok()) return memory.status();
+      if (memory->iface != HMR_HMEM_SYSTEM) {
+        return make_error(HMR_EOPNOTSUPP, "the new range [%p, +%zu) is %s memory; re-registration "
+                          "moves host MRs over host memory", segment.iov_base, segment.iov_len,
+                          hmem::iface_name(memory->iface));
+      }
+    }
+    if (!request_.on_demand_paging()) {
+      HMR_RETURN_IF_ERROR(domain_.nic_registrar().check_allocated(request.translation));
+    }
+  }
+  if (flags & HMR_MR_REREG_ACCESS) {
+    if (attr.access == 0 || (attr.access & ~kKnownAccess) != 0) {
+      return make_error(HMR_EINVAL, "re-registration access %#llx: name known access bits",
+                        static_cast<ull>(attr.access));
+    }
+    request.access = attr.access;
+  }
+  if (flags & HMR_MR_REREG_PD) {
+    if (attr.nic_pd == nullptr) {
+      return make_error(HMR_EINVAL, "HMR_MR_REREG_PD needs attr->nic_pd, the NIC's protection "
+                                    "domain to move the registration to");
+    }
+    request.protection_domain = attr.nic_pd;
+  }
+  return request;
+}
+
+Result<nic::Registration> MemoryRegion::private_registration() const {
+  nic::RegistrationRequest request =
+      domain_.nic_registrar().request_for(request_.segments, request_.access);
+  return domain_.nic_registrar().register_memory(request);
+}
+
+void MemoryRegion::apply_rereg(const nic::ReregRequest& request) {
+  const uint64_t old_length = request_.length();
+  if (!request.translation.empty()) request_.segments = request.translation;
+  if (request.access) request_.access = *request.access;
+  if (promoted_from_ == nullptr) {  // a hit's bytes are counted by the hit path
+    domain_.stats().record_mr_close(old_length);
+    domain_.stats().record_mr_open(request_.length());
+  }
+}
+
+void MemoryRegion::publish_to_hit() {
+  if (promoted_from_ == nullptr) return;
+  promoted_from_->publish(desc(), key());
+}
+
+Status MemoryRegion::rereg(uint64_t flags, const hmr_mr_rereg_attr& attr) {
+  Result<nic::ReregRequest> request = rereg_request(flags, attr);
+  if (!request.ok()) return request.status();
+  HMR_RETURN_IF_ERROR(check_registered());
+  if (indirect()) {
+    return make_error(HMR_EINVAL, "an indirect key is not re-registered: close it and build "
+                                  "another");
+  }
+  if (request_.dmabuf || request_.device_memory() || device_hold_.dmabuf || device_hold_.shadow) {
+    return make_error(HMR_EOPNOTSUPP, "re-registration moves host MRs; this one is a dma-buf or "
+                                      "device memory (close it and register again)");
+  }
+  if (request_.implicit_odp() && !request->translation.empty()) {
+    return make_error(HMR_EINVAL, "an implicit ODP MR covers every address; it has no "
+                                  "translation to change");
+  }
+  const nic::Support available = domain_.operation_support(HMR_MD_OP_REREG);
+  if (!available.available) return make_error(HMR_ENOSYS, "%s", available.reason.c_str());
+
+  std::lock_guard<std::mutex> lock(mutex_);
+  HMR_RETURN_IF_ERROR(check_unused());
+  if (cache_handle_) {
+    // Other MRs share this registration: change a copy of the MR's own instead, and keep the
+    // shared one until the copy succeeded, so a failure leaves this MR as it was.
+    Result<nic::Registration> own = private_registration();
+    if (!own.ok()) return own.status();
+    nic::Registration copy = *own;
+    Status changed = domain_.nic().rereg(copy, *request);
+    if (!changed.ok()) {
+      (void)domain_.nic_registrar().deregister_memory(copy);
+      return changed;
+    }
+    handle_cache_->put(cache_handle_);
+    cache_handle_ = CacheHandle();
+    handle_cache_ = nullptr;
+    registration_ = copy;
+  } else {
+    Status changed = domain_.nic().rereg(registration_, *request);
+    if (!changed.ok()) {
+      state_.store(State::unusable, std::memory_order_release);
+      publish_to_hit();
+      return changed;
+    }
+  }
+  apply_rereg(*request);
+  publish_to_hit();
+  return ok_status();
+}
+
+Status MemoryRegion::advise(const void* addr, size_t len, hmr_mem_advice advice) {
+  if (advice != HMR_MADV_NORMAL && advice != HMR_MADV_WILLNEED) {
+    return make_error(HMR_EINVAL, "advice %d: use HMR_MADV_NORMAL or HMR_MADV_WILLNEED",
+                      static_cast<int>(advice));
+  }
+  const auto start = reinterpret_cast<uintptr_t>(addr);
+  if (addr == nullptr || len == 0 || start + len < start || !contains(start, len)) {
+    return make_error(HMR_EINVAL, "advice range [%p, +%zu) is not inside the MR", addr, len);
+  }
+  HMR_RETURN_IF_ERROR(check_registered());
+  // Pinned memory is mapped already; only an ODP registration has pages to bring in.
+  if (advice == HMR_MADV_NORMAL || !request_.on_demand_paging()) return ok_status();
+  const bool writes = (request_.access & (HMR_REMOTE_WRITE | HMR_WRITE | HMR_RECV)) != 0;
+  const iovec range = {const_cast<void*>(addr), len};
+  return domain_.nic().advise(registration_,
+                              writes ? nic::Advice::prefetch_write : nic::Advice::prefetch,
+                              {&range, 1}, /*flush=*/true);
+}
+
+Status MemoryRegion::register_indirect(std::vector<MemoryRegion*> parts,
+                                       std::span<const nic::IndirectSegment> segments) {
+  Result<nic::Registration> registered = domain_.nic_registrar().register_indirect(segments,
+                                                                                   request_.access);
+  if (!registered.ok()) return registered.status();
+  registration_ = *registered;
+  for (MemoryRegion* part : parts) part->add_user();
+  indirect_parts_ = std::move(parts);
+  enabled_ = true;
+  state_.store(State::registered, std::memory_order_release);
+  return ok_status();
+}
+
+}  // namespace hmr::core
