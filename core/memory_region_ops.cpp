@@ -107,7 +107,8 @@ Status MemoryRegion::rereg(uint64_t flags, const hmr_mr_rereg_attr& attr) {
   const nic::Support available = domain_.operation_support(HMR_MD_OP_REREG);
   if (!available.available) return make_error(HMR_ENOSYS, "%s", available.reason.c_str());
 
-  std::lock_guard<std::mutex> lock(mutex_);
+  // No lock of hmr's is held across the NIC's call (a callback NIC may call hmr back); calls
+  // on this same MR during a rereg are the caller's race, as with ibv_rereg_mr.
   HMR_RETURN_IF_ERROR(check_unused());
   if (cache_handle_) {
     // Other MRs share this registration: change a copy of the MR's own instead, and keep the
@@ -127,8 +128,10 @@ Status MemoryRegion::rereg(uint64_t flags, const hmr_mr_rereg_attr& attr) {
   } else {
     Status changed = domain_.nic().rereg(registration_, *request);
     if (!changed.ok()) {
-      state_.store(State::unusable, std::memory_order_release);
-      publish_to_hit();
+      if (!domain_.nic().usable_after_failed_rereg(registration_)) {
+        state_.store(State::unusable, std::memory_order_release);
+        publish_to_hit();
+      }
       return changed;
     }
   }
@@ -149,6 +152,8 @@ Status MemoryRegion::advise(const void* addr, size_t len, hmr_mem_advice advice)
   HMR_RETURN_IF_ERROR(check_registered());
   // Pinned memory is mapped already; only an ODP registration has pages to bring in.
   if (advice == HMR_MADV_NORMAL || !request_.on_demand_paging()) return ok_status();
+  const nic::Support available = domain_.operation_support(HMR_MD_OP_ADVISE);
+  if (!available.available) return make_error(HMR_ENOSYS, "%s", available.reason.c_str());
   const bool writes = (request_.access & (HMR_REMOTE_WRITE | HMR_WRITE | HMR_RECV)) != 0;
   const iovec range = {const_cast<void*>(addr), len};
   return domain_.nic().advise(registration_,

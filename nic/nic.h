@@ -183,6 +183,9 @@ class Nic {
   // Changes translation, protection domain and/or access of a registration in place; its key
   // and descriptor may change.
   virtual Status rereg(Registration& registration, const ReregRequest& request);
+  // After a failed rereg: whether the registration is still what it was (an input the NIC
+  // refused) or only fit for deregistration (ibv_rereg_mr's IBV_REREG_MR_ERR_CMD).
+  virtual bool usable_after_failed_rereg(const Registration&) const { return true; }
   virtual Result<MemoryWindow> alloc_window(WindowType type);
   // Binds (or re-binds) a window; on success window.key is the key of the new binding.
   virtual Status bind_window(MemoryWindow& window, const WindowBind& bind);

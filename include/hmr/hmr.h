@@ -222,6 +222,16 @@ struct hmr_nic_reg_request {
 	uint64_t dmabuf_offset;
 	int has_requested_key;      /* 1 without HMR_MR_PROV_KEY: the application chose the key */
 	uint64_t requested_key;
+	int on_demand_paging;       /* 1: HMR_MR_ODP (only with HMR_NIC_CB_ODP); addr NULL and len
+	                             * SIZE_MAX: the whole address space (HMR_NIC_CB_IMPLICIT_ODP) */
+};
+/* What an hmr_mr_rereg asks of the rereg callback; unchanged parts are NULL / 0. */
+struct hmr_nic_rereg_request {
+	const void *addr;  /* the new range, or NULL (and len 0) to keep it */
+	size_t len;
+	int has_access;    /* 1: access is the new HMR_* access */
+	uint64_t access;
+	void *nic_pd;      /* HMR_MR_REREG_PD: your protection domain to move to, or NULL */
 };
 struct hmr_nic_mr {
 	void *handle;   /* yours: hmr hands it back to dereg */
@@ -230,6 +240,8 @@ struct hmr_nic_mr {
 };
 #define HMR_NIC_CB_DMABUF (1ULL << 0)      /* reg_dmabuf imports dma-bufs */
 #define HMR_NIC_CB_PEER_DIRECT (1ULL << 1) /* reg_va takes device VAs (nvidia-peermem and the like) */
+#define HMR_NIC_CB_ODP (1ULL << 2)          /* reg_va makes on-demand-paging registrations */
+#define HMR_NIC_CB_IMPLICIT_ODP (1ULL << 3) /* ... also of the whole address space */
 struct hmr_nic_callbacks {
 	size_t size;                /* sizeof(struct hmr_nic_callbacks) */
 	void *context;              /* passed to every callback */
@@ -244,6 +256,14 @@ struct hmr_nic_callbacks {
 	int (*reg_dmabuf)(void *context, const struct hmr_nic_reg_request *request,
 			  struct hmr_nic_mr *mr, char *reason, size_t reason_size);
 	int (*dereg)(void *context, const struct hmr_nic_mr *mr, char *reason, size_t reason_size);
+	/* Optional (NULL: hmr_mr_rereg fails with -HMR_ENOSYS).  Changes the registration in place
+	 * and may write a new desc and key to *mr.  After a failure hmr only deregisters it. */
+	int (*rereg)(void *context, struct hmr_nic_mr *mr, const struct hmr_nic_rereg_request *request,
+		     char *reason, size_t reason_size);
+	/* Optional, with HMR_NIC_CB_ODP (NULL: hmr_mem_advise does not prefetch, -HMR_ENOSYS):
+	 * map [addr, addr + len) of an ODP registration now; write: 1 when it will be written. */
+	int (*advise)(void *context, const struct hmr_nic_mr *mr, const void *addr, size_t len,
+		      int write, char *reason, size_t reason_size);
 };
 
 /* Device memory the NIC cannot reach directly (FI_HMEM_DISABLE_P2P, or neither a dma-buf nor
@@ -489,10 +509,11 @@ struct hmr_mr_rereg_attr {
 };
 /* Changes the MR in place: its handle stays, its key and descriptor may change (read them
  * again).  An MR that shares a cached registration first gets one of its own, so nothing
- * another MR sees changes.  Argument errors (found before the NIC is asked) leave the MR as it
- * was; when the NIC itself fails, the MR is left registered as nothing: only hmr_mr_close is
- * valid on it (ibv_rereg_mr's rule).  -HMR_EBUSY while memory windows are bound to the MR or
- * indirect keys use it. */
+ * another MR sees changes (a failure then leaves the MR as it was).  Errors in the arguments,
+ * and inputs the NIC refuses, leave the MR as it was; when the NIC fails midway (verbs'
+ * IBV_REREG_MR_ERR_CMD, any failure of a callback NIC's rereg), only hmr_mr_close is valid on
+ * the MR afterwards (ibv_rereg_mr's rule).  -HMR_EBUSY while memory windows are bound to the MR or
+ * indirect keys use it.  Other calls on the same MR must not run meanwhile. */
 HMR_API int hmr_mr_rereg(hmr_mr *mr, uint64_t flags, const struct hmr_mr_rereg_attr *attr);
 
 /* Memory windows (verbs' ibv_alloc_mw / ibv_bind_mw / IBV_WR_LOCAL_INV / ibv_dealloc_mw): a

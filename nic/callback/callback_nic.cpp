@@ -1,11 +1,16 @@
 #include "nic/callback/callback_nic.h"
 
+#include <algorithm>
+#include <cstddef>
 #include <cstring>
 
 namespace hmr::nic::callback {
 namespace {
 
-constexpr uint64_t kKnownCaps = HMR_NIC_CB_DMABUF | HMR_NIC_CB_PEER_DIRECT;
+constexpr uint64_t kKnownCaps =
+    HMR_NIC_CB_DMABUF | HMR_NIC_CB_PEER_DIRECT | HMR_NIC_CB_ODP | HMR_NIC_CB_IMPLICIT_ODP;
+// The struct as first published (through dereg): callers built against it stay valid.
+constexpr size_t kFirstVersionSize = offsetof(hmr_nic_callbacks, dereg) + sizeof(void*);
 constexpr size_t kReasonSize = 256;
 
 // A callback's answer as hmr's: its code and its reason, or a complaint about the answer.
@@ -31,7 +36,7 @@ Result<std::unique_ptr<Nic>> CallbackNic::open(const char* options, void* handle
     return make_error(HMR_EINVAL, "nic \"callback\" needs nic_handle = a struct "
                       "hmr_nic_callbacks *");
   }
-  if (user->size < sizeof(hmr_nic_callbacks)) {
+  if (user->size < kFirstVersionSize) {
     return make_error(HMR_EINVAL, "hmr_nic_callbacks.size is %zu; set it to sizeof(struct "
                       "hmr_nic_callbacks) (%zu)", user->size, sizeof(hmr_nic_callbacks));
   }
@@ -43,8 +48,8 @@ Result<std::unique_ptr<Nic>> CallbackNic::open(const char* options, void* handle
                         sizeof(hmr_nic_callbacks), i);
     }
   }
-  hmr_nic_callbacks callbacks;
-  std::memcpy(&callbacks, user, sizeof callbacks);
+  hmr_nic_callbacks callbacks{};  // members the caller's struct lacks stay NULL
+  std::memcpy(&callbacks, user, std::min(user->size, sizeof callbacks));
   if (callbacks.reg_va == nullptr || callbacks.dereg == nullptr) {
     return make_error(HMR_EINVAL, "hmr_nic_callbacks needs reg_va and dereg");
   }
@@ -55,6 +60,14 @@ Result<std::unique_ptr<Nic>> CallbackNic::open(const char* options, void* handle
   if (callbacks.caps & ~kKnownCaps) {
     return make_error(HMR_EBADFLAGS, "hmr_nic_callbacks.caps has unknown bits %#llx",
                       static_cast<unsigned long long>(callbacks.caps & ~kKnownCaps));
+  }
+  if ((callbacks.caps & HMR_NIC_CB_IMPLICIT_ODP) && !(callbacks.caps & HMR_NIC_CB_ODP)) {
+    return make_error(HMR_EINVAL, "hmr_nic_callbacks: HMR_NIC_CB_IMPLICIT_ODP needs "
+                      "HMR_NIC_CB_ODP");
+  }
+  if (callbacks.advise != nullptr && !(callbacks.caps & HMR_NIC_CB_ODP)) {
+    return make_error(HMR_EINVAL, "hmr_nic_callbacks: advise prefetches ODP registrations; set "
+                      "HMR_NIC_CB_ODP too");
   }
   if (((callbacks.caps & HMR_NIC_CB_DMABUF) != 0) != (callbacks.reg_dmabuf != nullptr)) {
     return make_error(HMR_EINVAL, "hmr_nic_callbacks: HMR_NIC_CB_DMABUF and reg_dmabuf go "
@@ -73,19 +86,26 @@ CallbackNic::CallbackNic(const hmr_nic_callbacks& callbacks, void* user_handle)
   capabilities_.max_mr_size = callbacks.max_mr_size != 0 ? callbacks.max_mr_size : UINT64_MAX;
   capabilities_.dmabuf_import = (callbacks.caps & HMR_NIC_CB_DMABUF) != 0;
   capabilities_.peer_direct = (callbacks.caps & HMR_NIC_CB_PEER_DIRECT) != 0;
-  // The callbacks register and deregister, nothing else: what the application's NIC can do
-  // beyond that is done on its own objects.
+  // What the application's NIC does beyond registration is what its optional callbacks and
+  // caps say; the rest is done on its own objects.
   const auto lacks = [](const char* what) {
-    return Support{false, std::string("the callback NIC has ") + what +
-                              ": struct hmr_nic_callbacks has no callback for it"};
+    return Support{false, std::string("the callback NIC has ") + what};
   };
+  const bool odp = (callbacks.caps & HMR_NIC_CB_ODP) != 0;
   MemoryOperations& ops = capabilities_.operations;
-  ops.rereg = lacks("no re-registration");
-  ops.memory_windows = lacks("no memory windows");
-  ops.odp = lacks("no on-demand-paging registrations");
-  ops.implicit_odp = lacks("no implicit on-demand paging");
-  ops.advise = lacks("no prefetch advice");
-  ops.indirect = lacks("no indirect keys");
+  ops.rereg = callbacks.rereg != nullptr ? Support{true, ""}
+                                         : lacks("no re-registration (hmr_nic_callbacks.rereg is NULL)");
+  ops.memory_windows = lacks("no memory windows: create them on your own NIC objects");
+  ops.odp = odp ? Support{true, ""}
+                : lacks("no on-demand-paging registrations (caps lacks HMR_NIC_CB_ODP)");
+  ops.implicit_odp = (callbacks.caps & HMR_NIC_CB_IMPLICIT_ODP) != 0
+                         ? Support{true, ""}
+                         : lacks("no implicit on-demand paging (caps lacks "
+                                 "HMR_NIC_CB_IMPLICIT_ODP)");
+  ops.advise = callbacks.advise != nullptr
+                   ? Support{true, ""}
+                   : lacks("no prefetch advice (hmr_nic_callbacks.advise is NULL)");
+  ops.indirect = lacks("no indirect keys: build them on your own NIC objects");
 }
 
 Result<Registration> CallbackNic::register_memory(const RegistrationRequest& request) {
@@ -98,6 +118,7 @@ Result<Registration> CallbackNic::register_memory(const RegistrationRequest& req
     call.has_requested_key = 1;
     call.requested_key = *request.requested_key;
   }
+  call.on_demand_paging = request.on_demand_paging ? 1 : 0;
   if (request.dmabuf != nullptr) {
     call.addr = request.dmabuf->base_addr;
     call.len = request.dmabuf->len;
@@ -143,15 +164,73 @@ Result<Registration> CallbackNic::register_memory(const RegistrationRequest& req
 }
 
 Status CallbackNic::deregister(Registration& registration) {
-  hmr_nic_mr mr{};
-  mr.handle = registration.handle;
-  mr.desc = registration.desc;
-  mr.key = registration.key.low_u64();
+  hmr_nic_mr mr = as_callback_mr(registration);
   char reason[kReasonSize] = {};
   const int rc = callbacks_.dereg(callbacks_.context, &mr, reason, sizeof reason);
   reason[kReasonSize - 1] = '\0';
   HMR_RETURN_IF_ERROR(callback_status(rc, "dereg", reason));
   registration = Registration();
+  return ok_status();
+}
+
+hmr_nic_mr CallbackNic::as_callback_mr(const Registration& registration) {
+  hmr_nic_mr mr{};
+  mr.handle = registration.handle;
+  mr.desc = registration.desc;
+  mr.key = registration.key.low_u64();
+  return mr;
+}
+
+Status CallbackNic::rereg(Registration& registration, const ReregRequest& request) {
+  if (callbacks_.rereg == nullptr) {
+    return make_error(HMR_ENOSYS, "%s", capabilities_.operations.rereg.reason.c_str());
+  }
+  hmr_nic_rereg_request call{};
+  if (!request.translation.empty()) {
+    if (request.translation.size() != 1) {
+      return make_error(HMR_EINVAL, "callback NIC re-registers one range, not %zu",
+                        request.translation.size());
+    }
+    call.addr = request.translation[0].iov_base;
+    call.len = request.translation[0].iov_len;
+  }
+  if (request.access) {
+    call.has_access = 1;
+    call.access = *request.access;
+  }
+  call.nic_pd = request.protection_domain;
+  hmr_nic_mr mr = as_callback_mr(registration);
+  char reason[kReasonSize] = {};
+  const int rc = callbacks_.rereg(callbacks_.context, &mr, &call, reason, sizeof reason);
+  reason[kReasonSize - 1] = '\0';
+  HMR_RETURN_IF_ERROR(callback_status(rc, "rereg", reason));
+  if (callbacks_.key_size < sizeof(uint64_t) && (mr.key >> (8 * callbacks_.key_size)) != 0) {
+    return make_error(HMR_EIO, "callback NIC: rereg returned key %#llx, wider than key_size %zu",
+                      static_cast<unsigned long long>(mr.key), callbacks_.key_size);
+  }
+  registration.handle = mr.handle;
+  registration.desc = mr.desc;
+  registration.key = KeyBytes::from_u64(mr.key, callbacks_.key_size);
+  if (call.addr != nullptr && registration.base_addr != 0) {
+    registration.base_addr = reinterpret_cast<uint64_t>(call.addr);  // VA-addressed
+  }
+  return ok_status();
+}
+
+Status CallbackNic::advise(const Registration& registration, Advice advice,
+                           std::span<const iovec> ranges, bool) {
+  if (callbacks_.advise == nullptr) {
+    return make_error(HMR_ENOSYS, "%s", capabilities_.operations.advise.reason.c_str());
+  }
+  const hmr_nic_mr mr = as_callback_mr(registration);
+  for (const iovec& range : ranges) {
+    char reason[kReasonSize] = {};
+    const int rc = callbacks_.advise(callbacks_.context, &mr, range.iov_base, range.iov_len,
+                                     advice == Advice::prefetch_write ? 1 : 0, reason,
+                                     sizeof reason);
+    reason[kReasonSize - 1] = '\0';
+    HMR_RETURN_IF_ERROR(callback_status(rc, "advise", reason));
+  }
   return ok_status();
 }
 

@@ -20,8 +20,15 @@ class CallbackNic final : public Nic {
   Result<Registration> register_memory(const RegistrationRequest& request) override;
   Status deregister(Registration& registration) override;
   void* native_handle() const override { return user_handle_; }
+  // The optional callbacks; without them -HMR_ENOSYS with the reason.
+  Status rereg(Registration& registration, const ReregRequest& request) override;
+  Status advise(const Registration& registration, Advice advice, std::span<const iovec> ranges,
+                bool flush) override;
+  // The callback's contract: after a failed rereg, hmr only deregisters the registration.
+  bool usable_after_failed_rereg(const Registration&) const override { return false; }
 
  private:
+  static hmr_nic_mr as_callback_mr(const Registration& registration);
   CallbackNic(const hmr_nic_callbacks& callbacks, void* user_handle);
 
   hmr_nic_callbacks callbacks_;

@@ -15,7 +15,8 @@ namespace {
 
 using ull = unsigned long long;
 
-constexpr uint64_t kKnownFlags = HMR_MR_DMABUF | HMR_HMEM_DEVICE_ONLY | HMR_HMEM_HOST_ALLOC;
+constexpr uint64_t kKnownFlags =
+    HMR_MR_DMABUF | HMR_HMEM_DEVICE_ONLY | HMR_HMEM_HOST_ALLOC | HMR_MR_ODP;
 constexpr uint64_t kRemoteAccess = HMR_REMOTE_READ | HMR_REMOTE_WRITE;
 // An ibv_sge length is 32 bits; prefetch advice is split into pieces no longer than this.
 constexpr uint64_t kMaxAdviceSge = uint64_t{1} << 30;
@@ -504,6 +505,11 @@ Status VerbsNic::rereg(nic::Registration& registration, const nic::ReregRequest&
   return verbs_failure(err, "ibv_rereg_mr(flags %#x) on %s failed (result %d) and left the "
                        "registration usable only for deregistration; close it",
                        static_cast<unsigned>(flags), probe_.name.c_str(), result);
+}
+
+bool VerbsNic::usable_after_failed_rereg(const nic::Registration& registration) const {
+  const VerbsRegistration* record = record_of(registration);
+  return record != nullptr && !record->unusable();
 }
 
 Result<nic::MemoryWindow> VerbsNic::alloc_window(nic::WindowType type) {

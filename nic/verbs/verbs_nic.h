@@ -43,6 +43,7 @@ class VerbsNic final : public nic::Nic {
   // (for the application's QPs on a device hmr opened).
   void* native_handle() const override { return device_.pd(); }
   Status rereg(nic::Registration& registration, const nic::ReregRequest& request) override;
+  bool usable_after_failed_rereg(const nic::Registration& registration) const override;
   Result<nic::MemoryWindow> alloc_window(nic::WindowType type) override;
   Status bind_window(nic::MemoryWindow& window, const nic::WindowBind& bind) override;
   Status invalidate_window(nic::MemoryWindow& window, void* queue, uint64_t work_request_id,
