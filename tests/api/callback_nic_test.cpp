@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <vector>
@@ -35,12 +36,23 @@ struct ToyNic {
   void (*reenter)(ToyNic&) = nullptr;
   hmr_domain* domain = nullptr;
   int reentered = 0;
+  // The optional operations.
+  std::vector<hmr_nic_rereg_request> reregs;
+  int fail_rereg = 0;
+  struct Advice {
+    const void* addr;
+    size_t len;
+    int write;
+  };
+  std::vector<Advice> advice;
+  int odp_registrations = 0;
 };
 
 int toy_register(void* context, const hmr_nic_reg_request* request, hmr_nic_mr* mr,
                  char* reason, size_t reason_size) {
   auto& nic = *static_cast<ToyNic*>(context);
   nic.registrations.push_back({request->addr, request->len, request->access, request->dmabuf_fd});
+  nic.odp_registrations += request->on_demand_paging;
   if (nic.fail_reg != 0) {
     std::snprintf(reason, reason_size, "toy NIC refuses %zu bytes at %p", request->len,
                   request->addr);
@@ -60,6 +72,24 @@ int toy_deregister(void* context, const hmr_nic_mr* mr, char* reason, size_t rea
     std::snprintf(reason, reason_size, "toy NIC lost handle %p", mr->handle);
     return nic.fail_dereg;
   }
+  return 0;
+}
+
+int toy_rereg(void* context, hmr_nic_mr* mr, const hmr_nic_rereg_request* request, char* reason,
+              size_t reason_size) {
+  auto& nic = *static_cast<ToyNic*>(context);
+  nic.reregs.push_back(*request);
+  if (nic.fail_rereg != 0) {
+    std::snprintf(reason, reason_size, "toy NIC cannot move handle %p", mr->handle);
+    return nic.fail_rereg;
+  }
+  mr->key = nic.next_key++;  // a new translation, a new key, as verbs gives
+  return 0;
+}
+
+int toy_advise(void* context, const hmr_nic_mr*, const void* addr, size_t len, int write, char*,
+               size_t) {
+  static_cast<ToyNic*>(context)->advice.push_back({addr, len, write});
   return 0;
 }
 
@@ -300,3 +330,133 @@ TEST(CallbackNic, BadCallbackStructsAreRefused) {
 }
 
 }  // namespace
+
+// ---------------------------------------------------------------- optional operations ----
+
+TEST(CallbackNic, ReregGoesToTheRereregCallbackWithTheNewRangeAndKey) {
+  ToyNic nic;
+  hmr_nic_callbacks callbacks = toy_callbacks(nic);
+  callbacks.rereg = toy_rereg;
+  DomainPtr domain(open_callback_domain(callbacks, "disabled"));
+  ASSERT_TRUE(domain);
+  EXPECT_EQ(hmr_md_query_op(domain.get(), HMR_MD_OP_REREG, nullptr, 0), 1);
+  Pages first(kPage), second(kPage);
+  MrPtr mr = reg(domain.get(), first.data(), kPage, kRemote);
+  ASSERT_TRUE(mr);
+  EXPECT_EQ(hmr_mr_key(mr.get()), 100u);
+
+  iovec moved = {second.data(), kPage};
+  hmr_mr_rereg_attr attr;
+  std::memset(&attr, 0, sizeof attr);
+  attr.size = sizeof attr;
+  attr.mr_iov = &moved;
+  attr.iov_count = 1;
+  attr.access = HMR_REMOTE_READ;
+  ASSERT_HMR_OK(hmr_mr_rereg(mr.get(), HMR_MR_REREG_TRANSLATION | HMR_MR_REREG_ACCESS, &attr));
+  ASSERT_EQ(nic.reregs.size(), 1u);
+  EXPECT_EQ(nic.reregs[0].addr, second.data());
+  EXPECT_EQ(nic.reregs[0].len, kPage);
+  EXPECT_EQ(nic.reregs[0].has_access, 1);
+  EXPECT_EQ(nic.reregs[0].access, HMR_REMOTE_READ);
+  EXPECT_EQ(nic.reregs[0].nic_pd, nullptr);
+  EXPECT_EQ(hmr_mr_key(mr.get()), 101u) << "the key the callback wrote back";
+  uint64_t base = 0;
+  uint8_t raw[8];
+  size_t raw_size = sizeof raw;
+  ASSERT_HMR_OK(hmr_mr_raw_attr(mr.get(), &base, raw, &raw_size, 0));
+  EXPECT_EQ(base, reinterpret_cast<uint64_t>(second.data()));
+
+  // A failure carries the callback's reason, and the MR is then only closable (the contract
+  // of the rereg callback); close still deregisters it.
+  nic.fail_rereg = -HMR_EIO;
+  attr.access = kRemote;
+  EXPECT_HMR_ERROR(hmr_mr_rereg(mr.get(), HMR_MR_REREG_ACCESS, &attr), HMR_EIO);
+  EXPECT_NE(std::strstr(hmr_last_error(), "toy NIC cannot move"), nullptr) << hmr_last_error();
+  EXPECT_EQ(hmr_mr_key(mr.get()), HMR_KEY_NOTAVAIL);
+  EXPECT_EQ(hmr_mr_desc(mr.get()), nullptr);
+  EXPECT_HMR_ERROR(hmr_mr_rereg(mr.get(), HMR_MR_REREG_ACCESS, &attr), HMR_EINVAL);
+  const size_t before = nic.deregistrations.size();
+  ASSERT_HMR_OK(hmr_mr_close(mr.release()));
+  EXPECT_EQ(nic.deregistrations.size(), before + 1);
+}
+
+TEST(CallbackNic, WithoutOptionalCallbacksTheOperationsAreEnosys) {
+  ToyNic nic;
+  hmr_nic_callbacks callbacks = toy_callbacks(nic);
+  DomainPtr domain(open_callback_domain(callbacks, "disabled"));
+  ASSERT_TRUE(domain);
+  for (int op = 0; op < HMR_MD_OP_COUNT; ++op) {
+    char reason[160] = {};
+    EXPECT_EQ(hmr_md_query_op(domain.get(), static_cast<hmr_md_op>(op), reason, sizeof reason), 0);
+    EXPECT_NE(std::strstr(reason, "callback NIC"), nullptr) << reason;
+  }
+  Pages buffer(kPage);
+  MrPtr mr = reg(domain.get(), buffer.data(), kPage, kRemote);
+  ASSERT_TRUE(mr);
+  hmr_mr_rereg_attr attr;
+  std::memset(&attr, 0, sizeof attr);
+  attr.size = sizeof attr;
+  attr.access = HMR_REMOTE_READ;
+  EXPECT_HMR_ERROR(hmr_mr_rereg(mr.get(), HMR_MR_REREG_ACCESS, &attr), HMR_ENOSYS);
+  EXPECT_NE(std::strstr(hmr_last_error(), "rereg is NULL"), nullptr) << hmr_last_error();
+  hmr_mr* odp = nullptr;
+  EXPECT_HMR_ERROR(hmr_mr_reg(domain.get(), buffer.data(), kPage, kRemote, 0, 0, HMR_MR_ODP, &odp,
+                              nullptr),
+                   HMR_ENOSYS);
+  EXPECT_EQ(hmr_mr_key(mr.get()), 100u) << "the MR is untouched";
+}
+
+TEST(CallbackNic, OdpRegistrationsAndAdviceReachTheCallbacks) {
+  ToyNic nic;
+  hmr_nic_callbacks callbacks = toy_callbacks(nic);
+  callbacks.caps = HMR_NIC_CB_ODP;
+  callbacks.advise = toy_advise;
+  DomainPtr domain(open_callback_domain(callbacks, "disabled"));
+  ASSERT_TRUE(domain);
+  EXPECT_EQ(hmr_md_query_op(domain.get(), HMR_MD_OP_ODP, nullptr, 0), 1);
+  EXPECT_EQ(hmr_md_query_op(domain.get(), HMR_MD_OP_ADVISE, nullptr, 0), 1);
+  EXPECT_EQ(hmr_md_query_op(domain.get(), HMR_MD_OP_IMPLICIT_ODP, nullptr, 0), 0);
+  Pages buffer(4 * kPage);
+  hmr_mr* raw = nullptr;
+  ASSERT_HMR_OK(hmr_mr_reg(domain.get(), buffer.data(), 4 * kPage, HMR_REMOTE_WRITE, 0, 0,
+                           HMR_MR_ODP, &raw, nullptr));
+  MrPtr odp(raw);
+  EXPECT_EQ(nic.odp_registrations, 1);
+  ASSERT_HMR_OK(hmr_mem_advise(odp.get(), buffer.data() + kPage, 2 * kPage, HMR_MADV_WILLNEED));
+  ASSERT_EQ(nic.advice.size(), 1u);
+  EXPECT_EQ(nic.advice[0].addr, buffer.data() + kPage);
+  EXPECT_EQ(nic.advice[0].len, 2 * kPage);
+  EXPECT_EQ(nic.advice[0].write, 1) << "the MR is written remotely";
+  // A pinned MR has nothing to prefetch: the callback is not asked.
+  MrPtr pinned = reg(domain.get(), buffer.data(), kPage, kRemote);
+  ASSERT_TRUE(pinned);
+  ASSERT_HMR_OK(hmr_mem_advise(pinned.get(), buffer.data(), kPage, HMR_MADV_WILLNEED));
+  EXPECT_EQ(nic.advice.size(), 1u);
+  EXPECT_EQ(nic.odp_registrations, 1);
+}
+
+TEST(CallbackNic, StructsOfTheFirstVersionStillOpen) {
+  // A caller built before rereg and advise existed passes the shorter struct.
+  ToyNic nic;
+  hmr_nic_callbacks callbacks = toy_callbacks(nic);
+  callbacks.size = offsetof(hmr_nic_callbacks, rereg);
+  callbacks.rereg = toy_rereg;  // beyond its size: must not be read
+  DomainPtr domain(open_callback_domain(callbacks, "disabled"));
+  ASSERT_TRUE(domain);
+  EXPECT_EQ(hmr_md_query_op(domain.get(), HMR_MD_OP_REREG, nullptr, 0), 0);
+
+  hmr_domain_attr attr = domain_attr(HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR);
+  attr.nic = "callback";
+  hmr_domain* refused = nullptr;
+  hmr_nic_callbacks bad = toy_callbacks(nic);
+  bad.size = offsetof(hmr_nic_callbacks, dereg);  // cuts off a required callback
+  attr.nic_handle = &bad;
+  EXPECT_HMR_ERROR(hmr_domain_open(&attr, &refused), HMR_EINVAL);
+  bad = toy_callbacks(nic);
+  bad.caps = HMR_NIC_CB_IMPLICIT_ODP;
+  EXPECT_HMR_ERROR(hmr_domain_open(&attr, &refused), HMR_EINVAL);
+  bad = toy_callbacks(nic);
+  bad.advise = toy_advise;  // advice is for ODP registrations
+  EXPECT_HMR_ERROR(hmr_domain_open(&attr, &refused), HMR_EINVAL);
+  EXPECT_EQ(refused, nullptr);
+}
