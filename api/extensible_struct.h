@@ -13,6 +13,13 @@ template <typename T>
 Result<T> read_extensible(const T* user, size_t first_version_size, const char* type_name) {
   if (user == nullptr) return make_error(HMR_EINVAL, "%s pointer is NULL", type_name);
   const size_t size = user->size;
+  // A size no struct of this ABI will reach is garbage, not a newer caller: refuse it rather
+  // than read that far.
+  constexpr size_t kLargestPlausible = 4096;
+  if (size > kLargestPlausible) {
+    return make_error(HMR_EINVAL, "%s.size is %zu; set it to sizeof(struct %s) (%zu)", type_name,
+                      size, type_name, sizeof(T));
+  }
   if (size < first_version_size) {
     return make_error(HMR_EINVAL, "%s.size is %zu; set it to sizeof(struct %s) (%zu)", type_name,
                       size, type_name, sizeof(T));

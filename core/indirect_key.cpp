@@ -49,8 +49,13 @@ Result<MemoryRegion*> Domain::register_indirect(std::span<const IndirectPiece> p
   request.access = access;
   std::vector<MemoryRegion*> parts;
   std::vector<nic::IndirectSegment> segments;
+  uint64_t total = 0;
   for (size_t i = 0; i < pieces.size(); ++i) {
     HMR_RETURN_IF_ERROR(check_piece(*this, pieces[i], i, access));
+    if (__builtin_add_overflow(total, pieces[i].len, &total)) {
+      return make_error(HMR_EINVAL, "the segments of the indirect key add up to more than 2^64 "
+                                    "bytes");
+    }
     parts.push_back(pieces[i].mr);
     segments.push_back({&pieces[i].mr->registration(), pieces[i].addr, pieces[i].len});
     request.segments.push_back({reinterpret_cast<void*>(pieces[i].addr), pieces[i].len});

@@ -100,7 +100,8 @@ class MemoryRegion : public Tagged<ObjectClass::memory_region> {
   // rereg's pieces (core/memory_region_rereg.cpp).
   Result<nic::ReregRequest> rereg_request(uint64_t flags, const hmr_mr_rereg_attr& attr) const;
   // Replaces a shared cached registration by one of the MR's own with the same range and access.
-  Result<nic::Registration> private_registration() const;
+  // (with the change's range and access, or the MR's own when it has none)
+  Result<nic::Registration> private_registration(const nic::ReregRequest& change) const;
   void apply_rereg(const nic::ReregRequest& request);
   void publish_to_hit();  // the promoted hit's copy of key and descriptor
 

@@ -67,19 +67,22 @@ Result<nic::ReregRequest> MemoryRegion::rereg_request(uint64_t flags,
   return request;
 }
 
-Result<nic::Registration> MemoryRegion::private_registration() const {
-  nic::RegistrationRequest request =
-      domain_.nic_registrar().request_for(request_.segments, request_.access);
+Result<nic::Registration> MemoryRegion::private_registration(
+    const nic::ReregRequest& change) const {
+  const std::vector<iovec>& segments =
+      change.translation.empty() ? request_.segments : change.translation;
+  nic::RegistrationRequest request = domain_.nic_registrar().request_for(
+      segments, change.access ? *change.access : request_.access);
   return domain_.nic_registrar().register_memory(request);
 }
 
 void MemoryRegion::apply_rereg(const nic::ReregRequest& request) {
-  const uint64_t old_length = request_.length();
+  const uint64_t old_bytes = request_.counted_bytes();
   if (!request.translation.empty()) request_.segments = request.translation;
   if (request.access) request_.access = *request.access;
   if (promoted_from_ == nullptr) {  // a hit's bytes are counted by the hit path
-    domain_.stats().record_mr_close(old_length);
-    domain_.stats().record_mr_open(request_.length());
+    domain_.stats().record_mr_close(old_bytes);
+    domain_.stats().record_mr_open(request_.counted_bytes());
   }
 }
 
@@ -113,13 +116,21 @@ Status MemoryRegion::rereg(uint64_t flags, const hmr_mr_rereg_attr& attr) {
   if (cache_handle_) {
     // Other MRs share this registration: change a copy of the MR's own instead, and keep the
     // shared one until the copy succeeded, so a failure leaves this MR as it was.
-    Result<nic::Registration> own = private_registration();
+    // The new range and access are registered as they are (the old range may be gone
+    // already: moving off freed memory is why one re-registers); only a new protection domain
+    // needs a registration to move, so that one is registered in place and then moved.
+    nic::ReregRequest in_place;
+    in_place.protection_domain = request->protection_domain;
+    Result<nic::Registration> own =
+        private_registration(in_place.protection_domain ? nic::ReregRequest() : *request);
     if (!own.ok()) return own.status();
     nic::Registration copy = *own;
-    Status changed = domain_.nic().rereg(copy, *request);
-    if (!changed.ok()) {
-      (void)domain_.nic_registrar().deregister_memory(copy);
-      return changed;
+    if (in_place.protection_domain != nullptr) {
+      Status changed = domain_.nic().rereg(copy, *request);
+      if (!changed.ok()) {
+        (void)domain_.nic_registrar().deregister_memory(copy);
+        return changed;
+      }
     }
     handle_cache_->put(cache_handle_);
     cache_handle_ = CacheHandle();
@@ -151,7 +162,9 @@ Status MemoryRegion::advise(const void* addr, size_t len, hmr_mem_advice advice)
   }
   HMR_RETURN_IF_ERROR(check_registered());
   // Pinned memory is mapped already; only an ODP registration has pages to bring in.
-  if (advice == HMR_MADV_NORMAL || !request_.on_demand_paging()) return ok_status();
+  const bool on_demand =
+      request_.on_demand_paging() || domain_.nic().capabilities().on_demand_paging;
+  if (advice == HMR_MADV_NORMAL || !on_demand) return ok_status();
   const nic::Support available = domain_.operation_support(HMR_MD_OP_ADVISE);
   if (!available.available) return make_error(HMR_ENOSYS, "%s", available.reason.c_str());
   const bool writes = (request_.access & (HMR_REMOTE_WRITE | HMR_WRITE | HMR_RECV)) != 0;
@@ -169,9 +182,11 @@ Status MemoryRegion::register_indirect(std::vector<MemoryRegion*> parts,
   registration_ = *registered;
   for (MemoryRegion* part : parts) part->add_user();
   indirect_parts_ = std::move(parts);
-  enabled_ = true;
   state_.store(State::registered, std::memory_order_release);
-  return ok_status();
+  // Reachable at once unless the domain's rules say otherwise (MR_ENDPOINT: bind, then enable).
+  std::lock_guard<std::mutex> lock(mutex_);
+  enabled_ = starts_enabled();
+  return enabled_ ? ok_status() : publish_remote_access();
 }
 
 }  // namespace hmr::core

@@ -117,7 +117,9 @@ Status validate_segments(const iovec* iov, size_t count, const DomainRules& rule
       return make_error(HMR_EINVAL, "segment %zu [%p, +%zu) wraps the address space", i,
                         segment.iov_base, segment.iov_len);
     }
-    total += segment.iov_len;
+    if (__builtin_add_overflow(total, segment.iov_len, &total)) {
+      return make_error(HMR_EINVAL, "the segments' lengths add up to more than 2^64 bytes");
+    }
   }
   if (total > rules.max_mr_size) {
     return make_error(HMR_EINVAL, "registration of %llu bytes exceeds the NIC's max MR size %llu",

@@ -541,7 +541,9 @@ HMR_API int hmr_mw_alloc(hmr_domain *domain, enum hmr_mw_type type, hmr_mw **mw)
  * the MR cannot be closed or re-registered (-HMR_EBUSY). */
 HMR_API int hmr_mw_bind(hmr_mw *mw, hmr_mr *mr, const void *addr, size_t len, uint64_t access,
 			const struct hmr_mw_post *post, uint64_t *key);
-/* Revokes the window's key: RMA through it fails afterwards. */
+/* Revokes the window's key: RMA through it fails afterwards.  On verbs the bind and the
+ * invalidation complete on the QP: hmr releases the MR when the call returns, so reap the
+ * invalidation's completion before closing or re-registering the MR. */
 HMR_API int hmr_mw_invalidate(hmr_mw *mw, const struct hmr_mw_post *post);
 /* Frees the window (a bound window is unbound first). */
 HMR_API int hmr_mw_close(hmr_mw *mw);

@@ -204,12 +204,13 @@ Status CallbackNic::rereg(Registration& registration, const ReregRequest& reques
   const int rc = callbacks_.rereg(callbacks_.context, &mr, &call, reason, sizeof reason);
   reason[kReasonSize - 1] = '\0';
   HMR_RETURN_IF_ERROR(callback_status(rc, "rereg", reason));
+  // What the callback wrote is what dereg must get back, whether or not hmr takes the key.
+  registration.handle = mr.handle;
+  registration.desc = mr.desc;
   if (callbacks_.key_size < sizeof(uint64_t) && (mr.key >> (8 * callbacks_.key_size)) != 0) {
     return make_error(HMR_EIO, "callback NIC: rereg returned key %#llx, wider than key_size %zu",
                       static_cast<unsigned long long>(mr.key), callbacks_.key_size);
   }
-  registration.handle = mr.handle;
-  registration.desc = mr.desc;
   registration.key = KeyBytes::from_u64(mr.key, callbacks_.key_size);
   if (call.addr != nullptr && registration.base_addr != 0) {
     registration.base_addr = reinterpret_cast<uint64_t>(call.addr);  // VA-addressed

@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <optional>
 
 #include "nic/sim/sim_nic.h"
 
@@ -103,6 +104,13 @@ Status SimNic::rereg(Registration& registration, const ReregRequest& request) {
     return make_error(HMR_EOPNOTSUPP, "sim NIC re-registers host ranges only; this registration "
                                       "is a dma-buf or device memory");
   }
+  // Everything that can fail comes before the region changes.
+  std::optional<KeyBytes> new_key;
+  if (!request.translation.empty() && !region->requested_key) {
+    Result<KeyBytes> key = fresh_key();
+    if (!key.ok()) return key.status();
+    new_key = *key;
+  }
   if (!request.translation.empty()) {
     region->segments = request.translation;
     region->local_ranges = region->segments;
@@ -112,11 +120,7 @@ Status SimNic::rereg(Registration& registration, const ReregRequest& request) {
     region->stale.store(false, std::memory_order_release);
     // A new translation gets a new key, as ibv_rereg_mr gives one: a peer holding the old
     // key must not reach the new bytes.  A key the application chose stays its own.
-    if (!region->requested_key) {
-      Result<KeyBytes> key = fresh_key();
-      if (!key.ok()) return key.status();
-      table_.rekey(region, *key);
-    }
+    if (new_key) table_.rekey(region, *new_key);
   }
   if (request.access) region->access = *request.access;
   registration.key = region->key;
@@ -177,7 +181,8 @@ Status SimNic::bind_window(MemoryWindow& window, const WindowBind& bind) {
   bound->length = bind.len;
   // Peers address the window's bytes as they address the MR's.
   bound->base_addr = target->base_addr + offset;
-  bound->remote.enabled = true;
+  bound->remote.enabled = true;  // the MR's own state gates it (parents)
+  bound->parents.push_back(target);
   if (sim_window->bound != nullptr) table_.erase(sim_window->bound);  // a type 1 re-bind
   sim_window->bound = table_.insert(std::move(bound));
   window.key = *key;
@@ -264,7 +269,10 @@ Result<Registration> SimNic::register_indirect(std::span<const IndirectSegment> 
     if (!sliced.ok()) {
       return make_error(sliced.code(), "indirect segment %zu: %s", i, sliced.reason().c_str());
     }
-    region->length += segment.len;
+    if (__builtin_add_overflow(region->length, segment.len, &region->length)) {
+      return make_error(HMR_EINVAL, "the indirect key's segments add up to more than 2^64 bytes");
+    }
+    region->parents.push_back(target);
   }
   Result<KeyBytes> key = fresh_key();
   if (!key.ok()) return key.status();

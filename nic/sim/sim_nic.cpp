@@ -304,13 +304,9 @@ Status SimNic::remote_access(const RmaRequest& request) {
     return make_error(HMR_EACCES, "remote key %#llx is not registered at the target",
                       static_cast<unsigned long long>(request.key.low_u64()));
   }
-  if (!region->remote.enabled) {
-    return make_error(HMR_EACCES, "target MR (key %#llx) is not enabled",
-                      static_cast<unsigned long long>(request.key.low_u64()));
-  }
-  if (region->remote.endpoint != nullptr && region->remote.endpoint != request.target_endpoint) {
-    return make_error(HMR_EACCES, "target MR (key %#llx) is bound to another endpoint",
-                      static_cast<unsigned long long>(request.key.low_u64()));
+  HMR_RETURN_IF_ERROR(check_reachable(*region, request));
+  for (const SimRegion* parent : region->parents) {
+    HMR_RETURN_IF_ERROR(check_reachable(*parent, request));
   }
   const uint64_t needed = needed_remote_access(request.op);
   if ((region->access & needed) != needed) {
@@ -337,12 +333,6 @@ Status SimNic::remote_access(const RmaRequest& request) {
                       static_cast<unsigned long long>(request.key.low_u64()),
                       region->device_memory.c_str());
   }
-  if (region->track_page_changes && region->stale.load(std::memory_order_acquire)) {
-    return make_error(HMR_EFAULT,
-                      "target MR (key %#llx) has a stale translation: its pages changed; the "
-                      "owner must call hmr_mr_refresh (the domain requires MMU_NOTIFY)",
-                      static_cast<unsigned long long>(request.key.low_u64()));
-  }
   switch (request.op) {
     case RmaOp::write:
       HMR_RETURN_IF_ERROR(transfer(*region, true, offset, request.local, request.len));
@@ -362,6 +352,24 @@ Status SimNic::remote_access(const RmaRequest& request) {
     }
   }
   count_remote_event(*region, request.op);
+  for (const SimRegion* parent : region->parents) count_remote_event(*parent, request.op);
+  return ok_status();
+}
+
+Status SimNic::check_reachable(const SimRegion& region, const RmaRequest& request) {
+  const auto key = static_cast<unsigned long long>(request.key.low_u64());
+  if (!region.remote.enabled) {
+    return make_error(HMR_EACCES, "target MR (key %#llx) is not enabled", key);
+  }
+  if (region.remote.endpoint != nullptr && region.remote.endpoint != request.target_endpoint) {
+    return make_error(HMR_EACCES, "target MR (key %#llx) is bound to another endpoint", key);
+  }
+  if (region.track_page_changes && region.stale.load(std::memory_order_acquire)) {
+    return make_error(HMR_EFAULT,
+                      "target MR (key %#llx) has a stale translation: its pages changed; the "
+                      "owner must call hmr_mr_refresh (the domain requires MMU_NOTIFY)",
+                      key);
+  }
   return ok_status();
 }
 

@@ -59,6 +59,8 @@ class SimNic final : public Nic {
                       std::vector<iovec>& pieces, uint64_t& offset);
   void describe_operations();
   void mark_stale(uintptr_t start, uintptr_t end);
+  // Whether a peer may reach `region` now: enabled, its endpoint, a fresh translation.
+  static Status check_reachable(const SimRegion& region, const RmaRequest& request);
 
   SimOptions options_;
   Capabilities capabilities_;

@@ -53,6 +53,9 @@ struct SimRegion {
   // On-demand paging: the "DMA" follows the page tables at each access, so nothing goes stale
   // and pages need not exist until then.
   bool on_demand_paging = false;
+  // A window's MR, or each MR an indirect key lies in: RMA through the key must also find
+  // each of them reachable (enabled, bound to the endpoint, not stale), and counts on theirs.
+  std::vector<const SimRegion*> parents;
   // Device memory the sim NIC was handed but cannot move (it has no DMA engine into a device):
   // what it was given, e.g. "cuda device 0 memory as dma-buf (fd 7, offset 4096, len 100)".
   // Empty for memory it reaches.  RMA to or from it is refused with this description.

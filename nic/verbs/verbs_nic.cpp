@@ -519,7 +519,7 @@ Result<nic::MemoryWindow> VerbsNic::alloc_window(nic::WindowType type) {
     return make_error(HMR_EINVAL, "memory window type %d: use 1 or 2", static_cast<int>(type));
   }
   if (!support.supported) {
-    return make_error(HMR_EOPNOTSUPP, "memory windows of type %d on %s: %s",
+    return make_error(HMR_ENOSYS, "memory windows of type %d on %s: %s",
                       static_cast<int>(type), probe_.name.c_str(), support.reason.c_str());
   }
   Result<std::unique_ptr<VerbsWindow>> window =

@@ -380,6 +380,35 @@ TEST(CallbackNic, ReregGoesToTheRereregCallbackWithTheNewRangeAndKey) {
   EXPECT_EQ(nic.deregistrations.size(), before + 1);
 }
 
+int toy_rereg_to_a_wide_key(void* context, hmr_nic_mr* mr, const hmr_nic_rereg_request*, char*,
+                            size_t) {
+  auto& nic = *static_cast<ToyNic*>(context);
+  mr->handle = reinterpret_cast<void*>(0xb);  // the callback made a new registration...
+  mr->key = uint64_t{1} << 40;                // ...whose key does not fit key_size 4
+  nic.reregs.push_back({});
+  return 0;
+}
+
+TEST(CallbackNic, ARereggedKeyHmrRefusesStillGoesBackToDereg) {
+  ToyNic nic;
+  hmr_nic_callbacks callbacks = toy_callbacks(nic);
+  callbacks.rereg = toy_rereg_to_a_wide_key;
+  DomainPtr domain(open_callback_domain(callbacks, "disabled"));
+  ASSERT_TRUE(domain);
+  Pages buffer(kPage);
+  MrPtr mr = reg(domain.get(), buffer.data(), kPage, kRemote);
+  ASSERT_TRUE(mr);
+  hmr_mr_rereg_attr attr;
+  std::memset(&attr, 0, sizeof attr);
+  attr.size = sizeof attr;
+  attr.access = HMR_REMOTE_READ;
+  EXPECT_HMR_ERROR(hmr_mr_rereg(mr.get(), HMR_MR_REREG_ACCESS, &attr), HMR_EIO);
+  ASSERT_HMR_OK(hmr_mr_close(mr.release()));
+  ASSERT_EQ(nic.deregistrations.size(), 1u);
+  EXPECT_EQ(nic.deregistrations[0].handle, reinterpret_cast<void*>(0xb))
+      << "dereg must get the registration the callback made, not the one it replaced";
+}
+
 TEST(CallbackNic, WithoutOptionalCallbacksTheOperationsAreEnosys) {
   ToyNic nic;
   hmr_nic_callbacks callbacks = toy_callbacks(nic);

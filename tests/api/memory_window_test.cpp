@@ -97,6 +97,31 @@ TEST(MemoryWindow, KeyReachesOnlyTheBoundRange) {
   EXPECT_EQ(std::memcmp(target.data(), &value, sizeof value), 0);
 }
 
+TEST(MemoryWindow, KeyIsGatedByItsMrsEnableStateAndEndpoint) {
+  // A window opens no door its MR keeps shut: in an MR_ENDPOINT domain the MR is unreachable
+  // until it is bound to the target endpoint and enabled, and so is every window onto it.
+  Pages target(kPage);
+  std::memset(target.data(), 0, target.size());
+  DomainPtr domain = open_domain(kVirtProvKey | HMR_MR_ENDPOINT, "require=ENDPOINT");
+  ASSERT_TRUE(domain);
+  Link link = connect(domain.get(), domain.get());
+  ASSERT_TRUE(link);
+  MrPtr mr = reg(domain.get(), target.data(), kPage, kBindable);
+  ASSERT_TRUE(mr);
+  MwPtr window = alloc_window(domain.get(), HMR_MW_TYPE_1);
+  ASSERT_TRUE(window);
+  const uint64_t key = bind_window(window.get(), mr.get(), target.data(), kPage, kRemote);
+  ASSERT_NE(key, kKeySentinel);
+  expect_write_refused(link.initiator.get(), va(target.data()), key, 8, HMR_EACCES, target);
+  ASSERT_HMR_OK(hmr_mr_bind(mr.get(), hmr_ep_fid(link.target.get()), 0));
+  ASSERT_HMR_OK(hmr_mr_enable(mr.get()));
+  const uint64_t value = 0xabcdef;
+  ASSERT_HMR_OK(hmr_ep_write(link.initiator.get(), &value, sizeof value, nullptr,
+                             va(target.data()), key));
+  EXPECT_EQ(std::memcmp(target.data(), &value, sizeof value), 0);
+  window.reset();  // unbinds before the MR closes
+}
+
 TEST(MemoryWindow, OffsetDomainsAddressFromTheMrStart) {
   Pages target(3 * kPage);
   std::memset(target.data(), 0, target.size());

@@ -225,6 +225,22 @@ TEST(Odp, ImplicitRegistrationNeedsVirtAddrAndTheOdpFlag) {
   EXPECT_EQ(mr, sentinel<hmr_mr>()) << "*mr written on failure";
 }
 
+TEST(Odp, SegmentLengthsThatWrapAreRefused) {
+  // ODP skips the ALLOCATED check, so the length arithmetic is the only guard left against
+  // absurd ranges: two halves of the address space must not add up to one page.
+  DomainPtr domain = open_domain(kVirtProvKey);
+  ASSERT_TRUE(domain);
+  const iovec halves[] = {{reinterpret_cast<void*>(0x10000), size_t{1} << 63},
+                          {reinterpret_cast<void*>(0x10000), (size_t{1} << 63) + 4096}};
+  hmr_mr* mr = sentinel<hmr_mr>();
+  hmr_domain_attr attr;
+  DomainPtr wide = open_domain(kVirtProvKey, "iov_limit=4", &attr);
+  ASSERT_TRUE(wide);
+  EXPECT_HMR_ERROR(hmr_mr_regv(wide.get(), halves, 2, kRemote, 0, 0, HMR_MR_ODP, &mr, nullptr),
+                   HMR_EINVAL);
+  EXPECT_EQ(mr, sentinel<hmr_mr>());
+}
+
 // ============================================================== advice
 
 TEST(OdpAdvise, WillneedMakesTheRangeResident) {

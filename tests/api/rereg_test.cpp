@@ -298,6 +298,49 @@ TEST(Rereg, SharedCachedRegistrationIsLeftToTheOtherMr) {
   expect_round_trip(link.initiator.get(), va(memory.data()), shared_key, other);
 }
 
+TEST(Rereg, CachedMrMovesOffMemoryThatIsGone) {
+  // The usual reason to re-register: the old buffer was freed.  A cached MR gets a registration
+  // of the new range directly; the old range is never registered again (ALLOCATED would refuse).
+  hmr_domain_attr attr;
+  DomainPtr domain = open_domain(kVirtProvKey | HMR_MR_ALLOCATED, nullptr, &attr);
+  ASSERT_TRUE(domain);
+  if (std::string(attr.cache_monitor) == "disabled") GTEST_SKIP() << "no cache monitor here";
+  Link link = connect(domain.get(), domain.get());
+  ASSERT_TRUE(link);
+  Pages old_buffer(kPage);
+  Pages new_buffer(kPage);
+  MrPtr first = reg(domain.get(), old_buffer.data(), kPage, kRemote);
+  MrPtr mr = reg(domain.get(), old_buffer.data(), kPage, kRemote);
+  ASSERT_TRUE(first && mr);
+  ASSERT_EQ(query_mr(mr.get()).cached, 1);
+  first.reset();
+  old_buffer.unmap();
+  const iovec target{new_buffer.data(), kPage};
+  ASSERT_HMR_OK(rereg_translation(mr.get(), &target, 1));
+  EXPECT_EQ(query_mr(mr.get()).cached, 0);
+  const std::vector<uint8_t> bytes = pattern(64, 3);
+  expect_round_trip(link.initiator.get(), va(new_buffer.data()), hmr_mr_key(mr.get()), bytes);
+}
+
+TEST(Rereg, AttrSizesNoStructCouldHaveAreRefused) {
+  DomainPtr domain = open_uncached_domain(kVirtProvKey);
+  ASSERT_TRUE(domain);
+  Pages buffer(kPage);
+  MrPtr mr = reg(domain.get(), buffer.data(), kPage, kRemote);
+  ASSERT_TRUE(mr);
+  hmr_mr_rereg_attr attr = rereg_attr();
+  attr.access = HMR_REMOTE_READ;
+  attr.size = SIZE_MAX;  // garbage: hmr must not read that far looking for set bytes
+  EXPECT_HMR_ERROR(hmr_mr_rereg(mr.get(), HMR_MR_REREG_ACCESS, &attr), HMR_EINVAL);
+  hmr_mw_post post;
+  std::memset(&post, 0, sizeof post);
+  post.size = 1 << 20;
+  hmr_mw* mw = nullptr;
+  ASSERT_HMR_OK(hmr_mw_alloc(domain.get(), HMR_MW_TYPE_2, &mw));
+  EXPECT_HMR_ERROR(hmr_mw_invalidate(mw, &post), HMR_EINVAL);
+  EXPECT_EQ(hmr_mw_close(mw), 0) << hmr_last_error();
+}
+
 // ============================================================== bad arguments
 
 // A sim MR with a requested key and a connected endpoint, so each test can show that a refused

@@ -654,6 +654,16 @@ TEST_F(VerbsMemoryOpsTest, WillneedOnAnOdpMrPrefetchesThroughAdviseMr) {
   EXPECT_EQ(advice.lkey[0], ibv_mr_of(read_only.get())->lkey);
 }
 
+TEST_F(VerbsMemoryOpsTest, WillneedPrefetchesEveryMrOfAnOdpOnDomain) {
+  // odp=on makes every registration an ODP one, flag or not, so each has pages to prefetch.
+  open_domain("device=fake_mlx5_0;relaxed_ordering=off;odp=on");
+  std::vector<char> buffer(2 * kPage);
+  MrPtr mr = reg(buffer.data(), buffer.size(), kRemote);
+  ASSERT_TRUE(mr);
+  ASSERT_HMR_OK(hmr_mem_advise(mr.get(), buffer.data(), kPage, HMR_MADV_WILLNEED));
+  EXPECT_EQ(fake().call_count("advise_mr"), 1);
+}
+
 TEST_F(VerbsMemoryOpsTest, AdviceWithNothingToDoNeverReachesLibibverbs) {
   open_domain();
   std::vector<char> buffer(kPage);
