@@ -9,6 +9,7 @@
 #include "api/mr_handle.h"
 #include "core/domain.h"
 #include "core/memory_window.h"
+#include "util/enum_bits.h"
 
 using hmr::core::Domain;
 using hmr::core::from_handle;
@@ -47,7 +48,7 @@ HMR_API int hmr_mem_advise(hmr_mr* handle, const void* addr, size_t len,
                            enum hmr_mem_advice advice) {
   return hmr::guarded([&] {
     return hmr::with_memory_region(handle, [&](MemoryRegion& region) {
-      return hmr::report(region.advise(addr, len, advice));
+      return hmr::report(region.advise(addr, len, hmr::core::enum_bits(advice)));
     });
   });
 }
@@ -89,7 +90,8 @@ HMR_API int hmr_mw_alloc(hmr_domain* handle, enum hmr_mw_type type, hmr_mw** mw)
     Domain* domain = from_handle<Domain>(handle);
     if (domain == nullptr) return hmr::report_error(HMR_EINVAL, "not a domain handle");
     if (mw == nullptr) return hmr::report_error(HMR_EINVAL, "mw output pointer is NULL");
-    hmr::Result<MemoryWindow*> window = MemoryWindow::allocate(*domain, type);
+    // The enum's bits, read as an int: a C caller may pass any value (util/enum_bits.h).
+    hmr::Result<MemoryWindow*> window = MemoryWindow::allocate(*domain, hmr::core::enum_bits(type));
     if (!window.ok()) return hmr::report(window.status());
     *mw = hmr::core::to_handle<hmr_mw>(*window);
     return 0;
@@ -139,11 +141,11 @@ HMR_API int hmr_md_query_op(hmr_domain* handle, enum hmr_md_op op, char* reason,
   return hmr::guarded([&] {
     Domain* domain = from_handle<Domain>(handle);
     if (domain == nullptr) return hmr::report_error(HMR_EINVAL, "not a domain handle");
-    if (static_cast<unsigned>(op) >= HMR_MD_OP_COUNT) {
-      return hmr::report_error(HMR_EINVAL, "operation %d: use an enum hmr_md_op value",
-                               static_cast<int>(op));
+    const int op_bits = hmr::core::enum_bits(op);
+    if (op_bits < 0 || op_bits >= HMR_MD_OP_COUNT) {
+      return hmr::report_error(HMR_EINVAL, "operation %d: use an enum hmr_md_op value", op_bits);
     }
-    const hmr::nic::Support support = domain->operation_support(op);
+    const hmr::nic::Support support = domain->operation_support(static_cast<hmr_md_op>(op_bits));
     if (support.available) return 1;
     if (reason != nullptr && reason_size > 0) {
       std::snprintf(reason, reason_size, "%s", support.reason.c_str());

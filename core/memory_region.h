@@ -72,7 +72,8 @@ class MemoryRegion : public Tagged<ObjectClass::memory_region> {
   // one of the MR's own first; a NIC failure leaves the MR unusable.
   Status rereg(uint64_t flags, const hmr_mr_rereg_attr& attr);
   // hmr_mem_advise: prefetch for ODP MRs, nothing to do for pinned ones.
-  Status advise(const void* addr, size_t len, hmr_mem_advice advice);
+  // `advice`: the bits of the caller's enum hmr_mem_advice, any int (checked here).
+  Status advise(const void* addr, size_t len, int advice);
   // An indirect key's MR (Domain::register_indirect): registers `segments` on the NIC and holds
   // each MR they lie in until release.
   Status register_indirect(std::vector<MemoryRegion*> parts,

@@ -151,10 +151,9 @@ Status MemoryRegion::rereg(uint64_t flags, const hmr_mr_rereg_attr& attr) {
   return ok_status();
 }
 
-Status MemoryRegion::advise(const void* addr, size_t len, hmr_mem_advice advice) {
+Status MemoryRegion::advise(const void* addr, size_t len, int advice) {
   if (advice != HMR_MADV_NORMAL && advice != HMR_MADV_WILLNEED) {
-    return make_error(HMR_EINVAL, "advice %d: use HMR_MADV_NORMAL or HMR_MADV_WILLNEED",
-                      static_cast<int>(advice));
+    return make_error(HMR_EINVAL, "advice %d: use HMR_MADV_NORMAL or HMR_MADV_WILLNEED", advice);
   }
   const auto start = reinterpret_cast<uintptr_t>(addr);
   if (addr == nullptr || len == 0 || start + len < start || !contains(start, len)) {

@@ -28,10 +28,10 @@ Posting posting_of(const hmr_mw_post* post) {
 
 }  // namespace
 
-Result<MemoryWindow*> MemoryWindow::allocate(Domain& domain, hmr_mw_type type) {
+Result<MemoryWindow*> MemoryWindow::allocate(Domain& domain, int type) {
   if (type != HMR_MW_TYPE_1 && type != HMR_MW_TYPE_2) {
     return make_error(HMR_EINVAL, "memory window type %d: use HMR_MW_TYPE_1 or HMR_MW_TYPE_2",
-                      static_cast<int>(type));
+                      type);
   }
   const nic::Support available = domain.operation_support(HMR_MD_OP_MEMORY_WINDOWS);
   if (!available.available) return make_error(HMR_ENOSYS, "%s", available.reason.c_str());

@@ -20,7 +20,8 @@ class MemoryRegion;
 
 class MemoryWindow : public Tagged<ObjectClass::memory_window> {
  public:
-  static Result<MemoryWindow*> allocate(Domain& domain, hmr_mw_type type);
+  // `type`: the bits of the caller's enum hmr_mw_type, any int (checked here).
+  static Result<MemoryWindow*> allocate(Domain& domain, int type);
   // Deallocates on the NIC (which unbinds it) and deletes the object.
   Status close();
 

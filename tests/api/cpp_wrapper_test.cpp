@@ -650,10 +650,8 @@ TEST(CppWrapper, OdpMrIsAdvisedIntoMemoryAndImplicitOdpCoversAnyBuffer) {
   odp.advise(lazy.data(), 4 * kPage);  // WILLNEED
   EXPECT_EQ(resident_pages(lazy.data(), 4 * kPage), 4u);
   EXPECT_EQ(error_code_of([&] { odp.advise(lazy.data(), (kPages + 1) * kPage); }), HMR_EINVAL);
-  EXPECT_EQ(error_code_of([&] {
-              odp.advise(lazy.data(), kPage, static_cast<hmr_mem_advice>(HMR_MADV_WILLNEED + 1));
-            }),
-            HMR_EINVAL);
+  // (An advice outside the enum is refused too; it is passed from C in odp_test.cpp, since a
+  // C++ enum holding it is undefined behaviour.)
 
   // A pinned MR needs no prefetch: WILLNEED succeeds and does nothing.
   hmr::MemoryRegion pinned = hmr::MemoryRegion::reg(domain, target.data(), kPage, HMR_REMOTE_WRITE);
