@@ -9,9 +9,12 @@
 #include <cstring>
 #include <vector>
 
+#include "memory_ops_support.h"
 #include "test_support.h"
 
 using namespace hmr_test;
+using hmr_memops_test::rereg_access;
+using hmr_memops_test::rereg_attr;
 
 namespace {
 
@@ -117,6 +120,20 @@ hmr_domain* open_callback_domain(hmr_nic_callbacks& callbacks, const char* monit
   }
   return domain;
 }
+
+// A toy NIC behind a callback domain without a cache (every registration reaches the NIC),
+// with the callbacks of toy_callbacks as `change` leaves them; null domain on failure.
+struct ToyDomain {
+  ToyNic nic;
+  hmr_nic_callbacks callbacks;
+  DomainPtr domain;
+
+  explicit ToyDomain(void (*change)(hmr_nic_callbacks&) = nullptr)
+      : callbacks(toy_callbacks(nic)) {
+    if (change != nullptr) change(callbacks);
+    domain.reset(open_callback_domain(callbacks, "disabled"));
+  }
+};
 
 TEST(CallbackNic, RegistersThroughTheCallbacksAndCachesWhatTheyReturn) {
   ToyNic nic;
@@ -334,31 +351,26 @@ TEST(CallbackNic, BadCallbackStructsAreRefused) {
 // ---------------------------------------------------------------- optional operations ----
 
 TEST(CallbackNic, ReregGoesToTheRereregCallbackWithTheNewRangeAndKey) {
-  ToyNic nic;
-  hmr_nic_callbacks callbacks = toy_callbacks(nic);
-  callbacks.rereg = toy_rereg;
-  DomainPtr domain(open_callback_domain(callbacks, "disabled"));
-  ASSERT_TRUE(domain);
-  EXPECT_EQ(hmr_md_query_op(domain.get(), HMR_MD_OP_REREG, nullptr, 0), 1);
+  ToyDomain toy([](hmr_nic_callbacks& callbacks) { callbacks.rereg = toy_rereg; });
+  ASSERT_TRUE(toy.domain);
+  EXPECT_EQ(hmr_md_query_op(toy.domain.get(), HMR_MD_OP_REREG, nullptr, 0), 1);
   Pages first(kPage), second(kPage);
-  MrPtr mr = reg(domain.get(), first.data(), kPage, kRemote);
+  MrPtr mr = reg(toy.domain.get(), first.data(), kPage, kRemote);
   ASSERT_TRUE(mr);
   EXPECT_EQ(hmr_mr_key(mr.get()), 100u);
 
   iovec moved = {second.data(), kPage};
-  hmr_mr_rereg_attr attr;
-  std::memset(&attr, 0, sizeof attr);
-  attr.size = sizeof attr;
+  hmr_mr_rereg_attr attr = rereg_attr();
   attr.mr_iov = &moved;
   attr.iov_count = 1;
   attr.access = HMR_REMOTE_READ;
   ASSERT_HMR_OK(hmr_mr_rereg(mr.get(), HMR_MR_REREG_TRANSLATION | HMR_MR_REREG_ACCESS, &attr));
-  ASSERT_EQ(nic.reregs.size(), 1u);
-  EXPECT_EQ(nic.reregs[0].addr, second.data());
-  EXPECT_EQ(nic.reregs[0].len, kPage);
-  EXPECT_EQ(nic.reregs[0].has_access, 1);
-  EXPECT_EQ(nic.reregs[0].access, HMR_REMOTE_READ);
-  EXPECT_EQ(nic.reregs[0].nic_pd, nullptr);
+  ASSERT_EQ(toy.nic.reregs.size(), 1u);
+  EXPECT_EQ(toy.nic.reregs[0].addr, second.data());
+  EXPECT_EQ(toy.nic.reregs[0].len, kPage);
+  EXPECT_EQ(toy.nic.reregs[0].has_access, 1);
+  EXPECT_EQ(toy.nic.reregs[0].access, HMR_REMOTE_READ);
+  EXPECT_EQ(toy.nic.reregs[0].nic_pd, nullptr);
   EXPECT_EQ(hmr_mr_key(mr.get()), 101u) << "the key the callback wrote back";
   uint64_t base = 0;
   uint8_t raw[8];
@@ -368,16 +380,16 @@ TEST(CallbackNic, ReregGoesToTheRereregCallbackWithTheNewRangeAndKey) {
 
   // A failure carries the callback's reason, and the MR is then only closable (the contract
   // of the rereg callback); close still deregisters it.
-  nic.fail_rereg = -HMR_EIO;
+  toy.nic.fail_rereg = -HMR_EIO;
   attr.access = kRemote;
   EXPECT_HMR_ERROR(hmr_mr_rereg(mr.get(), HMR_MR_REREG_ACCESS, &attr), HMR_EIO);
   EXPECT_NE(std::strstr(hmr_last_error(), "toy NIC cannot move"), nullptr) << hmr_last_error();
   EXPECT_EQ(hmr_mr_key(mr.get()), HMR_KEY_NOTAVAIL);
   EXPECT_EQ(hmr_mr_desc(mr.get()), nullptr);
   EXPECT_HMR_ERROR(hmr_mr_rereg(mr.get(), HMR_MR_REREG_ACCESS, &attr), HMR_EINVAL);
-  const size_t before = nic.deregistrations.size();
+  const size_t before = toy.nic.deregistrations.size();
   ASSERT_HMR_OK(hmr_mr_close(mr.release()));
-  EXPECT_EQ(nic.deregistrations.size(), before + 1);
+  EXPECT_EQ(toy.nic.deregistrations.size(), before + 1);
 }
 
 int toy_rereg_to_a_wide_key(void* context, hmr_nic_mr* mr, const hmr_nic_rereg_request*, char*,
@@ -390,101 +402,87 @@ int toy_rereg_to_a_wide_key(void* context, hmr_nic_mr* mr, const hmr_nic_rereg_r
 }
 
 TEST(CallbackNic, ARereggedKeyHmrRefusesStillGoesBackToDereg) {
-  ToyNic nic;
-  hmr_nic_callbacks callbacks = toy_callbacks(nic);
-  callbacks.rereg = toy_rereg_to_a_wide_key;
-  DomainPtr domain(open_callback_domain(callbacks, "disabled"));
-  ASSERT_TRUE(domain);
+  ToyDomain toy([](hmr_nic_callbacks& callbacks) { callbacks.rereg = toy_rereg_to_a_wide_key; });
+  ASSERT_TRUE(toy.domain);
   Pages buffer(kPage);
-  MrPtr mr = reg(domain.get(), buffer.data(), kPage, kRemote);
+  MrPtr mr = reg(toy.domain.get(), buffer.data(), kPage, kRemote);
   ASSERT_TRUE(mr);
-  hmr_mr_rereg_attr attr;
-  std::memset(&attr, 0, sizeof attr);
-  attr.size = sizeof attr;
-  attr.access = HMR_REMOTE_READ;
-  EXPECT_HMR_ERROR(hmr_mr_rereg(mr.get(), HMR_MR_REREG_ACCESS, &attr), HMR_EIO);
+  EXPECT_HMR_ERROR(rereg_access(mr.get(), HMR_REMOTE_READ), HMR_EIO);
   ASSERT_HMR_OK(hmr_mr_close(mr.release()));
-  ASSERT_EQ(nic.deregistrations.size(), 1u);
-  EXPECT_EQ(nic.deregistrations[0].handle, reinterpret_cast<void*>(0xb))
+  ASSERT_EQ(toy.nic.deregistrations.size(), 1u);
+  EXPECT_EQ(toy.nic.deregistrations[0].handle, reinterpret_cast<void*>(0xb))
       << "dereg must get the registration the callback made, not the one it replaced";
 }
 
 TEST(CallbackNic, WithoutOptionalCallbacksTheOperationsAreEnosys) {
-  ToyNic nic;
-  hmr_nic_callbacks callbacks = toy_callbacks(nic);
-  DomainPtr domain(open_callback_domain(callbacks, "disabled"));
-  ASSERT_TRUE(domain);
+  ToyDomain toy;
+  ASSERT_TRUE(toy.domain);
   for (int op = 0; op < HMR_MD_OP_COUNT; ++op) {
     char reason[160] = {};
-    EXPECT_EQ(hmr_md_query_op(domain.get(), static_cast<hmr_md_op>(op), reason, sizeof reason), 0);
+    EXPECT_EQ(
+        hmr_md_query_op(toy.domain.get(), static_cast<hmr_md_op>(op), reason, sizeof reason), 0);
     EXPECT_NE(std::strstr(reason, "callback NIC"), nullptr) << reason;
   }
   Pages buffer(kPage);
-  MrPtr mr = reg(domain.get(), buffer.data(), kPage, kRemote);
+  MrPtr mr = reg(toy.domain.get(), buffer.data(), kPage, kRemote);
   ASSERT_TRUE(mr);
-  hmr_mr_rereg_attr attr;
-  std::memset(&attr, 0, sizeof attr);
-  attr.size = sizeof attr;
-  attr.access = HMR_REMOTE_READ;
-  EXPECT_HMR_ERROR(hmr_mr_rereg(mr.get(), HMR_MR_REREG_ACCESS, &attr), HMR_ENOSYS);
+  EXPECT_HMR_ERROR(rereg_access(mr.get(), HMR_REMOTE_READ), HMR_ENOSYS);
   EXPECT_NE(std::strstr(hmr_last_error(), "rereg is NULL"), nullptr) << hmr_last_error();
   hmr_mr* odp = nullptr;
-  EXPECT_HMR_ERROR(hmr_mr_reg(domain.get(), buffer.data(), kPage, kRemote, 0, 0, HMR_MR_ODP, &odp,
-                              nullptr),
+  EXPECT_HMR_ERROR(hmr_mr_reg(toy.domain.get(), buffer.data(), kPage, kRemote, 0, 0, HMR_MR_ODP,
+                              &odp, nullptr),
                    HMR_ENOSYS);
   EXPECT_EQ(hmr_mr_key(mr.get()), 100u) << "the MR is untouched";
 }
 
 TEST(CallbackNic, OdpRegistrationsAndAdviceReachTheCallbacks) {
-  ToyNic nic;
-  hmr_nic_callbacks callbacks = toy_callbacks(nic);
-  callbacks.caps = HMR_NIC_CB_ODP;
-  callbacks.advise = toy_advise;
-  DomainPtr domain(open_callback_domain(callbacks, "disabled"));
-  ASSERT_TRUE(domain);
-  EXPECT_EQ(hmr_md_query_op(domain.get(), HMR_MD_OP_ODP, nullptr, 0), 1);
-  EXPECT_EQ(hmr_md_query_op(domain.get(), HMR_MD_OP_ADVISE, nullptr, 0), 1);
-  EXPECT_EQ(hmr_md_query_op(domain.get(), HMR_MD_OP_IMPLICIT_ODP, nullptr, 0), 0);
+  ToyDomain toy([](hmr_nic_callbacks& callbacks) {
+    callbacks.caps = HMR_NIC_CB_ODP;
+    callbacks.advise = toy_advise;
+  });
+  ASSERT_TRUE(toy.domain);
+  EXPECT_EQ(hmr_md_query_op(toy.domain.get(), HMR_MD_OP_ODP, nullptr, 0), 1);
+  EXPECT_EQ(hmr_md_query_op(toy.domain.get(), HMR_MD_OP_ADVISE, nullptr, 0), 1);
+  EXPECT_EQ(hmr_md_query_op(toy.domain.get(), HMR_MD_OP_IMPLICIT_ODP, nullptr, 0), 0);
   Pages buffer(4 * kPage);
   hmr_mr* raw = nullptr;
-  ASSERT_HMR_OK(hmr_mr_reg(domain.get(), buffer.data(), 4 * kPage, HMR_REMOTE_WRITE, 0, 0,
+  ASSERT_HMR_OK(hmr_mr_reg(toy.domain.get(), buffer.data(), 4 * kPage, HMR_REMOTE_WRITE, 0, 0,
                            HMR_MR_ODP, &raw, nullptr));
   MrPtr odp(raw);
-  EXPECT_EQ(nic.odp_registrations, 1);
+  EXPECT_EQ(toy.nic.odp_registrations, 1);
   ASSERT_HMR_OK(hmr_mem_advise(odp.get(), buffer.data() + kPage, 2 * kPage, HMR_MADV_WILLNEED));
-  ASSERT_EQ(nic.advice.size(), 1u);
-  EXPECT_EQ(nic.advice[0].addr, buffer.data() + kPage);
-  EXPECT_EQ(nic.advice[0].len, 2 * kPage);
-  EXPECT_EQ(nic.advice[0].write, 1) << "the MR is written remotely";
+  ASSERT_EQ(toy.nic.advice.size(), 1u);
+  EXPECT_EQ(toy.nic.advice[0].addr, buffer.data() + kPage);
+  EXPECT_EQ(toy.nic.advice[0].len, 2 * kPage);
+  EXPECT_EQ(toy.nic.advice[0].write, 1) << "the MR is written remotely";
   // A pinned MR has nothing to prefetch: the callback is not asked.
-  MrPtr pinned = reg(domain.get(), buffer.data(), kPage, kRemote);
+  MrPtr pinned = reg(toy.domain.get(), buffer.data(), kPage, kRemote);
   ASSERT_TRUE(pinned);
   ASSERT_HMR_OK(hmr_mem_advise(pinned.get(), buffer.data(), kPage, HMR_MADV_WILLNEED));
-  EXPECT_EQ(nic.advice.size(), 1u);
-  EXPECT_EQ(nic.odp_registrations, 1);
+  EXPECT_EQ(toy.nic.advice.size(), 1u);
+  EXPECT_EQ(toy.nic.odp_registrations, 1);
 }
 
 TEST(CallbackNic, StructsOfTheFirstVersionStillOpen) {
   // A caller built before rereg and advise existed passes the shorter struct.
-  ToyNic nic;
-  hmr_nic_callbacks callbacks = toy_callbacks(nic);
-  callbacks.size = offsetof(hmr_nic_callbacks, rereg);
-  callbacks.rereg = toy_rereg;  // beyond its size: must not be read
-  DomainPtr domain(open_callback_domain(callbacks, "disabled"));
-  ASSERT_TRUE(domain);
-  EXPECT_EQ(hmr_md_query_op(domain.get(), HMR_MD_OP_REREG, nullptr, 0), 0);
+  ToyDomain toy([](hmr_nic_callbacks& callbacks) {
+    callbacks.size = offsetof(hmr_nic_callbacks, rereg);
+    callbacks.rereg = toy_rereg;  // beyond its size: must not be read
+  });
+  ASSERT_TRUE(toy.domain);
+  EXPECT_EQ(hmr_md_query_op(toy.domain.get(), HMR_MD_OP_REREG, nullptr, 0), 0);
 
   hmr_domain_attr attr = domain_attr(HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR);
   attr.nic = "callback";
   hmr_domain* refused = nullptr;
-  hmr_nic_callbacks bad = toy_callbacks(nic);
+  hmr_nic_callbacks bad = toy_callbacks(toy.nic);
   bad.size = offsetof(hmr_nic_callbacks, dereg);  // cuts off a required callback
   attr.nic_handle = &bad;
   EXPECT_HMR_ERROR(hmr_domain_open(&attr, &refused), HMR_EINVAL);
-  bad = toy_callbacks(nic);
+  bad = toy_callbacks(toy.nic);
   bad.caps = HMR_NIC_CB_IMPLICIT_ODP;
   EXPECT_HMR_ERROR(hmr_domain_open(&attr, &refused), HMR_EINVAL);
-  bad = toy_callbacks(nic);
+  bad = toy_callbacks(toy.nic);
   bad.advise = toy_advise;  // advice is for ODP registrations
   EXPECT_HMR_ERROR(hmr_domain_open(&attr, &refused), HMR_EINVAL);
   EXPECT_EQ(refused, nullptr);

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "memory_ops_support.h"
@@ -62,6 +63,7 @@ struct TwoMrs {
   explicit TwoMrs(hmr_domain* domain, uint64_t access = kRemote) {
     std::memset(a.data(), 0, a.size());
     std::memset(b.data(), 0, b.size());
+    if (domain == nullptr) return;  // the failure to open it is recorded already
     first = reg(domain, a.data(), a.size(), access, 0xa1);
     second = reg(domain, b.data(), b.size(), access, 0xb2);
   }
@@ -70,6 +72,25 @@ struct TwoMrs {
     return {{first.get(), a.data() + kFirstOffset, kFirstLen},
             {second.get(), b.data(), kSecondLen}};
   }
+};
+
+// A sim domain (`opened`) connected to itself, TwoMrs in it and an indirect key over them with
+// `key_access`: where the tests of what the key reaches start.
+struct KeyOverTwoMrs {
+  DomainPtr domain;
+  Link link;
+  TwoMrs mrs;
+  MrPtr indirect;
+
+  KeyOverTwoMrs(DomainPtr opened, uint64_t key_access)
+      : domain(std::move(opened)),
+        link(domain ? connect(domain.get(), domain.get()) : Link{}),
+        mrs(domain.get()) {
+    if (link && mrs) indirect.reset(reg_indirect(domain.get(), mrs.segments(), key_access));
+  }
+  explicit operator bool() const { return domain && link && mrs && indirect; }
+  hmr_ep* initiator() const { return link.initiator.get(); }
+  uint64_t key() const { return hmr_mr_key(indirect.get()); }
 };
 
 // ============================================================== availability
@@ -86,56 +107,52 @@ TEST(IndirectKey, SimDomainsOfferIt) {
 
 void expect_rma_spans_both_mrs(uint64_t app_mode, const char* options) {
   hmr_domain_attr attr;
-  DomainPtr domain = open_domain(app_mode, options, &attr);
-  ASSERT_TRUE(domain);
+  KeyOverTwoMrs s(open_domain(app_mode, options, &attr), kRemote);
   SCOPED_TRACE((attr.mr_mode & HMR_MR_VIRT_ADDR) ? "VIRT_ADDR domain" : "offset domain");
-  Link link = connect(domain.get(), domain.get());
-  ASSERT_TRUE(link);
-  TwoMrs mrs(domain.get());
-  ASSERT_TRUE(mrs);
-  MrPtr indirect(reg_indirect(domain.get(), mrs.segments(), kRemote));
-  ASSERT_TRUE(indirect);
-  const uint64_t key = hmr_mr_key(indirect.get());
+  ASSERT_TRUE(s);
+  const TwoMrs& mrs = s.mrs;
+  hmr_ep* const initiator = s.initiator();
+  const uint64_t key = s.key();
   ASSERT_NE(key, HMR_KEY_NOTAVAIL);
   EXPECT_NE(key, hmr_mr_key(mrs.first.get()));
   EXPECT_NE(key, hmr_mr_key(mrs.second.get()));
   uint64_t base = 1;
   uint8_t raw[HMR_RKEY_RAW_MAX];
   size_t raw_size = sizeof raw;
-  ASSERT_HMR_OK(hmr_mr_raw_attr(indirect.get(), &base, raw, &raw_size, 0));
+  ASSERT_HMR_OK(hmr_mr_raw_attr(s.indirect.get(), &base, raw, &raw_size, 0));
   EXPECT_EQ(base, 0u);
 
   // 100 bytes at the end of the first segment, 100 at the start of the second.
   const std::vector<uint8_t> out = pattern(200, 11);
   const uint64_t boundary = TwoMrs::kFirstLen;
   ASSERT_HMR_OK(
-      hmr_ep_write(link.initiator.get(), out.data(), out.size(), nullptr, boundary - 100, key));
+      hmr_ep_write(initiator, out.data(), out.size(), nullptr, boundary - 100, key));
   EXPECT_EQ(std::memcmp(mrs.a.data() + 3900, out.data(), 100), 0);
   EXPECT_EQ(std::memcmp(mrs.b.data(), out.data() + 100, 100), 0);
   EXPECT_EQ(mrs.a.data()[3899], 0);
   EXPECT_EQ(mrs.b.data()[100], 0);
   std::vector<uint8_t> in(out.size(), 0);
   ASSERT_HMR_OK(
-      hmr_ep_read(link.initiator.get(), in.data(), in.size(), nullptr, boundary - 100, key));
+      hmr_ep_read(initiator, in.data(), in.size(), nullptr, boundary - 100, key));
   EXPECT_EQ(in, out);
 
   // The first and the last byte, and nothing past the total.
   const uint8_t first_byte = 0xf1;
   const uint8_t last_byte = 0xf2;
-  ASSERT_HMR_OK(hmr_ep_write(link.initiator.get(), &first_byte, 1, nullptr, 0, key));
+  ASSERT_HMR_OK(hmr_ep_write(initiator, &first_byte, 1, nullptr, 0, key));
   ASSERT_HMR_OK(
-      hmr_ep_write(link.initiator.get(), &last_byte, 1, nullptr, TwoMrs::kTotal - 1, key));
+      hmr_ep_write(initiator, &last_byte, 1, nullptr, TwoMrs::kTotal - 1, key));
   EXPECT_EQ(mrs.a.data()[TwoMrs::kFirstOffset], 0xf1);
   EXPECT_EQ(mrs.b.data()[TwoMrs::kSecondLen - 1], 0xf2);
   EXPECT_EQ(mrs.b.data()[TwoMrs::kSecondLen], 0);
-  EXPECT_HMR_ERROR(hmr_ep_write(link.initiator.get(), out.data(), 1, nullptr, TwoMrs::kTotal, key),
+  EXPECT_HMR_ERROR(hmr_ep_write(initiator, out.data(), 1, nullptr, TwoMrs::kTotal, key),
                    HMR_EFAULT);
   EXPECT_HMR_ERROR(
-      hmr_ep_write(link.initiator.get(), out.data(), 2, nullptr, TwoMrs::kTotal - 1, key),
+      hmr_ep_write(initiator, out.data(), 2, nullptr, TwoMrs::kTotal - 1, key),
       HMR_EFAULT);
   EXPECT_EQ(mrs.b.data()[TwoMrs::kSecondLen - 1], 0xf2) << "a refused write landed";
   // Addresses of the memory are not the indirect key's addresses.
-  EXPECT_HMR_ERROR(hmr_ep_write(link.initiator.get(), out.data(), 8, nullptr,
+  EXPECT_HMR_ERROR(hmr_ep_write(initiator, out.data(), 8, nullptr,
                                 va(mrs.a.data()) + TwoMrs::kFirstOffset, key),
                    HMR_EFAULT);
 }
@@ -149,24 +166,20 @@ TEST(IndirectKey, OneRmaSpansTwoMrsInOffsetDomains) { expect_rma_spans_both_mrs(
 TEST(IndirectKey, SegmentsKeepTheGivenOrder) {
   constexpr size_t kSegments = 256;  // the most one key may have
   constexpr size_t kPiece = kPage / kSegments;
-  DomainPtr domain = open_domain(kVirtProvKey);
-  ASSERT_TRUE(domain);
-  Link link = connect(domain.get(), domain.get());
-  ASSERT_TRUE(link);
   Pages memory(kPage);
   std::memset(memory.data(), 0, memory.size());
-  MrPtr mr = reg(domain.get(), memory.data(), memory.size(), kRemote);
-  ASSERT_TRUE(mr);
+  LoopbackMr s(open_domain(kVirtProvKey), memory.data(), memory.size(), kRemote);
+  ASSERT_TRUE(s);
   // Piece i of the key is piece (255 - i) of the memory.
   std::vector<hmr_mr_segment> segments;
   for (size_t i = 0; i < kSegments; ++i) {
-    segments.push_back({mr.get(), memory.data() + (kSegments - 1 - i) * kPiece, kPiece});
+    segments.push_back({s.mr.get(), memory.data() + (kSegments - 1 - i) * kPiece, kPiece});
   }
-  MrPtr indirect(reg_indirect(domain.get(), segments, kRemote));
+  MrPtr indirect(reg_indirect(s.domain.get(), segments, kRemote));
   ASSERT_TRUE(indirect);
 
   const std::vector<uint8_t> out = pattern(kPage, 21);
-  ASSERT_HMR_OK(hmr_ep_write(link.initiator.get(), out.data(), out.size(), nullptr, 0,
+  ASSERT_HMR_OK(hmr_ep_write(s.initiator(), out.data(), out.size(), nullptr, 0,
                              hmr_mr_key(indirect.get())));
   for (size_t i = 0; i < kPage; ++i) {
     const size_t piece = i / kPiece;
@@ -174,73 +187,53 @@ TEST(IndirectKey, SegmentsKeepTheGivenOrder) {
     ASSERT_EQ(memory.data()[landed], out[i]) << "byte " << i << " of the write";
   }
   std::vector<uint8_t> in(out.size(), 0);
-  ASSERT_HMR_OK(hmr_ep_read(link.initiator.get(), in.data(), in.size(), nullptr, 0,
+  ASSERT_HMR_OK(hmr_ep_read(s.initiator(), in.data(), in.size(), nullptr, 0,
                             hmr_mr_key(indirect.get())));
   EXPECT_EQ(in, out);
 
   segments.push_back(segments.front());
-  expect_indirect_error(domain.get(), segments.data(), segments.size(), kRemote, HMR_EINVAL);
+  expect_indirect_error(s.domain.get(), segments.data(), segments.size(), kRemote, HMR_EINVAL);
 }
 
 // ============================================================== access
 
 TEST(IndirectKey, AccessIsTheIndirectKeysAndNeedsTheMrsGrant) {
-  DomainPtr domain = open_domain(kVirtProvKey);
-  ASSERT_TRUE(domain);
-  Link link = connect(domain.get(), domain.get());
-  ASSERT_TRUE(link);
-  TwoMrs mrs(domain.get());
-  ASSERT_TRUE(mrs);
-  MrPtr readable(reg_indirect(domain.get(), mrs.segments(), HMR_REMOTE_READ));
+  KeyOverTwoMrs readable(open_domain(kVirtProvKey), HMR_REMOTE_READ);
   ASSERT_TRUE(readable);
   const uint64_t value = 0x0badc0de;
-  EXPECT_HMR_ERROR(hmr_ep_write(link.initiator.get(), &value, sizeof value, nullptr, 0,
-                                hmr_mr_key(readable.get())),
-                   HMR_EACCES);
-  EXPECT_EQ(mrs.a.data()[TwoMrs::kFirstOffset], 0) << "a refused write landed";
+  EXPECT_HMR_ERROR(
+      hmr_ep_write(readable.initiator(), &value, sizeof value, nullptr, 0, readable.key()),
+      HMR_EACCES);
+  EXPECT_EQ(readable.mrs.a.data()[TwoMrs::kFirstOffset], 0) << "a refused write landed";
   uint64_t sink = 1;
-  ASSERT_HMR_OK(hmr_ep_read(link.initiator.get(), &sink, sizeof sink, nullptr, 0,
-                            hmr_mr_key(readable.get())));
+  ASSERT_HMR_OK(hmr_ep_read(readable.initiator(), &sink, sizeof sink, nullptr, 0, readable.key()));
   EXPECT_EQ(sink, 0u);
 
-  TwoMrs read_only(domain.get(), HMR_REMOTE_READ);
+  hmr_domain* const domain = readable.domain.get();
+  TwoMrs read_only(domain, HMR_REMOTE_READ);
   ASSERT_TRUE(read_only);
   const std::vector<hmr_mr_segment> segments = read_only.segments();
-  expect_indirect_error(domain.get(), segments.data(), segments.size(), kRemote, HMR_EACCES);
-  expect_indirect_error(domain.get(), segments.data(), segments.size(), HMR_REMOTE_WRITE,
-                        HMR_EACCES);
+  expect_indirect_error(domain, segments.data(), segments.size(), kRemote, HMR_EACCES);
+  expect_indirect_error(domain, segments.data(), segments.size(), HMR_REMOTE_WRITE, HMR_EACCES);
 }
 
 // ============================================================== the MRs underneath
 
 TEST(IndirectKey, MrsUnderAnOpenKeyCannotCloseOrChange) {
-  DomainPtr domain = open_domain(kVirtProvKey);
-  ASSERT_TRUE(domain);
-  Link link = connect(domain.get(), domain.get());
-  ASSERT_TRUE(link);
-  TwoMrs mrs(domain.get());
-  ASSERT_TRUE(mrs);
-  MrPtr indirect(reg_indirect(domain.get(), mrs.segments(), kRemote));
-  ASSERT_TRUE(indirect);
+  KeyOverTwoMrs s(open_domain(kVirtProvKey), kRemote);
+  ASSERT_TRUE(s);
+  TwoMrs& mrs = s.mrs;
 
-  const int close_rc = hmr_mr_close(mrs.second.get());
-  EXPECT_EQ(close_rc, -HMR_EBUSY) << hmr_last_error();
-  if (close_rc == 0) {
-    mrs.second.release();  // closed after all: nothing below may use it
-    return;
-  }
-  EXPECT_STRNE(hmr_last_error(), "");
-  hmr_mr_rereg_attr attr = rereg_attr();
-  attr.access = HMR_REMOTE_READ;
-  EXPECT_HMR_ERROR(hmr_mr_rereg(mrs.first.get(), HMR_MR_REREG_ACCESS, &attr), HMR_EBUSY);
+  if (!expect_close_busy(mrs.second)) return;
+  EXPECT_HMR_ERROR(rereg_access(mrs.first.get(), HMR_REMOTE_READ), HMR_EBUSY);
   // The refusals changed nothing: the indirect key still reaches both MRs.
   const std::vector<uint8_t> out = pattern(16, 8);
-  ASSERT_HMR_OK(hmr_ep_write(link.initiator.get(), out.data(), out.size(), nullptr,
-                             TwoMrs::kFirstLen - 8, hmr_mr_key(indirect.get())));
+  ASSERT_HMR_OK(hmr_ep_write(s.initiator(), out.data(), out.size(), nullptr,
+                             TwoMrs::kFirstLen - 8, s.key()));
   EXPECT_EQ(std::memcmp(mrs.b.data(), out.data() + 8, 8), 0);
 
-  ASSERT_HMR_OK(hmr_mr_close(indirect.release()));
-  ASSERT_HMR_OK(hmr_mr_rereg(mrs.first.get(), HMR_MR_REREG_ACCESS, &attr));
+  ASSERT_HMR_OK(hmr_mr_close(s.indirect.release()));
+  ASSERT_HMR_OK(rereg_access(mrs.first.get(), HMR_REMOTE_READ));
   ASSERT_HMR_OK(hmr_mr_close(mrs.second.release()));
 }
 
@@ -286,45 +279,44 @@ TEST(IndirectKey, PackedKeyRoundTripsToAnotherDomain) {
 
 // ============================================================== bad arguments
 
-TEST(IndirectBadArgs, DomainSegmentsAndOutput) {
-  DomainPtr domain = open_domain(kVirtProvKey);
-  ASSERT_TRUE(domain);
-  TwoMrs mrs(domain.get());
-  ASSERT_TRUE(mrs);
-  const std::vector<hmr_mr_segment> segments = mrs.segments();
-
-  expect_indirect_error(nullptr, segments.data(), segments.size(), kRemote, HMR_EINVAL);
-  expect_indirect_error(as<hmr_domain>(mrs.first.get()), segments.data(), segments.size(),
-                        kRemote, HMR_EINVAL);
-  expect_indirect_error(domain.get(), nullptr, 2, kRemote, HMR_EINVAL);
-  expect_indirect_error(domain.get(), segments.data(), 0, kRemote, HMR_EINVAL);
-  EXPECT_HMR_ERROR(
-      hmr_mr_reg_indirect(domain.get(), segments.data(), segments.size(), kRemote, nullptr),
-      HMR_EINVAL);
-}
-
-TEST(IndirectBadArgs, Access) {
-  DomainPtr domain = open_domain(kVirtProvKey);
-  ASSERT_TRUE(domain);
-  TwoMrs mrs(domain.get());
-  ASSERT_TRUE(mrs);
-  const std::vector<hmr_mr_segment> segments = mrs.segments();
-  const uint64_t kRefused[] = {0, 1ULL << 40, 1ULL << 63, HMR_REMOTE_READ | (1ULL << 30)};
-  for (const uint64_t access : kRefused) {
-    SCOPED_TRACE("access " + std::to_string(access));
-    expect_indirect_error(domain.get(), segments.data(), segments.size(), access, HMR_EINVAL);
-  }
-}
-
-// Each bad segment is at index 1, after a good one; the reason must say which it is.
-class IndirectBadSegment : public ::testing::Test {
+// A sim domain and TwoMrs in it, whose segments are good ones.
+class IndirectBadArgs : public ::testing::Test {
  protected:
   void SetUp() override {
     domain_ = open_domain(kVirtProvKey);
     ASSERT_TRUE(domain_);
     mrs_ = std::make_unique<TwoMrs>(domain_.get());
     ASSERT_TRUE(*mrs_);
+    segments_ = mrs_->segments();
   }
+
+  DomainPtr domain_;
+  std::unique_ptr<TwoMrs> mrs_;
+  std::vector<hmr_mr_segment> segments_;
+};
+
+TEST_F(IndirectBadArgs, DomainSegmentsAndOutput) {
+  expect_indirect_error(nullptr, segments_.data(), segments_.size(), kRemote, HMR_EINVAL);
+  expect_indirect_error(as<hmr_domain>(mrs_->first.get()), segments_.data(), segments_.size(),
+                        kRemote, HMR_EINVAL);
+  expect_indirect_error(domain_.get(), nullptr, 2, kRemote, HMR_EINVAL);
+  expect_indirect_error(domain_.get(), segments_.data(), 0, kRemote, HMR_EINVAL);
+  EXPECT_HMR_ERROR(
+      hmr_mr_reg_indirect(domain_.get(), segments_.data(), segments_.size(), kRemote, nullptr),
+      HMR_EINVAL);
+}
+
+TEST_F(IndirectBadArgs, Access) {
+  const uint64_t kRefused[] = {0, 1ULL << 40, 1ULL << 63, HMR_REMOTE_READ | (1ULL << 30)};
+  for (const uint64_t access : kRefused) {
+    SCOPED_TRACE("access " + std::to_string(access));
+    expect_indirect_error(domain_.get(), segments_.data(), segments_.size(), access, HMR_EINVAL);
+  }
+}
+
+// Each bad segment is at index 1, after a good one; the reason must say which it is.
+class IndirectBadSegment : public IndirectBadArgs {
+ protected:
   void expect_second_segment_refused(const hmr_mr_segment& bad, int code = HMR_EINVAL) {
     const hmr_mr_segment segments[2] = {mrs_->segments()[0], bad};
     expect_indirect_error(domain_.get(), segments, 2, kRemote, code);
@@ -332,9 +324,6 @@ class IndirectBadSegment : public ::testing::Test {
   }
   hmr_mr* second() const { return mrs_->second.get(); }
   uint8_t* b() const { return mrs_->b.data(); }
-
-  DomainPtr domain_;
-  std::unique_ptr<TwoMrs> mrs_;
 };
 
 TEST_F(IndirectBadSegment, NoMr) { expect_second_segment_refused({nullptr, b(), 64}); }
@@ -367,8 +356,7 @@ TEST_F(IndirectBadSegment, RangeOutsideItsMr) {
 }
 
 TEST_F(IndirectBadSegment, AnotherIndirectKey) {
-  const std::vector<hmr_mr_segment> segments = mrs_->segments();
-  MrPtr indirect(reg_indirect(domain_.get(), segments, kRemote));
+  MrPtr indirect(reg_indirect(domain_.get(), segments_, kRemote));
   ASSERT_TRUE(indirect);
   expect_second_segment_refused({indirect.get(), nullptr, 64});
   expect_second_segment_refused({indirect.get(), b(), 64});
@@ -376,18 +364,15 @@ TEST_F(IndirectBadSegment, AnotherIndirectKey) {
 
 // ============================================================== ofi
 
-TEST(IndirectKeyOfi, NotAvailable) {
-  OfiDomain ofi = open_ofi_domain();
-  if (!ofi.domain) GTEST_SKIP() << "no ofi domain opens here: " << ofi.why_not;
-  const OpAnswer answer = query_op(ofi.domain.get(), HMR_MD_OP_INDIRECT);
-  EXPECT_EQ(answer.rc, 0);
-  EXPECT_FALSE(answer.reason.empty());
-  Pages memory(kPage);
-  MrPtr mr = reg(ofi.domain.get(), memory.data(), memory.size(), kRemote);
+using IndirectKeyOfi = OfiDomainTest;
+
+TEST_F(IndirectKeyOfi, NotAvailable) {
+  expect_unavailable(domain_.get(), HMR_MD_OP_INDIRECT);
+  MrPtr mr = reg_memory();
   ASSERT_TRUE(mr);
-  const hmr_mr_segment segments[2] = {{mr.get(), memory.data(), 100},
-                                      {mr.get(), memory.data() + 200, 100}};
-  expect_indirect_error(ofi.domain.get(), segments, 2, kRemote, HMR_ENOSYS);
+  const hmr_mr_segment segments[2] = {{mr.get(), memory_.data(), 100},
+                                      {mr.get(), memory_.data() + 200, 100}};
+  expect_indirect_error(domain_.get(), segments, 2, kRemote, HMR_ENOSYS);
 }
 
 }  // namespace

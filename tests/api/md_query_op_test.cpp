@@ -47,15 +47,8 @@ TEST(MdQueryOp, CallbackNicHasNone) {
   hmr_domain* raw_domain = nullptr;
   ASSERT_HMR_OK(hmr_domain_open(&attr, &raw_domain));
   DomainPtr domain(raw_domain);
-  for (const hmr_md_op op : kAllOps) {
-    SCOPED_TRACE("op " + std::to_string(static_cast<int>(op)));
-    const OpAnswer answer = query_op(domain.get(), op);
-    EXPECT_EQ(answer.rc, 0);
-    EXPECT_FALSE(answer.reason.empty());
-  }
-  hmr_mw* mw = sentinel<hmr_mw>();
-  EXPECT_HMR_ERROR(hmr_mw_alloc(domain.get(), HMR_MW_TYPE_1, &mw), HMR_ENOSYS);
-  EXPECT_EQ(mw, sentinel<hmr_mw>());
+  for (const hmr_md_op op : kAllOps) expect_unavailable(domain.get(), op);
+  expect_alloc_window_refused(domain.get(), HMR_MW_TYPE_1, HMR_ENOSYS);
 }
 
 TEST(MdQueryOp, ReasonIsBoundedAndOptional) {
@@ -82,21 +75,19 @@ TEST(MdQueryOp, ReasonIsBoundedAndOptional) {
 }
 
 TEST(MdQueryOp, BadArguments) {
-  DomainPtr domain = open_domain(kVirtProvKey);
-  ASSERT_TRUE(domain);
-  Pages memory(kPage);
-  MrPtr mr = reg(domain.get(), memory.data(), memory.size(), kRemote);
-  ASSERT_TRUE(mr);
+  DomainAndMr handles(open_domain(kVirtProvKey), kPage, kRemote);
+  ASSERT_TRUE(handles);
+  hmr_domain* const domain = handles.domain.get();
   char reason[16];
   std::memset(reason, 'Z', sizeof reason);
 
   EXPECT_HMR_ERROR(hmr_md_query_op(nullptr, HMR_MD_OP_REREG, reason, sizeof reason), HMR_EINVAL);
   EXPECT_HMR_ERROR(
-      hmr_md_query_op(as<hmr_domain>(mr.get()), HMR_MD_OP_REREG, reason, sizeof reason),
+      hmr_md_query_op(as<hmr_domain>(handles.mr.get()), HMR_MD_OP_REREG, reason, sizeof reason),
       HMR_EINVAL);
   for (const int op : {HMR_MD_OP_COUNT, HMR_MD_OP_COUNT + 1, -1, 1 << 30}) {
     SCOPED_TRACE("op " + std::to_string(op));
-    EXPECT_HMR_ERROR(raw_md_query_op(domain.get(), op, reason, sizeof reason), HMR_EINVAL);
+    EXPECT_HMR_ERROR(raw_md_query_op(domain, op, reason, sizeof reason), HMR_EINVAL);
   }
   EXPECT_EQ(reason[0], 'Z') << "reason written on failure";
 }

@@ -5,11 +5,13 @@
 
 #include <gtest/gtest.h>
 #include <hmr/hmr.h>
+#include <sys/uio.h>
 
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "test_support.h"
@@ -90,6 +92,98 @@ inline hmr_mr_rereg_attr rereg_attr() {
   return attr;
 }
 
+// hmr_mr_rereg of the translation alone, or of the access alone.
+inline int rereg_translation(hmr_mr* mr, const iovec* iov, size_t count) {
+  hmr_mr_rereg_attr attr = rereg_attr();
+  attr.mr_iov = iov;
+  attr.iov_count = count;
+  return hmr_mr_rereg(mr, HMR_MR_REREG_TRANSLATION, &attr);
+}
+inline int rereg_access(hmr_mr* mr, uint64_t access) {
+  hmr_mr_rereg_attr attr = rereg_attr();
+  attr.access = access;
+  return hmr_mr_rereg(mr, HMR_MR_REREG_ACCESS, &attr);
+}
+
+// Expects hmr_mw_alloc to fail with -code and to leave *mw alone.
+inline void expect_alloc_window_refused(hmr_domain* domain, hmr_mw_type type, int code) {
+  hmr_mw* mw = sentinel<hmr_mw>();
+  EXPECT_HMR_ERROR(hmr_mw_alloc(domain, type, &mw), code);
+  EXPECT_EQ(mw, sentinel<hmr_mw>()) << "*mw written on failure";
+}
+
+// A sim domain connected to itself and one MR of it over [buf, +len): where most of the tests
+// of these operations start.  A step that fails leaves its member (and the later ones) null
+// with the failure recorded: test the whole with ASSERT_TRUE.  Members close in reverse order.
+struct LoopbackMr {
+  DomainPtr domain;
+  Link link;
+  MrPtr mr;
+
+  LoopbackMr() = default;
+  LoopbackMr(DomainPtr opened, const void* buf, size_t len, uint64_t access, uint64_t key = 0,
+             uint64_t flags = 0)
+      : domain(std::move(opened)) {
+    if (!domain) return;
+    link = connect(domain.get(), domain.get());
+    if (link) mr = reg(domain.get(), buf, len, access, key, flags);
+  }
+  explicit operator bool() const { return domain && link && mr; }
+  hmr_ep* initiator() const { return link.initiator.get(); }
+};
+
+// A domain and one MR over fresh pages of its own, for tests that need handles of each type.
+struct DomainAndMr {
+  DomainPtr domain;
+  Pages memory;
+  MrPtr mr;
+
+  DomainAndMr(DomainPtr opened, size_t bytes, uint64_t access)
+      : domain(std::move(opened)), memory(bytes) {
+    if (domain) mr = reg(domain.get(), memory.data(), memory.size(), access);
+  }
+  explicit operator bool() const { return domain && mr; }
+};
+
+// For the MRs that the registration cache must never share: in a sim domain with a cache (the
+// test is skipped where none starts), plain MRs of the same memory are shared (the control) and
+// two made by `register_one(domain, buf, len)` are not.
+template <typename Register>
+void expect_never_shared(size_t bytes, Register register_one) {
+  hmr_domain_attr attr;
+  DomainPtr domain = open_domain(kVirtProvKey, nullptr, &attr);
+  ASSERT_TRUE(domain);
+  if (std::string(attr.cache_monitor) == "disabled") {
+    GTEST_SKIP() << "no cache monitor starts here, so nothing would be shared anyway";
+  }
+  Pages memory(bytes);
+  {
+    MrPtr first = reg(domain.get(), memory.data(), memory.size(), kRemote);
+    MrPtr second = reg(domain.get(), memory.data(), memory.size(), kRemote);
+    ASSERT_TRUE(first && second);
+    ASSERT_EQ(query_mr(second.get()).cached, 1) << "the cache did not share a plain MR";
+  }
+  MrPtr first = register_one(domain.get(), memory.data(), memory.size());
+  MrPtr second = register_one(domain.get(), memory.data(), memory.size());
+  ASSERT_TRUE(first && second);
+  EXPECT_EQ(query_mr(first.get()).cached, 0);
+  EXPECT_EQ(query_mr(second.get()).cached, 0);
+  EXPECT_NE(hmr_mr_key(first.get()), hmr_mr_key(second.get()));
+}
+
+// Expects closing `mr` to be refused with -HMR_EBUSY and a reason.  False when it closed after
+// all (released: nothing may use it), for the test to stop there.
+inline bool expect_close_busy(MrPtr& mr) {
+  const int close_rc = hmr_mr_close(mr.get());
+  EXPECT_EQ(close_rc, -HMR_EBUSY) << hmr_last_error();
+  if (close_rc == 0) {
+    mr.release();
+    return false;
+  }
+  EXPECT_STRNE(hmr_last_error(), "");
+  return true;
+}
+
 // hmr_md_query_op's answer and the reason it wrote (empty when available).
 struct OpAnswer {
   int rc;
@@ -105,6 +199,13 @@ inline OpAnswer query_op(hmr_domain* domain, hmr_md_op op) {
 
 inline bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
+}
+
+// Expects `op` to be unavailable on `domain`, with a reason.
+inline void expect_unavailable(hmr_domain* domain, hmr_md_op op) {
+  const OpAnswer answer = query_op(domain, op);
+  EXPECT_EQ(answer.rc, 0) << "op " << static_cast<int>(op);
+  EXPECT_FALSE(answer.reason.empty()) << "op " << static_cast<int>(op);
 }
 
 // An "ofi" domain on shm or, failing that, on tcp over loopback: null, with why, when neither
@@ -129,5 +230,19 @@ inline OfiDomain open_ofi_domain() {
   }
   return opened;
 }
+
+// The tests of an ofi domain, with one page of memory for its MRs; skipped where none opens.
+class OfiDomainTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    OfiDomain ofi = open_ofi_domain();
+    if (!ofi.domain) GTEST_SKIP() << "no ofi domain opens here: " << ofi.why_not;
+    domain_ = std::move(ofi.domain);
+  }
+  MrPtr reg_memory() const { return reg(domain_.get(), memory_.data(), memory_.size(), kRemote); }
+
+  DomainPtr domain_;
+  Pages memory_{kPage};
+};
 
 }  // namespace hmr_memops_test

@@ -87,9 +87,7 @@ TEST(Odp, SimDomainsOfferItImplicitOnlyWithVirtAddr) {
   ASSERT_TRUE(offsets);
   ASSERT_EQ(attr.mr_mode & HMR_MR_VIRT_ADDR, 0u);
   EXPECT_EQ(query_op(offsets.get(), HMR_MD_OP_ODP).rc, 1);
-  const OpAnswer implicit = query_op(offsets.get(), HMR_MD_OP_IMPLICIT_ODP);
-  EXPECT_EQ(implicit.rc, 0);
-  EXPECT_FALSE(implicit.reason.empty());
+  expect_unavailable(offsets.get(), HMR_MD_OP_IMPLICIT_ODP);
 }
 
 // ============================================================== pages that do not exist yet
@@ -142,26 +140,9 @@ TEST(Odp, UnmappedRangeRegistersOnlyWithOdpAndIsReachedOnceMapped) {
 }
 
 TEST(Odp, MrsAreNeverShared) {
-  hmr_domain_attr attr;
-  DomainPtr domain = open_domain(kVirtProvKey, nullptr, &attr);
-  ASSERT_TRUE(domain);
-  if (std::string(attr.cache_monitor) == "disabled") {
-    GTEST_SKIP() << "no cache monitor starts here, so nothing would be shared anyway";
-  }
-  Pages memory(2 * kPage);
-  {
-    // Control: the same range without HMR_MR_ODP is shared.
-    MrPtr first = reg(domain.get(), memory.data(), memory.size(), kRemote);
-    MrPtr second = reg(domain.get(), memory.data(), memory.size(), kRemote);
-    ASSERT_TRUE(first && second);
-    ASSERT_EQ(query_mr(second.get()).cached, 1) << "the cache did not share a plain MR";
-  }
-  MrPtr first(reg_odp(domain.get(), memory.data(), memory.size(), kRemote));
-  MrPtr second(reg_odp(domain.get(), memory.data(), memory.size(), kRemote));
-  ASSERT_TRUE(first && second);
-  EXPECT_EQ(query_mr(first.get()).cached, 0);
-  EXPECT_EQ(query_mr(second.get()).cached, 0);
-  EXPECT_NE(hmr_mr_key(first.get()), hmr_mr_key(second.get()));
+  expect_never_shared(2 * kPage, [](hmr_domain* domain, const void* buf, size_t len) {
+    return MrPtr(reg_odp(domain, buf, len, kRemote));
+  });
 }
 
 // ============================================================== implicit ODP
@@ -169,37 +150,34 @@ TEST(Odp, MrsAreNeverShared) {
 TEST(Odp, ImplicitRegistrationReachesEveryMappedBuffer) {
   Pages before(kPage);
   std::memset(before.data(), 0, before.size());
-  DomainPtr domain = open_domain(kVirtProvKey);
-  ASSERT_TRUE(domain);
-  Link link = connect(domain.get(), domain.get());
-  ASSERT_TRUE(link);
-  MrPtr whole(reg_odp(domain.get(), nullptr, SIZE_MAX, kRemote));
+  LoopbackMr whole(open_domain(kVirtProvKey), nullptr, SIZE_MAX, kRemote, 0, HMR_MR_ODP);
   ASSERT_TRUE(whole);
-  const uint64_t key = hmr_mr_key(whole.get());
+  hmr_ep* const initiator = whole.initiator();
+  const uint64_t key = hmr_mr_key(whole.mr.get());
   ASSERT_NE(key, HMR_KEY_NOTAVAIL);
-  EXPECT_EQ(query_mr(whole.get()).cached, 0);
+  EXPECT_EQ(query_mr(whole.mr.get()).cached, 0);
   Pages after(2 * kPage);  // mapped after the registration
   std::memset(after.data(), 0, after.size());
 
   const std::vector<uint8_t> out = pattern(64, 6);
-  ASSERT_HMR_OK(hmr_ep_write(link.initiator.get(), out.data(), out.size(), nullptr,
+  ASSERT_HMR_OK(hmr_ep_write(initiator, out.data(), out.size(), nullptr,
                              va(before.data()) + 10, key));
   EXPECT_EQ(std::memcmp(before.data() + 10, out.data(), out.size()), 0);
-  ASSERT_HMR_OK(hmr_ep_write(link.initiator.get(), out.data(), out.size(), nullptr,
+  ASSERT_HMR_OK(hmr_ep_write(initiator, out.data(), out.size(), nullptr,
                              va(after.data()) + kPage + 20, key));
   EXPECT_EQ(std::memcmp(after.data() + kPage + 20, out.data(), out.size()), 0);
   // A heap object as well: nothing about it was page aligned or registered.
   std::vector<uint8_t> heap(300, 0);
-  ASSERT_HMR_OK(hmr_ep_write(link.initiator.get(), out.data(), out.size(), nullptr,
+  ASSERT_HMR_OK(hmr_ep_write(initiator, out.data(), out.size(), nullptr,
                              va(heap.data()) + 7, key));
   EXPECT_EQ(std::memcmp(heap.data() + 7, out.data(), out.size()), 0);
   std::vector<uint8_t> in(out.size(), 0);
-  ASSERT_HMR_OK(hmr_ep_read(link.initiator.get(), in.data(), in.size(), nullptr,
+  ASSERT_HMR_OK(hmr_ep_read(initiator, in.data(), in.size(), nullptr,
                             va(before.data()) + 10, key));
   EXPECT_EQ(in, out);
 
   // The page at 4096 is below every mmap_min_addr: never mapped.
-  EXPECT_HMR_ERROR(hmr_ep_write(link.initiator.get(), out.data(), out.size(), nullptr, 4096, key),
+  EXPECT_HMR_ERROR(hmr_ep_write(initiator, out.data(), out.size(), nullptr, 4096, key),
                    HMR_EFAULT);
 }
 
@@ -266,15 +244,12 @@ TEST(OdpAdvise, WillneedMakesTheRangeResident) {
 }
 
 TEST(OdpAdvise, WillneedOnAPinnedMrHasNothingToDo) {
-  Pages memory(2 * kPage);
-  DomainPtr domain = open_domain(kVirtProvKey);
-  ASSERT_TRUE(domain);
-  MrPtr mr = reg(domain.get(), memory.data(), memory.size(), kRemote);
-  ASSERT_TRUE(mr);
-  EXPECT_EQ(hmr_mem_advise(mr.get(), memory.data(), memory.size(), HMR_MADV_WILLNEED), 0)
-      << hmr_last_error();
-  EXPECT_EQ(hmr_mem_advise(mr.get(), memory.data() + 10, 20, HMR_MADV_NORMAL), 0)
-      << hmr_last_error();
+  DomainAndMr pinned(open_domain(kVirtProvKey), 2 * kPage, kRemote);
+  ASSERT_TRUE(pinned);
+  hmr_mr* const mr = pinned.mr.get();
+  uint8_t* const memory = pinned.memory.data();
+  EXPECT_EQ(hmr_mem_advise(mr, memory, 2 * kPage, HMR_MADV_WILLNEED), 0) << hmr_last_error();
+  EXPECT_EQ(hmr_mem_advise(mr, memory + 10, 20, HMR_MADV_NORMAL), 0) << hmr_last_error();
 }
 
 TEST(OdpAdvise, BadArguments) {
@@ -314,25 +289,21 @@ TEST(OdpAdvise, BadArguments) {
 
 // ============================================================== ofi
 
-TEST(OdpOfi, NotAvailableButAdviceOnPinnedMrsSucceeds) {
-  OfiDomain ofi = open_ofi_domain();
-  if (!ofi.domain) GTEST_SKIP() << "no ofi domain opens here: " << ofi.why_not;
+using OdpOfi = OfiDomainTest;
+
+TEST_F(OdpOfi, NotAvailableButAdviceOnPinnedMrsSucceeds) {
   for (const hmr_md_op op : {HMR_MD_OP_ODP, HMR_MD_OP_IMPLICIT_ODP, HMR_MD_OP_ADVISE}) {
-    SCOPED_TRACE("op " + std::to_string(static_cast<int>(op)));
-    const OpAnswer answer = query_op(ofi.domain.get(), op);
-    EXPECT_EQ(answer.rc, 0);
-    EXPECT_FALSE(answer.reason.empty());
+    expect_unavailable(domain_.get(), op);
   }
-  Pages memory(kPage);
   hmr_mr* mr = sentinel<hmr_mr>();
-  EXPECT_HMR_ERROR(hmr_mr_reg(ofi.domain.get(), memory.data(), memory.size(), kRemote, 0, 0,
+  EXPECT_HMR_ERROR(hmr_mr_reg(domain_.get(), memory_.data(), memory_.size(), kRemote, 0, 0,
                               HMR_MR_ODP, &mr, nullptr),
                    HMR_ENOSYS);
   EXPECT_EQ(mr, sentinel<hmr_mr>()) << "*mr written on failure";
 
-  MrPtr pinned = reg(ofi.domain.get(), memory.data(), memory.size(), kRemote);
+  MrPtr pinned = reg_memory();
   ASSERT_TRUE(pinned);
-  EXPECT_EQ(hmr_mem_advise(pinned.get(), memory.data(), memory.size(), HMR_MADV_WILLNEED), 0)
+  EXPECT_EQ(hmr_mem_advise(pinned.get(), memory_.data(), memory_.size(), HMR_MADV_WILLNEED), 0)
       << hmr_last_error();
 }
 

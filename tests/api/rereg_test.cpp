@@ -18,19 +18,6 @@
 namespace hmr_memops_test {
 namespace {
 
-int rereg_translation(hmr_mr* mr, const iovec* iov, size_t count) {
-  hmr_mr_rereg_attr attr = rereg_attr();
-  attr.mr_iov = iov;
-  attr.iov_count = count;
-  return hmr_mr_rereg(mr, HMR_MR_REREG_TRANSLATION, &attr);
-}
-
-int rereg_access(hmr_mr* mr, uint64_t access) {
-  hmr_mr_rereg_attr attr = rereg_attr();
-  attr.access = access;
-  return hmr_mr_rereg(mr, HMR_MR_REREG_ACCESS, &attr);
-}
-
 // Writes `bytes` to (addr, key) and reads them back through the same key.
 void expect_round_trip(hmr_ep* initiator, uint64_t addr, uint64_t key,
                        const std::vector<uint8_t>& bytes) {
@@ -58,38 +45,34 @@ TEST(Rereg, TranslationMovesTheMrAndChangesAProviderKey) {
   Pages second(3 * kPage);
   std::memset(first.data(), 0x11, first.size());
   std::memset(second.data(), 0x22, second.size());
-  DomainPtr domain = open_uncached_domain(kVirtProvKey);
-  ASSERT_TRUE(domain);
-  Link link = connect(domain.get(), domain.get());
-  ASSERT_TRUE(link);
-  MrPtr mr = reg(domain.get(), first.data(), first.size(), kRemote);
-  ASSERT_TRUE(mr);
-  hmr_mr* const handle = mr.get();
-  const uint64_t old_key = hmr_mr_key(mr.get());
+  LoopbackMr s(open_uncached_domain(kVirtProvKey), first.data(), first.size(), kRemote);
+  ASSERT_TRUE(s);
+  hmr_mr* const handle = s.mr.get();
+  const uint64_t old_key = hmr_mr_key(s.mr.get());
   ASSERT_NE(old_key, HMR_KEY_NOTAVAIL);
 
   const iovec moved{second.data(), second.size()};
-  ASSERT_HMR_OK(rereg_translation(mr.get(), &moved, 1));
-  EXPECT_EQ(mr.get(), handle);
-  const uint64_t new_key = hmr_mr_key(mr.get());
+  ASSERT_HMR_OK(rereg_translation(s.mr.get(), &moved, 1));
+  EXPECT_EQ(s.mr.get(), handle);
+  const uint64_t new_key = hmr_mr_key(s.mr.get());
   EXPECT_NE(new_key, HMR_KEY_NOTAVAIL);
   EXPECT_NE(new_key, old_key) << "a provider key must change with the translation";
   uint64_t base = 0;
   uint8_t raw[HMR_RKEY_RAW_MAX];
   size_t raw_size = sizeof raw;
-  ASSERT_HMR_OK(hmr_mr_raw_attr(mr.get(), &base, raw, &raw_size, 0));
+  ASSERT_HMR_OK(hmr_mr_raw_attr(s.mr.get(), &base, raw, &raw_size, 0));
   EXPECT_EQ(base, va(second.data()));
 
   // The third page exists only in the new range: the MR's length changed too.
   const std::vector<uint8_t> out = pattern(64, 3);
-  expect_round_trip(link.initiator.get(), va(second.data()) + 2 * kPage + 10, new_key, out);
+  expect_round_trip(s.initiator(), va(second.data()) + 2 * kPage + 10, new_key, out);
   EXPECT_EQ(std::memcmp(second.data() + 2 * kPage + 10, out.data(), out.size()), 0);
   EXPECT_EQ(second.data()[2 * kPage + 9], 0x22);
 
-  EXPECT_HMR_ERROR(hmr_ep_write(link.initiator.get(), out.data(), out.size(), nullptr,
+  EXPECT_HMR_ERROR(hmr_ep_write(s.initiator(), out.data(), out.size(), nullptr,
                                 va(second.data()), old_key),
                    HMR_EACCES);
-  EXPECT_HMR_ERROR(hmr_ep_write(link.initiator.get(), out.data(), out.size(), nullptr,
+  EXPECT_HMR_ERROR(hmr_ep_write(s.initiator(), out.data(), out.size(), nullptr,
                                 va(first.data()) + 100, new_key),
                    HMR_EFAULT);
   for (size_t i = 0; i < first.size(); ++i) {
@@ -104,26 +87,22 @@ TEST(Rereg, RequestedKeyStaysAndOffsetsFollowTheNewStart) {
   std::memset(first.data(), 0, first.size());
   std::memset(second.data(), 0, second.size());
   hmr_domain_attr attr;
-  DomainPtr domain = open_domain(0, nullptr, &attr);
-  ASSERT_TRUE(domain);
+  LoopbackMr s(open_domain(0, nullptr, &attr), first.data(), first.size(), kRemote, 0x77);
+  ASSERT_TRUE(s);
   ASSERT_EQ(attr.mr_mode, 0u) << "the test needs requested keys and offsets";
-  Link link = connect(domain.get(), domain.get());
-  ASSERT_TRUE(link);
-  MrPtr mr = reg(domain.get(), first.data(), first.size(), kRemote, 0x77);
-  ASSERT_TRUE(mr);
 
   const iovec moved{second.data(), second.size()};
-  ASSERT_HMR_OK(rereg_translation(mr.get(), &moved, 1));
-  EXPECT_EQ(hmr_mr_key(mr.get()), 0x77u);
+  ASSERT_HMR_OK(rereg_translation(s.mr.get(), &moved, 1));
+  EXPECT_EQ(hmr_mr_key(s.mr.get()), 0x77u);
   const std::vector<uint8_t> out = pattern(48, 9);
-  expect_round_trip(link.initiator.get(), kPage + 8, 0x77, out);
+  expect_round_trip(s.initiator(), kPage + 8, 0x77, out);
   EXPECT_EQ(std::memcmp(second.data() + kPage + 8, out.data(), out.size()), 0);
-  expect_round_trip(link.initiator.get(), 0, 0x77, out);
+  expect_round_trip(s.initiator(), 0, 0x77, out);
   EXPECT_EQ(std::memcmp(second.data(), out.data(), out.size()), 0);
   for (size_t i = 0; i < first.size(); ++i) {
     ASSERT_EQ(first.data()[i], 0) << "the old range was written at byte " << i;
   }
-  EXPECT_HMR_ERROR(hmr_ep_write(link.initiator.get(), out.data(), 1, nullptr, second.size(), 0x77),
+  EXPECT_HMR_ERROR(hmr_ep_write(s.initiator(), out.data(), 1, nullptr, second.size(), 0x77),
                    HMR_EFAULT);
 }
 
@@ -133,22 +112,18 @@ TEST(Rereg, TranslationToSeveralSegments) {
   std::memset(first.data(), 0, first.size());
   std::memset(second.data(), 0, second.size());
   Pages original(kPage);
-  DomainPtr domain = open_domain(0);
-  ASSERT_TRUE(domain);
-  Link link = connect(domain.get(), domain.get());
-  ASSERT_TRUE(link);
-  MrPtr mr = reg(domain.get(), original.data(), original.size(), kRemote, 0x31);
-  ASSERT_TRUE(mr);
+  LoopbackMr s(open_domain(0), original.data(), original.size(), kRemote, 0x31);
+  ASSERT_TRUE(s);
 
   // In the opposite order of their addresses, the second one not page aligned.
   const iovec segments[2] = {{second.data(), kPage}, {first.data() + 100, 1000}};
-  ASSERT_HMR_OK(rereg_translation(mr.get(), segments, 2));
+  ASSERT_HMR_OK(rereg_translation(s.mr.get(), segments, 2));
   const std::vector<uint8_t> out = pattern(64, 5);
-  expect_round_trip(link.initiator.get(), kPage - 32, 0x31, out);
+  expect_round_trip(s.initiator(), kPage - 32, 0x31, out);
   EXPECT_EQ(std::memcmp(second.data() + kPage - 32, out.data(), 32), 0);
   EXPECT_EQ(std::memcmp(first.data() + 100, out.data() + 32, 32), 0);
   EXPECT_EQ(first.data()[99], 0);
-  EXPECT_HMR_ERROR(hmr_ep_write(link.initiator.get(), out.data(), 2, nullptr, kPage + 999, 0x31),
+  EXPECT_HMR_ERROR(hmr_ep_write(s.initiator(), out.data(), 2, nullptr, kPage + 999, 0x31),
                    HMR_EFAULT);
 }
 
@@ -157,29 +132,25 @@ TEST(Rereg, TranslationToSeveralSegments) {
 TEST(Rereg, AccessChangeIsEnforcedAtTheTarget) {
   Pages target(kPage);
   std::memset(target.data(), 0x44, target.size());
-  DomainPtr domain = open_domain(kVirtProvKey);
-  ASSERT_TRUE(domain);
-  Link link = connect(domain.get(), domain.get());
-  ASSERT_TRUE(link);
-  MrPtr mr = reg(domain.get(), target.data(), target.size(), kRemote);
-  ASSERT_TRUE(mr);
+  LoopbackMr s(open_domain(kVirtProvKey), target.data(), target.size(), kRemote);
+  ASSERT_TRUE(s);
   const uint64_t addr = va(target.data()) + 64;
   const uint64_t value = 0x0102030405060708ULL;
   uint64_t sink = 0;
 
-  ASSERT_HMR_OK(rereg_access(mr.get(), HMR_REMOTE_READ));
-  uint64_t key = hmr_mr_key(mr.get());  // it may change: read it again
-  EXPECT_HMR_ERROR(hmr_ep_write(link.initiator.get(), &value, sizeof value, nullptr, addr, key),
+  ASSERT_HMR_OK(rereg_access(s.mr.get(), HMR_REMOTE_READ));
+  uint64_t key = hmr_mr_key(s.mr.get());  // it may change: read it again
+  EXPECT_HMR_ERROR(hmr_ep_write(s.initiator(), &value, sizeof value, nullptr, addr, key),
                    HMR_EACCES);
   EXPECT_EQ(target.data()[64], 0x44) << "a refused write landed";
-  ASSERT_HMR_OK(hmr_ep_read(link.initiator.get(), &sink, sizeof sink, nullptr, addr, key));
+  ASSERT_HMR_OK(hmr_ep_read(s.initiator(), &sink, sizeof sink, nullptr, addr, key));
   EXPECT_EQ(sink, 0x4444444444444444ULL);
 
-  ASSERT_HMR_OK(rereg_access(mr.get(), HMR_REMOTE_WRITE));
-  key = hmr_mr_key(mr.get());
-  ASSERT_HMR_OK(hmr_ep_write(link.initiator.get(), &value, sizeof value, nullptr, addr, key));
+  ASSERT_HMR_OK(rereg_access(s.mr.get(), HMR_REMOTE_WRITE));
+  key = hmr_mr_key(s.mr.get());
+  ASSERT_HMR_OK(hmr_ep_write(s.initiator(), &value, sizeof value, nullptr, addr, key));
   EXPECT_EQ(std::memcmp(target.data() + 64, &value, sizeof value), 0);
-  EXPECT_HMR_ERROR(hmr_ep_read(link.initiator.get(), &sink, sizeof sink, nullptr, addr, key),
+  EXPECT_HMR_ERROR(hmr_ep_read(s.initiator(), &sink, sizeof sink, nullptr, addr, key),
                    HMR_EACCES);
 }
 
@@ -187,21 +158,17 @@ TEST(Rereg, TranslationAndAccessInOneCall) {
   Pages first(kPage);
   Pages second(kPage);
   std::memset(second.data(), 0, second.size());
-  DomainPtr domain = open_domain(kVirtProvKey);
-  ASSERT_TRUE(domain);
-  Link link = connect(domain.get(), domain.get());
-  ASSERT_TRUE(link);
-  MrPtr mr = reg(domain.get(), first.data(), first.size(), HMR_REMOTE_READ);
-  ASSERT_TRUE(mr);
+  LoopbackMr s(open_domain(kVirtProvKey), first.data(), first.size(), HMR_REMOTE_READ);
+  ASSERT_TRUE(s);
 
   const iovec moved{second.data(), second.size()};
   hmr_mr_rereg_attr attr = rereg_attr();
   attr.mr_iov = &moved;
   attr.iov_count = 1;
   attr.access = kRemote;
-  ASSERT_HMR_OK(hmr_mr_rereg(mr.get(), HMR_MR_REREG_TRANSLATION | HMR_MR_REREG_ACCESS, &attr));
+  ASSERT_HMR_OK(hmr_mr_rereg(s.mr.get(), HMR_MR_REREG_TRANSLATION | HMR_MR_REREG_ACCESS, &attr));
   const std::vector<uint8_t> out = pattern(100, 1);
-  expect_round_trip(link.initiator.get(), va(second.data()) + 500, hmr_mr_key(mr.get()), out);
+  expect_round_trip(s.initiator(), va(second.data()) + 500, hmr_mr_key(s.mr.get()), out);
   EXPECT_EQ(std::memcmp(second.data() + 500, out.data(), out.size()), 0);
 }
 
@@ -209,20 +176,16 @@ TEST(Rereg, TranslationAndAccessInOneCall) {
 
 TEST(Rereg, SimHasNoProtectionDomains) {
   Pages target(kPage);
-  DomainPtr domain = open_domain(0);
-  ASSERT_TRUE(domain);
-  Link link = connect(domain.get(), domain.get());
-  ASSERT_TRUE(link);
-  MrPtr mr = reg(domain.get(), target.data(), target.size(), kRemote, 0x55);
-  ASSERT_TRUE(mr);
+  LoopbackMr s(open_domain(0), target.data(), target.size(), kRemote, 0x55);
+  ASSERT_TRUE(s);
   int some_object = 0;
   hmr_mr_rereg_attr attr = rereg_attr();
   attr.nic_pd = &some_object;
-  EXPECT_HMR_ERROR(hmr_mr_rereg(mr.get(), HMR_MR_REREG_PD, &attr), HMR_ENOSYS);
+  EXPECT_HMR_ERROR(hmr_mr_rereg(s.mr.get(), HMR_MR_REREG_PD, &attr), HMR_ENOSYS);
   EXPECT_TRUE(contains(hmr_last_error(), "protection domain")) << hmr_last_error();
-  EXPECT_EQ(hmr_mr_key(mr.get()), 0x55u);
+  EXPECT_EQ(hmr_mr_key(s.mr.get()), 0x55u);
   const uint32_t value = 0xabcdef01;
-  ASSERT_HMR_OK(hmr_ep_write(link.initiator.get(), &value, sizeof value, nullptr, 4, 0x55));
+  ASSERT_HMR_OK(hmr_ep_write(s.initiator(), &value, sizeof value, nullptr, 4, 0x55));
   EXPECT_EQ(std::memcmp(target.data() + 4, &value, sizeof value), 0);
 }
 
@@ -323,20 +286,17 @@ TEST(Rereg, CachedMrMovesOffMemoryThatIsGone) {
 }
 
 TEST(Rereg, AttrSizesNoStructCouldHaveAreRefused) {
-  DomainPtr domain = open_uncached_domain(kVirtProvKey);
-  ASSERT_TRUE(domain);
-  Pages buffer(kPage);
-  MrPtr mr = reg(domain.get(), buffer.data(), kPage, kRemote);
-  ASSERT_TRUE(mr);
+  DomainAndMr s(open_uncached_domain(kVirtProvKey), kPage, kRemote);
+  ASSERT_TRUE(s);
   hmr_mr_rereg_attr attr = rereg_attr();
   attr.access = HMR_REMOTE_READ;
   attr.size = SIZE_MAX;  // garbage: hmr must not read that far looking for set bytes
-  EXPECT_HMR_ERROR(hmr_mr_rereg(mr.get(), HMR_MR_REREG_ACCESS, &attr), HMR_EINVAL);
+  EXPECT_HMR_ERROR(hmr_mr_rereg(s.mr.get(), HMR_MR_REREG_ACCESS, &attr), HMR_EINVAL);
   hmr_mw_post post;
   std::memset(&post, 0, sizeof post);
   post.size = 1 << 20;
   hmr_mw* mw = nullptr;
-  ASSERT_HMR_OK(hmr_mw_alloc(domain.get(), HMR_MW_TYPE_2, &mw));
+  ASSERT_HMR_OK(hmr_mw_alloc(s.domain.get(), HMR_MW_TYPE_2, &mw));
   EXPECT_HMR_ERROR(hmr_mw_invalidate(mw, &post), HMR_EINVAL);
   EXPECT_EQ(hmr_mw_close(mw), 0) << hmr_last_error();
 }
@@ -349,53 +309,47 @@ class ReregBadArgs : public ::testing::Test {
  protected:
   void SetUp() override {
     std::memset(memory_.data(), 0, memory_.size());
-    domain_ = open_domain(0, nullptr, &attr_);
-    ASSERT_TRUE(domain_);
-    link_ = connect(domain_.get(), domain_.get());
-    ASSERT_TRUE(link_);
-    mr_ = reg(domain_.get(), memory_.data(), kPage, kRemote, kKey);
-    ASSERT_TRUE(mr_);
+    s_ = LoopbackMr(open_domain(0, nullptr, &attr_), memory_.data(), kPage, kRemote, kKey);
+    ASSERT_TRUE(s_);
   }
   void TearDown() override {
-    if (!mr_) return;
-    EXPECT_EQ(hmr_mr_key(mr_.get()), kKey);
+    if (!s_.mr) return;
+    EXPECT_EQ(hmr_mr_key(s_.mr.get()), kKey);
     const std::vector<uint8_t> out = pattern(16, 42);
     ASSERT_HMR_OK(
-        hmr_ep_write(link_.initiator.get(), out.data(), out.size(), nullptr, kPage - 16, kKey));
+        hmr_ep_write(s_.initiator(), out.data(), out.size(), nullptr, kPage - 16, kKey));
     EXPECT_EQ(std::memcmp(memory_.data() + kPage - 16, out.data(), out.size()), 0)
         << "the MR no longer covers its original range";
     EXPECT_HMR_ERROR(
-        hmr_ep_write(link_.initiator.get(), out.data(), out.size(), nullptr, kPage, kKey),
+        hmr_ep_write(s_.initiator(), out.data(), out.size(), nullptr, kPage, kKey),
         HMR_EFAULT);
   }
 
   static constexpr uint64_t kKey = 0x42;
   Pages memory_{2 * kPage};
   hmr_domain_attr attr_{};
-  DomainPtr domain_;
-  Link link_;
-  MrPtr mr_;
+  LoopbackMr s_;
 };
 
 TEST_F(ReregBadArgs, Flags) {
   hmr_mr_rereg_attr attr = rereg_attr();
   attr.access = HMR_REMOTE_READ;
-  EXPECT_HMR_ERROR(hmr_mr_rereg(mr_.get(), 0, &attr), HMR_EBADFLAGS);
-  EXPECT_HMR_ERROR(hmr_mr_rereg(mr_.get(), 1ULL << 3, &attr), HMR_EBADFLAGS);
-  EXPECT_HMR_ERROR(hmr_mr_rereg(mr_.get(), HMR_MR_REREG_ACCESS | (1ULL << 63), &attr),
+  EXPECT_HMR_ERROR(hmr_mr_rereg(s_.mr.get(), 0, &attr), HMR_EBADFLAGS);
+  EXPECT_HMR_ERROR(hmr_mr_rereg(s_.mr.get(), 1ULL << 3, &attr), HMR_EBADFLAGS);
+  EXPECT_HMR_ERROR(hmr_mr_rereg(s_.mr.get(), HMR_MR_REREG_ACCESS | (1ULL << 63), &attr),
                    HMR_EBADFLAGS);
-  EXPECT_HMR_ERROR(hmr_mr_rereg(mr_.get(), HMR_MR_REREG_ACCESS | HMR_REMOTE_WRITE, &attr),
+  EXPECT_HMR_ERROR(hmr_mr_rereg(s_.mr.get(), HMR_MR_REREG_ACCESS | HMR_REMOTE_WRITE, &attr),
                    HMR_EBADFLAGS);
 }
 
 TEST_F(ReregBadArgs, AttrPointerAndSize) {
-  EXPECT_HMR_ERROR(hmr_mr_rereg(mr_.get(), HMR_MR_REREG_ACCESS, nullptr), HMR_EINVAL);
+  EXPECT_HMR_ERROR(hmr_mr_rereg(s_.mr.get(), HMR_MR_REREG_ACCESS, nullptr), HMR_EINVAL);
   for (const size_t size : {size_t{0}, sizeof(size_t), sizeof(hmr_mr_rereg_attr) - 1}) {
     SCOPED_TRACE("attr.size " + std::to_string(size));
     hmr_mr_rereg_attr attr = rereg_attr();
     attr.access = kRemote;
     attr.size = size;
-    EXPECT_HMR_ERROR(hmr_mr_rereg(mr_.get(), HMR_MR_REREG_ACCESS, &attr), HMR_EINVAL);
+    EXPECT_HMR_ERROR(hmr_mr_rereg(s_.mr.get(), HMR_MR_REREG_ACCESS, &attr), HMR_EINVAL);
   }
   // A newer, longer struct: refused while a byte this hmr does not know is set.
   struct Longer {
@@ -406,9 +360,9 @@ TEST_F(ReregBadArgs, AttrPointerAndSize) {
   longer.attr.size = sizeof longer;
   longer.attr.access = kRemote;
   longer.unknown = 1;
-  EXPECT_HMR_ERROR(hmr_mr_rereg(mr_.get(), HMR_MR_REREG_ACCESS, &longer.attr), HMR_EINVAL);
+  EXPECT_HMR_ERROR(hmr_mr_rereg(s_.mr.get(), HMR_MR_REREG_ACCESS, &longer.attr), HMR_EINVAL);
   longer.unknown = 0;
-  EXPECT_EQ(hmr_mr_rereg(mr_.get(), HMR_MR_REREG_ACCESS, &longer.attr), 0) << hmr_last_error();
+  EXPECT_EQ(hmr_mr_rereg(s_.mr.get(), HMR_MR_REREG_ACCESS, &longer.attr), 0) << hmr_last_error();
 }
 
 TEST_F(ReregBadArgs, Translation) {
@@ -420,26 +374,26 @@ TEST_F(ReregBadArgs, Translation) {
   const iovec wraps{near_top, 2 * kPage};
   const iovec mixed[2] = {{other.data(), kPage}, {other.data() + 2 * kPage, 0}};
 
-  EXPECT_HMR_ERROR(rereg_translation(mr_.get(), nullptr, 1), HMR_EINVAL);
-  EXPECT_HMR_ERROR(rereg_translation(mr_.get(), &good, 0), HMR_EINVAL);
-  EXPECT_HMR_ERROR(rereg_translation(mr_.get(), &empty, 1), HMR_EINVAL);
-  EXPECT_HMR_ERROR(rereg_translation(mr_.get(), &null_base, 1), HMR_EINVAL);
-  EXPECT_HMR_ERROR(rereg_translation(mr_.get(), &wraps, 1), HMR_EINVAL);
-  EXPECT_HMR_ERROR(rereg_translation(mr_.get(), mixed, 2), HMR_EINVAL);
+  EXPECT_HMR_ERROR(rereg_translation(s_.mr.get(), nullptr, 1), HMR_EINVAL);
+  EXPECT_HMR_ERROR(rereg_translation(s_.mr.get(), &good, 0), HMR_EINVAL);
+  EXPECT_HMR_ERROR(rereg_translation(s_.mr.get(), &empty, 1), HMR_EINVAL);
+  EXPECT_HMR_ERROR(rereg_translation(s_.mr.get(), &null_base, 1), HMR_EINVAL);
+  EXPECT_HMR_ERROR(rereg_translation(s_.mr.get(), &wraps, 1), HMR_EINVAL);
+  EXPECT_HMR_ERROR(rereg_translation(s_.mr.get(), mixed, 2), HMR_EINVAL);
 
   ASSERT_LT(attr_.mr_iov_limit, 8u) << "the test needs an iov limit below 8";
   std::vector<iovec> too_many;
   for (size_t i = 0; i <= attr_.mr_iov_limit; ++i) {
     too_many.push_back({other.data() + i * kPage, 64});
   }
-  EXPECT_HMR_ERROR(rereg_translation(mr_.get(), too_many.data(), too_many.size()), HMR_EINVAL);
+  EXPECT_HMR_ERROR(rereg_translation(s_.mr.get(), too_many.data(), too_many.size()), HMR_EINVAL);
 }
 
 TEST_F(ReregBadArgs, Access) {
   const uint64_t kRefused[] = {0, 1, 1ULL << 20, 1ULL << 63, HMR_REMOTE_READ | (1ULL << 30)};
   for (const uint64_t access : kRefused) {
     SCOPED_TRACE("access " + std::to_string(access));
-    EXPECT_HMR_ERROR(rereg_access(mr_.get(), access), HMR_EINVAL);
+    EXPECT_HMR_ERROR(rereg_access(s_.mr.get(), access), HMR_EINVAL);
   }
 }
 
@@ -447,11 +401,11 @@ TEST_F(ReregBadArgs, NotAnMr) {
   hmr_mr_rereg_attr attr = rereg_attr();
   attr.access = HMR_REMOTE_READ;
   EXPECT_HMR_ERROR(hmr_mr_rereg(nullptr, HMR_MR_REREG_ACCESS, &attr), HMR_EINVAL);
-  EXPECT_HMR_ERROR(hmr_mr_rereg(as<hmr_mr>(domain_.get()), HMR_MR_REREG_ACCESS, &attr),
+  EXPECT_HMR_ERROR(hmr_mr_rereg(as<hmr_mr>(s_.domain.get()), HMR_MR_REREG_ACCESS, &attr),
                    HMR_EINVAL);
-  EXPECT_HMR_ERROR(hmr_mr_rereg(as<hmr_mr>(link_.target.get()), HMR_MR_REREG_ACCESS, &attr),
+  EXPECT_HMR_ERROR(hmr_mr_rereg(as<hmr_mr>(s_.link.target.get()), HMR_MR_REREG_ACCESS, &attr),
                    HMR_EINVAL);
-  MwPtr window = alloc_window(domain_.get(), HMR_MW_TYPE_1);
+  MwPtr window = alloc_window(s_.domain.get(), HMR_MW_TYPE_1);
   ASSERT_TRUE(window);
   EXPECT_HMR_ERROR(hmr_mr_rereg(as<hmr_mr>(window.get()), HMR_MR_REREG_ACCESS, &attr),
                    HMR_EINVAL);
@@ -459,15 +413,12 @@ TEST_F(ReregBadArgs, NotAnMr) {
 
 // ============================================================== ofi
 
-TEST(ReregOfi, NotAvailable) {
-  OfiDomain ofi = open_ofi_domain();
-  if (!ofi.domain) GTEST_SKIP() << "no ofi domain opens here: " << ofi.why_not;
-  const OpAnswer answer = query_op(ofi.domain.get(), HMR_MD_OP_REREG);
-  EXPECT_EQ(answer.rc, 0);
-  EXPECT_FALSE(answer.reason.empty());
+using ReregOfi = OfiDomainTest;
 
-  Pages memory(kPage);
-  MrPtr mr = reg(ofi.domain.get(), memory.data(), memory.size(), kRemote);
+TEST_F(ReregOfi, NotAvailable) {
+  expect_unavailable(domain_.get(), HMR_MD_OP_REREG);
+
+  MrPtr mr = reg_memory();
   ASSERT_TRUE(mr);
   const uint64_t key = hmr_mr_key(mr.get());
   EXPECT_HMR_ERROR(rereg_access(mr.get(), HMR_REMOTE_READ), HMR_ENOSYS);

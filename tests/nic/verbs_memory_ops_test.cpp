@@ -19,12 +19,17 @@
 namespace hmr::testing {
 namespace {
 
+using hmr_memops_test::alloc_window;
+using hmr_memops_test::expect_alloc_window_refused;
+using hmr_memops_test::expect_unavailable;
 using hmr_memops_test::kKeySentinel;
 using hmr_memops_test::MrPtr;
 using hmr_memops_test::MwPtr;
 using hmr_memops_test::OpAnswer;
 using hmr_memops_test::query_op;
+using hmr_memops_test::rereg_access;
 using hmr_memops_test::rereg_attr;
+using hmr_memops_test::rereg_translation;
 using hmr_memops_test::sentinel;
 
 constexpr uint64_t kBasicMode =
@@ -99,6 +104,23 @@ class VerbsMemoryOpsTest : public VerbsTest {
     fake().last_window_op(&op);
     return op;
   }
+  // hmr_mr_rereg of the access to REMOTE_READ while ibv_rereg_mr answers (result, error):
+  // expects -code.
+  void expect_failed_access_rereg(hmr_mr* mr, int result, int error, int code) {
+    fake().set_rereg_result(result, error);
+    EXPECT_HMR_ERROR(rereg_access(mr, HMR_REMOTE_READ), code);
+    fake().set_rereg_result(0, 0);
+  }
+  // A bindable MR over `buffer` and an unbound window of `type` (the window closes first).
+  struct WindowOnMr {
+    MrPtr mr;
+    MwPtr window;
+  };
+  WindowOnMr window_on(const std::vector<char>& buffer, hmr_mw_type type) {
+    WindowOnMr made{reg(buffer.data(), buffer.size(), kBindable), nullptr};
+    if (made.mr) made.window = alloc_window(domain_, type);
+    return made;
+  }
 
   hmr_domain_attr attr_{};
   hmr_domain* domain_ = nullptr;
@@ -124,14 +146,9 @@ TEST_F(VerbsMemoryOpsTest, DeviceWithoutWindowsOrOdpSaysWhy) {
   EXPECT_EQ(query_op(domain_, HMR_MD_OP_REREG).rc, 1);
   for (const hmr_md_op op : {HMR_MD_OP_MEMORY_WINDOWS, HMR_MD_OP_ODP, HMR_MD_OP_IMPLICIT_ODP,
                              HMR_MD_OP_ADVISE, HMR_MD_OP_INDIRECT}) {
-    SCOPED_TRACE("op " + std::to_string(static_cast<int>(op)));
-    const OpAnswer answer = query_op(domain_, op);
-    EXPECT_EQ(answer.rc, 0);
-    EXPECT_FALSE(answer.reason.empty());
+    expect_unavailable(domain_, op);
   }
-  hmr_mw* mw = sentinel<hmr_mw>();
-  EXPECT_HMR_ERROR(hmr_mw_alloc(domain_, HMR_MW_TYPE_1, &mw), HMR_ENOSYS);
-  EXPECT_EQ(mw, sentinel<hmr_mw>());
+  expect_alloc_window_refused(domain_, HMR_MW_TYPE_1, HMR_ENOSYS);
   EXPECT_EQ(fake().call_count("alloc_mw"), 0);
   std::vector<char> buffer(kPage);
   hmr_mr* mr = sentinel<hmr_mr>();
@@ -161,9 +178,7 @@ TEST_F(VerbsMemoryOpsTest, ImplicitOdpNeedsTheDeviceCapability) {
 TEST_F(VerbsMemoryOpsTest, AdviceNeedsTheProvidersAdviseMr) {
   fake().configure(0, [](fake_ibverbs_device_config& config) { config.advise_mr = 0; });
   open_domain();
-  const OpAnswer advise = query_op(domain_, HMR_MD_OP_ADVISE);
-  EXPECT_EQ(advise.rc, 0);
-  EXPECT_FALSE(advise.reason.empty());
+  expect_unavailable(domain_, HMR_MD_OP_ADVISE);
   std::vector<char> buffer(kPage);
   MrPtr mr = reg(buffer.data(), buffer.size(), kRemote, HMR_MR_ODP);
   ASSERT_TRUE(mr);
@@ -182,10 +197,7 @@ TEST_F(VerbsMemoryOpsTest, ReregTranslationReachesIbvReregMrAndTheNewKeyComesBac
   const uint64_t old_key = hmr_mr_key(mr.get());
 
   const iovec moved{second.data(), second.size()};
-  hmr_mr_rereg_attr attr = rereg_attr();
-  attr.mr_iov = &moved;
-  attr.iov_count = 1;
-  ASSERT_HMR_OK(hmr_mr_rereg(mr.get(), HMR_MR_REREG_TRANSLATION, &attr));
+  ASSERT_HMR_OK(rereg_translation(mr.get(), &moved, 1));
   EXPECT_EQ(fake().call_count("ibv_rereg_mr"), 1);
   const fake_ibverbs_rereg call = last_rereg();
   EXPECT_EQ(call.flags, verbs::IBV_REREG_MR_CHANGE_TRANSLATION);
@@ -303,15 +315,11 @@ TEST_F(VerbsMemoryOpsTest, ReregNicFailureLeavesAnMrThatOnlyCloses) {
   std::vector<char> buffer(kPage);
   MrPtr mr = reg(buffer.data(), buffer.size(), kBindable);
   ASSERT_TRUE(mr);
-  fake().set_rereg_result(verbs::IBV_REREG_MR_ERR_CMD, EIO);
-  hmr_mr_rereg_attr attr = rereg_attr();
-  attr.access = HMR_REMOTE_READ;
-  EXPECT_HMR_ERROR(hmr_mr_rereg(mr.get(), HMR_MR_REREG_ACCESS, &attr), HMR_EIO);
-  fake().set_rereg_result(0, 0);
+  expect_failed_access_rereg(mr.get(), verbs::IBV_REREG_MR_ERR_CMD, EIO, HMR_EIO);
 
   EXPECT_EQ(hmr_mr_key(mr.get()), HMR_KEY_NOTAVAIL);
   EXPECT_EQ(hmr_mr_desc(mr.get()), nullptr);
-  EXPECT_HMR_ERROR(hmr_mr_rereg(mr.get(), HMR_MR_REREG_ACCESS, &attr), HMR_EINVAL);
+  EXPECT_HMR_ERROR(rereg_access(mr.get(), HMR_REMOTE_READ), HMR_EINVAL);
   EXPECT_EQ(fake().call_count("ibv_rereg_mr"), 1) << "a failed MR went back to libibverbs";
   EXPECT_HMR_ERROR(hmr_mem_advise(mr.get(), buffer.data(), buffer.size(), HMR_MADV_WILLNEED),
                    HMR_EINVAL);
@@ -326,7 +334,7 @@ TEST_F(VerbsMemoryOpsTest, ReregNicFailureLeavesAnMrThatOnlyCloses) {
   uint8_t blob[HMR_RKEY_PACKED_MAX];
   size_t blob_len = sizeof blob;
   EXPECT_HMR_ERROR(hmr_rkey_pack(mr.get(), blob, &blob_len), HMR_EINVAL);
-  MwPtr window = hmr_memops_test::alloc_window(domain_, HMR_MW_TYPE_1);
+  MwPtr window = alloc_window(domain_, HMR_MW_TYPE_1);
   ASSERT_TRUE(window);
   const hmr_mw_post request = post(1);
   uint64_t key = kKeySentinel;
@@ -349,14 +357,10 @@ TEST_F(VerbsMemoryOpsTest, ReregRefusedInputLeavesTheMrAsItWas) {
   ASSERT_TRUE(mr);
   const uint64_t key = hmr_mr_key(mr.get());
   void* const desc = hmr_mr_desc(mr.get());
-  fake().set_rereg_result(verbs::IBV_REREG_MR_ERR_INPUT, EINVAL);
-  hmr_mr_rereg_attr attr = rereg_attr();
-  attr.access = HMR_REMOTE_READ;
-  EXPECT_HMR_ERROR(hmr_mr_rereg(mr.get(), HMR_MR_REREG_ACCESS, &attr), HMR_EINVAL);
-  fake().set_rereg_result(0, 0);
+  expect_failed_access_rereg(mr.get(), verbs::IBV_REREG_MR_ERR_INPUT, EINVAL, HMR_EINVAL);
   EXPECT_EQ(hmr_mr_key(mr.get()), key);
   EXPECT_EQ(hmr_mr_desc(mr.get()), desc);
-  ASSERT_HMR_OK(hmr_mr_rereg(mr.get(), HMR_MR_REREG_ACCESS, &attr));
+  ASSERT_HMR_OK(rereg_access(mr.get(), HMR_REMOTE_READ));
   EXPECT_EQ(last_rereg().access, verbs::IBV_ACCESS_REMOTE_READ);
 }
 
@@ -379,11 +383,8 @@ TEST_F(VerbsMemoryOpsTest, MwBindAccessBecomesIbvAccessMwBindOnlyWhenAsked) {
 TEST_F(VerbsMemoryOpsTest, TypeOneWindowBindsThroughIbvBindMw) {
   open_domain();
   std::vector<char> buffer(4 * kPage);
-  MrPtr mr = reg(buffer.data(), buffer.size(), kBindable);
-  ASSERT_TRUE(mr);
-  hmr_mw* raw_mw = nullptr;
-  ASSERT_HMR_OK(hmr_mw_alloc(domain_, HMR_MW_TYPE_1, &raw_mw));
-  MwPtr window(raw_mw);
+  auto [mr, window] = window_on(buffer, HMR_MW_TYPE_1);
+  ASSERT_TRUE(mr && window);
   EXPECT_EQ(fake().live("mws"), 1);
 
   const hmr_mw_post first_post = post(77);
@@ -428,11 +429,8 @@ TEST_F(VerbsMemoryOpsTest, TypeOneWindowBindsThroughIbvBindMw) {
 TEST_F(VerbsMemoryOpsTest, TypeTwoWindowBindsAndInvalidatesThroughWorkRequests) {
   open_domain();
   std::vector<char> buffer(2 * kPage);
-  MrPtr mr = reg(buffer.data(), buffer.size(), kBindable);
-  ASSERT_TRUE(mr);
-  hmr_mw* raw_mw = nullptr;
-  ASSERT_HMR_OK(hmr_mw_alloc(domain_, HMR_MW_TYPE_2, &raw_mw));
-  MwPtr window(raw_mw);
+  auto [mr, window] = window_on(buffer, HMR_MW_TYPE_2);
+  ASSERT_TRUE(mr && window);
 
   const hmr_mw_post bind_post = post(5);
   uint64_t key = kKeySentinel;
@@ -475,11 +473,8 @@ TEST_F(VerbsMemoryOpsTest, TypeTwoWindowBindsAndInvalidatesThroughWorkRequests) 
 TEST_F(VerbsMemoryOpsTest, WindowOperationsNeedAQueueOfTheDevice) {
   open_domain();
   std::vector<char> buffer(kPage);
-  MrPtr mr = reg(buffer.data(), buffer.size(), kBindable);
-  ASSERT_TRUE(mr);
-  hmr_mw* raw_mw = nullptr;
-  ASSERT_HMR_OK(hmr_mw_alloc(domain_, HMR_MW_TYPE_1, &raw_mw));
-  MwPtr window(raw_mw);
+  auto [mr, window] = window_on(buffer, HMR_MW_TYPE_1);
+  ASSERT_TRUE(mr && window);
   uint64_t key = kKeySentinel;
 
   EXPECT_HMR_ERROR(
@@ -517,17 +512,12 @@ TEST_F(VerbsMemoryOpsTest, ProviderFailuresOfWindowOperationsSurfaceWithReasons)
   ASSERT_TRUE(mr);
 
   fake().set_failure("alloc_mw", ENOMEM);
-  hmr_mw* mw = sentinel<hmr_mw>();
-  EXPECT_HMR_ERROR(hmr_mw_alloc(domain_, HMR_MW_TYPE_1, &mw), HMR_ENOMEM);
-  EXPECT_EQ(mw, sentinel<hmr_mw>());
+  expect_alloc_window_refused(domain_, HMR_MW_TYPE_1, HMR_ENOMEM);
   fake().set_failure("alloc_mw", 0);
 
-  hmr_mw* raw_one = nullptr;
-  hmr_mw* raw_two = nullptr;
-  ASSERT_HMR_OK(hmr_mw_alloc(domain_, HMR_MW_TYPE_1, &raw_one));
-  MwPtr type_one(raw_one);
-  ASSERT_HMR_OK(hmr_mw_alloc(domain_, HMR_MW_TYPE_2, &raw_two));
-  MwPtr type_two(raw_two);
+  MwPtr type_one = alloc_window(domain_, HMR_MW_TYPE_1);
+  MwPtr type_two = alloc_window(domain_, HMR_MW_TYPE_2);
+  ASSERT_TRUE(type_one && type_two);
   const hmr_mw_post request = post(9);
   uint64_t key = kKeySentinel;
 
