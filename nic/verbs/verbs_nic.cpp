@@ -147,10 +147,12 @@ void VerbsNic::describe_operations() {
   } else {
     ops.advise = {true, ""};
   }
-  // mlx5's UMR builds indirect keys with work requests on the application's mlx5dv QP;
-  // the adapter has no such path, so it says so instead of pretending.
-  ops.indirect = {false, "indirect keys on verbs need mlx5dv UMR (mlx5dv_wr_mr_list on a QP of "
-                         "the application's), which hmr's verbs adapter does not build"};
+  // mlx5 builds an indirect key as an mlx5dv_create_mkey key filled by a UMR work request
+  // (mlx5dv_wr_mr_list) on a QP of the PD, as UCX's mlx5 memory domain does on a UMR QP of its
+  // own; the adapter has no such path yet, so it says so instead of pretending.
+  ops.indirect = {false, "indirect keys on verbs need mlx5dv UMR (an mlx5dv_create_mkey key "
+                         "filled by mlx5dv_wr_mr_list on a UMR QP), which hmr's verbs adapter "
+                         "does not build yet"};
 }
 
 AccessExtras VerbsNic::access_extras() const {
