@@ -3,11 +3,15 @@
 #include "util/thread_pool.h"
 
 #include <dirent.h>
+#include <unistd.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <mutex>
 #include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -134,15 +138,37 @@ TEST(ThreadPool, NestedAndConcurrentBatchesFinish) {
   EXPECT_EQ(counter.load(), 4u * 8u * 16u);
 }
 
+bool thread_exists(pid_t tid) {
+  return access(("/proc/self/task/" + std::to_string(tid)).c_str(), F_OK) == 0;
+}
+
 TEST(ThreadPool, DestroyingThePoolJoinsItsThreads) {
-  const size_t before = thread_count();
+  // The pool's own workers are followed by thread id: other tests' threads (monitors, pools)
+  // may come and go meanwhile, so a count of every thread of the process could not tell.
+  const pid_t caller = gettid();
+  std::mutex mutex;
+  std::condition_variable all_seen;
+  std::set<pid_t> workers;
   {
     ThreadPool pool(4, 8);
-    std::atomic<size_t> counter{0};
-    ASSERT_TRUE(pool.run_batch(counting_tasks(100, counter)).ok());
-    EXPECT_EQ(thread_count(), before + 4);
+    std::vector<ThreadPool::Task> tasks;
+    for (int i = 0; i < 16; ++i) {
+      // Each task waits until every worker has picked one, so all four show their ids (the
+      // deadline only keeps a broken pool from hanging the test).
+      tasks.emplace_back([&] {
+        std::unique_lock<std::mutex> lock(mutex);
+        if (gettid() != caller) workers.insert(gettid());
+        all_seen.notify_all();
+        all_seen.wait_for(lock, std::chrono::seconds(10), [&] { return workers.size() >= 4; });
+        return ok_status();
+      });
+    }
+    ASSERT_TRUE(pool.run_batch(tasks).ok());
+    EXPECT_EQ(pool.started_workers(), 4u);
+    ASSERT_EQ(workers.size(), 4u);
+    for (const pid_t tid : workers) EXPECT_TRUE(thread_exists(tid)) << tid;
   }
-  EXPECT_EQ(thread_count(), before);
+  for (const pid_t tid : workers) EXPECT_FALSE(thread_exists(tid)) << "worker " << tid << " outlived its pool";
 }
 
 }  // namespace
