@@ -38,6 +38,12 @@ HMR_API int hmr_mr_rereg(hmr_mr* handle, uint64_t flags, const struct hmr_mr_rer
   return hmr::guarded([&] {
     auto copy = hmr::core::read_extensible(attr, sizeof(hmr_mr_rereg_attr), "hmr_mr_rereg_attr");
     if (!copy.ok()) return hmr::report(copy.status());
+    // Refused flags need no MR of its own: a hit handle is promoted only for a real request.
+    if (flags == 0 || (flags & ~hmr::core::kReregFlags) != 0) {
+      return hmr::report_error(HMR_EBADFLAGS, "hmr_mr_rereg flags %#llx: give "
+                               "HMR_MR_REREG_TRANSLATION, HMR_MR_REREG_ACCESS and/or "
+                               "HMR_MR_REREG_PD", static_cast<unsigned long long>(flags));
+    }
     MemoryRegion* region = hmr::owned_memory_region(handle);
     if (region == nullptr) return hmr::report_error(HMR_EINVAL, "not an MR handle");
     return hmr::report(region->rereg(flags, *copy));
@@ -107,13 +113,15 @@ HMR_API int hmr_mw_bind(hmr_mw* handle, hmr_mr* mr, const void* addr, size_t len
     hmr_mw_post copy{};
     hmr::Result<const hmr_mw_post*> posting = read_post(post, copy);
     if (!posting.ok()) return hmr::report(posting.status());
-    MemoryRegion* region = hmr::owned_memory_region(mr);
-    if (region == nullptr) return hmr::report_error(HMR_EINVAL, "not an MR handle");
-    hmr::Result<uint64_t> bound =
-        window->bind(*region, reinterpret_cast<uintptr_t>(addr), len, access, *posting);
-    if (!bound.ok()) return hmr::report(bound.status());
-    *key = *bound;
-    return 0;
+    // A cache hit is never bindable (HMR_MW_BIND MRs are not cached), so the view of it
+    // that with_memory_region makes is refused before the window could hold it.
+    return hmr::with_memory_region(mr, [&](MemoryRegion& region) {
+      hmr::Result<uint64_t> bound =
+          window->bind(region, reinterpret_cast<uintptr_t>(addr), len, access, *posting);
+      if (!bound.ok()) return hmr::report(bound.status());
+      *key = *bound;
+      return 0;
+    });
   });
 }
 

@@ -27,6 +27,9 @@ class Counter;
 class Domain;
 class Endpoint;
 
+inline constexpr uint64_t kReregFlags =
+    HMR_MR_REREG_TRANSLATION | HMR_MR_REREG_ACCESS | HMR_MR_REREG_PD;
+
 class MemoryRegion : public Tagged<ObjectClass::memory_region> {
  public:
   // unusable: registered on the NIC, but a re-registration failed there; only close is valid.

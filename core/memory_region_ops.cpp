@@ -13,9 +13,6 @@ namespace {
 
 using ull = unsigned long long;
 
-constexpr uint64_t kReregFlags =
-    HMR_MR_REREG_TRANSLATION | HMR_MR_REREG_ACCESS | HMR_MR_REREG_PD;
-
 }  // namespace
 
 Status MemoryRegion::check_unused() const {
