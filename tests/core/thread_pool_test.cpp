@@ -11,7 +11,6 @@
 #include <condition_variable>
 #include <mutex>
 #include <set>
-#include <string>
 #include <thread>
 #include <vector>
 
@@ -138,26 +137,36 @@ TEST(ThreadPool, NestedAndConcurrentBatchesFinish) {
   EXPECT_EQ(counter.load(), 4u * 8u * 16u);
 }
 
-bool thread_exists(pid_t tid) {
-  return access(("/proc/self/task/" + std::to_string(tid)).c_str(), F_OK) == 0;
-}
+// Counts, when a thread ends, that it ended: thread-local destructors run before the thread
+// finishes, so once a pool has joined its workers every witness they armed has counted.
+// (/proc/self/task is no witness: a joined thread's entry lingers until the kernel reaps it.)
+struct ExitWitness {
+  std::atomic<int>* exited = nullptr;
+  ~ExitWitness() {
+    if (exited != nullptr) exited->fetch_add(1);
+  }
+};
+thread_local ExitWitness exit_witness;
 
 TEST(ThreadPool, DestroyingThePoolJoinsItsThreads) {
-  // The pool's own workers are followed by thread id: other tests' threads (monitors, pools)
-  // may come and go meanwhile, so a count of every thread of the process could not tell.
+  // The pool's own workers are followed: other tests' threads may come and go meanwhile.
   const pid_t caller = gettid();
   std::mutex mutex;
   std::condition_variable all_seen;
   std::set<pid_t> workers;
+  std::atomic<int> exited{0};
   {
     ThreadPool pool(4, 8);
     std::vector<ThreadPool::Task> tasks;
     for (int i = 0; i < 16; ++i) {
-      // Each task waits until every worker has picked one, so all four show their ids (the
-      // deadline only keeps a broken pool from hanging the test).
+      // Each task waits until every worker has picked one, so all four are seen (the deadline
+      // only keeps a broken pool from hanging the test).
       tasks.emplace_back([&] {
         std::unique_lock<std::mutex> lock(mutex);
-        if (gettid() != caller) workers.insert(gettid());
+        if (gettid() != caller) {
+          workers.insert(gettid());
+          exit_witness.exited = &exited;
+        }
         all_seen.notify_all();
         all_seen.wait_for(lock, std::chrono::seconds(10), [&] { return workers.size() >= 4; });
         return ok_status();
@@ -166,9 +175,9 @@ TEST(ThreadPool, DestroyingThePoolJoinsItsThreads) {
     ASSERT_TRUE(pool.run_batch(tasks).ok());
     EXPECT_EQ(pool.started_workers(), 4u);
     ASSERT_EQ(workers.size(), 4u);
-    for (const pid_t tid : workers) EXPECT_TRUE(thread_exists(tid)) << tid;
+    EXPECT_EQ(exited.load(), 0) << "workers stay while the pool lives";
   }
-  for (const pid_t tid : workers) EXPECT_FALSE(thread_exists(tid)) << "worker " << tid << " outlived its pool";
+  EXPECT_EQ(exited.load(), 4) << "destroying the pool returned before its workers ended";
 }
 
 }  // namespace
