@@ -39,11 +39,8 @@ HMR_API int hmr_mr_rereg(hmr_mr* handle, uint64_t flags, const struct hmr_mr_rer
     auto copy = hmr::core::read_extensible(attr, sizeof(hmr_mr_rereg_attr), "hmr_mr_rereg_attr");
     if (!copy.ok()) return hmr::report(copy.status());
     // Refused flags need no MR of its own: a hit handle is promoted only for a real request.
-    if (flags == 0 || (flags & ~hmr::core::kReregFlags) != 0) {
-      return hmr::report_error(HMR_EBADFLAGS, "hmr_mr_rereg flags %#llx: give "
-                               "HMR_MR_REREG_TRANSLATION, HMR_MR_REREG_ACCESS and/or "
-                               "HMR_MR_REREG_PD", static_cast<unsigned long long>(flags));
-    }
+    const hmr::Status flags_ok = MemoryRegion::check_rereg_flags(flags);
+    if (!flags_ok.ok()) return hmr::report(flags_ok);
     MemoryRegion* region = hmr::owned_memory_region(handle);
     if (region == nullptr) return hmr::report_error(HMR_EINVAL, "not an MR handle");
     return hmr::report(region->rereg(flags, *copy));

@@ -27,9 +27,6 @@ class Counter;
 class Domain;
 class Endpoint;
 
-inline constexpr uint64_t kReregFlags =
-    HMR_MR_REREG_TRANSLATION | HMR_MR_REREG_ACCESS | HMR_MR_REREG_PD;
-
 class MemoryRegion : public Tagged<ObjectClass::memory_region> {
  public:
   // unusable: registered on the NIC, but a re-registration failed there; only close is valid.
@@ -71,8 +68,10 @@ class MemoryRegion : public Tagged<ObjectClass::memory_region> {
   Status sync(uint64_t offset, size_t len, uint64_t flags);
   Status query(hmr_mr_info& info) const;
 
-  // hmr_mr_rereg (core/memory_region_rereg.cpp).  A shared cached registration is replaced by
-  // one of the MR's own first; a NIC failure leaves the MR unusable.
+  // hmr_mr_rereg (core/memory_region_ops.cpp).  A shared cached registration is replaced by
+  // one of the MR's own first; a NIC failure leaves the MR unusable.  `flags` have passed
+  // check_rereg_flags: the C ABI checks them before a cache-hit handle is promoted for this.
+  static Status check_rereg_flags(uint64_t flags);
   Status rereg(uint64_t flags, const hmr_mr_rereg_attr& attr);
   // hmr_mem_advise: prefetch for ODP MRs, nothing to do for pinned ones.
   // `advice`: the bits of the caller's enum hmr_mem_advice, any int (checked here).

@@ -22,12 +22,18 @@ Status MemoryRegion::check_unused() const {
                     "or close them first", users);
 }
 
-Result<nic::ReregRequest> MemoryRegion::rereg_request(uint64_t flags,
-                                                      const hmr_mr_rereg_attr& attr) const {
+Status MemoryRegion::check_rereg_flags(uint64_t flags) {
+  constexpr uint64_t kReregFlags =
+      HMR_MR_REREG_TRANSLATION | HMR_MR_REREG_ACCESS | HMR_MR_REREG_PD;
   if (flags == 0 || (flags & ~kReregFlags) != 0) {
     return make_error(HMR_EBADFLAGS, "hmr_mr_rereg flags %#llx: give HMR_MR_REREG_TRANSLATION, "
                       "HMR_MR_REREG_ACCESS and/or HMR_MR_REREG_PD", static_cast<ull>(flags));
   }
+  return ok_status();
+}
+
+Result<nic::ReregRequest> MemoryRegion::rereg_request(uint64_t flags,
+                                                      const hmr_mr_rereg_attr& attr) const {
   nic::ReregRequest request;
   if (flags & HMR_MR_REREG_TRANSLATION) {
     HMR_RETURN_IF_ERROR(validate_segments(attr.mr_iov, attr.iov_count, domain_.rules()));
@@ -96,7 +102,8 @@ Status MemoryRegion::rereg(uint64_t flags, const hmr_mr_rereg_attr& attr) {
     return make_error(HMR_EINVAL, "an indirect key is not re-registered: close it and build "
                                   "another");
   }
-  if (request_.dmabuf || request_.device_memory() || device_hold_.dmabuf || device_hold_.shadow) {
+  // (A device hold, an export or a shadow, exists only for device memory.)
+  if (request_.dmabuf || request_.device_memory()) {
     return make_error(HMR_EOPNOTSUPP, "re-registration moves host MRs; this one is a dma-buf or "
                                       "device memory (close it and register again)");
   }

@@ -132,9 +132,6 @@ Result<MemoryWindow> SimNic::alloc_window(WindowType type) {
   if (type != WindowType::type1 && type != WindowType::type2) {
     return make_error(HMR_EINVAL, "memory window type %d: use 1 or 2", static_cast<int>(type));
   }
-  if (!capabilities_.operations.memory_windows.available) {
-    return make_error(HMR_ENOSYS, "%s", capabilities_.operations.memory_windows.reason.c_str());
-  }
   MemoryWindow window;
   window.type = type;
   window.handle = new SimWindow{type, nullptr};
