@@ -159,8 +159,10 @@ Status Domain::open_device_cache(const CacheLimits& limits) {
   return ok_status();
 }
 
-bool Domain::device_cacheable(const MrRequest& request, ExportMode mode) const {
-  if (device_cache_ == nullptr || mode == ExportMode::host_shadow) return false;  // MR-owned
+// Every export path is cached, a host shadow too: one shadow per device range, shared by every
+// MR inside it (hmr_mr_sync of any of them copies its part), freed with the entry.
+bool Domain::device_cacheable(const MrRequest& request) const {
+  if (device_cache_ == nullptr) return false;
   if (!has_mode(HMR_MR_PROV_KEY) || has_mode(HMR_MR_ENDPOINT) || request.dmabuf ||
       (request.flags & ~(HMR_HMEM_DEVICE_ONLY | HMR_HMEM_HOST_ALLOC)) != 0 ||
       (request.access & ~kCacheableAccess) != 0) {

@@ -77,7 +77,7 @@ class Domain : public Tagged<ObjectClass::domain> {
   RegistrationCache* cache() const { return cache_.get(); }
   // The same for device memory (and runtime memory the CPU can reach), reaching the NIC
   // through `mode`: a cache of its own, whose monitor is the device runtimes' (DeviceMonitor).
-  bool device_cacheable(const MrRequest& request, ExportMode mode) const;
+  bool device_cacheable(const MrRequest& request) const;
   CacheKey device_cache_key(const MrRequest& request, ExportMode mode) const;
   RegistrationCache* device_cache() const { return device_cache_.get(); }
   DeviceCacheBackend& device_backend() { return device_backend_; }

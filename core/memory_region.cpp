@@ -97,7 +97,7 @@ Status MemoryRegion::register_device() {
   int last_code = HMR_EOPNOTSUPP;
   for (size_t i = 0; i < plan.count; ++i) {
     const ExportMode mode = plan.order[i];
-    if (domain_.device_cacheable(request_, mode)) {
+    if (domain_.device_cacheable(request_)) {
       Result<CacheHandle> handle = domain_.device_cache()->get(
           reinterpret_cast<uintptr_t>(segment.iov_base), segment.iov_len,
           domain_.device_cache_key(request_, mode));
@@ -147,12 +147,26 @@ Status MemoryRegion::sync(uint64_t offset, size_t len, uint64_t flags) {
                       static_cast<unsigned long long>(length));
   }
   HMR_RETURN_IF_ERROR(check_registered());
-  ShadowBuffer* shadow = device_hold_.shadow.get();
+  uint64_t shadow_offset = 0;
+  ShadowBuffer* shadow = host_shadow(&shadow_offset);
   if (shadow == nullptr) return ok_status();  // the NIC reaches the memory itself
   const size_t count = len != 0 ? len : static_cast<size_t>(length - offset);
   if (count == 0) return ok_status();
-  return flags == HMR_SYNC_TO_DEVICE ? shadow->copy_to_device(offset, count)
-                                     : shadow->copy_from_device(offset, count);
+  return flags == HMR_SYNC_TO_DEVICE ? shadow->copy_to_device(shadow_offset + offset, count)
+                                     : shadow->copy_from_device(shadow_offset + offset, count);
+}
+
+ShadowBuffer* MemoryRegion::host_shadow(uint64_t* offset_of_first_byte) const {
+  *offset_of_first_byte = 0;
+  if (export_mode_ != ExportMode::host_shadow) return nullptr;
+  if (!cache_handle_) return device_hold_.shadow.get();
+  // A cached shadow covers its entry, which may begin before this MR.
+  std::optional<DeviceCacheBackend::ExportView> view =
+      domain_.device_backend().view(cache_handle_.registration());
+  if (!view) return nullptr;
+  *offset_of_first_byte =
+      reinterpret_cast<uintptr_t>(request_.segments[0].iov_base) - cache_handle_.entry->start;
+  return view->shadow;
 }
 
 Status MemoryRegion::query(hmr_mr_info& info) const {
@@ -190,7 +204,10 @@ Status MemoryRegion::query(hmr_mr_info& info) const {
       info.dmabuf_offset = device_hold_.dmabuf_offset;
     }
   }
-  if (device_hold_.shadow) info.shadow = device_hold_.shadow->host();
+  uint64_t shadow_offset = 0;
+  if (ShadowBuffer* shadow = host_shadow(&shadow_offset)) {
+    info.shadow = static_cast<char*>(shadow->host()) + shadow_offset;
+  }
   return ok_status();
 }
 

@@ -65,10 +65,7 @@ Result<ScopedCurrentContext> ScopedCurrentContext::enter(const CudaSymbols& symb
                                                          CUcontext context) {
   CUcontext previous = nullptr;
   CUresult result = symbols.cuCtxGetCurrent(&previous);
-  if (result != CUDA_SUCCESS) {
-    return make_error(hmr_code_for(result), "cuCtxGetCurrent failed: %s",
-                      describe_cuda_error(symbols, result).c_str());
-  }
+  if (result != CUDA_SUCCESS) return failed_get_current(symbols, result);
   if (previous == context) return ScopedCurrentContext(nullptr, nullptr);
   result = symbols.cuCtxSetCurrent(context);
   if (result != CUDA_SUCCESS) {
@@ -76,6 +73,11 @@ Result<ScopedCurrentContext> ScopedCurrentContext::enter(const CudaSymbols& symb
                       describe_cuda_error(symbols, result).c_str());
   }
   return ScopedCurrentContext(&symbols, previous);
+}
+
+Status ScopedCurrentContext::failed_get_current(const CudaSymbols& symbols, CUresult result) {
+  return make_error(hmr_code_for(result), "cuCtxGetCurrent failed: %s",
+                    describe_cuda_error(symbols, result).c_str());
 }
 
 ScopedCurrentContext::ScopedCurrentContext(ScopedCurrentContext&& other) noexcept

@@ -1,7 +1,7 @@
 // The CUDA contexts hmr runs copies, allocations and host registrations in.
 //
-// Pointer queries and dma-buf exports need no context, but cuMemcpy*, cuMemAlloc* and
-// cuMemHostRegister act in the calling thread's current one.  hmr uses each device's primary
+// cuPointerGetAttributes needs no context; cuMemcpy*, cuMemAlloc* and cuMemHostRegister act in
+// the calling thread's current one, and cuMemGetAddressRange fails without one.  hmr uses each device's primary
 // context (the one the CUDA runtime, PyTorch and NCCL share) and never leaves its own choice
 // behind on the caller's thread: the previous current context is restored after every call.
 #pragma once
@@ -45,6 +45,18 @@ class PrimaryContexts {
 class ScopedCurrentContext {
  public:
   static Result<ScopedCurrentContext> enter(const CudaSymbols& symbols, CUcontext context);
+  // Leaves the thread's current context alone when it has one; otherwise makes the one
+  // `fallback` gives current (called only then, so a primary context is retained only if used).
+  template <typename Fallback>
+  static Result<ScopedCurrentContext> ensure(const CudaSymbols& symbols, Fallback fallback) {
+    CUcontext current = nullptr;
+    const CUresult result = symbols.cuCtxGetCurrent(&current);
+    if (result != CUDA_SUCCESS) return failed_get_current(symbols, result);
+    if (current != nullptr) return ScopedCurrentContext(nullptr, nullptr);
+    Result<CUcontext> context = fallback();
+    if (!context.ok()) return context.status();
+    return enter(symbols, *context);
+  }
 
   ScopedCurrentContext(ScopedCurrentContext&& other) noexcept;
   ScopedCurrentContext& operator=(ScopedCurrentContext&&) = delete;
@@ -53,6 +65,7 @@ class ScopedCurrentContext {
   ~ScopedCurrentContext();
 
  private:
+  static Status failed_get_current(const CudaSymbols& symbols, CUresult result);
   ScopedCurrentContext(const CudaSymbols* symbols, CUcontext previous)
       : symbols_(symbols), previous_(previous) {}
 

@@ -155,6 +155,8 @@ Result<PointerInfo> CudaIface::query(const void* ptr, size_t len) {
   first.managed = kind == MemoryKind::managed;
   first.ordinal = ordinal;
   first.buffer_id = buffer_id;
+  Result<ScopedCurrentContext> context = any_current_context(ordinal);
+  if (!context.ok()) return context.status();
   result = symbols_.cuMemGetAddressRange(&first.base, &first.size, address);
   if (result != CUDA_SUCCESS) {
     return make_error(hmr_code_for(result), "cuMemGetAddressRange(%p) on cuda device %d failed: %s",
@@ -173,6 +175,10 @@ Result<PointerInfo> CudaIface::query(const void* ptr, size_t len) {
   info.alloc_id = mapped->alloc_id;
   info.sys_dev = bus_ids_[static_cast<size_t>(ordinal)];
   return info;
+}
+
+Result<ScopedCurrentContext> CudaIface::any_current_context(int ordinal) {
+  return ScopedCurrentContext::ensure(symbols_, [&] { return contexts_.get(ordinal); });
 }
 
 Result<DmabufExport> CudaIface::export_dmabuf(MemoryRange range) {
@@ -197,6 +203,9 @@ Result<DmabufExport> CudaIface::export_dmabuf(MemoryRange range) {
   const hmem::PageRange pages =
       hmem::page_round(reinterpret_cast<uintptr_t>(range.address), range.length,
                        hmem::host_page_size());
+  Result<ScopedCurrentContext> context =
+      any_current_context(static_cast<int>(info->device.value));
+  if (!context.ok()) return context.status();
   int fd = -1;
   unsigned long long flags = CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE;
   CUresult result = symbols_.cuMemGetHandleForAddressRange(

@@ -1,7 +1,10 @@
 // The CUDA memory interface, on the driver API (libcuda.so.1), dlopen'ed at init.
 //
-// Driver API rather than runtime API: it is the library every CUDA machine has, it needs no
-// context for pointer queries, and it is what the NIC-facing calls (dma-buf) live in.
+// Driver API rather than runtime API: it is the library every CUDA machine has, and it is what
+// the NIC-facing calls (dma-buf) live in.  cuPointerGetAttributes needs no context, but the
+// real driver refuses cuMemGetAddressRange with CUDA_ERROR_INVALID_CONTEXT on a thread with no
+// current context (seen on an H100, driver 580: docs/gpu.md), so queries and exports borrow
+// one when the caller's thread has none.
 #pragma once
 
 #include <optional>
@@ -60,6 +63,9 @@ class CudaIface final : public hmem::Iface {
   Result<hmem::PointerInfo> device_range(const void* ptr, size_t len, const char* what);
   template <typename Call>  // defined and used in cuda_memory.cpp
   Result<CUresult> in_device_context(int ordinal, Call call);
+  // For calls that need some current context but not a particular one (address-range
+  // queries, dma-buf export): the caller's, or else `ordinal`'s primary context for the scope.
+  Result<ScopedCurrentContext> any_current_context(int ordinal);
 
   std::string sysfs_root_;
   std::optional<hmem::SymbolTable> library_;  // set only once init has fully succeeded

@@ -104,6 +104,7 @@ std::optional<DeviceCacheBackend::ExportView> DeviceCacheBackend::view(
     view.dmabuf_fd = found->second.dmabuf->fd();
     view.dmabuf_offset = found->second.dmabuf_offset;
   }
+  view.shadow = found->second.shadow.get();
   return view;
 }
 

@@ -45,11 +45,14 @@ class DeviceCacheBackend final : public CacheBackend {
                                            const CacheKey& key) override;
   void deregister(nic::Registration& registration) override;
 
-  // The export of a cached registration (for hmr_mr_query): fd and offset of its first byte.
+  // The export of a cached registration (for hmr_mr_query and hmr_mr_sync): fd and offset of
+  // its first byte, or its host shadow, which every MR inside the entry shares (valid while
+  // the caller holds the entry).
   struct ExportView {
     ExportMode mode = ExportMode::host_va;
     int dmabuf_fd = -1;
     uint64_t dmabuf_offset = 0;
+    ShadowBuffer* shadow = nullptr;
   };
   std::optional<ExportView> view(const nic::Registration& registration);
 

@@ -135,10 +135,12 @@ EXPORT CUresult cuPointerGetAttributes(unsigned int count, int *attributes, void
   LEAVE(SUCCESS);
 }
 
-/* Like the driver: for VMM memory only the one mapping (segment) that holds ptr. */
+/* Like the driver: for VMM memory only the one mapping (segment) that holds ptr.  And like
+ * it, only with a current context: driver 580 on an H100 answers INVALID_CONTEXT on a thread
+ * without one (docs/gpu.md), which an earlier version of this fake did not model. */
 EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr ptr) {
   ENTER("cuMemGetAddressRange_v2");
-  if (!fake_initialized) LEAVE(NOT_INITIALIZED);
+  REQUIRE_CONTEXT();
   struct located at;
   fake_locate(ptr, &at);
   if (at.place == PLACE_NONE || at.place == PLACE_HOLE) LEAVE(NOT_FOUND);
@@ -177,7 +179,7 @@ static int exportable(CUdeviceptr ptr, size_t size, uint64_t page) {
 EXPORT CUresult cuMemGetHandleForAddressRange(void *handle, CUdeviceptr ptr, size_t size, int type,
                                               unsigned long long flags) {
   ENTER("cuMemGetHandleForAddressRange");
-  if (!fake_initialized) LEAVE(NOT_INITIALIZED);
+  REQUIRE_CONTEXT(); /* INVALID_CONTEXT without one, as driver 580 answers (docs/gpu.md) */
   if (flags & 1ull) {
     const int pcie_failure = fake_calls_failure(&calls, "cuMemGetHandleForAddressRange:pcie");
     if (pcie_failure != 0) LEAVE(pcie_failure);

@@ -168,7 +168,10 @@ TEST_F(CudaGpuLane, RealDmabufExportCoversThePageRoundedRange) {
   HMR_CU_ASSERT(driver().cuMemFree(memory));
 
   bool rdma = false;
-  if (!vmm_supported(0, &rdma) || !rdma) return;  // VMM export needs GPUDirect-capable segments
+  if (!vmm_supported(0, &rdma) || !rdma) {  // VMM export needs GPUDirect-capable segments
+    std::printf("device 0: no GPUDirect RDMA VMM memory; the VMM half of this test did not run\n");
+    return;
+  }
   Result<VmmAllocation> vmm = VmmAllocation::create(driver(), 0, 2, 1, 1, true);
   ASSERT_TRUE(vmm.ok()) << vmm.status().reason();
   const size_t segment = vmm->segment_size();
@@ -178,6 +181,47 @@ TEST_F(CudaGpuLane, RealDmabufExportCoversThePageRoundedRange) {
   const FdInfo across = read_fdinfo(spanning->fd.get());
   EXPECT_TRUE(across.dmabuf);
   EXPECT_EQ(across.size, 2 * page);  // exactly the range: not one segment, not the reservation
+}
+
+// A thread with no current context (hmr-perftest's, after hmr_mem_alloc gave its borrowed
+// context back): the driver refuses cuMemGetAddressRange there, so hmr must lend one for queries
+// and exports, and leave the thread without a context afterwards.
+TEST_F(CudaGpuLane, QueriesAndExportsWorkOnAThreadWithNoCurrentContext) {
+  CUdeviceptr memory = 0;
+  HMR_CU_ASSERT(driver().cuMemAlloc(&memory, 2 << 20));
+  HMR_CU_ASSERT(driver().cuCtxSetCurrent(nullptr));
+
+  // The driver facts: what each call gives without a context (printed for docs/gpu.md).
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  const CUresult range = driver().cuMemGetAddressRange(&base, &size, memory);
+  int fd = -1;
+  const CUresult handle = driver().cuMemGetHandleForAddressRange == nullptr
+                              ? CUDA_ERROR_NOT_SUPPORTED
+                              : driver().cuMemGetHandleForAddressRange(
+                                    &fd, memory, 1 << 20, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
+  if (fd >= 0) close(fd);
+  std::printf("without a current context: cuMemGetAddressRange -> %d, "
+              "cuMemGetHandleForAddressRange -> %d\n", static_cast<int>(range),
+              static_cast<int>(handle));
+
+  Result<PointerInfo> info = query(memory + 4096, 4096);
+  EXPECT_TRUE(info.ok()) << info.status().reason();
+  if (info.ok()) {
+    EXPECT_EQ(info->base, memory);
+    EXPECT_EQ(info->alloc_len, size_t{2} << 20);
+  }
+  Result<hmem::DeviceCapabilities> caps = iface().capabilities(DeviceId{0});
+  ASSERT_TRUE(caps.ok()) << caps.status().reason();
+  if (caps->dmabuf.supported) {
+    Result<DmabufExport> exported = iface().export_dmabuf({as_pointer(memory), 1 << 20});
+    EXPECT_TRUE(exported.ok()) << exported.status().reason();
+  }
+  CUcontext current = reinterpret_cast<CUcontext>(1);
+  HMR_CU_ASSERT(driver().cuCtxGetCurrent(&current));
+  EXPECT_EQ(current, nullptr) << "hmr left its borrowed context current";
+  HMR_CU_ASSERT(driver().cuCtxSetCurrent(context_));
+  HMR_CU_ASSERT(driver().cuMemFree(memory));
 }
 
 TEST_F(CudaGpuLane, FreeAndReallocationChangesTheAllocId) {

@@ -143,6 +143,27 @@ TEST_F(CudaIfaceTest, ExportCoversWholePagesWithTheRightOffset) {
   EXPECT_EQ(static_cast<size_t>(st.st_size), 3 * page);  // the fd covers exactly those pages
 }
 
+// The real driver refuses cuMemGetAddressRange on a thread with no current context (an H100,
+// driver 580: hmr-perftest's registrations of hmr_mem_alloc memory failed there), and the fake
+// now does too.  hmr borrows the device's primary context for the call and gives the thread
+// back with no context, as it found it.
+TEST_F(CudaIfaceTest, QueryAndExportWorkOnAThreadWithNoCurrentContext) {
+  init();
+  const size_t page = hmem::host_page_size();
+  const unsigned long long base = alloc(1, 4 * page);
+  ASSERT_EQ(fake_cuda().current_context_device(), -1);
+  Result<PointerInfo> info = iface_.query(as_pointer(base + 100), page);
+  ASSERT_TRUE(info.ok()) << info.status().reason();
+  EXPECT_EQ(info->base, base);
+  EXPECT_EQ(info->alloc_len, 4 * page);
+  EXPECT_EQ(fake_cuda().current_context_device(), -1);
+  Result<DmabufExport> exported = iface_.export_dmabuf({as_pointer(base), 2 * page});
+  ASSERT_TRUE(exported.ok()) << exported.status().reason();
+  EXPECT_EQ(fake_cuda().current_context_device(), -1);
+  EXPECT_EQ(fake_cuda().primary_retains(1), 1);  // retained once, for the iface's life
+  EXPECT_EQ(fake_cuda().primary_retains(0), 0);  // only the memory's device
+}
+
 TEST_F(CudaIfaceTest, RejectedPcieFlagIsRetriedWithoutIt) {
   init();
   const unsigned long long base = alloc(0, 1 << 20);

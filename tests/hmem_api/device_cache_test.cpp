@@ -1,7 +1,8 @@
 // The device-memory cache through the public ABI: repeated registrations hit; a cuMemFree and
 // a new allocation at the same address misses (the CUDA buffer id is part of the key) and drops
 // the old entry; FI_MR_CUDA_CACHE_MONITOR_ENABLED=0 leaves device memory uncached; explicit
-// invalidation (hmr_mem_invalidate, hmr_mem_free) drops entries.
+// invalidation (hmr_mem_invalidate, hmr_mem_free) drops entries.  Host shadows are cached and
+// shared the same way.
 #include <cstring>
 #include <vector>
 
@@ -31,6 +32,69 @@ TEST(DeviceCache, RepeatedRegistrationHitsAndExportsOnce) {
   EXPECT_EQ(mr_info(second.get()).cached, 1);
   EXPECT_EQ(hmr_mr_key(first.get()), hmr_mr_key(second.get()));
   EXPECT_EQ(mr_info(second.get()).dmabuf_fd, mr_info(first.get()).dmabuf_fd);
+}
+
+// A host shadow (a NIC that cannot reach the device, copies allowed) is cached like an export:
+// a registration inside a cached one is a hit that shares the shadow, hmr_mr_query and
+// hmr_mr_sync of the inner MR address its own part of it, and a free and reallocation at the
+// same address gets a new shadow filled from the new memory.  hmr-perftest --mem cuda on
+// libfabric tcp (an H100, docs/gpu.md) registered a new shadow for every message before.
+TEST(DeviceCache, HostShadowsAreCachedAndSharedByTheMrsInside) {
+  auto device = std::make_unique<FakeAllocation>(0, kAlloc);
+  const std::vector<uint8_t> initial(kAlloc, 0x11);
+  ASSERT_EQ(fake_cuda().poke(device->address(), initial.data(), initial.size()), 0);
+  ScopedEnv no_p2p("FI_HMEM_DISABLE_P2P", "1");
+  auto domain = open_domain(nullptr, HMR_DOMAIN_ALLOW_HMEM_COPY);
+  ASSERT_TRUE(domain);
+  MrPtr outer = register_ok(domain.get(), device->get(), 16384);
+  MrPtr inner = register_ok(domain.get(), at(device->get(), 4096), 4096);
+  ASSERT_TRUE(outer && inner);
+  const hmr_domain_stats stats = stats_of(domain.get());
+  EXPECT_EQ(stats.cache_misses, 1u);
+  EXPECT_EQ(stats.cache_hits, 1u);
+  EXPECT_EQ(stats.nic_registrations, 1u);
+  const hmr_mr_info outer_info = mr_info(outer.get());
+  const hmr_mr_info inner_info = mr_info(inner.get());
+  EXPECT_EQ(inner_info.path, HMR_MR_PATH_HOST_SHADOW);
+  EXPECT_EQ(inner_info.cached, 1);
+  ASSERT_NE(outer_info.shadow, nullptr);
+  EXPECT_EQ(inner_info.shadow, static_cast<uint8_t*>(outer_info.shadow) + 4096);
+  uint64_t outer_base = 0;
+  uint64_t inner_base = 0;
+  uint8_t key[16];
+  size_t key_size = sizeof key;
+  ASSERT_HMR_OK(hmr_mr_raw_attr(outer.get(), &outer_base, key, &key_size, 0));
+  key_size = sizeof key;
+  ASSERT_HMR_OK(hmr_mr_raw_attr(inner.get(), &inner_base, key, &key_size, 0));
+  EXPECT_EQ(inner_base, outer_base + 4096);  // a VIRT_ADDR peer targets the shadow
+
+  // The NIC wrote the inner MR's part of the shadow: its sync reaches its part of the device.
+  std::memset(inner_info.shadow, 0x5a, 100);
+  ASSERT_HMR_OK(hmr_mr_sync(inner.get(), 0, 100, HMR_SYNC_TO_DEVICE));
+  std::vector<uint8_t> seen(4096 + 200);
+  ASSERT_EQ(fake_cuda().peek(device->address(), seen.data(), seen.size()), 0);
+  EXPECT_EQ(seen[4095], 0x11);
+  EXPECT_EQ(seen[4096], 0x5a);
+  EXPECT_EQ(seen[4096 + 99], 0x5a);
+  EXPECT_EQ(seen[4096 + 100], 0x11);
+
+  // Freed and allocated again at the same address: a new entry, filled from the new memory.
+  inner.reset();
+  outer.reset();
+  const unsigned long long address = device->address();
+  device->free_now();
+  FakeAllocation again(0, kAlloc);
+  ASSERT_EQ(again.address(), address) << "the fake hands a freed address out first";
+  const std::vector<uint8_t> fresh(kAlloc, 0x22);
+  ASSERT_EQ(fake_cuda().poke(again.address(), fresh.data(), fresh.size()), 0);
+  MrPtr renewed = register_ok(domain.get(), again.get(), 16384);
+  ASSERT_TRUE(renewed);
+  const hmr_domain_stats after = stats_of(domain.get());
+  EXPECT_EQ(after.cache_hits, stats.cache_hits) << "a stale shadow was handed out";
+  EXPECT_EQ(after.cache_misses, stats.cache_misses + 1);
+  const auto* shadow = static_cast<const uint8_t*>(mr_info(renewed.get()).shadow);
+  ASSERT_NE(shadow, nullptr);
+  EXPECT_EQ(shadow[4096], 0x22);
 }
 
 TEST(DeviceCache, FreeAndNewAllocationAtTheSameAddressMissesAndDropsTheOldEntry) {

@@ -36,6 +36,9 @@ inline void* as_pointer(unsigned long long address) {
   return reinterpret_cast<void*>(static_cast<uintptr_t>(address));
 }
 
+// The address `offset` bytes into `base`.
+inline uint8_t* at(void* base, size_t offset) { return static_cast<uint8_t*>(base) + offset; }
+
 // Memory from the fake driver, freed when it goes out of scope (unless freed before).
 class FakeAllocation {
  public:

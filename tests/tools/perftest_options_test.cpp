@@ -32,19 +32,19 @@ TEST(PerftestOptions, ServerAndClientDefaults) {
   EXPECT_EQ(server.options->provider, "tcp");
   EXPECT_EQ(server.options->port, 18515);
 
-  Parsed client = parse({"10.0.0.2", "--test", "write_lat", "--sizes", "4K:1M", "--iters", "50",
-                         "--reg", "cached,raw", "--provider", "shm", "--mem", "cuda:1", "--json",
+  Parsed client = parse({"10.0.0.2", "--test", "read_bw", "--sizes", "4K:1M", "--iters", "50",
+                         "--reg", "cached,per-iter", "--provider", "shm", "--mem", "cuda:1", "--json",
                          "--dmabuf", "--port", "9000", "--timeout", "5"});
   ASSERT_TRUE(client.options) << client.why;
   const Options& o = *client.options;
   EXPECT_EQ(o.host, "10.0.0.2");
-  EXPECT_EQ(o.test, TestKind::write_lat);
+  EXPECT_EQ(o.test, TestKind::read_bw);
   EXPECT_EQ(o.min_size, 4096u);
   EXPECT_EQ(o.max_size, 1u << 20);
   EXPECT_EQ(o.iterations, 50u);
   ASSERT_EQ(o.reg_modes.size(), 2u);
   EXPECT_EQ(o.reg_modes[0], RegMode::cached);
-  EXPECT_EQ(o.reg_modes[1], RegMode::raw);
+  EXPECT_EQ(o.reg_modes[1], RegMode::per_iter);
   EXPECT_EQ(o.provider, "shm");
   EXPECT_EQ(o.memory, "cuda:1");
   EXPECT_TRUE(o.json);
@@ -86,6 +86,8 @@ TEST(PerftestOptions, BadInputIsRefusedWithAReason) {
       {"h", "--timeout", "0"},
       {"h", "--iters"},                      // missing value
       {"h", "extra"},                        // second host
+      {"h", "--mem", "cuda:0", "--test", "write_lat"},  // polls device memory with the CPU
+      {"h", "--mem", "cuda:0", "--reg", "once,raw"},    // fi_mr_reg of a device address
   };
   for (const auto& args : bad) {
     Parsed parsed = parse(args);

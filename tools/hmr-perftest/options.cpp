@@ -197,6 +197,19 @@ std::optional<Options> parse_options(int argc, const char* const* argv, std::str
     return fail(options.server ? "a server takes no HOST" : "give --server, or the server's HOST");
   }
   if (options.max_size > kMaxMessageSize) return fail("messages are limited to 4 GiB");
+  // Refused here, on both sides, rather than by a server that then drops the connection.
+  if (options.memory != "host") {
+    if (options.test == TestKind::write_lat) {
+      return fail("write_lat polls memory with the CPU: use --mem host");
+    }
+    for (RegMode mode : options.reg_modes) {
+      if (mode == RegMode::raw) {
+        return fail("--reg raw registers with plain fi_mr_reg, which hands the provider a " +
+                    options.memory + " address as host memory: use --mem host (hmr's modes "
+                    "register device memory)");
+      }
+    }
+  }
   return options;
 }
 

@@ -381,9 +381,6 @@ int run_client(const Options& options) {
   std::optional<Buffer> buffer = Buffer::allocate(options.memory, length, &why);
   if (!buffer) return fail("client", why);
   if (buffer->host()) buffer->fill_pattern(options.max_size);
-  if (latency && !buffer->host()) {
-    return fail("client", "write_lat polls memory with the CPU: use --mem host");
-  }
 
   std::vector<Registrar> registrars;
   std::vector<Registered> whole;

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Packs what tests/gpu/device_session.sh runs on a GPU machine that has no compiler toolchain
+# for hmr (no GoogleTest, no libfabric): hmr's binaries from a build directory, stripped of
+# debug info, and the shared libraries they need that such a machine may lack.
+#   tests/gpu/make_bundle.sh <build dir> <bundle folder>
+set -euo pipefail
+build=${1:?build directory}
+bundle=${2:?bundle folder}
+rm -rf "$bundle"
+mkdir -p "$bundle/bin" "$bundle/lib" "$bundle/libstdcxx"
+for binary in tests/hmr_gpu_tests tools/hmr-info tools/hmr-perftest; do
+  strip --strip-debug -o "$bundle/bin/$(basename $binary)" "$build/$binary"
+done
+strip --strip-debug -o "$bundle/lib/libhmr.so.0" "$build/libhmr.so.0"
+ln -s libhmr.so.0 "$bundle/lib/libhmr.so"
+strip --strip-debug -o "$bundle/lib/libnccl-net-hmr.so" "$build/plugins/nccl-net/libnccl-net-hmr.so"
+# libfabric (hmr-perftest links it; hmr and the plugin dlopen it) and what it links, except the
+# C and C++ runtimes: the GPU machine's own are used, Debian 12's are only the fallback.
+ldd "$build/tools/hmr-perftest" | awk '$3 ~ /^\// {print $1, $3}' |
+  while read -r name path; do
+    case $name in
+      libc.so.*|libm.so.*|libstdc++.so.*|libgcc_s.so.*|libhmr.so.*) ;;
+      *) cp -L "$path" "$bundle/lib/$name" ;;
+    esac
+  done
+for runtime in libstdc++.so.6 libgcc_s.so.1; do
+  cp -L "$(ldconfig -p | awk -v n=$runtime '$1 == n && /x86-64/ {print $NF; exit}')" \
+    "$bundle/libstdcxx/"
+done
+du -sh "$bundle"
