@@ -7,10 +7,11 @@ set -euo pipefail
 # libfabric-dev: the ofi adapter and hmr-perftest; libibverbs-dev: verbs types for the verbs
 # adapter (libibverbs itself is dlopen'ed); libhsa-runtime64-1 and libze1: the real ROCr and
 # Level Zero runtimes, which the tests check fail closed on a machine without those GPUs;
-# iproute2: hmr-perftest's two-namespace test.
+# iproute2: hmr-perftest's two-namespace test; python3: the GPU lane's ctypes bindings, whose
+# struct layouts a test compares with the C ones.
 packages=(cmake ninja-build g++ gcc clang libclang-rt-14-dev libc6-dev libgtest-dev pkg-config
           libbenchmark-dev libucx-dev libfabric-dev libibverbs-dev libhsa-runtime64-1 libze1
-          iproute2)
+          iproute2 python3)
 
 if [[ $(id -u) -eq 0 ]]; then
   echo "== installing build dependencies with apt-get: ${packages[*]}"
@@ -21,7 +22,7 @@ if [[ $(id -u) -eq 0 ]]; then
 fi
 
 missing=()
-for tool in cmake ninja g++ cc clang++ pkg-config; do
+for tool in cmake ninja g++ cc clang++ pkg-config python3; do
   command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
 done
 [[ -f /usr/include/gtest/gtest.h ]] || missing+=("GoogleTest headers (/usr/include/gtest)")
@@ -30,4 +31,4 @@ if [[ ${#missing[@]} -gt 0 ]]; then
   echo "       run as root, or: sudo apt-get install -y ${packages[*]}" >&2
   exit 1
 fi
-echo "== not root: skipping apt-get; cmake, ninja, g++, clang, pkg-config and GoogleTest are present"
+echo "== not root: skipping apt-get; cmake, ninja, g++, clang, pkg-config, python3 and GoogleTest are present"

@@ -187,8 +187,8 @@ struct hmr_domain_attr {
 	 * warning).  A monitor named here that cannot start fails hmr_domain_open.
 	 * Out: the monitor in use ("disabled" when caching is off).  Only registrations whose
 	 * peer-visible form can be shared are cached: provider keys (HMR_MR_PROV_KEY), one
-	 * segment, no RMA_EVENT flag, no MR_ENDPOINT domain, no caller dma-buf, no host shadow.
-	 * Device memory is cached under its runtime's monitor (see docs/semantics.md). */
+	 * segment, no RMA_EVENT flag, no MR_ENDPOINT domain, no caller dma-buf.  Device memory
+	 * (host shadows too) is cached under its runtime's monitor (see docs/semantics.md). */
 	const char *cache_monitor;
 	/* The application's own NIC object for hmr to register in, or NULL for one the adapter
 	 * opens itself.  "verbs": a struct ibv_pd * (hmr registers in that PD and never frees it;

@@ -68,7 +68,7 @@ perftest() {  # perftest <port> <args...>: a server and a client on this host
 }
 port=18600
 for provider in tcp shm; do
-  for test in write_bw read_bw write_lat; do
+  for test in write_bw read_bw; do  # (write_lat polls with the CPU: host memory only)
     port=$((port + 1))
     step perftest.log perftest $port --provider $provider --mem cuda:0 --test $test \
       --sizes 4K:4M --iters 200 --reg once,cached,per-iter
@@ -76,13 +76,23 @@ for provider in tcp shm; do
 done
 port=$((port + 1))
 step perftest.log perftest $port --provider tcp --mem cuda:0 --size 1M --iters 500 \
-  --reg once,raw,cached,per-iter,once,raw
+  --reg per-iter,cached,once,per-iter,cached,once
+# Plain fi_mr_reg of a GPU address, and CPU polling of GPU memory: refused before any connection.
+for refused in "--reg raw" "--test write_lat"; do
+  if run_hmr "$bundle/bin/hmr-perftest" 127.0.0.1 --mem cuda:0 $refused >> "$out/perftest.log" 2>&1
+  then
+    failed+=("hmr-perftest --mem cuda:0 $refused was accepted")
+  fi
+done
 # Without a host shadow there is no path to the GPU on this libfabric: the error must say why.
 port=$((port + 1))
 if perftest $port --provider tcp --mem cuda:0 --dmabuf --size 64K --iters 10 \
   >> "$out/perftest.log" 2>&1; then
   failed+=("--dmabuf on tcp succeeded")
 fi
+
+# Registration cost of GPU memory through the C ABI, cold against cached, per export path.
+step bench.log run_hmr "$bundle/bin/hmr_device_registration_bench" 200
 
 # 4. A PyTorch tensor through ctypes.
 step torch.log env HMR_LIBRARY="$bundle/lib/libhmr.so.0" python3 -u "$here/torch_registration_gpu.py"

@@ -8,7 +8,8 @@ build=${1:?build directory}
 bundle=${2:?bundle folder}
 rm -rf "$bundle"
 mkdir -p "$bundle/bin" "$bundle/lib" "$bundle/libstdcxx"
-for binary in tests/hmr_gpu_tests tools/hmr-info tools/hmr-perftest; do
+for binary in tests/hmr_gpu_tests tools/hmr-info tools/hmr-perftest \
+  bench/hmr_device_registration_bench; do
   strip --strip-debug -o "$bundle/bin/$(basename $binary)" "$build/$binary"
 done
 strip --strip-debug -o "$bundle/lib/libhmr.so.0" "$build/libhmr.so.0"
