@@ -155,15 +155,33 @@ Result<PointerInfo> CudaIface::query(const void* ptr, size_t len) {
   first.managed = kind == MemoryKind::managed;
   first.ordinal = ordinal;
   first.buffer_id = buffer_id;
-  Result<ScopedCurrentContext> context = any_current_context(ordinal);
-  if (!context.ok()) return context.status();
-  result = symbols_.cuMemGetAddressRange(&first.base, &first.size, address);
+  SegmentLookup lookup = mapping_attributes_.load(std::memory_order_relaxed)
+                             ? SegmentLookup::attributes
+                             : SegmentLookup::address_range;
+  if (lookup == SegmentLookup::attributes) {
+    result = segment_at(symbols_, lookup, address, &first.base, &first.size);
+    if (result == CUDA_ERROR_INVALID_VALUE) {
+      // A driver without the mapping attributes: cuMemGetAddressRange from now on.
+      mapping_attributes_.store(false, std::memory_order_relaxed);
+      log_message(LogLevel::debug, "cuda: the driver refuses the MAPPING_BASE_ADDR/SIZE pointer "
+                  "attributes; segments are found with cuMemGetAddressRange");
+      lookup = SegmentLookup::address_range;
+    }
+  }
+  // That one needs a current context: the caller's, or the device's primary one for the call.
+  std::optional<ScopedCurrentContext> context;
+  if (lookup == SegmentLookup::address_range) {
+    Result<ScopedCurrentContext> entered = any_current_context(ordinal);
+    if (!entered.ok()) return entered.status();
+    context.emplace(std::move(*entered));
+    result = segment_at(symbols_, lookup, address, &first.base, &first.size);
+  }
   if (result != CUDA_SUCCESS) {
-    return make_error(hmr_code_for(result), "cuMemGetAddressRange(%p) on cuda device %d failed: %s",
-                      ptr, ordinal, describe_cuda_error(symbols_, result).c_str());
+    return make_error(hmr_code_for(result), "finding the cuda segment of %p (device %d) failed: "
+                      "%s", ptr, ordinal, describe_cuda_error(symbols_, result).c_str());
   }
   // For VMM memory the segment may be only part of the range; cover it segment by segment.
-  Result<MappedRange> mapped = cover_requested_range(symbols_, address, len, first);
+  Result<MappedRange> mapped = cover_requested_range(symbols_, lookup, address, len, first);
   if (!mapped.ok()) return mapped.status();
 
   PointerInfo info;

@@ -1,12 +1,14 @@
 // The CUDA memory interface, on the driver API (libcuda.so.1), dlopen'ed at init.
 //
 // Driver API rather than runtime API: it is the library every CUDA machine has, and it is what
-// the NIC-facing calls (dma-buf) live in.  cuPointerGetAttributes needs no context, but the
-// real driver refuses cuMemGetAddressRange with CUDA_ERROR_INVALID_CONTEXT on a thread with no
-// current context (seen on an H100, driver 580: docs/gpu.md), so queries and exports borrow
-// one when the caller's thread has none.
+// the NIC-facing calls (dma-buf) live in.  Queries use cuPointerGetAttributes alone, which
+// needs no context; the real driver refuses cuMemGetAddressRange and
+// cuMemGetHandleForAddressRange with CUDA_ERROR_INVALID_CONTEXT on a thread with no current
+// context (an H100, driver 580: docs/gpu.md), so exports, and queries on a driver without the
+// mapping attributes, borrow one when the caller's thread has none.
 #pragma once
 
+#include <atomic>
 #include <optional>
 #include <string>
 #include <utility>
@@ -73,6 +75,9 @@ class CudaIface final : public hmem::Iface {
   int driver_version_ = 0;
   int device_count_ = 0;
   std::vector<std::string> bus_ids_;  // per ordinal, read once at init (empty if unknown)
+  // Whether the driver answers CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR/SIZE (cuda_mapped_range.h);
+  // cleared for good at the first refusal.
+  std::atomic<bool> mapping_attributes_{true};
   // Declared after library_ so it is destroyed first: its releases call into the library.
   PrimaryContexts contexts_;
 };

@@ -1,5 +1,7 @@
 #include "cuda/cuda_mapped_range.h"
 
+#include <algorithm>
+
 #include "cuda/cuda_error.h"
 
 namespace hmr::cuda {
@@ -15,6 +17,13 @@ uint64_t mix(uint64_t value) {
 
 uint64_t combine(uint64_t identity, unsigned long long buffer_id) {
   return mix(identity ^ mix(buffer_id));
+}
+
+const char* lookup_name(SegmentLookup lookup) {
+  return lookup == SegmentLookup::attributes
+             ? "cuPointerGetAttributes(RANGE_START_ADDR, RANGE_SIZE, MAPPING_BASE_ADDR, "
+               "MAPPING_SIZE)"
+             : "cuMemGetAddressRange";
 }
 
 struct Reservation {
@@ -40,6 +49,7 @@ Result<Reservation> reservation_of(const CudaSymbols& symbols, uintptr_t address
 // One walk over the segments of a requested range.
 struct Walk {
   const CudaSymbols& symbols;
+  SegmentLookup lookup;
   uintptr_t address;  // the requested range, for reasons
   size_t len;
   const FirstSegment& first;
@@ -97,17 +107,17 @@ Result<CUdeviceptr> next_segment_end(Walk& walk, CUdeviceptr cursor) {
   }
   CUdeviceptr base = 0;
   size_t size = 0;
-  result = symbols.cuMemGetAddressRange(&base, &size, cursor);
+  result = segment_at(symbols, walk.lookup, cursor, &base, &size);
   if (result != CUDA_SUCCESS) {
-    return make_error(hmr_code_for(result), "cuMemGetAddressRange(0x%llx) failed: %s", cursor,
-                      describe_cuda_error(symbols, result).c_str());
+    return make_error(hmr_code_for(result), "%s of 0x%llx failed: %s", lookup_name(walk.lookup),
+                      cursor, describe_cuda_error(symbols, result).c_str());
   }
   if (base != cursor || size == 0) {
     // The loop relies on progress; a driver answer that does not advance is a driver fault.
     return make_error(HMR_EIO,
-                      "cuMemGetAddressRange(0x%llx) reported the segment [0x%llx, +%zu), which "
-                      "does not start where the previous segment ended",
-                      cursor, base, size);
+                      "%s of 0x%llx gave the segment [0x%llx, +%zu), which does not start where "
+                      "the previous segment ended",
+                      lookup_name(walk.lookup), cursor, base, size);
   }
   walk.identity = combine(walk.identity, buffer_id);
   return base + size;
@@ -115,12 +125,40 @@ Result<CUdeviceptr> next_segment_end(Walk& walk, CUdeviceptr cursor) {
 
 }  // namespace
 
-Result<MappedRange> cover_requested_range(const CudaSymbols& symbols, uintptr_t address,
-                                          size_t len, const FirstSegment& first) {
+CUresult segment_at(const CudaSymbols& symbols, SegmentLookup lookup, CUdeviceptr address,
+                    CUdeviceptr* base, size_t* size) {
+  if (lookup == SegmentLookup::address_range) {
+    return symbols.cuMemGetAddressRange(base, size, address);
+  }
+  CUdeviceptr range_start = 0;
+  size_t range_size = 0;
+  CUdeviceptr mapping_base = 0;
+  size_t mapping_size = 0;
+  CUpointer_attribute attributes[] = {
+      CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+      CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR, CU_POINTER_ATTRIBUTE_MAPPING_SIZE};
+  void* data[] = {&range_start, &range_size, &mapping_base, &mapping_size};
+  const CUresult result = symbols.cuPointerGetAttributes(4, attributes, data, address);
+  if (result != CUDA_SUCCESS) return result;
+  const uint64_t start = std::max<uint64_t>(range_start, mapping_base);
+  const uint64_t end = std::min<uint64_t>(range_start + range_size, mapping_base + mapping_size);
+  // An unmapped address inside a reservation has no mapping: a hole, as cuMemGetAddressRange
+  // says it (CUDA_ERROR_NOT_FOUND).
+  if (mapping_size == 0 || range_size == 0 || start > address || end <= address) {
+    return CUDA_ERROR_NOT_FOUND;
+  }
+  *base = start;
+  *size = static_cast<size_t>(end - start);
+  return CUDA_SUCCESS;
+}
+
+Result<MappedRange> cover_requested_range(const CudaSymbols& symbols, SegmentLookup lookup,
+                                          uintptr_t address, size_t len,
+                                          const FirstSegment& first) {
   const uint64_t end = static_cast<uint64_t>(address) + len;
   if (address < first.base) {
-    return make_error(HMR_EIO, "cuMemGetAddressRange(0x%llx) reported [0x%llx, +%zu), which "
-                      "does not hold the address", static_cast<unsigned long long>(address),
+    return make_error(HMR_EIO, "%s of 0x%llx gave [0x%llx, +%zu), which does not hold the "
+                      "address", lookup_name(lookup), static_cast<unsigned long long>(address),
                       first.base, first.size);
   }
   if (end <= first.base + first.size) {
@@ -142,7 +180,7 @@ Result<MappedRange> cover_requested_range(const CudaSymbols& symbols, uintptr_t 
                       plain ? first.size : reservation->size);
   }
 
-  Walk walk{symbols, address, len, first, *reservation, mix(first.buffer_id)};
+  Walk walk{symbols, lookup, address, len, first, *reservation, mix(first.buffer_id)};
   CUdeviceptr cursor = first.base + first.size;
   size_t segments = 1;
   while (cursor < end) {

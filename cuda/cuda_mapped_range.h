@@ -14,9 +14,24 @@
 
 namespace hmr::cuda {
 
+// How a segment (one cuMemAlloc allocation, or one mapping of a VMM reservation) is found:
+//   attributes:    cuPointerGetAttributes(RANGE_START_ADDR, RANGE_SIZE, MAPPING_BASE_ADDR,
+//                  MAPPING_SIZE), the allocation or reservation cut to the mapping that holds
+//                  the address.  Needs no context: on an H100 (driver 580) the range is the
+//                  exact allocation and the mapping its 2 MiB-rounded physical backing for
+//                  cuMemAlloc memory, and the reservation and the one segment for VMM memory.
+//   address_range: cuMemGetAddressRange, for drivers without the mapping attributes (they
+//                  refuse them with CUDA_ERROR_INVALID_VALUE); needs a current context.
+enum class SegmentLookup { attributes, address_range };
+
+// The segment holding `address`, by `lookup`: the driver's own result, so a caller can tell
+// CUDA_ERROR_INVALID_VALUE (no mapping attributes) from a hole (CUDA_ERROR_NOT_FOUND).
+CUresult segment_at(const CudaSymbols& symbols, SegmentLookup lookup, CUdeviceptr address,
+                    CUdeviceptr* base, size_t* size);
+
 // What the driver says about the segment that holds the start of the range.
 struct FirstSegment {
-  CUdeviceptr base = 0;  // from cuMemGetAddressRange
+  CUdeviceptr base = 0;  // from segment_at
   size_t size = 0;
   unsigned int memory_type = 0;
   bool managed = false;
@@ -39,7 +54,8 @@ struct MappedRange {
 // covered.  Every segment must be mapped, in the same reservation, on the same device and of
 // the same memory type; an unmapped hole fails with HMR_EFAULT, anything else that breaks the
 // range with HMR_EINVAL, each with the address and why.
-Result<MappedRange> cover_requested_range(const CudaSymbols& symbols, uintptr_t address,
-                                          size_t len, const FirstSegment& first);
+Result<MappedRange> cover_requested_range(const CudaSymbols& symbols, SegmentLookup lookup,
+                                          uintptr_t address, size_t len,
+                                          const FirstSegment& first);
 
 }  // namespace hmr::cuda

@@ -98,11 +98,21 @@ EXPORT CUresult cuDeviceGetAttribute(int *value, int attribute, CUdevice device)
  * driver's answer is not documented (marked "assumed") the fake picks the plausible one:
  *   BUFFER_ID        a new id per allocation and per cuMemMap mapping (assumed per mapping)
  *   RANGE_START/SIZE the VMM reservation, or the allocation itself
- *   MAPPING_BASE/SIZE the mapping (VMM segment) or the allocation; 0 where nothing is mapped
+ *   MAPPING_BASE/SIZE the mapping (VMM segment), or for other allocations their physical
+ *                    backing: the allocation rounded out to 2 MiB (as driver 580 on an H100
+ *                    answers: 4 MiB for a 3 MiB + 123 B cuMemAlloc, docs/gpu.md); 0 where
+ *                    nothing is mapped.  The failure "cuPointerGetAttributes:mapping" makes
+ *                    them INVALID_VALUE, as a driver without them answers
  *   MEMORY_BLOCK_ID  the cuMemCreate handle; the buffer id for other allocations (assumed)
  *   unmapped reservation: memory type 0, MAPPED 0, ordinal -1 (assumed). */
 static CUresult pointer_attribute(void *data, int attribute, const struct located *at) {
   const int mapped = at->place != PLACE_NONE && at->place != PLACE_HOLE;
+  const uint64_t backing = 2u << 20;
+  const int whole_mapping = at->place == PLACE_MAPPING;
+  if ((attribute == 18 || attribute == 19) &&
+      fake_calls_failure(&calls, "cuPointerGetAttributes:mapping") != 0) {
+    return INVALID_VALUE;
+  }
   switch (attribute) {
     case 2: /* MEMORY_TYPE: managed memory reads as device memory, told apart by IS_MANAGED */
       *(unsigned int *)data = at->memory == FAKE_CUDA_MEM_MANAGED ? 2u : (unsigned)at->memory;
@@ -113,8 +123,15 @@ static CUresult pointer_attribute(void *data, int attribute, const struct locate
     case 11: *(CUdeviceptr *)data = at->range_base; break;
     case 12: *(size_t *)data = at->range_size; break;
     case 13: *(unsigned int *)data = (unsigned)mapped; break;
-    case 18: *(size_t *)data = mapped ? at->size : 0; break;
-    case 19: *(CUdeviceptr *)data = mapped ? at->base : 0; break;
+    case 18:
+      *(size_t *)data = !mapped ? 0
+                        : whole_mapping
+                            ? at->size
+                            : fake_round_up(at->base + at->size, backing) - at->base / backing * backing;
+      break;
+    case 19:
+      *(CUdeviceptr *)data = !mapped ? 0 : whole_mapping ? at->base : at->base / backing * backing;
+      break;
     case 20: *(unsigned long long *)data = at->block_id; break;
     default: return INVALID_VALUE;
   }

@@ -143,10 +143,11 @@ TEST_F(CudaIfaceTest, ExportCoversWholePagesWithTheRightOffset) {
   EXPECT_EQ(static_cast<size_t>(st.st_size), 3 * page);  // the fd covers exactly those pages
 }
 
-// The real driver refuses cuMemGetAddressRange on a thread with no current context (an H100,
-// driver 580: hmr-perftest's registrations of hmr_mem_alloc memory failed there), and the fake
-// now does too.  hmr borrows the device's primary context for the call and gives the thread
-// back with no context, as it found it.
+// The real driver refuses cuMemGetAddressRange and cuMemGetHandleForAddressRange on a thread
+// with no current context (an H100, driver 580: hmr-perftest's registrations of hmr_mem_alloc
+// memory failed there), and the fake now does too.  A query needs none (pointer attributes
+// alone); an export borrows the device's primary context for the call; either leaves the
+// thread without a context, as it found it.
 TEST_F(CudaIfaceTest, QueryAndExportWorkOnAThreadWithNoCurrentContext) {
   init();
   const size_t page = hmem::host_page_size();
@@ -155,13 +156,34 @@ TEST_F(CudaIfaceTest, QueryAndExportWorkOnAThreadWithNoCurrentContext) {
   Result<PointerInfo> info = iface_.query(as_pointer(base + 100), page);
   ASSERT_TRUE(info.ok()) << info.status().reason();
   EXPECT_EQ(info->base, base);
-  EXPECT_EQ(info->alloc_len, 4 * page);
-  EXPECT_EQ(fake_cuda().current_context_device(), -1);
+  EXPECT_EQ(info->alloc_len, 4 * page);  // the allocation, not its 2 MiB backing
+  EXPECT_EQ(fake_cuda().call_count("cuMemGetAddressRange_v2"), 0);
+  EXPECT_EQ(fake_cuda().primary_retains(1), 0);  // no context was needed
   Result<DmabufExport> exported = iface_.export_dmabuf({as_pointer(base), 2 * page});
   ASSERT_TRUE(exported.ok()) << exported.status().reason();
   EXPECT_EQ(fake_cuda().current_context_device(), -1);
   EXPECT_EQ(fake_cuda().primary_retains(1), 1);  // retained once, for the iface's life
   EXPECT_EQ(fake_cuda().primary_retains(0), 0);  // only the memory's device
+}
+
+// A driver without the MAPPING_BASE_ADDR/SIZE attributes refuses them with INVALID_VALUE: the
+// iface falls back to cuMemGetAddressRange, in a borrowed context, for this and every later
+// query, VMM segments included.
+TEST_F(CudaIfaceTest, DriverWithoutMappingAttributesFallsBackToAddressRanges) {
+  init();
+  fake_cuda().set_failure("cuPointerGetAttributes:mapping", kInvalidValue);
+  const size_t page = hmem::host_page_size();
+  const unsigned long long base = alloc(0, 4 * page);
+  for (int round = 0; round < 2; ++round) {
+    Result<PointerInfo> info = iface_.query(as_pointer(base + 100), page);
+    ASSERT_TRUE(info.ok()) << info.status().reason();
+    EXPECT_EQ(info->base, base);
+    EXPECT_EQ(info->alloc_len, 4 * page);
+  }
+  EXPECT_EQ(fake_cuda().call_count("cuMemGetAddressRange_v2"), 2);
+  EXPECT_EQ(fake_cuda().current_context_device(), -1);
+  EXPECT_EQ(fake_cuda().primary_retains(0), 1);
+  fake_cuda().set_failure("cuPointerGetAttributes:mapping", 0);
 }
 
 TEST_F(CudaIfaceTest, RejectedPcieFlagIsRetriedWithoutIt) {
