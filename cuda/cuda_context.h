@@ -1,9 +1,10 @@
 // The CUDA contexts hmr runs copies, allocations and host registrations in.
 //
 // cuPointerGetAttributes needs no context; cuMemcpy*, cuMemAlloc* and cuMemHostRegister act in
-// the calling thread's current one, and cuMemGetAddressRange fails without one.  hmr uses each device's primary
-// context (the one the CUDA runtime, PyTorch and NCCL share) and never leaves its own choice
-// behind on the caller's thread: the previous current context is restored after every call.
+// the calling thread's current one, and cuMemGetAddressRange and cuMemGetHandleForAddressRange
+// fail without one.  hmr uses each device's primary context (the one the CUDA runtime, PyTorch
+// and NCCL share) and never leaves its own choice behind on the caller's thread: the previous
+// current context is restored after every call.
 #pragma once
 
 #include <atomic>

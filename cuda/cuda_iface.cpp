@@ -168,7 +168,8 @@ Result<PointerInfo> CudaIface::query(const void* ptr, size_t len) {
       lookup = SegmentLookup::address_range;
     }
   }
-  // That one needs a current context: the caller's, or the device's primary one for the call.
+  // cuMemGetAddressRange needs a current context: the caller's, or the device's primary one for
+  // the rest of the query (the walk over VMM segments uses it too).
   std::optional<ScopedCurrentContext> context;
   if (lookup == SegmentLookup::address_range) {
     Result<ScopedCurrentContext> entered = any_current_context(ordinal);

@@ -65,8 +65,8 @@ class CudaIface final : public hmem::Iface {
   Result<hmem::PointerInfo> device_range(const void* ptr, size_t len, const char* what);
   template <typename Call>  // defined and used in cuda_memory.cpp
   Result<CUresult> in_device_context(int ordinal, Call call);
-  // For calls that need some current context but not a particular one (address-range
-  // queries, dma-buf export): the caller's, or else `ordinal`'s primary context for the scope.
+  // For calls that need some current context but not a particular one (dma-buf export, and
+  // cuMemGetAddressRange on old drivers): the caller's, else `ordinal`'s primary context.
   Result<ScopedCurrentContext> any_current_context(int ordinal);
 
   std::string sysfs_root_;

@@ -31,6 +31,8 @@ void check(ncclResult_t result, const char* what) {
   if (result != ncclSuccess) fail(what);
 }
 
+void logger(ncclDebugLogLevel level, unsigned long, const char*, int, const char* format, ...)
+    __attribute__((format(printf, 5, 6)));
 void logger(ncclDebugLogLevel level, unsigned long, const char*, int, const char* format, ...) {
   if (level > NCCL_LOG_WARN) return;
   va_list args;
