@@ -149,7 +149,11 @@ Status MemoryRegion::sync(uint64_t offset, size_t len, uint64_t flags) {
   HMR_RETURN_IF_ERROR(check_registered());
   uint64_t shadow_offset = 0;
   ShadowBuffer* shadow = host_shadow(&shadow_offset);
-  if (shadow == nullptr) return ok_status();  // the NIC reaches the memory itself
+  if (shadow == nullptr) {
+    if (export_mode_ != ExportMode::host_shadow) return ok_status();  // the NIC reaches it itself
+    // A held cache entry always has its shadow; never report a copy that was not made.
+    return make_error(HMR_EIO, "hmr_mr_sync: the host shadow of this MR's cache entry is gone");
+  }
   const size_t count = len != 0 ? len : static_cast<size_t>(length - offset);
   if (count == 0) return ok_status();
   return flags == HMR_SYNC_TO_DEVICE ? shadow->copy_to_device(shadow_offset + offset, count)

@@ -134,14 +134,22 @@ CUresult segment_at(const CudaSymbols& symbols, SegmentLookup lookup, CUdevicept
   size_t range_size = 0;
   CUdeviceptr mapping_base = 0;
   size_t mapping_size = 0;
+  void* pool = nullptr;
   CUpointer_attribute attributes[] = {
       CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_RANGE_SIZE,
-      CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR, CU_POINTER_ATTRIBUTE_MAPPING_SIZE};
-  void* data[] = {&range_start, &range_size, &mapping_base, &mapping_size};
-  const CUresult result = symbols.cuPointerGetAttributes(4, attributes, data, address);
+      CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR, CU_POINTER_ATTRIBUTE_MAPPING_SIZE,
+      CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE};
+  void* data[] = {&range_start, &range_size, &mapping_base, &mapping_size, &pool};
+  const CUresult result = symbols.cuPointerGetAttributes(5, attributes, data, address);
   if (result != CUDA_SUCCESS) return result;
-  const uint64_t start = std::max<uint64_t>(range_start, mapping_base);
-  const uint64_t end = std::min<uint64_t>(range_start + range_size, mapping_base + mapping_size);
+  uint64_t start = std::max<uint64_t>(range_start, mapping_base);
+  uint64_t end = std::min<uint64_t>(range_start + range_size, mapping_base + mapping_size);
+  if (pool != nullptr && mapping_size != 0) {
+    // Stream-ordered pool memory (cuMemAllocAsync): the mapping is the pool's chunk (32 MiB on
+    // driver 580), which an allocation may straddle; the range is the allocation itself.
+    start = range_start;
+    end = range_start + range_size;
+  }
   // An unmapped address inside a reservation has no mapping: a hole, as cuMemGetAddressRange
   // says it (CUDA_ERROR_NOT_FOUND).
   if (mapping_size == 0 || range_size == 0 || start > address || end <= address) {

@@ -16,10 +16,12 @@ namespace hmr::cuda {
 
 // How a segment (one cuMemAlloc allocation, or one mapping of a VMM reservation) is found:
 //   attributes:    cuPointerGetAttributes(RANGE_START_ADDR, RANGE_SIZE, MAPPING_BASE_ADDR,
-//                  MAPPING_SIZE), the allocation or reservation cut to the mapping that holds
-//                  the address.  Needs no context: on an H100 (driver 580) the range is the
-//                  exact allocation and the mapping its 2 MiB-rounded physical backing for
-//                  cuMemAlloc memory, and the reservation and the one segment for VMM memory.
+//                  MAPPING_SIZE, MEMPOOL_HANDLE), the allocation or reservation cut to the
+//                  mapping that holds the address.  Needs no context: on an H100 (driver 580)
+//                  the range is the exact allocation and the mapping its 2 MiB-rounded
+//                  physical backing for cuMemAlloc memory, the reservation and the one segment
+//                  for VMM memory.  Pool memory (cuMemAllocAsync) is the exception: its mapping
+//                  is the pool's 32 MiB chunk, so its segment is the range alone.
 //   address_range: cuMemGetAddressRange, for drivers without the mapping attributes (they
 //                  refuse them with CUDA_ERROR_INVALID_VALUE); needs a current context.
 enum class SegmentLookup { attributes, address_range };

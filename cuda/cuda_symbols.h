@@ -62,6 +62,8 @@ inline constexpr CUpointer_attribute CU_POINTER_ATTRIBUTE_RANGE_START_ADDR = 11;
 inline constexpr CUpointer_attribute CU_POINTER_ATTRIBUTE_RANGE_SIZE = 12;
 // Whether physical memory is mapped at the pointer (documented as a bool).
 inline constexpr CUpointer_attribute CU_POINTER_ATTRIBUTE_MAPPED = 13;
+// The stream-ordered pool (cuMemAllocAsync) the memory came from, or null; a CUmemoryPool.
+inline constexpr CUpointer_attribute CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE = 17;
 inline constexpr CUpointer_attribute CU_POINTER_ATTRIBUTE_MAPPING_SIZE = 18;       // size_t
 inline constexpr CUpointer_attribute CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR = 19;  // CUdeviceptr
 // The physical allocation (cuMemCreate handle) behind the pointer; unsigned long long.

@@ -101,13 +101,19 @@ EXPORT CUresult cuDeviceGetAttribute(int *value, int attribute, CUdevice device)
  *   MAPPING_BASE/SIZE the mapping (VMM segment), or for other allocations their physical
  *                    backing: the allocation rounded out to 2 MiB (as driver 580 on an H100
  *                    answers: 4 MiB for a 3 MiB + 123 B cuMemAlloc, docs/gpu.md); 0 where
- *                    nothing is mapped.  The failure "cuPointerGetAttributes:mapping" makes
- *                    them INVALID_VALUE, as a driver without them answers
+ *                    nothing is mapped; for pool memory (fake_cuda_alloc_pooled) the pool's
+ *                    32 MiB chunk that holds the address.  The failure
+ *                    "cuPointerGetAttributes:mapping" makes them INVALID_VALUE, as a driver
+ *                    without them answers
+ *   MEMPOOL_HANDLE   non-null for pool memory, null otherwise
  *   MEMORY_BLOCK_ID  the cuMemCreate handle; the buffer id for other allocations (assumed)
  *   unmapped reservation: memory type 0, MAPPED 0, ordinal -1 (assumed). */
+static char fake_pool; /* what MEMPOOL_HANDLE points at */
+
 static CUresult pointer_attribute(void *data, int attribute, const struct located *at) {
   const int mapped = at->place != PLACE_NONE && at->place != PLACE_HOLE;
   const uint64_t backing = 2u << 20;
+  const uint64_t pool_chunk = 32u << 20;
   const int whole_mapping = at->place == PLACE_MAPPING;
   if ((attribute == 18 || attribute == 19) &&
       fake_calls_failure(&calls, "cuPointerGetAttributes:mapping") != 0) {
@@ -123,14 +129,19 @@ static CUresult pointer_attribute(void *data, int attribute, const struct locate
     case 11: *(CUdeviceptr *)data = at->range_base; break;
     case 12: *(size_t *)data = at->range_size; break;
     case 13: *(unsigned int *)data = (unsigned)mapped; break;
+    case 17: *(void **)data = at->pooled ? (void *)&fake_pool : NULL; break;
     case 18:
-      *(size_t *)data = !mapped ? 0
-                        : whole_mapping
-                            ? at->size
-                            : fake_round_up(at->base + at->size, backing) - at->base / backing * backing;
+      *(size_t *)data = !mapped        ? 0
+                        : at->pooled   ? pool_chunk
+                        : whole_mapping ? at->size
+                                        : fake_round_up(at->base + at->size, backing) -
+                                              at->base / backing * backing;
       break;
     case 19:
-      *(CUdeviceptr *)data = !mapped ? 0 : whole_mapping ? at->base : at->base / backing * backing;
+      *(CUdeviceptr *)data = !mapped        ? 0
+                             : at->pooled   ? at->ptr / pool_chunk * pool_chunk
+                             : whole_mapping ? at->base
+                                             : at->base / backing * backing;
       break;
     case 20: *(unsigned long long *)data = at->block_id; break;
     default: return INVALID_VALUE;

@@ -28,6 +28,9 @@ typedef void (*fake_cuda_reset_fn)(void);
  * context; a freed address is handed out again first.  Device memory stays PROT_NONE to the CPU;
  * host and managed memory is readable and writable, as on a real driver.  Returns a CUresult. */
 typedef int (*fake_cuda_alloc_fn)(int device, size_t size, int memory, unsigned long long *out);
+/* The same, as cuMemAllocAsync's stream-ordered pool hands device memory out: MEMPOOL_HANDLE
+ * set, MAPPING_BASE/SIZE the pool's 32 MiB chunk holding the address.  Free with fake_cuda_free. */
+typedef int (*fake_cuda_alloc_pooled_fn)(int device, size_t size, unsigned long long *out);
 typedef int (*fake_cuda_free_fn)(unsigned long long ptr);
 /* Makes every later call of entry point `name` return `code` (0 clears it).  The pseudo-name
  * "cuMemGetHandleForAddressRange:pcie" fails only calls that pass the PCIe mapping flag. */

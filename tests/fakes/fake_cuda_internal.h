@@ -51,6 +51,7 @@ struct allocation {
   size_t size;
   unsigned long long buffer_id;
   char *alias; /* the bytes, GRANULE-rounded */
+  int pooled;  /* from fake_cuda_alloc_pooled: cuMemAllocAsync's stream-ordered pool */
 };
 
 /* cuMemCreate: physical memory with no address until mapped. */
@@ -111,6 +112,8 @@ struct located {
   unsigned long long buffer_id;
   unsigned long long block_id;
   char *alias; /* the CPU view of `base`; null where copies are not allowed */
+  int pooled;       /* an allocation from a stream-ordered pool */
+  CUdeviceptr ptr;  /* the address located */
 };
 
 extern pthread_mutex_t fake_lock;

@@ -18,7 +18,14 @@ static int cpu_accessible(int memory) {
   return memory == FAKE_CUDA_MEM_HOST || memory == FAKE_CUDA_MEM_MANAGED;
 }
 
+static void locate(CUdeviceptr ptr, struct located *out);
+
 void fake_locate(CUdeviceptr ptr, struct located *out) {
+  locate(ptr, out);
+  out->ptr = ptr;
+}
+
+static void locate(CUdeviceptr ptr, struct located *out) {
   memset(out, 0, sizeof *out);
   out->device = -1;
   for (int i = 0; i < MAX_ALLOCATIONS; ++i) {
@@ -26,7 +33,7 @@ void fake_locate(CUdeviceptr ptr, struct located *out) {
     if (a->live && ptr >= a->base && ptr < a->base + a->size) {
       *out = (struct located){PLACE_ALLOCATION, i,       a->device,    a->memory,    a->base,
                               a->size,          a->base, a->size,      a->buffer_id, a->buffer_id,
-                              a->alias};
+                              a->alias,         a->pooled, ptr};
       return;
     }
   }
@@ -37,7 +44,7 @@ void fake_locate(CUdeviceptr ptr, struct located *out) {
       const struct reservation *r = &reservations[m->reservation];
       *out = (struct located){PLACE_MAPPING, i,       p->device,    FAKE_CUDA_MEM_DEVICE,
                               m->base,       m->size, r->base,      r->size,
-                              m->buffer_id,  p->block_id, p->alias + m->offset};
+                              m->buffer_id,  p->block_id, p->alias + m->offset, 0, ptr};
       return;
     }
   }
@@ -56,7 +63,7 @@ void fake_locate(CUdeviceptr ptr, struct located *out) {
     if (g->live && ptr >= g->base && ptr < g->base + g->size) {
       *out = (struct located){PLACE_REGISTRATION, i,       g->device,    FAKE_CUDA_MEM_HOST,
                               g->base,            g->size, g->base,      g->size,
-                              g->buffer_id,       g->buffer_id, (char *)g->base};
+                              g->buffer_id,       g->buffer_id, (char *)g->base, 0, ptr};
       return;
     }
   }
@@ -105,7 +112,7 @@ CUresult fake_allocate(int device, size_t size, int memory, int context, CUdevic
       if (alias == MAP_FAILED) return OUT_OF_MEMORY;
     }
     allocations[i] =
-        (struct allocation){1, device, memory, context, candidate, size, fake_next_id(), alias};
+        (struct allocation){1, device, memory, context, candidate, size, fake_next_id(), alias, 0};
     *out = candidate;
     return SUCCESS;
   }
@@ -114,6 +121,11 @@ CUresult fake_allocate(int device, size_t size, int memory, int context, CUdevic
 
 /* Lock held.  The bytes go away, as freed device memory does. */
 void fake_release_allocation(struct allocation *a) {
+  if (a->pooled) { /* back to the block fake_allocate made (fake_cuda_alloc_pooled) */
+    a->base -= 4096;
+    a->alias -= 4096;
+    a->size += 4096;
+  }
   const size_t span = fake_round_up(a->size, GRANULE);
   if (cpu_accessible(a->memory)) {
     madvise(a->alias, span, MADV_DONTNEED);
@@ -276,6 +288,28 @@ EXPORT int fake_cuda_alloc(int device, size_t size, int memory, unsigned long lo
   }
   pthread_mutex_lock(&fake_lock);
   LEAVE(fake_allocate(device, size, memory, -1, out));
+}
+
+/* Device memory as cuMemAllocAsync hands it out from a stream-ordered pool: the same as
+ * fake_cuda_alloc's, but MEMPOOL_HANDLE is set and MAPPING_BASE/SIZE name the pool's 32 MiB
+ * chunk that holds the address (as driver 580 on an H100 answers), not the allocation.  The
+ * allocation is placed 4 KiB past a granule so chunks and allocation never line up. */
+EXPORT int fake_cuda_alloc_pooled(int device, size_t size, unsigned long long *out) {
+  pthread_mutex_lock(&fake_lock);
+  CUdeviceptr padded = 0;
+  CUresult result = fake_allocate(device, size + 4096, FAKE_CUDA_MEM_DEVICE, -1, &padded);
+  if (result != SUCCESS) LEAVE(result);
+  for (int i = 0; i < MAX_ALLOCATIONS; ++i) {
+    struct allocation *a = &allocations[i];
+    if (a->live && a->base == padded) {
+      a->base += 4096;
+      a->size = size;
+      a->alias += 4096;
+      a->pooled = 1;
+      *out = a->base;
+    }
+  }
+  LEAVE(SUCCESS);
 }
 
 EXPORT int fake_cuda_free(unsigned long long ptr) {

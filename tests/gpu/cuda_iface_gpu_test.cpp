@@ -1,5 +1,6 @@
 // The GPU lane, the CUDA iface itself: detection, VMM ranges, dma-buf export, alloc ids,
 // copies and capabilities against the real driver (tests/gpu/gpu_lane.h, README.md).
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
@@ -83,16 +84,21 @@ TEST_F(CudaGpuLane, ManagedMemoryIsManagedAndNeverExported) {
   HMR_CU_ASSERT(driver().cuMemFree(memory));
   ASSERT_TRUE(info.ok()) << info.status().reason();
   EXPECT_EQ(info->kind, MemoryKind::managed);
+  EXPECT_EQ(info->base, memory);
+  EXPECT_EQ(info->alloc_len, size_t{1} << 20);
   EXPECT_EQ(exported.status().code(), HMR_EOPNOTSUPP);
 }
 
 TEST_F(CudaGpuLane, HostAllocatedAndHostRegisteredMemoryIsHostAlloc) {
   void* pinned = nullptr;
-  HMR_CU_ASSERT(driver().cuMemHostAlloc(&pinned, 1 << 20, CU_MEMHOSTALLOC_PORTABLE));
-  Result<PointerInfo> info = iface().query(pinned, 4096);
+  const size_t pinned_size = (3 << 20) + 100;
+  HMR_CU_ASSERT(driver().cuMemHostAlloc(&pinned, pinned_size, CU_MEMHOSTALLOC_PORTABLE));
+  Result<PointerInfo> info = iface().query(static_cast<char*>(pinned) + (2 << 20), 4096);
   HMR_CU_ASSERT(driver().cuMemFreeHost(pinned));
   ASSERT_TRUE(info.ok()) << info.status().reason();
   EXPECT_EQ(info->kind, MemoryKind::host_alloc);
+  EXPECT_EQ(info->base, reinterpret_cast<uintptr_t>(pinned));
+  EXPECT_EQ(info->alloc_len, pinned_size);
 
   const size_t size = 1 << 20;
   void* host = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -108,6 +114,52 @@ TEST_F(CudaGpuLane, HostAllocatedAndHostRegisteredMemoryIsHostAlloc) {
   munmap(host, size);
   ASSERT_TRUE(pinned_info.ok()) << pinned_info.status().reason();
   EXPECT_EQ(pinned_info->kind, MemoryKind::host_alloc);
+  EXPECT_EQ(pinned_info->base, reinterpret_cast<uintptr_t>(host));
+  EXPECT_EQ(pinned_info->alloc_len, size);
+}
+
+// Stream-ordered pool memory (cuMemAllocAsync, PyTorch's cudaMallocAsync backend): the driver's
+// MAPPING attributes name the pool's chunk, not the allocation; hmr must still report one
+// allocation, with one id, from wherever in it it is asked.
+TEST_F(CudaGpuLane, PoolMemoryIsOneAllocationFromWhereverItIsAsked) {
+  void* library = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  ASSERT_NE(library, nullptr) << dlerror();
+  using AllocAsync = CUresult (*)(CUdeviceptr*, size_t, void*);
+  using FreeAsync = CUresult (*)(CUdeviceptr, void*);
+  using Synchronize = CUresult (*)(void*);
+  auto alloc_async = reinterpret_cast<AllocAsync>(dlsym(library, "cuMemAllocAsync"));
+  auto free_async = reinterpret_cast<FreeAsync>(dlsym(library, "cuMemFreeAsync"));
+  auto synchronize = reinterpret_cast<Synchronize>(dlsym(library, "cuStreamSynchronize"));
+  if (alloc_async == nullptr || free_async == nullptr || synchronize == nullptr) {
+    dlclose(library);
+    GTEST_SKIP() << "the driver has no cuMemAllocAsync";
+  }
+  const size_t size = size_t{100} << 20;
+  CUdeviceptr memory = 0;
+  HMR_CU_ASSERT(alloc_async(&memory, size, nullptr));
+  HMR_CU_ASSERT(synchronize(nullptr));
+  Result<PointerInfo> start = query(memory, 4096);
+  Result<PointerInfo> middle = query(memory + (50 << 20), 4096);
+  Result<PointerInfo> across = query(memory + (20 << 20), size_t{60} << 20);
+  CUdeviceptr mapping_base = 0;
+  size_t mapping_size = 0;
+  CUpointer_attribute attributes[] = {CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR,
+                                      CU_POINTER_ATTRIBUTE_MAPPING_SIZE};
+  void* data[] = {&mapping_base, &mapping_size};
+  (void)driver().cuPointerGetAttributes(2, attributes, data, memory + (50 << 20));
+  std::printf("cuMemAllocAsync of %zu bytes at 0x%llx: at +50 MiB the mapping is [0x%llx, +%zu)\n",
+              size, memory, mapping_base, mapping_size);
+  HMR_CU_ASSERT(free_async(memory, nullptr));
+  HMR_CU_ASSERT(synchronize(nullptr));
+  dlclose(library);
+  ASSERT_TRUE(start.ok()) << start.status().reason();
+  ASSERT_TRUE(middle.ok()) << middle.status().reason();
+  ASSERT_TRUE(across.ok()) << across.status().reason();
+  for (const PointerInfo& info : {*start, *middle, *across}) {
+    EXPECT_EQ(info.base, memory);
+    EXPECT_EQ(info.alloc_len, size);
+    EXPECT_EQ(info.alloc_id, start->alloc_id);
+  }
 }
 
 TEST_F(CudaGpuLane, VmmSegmentsAreDetectedAsTheWholeMappedRange) {

@@ -77,19 +77,19 @@ done
 port=$((port + 1))
 step perftest.log perftest $port --provider tcp --mem cuda:0 --size 1M --iters 500 \
   --reg per-iter,cached,once,per-iter,cached,once
-# Plain fi_mr_reg of a GPU address, and CPU polling of GPU memory: refused before any connection.
+# Plain fi_mr_reg of a GPU address, and CPU polling of GPU memory: refused by the option check
+# (its message says "use --mem host"), not by a connection that fails later.
 for refused in "--reg raw" "--test write_lat"; do
-  if run_hmr "$bundle/bin/hmr-perftest" 127.0.0.1 --mem cuda:0 $refused >> "$out/perftest.log" 2>&1
-  then
-    failed+=("hmr-perftest --mem cuda:0 $refused was accepted")
-  fi
+  said=$(run_hmr "$bundle/bin/hmr-perftest" 127.0.0.1 --mem cuda:0 $refused 2>&1)
+  echo "$said" >> "$out/perftest.log"
+  grep -q "use --mem host" <<<"$said" || failed+=("hmr-perftest --mem cuda:0 $refused: not refused by its options")
 done
 # Without a host shadow there is no path to the GPU on this libfabric: the error must say why.
 port=$((port + 1))
-if perftest $port --provider tcp --mem cuda:0 --dmabuf --size 64K --iters 10 \
-  >> "$out/perftest.log" 2>&1; then
-  failed+=("--dmabuf on tcp succeeded")
-fi
+said=$(perftest $port --provider tcp --mem cuda:0 --dmabuf --size 64K --iters 10 2>&1)
+echo "$said" >> "$out/perftest.log"
+grep -q "no way to register cuda device 0 memory.*dma-buf:" <<<"$said" ||
+  failed+=("--dmabuf on tcp: no error naming the dma-buf path")
 
 # Registration cost of GPU memory through the C ABI, cold against cached, per export path.
 step bench.log run_hmr "$bundle/bin/hmr_device_registration_bench" 200
@@ -102,6 +102,10 @@ step torch.log env HMR_LIBRARY="$bundle/lib/libhmr.so.0" python3 -u "$here/torch
 step nccl.log env LD_LIBRARY_PATH="$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
   NCCL_NET_PLUGIN=hmr NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,ENV PYTHONUNBUFFERED=1 \
   python3 "$here/nccl_plugin_gpu.py"
+# With one rank the all-reduce is right whatever network NCCL took: the log must show the plugin.
+for line in "NET/Plugin: Loaded net plugin hmr" "NET/hmr: device 0:" "Unloading plugin hmr"; do
+  grep -q "$line" "$out/nccl.log" || failed+=("nccl.log lacks '$line'")
+done
 
 if ((${#failed[@]})); then
   printf 'FAILED: %s\n' "${failed[@]}"

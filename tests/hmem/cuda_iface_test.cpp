@@ -179,11 +179,36 @@ TEST_F(CudaIfaceTest, DriverWithoutMappingAttributesFallsBackToAddressRanges) {
     ASSERT_TRUE(info.ok()) << info.status().reason();
     EXPECT_EQ(info->base, base);
     EXPECT_EQ(info->alloc_len, 4 * page);
+    // The first refusal is final: the second round asks no mapping attributes even though the
+    // driver would now answer them.
+    fake_cuda().set_failure("cuPointerGetAttributes:mapping", 0);
   }
   EXPECT_EQ(fake_cuda().call_count("cuMemGetAddressRange_v2"), 2);
+  EXPECT_EQ(fake_cuda().call_count("cuPointerGetAttributes"), 3);  // 2 type queries, 1 refused
   EXPECT_EQ(fake_cuda().current_context_device(), -1);
   EXPECT_EQ(fake_cuda().primary_retains(0), 1);
-  fake_cuda().set_failure("cuPointerGetAttributes:mapping", 0);
+}
+
+// Stream-ordered pool memory (cuMemAllocAsync): the driver reports the pool's 32 MiB chunk as
+// the mapping, which the allocation straddles (an H100, driver 580: a 100 MiB allocation queried
+// at +50 MiB had the mapping [0x304000000, +32 MiB)).  The allocation is still one segment: the
+// same base, length and id from wherever it is asked, so every registration inside it shares one
+// cache key and one dma-buf export.
+TEST_F(CudaIfaceTest, PoolMemoryIsOneAllocationAcrossPoolChunks) {
+  init();
+  const size_t size = (72u << 20) + 4096;
+  unsigned long long base = 0;
+  ASSERT_EQ(fake_cuda().alloc_pooled(0, size, &base), 0);
+  Result<PointerInfo> start = iface_.query(as_pointer(base), 4096);
+  Result<PointerInfo> middle = iface_.query(as_pointer(base + (50u << 20)), 4096);
+  Result<PointerInfo> across = iface_.query(as_pointer(base + (20u << 20)), 40u << 20);
+  ASSERT_TRUE(start.ok() && middle.ok() && across.ok()) << middle.status().reason();
+  for (const PointerInfo& info : {*start, *middle, *across}) {
+    EXPECT_EQ(info.base, base);
+    EXPECT_EQ(info.alloc_len, size);
+    EXPECT_EQ(info.alloc_id, start->alloc_id);
+  }
+  EXPECT_EQ(fake_cuda().free(base), 0);
 }
 
 TEST_F(CudaIfaceTest, RejectedPcieFlagIsRetriedWithoutIt) {

@@ -15,6 +15,7 @@ FakeCuda load() {
   FakeCuda fake;
   fake.reset = library.function<fake_cuda_reset_fn>("fake_cuda_reset");
   fake.alloc = library.function<fake_cuda_alloc_fn>("fake_cuda_alloc");
+  fake.alloc_pooled = library.function<fake_cuda_alloc_pooled_fn>("fake_cuda_alloc_pooled");
   fake.free = library.function<fake_cuda_free_fn>("fake_cuda_free");
   fake.set_failure = library.function<fake_cuda_set_failure_fn>("fake_cuda_set_failure");
   fake.set_device_attribute =

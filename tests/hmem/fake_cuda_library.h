@@ -20,6 +20,7 @@ namespace hmr::testing {
 struct FakeCuda {
   fake_cuda_reset_fn reset = nullptr;
   fake_cuda_alloc_fn alloc = nullptr;
+  fake_cuda_alloc_pooled_fn alloc_pooled = nullptr;
   fake_cuda_free_fn free = nullptr;
   fake_cuda_set_failure_fn set_failure = nullptr;
   fake_cuda_set_device_attribute_fn set_device_attribute = nullptr;
