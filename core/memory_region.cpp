@@ -168,8 +168,7 @@ ShadowBuffer* MemoryRegion::host_shadow(uint64_t* offset_of_first_byte) const {
   std::optional<DeviceCacheBackend::ExportView> view =
       domain_.device_backend().view(cache_handle_.registration());
   if (!view) return nullptr;
-  *offset_of_first_byte =
-      reinterpret_cast<uintptr_t>(request_.segments[0].iov_base) - cache_handle_.entry->start;
+  *offset_of_first_byte = offset_in_cache_entry();
   return view->shadow;
 }
 
@@ -198,10 +197,7 @@ Status MemoryRegion::query(hmr_mr_info& info) const {
           domain_.device_backend().view(cache_handle_.registration());
       if (view) {
         info.dmabuf_fd = view->dmabuf_fd;
-        // The entry may start before this MR: the MR's first byte lies further in.
-        info.dmabuf_offset = view->dmabuf_offset +
-                             (reinterpret_cast<uintptr_t>(request_.segments[0].iov_base) -
-                              cache_handle_.entry->start);
+        info.dmabuf_offset = view->dmabuf_offset + offset_in_cache_entry();
       }
     } else if (device_hold_.dmabuf) {
       info.dmabuf_fd = device_hold_.dmabuf->fd();
@@ -303,15 +299,16 @@ Status MemoryRegion::raw_attr(uint64_t* base_addr, uint8_t* raw_key, size_t* key
 }
 
 uint64_t MemoryRegion::remote_first_byte() const {
-  // The registration's base is the peer's address of the registration's first byte.  A cached
-  // registration may begin before this MR (it is shared by every range it contains); the MR's
-  // first byte then lies that far in.  (0-based keys are cached only from their exact start.)
-  uint64_t offset = 0;
-  if (cache_handle_ && !request_.segments.empty()) {
-    const auto start = reinterpret_cast<uintptr_t>(request_.segments[0].iov_base);
-    if (start > cache_handle_.entry->start) offset = start - cache_handle_.entry->start;
-  }
-  return registration_.base_addr + offset;
+  // The registration's base is the peer's address of the registration's first byte.
+  // (0-based keys are cached only from their exact start.)
+  return registration_.base_addr + offset_in_cache_entry();
+}
+
+uint64_t MemoryRegion::offset_in_cache_entry() const {
+  // A cached registration may begin before this MR (it is shared by every range it contains).
+  if (!cache_handle_ || request_.segments.empty()) return 0;
+  const auto start = reinterpret_cast<uintptr_t>(request_.segments[0].iov_base);
+  return start > cache_handle_.entry->start ? start - cache_handle_.entry->start : 0;
 }
 
 Result<PackedRkey> MemoryRegion::packed_rkey() const {

@@ -95,6 +95,9 @@ class MemoryRegion : public Tagged<ObjectClass::memory_region> {
  private:
   // The address a peer targets for this MR's first byte (hmr_mr_raw_attr's base).
   uint64_t remote_first_byte() const;
+  // How far into its cached registration (export, shadow, key range) this MR's first byte
+  // lies; 0 for an MR with a registration of its own.
+  uint64_t offset_in_cache_entry() const;
   // A host-shadow MR's shadow (its own, or its cache entry's) and where the MR's first byte
   // lies in it; nullptr for every other path.
   ShadowBuffer* host_shadow(uint64_t* offset_of_first_byte) const;

@@ -11,29 +11,6 @@
 namespace hmr::testing {
 namespace {
 
-class VerbsDomainTest : public VerbsTest {
- protected:
-  void TearDown() override {
-    if (domain_ != nullptr) {
-      EXPECT_EQ(hmr_domain_close(domain_), 0) << hmr_last_error();
-    }
-    VerbsTest::TearDown();
-  }
-  int open_domain(const char* options, void* handle, uint64_t mode) {
-    attr_ = hmr_domain_attr{};
-    attr_.size = sizeof attr_;
-    attr_.nic = "verbs";
-    attr_.nic_options = options;
-    attr_.nic_handle = handle;
-    attr_.mr_mode = mode;
-    attr_.cache_monitor = "disabled";
-    return hmr_domain_open(&attr_, &domain_);
-  }
-
-  hmr_domain_attr attr_{};
-  hmr_domain* domain_ = nullptr;
-};
-
 constexpr uint64_t kBasicMode = HMR_MR_LOCAL | HMR_MR_VIRT_ADDR | HMR_MR_ALLOCATED |
                                 HMR_MR_PROV_KEY;
 

@@ -43,25 +43,15 @@ const char* const kEfa = "device=fake_efa_0;relaxed_ordering=off";
 
 uint64_t va(const void* p) { return reinterpret_cast<uint64_t>(p); }
 
-class VerbsMemoryOpsTest : public VerbsTest {
+class VerbsMemoryOpsTest : public VerbsDomainTest {
  protected:
   void TearDown() override {
     if (qp_ != nullptr) fake().destroy_qp(qp_);
-    if (domain_ != nullptr) {
-      EXPECT_EQ(hmr_domain_close(domain_), 0) << hmr_last_error();
-    }
-    VerbsTest::TearDown();
+    VerbsDomainTest::TearDown();
   }
-  // Opens the domain or stops the test.
+  // Opens a basic-mode domain or stops the test.
   void open_domain(const char* options = kConnectX, void* handle = nullptr) {
-    attr_ = hmr_domain_attr{};
-    attr_.size = sizeof attr_;
-    attr_.nic = "verbs";
-    attr_.nic_options = options;
-    attr_.nic_handle = handle;
-    attr_.mr_mode = kBasicMode;
-    attr_.cache_monitor = "disabled";  // every hmr_mr_reg reaches the fake
-    ASSERT_EQ(hmr_domain_open(&attr_, &domain_), 0) << hmr_last_error();
+    ASSERT_EQ(VerbsDomainTest::open_domain(options, handle, kBasicMode), 0) << hmr_last_error();
   }
   verbs::ibv_pd* pd() const { return static_cast<verbs::ibv_pd*>(attr_.nic_handle); }
   // A QP of the domain's device, for window binds and invalidations.
@@ -122,8 +112,6 @@ class VerbsMemoryOpsTest : public VerbsTest {
     return made;
   }
 
-  hmr_domain_attr attr_{};
-  hmr_domain* domain_ = nullptr;
   void* qp_ = nullptr;
 };
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <hmr/hmr.h>
 #include <stdlib.h>
 #include <sys/uio.h>
 
@@ -86,6 +87,32 @@ class VerbsTest : public ::testing::Test {
   std::unique_ptr<AppPd> app_;
   std::unique_ptr<nic::Nic> nic_;
   int fds_before_ = 0;
+};
+
+// The same through the public C ABI: a verbs domain over the fake, with caching off so every
+// hmr_mr_reg reaches the fake, closed before the adapter's leftovers are checked.
+class VerbsDomainTest : public VerbsTest {
+ protected:
+  void TearDown() override {
+    if (domain_ != nullptr) {
+      EXPECT_EQ(hmr_domain_close(domain_), 0) << hmr_last_error();
+    }
+    VerbsTest::TearDown();
+  }
+  // hmr_domain_open's return code; attr_ holds what it wrote back.
+  int open_domain(const char* options, void* handle, uint64_t mode) {
+    attr_ = hmr_domain_attr{};
+    attr_.size = sizeof attr_;
+    attr_.nic = "verbs";
+    attr_.nic_options = options;
+    attr_.nic_handle = handle;
+    attr_.mr_mode = mode;
+    attr_.cache_monitor = "disabled";
+    return hmr_domain_open(&attr_, &domain_);
+  }
+
+  hmr_domain_attr attr_{};
+  hmr_domain* domain_ = nullptr;
 };
 
 inline bool contains(const std::string& text, const std::string& part) {
