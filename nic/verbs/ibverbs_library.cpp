@@ -72,18 +72,24 @@ Result<ibv_device*> DeviceList::find(const std::string& name) const {
 
 Result<DeviceHandle> DeviceHandle::open(std::shared_ptr<const IbverbsLibrary> library,
                                         ibv_device* device) {
-  const IbverbsSymbols& verbs = library->symbols();
-  const char* raw_name = verbs.get_device_name(device);
-  const std::string name = raw_name != nullptr ? raw_name : "?";
+  const char* raw_name = library->symbols().get_device_name(device);
   errno = 0;
-  ibv_context* context = verbs.open_device(device);
+  ibv_context* context = library->symbols().open_device(device);
   if (context == nullptr) {
     const int err = errno;
     return make_error(err == EACCES || err == EPERM ? HMR_EACCES : HMR_ENODEV,
                       "ibv_open_device(%s) failed: %s; check the permissions of "
                       "/dev/infiniband/uverbs*",
-                      name.c_str(), err != 0 ? std::strerror(err) : "no errno");
+                      raw_name != nullptr ? raw_name : "?", err != 0 ? std::strerror(err) : "no errno");
   }
+  return adopt(std::move(library), context);
+}
+
+Result<DeviceHandle> DeviceHandle::adopt(std::shared_ptr<const IbverbsLibrary> library,
+                                         ibv_context* context) {
+  const IbverbsSymbols& verbs = library->symbols();
+  const char* raw_name = verbs.get_device_name(context->device);
+  const std::string name = raw_name != nullptr ? raw_name : "?";
   errno = 0;
   ibv_pd* pd = verbs.alloc_pd(context);
   if (pd == nullptr) {

@@ -58,6 +58,10 @@ class DeviceHandle {
   // Opens `device` and allocates a PD in it; both are released by the destructor.
   static Result<DeviceHandle> open(std::shared_ptr<const IbverbsLibrary> library,
                                    ibv_device* device);
+  // Takes a context opened another way (mlx5dv_open_device) and allocates a PD in it; owns
+  // both, as open() does.  Closes the context when the PD cannot be allocated.
+  static Result<DeviceHandle> adopt(std::shared_ptr<const IbverbsLibrary> library,
+                                    ibv_context* context);
   // Works in the application's PD; nothing is released.
   static Result<DeviceHandle> borrow(std::shared_ptr<const IbverbsLibrary> library, ibv_pd* pd);
 

@@ -95,12 +95,16 @@ enum ibv_wr_opcode {
 enum ibv_send_flags {
   IBV_SEND_FENCE = 1 << 0,
   IBV_SEND_SIGNALED = 1 << 1,
+  IBV_SEND_SOLICITED = 1 << 2,
+  IBV_SEND_INLINE = 1 << 3,
 };
 
 /* struct ibv_context.abi_compat of a context that is the tail of a struct verbs_context. */
 #define HMR_VERBS_ABI_IS_EXTENDED ((void*)UINTPTR_MAX)
 
 struct ibv_context;
+struct ibv_cq;
+struct ibv_wc;
 struct ibv_pd;
 struct ibv_qp;
 struct ibv_mw;
@@ -129,7 +133,9 @@ struct ibv_context_ops {
   struct ibv_mw* (*alloc_mw)(struct ibv_pd* pd, enum ibv_mw_type type);
   int (*bind_mw)(struct ibv_qp* qp, struct ibv_mw* mw, struct ibv_mw_bind* mw_bind);
   int (*dealloc_mw)(struct ibv_mw* mw);
-  hmr_ibv_unused_fn between_mw_and_post_send[15];
+  hmr_ibv_unused_fn compat_create_cq;
+  int (*poll_cq)(struct ibv_cq* cq, int num_entries, struct ibv_wc* wc);
+  hmr_ibv_unused_fn between_poll_cq_and_post_send[13];
   int (*post_send)(struct ibv_qp* qp, struct ibv_send_wr* wr, struct ibv_send_wr** bad_wr);
   hmr_ibv_unused_fn after_post_send[6];
 };

@@ -20,6 +20,8 @@ constexpr uint64_t kKnownFlags =
 constexpr uint64_t kRemoteAccess = HMR_REMOTE_READ | HMR_REMOTE_WRITE;
 // An ibv_sge length is 32 bits; prefetch advice is split into pieces no longer than this.
 constexpr uint64_t kMaxAdviceSge = uint64_t{1} << 30;
+// The same for the byte count of a KLM entry of an indirect key.
+constexpr uint64_t kMaxKlmEntry = uint64_t{1} << 30;
 
 VerbsRegistration* record_of(const nic::Registration& registration) {
   return static_cast<VerbsRegistration*>(registration.handle);
@@ -46,6 +48,12 @@ Result<std::unique_ptr<nic::Nic>> VerbsNic::open(const char* options, void* hand
   }
   Result<std::shared_ptr<const IbverbsLibrary>> library = IbverbsLibrary::load();
   if (!library.ok()) return library.status();
+  Mlx5Access mlx5;
+  if (Result<std::shared_ptr<const Mlx5dvLibrary>> loaded = Mlx5dvLibrary::load(); loaded.ok()) {
+    mlx5.library = std::move(*loaded);
+  } else {
+    mlx5.unavailable = loaded.status().reason();
+  }
 
   Result<DeviceHandle> device = [&]() -> Result<DeviceHandle> {
     if (handle != nullptr) return DeviceHandle::borrow(*library, static_cast<ibv_pd*>(handle));
@@ -55,15 +63,15 @@ Result<std::unique_ptr<nic::Nic>> VerbsNic::open(const char* options, void* hand
                                                         : list->find(parsed->device);
     if (!chosen.ok()) return chosen.status();
     // The list may be freed once the device is open.
-    return DeviceHandle::open(*library, *chosen);
+    return open_device(*library, *chosen, mlx5);
   }();
   if (!device.ok()) return device.status();
 
   Result<DeviceProbe> probe =
       probe_device(**library, device->context(), device->pd(), environment.sysfs_root);
   if (!probe.ok()) return probe.status();
-  std::unique_ptr<VerbsNic> nic(
-      new VerbsNic(std::move(*library), std::move(*device), *parsed, std::move(*probe)));
+  std::unique_ptr<VerbsNic> nic(new VerbsNic(std::move(*library), std::move(*device), *parsed,
+                                             std::move(*probe), std::move(mlx5)));
   HMR_RETURN_IF_ERROR(nic->apply_options());
   log_message(LogLevel::info, "verbs NIC on %s: dma-buf %s; peer-direct %s; ODP %s",
               nic->probe_.name.c_str(), nic->probe_.dmabuf.reason.c_str(),
@@ -71,12 +79,33 @@ Result<std::unique_ptr<nic::Nic>> VerbsNic::open(const char* options, void* hand
   return std::unique_ptr<nic::Nic>(std::move(nic));
 }
 
+Result<DeviceHandle> VerbsNic::open_device(const std::shared_ptr<const IbverbsLibrary>& library,
+                                           ibv_device* device, Mlx5Access& mlx5) {
+  if (mlx5.library != nullptr && mlx5.library->symbols().is_supported(device)) {
+    mlx5dv_context_attr attr{};
+    attr.flags = MLX5DV_CONTEXT_FLAGS_DEVX;
+    errno = 0;
+    if (ibv_context* context = mlx5.library->symbols().open_device(device, &attr)) {
+      return DeviceHandle::adopt(library, context);
+    }
+    const int err = errno;
+    const char* name = library->symbols().get_device_name(device);
+    mlx5.devx_failure = std::string("mlx5dv_open_device(") + (name != nullptr ? name : "?") +
+                        ", MLX5DV_CONTEXT_FLAGS_DEVX) failed: " +
+                        (err != 0 ? std::strerror(err) : "no errno") +
+                        "; an indirect mkey needs a DEVX context, so the device was opened "
+                        "without one";
+  }
+  return DeviceHandle::open(library, device);
+}
+
 VerbsNic::VerbsNic(std::shared_ptr<const IbverbsLibrary> library, DeviceHandle device,
-                   const VerbsOptions& options, DeviceProbe probe)
+                   const VerbsOptions& options, DeviceProbe probe, Mlx5Access mlx5)
     : library_(std::move(library)),
       device_(std::move(device)),
       options_(options),
-      probe_(std::move(probe)) {}
+      probe_(std::move(probe)),
+      mlx5_(std::move(mlx5)) {}
 
 VerbsNic::~VerbsNic() = default;
 
@@ -147,12 +176,21 @@ void VerbsNic::describe_operations() {
   } else {
     ops.advise = {true, ""};
   }
-  // mlx5 builds an indirect key as an mlx5dv_create_mkey key filled by a UMR work request
-  // (mlx5dv_wr_mr_list) on a QP of the PD, as UCX's mlx5 memory domain does on a UMR QP of its
-  // own; the adapter has no such path yet, so it says so instead of pretending.
-  ops.indirect = {false, "indirect keys on verbs need mlx5dv UMR (an mlx5dv_create_mkey key "
-                         "filled by mlx5dv_wr_mr_list on a UMR QP), which hmr's verbs adapter "
-                         "does not build yet"};
+  ops.indirect = indirect_support();
+}
+
+nic::Support VerbsNic::indirect_support() const {
+  const std::string why = "indirect keys on verbs are mlx5 UMR keys (an mlx5dv_create_mkey key "
+                          "filled by mlx5dv_wr_mr_list): ";
+  if (mlx5_.library == nullptr) return {false, why + mlx5_.unavailable};
+  if (!mlx5_.library->symbols().is_supported(device_.context()->device)) {
+    return {false, why + probe_.name + " is not an mlx5 device (mlx5dv_is_supported)"};
+  }
+  if (const char* missing = UmrQueue::missing_verb(library_->symbols())) {
+    return {false, why + library_->path() + " lacks " + missing};
+  }
+  if (!mlx5_.devx_failure.empty()) return {false, why + mlx5_.devx_failure};
+  return {true, ""};
 }
 
 AccessExtras VerbsNic::access_extras() const {
@@ -420,6 +458,10 @@ Status VerbsNic::rereg(nic::Registration& registration, const nic::ReregRequest&
     return make_error(HMR_EIO, "an earlier re-registration left this registration unusable; "
                       "close it");
   }
+  if (record->indirect()) {
+    return make_error(HMR_EINVAL, "an indirect key is not re-registered: close it and build "
+                      "another");
+  }
   const VerbsRegistration::Layout& old_layout = record->layout();
   if (record->chunk_count() != 1) {
     return make_error(HMR_EOPNOTSUPP, "a registration split into %zu chunks cannot be "
@@ -541,6 +583,9 @@ Status VerbsNic::bind_window(nic::MemoryWindow& window, const nic::WindowBind& b
       record_of(*bind.registration) == nullptr) {
     return make_error(HMR_EINVAL, "binding needs a memory window and a registration of this NIC");
   }
+  if (record_of(*bind.registration)->indirect()) {
+    return make_error(HMR_EINVAL, "a memory window is bound to an MR, not to an indirect key");
+  }
   HMR_RETURN_IF_ERROR(verbs_window->bind(*record_of(*bind.registration), bind));
   const uint32_t rkey = verbs_window->rkey();
   window.key = key_of({&rkey, 1});
@@ -567,6 +612,9 @@ Status VerbsNic::advise(const nic::Registration& registration, nic::Advice advic
                         std::span<const iovec> ranges, bool flush) {
   const VerbsRegistration* record = record_of(registration);
   if (record == nullptr) return make_error(HMR_EINVAL, "not a verbs registration");
+  if (record->indirect()) {
+    return make_error(HMR_EINVAL, "advise the MRs an indirect key lies in, not the key");
+  }
   const VerbsRegistration::Layout& layout = record->layout();
   if ((layout.ibv_access & IBV_ACCESS_ON_DEMAND) == 0) {
     return make_error(HMR_EINVAL, "prefetch advice needs an on-demand-paging registration (open "
@@ -576,25 +624,12 @@ Status VerbsNic::advise(const nic::Registration& registration, nic::Advice advic
   std::vector<ibv_sge> sges;
   for (const iovec& range : ranges) {
     const uint64_t start = reinterpret_cast<uintptr_t>(range.iov_base);
-    if (range.iov_len == 0 || start < layout.start || start - layout.start > layout.length ||
-        range.iov_len > layout.length - (start - layout.start)) {
+    if (!record->contains(start, range.iov_len)) {
       return make_error(HMR_EINVAL, "advice range [%p, +%zu) is not inside the registration "
                         "[%#llx, +%llu)", range.iov_base, range.iov_len,
                         static_cast<ull>(layout.start), static_cast<ull>(layout.length));
     }
-    // One entry per piece within a chunk: each carries that chunk's lkey, and the addresses are
-    // the MR's own (its iova), as in any work request.
-    uint64_t offset = start - layout.start;
-    const uint64_t end = offset + range.iov_len;
-    while (offset < end) {
-      const uint64_t chunk = offset / layout.chunk_len;
-      const uint64_t chunk_end = (chunk + 1) * layout.chunk_len;
-      uint64_t piece = (end < chunk_end ? end : chunk_end) - offset;
-      if (piece > kMaxAdviceSge) piece = kMaxAdviceSge;
-      sges.push_back({layout.iova + offset, static_cast<uint32_t>(piece),
-                      record->chunk(static_cast<size_t>(chunk))->lkey});
-      offset += piece;
-    }
+    record->append_entries(start, range.iov_len, kMaxAdviceSge, sges);
   }
   const uint32_t flags = flush ? IBV_ADVISE_MR_FLAG_FLUSH : 0;
   if (const int err = advise_mr(record->chunk(0)->pd, to_ibv_advice(advice), flags, sges.data(),
@@ -604,6 +639,87 @@ Status VerbsNic::advise(const nic::Registration& registration, nic::Advice advic
                          probe_.name.c_str());
   }
   return ok_status();
+}
+
+Result<UmrQueue*> VerbsNic::umr_queue() {
+  std::lock_guard<std::mutex> lock(umr_mutex_);
+  if (umr_ == nullptr) {
+    Result<std::unique_ptr<UmrQueue>> created =
+        UmrQueue::create(library_, mlx5_.library, device_.context(), device_.pd(), probe_.name);
+    if (!created.ok()) return created.status();
+    umr_ = std::move(*created);
+  }
+  return umr_.get();
+}
+
+// The KLM list names each segment by the lkey of the chunk it lies in and its address as that
+// MR is addressed; the mkey then addresses the segments' bytes from 0, in order.
+Result<nic::Registration> VerbsNic::register_indirect(
+    std::span<const nic::IndirectSegment> segments, uint64_t access) {
+  const nic::Support& support = capabilities_.operations.indirect;
+  if (!support.available) return make_error(HMR_ENOSYS, "%s", support.reason.c_str());
+  std::vector<ibv_sge> entries;
+  uint64_t length = 0;
+  for (size_t i = 0; i < segments.size(); ++i) {
+    const nic::IndirectSegment& segment = segments[i];
+    const VerbsRegistration* record =
+        segment.registration != nullptr ? record_of(*segment.registration) : nullptr;
+    if (record == nullptr) {
+      return make_error(HMR_EINVAL, "indirect segment %zu: not a verbs registration", i);
+    }
+    if (record->indirect()) {
+      return make_error(HMR_EINVAL, "indirect segment %zu: an indirect key cannot be a segment "
+                        "of another", i);
+    }
+    if (record->unusable()) {
+      return make_error(HMR_EIO, "indirect segment %zu: its registration failed to "
+                        "re-register; close it", i);
+    }
+    if (!record->contains(segment.addr, segment.len)) {
+      return make_error(HMR_EINVAL, "indirect segment %zu: [%#llx, +%llu) is not inside its "
+                        "registration", i, static_cast<ull>(segment.addr),
+                        static_cast<ull>(segment.len));
+    }
+    if (__builtin_add_overflow(length, segment.len, &length)) {
+      return make_error(HMR_EINVAL, "the indirect key's segments add up to more than 2^64 bytes");
+    }
+    record->append_entries(segment.addr, segment.len, kMaxKlmEntry, entries);
+  }
+  if (entries.size() > UmrQueue::kMaxEntries) {
+    return make_error(HMR_EINVAL, "the segments need %zu KLM entries (one per piece within a "
+                      "chunk, at most %llu bytes each); one UMR of hmr's queue carries at most "
+                      "%u", entries.size(), static_cast<ull>(kMaxKlmEntry),
+                      UmrQueue::kMaxEntries);
+  }
+  AccessExtras extras = access_extras();
+  extras.on_demand_paging = false;  // the mkey only points at MRs; they page, or not
+  extras.relaxed_ordering = false;
+  const unsigned int ibv_access = ibv_access_for(access, extras);
+
+  Result<UmrQueue*> queue = umr_queue();
+  if (!queue.ok()) return queue.status();
+  Result<std::unique_ptr<IndirectMkey>> mkey =
+      IndirectMkey::create(mlx5_.library, device_.pd(), static_cast<uint16_t>(entries.size()),
+                           length, probe_.name);
+  if (!mkey.ok()) return mkey.status();
+  HMR_RETURN_IF_ERROR((*queue)->fill((*mkey)->mkey(), ibv_access, entries));
+
+  VerbsRegistration::Layout layout;
+  layout.start = 0;
+  layout.length = length;
+  layout.iova = 0;
+  layout.chunk_len = length;
+  layout.ibv_access = ibv_access;
+  auto record = std::make_unique<VerbsRegistration>(library_->symbols(), layout);
+  record->set_indirect(std::move(*mkey));
+  const uint32_t rkey = record->first_rkey();
+  nic::Registration registration;
+  registration.handle = record.get();
+  registration.desc = record->desc();
+  registration.key = key_of({&rkey, 1});
+  registration.base_addr = 0;
+  record.release();  // owned by the registration's handle until deregister
+  return registration;
 }
 
 }  // namespace hmr::verbs

@@ -6,19 +6,24 @@
 // on-demand paging when asked for, relaxed ordering where libibverbs can pass it, memory-window
 // binding where the device has windows.  Ranges above the device's max_mr_size are registered
 // in chunks (chunk_plan.h); dma-bufs through ibv_reg_dmabuf_mr; CUDA device memory by VA only
-// where a peer-memory client is loaded.
+// where a peer-memory client is loaded.  Indirect keys are mlx5 UMR keys: on an mlx5 device
+// (libmlx5's mlx5dv_is_supported) a device hmr opens is opened with DEVX, and the first
+// indirect key creates the adapter's UMR queue (umr_queue.h).
 //
-// No lock is taken: registrations are independent verb calls, and the state fixed at open is
-// read-only afterwards.
+// Registrations take no lock: they are independent verb calls, and the state fixed at open is
+// read-only afterwards.  Only creating the UMR queue and posting to it are serialised.
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "nic/nic.h"
 #include "nic/verbs/chunk_plan.h"
 #include "nic/verbs/device_probe.h"
 #include "nic/verbs/ibverbs_library.h"
+#include "nic/verbs/mlx5dv_library.h"
+#include "nic/verbs/umr_queue.h"
 #include "nic/verbs/verbs_access.h"
 #include "nic/verbs/verbs_options.h"
 #include "nic/verbs/verbs_registration.h"
@@ -51,17 +56,33 @@ class VerbsNic final : public nic::Nic {
   Status dealloc_window(nic::MemoryWindow& window) override;
   Status advise(const nic::Registration& registration, nic::Advice advice,
                 std::span<const iovec> ranges, bool flush) override;
+  Result<nic::Registration> register_indirect(std::span<const nic::IndirectSegment> segments,
+                                              uint64_t access) override;
 
   const DeviceProbe& probe() const { return probe_; }
   const VerbsOptions& options() const { return options_; }
   ibv_pd* pd() const { return device_.pd(); }
 
  private:
+  // libmlx5 as the adapter found it: loaded, or why not; and why a device hmr opened has no
+  // DEVX context when mlx5dv_open_device refused it.
+  struct Mlx5Access {
+    std::shared_ptr<const Mlx5dvLibrary> library;
+    std::string unavailable;
+    std::string devx_failure;
+  };
+
   VerbsNic(std::shared_ptr<const IbverbsLibrary> library, DeviceHandle device,
-           const VerbsOptions& options, DeviceProbe probe);
+           const VerbsOptions& options, DeviceProbe probe, Mlx5Access mlx5);
+  // Opens `device` with DEVX where it is an mlx5 device (indirect keys need it), else as usual.
+  static Result<DeviceHandle> open_device(const std::shared_ptr<const IbverbsLibrary>& library,
+                                          ibv_device* device, Mlx5Access& mlx5);
   Status apply_options();
   // capabilities_.operations from the probe: what this device can do beyond registration.
   void describe_operations();
+  nic::Support indirect_support() const;
+  // The UMR queue, created by the first indirect key.
+  Result<UmrQueue*> umr_queue();
   Result<nic::Registration> register_implicit(const nic::RegistrationRequest& request);
   Status register_chunks_in_parallel(const nic::RegistrationRequest& request,
                                     const VerbsRegistration::Layout& layout,
@@ -84,6 +105,9 @@ class VerbsNic final : public nic::Nic {
   nic::Capabilities capabilities_;
   bool relaxed_ordering_ = false;
   uint64_t chunk_len_ = 0;
+  Mlx5Access mlx5_;
+  std::mutex umr_mutex_;  // creating the UMR queue
+  std::unique_ptr<UmrQueue> umr_;  // destroyed before the device
 };
 
 }  // namespace hmr::verbs

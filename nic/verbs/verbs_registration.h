@@ -1,6 +1,7 @@
 // One NIC registration on the verbs adapter: the verbs MRs of its chunks (usually one) and the
 // descriptor hmr_mr_desc() hands out.  It owns the MRs: whatever is still registered when it is
-// destroyed is deregistered, so a registration that fails half way leaks nothing.
+// destroyed is deregistered, so a registration that fails half way leaks nothing.  An indirect
+// key has no chunks: it owns its mlx5 mkey instead, whose ibv_mr view is its one descriptor.
 #pragma once
 
 #include <hmr/hmr.h>
@@ -9,6 +10,7 @@
 #include <memory>
 #include <vector>
 
+#include "nic/verbs/indirect_mkey.h"
 #include "nic/verbs/verbs_symbols.h"
 #include "util/status.h"
 
@@ -32,7 +34,12 @@ class VerbsRegistration {
 
   // Takes ownership of the next chunk's MR.
   void add_chunk(ibv_mr* mr);
-  // Deregisters every chunk; the ones that fail stay owned (and are retried by a later call or
+  // Makes this the registration of an indirect key (no chunks).
+  void set_indirect(std::unique_ptr<IndirectMkey> mkey);
+  bool indirect() const { return indirect_ != nullptr; }
+  // The key peers use: the indirect key's rkey, or chunk 0's.
+  uint32_t first_rkey() const;
+  // Deregisters every chunk (or destroys the indirect mkey); the ones that fail stay owned (and are retried by a later call or
   // the destructor), and the first failure is returned.
   Status deregister_all();
 
@@ -42,6 +49,13 @@ class VerbsRegistration {
   // The chunk that holds all of [addr, addr+len) (addresses as in layout().start), or null when
   // the range is outside the registration or crosses a chunk boundary.
   ibv_mr* chunk_holding(uint64_t addr, uint64_t len) const;
+  // Whether [addr, addr+len) lies inside the registration (addresses as in layout().start).
+  bool contains(uint64_t addr, uint64_t len) const;
+  // Appends the scatter/gather entries that name [addr, addr+len) (inside the registration):
+  // one per piece within a chunk and at most `max_piece` bytes, each with that chunk's lkey and
+  // the address as the MR is addressed (its iova), as any work request or KLM entry needs.
+  void append_entries(uint64_t addr, uint64_t len, uint64_t max_piece,
+                      std::vector<ibv_sge>& out) const;
 
   // The public descriptor; refreshed by every change of the chunks.
   hmr_verbs_desc* desc() { return &desc_; }
@@ -60,6 +74,8 @@ class VerbsRegistration {
   const IbverbsSymbols& symbols_;
   Layout layout_;
   std::vector<ibv_mr*> chunks_;
+  std::unique_ptr<IndirectMkey> indirect_;
+  ibv_mr* indirect_view_ = nullptr;  // what desc_.chunks points to for an indirect key
   hmr_verbs_desc desc_{};
   bool unusable_ = false;
 };

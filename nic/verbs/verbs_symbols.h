@@ -6,6 +6,9 @@
 // keeps an IBVERBS_1.0 ABI of the same names with other struct layouts.  ibv_reg_mr_iova2
 // (IBVERBS_1.8, rdma-core 22) and ibv_reg_dmabuf_mr (IBVERBS_1.12, rdma-core 34) are optional:
 // without them hmr registers through ibv_reg_mr and reports dma-buf import as unsupported.
+// The completion-queue and queue-pair verbs are optional too: only the UMR queue that fills
+// indirect keys needs them (ibv_qp_to_qp_ex is IBVERBS_1.6, rdma-core 20), and without them the
+// adapter reports indirect keys as unavailable, naming the one missing.
 #pragma once
 
 #include <cstddef>
@@ -14,6 +17,7 @@
 
 #include "hmem/symbol_table.h"
 #include "nic/verbs/verbs_abi.h"
+#include "nic/verbs/verbs_qp_abi.h"
 
 namespace hmr::verbs {
 
@@ -43,7 +47,19 @@ inline constexpr const char* kIbverbsSoname = "libibverbs.so.1";
   X(reg_mr_iova2, "ibv_reg_mr_iova2", "IBVERBS_1.8", optional, ibv_mr*,                        \
     (ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned int access))               \
   X(reg_dmabuf_mr, "ibv_reg_dmabuf_mr", "IBVERBS_1.12", optional, ibv_mr*,                     \
-    (ibv_pd* pd, uint64_t offset, size_t length, uint64_t iova, int fd, int access))
+    (ibv_pd* pd, uint64_t offset, size_t length, uint64_t iova, int fd, int access))            \
+  X(create_cq, "ibv_create_cq", "IBVERBS_1.1", optional, ibv_cq*,                              \
+    (ibv_context* context, int cqe, void* cq_context, ibv_comp_channel* channel,               \
+     int comp_vector))                                                                         \
+  X(destroy_cq, "ibv_destroy_cq", "IBVERBS_1.1", optional, int, (ibv_cq* cq))                  \
+  X(modify_qp, "ibv_modify_qp", "IBVERBS_1.1", optional, int,                                  \
+    (ibv_qp* qp, ibv_qp_attr* attr, int attr_mask))                                            \
+  X(destroy_qp, "ibv_destroy_qp", "IBVERBS_1.1", optional, int, (ibv_qp* qp))                  \
+  X(query_port, "ibv_query_port", "IBVERBS_1.1", optional, int,                                \
+    (ibv_context* context, uint8_t port_num, ibv_port_attr* attr))                             \
+  X(query_gid, "ibv_query_gid", "IBVERBS_1.1", optional, int,                                  \
+    (ibv_context* context, uint8_t port_num, int index, ibv_gid* gid))                         \
+  X(qp_to_qp_ex, "ibv_qp_to_qp_ex", "IBVERBS_1.6", optional, ibv_qp_ex*, (ibv_qp* qp))
 
 // The resolved entry points; null only for an optional symbol the library lacks.
 struct IbverbsSymbols {

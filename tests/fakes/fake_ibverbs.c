@@ -24,39 +24,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#if __has_include(<infiniband/verbs.h>) && !defined(FAKE_IBVERBS_OWN_ABI)
-#include <infiniband/verbs.h>
-#define FAKE_OPTIONAL_ACCESS IBV_ACCESS_OPTIONAL_RANGE
-#define FAKE_ABI_IS_EXTENDED __VERBS_ABI_IS_EXTENDED
-#else
-#include "nic/verbs/verbs_abi.h"
-#define FAKE_OPTIONAL_ACCESS HMR_IBV_ACCESS_OPTIONAL_RANGE
-#define FAKE_ABI_IS_EXTENDED HMR_VERBS_ABI_IS_EXTENDED
-#endif
-
-#include "fake_ibverbs_control.h"
-#include "fake_support.h"
-
-#define EXPORT __attribute__((visibility("default")))
-
-#define MAX_OBJECTS 4096
-#define MAX_REGISTRATIONS 2048
-
-#define KNOWN_ACCESS                                                                        \
-  (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |             \
-   IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED |                 \
-   IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB | FAKE_OPTIONAL_ACCESS)
-
-struct fake_context {
-  struct verbs_context vctx; /* the application sees &vctx.context */
-  int device;
-};
-
-struct fake_mr {
-  struct ibv_mr mr;
-  uint64_t iova;
-  unsigned int access;
-};
+#include "fake_ibverbs_internal.h"
 
 struct fake_qp {
   struct ibv_context *context; /* where a provider's QP has it: first */
@@ -68,18 +36,18 @@ struct fake_mw {
   struct fake_mr *bound_to; /* type 2 windows bound by a work request */
 };
 
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static struct ibv_device devices[FAKE_IBVERBS_MAX_DEVICES];
-static struct fake_ibverbs_device_config configs[FAKE_IBVERBS_MAX_DEVICES];
+pthread_mutex_t fake_lock = PTHREAD_MUTEX_INITIALIZER;
+struct fake_device devices[FAKE_IBVERBS_MAX_DEVICES];
+struct fake_ibverbs_device_config configs[FAKE_IBVERBS_MAX_DEVICES];
 static int list_count = FAKE_IBVERBS_MAX_DEVICES;
 static int list_errno;
-static struct fake_calls calls = FAKE_CALLS_INITIALIZER;
+struct fake_calls fake_verbs_calls = FAKE_CALLS_INITIALIZER;
 static int rereg_result, rereg_errno;
-static uint32_t next_key = 1;
+uint32_t next_key = 1;
 
-static struct fake_context *contexts[MAX_OBJECTS];
-static struct ibv_pd *pds[MAX_OBJECTS];
-static struct fake_mr *mrs[MAX_OBJECTS];
+struct fake_context *contexts[MAX_OBJECTS];
+struct ibv_pd *pds[MAX_OBJECTS];
+struct fake_mr *mrs[MAX_OBJECTS];
 static struct fake_mw *mws[MAX_OBJECTS];
 static struct fake_qp *qps[MAX_OBJECTS];
 static int device_lists;
@@ -92,7 +60,7 @@ static struct fake_ibverbs_advice last_advice;
 
 /* ------------------------------------------------------------------ bookkeeping ---------- */
 
-static int add_object(void **table, void *object) {
+int add_object(void **table, void *object) {
   for (int i = 0; i < MAX_OBJECTS; ++i) {
     if (table[i] == NULL) {
       table[i] = object;
@@ -102,7 +70,7 @@ static int add_object(void **table, void *object) {
   return 0;
 }
 
-static int remove_object(void **table, const void *object) {
+int remove_object(void **table, const void *object) {
   for (int i = 0; i < MAX_OBJECTS; ++i) {
     if (table[i] != NULL && table[i] == object) {
       table[i] = NULL;
@@ -112,7 +80,7 @@ static int remove_object(void **table, const void *object) {
   return 0;
 }
 
-static int has_object(void *const *table, const void *object) {
+int has_object(void *const *table, const void *object) {
   if (object == NULL) return 0;
   for (int i = 0; i < MAX_OBJECTS; ++i) {
     if (table[i] == object) return 1;
@@ -120,13 +88,13 @@ static int has_object(void *const *table, const void *object) {
   return 0;
 }
 
-static int count_objects(void *const *table) {
+int count_objects(void *const *table) {
   int count = 0;
   for (int i = 0; i < MAX_OBJECTS; ++i) count += table[i] != NULL;
   return count;
 }
 
-static const struct fake_ibverbs_device_config *config_of(struct ibv_context *context) {
+const struct fake_ibverbs_device_config *config_of(struct ibv_context *context) {
   return &configs[((struct fake_context *)(void *)((char *)context -
                                                    offsetof(struct verbs_context, context)))
                       ->device];
@@ -148,12 +116,15 @@ static void default_config(int index, struct fake_ibverbs_device_config *config)
                           IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC;
     config->advise_mr = 1;
     config->memory_window_ops = 1;
+    config->mlx5 = 1;
+    config->link_layer = IBV_LINK_LAYER_ETHERNET;
   } else {
     strcpy(config->name, "fake_efa_0");
     config->max_mr_size = 1ull << 32;
     config->max_mr = 1 << 16;
     config->atomic_cap = IBV_ATOMIC_NONE;
     config->dmabuf_errno = EOPNOTSUPP;
+    config->link_layer = IBV_LINK_LAYER_UNSPECIFIED;
   }
 }
 
@@ -173,10 +144,11 @@ static void reset_locked(void) {
   for (int i = 0; i < FAKE_IBVERBS_MAX_DEVICES; ++i) {
     default_config(i, &configs[i]);
     memset(&devices[i], 0, sizeof devices[i]);
+    devices[i].mlx5 = &fake_mlx5_ops;
   }
   list_count = FAKE_IBVERBS_MAX_DEVICES;
   list_errno = 0;
-  fake_calls_reset(&calls);
+  fake_calls_reset(&fake_verbs_calls);
   rereg_result = rereg_errno = 0;
   next_key = 1;
   device_lists = 0;
@@ -184,6 +156,7 @@ static void reset_locked(void) {
   memset(&last_rereg, 0, sizeof last_rereg);
   memset(&last_window_op, 0, sizeof last_window_op);
   memset(&last_advice, 0, sizeof last_advice);
+  umr_reset_locked();
 }
 
 /* The devices the control header promises exist from load on, not only after a test's first
@@ -269,7 +242,7 @@ static struct ibv_mr *make_mr(const char *entry, struct ibv_pd *pd, void *addr, 
   return &mr->mr;
 }
 
-static struct fake_mr *mr_with_lkey(uint32_t lkey) {
+struct fake_mr *mr_with_lkey(uint32_t lkey) {
   for (int i = 0; i < MAX_OBJECTS; ++i) {
     if (mrs[i] != NULL && mrs[i]->mr.lkey == lkey) return mrs[i];
   }
@@ -347,8 +320,8 @@ static int fake_query_device_ex(struct ibv_context *context,
                                 const struct ibv_query_device_ex_input *input,
                                 struct ibv_device_attr_ex *attr, size_t attr_size) {
   (void)input;
-  pthread_mutex_lock(&lock);
-  int err = fake_calls_enter(&calls, "query_device_ex");
+  pthread_mutex_lock(&fake_lock);
+  int err = fake_calls_enter(&fake_verbs_calls, "query_device_ex");
   if (err == 0) {
     /* Fill a full struct, hand out what the caller's size has room for: callers compiled
      * against older headers pass smaller sizes. */
@@ -364,14 +337,14 @@ static int fake_query_device_ex(struct ibv_context *context,
       memcpy(attr, &full, attr_size < sizeof full ? attr_size : sizeof full);
     }
   }
-  pthread_mutex_unlock(&lock);
+  pthread_mutex_unlock(&fake_lock);
   return err;
 }
 
 static int fake_advise_mr(struct ibv_pd *pd, enum ibv_advise_mr_advice advice, uint32_t flags,
                           struct ibv_sge *sg_list, uint32_t num_sge) {
-  pthread_mutex_lock(&lock);
-  int err = fake_calls_enter(&calls, "advise_mr");
+  pthread_mutex_lock(&fake_lock);
+  int err = fake_calls_enter(&fake_verbs_calls, "advise_mr");
   if (err == 0) {
     memset(&last_advice, 0, sizeof last_advice);
     last_advice.advice = (int)advice;
@@ -393,14 +366,14 @@ static int fake_advise_mr(struct ibv_pd *pd, enum ibv_advise_mr_advice advice, u
       }
     }
   }
-  pthread_mutex_unlock(&lock);
+  pthread_mutex_unlock(&fake_lock);
   return err;
 }
 
 static struct ibv_mw *fake_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type) {
-  pthread_mutex_lock(&lock);
+  pthread_mutex_lock(&fake_lock);
   struct fake_mw *mw = NULL;
-  int err = fake_calls_enter(&calls, "alloc_mw");
+  int err = fake_calls_enter(&fake_verbs_calls, "alloc_mw");
   if (err == 0 && !has_object((void *const *)pds, pd)) err = EINVAL;
   if (err == 0) {
     const struct fake_ibverbs_device_config *config = config_of(pd->context);
@@ -429,14 +402,14 @@ static struct ibv_mw *fake_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type) {
     mw->mw.handle = index;
     mw->mw.type = type;
   }
-  pthread_mutex_unlock(&lock);
+  pthread_mutex_unlock(&fake_lock);
   if (mw == NULL) errno = err;
   return mw != NULL ? &mw->mw : NULL;
 }
 
 static int fake_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *mw_bind) {
-  pthread_mutex_lock(&lock);
-  int err = fake_calls_enter(&calls, "bind_mw");
+  pthread_mutex_lock(&fake_lock);
+  int err = fake_calls_enter(&fake_verbs_calls, "bind_mw");
   if (err == 0 && (!has_object((void *const *)qps, qp) || !has_object((void *const *)mws, mw) ||
                    mw->type != IBV_MW_TYPE_1)) {
     err = EINVAL;
@@ -447,22 +420,22 @@ static int fake_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind
     record_window_op("bind_mw", IBV_WR_BIND_MW, mw_bind->wr_id, mw_bind->send_flags, mw->rkey, 0,
                      &mw_bind->bind_info);
   }
-  pthread_mutex_unlock(&lock);
+  pthread_mutex_unlock(&fake_lock);
   return err;
 }
 
 static int fake_dealloc_mw(struct ibv_mw *mw) {
-  pthread_mutex_lock(&lock);
-  int err = fake_calls_enter(&calls, "dealloc_mw");
+  pthread_mutex_lock(&fake_lock);
+  int err = fake_calls_enter(&fake_verbs_calls, "dealloc_mw");
   if (err == 0 && !remove_object((void **)mws, mw)) err = EINVAL;
-  pthread_mutex_unlock(&lock);
+  pthread_mutex_unlock(&fake_lock);
   if (err == 0) free(mw);
   return err;
 }
 
 static int fake_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr) {
-  pthread_mutex_lock(&lock);
-  int err = fake_calls_enter(&calls, "post_send");
+  pthread_mutex_lock(&fake_lock);
+  int err = fake_calls_enter(&fake_verbs_calls, "post_send");
   if (err == 0 && !has_object((void *const *)qps, qp)) err = EINVAL;
   if (err == 0 && wr->opcode == IBV_WR_BIND_MW) {
     struct ibv_mw *mw = wr->bind_mw.mw;
@@ -486,7 +459,7 @@ static int fake_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
   } else if (err == 0) {
     err = EINVAL; /* the fake carries no data */
   }
-  pthread_mutex_unlock(&lock);
+  pthread_mutex_unlock(&fake_lock);
   if (err != 0 && bad_wr != NULL) *bad_wr = wr;
   return err;
 }
@@ -494,8 +467,8 @@ static int fake_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
 /* ------------------------------------------------------------------ exported verbs ------- */
 
 EXPORT struct ibv_device **(ibv_get_device_list)(int *num_devices) {
-  pthread_mutex_lock(&lock);
-  int err = fake_calls_enter(&calls, "ibv_get_device_list");
+  pthread_mutex_lock(&fake_lock);
+  int err = fake_calls_enter(&fake_verbs_calls, "ibv_get_device_list");
   if (err == 0) err = list_errno;
   struct ibv_device **list = NULL;
   if (err == 0) {
@@ -504,7 +477,7 @@ EXPORT struct ibv_device **(ibv_get_device_list)(int *num_devices) {
   }
   if (list != NULL) {
     for (int i = 0; i < list_count; ++i) {
-      struct ibv_device *device = &devices[i];
+      struct ibv_device *device = &devices[i].device;
       memset(device, 0, sizeof *device);
       _Static_assert(sizeof device->name == sizeof configs[i].name, "device names differ");
       memcpy(device->name, configs[i].name, sizeof device->name);
@@ -515,69 +488,80 @@ EXPORT struct ibv_device **(ibv_get_device_list)(int *num_devices) {
     device_lists++;
     if (num_devices != NULL) *num_devices = list_count;
   }
-  pthread_mutex_unlock(&lock);
+  pthread_mutex_unlock(&fake_lock);
   if (list == NULL) errno = err;
   return list;
 }
 
 EXPORT void ibv_free_device_list(struct ibv_device **list) {
-  pthread_mutex_lock(&lock);
-  fake_calls_enter(&calls, "ibv_free_device_list");
+  pthread_mutex_lock(&fake_lock);
+  fake_calls_enter(&fake_verbs_calls, "ibv_free_device_list");
   if (list != NULL) device_lists--;
-  pthread_mutex_unlock(&lock);
+  pthread_mutex_unlock(&fake_lock);
   free(list);
 }
 
 EXPORT const char *ibv_get_device_name(struct ibv_device *device) {
-  pthread_mutex_lock(&lock);
-  fake_calls_enter(&calls, "ibv_get_device_name");
-  pthread_mutex_unlock(&lock);
+  pthread_mutex_lock(&fake_lock);
+  fake_calls_enter(&fake_verbs_calls, "ibv_get_device_name");
+  pthread_mutex_unlock(&fake_lock);
   return device->name;
 }
 
+struct fake_context *make_context_locked(int index, int devx, int *err) {
+  if (index < 0 || index >= FAKE_IBVERBS_MAX_DEVICES) {
+    *err = ENODEV;
+    return NULL;
+  }
+  struct fake_context *context = calloc(1, sizeof *context);
+  if (context == NULL || !add_object((void **)contexts, context)) {
+    free(context);
+    *err = ENOMEM;
+    return NULL;
+  }
+  const struct fake_ibverbs_device_config *config = &configs[index];
+  context->device = index;
+  context->devx = devx;
+  context->vctx.sz = sizeof context->vctx;
+  context->vctx.context.device = &devices[index].device;
+  context->vctx.context.abi_compat = FAKE_ABI_IS_EXTENDED;
+  context->vctx.context.cmd_fd = -1;
+  context->vctx.context.async_fd = -1;
+  if (config->query_device_ex) context->vctx.query_device_ex = fake_query_device_ex;
+  if (config->advise_mr) context->vctx.advise_mr = fake_advise_mr;
+  if (config->memory_window_ops) {
+    context->vctx.context.ops.alloc_mw = fake_alloc_mw;
+    context->vctx.context.ops.bind_mw = fake_bind_mw;
+    context->vctx.context.ops.dealloc_mw = fake_dealloc_mw;
+  }
+  context->vctx.context.ops.post_send = fake_post_send;
+  umr_install_context_ops(context);
+  return context;
+}
+
+struct fake_context *fake_context_of(struct ibv_context *context) {
+  return (struct fake_context *)(void *)((char *)context - offsetof(struct verbs_context, context));
+}
+
 EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device) {
-  pthread_mutex_lock(&lock);
-  int err = fake_calls_enter(&calls, "ibv_open_device");
-  const int index = (int)(device - devices);
-  if (err == 0 && (index < 0 || index >= FAKE_IBVERBS_MAX_DEVICES)) err = ENODEV;
+  pthread_mutex_lock(&fake_lock);
+  int err = fake_calls_enter(&fake_verbs_calls, "ibv_open_device");
   struct fake_context *context = NULL;
   if (err == 0) {
-    context = calloc(1, sizeof *context);
-    if (context == NULL || !add_object((void **)contexts, context)) {
-      free(context);
-      context = NULL;
-      err = ENOMEM;
-    }
+    context = make_context_locked((int)((struct fake_device *)(void *)device - devices), 0, &err);
   }
-  if (context != NULL) {
-    const struct fake_ibverbs_device_config *config = &configs[index];
-    context->device = index;
-    context->vctx.sz = sizeof context->vctx;
-    context->vctx.context.device = device;
-    context->vctx.context.abi_compat = FAKE_ABI_IS_EXTENDED;
-    context->vctx.context.cmd_fd = -1;
-    context->vctx.context.async_fd = -1;
-    if (config->query_device_ex) context->vctx.query_device_ex = fake_query_device_ex;
-    if (config->advise_mr) context->vctx.advise_mr = fake_advise_mr;
-    if (config->memory_window_ops) {
-      context->vctx.context.ops.alloc_mw = fake_alloc_mw;
-      context->vctx.context.ops.bind_mw = fake_bind_mw;
-      context->vctx.context.ops.dealloc_mw = fake_dealloc_mw;
-    }
-    context->vctx.context.ops.post_send = fake_post_send;
-  }
-  pthread_mutex_unlock(&lock);
+  pthread_mutex_unlock(&fake_lock);
   if (context == NULL) errno = err;
   return context != NULL ? &context->vctx.context : NULL;
 }
 
 EXPORT int ibv_close_device(struct ibv_context *context) {
-  pthread_mutex_lock(&lock);
-  int err = fake_calls_enter(&calls, "ibv_close_device");
+  pthread_mutex_lock(&fake_lock);
+  int err = fake_calls_enter(&fake_verbs_calls, "ibv_close_device");
   struct fake_context *owner =
       (struct fake_context *)(void *)((char *)context - offsetof(struct verbs_context, context));
   if (err == 0 && !remove_object((void **)contexts, owner)) err = EINVAL;
-  pthread_mutex_unlock(&lock);
+  pthread_mutex_unlock(&fake_lock);
   if (err != 0) {
     errno = err;
     return -1;
@@ -587,16 +571,16 @@ EXPORT int ibv_close_device(struct ibv_context *context) {
 }
 
 EXPORT int ibv_query_device(struct ibv_context *context, struct ibv_device_attr *attr) {
-  pthread_mutex_lock(&lock);
-  const int err = fake_calls_enter(&calls, "ibv_query_device");
+  pthread_mutex_lock(&fake_lock);
+  const int err = fake_calls_enter(&fake_verbs_calls, "ibv_query_device");
   if (err == 0) fill_attr(config_of(context), attr);
-  pthread_mutex_unlock(&lock);
+  pthread_mutex_unlock(&fake_lock);
   return err;
 }
 
 EXPORT struct ibv_pd *ibv_alloc_pd(struct ibv_context *context) {
-  pthread_mutex_lock(&lock);
-  int err = fake_calls_enter(&calls, "ibv_alloc_pd");
+  pthread_mutex_lock(&fake_lock);
+  int err = fake_calls_enter(&fake_verbs_calls, "ibv_alloc_pd");
   struct ibv_pd *pd = NULL;
   if (err == 0) {
     pd = calloc(1, sizeof *pd);
@@ -610,14 +594,14 @@ EXPORT struct ibv_pd *ibv_alloc_pd(struct ibv_context *context) {
     pd->context = context;
     pd->handle = next_key++;
   }
-  pthread_mutex_unlock(&lock);
+  pthread_mutex_unlock(&fake_lock);
   if (pd == NULL) errno = err;
   return pd;
 }
 
 EXPORT int ibv_dealloc_pd(struct ibv_pd *pd) {
-  pthread_mutex_lock(&lock);
-  int err = fake_calls_enter(&calls, "ibv_dealloc_pd");
+  pthread_mutex_lock(&fake_lock);
+  int err = fake_calls_enter(&fake_verbs_calls, "ibv_dealloc_pd");
   if (err == 0 && !has_object((void *const *)pds, pd)) err = EINVAL;
   for (int i = 0; err == 0 && i < MAX_OBJECTS; ++i) {
     if ((mrs[i] != NULL && mrs[i]->mr.pd == pd) || (mws[i] != NULL && mws[i]->mw.pd == pd)) {
@@ -625,40 +609,40 @@ EXPORT int ibv_dealloc_pd(struct ibv_pd *pd) {
     }
   }
   if (err == 0) remove_object((void **)pds, pd);
-  pthread_mutex_unlock(&lock);
+  pthread_mutex_unlock(&fake_lock);
   if (err == 0) free(pd);
   return err;
 }
 
 EXPORT struct ibv_mr *(ibv_reg_mr)(struct ibv_pd *pd, void *addr, size_t length, int access) {
-  pthread_mutex_lock(&lock);
-  const int err = fake_calls_enter(&calls, "ibv_reg_mr");
+  pthread_mutex_lock(&fake_lock);
+  const int err = fake_calls_enter(&fake_verbs_calls, "ibv_reg_mr");
   struct ibv_mr *mr = NULL;
   if (err == 0) {
     mr = make_mr("ibv_reg_mr", pd, addr, length, (uintptr_t)addr, (unsigned int)access, -1, 0);
   }
   const int saved = errno;
-  pthread_mutex_unlock(&lock);
+  pthread_mutex_unlock(&fake_lock);
   errno = err != 0 ? err : saved;
   return mr;
 }
 
 EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length,
                                        uint64_t iova, unsigned int access) {
-  pthread_mutex_lock(&lock);
-  const int err = fake_calls_enter(&calls, "ibv_reg_mr_iova2");
+  pthread_mutex_lock(&fake_lock);
+  const int err = fake_calls_enter(&fake_verbs_calls, "ibv_reg_mr_iova2");
   struct ibv_mr *mr = NULL;
   if (err == 0) mr = make_mr("ibv_reg_mr_iova2", pd, addr, length, iova, access, -1, 0);
   const int saved = errno;
-  pthread_mutex_unlock(&lock);
+  pthread_mutex_unlock(&fake_lock);
   errno = err != 0 ? err : saved;
   return mr;
 }
 
 EXPORT struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t length,
                                         uint64_t iova, int fd, int access) {
-  pthread_mutex_lock(&lock);
-  int err = fake_calls_enter(&calls, "ibv_reg_dmabuf_mr");
+  pthread_mutex_lock(&fake_lock);
+  int err = fake_calls_enter(&fake_verbs_calls, "ibv_reg_dmabuf_mr");
   struct ibv_mr *mr = NULL;
   if (err == 0 && !has_object((void *const *)pds, pd)) err = EINVAL;
   if (err == 0) {
@@ -679,16 +663,16 @@ EXPORT struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size
     mr = make_mr("ibv_reg_dmabuf_mr", pd, NULL, length, iova, (unsigned int)access, fd, offset);
     if (mr == NULL) err = errno;
   }
-  pthread_mutex_unlock(&lock);
+  pthread_mutex_unlock(&fake_lock);
   if (mr == NULL) errno = err;
   return mr;
 }
 
 EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr,
                         size_t length, int access) {
-  pthread_mutex_lock(&lock);
+  pthread_mutex_lock(&fake_lock);
   int result = 0;
-  int err = fake_calls_enter(&calls, "ibv_rereg_mr");
+  int err = fake_calls_enter(&fake_verbs_calls, "ibv_rereg_mr");
   last_rereg.flags = flags;
   last_rereg.pd = pd;
   last_rereg.addr = (uintptr_t)addr;
@@ -725,21 +709,21 @@ EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *a
     if (flags & IBV_REREG_MR_CHANGE_ACCESS) fake->access = (unsigned int)access;
     assign_keys(fake); /* a device may hand out new keys; hmr must pick them up */
   }
-  pthread_mutex_unlock(&lock);
+  pthread_mutex_unlock(&fake_lock);
   if (result != 0) errno = err;
   return result;
 }
 
 EXPORT int ibv_dereg_mr(struct ibv_mr *mr) {
-  pthread_mutex_lock(&lock);
-  int err = fake_calls_enter(&calls, "ibv_dereg_mr");
+  pthread_mutex_lock(&fake_lock);
+  int err = fake_calls_enter(&fake_verbs_calls, "ibv_dereg_mr");
   struct fake_mr *fake = (struct fake_mr *)(void *)mr;
   if (err == 0 && !has_object((void *const *)mrs, fake)) err = EINVAL;
   for (int i = 0; err == 0 && i < MAX_OBJECTS; ++i) {
     if (mws[i] != NULL && mws[i]->bound_to == fake) err = EBUSY; /* a type 2 window is bound */
   }
   if (err == 0) remove_object((void **)mrs, fake);
-  pthread_mutex_unlock(&lock);
+  pthread_mutex_unlock(&fake_lock);
   if (err == 0) free(fake);
   return err;
 }
@@ -747,28 +731,28 @@ EXPORT int ibv_dereg_mr(struct ibv_mr *mr) {
 /* ------------------------------------------------------------------ test control --------- */
 
 EXPORT void fake_ibverbs_reset(void) {
-  pthread_mutex_lock(&lock);
+  pthread_mutex_lock(&fake_lock);
   reset_locked();
-  pthread_mutex_unlock(&lock);
+  pthread_mutex_unlock(&fake_lock);
 }
 
 EXPORT void fake_ibverbs_set_device_list(int count, int err) {
-  pthread_mutex_lock(&lock);
+  pthread_mutex_lock(&fake_lock);
   list_count = count < 0 ? 0 : count > FAKE_IBVERBS_MAX_DEVICES ? FAKE_IBVERBS_MAX_DEVICES : count;
   list_errno = err;
-  pthread_mutex_unlock(&lock);
+  pthread_mutex_unlock(&fake_lock);
 }
 
 EXPORT void fake_ibverbs_get_device(int index, struct fake_ibverbs_device_config *config) {
-  pthread_mutex_lock(&lock);
+  pthread_mutex_lock(&fake_lock);
   *config = configs[index];
-  pthread_mutex_unlock(&lock);
+  pthread_mutex_unlock(&fake_lock);
 }
 
 EXPORT void fake_ibverbs_set_device(int index, const struct fake_ibverbs_device_config *config) {
-  pthread_mutex_lock(&lock);
+  pthread_mutex_lock(&fake_lock);
   configs[index] = *config;
-  pthread_mutex_unlock(&lock);
+  pthread_mutex_unlock(&fake_lock);
 }
 
 EXPORT void fake_ibverbs_set_failure(const char *name, int err) {
@@ -781,22 +765,22 @@ EXPORT void fake_ibverbs_set_failure(const char *name, int err) {
     countdown = atoi(hash + 1);
     *hash = '\0';
   }
-  fake_calls_set_failure(&calls, base, err, countdown);
+  fake_calls_set_failure(&fake_verbs_calls, base, err, countdown);
 }
 
 EXPORT void fake_ibverbs_set_rereg_result(int result, int err) {
-  pthread_mutex_lock(&lock);
+  pthread_mutex_lock(&fake_lock);
   rereg_result = result;
   rereg_errno = err;
-  pthread_mutex_unlock(&lock);
+  pthread_mutex_unlock(&fake_lock);
 }
 
 EXPORT int fake_ibverbs_call_count(const char *name) {
-  return fake_calls_count(&calls, name);
+  return fake_calls_count(&fake_verbs_calls, name);
 }
 
 EXPORT int fake_ibverbs_live(const char *kind) {
-  pthread_mutex_lock(&lock);
+  pthread_mutex_lock(&fake_lock);
   int count = -1;
   if (strcmp(kind, "contexts") == 0) count = count_objects((void *const *)contexts);
   if (strcmp(kind, "pds") == 0) count = count_objects((void *const *)pds);
@@ -804,39 +788,40 @@ EXPORT int fake_ibverbs_live(const char *kind) {
   if (strcmp(kind, "mws") == 0) count = count_objects((void *const *)mws);
   if (strcmp(kind, "qps") == 0) count = count_objects((void *const *)qps);
   if (strcmp(kind, "device_lists") == 0) count = device_lists;
-  pthread_mutex_unlock(&lock);
+  if (count < 0) count = umr_live(kind);
+  pthread_mutex_unlock(&fake_lock);
   return count;
 }
 
 EXPORT int fake_ibverbs_registrations(struct fake_ibverbs_registration *out, int max) {
-  pthread_mutex_lock(&lock);
+  pthread_mutex_lock(&fake_lock);
   const int count = registration_count;
   for (int i = 0; i < max && i < count && i < MAX_REGISTRATIONS; ++i) out[i] = registrations[i];
-  pthread_mutex_unlock(&lock);
+  pthread_mutex_unlock(&fake_lock);
   return count;
 }
 
 EXPORT void fake_ibverbs_last_rereg(struct fake_ibverbs_rereg *out) {
-  pthread_mutex_lock(&lock);
+  pthread_mutex_lock(&fake_lock);
   *out = last_rereg;
-  pthread_mutex_unlock(&lock);
+  pthread_mutex_unlock(&fake_lock);
 }
 
 EXPORT void fake_ibverbs_last_window_op(struct fake_ibverbs_window_op *out) {
-  pthread_mutex_lock(&lock);
+  pthread_mutex_lock(&fake_lock);
   *out = last_window_op;
-  pthread_mutex_unlock(&lock);
+  pthread_mutex_unlock(&fake_lock);
 }
 
 EXPORT void fake_ibverbs_last_advice(struct fake_ibverbs_advice *out) {
-  pthread_mutex_lock(&lock);
+  pthread_mutex_lock(&fake_lock);
   *out = last_advice;
-  pthread_mutex_unlock(&lock);
+  pthread_mutex_unlock(&fake_lock);
 }
 
 EXPORT void *fake_ibverbs_create_qp(void *pd_pointer) {
   struct ibv_pd *pd = pd_pointer;
-  pthread_mutex_lock(&lock);
+  pthread_mutex_lock(&fake_lock);
   struct fake_qp *qp = NULL;
   if (has_object((void *const *)pds, pd)) {
     qp = calloc(1, sizeof *qp);
@@ -848,13 +833,13 @@ EXPORT void *fake_ibverbs_create_qp(void *pd_pointer) {
       qp = NULL;
     }
   }
-  pthread_mutex_unlock(&lock);
+  pthread_mutex_unlock(&fake_lock);
   return qp;
 }
 
 EXPORT void fake_ibverbs_destroy_qp(void *qp) {
-  pthread_mutex_lock(&lock);
+  pthread_mutex_lock(&fake_lock);
   const int removed = remove_object((void **)qps, qp);
-  pthread_mutex_unlock(&lock);
+  pthread_mutex_unlock(&fake_lock);
   if (removed) free(qp);
 }

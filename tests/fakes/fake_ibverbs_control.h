@@ -32,6 +32,9 @@ struct fake_ibverbs_device_config {
   int query_device_ex;             /* 1: the provider fills verbs_context.query_device_ex */
   int advise_mr;                   /* 1: ... verbs_context.advise_mr */
   int memory_window_ops;           /* 1: ... ops.alloc_mw, bind_mw, dealloc_mw */
+  int mlx5;                        /* 1: an mlx5 device (mlx5dv_is_supported, UMR, mkeys) */
+  int devx_errno;                  /* what mlx5dv_open_device with DEVX fails with (0: works) */
+  int link_layer;                  /* port 1: IBV_LINK_LAYER_INFINIBAND or _ETHERNET */
 };
 
 /* One registration the fake made (ibv_reg_mr, ibv_reg_mr_iova2 or ibv_reg_dmabuf_mr). */
@@ -79,6 +82,20 @@ struct fake_ibverbs_advice {
   uint32_t lkey[FAKE_IBVERBS_MAX_SGE];
 };
 
+/* The last UMR the fake completed or failed (mlx5dv_wr_mr_list on a UMR QP, then
+ * ibv_wr_complete). */
+struct fake_ibverbs_umr {
+  uint64_t wr_id;
+  unsigned int wr_flags;
+  uint32_t mkey_lkey, mkey_rkey;
+  uint32_t access;
+  uint16_t num_sge;
+  uint64_t addr[FAKE_IBVERBS_MAX_SGE];
+  uint32_t length[FAKE_IBVERBS_MAX_SGE];
+  uint32_t lkey[FAKE_IBVERBS_MAX_SGE];
+  int status; /* of its completion: 0 success */
+};
+
 /* Forgets every object, failure, record and counter; restores the default devices and a device
  * list of both.  Objects still alive are freed. */
 typedef void (*fake_ibverbs_reset_fn)(void);
@@ -90,19 +107,22 @@ typedef void (*fake_ibverbs_get_device_fn)(int index, struct fake_ibverbs_device
 typedef void (*fake_ibverbs_set_device_fn)(int index,
                                           const struct fake_ibverbs_device_config *config);
 /* Makes every later call of entry point `name` (e.g. "ibv_reg_mr_iova2", "advise_mr") fail with
- * errno `err` (0 clears it).  "ibv_reg_mr_iova2#3" fails only the third call from now. */
+ * errno `err` (0 clears it).  "ibv_reg_mr_iova2#3" fails only the third call from now.
+ * "umr:completion" makes the next UMRs complete with error status `err` (posting succeeds). */
 typedef void (*fake_ibverbs_set_failure_fn)(const char *name, int err);
 /* ibv_rereg_mr returns `result` with errno `err` (result 0 restores normal behaviour). */
 typedef void (*fake_ibverbs_set_rereg_result_fn)(int result, int err);
 /* How often an entry point was called since reset. */
 typedef int (*fake_ibverbs_call_count_fn)(const char *name);
-/* Objects alive now: "contexts", "pds", "mrs", "mws", "qps", "device_lists". */
+/* Objects alive now: "contexts", "pds", "mrs", "mws", "qps", "device_lists", and the UMR
+ * side's "cqs", "umr_qps", "mkeys". */
 typedef int (*fake_ibverbs_live_fn)(const char *kind);
 /* The registrations made since reset: copies up to `max`, returns how many there were. */
 typedef int (*fake_ibverbs_registrations_fn)(struct fake_ibverbs_registration *out, int max);
 typedef void (*fake_ibverbs_last_rereg_fn)(struct fake_ibverbs_rereg *out);
 typedef void (*fake_ibverbs_last_window_op_fn)(struct fake_ibverbs_window_op *out);
 typedef void (*fake_ibverbs_last_advice_fn)(struct fake_ibverbs_advice *out);
+typedef void (*fake_ibverbs_last_umr_fn)(struct fake_ibverbs_umr *out);
 /* A QP of `pd`'s context (only what memory windows need of one); freed by destroy or reset. */
 typedef void *(*fake_ibverbs_create_qp_fn)(void *pd);
 typedef void (*fake_ibverbs_destroy_qp_fn)(void *qp);

@@ -11,7 +11,7 @@
 
 #define FAKE_NAME_LEN 64
 #define FAKE_MAX_FAILURES 16
-#define FAKE_MAX_COUNTERS 64
+#define FAKE_MAX_COUNTERS 96
 
 struct fake_named_value {
   char name[FAKE_NAME_LEN]; /* "" marks a free slot */

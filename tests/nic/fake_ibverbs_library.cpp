@@ -41,6 +41,7 @@ FakeIbverbs load(const char* path) {
   must_find(handle, path, "fake_ibverbs_last_rereg", nullptr, fake.last_rereg);
   must_find(handle, path, "fake_ibverbs_last_window_op", nullptr, fake.last_window_op);
   must_find(handle, path, "fake_ibverbs_last_advice", nullptr, fake.last_advice);
+  must_find(handle, path, "fake_ibverbs_last_umr", nullptr, fake.last_umr);
   must_find(handle, path, "fake_ibverbs_create_qp", nullptr, fake.create_qp);
   must_find(handle, path, "fake_ibverbs_destroy_qp", nullptr, fake.destroy_qp);
   must_find(handle, path, "ibv_get_device_list", "IBVERBS_1.1", fake.get_device_list);

@@ -24,6 +24,7 @@ struct FakeIbverbs {
   fake_ibverbs_last_rereg_fn last_rereg = nullptr;
   fake_ibverbs_last_window_op_fn last_window_op = nullptr;
   fake_ibverbs_last_advice_fn last_advice = nullptr;
+  fake_ibverbs_last_umr_fn last_umr = nullptr;
   fake_ibverbs_create_qp_fn create_qp = nullptr;
   fake_ibverbs_destroy_qp_fn destroy_qp = nullptr;
 

@@ -6,6 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include "nic/verbs/mlx5dv_abi.h"
+#include "nic/verbs/verbs_qp_abi.h"
+
 namespace {
 // rdma-core's header turns these names into macros (IB_UVERBS_*), so ours are read before it.
 constexpr long long kOurPrefetchNoFault = hmr::verbs::IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT;
@@ -13,7 +16,8 @@ constexpr long long kOurAdviseFlush = hmr::verbs::IBV_ADVISE_MR_FLAG_FLUSH;
 constexpr long long kOurOptionalRange = hmr::verbs::HMR_IBV_ACCESS_OPTIONAL_RANGE;
 }  // namespace
 
-#if __has_include(<infiniband/verbs.h>)
+#if __has_include(<infiniband/verbs.h>) && __has_include(<infiniband/mlx5dv.h>)
+#include <infiniband/mlx5dv.h>
 #include <infiniband/verbs.h>
 #define HMR_HAVE_RDMA_CORE_HEADER 1
 #endif
@@ -104,6 +108,112 @@ static_assert(kOurAdviseFlush == ::IBV_ADVISE_MR_FLAG_FLUSH);
 HMR_SAME_VALUE(IBV_WR_BIND_MW);
 HMR_SAME_VALUE(IBV_WR_LOCAL_INV);
 HMR_SAME_VALUE(IBV_SEND_SIGNALED);
+HMR_SAME_VALUE(IBV_SEND_INLINE);
+
+// The UMR queue (verbs_qp_abi.h).
+HMR_SAME_LAYOUT(ibv_context_ops, poll_cq);
+HMR_SAME_SIZE(ibv_gid);
+HMR_SAME_SIZE(ibv_global_route);
+HMR_SAME_LAYOUT(ibv_global_route, dgid);
+HMR_SAME_LAYOUT(ibv_global_route, sgid_index);
+HMR_SAME_LAYOUT(ibv_global_route, hop_limit);
+HMR_SAME_SIZE(ibv_ah_attr);
+HMR_SAME_LAYOUT(ibv_ah_attr, grh);
+HMR_SAME_LAYOUT(ibv_ah_attr, dlid);
+HMR_SAME_LAYOUT(ibv_ah_attr, is_global);
+HMR_SAME_LAYOUT(ibv_ah_attr, port_num);
+HMR_SAME_SIZE(ibv_qp_cap);
+HMR_SAME_LAYOUT(ibv_qp_cap, max_inline_data);
+HMR_SAME_SIZE(ibv_qp_attr);
+HMR_SAME_LAYOUT(ibv_qp_attr, qp_state);
+HMR_SAME_LAYOUT(ibv_qp_attr, path_mtu);
+HMR_SAME_LAYOUT(ibv_qp_attr, dest_qp_num);
+HMR_SAME_LAYOUT(ibv_qp_attr, ah_attr);
+HMR_SAME_LAYOUT(ibv_qp_attr, pkey_index);
+HMR_SAME_LAYOUT(ibv_qp_attr, max_rd_atomic);
+HMR_SAME_LAYOUT(ibv_qp_attr, max_dest_rd_atomic);
+HMR_SAME_LAYOUT(ibv_qp_attr, min_rnr_timer);
+HMR_SAME_LAYOUT(ibv_qp_attr, port_num);
+HMR_SAME_LAYOUT(ibv_qp_attr, timeout);
+HMR_SAME_LAYOUT(ibv_qp_attr, retry_cnt);
+HMR_SAME_LAYOUT(ibv_qp_attr, rnr_retry);
+HMR_SAME_SIZE(ibv_rx_hash_conf);
+HMR_SAME_SIZE(ibv_qp_init_attr_ex);
+HMR_SAME_LAYOUT(ibv_qp_init_attr_ex, send_cq);
+HMR_SAME_LAYOUT(ibv_qp_init_attr_ex, recv_cq);
+HMR_SAME_LAYOUT(ibv_qp_init_attr_ex, cap);
+HMR_SAME_LAYOUT(ibv_qp_init_attr_ex, qp_type);
+HMR_SAME_LAYOUT(ibv_qp_init_attr_ex, comp_mask);
+HMR_SAME_LAYOUT(ibv_qp_init_attr_ex, pd);
+HMR_SAME_LAYOUT(ibv_qp_init_attr_ex, send_ops_flags);
+HMR_SAME_SIZE(ibv_port_attr);
+HMR_SAME_LAYOUT(ibv_port_attr, active_mtu);
+HMR_SAME_LAYOUT(ibv_port_attr, lid);
+HMR_SAME_LAYOUT(ibv_port_attr, link_layer);
+HMR_SAME_SIZE(ibv_wc);
+HMR_SAME_LAYOUT(ibv_wc, wr_id);
+HMR_SAME_LAYOUT(ibv_wc, status);
+HMR_SAME_LAYOUT(ibv_wc, vendor_err);
+HMR_SAME_SIZE(ibv_cq);
+HMR_SAME_LAYOUT(ibv_cq, context);
+HMR_SAME_SIZE(ibv_qp);
+HMR_SAME_LAYOUT(ibv_qp, context);
+HMR_SAME_LAYOUT(ibv_qp, qp_num);
+HMR_SAME_LAYOUT(ibv_qp, state);
+HMR_SAME_SIZE(ibv_qp_ex);
+HMR_SAME_LAYOUT(ibv_qp_ex, qp_base);
+HMR_SAME_LAYOUT(ibv_qp_ex, wr_id);
+HMR_SAME_LAYOUT(ibv_qp_ex, wr_flags);
+HMR_SAME_LAYOUT(ibv_qp_ex, wr_start);
+HMR_SAME_LAYOUT(ibv_qp_ex, wr_complete);
+HMR_SAME_LAYOUT(ibv_qp_ex, wr_abort);
+HMR_SAME_VALUE(IBV_QPT_RC);
+HMR_SAME_VALUE(IBV_QPS_RESET);
+HMR_SAME_VALUE(IBV_QPS_INIT);
+HMR_SAME_VALUE(IBV_QPS_RTR);
+HMR_SAME_VALUE(IBV_QPS_RTS);
+HMR_SAME_VALUE(IBV_MTU_1024);
+HMR_SAME_VALUE(IBV_PORT_ACTIVE);
+HMR_SAME_VALUE(IBV_LINK_LAYER_ETHERNET);
+HMR_SAME_VALUE(IBV_WC_SUCCESS);
+HMR_SAME_VALUE(IBV_QP_STATE);
+HMR_SAME_VALUE(IBV_QP_ACCESS_FLAGS);
+HMR_SAME_VALUE(IBV_QP_PKEY_INDEX);
+HMR_SAME_VALUE(IBV_QP_PORT);
+HMR_SAME_VALUE(IBV_QP_AV);
+HMR_SAME_VALUE(IBV_QP_PATH_MTU);
+HMR_SAME_VALUE(IBV_QP_TIMEOUT);
+HMR_SAME_VALUE(IBV_QP_RETRY_CNT);
+HMR_SAME_VALUE(IBV_QP_RNR_RETRY);
+HMR_SAME_VALUE(IBV_QP_RQ_PSN);
+HMR_SAME_VALUE(IBV_QP_MAX_QP_RD_ATOMIC);
+HMR_SAME_VALUE(IBV_QP_MIN_RNR_TIMER);
+HMR_SAME_VALUE(IBV_QP_SQ_PSN);
+HMR_SAME_VALUE(IBV_QP_MAX_DEST_RD_ATOMIC);
+HMR_SAME_VALUE(IBV_QP_DEST_QPN);
+HMR_SAME_VALUE(IBV_QP_INIT_ATTR_PD);
+HMR_SAME_VALUE(IBV_QP_INIT_ATTR_SEND_OPS_FLAGS);
+
+// Indirect mkeys (mlx5dv_abi.h).
+HMR_SAME_SIZE(mlx5dv_context_attr);
+HMR_SAME_LAYOUT(mlx5dv_context_attr, flags);
+HMR_SAME_LAYOUT(mlx5dv_context_attr, comp_mask);
+HMR_SAME_SIZE(mlx5dv_mkey_init_attr);
+HMR_SAME_LAYOUT(mlx5dv_mkey_init_attr, pd);
+HMR_SAME_LAYOUT(mlx5dv_mkey_init_attr, create_flags);
+HMR_SAME_LAYOUT(mlx5dv_mkey_init_attr, max_entries);
+HMR_SAME_SIZE(mlx5dv_mkey);
+HMR_SAME_LAYOUT(mlx5dv_mkey, lkey);
+HMR_SAME_LAYOUT(mlx5dv_mkey, rkey);
+HMR_SAME_SIZE(mlx5dv_qp_init_attr);
+HMR_SAME_LAYOUT(mlx5dv_qp_init_attr, comp_mask);
+HMR_SAME_LAYOUT(mlx5dv_qp_init_attr, send_ops_flags);
+HMR_SAME_SIZE(mlx5dv_qp_ex);
+HMR_SAME_LAYOUT(mlx5dv_qp_ex, wr_mr_list);
+HMR_SAME_VALUE(MLX5DV_CONTEXT_FLAGS_DEVX);
+HMR_SAME_VALUE(MLX5DV_MKEY_INIT_ATTR_FLAGS_INDIRECT);
+HMR_SAME_VALUE(MLX5DV_QP_INIT_ATTR_MASK_SEND_OPS_FLAGS);
+HMR_SAME_VALUE(MLX5DV_QP_EX_WITH_MR_LIST);
 #endif
 
 TEST(VerbsAbi, MatchesRdmaCoreHeader) {

@@ -88,10 +88,13 @@ TEST_F(VerbsNicTest, OpenFailuresReleaseWhatWasOpened) {
   EXPECT_TRUE(contains(opened.status().reason(), "ibv_alloc_pd"));
   EXPECT_EQ(fake().live("contexts"), 0);
 
+  // An mlx5 device is opened with DEVX first and the usual way when that fails.
   fake().set_failure("ibv_alloc_pd", 0);
+  fake().set_failure("mlx5dv_open_device", EACCES);
   fake().set_failure("ibv_open_device", EACCES);
   EXPECT_EQ(try_open("").status().code(), HMR_EACCES);
 
+  fake().set_failure("mlx5dv_open_device", 0);
   fake().set_failure("ibv_open_device", 0);
   fake().set_failure("query_device_ex", EIO);
   opened = try_open("");

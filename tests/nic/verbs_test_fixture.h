@@ -1,6 +1,7 @@
 // A fixture for tests of the verbs adapter against the fake libibverbs: points
-// HMR_IBVERBS_LIBRARY at the fake, resets it, and at the end checks that nothing the adapter
-// opened is left behind (contexts, PDs, MRs, windows, device lists, fds).
+// HMR_IBVERBS_LIBRARY at the fake (and HMR_MLX5_LIBRARY at the fake libmlx5), resets it, and at
+// the end checks that nothing the adapter opened is left behind (contexts, PDs, MRs, windows,
+// QPs, CQs, mkeys, device lists, fds).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -12,6 +13,7 @@
 #include <string>
 
 #include "nic/verbs/verbs_nic.h"
+#include "tests/api/test_support.h"
 #include "tests/nic/fake_ibverbs_library.h"
 
 namespace hmr::testing {
@@ -28,17 +30,20 @@ class VerbsTest : public ::testing::Test {
   void TearDown() override {
     nic_.reset();
     app_.reset();
-    for (const char* kind : {"contexts", "pds", "mrs", "mws", "qps", "device_lists"}) {
+    for (const char* kind : {"contexts", "pds", "mrs", "mws", "qps", "device_lists", "cqs",
+                             "umr_qps", "mkeys"}) {
       EXPECT_EQ(fake_->live(kind), 0) << kind << " left behind";
     }
     EXPECT_EQ(open_fd_count(), fds_before_) << "an fd leaked";
     unsetenv("HMR_IBVERBS_LIBRARY");
+    unsetenv("HMR_MLX5_LIBRARY");
   }
 
   // Makes `fake` the library the adapter loads, in its default state.
   void use(const FakeIbverbs& fake) {
     fake_ = &fake;
     setenv("HMR_IBVERBS_LIBRARY", fake.path, 1);
+    setenv("HMR_MLX5_LIBRARY", HMR_FAKE_MLX5_PATH, 1);
     fake.reset();
   }
   const FakeIbverbs& fake() const { return *fake_; }
@@ -109,6 +114,18 @@ class VerbsDomainTest : public VerbsTest {
     attr_.mr_mode = mode;
     attr_.cache_monitor = "disabled";
     return hmr_domain_open(&attr_, &domain_);
+  }
+  // hmr_mr_reg in domain_; the test fails (and the pointer is null) when it cannot.
+  hmr_test::MrPtr reg(const void* buf, size_t len, uint64_t access, uint64_t flags = 0) {
+    hmr_mr* mr = nullptr;
+    const int rc = hmr_mr_reg(domain_, buf, len, access, 0, 0, flags, &mr, nullptr);
+    EXPECT_EQ(rc, 0) << hmr_last_error();
+    return hmr_test::MrPtr(rc == 0 ? mr : nullptr);
+  }
+  // The first verbs MR behind an MR's descriptor (struct hmr_verbs_desc).
+  static const verbs::ibv_mr* ibv_mr_of(hmr_mr* mr) {
+    const auto* desc = static_cast<const hmr_verbs_desc*>(hmr_mr_desc(mr));
+    return desc == nullptr ? nullptr : reinterpret_cast<const verbs::ibv_mr*>(desc->mr);
   }
 
   hmr_domain_attr attr_{};

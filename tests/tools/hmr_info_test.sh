@@ -3,10 +3,10 @@
 # each fake vendor library (loaded through HMR_<VENDOR>_LIBRARY, the path real runtimes take).
 # The text report must agree with the JSON; the JSON must parse and carry the documented keys.
 # Usage: hmr_info_test.sh <hmr-info> <fake libcuda> <fake libhsa-runtime64> <fake libze_loader>
-#        <fake libnrt> <fake libSynapse> <fake libhl-thunk> <fake libibverbs>
+#        <fake libnrt> <fake libSynapse> <fake libhl-thunk> <fake libibverbs> <fake libmlx5>
 set -euo pipefail
 info=$1 fake_cuda=$2 fake_hsa=$3 fake_ze=$4 fake_nrt=$5 fake_synapse=$6 fake_hlthunk=$7
-fake_ibverbs=$8
+fake_ibverbs=$8 fake_mlx5=$9
 
 if ! python3 -c 'import json' 2>/dev/null; then
   echo "SKIP: python3 with its json module is needed to check hmr-info --json"
@@ -211,8 +211,9 @@ expect(mlx["dmabuf"]["supported"] and mlx["on_demand_paging"]["supported"], mlx)
 expect(not efa["dmabuf"]["supported"] and efa["dmabuf"]["reason"], efa)
 expect(d["nics"]["dmabuf_import"]["supported"], "dma-buf import not seen through fake_mlx5_0")
 expect("\n  RDMA: 2 device(s) through " in text, "no RDMA summary line")
-# Through the verbs NIC of hmr: the fake mlx5 device has everything but indirect keys (mlx5dv UMR),
-# the fake EFA device (no windows, no ODP) only re-registration.
+# Through the verbs NIC of hmr: the fake mlx5 device has everything but indirect keys, which need
+# libmlx5 (that of the machine, if any, cannot work with a fake libibverbs); the fake EFA device (no
+# windows, no ODP) only re-registration.
 mlx_ops, efa_ops = operations(mlx, "fake_mlx5_0"), operations(efa, "fake_efa_0")
 expect(all(mlx_ops[op] for op in OPS if op != "indirect"), mlx["operations"])
 expect(not mlx_ops["indirect"], mlx["operations"]["indirect"])
@@ -221,7 +222,17 @@ expect("UMR" in mlx["operations"]["indirect"]["reason"] or "mlx5dv" in mlx["oper
 expect(efa_ops["rereg"] and not any(efa_ops[op] for op in OPS if op != "rereg"), efa["operations"])
 expect("; verbs fake_mlx5_0: all but indirect keys; verbs fake_efa_0: rereg" in text,
        "the summary misreports the memory operations of the verbs devices")
-' "$no_ofi" HMR_IBVERBS_LIBRARY="$fake_ibverbs"
+' "$no_ofi" HMR_IBVERBS_LIBRARY="$fake_ibverbs" HMR_MLX5_LIBRARY=/nonexistent/libmlx5.so.1
+
+# With the fake libmlx5 beside it, the fake mlx5 device (opened with DEVX) has indirect keys too.
+check "fake libibverbs and libmlx5" '
+mlx, efa = d["nics"]["verbs"]["devices"]
+mlx_ops, efa_ops = operations(mlx, "fake_mlx5_0"), operations(efa, "fake_efa_0")
+expect(all(mlx_ops[op] for op in OPS), mlx["operations"])
+expect("not an mlx5 device" in efa["operations"]["indirect"]["reason"], efa["operations"])
+expect("; verbs fake_mlx5_0: all; verbs fake_efa_0: rereg" in text,
+       "the summary misreports the memory operations of the verbs devices")
+' "$no_ofi" HMR_IBVERBS_LIBRARY="$fake_ibverbs" HMR_MLX5_LIBRARY="$fake_mlx5"
 
 # Bad settings are reported, not fatal; odd bytes in a value still give valid JSON.
 check "bad environment" '
