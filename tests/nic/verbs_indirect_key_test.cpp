@@ -24,12 +24,11 @@ using hmr_memops_test::OpAnswer;
 using hmr_memops_test::query_op;
 using hmr_memops_test::sentinel;
 
-constexpr uint64_t kBasicMode =
-    HMR_MR_LOCAL | HMR_MR_VIRT_ADDR | HMR_MR_ALLOCATED | HMR_MR_PROV_KEY;
-constexpr uint64_t kRemote = HMR_REMOTE_READ | HMR_REMOTE_WRITE;
-constexpr size_t kPage = 4096;
-const char* const kConnectX = "device=fake_mlx5_0;relaxed_ordering=off";
-const char* const kEfa = "device=fake_efa_0;relaxed_ordering=off";
+constexpr uint64_t kBasicMode = kVerbsBasicMode;
+constexpr uint64_t kRemote = kRemoteAccess;
+constexpr size_t kPage = kTestPage;
+const char* const kConnectX = kFakeConnectX;
+const char* const kEfa = kFakeEfa;
 constexpr int kGeneralError = 13;  // IBV_WC_GENERAL_ERR
 
 uint64_t va(const void* p) { return reinterpret_cast<uint64_t>(p); }

@@ -32,14 +32,12 @@ using hmr_memops_test::rereg_attr;
 using hmr_memops_test::rereg_translation;
 using hmr_memops_test::sentinel;
 
-constexpr uint64_t kBasicMode =
-    HMR_MR_LOCAL | HMR_MR_VIRT_ADDR | HMR_MR_ALLOCATED | HMR_MR_PROV_KEY;
-constexpr uint64_t kRemote = HMR_REMOTE_READ | HMR_REMOTE_WRITE;
+constexpr uint64_t kBasicMode = kVerbsBasicMode;
+constexpr uint64_t kRemote = kRemoteAccess;
 constexpr uint64_t kBindable = kRemote | HMR_MW_BIND;
-constexpr size_t kPage = 4096;
-// Relaxed ordering off, so recorded access flags hold only what the test asked for.
-const char* const kConnectX = "device=fake_mlx5_0;relaxed_ordering=off";
-const char* const kEfa = "device=fake_efa_0;relaxed_ordering=off";
+constexpr size_t kPage = kTestPage;
+const char* const kConnectX = kFakeConnectX;
+const char* const kEfa = kFakeEfa;
 
 uint64_t va(const void* p) { return reinterpret_cast<uint64_t>(p); }
 

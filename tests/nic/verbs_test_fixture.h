@@ -18,6 +18,16 @@
 
 namespace hmr::testing {
 
+// What the C-ABI tests of the verbs NIC ask for: a basic-mode domain on the fake ConnectX-like
+// device (relaxed ordering off, so recorded access flags hold only what a test asked for) or on
+// the fake EFA-like one, and remote access to pages.
+inline constexpr uint64_t kVerbsBasicMode =
+    HMR_MR_LOCAL | HMR_MR_VIRT_ADDR | HMR_MR_ALLOCATED | HMR_MR_PROV_KEY;
+inline constexpr uint64_t kRemoteAccess = HMR_REMOTE_READ | HMR_REMOTE_WRITE;
+inline constexpr size_t kTestPage = 4096;
+inline constexpr const char* kFakeConnectX = "device=fake_mlx5_0;relaxed_ordering=off";
+inline constexpr const char* kFakeEfa = "device=fake_efa_0;relaxed_ordering=off";
+
 // A sysfs without peer-memory clients, so results do not depend on the machine's.
 inline verbs::VerbsEnvironment no_peer_memory() { return {"/nonexistent-hmr-test-sysfs"}; }
 
