@@ -87,12 +87,11 @@ void BlockIndex::insert(CacheEntry* entry, uint32_t tag) {
   const unsigned shift = kLevelShift[entry->level];
   const uint64_t first = entry->start >> shift;
   const uint64_t last = (entry->end() - 1) >> shift;
-  Slot slot;
-  slot.start = entry->start;
-  slot.end = entry->end();
-  slot.key_tag = tag | static_cast<uint32_t>(entry->level) << kLevelTagShift;
+  const uint64_t word = reinterpret_cast<uintptr_t>(entry) | filter_of(entry->level, tag);
   for (uint64_t block = first; block <= last; ++block) {
-    slot.tagged_entry = reinterpret_cast<uintptr_t>(entry) | static_cast<uintptr_t>(block - first);
+    Slot slot;
+    slot.word = word | (block - first);
+    slot.block_number = block;
     insert_slot(slot);
   }
   ++entries_per_level_[entry->level];

@@ -10,17 +10,19 @@
 namespace hmr::core {
 
 // What must match, besides containment, for a request to reuse an entry: the peer must see
-// nothing different from a registration of its own.
+// nothing different from a registration of its own.  16 bytes: every cached region carries one,
+// so each byte here is a megabyte at a million regions.
 struct CacheKey {
   uint64_t alloc_id = 0;    // allocation identity (device buffer id); 0 for host memory
-  uint32_t access = 0;
   int32_t device = 0;
+  uint16_t access = 0;      // HMR_* access bits, all below bit 15 (validated before caching)
   uint8_t iface = 0;
-  uint8_t export_mode = 0;   // core::ExportMode: how device memory reaches the NIC (0: by address)
-  bool exact_start = false;  // 0-based addressing: byte 0 must be the request's own start
+  uint8_t export_mode : 7 = 0;   // core::ExportMode: how device memory reaches the NIC (0: by address)
+  bool exact_start : 1 = false;  // 0-based addressing: byte 0 must be the request's own start
 
   bool operator==(const CacheKey&) const = default;
 };
+static_assert(sizeof(CacheKey) == 16);
 
 struct CacheEntry {
   static constexpr uint32_t kInvalid = 1u << 31;  // out of the index; dies with its last user

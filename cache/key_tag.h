@@ -1,12 +1,11 @@
-// The 32 bits of a CacheKey that an index slot keeps, so that a hit is decided from the slot
-// alone, without reading the entry (a second cache miss).
+// 32 bits that stand for a CacheKey; the index folds them into the 14-bit filter of its slots
+// (cache/block_index.h), and a match is confirmed against the entry's own key.
 //
 // A host key — every field other than access and exact_start as a default CacheKey has it —
-// is encoded exactly: a tag match is a key match.  Any other key (device memory, an allocation
-// id, whatever fields CacheKey grows) gets a hash with kHashed set, and a tag match must be
-// confirmed against the entry's own key; such registrations pay a driver query on every miss
-// anyway.  "Simple" is decided by comparing with a default key, so a new CacheKey field is
-// covered without touching this file.
+// is encoded exactly, so host keys that differ (in access, say) never share a tag.  Any other
+// key (device memory, an allocation id, whatever fields CacheKey grows) gets a hash with
+// kHashed set.  "Simple" is decided by comparing with a default key, so a new CacheKey field
+// is covered without touching this file.
 #pragma once
 
 #include <cstdint>
@@ -17,7 +16,7 @@ namespace hmr::core {
 
 struct KeyTag {
   static constexpr uint32_t kHashed = 1u << 31;
-  // Bits 29-30 are left to the index (it files the entry's level there).
+  // Bits 29-30 are kept clear (an exact tag is the access bits and kExactStart only).
   static constexpr uint32_t kIndexBits = 3u << 29;
   static constexpr uint32_t kExactStart = 1u << 28;
   static constexpr uint32_t kAccessBits = kExactStart - 1;  // HMR_* access bits end at bit 13

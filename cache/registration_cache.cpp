@@ -60,7 +60,8 @@ Result<CacheHandle> RegistrationCache::register_and_insert(uintptr_t start, uint
   entry->key = key;
   entry->level = static_cast<uint8_t>(BlockIndex::level_for(start, len));
 
-  const bool caching = may_cache && limits_.max_count != 0 && BlockIndex::indexable(start, len);
+  const bool caching = may_cache && limits_.max_count != 0 && BlockIndex::indexable(start, len) &&
+                       BlockIndex::fileable(entry.get());
   const uint64_t sequence = invalidation_sequence_.load(std::memory_order_acquire);
   bool subscribed = false;
   if (caching && monitor_ != nullptr) subscribed = monitor_->subscribe(start, len).ok();
@@ -107,6 +108,20 @@ Result<CacheHandle> RegistrationCache::register_and_insert(uintptr_t start, uint
   entry->state.store(CacheEntry::kInvalid | 1, std::memory_order_relaxed);
   uncached_.fetch_add(1, std::memory_order_relaxed);
   return CacheHandle{entry.release()};
+}
+
+void RegistrationCache::put_and_drop_if_unused(const CacheHandle& handle) {
+  CacheEntry* entry = handle.entry;
+  CacheEntry* dead = nullptr;
+  lock_.lock();
+  // Under the exclusive lock no hit can take a reference meanwhile; ours keeps the entry alive.
+  const uint32_t state = entry->state.load(std::memory_order_acquire);
+  if ((state & CacheEntry::kInvalid) == 0 && (state & CacheEntry::kRefMask) == 1) {
+    retire(entry, dead);
+  }
+  lock_.unlock();
+  finalize_all(dead);
+  put(handle);  // the last reference of a retired entry deregisters it
 }
 
 bool RegistrationCache::invalidated_since(uint64_t sequence, uintptr_t start,

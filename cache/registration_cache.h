@@ -70,6 +70,10 @@ class RegistrationCache final : public InvalidationSink {
   // is not.  The C ABI's hit path asks this first and leaves a miss to the domain's full path.
   CacheHandle find(uintptr_t start, uint64_t len, const CacheKey& key);
   void put(const CacheHandle& handle);
+  // put(), and the entry leaves the cache too when this was its only holder, so its
+  // registration goes now instead of staying for later hits (an MR re-registered away from it
+  // revokes what it reached).  With other holders it stays, unchanged for them.
+  void put_and_drop_if_unused(const CacheHandle& handle);
 
   void invalidate(uintptr_t start, uintptr_t end) override;
   // Drops every unused entry (domain close, tests).
@@ -167,8 +171,8 @@ inline RegistrationCache::Hit RegistrationCache::lookup(uintptr_t start, uint64_
     CacheEntry* entry = slot->entry();
     if (take_reference(*entry)) {
       hit.handle = CacheHandle{entry};
-      hit.entry_start = slot->start;
-      hit.entry_end = slot->end;
+      hit.entry_start = entry->start;
+      hit.entry_end = entry->end();
     } else {
       hit.saturated = true;
     }

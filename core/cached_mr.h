@@ -83,7 +83,7 @@ class CachedMr : public Tagged<ObjectClass::cached_memory_region> {
 namespace cached_mr_detail {
 
 // The storage of one handle.  While free it carries the free-list link after the handle's
-// tag, never over it: a stale handle's tag stays dead (zeroed by ~Tagged) while it waits.
+// tag, never over it: a stale handle's tag stays dead (zeroed by release) while it waits.
 union alignas(alignof(CachedMr)) Storage {
   unsigned char bytes[sizeof(CachedMr)];
   struct {
@@ -128,6 +128,9 @@ inline void CachedMr::release(CachedMr* mr) {
   mr->~CachedMr();
   cached_mr_detail::ThreadFreeList& list = cached_mr_detail::free_list;
   auto* storage = reinterpret_cast<cached_mr_detail::Storage*>(mr);
+  // The tag dies here, in the storage: a store in the destructor may be dropped by the
+  // compiler (the object's lifetime ends there), and a stale handle must read a dead tag.
+  storage->free.dead_tag = 0;
   if (__builtin_expect(list.head == nullptr, 0)) cached_mr_detail::return_at_exit();
   storage->free.next = list.head;
   list.head = storage;

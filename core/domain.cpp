@@ -246,9 +246,12 @@ bool Domain::cacheable(const MrRequest& request) const {
          (request.access & ~kCacheableAccess) == 0;
 }
 
+// CacheKey keeps access in 16 bits; only cacheable requests get a key.
+static_assert(kCacheableAccess <= UINT16_MAX);
+
 CacheKey Domain::cache_key(const MrRequest& request) const {
   CacheKey key;
-  key.access = static_cast<uint32_t>(request.access);
+  key.access = static_cast<uint16_t>(request.access);
   key.iface = static_cast<uint8_t>(request.iface);
   key.device = static_cast<int32_t>(request.device);
   key.exact_start = !has_mode(HMR_MR_VIRT_ADDR);

@@ -43,7 +43,7 @@ CachedMr* Domain::try_cached_hit(const void* buf, size_t len, uint64_t access, u
   // (Host memory pinned later with cudaHostRegister and the like stays system memory to hmr:
   // the registration is of the same pages and stays valid for RMA.)
   CacheKey key = hit_key_;
-  key.access = static_cast<uint32_t>(access);
+  key.access = static_cast<uint16_t>(access);
   const CacheHandle handle = cache_->find(start, len, key);
   if (!handle) return nullptr;
   // mr_cnt: with no credit left the full path says ENOSPC with its reason.

@@ -136,7 +136,7 @@ Status MemoryRegion::rereg(uint64_t flags, const hmr_mr_rereg_attr& attr) {
         return changed;
       }
     }
-    handle_cache_->put(cache_handle_);
+    handle_cache_->put_and_drop_if_unused(cache_handle_);
     cache_handle_ = CacheHandle();
     handle_cache_ = nullptr;
     registration_ = copy;

@@ -2,7 +2,10 @@
 // can refuse a NULL handle or a handle of the wrong type with an error instead of a crash.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+
+#include "util/handle_storage.h"
 
 namespace hmr::core {
 
@@ -24,15 +27,27 @@ struct ObjectTag {
   ObjectClass object_class;
 };
 
-// Base of every handle type; non-polymorphic so the tag sits at offset 0.
+// Base of every handle type; non-polymorphic so the tag sits at offset 0.  Objects made with
+// new live in handle storage (util/handle_storage.h): after delete their memory stays hmr's
+// and their tag dead, so a handle used after close is refused, not a read of freed memory.
 template <ObjectClass Class>
 class Tagged {
  public:
   static constexpr ObjectClass kClass = Class;
 
+  static void* operator new(size_t bytes) { return allocate_handle_storage(bytes); }
+  static void operator delete(void* block, size_t bytes) noexcept {
+    release_handle_storage(block, bytes);
+  }
+  // Placement (pooled handles build themselves in storage of their own).
+  static void* operator new(size_t, void* where) noexcept { return where; }
+  static void operator delete(void*, void*) noexcept {}
+
  protected:
   Tagged() = default;
-  ~Tagged() { tag_.magic = 0; }  // a use after close is then usually caught, never relied on
+  // Storage that outlives the object (handle storage, the hit path's pool) zeroes the tag
+  // again itself: the compiler may drop this store, since the object's lifetime ends here.
+  ~Tagged() { tag_.magic = 0; }
 
  private:
   ObjectTag tag_{ObjectTag::kLive, Class};

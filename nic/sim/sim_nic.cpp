@@ -341,6 +341,14 @@ Status SimNic::remote_access(const RmaRequest& request) {
       HMR_RETURN_IF_ERROR(transfer(*region, false, offset, request.local, request.len));
       break;
     case RmaOp::fetch_add: {
+      // An atomic is one 8-byte access of one memory location: it cannot be split over two
+      // pieces of memory (an indirect key's segments), as no NIC splits it.
+      if (!within_one_segment(*region, offset, sizeof(uint64_t))) {
+        return make_error(HMR_EINVAL, "an atomic at offset %llu of indirect key %#llx crosses "
+                          "the boundary between two of its segments",
+                          static_cast<unsigned long long>(offset),
+                          static_cast<unsigned long long>(request.key.low_u64()));
+      }
       std::lock_guard<std::mutex> atomic_lock(atomics_mutex_);
       uint64_t value = 0;
       HMR_RETURN_IF_ERROR(transfer(*region, false, offset, &value, sizeof value));
@@ -354,6 +362,17 @@ Status SimNic::remote_access(const RmaRequest& request) {
   count_remote_event(*region, request.op);
   for (const SimRegion* parent : region->parents) count_remote_event(*parent, request.op);
   return ok_status();
+}
+
+bool SimNic::within_one_segment(const SimRegion& region, uint64_t offset, uint64_t len) {
+  uint64_t segment_start = 0;
+  for (const iovec& segment : region.segments) {
+    if (offset < segment_start + segment.iov_len) {
+      return offset - segment_start <= segment.iov_len - len && len <= segment.iov_len;
+    }
+    segment_start += segment.iov_len;
+  }
+  return false;
 }
 
 Status SimNic::check_reachable(const SimRegion& region, const RmaRequest& request) {

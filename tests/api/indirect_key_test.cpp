@@ -195,6 +195,29 @@ TEST(IndirectKey, SegmentsKeepTheGivenOrder) {
   expect_indirect_error(s.domain.get(), segments.data(), segments.size(), kRemote, HMR_EINVAL);
 }
 
+TEST(IndirectKey, AnAtomicLiesWithinOneSegment) {
+  KeyOverTwoMrs s(open_domain(kVirtProvKey), kRemote);
+  ASSERT_TRUE(s);
+  // A key whose first segment is 100 bytes: the aligned 8 bytes at 96 straddle the boundary.
+  const std::vector<hmr_mr_segment> segments = {{s.mrs.first.get(), s.mrs.a.data(), 100},
+                                                {s.mrs.second.get(), s.mrs.b.data(), 100}};
+  MrPtr key(reg_indirect(s.domain.get(), segments, kRemote));
+  ASSERT_TRUE(key);
+  uint64_t result = 99;
+  EXPECT_HMR_ERROR(hmr_ep_fetch_add(s.initiator(), 1, &result, 96, hmr_mr_key(key.get())),
+                   HMR_EINVAL);
+  EXPECT_TRUE(contains(hmr_last_error(), "segments")) << hmr_last_error();
+  EXPECT_EQ(result, 99u);
+  // Inside either segment: done, in the memory that segment names.
+  ASSERT_HMR_OK(hmr_ep_fetch_add(s.initiator(), 5, &result, 88, hmr_mr_key(key.get())));
+  EXPECT_EQ(result, 0u);
+  ASSERT_HMR_OK(hmr_ep_fetch_add(s.initiator(), 7, &result, 104, hmr_mr_key(key.get())));
+  EXPECT_EQ(result, 0u);
+  uint64_t landed = 0;
+  std::memcpy(&landed, s.mrs.b.data() + 4, sizeof landed);
+  EXPECT_EQ(landed, 7u);
+}
+
 // ============================================================== access
 
 TEST(IndirectKey, AccessIsTheIndirectKeysAndNeedsTheMrsGrant) {

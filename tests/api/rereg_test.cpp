@@ -261,28 +261,63 @@ TEST(Rereg, SharedCachedRegistrationIsLeftToTheOtherMr) {
   expect_round_trip(link.initiator.get(), va(memory.data()), shared_key, other);
 }
 
+// A domain connected to itself and an MR `mr` of old_buffer that is a cache hit on the
+// registration `first` made; `first` is closed again, so the cache alone keeps it.
+struct CachedMrAlone {
+  hmr_domain_attr attr{};
+  DomainPtr domain;
+  Link link;
+  Pages old_buffer{kPage};
+  Pages new_buffer{kPage};
+  MrPtr mr;
+  uint64_t old_key = 0;
+
+  explicit CachedMrAlone(uint64_t mode) : domain(open_domain(mode, nullptr, &attr)) {
+    if (!domain || !caching()) return;
+    link = connect(domain.get(), domain.get());
+    MrPtr first = reg(domain.get(), old_buffer.data(), kPage, kRemote);
+    mr = reg(domain.get(), old_buffer.data(), kPage, kRemote);
+    EXPECT_TRUE(first && mr);
+    if (mr) {
+      EXPECT_EQ(query_mr(mr.get()).cached, 1);
+    }
+    old_key = mr ? hmr_mr_key(mr.get()) : 0;
+  }
+  bool caching() const { return std::string(attr.cache_monitor) != "disabled"; }
+  explicit operator bool() const { return domain && link && mr; }
+};
+
+TEST(Rereg, ACachedRegistrationNobodyElseHoldsLeavesWithTheReregistration) {
+  // Verbs' rule: after a new translation the old key no longer reaches the old range.  The
+  // cache does not keep a registration the re-registered MR was the last holder of.
+  CachedMrAlone s(kVirtProvKey);
+  if (s.domain && !s.caching()) GTEST_SKIP() << "no cache monitor here";
+  ASSERT_TRUE(s);
+  const iovec target{s.new_buffer.data(), kPage};
+  ASSERT_HMR_OK(rereg_translation(s.mr.get(), &target, 1));
+  const uint8_t byte = 1;
+  EXPECT_HMR_ERROR(hmr_ep_write(s.link.initiator.get(), &byte, 1, nullptr,
+                                va(s.old_buffer.data()), s.old_key),
+                   HMR_EACCES);
+  // A new registration of the old range registers again (a miss), with a new key.
+  MrPtr again = reg(s.domain.get(), s.old_buffer.data(), kPage, kRemote);
+  ASSERT_TRUE(again);
+  EXPECT_NE(hmr_mr_key(again.get()), s.old_key);
+}
+
 TEST(Rereg, CachedMrMovesOffMemoryThatIsGone) {
   // The usual reason to re-register: the old buffer was freed.  A cached MR gets a registration
   // of the new range directly; the old range is never registered again (ALLOCATED would refuse).
-  hmr_domain_attr attr;
-  DomainPtr domain = open_domain(kVirtProvKey | HMR_MR_ALLOCATED, nullptr, &attr);
-  ASSERT_TRUE(domain);
-  if (std::string(attr.cache_monitor) == "disabled") GTEST_SKIP() << "no cache monitor here";
-  Link link = connect(domain.get(), domain.get());
-  ASSERT_TRUE(link);
-  Pages old_buffer(kPage);
-  Pages new_buffer(kPage);
-  MrPtr first = reg(domain.get(), old_buffer.data(), kPage, kRemote);
-  MrPtr mr = reg(domain.get(), old_buffer.data(), kPage, kRemote);
-  ASSERT_TRUE(first && mr);
-  ASSERT_EQ(query_mr(mr.get()).cached, 1);
-  first.reset();
-  old_buffer.unmap();
-  const iovec target{new_buffer.data(), kPage};
-  ASSERT_HMR_OK(rereg_translation(mr.get(), &target, 1));
-  EXPECT_EQ(query_mr(mr.get()).cached, 0);
+  CachedMrAlone s(kVirtProvKey | HMR_MR_ALLOCATED);
+  if (s.domain && !s.caching()) GTEST_SKIP() << "no cache monitor here";
+  ASSERT_TRUE(s);
+  s.old_buffer.unmap();
+  const iovec target{s.new_buffer.data(), kPage};
+  ASSERT_HMR_OK(rereg_translation(s.mr.get(), &target, 1));
+  EXPECT_EQ(query_mr(s.mr.get()).cached, 0);
   const std::vector<uint8_t> bytes = pattern(64, 3);
-  expect_round_trip(link.initiator.get(), va(new_buffer.data()), hmr_mr_key(mr.get()), bytes);
+  expect_round_trip(s.link.initiator.get(), va(s.new_buffer.data()), hmr_mr_key(s.mr.get()),
+                    bytes);
 }
 
 TEST(Rereg, AttrSizesNoStructCouldHaveAreRefused) {
