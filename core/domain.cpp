@@ -327,8 +327,9 @@ Domain::~Domain() {
 Status Domain::prepare_close() {
   const int64_t open_mrs = open_mr_count();
   if (open_mrs != 0 || open_objects_.load() != 0) {
-    return make_error(HMR_EBUSY, "domain has %lld MRs and %d counters/endpoints/rkeys open; close them "
-                      "first", static_cast<long long>(open_mrs), open_objects_.load());
+    return make_error(HMR_EBUSY, "domain has %lld MRs and %d counters/endpoints/rkeys/windows "
+                      "open; close them first", static_cast<long long>(open_mrs),
+                      open_objects_.load());
   }
   std::lock_guard<std::mutex> lock(bind_mutex_);
   registrar_.reset();
