@@ -48,17 +48,24 @@ Result<std::unique_ptr<nic::Nic>> VerbsNic::open(const char* options, void* hand
   }
   Result<std::shared_ptr<const IbverbsLibrary>> library = IbverbsLibrary::load();
   if (!library.ok()) return library.status();
+  // libmlx5 only once there is a device to use it on: a process without RDMA never loads it.
   Mlx5Access mlx5;
-  if (Result<std::shared_ptr<const Mlx5dvLibrary>> loaded = Mlx5dvLibrary::load(); loaded.ok()) {
-    mlx5.library = std::move(*loaded);
-  } else {
-    mlx5.unavailable = loaded.status().reason();
-  }
+  auto load_mlx5 = [&mlx5] {
+    if (Result<std::shared_ptr<const Mlx5dvLibrary>> loaded = Mlx5dvLibrary::load(); loaded.ok()) {
+      mlx5.library = std::move(*loaded);
+    } else {
+      mlx5.unavailable = loaded.status().reason();
+    }
+  };
 
   Result<DeviceHandle> device = [&]() -> Result<DeviceHandle> {
-    if (handle != nullptr) return DeviceHandle::borrow(*library, static_cast<ibv_pd*>(handle));
+    if (handle != nullptr) {
+      load_mlx5();
+      return DeviceHandle::borrow(*library, static_cast<ibv_pd*>(handle));
+    }
     Result<DeviceList> list = DeviceList::get(*library);
     if (!list.ok()) return list.status();
+    load_mlx5();
     Result<ibv_device*> chosen = parsed->device.empty() ? Result<ibv_device*>(list->device(0))
                                                         : list->find(parsed->device);
     if (!chosen.ok()) return chosen.status();

@@ -15,13 +15,30 @@ namespace hmr::verbs {
 #endif
 
 enum ibv_qp_type { IBV_QPT_RC = 2 };
-enum ibv_qp_state { IBV_QPS_RESET, IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS };
+enum ibv_qp_state {
+  IBV_QPS_RESET,
+  IBV_QPS_INIT,
+  IBV_QPS_RTR,
+  IBV_QPS_RTS,
+  IBV_QPS_SQD,
+  IBV_QPS_SQE,
+  IBV_QPS_ERR,
+  IBV_QPS_UNKNOWN,
+};
 enum ibv_mtu { IBV_MTU_256 = 1, IBV_MTU_512, IBV_MTU_1024, IBV_MTU_2048, IBV_MTU_4096 };
 enum ibv_mig_state { IBV_MIG_MIGRATED, IBV_MIG_REARM, IBV_MIG_ARMED };
-enum ibv_port_state { IBV_PORT_NOP, IBV_PORT_DOWN, IBV_PORT_INIT, IBV_PORT_ARMED, IBV_PORT_ACTIVE };
+enum ibv_port_state {
+  IBV_PORT_NOP,
+  IBV_PORT_DOWN,
+  IBV_PORT_INIT,
+  IBV_PORT_ARMED,
+  IBV_PORT_ACTIVE,
+  IBV_PORT_ACTIVE_DEFER,
+};
 enum { IBV_LINK_LAYER_UNSPECIFIED, IBV_LINK_LAYER_INFINIBAND, IBV_LINK_LAYER_ETHERNET };
-enum ibv_wc_status { IBV_WC_SUCCESS };
-enum ibv_wc_opcode { IBV_WC_SEND };
+/* Work completions carry many more statuses and opcodes than hmr names; struct ibv_wc keeps
+ * them as plain integers so that reading one is never an out-of-range enum value. */
+enum { IBV_WC_SUCCESS = 0 };
 
 enum ibv_qp_attr_mask {
   IBV_QP_STATE = 1 << 0,
@@ -167,8 +184,8 @@ struct ibv_port_attr {
 
 struct ibv_wc {
   uint64_t wr_id;
-  enum ibv_wc_status status;
-  enum ibv_wc_opcode opcode;
+  uint32_t status; /* enum ibv_wc_status */
+  uint32_t opcode; /* enum ibv_wc_opcode */
   uint32_t vendor_err;
   uint32_t byte_len;
   uint32_t imm_data_or_invalidated_rkey;

@@ -81,7 +81,7 @@ static void push_completion(struct fake_cq *cq, uint64_t wr_id, int status, uint
   struct ibv_wc *wc = &cq->entries[(cq->head + cq->count) % FAKE_CQ_DEPTH];
   memset(wc, 0, sizeof *wc);
   wc->wr_id = wr_id;
-  wc->status = (enum ibv_wc_status)status;
+  wc->status = (uint32_t)status; /* hmr's ABI keeps it as an integer; rdma-core's is an enum */
   wc->qp_num = qp_num;
   cq->count++;
 }
@@ -270,7 +270,7 @@ static int fake_wr_complete(struct ibv_qp_ex *qpx) {
     if (status == 0 && qp->pending_error) status = FAKE_WC_GENERAL_ERR;
     qp->pending.status = status;
     last_umr = qp->pending;
-    if (status != 0) qp->qpx.qp_base.state = (enum ibv_qp_state)6; /* IBV_QPS_ERR */
+    if (status != 0) qp->qpx.qp_base.state = IBV_QPS_ERR;
     if (status != 0 || (qp->qpx.wr_flags & IBV_SEND_SIGNALED) != 0) {
       push_completion((struct fake_cq *)(void *)qp->qpx.qp_base.send_cq, qp->pending.wr_id,
                       status, qp->qpx.qp_base.qp_num);
