@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 
 #include "nic/nic.h"
 
@@ -38,21 +39,52 @@ struct CacheEntry {
   // References held (the low bits) and kInvalid once the entry has left the index.  A hit
   // counts up, a put() counts down; the put() that leaves kInvalid alone deregisters.
   std::atomic<uint32_t> state{0};
-  uint8_t level = 0;        // index level the entry is filed under
-  bool subscribed = false;  // its range is watched by the cache's monitor
-  bool collected = false;   // on an invalidation's victim list (through `next`)
+  uint8_t level = 0;              // index level the entry is filed under
+  bool subscribed : 1 = false;    // its range is watched by the cache's monitor
+  bool collected : 1 = false;     // on an invalidation's victim list (through `next`); both
+                                  // bits change only before filing or under the exclusive lock
   std::atomic<uint8_t> recency{0};  // written by hits without ordering; read by the hand
+  uint8_t key_size = 0;           // bytes of key_bytes in use
   uintptr_t start = 0;
   uint64_t length = 0;
   CacheKey key;
-  nic::Registration registration;
+  // The NIC's registration, kept in parts rather than as a nic::Registration, whose padding a
+  // million entries would pay for.  What a hit hands out (desc, key) follows the range and key
+  // that find() reads, so a hit reads the first 64 bytes of the entry only.
+  void* desc = nullptr;
+  uint8_t key_bytes[KeyBytes::kMaxSize] = {};
+  void* handle = nullptr;
+  uint64_t base_addr = 0;
   CacheEntry* next = nullptr;  // dead list, or an invalidation's victim list
 
   uintptr_t end() const { return start + length; }
+  void set_registration(const nic::Registration& registration) {
+    desc = registration.desc;
+    handle = registration.handle;
+    base_addr = registration.base_addr;
+    key_size = static_cast<uint8_t>(registration.key.size);
+    std::memcpy(key_bytes, registration.key.bytes, sizeof key_bytes);
+  }
+  nic::Registration registration() const {
+    nic::Registration registration;
+    registration.desc = desc;
+    registration.handle = handle;
+    registration.base_addr = base_addr;
+    registration.key.size = key_size;
+    std::memcpy(registration.key.bytes, key_bytes, sizeof key_bytes);
+    return registration;
+  }
+  // The key's low 64 bits, as KeyBytes::low_u64 gives them.
+  uint64_t key_low_u64() const {
+    uint64_t low = 0;
+    std::memcpy(&low, key_bytes, key_size < sizeof low ? key_size : sizeof low);
+    return low;
+  }
   uint32_t references() const { return state.load(std::memory_order_relaxed) & kRefMask; }
   bool contains(uintptr_t first, uint64_t len) const {
     return first >= start && len <= length && first - start <= length - len;
   }
 };
+static_assert(sizeof(CacheEntry) == 88, "every byte of an entry costs a megabyte at 1M regions");
 
 }  // namespace hmr::core

@@ -13,7 +13,10 @@ struct CacheHandle {
   CacheEntry* entry = nullptr;
 
   explicit operator bool() const { return entry != nullptr; }
-  const nic::Registration& registration() const { return entry->registration; }
+  nic::Registration registration() const { return entry->registration(); }
+  // What the hit path hands out, read without building a nic::Registration.
+  void* desc() const { return entry->desc; }
+  uint64_t key_low_u64() const { return entry->key_low_u64(); }
 };
 
 }  // namespace hmr::core

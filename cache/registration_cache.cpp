@@ -70,7 +70,7 @@ Result<CacheHandle> RegistrationCache::register_and_insert(uintptr_t start, uint
     if (subscribed) monitor_->unsubscribe(start, len);
     return registered.status();
   }
-  entry->registration = *registered;
+  entry->set_registration(*registered);
   entry->subscribed = subscribed;
 
   bool inserted = false;
@@ -235,7 +235,8 @@ void RegistrationCache::flush() {
 
 void RegistrationCache::finalize(CacheEntry* entry) {
   if (entry->subscribed) monitor_->unsubscribe(entry->start, entry->length);
-  backend_.deregister(entry->registration);
+  nic::Registration registration = entry->registration();
+  backend_.deregister(registration);
   pool_.release(entry);
 }
 

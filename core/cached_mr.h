@@ -29,8 +29,8 @@ class CachedMr : public Tagged<ObjectClass::cached_memory_region> {
            uint64_t length, uint64_t access, void* context, bool raw_keys)
       : domain_(domain), cache_(cache), handle_(handle), start_(start), length_(length),
         access_(access), context_(context),
-        desc_(handle.registration().desc),
-        key_(raw_keys ? HMR_KEY_NOTAVAIL : handle.registration().key.low_u64()) {}
+        desc_(handle.desc()),
+        key_(raw_keys ? HMR_KEY_NOTAVAIL : handle.key_low_u64()) {}
 
   // A handle from the calling thread's free list (refilled in batches from the shared pool);
   // ends its life with release().
