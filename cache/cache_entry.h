@@ -18,7 +18,8 @@ struct CacheKey {
   int32_t device = 0;
   uint16_t access = 0;      // HMR_* access bits, all below bit 15 (validated before caching)
   uint8_t iface = 0;
-  uint8_t export_mode : 7 = 0;   // core::ExportMode: how device memory reaches the NIC (0: by address)
+  uint8_t export_mode : 7 = 0;   // core::ExportMode: how device memory reaches the NIC
+                                 // (0: by address)
   bool exact_start : 1 = false;  // 0-based addressing: byte 0 must be the request's own start
 
   bool operator==(const CacheKey&) const = default;
@@ -75,11 +76,7 @@ struct CacheEntry {
     return registration;
   }
   // The key's low 64 bits, as KeyBytes::low_u64 gives them.
-  uint64_t key_low_u64() const {
-    uint64_t low = 0;
-    std::memcpy(&low, key_bytes, key_size < sizeof low ? key_size : sizeof low);
-    return low;
-  }
+  uint64_t key_low_u64() const { return KeyBytes::low_u64_of(key_bytes, key_size); }
   uint32_t references() const { return state.load(std::memory_order_relaxed) & kRefMask; }
   bool contains(uintptr_t first, uint64_t len) const {
     return first >= start && len <= length && first - start <= length - len;

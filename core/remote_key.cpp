@@ -12,7 +12,8 @@ Result<RemoteKey*> RemoteKey::unpack(Domain& domain, std::span<const uint8_t> by
   Result<NicIdentity> ours = nic_identity_of(domain.nic().capabilities().name);
   if (!ours.ok()) return ours.status();
   if (packed->nic.kind != ours->kind) {
-    return make_error(HMR_EINVAL, "packed rkey is for a NIC of kind '%s'; this domain's NIC is of kind '%s'",
+    return make_error(HMR_EINVAL,
+                      "packed rkey is for a NIC of kind '%s'; this domain's NIC is of kind '%s'",
                       nic_kind_name(packed->nic.kind), nic_kind_name(ours->kind));
   }
   if (packed->nic.provider != ours->provider) {

@@ -19,9 +19,11 @@ struct KeyBytes {
     return k;
   }
   // The low 64 bits (little-endian), the part a non-RAW key consists of.
-  uint64_t low_u64() const {
+  uint64_t low_u64() const { return low_u64_of(bytes, size); }
+  // The same of key bytes kept elsewhere (a cache entry keeps them without KeyBytes' padding).
+  static uint64_t low_u64_of(const uint8_t* key_bytes, size_t key_size) {
     uint64_t key = 0;
-    std::memcpy(&key, bytes, size < sizeof key ? size : sizeof key);
+    std::memcpy(&key, key_bytes, key_size < sizeof key ? key_size : sizeof key);
     return key;
   }
   bool operator==(const KeyBytes& other) const {

@@ -59,9 +59,9 @@ class SimNic final : public Nic {
                       std::vector<iovec>& pieces, uint64_t& offset);
   void describe_operations();
   void mark_stale(uintptr_t start, uintptr_t end);
-  // Whether a peer may reach `region` now: enabled, its endpoint, a fresh translation.
   // Whether [offset, offset+len) of the region's bytes lies in one of its segments.
   static bool within_one_segment(const SimRegion& region, uint64_t offset, uint64_t len);
+  // Whether a peer may reach `region` now: enabled, its endpoint, a fresh translation.
   static Status check_reachable(const SimRegion& region, const RmaRequest& request);
 
   SimOptions options_;

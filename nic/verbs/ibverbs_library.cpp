@@ -80,7 +80,8 @@ Result<DeviceHandle> DeviceHandle::open(std::shared_ptr<const IbverbsLibrary> li
     return make_error(err == EACCES || err == EPERM ? HMR_EACCES : HMR_ENODEV,
                       "ibv_open_device(%s) failed: %s; check the permissions of "
                       "/dev/infiniband/uverbs*",
-                      raw_name != nullptr ? raw_name : "?", err != 0 ? std::strerror(err) : "no errno");
+                      raw_name != nullptr ? raw_name : "?",
+                      err != 0 ? std::strerror(err) : "no errno");
   }
   return adopt(std::move(library), context);
 }

@@ -7,10 +7,9 @@
 
 namespace hmr::verbs {
 
-Result<std::unique_ptr<IndirectMkey>> IndirectMkey::create(std::shared_ptr<const Mlx5dvLibrary> mlx5,
-                                                           ibv_pd* pd, uint16_t entries,
-                                                           uint64_t length,
-                                                           const std::string& device) {
+Result<std::unique_ptr<IndirectMkey>> IndirectMkey::create(
+    std::shared_ptr<const Mlx5dvLibrary> mlx5, ibv_pd* pd, uint16_t entries, uint64_t length,
+    const std::string& device) {
   mlx5dv_mkey_init_attr attr{};
   attr.pd = pd;
   attr.create_flags = MLX5DV_MKEY_INIT_ATTR_FLAGS_INDIRECT;

@@ -139,8 +139,9 @@ Status UmrQueue::connect(bool reset) {
   attr = {};
   attr.pkey_index = 0;
   attr.port_num = kPort;
-  HMR_RETURN_IF_ERROR(move_to(
-      {IBV_QPS_INIT, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS, "INIT"}));
+  HMR_RETURN_IF_ERROR(move_to({IBV_QPS_INIT,
+                               IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS,
+                               "INIT"}));
   // Connected to itself: the destination is this QP on this port.
   attr = {};
   attr.path_mtu = port.active_mtu != 0 ? port.active_mtu : IBV_MTU_1024;

@@ -39,8 +39,8 @@ class VerbsRegistration {
   bool indirect() const { return indirect_ != nullptr; }
   // The key peers use: the indirect key's rkey, or chunk 0's.
   uint32_t first_rkey() const;
-  // Deregisters every chunk (or destroys the indirect mkey); the ones that fail stay owned (and are retried by a later call or
-  // the destructor), and the first failure is returned.
+  // Deregisters every chunk (or destroys the indirect mkey); the ones that fail stay owned
+  // (and are retried by a later call or the destructor), and the first failure is returned.
   Status deregister_all();
 
   const Layout& layout() const { return layout_; }

@@ -95,8 +95,9 @@ TEST_F(VerbsIndirectKeyTest, KeyIsAnMkeyFilledByOneInlineUmr) {
   EXPECT_EQ(umr.addr[1], va(pieces.second.data()));
   EXPECT_EQ(umr.length[1], 300u);
   EXPECT_EQ(umr.lkey[1], ibv_mr_of(pieces.b.get())->lkey);
-  EXPECT_EQ(umr.access & (IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE),
-            unsigned{IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE});
+  constexpr unsigned kWritable =
+      IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE;
+  EXPECT_EQ(umr.access & kWritable, kWritable);
 
   // The application sees the mkey: its rkey as the key, its lkey in the descriptor, 500 bytes
   // addressed from 0.
