@@ -39,24 +39,29 @@ size_t BlockIndex::capacity_for(size_t extra_slots) const {
 
 BlockIndex::Table BlockIndex::make_table(size_t capacity) {
   Table table;
-  table.slots = PageArray<Slot>(capacity);
+  table.storage = PageArray<Slot>(capacity + 1);
+  table.storage[0].block_number = capacity;  // the header find_if() reads
+  table.slots = table.storage.get() + 1;
   table.capacity = capacity;
   return table;
 }
 
 BlockIndex::Table BlockIndex::adopt(Table fresh) {
+  // Filled before it is published, so readers see it complete; they may go on probing the
+  // old one until the caller's grace period ends.
   Table old = std::exchange(table_, std::move(fresh));
   used_ = 0;
   for (size_t i = 0; i < old.capacity; ++i) {
     if (!old.slots[i].empty()) insert_slot(old.slots[i]);
   }
+  published_.store(table_.slots, std::memory_order_release);
   return old;
 }
 
 void BlockIndex::insert_slot(const Slot& slot) {
   size_t i = home(slot.level(), slot.block());
   while (!table_.slots[i].empty()) i = next(i);
-  table_.slots[i] = slot;
+  store_slot(table_.slots[i], slot);
   ++used_;
 }
 
@@ -64,9 +69,10 @@ BlockIndex::Slot BlockIndex::erase_slot(const CacheEntry* entry, unsigned level,
   Slot* found = slot_of(entry, level, block);
   if (found == nullptr) return Slot{};  // not filed: nothing to erase
   const Slot erased = *found;
-  size_t hole = static_cast<size_t>(found - table_.slots.get());
+  size_t hole = static_cast<size_t>(found - table_.slots);
   // Backward-shift deletion: pull later members of the probe run into the hole, so no
-  // tombstones are left to lengthen future probes.  A member may move back to the hole only
+  // tombstones are left to lengthen future probes.  (A reader probing meanwhile may miss a
+  // member that moves behind it: a false miss, which the cache's full path corrects.)  A member may move back to the hole only
   // if that does not put it before its home (distances are cyclic: probing wraps around).
   auto distance = [this](size_t from, size_t to) {
     return to >= from ? to - from : to + table_.capacity - from;
@@ -74,11 +80,11 @@ BlockIndex::Slot BlockIndex::erase_slot(const CacheEntry* entry, unsigned level,
   for (size_t i = next(hole); !table_.slots[i].empty(); i = next(i)) {
     const size_t ideal = home(table_.slots[i].level(), table_.slots[i].block());
     if (distance(ideal, i) >= distance(hole, i)) {
-      table_.slots[hole] = table_.slots[i];
+      store_slot(table_.slots[hole], table_.slots[i]);
       hole = i;
     }
   }
-  table_.slots[hole] = Slot{};
+  store_slot(table_.slots[hole], Slot{});
   --used_;
   return erased;
 }
@@ -94,7 +100,7 @@ void BlockIndex::insert(CacheEntry* entry, uint32_t tag) {
     slot.block_number = block;
     insert_slot(slot);
   }
-  ++entries_per_level_[entry->level];
+  add_to_level(entry->level, 1);
 }
 
 void BlockIndex::erase(CacheEntry* entry) {
@@ -104,7 +110,7 @@ void BlockIndex::erase(CacheEntry* entry) {
   for (uint64_t block = entry->start >> shift; block <= last; ++block) {
     filed = !erase_slot(entry, entry->level, block).empty() || filed;
   }
-  if (filed) --entries_per_level_[entry->level];
+  if (filed) add_to_level(entry->level, -1);
 }
 
 }  // namespace hmr::core

@@ -12,9 +12,15 @@
 // about 26 bytes per cached region.  Slots are never written by a hit: references and CLOCK
 // recency live in the entry, so two threads hitting neighbouring entries share no line.
 //
-// Not synchronised: the cache reads it under the shared side of its lock and changes it under
-// the exclusive side.  Growing needs a new
-// table, which the caller allocates before taking the lock (no allocation under the lock).
+// One writer at a time (the cache's writer mutex), any number of readers alongside it, without
+// a lock: find_if() reads the published table and each slot word with single atomic loads, and
+// writers store slot words atomically.  A reader racing a writer may miss an entry that is
+// being moved or filed (the cache's full path then looks again under the writer mutex) or be
+// shown a slot that no longer files that entry; find_if() therefore hands every candidate to
+// the caller, which takes a reference and only then checks range and key in the entry (entries
+// are never freed, only recycled: cache/entry_pool.h).  Growing needs a new table, which the
+// caller allocates before taking the writer mutex and frees after a grace period
+// (util/read_sections.h), since readers may still be probing the old one.
 #pragma once
 
 #include <atomic>
@@ -59,9 +65,11 @@ class BlockIndex {
   static_assert(sizeof(Slot) == 16);
   static_assert(alignof(CacheEntry) > kMaxBlocksPerEntry - 1, "the delta lives in the pointer");
 
-  // A table allocated outside the lock, adopted under it.
+  // A table allocated outside the lock, adopted under it.  Its first slot is a header that
+  // holds the capacity, so that a reader gets slots and capacity from one published pointer.
   struct Table {
-    PageArray<Slot> slots;  // huge pages from 2 MiB (64k slots) up
+    PageArray<Slot> storage;  // huge pages from 2 MiB (64k slots) up
+    Slot* slots = nullptr;    // storage + 1
     size_t capacity = 0;
   };
 
@@ -80,8 +88,15 @@ class BlockIndex {
   static size_t slots_needed(const CacheEntry& entry);
 
   // The slot through which [start, start+len) hits a live entry with `key` (`tag` is
-  // KeyTag::of(key)); nullptr if none.  Reads the entries whose slot passes the filter.
+  // KeyTag::of(key)); nullptr if none.  Reads the entries whose slot passes the filter; for
+  // the writer side (and tests), where entries cannot change meanwhile.
   Slot* find(uintptr_t start, uint64_t len, const CacheKey& key, uint32_t tag) const;
+  // Safe beside a writer: hands accept(entry) each entry whose slot, for a block holding
+  // `start`, passes the filter for `tag`, until accept says yes; returns that entry, or
+  // nullptr.  The entry may have changed since it was filed: accept must pin it (a reference)
+  // before it trusts its range and key.
+  template <typename Accept>
+  CacheEntry* find_if(uintptr_t start, uint32_t tag, Accept&& accept) const;
   // The slot filing `entry` under `block` of its level; nullptr once the entry has left.
   Slot* slot_of(const CacheEntry* entry, unsigned level, uint64_t block) const;
 
@@ -107,13 +122,17 @@ class BlockIndex {
   void erase(CacheEntry* entry);
   size_t slots_used() const { return used_; }
   size_t capacity() const { return table_.capacity; }
+  // The writer's view; readers use find_if().
   Slot& slot_at(size_t i) const { return table_.slots[i]; }
   // Where the probe for `block` of `level` starts: Fibonacci hashing of (level, block),
   // mapped onto any capacity by a multiply ("fastrange"), so the table can grow by 1.5x
   // instead of doubling.  Public for tests that need to build colliding probe runs.
   size_t home(unsigned level, uint64_t block) const {
+    return home_in(table_.capacity, level, block);
+  }
+  static size_t home_in(size_t capacity, unsigned level, uint64_t block) {
     const uint64_t hash = (static_cast<uint64_t>(level) << 60 | block) * 0x9E3779B97F4A7C15ULL;
-    return static_cast<size_t>((static_cast<Wide>(hash) * table_.capacity) >> 64);
+    return static_cast<size_t>((static_cast<Wide>(hash) * capacity) >> 64);
   }
 
  private:
@@ -128,10 +147,24 @@ class BlockIndex {
   size_t next(size_t i) const { return i + 1 == table_.capacity ? 0 : i + 1; }
   void insert_slot(const Slot& slot);
   Slot erase_slot(const CacheEntry* entry, unsigned level, uint64_t block);
+  // Every store to a published slot is atomic, word by word: readers load them beside us.
+  static void store_slot(Slot& to, const Slot& value) {
+    __atomic_store_n(&to.block_number, value.block_number, __ATOMIC_RELAXED);
+    __atomic_store_n(&to.word, value.word, __ATOMIC_RELAXED);
+  }
+  bool level_populated(unsigned level) const {
+    return entries_per_level_[level].load(std::memory_order_relaxed) != 0;
+  }
+  void add_to_level(unsigned level, int delta) {  // the one writer: no locked add needed
+    std::atomic<size_t>& count = entries_per_level_[level];
+    count.store(count.load(std::memory_order_relaxed) + static_cast<size_t>(delta),
+                std::memory_order_relaxed);
+  }
 
-  Table table_;
+  Table table_;                        // the writer's
+  std::atomic<Slot*> published_{nullptr};  // table_.slots, for readers
   size_t used_ = 0;
-  size_t entries_per_level_[kLevels] = {};
+  std::atomic<size_t> entries_per_level_[kLevels] = {};
 };
 
 inline BlockIndex::Slot* BlockIndex::slot_of(const CacheEntry* entry, unsigned level,
@@ -143,33 +176,46 @@ inline BlockIndex::Slot* BlockIndex::slot_of(const CacheEntry* entry, unsigned l
   }
 }
 
-inline BlockIndex::Slot* BlockIndex::find(uintptr_t start, uint64_t len, const CacheKey& key,
-                                   uint32_t tag) const {
+template <typename Accept>
+CacheEntry* BlockIndex::find_if(uintptr_t start, uint32_t tag, Accept&& accept) const {
+  const Slot* slots = published_.load(std::memory_order_acquire);
+  const size_t capacity = static_cast<size_t>(slots[-1].block_number);  // the header
   for (unsigned level = 0; level < kLevels; ++level) {
-    if (entries_per_level_[level] == 0) continue;
+    if (!level_populated(level)) continue;
     const uint64_t block = start >> kLevelShift[level];
     // The level is part of the filter: a slot of another level with the same block number
     // must not be taken (put() looks for the slot under this level's block).
     const uint64_t wanted = filter_of(level, tag);
-    for (size_t i = home(level, block);; i = next(i)) {
-      Slot& slot = table_.slots[i];
-      if (slot.empty()) break;
-      if (slot.filter() != wanted || slot.block() != block) continue;
-      const CacheEntry& entry = *slot.entry();
-      if (!entry.contains(start, len)) continue;
-      if (key.exact_start && entry.start != start) continue;
-      if (!(entry.key == key)) continue;
-      return &slot;
+    // At most one lap: a table is never full, but a reader racing writers could in principle
+    // keep meeting moved slots.
+    size_t i = home_in(capacity, level, block);
+    for (size_t probes = 0; probes < capacity; ++probes, i = i + 1 == capacity ? 0 : i + 1) {
+      const uint64_t word = __atomic_load_n(&slots[i].word, __ATOMIC_RELAXED);
+      if (word == 0) break;
+      if ((word & ~kPointerMask) != wanted) continue;
+      if (__atomic_load_n(&slots[i].block_number, __ATOMIC_RELAXED) != block) continue;
+      CacheEntry* entry = reinterpret_cast<CacheEntry*>(word & kPointerMask & ~kDeltaMask);
+      if (accept(*entry)) return entry;
     }
   }
   return nullptr;
+}
+
+inline BlockIndex::Slot* BlockIndex::find(uintptr_t start, uint64_t len, const CacheKey& key,
+                                          uint32_t tag) const {
+  CacheEntry* found = find_if(start, tag, [&](const CacheEntry& entry) {
+    return entry.matches(start, len, key);
+  });
+  if (found == nullptr) return nullptr;
+  const unsigned level = found->level;
+  return slot_of(found, level, start >> kLevelShift[level]);
 }
 
 template <typename Visit>
 void BlockIndex::for_each_overlapping(uintptr_t start, uintptr_t end, Visit&& visit) const {
   if (end <= start) return;
   for (unsigned level = 0; level < kLevels; ++level) {
-    if (entries_per_level_[level] == 0) continue;
+    if (!level_populated(level)) continue;
     const uint64_t first = start >> kLevelShift[level];
     const uint64_t last = (end - 1) >> kLevelShift[level];
     if (last - first >= table_.capacity) {

@@ -27,18 +27,29 @@ struct CacheKey {
 static_assert(sizeof(CacheKey) == 16);
 
 struct CacheEntry {
-  static constexpr uint32_t kInvalid = 1u << 31;  // out of the index; dies with its last user
-  static constexpr uint32_t kRefMask = kInvalid - 1;
+  // An entry's life, all in `state` and changed only by atomic read-modify-writes, so that a
+  // reader holding a stale pointer to it (a slot it read as a writer moved or emptied it) can
+  // add a reference, look, and take it back at any moment without losing anyone's count:
+  //   free (0)  --allocate-->  claimed, with its owner's reference (kClaimed | 1)
+  //   claimed   --filed in the index-->  live (kLive | kClaimed | n)
+  //   live      --out of the index-->  claimed again (kClaimed | n)
+  //   kClaimed | 0  --claim_finalization()-->  0: deregistered and back in the pool
+  // Only a live entry may be handed out; a reader that finds any other state takes its
+  // reference back.  Whoever brings the state to kClaimed | 0 (the last put(), a reader's
+  // take-back, the eviction of an unused entry) asks claim_finalization(); a reader's add can
+  // slip in between, and then that reader's take-back asks again, so exactly one caller wins
+  // and finalizes.
+  static constexpr uint32_t kLive = 1u << 31;
+  static constexpr uint32_t kClaimed = 1u << 30;
+  static constexpr uint32_t kRefMask = kClaimed - 1;
   // References one entry can carry; a get() beyond it registers anew and hands that out
-  // uncached, so the count can never reach kInvalid.
-  static constexpr uint32_t kMaxRefs = (1u << 30) - 1;
-  // CLOCK recency: 1 when filed, 2 after a hit, lowered by each pass of the hand; 0 makes the
-  // entry a victim.
+  // uncached.  Bit 29 is headroom: adds racing past the limit (each undone at once) never
+  // carry into kClaimed.
+  static constexpr uint32_t kMaxRefs = (1u << 29) - 1;
   static constexpr uint8_t kFiledRecency = 1;
   static constexpr uint8_t kHitRecency = 2;
 
-  // References held (the low bits) and kInvalid once the entry has left the index.  A hit
-  // counts up, a put() counts down; the put() that leaves kInvalid alone deregisters.
+  // References held (the low bits), kClaimed and kLive: see above.
   std::atomic<uint32_t> state{0};
   uint8_t level = 0;              // index level the entry is filed under
   bool subscribed : 1 = false;    // its range is watched by the cache's monitor
@@ -56,7 +67,7 @@ struct CacheEntry {
   uint8_t key_bytes[KeyBytes::kMaxSize] = {};
   void* handle = nullptr;
   uint64_t base_addr = 0;
-  CacheEntry* next = nullptr;  // dead list, or an invalidation's victim list
+  CacheEntry* next = nullptr;  // dead list, an invalidation's victim list, or the pool's free list
 
   uintptr_t end() const { return start + length; }
   void set_registration(const nic::Registration& registration) {
@@ -80,6 +91,32 @@ struct CacheEntry {
   uint32_t references() const { return state.load(std::memory_order_relaxed) & kRefMask; }
   bool contains(uintptr_t first, uint64_t len) const {
     return first >= start && len <= length && first - start <= length - len;
+  }
+  // True for exactly one caller once the entry is claimed, not live and without references.
+  bool claim_finalization() {
+    uint32_t expected = kClaimed;
+    return state.compare_exchange_strong(expected, 0, std::memory_order_acq_rel);
+  }
+  // Whether a request for [first, first+len) with `wanted` may share this registration.
+  bool matches(uintptr_t first, uint64_t len, const CacheKey& wanted) const {
+    return contains(first, len) && (!wanted.exact_start || start == first) && key == wanted;
+  }
+  // Everything but `state` back to a fresh entry's values (the pool recycles entries; a stale
+  // reader may be counting on `state` meanwhile, so it is never overwritten).
+  void reset() {
+    level = 0;
+    subscribed = false;
+    collected = false;
+    recency.store(0, std::memory_order_relaxed);
+    key_size = 0;
+    start = 0;
+    length = 0;
+    key = CacheKey{};
+    desc = nullptr;
+    std::memset(key_bytes, 0, sizeof key_bytes);
+    handle = nullptr;
+    base_addr = 0;
+    next = nullptr;
   }
 };
 static_assert(sizeof(CacheEntry) == 88, "every byte of an entry costs a megabyte at 1M regions");

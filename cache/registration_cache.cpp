@@ -8,7 +8,7 @@ namespace hmr::core {
 namespace {
 struct PoolDeleter {
   CacheEntryPool* pool;
-  void operator()(CacheEntry* entry) const { pool->release(entry); }
+  void operator()(CacheEntry* entry) const { pool->release_unfiled(entry); }
 };
 }  // namespace
 
@@ -39,7 +39,7 @@ Result<CacheHandle> RegistrationCache::get(uintptr_t start, uint64_t len, const 
   bool saturated = false;
   if (limits_.max_count != 0) {
     wait_for_monitor();
-    const Hit hit = lookup(start, len, key);
+    const Hit hit = lookup_and_finalize(start, len, key);
     if (hit.handle && still_valid(hit)) {
       hits_.add(0, 1);
       return hit.handle;
@@ -53,7 +53,7 @@ Result<CacheHandle> RegistrationCache::get(uintptr_t start, uint64_t len, const 
 
 Result<CacheHandle> RegistrationCache::register_and_insert(uintptr_t start, uint64_t len,
                                                            const CacheKey& key, bool may_cache) {
-  // Returned to the pool unless it is handed out below.
+  // Claimed, with our reference; returned to the pool unless it is handed out below.
   std::unique_ptr<CacheEntry, PoolDeleter> entry(pool_.allocate(), PoolDeleter{&pool_});
   entry->start = start;
   entry->length = len;
@@ -75,37 +75,40 @@ Result<CacheHandle> RegistrationCache::register_and_insert(uintptr_t start, uint
 
   bool inserted = false;
   CacheEntry* dead = nullptr;
-  BlockIndex::Table spare;  // a larger index table, allocated with the lock released
+  BlockIndex::Table spare;  // a larger index table, allocated with the mutex released
+  bool grown = false;       // spare then holds the old table, which readers may still probe
   if (caching && (subscribed || monitor_ == nullptr)) {
     const size_t slots = BlockIndex::slots_needed(*entry);
     const uint32_t tag = KeyTag::of(key);
     for (;;) {
-      lock_.lock();
+      std::unique_lock<std::mutex> lock(writer_);
       size_t capacity = index_.capacity_for(slots);
       if (capacity != 0 && spare.capacity >= capacity) {
-        spare = index_.adopt(std::move(spare));  // the old table is freed after unlock
+        spare = index_.adopt(std::move(spare));
+        grown = true;
         capacity = 0;
       }
       if (capacity == 0) {
         if (!invalidated_since(sequence, start, start + len) && make_room(len, dead)) {
-          entry->state.store(1, std::memory_order_relaxed);  // the caller's reference
           entry->recency.store(CacheEntry::kFiledRecency, std::memory_order_relaxed);
+          // Live from here on; the release publishes the fields to readers that find it.
+          entry->state.fetch_add(CacheEntry::kLive, std::memory_order_release);
           index_.insert(entry.get(), tag);
           ++count_;
           bytes_ += len;
           inserted = true;
         }
-        lock_.unlock();
         break;
       }
-      lock_.unlock();
+      lock.unlock();
       spare = BlockIndex::make_table(capacity);
     }
   }
+  if (grown) readers_.wait_for_readers();  // then the old table may go
+  spare = BlockIndex::Table{};
   finalize_all(dead);
   if (inserted) return CacheHandle{entry.release()};
-  // Handed out once: the last put() deregisters it.
-  entry->state.store(CacheEntry::kInvalid | 1, std::memory_order_relaxed);
+  // Handed out once, never filed: it stays claimed, and the last put() deregisters it.
   uncached_.fetch_add(1, std::memory_order_relaxed);
   return CacheHandle{entry.release()};
 }
@@ -113,13 +116,15 @@ Result<CacheHandle> RegistrationCache::register_and_insert(uintptr_t start, uint
 void RegistrationCache::put_and_drop_if_unused(const CacheHandle& handle) {
   CacheEntry* entry = handle.entry;
   CacheEntry* dead = nullptr;
-  lock_.lock();
-  // Under the exclusive lock no hit can take a reference meanwhile; ours keeps the entry alive.
-  const uint32_t state = entry->state.load(std::memory_order_acquire);
-  if ((state & CacheEntry::kInvalid) == 0 && (state & CacheEntry::kRefMask) == 1) {
-    retire(entry, dead);
+  {
+    const std::lock_guard<std::mutex> lock(writer_);
+    // Ours keeps the entry alive.  A hit racing us may still take a reference before it
+    // leaves the index; that hit came first, and the entry stays valid for it.
+    const uint32_t state = entry->state.load(std::memory_order_acquire);
+    if ((state & CacheEntry::kLive) != 0 && (state & CacheEntry::kRefMask) == 1) {
+      retire(entry, dead);
+    }
   }
-  lock_.unlock();
   finalize_all(dead);
   put(handle);  // the last reference of a retired entry deregisters it
 }
@@ -147,10 +152,10 @@ void RegistrationCache::retire(CacheEntry* entry, CacheEntry*& dead) {
   --count_;
   bytes_ -= entry->length;
   // Last touch while a holder may still be out there: from now on the put() that drops the
-  // last reference finalizes the entry, at any moment.  No new reference can be taken: the
-  // entry is out of the index and no reader is inside (exclusive lock).
-  const uint32_t previous = entry->state.fetch_or(CacheEntry::kInvalid, std::memory_order_acq_rel);
-  if ((previous & CacheEntry::kRefMask) == 0) {
+  // last reference finalizes the entry, at any moment.  A reader that read its slot before
+  // the erase may still add a reference, but sees it is not live and takes it back.
+  const uint32_t previous = entry->state.fetch_and(~CacheEntry::kLive, std::memory_order_acq_rel);
+  if ((previous & CacheEntry::kRefMask) == 0 && entry->claim_finalization()) {
     entry->next = dead;
     dead = entry;
   }
@@ -187,7 +192,7 @@ bool RegistrationCache::make_room(uint64_t bytes, CacheEntry*& dead) {
 
 void RegistrationCache::invalidate(uintptr_t start, uintptr_t end) {
   CacheEntry* dead = nullptr;
-  lock_.lock();
+  std::unique_lock<std::mutex> lock(writer_);
   const uint64_t sequence = invalidation_sequence_.load(std::memory_order_relaxed) + 1;
   recent_[sequence % kRecent] = RecentInvalidation{sequence, start, end};
   invalidation_sequence_.store(sequence, std::memory_order_release);
@@ -206,7 +211,7 @@ void RegistrationCache::invalidate(uintptr_t start, uintptr_t end) {
     retire(entry, dead);
     invalidations_.fetch_add(1, std::memory_order_relaxed);
   }
-  lock_.unlock();
+  lock.unlock();
   finalize_all(dead);
 }
 
@@ -216,7 +221,7 @@ void RegistrationCache::flush() {
   wait_for_monitor();
   finalize_deferred();
   CacheEntry* dead = nullptr;
-  lock_.lock();
+  std::unique_lock<std::mutex> lock(writer_);
   CacheEntry* unused = nullptr;
   for (size_t i = 0; i < index_.capacity(); ++i) {
     BlockIndex::Slot& first = index_.slot_at(i);
@@ -229,7 +234,7 @@ void RegistrationCache::flush() {
     unused = entry->next;
     retire(entry, dead);
   }
-  lock_.unlock();
+  lock.unlock();
   finalize_all(dead);
 }
 
@@ -270,10 +275,10 @@ CacheStatistics RegistrationCache::statistics() {
   stats.invalidations = invalidations_.load(std::memory_order_relaxed);
   stats.evictions = evictions_.load(std::memory_order_relaxed);
   stats.uncached = uncached_.load(std::memory_order_relaxed);
-  // The walk is O(slots) (milliseconds at a million entries), so it holds the lock shared:
-  // entries cannot leave the index meanwhile, and hits, which are readers too, go on.  Only
-  // inserts and invalidations wait for it.
-  SharedGuard guard(lock_);
+  // The walk is O(slots) (milliseconds at a million entries) and holds the writer mutex:
+  // entries cannot leave the index meanwhile.  Hits take no lock and go on; only inserts and
+  // invalidations wait for it.
+  const std::lock_guard<std::mutex> lock(writer_);
   stats.cached_regions = count_;
   stats.cached_bytes = bytes_;
   for (size_t i = 0; i < index_.capacity(); ++i) {

@@ -1,20 +1,26 @@
 // core::RegistrationCache — per-domain cache of NIC registrations.
 //
 // get() finds an entry whose range contains the request and whose CacheKey matches (a hit:
-// one hash probe per populated index level, a reference count, no allocation, no exclusive
-// lock), or registers on a miss: the NIC call runs with no lock held, then the entry is
-// inserted under the exclusive lock if no invalidation touched its range meanwhile.
-// A hit reads the index slot it finds and counts a reference in the entry, whose key and
-// descriptor the caller reads next anyway; put() is one atomic decrement, under no lock.
+// one hash probe per populated index level, a reference count, no allocation, no lock), or
+// registers on a miss: the NIC call runs with no lock held, then the entry is inserted under
+// the writer mutex if no invalidation touched its range meanwhile.
+// A hit takes no lock at all: it enters a read section (util/read_sections.h: a plain store
+// to the thread's own slot), probes the index beside any writer, and counts a reference in
+// the entry before it trusts the entry's range and key (entries are recycled, never freed:
+// cache/entry_pool.h).  put() is one atomic decrement.  Writers (insert, invalidate, evict)
+// take the writer mutex and never wait for readers, except that a grown index table is freed
+// only after a grace period.
 // Entries die when the monitor reports their range changed; one still in use stays valid
 // for its holders and is deregistered by the last put().  Unused entries are evicted by
 // CLOCK (a hand sweeping the slot table) when the count or byte limit is reached.
-// Deregistration always happens after the lock is released (a dead list through the entries).
+// Deregistration always happens after the writer mutex is released (a dead list through the
+// entries).
 #pragma once
 
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 
 #include "cache/block_index.h"
 #include "cache/cache_entry.h"
@@ -22,7 +28,7 @@
 #include "cache/entry_pool.h"
 #include "monitor/monitor.h"
 #include "util/sharded_counters.h"
-#include "util/sharded_rw_lock.h"
+#include "util/read_sections.h"
 #include "util/status.h"
 
 namespace hmr::core {
@@ -89,8 +95,11 @@ class RegistrationCache final : public InvalidationSink {
     uintptr_t entry_start = 0;  // the entry's range, for a monitor that validates hits
     uintptr_t entry_end = 0;
     bool saturated = false;  // found, but the entry already carries CacheEntry::kMaxRefs
+    CacheEntry* orphans = nullptr;  // dead entries whose last reference the probe dropped
   };
   Hit lookup(uintptr_t start, uint64_t len, const CacheKey& key);
+  // lookup(), then finalizes what it orphaned (outside the read section).
+  Hit lookup_and_finalize(uintptr_t start, uint64_t len, const CacheKey& key);
   // Whether a hit may be handed out: the monitor's verdict for monitors that check on every
   // hit; otherwise yes.  A stale hit is invalidated and released here.
   bool still_valid(const Hit& hit) { return !validate_hits_ || still_valid_slow(hit); }
@@ -106,8 +115,12 @@ class RegistrationCache final : public InvalidationSink {
   bool invalidated_since(uint64_t sequence, uintptr_t start, uintptr_t end) const;
   bool make_room(uint64_t bytes, CacheEntry*& dead);
   CacheEntry* clock_victim();
-  // One more reference on an entry found in the index; false at CacheEntry::kMaxRefs.
-  static bool take_reference(CacheEntry& entry);
+  // A reference on a candidate the index showed us, kept only if the entry is live, below
+  // CacheEntry::kMaxRefs and matches the request; otherwise given back at once (onto
+  // hit.orphans if that was a dead entry's last reference).
+  static bool take_if_match(CacheEntry& entry, uintptr_t start, uint64_t len,
+                            const CacheKey& key, Hit& hit);
+  static void give_back(CacheEntry& entry, Hit& hit);
   void retire(CacheEntry* entry, CacheEntry*& dead);  // out of the index (locked)
   void finalize(CacheEntry* entry);
   // Deregisters and frees `dead` now, or, on a monitor's event thread, hands it to the next
@@ -122,9 +135,10 @@ class RegistrationCache final : public InvalidationSink {
   bool attached_ = false;
   bool validate_hits_ = false;  // the monitor wants valid() asked on every hit
 
-  ShardedRwLock lock_;
+  ReadSections readers_;  // hits; a grown table is freed after their grace period
+  std::mutex writer_;     // every change of the index, the counts and the CLOCK hand
   BlockIndex index_;
-  size_t clock_hand_ = 0;  // slot index the CLOCK sweep resumes at; lock_ (exclusive)
+  size_t clock_hand_ = 0;  // slot index the CLOCK sweep resumes at; writer_
   size_t count_ = 0;
   uint64_t bytes_ = 0;
 
@@ -144,16 +158,36 @@ class RegistrationCache final : public InvalidationSink {
 
 // The hit path, inline: the C ABI's hmr_mr_reg reaches it through one call.
 
-inline bool RegistrationCache::take_reference(CacheEntry& entry) {
-  // One locked add, no compare-exchange loop.  kMaxRefs leaves bit 30 as headroom, so adds
-  // racing past the limit (each undone at once) can never reach kInvalid.
+inline void RegistrationCache::give_back(CacheEntry& entry, Hit& hit) {
+  const uint32_t previous = entry.state.fetch_sub(1, std::memory_order_acq_rel);
+  // We held a dead entry's last reference.
+  if (previous == (CacheEntry::kClaimed | 1) && entry.claim_finalization()) {
+    entry.next = hit.orphans;
+    hit.orphans = &entry;
+  }
+}
+
+inline bool RegistrationCache::take_if_match(CacheEntry& entry, uintptr_t start, uint64_t len,
+                                             const CacheKey& key, Hit& hit) {
+  // One locked add, no compare-exchange loop: whatever state the entry is in, an add undone by
+  // give_back() leaves it as it was (cache/cache_entry.h).
   const uint32_t seen = entry.state.fetch_add(1, std::memory_order_acquire);
-  if ((seen & CacheEntry::kRefMask) >= CacheEntry::kMaxRefs) {
-    entry.state.fetch_sub(1, std::memory_order_relaxed);
+  if ((seen & CacheEntry::kLive) == 0) {  // left the index (or was recycled) meanwhile
+    give_back(entry, hit);
     return false;
   }
-  // Unordered and only when it changes: the hand reads it under the exclusive lock, and a
-  // lost update costs at most one early eviction.
+  // Live: its range and key were published by filing it and cannot change while we hold it.
+  if (!entry.matches(start, len, key)) {
+    give_back(entry, hit);
+    return false;
+  }
+  if ((seen & CacheEntry::kRefMask) >= CacheEntry::kMaxRefs) {
+    give_back(entry, hit);
+    hit.saturated = true;
+    return false;
+  }
+  // Unordered and only when it changes: the hand reads it under the writer mutex, and a lost
+  // update costs at most one early eviction.
   if (entry.recency.load(std::memory_order_relaxed) != CacheEntry::kHitRecency) {
     entry.recency.store(CacheEntry::kHitRecency, std::memory_order_relaxed);
   }
@@ -161,30 +195,32 @@ inline bool RegistrationCache::take_reference(CacheEntry& entry) {
 }
 
 inline RegistrationCache::Hit RegistrationCache::lookup(uintptr_t start, uint64_t len,
-                                                 const CacheKey& key) {
-  const uint32_t tag = KeyTag::of(key);
+                                                        const CacheKey& key) {
   Hit hit;
-  const ThreadSlot reader = lock_.lock_shared();
-  // In the index means not invalid: invalidation removes entries under the exclusive lock,
-  // so the reference taken here is on a live entry.
-  if (BlockIndex::Slot* slot = index_.find(start, len, key, tag)) {
-    CacheEntry* entry = slot->entry();
-    if (take_reference(*entry)) {
-      hit.handle = CacheHandle{entry};
-      hit.entry_start = entry->start;
-      hit.entry_end = entry->end();
-    } else {
-      hit.saturated = true;
-    }
+  const ReadSection section(readers_);  // keeps the table we probe from being freed
+  CacheEntry* entry = index_.find_if(start, KeyTag::of(key), [&](CacheEntry& candidate) {
+    return take_if_match(candidate, start, len, key, hit);
+  });
+  if (entry != nullptr) {
+    hit.handle = CacheHandle{entry};
+    hit.entry_start = entry->start;
+    hit.entry_end = entry->end();
   }
-  lock_.unlock_shared(reader);
+  return hit;
+}
+
+inline RegistrationCache::Hit RegistrationCache::lookup_and_finalize(uintptr_t start,
+                                                                     uint64_t len,
+                                                                     const CacheKey& key) {
+  Hit hit = lookup(start, len, key);
+  if (__builtin_expect(hit.orphans != nullptr, 0)) finalize_all(hit.orphans);
   return hit;
 }
 
 inline CacheHandle RegistrationCache::find(uintptr_t start, uint64_t len, const CacheKey& key) {
   if (limits_.max_count == 0) return {};
   wait_for_monitor();
-  const Hit hit = lookup(start, len, key);
+  const Hit hit = lookup_and_finalize(start, len, key);
   if (!hit.handle || !still_valid(hit)) return {};
   hits_.add(0, 1);
   return hit.handle;
@@ -193,7 +229,8 @@ inline CacheHandle RegistrationCache::find(uintptr_t start, uint64_t len, const 
 inline void RegistrationCache::put(const CacheHandle& handle) {
   CacheEntry* entry = handle.entry;
   const uint32_t previous = entry->state.fetch_sub(1, std::memory_order_acq_rel);
-  if (previous == (CacheEntry::kInvalid | 1)) finalize(entry);  // the last user of a dead entry
+  // The last user of a dead entry (or a reader slipped in and will finalize it instead).
+  if (previous == (CacheEntry::kClaimed | 1) && entry->claim_finalization()) finalize(entry);
 }
 
 }  // namespace hmr::core

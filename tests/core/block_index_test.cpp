@@ -214,7 +214,7 @@ TEST(BlockIndex, CapacityForSaysWhenTheTableMustGrow) {
   BlockIndex::Table fresh = BlockIndex::make_table(needed);
   EXPECT_EQ(fresh.capacity, needed);
   for (size_t i = 0; i < fresh.capacity; ++i) EXPECT_TRUE(fresh.slots[i].empty());
-  EXPECT_EQ(reinterpret_cast<uintptr_t>(fresh.slots.get()) % sizeof(BlockIndex::Slot), 0u)
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(fresh.slots) % sizeof(BlockIndex::Slot), 0u)
       << "slots must not straddle cache lines";
   BlockIndex::Table old = index.adopt(std::move(fresh));
   EXPECT_EQ(old.capacity, initial);
