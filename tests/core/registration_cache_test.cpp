@@ -935,5 +935,81 @@ TEST_F(RegistrationCacheTest, ConcurrentHitsNeverSeeAnInvalidatedRegistration) {
   EXPECT_EQ(backend_.registrations.load() - backend_.deregistrations.load(), stats.cached_regions);
 }
 
+// Hits take no lock, so they probe the index while another thread inserts: the table grows
+// many times meanwhile, and the old one is freed only after every reader that may still probe
+// it has left (under ASan a reader on a freed table fails here).  Inserting never moves a
+// filed slot, so every hit of an entry filed before must still hit.
+TEST_F(RegistrationCacheTest, HitsGoOnWhileAnotherThreadGrowsTheIndex) {
+  RegistrationCache& cache = make(limits(100000));
+  constexpr uint64_t kHot = 32;
+  std::vector<CacheHandle> hot;
+  for (uint64_t p = 0; p < kHot; ++p) hot.push_back(get(page(2 * p), kPage));
+  for (const CacheHandle& handle : hot) cache.put(handle);
+  std::atomic<bool> done{false};
+  std::atomic<uint64_t> misses{0}, wrong{0}, hits{0};
+  std::thread reader([&] {
+    for (uint64_t i = 0; !done.load(std::memory_order_relaxed) || i < 10000; ++i) {
+      const uint64_t p = 2 * (i % kHot);
+      const CacheHandle handle = cache.find(page(p), kPage, access_key());
+      if (!handle) {
+        misses.fetch_add(1);
+        continue;
+      }
+      if (!handle.entry->contains(page(p), kPage) || !backend_.is_live(FakeBackend::id_of(handle))) {
+        wrong.fetch_add(1);
+      }
+      hits.fetch_add(1);
+      cache.put(handle);
+    }
+  });
+  const uint64_t capacity_before = cache.statistics().cached_regions;
+  for (uint64_t p = 0; p < 20000; ++p) cache.put(get(page(1000 + 2 * p), kPage));
+  done.store(true);
+  reader.join();
+  EXPECT_EQ(capacity_before, kHot);
+  EXPECT_EQ(misses.load(), 0u) << "an entry filed before the table grew was not found";
+  EXPECT_EQ(wrong.load(), 0u);
+  EXPECT_GE(hits.load(), 10000u);
+  EXPECT_EQ(cache.statistics().cached_regions, kHot + 20000);
+}
+
+// A small cache under churn: entries are evicted and their storage recycled for other ranges
+// while readers still hold pointers read from the index.  A reader must never be handed an
+// entry that is not live or does not cover its request, and every registration is
+// deregistered exactly once (FakeBackend checks).
+TEST_F(RegistrationCacheTest, RecycledEntriesAreNeverHandedOutForAnotherRange) {
+  RegistrationCache& cache = make(limits(8));
+  constexpr uint64_t kPages = 40;
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 3; ++t) {
+    threads.emplace_back([&, t] {
+      uint64_t state = 0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(t + 7);
+      for (int i = 0; i < 20000; ++i) {
+        state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+        const uint64_t p = (state >> 33) % kPages;
+        Result<CacheHandle> handle = cache.get(page(p), kPage, access_key());
+        if (!handle.ok()) {
+          wrong.fetch_add(1);
+          continue;
+        }
+        if (!handle->entry->contains(page(p), kPage) ||
+            !backend_.is_live(FakeBackend::id_of(*handle))) {
+          wrong.fetch_add(1);
+        }
+        cache.put(*handle);
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(wrong.load(), 0);
+  const CacheStatistics stats = cache.statistics();
+  EXPECT_GT(stats.evictions, 0u);
+  EXPECT_GT(stats.hits, 0u);
+  EXPECT_EQ(stats.in_use_regions, 0u);
+  EXPECT_LE(stats.cached_regions, 8u);
+  EXPECT_EQ(backend_.registrations.load() - backend_.deregistrations.load(), stats.cached_regions);
+}
+
 }  // namespace
 }  // namespace hmr::core
