@@ -96,7 +96,8 @@ class BlockIndex {
   // nullptr.  The entry may have changed since it was filed: accept must pin it (a reference)
   // before it trusts its range and key.
   template <typename Accept>
-  CacheEntry* find_if(uintptr_t start, uint32_t tag, Accept&& accept) const;
+  [[gnu::always_inline]] CacheEntry* find_if(uintptr_t start, uint32_t tag,
+                                             Accept&& accept) const;
   // The slot filing `entry` under `block` of its level; nullptr once the entry has left.
   Slot* slot_of(const CacheEntry* entry, unsigned level, uint64_t block) const;
 
@@ -177,7 +178,7 @@ inline BlockIndex::Slot* BlockIndex::slot_of(const CacheEntry* entry, unsigned l
 }
 
 template <typename Accept>
-CacheEntry* BlockIndex::find_if(uintptr_t start, uint32_t tag, Accept&& accept) const {
+inline CacheEntry* BlockIndex::find_if(uintptr_t start, uint32_t tag, Accept&& accept) const {
   const Slot* slots = published_.load(std::memory_order_acquire);
   const size_t capacity = static_cast<size_t>(slots[-1].block_number);  // the header
   for (unsigned level = 0; level < kLevels; ++level) {

@@ -74,7 +74,9 @@ class RegistrationCache final : public InvalidationSink {
   Result<CacheHandle> get(uintptr_t start, uint64_t len, const CacheKey& key);
   // The same when it is a hit; an empty handle (nothing registered, no miss counted) when it
   // is not.  The C ABI's hit path asks this first and leaves a miss to the domain's full path.
-  CacheHandle find(uintptr_t start, uint64_t len, const CacheKey& key);
+  // The key comes by value, in registers: the caller builds it from the domain's key and the
+  // request's access bits, and a copy through memory would stall on the partial store.
+  CacheHandle find(uintptr_t start, uint64_t len, CacheKey key);
   void put(const CacheHandle& handle);
   // put(), and the entry leaves the cache too when this was its only holder, so its
   // registration goes now instead of staying for later hits (an MR re-registered away from it
@@ -97,9 +99,11 @@ class RegistrationCache final : public InvalidationSink {
     bool saturated = false;  // found, but the entry already carries CacheEntry::kMaxRefs
     CacheEntry* orphans = nullptr;  // dead entries whose last reference the probe dropped
   };
-  Hit lookup(uintptr_t start, uint64_t len, const CacheKey& key);
+  // Inlined into find(): the hit path is one function from the C ABI down.
+  [[gnu::always_inline]] Hit lookup(uintptr_t start, uint64_t len, const CacheKey& key);
   // lookup(), then finalizes what it orphaned (outside the read section).
-  Hit lookup_and_finalize(uintptr_t start, uint64_t len, const CacheKey& key);
+  [[gnu::always_inline]] Hit lookup_and_finalize(uintptr_t start, uint64_t len,
+                                                 const CacheKey& key);
   // Whether a hit may be handed out: the monitor's verdict for monitors that check on every
   // hit; otherwise yes.  A stale hit is invalidated and released here.
   bool still_valid(const Hit& hit) { return !validate_hits_ || still_valid_slow(hit); }
@@ -118,8 +122,8 @@ class RegistrationCache final : public InvalidationSink {
   // A reference on a candidate the index showed us, kept only if the entry is live, below
   // CacheEntry::kMaxRefs and matches the request; otherwise given back at once (onto
   // hit.orphans if that was a dead entry's last reference).
-  static bool take_if_match(CacheEntry& entry, uintptr_t start, uint64_t len,
-                            const CacheKey& key, Hit& hit);
+  [[gnu::always_inline]] static bool take_if_match(CacheEntry& entry, uintptr_t start,
+                                                   uint64_t len, const CacheKey& key, Hit& hit);
   static void give_back(CacheEntry& entry, Hit& hit);
   void retire(CacheEntry* entry, CacheEntry*& dead);  // out of the index (locked)
   void finalize(CacheEntry* entry);
@@ -217,7 +221,7 @@ inline RegistrationCache::Hit RegistrationCache::lookup_and_finalize(uintptr_t s
   return hit;
 }
 
-inline CacheHandle RegistrationCache::find(uintptr_t start, uint64_t len, const CacheKey& key) {
+inline CacheHandle RegistrationCache::find(uintptr_t start, uint64_t len, CacheKey key) {
   if (limits_.max_count == 0) return {};
   wait_for_monitor();
   const Hit hit = lookup_and_finalize(start, len, key);

@@ -34,7 +34,7 @@ class CreditPool {
   // Only while nobody holds credits.
   void reset(uint64_t limit);
 
-  bool take() {
+  [[gnu::always_inline]] bool take() {
     if (limit_ == 0) return true;
     const ThreadSlot slot = this_thread_slot();
     Slot& mine = slots_[slot.index];
@@ -50,7 +50,7 @@ class CreditPool {
     return take_shared(mine.credits);
   }
 
-  void give() {
+  [[gnu::always_inline]] void give() {
     if (limit_ == 0) return;
     const ThreadSlot slot = this_thread_slot();
     Slot& mine = slots_[slot.index];
