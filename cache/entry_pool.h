@@ -6,7 +6,8 @@
 // Entries are recycled, never freed, while the pool lives: a reader of the index may hold a
 // pointer to an entry that has meanwhile died and been reused, and may count on its `state`
 // (cache/cache_entry.h) at any moment.  So the free list runs through `next`, never over
-// `state`, and allocate/release move `state` by atomic adds.  Releasing frees nothing, so it
+// `state`; allocate() claims an entry with an atomic add, and an entry comes back only after
+// its finalization was claimed (CacheEntry::claim_finalization), which left `state` free.  Releasing frees nothing, so it
 // is safe anywhere, including under the cache's writer mutex; allocating may call malloc and
 // must happen outside it.
 #pragma once
