@@ -32,17 +32,15 @@ size_t BlockIndex::slots_needed(const CacheEntry& entry) {
 }
 
 size_t BlockIndex::capacity_for(size_t extra_slots) const {
-  size_t capacity = table_.capacity;
+  size_t capacity = table_.capacity();
   while (used_ + extra_slots > max_load(capacity)) capacity += capacity / 2;
-  return capacity == table_.capacity ? 0 : capacity;
+  return capacity == table_.capacity() ? 0 : capacity;
 }
 
 BlockIndex::Table BlockIndex::make_table(size_t capacity) {
   Table table;
   table.storage = PageArray<Slot>(capacity + 1);
   table.storage[0].block_number = capacity;  // the header find_if() reads
-  table.slots = table.storage.get() + 1;
-  table.capacity = capacity;
   return table;
 }
 
@@ -51,17 +49,17 @@ BlockIndex::Table BlockIndex::adopt(Table fresh) {
   // old one until the caller's grace period ends.
   Table old = std::exchange(table_, std::move(fresh));
   used_ = 0;
-  for (size_t i = 0; i < old.capacity; ++i) {
-    if (!old.slots[i].empty()) insert_slot(old.slots[i]);
+  for (size_t i = 0; i < old.capacity(); ++i) {
+    if (!old.slots()[i].empty()) insert_slot(old.slots()[i]);
   }
-  published_.store(table_.slots, std::memory_order_release);
+  published_.store(table_.slots(), std::memory_order_release);
   return old;
 }
 
 void BlockIndex::insert_slot(const Slot& slot) {
   size_t i = home(slot.level(), slot.block());
-  while (!table_.slots[i].empty()) i = next(i);
-  store_slot(table_.slots[i], slot);
+  while (!table_.slots()[i].empty()) i = next(i);
+  store_slot(table_.slots()[i], slot);
   ++used_;
 }
 
@@ -69,22 +67,22 @@ BlockIndex::Slot BlockIndex::erase_slot(const CacheEntry* entry, unsigned level,
   Slot* found = slot_of(entry, level, block);
   if (found == nullptr) return Slot{};  // not filed: nothing to erase
   const Slot erased = *found;
-  size_t hole = static_cast<size_t>(found - table_.slots);
+  size_t hole = static_cast<size_t>(found - table_.slots());
   // Backward-shift deletion: pull later members of the probe run into the hole, so no
   // tombstones are left to lengthen future probes.  (A reader probing meanwhile may miss a
   // member that moves behind it: a false miss, which the cache's full path corrects.)  A member may move back to the hole only
   // if that does not put it before its home (distances are cyclic: probing wraps around).
   auto distance = [this](size_t from, size_t to) {
-    return to >= from ? to - from : to + table_.capacity - from;
+    return to >= from ? to - from : to + table_.capacity() - from;
   };
-  for (size_t i = next(hole); !table_.slots[i].empty(); i = next(i)) {
-    const size_t ideal = home(table_.slots[i].level(), table_.slots[i].block());
+  for (size_t i = next(hole); !table_.slots()[i].empty(); i = next(i)) {
+    const size_t ideal = home(table_.slots()[i].level(), table_.slots()[i].block());
     if (distance(ideal, i) >= distance(hole, i)) {
-      store_slot(table_.slots[hole], table_.slots[i]);
+      store_slot(table_.slots()[hole], table_.slots()[i]);
       hole = i;
     }
   }
-  store_slot(table_.slots[hole], Slot{});
+  store_slot(table_.slots()[hole], Slot{});
   --used_;
   return erased;
 }

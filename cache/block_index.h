@@ -68,9 +68,10 @@ class BlockIndex {
   // A table allocated outside the lock, adopted under it.  Its first slot is a header that
   // holds the capacity, so that a reader gets slots and capacity from one published pointer.
   struct Table {
-    PageArray<Slot> storage;  // huge pages from 2 MiB (64k slots) up
-    Slot* slots = nullptr;    // storage + 1
-    size_t capacity = 0;
+    PageArray<Slot> storage;  // the header, then the slots; huge pages from 2 MiB (64k slots) up
+
+    Slot* slots() const { return storage.get() + 1; }
+    size_t capacity() const { return storage.size() == 0 ? 0 : storage.size() - 1; }
   };
 
   BlockIndex();
@@ -122,14 +123,14 @@ class BlockIndex {
   // Takes the entry out of every block it was filed under.
   void erase(CacheEntry* entry);
   size_t slots_used() const { return used_; }
-  size_t capacity() const { return table_.capacity; }
+  size_t capacity() const { return table_.capacity(); }
   // The writer's view; readers use find_if().
-  Slot& slot_at(size_t i) const { return table_.slots[i]; }
+  Slot& slot_at(size_t i) const { return table_.slots()[i]; }
   // Where the probe for `block` of `level` starts: Fibonacci hashing of (level, block),
   // mapped onto any capacity by a multiply ("fastrange"), so the table can grow by 1.5x
   // instead of doubling.  Public for tests that need to build colliding probe runs.
   size_t home(unsigned level, uint64_t block) const {
-    return home_in(table_.capacity, level, block);
+    return home_in(table_.capacity(), level, block);
   }
   static size_t home_in(size_t capacity, unsigned level, uint64_t block) {
     const uint64_t hash = (static_cast<uint64_t>(level) << 60 | block) * 0x9E3779B97F4A7C15ULL;
@@ -145,7 +146,7 @@ class BlockIndex {
     return static_cast<uint64_t>(level) << kLevelBit | folded << kTagBit;
   }
 
-  size_t next(size_t i) const { return i + 1 == table_.capacity ? 0 : i + 1; }
+  size_t next(size_t i) const { return i + 1 == table_.capacity() ? 0 : i + 1; }
   void insert_slot(const Slot& slot);
   Slot erase_slot(const CacheEntry* entry, unsigned level, uint64_t block);
   // Every store to a published slot is atomic, word by word: readers load them beside us.
@@ -163,7 +164,7 @@ class BlockIndex {
   }
 
   Table table_;                        // the writer's
-  std::atomic<Slot*> published_{nullptr};  // table_.slots, for readers
+  std::atomic<Slot*> published_{nullptr};  // table_.slots(), for readers
   size_t used_ = 0;
   std::atomic<size_t> entries_per_level_[kLevels] = {};
 };
@@ -171,7 +172,7 @@ class BlockIndex {
 inline BlockIndex::Slot* BlockIndex::slot_of(const CacheEntry* entry, unsigned level,
                                              uint64_t block) const {
   for (size_t i = home(level, block);; i = next(i)) {
-    Slot& slot = table_.slots[i];
+    Slot& slot = table_.slots()[i];
     if (slot.empty()) return nullptr;
     if (slot.entry() == entry && slot.block() == block && slot.level() == level) return &slot;
   }
@@ -219,10 +220,10 @@ void BlockIndex::for_each_overlapping(uintptr_t start, uintptr_t end, Visit&& vi
     if (!level_populated(level)) continue;
     const uint64_t first = start >> kLevelShift[level];
     const uint64_t last = (end - 1) >> kLevelShift[level];
-    if (last - first >= table_.capacity) {
+    if (last - first >= table_.capacity()) {
       // The range spans more blocks than the table has slots: one pass over the table is less.
-      for (size_t i = 0; i < table_.capacity; ++i) {
-        const Slot& slot = table_.slots[i];
+      for (size_t i = 0; i < table_.capacity(); ++i) {
+        const Slot& slot = table_.slots()[i];
         if (slot.empty() || slot.level() != level) continue;
         CacheEntry* entry = slot.entry();
         if (entry->start < end && start < entry->end()) visit(entry);
@@ -231,7 +232,7 @@ void BlockIndex::for_each_overlapping(uintptr_t start, uintptr_t end, Visit&& vi
     }
     for (uint64_t block = first; block <= last; ++block) {
       for (size_t i = home(level, block);; i = next(i)) {
-        const Slot& slot = table_.slots[i];
+        const Slot& slot = table_.slots()[i];
         if (slot.empty()) break;
         if (slot.level() != level || slot.block() != block) continue;
         CacheEntry* entry = slot.entry();

@@ -39,7 +39,7 @@ Result<CacheHandle> RegistrationCache::get(uintptr_t start, uint64_t len, const 
   bool saturated = false;
   if (limits_.max_count != 0) {
     wait_for_monitor();
-    const Hit hit = lookup_and_finalize(start, len, key);
+    const Hit hit = lookup(start, len, key);
     if (hit.handle && still_valid(hit)) {
       hits_.add(0, 1);
       return hit.handle;
@@ -83,7 +83,7 @@ Result<CacheHandle> RegistrationCache::register_and_insert(uintptr_t start, uint
     for (;;) {
       std::unique_lock<std::mutex> lock(writer_);
       size_t capacity = index_.capacity_for(slots);
-      if (capacity != 0 && spare.capacity >= capacity) {
+      if (capacity != 0 && spare.capacity() >= capacity) {
         spare = index_.adopt(std::move(spare));
         grown = true;
         capacity = 0;

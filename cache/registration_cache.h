@@ -99,11 +99,9 @@ class RegistrationCache final : public InvalidationSink {
     bool saturated = false;  // found, but the entry already carries CacheEntry::kMaxRefs
     CacheEntry* orphans = nullptr;  // dead entries whose last reference the probe dropped
   };
+  // The probe in a read section, then the finalization of what it orphaned, outside it.
   // Inlined into find(): the hit path is one function from the C ABI down.
   [[gnu::always_inline]] Hit lookup(uintptr_t start, uint64_t len, const CacheKey& key);
-  // lookup(), then finalizes what it orphaned (outside the read section).
-  [[gnu::always_inline]] Hit lookup_and_finalize(uintptr_t start, uint64_t len,
-                                                 const CacheKey& key);
   // Whether a hit may be handed out: the monitor's verdict for monitors that check on every
   // hit; otherwise yes.  A stale hit is invalidated and released here.
   bool still_valid(const Hit& hit) { return !validate_hits_ || still_valid_slow(hit); }
@@ -201,10 +199,14 @@ inline bool RegistrationCache::take_if_match(CacheEntry& entry, uintptr_t start,
 inline RegistrationCache::Hit RegistrationCache::lookup(uintptr_t start, uint64_t len,
                                                         const CacheKey& key) {
   Hit hit;
-  const ReadSection section(readers_);  // keeps the table we probe from being freed
-  CacheEntry* entry = index_.find_if(start, KeyTag::of(key), [&](CacheEntry& candidate) {
-    return take_if_match(candidate, start, len, key, hit);
-  });
+  CacheEntry* entry;
+  {
+    const ReadSection section(readers_);  // keeps the table we probe from being freed
+    entry = index_.find_if(start, KeyTag::of(key), [&](CacheEntry& candidate) {
+      return take_if_match(candidate, start, len, key, hit);
+    });
+  }
+  if (__builtin_expect(hit.orphans != nullptr, 0)) finalize_all(hit.orphans);
   if (entry != nullptr) {
     hit.handle = CacheHandle{entry};
     hit.entry_start = entry->start;
@@ -213,18 +215,10 @@ inline RegistrationCache::Hit RegistrationCache::lookup(uintptr_t start, uint64_
   return hit;
 }
 
-inline RegistrationCache::Hit RegistrationCache::lookup_and_finalize(uintptr_t start,
-                                                                     uint64_t len,
-                                                                     const CacheKey& key) {
-  Hit hit = lookup(start, len, key);
-  if (__builtin_expect(hit.orphans != nullptr, 0)) finalize_all(hit.orphans);
-  return hit;
-}
-
 inline CacheHandle RegistrationCache::find(uintptr_t start, uint64_t len, CacheKey key) {
   if (limits_.max_count == 0) return {};
   wait_for_monitor();
-  const Hit hit = lookup_and_finalize(start, len, key);
+  const Hit hit = lookup(start, len, key);
   if (!hit.handle || !still_valid(hit)) return {};
   hits_.add(0, 1);
   return hit.handle;

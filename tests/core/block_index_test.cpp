@@ -44,7 +44,7 @@ void insert_growing(BlockIndex& index, CacheEntry* entry) {
   const size_t capacity = index.capacity_for(BlockIndex::slots_needed(*entry));
   if (capacity != 0) {
     BlockIndex::Table old = index.adopt(BlockIndex::make_table(capacity));
-    EXPECT_GT(index.capacity(), old.capacity);
+    EXPECT_GT(index.capacity(), old.capacity());
   }
   insert(index, entry);
 }
@@ -212,12 +212,12 @@ TEST(BlockIndex, CapacityForSaysWhenTheTableMustGrow) {
   ASSERT_EQ(initial, 64u);
   EXPECT_EQ(index.capacity_for(256), 486u);
   BlockIndex::Table fresh = BlockIndex::make_table(needed);
-  EXPECT_EQ(fresh.capacity, needed);
-  for (size_t i = 0; i < fresh.capacity; ++i) EXPECT_TRUE(fresh.slots[i].empty());
-  EXPECT_EQ(reinterpret_cast<uintptr_t>(fresh.slots) % sizeof(BlockIndex::Slot), 0u)
+  EXPECT_EQ(fresh.capacity(), needed);
+  for (size_t i = 0; i < fresh.capacity(); ++i) EXPECT_TRUE(fresh.slots()[i].empty());
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(fresh.slots()) % sizeof(BlockIndex::Slot), 0u)
       << "slots must not straddle cache lines";
   BlockIndex::Table old = index.adopt(std::move(fresh));
-  EXPECT_EQ(old.capacity, initial);
+  EXPECT_EQ(old.capacity(), initial);
   EXPECT_EQ(index.capacity(), needed);
   EXPECT_EQ(index.capacity_for(initial), 0u);
 }
