@@ -822,9 +822,9 @@ void perf_control(const char* command) {
   close(in);
 }
 
-int profile_hits(unsigned long long hits, size_t regions) {
+int profile_hits(unsigned long long hits, size_t regions, const char* monitor) {
   const Order order(regions);
-  const HmrWorld world("default", regions);
+  const HmrWorld world(monitor, regions);
   std::printf("info: %zu regions cached, hmr monitor %s; running %llu C-ABI hits\n", regions,
               world.domain.monitor().c_str(), hits);
   std::fflush(stdout);
@@ -836,6 +836,30 @@ int profile_hits(unsigned long long hits, size_t regions) {
   if (world.domain.stats().cache_hits - hits_before != hits) die("profile: not every use hit");
   std::printf("info: %.1f ns per C-ABI hit (hmr_mr_reg + hmr_mr_key + hmr_mr_desc + hmr_mr_close)\n",
               ns);
+  return 0;
+}
+
+// --profile-misses=N: N first registrations (miss + insert) under the chosen monitor, for perf.
+int profile_misses(size_t misses, const char* monitor) {
+  const Mapping mapping(misses * kStride);
+  const HmrDomain domain(monitor, misses + kCountMargin);
+  std::printf("info: hmr monitor %s; running %zu C-ABI misses (register, key, desc, close)\n",
+              domain.monitor().c_str(), misses);
+  std::fflush(stdout);
+  const hmr_domain_stats before = domain.stats();
+  uint64_t sum = 0;
+  perf_control("enable\n");
+  const auto started = Clock::now();
+  for (size_t i = 0; i < misses; ++i) sum += domain.use(mapping.region(i));
+  const double ns = ns_between(started, Clock::now()) / static_cast<double>(misses);
+  perf_control("disable\n");
+  keep(sum);
+  const hmr_domain_stats after = domain.stats();
+  if (after.cache_misses - before.cache_misses != misses) die("profile: not every use missed");
+  const double nic = static_cast<double>(after.registration_ns - before.registration_ns) /
+                     static_cast<double>(misses);
+  std::printf("info: %.1f ns per C-ABI miss+insert, %.1f ns of it in the NIC as the domain "
+              "reports it\n", ns, nic);
   return 0;
 }
 
@@ -872,7 +896,10 @@ void usage() {
       "  --flush-check      also show how much heap flushing hmr's cache frees at 1M regions\n"
       "                     (the sim NIC's records; adds seconds)\n"
       "  --profile-hits=N   only N C-ABI hits at %zu cached regions (no UCX), for perf\n"
-      "  --profile-regions=R  with --profile-hits: R cached regions instead\n",
+      "  --profile-regions=R  with --profile-hits: R cached regions instead\n"
+      "  --profile-monitor=M  with --profile-hits/--profile-misses: hmr monitor M (memhooks,\n"
+      "                     userfaultfd, ...)\n"
+      "  --profile-misses=N only N C-ABI misses (first registrations, no UCX), for perf\n",
       kProfileRegions);
 }
 
@@ -882,6 +909,8 @@ int main(int argc, char** argv) {
   Settings settings;
   unsigned long long profile = 0;
   size_t profile_regions = kProfileRegions;
+  std::string profile_monitor = "default";
+  size_t profile_miss_count = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string argument = argv[i];
     if (argument == "--quick") {
@@ -901,6 +930,14 @@ int main(int argc, char** argv) {
         usage();
         return 1;
       }
+    } else if (argument.rfind("--profile-misses=", 0) == 0) {
+      profile_miss_count = std::strtoull(argument.c_str() + 17, nullptr, 10);
+      if (profile_miss_count == 0 || profile_miss_count > (size_t{1} << 24)) {
+        usage();
+        return 1;
+      }
+    } else if (argument.rfind("--profile-monitor=", 0) == 0) {
+      profile_monitor = argument.substr(18);
     } else if (argument == "--flush-check") {
       settings.flush_check = true;
     } else if (argument.rfind("--profile-hits=", 0) == 0) {
@@ -914,7 +951,8 @@ int main(int argc, char** argv) {
       return argument == "--help" || argument == "-h" ? 0 : 1;
     }
   }
-  if (profile != 0) return profile_hits(profile, profile_regions);
+  if (profile_miss_count != 0) return profile_misses(profile_miss_count, profile_monitor.c_str());
+  if (profile != 0) return profile_hits(profile, profile_regions, profile_monitor.c_str());
 
   std::printf("info: hmr through its C ABI (libhmr %u.%u.%u, sim NIC, cache on) against UCX's "
               "ucs_rcache (no-op registration, UCM_EVENT_VM_UNMAPPED); %s mode\n",
