@@ -149,10 +149,12 @@ class BlockIndex {
   size_t next(size_t i) const { return i + 1 == table_.capacity() ? 0 : i + 1; }
   void insert_slot(const Slot& slot);
   Slot erase_slot(const CacheEntry* entry, unsigned level, uint64_t block);
-  // Every store to a published slot is atomic, word by word: readers load them beside us.
+  // Every store to a published slot is atomic, word by word: readers load them beside us.  The
+  // word (the entry's address) is stored with release and loaded with acquire (plain moves on
+  // x86): a reader that finds an entry sees what was written to it before it was filed.
   static void store_slot(Slot& to, const Slot& value) {
     __atomic_store_n(&to.block_number, value.block_number, __ATOMIC_RELAXED);
-    __atomic_store_n(&to.word, value.word, __ATOMIC_RELAXED);
+    __atomic_store_n(&to.word, value.word, __ATOMIC_RELEASE);
   }
   bool level_populated(unsigned level) const {
     return entries_per_level_[level].load(std::memory_order_relaxed) != 0;
@@ -192,7 +194,7 @@ inline CacheEntry* BlockIndex::find_if(uintptr_t start, uint32_t tag, Accept&& a
     // keep meeting moved slots.
     size_t i = home_in(capacity, level, block);
     for (size_t probes = 0; probes < capacity; ++probes, i = i + 1 == capacity ? 0 : i + 1) {
-      const uint64_t word = __atomic_load_n(&slots[i].word, __ATOMIC_RELAXED);
+      const uint64_t word = __atomic_load_n(&slots[i].word, __ATOMIC_ACQUIRE);
       if (word == 0) break;
       if ((word & ~kPointerMask) != wanted) continue;
       if (__atomic_load_n(&slots[i].block_number, __ATOMIC_RELAXED) != block) continue;

@@ -27,30 +27,47 @@ struct CacheKey {
 static_assert(sizeof(CacheKey) == 16);
 
 struct CacheEntry {
-  // An entry's life, all in `state` and changed only by atomic read-modify-writes, so that a
-  // reader holding a stale pointer to it (a slot it read as a writer moved or emptied it) can
-  // add a reference, look, and take it back at any moment without losing anyone's count:
-  //   free (0)  --allocate-->  claimed, with its owner's reference (kClaimed | 1)
-  //   claimed   --filed in the index-->  live (kLive | kClaimed | n)
-  //   live      --out of the index-->  claimed again (kClaimed | n)
-  //   kClaimed | 0  --claim_finalization()-->  0: deregistered and back in the pool
+  // An entry's life, all in `state` and changed only by atomic read-modify-writes (until the
+  // pool recycles it after a grace period: cache/entry_pool.h), so that a reader holding a
+  // stale pointer to it (a slot it read as a writer moved or emptied it) can add a reference,
+  // look, and take it back at any moment without losing anyone's count:
+  //   free (kZero)  --allocate-->  claimed, with its allocator's reference (kClaimed | kZero+1)
+  //   claimed   --filed in the index-->  live (kLive | kClaimed | kZero+n)
+  //   live      --out of the index-->  claimed again (kClaimed | kZero+n)
+  //   claimed and unreferenced  --claim_finalization()-->  kZero: deregistered, to the pool
   // Only a live entry may be handed out; a reader that finds any other state takes its
-  // reference back.  Whoever brings the state to kClaimed | 0 (the last put(), a reader's
-  // take-back, the eviction of an unused entry) asks claim_finalization(); a reader's add can
-  // slip in between, and then that reader's take-back asks again, so exactly one caller wins
-  // and finalizes.
+  // reference back.  Whoever may have dropped the last reference of an entry that is not
+  // live asks claim_finalization(); exactly one caller wins and finalizes.
+  //
+  // References come in two kinds.  Shared ones are counted in `state`, with one locked add
+  // and one locked subtract.  The thread that filed the entry (its `owner`) counts its own in
+  // `owner_refs` instead, with plain stores and a compiler barrier (util/asymmetric_fence.h):
+  // no locked instruction, so a hit neither serializes the CPU nor waits for the entry's line.
+  // An entry's references are therefore (state's count - kZero) + owner_refs.  The count in
+  // `state` may drop below kZero: an owner's reference closed by another thread is given back
+  // there, as the owner's count cannot be written by others.
+  // Deciding that an entry is unreferenced needs the owner's count, which its owner stores
+  // without a fence: a thread other than the owner reads it only after heavy_fence(), and the
+  // owner, once it sees the entry not live, uses full fences (registration_cache.h).
   static constexpr uint32_t kLive = 1u << 31;
   static constexpr uint32_t kClaimed = 1u << 30;
   static constexpr uint32_t kRefMask = kClaimed - 1;
-  // References one entry can carry; a get() beyond it registers anew and hands that out
-  // uncached.  Bit 29 is headroom: adds racing past the limit (each undone at once) never
-  // carry into kClaimed.
-  static constexpr uint32_t kMaxRefs = (1u << 29) - 1;
+  static constexpr uint32_t kZero = 1u << 29;  // the count in `state` that means none
+  // References one entry can carry, both kinds together; a get() beyond it registers anew and
+  // hands that out uncached.  Below kZero by half of it: adds racing past the limit (each
+  // undone at once) never carry into kClaimed, and owners' references given back by other
+  // threads never borrow from it.
+  static constexpr uint32_t kMaxRefs = (1u << 28) - 1;
   static constexpr uint8_t kFiledRecency = 1;
   static constexpr uint8_t kHitRecency = 2;
 
-  // References held (the low bits), kClaimed and kLive: see above.
-  std::atomic<uint32_t> state{0};
+  // kZero + shared references (the low bits), kClaimed and kLive: see above.
+  std::atomic<uint32_t> state{kZero};
+  // References the owner holds; written by the owner only (load, then store).
+  std::atomic<uint32_t> owner_refs{0};
+  // The owning thread's ThreadSlot::owner_id() (0: none, every reference is shared).  Set
+  // before filing; read by hits, which take owner references only when it is theirs.
+  uint8_t owner = 0;
   uint8_t level = 0;              // index level the entry is filed under
   bool subscribed : 1 = false;    // its range is watched by the cache's monitor
   bool collected : 1 = false;     // on an invalidation's victim list (through `next`); both
@@ -88,22 +105,42 @@ struct CacheEntry {
   }
   // The key's low 64 bits, as KeyBytes::low_u64 gives them.
   uint64_t key_low_u64() const { return KeyBytes::low_u64_of(key_bytes, key_size); }
-  uint32_t references() const { return state.load(std::memory_order_relaxed) & kRefMask; }
+  // A moment's count of both kinds, for heuristics (eviction, statistics): the owner's part
+  // may be behind by what its owner has not yet made visible.
+  uint32_t references() const {
+    return (state.load(std::memory_order_relaxed) & kRefMask) - kZero +
+           owner_refs.load(std::memory_order_relaxed);
+  }
+  // Whether `seen` (a value of state) with the owner's count `owned` describes an entry out of
+  // the index that nobody references: it may be finalized, if claim_finalization(seen) wins.
+  static bool unreferenced(uint32_t seen, uint32_t owned) {
+    return (seen & (kLive | kClaimed)) == kClaimed && (seen & kRefMask) + owned == kZero;
+  }
   bool contains(uintptr_t first, uint64_t len) const {
     return first >= start && len <= length && first - start <= length - len;
   }
-  // True for exactly one caller once the entry is claimed, not live and without references.
-  bool claim_finalization() {
-    uint32_t expected = kClaimed;
-    return state.compare_exchange_strong(expected, 0, std::memory_order_acq_rel);
+  // True for exactly one caller of those that saw the same unreferenced state.
+  bool claim_finalization(uint32_t seen) {
+    return state.compare_exchange_strong(seen, kZero, std::memory_order_acq_rel);
   }
   // Whether a request for [first, first+len) with `wanted` may share this registration.
   bool matches(uintptr_t first, uint64_t len, const CacheKey& wanted) const {
-    return contains(first, len) && (!wanted.exact_start || start == first) && key == wanted;
+    return contains(first, len) && (!wanted.exact_start || start == first) && same_key(wanted);
   }
-  // Everything but `state` back to a fresh entry's values (the pool recycles entries; a stale
-  // reader may be counting on `state` meanwhile, so it is never overwritten).
+  // The key compared as two words: the defaulted operator== compares field by field, and the
+  // hit path pays for every instruction.  CacheKey has no padding (static_assert above).
+  bool same_key(const CacheKey& wanted) const {
+    uint64_t mine[2], theirs[2];
+    std::memcpy(mine, &key, sizeof mine);
+    std::memcpy(theirs, &wanted, sizeof theirs);
+    return ((mine[0] ^ theirs[0]) | (mine[1] ^ theirs[1])) == 0;
+  }
+  // Back to a fresh, claimed entry with one shared reference, its allocator's.  Only after a
+  // grace period since it was finalized (cache/entry_pool.h): no reader still holds it.
   void reset() {
+    state.store(kClaimed | (kZero + 1), std::memory_order_relaxed);
+    owner_refs.store(0, std::memory_order_relaxed);
+    owner = 0;
     level = 0;
     subscribed = false;
     collected = false;
@@ -119,6 +156,6 @@ struct CacheEntry {
     next = nullptr;
   }
 };
-static_assert(sizeof(CacheEntry) == 88, "every byte of an entry costs a megabyte at 1M regions");
+static_assert(sizeof(CacheEntry) == 96, "every byte of an entry costs a megabyte at 1M regions");
 
 }  // namespace hmr::core

@@ -7,10 +7,12 @@
 
 namespace hmr::core {
 
-// A reference to a cached registration, counted in entry->state: put() counts it down with
-// one atomic instruction, under no lock, whether the entry is still cached or not.
+// A reference to a cached registration: a shared one, counted in entry->state, or one of the
+// owner's, counted in entry->owner_refs (cache/cache_entry.h).  put() gives it back under no
+// lock, whether the entry is still cached or not, on whichever thread.
 struct CacheHandle {
   CacheEntry* entry = nullptr;
+  bool owned = false;  // counted in entry->owner_refs
 
   explicit operator bool() const { return entry != nullptr; }
   nic::Registration registration() const { return entry->registration(); }

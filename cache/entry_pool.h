@@ -3,13 +3,16 @@
 // up to 2 MiB, then stay at 2 MiB: each big slab is one transparent huge page
 // (util/page_array.h), so hits among a million entries do not miss the TLB too.
 //
-// Entries are recycled, never freed, while the pool lives: a reader of the index may hold a
-// pointer to an entry that has meanwhile died and been reused, and may count on its `state`
-// (cache/cache_entry.h) at any moment.  So the free list runs through `next`, never over
-// `state`; allocate() claims an entry with an atomic add, and an entry comes back only after
-// its finalization was claimed (CacheEntry::claim_finalization), which left `state` free.  Releasing frees nothing, so it
-// is safe anywhere, including under the cache's writer mutex; allocating may call malloc and
-// must happen outside it.
+// Entries are recycled, never freed, while the pool lives, and only after a grace period of
+// the cache's read sections (util/read_sections.h).  A reader of the index may hold a pointer
+// to an entry that has meanwhile died, and may count on its `state` and `owner_refs` for as
+// long as its read section lasts (cache/cache_entry.h); every thread that may still act on an
+// entry it holds no reference to (a probe, a put, a settle) does so inside a read section.
+// So a released entry waits on a pending list, and a batch of them moves to the free list
+// after wait_for_readers(): once it is reused, nobody still looks at its last life, and
+// allocate() may reset it whole.  Releasing frees nothing and never waits, so it is safe
+// anywhere, including under the cache's writer mutex and inside a read section; allocating may
+// call malloc or wait for readers, and must happen outside both.
 #pragma once
 
 #include <cstddef>
@@ -18,30 +21,40 @@
 
 #include "cache/cache_entry.h"
 #include "util/page_array.h"
+#include "util/read_sections.h"
 
 namespace hmr::core {
 
 class CacheEntryPool {
  public:
-  CacheEntryPool() = default;
+  // `readers` are the sections whose grace period a released entry waits for; used only by
+  // allocate(), so they may be constructed after the pool.
+  explicit CacheEntryPool(ReadSections& readers) : readers_(readers) {}
   CacheEntryPool(const CacheEntryPool&) = delete;
   CacheEntryPool& operator=(const CacheEntryPool&) = delete;
 
-  // A reset entry, claimed, with one reference: its caller's.
+  // A reset entry, claimed, with one shared reference: its caller's.
   CacheEntry* allocate();
-  // An entry whose finalization was claimed (CacheEntry::claim_finalization).
+  // An entry whose finalization was claimed (CacheEntry::claim_finalization), or one from
+  // allocate() that was never filed (no reader ever saw it: it could be reused at once, but
+  // one path for both is simpler).
   void release(CacheEntry* entry);
-  // An entry from allocate() that was never filed: drops the caller's reference too.
-  void release_unfiled(CacheEntry* entry);
 
  private:
   static constexpr size_t kFirstSlabEntries = 512;
   static constexpr size_t kLargestSlabEntries = (size_t{2} << 20) / sizeof(CacheEntry);
+  // Released entries wait for this many before one grace period recycles them all (below it,
+  // an empty free list grows a slab instead): a cache that evicts on every miss pays one
+  // membarrier per kRecycleBatch misses, and keeps at most this many entries unusable.
+  static constexpr size_t kRecycleBatch = 64;
 
-  void push(CacheEntry* entry);
+  void grow();  // a new slab onto the free list; mutex_ held
 
+  ReadSections& readers_;
   std::mutex mutex_;
-  CacheEntry* free_ = nullptr;
+  CacheEntry* free_ = nullptr;     // reusable now
+  CacheEntry* pending_ = nullptr;  // released, waiting for a grace period
+  size_t pending_count_ = 0;
   std::vector<PageArray<CacheEntry>> slabs_;
 };
 

@@ -8,7 +8,7 @@ namespace hmr::core {
 namespace {
 struct PoolDeleter {
   CacheEntryPool* pool;
-  void operator()(CacheEntry* entry) const { pool->release_unfiled(entry); }
+  void operator()(CacheEntry* entry) const { pool->release(entry); }
 };
 }  // namespace
 
@@ -74,7 +74,7 @@ Result<CacheHandle> RegistrationCache::register_and_insert(uintptr_t start, uint
   entry->subscribed = subscribed;
 
   bool inserted = false;
-  CacheEntry* dead = nullptr;
+  Retired retired;
   BlockIndex::Table spare;  // a larger index table, allocated with the mutex released
   bool grown = false;       // spare then holds the old table, which readers may still probe
   if (caching && (subscribed || monitor_ == nullptr)) {
@@ -89,8 +89,11 @@ Result<CacheHandle> RegistrationCache::register_and_insert(uintptr_t start, uint
         capacity = 0;
       }
       if (capacity == 0) {
-        if (!invalidated_since(sequence, start, start + len) && make_room(len, dead)) {
+        if (!invalidated_since(sequence, start, start + len) && make_room(len, retired)) {
           entry->recency.store(CacheEntry::kFiledRecency, std::memory_order_relaxed);
+          // The thread that files an entry is the one likeliest to hit it again: its hits
+          // count their references without locked instructions (cache_entry.h).
+          entry->owner = static_cast<uint8_t>(this_thread_slot().owner_id());
           // Live from here on; the release publishes the fields to readers that find it.
           entry->state.fetch_add(CacheEntry::kLive, std::memory_order_release);
           index_.insert(entry.get(), tag);
@@ -106,26 +109,82 @@ Result<CacheHandle> RegistrationCache::register_and_insert(uintptr_t start, uint
   }
   if (grown) readers_.wait_for_readers();  // then the old table may go
   spare = BlockIndex::Table{};
-  finalize_all(dead);
+  finish(retired);
   if (inserted) return CacheHandle{entry.release()};
   // Handed out once, never filed: it stays claimed, and the last put() deregisters it.
   uncached_.fetch_add(1, std::memory_order_relaxed);
   return CacheHandle{entry.release()};
 }
 
+bool RegistrationCache::unreferenced_after_shared_drop(const CacheEntry& entry, uint32_t seen) {
+  // Live, free, or other shared references left: nothing to decide (and no fence to pay).
+  if ((seen & (CacheEntry::kLive | CacheEntry::kClaimed)) != CacheEntry::kClaimed ||
+      (seen & CacheEntry::kRefMask) > CacheEntry::kZero) {
+    return false;
+  }
+  if (entry.owner == 0) return CacheEntry::unreferenced(seen, 0);
+  // The owner stores its count behind a compiler barrier only: after this fence we see every
+  // count it stored before it last looked at state, and it sees our drop when it looks next.
+  heavy_fence();
+  return CacheEntry::unreferenced(seen, entry.owner_refs.load(std::memory_order_acquire));
+}
+
+void RegistrationCache::refuse_shared(CacheEntry& entry, bool saturated, Hit& hit) {
+  hit.saturated = hit.saturated || saturated;
+  const uint32_t seen = entry.state.fetch_sub(1, std::memory_order_acq_rel) - 1;
+  // We held a dead entry's last reference.
+  if (unreferenced_after_shared_drop(entry, seen) && entry.claim_finalization(seen)) {
+    entry.next = hit.orphans;
+    hit.orphans = &entry;
+  }
+}
+
+void RegistrationCache::refuse_owned(CacheEntry& entry, uint32_t owned, bool saturated,
+                                     Hit& hit) {
+  hit.saturated = hit.saturated || saturated;
+  entry.owner_refs.store(owned, std::memory_order_release);
+  light_fence();  // the count above before the state below (a retirer's heavy fence pairs)
+  if ((entry.state.load(std::memory_order_acquire) & CacheEntry::kLive) != 0) return;
+  // Out of the index: deciding needs a real fence against shared drops, which read our count
+  // after their own locked instruction.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  const uint32_t seen = entry.state.load(std::memory_order_acquire);
+  if (CacheEntry::unreferenced(seen, owned) && entry.claim_finalization(seen)) {
+    entry.next = hit.orphans;
+    hit.orphans = &entry;
+  }
+}
+
+void RegistrationCache::put_shared(CacheEntry& entry, ThreadSlot slot) {
+  // A shared reference, or an owner's closed on another thread: the owner's count is the
+  // owner's to write, so this one is given back in state, below kZero if need be.
+  const uint32_t seen = entry.state.fetch_sub(1, std::memory_order_acq_rel) - 1;
+  const bool last = unreferenced_after_shared_drop(entry, seen) && entry.claim_finalization(seen);
+  readers_.leave(slot);
+  if (last) finalize(&entry);
+}
+
+void RegistrationCache::put_owned_of_dead(CacheEntry& entry, uint32_t owned, ThreadSlot slot) {
+  // It left the index while we held it: deciding needs a real fence against shared drops,
+  // which read our count after their own locked instruction.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  const uint32_t seen = entry.state.load(std::memory_order_acquire);
+  const bool last = CacheEntry::unreferenced(seen, owned) && entry.claim_finalization(seen);
+  readers_.leave(slot);
+  if (last) finalize(&entry);
+}
+
 void RegistrationCache::put_and_drop_if_unused(const CacheHandle& handle) {
   CacheEntry* entry = handle.entry;
-  CacheEntry* dead = nullptr;
+  Retired retired;
   {
     const std::lock_guard<std::mutex> lock(writer_);
     // Ours keeps the entry alive.  A hit racing us may still take a reference before it
     // leaves the index; that hit came first, and the entry stays valid for it.
-    const uint32_t state = entry->state.load(std::memory_order_acquire);
-    if ((state & CacheEntry::kLive) != 0 && (state & CacheEntry::kRefMask) == 1) {
-      retire(entry, dead);
-    }
+    const bool live = (entry->state.load(std::memory_order_acquire) & CacheEntry::kLive) != 0;
+    if (live && entry->references() == 1) retire(entry, retired);
   }
-  finalize_all(dead);
+  finish(retired);
   put(handle);  // the last reference of a retired entry deregisters it
 }
 
@@ -147,18 +206,51 @@ bool RegistrationCache::still_valid_slow(const Hit& hit) {
   return false;
 }
 
-void RegistrationCache::retire(CacheEntry* entry, CacheEntry*& dead) {
+void RegistrationCache::retire(CacheEntry* entry, Retired& retired) {
   index_.erase(entry);
   --count_;
   bytes_ -= entry->length;
-  // Last touch while a holder may still be out there: from now on the put() that drops the
-  // last reference finalizes the entry, at any moment.  A reader that read its slot before
-  // the erase may still add a reference, but sees it is not live and takes it back.
-  const uint32_t previous = entry->state.fetch_and(~CacheEntry::kLive, std::memory_order_acq_rel);
-  if ((previous & CacheEntry::kRefMask) == 0 && entry->claim_finalization()) {
-    entry->next = dead;
-    dead = entry;
+  // Last touch while a holder may still be out there: from now on whoever drops the last
+  // reference finalizes the entry, at any moment.  A reader that read its slot before the
+  // erase may still add a reference, but sees it is not live and takes it back.
+  if (entry->owner == 0) {
+    const uint32_t seen =
+        entry->state.fetch_and(~CacheEntry::kLive, std::memory_order_acq_rel) & ~CacheEntry::kLive;
+    if (CacheEntry::unreferenced(seen, 0) && entry->claim_finalization(seen)) {
+      entry->next = retired.dead;
+      retired.dead = entry;
+    }
+    return;
   }
+  // Its owner counts without fences: whether it still holds the entry can be read only after
+  // a heavy fence, one for all the entries this writer retires (finish()).  Until then a
+  // shared reference of ours, taken with the same instruction, keeps anyone else from
+  // finalizing it.
+  entry->state.fetch_sub(CacheEntry::kLive - 1, std::memory_order_acq_rel);
+  entry->next = retired.unsettled;
+  retired.unsettled = entry;
+}
+
+void RegistrationCache::finish(Retired& retired) {
+  if (retired.unsettled != nullptr) {
+    // Until our references are dropped below, nobody else finalizes these, so their `next` is
+    // ours; after that only the section keeps them from being recycled while we decide.
+    const ReadSection section(readers_);
+    heavy_fence();  // every owner's count before it last looked, or it sees the entry dead
+    for (CacheEntry* entry = retired.unsettled; entry != nullptr;) {
+      CacheEntry* next = entry->next;
+      const uint32_t seen = entry->state.fetch_sub(1, std::memory_order_acq_rel) - 1;
+      if (CacheEntry::unreferenced(seen, entry->owner_refs.load(std::memory_order_acquire)) &&
+          entry->claim_finalization(seen)) {
+        entry->next = retired.dead;
+        retired.dead = entry;
+      }
+      entry = next;
+    }
+    retired.unsettled = nullptr;
+  }
+  finalize_all(retired.dead);
+  retired.dead = nullptr;
 }
 
 CacheEntry* RegistrationCache::clock_victim() {
@@ -178,20 +270,20 @@ CacheEntry* RegistrationCache::clock_victim() {
   return nullptr;
 }
 
-bool RegistrationCache::make_room(uint64_t bytes, CacheEntry*& dead) {
+bool RegistrationCache::make_room(uint64_t bytes, Retired& retired) {
   if (limits_.max_bytes != 0 && bytes > limits_.max_bytes) return false;  // never fits: evict nothing
   while (count_ + 1 > limits_.max_count ||
          (limits_.max_bytes != 0 && bytes_ + bytes > limits_.max_bytes)) {
     CacheEntry* victim = clock_victim();
     if (victim == nullptr) return false;  // everything is in use: hand this one out uncached
-    retire(victim, dead);
+    retire(victim, retired);
     evictions_.fetch_add(1, std::memory_order_relaxed);
   }
   return true;
 }
 
 void RegistrationCache::invalidate(uintptr_t start, uintptr_t end) {
-  CacheEntry* dead = nullptr;
+  Retired retired;
   std::unique_lock<std::mutex> lock(writer_);
   const uint64_t sequence = invalidation_sequence_.load(std::memory_order_relaxed) + 1;
   recent_[sequence % kRecent] = RecentInvalidation{sequence, start, end};
@@ -208,11 +300,11 @@ void RegistrationCache::invalidate(uintptr_t start, uintptr_t end) {
   while (victims != nullptr) {
     CacheEntry* entry = victims;
     victims = entry->next;
-    retire(entry, dead);
+    retire(entry, retired);
     invalidations_.fetch_add(1, std::memory_order_relaxed);
   }
   lock.unlock();
-  finalize_all(dead);
+  finish(retired);
 }
 
 void RegistrationCache::flush() {
@@ -220,7 +312,7 @@ void RegistrationCache::flush() {
   // to deregister is deregistered here: after a flush nothing unused is registered.
   wait_for_monitor();
   finalize_deferred();
-  CacheEntry* dead = nullptr;
+  Retired retired;
   std::unique_lock<std::mutex> lock(writer_);
   CacheEntry* unused = nullptr;
   for (size_t i = 0; i < index_.capacity(); ++i) {
@@ -232,10 +324,10 @@ void RegistrationCache::flush() {
   while (unused != nullptr) {
     CacheEntry* entry = unused;
     unused = entry->next;
-    retire(entry, dead);
+    retire(entry, retired);
   }
   lock.unlock();
-  finalize_all(dead);
+  finish(retired);
 }
 
 void RegistrationCache::finalize(CacheEntry* entry) {

@@ -111,26 +111,55 @@ class RegistrationCache final : public InvalidationSink {
   void wait_for_monitor() {
     if (monitor_ != nullptr && monitor_->has_pending()) monitor_->wait_pending();
   }
+  // What retire() leaves for after the writer mutex: entries to finalize, and owned entries
+  // whose owner's count can be read only after a heavy fence (finish()).  Both lists run
+  // through `next`; an unsettled entry carries a shared reference of ours, so nobody else
+  // finalizes it (and rewrites its `next`) before finish() drops it.
+  struct Retired {
+    CacheEntry* dead = nullptr;
+    CacheEntry* unsettled = nullptr;
+  };
   // `may_cache` false: register and hand out uncached (a saturated slot).
   Result<CacheHandle> register_and_insert(uintptr_t start, uint64_t len, const CacheKey& key,
                                           bool may_cache);
   bool invalidated_since(uint64_t sequence, uintptr_t start, uintptr_t end) const;
-  bool make_room(uint64_t bytes, CacheEntry*& dead);
+  bool make_room(uint64_t bytes, Retired& retired);
   CacheEntry* clock_victim();
   // A reference on a candidate the index showed us, kept only if the entry is live, below
   // CacheEntry::kMaxRefs and matches the request; otherwise given back at once (onto
-  // hit.orphans if that was a dead entry's last reference).
+  // hit.orphans if that was a dead entry's last reference).  An owner reference when the
+  // calling thread (`owner_id`, 0 for none) owns the entry, a shared one otherwise.
   [[gnu::always_inline]] static bool take_if_match(CacheEntry& entry, uintptr_t start,
-                                                   uint64_t len, const CacheKey& key, Hit& hit);
-  static void give_back(CacheEntry& entry, Hit& hit);
-  void retire(CacheEntry* entry, CacheEntry*& dead);  // out of the index (locked)
+                                                   uint64_t len, const CacheKey& key,
+                                                   unsigned owner_id, Hit& hit);
+  // Refusals, off the hit path: the reference taken back (a shared one, or the owner's, whose
+  // count goes back to `owned`), the entry finalized through hit.orphans if that was a dead
+  // entry's last reference, hit.saturated set when `saturated`.
+  [[gnu::cold, gnu::noinline]] static void refuse_shared(CacheEntry& entry, bool saturated,
+                                                         Hit& hit);
+  [[gnu::cold, gnu::noinline]] static void refuse_owned(CacheEntry& entry, uint32_t owned,
+                                                        bool saturated, Hit& hit);
+  // After a shared reference was dropped and left `seen` in state: whether the entry is now
+  // unreferenced.  Reads the owner's count, after a heavy fence, only when it matters.
+  static bool unreferenced_after_shared_drop(const CacheEntry& entry, uint32_t seen);
+  // The rest of put() (in the read section `slot` entered, which they leave): a shared
+  // reference (or an owner's closed on another thread), and the owner's last look at an entry
+  // that left the index while it held it.
+  void put_shared(CacheEntry& entry, ThreadSlot slot);
+  [[gnu::cold, gnu::noinline]] void put_owned_of_dead(CacheEntry& entry, uint32_t owned,
+                                                      ThreadSlot slot);
+
+  void retire(CacheEntry* entry, Retired& retired);  // out of the index (locked)
+  // One heavy fence for all of retired.unsettled, then each finalized if unreferenced; then
+  // every dead entry finalized (finalize_all).  Outside the writer mutex.
+  void finish(Retired& retired);
   void finalize(CacheEntry* entry);
   // Deregisters and frees `dead` now, or, on a monitor's event thread, hands it to the next
   // cache call on another thread.
   void finalize_all(CacheEntry* dead);
   void finalize_deferred();
 
-  CacheEntryPool pool_;  // first member destroyed last: entries live in it
+  CacheEntryPool pool_{readers_};  // first member destroyed last: entries live in it
   CacheBackend& backend_;
   const CacheLimits limits_;
   Monitor* monitor_;
@@ -160,33 +189,42 @@ class RegistrationCache final : public InvalidationSink {
 
 // The hit path, inline: the C ABI's hmr_mr_reg reaches it through one call.
 
-inline void RegistrationCache::give_back(CacheEntry& entry, Hit& hit) {
-  const uint32_t previous = entry.state.fetch_sub(1, std::memory_order_acq_rel);
-  // We held a dead entry's last reference.
-  if (previous == (CacheEntry::kClaimed | 1) && entry.claim_finalization()) {
-    entry.next = hit.orphans;
-    hit.orphans = &entry;
-  }
-}
-
 inline bool RegistrationCache::take_if_match(CacheEntry& entry, uintptr_t start, uint64_t len,
-                                             const CacheKey& key, Hit& hit) {
-  // One locked add, no compare-exchange loop: whatever state the entry is in, an add undone by
-  // give_back() leaves it as it was (cache/cache_entry.h).
-  const uint32_t seen = entry.state.fetch_add(1, std::memory_order_acquire);
-  if ((seen & CacheEntry::kLive) == 0) {  // left the index (or was recycled) meanwhile
-    give_back(entry, hit);
-    return false;
-  }
-  // Live: its range and key were published by filing it and cannot change while we hold it.
-  if (!entry.matches(start, len, key)) {
-    give_back(entry, hit);
-    return false;
-  }
-  if ((seen & CacheEntry::kRefMask) >= CacheEntry::kMaxRefs) {
-    give_back(entry, hit);
-    hit.saturated = true;
-    return false;
+                                             const CacheKey& key, unsigned owner_id, Hit& hit) {
+  if (owner_id != 0 && entry.owner == owner_id) {
+    // Ours: counted with plain stores.  The count first, then the look at state, as a shared
+    // reader does; a retirer reads the count only after a heavy fence (cache_entry.h).
+    const uint32_t owned = entry.owner_refs.load(std::memory_order_relaxed);
+    entry.owner_refs.store(owned + 1, std::memory_order_relaxed);
+    light_fence();
+    const uint32_t seen = entry.state.load(std::memory_order_acquire);
+    // Live: its range and key were published by filing it and cannot change while we hold it.
+    if (__builtin_expect((seen & CacheEntry::kLive) == 0 || !entry.matches(start, len, key), 0)) {
+      refuse_owned(entry, owned, /*saturated=*/false, hit);
+      return false;
+    }
+    if (__builtin_expect((seen & CacheEntry::kRefMask) + owned >=
+                             CacheEntry::kZero + CacheEntry::kMaxRefs, 0)) {
+      refuse_owned(entry, owned, /*saturated=*/true, hit);
+      return false;
+    }
+    hit.handle.owned = true;
+  } else {
+    // One locked add, no compare-exchange loop: whatever state the entry is in, an add undone
+    // by refuse_shared() leaves it as it was (cache/cache_entry.h).
+    const uint32_t seen = entry.state.fetch_add(1, std::memory_order_acquire);
+    if (__builtin_expect((seen & CacheEntry::kLive) == 0 || !entry.matches(start, len, key), 0)) {
+      refuse_shared(entry, /*saturated=*/false, hit);  // left the index (or another range)
+      return false;
+    }
+    // The owner's part read without a fence: the limit keeps counts from overflowing, and is
+    // exact for a thread alone.
+    if (__builtin_expect((seen & CacheEntry::kRefMask) +
+                                 entry.owner_refs.load(std::memory_order_relaxed) >=
+                             CacheEntry::kZero + CacheEntry::kMaxRefs, 0)) {
+      refuse_shared(entry, /*saturated=*/true, hit);
+      return false;
+    }
   }
   // Unordered and only when it changes: the hand reads it under the writer mutex, and a lost
   // update costs at most one early eviction.
@@ -202,15 +240,19 @@ inline RegistrationCache::Hit RegistrationCache::lookup(uintptr_t start, uint64_
   CacheEntry* entry;
   {
     const ReadSection section(readers_);  // keeps the table we probe from being freed
-    entry = index_.find_if(start, KeyTag::of(key), [&](CacheEntry& candidate) {
-      return take_if_match(candidate, start, len, key, hit);
-    });
+    const unsigned owner_id = section.slot().owner_id();
+    entry = index_.find_if(
+        start, KeyTag::of(key), [&](CacheEntry& candidate) __attribute__((always_inline)) {
+          return take_if_match(candidate, start, len, key, owner_id, hit);
+        });
   }
   if (__builtin_expect(hit.orphans != nullptr, 0)) finalize_all(hit.orphans);
   if (entry != nullptr) {
-    hit.handle = CacheHandle{entry};
+    hit.handle.entry = entry;
     hit.entry_start = entry->start;
     hit.entry_end = entry->end();
+  } else {
+    hit.handle.owned = false;
   }
   return hit;
 }
@@ -225,10 +267,23 @@ inline CacheHandle RegistrationCache::find(uintptr_t start, uint64_t len, CacheK
 }
 
 inline void RegistrationCache::put(const CacheHandle& handle) {
-  CacheEntry* entry = handle.entry;
-  const uint32_t previous = entry->state.fetch_sub(1, std::memory_order_acq_rel);
-  // The last user of a dead entry (or a reader slipped in and will finalize it instead).
-  if (previous == (CacheEntry::kClaimed | 1) && entry->claim_finalization()) finalize(entry);
+  CacheEntry& entry = *handle.entry;
+  // Once our reference is dropped the entry may be finalized by someone else; the section
+  // keeps it from being recycled while we still look at it (cache/entry_pool.h).
+  const ThreadSlot slot = readers_.enter();
+  if (__builtin_expect(handle.owned && entry.owner == slot.owner_id(), 1)) {
+    const uint32_t owned = entry.owner_refs.load(std::memory_order_relaxed) - 1;
+    entry.owner_refs.store(owned, std::memory_order_release);
+    light_fence();  // the count above before the state below (a retirer's heavy fence pairs)
+    if (__builtin_expect((entry.state.load(std::memory_order_acquire) & CacheEntry::kLive) != 0,
+                         1)) {
+      readers_.leave(slot);
+      return;
+    }
+    put_owned_of_dead(entry, owned, slot);
+    return;
+  }
+  put_shared(entry, slot);
 }
 
 }  // namespace hmr::core

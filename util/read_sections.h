@@ -69,6 +69,9 @@ class ReadSection {
   ReadSection(const ReadSection&) = delete;
   ReadSection& operator=(const ReadSection&) = delete;
 
+  // The calling thread's slot, as enter() found it: saves the hot path asking again.
+  ThreadSlot slot() const { return slot_; }
+
  private:
   ReadSections& sections_;
   ThreadSlot slot_;

@@ -12,6 +12,10 @@ inline constexpr unsigned kThreadSlots = 64;
 struct ThreadSlot {
   unsigned index;
   bool exclusive;
+
+  // 1..kThreadSlots for a thread that owns its slot, 0 for one that shares: names the thread
+  // in a byte, for data only one thread may write with plain stores (cache entries' owners).
+  unsigned owner_id() const { return exclusive ? index + 1 : 0; }
 };
 
 namespace thread_slot_detail {

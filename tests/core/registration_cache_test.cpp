@@ -1011,5 +1011,144 @@ TEST_F(RegistrationCacheTest, RecycledEntriesAreNeverHandedOutForAnotherRange) {
   EXPECT_EQ(backend_.registrations.load() - backend_.deregistrations.load(), stats.cached_regions);
 }
 
+
+// ------------------------------------------------------------------ owner references
+
+// Runs `body` on a thread of its own (another thread slot) and waits for it.
+void on_another_thread(const std::function<void()>& body) {
+  std::thread thread(body);
+  thread.join();
+}
+
+TEST_F(RegistrationCacheTest, TheFilingThreadCountsItsHitsInTheOwnersCount) {
+  RegistrationCache& cache = make(limits(16));
+  const uint64_t id = touch(page(0), kPage);  // filed by this thread: it owns the entry
+  CacheHandle mine = get(page(0), kPage);
+  ASSERT_EQ(FakeBackend::id_of(mine), id);
+  EXPECT_TRUE(mine.owned);
+  EXPECT_EQ(mine.entry->owner_refs.load(), 1u);
+  EXPECT_EQ(mine.entry->state.load() & CacheEntry::kRefMask, CacheEntry::kZero)
+      << "an owner's hit must leave the shared count alone";
+  EXPECT_EQ(mine.entry->references(), 1u);
+
+  CacheHandle theirs;
+  on_another_thread([&] { theirs = get(page(0), kPage); });
+  EXPECT_FALSE(theirs.owned);
+  EXPECT_EQ(mine.entry->state.load() & CacheEntry::kRefMask, CacheEntry::kZero + 1);
+  EXPECT_EQ(mine.entry->references(), 2u);
+  EXPECT_EQ(cache.statistics().in_use_regions, 1u);
+
+  cache.put(theirs);
+  cache.put(mine);
+  EXPECT_EQ(mine.entry->owner_refs.load(), 0u);
+  EXPECT_EQ(mine.entry->references(), 0u);
+  EXPECT_EQ(cache.statistics().in_use_regions, 0u);
+  EXPECT_TRUE(backend_.is_live(id));
+}
+
+TEST_F(RegistrationCacheTest, InvalidatedWhileItsOwnerHoldsItDiesWithTheOwnersPut) {
+  RegistrationCache& cache = make(limits(16));
+  const uint64_t id = touch(page(0), kPage);
+  CacheHandle first = get(page(0), kPage);
+  CacheHandle second = get(page(0), kPage);
+  ASSERT_TRUE(first.owned && second.owned);
+  monitor_.notify(page(0), page(1));
+  EXPECT_TRUE(backend_.is_live(id)) << "the owner still holds two references";
+  EXPECT_NE(touch(page(0), kPage), id) << "an invalidated entry is never hit";
+  cache.put(first);
+  EXPECT_TRUE(backend_.is_live(id)) << "one reference is left";
+  cache.put(second);
+  EXPECT_FALSE(backend_.is_live(id)) << "the owner's last put deregisters it";
+}
+
+TEST_F(RegistrationCacheTest, AnOwnersReferenceClosedOnAnotherThreadStillCounts) {
+  RegistrationCache& cache = make(limits(16));
+  // Closed elsewhere while the entry is live: the count stays right, and a later
+  // invalidation finds the entry unreferenced.
+  const uint64_t id = touch(page(0), kPage);
+  CacheHandle handed_over = get(page(0), kPage);
+  ASSERT_TRUE(handed_over.owned);
+  on_another_thread([&] { cache.put(handed_over); });
+  EXPECT_EQ(handed_over.entry->references(), 0u);
+  EXPECT_EQ(cache.statistics().in_use_regions, 0u);
+  EXPECT_EQ(touch(page(0), kPage), id) << "still cached";
+  monitor_.notify(page(0), page(1));
+  EXPECT_FALSE(backend_.is_live(id)) << "unreferenced: the invalidation deregisters it";
+
+  // Closed elsewhere after the invalidation: that put is the last and deregisters it.
+  const uint64_t again = touch(page(4), kPage);
+  CacheHandle held = get(page(4), kPage);
+  ASSERT_TRUE(held.owned);
+  monitor_.notify(page(4), page(5));
+  EXPECT_TRUE(backend_.is_live(again));
+  on_another_thread([&] { cache.put(held); });
+  EXPECT_FALSE(backend_.is_live(again));
+}
+
+// Handles cross threads as a transport's requests do: each thread registers (missing or
+// hitting, its own entries and the other's) and hands half of its handles to the other
+// thread to close, while a third invalidates.  Owner references are then closed on both
+// their own and foreign threads, beside invalidations.  Nothing may be handed out stale or
+// dead, and every registration is deregistered exactly once (FakeBackend; TearDown).
+TEST_F(RegistrationCacheTest, HandlesClosedOnOtherThreadsBesideInvalidationsAreCountedExactly) {
+  RegistrationCache& cache = make(limits(64));
+  constexpr uint64_t kPages = 16;
+  std::atomic<int> wrong{0};
+  std::atomic<bool> stop{false};
+  std::mutex handoff_mutex;
+  std::vector<CacheHandle> handoff[2];  // handles for worker t to close
+  std::atomic<int> running{2};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 2; ++t) {
+    threads.emplace_back([&, t] {
+      uint64_t state = 0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(t + 3);
+      for (int i = 0; i < 100000; ++i) {
+        state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+        const uint64_t p = (state >> 33) % kPages;
+        Result<CacheHandle> handle = cache.get(page(p), kPage, access_key());
+        if (!handle.ok()) {
+          wrong.fetch_add(1);
+          continue;
+        }
+        if (!handle->entry->contains(page(p), kPage) ||
+            !backend_.is_live(FakeBackend::id_of(*handle))) {
+          wrong.fetch_add(1);
+        }
+        std::vector<CacheHandle> mine;
+        {
+          std::lock_guard<std::mutex> lock(handoff_mutex);
+          if ((state >> 40) % 2 == 0) {
+            handoff[1 - t].push_back(*handle);
+          } else {
+            mine.push_back(*handle);
+          }
+          mine.insert(mine.end(), handoff[t].begin(), handoff[t].end());
+          handoff[t].clear();
+        }
+        for (const CacheHandle& h : mine) cache.put(h);
+      }
+      running.fetch_sub(1);
+    });
+  }
+  threads.emplace_back([&] {
+    for (uint64_t i = 0; !stop.load(); ++i) {
+      monitor_.notify(page(i * 5 % kPages), page(i * 5 % kPages) + kPage);
+      std::this_thread::yield();
+    }
+  });
+  while (running.load() != 0) std::this_thread::yield();
+  stop.store(true);
+  for (std::thread& thread : threads) thread.join();
+  for (const std::vector<CacheHandle>& left : handoff) {
+    for (const CacheHandle& h : left) cache.put(h);
+  }
+  EXPECT_EQ(wrong.load(), 0);
+  const CacheStatistics stats = cache.statistics();
+  EXPECT_GT(stats.hits, 0u);
+  EXPECT_GT(stats.invalidations, 0u);
+  EXPECT_EQ(stats.in_use_regions, 0u);
+  EXPECT_EQ(backend_.registrations.load() - backend_.deregistrations.load(), stats.cached_regions);
+}
+
 }  // namespace
 }  // namespace hmr::core
