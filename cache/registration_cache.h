@@ -6,10 +6,13 @@
 // the writer mutex if no invalidation touched its range meanwhile.
 // A hit takes no lock at all: it enters a read section (util/read_sections.h: a plain store
 // to the thread's own slot), probes the index beside any writer, and counts a reference in
-// the entry before it trusts the entry's range and key (entries are recycled, never freed:
-// cache/entry_pool.h).  put() is one atomic decrement.  Writers (insert, invalidate, evict)
-// take the writer mutex and never wait for readers, except that a grown index table is freed
-// only after a grace period.
+// the entry before it trusts the entry's range and key (entries are recycled only after a
+// grace period: cache/entry_pool.h).  The thread that filed an entry counts its references
+// with plain stores (owner references, cache/cache_entry.h); other threads with one locked
+// add, and put() gives either back the same way.  Writers (insert, invalidate, evict) take
+// the writer mutex and never wait for readers, except that a grown index table is freed only
+// after a grace period, and that deciding whether an owner still holds an entry it retired
+// costs one heavy fence per batch of retired entries.
 // Entries die when the monitor reports their range changed; one still in use stays valid
 // for its holders and is deregistered by the last put().  Unused entries are evicted by
 // CLOCK (a hand sweeping the slot table) when the count or byte limit is reached.

@@ -9,7 +9,8 @@
 // membarrier works), and leaves with a plain release store (even: outside).  Threads beyond
 // kThreadSlots share slots and count themselves in with a locked add instead.
 //
-// Sections must be short and must not nest.
+// Sections must be short and must not nest.  A child process after fork() starts with every
+// section empty (the threads that were inside are not there).
 #pragma once
 
 #include <atomic>
@@ -23,6 +24,7 @@ namespace hmr {
 class ReadSections {
  public:
   ReadSections();
+  ~ReadSections();
   ReadSections(const ReadSections&) = delete;
   ReadSections& operator=(const ReadSections&) = delete;
 
@@ -53,6 +55,10 @@ class ReadSections {
   // before the call may then be freed.  Microseconds (a membarrier); never call it inside a
   // section.
   void wait_for_readers();
+
+  // In a child after fork(): the threads that were inside do not exist there.  Called by the
+  // fork handler for every ReadSections of the process.
+  void forget_readers();
 
  private:
   struct alignas(64) Slot {

@@ -3,6 +3,8 @@
 #include "util/read_sections.h"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -85,6 +87,35 @@ TEST(ReadSections, ThreadsBeyondTheOwnedSlotsShareSlotsAndAreWaitedFor) {
   changed.notify_all();
   last.join();
   for (std::thread& thread : threads) thread.join();
+}
+
+// A process forked while another thread was inside a section: the child has only the forking
+// thread, so its grace periods must not wait for the one that was inside.  The child's alarm
+// turns a hang into a failure.
+TEST(ReadSections, AChildForkedWhileAnotherThreadIsInsideDoesNotWaitForIt) {
+  ReadSections sections;
+  std::atomic<bool> inside{false}, release{false};
+  std::thread reader([&] {
+    const ThreadSlot slot = sections.enter();
+    inside.store(true);
+    while (!release.load()) std::this_thread::yield();
+    sections.leave(slot);
+  });
+  while (!inside.load()) std::this_thread::yield();
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    alarm(10);
+    sections.wait_for_readers();
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  release.store(true);
+  reader.join();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << "the child's grace period waited for a thread it does not have";
+  sections.wait_for_readers();  // the parent's reader is out now
 }
 
 }  // namespace
