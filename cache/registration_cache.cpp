@@ -39,9 +39,10 @@ Result<CacheHandle> RegistrationCache::get(uintptr_t start, uint64_t len, const 
   bool saturated = false;
   if (limits_.max_count != 0) {
     wait_for_monitor();
-    const Hit hit = lookup(start, len, key);
+    const ThreadSlot slot = this_thread_slot();
+    const Hit hit = lookup(start, len, key, slot);
     if (hit.handle && still_valid(hit)) {
-      hits_.add(0, 1);
+      hits_.add(slot, 0, 1);
       return hit.handle;
     }
     saturated = hit.saturated;

@@ -79,8 +79,14 @@ class RegistrationCache final : public InvalidationSink {
   // is not.  The C ABI's hit path asks this first and leaves a miss to the domain's full path.
   // The key comes by value, in registers: the caller builds it from the domain's key and the
   // request's access bits, and a copy through memory would stall on the partial store.
-  CacheHandle find(uintptr_t start, uint64_t len, CacheKey key);
-  void put(const CacheHandle& handle);
+  CacheHandle find(uintptr_t start, uint64_t len, CacheKey key) {
+    return find(start, len, key, this_thread_slot());
+  }
+  // The hit path's find() and put(), with the calling thread's slot (this_thread_slot())
+  // passed in: it is asked once per call of the C ABI, not once per layer.
+  CacheHandle find(uintptr_t start, uint64_t len, CacheKey key, ThreadSlot slot);
+  void put(const CacheHandle& handle) { put(handle, this_thread_slot()); }
+  void put(const CacheHandle& handle, ThreadSlot slot);
   // put(), and the entry leaves the cache too when this was its only holder, so its
   // registration goes now instead of staying for later hits (an MR re-registered away from it
   // revokes what it reached).  With other holders it stays, unchanged for them.
@@ -104,7 +110,8 @@ class RegistrationCache final : public InvalidationSink {
   };
   // The probe in a read section, then the finalization of what it orphaned, outside it.
   // Inlined into find(): the hit path is one function from the C ABI down.
-  [[gnu::always_inline]] Hit lookup(uintptr_t start, uint64_t len, const CacheKey& key);
+  [[gnu::always_inline]] Hit lookup(uintptr_t start, uint64_t len, const CacheKey& key,
+                                    ThreadSlot slot);
   // Whether a hit may be handed out: the monitor's verdict for monitors that check on every
   // hit; otherwise yes.  A stale hit is invalidated and released here.
   bool still_valid(const Hit& hit) { return !validate_hits_ || still_valid_slow(hit); }
@@ -238,12 +245,12 @@ inline bool RegistrationCache::take_if_match(CacheEntry& entry, uintptr_t start,
 }
 
 inline RegistrationCache::Hit RegistrationCache::lookup(uintptr_t start, uint64_t len,
-                                                        const CacheKey& key) {
+                                                        const CacheKey& key, ThreadSlot slot) {
   Hit hit;
   CacheEntry* entry;
   {
-    const ReadSection section(readers_);  // keeps the table we probe from being freed
-    const unsigned owner_id = section.slot().owner_id();
+    const ReadSection section(readers_, slot);  // keeps the table we probe from being freed
+    const unsigned owner_id = slot.owner_id();
     entry = index_.find_if(
         start, KeyTag::of(key), [&](CacheEntry& candidate) __attribute__((always_inline)) {
           return take_if_match(candidate, start, len, key, owner_id, hit);
@@ -260,20 +267,21 @@ inline RegistrationCache::Hit RegistrationCache::lookup(uintptr_t start, uint64_
   return hit;
 }
 
-inline CacheHandle RegistrationCache::find(uintptr_t start, uint64_t len, CacheKey key) {
+inline CacheHandle RegistrationCache::find(uintptr_t start, uint64_t len, CacheKey key,
+                                           ThreadSlot slot) {
   if (limits_.max_count == 0) return {};
   wait_for_monitor();
-  const Hit hit = lookup(start, len, key);
+  const Hit hit = lookup(start, len, key, slot);
   if (!hit.handle || !still_valid(hit)) return {};
-  hits_.add(0, 1);
+  hits_.add(slot, 0, 1);
   return hit.handle;
 }
 
-inline void RegistrationCache::put(const CacheHandle& handle) {
+inline void RegistrationCache::put(const CacheHandle& handle, ThreadSlot slot) {
   CacheEntry& entry = *handle.entry;
   // Once our reference is dropped the entry may be finalized by someone else; the section
   // keeps it from being recycled while we still look at it (cache/entry_pool.h).
-  const ThreadSlot slot = readers_.enter();
+  readers_.enter(slot);
   if (__builtin_expect(handle.owned && entry.owner == slot.owner_id(), 1)) {
     const uint32_t owned = entry.owner_refs.load(std::memory_order_relaxed) - 1;
     entry.owner_refs.store(owned, std::memory_order_release);

@@ -3,8 +3,9 @@
 // It serves exactly the requests whose answer is "the cached registration of this host range":
 // one segment, no flags, no requested key (provider keys), no endpoint binding, no event
 // queue, a range a live host-cache entry covers.  The NIC's mr_cnt limit is honoured through
-// per-thread credits (util/credit_pool.h): one locked add on the thread's own cache line per
-// take and per give, never a shared lock.
+// per-thread credits (util/credit_pool.h): plain stores to the thread's own cache line, never a
+// shared lock.  The entry's owner thread takes and gives its reference with plain stores too
+// (cache/cache_entry.h), so its hit and close make no locked instruction.
 // Everything else — and every miss — returns nullptr and takes the full path, which also
 // reports every error with its reason.  On the way: no domain mutex, no allocation (handles
 // come from a per-thread free list), no condition variable, no vector, no virtual call;
@@ -44,26 +45,28 @@ CachedMr* Domain::try_cached_hit(const void* buf, size_t len, uint64_t access, u
   // the registration is of the same pages and stays valid for RMA.)
   CacheKey key = hit_key_;
   key.access = static_cast<uint16_t>(access);
-  const CacheHandle handle = cache_->find(start, len, key);
+  const ThreadSlot slot = this_thread_slot();  // once, for every per-thread structure below
+  const CacheHandle handle = cache_->find(start, len, key, slot);
   if (!handle) return nullptr;
   // mr_cnt: with no credit left the full path says ENOSPC with its reason.
-  if (!mr_credits_.take()) {
-    cache_->put(handle);
+  if (!mr_credits_.take(slot)) {
+    cache_->put(handle, slot);
     return nullptr;
   }
-  hit_counters_.add(kHitRegistrations, 1);
-  hit_counters_.add(kHitOpen, 1);
-  hit_counters_.add(kHitBytes, static_cast<int64_t>(len));
+  hit_counters_.add(slot, kHitRegistrations, 1);
+  hit_counters_.add(slot, kHitOpen, 1);
+  hit_counters_.add(slot, kHitBytes, static_cast<int64_t>(len));
   return CachedMr::make(*this, *cache_, handle, start, len, access, context, raw_keys());
 }
 
 void Domain::close_cached(CachedMr* mr) {
   const uint64_t length = mr->length();
-  mr->cache().put(mr->handle());
+  const ThreadSlot slot = this_thread_slot();
+  mr->cache().put(mr->handle(), slot);
   CachedMr::release(mr);
-  mr_credits_.give();
-  hit_counters_.add(kHitOpen, -1);
-  hit_counters_.add(kHitBytes, -static_cast<int64_t>(length));
+  mr_credits_.give(slot);
+  hit_counters_.add(slot, kHitOpen, -1);
+  hit_counters_.add(slot, kHitBytes, -static_cast<int64_t>(length));
 }
 
 MemoryRegion& Domain::promote(CachedMr& hit) {

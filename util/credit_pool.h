@@ -34,9 +34,10 @@ class CreditPool {
   // Only while nobody holds credits.
   void reset(uint64_t limit);
 
-  [[gnu::always_inline]] bool take() {
+  // The calling thread's `slot` may be passed in, by a caller that has it already.
+  bool take() { return take(this_thread_slot()); }
+  [[gnu::always_inline]] bool take(ThreadSlot slot) {
     if (limit_ == 0) return true;
-    const ThreadSlot slot = this_thread_slot();
     Slot& mine = slots_[slot.index];
     if (__builtin_expect(slot.exclusive, 1) && enter_owned(mine)) {
       const int64_t credits = mine.credits.load(std::memory_order_relaxed);
@@ -50,9 +51,9 @@ class CreditPool {
     return take_shared(mine.credits);
   }
 
-  [[gnu::always_inline]] void give() {
+  void give() { give(this_thread_slot()); }
+  [[gnu::always_inline]] void give(ThreadSlot slot) {
     if (limit_ == 0) return;
-    const ThreadSlot slot = this_thread_slot();
     Slot& mine = slots_[slot.index];
     if (__builtin_expect(slot.exclusive, 1) && enter_owned(mine)) {
       const int64_t credits = mine.credits.load(std::memory_order_relaxed);

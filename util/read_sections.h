@@ -31,6 +31,11 @@ class ReadSections {
   // Returns the slot to hand back to leave().
   ThreadSlot enter() {
     const ThreadSlot slot = this_thread_slot();
+    enter(slot);
+    return slot;
+  }
+  // The same with the calling thread's slot (this_thread_slot()) passed in.
+  void enter(ThreadSlot slot) {
     Slot& mine = slots_[slot.index];
     if (__builtin_expect(slot.exclusive, 1)) {
       mine.sequence.store(mine.sequence.load(std::memory_order_relaxed) + 1,
@@ -39,7 +44,6 @@ class ReadSections {
     } else {
       mine.shared.fetch_add(1, std::memory_order_seq_cst);
     }
-    return slot;
   }
   void leave(ThreadSlot slot) {
     Slot& mine = slots_[slot.index];
@@ -71,6 +75,9 @@ class ReadSections {
 class ReadSection {
  public:
   explicit ReadSection(ReadSections& sections) : sections_(sections), slot_(sections.enter()) {}
+  ReadSection(ReadSections& sections, ThreadSlot slot) : sections_(sections), slot_(slot) {
+    sections.enter(slot);
+  }
   ~ReadSection() { sections_.leave(slot_); }
   ReadSection(const ReadSection&) = delete;
   ReadSection& operator=(const ReadSection&) = delete;

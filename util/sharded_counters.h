@@ -15,8 +15,9 @@ namespace hmr {
 template <size_t N>
 class ShardedCounters {
  public:
-  void add(size_t counter, int64_t delta) {
-    const ThreadSlot slot = this_thread_slot();
+  void add(size_t counter, int64_t delta) { add(this_thread_slot(), counter, delta); }
+  // The same, with the calling thread's slot passed in by a caller that has it already.
+  void add(ThreadSlot slot, size_t counter, int64_t delta) {
     std::atomic<int64_t>& value = shards_[slot.index].values[counter];
     if (slot.exclusive) {
       value.store(value.load(std::memory_order_relaxed) + delta, std::memory_order_relaxed);
