@@ -214,17 +214,21 @@ void RegistrationCache::retire(CacheEntry* entry, Retired& retired) {
   // Last touch while a holder may still be out there: from now on whoever drops the last
   // reference finalizes the entry, at any moment.  A reader that read its slot before the
   // erase may still add a reference, but sees it is not live and takes it back.
-  if (entry->owner == 0) {
+  // Without an owner, or when we are its owner (memhooks invalidates on the unmapping thread,
+  // usually the one that registered; evictions run on the missing thread), the owner's count
+  // is known exactly here: 0, or our own.
+  if (entry->owner == 0 || entry->owner == this_thread_slot().owner_id()) {
+    const uint32_t owned = entry->owner_refs.load(std::memory_order_relaxed);
     const uint32_t seen =
         entry->state.fetch_and(~CacheEntry::kLive, std::memory_order_acq_rel) & ~CacheEntry::kLive;
-    if (CacheEntry::unreferenced(seen, 0) && entry->claim_finalization(seen)) {
+    if (CacheEntry::unreferenced(seen, owned) && entry->claim_finalization(seen)) {
       entry->next = retired.dead;
       retired.dead = entry;
     }
     return;
   }
-  // Its owner counts without fences: whether it still holds the entry can be read only after
-  // a heavy fence, one for all the entries this writer retires (finish()).  Until then a
+  // Another thread's: it counts without fences, so whether it still holds the entry can be
+  // read only after a heavy fence, one for all the entries this writer retires (finish()).  Until then a
   // shared reference of ours, taken with the same instruction, keeps anyone else from
   // finalizing it.
   entry->state.fetch_sub(CacheEntry::kLive - 1, std::memory_order_acq_rel);

@@ -1061,6 +1061,33 @@ TEST_F(RegistrationCacheTest, InvalidatedWhileItsOwnerHoldsItDiesWithTheOwnersPu
   EXPECT_FALSE(backend_.is_live(id)) << "the owner's last put deregisters it";
 }
 
+// Retired by a thread other than the owner (a userfaultfd monitor's thread, another thread's
+// eviction): the owner's count is read after a heavy fence (RegistrationCache::finish).
+TEST_F(RegistrationCacheTest, RetiredOnAnotherThreadAnEntryDiesWhenItsOwnerLetsGo) {
+  RegistrationCache& cache = make(limits(16));
+  const uint64_t unused = touch(page(0), kPage);
+  on_another_thread([&] { monitor_.notify(page(0), page(1)); });
+  EXPECT_FALSE(backend_.is_live(unused)) << "nobody held it: gone with the invalidation";
+
+  const uint64_t id = touch(page(2), kPage);
+  CacheHandle held = get(page(2), kPage);
+  ASSERT_TRUE(held.owned);
+  on_another_thread([&] { monitor_.notify(page(2), page(3)); });
+  EXPECT_TRUE(backend_.is_live(id)) << "its owner still holds it";
+  EXPECT_NE(touch(page(2), kPage), id);
+  cache.put(held);
+  EXPECT_FALSE(backend_.is_live(id)) << "the owner's put was the last";
+
+  // Flushed on another thread while held, then let go: the same.
+  const uint64_t flushed = touch(page(4), kPage);
+  CacheHandle first = get(page(4), kPage);
+  on_another_thread([&] { cache.flush(); });
+  EXPECT_TRUE(backend_.is_live(flushed)) << "flush drops unused entries only";
+  cache.put(first);
+  on_another_thread([&] { cache.flush(); });
+  EXPECT_FALSE(backend_.is_live(flushed));
+}
+
 TEST_F(RegistrationCacheTest, AnOwnersReferenceClosedOnAnotherThreadStillCounts) {
   RegistrationCache& cache = make(limits(16));
   // Closed elsewhere while the entry is live: the count stays right, and a later
