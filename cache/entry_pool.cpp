@@ -24,6 +24,13 @@ CacheEntry* CacheEntryPool::allocate() {
     if (free_ == nullptr) grow();
     entry = free_;
     free_ = entry->next;
+    // The next miss's entry, into the CPU cache now: entries wait on the free list long after
+    // their slab was built (or their last life ended), so the reset() of each would otherwise
+    // start with a memory miss.
+    if (free_ != nullptr) {
+      __builtin_prefetch(free_, 1);
+      __builtin_prefetch(reinterpret_cast<const char*>(free_ + 1) - 1, 1);  // its last byte's line
+    }
   }
   entry->reset();
   return entry;

@@ -149,6 +149,20 @@ class RegistrationCacheTest : public ::testing::Test {
     cache_->put(handle);
     return id;
   }
+  // get() of page p on a worker thread: a failure, or a handle whose entry does not cover the
+  // page or whose registration is dead, is counted in `wrong`; an empty handle on failure.
+  CacheHandle get_checked(uint64_t p, std::atomic<int>& wrong) {
+    Result<CacheHandle> handle = cache_->get(page(p), kPage, access_key());
+    if (!handle.ok()) {
+      wrong.fetch_add(1);
+      return {};
+    }
+    if (!handle->entry->contains(page(p), kPage) ||
+        !backend_.is_live(FakeBackend::id_of(*handle))) {
+      wrong.fetch_add(1);
+    }
+    return *handle;
+  }
   void TearDown() override {
     cache_.reset();
     // Every NIC registration the cache made is gone once the cache is; every subscription
@@ -987,17 +1001,8 @@ TEST_F(RegistrationCacheTest, RecycledEntriesAreNeverHandedOutForAnotherRange) {
       uint64_t state = 0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(t + 7);
       for (int i = 0; i < 20000; ++i) {
         state = state * 6364136223846793005ULL + 1442695040888963407ULL;
-        const uint64_t p = (state >> 33) % kPages;
-        Result<CacheHandle> handle = cache.get(page(p), kPage, access_key());
-        if (!handle.ok()) {
-          wrong.fetch_add(1);
-          continue;
-        }
-        if (!handle->entry->contains(page(p), kPage) ||
-            !backend_.is_live(FakeBackend::id_of(*handle))) {
-          wrong.fetch_add(1);
-        }
-        cache.put(*handle);
+        const CacheHandle handle = get_checked((state >> 33) % kPages, wrong);
+        if (handle) cache.put(handle);
       }
     });
   }
@@ -1131,23 +1136,15 @@ TEST_F(RegistrationCacheTest, HandlesClosedOnOtherThreadsBesideInvalidationsAreC
       uint64_t state = 0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(t + 3);
       for (int i = 0; i < 100000; ++i) {
         state = state * 6364136223846793005ULL + 1442695040888963407ULL;
-        const uint64_t p = (state >> 33) % kPages;
-        Result<CacheHandle> handle = cache.get(page(p), kPage, access_key());
-        if (!handle.ok()) {
-          wrong.fetch_add(1);
-          continue;
-        }
-        if (!handle->entry->contains(page(p), kPage) ||
-            !backend_.is_live(FakeBackend::id_of(*handle))) {
-          wrong.fetch_add(1);
-        }
+        const CacheHandle handle = get_checked((state >> 33) % kPages, wrong);
+        if (!handle) continue;
         std::vector<CacheHandle> mine;
         {
           std::lock_guard<std::mutex> lock(handoff_mutex);
           if ((state >> 40) % 2 == 0) {
-            handoff[1 - t].push_back(*handle);
+            handoff[1 - t].push_back(handle);
           } else {
-            mine.push_back(*handle);
+            mine.push_back(handle);
           }
           mine.insert(mine.end(), handoff[t].begin(), handoff[t].end());
           handoff[t].clear();
