@@ -45,7 +45,9 @@ struct CacheEntry {
   // no locked instruction, so a hit neither serializes the CPU nor waits for the entry's line.
   // An entry's references are therefore (state's count - kZero) + owner_refs.  The count in
   // `state` may drop below kZero: an owner's reference closed by another thread is given back
-  // there, as the owner's count cannot be written by others.
+  // there, as the owner's count cannot be written by others.  That debt would grow without end
+  // on an entry whose owner registers and another thread closes (a completion thread), so the
+  // owner repays it into `state` once it passes kMaxDebt (RegistrationCache::repay_debt).
   // Deciding that an entry is unreferenced needs the owner's count, which its owner stores
   // without a fence: a thread other than the owner reads it only after heavy_fence(), and the
   // owner, once it sees the entry not live, uses full fences (registration_cache.h).
@@ -55,9 +57,12 @@ struct CacheEntry {
   static constexpr uint32_t kZero = 1u << 29;  // the count in `state` that means none
   // References one entry can carry, both kinds together; a get() beyond it registers anew and
   // hands that out uncached.  Below kZero by half of it: adds racing past the limit (each
-  // undone at once) never carry into kClaimed, and owners' references given back by other
-  // threads never borrow from it.
+  // undone at once) never carry into kClaimed.
   static constexpr uint32_t kMaxRefs = (1u << 28) - 1;
+  // Owner references given back in `state` (its count below kZero by this much) before the
+  // owner moves them out of its own count: far below kZero, so the count never borrows from
+  // kClaimed, and rare enough that the owner's hit path pays for it once per million.
+  static constexpr uint32_t kMaxDebt = 1u << 20;
   static constexpr uint8_t kFiledRecency = 1;
   static constexpr uint8_t kHitRecency = 2;
 

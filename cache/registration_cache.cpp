@@ -165,6 +165,21 @@ void RegistrationCache::put_shared(CacheEntry& entry, ThreadSlot slot) {
   if (last) finalize(&entry);
 }
 
+void RegistrationCache::repay_debt(CacheEntry& entry) {
+  const std::lock_guard<std::mutex> lock(writer_);
+  const uint32_t seen = entry.state.load(std::memory_order_acquire);
+  // Retired meanwhile: its debt is settled with it (the sum is what counts).
+  if ((seen & CacheEntry::kLive) == 0 || (seen & CacheEntry::kRefMask) >= CacheEntry::kZero) {
+    return;
+  }
+  // At most the debt: state's count is kZero + shared - debt, and shared >= 0.  The add first,
+  // then the owner's count down: a reader of both may see too many, never too few.
+  const uint32_t repaid = CacheEntry::kZero - (seen & CacheEntry::kRefMask);
+  entry.state.fetch_add(repaid, std::memory_order_acq_rel);
+  entry.owner_refs.store(entry.owner_refs.load(std::memory_order_relaxed) - repaid,
+                         std::memory_order_release);
+}
+
 void RegistrationCache::put_owned_of_dead(CacheEntry& entry, uint32_t owned, ThreadSlot slot) {
   // It left the index while we held it: deciding needs a real fence against shared drops,
   // which read our count after their own locked instruction.
@@ -218,6 +233,9 @@ void RegistrationCache::retire(CacheEntry* entry, Retired& retired) {
   // usually the one that registered; evictions run on the missing thread), the owner's count
   // is known exactly here: 0, or our own.
   if (entry->owner == 0 || entry->owner == this_thread_slot().owner_id()) {
+    // In a section: once live is cleared another thread may finalize it, and the pool must not
+    // recycle it before our compare-exchange has looked (an identical state in its next life).
+    const ReadSection section(readers_);
     const uint32_t owned = entry->owner_refs.load(std::memory_order_relaxed);
     const uint32_t seen =
         entry->state.fetch_and(~CacheEntry::kLive, std::memory_order_acq_rel) & ~CacheEntry::kLive;
@@ -245,6 +263,10 @@ void RegistrationCache::finish(Retired& retired) {
     for (CacheEntry* entry = retired.unsettled; entry != nullptr;) {
       CacheEntry* next = entry->next;
       const uint32_t seen = entry->state.fetch_sub(1, std::memory_order_acq_rel) - 1;
+      // Our drop before the owner's count: an owner letting go now reads state after its own
+      // full fence (put_owned_of_dead), and one of us sees the other.  x86's locked subtract
+      // is such a fence already; weaker memory models need it said.
+      std::atomic_thread_fence(std::memory_order_seq_cst);
       if (CacheEntry::unreferenced(seen, entry->owner_refs.load(std::memory_order_acquire)) &&
           entry->claim_finalization(seen)) {
         entry->next = retired.dead;

@@ -106,6 +106,7 @@ class RegistrationCache final : public InvalidationSink {
     uintptr_t entry_start = 0;  // the entry's range, for a monitor that validates hits
     uintptr_t entry_end = 0;
     bool saturated = false;  // found, but the entry already carries CacheEntry::kMaxRefs
+    bool in_debt = false;    // an owner's hit on an entry whose debt passed kMaxDebt
     CacheEntry* orphans = nullptr;  // dead entries whose last reference the probe dropped
   };
   // The probe in a read section, then the finalization of what it orphaned, outside it.
@@ -156,6 +157,10 @@ class RegistrationCache final : public InvalidationSink {
   // reference (or an owner's closed on another thread), and the owner's last look at an entry
   // that left the index while it held it.
   void put_shared(CacheEntry& entry, ThreadSlot slot);
+  // The owner moves the references other threads gave back in `state` out of its own count
+  // (cache_entry.h, kMaxDebt).  Under the writer mutex, on a live entry: nobody decides about
+  // it meanwhile, so the sum may be too high for a moment but is never too low.
+  [[gnu::cold, gnu::noinline]] void repay_debt(CacheEntry& entry);
   [[gnu::cold, gnu::noinline]] void put_owned_of_dead(CacheEntry& entry, uint32_t owned,
                                                       ThreadSlot slot);
 
@@ -219,6 +224,7 @@ inline bool RegistrationCache::take_if_match(CacheEntry& entry, uintptr_t start,
       return false;
     }
     hit.handle.owned = true;
+    hit.in_debt = (seen & CacheEntry::kRefMask) < CacheEntry::kZero - CacheEntry::kMaxDebt;
   } else {
     // One locked add, no compare-exchange loop: whatever state the entry is in, an add undone
     // by refuse_shared() leaves it as it was (cache/cache_entry.h).
@@ -257,6 +263,7 @@ inline RegistrationCache::Hit RegistrationCache::lookup(uintptr_t start, uint64_
         });
   }
   if (__builtin_expect(hit.orphans != nullptr, 0)) finalize_all(hit.orphans);
+  if (__builtin_expect(hit.in_debt, 0)) repay_debt(*entry);  // we hold it: it stays an entry
   if (entry != nullptr) {
     hit.handle.entry = entry;
     hit.entry_start = entry->start;

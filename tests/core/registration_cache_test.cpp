@@ -1117,6 +1117,33 @@ TEST_F(RegistrationCacheTest, AnOwnersReferenceClosedOnAnotherThreadStillCounts)
   EXPECT_FALSE(backend_.is_live(again));
 }
 
+// An owner registers, another thread closes (a transport's completion thread), a million
+// times over: the owner's references given back in `state` are a debt the owner must repay,
+// or the count would sink until it borrowed from kClaimed (about 2^29 closes) and the entry
+// could never be freed.  The closing thread is simulated with the slot of a thread that has
+// exited (nobody else uses it), so the loop runs at the speed of a hit.
+TEST_F(RegistrationCacheTest, OwnersReferencesClosedElsewhereNeverSinkTheSharedCount) {
+  RegistrationCache& cache = make(limits(16));
+  const uint64_t id = touch(page(0), kPage);
+  ThreadSlot elsewhere{};
+  on_another_thread([&] { elsewhere = this_thread_slot(); });
+  ASSERT_NE(elsewhere.owner_id(), this_thread_slot().owner_id());
+  CacheEntry* entry = nullptr;
+  for (uint32_t i = 0; i < CacheEntry::kMaxDebt + 1000; ++i) {
+    const CacheHandle mine = cache.find(page(0), kPage, access_key());
+    ASSERT_TRUE(mine.owned) << "hit " << i;
+    entry = mine.entry;
+    cache.put(mine, elsewhere);
+  }
+  const uint32_t count = entry->state.load() & CacheEntry::kRefMask;
+  EXPECT_GE(count, CacheEntry::kZero - CacheEntry::kMaxDebt) << "the debt was never repaid";
+  EXPECT_LE(entry->owner_refs.load(), CacheEntry::kMaxDebt);
+  EXPECT_EQ(entry->references(), 0u);
+  EXPECT_EQ(cache.statistics().in_use_regions, 0u);
+  monitor_.notify(page(0), page(1));
+  EXPECT_FALSE(backend_.is_live(id)) << "unreferenced: the invalidation deregisters it";
+}
+
 // Handles cross threads as a transport's requests do: each thread registers (missing or
 // hitting, its own entries and the other's) and hands half of its handles to the other
 // thread to close, while a third invalidates.  Owner references are then closed on both
