@@ -197,8 +197,12 @@ void RegistrationCache::put_and_drop_if_unused(const CacheHandle& handle) {
     const std::lock_guard<std::mutex> lock(writer_);
     // Ours keeps the entry alive.  A hit racing us may still take a reference before it
     // leaves the index; that hit came first, and the entry stays valid for it.
-    const bool live = (entry->state.load(std::memory_order_acquire) & CacheEntry::kLive) != 0;
-    if (live && entry->references() == 1) retire(entry, retired);
+    const uint32_t seen = entry->state.load(std::memory_order_acquire);
+    // Another thread's count is exact only after a heavy fence (rare path: a rereg).
+    if (entry->owner != 0 && entry->owner != this_thread_slot().owner_id()) heavy_fence();
+    const uint32_t references = (seen & CacheEntry::kRefMask) - CacheEntry::kZero +
+                                entry->owner_refs.load(std::memory_order_acquire);
+    if ((seen & CacheEntry::kLive) != 0 && references == 1) retire(entry, retired);
   }
   finish(retired);
   put(handle);  // the last reference of a retired entry deregisters it
