@@ -113,13 +113,17 @@ struct CacheEntry {
   // A moment's count of both kinds, for heuristics (eviction, statistics): the owner's part
   // may be behind by what its owner has not yet made visible.
   uint32_t references() const {
-    return (state.load(std::memory_order_relaxed) & kRefMask) - kZero +
-           owner_refs.load(std::memory_order_relaxed);
+    return references(state.load(std::memory_order_relaxed),
+                      owner_refs.load(std::memory_order_relaxed));
   }
-  // Whether `seen` (a value of state) with the owner's count `owned` describes an entry out of
-  // the index that nobody references: it may be finalized, if claim_finalization(seen) wins.
+  // The references `seen` (a value of state) and the owner's count `owned` add up to.
+  static uint32_t references(uint32_t seen, uint32_t owned) {
+    return (seen & kRefMask) - kZero + owned;
+  }
+  // Whether `seen` with the owner's count `owned` describes an entry out of the index that
+  // nobody references: it may be finalized, if claim_finalization(seen) wins.
   static bool unreferenced(uint32_t seen, uint32_t owned) {
-    return (seen & (kLive | kClaimed)) == kClaimed && (seen & kRefMask) + owned == kZero;
+    return (seen & (kLive | kClaimed)) == kClaimed && references(seen, owned) == 0;
   }
   bool contains(uintptr_t first, uint64_t len) const {
     return first >= start && len <= length && first - start <= length - len;

@@ -117,24 +117,44 @@ Result<CacheHandle> RegistrationCache::register_and_insert(uintptr_t start, uint
   return CacheHandle{entry.release()};
 }
 
-bool RegistrationCache::unreferenced_after_shared_drop(const CacheEntry& entry, uint32_t seen) {
+bool RegistrationCache::drop_shared(CacheEntry& entry) {
+  const uint32_t seen = entry.state.fetch_sub(1, std::memory_order_acq_rel) - 1;
   // Live, free, or other shared references left: nothing to decide (and no fence to pay).
   if ((seen & (CacheEntry::kLive | CacheEntry::kClaimed)) != CacheEntry::kClaimed ||
       (seen & CacheEntry::kRefMask) > CacheEntry::kZero) {
     return false;
   }
-  if (entry.owner == 0) return CacheEntry::unreferenced(seen, 0);
-  // The owner stores its count behind a compiler barrier only: after this fence we see every
-  // count it stored before it last looked at state, and it sees our drop when it looks next.
-  heavy_fence();
-  return CacheEntry::unreferenced(seen, entry.owner_refs.load(std::memory_order_acquire));
+  uint32_t owned = 0;
+  if (entry.owner != 0) {
+    // The owner stores its count behind a compiler barrier only: after this fence we see every
+    // count it stored before it last looked at state, and it sees our drop when it looks next.
+    heavy_fence();
+    owned = entry.owner_refs.load(std::memory_order_acquire);
+  }
+  return CacheEntry::unreferenced(seen, owned) && entry.claim_finalization(seen);
+}
+
+bool RegistrationCache::last_owned_of_dead(CacheEntry& entry, uint32_t owned) {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  const uint32_t seen = entry.state.load(std::memory_order_acquire);
+  return CacheEntry::unreferenced(seen, owned) && entry.claim_finalization(seen);
+}
+
+void RegistrationCache::put_shared(CacheEntry& entry, ThreadSlot slot) {
+  const bool last = drop_shared(entry);
+  readers_.leave(slot);
+  if (last) finalize(&entry);
+}
+
+void RegistrationCache::put_owned_of_dead(CacheEntry& entry, uint32_t owned, ThreadSlot slot) {
+  const bool last = last_owned_of_dead(entry, owned);
+  readers_.leave(slot);
+  if (last) finalize(&entry);
 }
 
 void RegistrationCache::refuse_shared(CacheEntry& entry, bool saturated, Hit& hit) {
   hit.saturated = hit.saturated || saturated;
-  const uint32_t seen = entry.state.fetch_sub(1, std::memory_order_acq_rel) - 1;
-  // We held a dead entry's last reference.
-  if (unreferenced_after_shared_drop(entry, seen) && entry.claim_finalization(seen)) {
+  if (drop_shared(entry)) {  // we held a dead entry's last reference
     entry.next = hit.orphans;
     hit.orphans = &entry;
   }
@@ -143,26 +163,10 @@ void RegistrationCache::refuse_shared(CacheEntry& entry, bool saturated, Hit& hi
 void RegistrationCache::refuse_owned(CacheEntry& entry, uint32_t owned, bool saturated,
                                      Hit& hit) {
   hit.saturated = hit.saturated || saturated;
-  entry.owner_refs.store(owned, std::memory_order_release);
-  light_fence();  // the count above before the state below (a retirer's heavy fence pairs)
-  if ((entry.state.load(std::memory_order_acquire) & CacheEntry::kLive) != 0) return;
-  // Out of the index: deciding needs a real fence against shared drops, which read our count
-  // after their own locked instruction.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  const uint32_t seen = entry.state.load(std::memory_order_acquire);
-  if (CacheEntry::unreferenced(seen, owned) && entry.claim_finalization(seen)) {
+  if (drop_owned(entry, owned)) {
     entry.next = hit.orphans;
     hit.orphans = &entry;
   }
-}
-
-void RegistrationCache::put_shared(CacheEntry& entry, ThreadSlot slot) {
-  // A shared reference, or an owner's closed on another thread: the owner's count is the
-  // owner's to write, so this one is given back in state, below kZero if need be.
-  const uint32_t seen = entry.state.fetch_sub(1, std::memory_order_acq_rel) - 1;
-  const bool last = unreferenced_after_shared_drop(entry, seen) && entry.claim_finalization(seen);
-  readers_.leave(slot);
-  if (last) finalize(&entry);
 }
 
 void RegistrationCache::repay_debt(CacheEntry& entry) {
@@ -180,16 +184,6 @@ void RegistrationCache::repay_debt(CacheEntry& entry) {
                          std::memory_order_release);
 }
 
-void RegistrationCache::put_owned_of_dead(CacheEntry& entry, uint32_t owned, ThreadSlot slot) {
-  // It left the index while we held it: deciding needs a real fence against shared drops,
-  // which read our count after their own locked instruction.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  const uint32_t seen = entry.state.load(std::memory_order_acquire);
-  const bool last = CacheEntry::unreferenced(seen, owned) && entry.claim_finalization(seen);
-  readers_.leave(slot);
-  if (last) finalize(&entry);
-}
-
 void RegistrationCache::put_and_drop_if_unused(const CacheHandle& handle) {
   CacheEntry* entry = handle.entry;
   Retired retired;
@@ -200,9 +194,10 @@ void RegistrationCache::put_and_drop_if_unused(const CacheHandle& handle) {
     const uint32_t seen = entry->state.load(std::memory_order_acquire);
     // Another thread's count is exact only after a heavy fence (rare path: a rereg).
     if (entry->owner != 0 && entry->owner != this_thread_slot().owner_id()) heavy_fence();
-    const uint32_t references = (seen & CacheEntry::kRefMask) - CacheEntry::kZero +
-                                entry->owner_refs.load(std::memory_order_acquire);
-    if ((seen & CacheEntry::kLive) != 0 && references == 1) retire(entry, retired);
+    const uint32_t owned = entry->owner_refs.load(std::memory_order_acquire);
+    if ((seen & CacheEntry::kLive) != 0 && CacheEntry::references(seen, owned) == 1) {
+      retire(entry, retired);
+    }
   }
   finish(retired);
   put(handle);  // the last reference of a retired entry deregisters it
@@ -268,7 +263,7 @@ void RegistrationCache::finish(Retired& retired) {
       CacheEntry* next = entry->next;
       const uint32_t seen = entry->state.fetch_sub(1, std::memory_order_acq_rel) - 1;
       // Our drop before the owner's count: an owner letting go now reads state after its own
-      // full fence (put_owned_of_dead), and one of us sees the other.  x86's locked subtract
+      // full fence (last_owned_of_dead), and one of us sees the other.  x86's locked subtract
       // is such a fence already; weaker memory models need it said.
       std::atomic_thread_fence(std::memory_order_seq_cst);
       if (CacheEntry::unreferenced(seen, entry->owner_refs.load(std::memory_order_acquire)) &&

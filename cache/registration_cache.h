@@ -150,19 +150,32 @@ class RegistrationCache final : public InvalidationSink {
                                                          Hit& hit);
   [[gnu::cold, gnu::noinline]] static void refuse_owned(CacheEntry& entry, uint32_t owned,
                                                         bool saturated, Hit& hit);
-  // After a shared reference was dropped and left `seen` in state: whether the entry is now
-  // unreferenced.  Reads the owner's count, after a heavy fence, only when it matters.
-  static bool unreferenced_after_shared_drop(const CacheEntry& entry, uint32_t seen);
-  // The rest of put() (in the read section `slot` entered, which they leave): a shared
-  // reference (or an owner's closed on another thread), and the owner's last look at an entry
-  // that left the index while it held it.
+  // A reference dropped, in a read section: true when it was the last of an entry out of the
+  // index and this caller won its finalization.  A shared one (or an owner's closed on another
+  // thread) is given back in state, below kZero if need be; the owner's count goes to `owned`.
+  static bool drop_shared(CacheEntry& entry);
+  static bool drop_owned(CacheEntry& entry, uint32_t owned) {
+    return !set_owned_still_live(entry, owned) && last_owned_of_dead(entry, owned);
+  }
+  // The owner's count set to `owned`, then the look at state: whether the entry is still in
+  // the index (the common answer, which needs no decision).
+  [[gnu::always_inline]] static bool set_owned_still_live(CacheEntry& entry, uint32_t owned);
+  // drop_owned() on an entry that left the index while the owner held it: deciding needs a
+  // real fence against shared drops, which read the owner's count after their own locked
+  // instruction.
+  [[gnu::cold, gnu::noinline]] static bool last_owned_of_dead(CacheEntry& entry,
+                                                              uint32_t owned);
+  // The rest of put(), out of the owner's inline path, leaving the section `slot` entered: a
+  // shared reference (or an owner's closed on another thread), and the owner's last look at
+  // an entry that left the index while it held it.  Tail calls, so the inline path keeps
+  // nothing live across them.
   void put_shared(CacheEntry& entry, ThreadSlot slot);
+  [[gnu::cold, gnu::noinline]] void put_owned_of_dead(CacheEntry& entry, uint32_t owned,
+                                                      ThreadSlot slot);
   // The owner moves the references other threads gave back in `state` out of its own count
   // (cache_entry.h, kMaxDebt).  Under the writer mutex, on a live entry: nobody decides about
   // it meanwhile, so the sum may be too high for a moment but is never too low.
   [[gnu::cold, gnu::noinline]] void repay_debt(CacheEntry& entry);
-  [[gnu::cold, gnu::noinline]] void put_owned_of_dead(CacheEntry& entry, uint32_t owned,
-                                                      ThreadSlot slot);
 
   void retire(CacheEntry* entry, Retired& retired);  // out of the index (locked)
   // One heavy fence for all of retired.unsettled, then each finalized if unreferenced; then
@@ -203,6 +216,13 @@ class RegistrationCache final : public InvalidationSink {
 };
 
 // The hit path, inline: the C ABI's hmr_mr_reg reaches it through one call.
+
+inline bool RegistrationCache::set_owned_still_live(CacheEntry& entry, uint32_t owned) {
+  entry.owner_refs.store(owned, std::memory_order_release);
+  light_fence();  // the count above before the state below (a retirer's heavy fence pairs)
+  return __builtin_expect(
+      (entry.state.load(std::memory_order_acquire) & CacheEntry::kLive) != 0, 1);
+}
 
 inline bool RegistrationCache::take_if_match(CacheEntry& entry, uintptr_t start, uint64_t len,
                                              const CacheKey& key, unsigned owner_id, Hit& hit) {
@@ -264,12 +284,10 @@ inline RegistrationCache::Hit RegistrationCache::lookup(uintptr_t start, uint64_
   }
   if (__builtin_expect(hit.orphans != nullptr, 0)) finalize_all(hit.orphans);
   if (__builtin_expect(hit.in_debt, 0)) repay_debt(*entry);  // we hold it: it stays an entry
-  if (entry != nullptr) {
+  if (entry != nullptr) {  // hit.handle.owned was set only with a match
     hit.handle.entry = entry;
     hit.entry_start = entry->start;
     hit.entry_end = entry->end();
-  } else {
-    hit.handle.owned = false;
   }
   return hit;
 }
@@ -291,10 +309,7 @@ inline void RegistrationCache::put(const CacheHandle& handle, ThreadSlot slot) {
   readers_.enter(slot);
   if (__builtin_expect(handle.owned && entry.owner == slot.owner_id(), 1)) {
     const uint32_t owned = entry.owner_refs.load(std::memory_order_relaxed) - 1;
-    entry.owner_refs.store(owned, std::memory_order_release);
-    light_fence();  // the count above before the state below (a retirer's heavy fence pairs)
-    if (__builtin_expect((entry.state.load(std::memory_order_acquire) & CacheEntry::kLive) != 0,
-                         1)) {
+    if (set_owned_still_live(entry, owned)) {
       readers_.leave(slot);
       return;
     }
