@@ -20,9 +20,10 @@ int register_attr(hmr_domain* handle, const hmr_mr_attr& attr, uint64_t flags, h
   Domain* domain = from_handle<Domain>(handle);
   if (domain == nullptr) return hmr::report_error(HMR_EINVAL, "not a domain handle");
   if (mr == nullptr) return hmr::report_error(HMR_EINVAL, "mr output pointer is NULL");
-  auto region = domain->register_memory(attr, flags);
-  if (!region.ok()) return hmr::report(region.status());
-  *mr = hmr::core::to_handle<hmr_mr>(*region);
+  auto registered = domain->register_memory(attr, flags);
+  if (!registered.ok()) return hmr::report(registered.status());
+  *mr = registered->shared != nullptr ? hmr::core::to_handle<hmr_mr>(registered->shared)
+                                      : hmr::core::to_handle<hmr_mr>(registered->region);
   return 0;
 }
 

@@ -355,10 +355,12 @@ Status Domain::bind_event_queue(EventQueue& queue, uint64_t flags) {
   return ok_status();
 }
 
+Status Domain::mr_cnt_reached() const {
+  return make_error(HMR_ENOSPC, "domain already has mr_cnt=%zu MRs open", mr_cnt_);
+}
+
 Status Domain::reserve_mr_slot() {
-  if (!mr_credits_.take()) {
-    return make_error(HMR_ENOSPC, "domain already has mr_cnt=%zu MRs open", mr_cnt_);
-  }
+  if (!mr_credits_.take()) return mr_cnt_reached();
   open_mrs_.fetch_add(1);
   return ok_status();
 }
@@ -368,10 +370,11 @@ void Domain::release_mr_slot() {
   mr_credits_.give();
 }
 
-Result<MemoryRegion*> Domain::register_memory(const hmr_mr_attr& attr, uint64_t flags) {
+Result<Domain::Registered> Domain::register_memory(const hmr_mr_attr& attr, uint64_t flags) {
   Result<MrRequest> request = validate_mr_request(attr, flags, rules_);
   Status status = request.ok() ? check_paging(*request) : request.status();
   if (status.ok()) status = resolve(*request);
+  if (status.ok() && shared_like_a_hit(*request)) return register_shared(*request);
   if (status.ok()) status = reserve_mr_slot();
   if (!status.ok()) {
     stats_.record_registration(false);
@@ -393,7 +396,7 @@ Result<MemoryRegion*> Domain::register_memory(const hmr_mr_attr& attr, uint64_t 
     if (registrar_) {
       stats_.record_mr_open(length);
       registrar_->submit(region.get());
-      return region.release();
+      return Registered{region.release(), nullptr};
     }
   }
   status = region->register_now();
@@ -404,7 +407,7 @@ Result<MemoryRegion*> Domain::register_memory(const hmr_mr_attr& attr, uint64_t 
     return status;
   }
   stats_.record_mr_open(length);
-  return region.release();
+  return Registered{region.release(), nullptr};
 }
 
 Result<uint64_t> Domain::map_peer_key(const KeyBytes& key) {

@@ -43,7 +43,14 @@ class Domain : public Tagged<ObjectClass::domain> {
   Status prepare_close();
   Status bind_event_queue(EventQueue& queue, uint64_t flags);
 
-  Result<MemoryRegion*> register_memory(const hmr_mr_attr& attr, uint64_t flags);
+  // What a registration hands out: a MemoryRegion, or, for plain host memory that the cache
+  // shares, the same pooled CachedMr a hit gets (core/hit_path.cpp), so that the first
+  // registration of a range is closed as cheaply as its hits.  Exactly one is set.
+  struct Registered {
+    MemoryRegion* region = nullptr;
+    CachedMr* shared = nullptr;
+  };
+  Result<Registered> register_memory(const hmr_mr_attr& attr, uint64_t flags);
   Status close_memory_region(MemoryRegion* region);
 
   // The cache hit path (core/hit_path.cpp): hmr_mr_reg of host memory that the cache holds,
@@ -122,6 +129,15 @@ class Domain : public Tagged<ObjectClass::domain> {
   Status resolve(MrRequest& request);
   Status reserve_mr_slot();
   void release_mr_slot();
+  Status mr_cnt_reached() const;
+  // Whether a validated, resolved request is one the hit path would serve: plain host memory
+  // the cache shares, in a synchronous domain (core/hit_path.cpp).
+  bool shared_like_a_hit(const MrRequest& request) const;
+  // Its registration: the cache's entry (found, or registered and filed) as a CachedMr.
+  Result<Registered> register_shared(const MrRequest& request);
+  // A pooled handle for `handle`, counted as an open MR (the caller holds an mr_cnt credit).
+  CachedMr* hand_out(const CacheHandle& handle, uintptr_t start, uint64_t length,
+                     uint64_t access, void* context, ThreadSlot slot);
   // MRs open now: full MemoryRegions and the hit path's CachedMrs.
   int64_t open_mr_count() const;
   // Whether hmr_mr_reg may try the hit path in this domain (decided once, at open).

@@ -10,6 +10,9 @@
 // reports every error with its reason.  On the way: no domain mutex, no allocation (handles
 // come from a per-thread free list), no condition variable, no vector, no virtual call;
 // counters are per thread.
+// The full path ends here too for the same kind of request: once it has validated and
+// classified a miss and the cache has registered the range, the caller gets a CachedMr
+// (register_shared), not a heap MemoryRegion, so a first registration closes like a hit.
 #include "cache/registration_cache.h"
 #include "core/cached_mr.h"
 #include "core/domain.h"
@@ -53,10 +56,43 @@ CachedMr* Domain::try_cached_hit(const void* buf, size_t len, uint64_t access, u
     cache_->put(handle, slot);
     return nullptr;
   }
+  return hand_out(handle, start, len, access, context, slot);
+}
+
+CachedMr* Domain::hand_out(const CacheHandle& handle, uintptr_t start, uint64_t length,
+                           uint64_t access, void* context, ThreadSlot slot) {
   hit_counters_.add(slot, kHitRegistrations, 1);
   hit_counters_.add(slot, kHitOpen, 1);
-  hit_counters_.add(slot, kHitBytes, static_cast<int64_t>(len));
-  return CachedMr::make(*this, *cache_, handle, start, len, access, context, raw_keys());
+  hit_counters_.add(slot, kHitBytes, static_cast<int64_t>(length));
+  return CachedMr::make(*this, *cache_, handle, start, length, access, context, raw_keys());
+}
+
+bool Domain::shared_like_a_hit(const MrRequest& request) const {
+  // try_cached_hit()'s conditions, on a request the full path has validated and classified:
+  // what a later hit of the range would hand out anyway.  (Binding an event queue while
+  // registering races here as it does on the hit path: binding needs no MRs open.)
+  return hit_path_ && !async_bound_.load(std::memory_order_relaxed) && cacheable(request) &&
+         !request.requested_key && !request.dmabuf && !request.device_memory();
+}
+
+Result<Domain::Registered> Domain::register_shared(const MrRequest& request) {
+  // A miss (or a hit the hit path could not take, such as a racing insert): the cache looks
+  // again and registers, and the caller gets a hit's handle rather than a heap MemoryRegion.
+  const iovec& segment = request.segments[0];
+  const auto start = reinterpret_cast<uintptr_t>(segment.iov_base);
+  const ThreadSlot slot = this_thread_slot();
+  if (!mr_credits_.take(slot)) {
+    stats_.record_registration(false);
+    return mr_cnt_reached();
+  }
+  Result<CacheHandle> handle = cache_->get(start, segment.iov_len, cache_key(request));
+  if (!handle.ok()) {
+    mr_credits_.give(slot);
+    stats_.record_registration(false);
+    return handle.status();
+  }
+  return Registered{nullptr, hand_out(*handle, start, segment.iov_len, request.access,
+                                      request.context, slot)};
 }
 
 void Domain::close_cached(CachedMr* mr) {

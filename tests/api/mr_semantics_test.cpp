@@ -221,6 +221,47 @@ TEST(MrKeys, MrCntCountsCachedHits) {
   EXPECT_EQ(stats.mr_open, 0u);
 }
 
+// The first registration of plain host memory in a caching domain is handed out as a hit's
+// handle (core/hit_path.cpp, Domain::register_shared): mr_cnt refuses it with its reason, and
+// a registration the NIC refuses gives its place back.
+TEST(MrKeys, FirstRegistrationsOfCachedMemoryKeepMrCntAndGiveBackFailedPlaces) {
+  Pages pages(4 * kPage);
+  ASSERT_EQ(munmap(pages.data() + 3 * kPage, kPage), 0);  // the NIC (ALLOCATED) refuses it
+  hmr_domain_attr attr;
+  DomainPtr domain =
+      open_domain(HMR_MR_PROV_KEY | HMR_MR_ALLOCATED, "require=PROV_KEY|ALLOCATED;mr_cnt=2", &attr);
+  ASSERT_TRUE(domain);
+  ASSERT_EQ(attr.mr_cnt, 2u);
+  hmr_domain_stats stats{};
+  stats.size = sizeof stats;
+  for (int round = 0; round < 3; ++round) {  // a refused place that leaked would show by now
+    hmr_mr* refused = nullptr;
+    EXPECT_HMR_ERROR(hmr_mr_reg(domain.get(), pages.data() + 3 * kPage, kPage, kRemote, 0, 0, 0,
+                                &refused, nullptr),
+                     HMR_EFAULT);
+    EXPECT_EQ(refused, nullptr);
+  }
+  MrPtr a = reg(domain.get(), pages.data(), kPage, kRemote);
+  MrPtr b = reg(domain.get(), pages.data() + kPage, kPage, kRemote);
+  ASSERT_TRUE(a && b) << "refused registrations kept their mr_cnt places";
+  hmr_mr* third = nullptr;
+  EXPECT_HMR_ERROR(hmr_mr_reg(domain.get(), pages.data() + 2 * kPage, kPage, kRemote, 0, 0, 0,
+                              &third, nullptr),
+                   HMR_ENOSPC);
+  EXPECT_NE(std::string(hmr_last_error()).find("mr_cnt=2"), std::string::npos) << hmr_last_error();
+  ASSERT_HMR_OK(hmr_domain_query_stats(domain.get(), &stats));
+  EXPECT_EQ(stats.mr_open, 2u);
+  EXPECT_EQ(stats.registrations, 2u);
+  EXPECT_EQ(stats.registration_errors, 4u);
+  EXPECT_EQ(stats.cache_misses, 5u) << "both refusals reached the cache's NIC registration";
+  b.reset();
+  MrPtr c = reg(domain.get(), pages.data() + 2 * kPage, kPage, kRemote);
+  EXPECT_TRUE(c) << "a closed first registration gives its place back";
+  ASSERT_HMR_OK(hmr_domain_query_stats(domain.get(), &stats));
+  EXPECT_EQ(stats.mr_open, 2u);
+  EXPECT_EQ(stats.mr_bytes, 2 * kPage);
+}
+
 // ============================================================== raw keys
 
 void expect_raw_key_is_key(hmr_mr* mr, size_t key_size, uint64_t expected_base) {
