@@ -72,8 +72,8 @@ Result<nic::ReregRequest> MemoryRegion::rereg_request(uint64_t flags,
 
 Result<nic::Registration> MemoryRegion::private_registration(
     const nic::ReregRequest& change) const {
-  const std::vector<iovec>& segments =
-      change.translation.empty() ? request_.segments : change.translation;
+  const std::span<const iovec> segments =
+      change.translation.empty() ? std::span<const iovec>(request_.segments) : change.translation;
   nic::RegistrationRequest request = domain_.nic_registrar().request_for(
       segments, change.access ? *change.access : request_.access);
   return domain_.nic_registrar().register_memory(request);

@@ -8,9 +8,9 @@
 
 #include <cstdint>
 #include <optional>
-#include <vector>
 
 #include "hmem/iface.h"
+#include "util/inline_vector.h"
 #include "util/status.h"
 
 namespace hmr::core {
@@ -33,7 +33,7 @@ inline constexpr uint64_t kKnownRegistrationFlags = HMR_MR_DMABUF | HMR_HMEM_HOS
                                                     HMR_RMA_EVENT | HMR_AUTH_KEY | HMR_MR_ODP;
 
 struct MrRequest {
-  std::vector<iovec> segments;          // empty for a dma-buf
+  InlineVector<iovec, 1> segments;      // empty for a dma-buf; one, without an allocation, mostly
   std::optional<hmr_mr_dmabuf> dmabuf;
   uint64_t access = 0;
   uint64_t flags = 0;
