@@ -39,7 +39,9 @@ Status make_error_v(int code, const char* format, va_list args) __attribute__((f
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : value_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  // By reference, so that returning a large value (a registration request) moves it once.
+  Result(T&& value) : value_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(const T& value) : value_(value) {}  // NOLINT(google-explicit-constructor)
   Result(Status status) : status_(std::move(status)) {}  // NOLINT(google-explicit-constructor)
 
   bool ok() const { return value_.has_value(); }

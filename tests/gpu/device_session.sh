@@ -107,6 +107,17 @@ for line in "NET/Plugin: Loaded net plugin hmr" "NET/hmr: device 0:" "Unloading 
   grep -q "$line" "$out/nccl.log" || failed+=("nccl.log lacks '$line'")
 done
 
+# 6. What a caller pays for host registrations through the C ABI, beside UCX's rcache
+# (bench/api_hit_vs_ucx.cpp, docs/performance.md): once with host memory alone, as on a
+# machine without GPUs, once with the CUDA runtime loaded (a miss then asks the driver what
+# the pointer is).
+if [[ -x $bundle/bin/hmr_api_hit_vs_ucx ]]; then
+  bench_libs=$HMR_LD_PATH:$bundle/ucx${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  step api_bench.log env FI_HMEM=system LD_LIBRARY_PATH=$bench_libs \
+    "$bundle/bin/hmr_api_hit_vs_ucx"
+  step api_bench.log env LD_LIBRARY_PATH=$bench_libs "$bundle/bin/hmr_api_hit_vs_ucx"
+fi
+
 if ((${#failed[@]})); then
   printf 'FAILED: %s\n' "${failed[@]}"
   exit 1

@@ -12,6 +12,16 @@ for binary in tests/hmr_gpu_tests tools/hmr-info tools/hmr-perftest \
   bench/hmr_device_registration_bench; do
   strip --strip-debug -o "$bundle/bin/$(basename $binary)" "$build/$binary"
 done
+# The C-ABI bench against UCX's rcache (issue 9's figures), where the build has it, with UCX's
+# libraries: it dlopens libucs.so.0, which a GPU machine may lack.
+if [[ -x $build/bench/hmr_api_hit_vs_ucx ]]; then
+  strip --strip-debug -o "$bundle/bin/hmr_api_hit_vs_ucx" "$build/bench/hmr_api_hit_vs_ucx"
+  mkdir -p "$bundle/ucx"
+  for library in libucs.so.0 libucm.so.0 libnuma.so.1; do
+    cp -L "$(ldconfig -p | awk -v n=$library '$1 == n && /x86-64/ {print $NF; exit}')" \
+      "$bundle/ucx/"
+  done
+fi
 strip --strip-debug -o "$bundle/lib/libhmr.so.0" "$build/libhmr.so.0"
 ln -s libhmr.so.0 "$bundle/lib/libhmr.so"
 strip --strip-debug -o "$bundle/lib/libnccl-net-hmr.so" "$build/plugins/nccl-net/libnccl-net-hmr.so"
