@@ -37,6 +37,9 @@ class CachedMr : public Tagged<ObjectClass::cached_memory_region> {
   static CachedMr* make(Domain& domain, RegistrationCache& cache, const CacheHandle& handle,
                         uintptr_t start, uint64_t length, uint64_t access, void* context,
                         bool raw_keys);
+  // Makes sure the next make() on this thread takes no allocation: the one step of a hit that
+  // may fail for want of memory (bad_alloc), done before anything is counted or taken.
+  static void reserve();
   // Destroys the handle (a later use of it is refused as "not an MR handle", usually) and
   // gives its storage back to the calling thread's free list.
   static void release(CachedMr* mr);
@@ -111,6 +114,11 @@ void spill(ThreadFreeList& list);   // a batch back to the shared pool
 void return_at_exit();
 
 }  // namespace cached_mr_detail
+
+inline void CachedMr::reserve() {
+  cached_mr_detail::ThreadFreeList& list = cached_mr_detail::free_list;
+  if (__builtin_expect(list.head == nullptr, 0)) cached_mr_detail::refill(list);
+}
 
 inline CachedMr* CachedMr::make(Domain& domain, RegistrationCache& cache,
                                 const CacheHandle& handle, uintptr_t start, uint64_t length,

@@ -1,5 +1,7 @@
 #include "core/domain.h"
 
+#include "util/asymmetric_fence.h"
+
 #include <cstring>
 #include <string>
 
@@ -345,10 +347,15 @@ Status Domain::bind_event_queue(EventQueue& queue, uint64_t flags) {
   }
   std::lock_guard<std::mutex> lock(bind_mutex_);
   if (event_queue_ != nullptr) return make_error(HMR_EBUSY, "domain is already bound to an event queue");
+  // From now on every MR is asynchronous.  The hit path and its misses count an MR open with
+  // plain stores and a light fence before they read this flag (Domain::open_shared); after
+  // the heavy fence we see their counts, or they see the flag and take the path below.
+  async_bound_.store(true, std::memory_order_seq_cst);
+  heavy_fence();
   if (open_mr_count() != 0) {
+    async_bound_.store(false, std::memory_order_release);
     return make_error(HMR_EBUSY, "bind the event queue before registering memory");
   }
-  async_bound_.store(true, std::memory_order_release);  // from now on every MR is asynchronous
   registrar_ = std::make_unique<AsyncRegistrar>();
   event_queue_ = &queue;
   queue.bind_domain();
@@ -374,7 +381,11 @@ Result<Domain::Registered> Domain::register_memory(const hmr_mr_attr& attr, uint
   Result<MrRequest> request = validate_mr_request(attr, flags, rules_);
   Status status = request.ok() ? check_paging(*request) : request.status();
   if (status.ok()) status = resolve(*request);
-  if (status.ok() && shared_like_a_hit(*request)) return register_shared(*request);
+  if (status.ok() && shared_like_a_hit(*request)) {
+    if (std::optional<Result<Registered>> shared = register_shared(*request)) {
+      return std::move(*shared);
+    }  // else an event queue was bound meanwhile: the MR below is asynchronous
+  }
   if (status.ok()) status = reserve_mr_slot();
   if (!status.ok()) {
     stats_.record_registration(false);

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 
 #include "cache/registration_cache.h"
@@ -133,9 +134,14 @@ class Domain : public Tagged<ObjectClass::domain> {
   // Whether a validated, resolved request is one the hit path would serve: plain host memory
   // the cache shares, in a synchronous domain (core/hit_path.cpp).
   bool shared_like_a_hit(const MrRequest& request) const;
-  // Its registration: the cache's entry (found, or registered and filed) as a CachedMr.
-  Result<Registered> register_shared(const MrRequest& request);
-  // A pooled handle for `handle`, counted as an open MR (the caller holds an mr_cnt credit).
+  // Its registration: the cache's entry (found, or registered and filed) as a CachedMr;
+  // nullopt when an event queue was bound meanwhile (the MR is then the full path's).
+  std::optional<Result<Registered>> register_shared(const MrRequest& request);
+  // Counts a hit-path MR of `length` bytes open; false, with nothing counted, when an event
+  // queue has been bound (bind_event_queue() pairs with it).
+  bool open_shared(ThreadSlot slot, uint64_t length);
+  void close_shared(ThreadSlot slot, uint64_t length);
+  // A pooled handle for `handle` (the caller holds an mr_cnt credit and counted it open).
   CachedMr* hand_out(const CacheHandle& handle, uintptr_t start, uint64_t length,
                      uint64_t access, void* context, ThreadSlot slot);
   // MRs open now: full MemoryRegions and the hit path's CachedMrs.

@@ -18,6 +18,7 @@
 #include "core/domain.h"
 #include "core/memory_region.h"
 #include "registration/mr_request.h"
+#include "util/asymmetric_fence.h"
 
 namespace hmr::core {
 
@@ -28,6 +29,32 @@ void Domain::enable_hit_path() {
   // The same conditions as cacheable() for a plain host request, decided once — see
   // register_memory() for the full rules.  mr_cnt is honoured through mr_credits_.
   hit_path_ = cache_ != nullptr && has_mode(HMR_MR_PROV_KEY) && !has_mode(HMR_MR_ENDPOINT);
+}
+
+// Inlined into the hit path and the close: each is a few stores to the thread's own lines.
+[[gnu::always_inline]] inline void Domain::close_shared(ThreadSlot slot, uint64_t length) {
+  hit_counters_.add(slot, kHitOpen, -1);
+  hit_counters_.add(slot, kHitBytes, -static_cast<int64_t>(length));
+}
+
+[[gnu::always_inline]] inline bool Domain::open_shared(ThreadSlot slot, uint64_t length) {
+  hit_counters_.add(slot, kHitOpen, 1);
+  hit_counters_.add(slot, kHitBytes, static_cast<int64_t>(length));
+  // Dekker with bind_event_queue(): our count before its flag, its flag before its count
+  // (util/asymmetric_fence.h).  So it either sees this MR open and refuses to bind, or we see
+  // the flag and leave the MR to the full path, which makes it asynchronous.
+  light_fence();
+  if (__builtin_expect(!async_bound_.load(std::memory_order_relaxed), 1)) return true;
+  close_shared(slot, length);
+  return false;
+}
+
+[[gnu::always_inline]] inline CachedMr* Domain::hand_out(const CacheHandle& handle,
+                                                        uintptr_t start, uint64_t length,
+                                                        uint64_t access, void* context,
+                                                        ThreadSlot slot) {
+  hit_counters_.add(slot, kHitRegistrations, 1);
+  return CachedMr::make(*this, *cache_, handle, start, length, access, context, raw_keys());
 }
 
 CachedMr* Domain::try_cached_hit(const void* buf, size_t len, uint64_t access, uint64_t offset,
@@ -46,6 +73,7 @@ CachedMr* Domain::try_cached_hit(const void* buf, size_t len, uint64_t access, u
   // without unmapping it first (its own allocations are fresh VA), which the monitor sees.
   // (Host memory pinned later with cudaHostRegister and the like stays system memory to hmr:
   // the registration is of the same pages and stays valid for RMA.)
+  CachedMr::reserve();  // the one step that may fail for want of memory, before any is taken
   CacheKey key = hit_key_;
   key.access = static_cast<uint16_t>(access);
   const ThreadSlot slot = this_thread_slot();  // once, for every per-thread structure below
@@ -56,43 +84,62 @@ CachedMr* Domain::try_cached_hit(const void* buf, size_t len, uint64_t access, u
     cache_->put(handle, slot);
     return nullptr;
   }
+  if (!open_shared(slot, len)) {  // an event queue was bound meanwhile: the full path's MR
+    mr_credits_.give(slot);
+    cache_->put(handle, slot);
+    return nullptr;
+  }
   return hand_out(handle, start, len, access, context, slot);
 }
 
-CachedMr* Domain::hand_out(const CacheHandle& handle, uintptr_t start, uint64_t length,
-                           uint64_t access, void* context, ThreadSlot slot) {
-  hit_counters_.add(slot, kHitRegistrations, 1);
-  hit_counters_.add(slot, kHitOpen, 1);
-  hit_counters_.add(slot, kHitBytes, static_cast<int64_t>(length));
-  return CachedMr::make(*this, *cache_, handle, start, length, access, context, raw_keys());
-}
+
+
 
 bool Domain::shared_like_a_hit(const MrRequest& request) const {
   // try_cached_hit()'s conditions, on a request the full path has validated and classified:
-  // what a later hit of the range would hand out anyway.  (Binding an event queue while
-  // registering races here as it does on the hit path: binding needs no MRs open.)
+  // what a later hit of the range would hand out anyway.
   return hit_path_ && !async_bound_.load(std::memory_order_relaxed) && cacheable(request) &&
          !request.requested_key && !request.dmabuf && !request.device_memory();
 }
 
-Result<Domain::Registered> Domain::register_shared(const MrRequest& request) {
+std::optional<Result<Domain::Registered>> Domain::register_shared(const MrRequest& request) {
   // A miss (or a hit the hit path could not take, such as a racing insert): the cache looks
   // again and registers, and the caller gets a hit's handle rather than a heap MemoryRegion.
   const iovec& segment = request.segments[0];
   const auto start = reinterpret_cast<uintptr_t>(segment.iov_base);
+  const uint64_t length = segment.iov_len;
+  CachedMr::reserve();  // may throw bad_alloc: nothing is taken yet
   const ThreadSlot slot = this_thread_slot();
   if (!mr_credits_.take(slot)) {
     stats_.record_registration(false);
-    return mr_cnt_reached();
+    return Result<Registered>(mr_cnt_reached());
   }
-  Result<CacheHandle> handle = cache_->get(start, segment.iov_len, cache_key(request));
-  if (!handle.ok()) {
+  // Open from before the NIC is called, as a MemoryRegion is: binding an event queue or
+  // closing the domain meanwhile sees it.
+  if (!open_shared(slot, length)) {
     mr_credits_.give(slot);
-    stats_.record_registration(false);
-    return handle.status();
+    return std::nullopt;  // an event queue was bound meanwhile
   }
-  return Registered{nullptr, hand_out(*handle, start, segment.iov_len, request.access,
-                                      request.context, slot)};
+  // Given back unless the handle is handed out, also when the cache throws (bad_alloc).
+  struct GiveBack {
+    Domain& domain;
+    ThreadSlot slot;
+    uint64_t length;
+    bool armed = true;
+    ~GiveBack() {
+      if (!armed) return;
+      domain.close_shared(slot, length);
+      domain.mr_credits_.give(slot);
+    }
+  } give_back{*this, slot, length};
+  Result<CacheHandle> handle = cache_->get(start, length, cache_key(request));
+  if (!handle.ok()) {
+    stats_.record_registration(false);
+    return Result<Registered>(handle.status());
+  }
+  give_back.armed = false;
+  return Result<Registered>(
+      Registered{nullptr, hand_out(*handle, start, length, request.access, request.context, slot)});
 }
 
 void Domain::close_cached(CachedMr* mr) {
@@ -101,8 +148,7 @@ void Domain::close_cached(CachedMr* mr) {
   mr->cache().put(mr->handle(), slot);
   CachedMr::release(mr);
   mr_credits_.give(slot);
-  hit_counters_.add(slot, kHitOpen, -1);
-  hit_counters_.add(slot, kHitBytes, -static_cast<int64_t>(length));
+  close_shared(slot, length);
 }
 
 MemoryRegion& Domain::promote(CachedMr& hit) {
@@ -116,12 +162,13 @@ Status Domain::close_promoted(CachedMr* hit) {
   MemoryRegion* region = hit->promoted();
   HMR_RETURN_IF_ERROR(region->check_unused());
   Status released = region->release();  // the cache reference (or its own registration)
+  // Its length now: a rereg may have changed it (MemoryRegion::apply_rereg counts that).
+  const uint64_t length = region->request().counted_bytes();
   delete region;
-  const uint64_t length = hit->length();
   CachedMr::release(hit);
-  mr_credits_.give();
-  hit_counters_.add(kHitOpen, -1);
-  hit_counters_.add(kHitBytes, -static_cast<int64_t>(length));
+  const ThreadSlot slot = this_thread_slot();
+  mr_credits_.give(slot);
+  close_shared(slot, length);
   return released;
 }
 

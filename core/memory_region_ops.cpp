@@ -83,10 +83,13 @@ void MemoryRegion::apply_rereg(const nic::ReregRequest& request) {
   const uint64_t old_bytes = request_.counted_bytes();
   if (!request.translation.empty()) request_.segments = request.translation;
   if (request.access) request_.access = *request.access;
-  if (promoted_from_ == nullptr) {  // a hit's bytes are counted by the hit path
-    domain_.stats().record_mr_close(old_bytes);
-    domain_.stats().record_mr_open(request_.counted_bytes());
+  if (promoted_from_ != nullptr) {  // a hit's bytes are counted by the hit path's counters
+    domain_.hit_counters_.add(Domain::kHitBytes, static_cast<int64_t>(request_.counted_bytes()) -
+                                                     static_cast<int64_t>(old_bytes));
+    return;
   }
+  domain_.stats().record_mr_close(old_bytes);
+  domain_.stats().record_mr_open(request_.counted_bytes());
 }
 
 void MemoryRegion::publish_to_hit() {

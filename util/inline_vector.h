@@ -43,8 +43,9 @@ class InlineVector {
     size_ = count;
   }
   void push_back(const T& element) {
+    const T copy = element;  // it may live in the storage grow() frees
     if (size_ == capacity_) grow();
-    data()[size_++] = element;
+    data()[size_++] = copy;
   }
   void clear() { size_ = 0; }
 

@@ -264,6 +264,49 @@ TEST(CallbackNic, CallbacksMayCallHmr) {
   }
 }
 
+// From inside reg_va of a first registration of cached host memory: bind an event queue.  The
+// MR being registered is open from before the NIC is called, whichever handle it becomes, so
+// binding must be refused as it is with any MR open.
+hmr_eq* g_queue = nullptr;
+int g_bind_result = 1;
+void bind_queue_meanwhile(ToyNic& nic) {
+  if (nic.reentered++ != 0) return;
+  g_bind_result = hmr_domain_bind(nic.domain, hmr_eq_fid(g_queue), HMR_REG_MR);
+}
+
+TEST(CallbackNic, AnEventQueueCannotBeBoundWhileAFirstRegistrationIsInTheNic) {
+  for (const char* monitor : {"userfaultfd", "memhooks"}) {
+    SCOPED_TRACE(monitor);
+    ToyNic nic;
+    hmr_nic_callbacks callbacks = toy_callbacks(nic);
+    hmr_domain_attr attr = domain_attr(HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR);
+    attr.nic = "callback";
+    attr.nic_handle = &callbacks;
+    attr.cache_monitor = monitor;
+    hmr_domain* raw = nullptr;
+    if (hmr_domain_open(&attr, &raw) != 0) continue;  // not every monitor starts everywhere
+    DomainPtr domain(raw);
+    hmr_eq* queue = nullptr;
+    ASSERT_HMR_OK(hmr_eq_open(nullptr, &queue));
+    EqPtr queue_owner(queue);
+    g_queue = queue;
+    g_bind_result = 1;
+    nic.domain = domain.get();
+    nic.reenter = bind_queue_meanwhile;
+    Pages pages(kPage);
+    MrPtr mr = reg(domain.get(), pages.data(), kPage, kRemote);
+    ASSERT_TRUE(mr);
+    EXPECT_EQ(nic.reentered, 1);
+    EXPECT_EQ(g_bind_result, -HMR_EBUSY) << "bound while an MR was being registered";
+    mr.reset();
+    nic.reenter = nullptr;
+    EXPECT_EQ(hmr_domain_bind(domain.get(), hmr_eq_fid(queue), HMR_REG_MR), 0)
+        << "with nothing open, binding works (and a refused bind left nothing behind)";
+    g_queue = nullptr;
+    domain.reset();  // before the queue it is bound to
+  }
+}
+
 TEST(CallbackNic, DmabufRegistrationsGoToRegDmabuf) {
   ToyNic nic;
   hmr_nic_callbacks callbacks = toy_callbacks(nic);

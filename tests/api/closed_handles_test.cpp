@@ -72,6 +72,16 @@ TEST(ClosedHandles, MemoryRegionsOfTheFullPathAndOfTheHitPath) {
     SCOPED_TRACE("cache-hit MR");
     expect_mr_refused(domain.get(), hit, pages);
   }
+  // A first registration of plain host memory is handed out as a hit's handle too; an MR
+  // that windows may bind (HMR_MW_BIND) is never shared, so it is a MemoryRegion.
+  hmr_mr* own = nullptr;
+  ASSERT_HMR_OK(hmr_mr_reg(domain.get(), pages.data() + kPage, kPage, kRemote | HMR_MW_BIND, 0,
+                           0, 0, &own, nullptr));
+  ASSERT_HMR_OK(hmr_mr_close(own));
+  {
+    SCOPED_TRACE("MemoryRegion of the full path (HMR_MW_BIND)");
+    expect_mr_refused(domain.get(), own, pages);
+  }
 }
 
 TEST(ClosedHandles, IndirectKeysWindowsAndRemoteKeys) {

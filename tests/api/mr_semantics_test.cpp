@@ -262,6 +262,38 @@ TEST(MrKeys, FirstRegistrationsOfCachedMemoryKeepMrCntAndGiveBackFailedPlaces) {
   EXPECT_EQ(stats.mr_bytes, 2 * kPage);
 }
 
+// A first registration is handed out as a hit's handle; a rereg that changes its length
+// (promoting it to a MemoryRegion of its own) moves mr_bytes with it, and its close takes
+// back what it counts then.
+TEST(MrKeys, ReregOfAFirstRegistrationKeepsMrBytesTrue) {
+  Pages pages(4 * kPage);
+  DomainPtr domain = open_domain(HMR_MR_PROV_KEY, "require=PROV_KEY");
+  ASSERT_TRUE(domain);
+  if (hmr_md_query_op(domain.get(), HMR_MD_OP_REREG, nullptr, 0) != 1) {
+    GTEST_SKIP() << "this NIC cannot rereg";
+  }
+  MrPtr mr = reg(domain.get(), pages.data(), kPage, kRemote);
+  ASSERT_TRUE(mr);
+  hmr_domain_stats stats{};
+  stats.size = sizeof stats;
+  ASSERT_HMR_OK(hmr_domain_query_stats(domain.get(), &stats));
+  EXPECT_EQ(stats.mr_bytes, kPage);
+  const iovec wider = {pages.data() + kPage, 3 * kPage};
+  hmr_mr_rereg_attr attr;
+  std::memset(&attr, 0, sizeof attr);
+  attr.size = sizeof attr;
+  attr.mr_iov = &wider;
+  attr.iov_count = 1;
+  ASSERT_HMR_OK(hmr_mr_rereg(mr.get(), HMR_MR_REREG_TRANSLATION, &attr));
+  ASSERT_HMR_OK(hmr_domain_query_stats(domain.get(), &stats));
+  EXPECT_EQ(stats.mr_bytes, 3 * kPage);
+  EXPECT_EQ(stats.mr_open, 1u);
+  mr.reset();
+  ASSERT_HMR_OK(hmr_domain_query_stats(domain.get(), &stats));
+  EXPECT_EQ(stats.mr_bytes, 0u);
+  EXPECT_EQ(stats.mr_open, 0u);
+}
+
 // ============================================================== raw keys
 
 void expect_raw_key_is_key(hmr_mr* mr, size_t key_size, uint64_t expected_base) {

@@ -18,8 +18,12 @@ if [[ -x $build/bench/hmr_api_hit_vs_ucx ]]; then
   strip --strip-debug -o "$bundle/bin/hmr_api_hit_vs_ucx" "$build/bench/hmr_api_hit_vs_ucx"
   mkdir -p "$bundle/ucx"
   for library in libucs.so.0 libucm.so.0 libnuma.so.1; do
-    cp -L "$(ldconfig -p | awk -v n=$library '$1 == n && /x86-64/ {print $NF; exit}')" \
-      "$bundle/ucx/"
+    found=$(ldconfig -p | awk -v n=$library '$1 == n && /x86-64/ {print $NF; exit}')
+    if [[ -n $found ]]; then
+      cp -L "$found" "$bundle/ucx/"
+    else
+      echo "make_bundle: $library not found; the bench will need it on the GPU machine" >&2
+    fi
   done
 fi
 strip --strip-debug -o "$bundle/lib/libhmr.so.0" "$build/libhmr.so.0"
