@@ -132,9 +132,7 @@ Result<PointerInfo> CudaIface::query(const void* ptr, size_t len) {
     return make_error(hmr_code_for(result), "cuPointerGetAttributes(%p) failed: %s", ptr,
                       describe_cuda_error(symbols_, result).c_str());
   }
-  if (memory_type == 0) {
-    return make_error(HMR_ENOENT, "%p is not CUDA memory", ptr);
-  }
+  if (memory_type == 0) return not_its_memory("not CUDA memory");
 
   MemoryKind kind = MemoryKind::device_only;
   if (is_managed != 0 || memory_type == CU_MEMORYTYPE_UNIFIED) {

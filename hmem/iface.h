@@ -98,10 +98,16 @@ class Iface {
   // the runtime encodes them (Level Zero: driver << 16 | device).
   virtual Result<std::vector<DeviceId>> device_ids();
 
-  // What [ptr, ptr + len) is.  HMR_ENOENT means "not this iface's memory", and the registry
-  // asks the next iface; every other failure is final (fail closed).  The range must lie inside
-  // one allocation.  The CPU never touches the memory.
+  // What [ptr, ptr + len) is.  HMR_ENOENT means "not this iface's memory" (not_its_memory()),
+  // and the registry asks the next iface; every other failure is final (fail closed).  The
+  // range must lie inside one allocation.  The CPU never touches the memory.
   virtual Result<PointerInfo> query(const void* ptr, size_t len) = 0;
+  // query()'s HMR_ENOENT, with a fixed `reason` ("not CUDA memory").  It is what a runtime
+  // answers for most pointers it is asked about (every miss of host memory asks each loaded
+  // runtime), so it is made without formatting or logging, and up to 15 characters without
+  // allocating (std::string's inline buffer).  The registry never shows it (it asks the next
+  // runtime); callers that report it write their own message with the address.
+  static Status not_its_memory(const char* reason) { return Status(HMR_ENOENT, reason); }
 
   virtual Result<DmabufExport> export_dmabuf(MemoryRange range) {
     (void)range;

@@ -279,9 +279,7 @@ Result<PointerInfo> RocrIface::query(const void* ptr, size_t len) {
     return make_error(hmr_code_for(status), "hsa_amd_pointer_info(%p) failed: %s", ptr,
                       describe_hsa_status(symbols_, status).c_str());
   }
-  if (info.type == HSA_EXT_POINTER_TYPE_UNKNOWN) {
-    return make_error(HMR_ENOENT, "%p is not ROCr memory", ptr);
-  }
+  if (info.type == HSA_EXT_POINTER_TYPE_UNKNOWN) return not_its_memory("not ROCr memory");
   if (info.size < offsetof(hsa_amd_pointer_info_t, global_flags)) {
     return make_error(HMR_EIO, "the ROCr runtime answers hsa_amd_pointer_info(%p) with a %u-byte "
                       "structure, too old to name the owning agent", ptr, info.size);

@@ -288,7 +288,7 @@ Result<ZeIface::Owner> ZeIface::owner_of(const void* ptr) const {
     }
     return owner;
   }
-  return make_error(HMR_ENOENT, "%p is not Level Zero memory", ptr);
+  return not_its_memory("not Level Zero memory");
 }
 
 Result<PointerInfo> ZeIface::query(const void* ptr, size_t len) {
@@ -495,10 +495,10 @@ Status ZeIface::mem_free(void* ptr) {
   HMR_RETURN_IF_ERROR(check_initialized());
   if (ptr == nullptr) return make_error(HMR_EINVAL, "ze free of a null pointer");
   Result<Owner> owner = owner_of(ptr);
-  if (!owner.ok()) {
-    return Status(owner.status().code() == HMR_ENOENT ? HMR_EINVAL : owner.status().code(),
-                  "ze free: " + owner.status().reason());
+  if (!owner.ok() && owner.status().code() == HMR_ENOENT) {
+    return make_error(HMR_EINVAL, "ze free: %p is not Level Zero memory", ptr);
   }
+  if (!owner.ok()) return Status(owner.status().code(), "ze free: " + owner.status().reason());
   ze_context_handle_t context = drivers_[owner->driver].context;
   void* base = nullptr;
   size_t size = 0;
