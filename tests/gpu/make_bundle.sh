@@ -18,7 +18,8 @@ if [[ -x $build/bench/hmr_api_hit_vs_ucx ]]; then
   strip --strip-debug -o "$bundle/bin/hmr_api_hit_vs_ucx" "$build/bench/hmr_api_hit_vs_ucx"
   mkdir -p "$bundle/ucx"
   for library in libucs.so.0 libucm.so.0 libnuma.so.1; do
-    found=$(ldconfig -p | awk -v n=$library '$1 == n && /x86-64/ {print $NF; exit}')
+    # (awk reads to the end: an early exit would kill ldconfig with SIGPIPE under pipefail)
+    found=$(ldconfig -p | awk -v n=$library '$1 == n && /x86-64/ && !seen++ {print $NF}')
     if [[ -n $found ]]; then
       cp -L "$found" "$bundle/ucx/"
     else
