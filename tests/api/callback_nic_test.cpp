@@ -235,17 +235,24 @@ void reenter_same_domain(ToyNic& nic) {
   }
 }
 
+// A callback domain over `callbacks` whose cache watches memory with `monitor`; null (with
+// hmr_last_error) when it cannot open.
+hmr_domain* open_monitored_callback_domain(hmr_nic_callbacks& callbacks, const char* monitor) {
+  hmr_domain_attr attr = domain_attr(HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR);
+  attr.nic = "callback";
+  attr.nic_handle = &callbacks;
+  attr.cache_monitor = monitor;
+  hmr_domain* raw = nullptr;
+  return hmr_domain_open(&attr, &raw) == 0 ? raw : nullptr;
+}
+
 TEST(CallbackNic, CallbacksMayCallHmr) {
   for (const char* monitor : {"disabled", "userfaultfd", "memhooks"}) {
     SCOPED_TRACE(monitor);
     ToyNic nic;
     hmr_nic_callbacks callbacks = toy_callbacks(nic);
-    hmr_domain_attr attr = domain_attr(HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR);
-    attr.nic = "callback";
-    attr.nic_handle = &callbacks;
-    attr.cache_monitor = monitor;
-    hmr_domain* raw = nullptr;
-    if (hmr_domain_open(&attr, &raw) != 0) {
+    hmr_domain* raw = open_monitored_callback_domain(callbacks, monitor);
+    if (raw == nullptr) {
       // memhooks does not start everywhere (ThreadSanitizer, a process where UCX hooked first).
       ASSERT_STREQ(monitor, "memhooks") << hmr_last_error();
       continue;
@@ -279,12 +286,8 @@ TEST(CallbackNic, AnEventQueueCannotBeBoundWhileAFirstRegistrationIsInTheNic) {
     SCOPED_TRACE(monitor);
     ToyNic nic;
     hmr_nic_callbacks callbacks = toy_callbacks(nic);
-    hmr_domain_attr attr = domain_attr(HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR);
-    attr.nic = "callback";
-    attr.nic_handle = &callbacks;
-    attr.cache_monitor = monitor;
-    hmr_domain* raw = nullptr;
-    if (hmr_domain_open(&attr, &raw) != 0) continue;  // not every monitor starts everywhere
+    hmr_domain* raw = open_monitored_callback_domain(callbacks, monitor);
+    if (raw == nullptr) continue;  // not every monitor starts everywhere
     DomainPtr domain(raw);
     hmr_eq* queue = nullptr;
     ASSERT_HMR_OK(hmr_eq_open(nullptr, &queue));
