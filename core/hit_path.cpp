@@ -92,9 +92,6 @@ CachedMr* Domain::try_cached_hit(const void* buf, size_t len, uint64_t access, u
   return hand_out(handle, start, len, access, context, slot);
 }
 
-
-
-
 bool Domain::shared_like_a_hit(const MrRequest& request) const {
   // try_cached_hit()'s conditions, on a request the full path has validated and classified:
   // what a later hit of the range would hand out anyway.
