@@ -34,6 +34,20 @@ constexpr uintptr_t kBase = 0x7e0000000000;
 
 uintptr_t page(uint64_t n) { return kBase + n * kPage; }
 
+// A stress-test thread's own reproducible stream of draws (Knuth's MMIX LCG), seeded by the
+// thread's number; callers use the high bits.
+class Draws {
+ public:
+  explicit Draws(int seed) : state_(0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(seed)) {}
+  uint64_t next() {
+    state_ = state_ * 6364136223846793005ULL + 1442695040888963407ULL;
+    return state_;
+  }
+
+ private:
+  uint64_t state_;
+};
+
 class FakeBackend final : public CacheBackend {
  public:
   Result<nic::Registration> register_range(uintptr_t start, uint64_t len,
@@ -678,9 +692,9 @@ TEST_F(RegistrationCacheTest, ConcurrentHitsMissesAndInvalidationsStayConsistent
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
-      uint64_t state = 0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(t + 1);
+      Draws draws(t + 1);
       for (int i = 0; i < kIterations; ++i) {
-        state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+        const uint64_t state = draws.next();
         const uint64_t n = (state >> 33) % 32;
         Result<CacheHandle> handle = cache.get(page(n), kPage, access_key());
         if (!handle.ok()) {
@@ -893,11 +907,11 @@ TEST_F(RegistrationCacheTest, ConcurrentHitsNeverSeeAnInvalidatedRegistration) {
       // the threads overlap however the scheduler places them.
       while (notified.load() == 0) std::this_thread::yield();
       const uint64_t notified_at_start = notified.load();
-      uint64_t state = 0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(t + 1);
+      Draws draws(t + 1);
       std::vector<CacheHandle> held;
       for (int i = 0; i < kIterations || notified.load() < notified_at_start + 2000; ++i) {
         progress.fetch_add(1, std::memory_order_relaxed);
-        state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+        const uint64_t state = draws.next();
         const uint64_t first = (state >> 33) % kPages;
         const uint64_t pages = first + 1 < kPages && (state >> 20) % 3 == 0 ? 2 : 1;
         uint64_t newest_floor = 0;
@@ -998,9 +1012,9 @@ TEST_F(RegistrationCacheTest, RecycledEntriesAreNeverHandedOutForAnotherRange) {
   std::vector<std::thread> threads;
   for (int t = 0; t < 3; ++t) {
     threads.emplace_back([&, t] {
-      uint64_t state = 0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(t + 7);
+      Draws draws(t + 7);
       for (int i = 0; i < 20000; ++i) {
-        state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+        const uint64_t state = draws.next();
         const CacheHandle handle = get_checked((state >> 33) % kPages, wrong);
         if (handle) cache.put(handle);
       }
@@ -1160,9 +1174,9 @@ TEST_F(RegistrationCacheTest, HandlesClosedOnOtherThreadsBesideInvalidationsAreC
   std::vector<std::thread> threads;
   for (int t = 0; t < 2; ++t) {
     threads.emplace_back([&, t] {
-      uint64_t state = 0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(t + 3);
+      Draws draws(t + 3);
       for (int i = 0; i < 100000; ++i) {
-        state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+        const uint64_t state = draws.next();
         const CacheHandle handle = get_checked((state >> 33) % kPages, wrong);
         if (!handle) continue;
         std::vector<CacheHandle> mine;
