@@ -94,9 +94,10 @@ CachedMr* Domain::try_cached_hit(const void* buf, size_t len, uint64_t access, u
 
 bool Domain::shared_like_a_hit(const MrRequest& request) const {
   // try_cached_hit()'s conditions, on a request the full path has validated and classified:
-  // what a later hit of the range would hand out anyway.
-  return hit_path_ && !async_bound_.load(std::memory_order_relaxed) && cacheable(request) &&
-         !request.requested_key && !request.dmabuf && !request.device_memory();
+  // what a later hit of the range would hand out anyway.  cacheable() says the rest: one
+  // segment (so no dma-buf), no flags, system memory once resolved; and hit_path_ implies
+  // PROV_KEY, under which no key is ever requested.
+  return hit_path_ && !async_bound_.load(std::memory_order_relaxed) && cacheable(request);
 }
 
 std::optional<Result<Domain::Registered>> Domain::register_shared(const MrRequest& request) {
