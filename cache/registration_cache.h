@@ -84,7 +84,10 @@ class RegistrationCache final : public InvalidationSink {
   }
   // The hit path's find() and put(), with the calling thread's slot (this_thread_slot())
   // passed in: it is asked once per call of the C ABI, not once per layer.
-  CacheHandle find(uintptr_t start, uint64_t len, CacheKey key, ThreadSlot slot);
+  // Inlined into the hit path, which is its one hot caller: the call would cost more than the
+  // lookup's own arithmetic.
+  [[gnu::always_inline]] CacheHandle find(uintptr_t start, uint64_t len, CacheKey key,
+                                          ThreadSlot slot);
   void put(const CacheHandle& handle) { put(handle, this_thread_slot()); }
   void put(const CacheHandle& handle, ThreadSlot slot);
   // put(), and the entry leaves the cache too when this was its only holder, so its

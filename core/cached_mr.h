@@ -99,13 +99,13 @@ static_assert(sizeof(Storage) == sizeof(CachedMr));
 inline constexpr size_t kBatch = 64;         // moved between a thread and the shared pool at once
 inline constexpr size_t kThreadLimit = 256;  // a thread keeps at most this many free handles
 
-// The calling thread's free handles.  Plain data in initial-exec TLS: the hit path reaches
-// it without a call or an initialisation guard.
+// The calling thread's free handles.  Plain data in constant-initialised initial-exec TLS:
+// the hit path reaches it without a call or an initialisation guard.
 struct ThreadFreeList {
   Storage* head;
   size_t count;
 };
-extern __attribute__((tls_model("initial-exec"))) thread_local ThreadFreeList free_list;
+extern constinit __attribute__((tls_model("initial-exec"))) thread_local ThreadFreeList free_list;
 
 void refill(ThreadFreeList& list);  // from the shared pool; registers the thread-exit return
 void spill(ThreadFreeList& list);   // a batch back to the shared pool

@@ -19,15 +19,20 @@ struct ThreadSlot {
 };
 
 namespace thread_slot_detail {
-// The slot number plus one, 0 until the thread first asks.  Zero-initialised initial-exec TLS:
-// the hot path reads it with one %fs-relative load, no call and no initialisation guard.
-extern __attribute__((tls_model("initial-exec"))) thread_local unsigned slot_plus_one;
+// The calling thread's slot as the hot path passes it (one 8-byte load, nothing to compute),
+// and whether it was assigned yet.  Constant-initialised initial-exec TLS: reached with one
+// %fs-relative load, no call and no initialisation guard (constinit tells every TU so).
+struct Assigned {
+  ThreadSlot slot;
+  bool valid;
+};
+extern constinit __attribute__((tls_model("initial-exec"))) thread_local Assigned assigned;
 ThreadSlot assign();
 }  // namespace thread_slot_detail
 
 inline ThreadSlot this_thread_slot() {
-  const unsigned n = thread_slot_detail::slot_plus_one;
-  if (__builtin_expect(n != 0, 1)) return ThreadSlot{(n - 1) % kThreadSlots, n <= kThreadSlots};
+  const thread_slot_detail::Assigned& mine = thread_slot_detail::assigned;
+  if (__builtin_expect(mine.valid, 1)) return mine.slot;
   return thread_slot_detail::assign();
 }
 
