@@ -483,8 +483,40 @@ void in_child(const char* name, Results& results, const std::function<void(const
 
 // ---- measurements ----------------------------------------------------------------------------
 
+// How fast this CPU runs two kinds of work right now, in ns per step: `alu`, independent
+// additions (throughput-bound, as hmr's hit is: some 500 instructions, no locked one) and
+// `locked`, one locked add after another (latency-bound, as UCX's hit is around its rwlock).
+// On shared virtual machines the first swings by up to 2x from one second to the next, when
+// the host runs something on the sibling hyperthread, while the second moves by a third; a
+// ratio taken while `alu` is slow is then not the ratio taken while it is fast.  Printed with
+// every hit figure so that a run says which state it was taken in (docs/performance.md).
+struct MachineState {
+  double alu_ns;
+  double locked_ns;
+};
+
+MachineState probe_machine() {
+  constexpr size_t kAluSteps = 2000000, kLockedSteps = 250000;  // about 2 ms each
+  auto started = Clock::now();
+  uint64_t a = 1, b = 2, c = 3, d = 4;
+  for (size_t i = 0; i < kAluSteps; ++i) {
+    a += i;
+    b ^= a;
+    c += b >> 3;
+    d += c ^ i;
+    keep(d);
+  }
+  const double alu = ns_between(started, Clock::now()) / kAluSteps;
+  std::atomic<uint64_t> counter{0};
+  started = Clock::now();
+  for (size_t i = 0; i < kLockedSteps; ++i) counter.fetch_add(1, std::memory_order_relaxed);
+  const double locked = ns_between(started, Clock::now()) / kLockedSteps;
+  keep(counter.load());
+  return {alu, locked};
+}
+
 // C-ABI hit against UCX's hit, both populated side by side in this process, short runs of each
-// alternating; medians.
+// alternating; medians.  The machine's state is probed between rounds.
 void interleaved_hits(const Settings& settings, const Sink& sink) {
   for (const size_t regions : kHitRegions) {
     if (regions > settings.largest_hit_regions) continue;
@@ -497,8 +529,11 @@ void interleaved_hits(const Settings& settings, const Sink& sink) {
     const uint32_t* walk = order.index[0].data();
     (void)hmr_hits(hmr_world, walk, 0, settings.hit_ops);  // warm both
     (void)ucx_hits(ucx_world, walk, 0, settings.hit_ops);
-    std::vector<double> hmr_runs, ucx_runs;
+    std::vector<double> hmr_runs, ucx_runs, alu_runs, locked_runs;
     for (int round = 0; round < settings.hit_rounds; ++round) {
+      const MachineState state = probe_machine();
+      alu_runs.push_back(state.alu_ns);
+      locked_runs.push_back(state.locked_ns);
       const size_t first = static_cast<size_t>(round) * settings.hit_ops;
       if (round % 2 == 0) {
         hmr_runs.push_back(hmr_hits(hmr_world, walk, first, settings.hit_ops));
@@ -511,16 +546,21 @@ void interleaved_hits(const Settings& settings, const Sink& sink) {
     const std::string at = std::to_string(regions);
     sink.number("hit.hmr." + at, median_of(hmr_runs));
     sink.number("hit.ucx." + at, median_of(ucx_runs));
+    sink.number("hit.alu." + at, median_of(alu_runs));
+    sink.number("hit.locked." + at, median_of(locked_runs));
     sink.text("hit.monitor", hmr_world.domain.monitor());
-    char line[256];
+    char line[384];
     std::snprintf(line, sizeof line,
                   "info: C-ABI hit at %zu regions (hmr monitor %s): hmr %.1f ns (runs %.1f-%.1f), "
-                  "ucx %.1f ns (runs %.1f-%.1f); %.1f s with populating\n",
+                  "ucx %.1f ns (runs %.1f-%.1f); machine: alu %.2f ns (%.2f-%.2f), locked add "
+                  "%.2f ns; %.1f s with populating\n",
                   regions, hmr_world.domain.monitor().c_str(), median_of(hmr_runs),
                   *std::min_element(hmr_runs.begin(), hmr_runs.end()),
                   *std::max_element(hmr_runs.begin(), hmr_runs.end()), median_of(ucx_runs),
                   *std::min_element(ucx_runs.begin(), ucx_runs.end()),
-                  *std::max_element(ucx_runs.begin(), ucx_runs.end()),
+                  *std::max_element(ucx_runs.begin(), ucx_runs.end()), median_of(alu_runs),
+                  *std::min_element(alu_runs.begin(), alu_runs.end()),
+                  *std::max_element(alu_runs.begin(), alu_runs.end()), median_of(locked_runs),
                   ns_between(started, Clock::now()) / 1e9);
     print_info(line);
     if (regions == settings.largest_hit_regions) {
@@ -1017,10 +1057,11 @@ int main(int argc, char** argv) {
     const double ratio = hmr / ucx_ns;
     const double target = regions <= 1000 ? 0.8 : 0.6;
     std::printf("RESULT metric=api_hit_ns regions=%zu hmr=%s ucx=%s ratio=%s target=%.1f met=%s "
-                "hmr_monitor=%s\n",
+                "hmr_monitor=%s machine_alu_ns=%s machine_locked_ns=%s\n",
                 regions, fixed(hmr, 1).c_str(), fixed(ucx_ns, 1).c_str(),
                 fixed(ratio, 3).c_str(), target, verdict(!std::isnan(ratio), ratio <= target),
-                r.text("hit.monitor").c_str());
+                r.text("hit.monitor").c_str(), fixed(r.number("hit.alu." + at), 2).c_str(),
+                fixed(r.number("hit.locked." + at), 2).c_str());
   }
   {
     const double hmr = r.number("scaling.hmr.ratio"), ucx_ratio = r.number("scaling.ucx.ratio");
