@@ -13,14 +13,17 @@ using hmr::core::Domain;
 using hmr::core::Endpoint;
 using hmr::core::from_handle;
 using hmr::core::MemoryRegion;
+using Probe = hmr::core::RegistrationCache::Probe;
 
 namespace {
 
-int register_attr(hmr_domain* handle, const hmr_mr_attr& attr, uint64_t flags, hmr_mr** mr) {
+// `probed`: what the hit path learnt of this request, if it looked (Domain::register_memory).
+int register_attr(hmr_domain* handle, const hmr_mr_attr& attr, uint64_t flags, hmr_mr** mr,
+                  Probe probed = Probe::not_done) {
   Domain* domain = from_handle<Domain>(handle);
   if (domain == nullptr) return hmr::report_error(HMR_EINVAL, "not a domain handle");
   if (mr == nullptr) return hmr::report_error(HMR_EINVAL, "mr output pointer is NULL");
-  auto registered = domain->register_memory(attr, flags);
+  auto registered = domain->register_memory(attr, flags, probed);
   if (!registered.ok()) return hmr::report(registered.status());
   *mr = registered->shared != nullptr ? hmr::core::to_handle<hmr_mr>(registered->shared)
                                       : hmr::core::to_handle<hmr_mr>(registered->region);
@@ -51,15 +54,16 @@ HMR_API int hmr_mr_reg(hmr_domain* domain, const void* buf, size_t len, uint64_t
   return hmr::guarded([&] {
     // The hit path (core/hit_path.cpp); anything it does not serve goes the full way below.
     Domain* target = from_handle<Domain>(domain);
+    Probe probed = Probe::not_done;
     if (target != nullptr && mr != nullptr && flags == 0) {
-      if (CachedMr* hit = target->try_cached_hit(buf, len, access, offset, context)) {
+      if (CachedMr* hit = target->try_cached_hit(buf, len, access, offset, context, probed)) {
         *mr = hmr::core::to_handle<hmr_mr>(hit);
         return 0;
       }
     }
     const iovec segment = {const_cast<void*>(buf), len};
     return register_attr(domain, iov_attr(&segment, 1, access, offset, requested_key, context),
-                         flags, mr);
+                         flags, mr, probed);
   });
 }
 
@@ -68,15 +72,16 @@ HMR_API int hmr_mr_regv(hmr_domain* domain, const struct iovec* iov, size_t coun
                         hmr_mr** mr, void* context) {
   return hmr::guarded([&] {
     Domain* target = from_handle<Domain>(domain);
+    Probe probed = Probe::not_done;
     if (target != nullptr && mr != nullptr && flags == 0 && iov != nullptr && count == 1) {
-      if (CachedMr* hit =
-              target->try_cached_hit(iov->iov_base, iov->iov_len, access, offset, context)) {
+      if (CachedMr* hit = target->try_cached_hit(iov->iov_base, iov->iov_len, access, offset,
+                                                 context, probed)) {
         *mr = hmr::core::to_handle<hmr_mr>(hit);
         return 0;
       }
     }
     return register_attr(domain, iov_attr(iov, count, access, offset, requested_key, context),
-                         flags, mr);
+                         flags, mr, probed);
   });
 }
 

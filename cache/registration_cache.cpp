@@ -35,9 +35,10 @@ void RegistrationCache::detach() {
   attached_ = false;
 }
 
-Result<CacheHandle> RegistrationCache::get(uintptr_t start, uint64_t len, const CacheKey& key) {
+Result<CacheHandle> RegistrationCache::get(uintptr_t start, uint64_t len, const CacheKey& key,
+                                           Probe probed) {
   bool saturated = false;
-  if (limits_.max_count != 0) {
+  if (limits_.max_count != 0 && probed != Probe::absent) {
     wait_for_monitor();
     const ThreadSlot slot = this_thread_slot();
     const Hit hit = lookup(start, len, key, slot);

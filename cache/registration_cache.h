@@ -73,21 +73,31 @@ class RegistrationCache final : public InvalidationSink {
   Status attach();
   void detach();
 
+  // What a caller already knows of [start, start+len) when it calls get() after find() in the
+  // same request.  `absent`: find() met no entry that could serve it (none, or only dead ones
+  // or other ranges), so get() registers at once instead of probing the index a second time.
+  // An entry filed by another thread in between is then not found; the two registrations
+  // both stay valid, as when two threads miss at once (the probe in get() narrowed that window,
+  // it never closed it).  A saturated entry is not `absent`: get() must look to learn that.
+  enum class Probe : uint8_t { not_done, absent };
   // A reference to an entry containing [start, start+len); release it with put().
-  Result<CacheHandle> get(uintptr_t start, uint64_t len, const CacheKey& key);
+  Result<CacheHandle> get(uintptr_t start, uint64_t len, const CacheKey& key,
+                          Probe probed = Probe::not_done);
   // The same when it is a hit; an empty handle (nothing registered, no miss counted) when it
   // is not.  The C ABI's hit path asks this first and leaves a miss to the domain's full path.
   // The key comes by value, in registers: the caller builds it from the domain's key and the
   // request's access bits, and a copy through memory would stall on the partial store.
   CacheHandle find(uintptr_t start, uint64_t len, CacheKey key) {
-    return find(start, len, key, this_thread_slot());
+    Probe probed = Probe::not_done;
+    return find(start, len, key, this_thread_slot(), probed);
   }
   // The hit path's find() and put(), with the calling thread's slot (this_thread_slot())
   // passed in: it is asked once per call of the C ABI, not once per layer.
   // Inlined into the hit path, which is its one hot caller: the call would cost more than the
-  // lookup's own arithmetic.
+  // lookup's own arithmetic.  `probed` says how a lookup without a hit ended, for the
+  // registration the caller makes next (get()).
   [[gnu::always_inline]] CacheHandle find(uintptr_t start, uint64_t len, CacheKey key,
-                                          ThreadSlot slot);
+                                          ThreadSlot slot, Probe& probed);
   void put(const CacheHandle& handle) { put(handle, this_thread_slot()); }
   void put(const CacheHandle& handle, ThreadSlot slot);
   // put(), and the entry leaves the cache too when this was its only holder, so its
@@ -296,11 +306,15 @@ inline RegistrationCache::Hit RegistrationCache::lookup(uintptr_t start, uint64_
 }
 
 inline CacheHandle RegistrationCache::find(uintptr_t start, uint64_t len, CacheKey key,
-                                           ThreadSlot slot) {
+                                           ThreadSlot slot, Probe& probed) {
   if (limits_.max_count == 0) return {};
   wait_for_monitor();
   const Hit hit = lookup(start, len, key, slot);
-  if (!hit.handle || !still_valid(hit)) return {};
+  if (!hit.handle) {
+    if (!hit.saturated) probed = Probe::absent;
+    return {};
+  }
+  if (!still_valid(hit)) return {};
   hits_.add(slot, 0, 1);
   return hit.handle;
 }

@@ -377,12 +377,13 @@ void Domain::release_mr_slot() {
   mr_credits_.give();
 }
 
-Result<Domain::Registered> Domain::register_memory(const hmr_mr_attr& attr, uint64_t flags) {
+Result<Domain::Registered> Domain::register_memory(const hmr_mr_attr& attr, uint64_t flags,
+                                                   RegistrationCache::Probe probed) {
   Result<MrRequest> request = validate_mr_request(attr, flags, rules_);
   Status status = request.ok() ? check_paging(*request) : request.status();
   if (status.ok()) status = resolve(*request);
   if (status.ok() && shared_like_a_hit(*request)) {
-    if (std::optional<Result<Registered>> shared = register_shared(*request)) {
+    if (std::optional<Result<Registered>> shared = register_shared(*request, probed)) {
       return std::move(*shared);
     }  // else an event queue was bound meanwhile: the MR below is asynchronous
   }

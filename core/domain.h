@@ -51,14 +51,19 @@ class Domain : public Tagged<ObjectClass::domain> {
     MemoryRegion* region = nullptr;
     CachedMr* shared = nullptr;
   };
-  Result<Registered> register_memory(const hmr_mr_attr& attr, uint64_t flags);
+  // `probed`: what try_cached_hit() learnt of this same request, so a miss it already looked
+  // up is not looked up again (RegistrationCache::Probe).
+  Result<Registered> register_memory(const hmr_mr_attr& attr, uint64_t flags,
+                                     RegistrationCache::Probe probed =
+                                         RegistrationCache::Probe::not_done);
   Status close_memory_region(MemoryRegion* region);
 
   // The cache hit path (core/hit_path.cpp): hmr_mr_reg of host memory that the cache holds,
   // as a pooled CachedMr; nullptr when the request needs the full path (register_memory),
   // which then also reports any error.  No lock, allocation or virtual call on the way.
+  // `probed` tells the full path whether the cache was already looked up and held nothing.
   CachedMr* try_cached_hit(const void* buf, size_t len, uint64_t access, uint64_t offset,
-                           void* context);
+                           void* context, RegistrationCache::Probe& probed);
   void close_cached(CachedMr* mr);
   // A hit handle that an operation needs as a MemoryRegion of its own (rereg, indirect keys):
   // made once, then every call on the handle reaches it (core/cached_mr.h).
@@ -136,7 +141,8 @@ class Domain : public Tagged<ObjectClass::domain> {
   bool shared_like_a_hit(const MrRequest& request) const;
   // Its registration: the cache's entry (found, or registered and filed) as a CachedMr;
   // nullopt when an event queue was bound meanwhile (the MR is then the full path's).
-  std::optional<Result<Registered>> register_shared(const MrRequest& request);
+  std::optional<Result<Registered>> register_shared(const MrRequest& request,
+                                                    RegistrationCache::Probe probed);
   // Counts a hit-path MR of `length` bytes open; false, with nothing counted, when an event
   // queue has been bound (bind_event_queue() pairs with it).
   bool open_shared(ThreadSlot slot, uint64_t length);

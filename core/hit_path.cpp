@@ -58,7 +58,7 @@ void Domain::enable_hit_path() {
 }
 
 CachedMr* Domain::try_cached_hit(const void* buf, size_t len, uint64_t access, uint64_t offset,
-                                 void* context) {
+                                 void* context, RegistrationCache::Probe& probed) {
   if (!hit_path_ || async_bound_.load(std::memory_order_relaxed)) return nullptr;
   const auto start = reinterpret_cast<uintptr_t>(buf);
   // What validate_mr_request() would refuse is the full path's to refuse, with its reason.
@@ -77,7 +77,7 @@ CachedMr* Domain::try_cached_hit(const void* buf, size_t len, uint64_t access, u
   CacheKey key = hit_key_;
   key.access = static_cast<uint16_t>(access);
   const ThreadSlot slot = this_thread_slot();  // once, for every per-thread structure below
-  const CacheHandle handle = cache_->find(start, len, key, slot);
+  const CacheHandle handle = cache_->find(start, len, key, slot, probed);
   if (!handle) return nullptr;
   // mr_cnt: with no credit left the full path says ENOSPC with its reason.
   if (!mr_credits_.take(slot)) {
@@ -100,9 +100,11 @@ bool Domain::shared_like_a_hit(const MrRequest& request) const {
   return hit_path_ && !async_bound_.load(std::memory_order_relaxed) && cacheable(request);
 }
 
-std::optional<Result<Domain::Registered>> Domain::register_shared(const MrRequest& request) {
+std::optional<Result<Domain::Registered>> Domain::register_shared(
+    const MrRequest& request, RegistrationCache::Probe probed) {
   // A miss (or a hit the hit path could not take, such as a racing insert): the cache looks
-  // again and registers, and the caller gets a hit's handle rather than a heap MemoryRegion.
+  // again unless the hit path just found nothing there, and registers; the caller gets a
+  // hit's handle rather than a heap MemoryRegion.
   const iovec& segment = request.segments[0];
   const auto start = reinterpret_cast<uintptr_t>(segment.iov_base);
   const uint64_t length = segment.iov_len;
@@ -130,7 +132,13 @@ std::optional<Result<Domain::Registered>> Domain::register_shared(const MrReques
       domain.mr_credits_.give(slot);
     }
   } give_back{*this, slot, length};
-  Result<CacheHandle> handle = cache_->get(start, length, cache_key(request));
+  // The hit path's answer holds only for the key it looked for (the same, for a request
+  // shared_like_a_hit() accepts; checked, since a wrong "absent" would file a duplicate).
+  const CacheKey key = cache_key(request);
+  CacheKey looked_for = hit_key_;
+  looked_for.access = static_cast<uint16_t>(request.access);
+  if (!(key == looked_for)) probed = RegistrationCache::Probe::not_done;
+  Result<CacheHandle> handle = cache_->get(start, length, key, probed);
   if (!handle.ok()) {
     stats_.record_registration(false);
     return Result<Registered>(handle.status());

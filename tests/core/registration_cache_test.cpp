@@ -2,6 +2,7 @@
 // monitor (counting subscriptions; invalidations sent by the test through notify()).
 // The contract is docs/semantics.md, "Registration cache".
 #include "cache/registration_cache.h"
+#include "util/thread_slot.h"
 
 #include <gtest/gtest.h>
 
@@ -831,6 +832,11 @@ TEST_F(RegistrationCacheTest, ASaturatedEntryHandsTheRequestOutUncached) {
   CacheHandle last_one = get(page(0), kPage);  // reaches the limit
   EXPECT_EQ(FakeBackend::id_of(last_one), id);
   EXPECT_EQ(entry.references(), CacheEntry::kMaxRefs);
+  // The hit path's find() must not call a saturated entry an absence: get() has to look, to
+  // learn that the request goes out uncached rather than as a second entry.
+  RegistrationCache::Probe probed = RegistrationCache::Probe::not_done;
+  EXPECT_FALSE(cache.find(page(0), kPage, access_key(), this_thread_slot(), probed));
+  EXPECT_EQ(probed, RegistrationCache::Probe::not_done);
   CacheHandle beyond = get(page(0), kPage);
   ASSERT_TRUE(beyond);
   EXPECT_NE(FakeBackend::id_of(beyond), id) << "a saturated entry must not be counted past";
@@ -849,6 +855,35 @@ TEST_F(RegistrationCacheTest, ASaturatedEntryHandsTheRequestOutUncached) {
   cache.put(first);
   EXPECT_EQ(cache.statistics().in_use_regions, 0u);
   EXPECT_EQ(touch(page(0), kPage), id) << "still cached and usable";
+}
+
+TEST_F(RegistrationCacheTest, AProbeThatFoundNothingSparesGetItsOwnLookup) {
+  RegistrationCache& cache = make(limits(16));
+  const uint64_t cached = touch(page(0), 2 * kPage);
+  RegistrationCache::Probe probed = RegistrationCache::Probe::not_done;
+  EXPECT_FALSE(cache.find(page(4), kPage, access_key(), this_thread_slot(), probed));
+  EXPECT_EQ(probed, RegistrationCache::Probe::absent) << "nothing covers page 4";
+  probed = RegistrationCache::Probe::not_done;
+  EXPECT_FALSE(cache.find(page(1), kPage, access_key(2), this_thread_slot(), probed));
+  EXPECT_EQ(probed, RegistrationCache::Probe::absent) << "page 1 is cached, but for other access";
+  probed = RegistrationCache::Probe::not_done;
+  CacheHandle found = cache.find(page(1), kPage, access_key(), this_thread_slot(), probed);
+  ASSERT_TRUE(found);
+  EXPECT_EQ(probed, RegistrationCache::Probe::not_done) << "a hit is no absence";
+  cache.put(found);
+
+  // get() trusts the caller's probe: it registers at once, without a lookup of its own (which
+  // would have found the cached range).  Both registrations stay valid and cached.
+  Result<CacheHandle> fresh = cache.get(page(1), kPage, access_key(),
+                                        RegistrationCache::Probe::absent);
+  ASSERT_TRUE(fresh.ok());
+  EXPECT_NE(FakeBackend::id_of(*fresh), cached);
+  CacheStatistics stats = cache.statistics();
+  EXPECT_EQ(stats.misses, 2u);
+  EXPECT_EQ(stats.cached_regions, 2u);
+  cache.put(*fresh);
+  // Without the probe it looks, and hits.
+  EXPECT_EQ(touch(page(0), 2 * kPage), cached);
 }
 
 TEST_F(RegistrationCacheTest, DeviceKeysHitThroughTheirConfirmedTag) {
