@@ -38,17 +38,17 @@ void RegistrationCache::detach() {
 Result<CacheHandle> RegistrationCache::get(uintptr_t start, uint64_t len, const CacheKey& key,
                                            Probe probed) {
   bool saturated = false;
+  const ThreadSlot slot = this_thread_slot();
   if (limits_.max_count != 0 && probed != Probe::absent) {
     wait_for_monitor();
-    const ThreadSlot slot = this_thread_slot();
     const Hit hit = lookup(start, len, key, slot);
     if (hit.handle && still_valid(hit)) {
-      hits_.add(slot, 0, 1);
+      lookups_.add(slot, kHit, 1);
       return hit.handle;
     }
     saturated = hit.saturated;
   }
-  misses_.fetch_add(1, std::memory_order_relaxed);
+  lookups_.add(slot, kMiss, 1);
   finalize_deferred();
   return register_and_insert(start, len, key, /*may_cache=*/!saturated);
 }
@@ -389,8 +389,8 @@ void RegistrationCache::finalize_deferred() {
 CacheStatistics RegistrationCache::statistics() {
   finalize_deferred();
   CacheStatistics stats;
-  stats.hits = static_cast<uint64_t>(hits_.sum(0));
-  stats.misses = misses_.load(std::memory_order_relaxed);
+  stats.hits = static_cast<uint64_t>(lookups_.sum(kHit));
+  stats.misses = static_cast<uint64_t>(lookups_.sum(kMiss));
   stats.invalidations = invalidations_.load(std::memory_order_relaxed);
   stats.evictions = evictions_.load(std::memory_order_relaxed);
   stats.uncached = uncached_.load(std::memory_order_relaxed);

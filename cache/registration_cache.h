@@ -223,8 +223,10 @@ class RegistrationCache final : public InvalidationSink {
   RecentInvalidation recent_[kRecent];
   std::atomic<uint64_t> invalidation_sequence_{0};
 
-  ShardedCounters<1> hits_;
-  std::atomic<uint64_t> misses_{0}, invalidations_{0}, evictions_{0}, uncached_{0};
+  // Hits and misses, counted by the thread that looked (per-thread lines, no locked add).
+  enum Lookup : size_t { kHit, kMiss };
+  ShardedCounters<2> lookups_;
+  std::atomic<uint64_t> invalidations_{0}, evictions_{0}, uncached_{0};
   std::atomic<CacheEntry*> deferred_{nullptr};  // dead entries left by a monitor thread
 };
 
@@ -315,7 +317,7 @@ inline CacheHandle RegistrationCache::find(uintptr_t start, uint64_t len, CacheK
     return {};
   }
   if (!still_valid(hit)) return {};
-  hits_.add(slot, 0, 1);
+  lookups_.add(slot, kHit, 1);
   return hit.handle;
 }
 
