@@ -16,12 +16,12 @@
 // a lock: find_if() reads the published table and each slot word with single atomic loads, and
 // writers store slot words atomically.  A reader racing a writer may miss an entry that is
 // being moved or filed (the caller then registers the range anew: a second entry for it,
-// valid as the first) or be
-// shown a slot that no longer files that entry; find_if() therefore hands every candidate to
-// the caller, which takes a reference and only then checks range and key in the entry (entries
-// are never freed, only recycled: cache/entry_pool.h).  Growing needs a new table, which the
-// caller allocates before taking the writer mutex and frees after a grace period
-// (util/read_sections.h), since readers may still be probing the old one.
+// valid as the first) or be shown a slot that no longer files that entry; find_if()
+// therefore hands every candidate to the caller, which takes a reference and only then checks
+// range and key in the entry (entries are never freed, only recycled: cache/entry_pool.h).
+// Growing needs a new table, which the caller allocates before taking the writer mutex and
+// frees after a grace period (util/read_sections.h), since readers may still be probing the
+// old one.
 #pragma once
 
 #include <atomic>

@@ -71,7 +71,8 @@ thread_local ThreadExitReturn thread_exit_return;
 
 }  // namespace
 
-constinit __attribute__((tls_model("initial-exec"))) thread_local ThreadFreeList free_list = {nullptr, 0};
+constinit __attribute__((tls_model("initial-exec"))) thread_local ThreadFreeList free_list = {
+    nullptr, 0};
 
 void refill(ThreadFreeList& list) {
   (void)&thread_exit_return;  // odr-use: constructs it, so its destructor runs at exit
