@@ -643,49 +643,39 @@ void thread_scaling(const Settings& settings, const Sink& sink) {
 // One round each, in a child of its own: the parent alternates hmr's and UCX's rounds
 // (miss_rounds()), so that both sides of a ratio are taken at nearly the same moment.
 void hmr_miss_insert(const char* monitor, int round, const Sink& sink) {
-  std::vector<double> total, above_nic;
-  std::string used;
-  {
-    const Mapping mapping(kMissRegions * kStride);
-    const HmrDomain domain(monitor, kMissRegions + kCountMargin);
-    used = domain.monitor();
-    const hmr_domain_stats before = domain.stats();
-    uint64_t sum = 0;
-    const auto started = Clock::now();
-    for (size_t i = 0; i < kMissRegions; ++i) sum += domain.use(mapping.region(i));
-    const double ns = ns_between(started, Clock::now()) / static_cast<double>(kMissRegions);
-    keep(sum);
-    const hmr_domain_stats after = domain.stats();
-    if (after.cache_misses - before.cache_misses != kMissRegions ||
-        after.cache_hits != before.cache_hits || after.cache_regions != kMissRegions) {
-      die("miss+insert: not every first registration was a miss that stayed cached");
-    }
-    total.push_back(ns);
-    above_nic.push_back(ns - static_cast<double>(after.registration_ns - before.registration_ns) /
-                                 static_cast<double>(kMissRegions));
+  const Mapping mapping(kMissRegions * kStride);
+  const HmrDomain domain(monitor, kMissRegions + kCountMargin);
+  const hmr_domain_stats before = domain.stats();
+  uint64_t sum = 0;
+  const auto started = Clock::now();
+  for (size_t i = 0; i < kMissRegions; ++i) sum += domain.use(mapping.region(i));
+  const double ns = ns_between(started, Clock::now()) / static_cast<double>(kMissRegions);
+  keep(sum);
+  const hmr_domain_stats after = domain.stats();
+  if (after.cache_misses - before.cache_misses != kMissRegions ||
+      after.cache_hits != before.cache_hits || after.cache_regions != kMissRegions) {
+    die("miss+insert: not every first registration was a miss that stayed cached");
   }
   const std::string prefix = std::string("miss.") + monitor + ".";
   const std::string at = "." + std::to_string(round);
-  sink.number(prefix + "total" + at, total[0]);
-  sink.number(prefix + "above_nic" + at, above_nic[0]);
-  sink.text(prefix + "used", used);
+  sink.number(prefix + "total" + at, ns);
+  sink.number(prefix + "above_nic" + at,
+              ns - static_cast<double>(after.registration_ns - before.registration_ns) /
+                       static_cast<double>(kMissRegions));
+  sink.text(prefix + "used", domain.monitor());
 }
 
 void ucx_miss_insert(int round, const Sink& sink) {
   ucx.load();
-  std::vector<double> total;
-  {
-    const Mapping mapping(kMissRegions * kStride);
-    const UcxCache cache;
-    uint64_t sum = 0;
-    const auto started = Clock::now();
-    for (size_t i = 0; i < kMissRegions; ++i) sum += cache.use(mapping.region(i));
-    const double ns = ns_between(started, Clock::now()) / static_cast<double>(kMissRegions);
-    keep(sum);
-    if (cache.registrations() != kMissRegions) die("UCX miss+insert: a first get hit");
-    total.push_back(ns);
-  }
-  sink.number("miss.ucx.total." + std::to_string(round), total[0]);
+  const Mapping mapping(kMissRegions * kStride);
+  const UcxCache cache;
+  uint64_t sum = 0;
+  const auto started = Clock::now();
+  for (size_t i = 0; i < kMissRegions; ++i) sum += cache.use(mapping.region(i));
+  const double ns = ns_between(started, Clock::now()) / static_cast<double>(kMissRegions);
+  keep(sum);
+  if (cache.registrations() != kMissRegions) die("UCX miss+insert: a first get hit");
+  sink.number("miss.ucx.total." + std::to_string(round), ns);
 }
 
 // munmap() of a registered, cached 4 KiB page, then the next registration of that address,

@@ -123,8 +123,8 @@ inline void CachedMr::reserve() {
 inline CachedMr* CachedMr::make(Domain& domain, RegistrationCache& cache,
                                 const CacheHandle& handle, uintptr_t start, uint64_t length,
                                 uint64_t access, void* context, bool raw_keys) {
+  reserve();
   cached_mr_detail::ThreadFreeList& list = cached_mr_detail::free_list;
-  if (__builtin_expect(list.head == nullptr, 0)) cached_mr_detail::refill(list);
   cached_mr_detail::Storage* storage = list.head;
   list.head = storage->free.next;
   --list.count;

@@ -139,6 +139,12 @@ class Domain : public Tagged<ObjectClass::domain> {
   // Whether a validated, resolved request is one the hit path would serve: plain host memory
   // the cache shares, in a synchronous domain (core/hit_path.cpp).
   bool shared_like_a_hit(const MrRequest& request) const;
+  // The key the hit path looks up for `access`: hit_key_ with those access bits.
+  CacheKey hit_key(uint64_t access) const {
+    CacheKey key = hit_key_;
+    key.access = static_cast<uint16_t>(access);
+    return key;
+  }
   // Its registration: the cache's entry (found, or registered and filed) as a CachedMr;
   // nullopt when an event queue was bound meanwhile (the MR is then the full path's).
   std::optional<Result<Registered>> register_shared(const MrRequest& request,

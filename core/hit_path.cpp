@@ -74,10 +74,8 @@ CachedMr* Domain::try_cached_hit(const void* buf, size_t len, uint64_t access, u
   // (Host memory pinned later with cudaHostRegister and the like stays system memory to hmr:
   // the registration is of the same pages and stays valid for RMA.)
   CachedMr::reserve();  // the one step that may fail for want of memory, before any is taken
-  CacheKey key = hit_key_;
-  key.access = static_cast<uint16_t>(access);
   const ThreadSlot slot = this_thread_slot();  // once, for every per-thread structure below
-  const CacheHandle handle = cache_->find(start, len, key, slot, probed);
+  const CacheHandle handle = cache_->find(start, len, hit_key(access), slot, probed);
   if (!handle) return nullptr;
   // mr_cnt: with no credit left the full path says ENOSPC with its reason.
   if (!mr_credits_.take(slot)) {
@@ -135,9 +133,7 @@ std::optional<Result<Domain::Registered>> Domain::register_shared(
   // The hit path's answer holds only for the key it looked for (the same, for a request
   // shared_like_a_hit() accepts; checked, since a wrong "absent" would file a duplicate).
   const CacheKey key = cache_key(request);
-  CacheKey looked_for = hit_key_;
-  looked_for.access = static_cast<uint16_t>(request.access);
-  if (!(key == looked_for)) probed = RegistrationCache::Probe::not_done;
+  if (!(key == hit_key(request.access))) probed = RegistrationCache::Probe::not_done;
   Result<CacheHandle> handle = cache_->get(start, length, key, probed);
   if (!handle.ok()) {
     stats_.record_registration(false);
