@@ -55,8 +55,8 @@ HMR_API int hmr_mr_reg(hmr_domain* domain, const void* buf, size_t len, uint64_t
     // The hit path (core/hit_path.cpp); anything it does not serve goes the full way below.
     Domain* target = from_handle<Domain>(domain);
     Probe probed = Probe::not_done;
-    if (target != nullptr && mr != nullptr && flags == 0) {
-      if (CachedMr* hit = target->try_cached_hit(buf, len, access, offset, context, probed)) {
+    if (target != nullptr && mr != nullptr && flags == 0 && offset == 0) {
+      if (CachedMr* hit = target->try_cached_hit(buf, len, access, context, probed)) {
         *mr = hmr::core::to_handle<hmr_mr>(hit);
         return 0;
       }
@@ -73,9 +73,10 @@ HMR_API int hmr_mr_regv(hmr_domain* domain, const struct iovec* iov, size_t coun
   return hmr::guarded([&] {
     Domain* target = from_handle<Domain>(domain);
     Probe probed = Probe::not_done;
-    if (target != nullptr && mr != nullptr && flags == 0 && iov != nullptr && count == 1) {
-      if (CachedMr* hit = target->try_cached_hit(iov->iov_base, iov->iov_len, access, offset,
-                                                 context, probed)) {
+    if (target != nullptr && mr != nullptr && flags == 0 && offset == 0 && iov != nullptr &&
+        count == 1) {
+      if (CachedMr* hit =
+              target->try_cached_hit(iov->iov_base, iov->iov_len, access, context, probed)) {
         *mr = hmr::core::to_handle<hmr_mr>(hit);
         return 0;
       }

@@ -62,8 +62,9 @@ class Domain : public Tagged<ObjectClass::domain> {
   // as a pooled CachedMr; nullptr when the request needs the full path (register_memory),
   // which then also reports any error.  No lock, allocation or virtual call on the way.
   // `probed` tells the full path whether the cache was already looked up and held nothing.
-  CachedMr* try_cached_hit(const void* buf, size_t len, uint64_t access, uint64_t offset,
-                           void* context, RegistrationCache::Probe& probed);
+  // The caller has checked flags and offset (both 0): six arguments stay in registers.
+  CachedMr* try_cached_hit(const void* buf, size_t len, uint64_t access, void* context,
+                           RegistrationCache::Probe& probed);
   void close_cached(CachedMr* mr);
   // A hit handle that an operation needs as a MemoryRegion of its own (rereg, indirect keys):
   // made once, then every call on the handle reaches it (core/cached_mr.h).

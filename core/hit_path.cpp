@@ -57,13 +57,13 @@ void Domain::enable_hit_path() {
   return CachedMr::make(*this, *cache_, handle, start, length, access, context, raw_keys());
 }
 
-CachedMr* Domain::try_cached_hit(const void* buf, size_t len, uint64_t access, uint64_t offset,
-                                 void* context, RegistrationCache::Probe& probed) {
+CachedMr* Domain::try_cached_hit(const void* buf, size_t len, uint64_t access, void* context,
+                                 RegistrationCache::Probe& probed) {
   if (!hit_path_ || async_bound_.load(std::memory_order_relaxed)) return nullptr;
   const auto start = reinterpret_cast<uintptr_t>(buf);
   // What validate_mr_request() would refuse is the full path's to refuse, with its reason.
   if (buf == nullptr || len == 0 || start + len < start || len > rules_.max_mr_size ||
-      access == 0 || (access & ~kCacheableAccess) != 0 || offset != 0) {
+      access == 0 || (access & ~kCacheableAccess) != 0) {
     return nullptr;
   }
   // No classification here, even with device runtimes loaded: the host cache files only
