@@ -224,6 +224,29 @@ TEST(MrKeys, MrCntCountsCachedHits) {
 // The first registration of plain host memory in a caching domain is handed out as a hit's
 // handle (core/hit_path.cpp, Domain::register_shared): mr_cnt refuses it with its reason, and
 // a registration the NIC refuses gives its place back.
+TEST(MrKeys, ANonzeroOffsetOnCachedMemoryIsRefusedNotServedFromTheCache) {
+  // The C ABI lets only offset 0 into the hit path; any other is the full path's to refuse
+  // (fi_mr(3) reserves it), also for a range the cache holds.
+  Pages pages(kPage);
+  DomainPtr domain = open_domain(HMR_MR_PROV_KEY, "require=PROV_KEY");
+  ASSERT_TRUE(domain);
+  MrPtr cached = reg(domain.get(), pages.data(), kPage, kRemote);
+  ASSERT_TRUE(cached);
+  hmr_mr* refused = nullptr;
+  EXPECT_HMR_ERROR(hmr_mr_reg(domain.get(), pages.data(), kPage, kRemote, 8, 0, 0, &refused,
+                              nullptr),
+                   HMR_EINVAL);
+  EXPECT_EQ(refused, nullptr);
+  const iovec iov{pages.data(), kPage};
+  EXPECT_HMR_ERROR(hmr_mr_regv(domain.get(), &iov, 1, kRemote, 8, 0, 0, &refused, nullptr),
+                   HMR_EINVAL);
+  EXPECT_EQ(refused, nullptr);
+  hmr_domain_stats stats{};
+  stats.size = sizeof stats;
+  ASSERT_HMR_OK(hmr_domain_query_stats(domain.get(), &stats));
+  EXPECT_EQ(stats.cache_hits, 0u) << "an offset request was served from the cache";
+}
+
 TEST(MrKeys, FirstRegistrationsOfCachedMemoryKeepMrCntAndGiveBackFailedPlaces) {
   Pages pages(4 * kPage);
   ASSERT_EQ(munmap(pages.data() + 3 * kPage, kPage), 0);  // the NIC (ALLOCATED) refuses it
