@@ -1,5 +1,8 @@
 #include "monitor/uffd_monitor.h"
 
+#include <algorithm>
+#include <cstdint>
+
 namespace hmr::core {
 
 UffdMonitor& UffdMonitor::instance() {
@@ -13,10 +16,34 @@ Status UffdMonitor::start() {
   if (watcher_) return ok_status();
   Result<std::unique_ptr<UffdWatcher>> watcher = UffdWatcher::start(
       pending_counter(), [this](const AddressRangeEvent& change) { on_change(change); },
-      "userfaultfd monitor");
+      "userfaultfd monitor", /*know_watched=*/true);
   if (!watcher.ok()) return watcher.status();
   watcher_ = std::move(*watcher);
   return ok_status();
+}
+
+bool UffdMonitor::Block::knows(uintptr_t block, uintptr_t from, uintptr_t to) const {
+  for (size_t page = (from - block) / kPage; page < (to - block + kPage - 1) / kPage; ++page) {
+    if ((known[page / 64] >> (page % 64) & 1) == 0) return false;
+  }
+  return true;
+}
+
+void UffdMonitor::Block::mark(uintptr_t block, uintptr_t from, uintptr_t to, bool watched) {
+  for (size_t page = (from - block) / kPage; page < (to - block + kPage - 1) / kPage; ++page) {
+    const uint64_t bit = uint64_t{1} << (page % 64);
+    known[page / 64] = watched ? known[page / 64] | bit : known[page / 64] & ~bit;
+  }
+}
+
+void UffdMonitor::scan(uintptr_t block, Block& state) {
+  state.scan_due = false;
+  ++counts_.scans;
+  MappingQuery::Run runs[MappingQuery::kMaxMappings];
+  Result<size_t> found = watcher_->watched_runs(block, block + kBlock, runs,
+                                                MappingQuery::kMaxMappings);
+  if (!found.ok()) return;  // nothing learnt: the exact registrations go on
+  for (size_t i = 0; i < *found; ++i) state.mark(block, runs[i].start, runs[i].end, true);
 }
 
 Status UffdMonitor::subscribe(uintptr_t start, size_t len) {
@@ -24,21 +51,56 @@ Status UffdMonitor::subscribe(uintptr_t start, size_t len) {
   const uintptr_t first = start & ~(kBlock - 1);
   const uintptr_t end = start + len;
   std::lock_guard<std::mutex> lock(blocks_mutex_);
-  // Whole blocks first, once each: later registrations inside them then split no mapping.
-  // A block with holes registers only what is mapped (the kernel skips holes), so this is
-  // never relied on for correctness...
+  bool known = watcher_->knows_watched();
   for (uintptr_t block = first; block < end; block += kBlock) {
     Block& state = blocks_[block];
-    if (!state.registered) state.registered = watcher_->watch(block, kBlock).ok();
+    if (!state.registered) {
+      // Whole blocks first, once each: later registrations inside them then split no mapping.
+      state.registered = watcher_->watch_private_parts(block, kBlock).ok();
+      state.scan_due = state.registered;
+      state.exact_watches = 0;
+      ++counts_.block_watches;
+    }
     ++state.references;
+    const uintptr_t from = std::max(start, block);
+    const uintptr_t to = std::min(end, block + kBlock);
+    if (known && !state.knows(block, from, to)) {
+      // Not at the first subscription of a block: a block holding one region would pay a
+      // scan (0.5-6 us, by pages present) for nothing.  A second one that needs its own
+      // registration says the block is being filled: one scan then serves the rest.
+      if (state.scan_due && state.exact_watches > 0) scan(block, state);
+      known = state.knows(block, from, to);
+    }
   }
-  // ...the exact pages are: registering them again is free of splits where the block is
-  // registered already, and covers pages mapped into a hole since.
+  // Checked after the bits: an event read before they were looked at is either applied
+  // (bits cleared under this lock) or still pending here.
+  if (known && !has_pending()) {
+    ++counts_.known;
+    return ok_status();
+  }
+  // The exact pages: registering them again is free of splits where the block is registered
+  // already, and covers pages mapped into a hole since.
+  ++counts_.exact_watches;
   Status watched = watcher_->watch(start, len);
-  if (!watched.ok()) {
-    for (uintptr_t block = first; block < end; block += kBlock) --blocks_[block].references;
+  for (uintptr_t block = first; block < end; block += kBlock) {
+    Block& state = blocks_[block];
+    if (!watched.ok()) {
+      --state.references;
+    } else if (state.exact_watches < UINT8_MAX) {
+      ++state.exact_watches;
+    }
   }
   return watched;
+}
+
+UffdMonitor::Counts UffdMonitor::counts() {
+  std::lock_guard<std::mutex> lock(blocks_mutex_);
+  return counts_;
+}
+
+bool UffdMonitor::knows_watched() {
+  std::lock_guard<std::mutex> lock(start_mutex_);
+  return watcher_ && watcher_->knows_watched();
 }
 
 void UffdMonitor::unsubscribe(uintptr_t start, size_t len) {
@@ -61,7 +123,10 @@ void UffdMonitor::forget_blocks(uintptr_t start, uintptr_t end) {
   auto it = blocks_.upper_bound(start & ~(kBlock - 1));
   if (it != blocks_.begin()) --it;
   for (; it != blocks_.end() && it->first < end; ++it) {
-    if (it->first + kBlock > start) it->second.registered = false;
+    const uintptr_t block = it->first;
+    if (block + kBlock <= start) continue;
+    it->second.registered = false;
+    it->second.mark(block, std::max(start, block), std::min(end, block + kBlock), false);
   }
 }
 

@@ -12,8 +12,9 @@
 namespace hmr::core {
 
 Result<std::unique_ptr<UffdWatcher>> UffdWatcher::start(std::atomic<uint32_t>& pending,
-                                                        OnChange on_change, const char* owner) {
-  Result<Userfaultfd> uffd = Userfaultfd::open();
+                                                        OnChange on_change, const char* owner,
+                                                        bool know_watched) {
+  Result<Userfaultfd> uffd = Userfaultfd::open(know_watched);
   if (!uffd.ok()) return uffd.status();
   UniqueFd wake(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!wake.valid()) {

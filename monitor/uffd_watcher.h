@@ -28,12 +28,22 @@ class UffdWatcher {
   // Runs on the watcher's thread; it must not wait for anything an unmapping thread may hold.
   using OnChange = std::function<void(const AddressRangeEvent& change)>;
 
-  // `pending` must outlive the watcher.  `owner` names it in error reasons.
+  // `pending` must outlive the watcher.  `owner` names it in error reasons.  `know_watched`:
+  // see Userfaultfd::open.
   static Result<std::unique_ptr<UffdWatcher>> start(std::atomic<uint32_t>& pending,
-                                                    OnChange on_change, const char* owner);
+                                                    OnChange on_change, const char* owner,
+                                                    bool know_watched = false);
   ~UffdWatcher();  // stops the thread
 
   Status watch(uintptr_t start, size_t len) { return uffd_.watch(start, len); }
+  Status watch_private_parts(uintptr_t start, size_t len) {
+    return uffd_.watch_private_parts(start, len);
+  }
+  bool knows_watched() const { return uffd_.knows_watched(); }
+  Result<size_t> watched_runs(uintptr_t start, uintptr_t end, MappingQuery::Run* runs,
+                              size_t max_runs) const {
+    return uffd_.watched_runs(start, end, runs, max_runs);
+  }
 
  private:
   UffdWatcher(Userfaultfd uffd, UniqueFd wake, std::atomic<uint32_t>& pending,

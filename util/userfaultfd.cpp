@@ -27,39 +27,89 @@ int open_raw_userfaultfd() {
   return static_cast<int>(syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK));
 }
 
-}  // namespace
+// UFFD_FEATURE_WP_ASYNC (Linux 6.7; implies WP_UNPOPULATED): what PAGEMAP_SCAN needs to call
+// a page watched.  It also resolves write faults on protected pages in the kernel, but this fd
+// never protects a page, so it changes nothing else.
+constexpr uint64_t kFeatureWpAsync = uint64_t{1} << 15;
 
-Result<Userfaultfd> Userfaultfd::open() {
-  UniqueFd fd(open_raw_userfaultfd());
-  if (!fd.valid()) {
-    const int err = errno;
-    return make_error(HMR_ENOSYS,
-                      "userfaultfd unavailable: %s (needs Linux >= 5.11 for unprivileged "
-                      "UFFD_USER_MODE_ONLY, or root)",
-                      std::strerror(err));
-  }
+// Opens the fd and asks for its events (and `extra` features); false when the kernel
+// refuses them, with errno set.
+bool open_with_features(UniqueFd& fd, uint64_t extra) {
+  fd.reset(open_raw_userfaultfd());
+  if (!fd.valid()) return false;
   uffdio_api api = {};
   api.api = UFFD_API;
-  api.features = UFFD_FEATURE_EVENT_UNMAP | UFFD_FEATURE_EVENT_REMOVE | UFFD_FEATURE_EVENT_REMAP;
-  if (ioctl(fd.get(), UFFDIO_API, &api) != 0) {
+  api.features =
+      UFFD_FEATURE_EVENT_UNMAP | UFFD_FEATURE_EVENT_REMOVE | UFFD_FEATURE_EVENT_REMAP | extra;
+  return ioctl(fd.get(), UFFDIO_API, &api) == 0;
+}
+
+}  // namespace
+
+Result<Userfaultfd> Userfaultfd::open(bool know_watched) {
+  UniqueFd fd;
+  if (know_watched) {
+    // Only with both ioctls: an fd with WP_ASYNC but no way to ask is all cost, no use.
+    Result<MappingQuery> query = MappingQuery::open();
+    if (query.ok() && open_with_features(fd, kFeatureWpAsync)) {
+      return Userfaultfd(std::move(fd), std::move(*query));
+    }
+  }
+  if (!open_with_features(fd, 0)) {
     const int err = errno;
+    if (!fd.valid()) {
+      return make_error(HMR_ENOSYS,
+                        "userfaultfd unavailable: %s (needs Linux >= 5.11 for unprivileged "
+                        "UFFD_USER_MODE_ONLY, or root)",
+                        std::strerror(err));
+    }
     return make_error(HMR_ENOSYS, "userfaultfd has no UNMAP/REMOVE/REMAP events: %s",
                       std::strerror(err));
   }
-  return Userfaultfd(std::move(fd));
+  return Userfaultfd(std::move(fd), std::nullopt);
 }
 
 Status Userfaultfd::watch(uintptr_t start, size_t len) {
+  if (query_) {
+    Result<bool> shared = query_->any_shared(page_down(start), page_up(start + len));
+    if (!shared.ok()) return shared.status();
+    if (*shared) {
+      return make_error(HMR_EFAULT,
+                        "cannot watch [%#lx, +%zu) for page changes: it is a shared mapping, "
+                        "and a SysV segment detached by shmdt() raises no event",
+                        static_cast<unsigned long>(start), len);
+    }
+  }
+  return register_range(page_down(start), page_up(start + len));
+}
+
+Status Userfaultfd::watch_private_parts(uintptr_t start, size_t len) {
+  if (!query_) return watch(start, len);
+  MappingQuery::Run runs[MappingQuery::kMaxMappings];
+  Result<size_t> found =
+      query_->private_runs(page_down(start), page_up(start + len), runs, MappingQuery::kMaxMappings);
+  if (!found.ok()) return found.status();
+  if (*found == 0) return make_error(HMR_EFAULT, "no private mapping in [%#lx, +%zu) to watch",
+                                     static_cast<unsigned long>(start), len);
+  for (size_t i = 0; i < *found; ++i) {
+    Status watched = register_range(runs[i].start, runs[i].end);
+    if (!watched.ok()) return watched;
+  }
+  return ok_status();
+}
+
+Status Userfaultfd::register_range(uintptr_t start, uintptr_t end) {
   uffdio_register reg = {};
-  reg.range.start = page_down(start);
-  reg.range.len = page_up(start + len) - reg.range.start;
+  reg.range.start = start;
+  reg.range.len = end - start;
   reg.mode = UFFDIO_REGISTER_MODE_WP;
   if (ioctl(fd_.get(), UFFDIO_REGISTER, &reg) != 0) {
     const int err = errno;
     return make_error(HMR_EFAULT,
-                      "cannot watch [%#lx, +%zu) for page changes: %s (the range must be "
+                      "cannot watch [%#lx, %#lx) for page changes: %s (the range must be "
                       "mapped anonymous, shmem or hugetlb memory)",
-                      static_cast<unsigned long>(start), len, std::strerror(err));
+                      static_cast<unsigned long>(start), static_cast<unsigned long>(end),
+                      std::strerror(err));
   }
   return ok_status();
 }

@@ -9,7 +9,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 
+#include "util/mapping_query.h"
 #include "util/status.h"
 #include "util/unique_fd.h"
 
@@ -23,10 +25,24 @@ struct AddressRangeEvent {
 
 class Userfaultfd {
  public:
-  static Result<Userfaultfd> open();
+  // `know_watched`: also be able to tell which pages are watched (watched_runs()), where the
+  // kernel can (Linux 6.11: UFFD_FEATURE_WP_ASYNC, PAGEMAP_SCAN, PROCMAP_QUERY); elsewhere
+  // the fd opens as without it.  WP_ASYNC lets the kernel watch any kind of mapping, so such an
+  // fd refuses shared ones itself: a SysV segment detached by shmdt() raises no event.
+  static Result<Userfaultfd> open(bool know_watched = false);
 
   // Registers the pages covering [start, start+len) for change events.
   Status watch(uintptr_t start, size_t len);
+  // Registers the private mappings in [start, start+len) and skips shared ones, where the
+  // fd refuses shared mappings (knows_watched()); elsewhere the same as watch().
+  Status watch_private_parts(uintptr_t start, size_t len);
+  bool knows_watched() const { return query_.has_value(); }
+  // The runs of [start, end) this process watches now, in private mappings (see
+  // MappingQuery::watched_private_runs); only where knows_watched().
+  Result<size_t> watched_runs(uintptr_t start, uintptr_t end, MappingQuery::Run* runs,
+                              size_t max_runs) const {
+    return query_->watched_private_runs(start, end, runs, max_runs);
+  }
   // Forgets a range; a range that is no longer mapped is not an error.
   void unwatch(uintptr_t start, size_t len);
   // Reads one pending event without blocking; false when none is pending.
@@ -36,8 +52,12 @@ class Userfaultfd {
   void close() { fd_.reset(); }
 
  private:
-  explicit Userfaultfd(UniqueFd fd) : fd_(std::move(fd)) {}
+  Status register_range(uintptr_t start, uintptr_t end);  // page-aligned
+
+  Userfaultfd(UniqueFd fd, std::optional<MappingQuery> query)
+      : fd_(std::move(fd)), query_(std::move(query)) {}
   UniqueFd fd_;
+  std::optional<MappingQuery> query_;  // set when opened with WP_ASYNC and both ioctls work
 };
 
 }  // namespace hmr::core

@@ -1,0 +1,173 @@
+// The userfaultfd monitor learns which pages it watches and then subscribes them without a
+// system call (monitor/uffd_monitor.h).  What must hold: a page is trusted only while the
+// kernel watches it: never a page mapped into a hole after the block was registered, never
+// a page unmapped since, and never while an event is read but not yet applied.  Each test
+// ends by unmapping the page in question: only a watched page makes that raise an event.
+#include "monitor/uffd_monitor.h"
+
+#include <gtest/gtest.h>
+#include <sys/ipc.h>
+#include <sys/mman.h>
+#include <sys/shm.h>
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+
+namespace hmr::core {
+
+class UffdMonitorTestPeer {
+ public:
+  static std::atomic<uint32_t>& pending(UffdMonitor& monitor) { return monitor.pending_counter(); }
+};
+
+namespace {
+
+constexpr uintptr_t kPage = 4096;
+constexpr uintptr_t kBlock = 2u << 20;
+
+// Counts what the monitor delivers for one range; runs on the monitor's thread, where nothing
+// may be freed, so it keeps a count, not a list.
+class RangeSink final : public InvalidationSink {
+ public:
+  explicit RangeSink(uintptr_t start) : start_(start) {}
+  void invalidate(uintptr_t start, uintptr_t end) override {
+    if (start <= start_ && start_ < end) hits_.fetch_add(1);
+  }
+  void watch(uintptr_t start) { start_ = start; }
+  int hits() const { return hits_.load(); }
+
+ private:
+  std::atomic<uintptr_t> start_;
+  std::atomic<int> hits_{0};
+};
+
+UffdMonitor::Counts since(const UffdMonitor::Counts& before, const UffdMonitor::Counts& now) {
+  return {now.block_watches - before.block_watches, now.scans - before.scans,
+          now.exact_watches - before.exact_watches, now.known - before.known};
+}
+
+class UffdMonitorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    Status started = monitor_.start();
+    if (!started.ok()) GTEST_SKIP() << started.reason();
+    if (!monitor_.knows_watched()) {
+      GTEST_SKIP() << "this kernel cannot say which pages are watched (needs Linux 6.11)";
+    }
+    area_ = static_cast<uint8_t*>(mmap(nullptr, 2 * kBlock, PROT_READ | PROT_WRITE,
+                                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    ASSERT_NE(area_, MAP_FAILED);
+    block_ = reinterpret_cast<uintptr_t>(area_) + (kBlock - reinterpret_cast<uintptr_t>(area_) % kBlock) % kBlock;
+    ASSERT_TRUE(monitor_.add_sink(&sink_).ok());
+  }
+  void TearDown() override {
+    if (area_ != nullptr && area_ != MAP_FAILED) {
+      for (uintptr_t page : subscribed_) monitor_.unsubscribe(page, kPage);
+      monitor_.remove_sink(&sink_);
+      munmap(area_, 2 * kBlock);
+    }
+  }
+
+  uintptr_t page(size_t index) const { return block_ + index * kPage; }
+  Status subscribe(uintptr_t address) {
+    Status status = monitor_.subscribe(address, kPage);
+    if (status.ok()) subscribed_[subscribed_count_++ % kMaxSubscribed] = address;
+    return status;
+  }
+  // Unmaps one page and says whether the monitor was told: the munmap of a watched page
+  // returns once the event is read, and wait_pending() once it was delivered.
+  bool unmap_is_seen(uintptr_t address) {
+    sink_.watch(address);
+    const int before = sink_.hits();
+    EXPECT_EQ(munmap(reinterpret_cast<void*>(address), kPage), 0);
+    monitor_.wait_pending();
+    return sink_.hits() > before;
+  }
+  static void map_again(uintptr_t address) {
+    void* mapped = mmap(reinterpret_cast<void*>(address), kPage, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    ASSERT_EQ(mapped, reinterpret_cast<void*>(address));
+  }
+  // Fills the block's first pages at a stride of two, as a pool of buffers would.
+  void fill(size_t count) {
+    for (size_t i = 0; i < count; ++i) ASSERT_TRUE(subscribe(page(2 * i)).ok());
+  }
+
+  UffdMonitor& monitor_ = UffdMonitor::instance();
+  uint8_t* area_ = nullptr;
+  uintptr_t block_ = 0;
+  RangeSink sink_{0};
+  static constexpr size_t kMaxSubscribed = 256;
+  uintptr_t subscribed_[kMaxSubscribed] = {};
+  size_t subscribed_count_ = 0;
+};
+
+TEST_F(UffdMonitorTest, AFilledBlockIsLearntOnceAndThenCostsNoSystemCall) {
+  const UffdMonitor::Counts before = monitor_.counts();
+  fill(64);
+  const UffdMonitor::Counts spent = since(before, monitor_.counts());
+  EXPECT_EQ(spent.block_watches, 1u);
+  EXPECT_EQ(spent.scans, 1u);
+  EXPECT_EQ(spent.exact_watches, 1u) << "only the block's first subscription registers itself";
+  EXPECT_EQ(spent.known, 63u);
+  EXPECT_TRUE(unmap_is_seen(page(40)));
+}
+
+TEST_F(UffdMonitorTest, APageMappedIntoAHoleAfterTheScanIsRegisteredItself) {
+  ASSERT_EQ(munmap(reinterpret_cast<void*>(page(9)), kPage), 0);
+  fill(4);  // registers the block and scans it while page 9 is a hole
+  map_again(page(9));
+  const UffdMonitor::Counts before = monitor_.counts();
+  ASSERT_TRUE(subscribe(page(9)).ok());
+  EXPECT_EQ(since(before, monitor_.counts()).known, 0u) << "a hole at the scan was trusted";
+  EXPECT_TRUE(unmap_is_seen(page(9))) << "the page mapped into the hole is not watched";
+}
+
+TEST_F(UffdMonitorTest, AnUnmappedPageIsForgottenEvenAfterTheBlockIsRegisteredAgain) {
+  fill(8);
+  ASSERT_TRUE(unmap_is_seen(page(4)));
+  // The next subscription registers the block again while page 4 is a hole...
+  ASSERT_TRUE(subscribe(page(2)).ok());
+  // ...so the page mapped there afterwards is watched only if its own subscription says so.
+  map_again(page(4));
+  const UffdMonitor::Counts before = monitor_.counts();
+  ASSERT_TRUE(subscribe(page(4)).ok());
+  EXPECT_EQ(since(before, monitor_.counts()).known, 0u) << "the unmapped page stayed known";
+  EXPECT_TRUE(unmap_is_seen(page(4))) << "the page mapped again is not watched";
+}
+
+TEST_F(UffdMonitorTest, APendingEventMakesKnownPagesRegisterAgain) {
+  fill(8);
+  std::atomic<uint32_t>& pending = UffdMonitorTestPeer::pending(monitor_);
+  pending.fetch_add(1);  // as the thread does between reading an event and applying it
+  const UffdMonitor::Counts before = monitor_.counts();
+  const Status subscribed = subscribe(page(6));
+  pending.fetch_sub(1);
+  ASSERT_TRUE(subscribed.ok());
+  const UffdMonitor::Counts spent = since(before, monitor_.counts());
+  EXPECT_EQ(spent.known, 0u) << "known pages were trusted while an event was pending";
+  EXPECT_EQ(spent.exact_watches, 1u);
+}
+
+TEST_F(UffdMonitorTest, SharedMappingsAreRefused) {
+  void* shared = mmap(nullptr, kPage, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(shared, MAP_FAILED);
+  const Status anonymous = monitor_.subscribe(reinterpret_cast<uintptr_t>(shared), kPage);
+  EXPECT_FALSE(anonymous.ok());
+  EXPECT_NE(std::string(anonymous.reason()).find("shared"), std::string::npos)
+      << anonymous.reason();
+  munmap(shared, kPage);
+
+  const int id = shmget(IPC_PRIVATE, kPage, IPC_CREAT | 0600);
+  if (id < 0) GTEST_SKIP() << "shmget failed";
+  void* segment = shmat(id, nullptr, 0);
+  shmctl(id, IPC_RMID, nullptr);
+  ASSERT_NE(segment, reinterpret_cast<void*>(-1));
+  EXPECT_FALSE(monitor_.subscribe(reinterpret_cast<uintptr_t>(segment), kPage).ok())
+      << "a SysV segment was watched: shmdt() would detach it without an event";
+  shmdt(segment);
+}
+
+}  // namespace
+}  // namespace hmr::core
