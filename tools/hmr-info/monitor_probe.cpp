@@ -158,8 +158,19 @@ JsonValue monitors_section(const std::vector<hmem::IfaceReport>& reports,
 
   JsonValue section = JsonValue::object();
   JsonValue& host = section.set("host", JsonValue::array());
-  host.push(host_monitor_json(monitors[0], "a userfaultfd (UFFD_USER_MODE_ONLY) reports "
-                                           "unmap, madvise and mremap of watched ranges"));
+  JsonValue uffd = host_monitor_json(monitors[0], "a userfaultfd (UFFD_USER_MODE_ONLY) reports "
+                                                  "unmap, madvise and mremap of watched ranges");
+  if (monitors[0].started.ok()) {
+    const bool knows = core::UffdMonitor::instance().knows_watched();
+    uffd.set("knows_watched_pages",
+             answer(knows, knows ? "PAGEMAP_SCAN and PROCMAP_QUERY: once a 2 MiB block is learnt, "
+                                   "registering more of it makes no system call; shared "
+                                   "mappings are not cached under it"
+                                 : "this kernel cannot say which pages are watched (needs "
+                                   "Linux 6.11): every miss registers its own pages, one "
+                                   "ioctl each"));
+  }
+  host.push(std::move(uffd));
   host.push(host_monitor_json(monitors[1], "libc's munmap, mremap, madvise, brk, shmdt and "
                                            "MAP_FIXED mmap are hooked"));
   section.set("chosen", chosen_json(environment, monitors, std::size(monitors)));
