@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <iterator>
 
 namespace hmr::core {
 
@@ -36,59 +37,85 @@ void UffdMonitor::Block::mark(uintptr_t block, uintptr_t from, uintptr_t to, boo
   }
 }
 
-void UffdMonitor::scan(uintptr_t block, Block& state) {
+void UffdMonitor::scan(uintptr_t block, uintptr_t address, Block& state) {
   state.scan_due = false;
   ++counts_.scans;
-  MappingQuery::Run runs[MappingQuery::kMaxMappings];
-  Result<size_t> found = watcher_->watched_runs(block, block + kBlock, runs,
-                                                MappingQuery::kMaxMappings);
-  if (!found.ok()) return;  // nothing learnt: the exact registrations go on
+  MappingQuery::Run runs[16];
+  Result<size_t> found =
+      watcher_->watched_runs_of_mapping(address, block, block + kBlock, runs, std::size(runs));
+  if (!found.ok()) return;  // nothing learnt: registrations go on
   for (size_t i = 0; i < *found; ++i) state.mark(block, runs[i].start, runs[i].end, true);
 }
 
 Status UffdMonitor::subscribe(uintptr_t start, size_t len) {
   if (!watcher_) return make_error(HMR_EINVAL, "userfaultfd monitor is not started");
-  const uintptr_t first = start & ~(kBlock - 1);
-  const uintptr_t end = start + len;
   std::lock_guard<std::mutex> lock(blocks_mutex_);
-  bool known = watcher_->knows_watched();
+  if (watcher_->knows_watched()) return subscribe_knowing(start, start + len);
+  return subscribe_blind(start, start + len);
+}
+
+Status UffdMonitor::subscribe_knowing(uintptr_t start, uintptr_t end) {
+  const uintptr_t first = start & ~(kBlock - 1);
+  bool known = true;
   for (uintptr_t block = first; block < end; block += kBlock) {
     Block& state = blocks_[block];
-    if (!state.registered) {
-      // Whole blocks first, once each: later registrations inside them then split no mapping.
-      state.registered = watcher_->watch_private_parts(block, kBlock).ok();
-      state.scan_due = state.registered;
-      state.exact_watches = 0;
-      ++counts_.block_watches;
-    }
     ++state.references;
     const uintptr_t from = std::max(start, block);
     const uintptr_t to = std::min(end, block + kBlock);
     if (known && !state.knows(block, from, to)) {
-      // Not at the first subscription of a block: a block holding one region would pay a
-      // scan (0.5-6 us, by pages present) for nothing.  A second one that needs its own
-      // registration says the block is being filled: one scan then serves the rest.
-      if (state.scan_due && state.exact_watches > 0) scan(block, state);
+      // Not at the first registration in a block: a block holding one region would pay the
+      // scan (0.5-6 us, by pages present) for nothing.  A second subscription that is not
+      // known says the block is being filled: one scan then serves the rest.
+      if (state.scan_due && state.registrations > 0) scan(block, from, state);
       known = state.knows(block, from, to);
     }
   }
-  // Checked after the bits: an event read before they were looked at is either applied
-  // (bits cleared under this lock) or still pending here.
+  // Checked after the marks: an event read before they were looked at is either applied
+  // (marks cleared under this lock) or still pending here.
   if (known && !has_pending()) {
     ++counts_.known;
     return ok_status();
   }
-  // The exact pages: registering them again is free of splits where the block is registered
-  // already, and covers pages mapped into a hole since.
-  ++counts_.exact_watches;
-  Status watched = watcher_->watch(start, len);
+  ++counts_.registrations;
+  Status registered = ok_status();
+  for (uintptr_t block = first; block < end && registered.ok(); block += kBlock) {
+    registered = register_in_block(block, std::max(start, block), std::min(end, block + kBlock));
+  }
   for (uintptr_t block = first; block < end; block += kBlock) {
     Block& state = blocks_[block];
-    if (!watched.ok()) {
+    if (!registered.ok()) {
       --state.references;
-    } else if (state.exact_watches < UINT8_MAX) {
-      ++state.exact_watches;
+      continue;
     }
+    state.scan_due = true;
+    if (state.registrations < UINT8_MAX) ++state.registrations;
+  }
+  return registered;
+}
+
+Status UffdMonitor::register_in_block(uintptr_t block, uintptr_t from, uintptr_t to) {
+  // The whole part of the mapping in the block, so that later registrations there split
+  // nothing and a scan finds them watched...
+  Result<MappingQuery::Run> part = watcher_->watch_mapping_part(from, block, block + kBlock);
+  if (part.ok() && part->start <= from && to <= part->end) return ok_status();
+  // ...unless the range spans mappings (or a hole): then its exact pages, each checked.
+  return watcher_->watch(from, to - from);
+}
+
+Status UffdMonitor::subscribe_blind(uintptr_t start, uintptr_t end) {
+  const uintptr_t first = start & ~(kBlock - 1);
+  // Whole blocks first, once each: later registrations inside them then split no mapping.
+  for (uintptr_t block = first; block < end; block += kBlock) {
+    Block& state = blocks_[block];
+    if (!state.registered) state.registered = watcher_->watch(block, kBlock).ok();
+    ++state.references;
+  }
+  // The exact pages: registering them again is free of splits where the block is registered
+  // already, and covers pages mapped into a hole since.
+  ++counts_.registrations;
+  Status watched = watcher_->watch(start, end - start);
+  if (!watched.ok()) {
+    for (uintptr_t block = first; block < end; block += kBlock) --blocks_[block].references;
   }
   return watched;
 }
@@ -125,8 +152,13 @@ void UffdMonitor::forget_blocks(uintptr_t start, uintptr_t end) {
   for (; it != blocks_.end() && it->first < end; ++it) {
     const uintptr_t block = it->first;
     if (block + kBlock <= start) continue;
-    it->second.registered = false;
-    it->second.mark(block, std::max(start, block), std::min(end, block + kBlock), false);
+    Block& state = it->second;
+    state.registered = false;
+    state.mark(block, std::max(start, block), std::min(end, block + kBlock), false);
+    // What was registered here since the last scan may be gone: a scan now would likely
+    // learn nothing (an application that unmaps and maps again at one address).
+    state.scan_due = false;
+    state.registrations = 0;
   }
 }
 

@@ -2,22 +2,25 @@
 // write-protect mode (no page is ever protected, so no fault is trapped) and reported on
 // UNMAP, REMOVE (madvise DONTNEED/FREE/REMOVE) and REMAP (mremap).
 //
-// Each subscription registers its 2 MiB-aligned blocks once (reference-counted): registering
-// every small region on its own would split the kernel's mappings until vm.max_map_count is
-// hit.  A block registered while it had a hole does not cover what is mapped there later (the
-// kernel registers the mappings present and skips holes), so the block alone is never
-// trusted.  What is trusted is the kernel's own answer: where it can say which pages are
-// watched (Linux 6.11: util/mapping_query.h), the second subscription in a block that needed
-// a registration of its own asks once for the whole block, and every later subscription of
-// pages known watched makes no system call.  A page stays known until an event about it
-// arrives: pages leave a watched mapping only by UNMAP or REMAP (shared mappings, where
-// shmdt() would take pages silently, are never watched on such kernels).  Elsewhere, and for
-// pages not known, the subscription registers its exact pages, which is correct whatever the
-// block holds.
+// Registering every small region on its own would split the kernel's mappings until
+// vm.max_map_count is hit, so registrations cover more than the subscribed pages.  A wider
+// registration is never trusted by itself, though: a range registered while it had a hole
+// does not cover what is mapped into the hole later (the kernel registers the mappings
+// present and skips holes).  Two ways, by what the kernel can tell:
+//
+// - Knowing (Linux 6.11: util/mapping_query.h).  A subscription registers the part of its
+//   own mapping within its 2 MiB block (one PROCMAP_QUERY, one ioctl).  The next subscription
+//   in that block that is not known asks the kernel which pages of its mapping there are
+//   watched (one PROCMAP_QUERY, one PAGEMAP_SCAN) and marks them; a subscription of marked
+//   pages makes no system call.  A mark is cleared by the first event about its page: pages
+//   leave a watched mapping only by UNMAP or REMAP, since such a userfaultfd watches private
+//   anonymous and hugetlb mappings only (a SysV segment leaves silently, by shmdt).
+// - Blind (older kernels).  Each subscription registers its 2 MiB-aligned blocks once, then
+//   its exact pages, which is correct whatever the block holds.
 //
 // An event the thread has read but not yet applied leaves the unmapping thread free to map
-// and register the same pages again before the bits are cleared: while one is pending
-// (Monitor::has_pending), known pages are registered anyway.
+// and register the same pages again before the marks are cleared: while one is pending
+// (Monitor::has_pending), marked pages are registered anyway.
 //
 // Deadlock rules: the thread reads every queued event (which releases the unmapping
 // threads) before it takes any lock, and no lock it takes is ever held by a thread while
@@ -46,10 +49,9 @@ class UffdMonitor final : public Monitor {
 
   // What subscriptions cost in system calls, for tests and hmr-info.
   struct Counts {
-    uint64_t block_watches = 0;  // registrations of a whole block's private mappings
-    uint64_t scans = 0;          // questions to the kernel: which pages of a block are watched
-    uint64_t exact_watches = 0;  // subscriptions that registered their own pages
-    uint64_t known = 0;          // subscriptions of pages known watched: no system call
+    uint64_t registrations = 0;  // subscriptions that registered pages (one ioctl or more)
+    uint64_t scans = 0;          // questions to the kernel: which pages are watched
+    uint64_t known = 0;          // subscriptions of marked pages: no system call
   };
   Counts counts();
   // Whether this kernel lets the monitor know which pages it watches (started monitors only).
@@ -66,16 +68,22 @@ class UffdMonitor final : public Monitor {
   static constexpr size_t kPagesPerBlock = kBlock / kPage;
   struct Block {
     uint32_t references = 0;
-    bool registered = false;  // its private mappings were registered; no event since
-    bool scan_due = false;    // registered since the last scan: one may learn pages
-    uint8_t exact_watches = 0;  // subscriptions since then that registered their own pages
-    uint64_t known[kPagesPerBlock / 64] = {};  // pages known watched: one bit each
+    bool registered = false;      // blind: what was mapped in it is registered; no event since
+    bool scan_due = false;        // knowing: registered in since the last scan or event
+    uint8_t registrations = 0;    // knowing: subscriptions since then that registered
+    uint64_t known[kPagesPerBlock / 64] = {};  // knowing: pages marked watched, one bit each
 
     bool knows(uintptr_t block, uintptr_t from, uintptr_t to) const;
     void mark(uintptr_t block, uintptr_t from, uintptr_t to, bool watched);
   };
-  // Asks the kernel which pages of `block` are watched and marks them.
-  void scan(uintptr_t block, Block& state);
+  Status subscribe_knowing(uintptr_t start, uintptr_t end);
+  Status subscribe_blind(uintptr_t start, uintptr_t end);
+  // Registers [from, to) within `block` (knowing): its mapping's part in the block when the
+  // range lies in one mapping, else the exact pages.
+  Status register_in_block(uintptr_t block, uintptr_t from, uintptr_t to);
+  // Asks the kernel which pages of the mapping holding `address` in `block` are watched and
+  // marks them.
+  void scan(uintptr_t block, uintptr_t address, Block& state);
 
   std::mutex start_mutex_;
   std::unique_ptr<UffdWatcher> watcher_;

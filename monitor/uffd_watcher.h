@@ -36,13 +36,13 @@ class UffdWatcher {
   ~UffdWatcher();  // stops the thread
 
   Status watch(uintptr_t start, size_t len) { return uffd_.watch(start, len); }
-  Status watch_private_parts(uintptr_t start, size_t len) {
-    return uffd_.watch_private_parts(start, len);
-  }
   bool knows_watched() const { return uffd_.knows_watched(); }
-  Result<size_t> watched_runs(uintptr_t start, uintptr_t end, MappingQuery::Run* runs,
-                              size_t max_runs) const {
-    return uffd_.watched_runs(start, end, runs, max_runs);
+  Result<MappingQuery::Run> watch_mapping_part(uintptr_t address, uintptr_t lo, uintptr_t hi) {
+    return uffd_.watch_mapping_part(address, lo, hi);
+  }
+  Result<size_t> watched_runs_of_mapping(uintptr_t address, uintptr_t lo, uintptr_t hi,
+                                         MappingQuery::Run* runs, size_t max_runs) const {
+    return uffd_.watched_runs_of_mapping(address, lo, hi, runs, max_runs);
   }
 
  private:

@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <sys/ioctl.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -30,8 +29,8 @@ struct ProcmapQuery {  // struct procmap_query
   uint64_t build_id_addr;
 };
 constexpr unsigned long kProcmapQuery = _IOWR('f', 17, ProcmapQuery);
-constexpr uint64_t kQueryShared = 0x08;             // PROCMAP_QUERY_VMA_SHARED (VM_MAYSHARE)
-constexpr uint64_t kQueryCoveringOrNext = 0x10;     // PROCMAP_QUERY_COVERING_OR_NEXT_VMA
+constexpr uint64_t kQueryShared = 0x08;          // PROCMAP_QUERY_VMA_SHARED (VM_MAYSHARE)
+constexpr uint64_t kQueryCoveringOrNext = 0x10;  // PROCMAP_QUERY_COVERING_OR_NEXT_VMA
 
 struct PageRegion {  // struct page_region
   uint64_t start;
@@ -55,6 +54,9 @@ struct PagemapScanArg {  // struct pm_scan_arg
 constexpr unsigned long kPagemapScan = _IOWR('f', 16, PagemapScanArg);
 constexpr uint64_t kPageIsWpAllowed = 1;  // PAGE_IS_WPALLOWED
 
+constexpr uint64_t kBasePage = 4096;
+constexpr size_t kMaxMappingsLookedAt = 16;  // all_watchable(): beyond, the answer is no
+
 int probe_target = 0;  // an address surely mapped, for the probes at open()
 
 }  // namespace
@@ -67,114 +69,78 @@ Result<MappingQuery> MappingQuery::open() {
     return make_error(HMR_ENOSYS, "cannot open /proc/self/maps or /proc/self/pagemap: %s",
                       std::strerror(err));
   }
+  MappingQuery query(std::move(maps), std::move(pagemap));
   const uintptr_t probe = reinterpret_cast<uintptr_t>(&probe_target);
+  Result<Mapping> mapping = query.mapping_at(probe);
+  if (!mapping.ok() || mapping->start == mapping->end) {
+    return make_error(HMR_ENOSYS, "PROCMAP_QUERY unavailable (Linux >= 6.11)%s%s",
+                      mapping.ok() ? "" : ": ", mapping.ok() ? "" : mapping.status().reason().c_str());
+  }
+  Run run;
+  Result<size_t> scanned = query.watched_runs(probe & ~(kBasePage - 1),
+                                              (probe & ~(kBasePage - 1)) + kBasePage, &run, 1);
+  if (!scanned.ok()) {
+    return make_error(HMR_ENOSYS, "PAGEMAP_SCAN unavailable (Linux >= 6.7): %s",
+                      scanned.status().reason().c_str());
+  }
+  return query;
+}
+
+Result<MappingQuery::Mapping> MappingQuery::mapping_from(uintptr_t address,
+                                                         bool covering_only) const {
   ProcmapQuery query = {};
   query.size = sizeof query;
-  query.query_addr = probe;
-  if (ioctl(maps.get(), kProcmapQuery, &query) != 0) {
+  query.query_flags = covering_only ? 0 : kQueryCoveringOrNext;
+  query.query_addr = address;
+  if (ioctl(maps_.get(), kProcmapQuery, &query) != 0) {
+    if (errno == ENOENT) return Mapping{};  // nothing there (or above)
     const int err = errno;
-    return make_error(HMR_ENOSYS, "PROCMAP_QUERY unavailable (Linux >= 6.11): %s",
+    return make_error(HMR_EIO, "PROCMAP_QUERY at %#lx: %s", static_cast<unsigned long>(address),
                       std::strerror(err));
   }
-  PageRegion region;
-  PagemapScanArg scan = {};
-  scan.size = sizeof scan;
-  scan.start = probe & ~uintptr_t{4095};
-  scan.end = scan.start + 4096;
-  scan.vec = reinterpret_cast<uintptr_t>(&region);
-  scan.vec_len = 1;
-  scan.category_mask = kPageIsWpAllowed;
-  scan.return_mask = kPageIsWpAllowed;
-  if (ioctl(pagemap.get(), kPagemapScan, &scan) < 0) {
-    const int err = errno;
-    return make_error(HMR_ENOSYS, "PAGEMAP_SCAN unavailable (Linux >= 6.7): %s",
-                      std::strerror(err));
-  }
-  return MappingQuery(std::move(maps), std::move(pagemap));
+  const bool shared = (query.vma_flags & kQueryShared) != 0;
+  const bool anonymous = query.inode == 0;
+  const bool hugetlb = query.vma_page_size > kBasePage;
+  return Mapping{query.vma_start, query.vma_end, !shared && (anonymous || hugetlb)};
 }
 
-template <typename OnMapping>
-Status MappingQuery::for_each_mapping(uintptr_t start, uintptr_t end,
-                                      OnMapping&& on_mapping) const {
+Result<MappingQuery::Mapping> MappingQuery::mapping_at(uintptr_t address) const {
+  return mapping_from(address, /*covering_only=*/true);
+}
+
+Result<bool> MappingQuery::all_watchable(uintptr_t start, uintptr_t end) const {
   uintptr_t cursor = start;
   for (size_t seen = 0; cursor < end; ++seen) {
-    if (seen == kMaxMappings) {
-      on_mapping(cursor, end, true);  // not looked at: treated as the answer that trusts less
-      break;
-    }
-    ProcmapQuery query = {};
-    query.size = sizeof query;
-    query.query_flags = kQueryCoveringOrNext;
-    query.query_addr = cursor;
-    if (ioctl(maps_.get(), kProcmapQuery, &query) != 0) {
-      if (errno == ENOENT) break;  // no mapping at or above the cursor
-      const int err = errno;
-      return make_error(HMR_EIO, "PROCMAP_QUERY at %#lx: %s", static_cast<unsigned long>(cursor),
-                        std::strerror(err));
-    }
-    if (query.vma_start >= end) break;
-    on_mapping(std::max<uintptr_t>(query.vma_start, start),
-               std::min<uintptr_t>(query.vma_end, end), (query.vma_flags & kQueryShared) != 0);
-    cursor = query.vma_end;
+    if (seen == kMaxMappingsLookedAt) return false;
+    Result<Mapping> mapping = mapping_from(cursor, /*covering_only=*/false);
+    if (!mapping.ok()) return mapping.status();
+    if (mapping->start == mapping->end || mapping->start >= end) break;
+    if (!mapping->watchable) return false;
+    cursor = mapping->end;
   }
-  return ok_status();
+  return true;
 }
 
-Result<bool> MappingQuery::any_shared(uintptr_t start, uintptr_t end) const {
-  bool shared = false;
-  Status walked = for_each_mapping(start, end, [&](uintptr_t, uintptr_t, bool is_shared) {
-    shared = shared || is_shared;
-  });
-  if (!walked.ok()) return walked;
-  return shared;
-}
-
-Result<size_t> MappingQuery::private_runs(uintptr_t start, uintptr_t end, Run* runs,
+Result<size_t> MappingQuery::watched_runs(uintptr_t start, uintptr_t end, Run* runs,
                                           size_t max_runs) const {
-  size_t count = 0;
-  Status walked = for_each_mapping(start, end, [&](uintptr_t from, uintptr_t to, bool shared) {
-    if (!shared && count < max_runs) runs[count++] = Run{from, to};
-  });
-  if (!walked.ok()) return walked;
-  return count;
-}
-
-Result<size_t> MappingQuery::watched_private_runs(uintptr_t start, uintptr_t end, Run* runs,
-                                                  size_t max_runs) const {
-  // The mappings first, then the pages: a page found watched afterwards was watched through
-  // the whole look at the mappings (nothing of ours is registered meanwhile: the caller holds
-  // the lock under which it registers), so its mapping is the one seen private.
-  Run private_mappings[kMaxMappings];
-  Result<size_t> listed = private_runs(start, end, private_mappings, kMaxMappings);
-  if (!listed.ok()) return listed.status();
-  const size_t private_count = *listed;
-  if (private_count == 0 || max_runs == 0) return size_t{0};
-
-  PageRegion watched[kMaxMappings];
+  PageRegion found[16];
   PagemapScanArg scan = {};
   scan.size = sizeof scan;
-  scan.start = private_mappings[0].start;
-  scan.end = private_mappings[private_count - 1].end;
-  scan.vec = reinterpret_cast<uintptr_t>(watched);
-  scan.vec_len = kMaxMappings;
+  scan.start = start;
+  scan.end = end;
+  scan.vec = reinterpret_cast<uintptr_t>(found);
+  scan.vec_len = max_runs < std::size(found) ? max_runs : std::size(found);
   scan.category_mask = kPageIsWpAllowed;
   scan.return_mask = kPageIsWpAllowed;
-  const int found = ioctl(pagemap_.get(), kPagemapScan, &scan);
-  if (found < 0) {
+  const int count = ioctl(pagemap_.get(), kPagemapScan, &scan);
+  if (count < 0) {
     const int err = errno;
     return make_error(HMR_EIO, "PAGEMAP_SCAN of [%#lx, %#lx): %s",
-                      static_cast<unsigned long>(scan.start), static_cast<unsigned long>(scan.end),
+                      static_cast<unsigned long>(start), static_cast<unsigned long>(end),
                       std::strerror(err));
   }
-  size_t count = 0;
-  for (int i = 0; i < found; ++i) {
-    for (size_t m = 0; m < private_count && count < max_runs; ++m) {
-      const uintptr_t from = std::max<uintptr_t>(watched[i].start, private_mappings[m].start);
-      const uintptr_t to = std::min<uintptr_t>(watched[i].end, private_mappings[m].end);
-      if (from < to) runs[count++] = Run{from, to};
-    }
-  }
-  return count;
+  for (int i = 0; i < count; ++i) runs[i] = Run{found[i].start, found[i].end};
+  return static_cast<size_t>(count);
 }
 
 }  // namespace hmr::core

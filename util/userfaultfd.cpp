@@ -6,6 +6,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -70,32 +71,43 @@ Result<Userfaultfd> Userfaultfd::open(bool know_watched) {
 }
 
 Status Userfaultfd::watch(uintptr_t start, size_t len) {
+  const uintptr_t first = page_down(start);
+  const uintptr_t end = page_up(start + len);
   if (query_) {
-    Result<bool> shared = query_->any_shared(page_down(start), page_up(start + len));
-    if (!shared.ok()) return shared.status();
-    if (*shared) {
-      return make_error(HMR_EFAULT,
-                        "cannot watch [%#lx, +%zu) for page changes: it is a shared mapping, "
-                        "and a SysV segment detached by shmdt() raises no event",
-                        static_cast<unsigned long>(start), len);
-    }
+    Result<bool> watchable = query_->all_watchable(first, end);
+    if (!watchable.ok()) return watchable.status();
+    if (!*watchable) return refuse(start, len);
   }
-  return register_range(page_down(start), page_up(start + len));
+  return register_range(first, end);
 }
 
-Status Userfaultfd::watch_private_parts(uintptr_t start, size_t len) {
-  if (!query_) return watch(start, len);
-  MappingQuery::Run runs[MappingQuery::kMaxMappings];
-  Result<size_t> found =
-      query_->private_runs(page_down(start), page_up(start + len), runs, MappingQuery::kMaxMappings);
-  if (!found.ok()) return found.status();
-  if (*found == 0) return make_error(HMR_EFAULT, "no private mapping in [%#lx, +%zu) to watch",
-                                     static_cast<unsigned long>(start), len);
-  for (size_t i = 0; i < *found; ++i) {
-    Status watched = register_range(runs[i].start, runs[i].end);
-    if (!watched.ok()) return watched;
-  }
-  return ok_status();
+Status Userfaultfd::refuse(uintptr_t start, size_t len) {
+  return make_error(HMR_EFAULT,
+                    "cannot watch [%#lx, +%zu) for page changes: only private anonymous and "
+                    "hugetlb mappings are watched (a shared one can go away without an event: "
+                    "shmdt)",
+                    static_cast<unsigned long>(start), len);
+}
+
+Result<MappingQuery::Run> Userfaultfd::watch_mapping_part(uintptr_t address, uintptr_t lo,
+                                                          uintptr_t hi) {
+  Result<MappingQuery::Mapping> mapping = query_->mapping_at(address);
+  if (!mapping.ok()) return mapping.status();
+  if (!mapping->watchable) return refuse(address, 1);
+  const MappingQuery::Run part{std::max(mapping->start, lo), std::min(mapping->end, hi)};
+  Status watched = register_range(part.start, part.end);
+  if (!watched.ok()) return watched;
+  return part;
+}
+
+Result<size_t> Userfaultfd::watched_runs_of_mapping(uintptr_t address, uintptr_t lo, uintptr_t hi,
+                                                    MappingQuery::Run* runs,
+                                                    size_t max_runs) const {
+  Result<MappingQuery::Mapping> mapping = query_->mapping_at(address);
+  if (!mapping.ok()) return mapping.status();
+  if (!mapping->watchable) return size_t{0};
+  return query_->watched_runs(std::max(mapping->start, lo), std::min(mapping->end, hi), runs,
+                              max_runs);
 }
 
 Status Userfaultfd::register_range(uintptr_t start, uintptr_t end) {

@@ -25,24 +25,25 @@ struct AddressRangeEvent {
 
 class Userfaultfd {
  public:
-  // `know_watched`: also be able to tell which pages are watched (watched_runs()), where the
-  // kernel can (Linux 6.11: UFFD_FEATURE_WP_ASYNC, PAGEMAP_SCAN, PROCMAP_QUERY); elsewhere
-  // the fd opens as without it.  WP_ASYNC lets the kernel watch any kind of mapping, so such an
-  // fd refuses shared ones itself: a SysV segment detached by shmdt() raises no event.
+  // `know_watched`: also be able to tell which pages are watched, where the kernel can
+  // (Linux 6.11: UFFD_FEATURE_WP_ASYNC, PAGEMAP_SCAN, PROCMAP_QUERY); elsewhere the fd opens as
+  // without it.  WP_ASYNC lets the kernel watch any kind of mapping, so such an fd refuses
+  // what an fd without it would, and shared mappings too: a SysV segment detached by shmdt()
+  // raises no event (MappingQuery::Mapping::watchable).
   static Result<Userfaultfd> open(bool know_watched = false);
 
   // Registers the pages covering [start, start+len) for change events.
   Status watch(uintptr_t start, size_t len);
-  // Registers the private mappings in [start, start+len) and skips shared ones, where the
-  // fd refuses shared mappings (knows_watched()); elsewhere the same as watch().
-  Status watch_private_parts(uintptr_t start, size_t len);
+
+  // Where knows_watched() only:
   bool knows_watched() const { return query_.has_value(); }
-  // The runs of [start, end) this process watches now, in private mappings (see
-  // MappingQuery::watched_private_runs); only where knows_watched().
-  Result<size_t> watched_runs(uintptr_t start, uintptr_t end, MappingQuery::Run* runs,
-                              size_t max_runs) const {
-    return query_->watched_private_runs(start, end, runs, max_runs);
-  }
+  // Registers the part within [lo, hi) of the mapping holding `address` and returns it.
+  Result<MappingQuery::Run> watch_mapping_part(uintptr_t address, uintptr_t lo, uintptr_t hi);
+  // The runs within [lo, hi) of the mapping holding `address` that are watched now.  The
+  // mapping is looked at first: a run found watched afterwards was watched all along (only
+  // the caller registers with this fd), so it is the mapping seen watchable.
+  Result<size_t> watched_runs_of_mapping(uintptr_t address, uintptr_t lo, uintptr_t hi,
+                                         MappingQuery::Run* runs, size_t max_runs) const;
   // Forgets a range; a range that is no longer mapped is not an error.
   void unwatch(uintptr_t start, size_t len);
   // Reads one pending event without blocking; false when none is pending.
@@ -53,6 +54,7 @@ class Userfaultfd {
 
  private:
   Status register_range(uintptr_t start, uintptr_t end);  // page-aligned
+  static Status refuse(uintptr_t start, size_t len);
 
   Userfaultfd(UniqueFd fd, std::optional<MappingQuery> query)
       : fd_(std::move(fd)), query_(std::move(query)) {}

@@ -164,8 +164,8 @@ JsonValue monitors_section(const std::vector<hmem::IfaceReport>& reports,
     const bool knows = core::UffdMonitor::instance().knows_watched();
     uffd.set("knows_watched_pages",
              answer(knows, knows ? "PAGEMAP_SCAN and PROCMAP_QUERY: once a 2 MiB block is learnt, "
-                                   "registering more of it makes no system call; shared "
-                                   "mappings are not cached under it"
+                                   "registering more of it makes no system call; only "
+                                   "private anonymous and hugetlb mappings are cached under it"
                                  : "this kernel cannot say which pages are watched (needs "
                                    "Linux 6.11): every miss registers its own pages, one "
                                    "ioctl each"));
