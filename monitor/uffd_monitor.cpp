@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <iterator>
 
+#include "util/environment.h"
+
 namespace hmr::core {
 
 UffdMonitor& UffdMonitor::instance() {
@@ -15,9 +17,13 @@ UffdMonitor& UffdMonitor::instance() {
 Status UffdMonitor::start() {
   std::lock_guard<std::mutex> lock(start_mutex_);
   if (watcher_) return ok_status();
+  // 0 keeps the way of kernels before 6.11 (one registration per miss), to compare or to
+  // test it where the kernel could do better.
+  Result<bool> ask_kernel = env_bool("HMR_UFFD_ASK_KERNEL", true);
+  if (!ask_kernel.ok()) return ask_kernel.status();
   Result<std::unique_ptr<UffdWatcher>> watcher = UffdWatcher::start(
       pending_counter(), [this](const AddressRangeEvent& change) { on_change(change); },
-      "userfaultfd monitor", /*know_watched=*/true);
+      "userfaultfd monitor", /*know_watched=*/*ask_kernel);
   if (!watcher.ok()) return watcher.status();
   watcher_ = std::move(*watcher);
   return ok_status();

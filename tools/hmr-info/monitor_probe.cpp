@@ -8,6 +8,7 @@
 #include "monitor/memhooks_monitor.h"
 #include "monitor/monitor_registry.h"
 #include "monitor/uffd_monitor.h"
+#include "util/environment.h"
 
 namespace hmr::info {
 namespace {
@@ -143,6 +144,16 @@ JsonValue device_monitor_json(const hmem::IfaceReport& report,
   return entry;
 }
 
+// Why the userfaultfd monitor does not ask the kernel which pages it watches.
+std::string not_asked_reason() {
+  Result<bool> ask = core::env_bool("HMR_UFFD_ASK_KERNEL", true);
+  if (ask.ok() && !*ask) {
+    return "HMR_UFFD_ASK_KERNEL=0: every miss registers its own pages, one ioctl each";
+  }
+  return "this kernel cannot say which pages are watched (needs Linux 6.11): every miss "
+         "registers its own pages, one ioctl each";
+}
+
 }  // namespace
 
 JsonValue monitors_section(const std::vector<hmem::IfaceReport>& reports,
@@ -166,9 +177,7 @@ JsonValue monitors_section(const std::vector<hmem::IfaceReport>& reports,
              answer(knows, knows ? "PAGEMAP_SCAN and PROCMAP_QUERY: once a 2 MiB block is learnt, "
                                    "registering more of it makes no system call; only "
                                    "private anonymous and hugetlb mappings are cached under it"
-                                 : "this kernel cannot say which pages are watched (needs "
-                                   "Linux 6.11): every miss registers its own pages, one "
-                                   "ioctl each"));
+                                 : not_asked_reason()));
   }
   host.push(std::move(uffd));
   host.push(host_monitor_json(monitors[1], "libc's munmap, mremap, madvise, brk, shmdt and "
