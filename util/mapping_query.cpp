@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <iterator>
 
 namespace hmr::core {
 namespace {
@@ -72,9 +73,12 @@ Result<MappingQuery> MappingQuery::open() {
   MappingQuery query(std::move(maps), std::move(pagemap));
   const uintptr_t probe = reinterpret_cast<uintptr_t>(&probe_target);
   Result<Mapping> mapping = query.mapping_at(probe);
-  if (!mapping.ok() || mapping->start == mapping->end) {
-    return make_error(HMR_ENOSYS, "PROCMAP_QUERY unavailable (Linux >= 6.11)%s%s",
-                      mapping.ok() ? "" : ": ", mapping.ok() ? "" : mapping.status().reason().c_str());
+  if (!mapping.ok()) {
+    return make_error(HMR_ENOSYS, "PROCMAP_QUERY unavailable (Linux >= 6.11): %s",
+                      mapping.status().reason().c_str());
+  }
+  if (mapping->start == mapping->end) {
+    return make_error(HMR_ENOSYS, "PROCMAP_QUERY does not find this library's own data");
   }
   Run run;
   Result<size_t> scanned = query.watched_runs(probe & ~(kBasePage - 1),

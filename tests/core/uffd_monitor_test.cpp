@@ -61,7 +61,8 @@ class UffdMonitorTest : public ::testing::Test {
     area_ = static_cast<uint8_t*>(mmap(nullptr, 2 * kBlock, PROT_READ | PROT_WRITE,
                                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
     ASSERT_NE(area_, MAP_FAILED);
-    block_ = reinterpret_cast<uintptr_t>(area_) + (kBlock - reinterpret_cast<uintptr_t>(area_) % kBlock) % kBlock;
+    const auto area = reinterpret_cast<uintptr_t>(area_);
+    block_ = area + (kBlock - area % kBlock) % kBlock;  // the whole aligned block inside
     ASSERT_TRUE(monitor_.add_sink(&sink_).ok());
   }
   void TearDown() override {

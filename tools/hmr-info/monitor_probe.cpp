@@ -9,6 +9,7 @@
 #include "monitor/monitor_registry.h"
 #include "monitor/uffd_monitor.h"
 #include "util/environment.h"
+#include "util/mapping_query.h"
 
 namespace hmr::info {
 namespace {
@@ -150,8 +151,11 @@ std::string not_asked_reason() {
   if (ask.ok() && !*ask) {
     return "HMR_UFFD_ASK_KERNEL=0: every miss registers its own pages, one ioctl each";
   }
-  return "this kernel cannot say which pages are watched (needs Linux 6.11): every miss "
-         "registers its own pages, one ioctl each";
+  Result<core::MappingQuery> query = core::MappingQuery::open();
+  const std::string why = query.ok() ? "this kernel's userfaultfd has no UFFD_FEATURE_WP_ASYNC "
+                                       "(Linux 6.7)"
+                                     : query.status().reason();
+  return why + ": every miss registers its own pages, one ioctl each";
 }
 
 }  // namespace
