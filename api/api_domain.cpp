@@ -64,7 +64,9 @@ HMR_API int hmr_domain_query_stats(hmr_domain* handle, hmr_domain_stats* stats) 
   return hmr::guarded([&] {
     Domain* domain = from_handle<Domain>(handle);
     if (domain == nullptr) return hmr::report_error(HMR_EINVAL, "not a domain handle");
-    auto checked = hmr::core::read_extensible(stats, sizeof(hmr_domain_stats), "hmr_domain_stats");
+    // The first version ended before deregistration_ns.
+    constexpr size_t kFirstVersionSize = offsetof(hmr_domain_stats, deregistration_ns);
+    auto checked = hmr::core::read_extensible(stats, kFirstVersionSize, "hmr_domain_stats");
     if (!checked.ok()) return hmr::report(checked.status());
     hmr::core::write_extensible(stats, domain->statistics());
     return 0;

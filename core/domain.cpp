@@ -282,6 +282,7 @@ hmr_domain_stats Domain::statistics() {
   stats.nic_registrations = nic.registrations;
   stats.nic_deregistrations = nic.deregistrations;
   stats.registration_ns = nic.registration_ns;
+  stats.deregistration_ns = nic.deregistration_ns;
   if (cache_ || device_cache_) {
     stats.cache_hits = cache.hits;
     stats.cache_misses = cache.misses;

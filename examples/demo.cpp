@@ -387,6 +387,7 @@ void print_stats(hmr_domain* domain) {
       {"nic_registrations", stats.nic_registrations, "registrations made on the NIC"},
       {"nic_deregistrations", stats.nic_deregistrations, "deregistrations on the NIC"},
       {"registration_ns", stats.registration_ns, "total ns spent registering on the NIC"},
+      {"deregistration_ns", stats.deregistration_ns, "total ns spent deregistering on the NIC"},
       {"rma_ops", stats.rma_ops, "RMA operations through endpoints"},
       {"rma_bytes", stats.rma_bytes, "bytes moved by them"},
       {"rma_errors", stats.rma_errors, "RMA operations that failed"},

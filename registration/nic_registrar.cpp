@@ -52,9 +52,11 @@ Result<nic::Registration> NicRegistrar::register_indirect(
 }
 
 Status NicRegistrar::deregister_memory(nic::Registration& registration) {
+  const Stopwatch stopwatch;
   Status status = nic_.deregister(registration);
   if (status.ok()) {
     deregistrations_.fetch_add(1, std::memory_order_relaxed);
+    deregistration_ns_.fetch_add(stopwatch.elapsed_ns(), std::memory_order_relaxed);
   } else {
     log_message(LogLevel::warn, "NIC deregistration failed, registration dropped: %s",
                 status.reason().c_str());
@@ -76,6 +78,7 @@ NicCounters NicRegistrar::counters() const {
   counters.registrations = registrations_.load(std::memory_order_relaxed);
   counters.deregistrations = deregistrations_.load(std::memory_order_relaxed);
   counters.registration_ns = registration_ns_.load(std::memory_order_relaxed);
+  counters.deregistration_ns = deregistration_ns_.load(std::memory_order_relaxed);
   return counters;
 }
 

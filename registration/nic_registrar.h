@@ -29,7 +29,8 @@ struct NicRules {
 struct NicCounters {
   uint64_t registrations = 0;
   uint64_t deregistrations = 0;
-  uint64_t registration_ns = 0;  // total time spent in the NIC's register call
+  uint64_t registration_ns = 0;    // total time spent in the NIC's register call
+  uint64_t deregistration_ns = 0;  // and in its deregister call
 };
 
 class NicRegistrar final : public CacheBackend {
@@ -62,7 +63,8 @@ class NicRegistrar final : public CacheBackend {
 
   nic::Nic& nic_;
   const NicRules rules_;
-  std::atomic<uint64_t> registrations_{0}, deregistrations_{0}, registration_ns_{0};
+  std::atomic<uint64_t> registrations_{0}, deregistrations_{0}, registration_ns_{0},
+      deregistration_ns_{0};
 };
 
 }  // namespace hmr::core

@@ -299,6 +299,9 @@ struct hmr_domain_stats {
 	uint64_t cache_regions;       /* entries cached now */
 	uint64_t cache_bytes;
 	uint64_t cache_in_use;        /* cached entries some MR holds */
+	/* Added after the fields above: a caller built with the shorter struct (size up to
+	 * cache_in_use) is still accepted and filled up to its size. */
+	uint64_t deregistration_ns;   /* total time spent deregistering on the NIC */
 };
 /* Deregisters every cached registration no MR holds. */
 HMR_API int hmr_domain_cache_flush(hmr_domain *domain);

@@ -503,7 +503,8 @@ TEST(BadArgsDomainStats, NullAndSize) {
   EXPECT_HMR_ERROR(hmr_domain_query_stats(reinterpret_cast<hmr_domain*>(eq.get()), &stats),
                    HMR_EINVAL);
 
-  for (const size_t size : {size_t{0}, size_t{1}, sizeof(size_t), sizeof(stats) - 8}) {
+  constexpr size_t kFirstVersion = offsetof(hmr_domain_stats, deregistration_ns);
+  for (const size_t size : {size_t{0}, size_t{1}, sizeof(size_t), kFirstVersion - 8}) {
     SCOPED_TRACE("stats.size " + std::to_string(size));
     std::memset(&stats, 0xa5, sizeof stats);
     stats.size = size;
@@ -518,6 +519,14 @@ TEST(BadArgsDomainStats, NullAndSize) {
   ASSERT_HMR_OK(hmr_domain_query_stats(domain, &stats));
   EXPECT_EQ(stats.size, sizeof stats);
   EXPECT_EQ(stats.mr_open, 0u);
+
+  // A caller built before deregistration_ns: accepted, and nothing written past its size.
+  std::memset(&stats, 0xa5, sizeof stats);
+  stats.size = kFirstVersion;
+  ASSERT_HMR_OK(hmr_domain_query_stats(domain, &stats));
+  EXPECT_EQ(stats.size, kFirstVersion);
+  EXPECT_EQ(stats.mr_open, 0u);
+  EXPECT_EQ(stats.deregistration_ns, 0xa5a5a5a5a5a5a5a5u) << "written past the caller's size";
 
   ASSERT_HMR_OK(hmr_eq_close(eq.release()));
   ASSERT_HMR_OK(hmr_domain_close(domain.release()));

@@ -896,6 +896,8 @@ void expect_no_caching(CachedDomain& domain) {
   EXPECT_EQ(stats.cache_regions, 0u);
   EXPECT_EQ(stats.nic_registrations, 3u);
   EXPECT_EQ(stats.nic_deregistrations, 3u) << "without a cache, close deregisters";
+  EXPECT_GT(stats.registration_ns, 0u);
+  EXPECT_GT(stats.deregistration_ns, 0u) << "the NIC's deregistrations were not timed";
 }
 
 TEST(CacheSwitches, ZeroMaxCountFromTheEnvironmentDisablesCaching) {

@@ -44,6 +44,7 @@ int main(void) {
   FIELD(hmr_domain_stats, cache_regions);
   FIELD(hmr_domain_stats, cache_bytes);
   FIELD(hmr_domain_stats, cache_in_use);
+  FIELD(hmr_domain_stats, deregistration_ns);
   SIZE(hmr_mem_attr);
   FIELD(hmr_mem_attr, size);
   FIELD(hmr_mem_attr, field_mask);
