@@ -53,6 +53,16 @@ void UffdMonitor::scan(uintptr_t block, uintptr_t address, Block& state) {
   for (size_t i = 0; i < *found; ++i) state.mark(block, runs[i].start, runs[i].end, true);
 }
 
+UffdMonitor::Block& UffdMonitor::state_of(uintptr_t block) {
+  // Subscriptions come in runs inside one block (a pool being filled, a heap arena): the last
+  // block answers most of them without a walk of the map.  Map nodes never move or go.
+  if (block != last_block_ || last_state_ == nullptr) {
+    last_state_ = &blocks_[block];
+    last_block_ = block;
+  }
+  return *last_state_;
+}
+
 Status UffdMonitor::subscribe(uintptr_t start, size_t len) {
   if (!watcher_) return make_error(HMR_EINVAL, "userfaultfd monitor is not started");
   std::lock_guard<std::mutex> lock(blocks_mutex_);
@@ -64,7 +74,7 @@ Status UffdMonitor::subscribe_knowing(uintptr_t start, uintptr_t end) {
   const uintptr_t first = start & ~(kBlock - 1);
   bool known = true;
   for (uintptr_t block = first; block < end; block += kBlock) {
-    Block& state = blocks_[block];
+    Block& state = state_of(block);
     ++state.references;
     const uintptr_t from = std::max(start, block);
     const uintptr_t to = std::min(end, block + kBlock);
@@ -88,7 +98,7 @@ Status UffdMonitor::subscribe_knowing(uintptr_t start, uintptr_t end) {
     registered = register_in_block(block, std::max(start, block), std::min(end, block + kBlock));
   }
   for (uintptr_t block = first; block < end; block += kBlock) {
-    Block& state = blocks_[block];
+    Block& state = state_of(block);
     if (!registered.ok()) {
       --state.references;
       continue;
@@ -112,7 +122,7 @@ Status UffdMonitor::subscribe_blind(uintptr_t start, uintptr_t end) {
   const uintptr_t first = start & ~(kBlock - 1);
   // Whole blocks first, once each: later registrations inside them then split no mapping.
   for (uintptr_t block = first; block < end; block += kBlock) {
-    Block& state = blocks_[block];
+    Block& state = state_of(block);
     if (!state.registered) state.registered = watcher_->watch(block, kBlock).ok();
     ++state.references;
   }
@@ -121,7 +131,7 @@ Status UffdMonitor::subscribe_blind(uintptr_t start, uintptr_t end) {
   ++counts_.registrations;
   Status watched = watcher_->watch(start, end - start);
   if (!watched.ok()) {
-    for (uintptr_t block = first; block < end; block += kBlock) --blocks_[block].references;
+    for (uintptr_t block = first; block < end; block += kBlock) --state_of(block).references;
   }
   return watched;
 }

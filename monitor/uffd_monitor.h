@@ -81,6 +81,8 @@ class UffdMonitor final : public Monitor {
   // Registers [from, to) within `block` (knowing): its mapping's part in the block when the
   // range lies in one mapping, else the exact pages.
   Status register_in_block(uintptr_t block, uintptr_t from, uintptr_t to);
+  // The block's state, created on first use (under blocks_mutex_).
+  Block& state_of(uintptr_t block);
   // Asks the kernel which pages of the mapping holding `address` in `block` are watched and
   // marks them.
   void scan(uintptr_t block, uintptr_t address, Block& state);
@@ -89,7 +91,9 @@ class UffdMonitor final : public Monitor {
   std::unique_ptr<UffdWatcher> watcher_;
 
   std::mutex blocks_mutex_;
-  std::map<uintptr_t, Block> blocks_;
+  std::map<uintptr_t, Block> blocks_;  // never erased: a Block& stays valid
+  uintptr_t last_block_ = 0;           // state_of()'s last answer, under blocks_mutex_
+  Block* last_state_ = nullptr;
   Counts counts_;  // under blocks_mutex_
 };
 
