@@ -67,16 +67,22 @@ class UffdMonitorTest : public ::testing::Test {
   }
   void TearDown() override {
     if (area_ != nullptr && area_ != MAP_FAILED) {
-      for (uintptr_t page : subscribed_) monitor_.unsubscribe(page, kPage);
+      for (const Subscribed& range : subscribed_) {
+        if (range.len != 0) monitor_.unsubscribe(range.start, range.len);
+      }
       monitor_.remove_sink(&sink_);
       munmap(area_, 2 * kBlock);
     }
   }
 
   uintptr_t page(size_t index) const { return block_ + index * kPage; }
-  Status subscribe(uintptr_t address) {
-    Status status = monitor_.subscribe(address, kPage);
-    if (status.ok()) subscribed_[subscribed_count_++ % kMaxSubscribed] = address;
+  Status subscribe(uintptr_t address) { return subscribe_range(address, kPage); }
+  Status subscribe_range(uintptr_t address, size_t len) {
+    Status status = monitor_.subscribe(address, len);
+    if (status.ok()) {
+      const size_t slot = subscribed_count_++ % kMaxSubscribed;
+      subscribed_[slot] = {address, len};
+    }
     return status;
   }
   // Unmaps one page and says whether the monitor was told: the munmap of a watched page
@@ -108,7 +114,11 @@ class UffdMonitorTest : public ::testing::Test {
   uintptr_t block_ = 0;
   RangeSink sink_{0};
   static constexpr size_t kMaxSubscribed = 256;
-  uintptr_t subscribed_[kMaxSubscribed] = {};
+  struct Subscribed {
+    uintptr_t start = 0;
+    size_t len = 0;
+  };
+  Subscribed subscribed_[kMaxSubscribed] = {};
   size_t subscribed_count_ = 0;
 };
 
@@ -139,6 +149,23 @@ TEST_F(UffdMonitorTest, AnUnmappedPageIsForgottenWhenMappedAgain) {
   // ...but the page mapped there afterwards is new to the kernel, and must be to the monitor.
   EXPECT_FALSE(fresh_page_taken_as_known(page(4))) << "the unmapped page stayed known";
   EXPECT_TRUE(unmap_is_seen(page(4))) << "the page mapped again is not watched";
+}
+
+// A registration covers its own mapping's part of each block; a range over two blocks, or
+// over two mappings, must come out watched everywhere all the same.
+TEST_F(UffdMonitorTest, ARangeOverTwoBlocksIsWatchedInBoth) {
+  const uintptr_t last_of_first = page(kBlock / kPage - 1);
+  ASSERT_TRUE(subscribe_range(last_of_first, 2 * kPage).ok());
+  EXPECT_TRUE(unmap_is_seen(last_of_first + kPage)) << "the second block's page is not watched";
+  EXPECT_TRUE(unmap_is_seen(last_of_first)) << "the first block's page is not watched";
+}
+
+TEST_F(UffdMonitorTest, ARangeOverTwoMappingsIsWatchedInBoth) {
+  // Different protections keep the kernel from merging the two mappings into one.
+  ASSERT_EQ(mprotect(reinterpret_cast<void*>(page(21)), kPage, PROT_READ), 0);
+  ASSERT_TRUE(subscribe_range(page(20), 2 * kPage).ok());
+  EXPECT_TRUE(unmap_is_seen(page(21))) << "the second mapping's page is not watched";
+  EXPECT_TRUE(unmap_is_seen(page(20))) << "the first mapping's page is not watched";
 }
 
 TEST_F(UffdMonitorTest, APendingEventMakesKnownPagesRegisterAgain) {
