@@ -79,10 +79,13 @@ Status UffdMonitor::subscribe_knowing(uintptr_t start, uintptr_t end) {
     const uintptr_t from = std::max(start, block);
     const uintptr_t to = std::min(end, block + kBlock);
     if (known && !state.knows(block, from, to)) {
-      // Not at the first registration in a block: a block holding one region would pay the
-      // scan (0.5-6 us, by pages present) for nothing.  A second subscription that is not
-      // known says the block is being filled: one scan then serves the rest.
-      if (state.scan_due && state.registrations > 0) scan(block, from, state);
+      // Only where a registration since the last scan may have covered these pages: a scan
+      // learns nothing about a mapping nobody registered, and a block holding one region
+      // would pay it (0.5-6 us, by pages present) for nothing.  A second subscription inside
+      // what the first registered says the block is being filled: one scan serves the rest.
+      if (state.scan_due && state.registered_from <= from && from < state.registered_to) {
+        scan(block, from, state);
+      }
       known = state.knows(block, from, to);
     }
   }
@@ -95,27 +98,35 @@ Status UffdMonitor::subscribe_knowing(uintptr_t start, uintptr_t end) {
   ++counts_.registrations;
   Status registered = ok_status();
   for (uintptr_t block = first; block < end && registered.ok(); block += kBlock) {
-    registered = register_in_block(block, std::max(start, block), std::min(end, block + kBlock));
-  }
-  for (uintptr_t block = first; block < end; block += kBlock) {
-    Block& state = state_of(block);
-    if (!registered.ok()) {
-      --state.references;
-      continue;
+    Result<MappingQuery::Run> run =
+        register_in_block(block, std::max(start, block), std::min(end, block + kBlock));
+    if (!run.ok()) {
+      registered = run.status();
+      break;
     }
+    // What a scan may now learn: everything registered in the block since the last one.
+    Block& state = state_of(block);
+    state.registered_from = state.scan_due ? std::min(state.registered_from, run->start)
+                                           : run->start;
+    state.registered_to = state.scan_due ? std::max(state.registered_to, run->end) : run->end;
     state.scan_due = true;
-    if (state.registrations < UINT8_MAX) ++state.registrations;
+  }
+  if (!registered.ok()) {
+    for (uintptr_t block = first; block < end; block += kBlock) --state_of(block).references;
   }
   return registered;
 }
 
-Status UffdMonitor::register_in_block(uintptr_t block, uintptr_t from, uintptr_t to) {
+Result<MappingQuery::Run> UffdMonitor::register_in_block(uintptr_t block, uintptr_t from,
+                                                         uintptr_t to) {
   // The whole part of the mapping in the block, so that later registrations there split
   // nothing and a scan finds them watched...
   Result<MappingQuery::Run> part = watcher_->watch_mapping_part(from, block, block + kBlock);
-  if (part.ok() && part->start <= from && to <= part->end) return ok_status();
+  if (part.ok() && part->start <= from && to <= part->end) return part;
   // ...unless the range spans mappings (or a hole): then its exact pages, each checked.
-  return watcher_->watch(from, to - from);
+  Status watched = watcher_->watch(from, to - from);
+  if (!watched.ok()) return watched;
+  return MappingQuery::Run{from, to};
 }
 
 Status UffdMonitor::subscribe_blind(uintptr_t start, uintptr_t end) {
@@ -174,7 +185,6 @@ void UffdMonitor::forget_blocks(uintptr_t start, uintptr_t end) {
     // What was registered here since the last scan may be gone: a scan now would likely
     // learn nothing (an application that unmaps and maps again at one address).
     state.scan_due = false;
-    state.registrations = 0;
   }
 }
 

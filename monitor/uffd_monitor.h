@@ -10,11 +10,12 @@
 //
 // - Knowing (Linux 6.11: util/mapping_query.h).  A subscription registers the part of its
 //   own mapping within its 2 MiB block (one PROCMAP_QUERY, one ioctl).  The next subscription
-//   in that block that is not known asks the kernel which pages of its mapping there are
-//   watched (one PROCMAP_QUERY, one PAGEMAP_SCAN) and marks them; a subscription of marked
-//   pages makes no system call.  A mark is cleared by the first event about its page: pages
-//   leave a watched mapping only by UNMAP or REMAP, since such a userfaultfd watches private
-//   anonymous and hugetlb mappings only (a SysV segment leaves silently, by shmdt).
+//   that is not known and falls inside what was registered there since the last scan asks
+//   the kernel which pages of its mapping in the block are watched (one PROCMAP_QUERY, one
+//   PAGEMAP_SCAN) and marks them; a subscription of marked pages makes no system call.  A
+//   mark is cleared by the first event about its page: pages leave a watched mapping only by
+//   UNMAP or REMAP, since such a userfaultfd watches private anonymous and hugetlb mappings
+//   only (a SysV segment leaves silently, by shmdt).
 // - Blind (older kernels).  Each subscription registers its 2 MiB-aligned blocks once, then
 //   its exact pages, which is correct whatever the block holds.
 //
@@ -70,7 +71,8 @@ class UffdMonitor final : public Monitor {
     uint32_t references = 0;
     bool registered = false;      // blind: what was mapped in it is registered; no event since
     bool scan_due = false;        // knowing: registered in since the last scan or event
-    uint8_t registrations = 0;    // knowing: subscriptions since then that registered
+    uintptr_t registered_from = 0;  // knowing: what those registrations covered, while due
+    uintptr_t registered_to = 0;
     uint64_t known[kPagesPerBlock / 64] = {};  // knowing: pages marked watched, one bit each
 
     bool knows(uintptr_t block, uintptr_t from, uintptr_t to) const;
@@ -79,8 +81,8 @@ class UffdMonitor final : public Monitor {
   Status subscribe_knowing(uintptr_t start, uintptr_t end);
   Status subscribe_blind(uintptr_t start, uintptr_t end);
   // Registers [from, to) within `block` (knowing): its mapping's part in the block when the
-  // range lies in one mapping, else the exact pages.
-  Status register_in_block(uintptr_t block, uintptr_t from, uintptr_t to);
+  // range lies in one mapping, else the exact pages; returns what it registered.
+  Result<MappingQuery::Run> register_in_block(uintptr_t block, uintptr_t from, uintptr_t to);
   // The block's state, created on first use (under blocks_mutex_).
   Block& state_of(uintptr_t block);
   // Asks the kernel which pages of the mapping holding `address` in `block` are watched and

@@ -151,6 +151,24 @@ TEST_F(UffdMonitorTest, AnUnmappedPageIsForgottenWhenMappedAgain) {
   EXPECT_TRUE(unmap_is_seen(page(4))) << "the page mapped again is not watched";
 }
 
+// A scan looks at one mapping: one that no registration since the last scan covered (another
+// buffer mapped on its own into the same block) would teach it nothing.
+TEST_F(UffdMonitorTest, AnotherMappingInTheBlockRegistersWithoutAScan) {
+  ASSERT_EQ(mprotect(reinterpret_cast<void*>(page(30)), kPage, PROT_READ), 0);  // its own mapping
+  ASSERT_TRUE(subscribe(page(0)).ok());
+  const UffdMonitor::Counts before = monitor_.counts();
+  ASSERT_TRUE(subscribe(page(30)).ok());
+  const UffdMonitor::Counts other = since(before, monitor_.counts());
+  EXPECT_EQ(other.scans, 0u) << "a scan of a mapping nothing had registered";
+  EXPECT_EQ(other.registrations, 1u);
+  // Back in the first mapping, the scan is worth it again.
+  ASSERT_TRUE(subscribe(page(2)).ok());
+  const UffdMonitor::Counts first = since(before, monitor_.counts());
+  EXPECT_EQ(first.scans, 1u);
+  EXPECT_EQ(first.known, 1u);
+  EXPECT_TRUE(unmap_is_seen(page(30)));
+}
+
 // A registration covers its own mapping's part of each block; a range over two blocks, or
 // over two mappings, must come out watched everywhere all the same.
 TEST_F(UffdMonitorTest, ARangeOverTwoBlocksIsWatchedInBoth) {
