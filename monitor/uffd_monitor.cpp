@@ -121,12 +121,28 @@ Result<MappingQuery::Run> UffdMonitor::register_in_block(uintptr_t block, uintpt
                                                          uintptr_t to) {
   // The whole part of the mapping in the block, so that later registrations there split
   // nothing and a scan finds them watched...
+  MappingQuery::Run registered{from, to};
   Result<MappingQuery::Run> part = watcher_->watch_mapping_part(from, block, block + kBlock);
-  if (part.ok() && part->start <= from && to <= part->end) return part;
-  // ...unless the range spans mappings (or a hole): then its exact pages, each checked.
-  Status watched = watcher_->watch(from, to - from);
-  if (!watched.ok()) return watched;
-  return MappingQuery::Run{from, to};
+  if (part.ok() && part->start <= from && to <= part->end) {
+    registered = *part;
+  } else {
+    // ...unless the range spans mappings (or a hole): then its exact pages, each checked.
+    Status watched = watcher_->watch(from, to - from);
+    if (!watched.ok()) return watched;
+  }
+  // The kernel registers what is mapped and skips holes: had another thread unmapped our
+  // pages just before and mapped new ones just after, the registration would succeed and
+  // leave the new pages unwatched (no event when they go, a stale entry).  Pages watched now
+  // are ours until an event says otherwise.
+  if (after_registration_for_test_ != nullptr) after_registration_for_test_(from);
+  Result<bool> watched = watcher_->all_watched(from, to);
+  if (!watched.ok()) return watched.status();
+  if (!*watched) {
+    return make_error(HMR_EAGAIN, "[%#lx, %#lx) changed while it was being watched",
+                      static_cast<unsigned long>(from), static_cast<unsigned long>(to));
+  }
+  state_of(block).mark(block, from, to, true);
+  return registered;
 }
 
 Status UffdMonitor::subscribe_blind(uintptr_t start, uintptr_t end) {

@@ -97,6 +97,8 @@ class UffdMonitor final : public Monitor {
   uintptr_t last_block_ = 0;           // state_of()'s last answer, under blocks_mutex_
   Block* last_state_ = nullptr;
   Counts counts_;  // under blocks_mutex_
+  // Lets a test change the pages between their registration and its check (test peer only).
+  void (*after_registration_for_test_)(uintptr_t address) = nullptr;
 };
 
 }  // namespace hmr::core

@@ -44,6 +44,9 @@ class UffdWatcher {
                                          MappingQuery::Run* runs, size_t max_runs) const {
     return uffd_.watched_runs_of_mapping(address, lo, hi, runs, max_runs);
   }
+  Result<bool> all_watched(uintptr_t start, uintptr_t end) const {
+    return uffd_.all_watched(start, end);
+  }
 
  private:
   UffdWatcher(Userfaultfd uffd, UniqueFd wake, std::atomic<uint32_t>& pending,

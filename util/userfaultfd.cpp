@@ -110,6 +110,15 @@ Result<size_t> Userfaultfd::watched_runs_of_mapping(uintptr_t address, uintptr_t
                               max_runs);
 }
 
+Result<bool> Userfaultfd::all_watched(uintptr_t start, uintptr_t end) const {
+  MappingQuery::Run run;
+  const uintptr_t first = page_down(start);
+  const uintptr_t last = page_up(end);
+  Result<size_t> found = query_->watched_runs(first, last, &run, 1);
+  if (!found.ok()) return found.status();
+  return *found == 1 && run.start == first && run.end == last;
+}
+
 Status Userfaultfd::register_range(uintptr_t start, uintptr_t end) {
   uffdio_register reg = {};
   reg.range.start = start;

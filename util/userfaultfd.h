@@ -44,6 +44,9 @@ class Userfaultfd {
   // the caller registers with this fd), so it is the mapping seen watchable.
   Result<size_t> watched_runs_of_mapping(uintptr_t address, uintptr_t lo, uintptr_t hi,
                                          MappingQuery::Run* runs, size_t max_runs) const;
+  // Whether every page of [start, end) is watched now.  A registration of more than a hole
+  // succeeds whatever the hole holds, so this is how a caller knows its own pages were there.
+  Result<bool> all_watched(uintptr_t start, uintptr_t end) const;
   // Forgets a range; a range that is no longer mapped is not an error.
   void unwatch(uintptr_t start, size_t len);
   // Reads one pending event without blocking; false when none is pending.

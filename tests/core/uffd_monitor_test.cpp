@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <cstdint>
 #include <mutex>
 
@@ -22,6 +23,9 @@ namespace hmr::core {
 class UffdMonitorTestPeer {
  public:
   static std::atomic<uint32_t>& pending(UffdMonitor& monitor) { return monitor.pending_counter(); }
+  static void after_registration(UffdMonitor& monitor, void (*hook)(uintptr_t)) {
+    monitor.after_registration_for_test_ = hook;
+  }
 };
 
 namespace {
@@ -72,6 +76,8 @@ class UffdMonitorTest : public ::testing::Test {
       }
       monitor_.remove_sink(&sink_);
       munmap(area_, 2 * kBlock);
+      // Its events applied now, not during the next test, whose area may be at this address.
+      monitor_.wait_pending();
     }
   }
 
@@ -184,6 +190,29 @@ TEST_F(UffdMonitorTest, ARangeOverTwoMappingsIsWatchedInBoth) {
   ASSERT_TRUE(subscribe_range(page(20), 2 * kPage).ok());
   EXPECT_TRUE(unmap_is_seen(page(21))) << "the second mapping's page is not watched";
   EXPECT_TRUE(unmap_is_seen(page(20))) << "the first mapping's page is not watched";
+}
+
+// Another thread unmaps the pages being subscribed and maps new ones there, right after the
+// monitor registered them: the new pages are not watched, and the subscription must not say
+// they are (the kernel's registration of a wider range succeeds across a hole).
+TEST_F(UffdMonitorTest, PagesReplacedWhileBeingRegisteredAreNotTakenAsWatched) {
+  UffdMonitorTestPeer::after_registration(monitor_, [](uintptr_t address) {
+    void* page = reinterpret_cast<void*>(address);
+    if (munmap(page, kPage) != 0) std::abort();
+    if (mmap(page, kPage, PROT_READ | PROT_WRITE,
+             MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0) != page) {
+      std::abort();
+    }
+  });
+  const Status subscribed = subscribe(page(12));
+  UffdMonitorTestPeer::after_registration(monitor_, nullptr);
+  monitor_.wait_pending();
+  if (subscribed.ok()) {
+    EXPECT_TRUE(unmap_is_seen(page(12))) << "a subscription succeeded for unwatched pages";
+  } else {
+    EXPECT_NE(subscribed.reason().find("changed while"), std::string::npos)
+        << subscribed.reason();
+  }
 }
 
 TEST_F(UffdMonitorTest, APendingEventMakesKnownPagesRegisterAgain) {
