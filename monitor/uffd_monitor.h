@@ -9,7 +9,9 @@
 // present and skips holes).  Two ways, by what the kernel can tell:
 //
 // - Knowing (Linux 6.11: util/mapping_query.h).  A subscription registers the part of its
-//   own mapping within its 2 MiB block (one PROCMAP_QUERY, one ioctl).  The next subscription
+//   own mapping within its 2 MiB block (one PROCMAP_QUERY, one ioctl), then checks that its
+//   own pages are watched (one PAGEMAP_SCAN: the wider registration succeeds across a hole,
+//   which another thread may fill right after) and marks them.  The next subscription
 //   that is not known and falls inside what was registered there since the last scan asks
 //   the kernel which pages of its mapping in the block are watched (one PROCMAP_QUERY, one
 //   PAGEMAP_SCAN) and marks them; a subscription of marked pages makes no system call.  A
