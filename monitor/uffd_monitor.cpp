@@ -26,6 +26,7 @@ Status UffdMonitor::start() {
       "userfaultfd monitor", /*know_watched=*/*ask_kernel);
   if (!watcher.ok()) return watcher.status();
   watcher_ = std::move(*watcher);
+  why_not_known_ = *ask_kernel ? watcher_->why_not_knowing() : "HMR_UFFD_ASK_KERNEL=0";
   return ok_status();
 }
 
@@ -171,6 +172,11 @@ UffdMonitor::Counts UffdMonitor::counts() {
 bool UffdMonitor::knows_watched() {
   std::lock_guard<std::mutex> lock(start_mutex_);
   return watcher_ && watcher_->knows_watched();
+}
+
+std::string UffdMonitor::why_not_known() {
+  std::lock_guard<std::mutex> lock(start_mutex_);
+  return why_not_known_;
 }
 
 void UffdMonitor::unsubscribe(uintptr_t start, size_t len) {

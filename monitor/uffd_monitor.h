@@ -34,6 +34,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 
 #include "monitor/monitor.h"
 #include "monitor/uffd_watcher.h"
@@ -57,8 +58,10 @@ class UffdMonitor final : public Monitor {
     uint64_t known = 0;          // subscriptions of marked pages: no system call
   };
   Counts counts();
-  // Whether this kernel lets the monitor know which pages it watches (started monitors only).
+  // Whether this kernel lets the monitor know which pages it watches (started monitors only),
+  // and why not when it does not.
   bool knows_watched();
+  std::string why_not_known();
 
  private:
   friend class UffdMonitorTestPeer;
@@ -93,6 +96,7 @@ class UffdMonitor final : public Monitor {
 
   std::mutex start_mutex_;
   std::unique_ptr<UffdWatcher> watcher_;
+  std::string why_not_known_;  // set by start(), under start_mutex_
 
   std::mutex blocks_mutex_;
   std::map<uintptr_t, Block> blocks_;  // never erased: a Block& stays valid

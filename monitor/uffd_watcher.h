@@ -37,6 +37,7 @@ class UffdWatcher {
 
   Status watch(uintptr_t start, size_t len) { return uffd_.watch(start, len); }
   bool knows_watched() const { return uffd_.knows_watched(); }
+  const std::string& why_not_knowing() const { return uffd_.why_not_knowing(); }
   Result<MappingQuery::Run> watch_mapping_part(uintptr_t address, uintptr_t lo, uintptr_t hi) {
     return uffd_.watch_mapping_part(address, lo, hi);
   }

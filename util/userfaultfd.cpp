@@ -49,11 +49,17 @@ bool open_with_features(UniqueFd& fd, uint64_t extra) {
 
 Result<Userfaultfd> Userfaultfd::open(bool know_watched) {
   UniqueFd fd;
+  std::string why_not_knowing;
   if (know_watched) {
     // Only with both ioctls: an fd with WP_ASYNC but no way to ask is all cost, no use.
     Result<MappingQuery> query = MappingQuery::open();
-    if (query.ok() && open_with_features(fd, kFeatureWpAsync)) {
-      return Userfaultfd(std::move(fd), std::move(*query));
+    if (!query.ok()) {
+      why_not_knowing = query.status().reason();
+    } else if (open_with_features(fd, kFeatureWpAsync)) {
+      return Userfaultfd(std::move(fd), std::move(*query), "");
+    } else {
+      why_not_knowing = std::string("this kernel's userfaultfd has no UFFD_FEATURE_WP_ASYNC "
+                                    "(Linux 6.7): ") + std::strerror(errno);
     }
   }
   if (!open_with_features(fd, 0)) {
@@ -67,7 +73,7 @@ Result<Userfaultfd> Userfaultfd::open(bool know_watched) {
     return make_error(HMR_ENOSYS, "userfaultfd has no UNMAP/REMOVE/REMAP events: %s",
                       std::strerror(err));
   }
-  return Userfaultfd(std::move(fd), std::nullopt);
+  return Userfaultfd(std::move(fd), std::nullopt, std::move(why_not_knowing));
 }
 
 Status Userfaultfd::watch(uintptr_t start, size_t len) {

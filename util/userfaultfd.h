@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string>
 
 #include "util/mapping_query.h"
 #include "util/status.h"
@@ -35,8 +36,11 @@ class Userfaultfd {
   // Registers the pages covering [start, start+len) for change events.
   Status watch(uintptr_t start, size_t len);
 
-  // Where knows_watched() only:
   bool knows_watched() const { return query_.has_value(); }
+  // Why not, when it does not: what the kernel lacked (empty when it was not asked to).
+  const std::string& why_not_knowing() const { return why_not_knowing_; }
+
+  // Where knows_watched() only:
   // Registers the part within [lo, hi) of the mapping holding `address` and returns it.
   Result<MappingQuery::Run> watch_mapping_part(uintptr_t address, uintptr_t lo, uintptr_t hi);
   // The runs within [lo, hi) of the mapping holding `address` that are watched now.  The
@@ -59,10 +63,13 @@ class Userfaultfd {
   Status register_range(uintptr_t start, uintptr_t end);  // page-aligned
   static Status refuse(uintptr_t start, size_t len);
 
-  Userfaultfd(UniqueFd fd, std::optional<MappingQuery> query)
-      : fd_(std::move(fd)), query_(std::move(query)) {}
+  Userfaultfd(UniqueFd fd, std::optional<MappingQuery> query, std::string why_not_knowing)
+      : fd_(std::move(fd)),
+        query_(std::move(query)),
+        why_not_knowing_(std::move(why_not_knowing)) {}
   UniqueFd fd_;
   std::optional<MappingQuery> query_;  // set when opened with WP_ASYNC and both ioctls work
+  std::string why_not_knowing_;
 };
 
 }  // namespace hmr::core

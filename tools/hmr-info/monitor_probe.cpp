@@ -8,8 +8,6 @@
 #include "monitor/memhooks_monitor.h"
 #include "monitor/monitor_registry.h"
 #include "monitor/uffd_monitor.h"
-#include "util/environment.h"
-#include "util/mapping_query.h"
 
 namespace hmr::info {
 namespace {
@@ -145,19 +143,6 @@ JsonValue device_monitor_json(const hmem::IfaceReport& report,
   return entry;
 }
 
-// Why the userfaultfd monitor does not ask the kernel which pages it watches.
-std::string not_asked_reason() {
-  Result<bool> ask = core::env_bool("HMR_UFFD_ASK_KERNEL", true);
-  if (ask.ok() && !*ask) {
-    return "HMR_UFFD_ASK_KERNEL=0: every miss registers its own pages, one ioctl each";
-  }
-  Result<core::MappingQuery> query = core::MappingQuery::open();
-  const std::string why = query.ok() ? "this kernel's userfaultfd has no UFFD_FEATURE_WP_ASYNC "
-                                       "(Linux 6.7)"
-                                     : query.status().reason();
-  return why + ": every miss registers its own pages, one ioctl each";
-}
-
 }  // namespace
 
 JsonValue monitors_section(const std::vector<hmem::IfaceReport>& reports,
@@ -181,7 +166,8 @@ JsonValue monitors_section(const std::vector<hmem::IfaceReport>& reports,
              answer(knows, knows ? "PAGEMAP_SCAN and PROCMAP_QUERY: once a 2 MiB block is learnt, "
                                    "registering more of it makes no system call; only "
                                    "private anonymous and hugetlb mappings are cached under it"
-                                 : not_asked_reason()));
+                                 : core::UffdMonitor::instance().why_not_known() +
+                                       ": every miss registers its own pages, one ioctl each"));
   }
   host.push(std::move(uffd));
   host.push(host_monitor_json(monitors[1], "libc's munmap, mremap, madvise, brk, shmdt and "
