@@ -30,15 +30,22 @@ Status UffdMonitor::start() {
   return ok_status();
 }
 
+std::pair<size_t, size_t> UffdMonitor::Block::pages(uintptr_t block, uintptr_t from,
+                                                     uintptr_t to) {
+  return {(from - block) / kPage, (to - block + kPage - 1) / kPage};
+}
+
 bool UffdMonitor::Block::knows(uintptr_t block, uintptr_t from, uintptr_t to) const {
-  for (size_t page = (from - block) / kPage; page < (to - block + kPage - 1) / kPage; ++page) {
+  const auto [first, end] = pages(block, from, to);
+  for (size_t page = first; page < end; ++page) {
     if ((known[page / 64] >> (page % 64) & 1) == 0) return false;
   }
   return true;
 }
 
 void UffdMonitor::Block::mark(uintptr_t block, uintptr_t from, uintptr_t to, bool watched) {
-  for (size_t page = (from - block) / kPage; page < (to - block + kPage - 1) / kPage; ++page) {
+  const auto [first, end] = pages(block, from, to);
+  for (size_t page = first; page < end; ++page) {
     const uint64_t bit = uint64_t{1} << (page % 64);
     known[page / 64] = watched ? known[page / 64] | bit : known[page / 64] & ~bit;
   }
@@ -98,7 +105,7 @@ Status UffdMonitor::subscribe_knowing(uintptr_t start, uintptr_t end) {
   }
   ++counts_.registrations;
   Status registered = ok_status();
-  for (uintptr_t block = first; block < end && registered.ok(); block += kBlock) {
+  for (uintptr_t block = first; block < end; block += kBlock) {
     Result<MappingQuery::Run> run =
         register_in_block(block, std::max(start, block), std::min(end, block + kBlock));
     if (!run.ok()) {

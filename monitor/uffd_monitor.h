@@ -35,6 +35,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 
 #include "monitor/monitor.h"
 #include "monitor/uffd_watcher.h"
@@ -80,6 +81,8 @@ class UffdMonitor final : public Monitor {
     uintptr_t registered_to = 0;
     uint64_t known[kPagesPerBlock / 64] = {};  // knowing: pages marked watched, one bit each
 
+    // Indexes [first, end) of the block's pages that [from, to) touches.
+    static std::pair<size_t, size_t> pages(uintptr_t block, uintptr_t from, uintptr_t to);
     bool knows(uintptr_t block, uintptr_t from, uintptr_t to) const;
     void mark(uintptr_t block, uintptr_t from, uintptr_t to, bool watched);
   };
