@@ -49,6 +49,13 @@ class RangeSink final : public InvalidationSink {
   std::atomic<int> hits_{0};
 };
 
+// Fresh private pages exactly at `address`, which must be a hole; true when mapped there.
+bool map_fresh_page_at(uintptr_t address) {
+  void* page = reinterpret_cast<void*>(address);
+  return mmap(page, kPage, PROT_READ | PROT_WRITE,
+              MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0) == page;
+}
+
 UffdMonitor::Counts since(const UffdMonitor::Counts& before, const UffdMonitor::Counts& now) {
   return {now.registrations - before.registrations, now.scans - before.scans,
           now.known - before.known};
@@ -103,9 +110,7 @@ class UffdMonitorTest : public ::testing::Test {
   // Maps fresh pages at `address` (a hole), subscribes them and says whether the monitor
   // took them as known, i.e. made no system call for them.
   bool fresh_page_taken_as_known(uintptr_t address) {
-    void* mapped = mmap(reinterpret_cast<void*>(address), kPage, PROT_READ | PROT_WRITE,
-                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
-    EXPECT_EQ(mapped, reinterpret_cast<void*>(address));
+    EXPECT_TRUE(map_fresh_page_at(address));
     const UffdMonitor::Counts before = monitor_.counts();
     EXPECT_TRUE(subscribe(address).ok());
     return since(before, monitor_.counts()).known != 0;
@@ -197,10 +202,7 @@ TEST_F(UffdMonitorTest, ARangeOverTwoMappingsIsWatchedInBoth) {
 // they are (the kernel's registration of a wider range succeeds across a hole).
 TEST_F(UffdMonitorTest, PagesReplacedWhileBeingRegisteredAreNotTakenAsWatched) {
   UffdMonitorTestPeer::after_registration(monitor_, [](uintptr_t address) {
-    void* page = reinterpret_cast<void*>(address);
-    if (munmap(page, kPage) != 0) std::abort();
-    if (mmap(page, kPage, PROT_READ | PROT_WRITE,
-             MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0) != page) {
+    if (munmap(reinterpret_cast<void*>(address), kPage) != 0 || !map_fresh_page_at(address)) {
       std::abort();
     }
   });
