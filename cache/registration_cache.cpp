@@ -29,6 +29,12 @@ Status RegistrationCache::attach() {
   return ok_status();
 }
 
+void RegistrationCache::watch_lost_by_fork() {
+  limits_.max_count = 0;  // what find() and get() look at first: no hit, no filing
+  monitor_ = nullptr;     // which forgot us: no unsubscription, no removal at detach()
+  attached_ = false;
+}
+
 void RegistrationCache::detach() {
   if (!attached_) return;
   monitor_->remove_sink(this);  // waits for a notification in flight
@@ -358,7 +364,7 @@ void RegistrationCache::flush() {
 }
 
 void RegistrationCache::finalize(CacheEntry* entry) {
-  if (entry->subscribed) monitor_->unsubscribe(entry->start, entry->length);
+  if (entry->subscribed && monitor_ != nullptr) monitor_->unsubscribe(entry->start, entry->length);
   nic::Registration registration = entry->registration();
   backend_.deregister(registration);
   pool_.release(entry);

@@ -72,6 +72,9 @@ class RegistrationCache final : public InvalidationSink {
   // for address spaces the caller controls (benchmarks); domains disable caching instead.
   Status attach();
   void detach();
+  // A forked child's copy of the cache: nothing watches its memory any more, so it hands out
+  // nothing it holds and files nothing new; registrations go uncached (InvalidationSink).
+  void watch_lost_by_fork() override;
 
   // What a caller already knows of [start, start+len) when it calls get() after find() in the
   // same request.  `absent`: find() met no entry that could serve it (none, or only dead ones
@@ -202,7 +205,7 @@ class RegistrationCache final : public InvalidationSink {
 
   CacheEntryPool pool_{readers_};  // first member destroyed last: entries live in it
   CacheBackend& backend_;
-  const CacheLimits limits_;
+  CacheLimits limits_;  // max_count becomes 0 in a forked child (watch_lost_by_fork)
   Monitor* monitor_;
   bool attached_ = false;
   bool validate_hits_ = false;  // the monitor wants valid() asked on every hit

@@ -410,13 +410,8 @@ Status MemhooksMonitor::start() {
 #endif
   std::lock_guard<std::mutex> lock(start_mutex_);
   if (installed_.load(std::memory_order_relaxed)) return ok_status();
-  if (!atfork_registered_) {
-    const int err = pthread_atfork(&before_fork, &after_fork_in_parent, &after_fork_in_child);
-    if (err != 0) {
-      return make_error(HMR_ENOMEM, "memhooks: pthread_atfork: %s", std::strerror(err));
-    }
-    atfork_registered_ = true;
-  }
+  // Across fork() (Monitor's handlers, which a failed pthread_atfork makes add_sink refuse):
+  // the child gets libc's code back, below.
   return install();
 }
 
@@ -582,14 +577,16 @@ bool MemhooksMonitor::original_code(const char* symbol, const uint8_t** entry, u
 // fork() copies the patched code into the child; the child must be left as libc made it
 // (its caches, if any, then stop getting hooks and no longer cache new registrations).
 // The lock is held across fork so the child never sees a half-written patch table.
-void MemhooksMonitor::before_fork() { instance().start_mutex_.lock(); }
+void MemhooksMonitor::before_fork() { start_mutex_.lock(); }
 
-void MemhooksMonitor::after_fork_in_parent() { instance().start_mutex_.unlock(); }
+void MemhooksMonitor::after_fork_in_parent() { start_mutex_.unlock(); }
 
 void MemhooksMonitor::after_fork_in_child() {
-  MemhooksMonitor& monitor = instance();
-  if (monitor.installed_.load(std::memory_order_relaxed)) monitor.restore();
-  monitor.start_mutex_.unlock();
+  if (installed_.load(std::memory_order_relaxed)) restore();
+  // The parent's caches were told they lost their watch (Monitor's fork handler) and never
+  // unsubscribe here; a cache the child opens installs the hooks again.
+  g_subscriptions.store(0, std::memory_order_relaxed);
+  start_mutex_.unlock();
 }
 
 }  // namespace hmr::core

@@ -67,13 +67,12 @@ class MemhooksMonitor final : public Monitor {
 
   Status install();  // start_mutex_ held
   void restore();    // start_mutex_ held (or the only thread, in a forked child)
-  static void before_fork();
-  static void after_fork_in_parent();
-  static void after_fork_in_child();
+  void before_fork() override;
+  void after_fork_in_parent() override;
+  void after_fork_in_child() override;
 
   mutable std::mutex start_mutex_;
   std::atomic<bool> installed_{false};
-  bool atfork_registered_ = false;
 };
 
 }  // namespace hmr::core

@@ -19,6 +19,12 @@ namespace hmr::core {
 class InvalidationSink {
  public:
   virtual void invalidate(uintptr_t start, uintptr_t end) = 0;
+  // In a child forked from the process that subscribed: from here on nothing tells the sink
+  // what changes in this address space (the child gets libc's code back instead of memory
+  // hooks, and a userfaultfd watches its parent's address space, not the child's), so what it
+  // holds can no longer be trusted.  The monitor has already forgotten the sink.  Called from
+  // the fork handler on the child's only thread: plain stores, no lock, nothing allocated.
+  virtual void watch_lost_by_fork() {}
 
  protected:
   ~InvalidationSink() = default;
@@ -26,7 +32,8 @@ class InvalidationSink {
 
 class Monitor {
  public:
-  virtual ~Monitor() = default;
+  Monitor();           // joins the process's list of monitors, for the fork handler
+  virtual ~Monitor();  // leaves it
   virtual const char* name() const = 0;
 
   // Idempotent; the first start brings the machinery up (thread, hooks, fd).
@@ -69,7 +76,20 @@ class Monitor {
   // Raised and lowered around event reads by a monitor with such a window (UffdWatcher).
   std::atomic<uint32_t>& pending_counter() { return pending_; }
 
+  // Around fork(), for what a monitor keeps beyond its sinks: before_fork() takes the locks
+  // a child must find consistent, after_fork_in_parent() gives them back, and
+  // after_fork_in_child() makes the monitor as if never started (its thread does not exist in
+  // the child, its fd watches the parent) after every sink was told (watch_lost_by_fork).
+  virtual void before_fork() {}
+  virtual void after_fork_in_parent() {}
+  virtual void after_fork_in_child() {}
+
  private:
+  friend struct MonitorForkHandlers;
+  Monitor(const Monitor&) = delete;
+  Monitor& operator=(const Monitor&) = delete;
+  void forget_sinks_in_forked_child();
+
   std::atomic<uint32_t> pending_{0};
   static constexpr unsigned kMaxSinks = 256;
   // Recursive: a sink's invalidation may unmap (a dead dma-buf mapping), and a memory hook

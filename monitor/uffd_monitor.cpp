@@ -30,6 +30,32 @@ Status UffdMonitor::start() {
   return ok_status();
 }
 
+// Across fork(): the child finds the monitor's state consistent, and as if never started,
+// since its userfaultfd watches the parent's address space (the child's mappings lost their
+// registrations: no UFFD_FEATURE_EVENT_FORK) and its thread stayed in the parent.  The first
+// cache of the child starts it again, with an fd of its own.
+void UffdMonitor::before_fork() {
+  start_mutex_.lock();
+  blocks_mutex_.lock();
+}
+
+void UffdMonitor::after_fork_in_parent() {
+  blocks_mutex_.unlock();
+  start_mutex_.unlock();
+}
+
+void UffdMonitor::after_fork_in_child() {
+  if (watcher_) {
+    watcher_->abandon_in_forked_child();
+    (void)watcher_.release();  // never destroyed: see UffdWatcher::abandon_in_forked_child
+  }
+  blocks_.clear();  // nothing of the child's is watched
+  last_block_ = 0;
+  last_state_ = nullptr;
+  blocks_mutex_.unlock();
+  start_mutex_.unlock();
+}
+
 std::pair<size_t, size_t> UffdMonitor::Block::pages(uintptr_t block, uintptr_t from,
                                                      uintptr_t to) {
   return {(from - block) / kPage, (to - block + kPage - 1) / kPage};

@@ -67,6 +67,9 @@ class UffdMonitor final : public Monitor {
  private:
   friend class UffdMonitorTestPeer;
   UffdMonitor() = default;
+  void before_fork() override;
+  void after_fork_in_parent() override;
+  void after_fork_in_child() override;
   void on_change(const AddressRangeEvent& change);
   void forget_blocks(uintptr_t start, uintptr_t end);
 

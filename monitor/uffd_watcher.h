@@ -34,6 +34,13 @@ class UffdWatcher {
                                                     OnChange on_change, const char* owner,
                                                     bool know_watched = false);
   ~UffdWatcher();  // stops the thread
+  // In a forked child, where the thread does not exist and the fd watches the parent's address
+  // space: closes both fds.  The object must then be leaked, never destroyed (its std::thread
+  // names a thread of the parent).
+  void abandon_in_forked_child() {
+    uffd_.close();
+    wake_.reset();
+  }
 
   Status watch(uintptr_t start, size_t len) { return uffd_.watch(start, len); }
   bool knows_watched() const { return uffd_.knows_watched(); }

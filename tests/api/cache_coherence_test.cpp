@@ -12,6 +12,7 @@
 #include <sys/ipc.h>
 #include <sys/mman.h>
 #include <sys/shm.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -576,6 +577,108 @@ TEST_P(CacheCoherence, HeldRegistrationOutlivesItsMemoryUntilClose) {
 }
 
 // ---------------------------------------------------------------------- threads
+
+// fork() of a multi-threaded process (a data loader starting its workers): the child has its
+// parent's caches but none of its watching (memory hooks are taken out of it, and a
+// userfaultfd watches the parent's address space).  The child must never be handed what the
+// parent cached for memory it has since replaced; a domain the child opens must cache and stay
+// coherent; and the parent's cache must go on as before.
+#if defined(__SANITIZE_THREAD__)
+constexpr bool kUnderThreadSanitizer = true;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+constexpr bool kUnderThreadSanitizer = true;
+#else
+constexpr bool kUnderThreadSanitizer = false;
+#endif
+#else
+constexpr bool kUnderThreadSanitizer = false;
+#endif
+
+TEST_P(CacheCoherence, ForkedChildNeverHitsWhatItsParentCached) {
+  void* p = map_anywhere(kPage);
+  ASSERT_NE(p, nullptr);
+  std::memset(p, 0x11, kPage);
+  const uint64_t old_key = cache_range(p, kPage);
+  ASSERT_TRUE(cached_) << "the range was not cached: nothing to test";
+
+  // The child reports what went wrong as bits of its exit status (its gtest is a copy).
+  enum : int {
+    kRegFailed = 1, kStaleHit = 2, kOldKey = 4, kChildOpenFailed = 8, kChildNotCaching = 16,
+    kChildStale = 32, kNoRemap = 64
+  };
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0) << std::strerror(errno);
+  if (pid == 0) {
+    alarm(20);  // a child that hangs dies and fails the test, instead of hanging it
+    int failed = 0;
+    munmap(p, kPage);
+    void* q = map_at(p, kPage);
+    if (q == nullptr) _exit(kNoRemap);
+    std::memset(q, 0x22, kPage);
+    const hmr_domain_stats before = domain_.stats();
+    if (hmr_mr* mr = domain_.reg(q, kPage); mr == nullptr) {
+      failed |= kRegFailed;
+    } else {
+      if (domain_.stats().cache_hits != before.cache_hits) failed |= kStaleHit;
+      if (hmr_mr_key(mr) == old_key) failed |= kOldKey;
+      hmr_mr_close(mr);
+    }
+    // A domain of the child's own caches, and sees the child's munmap.  Not under
+    // ThreadSanitizer, whose runtime ends a child of a multi-threaded process that starts a
+    // thread (as the child's userfaultfd monitor does).
+    if (!kUnderThreadSanitizer) {
+      CachedDomain own;
+      if (!own.open(GetParam())) _exit(failed | kChildOpenFailed);
+      void* r = map_anywhere(kPage);
+      hmr_mr* first = own.reg(r, kPage);
+      const uint64_t key = first != nullptr ? hmr_mr_key(first) : HMR_KEY_NOTAVAIL;
+      if (first != nullptr) hmr_mr_close(first);
+      const uint64_t hits = own.stats().cache_hits;
+      hmr_mr* second = own.reg(r, kPage);
+      if (second == nullptr || own.stats().cache_hits != hits + 1 || hmr_mr_key(second) != key) {
+        failed |= kChildNotCaching;
+      }
+      if (second != nullptr) hmr_mr_close(second);
+      munmap(r, kPage);
+      if (map_at(r, kPage) == nullptr) _exit(failed | kNoRemap);
+      const uint64_t hits_before_remap = own.stats().cache_hits;
+      hmr_mr* third = own.reg(r, kPage);
+      if (third == nullptr || own.stats().cache_hits != hits_before_remap ||
+          hmr_mr_key(third) == key) {
+        failed |= kChildStale;
+      }
+      if (third != nullptr) hmr_mr_close(third);
+      munmap(r, kPage);
+    }
+    _exit(failed);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child died of signal " << WTERMSIG(status);
+  const int failed = WEXITSTATUS(status);
+  if (failed & kNoRemap) GTEST_SKIP() << "the kernel did not map new pages at the old address";
+  EXPECT_EQ(failed & kRegFailed, 0) << "the child could not register with its parent's domain";
+  EXPECT_EQ(failed & kStaleHit, 0) << "STALE HIT in the child: its parent's entry was reused";
+  EXPECT_EQ(failed & kOldKey, 0) << "STALE HIT in the child: the parent's key came back";
+  EXPECT_EQ(failed & kChildOpenFailed, 0) << "the child could not open a domain of its own";
+  EXPECT_EQ(failed & kChildNotCaching, 0) << "the child's own domain does not cache";
+  EXPECT_EQ(failed & kChildStale, 0) << "STALE HIT in the child's own domain after munmap";
+
+  // The parent's cache still holds its entry, and its monitor still watches.
+  const hmr_domain_stats hits_before = domain_.stats();
+  hmr_mr* again = domain_.reg(p, kPage);
+  ASSERT_NE(again, nullptr);
+  EXPECT_EQ(domain_.stats().cache_hits, hits_before.cache_hits + 1);
+  EXPECT_EQ(hmr_mr_key(again), old_key);
+  EXPECT_EQ(hmr_mr_close(again), 0);
+  const hmr_domain_stats before = domain_.stats();
+  ASSERT_EQ(munmap(p, kPage), 0);
+  void* q = map_at(p, kPage);
+  if (q == nullptr) GTEST_SKIP() << "the kernel did not map new pages at " << p;
+  expect_fresh_registration(q, kPage, old_key, before);
+  munmap(q, kPage);
+}
 
 // Two threads register and close random pages of a set of slots while a third unmaps and
 // maps them again.  A hit on a registration made before a munmap that completed before the
