@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "cache/owner_counts.h"
 #include "nic/nic.h"
 
 namespace hmr::core {
@@ -41,16 +42,17 @@ struct CacheEntry {
   //
   // References come in two kinds.  Shared ones are counted in `state`, with one locked add
   // and one locked subtract.  The thread that filed the entry (its `owner`) counts its own in
-  // `owner_refs` instead, with plain stores and a compiler barrier (util/asymmetric_fence.h):
-  // no locked instruction, so a hit neither serializes the CPU nor waits for the entry's line.
-  // An entry's references are therefore (state's count - kZero) + owner_refs.  The count in
-  // `state` may drop below kZero: an owner's reference closed by another thread is given back
-  // there, as the owner's count cannot be written by others.  That debt would grow without end
-  // on an entry whose owner registers and another thread closes (a completion thread), so the
-  // owner repays it into `state` once it passes kMaxDebt (RegistrationCache::repay_debt).
-  // Deciding that an entry is unreferenced needs the owner's count, which its owner stores
-  // without a fence: a thread other than the owner reads it only after heavy_fence(), and the
-  // owner, once it sees the entry not live, uses full fences (registration_cache.h).
+  // a table of its own instead (cache/owner_counts.h), with plain stores and a compiler
+  // barrier (util/asymmetric_fence.h): no locked instruction, so a hit does not serialize the
+  // CPU, and not a byte of the entry.  An entry's references are therefore (state's count -
+  // kZero) + OwnerCounts::of(owner, entry).  The count in `state` may drop below kZero: an
+  // owner's reference closed by another thread is given back there, as the owner's count
+  // cannot be written by others.  That debt would grow on an entry whose owner registers and
+  // another thread closes (a completion thread), so the owner repays it into `state` once it
+  // passes kMaxDebt (RegistrationCache::repay_debt).  Deciding that an entry is unreferenced
+  // needs the owner's count, which its owner stores without a fence: a thread other than the
+  // owner reads it only after heavy_fence(), and the owner, once it sees the entry not live,
+  // uses full fences (registration_cache.h).
   static constexpr uint32_t kLive = 1u << 31;
   static constexpr uint32_t kClaimed = 1u << 30;
   static constexpr uint32_t kRefMask = kClaimed - 1;
@@ -61,24 +63,27 @@ struct CacheEntry {
   static constexpr uint32_t kMaxRefs = (1u << 28) - 1;
   // Owner references given back in `state` (its count below kZero by this much) before the
   // owner moves them out of its own count: far below kZero, so the count never borrows from
-  // kClaimed, and rare enough that the owner's hit path pays for it once per million.
-  static constexpr uint32_t kMaxDebt = 1u << 20;
+  // kClaimed; below OwnerCounts::kMaxCount, which the owner's count (and so the debt) cannot
+  // pass; and rare enough that the owner's hit path pays for it once per 32k hits.
+  static constexpr uint32_t kMaxDebt = 1u << 15;
   static constexpr uint8_t kFiledRecency = 1;
   static constexpr uint8_t kHitRecency = 2;
 
   // kZero + shared references (the low bits), kClaimed and kLive: see above.
   std::atomic<uint32_t> state{kZero};
-  // References the owner holds; written by the owner only (load, then store).
-  std::atomic<uint32_t> owner_refs{0};
   // The owning thread's ThreadSlot::owner_id() (0: none, every reference is shared).  Set
   // before filing; read by hits, which take owner references only when it is theirs.
   uint8_t owner = 0;
-  uint8_t level = 0;              // index level the entry is filed under
+  // Both set before filing (and by reset()), read while filed: one byte, no writer beside.
+  uint8_t level : 2 = 0;          // index level the entry is filed under (BlockIndex::kLevels)
+  uint8_t key_size : 6 = 0;       // bytes of key_bytes in use (up to KeyBytes::kMaxSize)
+  // A memory location of its own for the bits below, which the writer changes while readers
+  // read the byte above: adjacent bit-fields are one location unless something parts them.
+  uint8_t : 0;
   bool subscribed : 1 = false;    // its range is watched by the cache's monitor
   bool collected : 1 = false;     // on an invalidation's victim list (through `next`); both
                                   // bits change only before filing or under the exclusive lock
   std::atomic<uint8_t> recency{0};  // written by hits without ordering; read by the hand
-  uint8_t key_size = 0;           // bytes of key_bytes in use
   uintptr_t start = 0;
   uint64_t length = 0;
   CacheKey key;
@@ -113,8 +118,7 @@ struct CacheEntry {
   // A moment's count of both kinds, for heuristics (eviction, statistics): the owner's part
   // may be behind by what its owner has not yet made visible.
   uint32_t references() const {
-    return references(state.load(std::memory_order_relaxed),
-                      owner_refs.load(std::memory_order_relaxed));
+    return references(state.load(std::memory_order_relaxed), OwnerCounts::of(owner, this));
   }
   // The references `seen` (a value of state) and the owner's count `owned` add up to.
   static uint32_t references(uint32_t seen, uint32_t owned) {
@@ -148,7 +152,7 @@ struct CacheEntry {
   // grace period since it was finalized (cache/entry_pool.h): no reader still holds it.
   void reset() {
     state.store(kClaimed | (kZero + 1), std::memory_order_relaxed);
-    owner_refs.store(0, std::memory_order_relaxed);
+    OwnerCounts::forget(owner, this);  // a count its last owner left offset by a debt
     owner = 0;
     level = 0;
     subscribed = false;
@@ -165,6 +169,7 @@ struct CacheEntry {
     next = nullptr;
   }
 };
-static_assert(sizeof(CacheEntry) == 96, "every byte of an entry costs a megabyte at 1M regions");
+static_assert(sizeof(CacheEntry) == 88, "every byte of an entry costs a megabyte at 1M regions");
+static_assert(KeyBytes::kMaxSize < 64, "key_size has 6 bits");
 
 }  // namespace hmr::core

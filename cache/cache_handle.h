@@ -8,11 +8,11 @@
 namespace hmr::core {
 
 // A reference to a cached registration: a shared one, counted in entry->state, or one of the
-// owner's, counted in entry->owner_refs (cache/cache_entry.h).  put() gives it back under no
+// owner's, counted in the owner's own table (cache/owner_counts.h).  put() gives it back under no
 // lock, whether the entry is still cached or not, on whichever thread.
 struct CacheHandle {
   CacheEntry* entry = nullptr;
-  bool owned = false;  // counted in entry->owner_refs
+  bool owned = false;  // counted in OwnerCounts, by entry->owner
 
   explicit operator bool() const { return entry != nullptr; }
   nic::Registration registration() const { return entry->registration(); }

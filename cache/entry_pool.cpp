@@ -36,6 +36,12 @@ CacheEntry* CacheEntryPool::allocate() {
   return entry;
 }
 
+CacheEntryPool::~CacheEntryPool() {
+  for (PageArray<CacheEntry>& slab : slabs_) {
+    for (size_t i = 0; i < slab.size(); ++i) OwnerCounts::forget(slab[i].owner, &slab[i]);
+  }
+}
+
 void CacheEntryPool::grow() {
   const size_t entries = slabs_.empty()
                              ? kFirstSlabEntries

@@ -5,7 +5,7 @@
 //
 // Entries are recycled, never freed, while the pool lives, and only after a grace period of
 // the cache's read sections (util/read_sections.h).  A reader of the index may hold a pointer
-// to an entry that has meanwhile died, and may count on its `state` and `owner_refs` for as
+// to an entry that has meanwhile died, and may count on its `state` and its owner's count for as
 // long as its read section lasts (cache/cache_entry.h); every thread that may still act on an
 // entry it holds no reference to (a probe, a put, a settle) does so inside a read section.
 // So a released entry waits on a pending list, and a batch of them moves to the free list
@@ -30,6 +30,9 @@ class CacheEntryPool {
   // `readers` are the sections whose grace period a released entry waits for; used only by
   // allocate(), so they may be constructed after the pool.
   explicit CacheEntryPool(ReadSections& readers) : readers_(readers) {}
+  // Forgets the counts owners still record for its entries (cache/owner_counts.h), so that
+  // entries a later pool builds at the same addresses start from none.
+  ~CacheEntryPool();
   CacheEntryPool(const CacheEntryPool&) = delete;
   CacheEntryPool& operator=(const CacheEntryPool&) = delete;
 

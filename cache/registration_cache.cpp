@@ -136,7 +136,7 @@ bool RegistrationCache::drop_shared(CacheEntry& entry) {
     // The owner stores its count behind a compiler barrier only: after this fence we see every
     // count it stored before it last looked at state, and it sees our drop when it looks next.
     heavy_fence();
-    owned = entry.owner_refs.load(std::memory_order_acquire);
+    owned = OwnerCounts::of(entry.owner, &entry);
   }
   return CacheEntry::unreferenced(seen, owned) && entry.claim_finalization(seen);
 }
@@ -187,8 +187,7 @@ void RegistrationCache::repay_debt(CacheEntry& entry) {
   // then the owner's count down: a reader of both may see too many, never too few.
   const uint32_t repaid = CacheEntry::kZero - (seen & CacheEntry::kRefMask);
   entry.state.fetch_add(repaid, std::memory_order_acq_rel);
-  entry.owner_refs.store(entry.owner_refs.load(std::memory_order_relaxed) - repaid,
-                         std::memory_order_release);
+  (void)OwnerCounts::set(entry.owner, &entry, OwnerCounts::of(entry.owner, &entry) - repaid);
 }
 
 void RegistrationCache::put_and_drop_if_unused(const CacheHandle& handle) {
@@ -201,7 +200,7 @@ void RegistrationCache::put_and_drop_if_unused(const CacheHandle& handle) {
     const uint32_t seen = entry->state.load(std::memory_order_acquire);
     // Another thread's count is exact only after a heavy fence (rare path: a rereg).
     if (entry->owner != 0 && entry->owner != this_thread_slot().owner_id()) heavy_fence();
-    const uint32_t owned = entry->owner_refs.load(std::memory_order_acquire);
+    const uint32_t owned = OwnerCounts::of(entry->owner, entry);
     if ((seen & CacheEntry::kLive) != 0 && CacheEntry::references(seen, owned) == 1) {
       retire(entry, retired);
     }
@@ -242,7 +241,7 @@ void RegistrationCache::retire(CacheEntry* entry, Retired& retired) {
     // In a section: once live is cleared another thread may finalize it, and the pool must not
     // recycle it before our compare-exchange has looked (an identical state in its next life).
     const ReadSection section(readers_);
-    const uint32_t owned = entry->owner_refs.load(std::memory_order_relaxed);
+    const uint32_t owned = OwnerCounts::of(entry->owner, entry);
     const uint32_t seen =
         entry->state.fetch_and(~CacheEntry::kLive, std::memory_order_acq_rel) & ~CacheEntry::kLive;
     if (CacheEntry::unreferenced(seen, owned) && entry->claim_finalization(seen)) {
@@ -273,7 +272,7 @@ void RegistrationCache::finish(Retired& retired) {
       // full fence (last_owned_of_dead), and one of us sees the other.  x86's locked subtract
       // is such a fence already; weaker memory models need it said.
       std::atomic_thread_fence(std::memory_order_seq_cst);
-      if (CacheEntry::unreferenced(seen, entry->owner_refs.load(std::memory_order_acquire)) &&
+      if (CacheEntry::unreferenced(seen, OwnerCounts::of(entry->owner, entry)) &&
           entry->claim_finalization(seen)) {
         entry->next = retired.dead;
         retired.dead = entry;

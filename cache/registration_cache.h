@@ -173,8 +173,9 @@ class RegistrationCache final : public InvalidationSink {
   static bool drop_owned(CacheEntry& entry, uint32_t owned) {
     return !set_owned_still_live(entry, owned) && last_owned_of_dead(entry, owned);
   }
-  // The owner's count set to `owned`, then the look at state: whether the entry is still in
-  // the index (the common answer, which needs no decision).
+  // After the owner changed its count: whether the entry is still in the index (the common
+  // answer, which needs no decision).  set_owned_still_live() sets the count to `owned` first.
+  [[gnu::always_inline]] static bool owned_still_live(const CacheEntry& entry);
   [[gnu::always_inline]] static bool set_owned_still_live(CacheEntry& entry, uint32_t owned);
   // drop_owned() on an entry that left the index while the owner held it: deciding needs a
   // real fence against shared drops, which read the owner's count after their own locked
@@ -235,20 +236,26 @@ class RegistrationCache final : public InvalidationSink {
 
 // The hit path, inline: the C ABI's hmr_mr_reg reaches it through one call.
 
-inline bool RegistrationCache::set_owned_still_live(CacheEntry& entry, uint32_t owned) {
-  entry.owner_refs.store(owned, std::memory_order_release);
-  light_fence();  // the count above before the state below (a retirer's heavy fence pairs)
+inline bool RegistrationCache::owned_still_live(const CacheEntry& entry) {
+  light_fence();  // the owner's count before the state below (a retirer's heavy fence pairs)
   return __builtin_expect(
       (entry.state.load(std::memory_order_acquire) & CacheEntry::kLive) != 0, 1);
 }
 
+inline bool RegistrationCache::set_owned_still_live(CacheEntry& entry, uint32_t owned) {
+  (void)OwnerCounts::set(entry.owner, &entry, owned);  // a lower count: always kept
+  return owned_still_live(entry);
+}
+
 inline bool RegistrationCache::take_if_match(CacheEntry& entry, uintptr_t start, uint64_t len,
                                              const CacheKey& key, unsigned owner_id, Hit& hit) {
-  if (owner_id != 0 && entry.owner == owner_id) {
-    // Ours: counted with plain stores.  The count first, then the look at state, as a shared
-    // reader does; a retirer reads the count only after a heavy fence (cache_entry.h).
-    const uint32_t owned = entry.owner_refs.load(std::memory_order_relaxed);
-    entry.owner_refs.store(owned + 1, std::memory_order_relaxed);
+  // Ours: counted in our own table with plain stores, unless its two places for this entry
+  // hold others' counts (cache/owner_counts.h), when the reference is taken shared below.
+  uint32_t owned = 0;
+  if (owner_id != 0 && entry.owner == owner_id &&
+      __builtin_expect(OwnerCounts::add(owner_id, &entry, owned), 1)) {
+    // The count first, then the look at state, as a shared reader does; a retirer reads the
+    // count only after a heavy fence (cache_entry.h).
     light_fence();
     const uint32_t seen = entry.state.load(std::memory_order_acquire);
     // Live: its range and key were published by filing it and cannot change while we hold it.
@@ -271,10 +278,10 @@ inline bool RegistrationCache::take_if_match(CacheEntry& entry, uintptr_t start,
       refuse_shared(entry, /*saturated=*/false, hit);  // left the index (or another range)
       return false;
     }
-    // The owner's part read without a fence: the limit keeps counts from overflowing, and is
-    // exact for a thread alone.
-    if (__builtin_expect((seen & CacheEntry::kRefMask) +
-                                 entry.owner_refs.load(std::memory_order_relaxed) >=
+    // The owner's part taken at its most (OwnerCounts::kMaxCount) rather than read: reading
+    // it would pull the owner's own table, which the owner writes on every hit, into this
+    // thread's cache on every hit.  The limit only keeps counts from overflowing.
+    if (__builtin_expect((seen & CacheEntry::kRefMask) + OwnerCounts::kMaxCount >=
                              CacheEntry::kZero + CacheEntry::kMaxRefs, 0)) {
       refuse_shared(entry, /*saturated=*/true, hit);
       return false;
@@ -330,8 +337,8 @@ inline void RegistrationCache::put(const CacheHandle& handle, ThreadSlot slot) {
   // keeps it from being recycled while we still look at it (cache/entry_pool.h).
   readers_.enter(slot);
   if (__builtin_expect(handle.owned && entry.owner == slot.owner_id(), 1)) {
-    const uint32_t owned = entry.owner_refs.load(std::memory_order_relaxed) - 1;
-    if (set_owned_still_live(entry, owned)) {
+    const uint32_t owned = OwnerCounts::remove(entry.owner, &entry);
+    if (owned_still_live(entry)) {
       readers_.leave(slot);
       return;
     }

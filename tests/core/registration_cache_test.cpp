@@ -1080,7 +1080,7 @@ TEST_F(RegistrationCacheTest, TheFilingThreadCountsItsHitsInTheOwnersCount) {
   CacheHandle mine = get(page(0), kPage);
   ASSERT_EQ(FakeBackend::id_of(mine), id);
   EXPECT_TRUE(mine.owned);
-  EXPECT_EQ(mine.entry->owner_refs.load(), 1u);
+  EXPECT_EQ(OwnerCounts::of(mine.entry->owner, mine.entry), 1u);
   EXPECT_EQ(mine.entry->state.load() & CacheEntry::kRefMask, CacheEntry::kZero)
       << "an owner's hit must leave the shared count alone";
   EXPECT_EQ(mine.entry->references(), 1u);
@@ -1094,7 +1094,7 @@ TEST_F(RegistrationCacheTest, TheFilingThreadCountsItsHitsInTheOwnersCount) {
 
   cache.put(theirs);
   cache.put(mine);
-  EXPECT_EQ(mine.entry->owner_refs.load(), 0u);
+  EXPECT_EQ(OwnerCounts::of(mine.entry->owner, mine.entry), 0u);
   EXPECT_EQ(mine.entry->references(), 0u);
   EXPECT_EQ(cache.statistics().in_use_regions, 0u);
   EXPECT_TRUE(backend_.is_live(id));
@@ -1186,7 +1186,7 @@ TEST_F(RegistrationCacheTest, OwnersReferencesClosedElsewhereNeverSinkTheSharedC
   }
   const uint32_t count = entry->state.load() & CacheEntry::kRefMask;
   EXPECT_GE(count, CacheEntry::kZero - CacheEntry::kMaxDebt) << "the debt was never repaid";
-  EXPECT_LE(entry->owner_refs.load(), CacheEntry::kMaxDebt);
+  EXPECT_LE(OwnerCounts::of(entry->owner, entry), CacheEntry::kMaxDebt);
   EXPECT_EQ(entry->references(), 0u);
   EXPECT_EQ(cache.statistics().in_use_regions, 0u);
   monitor_.notify(page(0), page(1));

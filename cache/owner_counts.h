@@ -1,0 +1,155 @@
+// The references an entry's owner thread holds on it, counted in a small table of the owner's
+// own rather than in the entry (cache/cache_entry.h: owner and shared references).
+//
+// Why not in the entry: every byte of an entry costs a megabyte at a million cached regions,
+// and a hit that counts its reference without touching the entry's line is what a hit served
+// from the index slot alone needs (docs/performance.md, "One miss per hit").  The table is the
+// owner's: 64 records of one word each (the entry's address and a count), written by the
+// owner with plain stores, read by any thread, which must first run heavy_fence() to see the
+// owner's latest stores (util/asymmetric_fence.h), as it had to for the count in the entry.
+//
+// A record is found at one of two neighbouring positions chosen by the entry's address, so a
+// look costs one line of the owner's own table.  A record whose count is 0 is free: another
+// entry of the owner may take it, which the readers of the first see as a count of 0, the
+// truth.  When both positions hold other entries' references (or the count is at kMaxCount),
+// add() says no and the caller takes a shared reference instead, counted in the entry's state.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "util/thread_slot.h"
+
+namespace hmr::core {
+
+struct CacheEntry;
+
+class OwnerCounts {
+ public:
+  static constexpr unsigned kRecords = 64;
+  static constexpr uint32_t kMaxCount = 0xffff;
+
+  // The references owner `owner_id` (1..kThreadSlots) holds on `entry`; 0 for owner 0 (none).
+  // Any thread; another thread's answer is exact only after heavy_fence().
+  static uint32_t of(unsigned owner_id, const CacheEntry* entry) {
+    if (owner_id == 0) return 0;
+    const std::atomic<uint64_t>* pair = pair_of(owner_id, entry);
+    const uint64_t wanted = tag(entry);
+    for (unsigned i = 0; i < 2; ++i) {
+      const uint64_t word = pair[i].load(std::memory_order_acquire);
+      if ((word & ~kCountMask) == wanted) return static_cast<uint32_t>(word & kCountMask);
+    }
+    return 0;
+  }
+
+  // The owner adds one to its count of `entry` (its own thread only, owner_id != 0), with
+  // the count before in `before`; false, with nothing changed, where set() would refuse.
+  // One look at the pair, for the hit path.
+  static bool add(unsigned owner_id, const CacheEntry* entry, uint32_t& before) {
+    std::atomic<uint64_t>* pair = pair_of(owner_id, entry);
+    const uint64_t wanted = tag(entry);
+    const uint64_t first = pair[0].load(std::memory_order_relaxed);
+    const uint64_t second = pair[1].load(std::memory_order_relaxed);
+    std::atomic<uint64_t>* place;
+    uint64_t word;
+    if ((first & ~kCountMask) == wanted) {
+      place = &pair[0];
+      word = first;
+    } else if ((second & ~kCountMask) == wanted) {
+      place = &pair[1];
+      word = second;
+    } else if ((first & kCountMask) == 0) {
+      place = &pair[0];
+      word = wanted;
+    } else if ((second & kCountMask) == 0) {
+      place = &pair[1];
+      word = wanted;
+    } else {
+      return false;
+    }
+    before = static_cast<uint32_t>(word & kCountMask);
+    if (before == kMaxCount) return false;
+    place->store(wanted | (before + 1), std::memory_order_release);
+    return true;
+  }
+
+  // The owner takes one off its count of `entry`, which it holds (its own thread only), and
+  // gets the count after.  One look at the pair, for the close.
+  static uint32_t remove(unsigned owner_id, const CacheEntry* entry) {
+    std::atomic<uint64_t>* pair = pair_of(owner_id, entry);
+    const uint64_t wanted = tag(entry);
+    std::atomic<uint64_t>* place = &pair[0];
+    uint64_t word = place->load(std::memory_order_relaxed);
+    if ((word & ~kCountMask) != wanted) {
+      place = &pair[1];
+      word = place->load(std::memory_order_relaxed);
+    }
+    const uint32_t after = static_cast<uint32_t>(word & kCountMask) - 1;
+    place->store(wanted | after, std::memory_order_release);
+    return after;
+  }
+
+  // Drops whatever count owner `owner_id` still records for `entry`, from any thread, once
+  // nobody can touch the entry (a grace period after it was finalized, or the pool's end).
+  // An entry may be finalized with a count left here: owner references closed by other
+  // threads are given back in its state, which the count then offsets (cache_entry.h), and a
+  // later entry at the same address must not inherit it.  The owner never writes that word
+  // meanwhile (it neither holds the entry nor sees the record free), so a compare-exchange
+  // cannot lose one of its stores.
+  static void forget(unsigned owner_id, const CacheEntry* entry) {
+    if (owner_id == 0) return;
+    std::atomic<uint64_t>* pair = pair_of(owner_id, entry);
+    const uint64_t wanted = tag(entry);
+    for (unsigned i = 0; i < 2; ++i) {
+      uint64_t word = pair[i].load(std::memory_order_relaxed);
+      if ((word & ~kCountMask) == wanted && (word & kCountMask) != 0) {
+        (void)pair[i].compare_exchange_strong(word, wanted, std::memory_order_relaxed);
+      }
+    }
+  }
+
+  // The owner sets its count of `entry` to `count` (its own thread only, owner_id != 0).
+  // False, with nothing changed, when `count` is above 0 and neither position is free or
+  // holds the entry, or above kMaxCount.  Setting 0 always succeeds.
+  static bool set(unsigned owner_id, const CacheEntry* entry, uint32_t count) {
+    if (count > kMaxCount) return false;
+    std::atomic<uint64_t>* pair = pair_of(owner_id, entry);
+    const uint64_t wanted = tag(entry);
+    std::atomic<uint64_t>* free = nullptr;
+    for (unsigned i = 0; i < 2; ++i) {
+      const uint64_t word = pair[i].load(std::memory_order_relaxed);
+      if ((word & ~kCountMask) == wanted) {
+        pair[i].store(wanted | count, std::memory_order_release);
+        return true;
+      }
+      if ((word & kCountMask) == 0 && free == nullptr) free = &pair[i];
+    }
+    if (count == 0) return true;  // not held: 0 already
+    if (free == nullptr) return false;
+    free->store(wanted | count, std::memory_order_release);
+    return true;
+  }
+
+ private:
+  static constexpr unsigned kCountBits = 16;
+  static constexpr uint64_t kCountMask = (uint64_t{1} << kCountBits) - 1;
+
+  // The entry's address in the word's top 48 bits (entries live below 2^48: BlockIndex).
+  static uint64_t tag(const CacheEntry* entry) {
+    return static_cast<uint64_t>(reinterpret_cast<uintptr_t>(entry)) << kCountBits;
+  }
+  static std::atomic<uint64_t>* pair_of(unsigned owner_id, const CacheEntry* entry) {
+    // Entries are 8-byte aligned and 88 bytes apart in their slabs: a multiplicative hash of
+    // the address spreads neighbours over the table.
+    const uint64_t hash = (reinterpret_cast<uintptr_t>(entry) >> 3) * 0x9E3779B97F4A7C15ULL;
+    const unsigned first = static_cast<unsigned>(hash >> 59) * 2;  // 32 pairs
+    return &tables[owner_id - 1].records[first];
+  }
+
+  struct alignas(64) Table {
+    std::atomic<uint64_t> records[kRecords];
+  };
+  static Table tables[kThreadSlots];
+};
+
+}  // namespace hmr::core
