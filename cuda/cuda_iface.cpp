@@ -2,6 +2,7 @@
 
 #include <cinttypes>
 #include <cstdio>
+#include <unistd.h>
 #include <utility>
 
 #include "cuda/cuda_error.h"
@@ -55,6 +56,7 @@ Status CudaIface::init() {
   }
 
   symbols_ = symbols;
+  init_pid_ = getpid();
   device_count_ = count;
   driver_version_ = version;
   bus_ids_.clear();
@@ -128,7 +130,13 @@ Result<PointerInfo> CudaIface::query(const void* ptr, size_t len) {
   void* data[] = {&memory_type, &ordinal, &buffer_id, &is_managed};
   CUresult result = symbols_.cuPointerGetAttributes(4, attributes, data, address);
   if (result != CUDA_SUCCESS) {
-    // Fail closed: an unanswered question is not "host memory".
+    // A child forked from the process that initialised the driver (a data loader's worker):
+    // the driver answers nothing there, and nothing in the child is CUDA memory it could
+    // use, so every pointer is someone else's (host memory, to the system iface).
+    if (result == CUDA_ERROR_NOT_INITIALIZED && getpid() != init_pid_) {
+      return not_its_memory("the CUDA driver belongs to the parent of this forked process");
+    }
+    // Otherwise fail closed: an unanswered question is not "host memory".
     return make_error(hmr_code_for(result), "cuPointerGetAttributes(%p) failed: %s", ptr,
                       describe_cuda_error(symbols_, result).c_str());
   }

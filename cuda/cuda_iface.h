@@ -8,6 +8,8 @@
 // mapping attributes, borrow one when the caller's thread has none.
 #pragma once
 
+#include <sys/types.h>
+
 #include <atomic>
 #include <optional>
 #include <string>
@@ -74,6 +76,9 @@ class CudaIface final : public hmem::Iface {
   CudaSymbols symbols_;
   int driver_version_ = 0;
   int device_count_ = 0;
+  // The process that initialised the driver: a child forked from it cannot use the driver
+  // (every call answers NOT_INITIALIZED), and holds no CUDA memory of its own.
+  pid_t init_pid_ = 0;
   std::vector<std::string> bus_ids_;  // per ordinal, read once at init (empty if unknown)
   // Whether the driver answers CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR/SIZE (cuda_mapped_range.h);
   // cleared for good at the first refusal.

@@ -22,6 +22,7 @@ struct attribute_override {
 
 pthread_mutex_t fake_lock = PTHREAD_MUTEX_INITIALIZER;
 int fake_initialized;
+pid_t fake_init_pid;
 static unsigned long long next_id = 1;
 static struct fake_calls calls = FAKE_CALLS_INITIALIZER;
 static struct attribute_override overrides[MAX_OVERRIDES];
@@ -40,7 +41,9 @@ uint64_t fake_round_up(uint64_t value, uint64_t granule) {
 EXPORT CUresult cuInit(unsigned int flags) {
   ENTER("cuInit");
   if (flags != 0) LEAVE(INVALID_VALUE);
+  if (fake_initialized && getpid() != fake_init_pid) LEAVE(NOT_INITIALIZED);
   fake_initialized = 1;
+  fake_init_pid = getpid();
   LEAVE(SUCCESS);
 }
 
@@ -53,7 +56,7 @@ EXPORT CUresult cuDriverGetVersion(int *version) {
 
 EXPORT CUresult cuDeviceGetCount(int *count) {
   ENTER("cuDeviceGetCount");
-  if (!fake_initialized) LEAVE(NOT_INITIALIZED);
+  if (!fake_usable()) LEAVE(NOT_INITIALIZED);
   if (count == NULL) LEAVE(INVALID_VALUE);
   *count = FAKE_CUDA_DEVICE_COUNT;
   LEAVE(SUCCESS);
@@ -61,7 +64,7 @@ EXPORT CUresult cuDeviceGetCount(int *count) {
 
 EXPORT CUresult cuDeviceGet(CUdevice *device, int ordinal) {
   ENTER("cuDeviceGet");
-  if (!fake_initialized) LEAVE(NOT_INITIALIZED);
+  if (!fake_usable()) LEAVE(NOT_INITIALIZED);
   if (device == NULL) LEAVE(INVALID_VALUE);
   if (ordinal < 0 || ordinal >= FAKE_CUDA_DEVICE_COUNT) LEAVE(INVALID_DEVICE);
   *device = ordinal;
@@ -70,7 +73,7 @@ EXPORT CUresult cuDeviceGet(CUdevice *device, int ordinal) {
 
 EXPORT CUresult cuDeviceGetAttribute(int *value, int attribute, CUdevice device) {
   ENTER("cuDeviceGetAttribute");
-  if (!fake_initialized) LEAVE(NOT_INITIALIZED);
+  if (!fake_usable()) LEAVE(NOT_INITIALIZED);
   if (value == NULL) LEAVE(INVALID_VALUE);
   if (device < 0 || device >= FAKE_CUDA_DEVICE_COUNT) LEAVE(INVALID_DEVICE);
   for (int i = 0; i < MAX_OVERRIDES; ++i) {
@@ -152,7 +155,7 @@ static CUresult pointer_attribute(void *data, int attribute, const struct locate
 EXPORT CUresult cuPointerGetAttributes(unsigned int count, int *attributes, void **data,
                                        CUdeviceptr ptr) {
   ENTER("cuPointerGetAttributes");
-  if (!fake_initialized) LEAVE(NOT_INITIALIZED);
+  if (!fake_usable()) LEAVE(NOT_INITIALIZED);
   if (attributes == NULL || data == NULL) LEAVE(INVALID_VALUE);
   struct located at;
   fake_locate(ptr, &at);

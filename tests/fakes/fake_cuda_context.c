@@ -29,7 +29,7 @@ void fake_reset_contexts(void) {
 
 EXPORT CUresult cuDevicePrimaryCtxRetain(void **context, CUdevice device) {
   ENTER("cuDevicePrimaryCtxRetain");
-  if (!fake_initialized) LEAVE(NOT_INITIALIZED);
+  if (!fake_usable()) LEAVE(NOT_INITIALIZED);
   if (context == NULL) LEAVE(INVALID_VALUE);
   if (device < 0 || device >= FAKE_CUDA_DEVICE_COUNT) LEAVE(INVALID_DEVICE);
   contexts[device].device = device;
@@ -40,7 +40,7 @@ EXPORT CUresult cuDevicePrimaryCtxRetain(void **context, CUdevice device) {
 
 EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice device) {
   ENTER("cuDevicePrimaryCtxRelease_v2");
-  if (!fake_initialized) LEAVE(NOT_INITIALIZED);
+  if (!fake_usable()) LEAVE(NOT_INITIALIZED);
   if (device < 0 || device >= FAKE_CUDA_DEVICE_COUNT) LEAVE(INVALID_DEVICE);
   if (contexts[device].retains == 0) LEAVE(INVALID_CONTEXT);
   if (--contexts[device].retains == 0) fake_free_context_allocations(device);
@@ -49,7 +49,7 @@ EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice device) {
 
 EXPORT CUresult cuCtxSetCurrent(void *context) {
   ENTER("cuCtxSetCurrent");
-  if (!fake_initialized) LEAVE(NOT_INITIALIZED);
+  if (!fake_usable()) LEAVE(NOT_INITIALIZED);
   struct context *wanted = context;
   if (wanted != NULL && (!is_context(wanted) || wanted->retains == 0)) LEAVE(INVALID_CONTEXT);
   current = wanted;
@@ -58,7 +58,7 @@ EXPORT CUresult cuCtxSetCurrent(void *context) {
 
 EXPORT CUresult cuCtxGetCurrent(void **context) {
   ENTER("cuCtxGetCurrent");
-  if (!fake_initialized) LEAVE(NOT_INITIALIZED);
+  if (!fake_usable()) LEAVE(NOT_INITIALIZED);
   if (context == NULL) LEAVE(INVALID_VALUE);
   *context = current;
   LEAVE(SUCCESS);

@@ -10,6 +10,8 @@
 #define HMR_TESTS_FAKE_CUDA_INTERNAL_H
 
 #include <pthread.h>
+#include <sys/types.h>
+#include <unistd.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -118,6 +120,11 @@ struct located {
 
 extern pthread_mutex_t fake_lock;
 extern int fake_initialized;
+extern pid_t fake_init_pid;
+/* Initialised, and in the process that initialised it: like the driver, which answers
+ * NOT_INITIALIZED to every call in a child forked from a process that used it (driver 580 on
+ * an H200: docs/gpu.md).  The child must not call cuInit again either. */
+static inline int fake_usable(void) { return fake_initialized && getpid() == fake_init_pid; }
 extern struct allocation allocations[MAX_ALLOCATIONS];
 extern struct physical physicals[MAX_PHYSICAL];
 extern struct reservation reservations[MAX_RESERVATIONS];
@@ -156,7 +163,7 @@ void fake_reset_contexts(void);
 
 /* For entry points that need a current context, as the real driver's do. */
 #define REQUIRE_CONTEXT()                           \
-  if (!fake_initialized) LEAVE(NOT_INITIALIZED);    \
+  if (!fake_usable()) LEAVE(NOT_INITIALIZED);       \
   if (fake_current_device() < 0) LEAVE(INVALID_CONTEXT)
 
 #endif

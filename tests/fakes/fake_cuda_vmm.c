@@ -93,7 +93,7 @@ void fake_reset_vmm(void) {
 EXPORT CUresult cuMemGetAllocationGranularity(size_t *granularity,
                                               const struct allocation_prop *prop, int option) {
   ENTER("cuMemGetAllocationGranularity");
-  if (!fake_initialized) LEAVE(NOT_INITIALIZED);
+  if (!fake_usable()) LEAVE(NOT_INITIALIZED);
   if (granularity == NULL || (option != 0 && option != 1)) LEAVE(INVALID_VALUE);
   const CUresult result = check_prop(prop);
   if (result != SUCCESS) LEAVE(result);
@@ -104,7 +104,7 @@ EXPORT CUresult cuMemGetAllocationGranularity(size_t *granularity,
 EXPORT CUresult cuMemCreate(unsigned long long *handle, size_t size,
                             const struct allocation_prop *prop, unsigned long long flags) {
   ENTER("cuMemCreate");
-  if (!fake_initialized) LEAVE(NOT_INITIALIZED);
+  if (!fake_usable()) LEAVE(NOT_INITIALIZED);
   if (handle == NULL || size == 0 || size % GRANULE != 0 || flags != 0) LEAVE(INVALID_VALUE);
   const CUresult result = check_prop(prop);
   if (result != SUCCESS) LEAVE(result);
@@ -123,7 +123,7 @@ EXPORT CUresult cuMemCreate(unsigned long long *handle, size_t size,
 
 EXPORT CUresult cuMemRelease(unsigned long long handle) {
   ENTER("cuMemRelease");
-  if (!fake_initialized) LEAVE(NOT_INITIALIZED);
+  if (!fake_usable()) LEAVE(NOT_INITIALIZED);
   struct physical *p = physical_of(handle);
   if (p == NULL || p->released) LEAVE(INVALID_VALUE);
   p->released = 1;
@@ -134,7 +134,7 @@ EXPORT CUresult cuMemRelease(unsigned long long handle) {
 EXPORT CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment,
                                     CUdeviceptr hint, unsigned long long flags) {
   ENTER("cuMemAddressReserve");
-  if (!fake_initialized) LEAVE(NOT_INITIALIZED);
+  if (!fake_usable()) LEAVE(NOT_INITIALIZED);
   (void)hint; /* only a hint */
   if (ptr == NULL || size == 0 || size % GRANULE != 0 || flags != 0 ||
       (alignment & (alignment - 1)) != 0) {
@@ -160,7 +160,7 @@ EXPORT CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignm
 
 EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
   ENTER("cuMemAddressFree");
-  if (!fake_initialized) LEAVE(NOT_INITIALIZED);
+  if (!fake_usable()) LEAVE(NOT_INITIALIZED);
   for (int i = 0; i < MAX_RESERVATIONS; ++i) {
     struct reservation *r = &reservations[i];
     if (!r->live || r->base != ptr || r->size != size) continue;
@@ -177,7 +177,7 @@ EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
 EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, unsigned long long handle,
                          unsigned long long flags) {
   ENTER("cuMemMap");
-  if (!fake_initialized) LEAVE(NOT_INITIALIZED);
+  if (!fake_usable()) LEAVE(NOT_INITIALIZED);
   struct physical *p = physical_of(handle);
   if (p == NULL || p->released || flags != 0 || size == 0 || size % GRANULE != 0 ||
       offset % GRANULE != 0 || offset + size > p->size || ptr % GRANULE != 0) {
@@ -203,7 +203,7 @@ EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, unsigned l
 EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const struct access_desc *descriptors,
                                size_t count) {
   ENTER("cuMemSetAccess");
-  if (!fake_initialized) LEAVE(NOT_INITIALIZED);
+  if (!fake_usable()) LEAVE(NOT_INITIALIZED);
   if (descriptors == NULL || count == 0 || !whole_mappings(ptr, size)) LEAVE(INVALID_VALUE);
   int readwrite = 0;
   for (size_t i = 0; i < count; ++i) {
@@ -222,7 +222,7 @@ EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const struct access
 
 EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
   ENTER("cuMemUnmap");
-  if (!fake_initialized) LEAVE(NOT_INITIALIZED);
+  if (!fake_usable()) LEAVE(NOT_INITIALIZED);
   if (!whole_mappings(ptr, size)) LEAVE(INVALID_VALUE);
   for (int i = 0; i < MAX_MAPPINGS; ++i) {
     struct mapping *m = &mappings[i];

@@ -1,5 +1,7 @@
 // UCX-style queries through the public ABI: hmr_mem_query and hmr_detect_memory_type on host,
 // device, managed and host-alloc memory, and hmr_mem_alloc / hmr_mem_free on an iface.
+#include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -50,6 +52,54 @@ TEST(MemoryQuery, HostMemoryIsSystemWithItsNumaNodeOnDemand) {
   }
   EXPECT_EQ(located.dmabuf_fd, -1) << "host memory is registered by address, never exported";
   expect_type(host.data(), HMR_HMEM_SYSTEM, HMR_MEM_HOST);
+}
+
+// A child forked from a process that used the driver (a data loader's worker) cannot use the
+// driver: it answers NOT_INITIALIZED to everything (driver 580 on an H200, docs/gpu.md; the
+// fake does the same).  Host memory in the child must still be host memory to hmr, and
+// register, rather than fail because the CUDA iface cannot answer.
+TEST(MemoryQuery, AForkedChildOfTheDriversProcessStillRegistersHostMemory) {
+  FakeAllocation device(0, kAlloc);  // the parent uses the driver
+  constexpr size_t kLen = 4 * 4096;
+  void* host = mmap(nullptr, kLen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(host, MAP_FAILED);
+  std::memset(host, 1, kLen);
+  hmr_test::DomainPtr domain = open_domain(nullptr);
+  ASSERT_NE(domain, nullptr);
+  expect_type(host, HMR_HMEM_SYSTEM, HMR_MEM_HOST);
+  expect_type(device.get(), HMR_HMEM_CUDA, HMR_MEM_DEVICE_ONLY);
+
+  enum : int { kDetectFailed = 1, kNotSystem = 2, kRegFailed = 4 };
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    alarm(20);
+    int failed = 0;
+    hmr_hmem_iface iface = HMR_HMEM_CUDA;
+    hmr_mem_kind kind = HMR_MEM_DEVICE_ONLY;
+    if (hmr_detect_memory_type(host, kLen, &iface, &kind) != 0) {
+      failed |= kDetectFailed;
+    } else if (iface != HMR_HMEM_SYSTEM || kind != HMR_MEM_HOST) {
+      failed |= kNotSystem;
+    }
+    hmr_mr* mr = nullptr;
+    if (hmr_mr_reg(domain.get(), host, kLen, kAccess, 0, 0, 0, &mr, nullptr) != 0) {
+      failed |= kRegFailed;
+    } else {
+      hmr_mr_close(mr);
+    }
+    _exit(failed);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child died of signal " << WTERMSIG(status);
+  const int failed = WEXITSTATUS(status);
+  EXPECT_EQ(failed & kDetectFailed, 0) << "hmr_detect_memory_type failed in the child";
+  EXPECT_EQ(failed & kNotSystem, 0) << "host memory was not system memory in the child";
+  EXPECT_EQ(failed & kRegFailed, 0) << "hmr_mr_reg of host memory failed in the child";
+  // The parent's driver still answers.
+  expect_type(device.get(), HMR_HMEM_CUDA, HMR_MEM_DEVICE_ONLY);
+  munmap(host, kLen);
 }
 
 TEST(MemoryQuery, DeviceMemoryInOneCallWithBusIdAndADmabufOfTheRange) {
