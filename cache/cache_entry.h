@@ -44,7 +44,7 @@ struct CacheEntry {
   // and one locked subtract.  The thread that filed the entry (its `owner`) counts its own in
   // a table of its own instead (cache/owner_counts.h), with plain stores and a compiler
   // barrier (util/asymmetric_fence.h): no locked instruction, so a hit does not serialize the
-  // CPU, and not a byte of the entry.  An entry's references are therefore (state's count -
+  // CPU, and the count costs the entry no bytes.  An entry's references are (state's count -
   // kZero) + OwnerCounts::of(owner, entry).  The count in `state` may drop below kZero: an
   // owner's reference closed by another thread is given back there, as the owner's count
   // cannot be written by others.  That debt would grow on an entry whose owner registers and
