@@ -33,59 +33,32 @@ class OwnerCounts {
   // Any thread; another thread's answer is exact only after heavy_fence().
   static uint32_t of(unsigned owner_id, const CacheEntry* entry) {
     if (owner_id == 0) return 0;
-    const std::atomic<uint64_t>* pair = pair_of(owner_id, entry);
-    const uint64_t wanted = tag(entry);
-    for (unsigned i = 0; i < 2; ++i) {
-      const uint64_t word = pair[i].load(std::memory_order_acquire);
-      if ((word & ~kCountMask) == wanted) return static_cast<uint32_t>(word & kCountMask);
-    }
-    return 0;
+    uint64_t word = 0;
+    return record_of(owner_id, entry, word, std::memory_order_acquire) != nullptr
+               ? count_in(word)
+               : 0;
   }
 
   // The owner adds one to its count of `entry` (its own thread only, owner_id != 0), with
   // the count before in `before`; false, with nothing changed, where set() would refuse.
   // One look at the pair, for the hit path.
   static bool add(unsigned owner_id, const CacheEntry* entry, uint32_t& before) {
-    std::atomic<uint64_t>* pair = pair_of(owner_id, entry);
-    const uint64_t wanted = tag(entry);
-    const uint64_t first = pair[0].load(std::memory_order_relaxed);
-    const uint64_t second = pair[1].load(std::memory_order_relaxed);
-    std::atomic<uint64_t>* place;
-    uint64_t word;
-    if ((first & ~kCountMask) == wanted) {
-      place = &pair[0];
-      word = first;
-    } else if ((second & ~kCountMask) == wanted) {
-      place = &pair[1];
-      word = second;
-    } else if ((first & kCountMask) == 0) {
-      place = &pair[0];
-      word = wanted;
-    } else if ((second & kCountMask) == 0) {
-      place = &pair[1];
-      word = wanted;
-    } else {
-      return false;
-    }
-    before = static_cast<uint32_t>(word & kCountMask);
-    if (before == kMaxCount) return false;
-    place->store(wanted | (before + 1), std::memory_order_release);
+    uint64_t word = 0;
+    std::atomic<uint64_t>* record = record_of(owner_id, entry, word, std::memory_order_relaxed);
+    before = record != nullptr ? count_in(word) : 0;
+    if (record == nullptr) record = free_record(owner_id, entry);
+    if (record == nullptr || before == kMaxCount) return false;
+    record->store(tag(entry) | (before + 1), std::memory_order_release);
     return true;
   }
 
   // The owner takes one off its count of `entry`, which it holds (its own thread only), and
   // gets the count after.  One look at the pair, for the close.
   static uint32_t remove(unsigned owner_id, const CacheEntry* entry) {
-    std::atomic<uint64_t>* pair = pair_of(owner_id, entry);
-    const uint64_t wanted = tag(entry);
-    std::atomic<uint64_t>* place = &pair[0];
-    uint64_t word = place->load(std::memory_order_relaxed);
-    if ((word & ~kCountMask) != wanted) {
-      place = &pair[1];
-      word = place->load(std::memory_order_relaxed);
-    }
-    const uint32_t after = static_cast<uint32_t>(word & kCountMask) - 1;
-    place->store(wanted | after, std::memory_order_release);
+    uint64_t word = 0;
+    std::atomic<uint64_t>* record = record_of(owner_id, entry, word, std::memory_order_relaxed);
+    const uint32_t after = count_in(word) - 1;
+    record->store(tag(entry) | after, std::memory_order_release);
     return after;
   }
 
@@ -98,13 +71,10 @@ class OwnerCounts {
   // cannot lose one of its stores.
   static void forget(unsigned owner_id, const CacheEntry* entry) {
     if (owner_id == 0) return;
-    std::atomic<uint64_t>* pair = pair_of(owner_id, entry);
-    const uint64_t wanted = tag(entry);
-    for (unsigned i = 0; i < 2; ++i) {
-      uint64_t word = pair[i].load(std::memory_order_relaxed);
-      if ((word & ~kCountMask) == wanted && (word & kCountMask) != 0) {
-        (void)pair[i].compare_exchange_strong(word, wanted, std::memory_order_relaxed);
-      }
+    uint64_t word = 0;
+    std::atomic<uint64_t>* record = record_of(owner_id, entry, word, std::memory_order_relaxed);
+    if (record != nullptr && count_in(word) != 0) {
+      (void)record->compare_exchange_strong(word, tag(entry), std::memory_order_relaxed);
     }
   }
 
@@ -113,20 +83,14 @@ class OwnerCounts {
   // holds the entry, or above kMaxCount.  Setting 0 always succeeds.
   static bool set(unsigned owner_id, const CacheEntry* entry, uint32_t count) {
     if (count > kMaxCount) return false;
-    std::atomic<uint64_t>* pair = pair_of(owner_id, entry);
-    const uint64_t wanted = tag(entry);
-    std::atomic<uint64_t>* free = nullptr;
-    for (unsigned i = 0; i < 2; ++i) {
-      const uint64_t word = pair[i].load(std::memory_order_relaxed);
-      if ((word & ~kCountMask) == wanted) {
-        pair[i].store(wanted | count, std::memory_order_release);
-        return true;
-      }
-      if ((word & kCountMask) == 0 && free == nullptr) free = &pair[i];
+    uint64_t word = 0;
+    std::atomic<uint64_t>* record = record_of(owner_id, entry, word, std::memory_order_relaxed);
+    if (record == nullptr) {
+      if (count == 0) return true;  // not held: 0 already
+      record = free_record(owner_id, entry);
+      if (record == nullptr) return false;
     }
-    if (count == 0) return true;  // not held: 0 already
-    if (free == nullptr) return false;
-    free->store(wanted | count, std::memory_order_release);
+    record->store(tag(entry) | count, std::memory_order_release);
     return true;
   }
 
@@ -137,6 +101,26 @@ class OwnerCounts {
   // The entry's address in the word's top 48 bits (entries live below 2^48: BlockIndex).
   static uint64_t tag(const CacheEntry* entry) {
     return static_cast<uint64_t>(reinterpret_cast<uintptr_t>(entry)) << kCountBits;
+  }
+  static uint32_t count_in(uint64_t word) { return static_cast<uint32_t>(word & kCountMask); }
+  // The record of `entry` in its pair, with its word; nullptr when neither holds it.  An entry
+  // has one record at most: a record is only ever taken after both were looked at.
+  static std::atomic<uint64_t>* record_of(unsigned owner_id, const CacheEntry* entry,
+                                          uint64_t& word, std::memory_order order) {
+    std::atomic<uint64_t>* pair = pair_of(owner_id, entry);
+    for (unsigned i = 0; i < 2; ++i) {
+      word = pair[i].load(order);
+      if ((word & ~kCountMask) == tag(entry)) return &pair[i];
+    }
+    return nullptr;
+  }
+  // A record of the pair whose count is 0 (another entry's, or none), or nullptr.
+  static std::atomic<uint64_t>* free_record(unsigned owner_id, const CacheEntry* entry) {
+    std::atomic<uint64_t>* pair = pair_of(owner_id, entry);
+    for (unsigned i = 0; i < 2; ++i) {
+      if (count_in(pair[i].load(std::memory_order_relaxed)) == 0) return &pair[i];
+    }
+    return nullptr;
   }
   static std::atomic<uint64_t>* pair_of(unsigned owner_id, const CacheEntry* entry) {
     // Entries are 8-byte aligned and 88 bytes apart in their slabs: a multiplicative hash of

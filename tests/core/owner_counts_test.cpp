@@ -37,20 +37,32 @@ TEST(OwnerCounts, CountsPerOwnerAndPerEntry) {
   ASSERT_TRUE(OwnerCounts::set(kOwner, second, 0));
 }
 
+// Counts one reference on each of `entries` in turn with `count_one` (set() or add()) until
+// one is refused; the ones counted before it, and the refused one (nullptr if none was).
+struct Filled {
+  std::vector<CacheEntry*> counted;
+  CacheEntry* refused = nullptr;
+};
+template <typename CountOne>
+Filled fill_until_refused(CacheEntry* entries, size_t count, CountOne count_one) {
+  Filled filled;
+  for (size_t i = 0; i < count && filled.refused == nullptr; ++i) {
+    if (count_one(&entries[i])) {
+      filled.counted.push_back(&entries[i]);
+    } else {
+      filled.refused = &entries[i];
+    }
+  }
+  return filled;
+}
+
 TEST(OwnerCounts, AFullPlaceRefusesAndAFreedOneServesAgain) {
   // More entries than the table has records: some pair must fill, and the entry refused there
   // must be served once the records before it are back at 0.
   constexpr size_t kEntries = 4 * OwnerCounts::kRecords;
   auto entries = std::make_unique<CacheEntry[]>(kEntries);
-  std::vector<CacheEntry*> counted;
-  CacheEntry* refused = nullptr;
-  for (size_t i = 0; i < kEntries && refused == nullptr; ++i) {
-    if (OwnerCounts::set(kOwner, &entries[i], 1)) {
-      counted.push_back(&entries[i]);
-    } else {
-      refused = &entries[i];
-    }
-  }
+  const auto [counted, refused] = fill_until_refused(
+      entries.get(), kEntries, [](CacheEntry* entry) { return OwnerCounts::set(kOwner, entry, 1); });
   ASSERT_NE(refused, nullptr) << "a table of " << OwnerCounts::kRecords << " records took "
                               << counted.size() << " entries";
   EXPECT_LE(counted.size(), OwnerCounts::kRecords);
@@ -87,15 +99,9 @@ TEST(OwnerCounts, AddAndRemoveCountOneAndSayHowMany) {
   EXPECT_EQ(OwnerCounts::of(kOwner, &entries[0]), OwnerCounts::kMaxCount);
   ASSERT_TRUE(OwnerCounts::set(kOwner, &entries[0], 0));
   // Where set() finds no place, add() finds none either, and changes nothing.
-  std::vector<CacheEntry*> counted;
-  CacheEntry* refused = nullptr;
-  for (size_t i = 1; i < 4 * OwnerCounts::kRecords && refused == nullptr; ++i) {
-    if (OwnerCounts::add(kOwner, &entries[i], before)) {
-      counted.push_back(&entries[i]);
-    } else {
-      refused = &entries[i];
-    }
-  }
+  const auto [counted, refused] =
+      fill_until_refused(&entries[1], 4 * OwnerCounts::kRecords - 1,
+                         [&](CacheEntry* entry) { return OwnerCounts::add(kOwner, entry, before); });
   ASSERT_NE(refused, nullptr);
   EXPECT_EQ(OwnerCounts::of(kOwner, refused), 0u);
   for (CacheEntry* entry : counted) EXPECT_EQ(OwnerCounts::of(kOwner, entry), 1u);
