@@ -3,7 +3,6 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <link.h>
-#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/shm.h>
 #include <sys/syscall.h>
