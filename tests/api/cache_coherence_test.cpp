@@ -12,7 +12,6 @@
 #include <sys/ipc.h>
 #include <sys/mman.h>
 #include <sys/shm.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -607,21 +606,18 @@ TEST_P(CacheCoherence, ForkedChildNeverHitsWhatItsParentCached) {
     kRegFailed = 1, kStaleHit = 2, kOldKey = 4, kChildOpenFailed = 8, kChildNotCaching = 16,
     kChildStale = 32, kNoRemap = 64, kInheritedCloseFailed = 128
   };
-  const pid_t pid = fork();
-  ASSERT_GE(pid, 0) << std::strerror(errno);
-  if (pid == 0) {
-    alarm(20);  // a child that hangs dies and fails the test, instead of hanging it
-    int failed = 0;
+  const int failed = hmr_test::run_forked([&] {
+    int wrong = 0;
     munmap(p, kPage);
     void* q = map_at(p, kPage);
-    if (q == nullptr) _exit(kNoRemap);
+    if (q == nullptr) return int{kNoRemap};
     std::memset(q, 0x22, kPage);
     const hmr_domain_stats before = domain_.stats();
     if (hmr_mr* mr = domain_.reg(q, kPage); mr == nullptr) {
-      failed |= kRegFailed;
+      wrong |= kRegFailed;
     } else {
-      if (domain_.stats().cache_hits != before.cache_hits) failed |= kStaleHit;
-      if (hmr_mr_key(mr) == old_key) failed |= kOldKey;
+      if (domain_.stats().cache_hits != before.cache_hits) wrong |= kStaleHit;
+      if (hmr_mr_key(mr) == old_key) wrong |= kOldKey;
       hmr_mr_close(mr);
     }
     // A domain of the child's own caches, and sees the child's munmap.  Not under
@@ -629,7 +625,7 @@ TEST_P(CacheCoherence, ForkedChildNeverHitsWhatItsParentCached) {
     // thread (as the child's userfaultfd monitor does).
     if (!kUnderThreadSanitizer) {
       CachedDomain own;
-      if (!own.open(GetParam())) _exit(failed | kChildOpenFailed);
+      if (!own.open(GetParam())) return wrong | kChildOpenFailed;
       void* r = map_anywhere(kPage);
       hmr_mr* first = own.reg(r, kPage);
       const uint64_t key = first != nullptr ? hmr_mr_key(first) : HMR_KEY_NOTAVAIL;
@@ -637,16 +633,16 @@ TEST_P(CacheCoherence, ForkedChildNeverHitsWhatItsParentCached) {
       const uint64_t hits = own.stats().cache_hits;
       hmr_mr* second = own.reg(r, kPage);
       if (second == nullptr || own.stats().cache_hits != hits + 1 || hmr_mr_key(second) != key) {
-        failed |= kChildNotCaching;
+        wrong |= kChildNotCaching;
       }
       if (second != nullptr) hmr_mr_close(second);
       munmap(r, kPage);
-      if (map_at(r, kPage) == nullptr) _exit(failed | kNoRemap);
+      if (map_at(r, kPage) == nullptr) return wrong | kNoRemap;
       const uint64_t hits_before_remap = own.stats().cache_hits;
       hmr_mr* third = own.reg(r, kPage);
       if (third == nullptr || own.stats().cache_hits != hits_before_remap ||
           hmr_mr_key(third) == key) {
-        failed |= kChildStale;
+        wrong |= kChildStale;
       }
       if (third != nullptr) hmr_mr_close(third);
       munmap(r, kPage);
@@ -655,14 +651,11 @@ TEST_P(CacheCoherence, ForkedChildNeverHitsWhatItsParentCached) {
     // subscriptions belong to the parent's monitor).
     if (hmr_ep_close(domain_.initiator()) != 0 || hmr_ep_close(domain_.target()) != 0 ||
         hmr_domain_close(domain_.get()) != 0) {
-      failed |= kInheritedCloseFailed;
+      wrong |= kInheritedCloseFailed;
     }
-    _exit(failed);
-  }
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  ASSERT_TRUE(WIFEXITED(status)) << "the child died of signal " << WTERMSIG(status);
-  const int failed = WEXITSTATUS(status);
+    return wrong;
+  });
+  ASSERT_GE(failed, 0) << "the child could not be forked, or died of a signal";
   if (failed & kNoRemap) GTEST_SKIP() << "the kernel did not map new pages at the old address";
   EXPECT_EQ(failed & kRegFailed, 0) << "the child could not register with its parent's domain";
   EXPECT_EQ(failed & kStaleHit, 0) << "STALE HIT in the child: its parent's entry was reused";

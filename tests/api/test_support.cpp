@@ -88,4 +88,18 @@ int run_self(const std::vector<std::string>& arguments, const std::vector<std::s
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+int run_forked(const std::function<int()>& body) {
+  const pid_t child = fork();
+  if (child < 0) return -1;
+  if (child == 0) {
+    alarm(20);
+    _exit(body());
+  }
+  int status = 0;
+  while (waitpid(child, &status, 0) < 0) {
+    if (errno != EINTR) return -1;
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
 }  // namespace hmr_test

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -105,5 +106,10 @@ class Pages {
 // (-1 when it could not run or died of a signal).  For tests whose effects must not outlive
 // them, such as a library that patches libc.
 int run_self(const std::vector<std::string>& arguments, const std::vector<std::string>& environment);
+// Runs `body` in a child forked from this process as it is, without exec (for tests of what a
+// forked child inherits), and returns the status `body` returns, which the child exits with;
+// -1 when it could not fork or died of a signal (it is killed after 20 s rather than hang the
+// test).  gtest assertions in the child are lost: `body` reports through its status.
+int run_forked(const std::function<int()>& body);
 
 }  // namespace hmr_test

@@ -1,7 +1,6 @@
 // UCX-style queries through the public ABI: hmr_mem_query and hmr_detect_memory_type on host,
 // device, managed and host-alloc memory, and hmr_mem_alloc / hmr_mem_free on an iface.
 #include <sys/mman.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -70,30 +69,24 @@ TEST(MemoryQuery, AForkedChildOfTheDriversProcessStillRegistersHostMemory) {
   expect_type(device.get(), HMR_HMEM_CUDA, HMR_MEM_DEVICE_ONLY);
 
   enum : int { kDetectFailed = 1, kNotSystem = 2, kRegFailed = 4 };
-  const pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    alarm(20);
-    int failed = 0;
+  const int failed = hmr_test::run_forked([&] {
+    int wrong = 0;
     hmr_hmem_iface iface = HMR_HMEM_CUDA;
     hmr_mem_kind kind = HMR_MEM_DEVICE_ONLY;
     if (hmr_detect_memory_type(host, kLen, &iface, &kind) != 0) {
-      failed |= kDetectFailed;
+      wrong |= kDetectFailed;
     } else if (iface != HMR_HMEM_SYSTEM || kind != HMR_MEM_HOST) {
-      failed |= kNotSystem;
+      wrong |= kNotSystem;
     }
     hmr_mr* mr = nullptr;
     if (hmr_mr_reg(domain.get(), host, kLen, kAccess, 0, 0, 0, &mr, nullptr) != 0) {
-      failed |= kRegFailed;
+      wrong |= kRegFailed;
     } else {
       hmr_mr_close(mr);
     }
-    _exit(failed);
-  }
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  ASSERT_TRUE(WIFEXITED(status)) << "the child died of signal " << WTERMSIG(status);
-  const int failed = WEXITSTATUS(status);
+    return wrong;
+  });
+  ASSERT_GE(failed, 0) << "the child could not be forked, or died of a signal";
   EXPECT_EQ(failed & kDetectFailed, 0) << "hmr_detect_memory_type failed in the child";
   EXPECT_EQ(failed & kNotSystem, 0) << "host memory was not system memory in the child";
   EXPECT_EQ(failed & kRegFailed, 0) << "hmr_mr_reg of host memory failed in the child";
