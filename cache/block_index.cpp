@@ -40,7 +40,7 @@ size_t BlockIndex::capacity_for(size_t extra_slots) const {
 BlockIndex::Table BlockIndex::make_table(size_t capacity) {
   Table table;
   table.storage = PageArray<Slot>(capacity + 1);
-  table.storage[0].block_number = capacity;  // the header find_if() reads
+  table.storage[0].meta = capacity;  // the header find_if() reads
   return table;
 }
 
@@ -50,7 +50,7 @@ BlockIndex::Table BlockIndex::adopt(Table fresh) {
   Table old = std::exchange(table_, std::move(fresh));
   used_ = 0;
   for (size_t i = 0; i < old.capacity(); ++i) {
-    if (!old.slots()[i].empty()) insert_slot(old.slots()[i]);
+    if (!old.slots()[i].empty()) insert_slot(old.slots()[i].copy());
   }
   published_.store(table_.slots(), std::memory_order_release);
   return old;
@@ -66,7 +66,7 @@ void BlockIndex::insert_slot(const Slot& slot) {
 BlockIndex::Slot BlockIndex::erase_slot(const CacheEntry* entry, unsigned level, uint64_t block) {
   Slot* found = slot_of(entry, level, block);
   if (found == nullptr) return Slot{};  // not filed: nothing to erase
-  const Slot erased = *found;
+  const Slot erased = found->copy();
   size_t hole = static_cast<size_t>(found - table_.slots());
   // Backward-shift deletion: pull later members of the probe run into the hole, so no
   // tombstones are left to lengthen future probes.  (A reader probing meanwhile may miss a
@@ -78,7 +78,7 @@ BlockIndex::Slot BlockIndex::erase_slot(const CacheEntry* entry, unsigned level,
   for (size_t i = next(hole); !table_.slots()[i].empty(); i = next(i)) {
     const size_t ideal = home(table_.slots()[i].level(), table_.slots()[i].block());
     if (distance(ideal, i) >= distance(hole, i)) {
-      store_slot(table_.slots()[hole], table_.slots()[i]);
+      store_slot(table_.slots()[hole], table_.slots()[i].copy());
       hole = i;
     }
   }
@@ -91,14 +91,42 @@ void BlockIndex::insert(CacheEntry* entry, uint32_t tag) {
   const unsigned shift = kLevelShift[entry->level];
   const uint64_t first = entry->start >> shift;
   const uint64_t last = (entry->end() - 1) >> shift;
-  const uint64_t word = reinterpret_cast<uintptr_t>(entry) | filter_of(entry->level, tag);
+  const uint64_t word =
+      reinterpret_cast<uintptr_t>(entry) | filter_of(entry->level, tag) | kFiledRecency;
+  // Served from the slot: page-aligned at level 0 (so the slot's block and length give the
+  // range), an exact host key, and a key a slot holds whole.
+  const uint32_t exact = exact_tag(tag);
+  const bool served = entry->level == 0 && (entry->end() - 1) >> kPointerBits == 0 &&
+                      entry->start % 4096 == 0 &&
+                      entry->length % 4096 == 0 && exact != kNoExactTag &&
+                      entry->key_size <= sizeof(uint64_t) && !entry->long_record;
+  uint64_t meta = static_cast<uint64_t>(entry->owner) << kOwnerBit;
+  if (served) {
+    meta |= static_cast<uint64_t>(exact) << kExactTagBit | (last - first) << kBlocksBit | kServedBit;
+  }
   for (uint64_t block = first; block <= last; ++block) {
     Slot slot;
     slot.word = word | (block - first);
-    slot.block_number = block;
+    slot.meta = meta | (block & kBlockMask);
+    slot.desc = entry->desc;
+    slot.key_low = entry->key_low;
     insert_slot(slot);
   }
   add_to_level(entry->level, 1);
+}
+
+bool BlockIndex::take_recency(Slot& first) {
+  bool recent = false;
+  for_each_slot_of(first, [&](Slot& slot) {
+    // A compare-exchange: hits set these bits beside us.
+    uint64_t word = __atomic_load_n(&slot.word, __ATOMIC_RELAXED);
+    while ((word & kRecencyMask) != 0 &&
+           !__atomic_compare_exchange_n(&slot.word, &word, word - kFiledRecency, true,
+                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    }
+    recent = recent || (word & kRecencyMask) != 0;
+  });
+  return recent;
 }
 
 void BlockIndex::erase(CacheEntry* entry) {

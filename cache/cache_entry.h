@@ -5,9 +5,11 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <new>
 
 #include "cache/owner_counts.h"
 #include "nic/nic.h"
+#include "util/thread_slot.h"
 
 namespace hmr::core {
 
@@ -41,18 +43,19 @@ struct CacheEntry {
   // live asks claim_finalization(); exactly one caller wins and finalizes.
   //
   // References come in two kinds.  Shared ones are counted in `state`, with one locked add
-  // and one locked subtract.  The thread that filed the entry (its `owner`) counts its own in
-  // a table of its own instead (cache/owner_counts.h), with plain stores and a compiler
-  // barrier (util/asymmetric_fence.h): no locked instruction, so a hit does not serialize the
-  // CPU, and the count costs the entry no bytes.  An entry's references are (state's count -
-  // kZero) + OwnerCounts::of(owner, entry).  The count in `state` may drop below kZero: an
-  // owner's reference closed by another thread is given back there, as the owner's count
-  // cannot be written by others.  That debt would grow on an entry whose owner registers and
-  // another thread closes (a completion thread), so the owner repays it into `state` once it
-  // passes kMaxDebt (RegistrationCache::repay_debt).  Deciding that an entry is unreferenced
-  // needs the owner's count, which its owner stores without a fence: a thread other than the
-  // owner reads it only after heavy_fence(), and the owner, once it sees the entry not live,
-  // uses full fences (registration_cache.h).
+  // and one locked subtract.  A thread that owns a ThreadSlot outright counts its own in a
+  // table of its own instead (cache/owner_counts.h), with plain stores and a compiler barrier
+  // (util/asymmetric_fence.h): no locked instruction and no touch of the entry, so a hit can
+  // be served from the index slot alone (cache/block_index.h).  The thread that filed the
+  // entry is its `owner`; any other thread that ever counted a reference in its own table has
+  // set `held_elsewhere` first.  So an entry's references are (state's count - kZero) + the
+  // owner's count, + every thread's count when held_elsewhere (thread_counts(), in the cache).
+  // The count in `state` may drop below kZero: a reference counted in one thread's table and
+  // closed by another is given back there, as a thread's table cannot be written by others.
+  // That debt is bounded by the counts it offsets (each at most OwnerCounts::kMaxCount), and
+  // a thread whose count reaches kMaxDebt repays it (RegistrationCache::repay_debt).  Deciding
+  // that an entry is unreferenced needs those counts, which their threads store without a
+  // fence: another thread reads them only after heavy_fence() (registration_cache.h).
   static constexpr uint32_t kLive = 1u << 31;
   static constexpr uint32_t kClaimed = 1u << 30;
   static constexpr uint32_t kRefMask = kClaimed - 1;
@@ -61,66 +64,119 @@ struct CacheEntry {
   // hands that out uncached.  Below kZero by half of it: adds racing past the limit (each
   // undone at once) never carry into kClaimed.
   static constexpr uint32_t kMaxRefs = (1u << 28) - 1;
-  // Owner references given back in `state` (its count below kZero by this much) before the
-  // owner moves them out of its own count: far below kZero, so the count never borrows from
-  // kClaimed; below OwnerCounts::kMaxCount, which the owner's count (and so the debt) cannot
-  // pass; and rare enough that the owner's hit path pays for it once per 32k hits.
+  // A thread's count at which its hits stop counting there and take the slow path, which
+  // repays what other threads gave back in `state` for it (debt): far below kZero, so with 64
+  // threads' debts the count never borrows from kClaimed; below OwnerCounts::kMaxCount; and
+  // rare enough that a thread's hit path pays for it once per 32k hits at most.
   static constexpr uint32_t kMaxDebt = 1u << 15;
-  static constexpr uint8_t kFiledRecency = 1;
-  static constexpr uint8_t kHitRecency = 2;
 
   // kZero + shared references (the low bits), kClaimed and kLive: see above.
   std::atomic<uint32_t> state{kZero};
-  // The owning thread's ThreadSlot::owner_id() (0: none, every reference is shared).  Set
-  // before filing; read by hits, which take owner references only when it is theirs.
-  uint8_t owner = 0;
-  // Both set before filing (and by reset()), read while filed: one byte, no writer beside.
-  uint8_t level : 2 = 0;          // index level the entry is filed under (BlockIndex::kLevels)
-  uint8_t key_size : 6 = 0;       // bytes of key_bytes in use (up to KeyBytes::kMaxSize)
+  // The filing thread's ThreadSlot::owner_id() (0: a thread without a slot of its own).  Set
+  // before filing; also in the entry's index slots, where hits read it.
+  uint8_t owner : 7 = 0;
+  // The bits up to the zero-width field are set before filing (and by reset()) and read while
+  // filed: no writer beside.
+  bool long_record : 1 = false;    // `handle` is a LongRecord: key or base did not fit here
+  uint8_t level : 2 = 0;           // index level the entry is filed under (BlockIndex::kLevels)
+  uint8_t key_size : 5 = 0;        // bytes of the NIC's key (up to KeyBytes::kMaxSize)
+  bool base_at_start : 1 = false;  // the registration's base_addr is `start` (else 0)
   // A memory location of its own for the bits below, which the writer changes while readers
   // read the byte above: adjacent bit-fields are one location unless something parts them.
   uint8_t : 0;
   bool subscribed : 1 = false;    // its range is watched by the cache's monitor
   bool collected : 1 = false;     // on an invalidation's victim list (through `next`); both
                                   // bits change only before filing or under the exclusive lock
-  std::atomic<uint8_t> recency{0};  // written by hits without ordering; read by the hand
+  // Set (never cleared while the entry lives) by a thread other than the owner before it
+  // counts a reference in its own table: retirement must then read every thread's table.
+  std::atomic<uint8_t> held_elsewhere{0};
   uintptr_t start = 0;
   uint64_t length = 0;
   CacheKey key;
-  // The NIC's registration, kept in parts rather than as a nic::Registration, whose padding a
-  // million entries would pay for.  What a hit hands out (desc, key) follows the range and key
-  // that find() reads, so a hit reads the first 64 bytes of the entry only.
+  // The NIC's registration, in parts rather than as a nic::Registration (40 bytes with
+  // padding): every byte here is a megabyte at a million regions.  The index slots carry
+  // desc and the key's low bytes as well, for hits; the entry keeps them for deregistration,
+  // uncached registrations and MRs that need the whole registration.  A key longer than 8
+  // bytes or a base that is neither the start nor 0 moves, with the NIC's handle, into a
+  // LongRecord of its own.
   void* desc = nullptr;
-  uint8_t key_bytes[KeyBytes::kMaxSize] = {};
-  void* handle = nullptr;
-  uint64_t base_addr = 0;
+  uint64_t key_low = 0;
+  void* handle = nullptr;        // the NIC's, or a LongRecord (long_record)
   CacheEntry* next = nullptr;  // dead list, an invalidation's victim list, or the pool's free list
 
+  struct LongRecord {
+    void* handle;
+    uint64_t base_addr;
+    KeyBytes key;
+  };
+
   uintptr_t end() const { return start + length; }
-  void set_registration(const nic::Registration& registration) {
+  // False, with nothing kept, when a LongRecord was needed and memory for it was not there.
+  bool set_registration(const nic::Registration& registration) {
     desc = registration.desc;
-    handle = registration.handle;
-    base_addr = registration.base_addr;
+    key_low = registration.key.low_u64();
     key_size = static_cast<uint8_t>(registration.key.size);
-    std::memcpy(key_bytes, registration.key.bytes, sizeof key_bytes);
+    base_at_start = registration.base_addr == start;
+    if (registration.key.size <= sizeof key_low &&
+        (base_at_start || registration.base_addr == 0)) {
+      handle = registration.handle;
+      return true;
+    }
+    auto* record = new (std::nothrow) LongRecord{registration.handle, registration.base_addr,
+                                                 registration.key};
+    if (record == nullptr) return false;
+    handle = record;
+    long_record = true;
+    return true;
   }
   nic::Registration registration() const {
     nic::Registration registration;
     registration.desc = desc;
+    if (long_record) {
+      const auto* record = static_cast<const LongRecord*>(handle);
+      registration.handle = record->handle;
+      registration.base_addr = record->base_addr;
+      registration.key = record->key;
+      return registration;
+    }
     registration.handle = handle;
-    registration.base_addr = base_addr;
-    registration.key.size = key_size;
-    std::memcpy(registration.key.bytes, key_bytes, sizeof key_bytes);
+    registration.base_addr = base_at_start ? start : 0;
+    registration.key = KeyBytes::from_u64(key_low, key_size);
     return registration;
   }
-  // The key's low 64 bits, as KeyBytes::low_u64 gives them.
-  uint64_t key_low_u64() const { return KeyBytes::low_u64_of(key_bytes, key_size); }
-  // A moment's count of both kinds, for heuristics (eviction, statistics): the owner's part
-  // may be behind by what its owner has not yet made visible.
-  uint32_t references() const {
-    return references(state.load(std::memory_order_relaxed), OwnerCounts::of(owner, this));
+  // After deregistration: the LongRecord, if any, goes.  Nothing here is written: threads
+  // that dropped their references may still read the entry's bytes (reset() clears them).
+  void drop_long_record() const {
+    if (long_record) delete static_cast<LongRecord*>(handle);
   }
-  // The references `seen` (a value of state) and the owner's count `owned` add up to.
+  // The key's low 64 bits, as KeyBytes::low_u64 gives them.
+  uint64_t key_low_u64() const { return key_low; }
+  // What threads count in their own tables: the owner's count, and every thread's when the
+  // entry is held elsewhere; `holders` gets a bit (id - 1) per thread with a count.  Another
+  // thread's count is exact only after heavy_fence().
+  uint32_t thread_counts(uint64_t* holders = nullptr) const {
+    uint64_t mask = 0;
+    uint32_t sum = 0;
+    auto add = [&](unsigned id) {
+      const uint32_t count = OwnerCounts::of(id, this);
+      if (count != 0) mask |= uint64_t{1} << (id - 1);
+      sum += count;
+    };
+    if (held_elsewhere.load(std::memory_order_acquire) == 0) {
+      if (owner != 0) add(owner);
+    } else {
+      const unsigned threads = exclusive_slots_assigned();
+      for (unsigned id = 1; id <= threads; ++id) add(id);
+    }
+    if (holders != nullptr) *holders = mask;
+    return sum;
+  }
+  // A moment's count of both kinds, for heuristics (eviction, statistics): threads' parts may
+  // be behind by what they have not yet made visible.
+  uint32_t references() const {
+    return references(state.load(std::memory_order_relaxed), thread_counts());
+  }
+  // The references `seen` (a value of state) and the threads' counts `owned` add up to.
   static uint32_t references(uint32_t seen, uint32_t owned) {
     return (seen & kRefMask) - kZero + owned;
   }
@@ -148,28 +204,41 @@ struct CacheEntry {
     std::memcpy(theirs, &wanted, sizeof theirs);
     return ((mine[0] ^ theirs[0]) | (mine[1] ^ theirs[1])) == 0;
   }
+  // Drops the counts threads still record for it (cache/owner_counts.h, forget): counts left
+  // offset by a debt, which the next entry at this address must not inherit.  Once nobody
+  // can touch the entry (a grace period after it was finalized, or the pool's end).
+  void forget_thread_counts() {
+    if (held_elsewhere.load(std::memory_order_relaxed) == 0) {
+      OwnerCounts::forget(owner, this);
+      return;
+    }
+    const unsigned threads = exclusive_slots_assigned();
+    for (unsigned id = 1; id <= threads; ++id) OwnerCounts::forget(id, this);
+  }
   // Back to a fresh, claimed entry with one shared reference, its allocator's.  Only after a
   // grace period since it was finalized (cache/entry_pool.h): no reader still holds it.
   void reset() {
     state.store(kClaimed | (kZero + 1), std::memory_order_relaxed);
-    OwnerCounts::forget(owner, this);  // a count its last owner left offset by a debt
+    forget_thread_counts();
     owner = 0;
     level = 0;
     subscribed = false;
     collected = false;
-    recency.store(0, std::memory_order_relaxed);
+    base_at_start = false;
+    long_record = false;
+    held_elsewhere.store(0, std::memory_order_relaxed);
     key_size = 0;
     start = 0;
     length = 0;
     key = CacheKey{};
     desc = nullptr;
-    std::memset(key_bytes, 0, sizeof key_bytes);
+    key_low = 0;
     handle = nullptr;
-    base_addr = 0;
     next = nullptr;
   }
 };
-static_assert(sizeof(CacheEntry) == 88, "every byte of an entry costs a megabyte at 1M regions");
-static_assert(KeyBytes::kMaxSize < 64, "key_size has 6 bits");
+static_assert(sizeof(CacheEntry) == 72, "every byte of an entry costs a megabyte at 1M regions");
+static_assert(KeyBytes::kMaxSize < 32, "key_size has 5 bits");
+static_assert(kThreadSlots < 128, "owner has 7 bits");
 
 }  // namespace hmr::core

@@ -7,18 +7,25 @@
 
 namespace hmr::core {
 
-// A reference to a cached registration: a shared one, counted in entry->state, or one of the
-// owner's, counted in the owner's own table (cache/owner_counts.h).  put() gives it back under no
-// lock, whether the entry is still cached or not, on whichever thread.
+// A reference to a cached registration: a shared one, counted in entry->state, or one counted
+// in the table of the thread `counted_by` (cache/owner_counts.h).  put() gives it back under
+// no lock, whether the entry is still cached or not, on whichever thread.  The descriptor and
+// key are what the hit read, from the index slot or the entry: a caller needs them at once,
+// and reading them from the entry would cost the miss a slot-served hit saves.
 struct CacheHandle {
   CacheEntry* entry = nullptr;
-  bool owned = false;  // counted in OwnerCounts, by entry->owner
+  void* hit_desc = nullptr;
+  uint64_t hit_key_low = 0;
+  uint8_t counted_by = 0;  // the thread (ThreadSlot::owner_id) whose table counts it; 0: shared
 
+  // A shared reference to `entry`, with its registration's descriptor and key.
+  static CacheHandle shared(CacheEntry* entry) {
+    return CacheHandle{entry, entry->desc, entry->key_low_u64(), 0};
+  }
   explicit operator bool() const { return entry != nullptr; }
   nic::Registration registration() const { return entry->registration(); }
-  // What the hit path hands out, read without building a nic::Registration.
-  void* desc() const { return entry->desc; }
-  uint64_t key_low_u64() const { return entry->key_low_u64(); }
+  void* desc() const { return hit_desc; }
+  uint64_t key_low_u64() const { return hit_key_low; }
 };
 
 }  // namespace hmr::core

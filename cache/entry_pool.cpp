@@ -38,7 +38,7 @@ CacheEntry* CacheEntryPool::allocate() {
 
 CacheEntryPool::~CacheEntryPool() {
   for (PageArray<CacheEntry>& slab : slabs_) {
-    for (size_t i = 0; i < slab.size(); ++i) OwnerCounts::forget(slab[i].owner, &slab[i]);
+    for (size_t i = 0; i < slab.size(); ++i) slab[i].forget_thread_counts();
   }
 }
 

@@ -1,12 +1,14 @@
-// The references an entry's owner thread holds on it, counted in a small table of the owner's
-// own rather than in the entry (cache/cache_entry.h: owner and shared references).
+// The references a thread holds on cache entries, counted in a small table of the thread's
+// own rather than in the entries (cache/cache_entry.h: thread counts and shared references).
+// Every thread that owns a ThreadSlot outright has one; "owner" below is that thread (the
+// entry's own `owner`, the thread that filed it, is one such thread among others).
 //
 // Why not in the entry: every byte of an entry costs a megabyte at a million cached regions,
 // and a hit that counts its reference without touching the entry's line is what a hit served
 // from the index slot alone needs (docs/performance.md, "One miss per hit").  The table is the
-// owner's: 64 records of one word each (the entry's address and a count), written by the
-// owner with plain stores, read by any thread, which must first run heavy_fence() to see the
-// owner's latest stores (util/asymmetric_fence.h), as it had to for the count in the entry.
+// thread's: 64 records of one word each (the entry's address and a count), written by that
+// thread with plain stores, read by any thread, which must first run heavy_fence() to see its
+// latest stores (util/asymmetric_fence.h).
 //
 // A record is found at one of two neighbouring positions chosen by the entry's address, so a
 // look costs one line of the owner's own table.  A record whose count is 0 is free: another
@@ -40,26 +42,29 @@ class OwnerCounts {
   }
 
   // The owner adds one to its count of `entry` (its own thread only, owner_id != 0), with
-  // the count before in `before`; false, with nothing changed, where set() would refuse.
-  // One look at the pair, for the hit path.
-  static bool add(unsigned owner_id, const CacheEntry* entry, uint32_t& before) {
+  // the count before in `before`; false, with nothing changed, where set() would refuse or
+  // the count is at `limit` already.  One look at the pair, for the hit path.
+  static bool add(unsigned owner_id, const CacheEntry* entry, uint32_t& before,
+                  uint32_t limit = kMaxCount) {
     uint64_t word = 0;
     std::atomic<uint64_t>* record = record_of(owner_id, entry, word, std::memory_order_relaxed);
     before = record != nullptr ? count_in(word) : 0;
     if (record == nullptr) record = free_record(owner_id, entry);
-    if (record == nullptr || before == kMaxCount) return false;
+    if (record == nullptr || before >= limit || before == kMaxCount) return false;
     record->store(tag(entry) | (before + 1), std::memory_order_release);
     return true;
   }
 
-  // The owner takes one off its count of `entry`, which it holds (its own thread only), and
-  // gets the count after.  One look at the pair, for the close.
-  static uint32_t remove(unsigned owner_id, const CacheEntry* entry) {
+  // The owner takes one off its count of `entry` (its own thread only); false, with nothing
+  // changed, when it counts none (the caller gives the reference back in the entry's state:
+  // another thread's repayment may have moved the owner's count there).  One look at the
+  // pair, for the close.
+  static bool remove(unsigned owner_id, const CacheEntry* entry) {
     uint64_t word = 0;
     std::atomic<uint64_t>* record = record_of(owner_id, entry, word, std::memory_order_relaxed);
-    const uint32_t after = count_in(word) - 1;
-    record->store(tag(entry) | after, std::memory_order_release);
-    return after;
+    if (record == nullptr || count_in(word) == 0) return false;
+    record->store(word - 1, std::memory_order_release);
+    return true;
   }
 
   // Drops whatever count owner `owner_id` still records for `entry`, from any thread, once

@@ -78,7 +78,12 @@ Result<CacheHandle> RegistrationCache::register_and_insert(uintptr_t start, uint
     if (subscribed) monitor_->unsubscribe(start, len);
     return registered.status();
   }
-  entry->set_registration(*registered);
+  if (!entry->set_registration(*registered)) {
+    backend_.deregister(*registered);
+    if (subscribed) monitor_->unsubscribe(start, len);
+    return make_error(HMR_ENOMEM, "no memory for the record of a registration with a %zu-byte key",
+                      registered->key.size);
+  }
   entry->subscribed = subscribed;
 
   bool inserted = false;
@@ -98,9 +103,9 @@ Result<CacheHandle> RegistrationCache::register_and_insert(uintptr_t start, uint
       }
       if (capacity == 0) {
         if (!invalidated_since(sequence, start, start + len) && make_room(len, retired)) {
-          entry->recency.store(CacheEntry::kFiledRecency, std::memory_order_relaxed);
           // The thread that files an entry is the one likeliest to hit it again: its hits
-          // count their references without locked instructions (cache_entry.h).
+          // count their references without locked instructions, and without marking the
+          // entry held elsewhere (cache_entry.h).
           entry->owner = static_cast<uint8_t>(this_thread_slot().owner_id());
           // Live from here on; the release publishes the fields to readers that find it.
           entry->state.fetch_add(CacheEntry::kLive, std::memory_order_release);
@@ -118,76 +123,87 @@ Result<CacheHandle> RegistrationCache::register_and_insert(uintptr_t start, uint
   if (grown) readers_.wait_for_readers();  // then the old table may go
   spare = BlockIndex::Table{};
   finish(retired);
-  if (inserted) return CacheHandle{entry.release()};
+  if (inserted) return CacheHandle::shared(entry.release());
   // Handed out once, never filed: it stays claimed, and the last put() deregisters it.
   uncached_.fetch_add(1, std::memory_order_relaxed);
-  return CacheHandle{entry.release()};
+  return CacheHandle::shared(entry.release());
 }
 
-bool RegistrationCache::drop_shared(CacheEntry& entry) {
+void RegistrationCache::mark_held_elsewhere(const BlockIndex::Slot& slot, uint64_t word,
+                                                   CacheEntry& entry) {
+  entry.held_elsewhere.store(1, std::memory_order_relaxed);
+  // The flag before the slot's second look: a retirer stores the slot, fences, and reads the
+  // flag (retire()), so one of us sees the other.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  // A hint only: a lost race costs the next hit this function again.
+  uint64_t expected = word;
+  (void)__atomic_compare_exchange_n(const_cast<uint64_t*>(&slot.word), &expected,
+                                    word | BlockIndex::kHeldHintBit, false, __ATOMIC_RELAXED,
+                                    __ATOMIC_RELAXED);
+}
+
+uint32_t RegistrationCache::references_beside_ours(const CacheEntry& entry, uint32_t counted) {
+  return CacheEntry::references(entry.state.load(std::memory_order_acquire), counted) - 1;
+}
+
+bool RegistrationCache::drop_shared(CacheEntry& entry, bool& sweep) const {
   const uint32_t seen = entry.state.fetch_sub(1, std::memory_order_acq_rel) - 1;
   // Live, free, or other shared references left: nothing to decide (and no fence to pay).
   if ((seen & (CacheEntry::kLive | CacheEntry::kClaimed)) != CacheEntry::kClaimed ||
       (seen & CacheEntry::kRefMask) > CacheEntry::kZero) {
     return false;
   }
-  uint32_t owned = 0;
-  if (entry.owner != 0) {
-    // The owner stores its count behind a compiler barrier only: after this fence we see every
-    // count it stored before it last looked at state, and it sees our drop when it looks next.
-    heavy_fence();
-    owned = OwnerCounts::of(entry.owner, &entry);
-  }
-  return CacheEntry::unreferenced(seen, owned) && entry.claim_finalization(seen);
-}
-
-bool RegistrationCache::last_owned_of_dead(CacheEntry& entry, uint32_t owned) {
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  const uint32_t seen = entry.state.load(std::memory_order_acquire);
-  return CacheEntry::unreferenced(seen, owned) && entry.claim_finalization(seen);
+  // Threads store their counts behind a compiler barrier only: after this fence we see every
+  // count each stored before it last looked at the slot or state, and it sees the entry gone.
+  heavy_fence();
+  if (CacheEntry::unreferenced(seen, entry.thread_counts())) return entry.claim_finalization(seen);
+  // Referenced still, maybe only by the held list, whose entries wait for counts that may be
+  // debts nobody will take back: the list must look again.
+  sweep = held_listed_.load(std::memory_order_relaxed);
+  return false;
 }
 
 void RegistrationCache::put_shared(CacheEntry& entry, ThreadSlot slot) {
-  const bool last = drop_shared(entry);
+  bool sweep = false;
+  const bool last = drop_shared(entry, sweep);
   readers_.leave(slot);
   if (last) finalize(&entry);
-}
-
-void RegistrationCache::put_owned_of_dead(CacheEntry& entry, uint32_t owned, ThreadSlot slot) {
-  const bool last = last_owned_of_dead(entry, owned);
-  readers_.leave(slot);
-  if (last) finalize(&entry);
+  if (sweep) sweep_held();
 }
 
 void RegistrationCache::refuse_shared(CacheEntry& entry, bool saturated, Hit& hit) {
   hit.saturated = hit.saturated || saturated;
-  if (drop_shared(entry)) {  // we held a dead entry's last reference
+  bool sweep = false;
+  const bool last = drop_shared(entry, sweep);
+  hit.sweep = hit.sweep || sweep;
+  if (last) {  // we held a dead entry's last reference
     entry.next = hit.orphans;
     hit.orphans = &entry;
   }
 }
 
-void RegistrationCache::refuse_owned(CacheEntry& entry, uint32_t owned, bool saturated,
-                                     Hit& hit) {
+void RegistrationCache::refuse_counted(CacheEntry& entry, unsigned thread_id, bool saturated,
+                                       Hit& hit) {
   hit.saturated = hit.saturated || saturated;
-  if (drop_owned(entry, owned)) {
-    entry.next = hit.orphans;
-    hit.orphans = &entry;
-  }
+  bool sweep = false;
+  (void)uncount(entry, thread_id, sweep);  // just counted: it is there
+  hit.sweep = hit.sweep || sweep;
 }
 
-void RegistrationCache::repay_debt(CacheEntry& entry) {
+void RegistrationCache::repay_debt(CacheEntry& entry, unsigned thread_id) {
   const std::lock_guard<std::mutex> lock(writer_);
   const uint32_t seen = entry.state.load(std::memory_order_acquire);
   // Retired meanwhile: its debt is settled with it (the sum is what counts).
   if ((seen & CacheEntry::kLive) == 0 || (seen & CacheEntry::kRefMask) >= CacheEntry::kZero) {
     return;
   }
-  // At most the debt: state's count is kZero + shared - debt, and shared >= 0.  The add first,
-  // then the owner's count down: a reader of both may see too many, never too few.
-  const uint32_t repaid = CacheEntry::kZero - (seen & CacheEntry::kRefMask);
+  // At most the debt (state's count is kZero + shared - debt, and shared >= 0) and at most our
+  // count.  The add first, then our count down: a reader of both may see too many, never too
+  // few.
+  const uint32_t mine = OwnerCounts::of(thread_id, &entry);
+  const uint32_t repaid = std::min(CacheEntry::kZero - (seen & CacheEntry::kRefMask), mine);
   entry.state.fetch_add(repaid, std::memory_order_acq_rel);
-  (void)OwnerCounts::set(entry.owner, &entry, OwnerCounts::of(entry.owner, &entry) - repaid);
+  (void)OwnerCounts::set(thread_id, &entry, mine - repaid);
 }
 
 void RegistrationCache::put_and_drop_if_unused(const CacheHandle& handle) {
@@ -199,8 +215,8 @@ void RegistrationCache::put_and_drop_if_unused(const CacheHandle& handle) {
     // leaves the index; that hit came first, and the entry stays valid for it.
     const uint32_t seen = entry->state.load(std::memory_order_acquire);
     // Another thread's count is exact only after a heavy fence (rare path: a rereg).
-    if (entry->owner != 0 && entry->owner != this_thread_slot().owner_id()) heavy_fence();
-    const uint32_t owned = OwnerCounts::of(entry->owner, entry);
+    heavy_fence();
+    const uint32_t owned = entry->thread_counts();
     if ((seen & CacheEntry::kLive) != 0 && CacheEntry::references(seen, owned) == 1) {
       retire(entry, retired);
     }
@@ -233,15 +249,23 @@ void RegistrationCache::retire(CacheEntry* entry, Retired& retired) {
   bytes_ -= entry->length;
   // Last touch while a holder may still be out there: from now on whoever drops the last
   // reference finalizes the entry, at any moment.  A reader that read its slot before the
-  // erase may still add a reference, but sees it is not live and takes it back.
-  // Without an owner, or when we are its owner (memhooks invalidates on the unmapping thread,
-  // usually the one that registered; evictions run on the missing thread), the owner's count
-  // is known exactly here: 0, or our own.
-  if (entry->owner == 0 || entry->owner == this_thread_slot().owner_id()) {
+  // erase may still count a reference, but sees the slot changed (or the entry not live) and
+  // takes it back.
+  // The erase before the look at held_elsewhere: a thread marks it before its second look at
+  // the slot (mark_held_elsewhere), so either it sees the erase or we see the mark.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  // Counted by nobody but its owner, and we are the owner or there is none (memhooks
+  // invalidates on the unmapping thread, usually the one that registered; evictions run on
+  // the missing thread): the counts are known exactly here, and are 0.
+  // Held by us, it goes onto the held list like any counted entry (finish()), for our own
+  // put() to find.
+  if (entry->held_elsewhere.load(std::memory_order_relaxed) == 0 &&
+      (entry->owner == 0 || entry->owner == this_thread_slot().owner_id()) &&
+      OwnerCounts::of(entry->owner, entry) == 0) {
     // In a section: once live is cleared another thread may finalize it, and the pool must not
     // recycle it before our compare-exchange has looked (an identical state in its next life).
     const ReadSection section(readers_);
-    const uint32_t owned = OwnerCounts::of(entry->owner, entry);
+    const uint32_t owned = 0;
     const uint32_t seen =
         entry->state.fetch_and(~CacheEntry::kLive, std::memory_order_acq_rel) & ~CacheEntry::kLive;
     if (CacheEntry::unreferenced(seen, owned) && entry->claim_finalization(seen)) {
@@ -250,9 +274,9 @@ void RegistrationCache::retire(CacheEntry* entry, Retired& retired) {
     }
     return;
   }
-  // Another thread's: it counts without fences, so whether it still holds the entry can be
-  // read only after a heavy fence, one for all the entries this writer retires (finish()).  Until then a
-  // shared reference of ours, taken with the same instruction, keeps anyone else from
+  // Counted by other threads, without fences: whether they still hold it can be read only
+  // after a heavy fence, one for all the entries this writer retires (finish()).  Until then
+  // a shared reference of ours, taken with the same instruction, keeps anyone else from
   // finalizing it.
   entry->state.fetch_sub(CacheEntry::kLive - 1, std::memory_order_acq_rel);
   entry->next = retired.unsettled;
@@ -260,29 +284,93 @@ void RegistrationCache::retire(CacheEntry* entry, Retired& retired) {
 }
 
 void RegistrationCache::finish(Retired& retired) {
+  CacheEntry* listed = nullptr;
+  uint64_t holders = 0;
   if (retired.unsettled != nullptr) {
     // Until our references are dropped below, nobody else finalizes these, so their `next` is
     // ours; after that only the section keeps them from being recycled while we decide.
     const ReadSection section(readers_);
-    heavy_fence();  // every owner's count before it last looked, or it sees the entry dead
+    heavy_fence();  // every thread's count before it last looked, or it sees the entry gone
     for (CacheEntry* entry = retired.unsettled; entry != nullptr;) {
       CacheEntry* next = entry->next;
-      const uint32_t seen = entry->state.fetch_sub(1, std::memory_order_acq_rel) - 1;
-      // Our drop before the owner's count: an owner letting go now reads state after its own
-      // full fence (last_owned_of_dead), and one of us sees the other.  x86's locked subtract
-      // is such a fence already; weaker memory models need it said.
-      std::atomic_thread_fence(std::memory_order_seq_cst);
-      if (CacheEntry::unreferenced(seen, OwnerCounts::of(entry->owner, entry)) &&
-          entry->claim_finalization(seen)) {
-        entry->next = retired.dead;
-        retired.dead = entry;
+      uint64_t counting = 0;
+      const uint32_t counted = entry->thread_counts(&counting);
+      if (counted != 0 && references_beside_ours(*entry, counted) != 0) {
+        // Still counted by threads: onto the held list, with our reference.
+        entry->next = listed;
+        listed = entry;
+        holders |= counting;
+      } else {
+        // Nobody else, or only shared references, whose last drop decides (none can be
+        // taken any more: the entry is out of the index).
+        const uint32_t seen = entry->state.fetch_sub(1, std::memory_order_acq_rel) - 1;
+        if (CacheEntry::unreferenced(seen, counted) && entry->claim_finalization(seen)) {
+          entry->next = retired.dead;
+          retired.dead = entry;
+        }
       }
       entry = next;
     }
     retired.unsettled = nullptr;
   }
+  if (listed != nullptr) hold(listed, holders);
   finalize_all(retired.dead);
   retired.dead = nullptr;
+}
+
+void RegistrationCache::hold(CacheEntry* listed, uint64_t holders) {
+  {
+    const std::lock_guard<std::mutex> lock(held_mutex_);
+    CacheEntry* last = listed;
+    while (last->next != nullptr) last = last->next;
+    last->next = held_;
+    held_ = listed;
+    held_listed_.store(true, std::memory_order_relaxed);
+    for (unsigned i = 0; i < kThreadSlots; ++i) {
+      if ((holders >> i & 1) != 0) held_flags_[i].store(1, std::memory_order_relaxed);
+    }
+  }
+  // A thread that let go before it could see its flag was seen letting go by the sweep's
+  // heavy fence.
+  sweep_held();
+}
+
+void RegistrationCache::sweep_held() {
+  CacheEntry* dead = nullptr;
+  {
+    const std::lock_guard<std::mutex> lock(held_mutex_);
+    // Once our reference is dropped another holder may finalize an entry: the section keeps
+    // the pool from recycling it before our compare-exchange has looked.
+    const ReadSection section(readers_);
+    // The flags (set before) against each thread's count: a thread stores its count, then
+    // reads its flag (uncount()); after this fence we see its count or it sees its flag.
+    heavy_fence();
+    uint64_t still = 0;
+    for (CacheEntry** link = &held_; *link != nullptr;) {
+      CacheEntry* entry = *link;
+      uint64_t counting = 0;
+      const uint32_t counted = entry->thread_counts(&counting);
+      if (counted != 0 && references_beside_ours(*entry, counted) != 0) {
+        still |= counting;
+        link = &entry->next;
+        continue;
+      }
+      *link = entry->next;
+      const uint32_t seen = entry->state.fetch_sub(1, std::memory_order_acq_rel) - 1;
+      if (CacheEntry::unreferenced(seen, counted) && entry->claim_finalization(seen)) {
+        entry->next = dead;
+        dead = entry;
+      }
+    }
+    held_listed_.store(held_ != nullptr, std::memory_order_relaxed);
+    for (unsigned i = 0; i < kThreadSlots; ++i) {
+      const uint8_t flag = (still >> i & 1) != 0 ? 1 : 0;
+      if (held_flags_[i].load(std::memory_order_relaxed) != flag) {
+        held_flags_[i].store(flag, std::memory_order_relaxed);
+      }
+    }
+  }
+  finalize_all(dead);
 }
 
 CacheEntry* RegistrationCache::clock_victim() {
@@ -295,9 +383,7 @@ CacheEntry* RegistrationCache::clock_victim() {
     if (first.empty() || first.delta() != 0) continue;
     CacheEntry* entry = first.entry();
     if (entry->references() != 0) continue;
-    const uint8_t recency = entry->recency.load(std::memory_order_relaxed);
-    if (recency == 0) return entry;
-    entry->recency.store(static_cast<uint8_t>(recency - 1), std::memory_order_relaxed);
+    if (!index_.take_recency(first)) return entry;  // no recency left
   }
   return nullptr;
 }
@@ -344,6 +430,7 @@ void RegistrationCache::flush() {
   // to deregister is deregistered here: after a flush nothing unused is registered.
   wait_for_monitor();
   finalize_deferred();
+  sweep_held();
   Retired retired;
   std::unique_lock<std::mutex> lock(writer_);
   CacheEntry* unused = nullptr;
@@ -366,6 +453,7 @@ void RegistrationCache::finalize(CacheEntry* entry) {
   if (entry->subscribed && monitor_ != nullptr) monitor_->unsubscribe(entry->start, entry->length);
   nic::Registration registration = entry->registration();
   backend_.deregister(registration);
+  entry->drop_long_record();
   pool_.release(entry);
 }
 

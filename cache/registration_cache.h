@@ -5,14 +5,20 @@
 // registers on a miss: the NIC call runs with no lock held, then the entry is inserted under
 // the writer mutex if no invalidation touched its range meanwhile.
 // A hit takes no lock at all: it enters a read section (util/read_sections.h: a plain store
-// to the thread's own slot), probes the index beside any writer, and counts a reference in
-// the entry before it trusts the entry's range and key (entries are recycled only after a
-// grace period: cache/entry_pool.h).  The thread that filed an entry counts its references
-// with plain stores (owner references, cache/cache_entry.h); other threads with one locked
-// add, and put() gives either back the same way.  Writers (insert, invalidate, evict) take
-// the writer mutex and never wait for readers, except that a grown index table is freed only
-// after a grace period, and that deciding whether an owner still holds an entry it retired
-// costs one heavy fence per batch of retired entries.
+// to the thread's own slot) and probes the index beside any writer.  On a slot that serves
+// hits alone (cache/block_index.h) it checks range and key in the slot, counts a reference in
+// its own thread's table (cache/owner_counts.h: plain stores), and then reads the slot's word
+// and the published table again: unchanged, the entry was still filed when the count became
+// visible, and any retirer reads that count after its heavy fence (Dekker's pattern,
+// util/asymmetric_fence.h).  Such a hit and its put() never touch the entry.  On other slots
+// it counts a reference first (the filing thread in its table, others in the entry's state
+// with one locked add) and then trusts the entry's range and key.  Entries are recycled only
+// after a grace period (cache/entry_pool.h).  Writers (insert, invalidate, evict) take the
+// writer mutex and never wait for readers, except that a grown index table is freed only
+// after a grace period, and that deciding whether threads still hold entries it retired
+// costs one heavy fence per batch of retired entries.  An entry retired while threads count
+// references to it waits on the held list; each such thread's flag makes its next put()
+// look at the list (sweep_held).
 // Entries die when the monitor reports their range changed; one still in use stays valid
 // for its holders and is deregistered by the last put().  Unused entries are evicted by
 // CLOCK (a hand sweeping the slot table) when the count or byte limit is reached.
@@ -30,6 +36,7 @@
 #include "cache/cache_handle.h"
 #include "cache/entry_pool.h"
 #include "monitor/monitor.h"
+#include "util/asymmetric_fence.h"
 #include "util/sharded_counters.h"
 #include "util/read_sections.h"
 #include "util/status.h"
@@ -122,9 +129,13 @@ class RegistrationCache final : public InvalidationSink {
     uintptr_t entry_start = 0;  // the entry's range, for a monitor that validates hits
     uintptr_t entry_end = 0;
     bool saturated = false;  // found, but the entry already carries CacheEntry::kMaxRefs
-    bool in_debt = false;    // an owner's hit on an entry whose debt passed kMaxDebt
+    bool in_debt = false;    // the thread's count reached kMaxDebt with a debt in state
+    bool sweep = false;      // a count taken back met this thread's held flag
+    bool retry = false;      // a served slot moved or the table grew under the probe
     CacheEntry* orphans = nullptr;  // dead entries whose last reference the probe dropped
   };
+  // What a slot that serves hits alone says of a request.
+  enum class Served : uint8_t { taken, not_this, ask_entry };
   // The probe in a read section, then the finalization of what it orphaned, outside it.
   // Inlined into find(): the hit path is one function from the C ABI down.
   [[gnu::always_inline]] Hit lookup(uintptr_t start, uint64_t len, const CacheKey& key,
@@ -152,47 +163,62 @@ class RegistrationCache final : public InvalidationSink {
   bool invalidated_since(uint64_t sequence, uintptr_t start, uintptr_t end) const;
   bool make_room(uint64_t bytes, Retired& retired);
   CacheEntry* clock_victim();
+  // A hit served by `slot` (read as `word` and `meta` in `table`) for thread `thread_id`,
+  // whose request's key has the slot's exact tag `exact`: a reference counted in the thread's
+  // own table, kept only if the slot still files the entry once the count is visible.  Fills
+  // hit.handle when taken.  ask_entry when the thread's table cannot count it.
+  [[gnu::always_inline]] Served take_served(const BlockIndex::Slot& slot, uint64_t word,
+                                            uint64_t meta, const BlockIndex::Slot* table,
+                                            uintptr_t start, uint64_t len, uint32_t exact,
+                                            unsigned thread_id, Hit& hit);
+  // A thread other than the owner is about to count references to `entry` in its own table:
+  // the entry says so (retirers then read every thread's table), and the slot's hint saves
+  // the next hit from asking again.  Before the count's check of the slot: see retire().
+  [[gnu::cold, gnu::noinline]] static void mark_held_elsewhere(const BlockIndex::Slot& slot,
+                                                               uint64_t word, CacheEntry& entry);
   // A reference on a candidate the index showed us, kept only if the entry is live, below
   // CacheEntry::kMaxRefs and matches the request; otherwise given back at once (onto
-  // hit.orphans if that was a dead entry's last reference).  An owner reference when the
-  // calling thread (`owner_id`, 0 for none) owns the entry, a shared one otherwise.
-  [[gnu::always_inline]] static bool take_if_match(CacheEntry& entry, uintptr_t start,
-                                                   uint64_t len, const CacheKey& key,
-                                                   unsigned owner_id, Hit& hit);
-  // Refusals, off the hit path: the reference taken back (a shared one, or the owner's, whose
-  // count goes back to `owned`), the entry finalized through hit.orphans if that was a dead
-  // entry's last reference, hit.saturated set when `saturated`.
-  [[gnu::cold, gnu::noinline]] static void refuse_shared(CacheEntry& entry, bool saturated,
-                                                         Hit& hit);
-  [[gnu::cold, gnu::noinline]] static void refuse_owned(CacheEntry& entry, uint32_t owned,
-                                                        bool saturated, Hit& hit);
+  // hit.orphans if that was a dead entry's last reference).  Counted in the calling thread's
+  // table (`thread_id`, 0 for none) when it filed the entry, a shared one otherwise.
+  [[gnu::always_inline]] bool take_if_match(CacheEntry& entry, uintptr_t start, uint64_t len,
+                                            const CacheKey& key, unsigned thread_id, Hit& hit);
+  // Refusals, off the hit path: the reference taken back (a shared one, or one counted in
+  // `thread_id`'s table), the entry finalized through hit.orphans if that was a dead entry's
+  // last reference, hit.saturated set when `saturated`.
+  [[gnu::cold, gnu::noinline]] void refuse_shared(CacheEntry& entry, bool saturated, Hit& hit);
+  [[gnu::cold, gnu::noinline]] void refuse_counted(CacheEntry& entry, unsigned thread_id,
+                                                   bool saturated, Hit& hit);
   // A reference dropped, in a read section: true when it was the last of an entry out of the
-  // index and this caller won its finalization.  A shared one (or an owner's closed on another
-  // thread) is given back in state, below kZero if need be; the owner's count goes to `owned`.
-  static bool drop_shared(CacheEntry& entry);
-  static bool drop_owned(CacheEntry& entry, uint32_t owned) {
-    return !set_owned_still_live(entry, owned) && last_owned_of_dead(entry, owned);
+  // index and this caller won its finalization.  A shared one (or one counted in a thread's
+  // table, closed on another thread or repaid) is given back in state, below kZero if need be.
+  // `sweep`: the entry is still referenced and the held list is not empty; the caller runs
+  // sweep_held() once out of its section (the list may hold it for a debt nobody repays).
+  bool drop_shared(CacheEntry& entry, bool& sweep) const;
+  // The references of a retired entry that carries one of ours, besides that one, with the
+  // threads' counts `counted` read after a heavy fence.
+  static uint32_t references_beside_ours(const CacheEntry& entry, uint32_t counted);
+  // Thread `thread_id` takes one off its own count of `entry`, which it holds: whether the
+  // count was there (else the caller drops a shared one) and, in `sweep`, whether its held
+  // flag then says that a retirer listed entries it counts (sweep_held()).
+  [[gnu::always_inline]] bool uncount(CacheEntry& entry, unsigned thread_id, bool& sweep) {
+    if (!OwnerCounts::remove(thread_id, &entry)) return false;
+    light_fence();  // the count before the flag; a retirer's heavy fence pairs (sweep_held)
+    sweep = held_flags_[thread_id - 1].load(std::memory_order_relaxed) != 0;
+    return true;
   }
-  // After the owner changed its count: whether the entry is still in the index (the common
-  // answer, which needs no decision).  set_owned_still_live() sets the count to `owned` first.
-  [[gnu::always_inline]] static bool owned_still_live(const CacheEntry& entry);
-  [[gnu::always_inline]] static bool set_owned_still_live(CacheEntry& entry, uint32_t owned);
-  // drop_owned() on an entry that left the index while the owner held it: deciding needs a
-  // real fence against shared drops, which read the owner's count after their own locked
-  // instruction.
-  [[gnu::cold, gnu::noinline]] static bool last_owned_of_dead(CacheEntry& entry,
-                                                              uint32_t owned);
-  // The rest of put(), out of the owner's inline path, leaving the section `slot` entered: a
-  // shared reference (or an owner's closed on another thread), and the owner's last look at
-  // an entry that left the index while it held it.  Tail calls, so the inline path keeps
-  // nothing live across them.
+  // The rest of put() for a shared reference, leaving the section `slot` entered.
   void put_shared(CacheEntry& entry, ThreadSlot slot);
-  [[gnu::cold, gnu::noinline]] void put_owned_of_dead(CacheEntry& entry, uint32_t owned,
-                                                      ThreadSlot slot);
-  // The owner moves the references other threads gave back in `state` out of its own count
-  // (cache_entry.h, kMaxDebt).  Under the writer mutex, on a live entry: nobody decides about
-  // it meanwhile, so the sum may be too high for a moment but is never too low.
-  [[gnu::cold, gnu::noinline]] void repay_debt(CacheEntry& entry);
+  // Thread `thread_id` moves references other threads gave back in `state` for it out of its
+  // own count (cache_entry.h, kMaxDebt).  Under the writer mutex, on a live entry: nobody
+  // decides about it meanwhile, so the sum may be too high for a moment but is never too low.
+  [[gnu::cold, gnu::noinline]] void repay_debt(CacheEntry& entry, unsigned thread_id);
+  // Entries retired while threads counted references to them (`listed`, through next, each
+  // with a shared reference of ours) join the held list, and those threads' flags are set;
+  // then a sweep.
+  void hold(CacheEntry* listed, uint64_t holders);
+  // After a heavy fence, every listed entry no thread counts any more leaves the list (and is
+  // finalized if that was its last reference); flags stay set for the threads still counting.
+  [[gnu::cold, gnu::noinline]] void sweep_held();
 
   void retire(CacheEntry* entry, Retired& retired);  // out of the index (locked)
   // One heavy fence for all of retired.unsettled, then each finalized if unreferenced; then
@@ -232,44 +258,82 @@ class RegistrationCache final : public InvalidationSink {
   ShardedCounters<2> lookups_;
   std::atomic<uint64_t> invalidations_{0}, evictions_{0}, uncached_{0};
   std::atomic<CacheEntry*> deferred_{nullptr};  // dead entries left by a monitor thread
+
+  std::mutex held_mutex_;
+  CacheEntry* held_ = nullptr;  // retired while threads counted them; through next
+  std::atomic<bool> held_listed_{false};  // held_ is not empty, for drop_shared() to ask
+  // Per thread (id - 1): some entry on held_ may still be counted in that thread's table.
+  // Read by every put() of a counted reference; written only by hold() and sweep_held().
+  std::atomic<uint8_t> held_flags_[kThreadSlots] = {};
 };
 
 // The hit path, inline: the C ABI's hmr_mr_reg reaches it through one call.
 
-inline bool RegistrationCache::owned_still_live(const CacheEntry& entry) {
-  light_fence();  // the owner's count before the state below (a retirer's heavy fence pairs)
-  return __builtin_expect(
-      (entry.state.load(std::memory_order_acquire) & CacheEntry::kLive) != 0, 1);
-}
-
-inline bool RegistrationCache::set_owned_still_live(CacheEntry& entry, uint32_t owned) {
-  (void)OwnerCounts::set(entry.owner, &entry, owned);  // a lower count: always kept
-  return owned_still_live(entry);
+inline RegistrationCache::Served RegistrationCache::take_served(
+    const BlockIndex::Slot& slot, uint64_t word, uint64_t meta, const BlockIndex::Slot* table,
+    uintptr_t start, uint64_t len, uint32_t exact, unsigned thread_id, Hit& hit) {
+  if (BlockIndex::exact_tag_of(meta) != exact) return Served::not_this;  // another key
+  const uintptr_t entry_start = ((meta & BlockIndex::kBlockMask) - (word & BlockIndex::kDeltaMask))
+                                << BlockIndex::kLevelShift[0];
+  const uint64_t entry_length = BlockIndex::blocks_of(meta) << BlockIndex::kLevelShift[0];
+  if (start < entry_start || len > entry_length || start - entry_start > entry_length - len) {
+    return Served::not_this;
+  }
+  if ((exact & (1u << 14)) != 0 && start != entry_start) return Served::not_this;  // exact_start
+  void* const desc = __atomic_load_n(&slot.desc, __ATOMIC_RELAXED);
+  const uint64_t key_low = __atomic_load_n(&slot.key_low, __ATOMIC_RELAXED);
+  CacheEntry* const entry = BlockIndex::entry_of(word);
+  uint32_t before = 0;
+  if (__builtin_expect(!OwnerCounts::add(thread_id, entry, before, CacheEntry::kMaxDebt), 0)) {
+    return Served::ask_entry;
+  }
+  if (BlockIndex::owner_of(meta) != thread_id && (word & BlockIndex::kHeldHintBit) == 0) {
+    mark_held_elsewhere(slot, word, *entry);
+  }
+  // The count, then the slot's word and the published table again (Dekker against a retirer,
+  // which erases, runs heavy_fence() and reads the counts); the acquire fence closes the
+  // seqlock on the fields read above (BlockIndex::store_slot).
+  light_fence();
+  std::atomic_thread_fence(std::memory_order_acquire);
+  const uint64_t again = __atomic_load_n(&slot.word, __ATOMIC_RELAXED);
+  if (__builtin_expect(((again ^ word) & BlockIndex::kIdentityMask) != 0 ||
+                           index_.published() != table, 0)) {
+    bool sweep = false;
+    (void)uncount(*entry, thread_id, sweep);  // moved or erased: take it back, look again
+    hit.sweep = hit.sweep || sweep;
+    hit.retry = true;
+    return Served::not_this;
+  }
+  BlockIndex::mark_hit(slot, again);  // for the CLOCK hand
+  hit.handle = CacheHandle{entry, desc, key_low, static_cast<uint8_t>(thread_id)};
+  hit.entry_start = entry_start;
+  hit.entry_end = entry_start + entry_length;
+  return Served::taken;
 }
 
 inline bool RegistrationCache::take_if_match(CacheEntry& entry, uintptr_t start, uint64_t len,
-                                             const CacheKey& key, unsigned owner_id, Hit& hit) {
+                                             const CacheKey& key, unsigned thread_id, Hit& hit) {
   // Ours: counted in our own table with plain stores, unless its two places for this entry
   // hold others' counts (cache/owner_counts.h), when the reference is taken shared below.
   uint32_t owned = 0;
-  if (owner_id != 0 && entry.owner == owner_id &&
-      __builtin_expect(OwnerCounts::add(owner_id, &entry, owned), 1)) {
+  if (thread_id != 0 && entry.owner == thread_id &&
+      __builtin_expect(OwnerCounts::add(thread_id, &entry, owned), 1)) {
     // The count first, then the look at state, as a shared reader does; a retirer reads the
     // count only after a heavy fence (cache_entry.h).
     light_fence();
     const uint32_t seen = entry.state.load(std::memory_order_acquire);
     // Live: its range and key were published by filing it and cannot change while we hold it.
     if (__builtin_expect((seen & CacheEntry::kLive) == 0 || !entry.matches(start, len, key), 0)) {
-      refuse_owned(entry, owned, /*saturated=*/false, hit);
+      refuse_counted(entry, thread_id, /*saturated=*/false, hit);
       return false;
     }
     if (__builtin_expect((seen & CacheEntry::kRefMask) + owned >=
                              CacheEntry::kZero + CacheEntry::kMaxRefs, 0)) {
-      refuse_owned(entry, owned, /*saturated=*/true, hit);
+      refuse_counted(entry, thread_id, /*saturated=*/true, hit);
       return false;
     }
-    hit.handle.owned = true;
-    hit.in_debt = (seen & CacheEntry::kRefMask) < CacheEntry::kZero - CacheEntry::kMaxDebt;
+    hit.handle.counted_by = static_cast<uint8_t>(thread_id);
+    hit.in_debt = owned >= CacheEntry::kMaxDebt && (seen & CacheEntry::kRefMask) < CacheEntry::kZero;
   } else {
     // One locked add, no compare-exchange loop: whatever state the entry is in, an add undone
     // by refuse_shared() leaves it as it was (cache/cache_entry.h).
@@ -278,19 +342,17 @@ inline bool RegistrationCache::take_if_match(CacheEntry& entry, uintptr_t start,
       refuse_shared(entry, /*saturated=*/false, hit);  // left the index (or another range)
       return false;
     }
-    // The owner's part taken at its most (OwnerCounts::kMaxCount) rather than read: reading
-    // it would pull the owner's own table, which the owner writes on every hit, into this
-    // thread's cache on every hit.  The limit only keeps counts from overflowing.
-    if (__builtin_expect((seen & CacheEntry::kRefMask) + OwnerCounts::kMaxCount >=
+    // Threads' parts taken at their most (OwnerCounts::kMaxCount each) rather than read:
+    // reading them would pull other threads' tables, which they write on every hit, into
+    // this thread's cache on every hit.  The limit only keeps counts from overflowing.
+    if (__builtin_expect((seen & CacheEntry::kRefMask) + kThreadSlots * OwnerCounts::kMaxCount >=
                              CacheEntry::kZero + CacheEntry::kMaxRefs, 0)) {
       refuse_shared(entry, /*saturated=*/true, hit);
       return false;
     }
-  }
-  // Unordered and only when it changes: the hand reads it under the writer mutex, and a lost
-  // update costs at most one early eviction.
-  if (entry.recency.load(std::memory_order_relaxed) != CacheEntry::kHitRecency) {
-    entry.recency.store(CacheEntry::kHitRecency, std::memory_order_relaxed);
+    // A thread whose own count stopped at kMaxDebt: repay what others gave back for it.
+    hit.in_debt = thread_id != 0 && (seen & CacheEntry::kRefMask) < CacheEntry::kZero &&
+                  OwnerCounts::of(thread_id, &entry) >= CacheEntry::kMaxDebt;
   }
   return true;
 }
@@ -299,21 +361,43 @@ inline RegistrationCache::Hit RegistrationCache::lookup(uintptr_t start, uint64_
                                                         const CacheKey& key, ThreadSlot slot) {
   Hit hit;
   CacheEntry* entry;
+  const unsigned thread_id = slot.owner_id();
   {
     const ReadSection section(readers_, slot);  // keeps the table we probe from being freed
-    const unsigned owner_id = slot.owner_id();
-    entry = index_.find_if(
-        start, KeyTag::of(key), [&](CacheEntry& candidate) __attribute__((always_inline)) {
-          return take_if_match(candidate, start, len, key, owner_id, hit);
-        });
+    const uint32_t tag = KeyTag::of(key);
+    // Threads without a table of their own are never served from the slot alone.
+    const uint32_t exact = thread_id != 0 ? BlockIndex::exact_tag(tag) : BlockIndex::kNoExactTag;
+    auto accept = [&](const BlockIndex::Slot& candidate, uint64_t word, uint64_t meta,
+                      const BlockIndex::Slot* table) __attribute__((always_inline)) {
+      if ((meta & BlockIndex::kServedBit) != 0 && exact != BlockIndex::kNoExactTag) {
+        const Served served =
+            take_served(candidate, word, meta, table, start, len, exact, thread_id, hit);
+        if (__builtin_expect(served != Served::ask_entry, 1)) return served == Served::taken;
+      }
+      if (!take_if_match(*BlockIndex::entry_of(word), start, len, key, thread_id, hit)) {
+        return false;
+      }
+      BlockIndex::mark_hit(candidate, word);  // for the CLOCK hand
+      return true;
+    };
+    entry = index_.find_if(start, tag, accept);
+    // A served slot that moved (behind us, maybe) or a table that grew: probe once more, and
+    // a few times at most, so a stream of writers cannot hold a reader here.
+    for (int again = 0; entry == nullptr && hit.retry && again < 3; ++again) {
+      hit.retry = false;
+      entry = index_.find_if(start, tag, accept);
+    }
   }
   if (__builtin_expect(hit.orphans != nullptr, 0)) finalize_all(hit.orphans);
-  if (__builtin_expect(hit.in_debt, 0)) repay_debt(*entry);  // we hold it: it stays an entry
-  if (entry != nullptr) {  // hit.handle.owned was set only with a match
-    hit.handle.entry = entry;
+  if (__builtin_expect(hit.sweep, 0)) sweep_held();
+  if (entry != nullptr && hit.handle.entry == nullptr) {  // confirmed in the entry
+    const uint8_t counted_by = hit.handle.counted_by;
+    hit.handle = CacheHandle::shared(entry);
+    hit.handle.counted_by = counted_by;
     hit.entry_start = entry->start;
     hit.entry_end = entry->end();
   }
+  if (__builtin_expect(hit.in_debt, 0)) repay_debt(*entry, thread_id);  // we hold it
   return hit;
 }
 
@@ -333,18 +417,16 @@ inline CacheHandle RegistrationCache::find(uintptr_t start, uint64_t len, CacheK
 
 inline void RegistrationCache::put(const CacheHandle& handle, ThreadSlot slot) {
   CacheEntry& entry = *handle.entry;
+  // Counted in our own table: the entry is not touched, and lives on for whoever decides.
+  bool sweep = false;
+  if (__builtin_expect(handle.counted_by != 0 && handle.counted_by == slot.owner_id(), 1) &&
+      __builtin_expect(uncount(entry, handle.counted_by, sweep), 1)) {
+    if (__builtin_expect(sweep, 0)) sweep_held();
+    return;
+  }
   // Once our reference is dropped the entry may be finalized by someone else; the section
   // keeps it from being recycled while we still look at it (cache/entry_pool.h).
   readers_.enter(slot);
-  if (__builtin_expect(handle.owned && entry.owner == slot.owner_id(), 1)) {
-    const uint32_t owned = OwnerCounts::remove(entry.owner, &entry);
-    if (owned_still_live(entry)) {
-      readers_.leave(slot);
-      return;
-    }
-    put_owned_of_dead(entry, owned, slot);
-    return;
-  }
   put_shared(entry, slot);
 }
 

@@ -6,8 +6,11 @@ namespace hmr::thread_slot_detail {
 
 constinit __attribute__((tls_model("initial-exec"))) thread_local Assigned assigned = {{0, false}, false};
 
+namespace {
+std::atomic<unsigned> next{0};
+}  // namespace
+
 ThreadSlot assign() {
-  static std::atomic<unsigned> next{0};
   // Saturates well below overflow: thread 4 billion shares slots like thread 65 does.
   unsigned n = next.fetch_add(1, std::memory_order_relaxed);
   if (n > (1u << 30)) n = kThreadSlots + n % kThreadSlots;
@@ -17,3 +20,12 @@ ThreadSlot assign() {
 }
 
 }  // namespace hmr::thread_slot_detail
+
+namespace hmr {
+
+unsigned exclusive_slots_assigned() {
+  const unsigned assigned = thread_slot_detail::next.load(std::memory_order_acquire);
+  return assigned < kThreadSlots ? assigned : kThreadSlots;
+}
+
+}  // namespace hmr

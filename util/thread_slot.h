@@ -30,6 +30,10 @@ extern constinit __attribute__((tls_model("initial-exec"))) thread_local Assigne
 ThreadSlot assign();
 }  // namespace thread_slot_detail
 
+// How many exclusive slots have been handed out so far (owner ids 1..this are in use or were):
+// a bound for loops over every thread's own data.
+unsigned exclusive_slots_assigned();
+
 inline ThreadSlot this_thread_slot() {
   const thread_slot_detail::Assigned& mine = thread_slot_detail::assigned;
   if (__builtin_expect(mine.valid, 1)) return mine.slot;

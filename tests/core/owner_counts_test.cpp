@@ -91,8 +91,12 @@ TEST(OwnerCounts, AddAndRemoveCountOneAndSayHowMany) {
   ASSERT_TRUE(OwnerCounts::add(kOwner, &entries[0], before));
   EXPECT_EQ(before, 1u);
   EXPECT_EQ(OwnerCounts::of(kOwner, &entries[0]), 2u);
-  EXPECT_EQ(OwnerCounts::remove(kOwner, &entries[0]), 1u);
-  EXPECT_EQ(OwnerCounts::remove(kOwner, &entries[0]), 0u);
+  EXPECT_TRUE(OwnerCounts::remove(kOwner, &entries[0]));
+  EXPECT_EQ(OwnerCounts::of(kOwner, &entries[0]), 1u);
+  EXPECT_TRUE(OwnerCounts::remove(kOwner, &entries[0]));
+  EXPECT_EQ(OwnerCounts::of(kOwner, &entries[0]), 0u);
+  EXPECT_FALSE(OwnerCounts::remove(kOwner, &entries[0])) << "no count left to take off";
+  EXPECT_EQ(OwnerCounts::of(kOwner, &entries[0]), 0u);
   EXPECT_EQ(OwnerCounts::of(kOwner, &entries[0]), 0u);
   ASSERT_TRUE(OwnerCounts::set(kOwner, &entries[0], OwnerCounts::kMaxCount));
   EXPECT_FALSE(OwnerCounts::add(kOwner, &entries[0], before)) << "counted past kMaxCount";

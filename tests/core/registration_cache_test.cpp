@@ -819,9 +819,13 @@ TEST_F(RegistrationCacheTest, HoldsSurviveIndexGrowthAndOtherEntriesLeaving) {
   EXPECT_EQ(backend_.deregistrations.load(), 600u);
 }
 
+// The limit binds references confirmed in the entry.  Hits served from the slot alone count in
+// threads' own tables (each stops at kMaxDebt and falls back here), which cannot carry `state`
+// over: so this entry is one a slot does not serve, a range that does not start on a page.
 TEST_F(RegistrationCacheTest, ASaturatedEntryHandsTheRequestOutUncached) {
   RegistrationCache& cache = make(limits(16));
-  CacheHandle first = get(page(0), kPage);
+  constexpr uintptr_t kOff = 64;
+  CacheHandle first = get(page(0) + kOff, kPage - kOff);
   const uint64_t id = FakeBackend::id_of(first);
   CacheEntry& entry = *first.entry;
   ASSERT_EQ(entry.references(), 1u);
@@ -829,15 +833,15 @@ TEST_F(RegistrationCacheTest, ASaturatedEntryHandsTheRequestOutUncached) {
   const uint32_t others = CacheEntry::kMaxRefs - 2;
   entry.state.fetch_add(others);
 
-  CacheHandle last_one = get(page(0), kPage);  // reaches the limit
+  CacheHandle last_one = get(page(0) + kOff, kPage - kOff);  // reaches the limit
   EXPECT_EQ(FakeBackend::id_of(last_one), id);
   EXPECT_EQ(entry.references(), CacheEntry::kMaxRefs);
   // The hit path's find() must not call a saturated entry an absence: get() has to look, to
   // learn that the request goes out uncached rather than as a second entry.
   RegistrationCache::Probe probed = RegistrationCache::Probe::not_done;
-  EXPECT_FALSE(cache.find(page(0), kPage, access_key(), this_thread_slot(), probed));
+  EXPECT_FALSE(cache.find(page(0) + kOff, kPage - kOff, access_key(), this_thread_slot(), probed));
   EXPECT_EQ(probed, RegistrationCache::Probe::not_done);
-  CacheHandle beyond = get(page(0), kPage);
+  CacheHandle beyond = get(page(0) + kOff, kPage - kOff);
   ASSERT_TRUE(beyond);
   EXPECT_NE(FakeBackend::id_of(beyond), id) << "a saturated entry must not be counted past";
   EXPECT_EQ(entry.references(), CacheEntry::kMaxRefs) << "the refused reference changed the count";
@@ -854,7 +858,7 @@ TEST_F(RegistrationCacheTest, ASaturatedEntryHandsTheRequestOutUncached) {
   entry.state.fetch_sub(others);
   cache.put(first);
   EXPECT_EQ(cache.statistics().in_use_regions, 0u);
-  EXPECT_EQ(touch(page(0), kPage), id) << "still cached and usable";
+  EXPECT_EQ(touch(page(0) + kOff, kPage - kOff), id) << "still cached and usable";
 }
 
 TEST_F(RegistrationCacheTest, AProbeThatFoundNothingSparesGetItsOwnLookup) {
@@ -1074,25 +1078,32 @@ void on_another_thread(const std::function<void()>& body) {
   thread.join();
 }
 
-TEST_F(RegistrationCacheTest, TheFilingThreadCountsItsHitsInTheOwnersCount) {
+TEST_F(RegistrationCacheTest, EachThreadCountsItsHitsInItsOwnTable) {
   RegistrationCache& cache = make(limits(16));
   const uint64_t id = touch(page(0), kPage);  // filed by this thread: it owns the entry
   CacheHandle mine = get(page(0), kPage);
   ASSERT_EQ(FakeBackend::id_of(mine), id);
-  EXPECT_TRUE(mine.owned);
+  EXPECT_EQ(mine.counted_by, this_thread_slot().owner_id());
   EXPECT_EQ(OwnerCounts::of(mine.entry->owner, mine.entry), 1u);
   EXPECT_EQ(mine.entry->state.load() & CacheEntry::kRefMask, CacheEntry::kZero)
       << "an owner's hit must leave the shared count alone";
+  EXPECT_EQ(mine.entry->held_elsewhere.load(), 0) << "only its owner counted it so far";
   EXPECT_EQ(mine.entry->references(), 1u);
 
+  // Another thread's hit is counted in that thread's table too, and marks the entry held
+  // elsewhere, so retirers read every thread's table.
   CacheHandle theirs;
   on_another_thread([&] { theirs = get(page(0), kPage); });
-  EXPECT_FALSE(theirs.owned);
-  EXPECT_EQ(mine.entry->state.load() & CacheEntry::kRefMask, CacheEntry::kZero + 1);
+  ASSERT_NE(theirs.counted_by, 0);
+  EXPECT_NE(theirs.counted_by, mine.counted_by);
+  EXPECT_EQ(OwnerCounts::of(theirs.counted_by, theirs.entry), 1u);
+  EXPECT_EQ(mine.entry->state.load() & CacheEntry::kRefMask, CacheEntry::kZero)
+      << "neither hit may touch the shared count";
+  EXPECT_EQ(mine.entry->held_elsewhere.load(), 1);
   EXPECT_EQ(mine.entry->references(), 2u);
   EXPECT_EQ(cache.statistics().in_use_regions, 1u);
 
-  cache.put(theirs);
+  cache.put(theirs);  // closed here, on another thread than the one that counted it
   cache.put(mine);
   EXPECT_EQ(OwnerCounts::of(mine.entry->owner, mine.entry), 0u);
   EXPECT_EQ(mine.entry->references(), 0u);
@@ -1105,7 +1116,7 @@ TEST_F(RegistrationCacheTest, InvalidatedWhileItsOwnerHoldsItDiesWithTheOwnersPu
   const uint64_t id = touch(page(0), kPage);
   CacheHandle first = get(page(0), kPage);
   CacheHandle second = get(page(0), kPage);
-  ASSERT_TRUE(first.owned && second.owned);
+  ASSERT_TRUE(first.counted_by != 0 && second.counted_by != 0);
   monitor_.notify(page(0), page(1));
   EXPECT_TRUE(backend_.is_live(id)) << "the owner still holds two references";
   EXPECT_NE(touch(page(0), kPage), id) << "an invalidated entry is never hit";
@@ -1125,7 +1136,7 @@ TEST_F(RegistrationCacheTest, RetiredOnAnotherThreadAnEntryDiesWhenItsOwnerLetsG
 
   const uint64_t id = touch(page(2), kPage);
   CacheHandle held = get(page(2), kPage);
-  ASSERT_TRUE(held.owned);
+  ASSERT_TRUE(held.counted_by != 0);
   on_another_thread([&] { monitor_.notify(page(2), page(3)); });
   EXPECT_TRUE(backend_.is_live(id)) << "its owner still holds it";
   EXPECT_NE(touch(page(2), kPage), id);
@@ -1148,7 +1159,7 @@ TEST_F(RegistrationCacheTest, AnOwnersReferenceClosedOnAnotherThreadStillCounts)
   // invalidation finds the entry unreferenced.
   const uint64_t id = touch(page(0), kPage);
   CacheHandle handed_over = get(page(0), kPage);
-  ASSERT_TRUE(handed_over.owned);
+  ASSERT_TRUE(handed_over.counted_by != 0);
   on_another_thread([&] { cache.put(handed_over); });
   EXPECT_EQ(handed_over.entry->references(), 0u);
   EXPECT_EQ(cache.statistics().in_use_regions, 0u);
@@ -1159,7 +1170,7 @@ TEST_F(RegistrationCacheTest, AnOwnersReferenceClosedOnAnotherThreadStillCounts)
   // Closed elsewhere after the invalidation: that put is the last and deregisters it.
   const uint64_t again = touch(page(4), kPage);
   CacheHandle held = get(page(4), kPage);
-  ASSERT_TRUE(held.owned);
+  ASSERT_TRUE(held.counted_by != 0);
   monitor_.notify(page(4), page(5));
   EXPECT_TRUE(backend_.is_live(again));
   on_another_thread([&] { cache.put(held); });
@@ -1180,7 +1191,7 @@ TEST_F(RegistrationCacheTest, OwnersReferencesClosedElsewhereNeverSinkTheSharedC
   CacheEntry* entry = nullptr;
   for (uint32_t i = 0; i < CacheEntry::kMaxDebt + 1000; ++i) {
     const CacheHandle mine = cache.find(page(0), kPage, access_key());
-    ASSERT_TRUE(mine.owned) << "hit " << i;
+    ASSERT_TRUE(mine.counted_by != 0) << "hit " << i;
     entry = mine.entry;
     cache.put(mine, elsewhere);
   }
