@@ -285,7 +285,7 @@ void RegistrationCache::retire(CacheEntry* entry, Retired& retired) {
 
 void RegistrationCache::finish(Retired& retired) {
   CacheEntry* listed = nullptr;
-  uint64_t holders = 0;
+  uint64_t marks[kThreadSlots] = {};
   if (retired.unsettled != nullptr) {
     // Until our references are dropped below, nobody else finalizes these, so their `next` is
     // ours; after that only the section keeps them from being recycled while we decide.
@@ -299,7 +299,7 @@ void RegistrationCache::finish(Retired& retired) {
         // Still counted by threads: onto the held list, with our reference.
         entry->next = listed;
         listed = entry;
-        holders |= counting;
+        add_marks(marks, counting, held_mark(*entry));
       } else {
         // Nobody else, or only shared references, whose last drop decides (none can be
         // taken any more: the entry is out of the index).
@@ -313,12 +313,12 @@ void RegistrationCache::finish(Retired& retired) {
     }
     retired.unsettled = nullptr;
   }
-  if (listed != nullptr) hold(listed, holders);
+  if (listed != nullptr) hold(listed, marks);
   finalize_all(retired.dead);
   retired.dead = nullptr;
 }
 
-void RegistrationCache::hold(CacheEntry* listed, uint64_t holders) {
+void RegistrationCache::hold(CacheEntry* listed, const uint64_t (&marks)[kThreadSlots]) {
   {
     const std::lock_guard<std::mutex> lock(held_mutex_);
     CacheEntry* last = listed;
@@ -327,10 +327,10 @@ void RegistrationCache::hold(CacheEntry* listed, uint64_t holders) {
     held_ = listed;
     held_listed_.store(true, std::memory_order_relaxed);
     for (unsigned i = 0; i < kThreadSlots; ++i) {
-      if ((holders >> i & 1) != 0) held_flags_[i].store(1, std::memory_order_relaxed);
+      if (marks[i] != 0) held_marks_[i].fetch_or(marks[i], std::memory_order_relaxed);
     }
   }
-  // A thread that let go before it could see its flag was seen letting go by the sweep's
+  // A thread that let go before it could see its mark is seen letting go by the sweep's
   // heavy fence.
   sweep_held();
 }
@@ -342,35 +342,49 @@ void RegistrationCache::sweep_held() {
     // Once our reference is dropped another holder may finalize an entry: the section keeps
     // the pool from recycling it before our compare-exchange has looked.
     const ReadSection section(readers_);
-    // The flags (set before) against each thread's count: a thread stores its count, then
-    // reads its flag (uncount()); after this fence we see its count or it sees its flag.
-    heavy_fence();
-    uint64_t still = 0;
-    for (CacheEntry** link = &held_; *link != nullptr;) {
-      CacheEntry* entry = *link;
-      uint64_t counting = 0;
-      const uint32_t counted = entry->thread_counts(&counting);
-      if (counted != 0 && references_beside_ours(*entry, counted) != 0) {
-        still |= counting;
-        link = &entry->next;
-        continue;
+    for (;;) {
+      // The marks (stored before) against each thread's count: a thread stores its count,
+      // then reads its marks (uncount()); after this fence we see its count or it sees its
+      // mark.
+      heavy_fence();
+      uint64_t marks[kThreadSlots] = {};
+      for (CacheEntry** link = &held_; *link != nullptr;) {
+        CacheEntry* entry = *link;
+        uint64_t counting = 0;
+        const uint32_t counted = entry->thread_counts(&counting);
+        if (counted != 0 && references_beside_ours(*entry, counted) != 0) {
+          add_marks(marks, counting, held_mark(*entry));
+          link = &entry->next;
+          continue;
+        }
+        *link = entry->next;
+        const uint32_t seen = entry->state.fetch_sub(1, std::memory_order_acq_rel) - 1;
+        if (CacheEntry::unreferenced(seen, counted) && entry->claim_finalization(seen)) {
+          entry->next = dead;
+          dead = entry;
+        }
       }
-      *link = entry->next;
-      const uint32_t seen = entry->state.fetch_sub(1, std::memory_order_acq_rel) - 1;
-      if (CacheEntry::unreferenced(seen, counted) && entry->claim_finalization(seen)) {
-        entry->next = dead;
-        dead = entry;
+      held_listed_.store(held_ != nullptr, std::memory_order_relaxed);
+      // A thread counting now that was not marked before (a hit taking back a count it took
+      // on a slot the erase had not reached yet) may have looked at its marks already: mark
+      // it, and look once more after another fence.
+      bool marked_anew = false;
+      for (unsigned i = 0; i < kThreadSlots; ++i) {
+        const uint64_t before = held_marks_[i].load(std::memory_order_relaxed);
+        marked_anew = marked_anew || (marks[i] & ~before) != 0;
+        if (before != marks[i]) held_marks_[i].store(marks[i], std::memory_order_relaxed);
       }
-    }
-    held_listed_.store(held_ != nullptr, std::memory_order_relaxed);
-    for (unsigned i = 0; i < kThreadSlots; ++i) {
-      const uint8_t flag = (still >> i & 1) != 0 ? 1 : 0;
-      if (held_flags_[i].load(std::memory_order_relaxed) != flag) {
-        held_flags_[i].store(flag, std::memory_order_relaxed);
-      }
+      if (!marked_anew) break;
     }
   }
   finalize_all(dead);
+}
+
+void RegistrationCache::add_marks(uint64_t (&marks)[kThreadSlots], uint64_t threads,
+                                  uint64_t mark) {
+  for (unsigned i = 0; i < kThreadSlots; ++i) {
+    if ((threads >> i & 1) != 0) marks[i] |= mark;
+  }
 }
 
 CacheEntry* RegistrationCache::clock_victim() {

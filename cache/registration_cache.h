@@ -199,11 +199,12 @@ class RegistrationCache final : public InvalidationSink {
   static uint32_t references_beside_ours(const CacheEntry& entry, uint32_t counted);
   // Thread `thread_id` takes one off its own count of `entry`, which it holds: whether the
   // count was there (else the caller drops a shared one) and, in `sweep`, whether its held
-  // flag then says that a retirer listed entries it counts (sweep_held()).
+  // marks then say that a retirer may have listed this entry while it counted it
+  // (sweep_held()).
   [[gnu::always_inline]] bool uncount(CacheEntry& entry, unsigned thread_id, bool& sweep) {
     if (!OwnerCounts::remove(thread_id, &entry)) return false;
     light_fence();  // the count before the flag; a retirer's heavy fence pairs (sweep_held)
-    sweep = held_flags_[thread_id - 1].load(std::memory_order_relaxed) != 0;
+    sweep = (held_marks_[thread_id - 1].load(std::memory_order_relaxed) & held_mark(entry)) != 0;
     return true;
   }
   // The rest of put() for a shared reference, leaving the section `slot` entered.
@@ -212,13 +213,20 @@ class RegistrationCache final : public InvalidationSink {
   // own count (cache_entry.h, kMaxDebt).  Under the writer mutex, on a live entry: nobody
   // decides about it meanwhile, so the sum may be too high for a moment but is never too low.
   [[gnu::cold, gnu::noinline]] void repay_debt(CacheEntry& entry, unsigned thread_id);
+  // The bit that stands for `entry` in a thread's held marks: one of 64, by its address.
+  static uint64_t held_mark(const CacheEntry& entry) {
+    const uint64_t hash = (reinterpret_cast<uintptr_t>(&entry) >> 3) * 0x9E3779B97F4A7C15ULL;
+    return uint64_t{1} << (hash >> 58);
+  }
   // Entries retired while threads counted references to them (`listed`, through next, each
-  // with a shared reference of ours) join the held list, and those threads' flags are set;
-  // then a sweep.
-  void hold(CacheEntry* listed, uint64_t holders);
+  // with a shared reference of ours, and with `marks` the held marks of the threads that
+  // counted them) join the held list; then a sweep.
+  void hold(CacheEntry* listed, const uint64_t (&marks)[kThreadSlots]);
   // After a heavy fence, every listed entry no thread counts any more leaves the list (and is
-  // finalized if that was its last reference); flags stay set for the threads still counting.
+  // finalized if that was its last reference); the marks of the threads still counting stay.
   [[gnu::cold, gnu::noinline]] void sweep_held();
+  // Adds `mark` to the marks of each thread in `threads` (bit id - 1).
+  static void add_marks(uint64_t (&marks)[kThreadSlots], uint64_t threads, uint64_t mark);
 
   void retire(CacheEntry* entry, Retired& retired);  // out of the index (locked)
   // One heavy fence for all of retired.unsettled, then each finalized if unreferenced; then
@@ -262,9 +270,10 @@ class RegistrationCache final : public InvalidationSink {
   std::mutex held_mutex_;
   CacheEntry* held_ = nullptr;  // retired while threads counted them; through next
   std::atomic<bool> held_listed_{false};  // held_ is not empty, for drop_shared() to ask
-  // Per thread (id - 1): some entry on held_ may still be counted in that thread's table.
-  // Read by every put() of a counted reference; written only by hold() and sweep_held().
-  std::atomic<uint8_t> held_flags_[kThreadSlots] = {};
+  // Per thread (id - 1), the held_mark() of each entry on held_ it may still count: its put()
+  // of such an entry sweeps, and its other puts do not.  Read by every put() of a counted
+  // reference; written only by hold() and sweep_held(), under held_mutex_.
+  std::atomic<uint64_t> held_marks_[kThreadSlots] = {};
 };
 
 // The hit path, inline: the C ABI's hmr_mr_reg reaches it through one call.

@@ -1,0 +1,249 @@
+// Hits served from the index slot alone, and what they rely on (cache/block_index.h,
+// cache/registration_cache.h): the slot's copy of the registration, references counted in
+// each thread's own table, and the held list that keeps an entry retired under such counts
+// alive until its holders let go.
+#include "tests/core/registration_cache_fixture.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace hmr::core {
+namespace {
+
+using namespace cache_test;
+
+// A thread of its own that runs the steps handed to it one at a time, so a test can hold a
+// reference on that thread across steps of its own.
+class Worker {
+ public:
+  Worker() : thread_([this] { loop(); }) {}
+  ~Worker() {
+    run(nullptr);
+    thread_.join();
+  }
+  // Runs `step` on the worker (nullptr: ends it) and waits for it.
+  void run(std::function<void()> step) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    step_ = std::move(step);
+    done_ = false;
+    has_step_ = true;
+    changed_.notify_all();
+    changed_.wait(lock, [&] { return done_; });
+  }
+
+ private:
+  void loop() {
+    for (;;) {
+      std::unique_lock<std::mutex> lock(mutex_);
+      changed_.wait(lock, [&] { return has_step_; });
+      has_step_ = false;
+      std::function<void()> step = std::move(step_);
+      const bool last = !step;
+      if (step) step();
+      done_ = true;
+      changed_.notify_all();
+      if (last) return;
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::function<void()> step_;
+  bool has_step_ = false;
+  bool done_ = false;
+  std::thread thread_;
+};
+
+bool served(RegistrationCache& cache, const CacheHandle& handle, uintptr_t start) {
+  const BlockIndex::Slot* slot = RegistrationCacheTestPeer::slot_of(cache, handle, start);
+  return slot != nullptr && (slot->meta & BlockIndex::kServedBit) != 0;
+}
+
+TEST_F(RegistrationCacheTest, ASlotServedHitHandsOutTheSlotsCopyAndLeavesTheEntryAlone) {
+  RegistrationCache& cache = make(limits(16));
+  const uint64_t id = touch(page(0), 2 * kPage);
+  CacheHandle hit = get(page(1), kPage);  // through the second block's slot
+  ASSERT_EQ(FakeBackend::id_of(hit), id);
+  EXPECT_TRUE(served(cache, hit, page(0)));
+  EXPECT_TRUE(served(cache, hit, page(1)));
+  EXPECT_EQ(reinterpret_cast<uint64_t>(hit.desc()), id) << "the slot's descriptor";
+  EXPECT_EQ(hit.key_low_u64(), id) << "the slot's key";
+  EXPECT_EQ(hit.counted_by, this_thread_slot().owner_id());
+  EXPECT_EQ(hit.entry->state.load() & CacheEntry::kRefMask, CacheEntry::kZero)
+      << "a slot-served hit counts in its thread's table, not in the entry";
+  EXPECT_EQ(hit.entry->held_elsewhere.load(), 0);
+  cache.put(hit);
+  EXPECT_EQ(hit.entry->references(), 0u);
+  EXPECT_EQ(cache.statistics().hits, 1u);
+}
+
+// A range that does not start and end on pages, or a key a slot cannot hold, is confirmed in
+// the entry, and still hits.
+TEST_F(RegistrationCacheTest, EntriesASlotCannotServeAreConfirmedInTheEntry) {
+  RegistrationCache& cache = make(limits(16));
+  const uint64_t unaligned = touch(page(0) + 64, kPage);
+  CacheHandle hit = get(page(0) + 128, 100);
+  ASSERT_EQ(FakeBackend::id_of(hit), unaligned);
+  EXPECT_FALSE(served(cache, hit, page(0) + 128));
+  EXPECT_EQ(reinterpret_cast<uint64_t>(hit.desc()), unaligned);
+  EXPECT_EQ(hit.key_low_u64(), unaligned);
+  cache.put(hit);
+
+  backend_.long_keys = true;
+  backend_.odd_base = true;
+  const uint64_t long_keyed = touch(page(4), kPage);
+  CacheHandle again = get(page(4), kPage);
+  ASSERT_EQ(FakeBackend::id_of(again), long_keyed);
+  EXPECT_FALSE(served(cache, again, page(4))) << "a 16-byte key does not fit a slot";
+  EXPECT_TRUE(again.entry->long_record);
+  const nic::Registration registration = again.registration();
+  ASSERT_EQ(registration.key.size, 16u);
+  uint64_t halves[2];
+  std::memcpy(halves, registration.key.bytes, sizeof halves);
+  EXPECT_EQ(halves[0], long_keyed);
+  EXPECT_EQ(halves[1], ~long_keyed) << "the key's high bytes, kept in the long record";
+  EXPECT_EQ(registration.base_addr, page(4) + 0x1000);
+  EXPECT_EQ(again.key_low_u64(), long_keyed);
+  cache.put(again);
+}
+
+TEST_F(RegistrationCacheTest, ABaseAtTheStartOrZeroNeedsNoLongRecord) {
+  RegistrationCache& cache = make(limits(16));
+  CacheHandle at_start = get(page(0), kPage);
+  EXPECT_FALSE(at_start.entry->long_record);
+  EXPECT_EQ(at_start.registration().base_addr, page(0));
+  EXPECT_EQ(at_start.registration().key.size, 8u);
+  cache.put(at_start);
+}
+
+// Another thread's counted hit on an entry that is then invalidated: the entry waits on the
+// held list, alive for that thread, and goes with that thread's put.
+TEST_F(RegistrationCacheTest, AnEntryRetiredUnderAnotherThreadsCountDiesWithThatThreadsPut) {
+  RegistrationCache& cache = make(limits(16));
+  const uint64_t id = touch(page(0), kPage);
+  Worker worker;
+  CacheHandle theirs;
+  worker.run([&] { theirs = get(page(0), kPage); });
+  ASSERT_NE(theirs.counted_by, 0);
+  ASSERT_NE(theirs.counted_by, this_thread_slot().owner_id());
+
+  monitor_.notify(page(0), page(1));
+  EXPECT_TRUE(backend_.is_live(id)) << "deregistered under a thread that counts it";
+  EXPECT_NE(touch(page(0), kPage), id) << "an invalidated entry is never hit";
+  // The worker's other hits and puts go on; only the put of the held entry lets it go.
+  worker.run([&] { EXPECT_NE(touch(page(0), kPage), id); });
+  EXPECT_TRUE(backend_.is_live(id));
+  worker.run([&] { cache.put(theirs); });
+  EXPECT_FALSE(backend_.is_live(id)) << "the holder's put must deregister it";
+}
+
+// The same, retired on the thread that counts it and filed by another: the owner's put is the
+// holder's put.
+TEST_F(RegistrationCacheTest, AnEntryRetiredUnderItsOwnCountDiesWithItsPut) {
+  RegistrationCache& cache = make(limits(16));
+  Worker owner;
+  uint64_t id = 0;
+  CacheHandle held;
+  owner.run([&] {
+    id = touch(page(0), kPage);
+    held = get(page(0), kPage);
+  });
+  owner.run([&] { monitor_.notify(page(0), page(1)); });  // memhooks: the unmapping thread
+  EXPECT_TRUE(backend_.is_live(id));
+  owner.run([&] { cache.put(held); });
+  EXPECT_FALSE(backend_.is_live(id));
+}
+
+// A thread's count that only offsets references other threads closed for it (a debt) keeps
+// nothing alive: the invalidation that finds nobody holding the entry deregisters it.
+TEST_F(RegistrationCacheTest, ACountLeftByADebtDoesNotHoldARetiredEntry) {
+  RegistrationCache& cache = make(limits(16));
+  const uint64_t id = touch(page(0), kPage);
+  Worker worker;
+  CacheHandle theirs;
+  worker.run([&] { theirs = get(page(0), kPage); });
+  ASSERT_NE(theirs.counted_by, 0);
+  cache.put(theirs);  // here: given back in state, the worker's count stays 1
+  EXPECT_EQ(OwnerCounts::of(theirs.counted_by, theirs.entry), 1u);
+  EXPECT_EQ(theirs.entry->references(), 0u);
+  monitor_.notify(page(0), page(1));
+  EXPECT_FALSE(backend_.is_live(id));
+}
+
+// Held by two threads, retired by a third: it lives until both let go, in either order.
+TEST_F(RegistrationCacheTest, AHeldEntryWaitsForEveryThreadThatCountsIt) {
+  RegistrationCache& cache = make(limits(16));
+  const uint64_t id = touch(page(0), kPage);
+  Worker first, second, retirer;
+  CacheHandle a, b;
+  first.run([&] { a = get(page(0), kPage); });
+  second.run([&] { b = get(page(0), kPage); });
+  ASSERT_NE(a.counted_by, b.counted_by);
+  retirer.run([&] { monitor_.notify(page(0), page(1)); });
+  EXPECT_TRUE(backend_.is_live(id));
+  second.run([&] { cache.put(b); });
+  EXPECT_TRUE(backend_.is_live(id)) << "the first thread still counts it";
+  first.run([&] { cache.put(a); });
+  EXPECT_FALSE(backend_.is_live(id));
+}
+
+// Two threads hit the same slot-served entries, each counting in its own table and each
+// closing what the other took, while a third invalidates: no hit is ever of a dead or
+// foreign registration, and every registration is deregistered exactly once (TearDown).
+TEST_F(RegistrationCacheTest, SlotServedHitsBesideInvalidationsNeverGoStale) {
+  RegistrationCache& cache = make(limits(64));
+  constexpr uint64_t kPages = 8;
+  std::atomic<int> wrong{0};
+  std::atomic<int> running{2};
+  std::mutex handoff_mutex;
+  std::vector<CacheHandle> handoff[2];
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 2; ++t) {
+    threads.emplace_back([&, t] {
+      Draws draws(t + 11);
+      for (int i = 0; i < 50000; ++i) {
+        const uint64_t draw = draws.next();
+        const CacheHandle handle = get_checked((draw >> 33) % kPages, wrong);
+        if (!handle) continue;
+        std::vector<CacheHandle> mine;
+        {
+          std::lock_guard<std::mutex> lock(handoff_mutex);
+          if ((draw >> 45) % 4 == 0) {
+            handoff[1 - t].push_back(handle);
+          } else {
+            mine.push_back(handle);
+          }
+          mine.insert(mine.end(), handoff[t].begin(), handoff[t].end());
+          handoff[t].clear();
+        }
+        for (const CacheHandle& h : mine) cache.put(h);
+      }
+      running.fetch_sub(1);
+    });
+  }
+  threads.emplace_back([&] {
+    Draws draws(29);
+    while (running.load() != 0) {
+      const uint64_t p = (draws.next() >> 33) % kPages;
+      monitor_.notify(page(p), page(p + 1));
+    }
+  });
+  for (std::thread& thread : threads) thread.join();
+  for (const std::vector<CacheHandle>& left : handoff) {
+    for (const CacheHandle& h : left) cache.put(h);
+  }
+  EXPECT_EQ(wrong.load(), 0);
+  cache.flush();
+  EXPECT_EQ(cache.statistics().cached_regions, 0u) << "an entry was left referenced";
+}
+
+}  // namespace
+}  // namespace hmr::core
