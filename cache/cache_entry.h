@@ -180,7 +180,7 @@ struct CacheEntry {
   static uint32_t references(uint32_t seen, uint32_t owned) {
     return (seen & kRefMask) - kZero + owned;
   }
-  // Whether `seen` with the owner's count `owned` describes an entry out of the index that
+  // Whether `seen` with the threads' counts `owned` describes an entry out of the index that
   // nobody references: it may be finalized, if claim_finalization(seen) wins.
   static bool unreferenced(uint32_t seen, uint32_t owned) {
     return (seen & (kLive | kClaimed)) == kClaimed && references(seen, owned) == 0;

@@ -5,8 +5,8 @@
 //
 // Entries are recycled, never freed, while the pool lives, and only after a grace period of
 // the cache's read sections (util/read_sections.h).  A reader of the index may hold a pointer
-// to an entry that has meanwhile died, and may count on its `state` and its owner's count for as
-// long as its read section lasts (cache/cache_entry.h); every thread that may still act on an
+// to an entry that has meanwhile died, and may count on its `state` and threads' counts of it
+// for as long as its read section lasts (cache/cache_entry.h); every thread that may still act on an
 // entry it holds no reference to (a probe, a put, a settle) does so inside a read section.
 // So a released entry waits on a pending list, and a batch of them moves to the free list
 // after wait_for_readers(): once it is reused, nobody still looks at its last life, and

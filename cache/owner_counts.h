@@ -69,11 +69,11 @@ class OwnerCounts {
 
   // Drops whatever count owner `owner_id` still records for `entry`, from any thread, once
   // nobody can touch the entry (a grace period after it was finalized, or the pool's end).
-  // An entry may be finalized with a count left here: owner references closed by other
-  // threads are given back in its state, which the count then offsets (cache_entry.h), and a
-  // later entry at the same address must not inherit it.  The owner never writes that word
-  // meanwhile (it neither holds the entry nor sees the record free), so a compare-exchange
-  // cannot lose one of its stores.
+  // An entry may be finalized with a count left here: references counted here and closed by
+  // other threads are given back in its state, which the count then offsets (cache_entry.h),
+  // and a later entry at the same address must not inherit it.  The owner never writes that
+  // word meanwhile (it neither holds the entry nor sees the record free), so a
+  // compare-exchange cannot lose one of its stores.
   static void forget(unsigned owner_id, const CacheEntry* entry) {
     if (owner_id == 0) return;
     uint64_t word = 0;

@@ -17,8 +17,8 @@
 // writer mutex and never wait for readers, except that a grown index table is freed only
 // after a grace period, and that deciding whether threads still hold entries it retired
 // costs one heavy fence per batch of retired entries.  An entry retired while threads count
-// references to it waits on the held list; each such thread's flag makes its next put()
-// look at the list (sweep_held).
+// references to it waits on the held list, and each such thread's put() of it looks at the
+// list (its held marks say so: sweep_held).
 // Entries die when the monitor reports their range changed; one still in use stays valid
 // for its holders and is deregistered by the last put().  Unused entries are evicted by
 // CLOCK (a hand sweeping the slot table) when the count or byte limit is reached.
@@ -130,7 +130,7 @@ class RegistrationCache final : public InvalidationSink {
     uintptr_t entry_end = 0;
     bool saturated = false;  // found, but the entry already carries CacheEntry::kMaxRefs
     bool in_debt = false;    // the thread's count reached kMaxDebt with a debt in state
-    bool sweep = false;      // a count taken back met this thread's held flag
+    bool sweep = false;      // a count taken back met this thread's held mark for it
     bool retry = false;      // a served slot moved or the table grew under the probe
     CacheEntry* orphans = nullptr;  // dead entries whose last reference the probe dropped
   };
@@ -149,8 +149,8 @@ class RegistrationCache final : public InvalidationSink {
   void wait_for_monitor() {
     if (monitor_ != nullptr && monitor_->has_pending()) monitor_->wait_pending();
   }
-  // What retire() leaves for after the writer mutex: entries to finalize, and owned entries
-  // whose owner's count can be read only after a heavy fence (finish()).  Both lists run
+  // What retire() leaves for after the writer mutex: entries to finalize, and entries other
+  // threads may count, whose counts can be read only after a heavy fence (finish()).  Both lists run
   // through `next`; an unsettled entry carries a shared reference of ours, so nobody else
   // finalizes it (and rewrites its `next`) before finish() drops it.
   struct Retired {
@@ -203,7 +203,7 @@ class RegistrationCache final : public InvalidationSink {
   // (sweep_held()).
   [[gnu::always_inline]] bool uncount(CacheEntry& entry, unsigned thread_id, bool& sweep) {
     if (!OwnerCounts::remove(thread_id, &entry)) return false;
-    light_fence();  // the count before the flag; a retirer's heavy fence pairs (sweep_held)
+    light_fence();  // the count before the marks; a retirer's heavy fence pairs (sweep_held)
     sweep = (held_marks_[thread_id - 1].load(std::memory_order_relaxed) & held_mark(entry)) != 0;
     return true;
   }
