@@ -1,19 +1,19 @@
 // Hits served from the index slot alone, and what they rely on (cache/block_index.h,
 // cache/registration_cache.h): the slot's copy of the registration, references counted in
 // each thread's own table, and the held list that keeps an entry retired under such counts
-// alive until its holders let go.
+// alive until its holders let go.  Under many threads and invalidations they are tested by
+// registration_cache_test.cpp's stress tests, whose page-aligned ranges are served from the
+// slot.
 #include "tests/core/registration_cache_fixture.h"
 
 #include <gtest/gtest.h>
 
-#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
 #include <functional>
 #include <mutex>
 #include <thread>
-#include <vector>
 
 namespace hmr::core {
 namespace {
@@ -67,7 +67,19 @@ bool served(RegistrationCache& cache, const CacheHandle& handle, uintptr_t start
   return slot != nullptr && (slot->meta & BlockIndex::kServedBit) != 0;
 }
 
-TEST_F(RegistrationCacheTest, ASlotServedHitHandsOutTheSlotsCopyAndLeavesTheEntryAlone) {
+class SlotServedHitsTest : public RegistrationCacheTest {
+ protected:
+  // A hit of [start, +kPage) on `worker`'s thread, counted in that thread's own table.
+  CacheHandle counted_hit_on(Worker& worker, uintptr_t start) {
+    CacheHandle handle;
+    worker.run([&] { handle = get(start, kPage); });
+    EXPECT_NE(handle.counted_by, 0);
+    EXPECT_NE(handle.counted_by, this_thread_slot().owner_id());
+    return handle;
+  }
+};
+
+TEST_F(SlotServedHitsTest, ASlotServedHitHandsOutTheSlotsCopyAndLeavesTheEntryAlone) {
   RegistrationCache& cache = make(limits(16));
   const uint64_t id = touch(page(0), 2 * kPage);
   CacheHandle hit = get(page(1), kPage);  // through the second block's slot
@@ -87,7 +99,7 @@ TEST_F(RegistrationCacheTest, ASlotServedHitHandsOutTheSlotsCopyAndLeavesTheEntr
 
 // A range that does not start and end on pages, or a key a slot cannot hold, is confirmed in
 // the entry, and still hits.
-TEST_F(RegistrationCacheTest, EntriesASlotCannotServeAreConfirmedInTheEntry) {
+TEST_F(SlotServedHitsTest, EntriesASlotCannotServeAreConfirmedInTheEntry) {
   RegistrationCache& cache = make(limits(16));
   const uint64_t unaligned = touch(page(0) + 64, kPage);
   CacheHandle hit = get(page(0) + 128, 100);
@@ -115,7 +127,7 @@ TEST_F(RegistrationCacheTest, EntriesASlotCannotServeAreConfirmedInTheEntry) {
   cache.put(again);
 }
 
-TEST_F(RegistrationCacheTest, ABaseAtTheStartOrZeroNeedsNoLongRecord) {
+TEST_F(SlotServedHitsTest, ABaseAtTheStartOrZeroNeedsNoLongRecord) {
   RegistrationCache& cache = make(limits(16));
   CacheHandle at_start = get(page(0), kPage);
   EXPECT_FALSE(at_start.entry->long_record);
@@ -126,15 +138,11 @@ TEST_F(RegistrationCacheTest, ABaseAtTheStartOrZeroNeedsNoLongRecord) {
 
 // Another thread's counted hit on an entry that is then invalidated: the entry waits on the
 // held list, alive for that thread, and goes with that thread's put.
-TEST_F(RegistrationCacheTest, AnEntryRetiredUnderAnotherThreadsCountDiesWithThatThreadsPut) {
+TEST_F(SlotServedHitsTest, AnEntryRetiredUnderAnotherThreadsCountDiesWithThatThreadsPut) {
   RegistrationCache& cache = make(limits(16));
   const uint64_t id = touch(page(0), kPage);
   Worker worker;
-  CacheHandle theirs;
-  worker.run([&] { theirs = get(page(0), kPage); });
-  ASSERT_NE(theirs.counted_by, 0);
-  ASSERT_NE(theirs.counted_by, this_thread_slot().owner_id());
-
+  const CacheHandle theirs = counted_hit_on(worker, page(0));
   monitor_.notify(page(0), page(1));
   EXPECT_TRUE(backend_.is_live(id)) << "deregistered under a thread that counts it";
   EXPECT_NE(touch(page(0), kPage), id) << "an invalidated entry is never hit";
@@ -147,7 +155,7 @@ TEST_F(RegistrationCacheTest, AnEntryRetiredUnderAnotherThreadsCountDiesWithThat
 
 // The same, retired on the thread that counts it and filed by another: the owner's put is the
 // holder's put.
-TEST_F(RegistrationCacheTest, AnEntryRetiredUnderItsOwnCountDiesWithItsPut) {
+TEST_F(SlotServedHitsTest, AnEntryRetiredUnderItsOwnCountDiesWithItsPut) {
   RegistrationCache& cache = make(limits(16));
   Worker owner;
   uint64_t id = 0;
@@ -164,13 +172,11 @@ TEST_F(RegistrationCacheTest, AnEntryRetiredUnderItsOwnCountDiesWithItsPut) {
 
 // A thread's count that only offsets references other threads closed for it (a debt) keeps
 // nothing alive: the invalidation that finds nobody holding the entry deregisters it.
-TEST_F(RegistrationCacheTest, ACountLeftByADebtDoesNotHoldARetiredEntry) {
+TEST_F(SlotServedHitsTest, ACountLeftByADebtDoesNotHoldARetiredEntry) {
   RegistrationCache& cache = make(limits(16));
   const uint64_t id = touch(page(0), kPage);
   Worker worker;
-  CacheHandle theirs;
-  worker.run([&] { theirs = get(page(0), kPage); });
-  ASSERT_NE(theirs.counted_by, 0);
+  const CacheHandle theirs = counted_hit_on(worker, page(0));
   cache.put(theirs);  // here: given back in state, the worker's count stays 1
   EXPECT_EQ(OwnerCounts::of(theirs.counted_by, theirs.entry), 1u);
   EXPECT_EQ(theirs.entry->references(), 0u);
@@ -179,13 +185,12 @@ TEST_F(RegistrationCacheTest, ACountLeftByADebtDoesNotHoldARetiredEntry) {
 }
 
 // Held by two threads, retired by a third: it lives until both let go, in either order.
-TEST_F(RegistrationCacheTest, AHeldEntryWaitsForEveryThreadThatCountsIt) {
+TEST_F(SlotServedHitsTest, AHeldEntryWaitsForEveryThreadThatCountsIt) {
   RegistrationCache& cache = make(limits(16));
   const uint64_t id = touch(page(0), kPage);
   Worker first, second, retirer;
-  CacheHandle a, b;
-  first.run([&] { a = get(page(0), kPage); });
-  second.run([&] { b = get(page(0), kPage); });
+  const CacheHandle a = counted_hit_on(first, page(0));
+  const CacheHandle b = counted_hit_on(second, page(0));
   ASSERT_NE(a.counted_by, b.counted_by);
   retirer.run([&] { monitor_.notify(page(0), page(1)); });
   EXPECT_TRUE(backend_.is_live(id));
@@ -193,56 +198,6 @@ TEST_F(RegistrationCacheTest, AHeldEntryWaitsForEveryThreadThatCountsIt) {
   EXPECT_TRUE(backend_.is_live(id)) << "the first thread still counts it";
   first.run([&] { cache.put(a); });
   EXPECT_FALSE(backend_.is_live(id));
-}
-
-// Two threads hit the same slot-served entries, each counting in its own table and each
-// closing what the other took, while a third invalidates: no hit is ever of a dead or
-// foreign registration, and every registration is deregistered exactly once (TearDown).
-TEST_F(RegistrationCacheTest, SlotServedHitsBesideInvalidationsNeverGoStale) {
-  RegistrationCache& cache = make(limits(64));
-  constexpr uint64_t kPages = 8;
-  std::atomic<int> wrong{0};
-  std::atomic<int> running{2};
-  std::mutex handoff_mutex;
-  std::vector<CacheHandle> handoff[2];
-  std::vector<std::thread> threads;
-  for (int t = 0; t < 2; ++t) {
-    threads.emplace_back([&, t] {
-      Draws draws(t + 11);
-      for (int i = 0; i < 50000; ++i) {
-        const uint64_t draw = draws.next();
-        const CacheHandle handle = get_checked((draw >> 33) % kPages, wrong);
-        if (!handle) continue;
-        std::vector<CacheHandle> mine;
-        {
-          std::lock_guard<std::mutex> lock(handoff_mutex);
-          if ((draw >> 45) % 4 == 0) {
-            handoff[1 - t].push_back(handle);
-          } else {
-            mine.push_back(handle);
-          }
-          mine.insert(mine.end(), handoff[t].begin(), handoff[t].end());
-          handoff[t].clear();
-        }
-        for (const CacheHandle& h : mine) cache.put(h);
-      }
-      running.fetch_sub(1);
-    });
-  }
-  threads.emplace_back([&] {
-    Draws draws(29);
-    while (running.load() != 0) {
-      const uint64_t p = (draws.next() >> 33) % kPages;
-      monitor_.notify(page(p), page(p + 1));
-    }
-  });
-  for (std::thread& thread : threads) thread.join();
-  for (const std::vector<CacheHandle>& left : handoff) {
-    for (const CacheHandle& h : left) cache.put(h);
-  }
-  EXPECT_EQ(wrong.load(), 0);
-  cache.flush();
-  EXPECT_EQ(cache.statistics().cached_regions, 0u) << "an entry was left referenced";
 }
 
 }  // namespace
