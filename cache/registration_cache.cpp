@@ -284,9 +284,15 @@ void RegistrationCache::retire(CacheEntry* entry, Retired& retired) {
 }
 
 void RegistrationCache::finish(Retired& retired) {
+  if (retired.unsettled != nullptr) settle(retired);
+  finalize_all(retired.dead);
+  retired.dead = nullptr;
+}
+
+void RegistrationCache::settle(Retired& retired) {
   CacheEntry* listed = nullptr;
   uint64_t marks[kThreadSlots] = {};
-  if (retired.unsettled != nullptr) {
+  {
     // Until our references are dropped below, nobody else finalizes these, so their `next` is
     // ours; after that only the section keeps them from being recycled while we decide.
     const ReadSection section(readers_);
@@ -314,8 +320,6 @@ void RegistrationCache::finish(Retired& retired) {
     retired.unsettled = nullptr;
   }
   if (listed != nullptr) hold(listed, marks);
-  finalize_all(retired.dead);
-  retired.dead = nullptr;
 }
 
 void RegistrationCache::hold(CacheEntry* listed, const uint64_t (&marks)[kThreadSlots]) {

@@ -232,6 +232,9 @@ class RegistrationCache final : public InvalidationSink {
   // One heavy fence for all of retired.unsettled, then each finalized if unreferenced; then
   // every dead entry finalized (finalize_all).  Outside the writer mutex.
   void finish(Retired& retired);
+  // finish()'s part for retired.unsettled: the heavy fence, then each entry finalized, left to
+  // its shared holders, or held (hold()).
+  [[gnu::noinline]] void settle(Retired& retired);
   void finalize(CacheEntry* entry);
   // Deregisters and frees `dead` now, or, on a monitor's event thread, hands it to the next
   // cache call on another thread.
@@ -389,12 +392,12 @@ inline RegistrationCache::Hit RegistrationCache::lookup(uintptr_t start, uint64_
       BlockIndex::mark_hit(candidate, word);  // for the CLOCK hand
       return true;
     };
-    entry = index_.find_if(start, tag, accept);
     // A served slot that moved (behind us, maybe) or a table that grew: probe once more, and
     // a few times at most, so a stream of writers cannot hold a reader here.
-    for (int again = 0; entry == nullptr && hit.retry && again < 3; ++again) {
-      hit.retry = false;
+    for (int probes = 1;; ++probes) {
       entry = index_.find_if(start, tag, accept);
+      if (__builtin_expect(entry != nullptr || !hit.retry || probes == 4, 1)) break;
+      hit.retry = false;
     }
   }
   if (__builtin_expect(hit.orphans != nullptr, 0)) finalize_all(hit.orphans);
