@@ -65,6 +65,7 @@ class BlockIndex {
   static constexpr unsigned kExactTagBit = kOwnerBit + 7;     // 15 bits
   static constexpr unsigned kBlocksBit = kExactTagBit + 15;   // 3 bits: length in blocks - 1
   static constexpr uint64_t kServedBit = uint64_t{1} << (kBlocksBit + 3);
+  static constexpr uint32_t kExactStartInTag = 1u << 14;  // exact_start, in an exact tag
   static constexpr uint32_t kNoExactTag = 1u << 15;  // matches no slot's exact tag
   static constexpr uint64_t kPointerMask = (uint64_t{1} << kPointerBits) - 1;
   static constexpr uint64_t kDeltaMask = kMaxBlocksPerEntry - 1;
@@ -119,7 +120,7 @@ class BlockIndex {
   // not fit (a hashed tag, or access bits above bit 13).
   static uint32_t exact_tag(uint32_t tag) {
     if (!KeyTag::is_exact(tag) || (tag & KeyTag::kAccessBits) >= (1u << 14)) return kNoExactTag;
-    return (tag & 0x3fff) | ((tag & KeyTag::kExactStart) != 0 ? 1u << 14 : 0);
+    return (tag & 0x3fff) | ((tag & KeyTag::kExactStart) != 0 ? kExactStartInTag : 0);
   }
 
   // A table allocated outside the lock, adopted under it.  Its first slot is a header that

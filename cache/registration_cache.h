@@ -291,7 +291,7 @@ inline RegistrationCache::Served RegistrationCache::take_served(
   if (start < entry_start || len > entry_length || start - entry_start > entry_length - len) {
     return Served::not_this;
   }
-  if ((exact & (1u << 14)) != 0 && start != entry_start) return Served::not_this;  // exact_start
+  if ((exact & BlockIndex::kExactStartInTag) != 0 && start != entry_start) return Served::not_this;
   void* const desc = __atomic_load_n(&slot.desc, __ATOMIC_RELAXED);
   const uint64_t key_low = __atomic_load_n(&slot.key_low, __ATOMIC_RELAXED);
   CacheEntry* const entry = BlockIndex::entry_of(word);
