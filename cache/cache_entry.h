@@ -49,7 +49,7 @@ struct CacheEntry {
   // be served from the index slot alone (cache/block_index.h).  The thread that filed the
   // entry is its `owner`; any other thread that ever counted a reference in its own table has
   // set `held_elsewhere` first.  So an entry's references are (state's count - kZero) + the
-  // owner's count, + every thread's count when held_elsewhere (thread_counts(), in the cache).
+  // owner's count, + every thread's count when held_elsewhere (thread_counts()).
   // The count in `state` may drop below kZero: a reference counted in one thread's table and
   // closed by another is given back there, as a thread's table cannot be written by others.
   // That debt is bounded by the counts it offsets (each at most OwnerCounts::kMaxCount), and
