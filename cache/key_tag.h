@@ -1,5 +1,6 @@
-// 32 bits that stand for a CacheKey; the index folds them into the 14-bit filter of its slots
-// (cache/block_index.h), and a match is confirmed against the entry's own key.
+// 32 bits that stand for a CacheKey; the index folds them into the 11-bit filter of its slots,
+// and keeps an exact host tag whole in slots that serve hits alone (cache/block_index.h); any
+// other match is confirmed against the entry's own key.
 //
 // A host key — every field other than access and exact_start as a default CacheKey has it —
 // is encoded exactly, so host keys that differ (in access, say) never share a tag.  Any other

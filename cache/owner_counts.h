@@ -128,7 +128,7 @@ class OwnerCounts {
     return nullptr;
   }
   static std::atomic<uint64_t>* pair_of(unsigned owner_id, const CacheEntry* entry) {
-    // Entries are 8-byte aligned and 88 bytes apart in their slabs: a multiplicative hash of
+    // Entries are 8-byte aligned and 72 bytes apart in their slabs: a multiplicative hash of
     // the address spreads neighbours over the table.
     const uint64_t hash = (reinterpret_cast<uintptr_t>(entry) >> 3) * 0x9E3779B97F4A7C15ULL;
     const unsigned first = static_cast<unsigned>(hash >> 59) * 2;  // 32 pairs

@@ -153,6 +153,12 @@ bool RegistrationCache::drop_shared(CacheEntry& entry, bool& sweep) const {
       (seen & CacheEntry::kRefMask) > CacheEntry::kZero) {
     return false;
   }
+  // Never counted in a thread's table (an uncached registration, or one filed by a thread
+  // without a table of its own and never held elsewhere): state says it all.  A thread that
+  // marks it held elsewhere now would find it out of the index (retire() fences against that).
+  if (entry.owner == 0 && entry.held_elsewhere.load(std::memory_order_acquire) == 0) {
+    return CacheEntry::unreferenced(seen, 0) && entry.claim_finalization(seen);
+  }
   // Threads store their counts behind a compiler barrier only: after this fence we see every
   // count each stored before it last looked at the slot or state, and it sees the entry gone.
   heavy_fence();
@@ -185,9 +191,26 @@ void RegistrationCache::refuse_shared(CacheEntry& entry, bool saturated, Hit& hi
 void RegistrationCache::refuse_counted(CacheEntry& entry, unsigned thread_id, bool saturated,
                                        Hit& hit) {
   hit.saturated = hit.saturated || saturated;
+  undo_stale_count(entry, thread_id, hit);
+}
+
+void RegistrationCache::undo_stale_count(CacheEntry& entry, unsigned thread_id, Hit& hit) {
   bool sweep = false;
   (void)uncount(entry, thread_id, sweep);  // just counted: it is there
   hit.sweep = hit.sweep || sweep;
+  // Our count down (uncount's light fence), then state: a dropper stores state, runs a heavy
+  // fence and reads our count (drop_shared), so one of us sees the other.  Live, or shared
+  // references left (whose holders decide): nothing to do.
+  const uint32_t seen = entry.state.load(std::memory_order_acquire);
+  if ((seen & (CacheEntry::kLive | CacheEntry::kClaimed)) != CacheEntry::kClaimed ||
+      (seen & CacheEntry::kRefMask) > CacheEntry::kZero) {
+    return;
+  }
+  heavy_fence();  // other threads' counts, as drop_shared() reads them
+  if (CacheEntry::unreferenced(seen, entry.thread_counts()) && entry.claim_finalization(seen)) {
+    entry.next = hit.orphans;
+    hit.orphans = &entry;
+  }
 }
 
 void RegistrationCache::repay_debt(CacheEntry& entry, unsigned thread_id) {

@@ -188,6 +188,13 @@ class RegistrationCache final : public InvalidationSink {
   [[gnu::cold, gnu::noinline]] void refuse_shared(CacheEntry& entry, bool saturated, Hit& hit);
   [[gnu::cold, gnu::noinline]] void refuse_counted(CacheEntry& entry, unsigned thread_id,
                                                    bool saturated, Hit& hit);
+  // Takes back a count `thread_id` took on a look that turned out stale (the slot moved or
+  // the entry left the index), in a read section.  While it was visible, the thread dropping
+  // the entry's last other reference may have seen it and left the decision to whoever lets
+  // go next (cache_entry.h): that is us, so if the entry is out of the index and nobody else
+  // holds it, we finalize it (onto hit.orphans).  hit.sweep when our held mark says so.
+  [[gnu::cold, gnu::noinline]] void undo_stale_count(CacheEntry& entry, unsigned thread_id,
+                                                     Hit& hit);
   // A reference dropped, in a read section: true when it was the last of an entry out of the
   // index and this caller won its finalization.  A shared one (or one counted in a thread's
   // table, closed on another thread or repaid) is given back in state, below kZero if need be.
@@ -310,9 +317,7 @@ inline RegistrationCache::Served RegistrationCache::take_served(
   const uint64_t again = __atomic_load_n(&slot.word, __ATOMIC_RELAXED);
   if (__builtin_expect(((again ^ word) & BlockIndex::kIdentityMask) != 0 ||
                            index_.published() != table, 0)) {
-    bool sweep = false;
-    (void)uncount(*entry, thread_id, sweep);  // moved or erased: take it back, look again
-    hit.sweep = hit.sweep || sweep;
+    undo_stale_count(*entry, thread_id, hit);  // moved or erased: take it back, look again
     hit.retry = true;
     return Served::not_this;
   }

@@ -39,6 +39,19 @@ class RegistrationCacheTestPeer {
     const CacheEntry& entry = *handle.entry;
     return cache.index_.slot_of(&entry, entry.level, BlockIndex::block_at(start, entry.level));
   }
+  // Takes back a count `thread_id` took of `entry`, as a hit does when its look turns out
+  // stale (RegistrationCache::undo_stale_count), then does what the hit path does after its
+  // read section.
+  static void take_back_stale_count(RegistrationCache& cache, CacheEntry& entry,
+                                    unsigned thread_id) {
+    RegistrationCache::Hit hit;
+    {
+      const ReadSection section(cache.readers_);
+      cache.undo_stale_count(entry, thread_id, hit);
+    }
+    if (hit.orphans != nullptr) cache.finalize_all(hit.orphans);
+    if (hit.sweep) cache.sweep_held();
+  }
 };
 
 namespace cache_test {
