@@ -47,9 +47,10 @@ struct CacheEntry {
   // table of its own instead (cache/owner_counts.h), with plain stores and a compiler barrier
   // (util/asymmetric_fence.h): no locked instruction and no touch of the entry, so a hit can
   // be served from the index slot alone (cache/block_index.h).  The thread that filed the
-  // entry is its `owner`; any other thread that ever counted a reference in its own table has
-  // set `held_elsewhere` first.  So an entry's references are (state's count - kZero) + the
-  // owner's count, + every thread's count when held_elsewhere (thread_counts()).
+  // entry is its `owner`; any other thread that counts a reference in its own table sets
+  // `held_elsewhere` before it trusts that count (before its second look at the slot), so a
+  // count a retirer misses was never handed out.  So an entry's references are (state's count
+  // - kZero) + the owner's count, + every thread's count when held_elsewhere (thread_counts()).
   // The count in `state` may drop below kZero: a reference counted in one thread's table and
   // closed by another is given back there, as a thread's table cannot be written by others.
   // That debt is bounded by the counts it offsets (each at most OwnerCounts::kMaxCount), and
