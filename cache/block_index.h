@@ -188,10 +188,15 @@ class BlockIndex {
   // A hit's mark on the slot it used, unless it has as much already.  Best effort: a
   // compare-exchange that may lose to a writer or the hand, which costs an early eviction.
   static void mark_hit(const Slot& slot, uint64_t word) {
-    if ((word & kRecencyMask) >= kHitRecency) return;
-    uint64_t expected = word;
-    (void)__atomic_compare_exchange_n(const_cast<uint64_t*>(&slot.word), &expected,
-                                      (word & ~kRecencyMask) | kHitRecency, false,
+    if ((word & kRecencyMask) < kHitRecency) {
+      try_rewrite(slot, word, (word & ~kRecencyMask) | kHitRecency);
+    }
+  }
+  // Replaces the word of `slot`, seen as `seen`, with `wanted` (which differs only in bits
+  // hits set) unless it changed meanwhile.  Hits see slots as const: these bits are the one
+  // thing a reader writes.
+  static void try_rewrite(const Slot& slot, uint64_t seen, uint64_t wanted) {
+    (void)__atomic_compare_exchange_n(const_cast<uint64_t*>(&slot.word), &seen, wanted, false,
                                       __ATOMIC_RELAXED, __ATOMIC_RELAXED);
   }
   // Takes the entry out of every block it was filed under.

@@ -158,19 +158,24 @@ struct CacheEntry {
   uint32_t thread_counts(uint64_t* holders = nullptr) const {
     uint64_t mask = 0;
     uint32_t sum = 0;
-    auto add = [&](unsigned id) {
+    for_each_counting_thread([&](unsigned id) {
       const uint32_t count = OwnerCounts::of(id, this);
       if (count != 0) mask |= uint64_t{1} << (id - 1);
       sum += count;
-    };
-    if (held_elsewhere.load(std::memory_order_acquire) == 0) {
-      if (owner != 0) add(owner);
-    } else {
-      const unsigned threads = exclusive_slots_assigned();
-      for (unsigned id = 1; id <= threads; ++id) add(id);
-    }
+    });
     if (holders != nullptr) *holders = mask;
     return sum;
+  }
+  // Calls visit(id) for each thread that may count references to it in its own table: its
+  // owner, or every thread with a table when it is held elsewhere.
+  template <typename Visit>
+  void for_each_counting_thread(Visit&& visit) const {
+    if (held_elsewhere.load(std::memory_order_acquire) == 0) {
+      if (owner != 0) visit(owner);
+      return;
+    }
+    const unsigned threads = exclusive_slots_assigned();
+    for (unsigned id = 1; id <= threads; ++id) visit(id);
   }
   // A moment's count of both kinds, for heuristics (eviction, statistics): threads' parts may
   // be behind by what they have not yet made visible.
@@ -209,12 +214,7 @@ struct CacheEntry {
   // offset by a debt, which the next entry at this address must not inherit.  Once nobody
   // can touch the entry (a grace period after it was finalized, or the pool's end).
   void forget_thread_counts() {
-    if (held_elsewhere.load(std::memory_order_relaxed) == 0) {
-      OwnerCounts::forget(owner, this);
-      return;
-    }
-    const unsigned threads = exclusive_slots_assigned();
-    for (unsigned id = 1; id <= threads; ++id) OwnerCounts::forget(id, this);
+    for_each_counting_thread([&](unsigned id) { OwnerCounts::forget(id, this); });
   }
   // Back to a fresh, claimed entry with one shared reference, its allocator's.  Only after a
   // grace period since it was finalized (cache/entry_pool.h): no reader still holds it.

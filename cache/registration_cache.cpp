@@ -136,18 +136,40 @@ void RegistrationCache::mark_held_elsewhere(const BlockIndex::Slot& slot, uint64
   // flag (retire()), so one of us sees the other.
   std::atomic_thread_fence(std::memory_order_seq_cst);
   // A hint only: a lost race costs the next hit this function again.
-  uint64_t expected = word;
-  (void)__atomic_compare_exchange_n(const_cast<uint64_t*>(&slot.word), &expected,
-                                    word | BlockIndex::kHeldHintBit, false, __ATOMIC_RELAXED,
-                                    __ATOMIC_RELAXED);
+  BlockIndex::try_rewrite(slot, word, word | BlockIndex::kHeldHintBit);
 }
 
-uint32_t RegistrationCache::references_beside_ours(const CacheEntry& entry, uint32_t counted) {
-  return CacheEntry::references(entry.state.load(std::memory_order_acquire), counted) - 1;
+bool RegistrationCache::keep_while_counted(CacheEntry& entry,
+                                           uint64_t (&marks)[kThreadSlots],
+                                           CacheEntry*& dead) {
+  uint64_t counting = 0;
+  const uint32_t counted = entry.thread_counts(&counting);
+  const uint32_t seen = entry.state.load(std::memory_order_acquire);
+  if (counted != 0 && CacheEntry::references(seen, counted) - 1 != 0) {
+    add_marks(marks, counting, held_mark(entry));
+    return true;
+  }
+  // Nobody else, or only shared references, whose last drop decides (none can be taken any
+  // more: the entry is out of the index).
+  const uint32_t left = entry.state.fetch_sub(1, std::memory_order_acq_rel) - 1;
+  if (CacheEntry::unreferenced(left, counted) && entry.claim_finalization(left)) {
+    entry.next = dead;
+    dead = &entry;
+  }
+  return false;
 }
 
 bool RegistrationCache::drop_shared(CacheEntry& entry, bool& sweep) const {
   const uint32_t seen = entry.state.fetch_sub(1, std::memory_order_acq_rel) - 1;
+  bool still_held = false;
+  if (claim_if_last(entry, seen, still_held)) return true;
+  // Referenced still, maybe only by the held list, whose entries wait for counts that may be
+  // debts nobody will take back: the list must look again.
+  sweep = still_held && held_listed_.load(std::memory_order_relaxed);
+  return false;
+}
+
+bool RegistrationCache::claim_if_last(CacheEntry& entry, uint32_t seen, bool& still_held) {
   // Live, free, or other shared references left: nothing to decide (and no fence to pay).
   if ((seen & (CacheEntry::kLive | CacheEntry::kClaimed)) != CacheEntry::kClaimed ||
       (seen & CacheEntry::kRefMask) > CacheEntry::kZero) {
@@ -163,9 +185,7 @@ bool RegistrationCache::drop_shared(CacheEntry& entry, bool& sweep) const {
   // count each stored before it last looked at the slot or state, and it sees the entry gone.
   heavy_fence();
   if (CacheEntry::unreferenced(seen, entry.thread_counts())) return entry.claim_finalization(seen);
-  // Referenced still, maybe only by the held list, whose entries wait for counts that may be
-  // debts nobody will take back: the list must look again.
-  sweep = held_listed_.load(std::memory_order_relaxed);
+  still_held = true;
   return false;
 }
 
@@ -199,15 +219,9 @@ void RegistrationCache::undo_stale_count(CacheEntry& entry, unsigned thread_id, 
   (void)uncount(entry, thread_id, sweep);  // just counted: it is there
   hit.sweep = hit.sweep || sweep;
   // Our count down (uncount's light fence), then state: a dropper stores state, runs a heavy
-  // fence and reads our count (drop_shared), so one of us sees the other.  Live, or shared
-  // references left (whose holders decide): nothing to do.
-  const uint32_t seen = entry.state.load(std::memory_order_acquire);
-  if ((seen & (CacheEntry::kLive | CacheEntry::kClaimed)) != CacheEntry::kClaimed ||
-      (seen & CacheEntry::kRefMask) > CacheEntry::kZero) {
-    return;
-  }
-  heavy_fence();  // other threads' counts, as drop_shared() reads them
-  if (CacheEntry::unreferenced(seen, entry.thread_counts()) && entry.claim_finalization(seen)) {
+  // fence and reads our count (drop_shared), so one of us sees the other.
+  bool still_held = false;
+  if (claim_if_last(entry, entry.state.load(std::memory_order_acquire), still_held)) {
     entry.next = hit.orphans;
     hit.orphans = &entry;
   }
@@ -288,10 +302,9 @@ void RegistrationCache::retire(CacheEntry* entry, Retired& retired) {
     // In a section: once live is cleared another thread may finalize it, and the pool must not
     // recycle it before our compare-exchange has looked (an identical state in its next life).
     const ReadSection section(readers_);
-    const uint32_t owned = 0;
     const uint32_t seen =
         entry->state.fetch_and(~CacheEntry::kLive, std::memory_order_acq_rel) & ~CacheEntry::kLive;
-    if (CacheEntry::unreferenced(seen, owned) && entry->claim_finalization(seen)) {
+    if (CacheEntry::unreferenced(seen, 0) && entry->claim_finalization(seen)) {
       entry->next = retired.dead;
       retired.dead = entry;
     }
@@ -322,21 +335,9 @@ void RegistrationCache::settle(Retired& retired) {
     heavy_fence();  // every thread's count before it last looked, or it sees the entry gone
     for (CacheEntry* entry = retired.unsettled; entry != nullptr;) {
       CacheEntry* next = entry->next;
-      uint64_t counting = 0;
-      const uint32_t counted = entry->thread_counts(&counting);
-      if (counted != 0 && references_beside_ours(*entry, counted) != 0) {
-        // Still counted by threads: onto the held list, with our reference.
+      if (keep_while_counted(*entry, marks, retired.dead)) {  // onto the held list
         entry->next = listed;
         listed = entry;
-        add_marks(marks, counting, held_mark(*entry));
-      } else {
-        // Nobody else, or only shared references, whose last drop decides (none can be
-        // taken any more: the entry is out of the index).
-        const uint32_t seen = entry->state.fetch_sub(1, std::memory_order_acq_rel) - 1;
-        if (CacheEntry::unreferenced(seen, counted) && entry->claim_finalization(seen)) {
-          entry->next = retired.dead;
-          retired.dead = entry;
-        }
       }
       entry = next;
     }
@@ -377,18 +378,11 @@ void RegistrationCache::sweep_held() {
       uint64_t marks[kThreadSlots] = {};
       for (CacheEntry** link = &held_; *link != nullptr;) {
         CacheEntry* entry = *link;
-        uint64_t counting = 0;
-        const uint32_t counted = entry->thread_counts(&counting);
-        if (counted != 0 && references_beside_ours(*entry, counted) != 0) {
-          add_marks(marks, counting, held_mark(*entry));
+        CacheEntry* const after = entry->next;  // before keep_while_counted() may reuse it
+        if (keep_while_counted(*entry, marks, dead)) {
           link = &entry->next;
-          continue;
-        }
-        *link = entry->next;
-        const uint32_t seen = entry->state.fetch_sub(1, std::memory_order_acq_rel) - 1;
-        if (CacheEntry::unreferenced(seen, counted) && entry->claim_finalization(seen)) {
-          entry->next = dead;
-          dead = entry;
+        } else {
+          *link = after;
         }
       }
       held_listed_.store(held_ != nullptr, std::memory_order_relaxed);

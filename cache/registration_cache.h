@@ -201,9 +201,17 @@ class RegistrationCache final : public InvalidationSink {
   // `sweep`: the entry is still referenced and the held list is not empty; the caller runs
   // sweep_held() once out of its section (the list may hold it for a debt nobody repays).
   bool drop_shared(CacheEntry& entry, bool& sweep) const;
-  // The references of a retired entry that carries one of ours, besides that one, with the
-  // threads' counts `counted` read after a heavy fence.
-  static uint32_t references_beside_ours(const CacheEntry& entry, uint32_t counted);
+  // The decision after a reference of an entry was dropped (or a thread's count taken back),
+  // with `seen` its state after that: true when the entry is out of the index, nobody
+  // references it, and this caller won its finalization.  `still_held` when it is out of the
+  // index, with no shared reference left, and threads' counts or a held list still hold it.
+  static bool claim_if_last(CacheEntry& entry, uint32_t seen, bool& still_held);
+  // A retired entry carrying a reference of ours (unsettled, or on the held list), after a
+  // heavy fence: kept, with its holders' marks added to `marks`, while threads count it and
+  // something besides us holds it; otherwise our reference is dropped, and the entry goes
+  // onto `dead` (through next) if that was its last.
+  static bool keep_while_counted(CacheEntry& entry, uint64_t (&marks)[kThreadSlots],
+                                 CacheEntry*& dead);
   // Thread `thread_id` takes one off its own count of `entry`, which it holds: whether the
   // count was there (else the caller drops a shared one) and, in `sweep`, whether its held
   // marks then say that a retirer may have listed this entry while it counted it
