@@ -145,6 +145,19 @@ Status OfiNic::check_device_memory(const RegistrationRequest& request) const {
 }
 
 Result<Registration> OfiNic::register_memory(const RegistrationRequest& request) {
+  if (request.iface != HMR_HMEM_SYSTEM && (request.flags & HMR_HMEM_HOST_ALLOC) != 0 &&
+      (domain_->info().caps & FI_HMEM) == 0) {
+    // A runtime's pinned host memory (cuMemHostAlloc, hipHostMalloc, zeMemAllocHost) is host
+    // memory the CPU maps: a provider that takes no device memory registers it as such, as
+    // NCCL's host buffers (cuMemHostAlloc'd, regMr'd as NCCL_PTR_HOST) reach fi_mr_regattr
+    // with FI_HMEM_SYSTEM in aws-ofi-nccl.  With FI_HMEM the provider hears the iface and
+    // FI_HMEM_HOST_ALLOC instead, as libfabric's own cuda_is_addr_valid reports them.
+    RegistrationRequest as_host = request;
+    as_host.iface = HMR_HMEM_SYSTEM;
+    as_host.device = 0;
+    as_host.flags &= ~static_cast<uint64_t>(HMR_HMEM_HOST_ALLOC);
+    return register_memory(as_host);
+  }
   HMR_RETURN_IF_ERROR(check_device_memory(request));
   MrAttr attr;
   HMR_RETURN_IF_ERROR(build_mr_attr(request, request.requested_key.value_or(0),

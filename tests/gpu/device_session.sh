@@ -107,7 +107,13 @@ for line in "NET/Plugin: Loaded net plugin hmr" "NET/hmr: device 0:" "Unloading 
   grep -q "$line" "$out/nccl.log" || failed+=("nccl.log lacks '$line'")
 done
 
-# 6. What a caller pays for host registrations through the C ABI, beside UCX's rcache
+# 6. Real NCCL collectives through the plugin: two ranks on the
+# one GPU as two hosts (distinct NCCL_HOSTID), beside NCCL's own socket transport, user-buffer
+# registration, and a rank killed mid-collective (tests/gpu/nccl_two_ranks.py, docs/gpu.md).
+step nccl_two_ranks.log env LD_LIBRARY_PATH="$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+  python3 -u "$here/nccl_two_ranks.py" --out "$out/nccl-two-ranks"
+
+# 7. What a caller pays for host registrations through the C ABI, beside UCX's rcache
 # (bench/api_hit_vs_ucx.cpp, docs/performance.md): once with host memory alone, as on a
 # machine without GPUs, once with the CUDA runtime loaded (a miss then asks the driver what
 # the pointer is).

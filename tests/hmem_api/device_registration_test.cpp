@@ -126,6 +126,40 @@ TEST(DeviceRegistration, MemoryTheCpuReachesIsRegisteredByAddress) {
   EXPECT_EQ(mr_info(migratable.get()).path, HMR_MR_PATH_ADDRESS);
 }
 
+// NCCL allocates its network buffers with cuMemHostAlloc and regMr's them as NCCL_PTR_HOST.
+// A libfabric provider without FI_HMEM (Debian's tcp and shm) must take such memory as the
+// host memory it is: on an H200, NCCL's first collective through the net plugin failed with
+// "tcp;ofi_rxm cannot register cuda memory" until the ofi NIC did so.
+TEST(DeviceRegistration, PinnedRuntimeMemoryIsHostMemoryToAProviderWithoutHmem) {
+  FakeAllocation pinned(0, kAlloc, FAKE_CUDA_MEM_HOST);
+  FakeAllocation device(0, kAlloc);
+  for (const char* options : {"provider=tcp;domain=lo;fabric=127.0.0.1/32", "provider=shm"}) {
+    SCOPED_TRACE(options);
+    hmr_domain_attr attr = hmr_test::domain_attr(kSharingMode, options);
+    attr.nic = "ofi";
+    hmr_domain* raw = nullptr;
+    const int rc = hmr_domain_open(&attr, &raw);
+    if (rc == -HMR_ENOSYS) GTEST_SKIP() << "no libfabric: " << hmr_last_error();
+    ASSERT_EQ(rc, 0) << hmr_last_error();
+    hmr_test::DomainPtr domain(raw);
+    MrPtr detected = register_ok(domain.get(), pinned.get(), 4096);
+    MrPtr declared = register_ok(domain.get(), at(pinned.get(), 8192), 4096, HMR_HMEM_CUDA, 0);
+    ASSERT_TRUE(detected && declared);
+    for (hmr_mr* mr : {detected.get(), declared.get()}) {
+      EXPECT_EQ(mr_info(mr).iface, HMR_HMEM_CUDA);  // what the memory is, for the caller
+      EXPECT_EQ(mr_info(mr).kind, HMR_MEM_HOST_ALLOC);
+      EXPECT_EQ(mr_info(mr).path, HMR_MR_PATH_ADDRESS);
+    }
+    // Device-only memory still has no way to such a NIC (no dma-buf import, no FI_HMEM, no
+    // copies allowed), and the error says so.
+    hmr_mr* refused = nullptr;
+    EXPECT_NE(register_attr(domain.get(), device.get(), 4096, HMR_HMEM_SYSTEM, 0, 0, &refused),
+              0);
+    EXPECT_EQ(refused, nullptr);
+    EXPECT_TRUE(contains(hmr_last_error(), "no way to register cuda")) << hmr_last_error();
+  }
+}
+
 TEST(DeviceRegistration, PeerDirectWhenTheDeviceCannotExportAndTheNicRegistersDeviceAddresses) {
   FakeAllocation device(1, kAlloc);  // the fake's device 1 has no dma-buf
   auto domain = open_domain("peer_direct=1");

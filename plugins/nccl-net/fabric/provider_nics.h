@@ -21,7 +21,10 @@ using InfoPtr = std::unique_ptr<fi_info, InfoDeleter>;
 
 // Tried in this order when HMR_NCCL_PROVIDER is unset; the first that offers what the plugin
 // needs wins.
-inline constexpr const char* kDefaultProviders[] = {"efa", "verbs;ofi_rxm", "tcp;ofi_rxm", "shm"};
+// shm only when HMR_NCCL_PROVIDER names it: NCCL's 256 MiB all_gathers through it arrived
+// corrupted on an H200 (docs/gpu.md, not yet explained), and NCCL never needs a net plugin
+// between processes of one host.
+inline constexpr const char* kDefaultProviders[] = {"efa", "verbs;ofi_rxm", "tcp;ofi_rxm"};
 
 // What the plugin needs of a provider: reliable datagram endpoints, messages and RMA, 8 bytes
 // of remote CQ data (the receive slot, buffer index and size ride in it), and keys hmr can

@@ -68,6 +68,10 @@ ncclResult_t open_devices(Plugin& p) {
              (props.ptr_support & NCCL_PTR_DMABUF) ? "+dmabuf" : "");
     devices.push_back(std::move(device));
   }
+  if (nics->provider.rfind("shm", 0) == 0) {
+    log_warn("provider shm: for tests only. Real NCCL all_gathers of 256 MiB through it "
+             "arrived corrupted on an H200 host (docs/gpu.md); use tcp, verbs or efa for jobs");
+  }
   p.settings = *settings;
   p.devices = std::move(devices);
   p.initialized = true;
@@ -304,6 +308,10 @@ ncclResult_t reg_mr(void* comm, void* data, size_t size, int type, void** mhandl
 
 ncclResult_t dereg_mr(void* /*comm*/, void* mhandle) {
   // The handle, not the comm, says what to release: NCCL may close the comm first.
+  // NULL is nothing to release: NCCL's proxy frees a connection whose regMr failed by
+  // deregistering every protocol's handle, the failed one's NULL included (seen on an H200
+  // with NCCL 2.28; NCCL's own transports ignore a NULL handle too).
+  if (mhandle == nullptr) return ncclSuccess;
   if (!plugin().mhandles.remove(mhandle)) {
     return fail(ncclInvalidArgument, "deregMr of %p: not a memory handle this plugin gave out, or "
                 "one already deregistered", mhandle);

@@ -1,0 +1,476 @@
+// hmr-nccl-net-soak: two processes drive libnccl-net-hmr.so the way NCCL's proxy threads do,
+// with every byte verified, for a number of steps or seconds.
+//
+// What NCCL does that the harness's exchanges do not (src/transport/net.cc, 2.28): each
+// channel has a staging buffer of NCCL_STEPS (8) slots registered once; the receiving proxy
+// keeps up to 8 steps posted, one irecv per slot, and tests the oldest; the sending proxy
+// isends step s from slot s % 8 once the GPU filled it, asks again while isend gives no
+// request, and the GPU refills the slot as soon as the send completed; several channels
+// progress in one thread; both directions run at once (a ring of two). Here:
+//   - each rank has `channels` send comms and `channels` recv comms to the other rank;
+//   - message sizes are random from 0 to the slot (seeded, so both sides know each one);
+//   - a sender rewrites a slot with the next step's bytes the moment its send completes, and
+//     a receiver checks a step's bytes and size, then scribbles over the slot before it posts
+//     the slot again: a provider or plugin that reads a source late, writes a target late, or
+//     matches a message to the wrong step, fails the run with the step, offset and channel;
+//   - after a receive, an iflush of the received bytes (as NCCL does for GPU buffers), tested
+//     to completion when the plugin returns a request;
+//   - every `reg_every` steps a random sub-range of a slot is registered and deregistered, as
+//     NCCL registers user buffers inside larger registered ones (regIsGlobal);
+//   - file descriptors before the first init and after finalize must be equal.
+//
+//   hmr-nccl-net-soak [--provider tcp|shm] [--channels C] [--steps N] [--seconds S]
+//                     [--slot BYTES] [--seed N] [--reg-every K]
+// prints  RESULT metric=nccl_net_soak provider=<p> channels=<C> steps=<n> bytes=<b>
+//         seconds=<s> GBps=<g> errors=0      and exits 0, or names the first error and exits 1.
+#include <dirent.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "peer_process.h"
+#include "plugin_under_test.h"
+#include "rank.h"
+
+namespace hmr::nccl::test {
+namespace {
+
+constexpr int kSteps = 8;  // NCCL_STEPS
+
+struct Options {
+  std::string provider = "shm";
+  int channels = 4;
+  long steps = 2000;    // per channel and direction; with --seconds, an upper bound
+  double seconds = 0;   // > 0: stop after this long (both ranks agree on the step count)
+  size_t slot = 512 * 1024;  // NCCL's SIMPLE buffer (4 MiB) over NCCL_STEPS
+  uint64_t seed = 1;
+  int reg_every = 16;
+};
+
+[[noreturn]] void die(const std::string& what) {
+  std::fprintf(stderr, "hmr-nccl-net-soak (pid %d): %s\n", static_cast<int>(getpid()), what.c_str());
+  std::fflush(stderr);
+  std::_Exit(1);
+}
+
+void check(bool ok, const std::string& what) {
+  if (!ok) die(what);
+}
+
+// Open file descriptors, less the GPU driver's: where libcuda is installed, hmr's pointer
+// detection initialises the driver, which keeps /dev/nvidia* open for the life of the process
+// (13 of them on an H200 host), as it does in every NCCL process.
+int count_own_fds() {
+  DIR* dir = opendir("/proc/self/fd");
+  if (dir == nullptr) return -1;
+  int n = 0;
+  while (const dirent* entry = readdir(dir)) {
+    if (entry->d_name[0] == '.') continue;
+    char target[256] = {};
+    const std::string link = std::string("/proc/self/fd/") + entry->d_name;
+    const ssize_t len = readlink(link.c_str(), target, sizeof target - 1);
+    if (len > 0 && std::strncmp(target, "/dev/nvidia", 11) == 0) continue;
+    ++n;
+  }
+  closedir(dir);
+  return n - 1;  // the directory's own fd
+}
+
+uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// What step `step` of channel `channel` from rank `from` carries: its size and pattern seed.
+struct StepSpec {
+  size_t size;
+  uint64_t seed;
+};
+StepSpec step_spec(const Options& o, int from, int channel, long step) {
+  const uint64_t r = mix(o.seed ^ mix((static_cast<uint64_t>(from) << 56) ^
+                                      (static_cast<uint64_t>(channel) << 40) ^
+                                      static_cast<uint64_t>(step)));
+  size_t size;
+  switch (r % 8) {
+    case 0: size = 0; break;                   // NCCL sends empty steps too
+    case 1: size = o.slot; break;              // a full slot
+    case 2: size = 1 + (r >> 8) % 64; break;   // tiny
+    default: size = (r >> 8) % (o.slot + 1); break;
+  }
+  return {size, mix(r)};
+}
+
+struct Slot {
+  void* request = nullptr;
+  long step = -1;
+  bool filled = false;  // sender: the slot holds step's bytes, not yet sent
+};
+
+struct Direction {
+  void* comm = nullptr;
+  std::unique_ptr<HostBuffer> buffer;
+  void* mh = nullptr;
+  std::array<Slot, kSteps> slots{};
+  long next = 0;  // sender: next step to send; receiver: next step to post
+  long done = 0;  // steps completed (receiver: verified)
+  uint8_t* slot_data(int i, size_t slot) const { return buffer->data() + static_cast<size_t>(i) * slot; }
+};
+
+struct ChannelState {
+  Direction send, recv;
+  void* listen = nullptr;
+};
+
+class Soak {
+ public:
+  Soak(const Options& o, int rank, OobChannel& oob) : o_(o), rank_(rank), oob_(oob) {}
+
+  int run() {
+    const int fds_before = count_own_fds();
+    setenv("HMR_NCCL_PROVIDER", o_.provider.c_str(), 1);
+    std::string why;
+    library_ = PluginLibrary::open(plugin_path(), &why);
+    check(library_ != nullptr, why);
+    net_ = library_->table(11, &why);
+    check(net_ != nullptr, why);
+    check(net_->init(nullptr) == ncclSuccess, "init failed");
+    connect();
+    const long steps = agree_on_steps();
+    const auto start = Clock::now();
+    size_t bytes = 0;
+    progress(steps, &bytes);
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    close_all();
+    check(net_->finalize() == ncclSuccess, "finalize failed");
+    net_.reset();
+    library_.reset();  // (the plugin stays mapped: it is linked -z nodelete)
+    const int fds_after = count_own_fds();
+    check(fds_after == fds_before, "open file descriptors: " + std::to_string(fds_before) +
+                                       " before init, " + std::to_string(fds_after) +
+                                       " after finalize");
+    // Both ranks report; rank 0 prints the run's line with the bytes both received.
+    if (rank_ == 1) {
+      oob_send(std::to_string(bytes));
+      return 0;
+    }
+    std::string peer_bytes = oob_receive();
+    bytes += std::stoull(peer_bytes);
+    long received = 0;  // steps this rank verified, over every channel
+    for (const ChannelState& ch : channels_) received += ch.recv.done;
+    std::printf("RESULT metric=nccl_net_soak provider=%s channels=%d steps=%ld bytes=%zu "
+                "seconds=%.2f GBps=%.3f errors=0\n",
+                o_.provider.c_str(), o_.channels, received, bytes, seconds, bytes / seconds / 1e9);
+    return 0;
+  }
+
+ private:
+  void oob_send(const std::string& text) {
+    std::string why;
+    check(oob_.send(text, &why), "out-of-band send: " + why);
+  }
+  std::string oob_receive() {
+    std::string why;
+    auto text = oob_.receive_text(Clock::now() + std::chrono::seconds(60), &why);
+    check(text.has_value(), "out-of-band receive: " + why);
+    return *text;
+  }
+
+  // Every channel's listener, the handles traded, then connect and accept until all exist.
+  void connect() {
+    channels_.resize(static_cast<size_t>(o_.channels));
+    std::vector<uint8_t> handles(static_cast<size_t>(o_.channels) * NCCL_NET_HANDLE_MAXSIZE);
+    for (int c = 0; c < o_.channels; ++c) {
+      check(net_->listen(0, handles.data() + c * NCCL_NET_HANDLE_MAXSIZE, &channels_[c].listen) ==
+                ncclSuccess, "listen failed");
+    }
+    std::string why;
+    check(oob_.send(handles, &why), why);
+    auto peer = oob_.receive(Clock::now() + std::chrono::seconds(60), &why);
+    check(peer && peer->size() == handles.size(), "no handles from the peer: " + why);
+    const auto deadline = Clock::now() + std::chrono::seconds(60);
+    for (;;) {
+      bool all = true;
+      for (int c = 0; c < o_.channels; ++c) {
+        ChannelState& ch = channels_[c];
+        if (ch.send.comm == nullptr) {
+          check(net_->connect(0, peer->data() + c * NCCL_NET_HANDLE_MAXSIZE, &ch.send.comm) ==
+                    ncclSuccess, "connect failed");
+        }
+        if (ch.recv.comm == nullptr) {
+          check(net_->accept(ch.listen, &ch.recv.comm) == ncclSuccess, "accept failed");
+        }
+        all = all && ch.send.comm != nullptr && ch.recv.comm != nullptr;
+      }
+      if (all) break;
+      check(Clock::now() < deadline, "connections not up within 60 s");
+    }
+    const size_t bytes = o_.slot * kSteps;
+    for (ChannelState& ch : channels_) {
+      for (Direction* d : {&ch.send, &ch.recv}) {
+        d->buffer = std::make_unique<HostBuffer>(bytes);
+        std::memset(d->buffer->data(), 0xee, bytes);
+        check(net_->reg_mr(d->comm, d->buffer->data(), bytes, NCCL_PTR_HOST, &d->mh) == ncclSuccess,
+              "regMr of the staging buffer failed");
+      }
+    }
+  }
+
+  // With --seconds, rank 0 measures how many steps fit (a short probe is not needed: both
+  // run `steps` at most and rank 0 tells rank 1 when it stops posting).  Kept simple: the
+  // step count is fixed up front and --seconds only bounds the run's deadline.
+  long agree_on_steps() {
+    deadline_ = Clock::now() + std::chrono::seconds(o_.seconds > 0 ? static_cast<long>(o_.seconds) + 30 : 600);
+    return o_.steps;
+  }
+
+  void progress(long steps, size_t* bytes) {
+    const auto stop_posting = o_.seconds > 0
+                                  ? Clock::now() + std::chrono::milliseconds(static_cast<long>(o_.seconds * 1000))
+                                  : Clock::time_point::max();
+    // With --seconds both ranks must agree how many steps each channel carries.  When its
+    // time is up a rank freezes what it has handed to isend and posted with irecv, per
+    // channel, and tells the other; then each direction carries the larger of what its
+    // sender sent and its receiver posted, so no receive is left posted and none is missed.
+    std::vector<long> limit(static_cast<size_t>(o_.channels), steps);   // steps I send
+    std::vector<long> expect(static_cast<size_t>(o_.channels), steps);  // steps I receive
+    bool told = o_.seconds <= 0, heard = o_.seconds <= 0;
+    for (;;) {
+      bool finished = true;
+      for (int c = 0; c < o_.channels; ++c) {
+        ChannelState& ch = channels_[c];
+        send_side(c, ch.send, limit[c]);
+        recv_side(c, ch.recv, expect[c], bytes);
+        finished = finished && ch.send.done >= limit[c] && ch.recv.done >= expect[c];
+      }
+      if (!told && Clock::now() >= stop_posting) {
+        std::string text;
+        for (int c = 0; c < o_.channels; ++c) {
+          limit[c] = channels_[c].send.next;
+          expect[c] = channels_[c].recv.next;
+          text += std::to_string(limit[c]) + " " + std::to_string(expect[c]) + " ";
+        }
+        oob_send(text);
+        told = true;
+      }
+      if (told && !heard) {
+        std::string why;
+        auto text = oob_.receive_text(Clock::now(), &why);
+        if (text) {
+          size_t pos = 0;
+          for (int c = 0; c < o_.channels; ++c) {
+            size_t used = 0;
+            const long peer_sent = std::stol(text->substr(pos), &used);
+            pos += used;
+            const long peer_posted = std::stol(text->substr(pos), &used);
+            pos += used;
+            expect[c] = std::max(expect[c], peer_sent);
+            limit[c] = std::max(limit[c], peer_posted);
+          }
+          heard = true;
+          continue;  // `finished` above was judged by the limits before these
+        }
+      }
+      if (finished && told && heard) break;
+      if (Clock::now() >= deadline_) {
+        std::string limits;
+        for (int c = 0; c < o_.channels; ++c) {
+          limits += " " + std::to_string(limit[c]) + "/" + std::to_string(expect[c]);
+        }
+        die("rank " + std::to_string(rank_) + ": the run's deadline passed: " + state() +
+            "send/receive limits" + limits + (told ? ", told" : "") + (heard ? ", heard" : ""));
+      }
+    }
+  }
+
+  std::string state() const {
+    std::string s;
+    for (int c = 0; c < o_.channels; ++c) {
+      s += "channel " + std::to_string(c) + ": sent " + std::to_string(channels_[c].send.done) +
+           "/" + std::to_string(channels_[c].send.next) + ", received " +
+           std::to_string(channels_[c].recv.done) + "/" + std::to_string(channels_[c].recv.next) + "; ";
+    }
+    return s;
+  }
+
+  std::string where(int c, long step) const {
+    return "rank " + std::to_string(rank_) + " channel " + std::to_string(c) + " step " +
+           std::to_string(step);
+  }
+
+  void send_side(int c, Direction& d, long limit) {
+    // Fill and send steps in order; NCCL's proxy sends step s only after s-1 was handed over.
+    while (d.next < limit) {
+      Slot& slot = d.slots[d.next % kSteps];
+      if (slot.request != nullptr) break;  // the slot's previous step is still in flight
+      const StepSpec spec = step_spec(o_, rank_, c, d.next);
+      uint8_t* data = d.slot_data(static_cast<int>(d.next % kSteps), o_.slot);
+      if (!slot.filled) {
+        fill_pattern(data, spec.size, spec.seed);  // the GPU writing the slot
+        slot.filled = true;
+      }
+      void* request = nullptr;
+      const ncclResult_t rc = net_->isend(d.comm, data, spec.size, rank_, d.mh, &request);
+      check(rc == ncclSuccess, where(c, d.next) + ": isend failed (" + std::to_string(rc) + ")");
+      if (request == nullptr) break;  // NCCL asks again later
+      slot.request = request;
+      slot.step = d.next;
+      slot.filled = false;
+      ++d.next;
+    }
+    // Test the oldest in flight, as the proxy does.
+    while (d.done < d.next) {
+      Slot& slot = d.slots[d.done % kSteps];
+      int done = 0, size = -1;
+      const ncclResult_t rc = net_->test(slot.request, &done, &size);
+      check(rc == ncclSuccess, where(c, slot.step) + ": test of a send failed (" + std::to_string(rc) + ")");
+      if (!done) break;
+      // The send completed: the GPU may write the slot again right away, and does.
+      std::memset(d.slot_data(static_cast<int>(d.done % kSteps), o_.slot), 0xa5, o_.slot);
+      slot.request = nullptr;
+      ++d.done;
+      maybe_register_sub_range(d, slot.step);
+    }
+  }
+
+  void recv_side(int c, Direction& d, long expect, size_t* bytes) {
+    while (d.next < expect && d.next - d.done < kSteps) {
+      Slot& slot = d.slots[d.next % kSteps];
+      void* data = d.slot_data(static_cast<int>(d.next % kSteps), o_.slot);
+      size_t size = o_.slot;
+      int tag = 1 - rank_;
+      void* request = nullptr;
+      const ncclResult_t rc = net_->irecv(d.comm, 1, &data, &size, &tag, &d.mh, &request);
+      check(rc == ncclSuccess, where(c, d.next) + ": irecv failed (" + std::to_string(rc) + ")");
+      if (request == nullptr) break;
+      slot.request = request;
+      slot.step = d.next;
+      ++d.next;
+    }
+    while (d.done < d.next) {
+      Slot& slot = d.slots[d.done % kSteps];
+      int done = 0, size = -1;
+      const ncclResult_t rc = net_->test(slot.request, &done, &size);
+      check(rc == ncclSuccess, where(c, slot.step) + ": test of a receive failed (" + std::to_string(rc) + ")");
+      if (!done) break;
+      const StepSpec spec = step_spec(o_, 1 - rank_, c, slot.step);
+      check(static_cast<size_t>(size) == spec.size,
+            where(c, slot.step) + ": received " + std::to_string(size) + " bytes, sent " +
+                std::to_string(spec.size));
+      uint8_t* data = d.slot_data(static_cast<int>(d.done % kSteps), o_.slot);
+      flush(c, d, data, size, slot.step);
+      const size_t bad = find_pattern_mismatch(data, spec.size, spec.seed);
+      check(bad == SIZE_MAX, where(c, slot.step) + ": byte " + std::to_string(bad) + " of " +
+                                 std::to_string(spec.size) + " is not what was sent");
+      *bytes += spec.size;
+      std::memset(data, 0xee, o_.slot);  // the GPU consumed it; a late write shows next time
+      slot.request = nullptr;
+      ++d.done;
+    }
+  }
+
+  void flush(int c, Direction& d, void* data, int size, long step) {
+    if (size == 0) return;
+    void* request = nullptr;
+    void* mh = d.mh;
+    const ncclResult_t rc = net_->iflush(d.comm, 1, &data, &size, &mh, &request);
+    check(rc == ncclSuccess, where(c, step) + ": iflush failed (" + std::to_string(rc) + ")");
+    int done = 0;
+    while (request != nullptr && !done) {
+      check(net_->test(request, &done, nullptr) == ncclSuccess, where(c, step) + ": test of a flush failed");
+      check(Clock::now() < deadline_, where(c, step) + ": the flush never completed");
+    }
+  }
+
+  // A registration of a sub-range of the staging buffer and its deregistration, as NCCL
+  // registers user buffers (and ranges of them) while traffic goes on.
+  void maybe_register_sub_range(Direction& d, long step) {
+    if (o_.reg_every <= 0 || step % o_.reg_every != 0) return;
+    const uint64_t r = mix(o_.seed ^ static_cast<uint64_t>(step) ^ 0x5eed);
+    const size_t total = o_.slot * kSteps;
+    const size_t offset = r % total;
+    const size_t len = 1 + (r >> 20) % (total - offset);
+    void* mh = nullptr;
+    check(net_->reg_mr(d.comm, d.buffer->data() + offset, len, NCCL_PTR_HOST, &mh) == ncclSuccess,
+          "regMr of a sub-range failed");
+    check(net_->dereg_mr(d.comm, mh) == ncclSuccess, "deregMr of a sub-range failed");
+  }
+
+  void close_all() {
+    for (ChannelState& ch : channels_) {
+      check(net_->dereg_mr(ch.send.comm, ch.send.mh) == ncclSuccess, "deregMr failed");
+      check(net_->dereg_mr(ch.recv.comm, ch.recv.mh) == ncclSuccess, "deregMr failed");
+    }
+    // Both ranks are done before either closes (a close may drop what the other still tests).
+    oob_send("closing");
+    oob_receive();
+    for (ChannelState& ch : channels_) {
+      check(net_->close_send(ch.send.comm) == ncclSuccess, "closeSend failed");
+      check(net_->close_recv(ch.recv.comm) == ncclSuccess, "closeRecv failed");
+      check(net_->close_listen(ch.listen) == ncclSuccess, "closeListen failed");
+    }
+  }
+
+  const Options& o_;
+  int rank_;
+  OobChannel& oob_;
+  std::unique_ptr<PluginLibrary> library_;
+  std::unique_ptr<Net> net_;
+  std::vector<ChannelState> channels_;
+  Clock::time_point deadline_;
+};
+
+}  // namespace
+}  // namespace hmr::nccl::test
+
+int main(int argc, char** argv) {
+  using namespace hmr::nccl::test;
+  Options o;
+  bool peer = false;
+  std::vector<std::string> forwarded;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--peer") {
+      peer = true;
+      continue;
+    }
+    if (i + 1 >= argc) die(arg + " needs a value");
+    const std::string value = argv[++i];
+    forwarded.insert(forwarded.end(), {arg, value});
+    if (arg == "--provider") o.provider = value;
+    else if (arg == "--channels") o.channels = std::stoi(value);
+    else if (arg == "--steps") o.steps = std::stol(value);
+    else if (arg == "--seconds") o.seconds = std::stod(value);
+    else if (arg == "--slot") o.slot = std::stoul(value);
+    else if (arg == "--seed") o.seed = std::stoull(value);
+    else if (arg == "--reg-every") o.reg_every = std::stoi(value);
+    else die("unknown argument " + arg + " (--provider, --channels, --steps, --seconds, --slot, --seed, --reg-every)");
+  }
+  check(o.channels > 0 && o.channels <= 64 && o.steps > 0 && o.slot > 0 && o.slot <= (64u << 20),
+        "bad options");
+  if (o.seconds > 0) o.steps = 1L << 40;  // bounded by time; the ranks agree on the count
+  if (peer) {
+    OobChannel oob(kPeerChannelFd);
+    return Soak(o, 1, oob).run();
+  }
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  check(n > 0, "readlink /proc/self/exe");
+  self[n] = '\0';
+  std::vector<std::string> args = {self, "--peer"};
+  args.insert(args.end(), forwarded.begin(), forwarded.end());
+  std::string why;
+  auto other = PeerProcess::start(args, &why);
+  check(other.has_value(), why);
+  const int rc = Soak(o, 0, other->channel()).run();
+  const auto status = other->wait(Clock::now() + std::chrono::seconds(60));
+  check(status == std::optional<int>(0), "the other rank failed (its reason is above)");
+  return rc;
+}
