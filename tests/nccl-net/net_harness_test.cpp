@@ -398,6 +398,102 @@ TEST(OneProcess, LoopbackConnection) {
   EXPECT_TRUE(f.ok()) << f.text();
 }
 
+// PXN and shared comms: two senders feed one grouped receive, and one may be a step ahead.
+// Two grouped receives tagged {1, 2}; isend(tag 1) twice.  The second has no unused tag-1
+// buffer in the oldest receive: no request (NCCL calls again), never an error; once tag 2
+// filled the first receive, it goes into the second.  Every buffer gets its own message.
+TEST(OneProcess, AGroupedReceiveWaitsForASenderThatIsAStepAhead) {
+  Failures f;
+  Rank rank(table(11), 0, kScenarioBudget);
+  ASSERT_TRUE(rank.start(library(), &f)) << f.text();
+  Link link;
+  ASSERT_TRUE(rank.connect_both(nullptr, &link, &f)) << f.text();
+  constexpr size_t kSize = 4096;
+  HostBuffer in(4 * kSize), out(4 * kSize);
+  void* in_mh = nullptr;
+  void* out_mh = nullptr;
+  ASSERT_EQ(rank.net().reg_mr(link.recv, in.data(), in.size(), NCCL_PTR_HOST, &in_mh), ncclSuccess);
+  ASSERT_EQ(rank.net().reg_mr(link.send, out.data(), out.size(), NCCL_PTR_HOST, &out_mh), ncclSuccess);
+  // Message m (0..3) is out[m]: tag-1 messages 0 and 1, tag-2 messages 2 and 3.
+  for (size_t m = 0; m < 4; ++m) fill_pattern(out.data() + m * kSize, kSize, 900 + m);
+  std::memset(in.data(), 0, in.size());
+  void* receives[2] = {};
+  for (int r = 0; r < 2; ++r) {
+    void* data[2] = {in.data() + (2 * r) * kSize, in.data() + (2 * r + 1) * kSize};
+    size_t sizes[2] = {kSize, kSize};
+    int tags[2] = {1, 2};
+    void* mhs[2] = {in_mh, in_mh};
+    ASSERT_EQ(rank.net().irecv(link.recv, 2, data, sizes, tags, mhs, &receives[r]), ncclSuccess);
+    ASSERT_NE(receives[r], nullptr);
+  }
+  bool received[2] = {false, false};
+  auto poll_receives = [&] {  // progresses the receiving side
+    for (int r = 0; r < 2; ++r) {
+      int done = 0;
+      if (!received[r] && rank.net().test(receives[r], &done, nullptr) == ncclSuccess && done) {
+        received[r] = true;
+      }
+    }
+  };
+  auto isend = [&](size_t m, int tag, void** request) {
+    const auto deadline = Clock::now() + std::chrono::seconds(10);
+    ncclResult_t rc = ncclSuccess;
+    // Until the receiver's announcements are here, every isend may return no request.
+    do {
+      rc = rank.net().isend(link.send, out.data() + m * kSize, kSize, tag, out_mh, request);
+      poll_receives();
+    } while (rc == ncclSuccess && *request == nullptr && Clock::now() < deadline);
+    return rc;
+  };
+  void* sends[4] = {};
+  ASSERT_EQ(isend(0, 1, &sends[0]), ncclSuccess);
+  ASSERT_NE(sends[0], nullptr);
+  // The step-ahead isend: no request, and no error, however often NCCL asks.
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_EQ(rank.net().isend(link.send, out.data() + 1 * kSize, kSize, 1, out_mh, &sends[1]),
+              ncclSuccess)
+        << "isend of a tag the oldest receive has used failed instead of waiting";
+    ASSERT_EQ(sends[1], nullptr);
+  }
+  EXPECT_FALSE(received[0]) << "the first receive completed with its tag-2 buffer unsent";
+  ASSERT_EQ(isend(2, 2, &sends[2]), ncclSuccess);
+  ASSERT_NE(sends[2], nullptr);
+  ASSERT_EQ(isend(1, 1, &sends[1]), ncclSuccess);
+  ASSERT_NE(sends[1], nullptr) << "the step-ahead send never went into the second receive";
+  ASSERT_EQ(isend(3, 2, &sends[3]), ncclSuccess);
+  ASSERT_NE(sends[3], nullptr);
+  const auto deadline = Clock::now() + std::chrono::seconds(20);
+  void* requests[6] = {sends[0], sends[1], sends[2], sends[3],
+                       received[0] ? nullptr : receives[0], received[1] ? nullptr : receives[1]};
+  int pending = 6 - received[0] - received[1];
+  while (pending > 0 && Clock::now() < deadline) {
+    for (void*& request : requests) {
+      if (request == nullptr) continue;
+      int done = 0;
+      int sizes[2] = {-1, -1};
+      ASSERT_EQ(rank.net().test(request, &done, sizes), ncclSuccess);
+      if (done) {
+        request = nullptr;
+        --pending;
+      }
+    }
+  }
+  ASSERT_EQ(pending, 0) << "requests left after 20 s";
+  // Receive r, buffer b (tag b + 1) holds message: tag 1 -> 0 then 1, tag 2 -> 2 then 3.
+  const size_t expected[4] = {0, 2, 1, 3};
+  for (size_t buffer = 0; buffer < 4; ++buffer) {
+    EXPECT_EQ(find_pattern_mismatch(in.data() + buffer * kSize, kSize, 900 + expected[buffer]),
+              SIZE_MAX)
+        << "receive " << buffer / 2 << " buffer " << buffer % 2 << " does not hold message "
+        << expected[buffer];
+  }
+  EXPECT_EQ(rank.net().dereg_mr(link.recv, in_mh), ncclSuccess);
+  EXPECT_EQ(rank.net().dereg_mr(link.send, out_mh), ncclSuccess);
+  rank.close(&link, &f);
+  EXPECT_EQ(rank.net().finalize(), ncclSuccess);
+  EXPECT_TRUE(f.ok()) << f.text();
+}
+
 // Handles NCCL's bootstrap might deliver damaged: every one refused with a reason, none
 // connects, and the listener they were made from still works afterwards.
 TEST(BadInput, RandomTruncatedAndCorruptedHandles) {

@@ -31,6 +31,7 @@ std::array<uint8_t, kHandleSize> valid_handle(size_t address_size = 16) {
 
 std::vector<std::vector<uint8_t>> valid_messages() {
   ReceiveAnnouncement announcement;
+  announcement.sequence = 0xfedcba98u;  // the round trip below keeps every field
   announcement.slot = 31;
   announcement.generation = 200;
   announcement.count = kMaxRecvs;
@@ -133,9 +134,9 @@ TEST(ControlMessage, FieldsOutOfRangeAreRefusedWithTheirName) {
   ReceiveAnnouncement wraps = a;
   wraps.buffers[0] = AnnouncedBuffer{~0ull - 10, 100, 0, 0};
   auto nine = with(a);
-  nine[10] = 9;  // the count byte
+  nine[14] = 9;  // the count byte (after the header, sequence, slot and generation)
   auto zero = with(a);
-  zero[10] = 0;
+  zero[14] = 0;
   auto reason = encode(SendFailure{});
   reason[11] = 99;  // the reason's low byte
   const std::vector<Case> cases = {

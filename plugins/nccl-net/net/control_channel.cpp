@@ -72,11 +72,26 @@ bool ControlChannel::send(const ControlMessage& message, fi_addr_t peer, std::st
     *why = "a control message of " + std::to_string(bytes.size()) + " bytes does not fit a buffer";
     return false;
   }
+  if (reorder_ && std::holds_alternative<ReceiveAnnouncement>(message)) {
+    if (!held_) {
+      held_ = Queued{std::move(bytes), peer};
+      held_flushes_ = 0;
+      return true;
+    }
+    queued_.push_back(Queued{std::move(bytes), peer});  // this one first, then the held one
+    queued_.push_back(std::move(*held_));
+    held_.reset();
+    return flush(why);
+  }
   queued_.push_back(Queued{std::move(bytes), peer});
   return flush(why);
 }
 
 bool ControlChannel::flush(std::string* why) {
+  if (held_ && ++held_flushes_ >= 2) {  // no announcement followed it: let it go
+    queued_.push_back(std::move(*held_));
+    held_.reset();
+  }
   while (!queued_.empty() && !free_sends_.empty()) {
     const Queued& next = queued_.front();
     const uint32_t index = free_sends_.back();

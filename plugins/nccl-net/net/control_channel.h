@@ -8,6 +8,7 @@
 
 #include <deque>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -34,7 +35,11 @@ class ControlChannel {
   // Posts queued sends while buffers and the provider allow.
   bool flush(std::string* why);
   // Sends queued or not yet completed.
-  bool busy() const { return !queued_.empty() || sends_in_flight_ != 0; }
+  bool busy() const { return !queued_.empty() || held_.has_value() || sends_in_flight_ != 0; }
+  // Fault injection for tests (HMR_NCCL_TEST_REORDER_ANNOUNCEMENTS): each receive
+  // announcement is held back until the next one has gone out, or for two flushes when none
+  // follows, so a peer sees them in another order than they were sent.
+  void reorder_announcements(bool on) { reorder_ = on; }
 
   // For a completed control_receive operation: the bytes received, and then its repost.
   std::span<const uint8_t> received(const Operation& op, size_t len) const;
@@ -63,6 +68,9 @@ class ControlChannel {
   std::vector<uint32_t> free_sends_;   // indices of idle send slots
   std::deque<Queued> queued_;
   size_t sends_in_flight_ = 0;
+  bool reorder_ = false;
+  std::optional<Queued> held_;  // the announcement held back (reorder_ only)
+  int held_flushes_ = 0;        // flushes since it was held
 };
 
 }  // namespace hmr::nccl

@@ -19,11 +19,11 @@ uint64_t fresh_nonce() {
 
 }  // namespace
 
-ncclResult_t ListenComm::open(Device& device, bool force_flush,
+ncclResult_t ListenComm::open(Device& device, const RecvCommOptions& options,
                               std::span<uint8_t, kHandleSize> handle,
                               std::unique_ptr<ListenComm>* out) {
   std::unique_ptr<ListenComm> comm(new ListenComm(device));
-  comm->force_flush_ = force_flush;
+  comm->options_ = options;
   std::string why;
   comm->endpoint_ = Endpoint::open(device.libfabric(), device.info(), device.domain(), &why);
   if (!comm->endpoint_) return fail(ncclSystemError, "listen: %s", why.c_str());
@@ -62,7 +62,7 @@ void ListenComm::on_message(std::span<const uint8_t> bytes) {
   }
   log_info("accept: connect request received (nonce %#llx)", static_cast<unsigned long long>(nonce_));
   std::unique_ptr<RecvComm> comm;
-  if (RecvComm::start(*device_, *request, force_flush_, &comm) == ncclSuccess) {
+  if (RecvComm::start(*device_, *request, options_, &comm) == ncclSuccess) {
     accepting_.push_back(std::move(comm));
   }
 }

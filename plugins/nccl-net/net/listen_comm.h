@@ -19,8 +19,9 @@ class Device;
 
 class ListenComm {
  public:
-  static ncclResult_t open(Device& device, bool force_flush, std::span<uint8_t, kHandleSize> handle,
-                           std::unique_ptr<ListenComm>* out);
+  // `options`: how the recv comms it accepts behave.
+  static ncclResult_t open(Device& device, const RecvCommOptions& options,
+                           std::span<uint8_t, kHandleSize> handle, std::unique_ptr<ListenComm>* out);
   ~ListenComm();
 
   // A recv comm once one is connected, else nullptr (NCCL calls again).
@@ -32,7 +33,7 @@ class ListenComm {
   void on_message(std::span<const uint8_t> bytes);
 
   Device* device_;
-  bool force_flush_ = false;
+  RecvCommOptions options_;
   uint64_t nonce_ = 0;
   std::unique_ptr<Endpoint> endpoint_;
   std::unique_ptr<ControlChannel> control_;

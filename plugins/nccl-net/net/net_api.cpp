@@ -207,7 +207,9 @@ ncclResult_t listen(void* ctx, int dev, void* handle, void** listen_comm) {
   if (handle == nullptr || listen_comm == nullptr) return fail(ncclInvalidArgument, "listen: NULL argument");
   *listen_comm = nullptr;
   std::unique_ptr<ListenComm> comm;
-  if (const ncclResult_t rc = ListenComm::open(*device, plugin().settings.force_flush,
+  if (const ncclResult_t rc = ListenComm::open(*device,
+                                               RecvCommOptions{plugin().settings.force_flush,
+                                                               plugin().settings.reorder_announcements},
                                                handle_bytes(handle), &comm);
       rc != ncclSuccess) {
     return rc;

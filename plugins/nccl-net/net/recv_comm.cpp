@@ -19,10 +19,10 @@ constexpr size_t kControlSends = kMaxRequests + 4;
 
 }  // namespace
 
-ncclResult_t RecvComm::start(Device& device, const ConnectRequest& request, bool force_flush,
-                             std::unique_ptr<RecvComm>* out) {
+ncclResult_t RecvComm::start(Device& device, const ConnectRequest& request,
+                             const RecvCommOptions& options, std::unique_ptr<RecvComm>* out) {
   std::unique_ptr<RecvComm> comm(new RecvComm(device));
-  comm->force_flush_ = force_flush;
+  comm->force_flush_ = options.force_flush;
   std::string why;
   comm->endpoint_ = Endpoint::open(device.libfabric(), device.info(), device.domain(), &why);
   if (!comm->endpoint_) return fail(ncclSystemError, "accept: %s", why.c_str());
@@ -30,6 +30,7 @@ ncclResult_t RecvComm::start(Device& device, const ConnectRequest& request, bool
   if (!comm->control_ || !comm->control_->post_receives(&why)) {
     return fail(ncclSystemError, "accept: %s", why.c_str());
   }
+  comm->control_->reorder_announcements(options.reorder_announcements);
   if (!comm->endpoint_->insert(request.address, &comm->peer_, &why)) {
     return fail(ncclRemoteError, "accept: the connector's address is unusable: %s", why.c_str());
   }
@@ -203,6 +204,7 @@ ncclResult_t RecvComm::irecv(int n, void** data, const size_t* sizes, const int*
     slot->posted[i] = sizes[i];
     slot->received[i] = 0;
   }
+  announcement.sequence = next_sequence_++;
   announcement.slot = slot->slot;
   announcement.generation = slot->generation;
   std::string why;

@@ -20,11 +20,17 @@ namespace hmr::nccl {
 class Device;
 struct MemoryHandle;
 
+// How a recv comm behaves, from the plugin's settings (settings.h).
+struct RecvCommOptions {
+  bool force_flush = false;            // iflush reads back host memory too
+  bool reorder_announcements = false;  // fault injection: announcements out of order
+};
+
 class RecvComm {
  public:
   // Answers `request` (already checked against the listener's nonce) from a new endpoint.
-  static ncclResult_t start(Device& device, const ConnectRequest& request, bool force_flush,
-                            std::unique_ptr<RecvComm>* out);
+  static ncclResult_t start(Device& device, const ConnectRequest& request,
+                            const RecvCommOptions& options, std::unique_ptr<RecvComm>* out);
   ~RecvComm();
 
   // True once the accept has gone out, so the comm can be handed to NCCL.
@@ -55,6 +61,7 @@ class RecvComm {
   bool accept_sent_ = false;
   std::string failure_;
   ncclResult_t failure_result_ = ncclSuccess;
+  uint32_t next_sequence_ = 0;  // the next irecv's number in its announcement
   std::array<ReceiveRequest, kMaxRequests> receives_;
   std::array<FlushRequest, kMaxRequests> flushes_;
 };

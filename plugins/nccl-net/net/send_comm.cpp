@@ -144,31 +144,57 @@ ncclResult_t SendComm::on_message(std::span<const uint8_t> bytes) {
     return ncclSuccess;
   }
   if (auto* announcement = std::get_if<ReceiveAnnouncement>(&*message)) {
-    // A receiver has at most NCCL_NET_MAX_REQUESTS receives posted; more is a broken peer.
-    if (announcements_.size() >= kMaxRequests) {
-      return fail_comm(ncclRemoteError, "the receiver announced more than " +
-                                            std::to_string(kMaxRequests) + " posted receives");
+    // A receiver has at most NCCL_NET_MAX_REQUESTS receives posted, numbered from the oldest
+    // the sender has not filled; anything else is a broken peer.
+    const uint32_t ahead = announcement->sequence - next_sequence_;  // modulo 2^32
+    std::optional<Announcement>& place = announced_[announcement->sequence % kMaxRequests];
+    if (ahead >= kMaxRequests || place.has_value()) {
+      return fail_comm(ncclRemoteError,
+                       "the receiver announced receive " + std::to_string(announcement->sequence) +
+                           " while the oldest unfilled one is " + std::to_string(next_sequence_) +
+                           (ahead >= kMaxRequests ? " (more than " + std::to_string(kMaxRequests) +
+                                                        " posted receives)"
+                                                  : " (announced twice)"));
     }
-    announcements_.push_back(Announcement{*announcement, 0});
+    place = Announcement{*announcement, 0};
     return ncclSuccess;
   }
   return fail_comm(ncclRemoteError, "the receiver sent a message a send comm never expects");
 }
 
 SendRequest* SendComm::free_request() {
-  for (SendRequest& request : requests_) {
-    if (request.state == RequestState::idle) return &request;
+  // From where the last search ended: requests complete about in the order they were posted,
+  // so the next idle one is usually the first looked at.
+  for (size_t i = 0; i < requests_.size(); ++i) {
+    const size_t at = (next_free_ + i) % requests_.size();
+    if (requests_[at].state == RequestState::idle) {
+      next_free_ = at + 1;
+      return &requests_[at];
+    }
   }
   return nullptr;
+}
+
+SendComm::Announcement* SendComm::oldest() {
+  std::optional<Announcement>& place = announced_[next_sequence_ % kMaxRequests];
+  return place.has_value() ? &*place : nullptr;
+}
+
+void SendComm::use_buffer(size_t index) {
+  std::optional<Announcement>& place = announced_[next_sequence_ % kMaxRequests];
+  place->used_mask |= static_cast<uint8_t>(1u << index);
+  if (place->used_mask == (1u << place->message.count) - 1) {
+    place.reset();
+    ++next_sequence_;
+  }
 }
 
 void SendComm::reject_message(Announcement& announcement, size_t index,
                                       SendFailureReason reason, uint64_t size) {
   const ReceiveAnnouncement& m = announcement.message;
-  std::string why;
-  announcement.used_mask |= static_cast<uint8_t>(1u << index);
   const SendFailure notice{m.slot, m.generation, static_cast<uint8_t>(index), reason, size};
-  if (announcement.used_mask == (1u << m.count) - 1) announcements_.pop_front();
+  use_buffer(index);  // (m is gone after this when it was the last buffer)
+  std::string why;
   if (!control_->send(notice, peer_, &why)) log_warn("could not tell the receiver: %s", why.c_str());
 }
 
@@ -190,9 +216,10 @@ ncclResult_t SendComm::isend(void* data, size_t size, int tag, MemoryHandle* mha
     return fail(ncclInvalidArgument, "isend: the memory handle was registered on another device");
   }
   if (const ncclResult_t rc = progress(); rc != ncclSuccess) return rc;
-  if (announcements_.empty()) return ncclSuccess;  // the receiver has not posted it yet
+  Announcement* const front = oldest();
+  if (front == nullptr) return ncclSuccess;  // the receiver has not posted it (or we heard not)
 
-  Announcement& announcement = announcements_.front();
+  Announcement& announcement = *front;
   const ReceiveAnnouncement& m = announcement.message;
   size_t index = m.count;
   for (size_t i = 0; i < m.count; ++i) {
@@ -202,8 +229,10 @@ ncclResult_t SendComm::isend(void* data, size_t size, int tag, MemoryHandle* mha
     }
   }
   if (index == m.count) {
-    return fail(ncclInvalidUsage, "isend with tag %d: the receiver's oldest posted receive "
-                "(%u buffers) has no unused buffer with that tag", tag, m.count);
+    // Another sender of a grouped receive (PXN, shared comms) is a step ahead: its buffer is
+    // in the next receive.  As NCCL's IB transport does: no request, NCCL calls again, and
+    // the oldest receive is filled first.
+    return ncclSuccess;
   }
   // Copies: finishing the announcement below pops it, and `m` with it.
   const AnnouncedBuffer target = m.buffers[index];
@@ -229,8 +258,7 @@ ncclResult_t SendComm::isend(void* data, size_t size, int tag, MemoryHandle* mha
     return fail(ncclSystemError, "fi_writedata of %zu bytes failed: %s", size,
                 device_->libfabric().describe(rc).c_str());
   }
-  announcement.used_mask |= static_cast<uint8_t>(1u << index);
-  if (announcement.used_mask == (1u << m.count) - 1) announcements_.pop_front();  // m dies here
+  use_buffer(index);  // m dies here when it was the last buffer
   slot->state = RequestState::pending;
   slot->posted_at = std::chrono::steady_clock::now();
   slot->size = size;

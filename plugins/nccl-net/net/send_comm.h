@@ -4,14 +4,16 @@
 // buffer (address, size, hmr key, tag); isend takes the oldest announcement with its tag and
 // RMA-writes into that buffer with remote CQ data saying which buffer and how many bytes.
 // Until the announcement is there, isend returns no request and NCCL asks again.
+// Announcements are numbered by the receiver: the sender fills them in that order, keeping
+// one that arrives early in its place until those before it came and were filled.
 #pragma once
 
 #include <rdma/fabric.h>
 
 #include <array>
 #include <chrono>
-#include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,6 +57,11 @@ class SendComm {
   void reject_message(Announcement& announcement, size_t index, SendFailureReason reason,
                               uint64_t size);
   SendRequest* free_request();
+  // The oldest receive not yet filled, once its announcement came; nullptr until then.
+  Announcement* oldest();
+  // Marks buffer `index` of the oldest announcement used; the next one becomes the oldest
+  // once all of its buffers are.
+  void use_buffer(size_t index);
 
   Device* device_;
   std::unique_ptr<Endpoint> endpoint_;
@@ -67,8 +74,14 @@ class SendComm {
   bool connected_ = false;
   std::string failure_;  // why the comm can no longer be used; empty while it can
   ncclResult_t failure_result_ = ncclSuccess;
-  std::deque<Announcement> announcements_;
-  std::array<SendRequest, 2 * kMaxRequests> requests_;
+  // Announcements by sequence number: announced_[s % kMaxRequests] holds receive s while it
+  // is one of the kMaxRequests the receiver may have posted from next_sequence_ on.
+  std::array<std::optional<Announcement>, kMaxRequests> announced_;
+  uint32_t next_sequence_ = 0;
+  // One request per message in flight: NCCL_NET_MAX_REQUESTS receives of up to maxRecvs
+  // buffers each may be posted at once, and NCCL may fill all of them.
+  std::array<SendRequest, kMaxRequests * kMaxRecvs> requests_;
+  size_t next_free_ = 0;  // where free_request() looks first
 };
 
 }  // namespace hmr::nccl

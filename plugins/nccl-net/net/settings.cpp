@@ -21,6 +21,26 @@ bool read_seconds(const char* name, int* out_ms, std::string* why) {
   return true;
 }
 
+// A boolean variable: 1/0, yes/no, true/false, on/off (any case).
+bool read_bool(const char* name, bool* out, std::string* why) {
+  const char* text = std::getenv(name);
+  if (text == nullptr) return true;
+  for (const char* yes : {"1", "yes", "true", "on"}) {
+    if (strcasecmp(text, yes) == 0) {
+      *out = true;
+      return true;
+    }
+  }
+  for (const char* no : {"0", "no", "false", "off"}) {
+    if (strcasecmp(text, no) == 0) {
+      *out = false;
+      return true;
+    }
+  }
+  *why = std::string(name) + "='" + text + "' is not a boolean (1/0, yes/no, true/false, on/off)";
+  return false;
+}
+
 }  // namespace
 
 std::optional<Settings> read_settings(std::string* why) {
@@ -30,15 +50,9 @@ std::optional<Settings> read_settings(std::string* why) {
       !read_seconds("HMR_NCCL_WRITE_TIMEOUT", &settings.write_timeout_ms, why)) {
     return std::nullopt;
   }
-  if (const char* flush = std::getenv("HMR_NCCL_FORCE_FLUSH")) {
-    if (strcasecmp(flush, "1") == 0 || strcasecmp(flush, "yes") == 0 ||
-        strcasecmp(flush, "true") == 0 || strcasecmp(flush, "on") == 0) {
-      settings.force_flush = true;
-    } else if (strcasecmp(flush, "0") != 0 && strcasecmp(flush, "no") != 0 &&
-               strcasecmp(flush, "false") != 0 && strcasecmp(flush, "off") != 0) {
-      *why = std::string("HMR_NCCL_FORCE_FLUSH='") + flush + "' is not a boolean (1/0, yes/no, true/false, on/off)";
-      return std::nullopt;
-    }
+  if (!read_bool("HMR_NCCL_FORCE_FLUSH", &settings.force_flush, why) ||
+      !read_bool("HMR_NCCL_TEST_REORDER_ANNOUNCEMENTS", &settings.reorder_announcements, why)) {
+    return std::nullopt;
   }
   return settings;
 }

@@ -12,6 +12,10 @@ struct Settings {
   int connect_timeout_ms = 30000;  // HMR_NCCL_CONNECT_TIMEOUT (seconds, may be fractional)
   int write_timeout_ms = 60000;    // HMR_NCCL_WRITE_TIMEOUT (seconds, may be fractional)
   bool force_flush = false;        // HMR_NCCL_FORCE_FLUSH: iflush reads back host memory too
+  // HMR_NCCL_TEST_REORDER_ANNOUNCEMENTS: fault injection for tests. Each recv comm sends
+  // every other receive announcement after the one that follows it, as a fabric that does
+  // not order messages may deliver them (the plugin must not depend on the order).
+  bool reorder_announcements = false;
 };
 
 std::optional<Settings> read_settings(std::string* why);

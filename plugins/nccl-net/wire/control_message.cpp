@@ -22,6 +22,7 @@ void write_body(wire::ByteWriter& w, const ConnectAccept& m) {
   w.str(m.address);
 }
 void write_body(wire::ByteWriter& w, const ReceiveAnnouncement& m) {
+  w.u32(m.sequence);
   w.u8(m.slot);
   w.u8(m.generation);
   w.u8(m.count);
@@ -52,6 +53,7 @@ Connection read_connection(wire::ByteReader& r) {
 
 ReceiveAnnouncement read_announcement(wire::ByteReader& r) {
   ReceiveAnnouncement m;
+  m.sequence = r.u32("sequence");
   m.slot = r.u8("slot");
   m.generation = r.u8("generation");
   m.count = r.u8("count");

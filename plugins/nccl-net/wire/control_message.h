@@ -3,13 +3,16 @@
 //   header:               "HMRC" | u16 version | u16 type            (the body is the rest)
 //   connect_request:      u64 nonce | str address           connector -> listener
 //   connect_accept:       u64 nonce | str address           new recv comm -> connector
-//   receive_announcement: u8 slot | u8 generation | u8 count | count x
+//   receive_announcement: u32 sequence | u8 slot | u8 generation | u8 count | count x
 //                         (u64 address | u64 size | u64 key | u32 tag)   receiver -> sender
 //   send_failure:         u8 slot | u8 generation | u8 index | u32 reason | u64 size
 //                                                           sender -> receiver
 //
 // A receive announcement is what NCCL's IB transport calls a clear-to-send: per posted buffer,
 // where it is (the address RMA uses), how large, its hmr key, and the tag a send must carry.
+// Its sequence number is the receive's place among the comm's irecvs (0, 1, 2, ...): the
+// sender fills receives in that order whatever order the fabric delivers announcements in
+// (EFA's SRD reorders messages unless asked not to; version 1 had no number).
 // The peer is another process: decode() checks the magic, version, type, exact length and the
 // bounds of every field, and rejects the message as a whole with a reason.
 #pragma once
@@ -25,7 +28,7 @@
 
 namespace hmr::nccl {
 
-inline constexpr uint16_t kControlVersion = 1;
+inline constexpr uint16_t kControlVersion = 2;
 // Room for the largest message (an announcement of kMaxRecvs buffers, or an address).
 inline constexpr size_t kControlBufferSize = 512;
 
@@ -44,6 +47,7 @@ struct AnnouncedBuffer {
   int32_t tag = 0;
 };
 struct ReceiveAnnouncement {
+  uint32_t sequence = 0;  // this receive's number among the comm's irecvs, from 0 (wraps)
   uint8_t slot = 0;
   uint8_t generation = 0;
   uint8_t count = 0;
