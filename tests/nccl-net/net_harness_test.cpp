@@ -17,6 +17,7 @@
 #include <random>
 
 #include "rank.h"
+#include "wire/limits.h"
 
 namespace hmr::nccl::test {
 namespace {
@@ -489,6 +490,61 @@ TEST(OneProcess, AGroupedReceiveWaitsForASenderThatIsAStepAhead) {
   }
   EXPECT_EQ(rank.net().dereg_mr(link.recv, in_mh), ncclSuccess);
   EXPECT_EQ(rank.net().dereg_mr(link.send, out_mh), ncclSuccess);
+  rank.close(&link, &f);
+  EXPECT_EQ(rank.net().finalize(), ncclSuccess);
+  EXPECT_TRUE(f.ok()) << f.text();
+}
+
+// NCCL reads an iflush that gives no request as "flushed", and lets the GPU read the buffer.
+// So a flush the provider cannot take now (EAGAIN, injected) still gives a request that
+// completes later, and a comm out of flush requests says so with an error.  Run by the ctest
+// hmr_nccl_net_flush with HMR_NCCL_FORCE_FLUSH=1 (host memory flushed through the NIC, and
+// forceFlush reported to NCCL) and HMR_NCCL_TEST_FLUSH_EAGAIN=3.
+TEST(OneProcess, FlushesAreNeverDropped) {
+  if (std::getenv("HMR_NCCL_FORCE_FLUSH") == nullptr || std::getenv("HMR_NCCL_TEST_FLUSH_EAGAIN") == nullptr) {
+    GTEST_SKIP() << "run by ctest hmr_nccl_net_flush (HMR_NCCL_FORCE_FLUSH=1 HMR_NCCL_TEST_FLUSH_EAGAIN=3)";
+  }
+  Failures f;
+  Rank rank(table(11), 0, kScenarioBudget);
+  ASSERT_TRUE(rank.start(library(), &f)) << f.text();
+  EXPECT_EQ(rank.properties().force_flush, 1) << "HMR_NCCL_FORCE_FLUSH=1 must reach NCCL";
+  Link link;
+  ASSERT_TRUE(rank.connect_both(nullptr, &link, &f)) << f.text();
+  HostBuffer buffer(64 * 1024);
+  void* mh = nullptr;
+  ASSERT_EQ(rank.net().reg_mr(link.recv, buffer.data(), buffer.size(), NCCL_PTR_HOST, &mh), ncclSuccess);
+  auto flush = [&](size_t i, void** request) {
+    void* data = buffer.data() + i * 1024;
+    int size = 1024;
+    return rank.net().iflush(link.recv, 1, &data, &size, &mh, request);
+  };
+  auto wait = [&](void* request) {
+    const auto deadline = Clock::now() + std::chrono::seconds(10);
+    int done = 0;
+    while (!done && Clock::now() < deadline) {
+      if (rank.net().test(request, &done, nullptr) != ncclSuccess) return false;
+    }
+    return done == 1;
+  };
+  void* request = nullptr;
+  ASSERT_EQ(flush(0, &request), ncclSuccess);
+  ASSERT_NE(request, nullptr) << "an iflush the provider could not take at once was dropped";
+  EXPECT_TRUE(wait(request)) << "the flush never completed";
+  // Every flush request of the comm in flight, then one more.
+  std::vector<void*> requests;
+  for (size_t i = 0; i < kMaxRequests; ++i) {
+    void* r = nullptr;
+    ASSERT_EQ(flush(i, &r), ncclSuccess);
+    ASSERT_NE(r, nullptr);
+    requests.push_back(r);
+  }
+  const size_t mark = log_mark();
+  void* extra = nullptr;
+  EXPECT_EQ(flush(40, &extra), ncclInternalError) << "a flush with no request left was not refused";
+  EXPECT_EQ(extra, nullptr);
+  EXPECT_TRUE(warned_since(mark, "flush requests")) << warnings_since(mark);
+  for (void* r : requests) EXPECT_TRUE(wait(r));
+  EXPECT_EQ(rank.net().dereg_mr(link.recv, mh), ncclSuccess);
   rank.close(&link, &f);
   EXPECT_EQ(rank.net().finalize(), ncclSuccess);
   EXPECT_TRUE(f.ok()) << f.text();

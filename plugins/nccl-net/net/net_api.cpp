@@ -152,6 +152,8 @@ ncclResult_t init_context(void** ctx, uint64_t comm_id, const ncclNetCommConfig_
 }
 
 ncclResult_t finalize(void* ctx) {
+  // NULL is the context of an init that failed (NCCL cleans up after it): nothing to end.
+  if (ctx == nullptr) return ncclSuccess;
   Plugin& p = plugin();
   std::lock_guard lock(p.mutex);
   if (!p.live_contexts.remove(ctx)) return fail(ncclInvalidUsage, "finalize of a context not initialized");
@@ -184,7 +186,9 @@ ncclResult_t get_properties(int dev, ncclNetProperties_v11_t* props) {
   props->guid = d.guid;
   props->ptrSupport = d.ptr_support;
   props->regIsGlobal = 1;  // hmr's cache makes registering a registered range again a lookup
-  props->forceFlush = 0;
+  // NCCL (2.28, sm90 and later) calls iflush only when forceFlush is 1: the variable would
+  // otherwise change nothing NCCL does.
+  props->forceFlush = plugin().settings.force_flush ? 1 : 0;
   props->speed = d.speed_mbps;
   props->port = 1;
   props->latency = 0;
@@ -209,7 +213,8 @@ ncclResult_t listen(void* ctx, int dev, void* handle, void** listen_comm) {
   std::unique_ptr<ListenComm> comm;
   if (const ncclResult_t rc = ListenComm::open(*device,
                                                RecvCommOptions{plugin().settings.force_flush,
-                                                               plugin().settings.reorder_announcements},
+                                                               plugin().settings.reorder_announcements,
+                                                               plugin().settings.flush_eagain},
                                                handle_bytes(handle), &comm);
       rc != ncclSuccess) {
     return rc;

@@ -23,6 +23,7 @@ ncclResult_t RecvComm::start(Device& device, const ConnectRequest& request,
                              const RecvCommOptions& options, std::unique_ptr<RecvComm>* out) {
   std::unique_ptr<RecvComm> comm(new RecvComm(device));
   comm->force_flush_ = options.force_flush;
+  comm->flush_eagain_ = options.flush_eagain;
   std::string why;
   comm->endpoint_ = Endpoint::open(device.libfabric(), device.info(), device.domain(), &why);
   if (!comm->endpoint_) return fail(ncclSystemError, "accept: %s", why.c_str());
@@ -244,17 +245,44 @@ ncclResult_t RecvComm::iflush(int n, void** data, const int* sizes, MemoryHandle
       break;
     }
   }
-  if (slot == nullptr) return ncclSuccess;
-  const MemoryHandle* mh = mhandles[last];
-  const ssize_t rc = endpoint_->read(control_->scratch(), 1, control_->desc(), self_,
-                                     mh->rma_address(data[last]), mh->key, &slot->read);
-  if (rc == -FI_EAGAIN) return progress();
-  if (rc != 0) {
-    return fail(ncclSystemError, "iflush: fi_read failed: %s", device_->libfabric().describe(rc).c_str());
+  if (slot == nullptr) {
+    // No request would read as "flushed" to NCCL: refuse instead, loudly.
+    return fail(ncclInternalError, "iflush: all %zu flush requests of this comm are in flight "
+                "(more than NCCL_NET_MAX_REQUESTS); test them first", flushes_.size());
   }
+  const MemoryHandle* mh = mhandles[last];
+  slot->address = mh->rma_address(data[last]);
+  slot->key = mh->key;
+  slot->read_posted = false;
+  slot->eagain_left = flush_eagain_;
   slot->state = RequestState::pending;
+  slot->error = ncclSuccess;
+  post_flush(*slot);
+  if (slot->state == RequestState::failed) {
+    slot->state = RequestState::idle;
+    return slot->error;
+  }
   *request = slot;
   return ncclSuccess;
+}
+
+bool RecvComm::post_flush(FlushRequest& request) {
+  ssize_t rc = -FI_EAGAIN;
+  if (request.eagain_left > 0) {
+    --request.eagain_left;
+  } else {
+    rc = endpoint_->read(control_->scratch(), 1, control_->desc(), self_, request.address,
+                         request.key, &request.read);
+  }
+  if (rc == -FI_EAGAIN) return false;
+  if (rc != 0) {
+    request.state = RequestState::failed;
+    request.error = fail(ncclSystemError, "iflush: fi_read failed: %s",
+                         device_->libfabric().describe(rc).c_str());
+    return true;
+  }
+  request.read_posted = true;
+  return true;
 }
 
 ncclResult_t RecvComm::test(ReceiveRequest* request, int* done, int* sizes) {
@@ -284,6 +312,7 @@ ncclResult_t RecvComm::test(ReceiveRequest* request, int* done, int* sizes) {
 
 ncclResult_t RecvComm::test(FlushRequest* request, int* done) {
   if (done != nullptr) *done = 0;
+  if (request->state == RequestState::pending && !request->read_posted) post_flush(*request);
   if (request->state == RequestState::pending) {
     if (const ncclResult_t rc = progress(); rc != ncclSuccess) {
       request->state = RequestState::idle;

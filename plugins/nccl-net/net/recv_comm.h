@@ -24,6 +24,7 @@ struct MemoryHandle;
 struct RecvCommOptions {
   bool force_flush = false;            // iflush reads back host memory too
   bool reorder_announcements = false;  // fault injection: announcements out of order
+  int flush_eagain = 0;                // fault injection: posts of a flush that see EAGAIN
 };
 
 class RecvComm {
@@ -51,6 +52,9 @@ class RecvComm {
   ncclResult_t on_message(std::span<const uint8_t> bytes);
   ncclResult_t fail_comm(ncclResult_t result, const std::string& reason);
   ReceiveRequest* posted(uint8_t slot, uint8_t generation, uint8_t index);
+  // Posts a flush's read-back: true once posted or failed, false when the provider is busy
+  // (the request stays pending and test() tries again).
+  bool post_flush(FlushRequest& request);
 
   Device* device_;
   std::unique_ptr<Endpoint> endpoint_;
@@ -58,6 +62,7 @@ class RecvComm {
   fi_addr_t peer_ = FI_ADDR_UNSPEC;
   fi_addr_t self_ = FI_ADDR_UNSPEC;  // for iflush's read-back through the NIC
   bool force_flush_ = false;
+  int flush_eagain_ = 0;
   bool accept_sent_ = false;
   std::string failure_;
   ncclResult_t failure_result_ = ncclSuccess;

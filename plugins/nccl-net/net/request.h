@@ -51,6 +51,13 @@ struct FlushRequest : Request {
   FlushRequest() : Request(RequestKind::flush) {}
   RecvComm* comm = nullptr;
   Operation read;
+  // What to read back (a byte of the last buffer), and whether the read is posted yet: a
+  // flush the provider cannot take now stays pending and is posted by test(), never dropped
+  // (NCCL takes an iflush without a request as "done").
+  uint64_t address = 0;
+  uint64_t key = 0;
+  bool read_posted = false;
+  int eagain_left = 0;  // HMR_NCCL_TEST_FLUSH_EAGAIN
 };
 
 }  // namespace hmr::nccl

@@ -50,6 +50,15 @@ std::optional<Settings> read_settings(std::string* why) {
       !read_seconds("HMR_NCCL_WRITE_TIMEOUT", &settings.write_timeout_ms, why)) {
     return std::nullopt;
   }
+  if (const char* text = std::getenv("HMR_NCCL_TEST_FLUSH_EAGAIN")) {
+    char* end = nullptr;
+    const long n = std::strtol(text, &end, 10);
+    if (end == text || *end != '\0' || n < 0 || n > 1000000) {
+      *why = std::string("HMR_NCCL_TEST_FLUSH_EAGAIN='") + text + "' is not a count (0 to 1000000)";
+      return std::nullopt;
+    }
+    settings.flush_eagain = static_cast<int>(n);
+  }
   if (!read_bool("HMR_NCCL_FORCE_FLUSH", &settings.force_flush, why) ||
       !read_bool("HMR_NCCL_TEST_REORDER_ANNOUNCEMENTS", &settings.reorder_announcements, why)) {
     return std::nullopt;

@@ -16,6 +16,9 @@ struct Settings {
   // every other receive announcement after the one that follows it, as a fabric that does
   // not order messages may deliver them (the plugin must not depend on the order).
   bool reorder_announcements = false;
+  // HMR_NCCL_TEST_FLUSH_EAGAIN=N: fault injection for tests. The first N attempts to post
+  // each iflush's read-back act as if the provider said -FI_EAGAIN.
+  int flush_eagain = 0;
 };
 
 std::optional<Settings> read_settings(std::string* why);
