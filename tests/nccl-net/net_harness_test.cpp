@@ -495,6 +495,37 @@ TEST(OneProcess, AGroupedReceiveWaitsForASenderThatIsAStepAhead) {
   EXPECT_TRUE(f.ok()) << f.text();
 }
 
+// A channel NCCL puts on lo makes a remote rank connect to itself: by default the plugin
+// offers no loopback or docker NIC (where another is left), and HMR_NCCL_IFNAME chooses, as
+// NCCL_SOCKET_IFNAME does.  The ctest hmr_nccl_net_ifname_lo runs this with
+// HMR_NCCL_IFNAME==lo.  Each device's GUID is its own.
+TEST(OneProcess, DevicesAreTheInterfacesChosen) {
+  Failures f;
+  Rank rank(table(11), 0, kScenarioBudget);
+  ASSERT_TRUE(rank.start(library(), &f)) << f.text();
+  int ndev = 0;
+  ASSERT_EQ(rank.net().devices(&ndev), ncclSuccess);
+  const char* chosen = std::getenv("HMR_NCCL_IFNAME");
+  std::vector<uint64_t> guids;
+  for (int dev = 0; dev < ndev; ++dev) {
+    Properties p;
+    ASSERT_EQ(rank.net().properties(dev, &p), ncclSuccess);
+    if (chosen != nullptr && std::string(chosen) == "=lo") {
+      EXPECT_EQ(p.name, "lo");
+    } else if (ndev > 1 || p.name != "lo") {
+      EXPECT_NE(p.name, "lo") << "loopback offered beside other NICs";
+      EXPECT_NE(p.name.rfind("docker", 0), 0u) << p.name;
+    }
+    for (uint64_t other : guids) EXPECT_NE(p.guid, other) << "device " << dev << " repeats a GUID";
+    guids.push_back(p.guid);
+  }
+  if (chosen != nullptr && std::string(chosen) == "=lo") {
+    EXPECT_EQ(ndev, 1);
+  }
+  EXPECT_EQ(rank.net().finalize(), ncclSuccess);
+  EXPECT_TRUE(f.ok()) << f.text();
+}
+
 // NCCL reads an iflush that gives no request as "flushed", and lets the GPU read the buffer.
 // So a flush the provider cannot take now (EAGAIN, injected) still gives a request that
 // completes later, and a comm out of flush requests says so with an error.  Run by the ctest

@@ -177,7 +177,8 @@ bool Rank::start(const PluginLibrary& /*library*/, Failures* f) {
   f->check((p.ptr_support & NCCL_PTR_HOST) != 0, v + "getProperties: no NCCL_PTR_HOST");
   f->check(p.reg_is_global == 1, v + "getProperties: regIsGlobal is not 1");
   f->check(p.max_recvs >= 8, v + "getProperties: maxRecvs " + std::to_string(p.max_recvs) + " < 8");
-  f->check(p.max_comms > 0 && p.speed > 0 && p.port >= 0, v + "getProperties: maxComms/speed/port");
+  f->check(p.max_comms > 0 && p.max_comms <= 65536 && p.speed > 0 && p.port >= 0,
+           v + "getProperties: maxComms/speed/port");
   f->check(p.net_device_type == NCCL_NET_DEVICE_HOST, v + "getProperties: netDeviceType is not host");
   if (net_->version() >= 9) {
     f->check(p.max_p2p_bytes >= (size_t{64} << 20) && p.max_coll_bytes >= (size_t{64} << 20),

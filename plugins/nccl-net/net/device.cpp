@@ -3,6 +3,7 @@
 #include "../abi/nccl_net_common.h"
 #include "../wire/fnv1a.h"
 #include "../wire/limits.h"
+#include "nic_selection.h"
 #include "nic_sysfs.h"
 
 namespace hmr::nccl {
@@ -36,13 +37,19 @@ std::unique_ptr<Device> Device::open(const Libfabric& libfabric, InfoPtr info,
   p.name = fi->domain_attr->name;
   const NicSysfs sysfs = read_nic_sysfs(*fi);
   p.pci_path = sysfs.pci_path;
-  const std::string identity = provider + "/" + p.name;
-  p.guid = sysfs.guid.value_or(fnv1a(std::span<const uint8_t>(
-      reinterpret_cast<const uint8_t*>(identity.data()), identity.size())));
+  p.guid = sysfs.guid.value_or(derived_nic_guid(provider, p.name, sysfs.mac, host_identity()));
   p.speed_mbps = sysfs.speed_mbps.value_or(provider == "shm" ? kShmSpeedMbps : kUnknownSpeedMbps);
   p.ptr_support = device->query_ptr_support();
   p.max_message = fi->ep_attr->max_msg_size < kMaxMessageSize ? fi->ep_attr->max_msg_size
                                                               : kMaxMessageSize;
+  // Every comm (listen, send, recv) opens an endpoint and a CQ of its own (and an AV, which
+  // libfabric 1.17's domain attributes do not count): as many as the domain has of the
+  // scarcer (0: the provider sets no limit).
+  size_t comms = 65536;
+  for (const size_t limit : {fi->domain_attr->ep_cnt, fi->domain_attr->cq_cnt}) {
+    if (limit != 0 && limit < comms) comms = limit;
+  }
+  p.max_comms = static_cast<int>(comms);
   return device;
 }
 

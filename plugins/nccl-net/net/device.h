@@ -22,6 +22,7 @@ struct DeviceProperties {
   int speed_mbps = 0;
   int ptr_support = 0;   // NCCL_PTR_* bits hmr can register for this NIC
   uint64_t max_message = 0;
+  int max_comms = 0;  // comms the domain has endpoints, CQs and AVs for
 };
 
 class Device {

@@ -43,6 +43,31 @@ Plugin& plugin() {
   return *instance;
 }
 
+// Keeps the NICs HMR_NCCL_IFNAME accepts (unset: all but lo and docker, unless nothing else
+// is left, as NCCL's socket transport falls back to them).  False and `why` when an explicit
+// filter leaves none.
+bool select_interfaces(const Settings& settings, std::vector<InfoPtr>* nics, std::string* why) {
+  const InterfaceFilter filter =
+      settings.interfaces.value_or(InterfaceFilter::exclude_loopback_and_docker());
+  std::vector<InfoPtr> kept;
+  std::string all;
+  for (InfoPtr& info : *nics) {
+    const std::string name = info->domain_attr->name;
+    all += (all.empty() ? "" : ", ") + name;
+    if (filter.accepts(name)) kept.push_back(std::move(info));
+  }
+  if (kept.empty() && settings.interfaces) {
+    *why = "HMR_NCCL_IFNAME='" + filter.text() + "' leaves none of the provider's NICs (" + all + ")";
+    return false;
+  }
+  if (kept.empty()) {
+    log_info("only loopback or docker NICs (%s): using them", all.c_str());
+    return true;  // the filter refused every NIC, so none was moved out of *nics
+  }
+  *nics = std::move(kept);
+  return true;
+}
+
 // Under the plugin's mutex.
 ncclResult_t open_devices(Plugin& p) {
   if (p.initialized) return ncclSuccess;
@@ -55,6 +80,9 @@ ncclResult_t open_devices(Plugin& p) {
   std::optional<ProviderNics> nics = find_provider_nics(*libfabric, settings->provider, &why);
   if (!nics) {
     return fail(ncclSystemError, "init: %s (HMR_NCCL_PROVIDER chooses the provider)", why.c_str());
+  }
+  if (!select_interfaces(*settings, &nics->nics, &why)) {
+    return fail(ncclInvalidArgument, "init: %s", why.c_str());
   }
   std::vector<std::unique_ptr<Device>> devices;
   for (InfoPtr& info : nics->nics) {
@@ -192,7 +220,7 @@ ncclResult_t get_properties(int dev, ncclNetProperties_v11_t* props) {
   props->speed = d.speed_mbps;
   props->port = 1;
   props->latency = 0;
-  props->maxComms = 65536;
+  props->maxComms = d.max_comms;
   props->maxRecvs = static_cast<int>(kMaxRecvs);
   props->netDeviceType = NCCL_NET_DEVICE_HOST;
   props->netDeviceVersion = 0;

@@ -59,6 +59,7 @@ NicSysfs read_nic_sysfs(const fi_info& info) {
     if (out.pci_path.empty()) out.pci_path = real_path(rdma + "/device");
     if (out.pci_path.empty()) out.pci_path = real_path(net + "/device");
     if (auto guid = first_line(rdma + "/node_guid")) out.guid = parse_guid(*guid);
+    if (auto mac = first_line(net + "/address"); mac && *mac != "00:00:00:00:00:00") out.mac = *mac;
     if (auto speed = first_line(net + "/speed")) {
       const int mbps = std::atoi(speed->c_str());
       if (mbps > 0) out.speed_mbps = mbps;

@@ -15,6 +15,7 @@ struct NicSysfs {
   std::string pci_path;            // e.g. /sys/devices/pci0000:00/0000:00:03.0; empty if unknown
   std::optional<uint64_t> guid;    // the RDMA device's node GUID
   std::optional<int> speed_mbps;
+  std::string mac;                 // a network interface's MAC address; empty if none or all 0
 };
 
 // `info` names the NIC: its domain name is a network interface (tcp) or an RDMA device

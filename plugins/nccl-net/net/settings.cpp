@@ -46,6 +46,10 @@ bool read_bool(const char* name, bool* out, std::string* why) {
 std::optional<Settings> read_settings(std::string* why) {
   Settings settings;
   if (const char* provider = std::getenv("HMR_NCCL_PROVIDER")) settings.provider = provider;
+  if (const char* interfaces = std::getenv("HMR_NCCL_IFNAME")) {
+    settings.interfaces = InterfaceFilter::parse(interfaces, why);
+    if (!settings.interfaces) return std::nullopt;
+  }
   if (!read_seconds("HMR_NCCL_CONNECT_TIMEOUT", &settings.connect_timeout_ms, why) ||
       !read_seconds("HMR_NCCL_WRITE_TIMEOUT", &settings.write_timeout_ms, why)) {
     return std::nullopt;

@@ -5,10 +5,15 @@
 #include <optional>
 #include <string>
 
+#include "nic_selection.h"
+
 namespace hmr::nccl {
 
 struct Settings {
   std::string provider;            // HMR_NCCL_PROVIDER; empty: the default order
+  // HMR_NCCL_IFNAME (NCCL_SOCKET_IFNAME's syntax); unset: lo and docker excluded where
+  // anything else is left (nic_selection.h).
+  std::optional<InterfaceFilter> interfaces;
   int connect_timeout_ms = 30000;  // HMR_NCCL_CONNECT_TIMEOUT (seconds, may be fractional)
   int write_timeout_ms = 60000;    // HMR_NCCL_WRITE_TIMEOUT (seconds, may be fractional)
   bool force_flush = false;        // HMR_NCCL_FORCE_FLUSH: iflush reads back host memory too
