@@ -17,10 +17,14 @@
 //     to completion when the plugin returns a request;
 //   - every `reg_every` steps a random sub-range of a slot is registered and deregistered, as
 //     NCCL registers user buffers inside larger registered ones (regIsGlobal);
-//   - file descriptors before the first init and after finalize must be equal.
+//   - with --group N, every receive is a grouped receive of N buffers (tags 0..N-1), and each
+//     buffer's sends move on by themselves, so one is often a step ahead of another (NCCL's
+//     PXN and shared comms);
+//   - hmr's open MRs before the comms and after they closed, and file descriptors before the
+//     first init and after finalize, must be equal.
 //
 //   hmr-nccl-net-soak [--provider tcp|shm] [--channels C] [--steps N] [--seconds S]
-//                     [--slot BYTES] [--seed N] [--reg-every K]
+//                     [--slot BYTES] [--seed N] [--reg-every K] [--group N]
 // prints  RESULT metric=nccl_net_soak provider=<p> channels=<C> steps=<n> bytes=<b>
 //         seconds=<s> GBps=<g> errors=0      and exits 0, or names the first error and exits 1.
 #include <dirent.h>
@@ -51,6 +55,7 @@ struct Options {
   size_t slot = 512 * 1024;  // NCCL's SIMPLE buffer (4 MiB) over NCCL_STEPS
   uint64_t seed = 1;
   int reg_every = 16;
+  int group = 1;  // buffers per receive (NCCL's grouped receives, up to maxRecvs)
 };
 
 [[noreturn]] void die(const std::string& what) {
@@ -94,24 +99,32 @@ struct StepSpec {
   size_t size;
   uint64_t seed;
 };
-StepSpec step_spec(const Options& o, int from, int channel, long step) {
+// Buffer `part` of the step: a slot holds `group` buffers of part_size() bytes each.
+StepSpec step_spec(const Options& o, int from, int channel, long step, int part) {
   const uint64_t r = mix(o.seed ^ mix((static_cast<uint64_t>(from) << 56) ^
                                       (static_cast<uint64_t>(channel) << 40) ^
+                                      (static_cast<uint64_t>(part) << 36) ^
                                       static_cast<uint64_t>(step)));
+  const size_t most = o.slot / static_cast<size_t>(o.group);
   size_t size;
   switch (r % 8) {
     case 0: size = 0; break;                   // NCCL sends empty steps too
-    case 1: size = o.slot; break;              // a full slot
+    case 1: size = most; break;                // a full buffer
     case 2: size = 1 + (r >> 8) % 64; break;   // tiny
-    default: size = (r >> 8) % (o.slot + 1); break;
+    default: size = (r >> 8) % (most + 1); break;
   }
   return {size, mix(r)};
 }
 
+// One of the 8 steps of a staging buffer.  A receiver posts it as one (grouped) receive; a
+// sender has one request per buffer of the group, as NCCL's PXN and shared comms have one
+// sender per buffer: each (a "part") moves on by itself, and may be a step ahead of another.
 struct Slot {
-  void* request = nullptr;
-  long step = -1;
-  bool filled = false;  // sender: the slot holds step's bytes, not yet sent
+  void* request = nullptr;  // receiver
+  long step = -1;           // receiver
+  std::array<void*, 8> part_request{};  // sender, per part
+  std::array<long, 8> part_step{};      // sender: the step part p of this slot carries
+  std::array<bool, 8> part_filled{};    // sender: part p holds its step's bytes, not yet sent
 };
 
 struct Direction {
@@ -119,8 +132,10 @@ struct Direction {
   std::unique_ptr<HostBuffer> buffer;
   void* mh = nullptr;
   std::array<Slot, kSteps> slots{};
-  long next = 0;  // sender: next step to send; receiver: next step to post
-  long done = 0;  // steps completed (receiver: verified)
+  long next = 0;  // receiver: next step to post; sender: most steps any part handed to isend
+  long done = 0;  // receiver: steps verified; sender: fewest steps any part completed
+  std::array<long, 8> part_next{};  // sender: per part, the next step to send
+  std::array<long, 8> part_done{};  // sender: per part, steps completed
   uint8_t* slot_data(int i, size_t slot) const { return buffer->data() + static_cast<size_t>(i) * slot; }
 };
 
@@ -142,6 +157,7 @@ class Soak {
     net_ = library_->table(11, &why);
     check(net_ != nullptr, why);
     check(net_->init(nullptr) == ncclSuccess, "init failed");
+    const hmr_domain_stats before = stats();
     connect();
     const long steps = agree_on_steps();
     const auto start = Clock::now();
@@ -149,6 +165,11 @@ class Soak {
     progress(steps, &bytes);
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     close_all();
+    const hmr_domain_stats after = stats();
+    check(after.mr_open == before.mr_open,
+          "hmr MRs open on device 0: " + std::to_string(before.mr_open) + " before the comms, " +
+              std::to_string(after.mr_open) + " after they closed (a registration was lost)");
+    check(after.registration_errors == before.registration_errors, "a registration failed");
     check(net_->finalize() == ncclSuccess, "finalize failed");
     net_.reset();
     library_.reset();  // (the plugin stays mapped: it is linked -z nodelete)
@@ -181,6 +202,13 @@ class Soak {
     auto text = oob_.receive_text(Clock::now() + std::chrono::seconds(60), &why);
     check(text.has_value(), "out-of-band receive: " + why);
     return *text;
+  }
+
+  hmr_domain_stats stats() const {
+    hmr_domain_stats out{};
+    out.size = sizeof out;
+    check(library_->query_stats(0, &out) == 0, "hmr_nccl_net_query_stats failed");
+    return out;
   }
 
   // Every channel's listener, the handles traded, then connect and accept until all exist.
@@ -305,49 +333,71 @@ class Soak {
            std::to_string(step);
   }
 
+  size_t part_size() const { return o_.slot / static_cast<size_t>(o_.group); }
+
   void send_side(int c, Direction& d, long limit) {
-    // Fill and send steps in order; NCCL's proxy sends step s only after s-1 was handed over.
-    while (d.next < limit) {
-      Slot& slot = d.slots[d.next % kSteps];
-      if (slot.request != nullptr) break;  // the slot's previous step is still in flight
-      const StepSpec spec = step_spec(o_, rank_, c, d.next);
-      uint8_t* data = d.slot_data(static_cast<int>(d.next % kSteps), o_.slot);
-      if (!slot.filled) {
-        fill_pattern(data, spec.size, spec.seed);  // the GPU writing the slot
-        slot.filled = true;
+    // Each part sends its steps in order (NCCL's proxy sends step s only after s-1 was
+    // handed over), the parts in a changing order, so one is often a step ahead of another.
+    const int first = static_cast<int>(mix(static_cast<uint64_t>(d.next) ^ sends_++) % o_.group);
+    for (int k = 0; k < o_.group; ++k) {
+      const int part = (first + k) % o_.group;
+      while (d.part_next[part] < limit) {
+        const long step = d.part_next[part];
+        Slot& slot = d.slots[step % kSteps];
+        if (slot.part_request[part] != nullptr) break;  // its previous step is in flight
+        const StepSpec spec = step_spec(o_, rank_, c, step, part);
+        uint8_t* data = d.slot_data(static_cast<int>(step % kSteps), o_.slot) + part * part_size();
+        if (!slot.part_filled[part]) {
+          fill_pattern(data, spec.size, spec.seed);  // the GPU writing the buffer
+          slot.part_filled[part] = true;
+        }
+        void* request = nullptr;
+        const ncclResult_t rc = net_->isend(d.comm, data, spec.size, part, d.mh, &request);
+        check(rc == ncclSuccess, where(c, step) + " part " + std::to_string(part) +
+                                     ": isend failed (" + std::to_string(rc) + ")");
+        if (request == nullptr) break;  // NCCL asks again later
+        slot.part_request[part] = request;
+        slot.part_step[part] = step;
+        slot.part_filled[part] = false;
+        d.part_next[part] = step + 1;
+        d.next = std::max(d.next, step + 1);
       }
-      void* request = nullptr;
-      const ncclResult_t rc = net_->isend(d.comm, data, spec.size, rank_, d.mh, &request);
-      check(rc == ncclSuccess, where(c, d.next) + ": isend failed (" + std::to_string(rc) + ")");
-      if (request == nullptr) break;  // NCCL asks again later
-      slot.request = request;
-      slot.step = d.next;
-      slot.filled = false;
-      ++d.next;
+      // Test the part's oldest send in flight, as the proxy does.
+      while (d.part_done[part] < d.part_next[part]) {
+        Slot& slot = d.slots[d.part_done[part] % kSteps];
+        int done = 0, size = -1;
+        const ncclResult_t rc = net_->test(slot.part_request[part], &done, &size);
+        check(rc == ncclSuccess, where(c, slot.part_step[part]) + ": test of a send failed (" +
+                                     std::to_string(rc) + ")");
+        if (!done) break;
+        // The send completed: the GPU may write the buffer again right away, and does.
+        std::memset(d.slot_data(static_cast<int>(d.part_done[part] % kSteps), o_.slot) +
+                        part * part_size(), 0xa5, part_size());
+        slot.part_request[part] = nullptr;
+        ++d.part_done[part];
+        if (part == 0) maybe_register_sub_range(d, slot.part_step[part]);
+      }
     }
-    // Test the oldest in flight, as the proxy does.
-    while (d.done < d.next) {
-      Slot& slot = d.slots[d.done % kSteps];
-      int done = 0, size = -1;
-      const ncclResult_t rc = net_->test(slot.request, &done, &size);
-      check(rc == ncclSuccess, where(c, slot.step) + ": test of a send failed (" + std::to_string(rc) + ")");
-      if (!done) break;
-      // The send completed: the GPU may write the slot again right away, and does.
-      std::memset(d.slot_data(static_cast<int>(d.done % kSteps), o_.slot), 0xa5, o_.slot);
-      slot.request = nullptr;
-      ++d.done;
-      maybe_register_sub_range(d, slot.step);
-    }
+    d.done = *std::min_element(d.part_done.begin(), d.part_done.begin() + o_.group);
   }
 
   void recv_side(int c, Direction& d, long expect, size_t* bytes) {
+    const int n = o_.group;
     while (d.next < expect && d.next - d.done < kSteps) {
       Slot& slot = d.slots[d.next % kSteps];
-      void* data = d.slot_data(static_cast<int>(d.next % kSteps), o_.slot);
-      size_t size = o_.slot;
-      int tag = 1 - rank_;
+      uint8_t* base = d.slot_data(static_cast<int>(d.next % kSteps), o_.slot);
+      void* data[8];
+      size_t sizes[8];
+      int tags[8];
+      void* mhs[8];
+      for (int p = 0; p < n; ++p) {
+        data[p] = base + p * part_size();
+        sizes[p] = part_size();
+        tags[p] = p;
+        mhs[p] = d.mh;
+      }
       void* request = nullptr;
-      const ncclResult_t rc = net_->irecv(d.comm, 1, &data, &size, &tag, &d.mh, &request);
+      const ncclResult_t rc = net_->irecv(d.comm, n, data, sizes, tags, mhs, &request);
       check(rc == ncclSuccess, where(c, d.next) + ": irecv failed (" + std::to_string(rc) + ")");
       if (request == nullptr) break;
       slot.request = request;
@@ -356,21 +406,26 @@ class Soak {
     }
     while (d.done < d.next) {
       Slot& slot = d.slots[d.done % kSteps];
-      int done = 0, size = -1;
-      const ncclResult_t rc = net_->test(slot.request, &done, &size);
+      int done = 0;
+      int sizes[8] = {-1, -1, -1, -1, -1, -1, -1, -1};
+      const ncclResult_t rc = net_->test(slot.request, &done, sizes);
       check(rc == ncclSuccess, where(c, slot.step) + ": test of a receive failed (" + std::to_string(rc) + ")");
       if (!done) break;
-      const StepSpec spec = step_spec(o_, 1 - rank_, c, slot.step);
-      check(static_cast<size_t>(size) == spec.size,
-            where(c, slot.step) + ": received " + std::to_string(size) + " bytes, sent " +
-                std::to_string(spec.size));
-      uint8_t* data = d.slot_data(static_cast<int>(d.done % kSteps), o_.slot);
-      flush(c, d, data, size, slot.step);
-      const size_t bad = find_pattern_mismatch(data, spec.size, spec.seed);
-      check(bad == SIZE_MAX, where(c, slot.step) + ": byte " + std::to_string(bad) + " of " +
-                                 std::to_string(spec.size) + " is not what was sent");
-      *bytes += spec.size;
-      std::memset(data, 0xee, o_.slot);  // the GPU consumed it; a late write shows next time
+      uint8_t* base = d.slot_data(static_cast<int>(d.done % kSteps), o_.slot);
+      for (int p = 0; p < n; ++p) {
+        const StepSpec spec = step_spec(o_, 1 - rank_, c, slot.step, p);
+        const std::string which = where(c, slot.step) + " buffer " + std::to_string(p);
+        check(static_cast<size_t>(sizes[p]) == spec.size,
+              which + ": received " + std::to_string(sizes[p]) + " bytes, sent " +
+                  std::to_string(spec.size));
+        uint8_t* data = base + p * part_size();
+        flush(c, d, data, sizes[p], slot.step);
+        const size_t bad = find_pattern_mismatch(data, spec.size, spec.seed);
+        check(bad == SIZE_MAX, which + ": byte " + std::to_string(bad) + " of " +
+                                   std::to_string(spec.size) + " is not what was sent");
+        *bytes += spec.size;
+      }
+      std::memset(base, 0xee, o_.slot);  // the GPU consumed it; a late write shows next time
       slot.request = nullptr;
       ++d.done;
     }
@@ -425,6 +480,7 @@ class Soak {
   std::unique_ptr<Net> net_;
   std::vector<ChannelState> channels_;
   Clock::time_point deadline_;
+  uint64_t sends_ = 0;  // send_side calls, to vary the order of the parts
 };
 
 }  // namespace
@@ -451,9 +507,11 @@ int main(int argc, char** argv) {
     else if (arg == "--slot") o.slot = std::stoul(value);
     else if (arg == "--seed") o.seed = std::stoull(value);
     else if (arg == "--reg-every") o.reg_every = std::stoi(value);
-    else die("unknown argument " + arg + " (--provider, --channels, --steps, --seconds, --slot, --seed, --reg-every)");
+    else if (arg == "--group") o.group = std::stoi(value);
+    else die("unknown argument " + arg + " (--provider, --channels, --steps, --seconds, --slot, --seed, --reg-every, --group)");
   }
-  check(o.channels > 0 && o.channels <= 64 && o.steps > 0 && o.slot > 0 && o.slot <= (64u << 20),
+  check(o.channels > 0 && o.channels <= 64 && o.steps > 0 && o.slot > 0 && o.slot <= (64u << 20) &&
+            o.group >= 1 && o.group <= 8 && o.slot % static_cast<size_t>(o.group) == 0,
         "bad options");
   if (o.seconds > 0) o.steps = 1L << 40;  // bounded by time; the ranks agree on the count
   if (peer) {
