@@ -348,12 +348,8 @@ int main(int argc, char** argv) {
     OobChannel oob(kPeerChannelFd);
     return run(false, o, oob);
   }
-  char self[4096];
-  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-  check(n > 0, "readlink /proc/self/exe");
-  self[n] = '\0';
   std::string why;
-  auto sender = PeerProcess::start({self, "--peer", "--provider", o.provider, "--size", std::to_string(o.size),
+  auto sender = PeerProcess::start({self_executable(), "--peer", "--provider", o.provider, "--size", std::to_string(o.size),
                                     "--messages", std::to_string(o.messages), "--window",
                                     std::to_string(o.window), "--rounds", std::to_string(o.rounds)},
                                    &why);

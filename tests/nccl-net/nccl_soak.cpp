@@ -518,11 +518,7 @@ int main(int argc, char** argv) {
     OobChannel oob(kPeerChannelFd);
     return Soak(o, 1, oob).run();
   }
-  char self[4096];
-  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-  check(n > 0, "readlink /proc/self/exe");
-  self[n] = '\0';
-  std::vector<std::string> args = {self, "--peer"};
+  std::vector<std::string> args = {self_executable(), "--peer"};
   args.insert(args.end(), forwarded.begin(), forwarded.end());
   std::string why;
   auto other = PeerProcess::start(args, &why);

@@ -25,14 +25,6 @@ namespace {
 constexpr auto kScenarioBudget = std::chrono::seconds(60);
 constexpr size_t kMiB = size_t{1} << 20;
 
-std::string self_path() {
-  char path[4096];
-  const ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
-  if (n <= 0) return "/proc/self/exe";
-  path[n] = '\0';
-  return path;
-}
-
 const PluginLibrary& library() {
   static std::unique_ptr<PluginLibrary> lib = [] {
     std::string why;
@@ -327,7 +319,7 @@ int run_peer(const std::string& scenario, int version) {
 
 PeerProcess start_peer(const std::string& scenario, int version) {
   std::string why;
-  auto peer = PeerProcess::start({self_path(), "--peer=" + scenario, "--abi=" + std::to_string(version)}, &why);
+  auto peer = PeerProcess::start({self_executable(), "--peer=" + scenario, "--abi=" + std::to_string(version)}, &why);
   if (!peer) {
     std::fprintf(stderr, "cannot start the peer: %s\n", why.c_str());
     std::abort();

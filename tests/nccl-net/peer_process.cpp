@@ -167,6 +167,14 @@ std::optional<int> PeerProcess::wait(Clock::time_point deadline) {
   }
 }
 
+std::string self_executable() {
+  char path[4096];
+  const ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
+  if (n <= 0) return "/proc/self/exe";
+  path[n] = '\0';
+  return path;
+}
+
 int count_open_fds() {
   DIR* dir = opendir("/proc/self/fd");
   if (dir == nullptr) return -1;

@@ -63,4 +63,7 @@ inline constexpr int kPeerChannelFd = 3;
 // Open file descriptors of this process (/proc/self/fd), for leak checks.
 int count_open_fds();
 
+// This program's own path (/proc/self/exe), to start its peer rank with.
+std::string self_executable();
+
 }  // namespace hmr::nccl::test
