@@ -492,7 +492,7 @@ void RegistrationCache::finalize(CacheEntry* entry) {
   pool_.release(entry);
 }
 
-void RegistrationCache::finalize_all(CacheEntry* dead) {
+size_t RegistrationCache::finalize_all(CacheEntry* dead) {
   if (dead != nullptr && Monitor::on_event_thread()) {
     CacheEntry* tail = dead;
     while (tail->next != nullptr) tail = tail->next;
@@ -500,18 +500,43 @@ void RegistrationCache::finalize_all(CacheEntry* dead) {
     while (!deferred_.compare_exchange_weak(tail->next, dead, std::memory_order_release,
                                             std::memory_order_relaxed)) {
     }
-    return;
+    return 0;
   }
+  size_t finalized = 0;
   while (dead != nullptr) {
     CacheEntry* next = dead->next;
     finalize(dead);
+    ++finalized;
     dead = next;
   }
+  return finalized;
 }
 
-void RegistrationCache::finalize_deferred() {
-  if (deferred_.load(std::memory_order_relaxed) == nullptr) return;
-  finalize_all(deferred_.exchange(nullptr, std::memory_order_acquire));
+size_t RegistrationCache::finalize_deferred() {
+  if (deferred_.load(std::memory_order_relaxed) == nullptr) return 0;
+  return finalize_all(deferred_.exchange(nullptr, std::memory_order_acquire));
+}
+
+size_t RegistrationCache::release_unused(size_t count) {
+  // What memory that went away left registered goes first: it helps nobody.
+  wait_for_monitor();
+  size_t released = finalize_deferred();
+  sweep_held();
+  if (released >= count) return released;
+  Retired retired;
+  {
+    const std::lock_guard<std::mutex> lock(writer_);
+    for (; released < count; ++released) {
+      CacheEntry* victim = clock_victim();
+      if (victim == nullptr) break;  // every entry is in use
+      retire(victim, retired);
+      pressure_evictions_.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  // Deregistered here, with the mutex released; an entry a thread still counts stays
+  // registered until that thread's put() (it was not idle after all) but leaves the cache.
+  finish(retired);
+  return released;
 }
 
 CacheStatistics RegistrationCache::statistics() {
@@ -521,6 +546,7 @@ CacheStatistics RegistrationCache::statistics() {
   stats.misses = static_cast<uint64_t>(lookups_.sum(kMiss));
   stats.invalidations = invalidations_.load(std::memory_order_relaxed);
   stats.evictions = evictions_.load(std::memory_order_relaxed);
+  stats.pressure_evictions = pressure_evictions_.load(std::memory_order_relaxed);
   stats.uncached = uncached_.load(std::memory_order_relaxed);
   // The walk is O(slots) (milliseconds at a million entries) and holds the writer mutex:
   // entries cannot leave the index meanwhile.  Hits take no lock and go on; only inserts and

@@ -64,6 +64,7 @@ struct CacheStatistics {
   uint64_t misses = 0;
   uint64_t invalidations = 0;   // entries killed by monitor events
   uint64_t evictions = 0;       // unused entries dropped for the limits
+  uint64_t pressure_evictions = 0;  // unused entries dropped because the NIC refused one
   uint64_t uncached = 0;        // registrations handed out without caching them
   uint64_t cached_regions = 0;
   uint64_t cached_bytes = 0;
@@ -118,6 +119,10 @@ class RegistrationCache final : public InvalidationSink {
   void invalidate(uintptr_t start, uintptr_t end) override;
   // Drops every unused entry (domain close, tests).
   void flush();
+  // Under NIC pressure (registration/nic_pressure.h): deregisters what invalidations left
+  // to deregister, then drops up to `count` unused entries, least recently used first (the
+  // CLOCK hand of the limits).  How many it dropped or deregistered; 0: nothing idle is left.
+  size_t release_unused(size_t count);
   CacheStatistics statistics();
   const CacheLimits& limits() const { return limits_; }
 
@@ -253,8 +258,8 @@ class RegistrationCache final : public InvalidationSink {
   void finalize(CacheEntry* entry);
   // Deregisters and frees `dead` now, or, on a monitor's event thread, hands it to the next
   // cache call on another thread.
-  void finalize_all(CacheEntry* dead);
-  void finalize_deferred();
+  size_t finalize_all(CacheEntry* dead);  // how many it deregistered (0: left to another thread)
+  size_t finalize_deferred();  // how many it deregistered
 
   CacheEntryPool pool_{readers_};  // first member destroyed last: entries live in it
   CacheBackend& backend_;
@@ -282,7 +287,7 @@ class RegistrationCache final : public InvalidationSink {
   // Hits and misses, counted by the thread that looked (per-thread lines, no locked add).
   enum Lookup : size_t { kHit, kMiss };
   ShardedCounters<2> lookups_;
-  std::atomic<uint64_t> invalidations_{0}, evictions_{0}, uncached_{0};
+  std::atomic<uint64_t> invalidations_{0}, evictions_{0}, uncached_{0}, pressure_evictions_{0};
   std::atomic<CacheEntry*> deferred_{nullptr};  // dead entries left by a monitor thread
 
   std::mutex held_mutex_;

@@ -79,6 +79,7 @@ Result<std::unique_ptr<Domain>> Domain::open(const hmr_domain_attr& attr,
   rules.nic_auth_keys = caps.auth_keys;
   std::unique_ptr<Domain> domain(new Domain(std::move(*nic), rules, *environment));
   domain->mr_cnt_ = *mr_cnt;
+  domain->nic_registrar_.set_registration_limit(*mr_cnt);
   domain->mr_credits_.reset(*mr_cnt);
   domain->copies_allowed_ = (attr.flags & HMR_DOMAIN_ALLOW_HMEM_COPY) != 0;
   // HMEM is emulated (cleared from the mode in force), but an application that supports it
@@ -269,6 +270,7 @@ hmr_domain_stats Domain::statistics() {
     cache.misses += device.misses;
     cache.invalidations += device.invalidations;
     cache.evictions += device.evictions;
+    cache.pressure_evictions += device.pressure_evictions;
     cache.uncached += device.uncached;
     cache.cached_regions += device.cached_regions;
     cache.cached_bytes += device.cached_bytes;
@@ -283,11 +285,14 @@ hmr_domain_stats Domain::statistics() {
   stats.nic_deregistrations = nic.deregistrations;
   stats.registration_ns = nic.registration_ns;
   stats.deregistration_ns = nic.deregistration_ns;
+  stats.nic_refusal_retries = nic.refusal_retries;
+  stats.nic_refusals = nic.refusals;
   if (cache_ || device_cache_) {
     stats.cache_hits = cache.hits;
     stats.cache_misses = cache.misses;
     stats.cache_invalidations = cache.invalidations;
     stats.cache_evictions = cache.evictions;
+    stats.cache_pressure_evictions = cache.pressure_evictions;
     stats.cache_uncached = cache.uncached;
     stats.cache_regions = cache.cached_regions;
     stats.cache_bytes = cache.cached_bytes;
@@ -318,9 +323,22 @@ Domain::Domain(std::unique_ptr<nic::Nic> nic, const DomainRules& rules,
     : nic_(std::move(nic)),
       rules_(rules),
       environment_(environment),
-      nic_registrar_(*nic_, nic_rules(rules, environment)) {}
+      nic_registrar_(*nic_, nic_rules(rules, environment)) {
+  nic_registrar_.set_pressure_relief(&pressure_relief_);
+}
+
+size_t Domain::CachePressureRelief::release_unused(size_t count) {
+  // The host cache first (its entries are the cheapest to make again), then the device
+  // cache's exports and shadows.
+  size_t released = domain_.cache_ ? domain_.cache_->release_unused(count) : 0;
+  if (released < count && domain_.device_cache_) {
+    released += domain_.device_cache_->release_unused(count - released);
+  }
+  return released;
+}
 
 Domain::~Domain() {
+  nic_registrar_.set_pressure_relief(nullptr);  // the caches go first
   if (cache_) DeviceMonitor::instance().remove_sink(cache_.get());
   device_cache_.reset();
   cache_.reset();  // deregisters what it holds, leaves the monitor

@@ -195,6 +195,18 @@ class Domain : public Tagged<ObjectClass::domain> {
   ShardedCounters<kHitCounters> hit_counters_;
   std::unique_ptr<RegistrationCache> device_cache_;  // after its backend: destroyed first
 
+  // Gives back the caches' unused registrations, host and device, when the NIC refuses one
+  // for resources (registration/nic_pressure.h); the registrar asks it.
+  class CachePressureRelief final : public NicPressureRelief {
+   public:
+    explicit CachePressureRelief(Domain& domain) : domain_(domain) {}
+    size_t release_unused(size_t count) override;
+
+   private:
+    Domain& domain_;
+  };
+  CachePressureRelief pressure_relief_{*this};
+
   friend class MemoryRegion;
 };
 

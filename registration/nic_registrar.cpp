@@ -20,6 +20,66 @@ nic::RegistrationRequest NicRegistrar::request_for(std::span<const iovec> segmen
   return request;
 }
 
+namespace {
+
+// Registrations given back per refusal: a few at a time, least recently used first (as
+// libfabric's cache flushes its LRU entry and retries), so a NIC that is full by a little
+// does not lose the whole cache, and one that is full by much is not retried once per entry.
+constexpr size_t kReleasedPerRefusal = 8;
+
+}  // namespace
+
+bool NicRegistrar::reserve(size_t* released) {
+  for (;;) {
+    uint64_t now = held_.load(std::memory_order_relaxed);
+    if (limit_ == 0 || now < limit_) {
+      if (held_.compare_exchange_weak(now, now + 1, std::memory_order_relaxed)) return true;
+      continue;
+    }
+    // At the limit: what is idle goes back (its deregistration lowers held_) before the NIC
+    // is asked for more than it said it holds.
+    const size_t given = relief_ != nullptr ? relief_->release_unused(kReleasedPerRefusal) : 0;
+    if (given == 0) return false;
+    *released += given;
+  }
+}
+
+Status NicRegistrar::refusal(const Status& cause, size_t released) {
+  refusals_.fetch_add(1, std::memory_order_relaxed);
+  return make_error(cause.code(),
+                    "%s; hmr holds %llu registrations at this NIC, every one of them in use by "
+                    "an open MR (%zu unused ones were given back for this request and none is "
+                    "left): close MRs, or raise the NIC's limit",
+                    cause.reason().c_str(),
+                    static_cast<unsigned long long>(held_.load(std::memory_order_relaxed)), released);
+}
+
+template <typename RegisterCall>
+Result<nic::Registration> NicRegistrar::under_pressure(RegisterCall&& register_call) {
+  size_t released = 0;
+  for (;;) {
+    if (!reserve(&released)) {
+      return refusal(make_error(HMR_ENOSPC, "the NIC '%s' holds at most %zu registrations "
+                                "(mr_cnt)", nic_.capabilities().name.c_str(), limit_),
+                     released);
+    }
+    const Stopwatch stopwatch;
+    Result<nic::Registration> registered = register_call();
+    if (registered.ok()) {
+      registrations_.fetch_add(1, std::memory_order_relaxed);
+      registration_ns_.fetch_add(stopwatch.elapsed_ns(), std::memory_order_relaxed);
+      return registered;
+    }
+    held_.fetch_sub(1, std::memory_order_relaxed);
+    const Status& cause = registered.status();
+    if (!is_resource_refusal(cause.code()) || relief_ == nullptr) return registered;
+    const size_t given = relief_->release_unused(kReleasedPerRefusal);
+    if (given == 0) return refusal(cause, released);
+    released += given;
+    refusal_retries_.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
 Result<nic::Registration> NicRegistrar::register_memory(const nic::RegistrationRequest& request) {
   // Device addresses are not the CPU's to probe: the ALLOCATED check is for host memory.  An
   // ODP registration is the one a NIC makes over pages that need not exist yet.
@@ -31,29 +91,18 @@ Result<nic::Registration> NicRegistrar::register_memory(const nic::RegistrationR
                             nic_.capabilities().on_demand_paging || request.on_demand_paging);
   nic::RegistrationRequest parallel = request;
   parallel.parallelism = rules_.reg_threads;
-  const Stopwatch stopwatch;
-  Result<nic::Registration> registered = nic_.register_memory(parallel);
-  if (registered.ok()) {
-    registrations_.fetch_add(1, std::memory_order_relaxed);
-    registration_ns_.fetch_add(stopwatch.elapsed_ns(), std::memory_order_relaxed);
-  }
-  return registered;
+  return under_pressure([&] { return nic_.register_memory(parallel); });
 }
 
 Result<nic::Registration> NicRegistrar::register_indirect(
     std::span<const nic::IndirectSegment> segments, uint64_t access) {
-  const Stopwatch stopwatch;
-  Result<nic::Registration> registered = nic_.register_indirect(segments, access);
-  if (registered.ok()) {
-    registrations_.fetch_add(1, std::memory_order_relaxed);
-    registration_ns_.fetch_add(stopwatch.elapsed_ns(), std::memory_order_relaxed);
-  }
-  return registered;
+  return under_pressure([&] { return nic_.register_indirect(segments, access); });
 }
 
 Status NicRegistrar::deregister_memory(nic::Registration& registration) {
   const Stopwatch stopwatch;
   Status status = nic_.deregister(registration);
+  held_.fetch_sub(1, std::memory_order_relaxed);  // dropped either way (see the header)
   if (status.ok()) {
     deregistrations_.fetch_add(1, std::memory_order_relaxed);
     deregistration_ns_.fetch_add(stopwatch.elapsed_ns(), std::memory_order_relaxed);
@@ -79,6 +128,8 @@ NicCounters NicRegistrar::counters() const {
   counters.deregistrations = deregistrations_.load(std::memory_order_relaxed);
   counters.registration_ns = registration_ns_.load(std::memory_order_relaxed);
   counters.deregistration_ns = deregistration_ns_.load(std::memory_order_relaxed);
+  counters.refusal_retries = refusal_retries_.load(std::memory_order_relaxed);
+  counters.refusals = refusals_.load(std::memory_order_relaxed);
   return counters;
 }
 

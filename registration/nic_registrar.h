@@ -1,7 +1,9 @@
 // NicRegistrar: the one door from a domain to its NIC for registrations.  Every NIC
 // registration of the domain, cached or not, host or device, passes here: the ALLOCATED
 // check, pre-faulting of large host ranges, the call itself, its time and its count.  It is
-// also the backend of the domain's host-memory cache (a miss registers through it).
+// also the backend of the domain's host-memory cache (a miss registers through it).  A NIC
+// refusal for resources gives back idle registrations (NicPressureRelief) and tries again,
+// until the NIC takes it or nothing idle is left.
 #pragma once
 
 #include <sys/uio.h>
@@ -12,6 +14,7 @@
 
 #include "cache/registration_cache.h"
 #include "nic/nic.h"
+#include "registration/nic_pressure.h"
 #include "registration/prefault.h"
 #include "util/status.h"
 
@@ -31,11 +34,20 @@ struct NicCounters {
   uint64_t deregistrations = 0;
   uint64_t registration_ns = 0;    // total time spent in the NIC's register call
   uint64_t deregistration_ns = 0;  // and in its deregister call
+  uint64_t refusal_retries = 0;    // registrations tried again after a refusal for resources
+  uint64_t refusals = 0;           // refusals for resources passed on, nothing idle left
 };
 
 class NicRegistrar final : public CacheBackend {
  public:
   NicRegistrar(nic::Nic& nic, const NicRules& rules) : nic_(nic), rules_(rules) {}
+  // Who gives back idle registrations when the NIC refuses one for resources (the domain,
+  // once its caches exist); null: refusals go to the caller as they are.
+  void set_pressure_relief(NicPressureRelief* relief) { relief_ = relief; }
+  // The most registrations hmr may hold at the NIC at once (the domain's mr_cnt, from the
+  // NIC's stated limit); 0: no limit.  Idle cached registrations count: before one more would
+  // pass the limit, unused ones are given back, and with none left the registration fails.
+  void set_registration_limit(size_t limit) { limit_ = limit; }
 
   // The NIC request for `segments` under the domain's addressing rules.
   nic::RegistrationRequest request_for(std::span<const iovec> segments, uint64_t access) const;
@@ -61,10 +73,24 @@ class NicRegistrar final : public CacheBackend {
 
  private:
 
+  // `register_call`'s answer (a NIC registration), after giving back idle registrations for
+  // as long as the NIC refuses for resources and there are any; counted and timed.
+  template <typename RegisterCall>
+  Result<nic::Registration> under_pressure(RegisterCall&& register_call);
+  // Counts one more registration held against limit_, giving back unused ones first when the
+  // limit is reached; false when none could be given back.
+  bool reserve(size_t* released);
+  Status refusal(const Status& cause, size_t released);
+
   nic::Nic& nic_;
   const NicRules rules_;
+  NicPressureRelief* relief_ = nullptr;
+  size_t limit_ = 0;
+  // Registrations held at the NIC now, and those being made (reserved before the NIC call,
+  // so threads registering at once cannot pass limit_ together).
+  std::atomic<uint64_t> held_{0};
   std::atomic<uint64_t> registrations_{0}, deregistrations_{0}, registration_ns_{0},
-      deregistration_ns_{0};
+      deregistration_ns_{0}, refusal_retries_{0}, refusals_{0};
 };
 
 }  // namespace hmr::core

@@ -302,6 +302,12 @@ struct hmr_domain_stats {
 	/* Added after the fields above: a caller built with the shorter struct (size up to
 	 * cache_in_use) is still accepted and filled up to its size. */
 	uint64_t deregistration_ns;   /* total time spent deregistering on the NIC */
+	/* Added after deregistration_ns: when the NIC refuses a registration for resources
+	 * (ENOSPC, ENOMEM, EAGAIN), hmr gives back unused cached registrations and tries again
+	 * (docs/semantics.md, "Under pressure"). */
+	uint64_t cache_pressure_evictions; /* unused cached registrations given back for that */
+	uint64_t nic_refusal_retries;      /* registrations tried again after such a refusal */
+	uint64_t nic_refusals;             /* such refusals passed to the caller: nothing was idle */
 };
 /* Deregisters every cached registration no MR holds. */
 HMR_API int hmr_domain_cache_flush(hmr_domain *domain);

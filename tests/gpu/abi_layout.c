@@ -45,6 +45,9 @@ int main(void) {
   FIELD(hmr_domain_stats, cache_bytes);
   FIELD(hmr_domain_stats, cache_in_use);
   FIELD(hmr_domain_stats, deregistration_ns);
+  FIELD(hmr_domain_stats, cache_pressure_evictions);
+  FIELD(hmr_domain_stats, nic_refusal_retries);
+  FIELD(hmr_domain_stats, nic_refusals);
   SIZE(hmr_mem_attr);
   FIELD(hmr_mem_attr, size);
   FIELD(hmr_mem_attr, field_mask);

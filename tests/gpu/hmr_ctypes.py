@@ -35,7 +35,8 @@ _STAT_NAMES = ["mr_open", "mr_bytes", "registrations", "registration_errors",
                "nic_registrations", "nic_deregistrations", "registration_ns", "rma_ops",
                "rma_bytes", "rma_errors", "cache_hits", "cache_misses", "cache_invalidations",
                "cache_evictions", "cache_uncached", "cache_regions", "cache_bytes",
-               "cache_in_use", "deregistration_ns"]
+               "cache_in_use", "deregistration_ns", "cache_pressure_evictions",
+               "nic_refusal_retries", "nic_refusals"]
 
 
 class DomainStats(ctypes.Structure):

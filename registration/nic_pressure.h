@@ -1,0 +1,32 @@
+// A NIC that refuses a registration for lack of resources (keys, pinned memory) gets back
+// what hmr holds idle at it, and the registration is tried again (docs/semantics.md, "Under
+// pressure").  The registrar, the one door to the NIC, asks; the domain, which owns the
+// caches that hold idle registrations, answers.  No lock is held on either side of the call:
+// the registrar calls it where it would call the NIC, and the caches deregister after their
+// writer mutex is released.
+#pragma once
+
+#include <cstddef>
+
+#include <hmr/hmr.h>
+
+namespace hmr::core {
+
+class NicPressureRelief {
+ public:
+  // Deregisters up to `count` registrations no MR uses, least recently used first, and any
+  // whose memory was freed; how many it gave back (0: nothing idle is left).
+  virtual size_t release_unused(size_t count) = 0;
+
+ protected:
+  ~NicPressureRelief() = default;
+};
+
+// A refusal that freeing resources can cure: out of keys or entries (ENOSPC), out of memory
+// to pin or for the NIC's tables (ENOMEM), try again (EAGAIN).  Verbs reports ENOMEM and
+// EAGAIN from ibv_reg_mr, libfabric -FI_ENOMEM/-FI_ENOSPC/-FI_EAGAIN, callbacks HMR codes.
+inline bool is_resource_refusal(int code) {
+  return code == HMR_ENOSPC || code == HMR_ENOMEM || code == HMR_EAGAIN;
+}
+
+}  // namespace hmr::core

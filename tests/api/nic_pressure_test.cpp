@@ -1,0 +1,328 @@
+// Under pressure (docs/semantics.md): a NIC that holds a bounded number of registrations.
+// Idle cached registrations must never be the reason a registration fails — a refusal for
+// resources gives them back and tries again, and a stated limit (mr_cnt) is never passed — and
+// when everything is in use the caller gets the NIC's code with a reason.  The NIC here is a
+// callback NIC that holds at most `capacity` registrations, refuses the next one as
+// NICs do (-HMR_ENOSPC, or -HMR_ENOMEM like ibv_reg_mr out of pinnable memory), and can fail
+// registrations and deregistrations at random; it counts what it holds, under threads.
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "test_support.h"
+
+using namespace hmr_test;
+
+namespace {
+
+constexpr size_t kPage = 4096;
+constexpr uint64_t kAccess = HMR_REMOTE_READ | HMR_REMOTE_WRITE;
+
+struct BoundedNic {
+  size_t capacity = 64;
+  int refusal = HMR_ENOSPC;       // what a full NIC answers
+  std::atomic<size_t> held{0};
+  std::atomic<size_t> most_held{0};
+  std::atomic<uint64_t> registrations{0}, refused{0}, deregistrations{0};
+  std::atomic<uint64_t> next_key{1};
+  // Fault injection: one in `fail_reg_one_in` registrations fails (-HMR_EIO, not a resource
+  // refusal), one in `fail_dereg_one_in` deregistrations reports failure (hmr drops the
+  // registration anyway, as it must).  0: never.
+  unsigned fail_reg_one_in = 0;
+  unsigned fail_dereg_one_in = 0;
+  std::atomic<uint64_t> draws{1};
+
+  bool draw(unsigned one_in) {
+    if (one_in == 0) return false;
+    const uint64_t x = draws.fetch_add(0x9e3779b97f4a7c15ull) * 0xbf58476d1ce4e5b9ull;
+    return (x >> 33) % one_in == 0;
+  }
+};
+
+int bounded_register(void* context, const hmr_nic_reg_request* request, hmr_nic_mr* mr,
+                     char* reason, size_t reason_size) {
+  auto& nic = *static_cast<BoundedNic*>(context);
+  if (nic.draw(nic.fail_reg_one_in)) {
+    std::snprintf(reason, reason_size, "injected fault");
+    return -HMR_EIO;
+  }
+  size_t now = nic.held.load();
+  do {
+    if (now >= nic.capacity) {
+      nic.refused.fetch_add(1);
+      std::snprintf(reason, reason_size, "bounded NIC: all %zu registrations in use", nic.capacity);
+      return -nic.refusal;
+    }
+  } while (!nic.held.compare_exchange_weak(now, now + 1));
+  size_t most = nic.most_held.load();
+  while (now + 1 > most && !nic.most_held.compare_exchange_weak(most, now + 1)) {
+  }
+  nic.registrations.fetch_add(1);
+  mr->handle = const_cast<void*>(request->addr);
+  mr->desc = nullptr;
+  mr->key = nic.next_key.fetch_add(1);
+  return 0;
+}
+
+int bounded_deregister(void* context, const hmr_nic_mr* /*mr*/, char* reason, size_t reason_size) {
+  auto& nic = *static_cast<BoundedNic*>(context);
+  nic.held.fetch_sub(1);
+  nic.deregistrations.fetch_add(1);
+  if (nic.draw(nic.fail_dereg_one_in)) {
+    std::snprintf(reason, reason_size, "injected deregistration fault");
+    return -HMR_EIO;
+  }
+  return 0;
+}
+
+class PressureDomain {
+ public:
+  // `stated`: the NIC tells hmr its limit (mr_cnt); otherwise hmr learns it from refusals.
+  PressureDomain(BoundedNic& nic, bool stated, const char* monitor) {
+    std::memset(&callbacks_, 0, sizeof callbacks_);
+    callbacks_.size = sizeof callbacks_;
+    callbacks_.context = &nic;
+    callbacks_.key_size = 8;
+    callbacks_.mr_cnt = stated ? nic.capacity : 0;
+    callbacks_.reg_va = bounded_register;
+    callbacks_.dereg = bounded_deregister;
+    hmr_domain_attr attr = domain_attr(HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR);
+    attr.nic = "callback";
+    attr.nic_handle = &callbacks_;
+    attr.cache_monitor = monitor;
+    attr.cache_max_count = 100000;  // the NIC, not the cache's own count, is the bound here
+    hmr_domain* raw = nullptr;
+    open_rc_ = hmr_domain_open(&attr, &raw);
+    if (open_rc_ != 0) open_error_ = hmr_last_error();
+    domain_.reset(raw);
+  }
+  hmr_domain* get() const { return domain_.get(); }
+  int open_rc() const { return open_rc_; }
+  const std::string& open_error() const { return open_error_; }
+  hmr_domain_stats stats() const {
+    hmr_domain_stats s;
+    std::memset(&s, 0, sizeof s);
+    s.size = sizeof s;
+    EXPECT_EQ(hmr_domain_query_stats(domain_.get(), &s), 0) << hmr_last_error();
+    return s;
+  }
+
+ private:
+  hmr_nic_callbacks callbacks_;
+  int open_rc_ = 0;
+  std::string open_error_;
+  DomainPtr domain_;
+};
+
+// Page-aligned buffers of one page each, in one mapping.
+struct Buffers {
+  explicit Buffers(size_t n) : count(n) {
+    base = static_cast<uint8_t*>(mmap(nullptr, count * 2 * kPage, PROT_READ | PROT_WRITE,
+                                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    // A gap page between buffers, so no registration's range touches another's.
+    std::memset(base, 1, count * 2 * kPage);
+  }
+  ~Buffers() { munmap(base, count * 2 * kPage); }
+  uint8_t* at(size_t i) const { return base + i * 2 * kPage; }
+  size_t count;
+  uint8_t* base;
+};
+
+class NicPressure : public ::testing::TestWithParam<const char*> {
+ protected:
+  void open(BoundedNic& nic, bool stated) {
+    domain_ = std::make_unique<PressureDomain>(nic, stated, GetParam());
+    if (domain_->open_rc() != 0) {
+      if (domain_->open_error().find("monitor") != std::string::npos) {
+        GTEST_SKIP() << GetParam() << " cannot start here: " << domain_->open_error();
+      }
+      FAIL() << domain_->open_error();
+    }
+  }
+  std::unique_ptr<PressureDomain> domain_;
+};
+
+// The first case: 64 buffers registered and closed (idle in the cache), then 192
+// more distinct ones.  Every one succeeds; the NIC never holds more than its 64.
+TEST_P(NicPressure, IdleCachedRegistrationsAreGivenBackWhenTheNicRefuses) {
+  for (const bool stated : {false, true}) {
+    SCOPED_TRACE(stated ? "limit stated (mr_cnt)" : "limit learned from refusals");
+    BoundedNic nic;
+    open(nic, stated);
+    if (HasFatalFailure() || IsSkipped()) return;
+    Buffers buffers(256);
+    for (size_t i = 0; i < 64; ++i) {
+      MrPtr mr = reg(domain_->get(), buffers.at(i), kPage, kAccess);
+      ASSERT_TRUE(mr) << "buffer " << i;
+    }
+    EXPECT_EQ(nic.held.load(), 64u) << "the 64 idle registrations stay cached";
+    for (size_t i = 64; i < 256; ++i) {
+      MrPtr mr = reg(domain_->get(), buffers.at(i), kPage, kAccess);
+      ASSERT_TRUE(mr) << "buffer " << i << " failed although the NIC held only idle entries";
+    }
+    EXPECT_LE(nic.most_held.load(), nic.capacity);
+    const hmr_domain_stats s = domain_->stats();
+    EXPECT_GE(s.cache_pressure_evictions, 192u);
+    EXPECT_EQ(s.nic_refusals, 0u);
+    if (stated) {
+      EXPECT_EQ(nic.refused.load(), 0u) << "hmr asked the NIC beyond the limit it stated";
+      EXPECT_EQ(s.nic_refusal_retries, 0u);
+    } else {
+      EXPECT_GE(s.nic_refusal_retries, 1u);
+    }
+    domain_.reset();
+    EXPECT_EQ(nic.held.load(), 0u) << "registrations left at the NIC after the domain closed";
+  }
+}
+
+// Everything in use: the caller gets the NIC's code, and a reason that says hmr holds the
+// registrations for open MRs and gave back what was idle.
+TEST_P(NicPressure, WithEveryRegistrationInUseTheRefusalReachesTheCallerWithAReason) {
+  for (const bool stated : {false, true}) {
+    SCOPED_TRACE(stated ? "limit stated (mr_cnt)" : "limit learned from refusals");
+    BoundedNic nic;
+    nic.capacity = 16;
+    nic.refusal = HMR_ENOMEM;
+    open(nic, stated);
+    if (HasFatalFailure() || IsSkipped()) return;
+    Buffers buffers(24);
+    std::vector<MrPtr> open_mrs;
+    for (size_t i = 0; i < 8; ++i) {  // 8 idle ones first
+      ASSERT_TRUE(reg(domain_->get(), buffers.at(16 + i), kPage, kAccess));
+    }
+    for (size_t i = 0; i < 16; ++i) {
+      open_mrs.push_back(reg(domain_->get(), buffers.at(i), kPage, kAccess));
+      ASSERT_TRUE(open_mrs.back()) << "MR " << i << " of 16, with 8 idle entries to give back";
+    }
+    hmr_mr* one_more = nullptr;
+    const int rc = hmr_mr_reg(domain_->get(), buffers.at(16), kPage, kAccess, 0, 0, 0, &one_more,
+                              nullptr);
+    EXPECT_EQ(one_more, nullptr);
+    const std::string reason = hmr_last_error();
+    if (stated) {
+      // mr_cnt bounds open MRs too: the domain refuses the 17th before the NIC is asked.
+      EXPECT_EQ(rc, -HMR_ENOSPC) << reason;
+      EXPECT_NE(reason.find("mr_cnt"), std::string::npos) << reason;
+      EXPECT_EQ(nic.refused.load(), 0u);
+    } else {
+      EXPECT_EQ(rc, -HMR_ENOMEM) << reason;  // the NIC's own code
+      EXPECT_NE(reason.find("bounded NIC: all 16 registrations in use"), std::string::npos)
+          << reason;
+      EXPECT_NE(reason.find("hmr holds 16 registrations"), std::string::npos) << reason;
+      EXPECT_NE(reason.find("in use by an open MR"), std::string::npos) << reason;
+      EXPECT_EQ(domain_->stats().nic_refusals, 1u);
+    }
+    // One MR closed: its registration is idle, and the next registration takes its place.
+    open_mrs.pop_back();
+    MrPtr again = reg(domain_->get(), buffers.at(16), kPage, kAccess);
+    EXPECT_TRUE(again);
+    again.reset();
+    open_mrs.clear();
+    domain_.reset();
+    EXPECT_EQ(nic.held.load(), 0u);
+  }
+}
+
+// The second case: 4 threads, each keeping at most 8 MRs open over 256 buffers, on a
+// NIC of 64: nothing fails, the NIC never holds more than 64, nothing is left behind.
+TEST_P(NicPressure, FourThreadsBelowTheLimitNeverFail) {
+  for (const bool stated : {false, true}) {
+    SCOPED_TRACE(stated ? "limit stated (mr_cnt)" : "limit learned from refusals");
+    BoundedNic nic;
+    open(nic, stated);
+    if (HasFatalFailure() || IsSkipped()) return;
+    Buffers buffers(256);
+    std::atomic<int> failures{0};
+    std::string first_failure;
+    std::mutex failure_mutex;
+    auto worker = [&](unsigned seed) {
+      std::mt19937 random(seed);
+      std::deque<hmr_mr*> mine;
+      for (int i = 0; i < 3000; ++i) {
+        hmr_mr* mr = nullptr;
+        const int rc = hmr_mr_reg(domain_->get(), buffers.at(random() % 256), kPage, kAccess, 0,
+                                  0, 0, &mr, nullptr);
+        if (rc != 0) {
+          if (failures.fetch_add(1) == 0) {
+            std::lock_guard lock(failure_mutex);
+            first_failure = hmr_last_error();
+          }
+        } else {
+          mine.push_back(mr);
+        }
+        if (mine.size() > 8 || (!mine.empty() && random() % 3 == 0)) {
+          if (hmr_mr_close(mine.front()) != 0) failures.fetch_add(1);
+          mine.pop_front();
+        }
+      }
+      for (hmr_mr* mr : mine) hmr_mr_close(mr);
+    };
+    std::vector<std::thread> threads;
+    for (unsigned t = 0; t < 4; ++t) threads.emplace_back(worker, 17 + t);
+    for (std::thread& t : threads) t.join();
+    EXPECT_EQ(failures.load(), 0) << first_failure;
+    EXPECT_LE(nic.most_held.load(), nic.capacity);
+    if (stated) {
+      EXPECT_EQ(nic.refused.load(), 0u);
+    }
+    domain_.reset();
+    EXPECT_EQ(nic.held.load(), 0u);
+  }
+}
+
+// Registrations and deregistrations failing at random, under 4 threads, beside the pressure:
+// every failure is an error with a reason, never a crash; nothing is left at the NIC, and no
+// MR handle is lost (the domain closes, which it refuses while one is open).
+TEST_P(NicPressure, InjectedFaultsUnderThreadsLeaveNothingBehind) {
+  BoundedNic nic;
+  nic.capacity = 32;
+  nic.fail_reg_one_in = 7;
+  nic.fail_dereg_one_in = 5;
+  open(nic, /*stated=*/false);
+  if (HasFatalFailure() || IsSkipped()) return;
+  Buffers buffers(128);
+  std::atomic<int> unexplained{0};
+  auto worker = [&](unsigned seed) {
+    std::mt19937 random(seed);
+    std::deque<hmr_mr*> mine;
+    for (int i = 0; i < 2000; ++i) {
+      hmr_mr* mr = nullptr;
+      const int rc = hmr_mr_reg(domain_->get(), buffers.at(random() % 128), kPage, kAccess, 0, 0,
+                                0, &mr, nullptr);
+      if (rc == 0) {
+        mine.push_back(mr);
+      } else if ((rc != -HMR_EIO && rc != -HMR_ENOSPC) || std::strlen(hmr_last_error()) == 0 ||
+                 mr != nullptr) {
+        unexplained.fetch_add(1);
+      }
+      if (mine.size() > 4) {
+        hmr_mr_close(mine.front());
+        mine.pop_front();
+      }
+    }
+    for (hmr_mr* mr : mine) hmr_mr_close(mr);
+  };
+  std::vector<std::thread> threads;
+  for (unsigned t = 0; t < 4; ++t) threads.emplace_back(worker, 99 + t);
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(unexplained.load(), 0);
+  EXPECT_LE(nic.most_held.load(), nic.capacity);
+  domain_.reset();  // fails the test (DomainCloser) if an MR were still open
+  EXPECT_EQ(nic.held.load(), 0u) << "registrations left at the NIC";
+}
+
+INSTANTIATE_TEST_SUITE_P(Monitors, NicPressure, ::testing::Values("memhooks", "userfaultfd"),
+                         [](const ::testing::TestParamInfo<const char*>& param) {
+                           return std::string(param.param);
+                         });
+
+}  // namespace
