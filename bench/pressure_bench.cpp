@@ -1,0 +1,160 @@
+// What a registration costs when the NIC is full of idle cached registrations (docs/
+// semantics.md, "Under pressure"), through the public C ABI: hmr_mr_reg + hmr_mr_close of
+// distinct page-sized buffers on a callback NIC that holds `capacity` registrations and
+// refuses the next (-HMR_ENOSPC), against the same on a NIC without a limit (a plain miss),
+// and a cached hit of one buffer, interleaved rounds, medians.  The NIC's own calls cost a
+// few ns (a counter), so the figures are hmr's.  With --stated the NIC states its limit
+// (mr_cnt), so hmr gives back before it asks instead of after a refusal.
+//   hmr_pressure_bench [--capacity N] [--rounds R] [--stated]
+// prints  RESULT metric=registration_under_pressure_ns limit=<refused|stated> evicting=<ns>
+//         miss=<ns> hit=<ns> ratio=<evicting/miss>
+#include <hmr/hmr.h>
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+constexpr size_t kPage = 4096;
+constexpr uint64_t kAccess = HMR_REMOTE_READ | HMR_REMOTE_WRITE;
+
+struct Nic {
+  size_t capacity = 0;  // 0: no limit
+  size_t held = 0;
+  uint64_t next_key = 1;
+};
+
+int nic_register(void* context, const hmr_nic_reg_request*, hmr_nic_mr* mr, char* reason,
+                 size_t reason_size) {
+  auto& nic = *static_cast<Nic*>(context);
+  if (nic.capacity != 0 && nic.held >= nic.capacity) {
+    std::snprintf(reason, reason_size, "full");
+    return -HMR_ENOSPC;
+  }
+  ++nic.held;
+  mr->handle = nullptr;
+  mr->desc = nullptr;
+  mr->key = nic.next_key++;
+  return 0;
+}
+
+int nic_deregister(void* context, const hmr_nic_mr*, char*, size_t) {
+  --static_cast<Nic*>(context)->held;
+  return 0;
+}
+
+struct Domain {
+  Domain(Nic& nic, bool stated) {
+    std::memset(&callbacks, 0, sizeof callbacks);
+    callbacks.size = sizeof callbacks;
+    callbacks.context = &nic;
+    callbacks.key_size = 8;
+    callbacks.mr_cnt = stated ? nic.capacity : 0;
+    callbacks.reg_va = nic_register;
+    callbacks.dereg = nic_deregister;
+    hmr_domain_attr attr;
+    std::memset(&attr, 0, sizeof attr);
+    attr.size = sizeof attr;
+    attr.nic = "callback";
+    attr.nic_handle = &callbacks;
+    attr.mr_mode = HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR;
+    attr.cache_max_count = 1u << 20;
+    if (hmr_domain_open(&attr, &domain) != 0) {
+      std::fprintf(stderr, "hmr_domain_open: %s\n", hmr_last_error());
+      std::exit(1);
+    }
+  }
+  ~Domain() { hmr_domain_close(domain); }
+  hmr_nic_callbacks callbacks;
+  hmr_domain* domain = nullptr;
+};
+
+// Median ns of hmr_mr_reg + hmr_mr_close over `buffers` taken in turn, `per_round` of them.
+double reg_close_ns(hmr_domain* domain, const std::vector<uint8_t*>& buffers, size_t per_round,
+                    size_t* next) {
+  const auto start = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < per_round; ++i) {
+    hmr_mr* mr = nullptr;
+    uint8_t* buffer = buffers[(*next)++ % buffers.size()];
+    if (hmr_mr_reg(domain, buffer, kPage, kAccess, 0, 0, 0, &mr, nullptr) != 0) {
+      std::fprintf(stderr, "hmr_mr_reg: %s\n", hmr_last_error());
+      std::exit(1);
+    }
+    hmr_mr_close(mr);
+  }
+  return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start)
+             .count() / static_cast<double>(per_round);
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  size_t capacity = 256;
+  int rounds = 9;
+  bool stated = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--capacity" && i + 1 < argc) capacity = std::strtoul(argv[++i], nullptr, 10);
+    else if (arg == "--rounds" && i + 1 < argc) rounds = std::atoi(argv[++i]);
+    else if (arg == "--stated") stated = true;
+    else {
+      std::fprintf(stderr, "usage: %s [--capacity N] [--rounds R] [--stated]\n", argv[0]);
+      return 2;
+    }
+  }
+  // Four times the NIC's capacity in distinct buffers, each page with a gap page after it: in
+  // turn, every registration of the bounded NIC finds it full of idle entries.
+  const size_t count = 4 * capacity;
+  const size_t per_round = 2 * count;
+  auto* mapping = static_cast<uint8_t*>(mmap(nullptr, 2 * count * kPage, PROT_READ | PROT_WRITE,
+                                             MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  std::memset(mapping, 1, 2 * count * kPage);
+  std::vector<uint8_t*> buffers;
+  for (size_t i = 0; i < count; ++i) buffers.push_back(mapping + 2 * i * kPage);
+
+  Nic bounded;
+  bounded.capacity = capacity;
+  Nic unbounded;
+  Domain pressured(bounded, stated);
+  std::vector<double> evicting, miss, hit;
+  size_t next_pressured = 0;
+  reg_close_ns(pressured.domain, buffers, per_round, &next_pressured);  // fills the NIC
+  for (int r = 0; r < rounds; ++r) {
+    evicting.push_back(reg_close_ns(pressured.domain, buffers, per_round, &next_pressured));
+    {
+      // A fresh domain each round, so each registration is a first one: a plain miss.
+      Domain plain(unbounded, false);
+      size_t next = 0;
+      miss.push_back(reg_close_ns(plain.domain, buffers, count, &next));
+      const std::vector<uint8_t*> one(1, buffers[0]);
+      next = 0;
+      hit.push_back(reg_close_ns(plain.domain, one, per_round, &next));
+    }
+  }
+  hmr_domain_stats stats;
+  std::memset(&stats, 0, sizeof stats);
+  stats.size = sizeof stats;
+  hmr_domain_query_stats(pressured.domain, &stats);
+  const double e = median(evicting), m = median(miss), h = median(hit);
+  std::printf("bounded NIC of %zu: %llu given back, %llu retries after refusals, %llu refusals "
+              "passed on, most held %zu\n",
+              capacity, static_cast<unsigned long long>(stats.cache_pressure_evictions),
+              static_cast<unsigned long long>(stats.nic_refusal_retries),
+              static_cast<unsigned long long>(stats.nic_refusals), bounded.held);
+  std::printf("RESULT metric=registration_under_pressure_ns limit=%s evicting=%.1f miss=%.1f "
+              "hit=%.1f ratio=%.2f\n",
+              stated ? "stated" : "refused", e, m, h, e / m);
+  munmap(mapping, 2 * count * kPage);
+  return 0;
+}
