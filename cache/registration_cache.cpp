@@ -1,6 +1,8 @@
 #include "cache/registration_cache.h"
 
 #include <algorithm>
+
+#include "cache/deferred_reaper.h"
 #include <memory>
 #include <utility>
 
@@ -24,6 +26,10 @@ Status RegistrationCache::attach() {
   if (monitor_ == nullptr || attached_) return ok_status();
   HMR_RETURN_IF_ERROR(monitor_->start());
   HMR_RETURN_IF_ERROR(monitor_->add_sink(this));
+  if (Status reaper = DeferredReaper::instance().add(this); !reaper.ok()) {
+    monitor_->remove_sink(this);
+    return reaper;
+  }
   attached_ = true;
   validate_hits_ = monitor_->checks_on_hit();
   return ok_status();
@@ -38,6 +44,7 @@ void RegistrationCache::watch_lost_by_fork() {
 void RegistrationCache::detach() {
   if (!attached_) return;
   monitor_->remove_sink(this);  // waits for a notification in flight
+  DeferredReaper::instance().remove(this);  // and the reaper is done with it too
   attached_ = false;
 }
 
@@ -500,6 +507,7 @@ size_t RegistrationCache::finalize_all(CacheEntry* dead) {
     while (!deferred_.compare_exchange_weak(tail->next, dead, std::memory_order_release,
                                             std::memory_order_relaxed)) {
     }
+    DeferredReaper::instance().wake();  // deregistered by its thread, not at our next call
     return 0;
   }
   size_t finalized = 0;

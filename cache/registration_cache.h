@@ -123,6 +123,8 @@ class RegistrationCache final : public InvalidationSink {
   // to deregister, then drops up to `count` unused entries, least recently used first (the
   // CLOCK hand of the limits).  How many it dropped or deregistered; 0: nothing idle is left.
   size_t release_unused(size_t count);
+  // Deregisters what monitor events left dead (DeferredReaper's thread calls it).
+  void reap_deferred() { (void)finalize_deferred(); }
   CacheStatistics statistics();
   const CacheLimits& limits() const { return limits_; }
 

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <deque>
@@ -318,6 +319,36 @@ TEST_P(NicPressure, InjectedFaultsUnderThreadsLeaveNothingBehind) {
   EXPECT_LE(nic.most_held.load(), nic.capacity);
   domain_.reset();  // fails the test (DomainCloser) if an MR were still open
   EXPECT_EQ(nic.held.load(), 0u) << "registrations left at the NIC";
+}
+
+// Memory freed while its registration sits idle in the cache is deregistered (unpinned, its
+// key given back) without the application calling hmr again: the monitor's event leaves the
+// entry dead, and hmr's own thread deregisters it (cache/deferred_reaper.h).  Before, it
+// waited for the domain's next registration call.  (How long it takes is measured by
+// hmr_pressure_bench; here only that it happens, within a generous deadline.)
+TEST_P(NicPressure, FreedMemoryIsUnpinnedWithoutAnotherCall) {
+  BoundedNic nic;
+  open(nic, /*stated=*/false);
+  if (HasFatalFailure() || IsSkipped()) return;
+  for (int round = 0; round < 3; ++round) {
+    void* buffer = mmap(nullptr, 4 * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                        -1, 0);
+    ASSERT_NE(buffer, MAP_FAILED);
+    std::memset(buffer, 1, 4 * kPage);
+    {
+      MrPtr mr = reg(domain_->get(), buffer, 4 * kPage, kAccess);
+      ASSERT_TRUE(mr);
+    }
+    ASSERT_EQ(nic.held.load(), 1u) << "the idle registration stays cached";
+    ASSERT_EQ(munmap(buffer, 4 * kPage), 0);
+    // No hmr call from here until the NIC let go.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (nic.held.load() != 0 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::yield();
+    }
+    EXPECT_EQ(nic.held.load(), 0u) << "the freed memory is still registered (round " << round << ")";
+  }
+  domain_.reset();  // before `nic`, whose callbacks the domain's close may still call
 }
 
 INSTANTIATE_TEST_SUITE_P(Monitors, NicPressure, ::testing::Values("memhooks", "userfaultfd"),

@@ -1,0 +1,109 @@
+#include "cache/deferred_reaper.h"
+
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+#include "cache/registration_cache.h"
+
+namespace hmr::core {
+
+DeferredReaper& DeferredReaper::instance() {
+  static DeferredReaper* reaper = [] {
+    auto* created = new DeferredReaper();
+    // Registered after the monitors' fork handlers (a cache joins its monitor before it is
+    // added here), so fork() runs this prepare handler first; it waits for nothing but the
+    // few instructions mutex_ is ever held for.
+    (void)pthread_atfork(&before_fork, &after_fork_in_parent, &after_fork_in_child);
+    return created;
+  }();
+  return *reaper;
+}
+
+Status DeferredReaper::add(RegistrationCache* cache) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (thread_pid_ != getpid()) {
+    if (wakeup_.load(std::memory_order_relaxed) < 0) {
+      const int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+      if (fd < 0) {
+        return make_error(HMR_ENOMEM, "eventfd for the deferred-deregistration thread: %s",
+                          std::strerror(errno));
+      }
+      wakeup_.store(fd, std::memory_order_release);
+    }
+    try {
+      std::thread(&DeferredReaper::run, this).detach();
+    } catch (const std::system_error& e) {
+      return make_error(HMR_EAGAIN, "cannot start the deferred-deregistration thread: %s", e.what());
+    }
+    thread_pid_ = getpid();
+  }
+  caches_.push_back(cache);
+  return ok_status();
+}
+
+void DeferredReaper::remove(RegistrationCache* cache) {
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      caches_.erase(std::remove(caches_.begin(), caches_.end(), cache), caches_.end());
+      if (serving_ != cache) return;
+    }
+    sched_yield();  // the reaper is finishing a batch of this cache's deregistrations
+  }
+}
+
+void DeferredReaper::wake() {
+  const int fd = wakeup_.load(std::memory_order_acquire);
+  if (fd < 0) return;
+  const uint64_t one = 1;
+  // A full counter (2^64 - 2 wakes not yet read) cannot happen; EAGAIN would only mean that.
+  (void)!write(fd, &one, sizeof one);
+}
+
+void DeferredReaper::run() {
+  for (;;) {
+    const int fd = wakeup_.load(std::memory_order_acquire);
+    pollfd ready{fd, POLLIN, 0};
+    if (poll(&ready, 1, -1) < 0 && errno != EINTR) return;
+    uint64_t wakes = 0;
+    (void)!read(fd, &wakes, sizeof wakes);
+    // Every cache, one at a time, each marked as served while the mutex is released.
+    for (size_t i = 0;; ++i) {
+      RegistrationCache* cache = nullptr;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        serving_ = nullptr;
+        if (i >= caches_.size()) break;
+        cache = caches_[i];
+        serving_ = cache;
+      }
+      cache->reap_deferred();
+    }
+  }
+}
+
+void DeferredReaper::before_fork() { instance().mutex_.lock(); }
+
+void DeferredReaper::after_fork_in_parent() { instance().mutex_.unlock(); }
+
+void DeferredReaper::after_fork_in_child() {
+  DeferredReaper& self = instance();
+  // The thread stayed in the parent; so do the caches it served (an inherited cache stops
+  // caching in the child and deregisters at its domain's close).
+  self.caches_.clear();
+  self.serving_ = nullptr;
+  self.thread_pid_ = 0;
+  const int inherited = self.wakeup_.exchange(-1, std::memory_order_relaxed);
+  if (inherited >= 0) close(inherited);
+  self.mutex_.unlock();
+}
+
+}  // namespace hmr::core
