@@ -225,6 +225,17 @@ static struct ibv_mr *make_mr(const char *entry, struct ibv_pd *pd, void *addr, 
     errno = EFAULT;
     return NULL;
   }
+  /* A device holds at most max_mr registrations (ibv_query_device).  mlx5 takes an mkey per
+   * MR from a table of that size; with none free, mlx5_ib_reg_user_mr fails with -ENOMEM,
+   * which uverbs passes up and ibv_reg_mr reports as NULL with errno ENOMEM. */
+  int live = 0;
+  for (int i = 0; i < MAX_OBJECTS; ++i) {
+    if (mrs[i] != NULL && mrs[i]->mr.context == pd->context) ++live;
+  }
+  if (live >= config->max_mr) {
+    errno = ENOMEM;
+    return NULL;
+  }
   struct fake_mr *mr = calloc(1, sizeof *mr);
   if (mr == NULL || !add_object((void **)mrs, mr)) {
     free(mr);

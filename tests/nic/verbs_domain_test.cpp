@@ -2,7 +2,11 @@
 // over a device hmr opens, MRs whose descriptor is a struct hmr_verbs_desc, RAW keys for
 // chunked ranges, and the errors an application sees.
 #include <hmr/hmr.h>
+#include <sys/mman.h>
 
+#include <cerrno>
+#include <cstring>
+#include <string>
 #include <vector>
 
 #include "nic/verbs/chunk_plan.h"
@@ -138,6 +142,65 @@ TEST_F(VerbsDomainTest, CachedRegistrationsAreSharedAndDeregisteredOnce) {
   EXPECT_EQ(hmr_mr_close(second), 0);
   EXPECT_EQ(hmr_domain_cache_flush(domain_), 0);
   EXPECT_EQ(fake().live("mrs"), 0);
+}
+
+}  // namespace
+}  // namespace hmr::testing
+
+namespace hmr::testing {
+namespace {
+
+// Under pressure on verbs (docs/semantics.md): a device that holds 16 MRs (max_mr, which the
+// fake now enforces as mlx5 does, with ENOMEM).  hmr takes max_mr as the domain's mr_cnt and
+// gives back idle cached registrations before it would pass it; a refusal the limit did not
+// foresee (ENOMEM injected) gives back and retries too.
+TEST_F(VerbsDomainTest, AFullDeviceGetsIdleRegistrationsBack) {
+  fake_ibverbs_device_config config{};
+  fake().get_device(0, &config);
+  config.max_mr = 16;
+  fake().set_device(0, &config);
+  attr_ = hmr_domain_attr{};
+  attr_.size = sizeof attr_;
+  attr_.nic = "verbs";
+  attr_.mr_mode = kBasicMode;
+  // The cache monitor and hmr's deferred-deregistration thread keep their fds for the life of
+  // the process once started: start them before counting.
+  ASSERT_EQ(hmr_domain_open(&attr_, &domain_), 0) << hmr_last_error();
+  ASSERT_EQ(hmr_domain_close(domain_), 0);
+  domain_ = nullptr;
+  fds_before_ = open_fd_count();
+  attr_.cache_monitor = nullptr;
+  attr_.nic_handle = nullptr;
+  ASSERT_EQ(hmr_domain_open(&attr_, &domain_), 0) << hmr_last_error();
+  if (std::string(attr_.cache_monitor) == "disabled") {
+    GTEST_SKIP() << "no cache monitor can start here: " << hmr_last_error();
+  }
+  EXPECT_EQ(attr_.mr_cnt, 16u) << "the device's max_mr";
+  constexpr size_t kBuffers = 48;
+  auto* mapping = static_cast<uint8_t*>(mmap(nullptr, 2 * kBuffers * 4096, PROT_READ | PROT_WRITE,
+                                             MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(mapping, MAP_FAILED);
+  std::memset(mapping, 1, 2 * kBuffers * 4096);
+  for (size_t i = 0; i < kBuffers; ++i) {
+    hmr_test::MrPtr mr = reg(mapping + 2 * i * 4096, 4096, HMR_REMOTE_READ);
+    ASSERT_TRUE(mr) << "buffer " << i;
+    EXPECT_LE(fake().live("mrs"), 16);
+  }
+  // A refusal no limit foresaw: the next ibv_reg_mr fails with ENOMEM once.
+  fake().set_failure("ibv_reg_mr_iova2#1", ENOMEM);
+  hmr_test::MrPtr after_refusal = reg(mapping, 4096 * 2 - 1, HMR_REMOTE_WRITE);
+  EXPECT_TRUE(after_refusal);
+  fake().set_failure("ibv_reg_mr_iova2", 0);
+  hmr_domain_stats stats{};
+  stats.size = sizeof stats;
+  ASSERT_EQ(hmr_domain_query_stats(domain_, &stats), 0);
+  EXPECT_GE(stats.cache_pressure_evictions, kBuffers - 16);
+  EXPECT_EQ(stats.nic_refusal_retries, 1u);
+  EXPECT_EQ(stats.nic_refusals, 0u);
+  after_refusal.reset();
+  ASSERT_EQ(hmr_domain_close(domain_), 0) << hmr_last_error();
+  domain_ = nullptr;
+  munmap(mapping, 2 * kBuffers * 4096);
 }
 
 }  // namespace
