@@ -1,4 +1,6 @@
 // C ABI: hmr_md_query, what a domain can register and at what cost (UCX md_query).
+#include <cstddef>
+
 #include "api/api_guard.h"
 #include "api/extensible_struct.h"
 #include "core/domain.h"
@@ -57,7 +59,9 @@ HMR_API int hmr_md_query(hmr_domain* handle, hmr_md_attr* attr) {
   return hmr::guarded([&] {
     Domain* domain = from_handle<Domain>(handle);
     if (domain == nullptr) return hmr::report_error(HMR_EINVAL, "not a domain handle");
-    auto checked = hmr::core::read_extensible(attr, sizeof(hmr_md_attr), "hmr_md_attr");
+    // The first version ended before max_registrations.
+    constexpr size_t kFirstVersionSize = offsetof(hmr_md_attr, max_registrations);
+    auto checked = hmr::core::read_extensible(attr, kFirstVersionSize, "hmr_md_attr");
     if (!checked.ok()) return hmr::report(checked.status());
     const uint64_t fields = checked->field_mask;
     if (fields & ~kKnownFields) {
@@ -85,6 +89,11 @@ HMR_API int hmr_md_query(hmr_domain* handle, hmr_md_attr* attr) {
       result.reg_cost = {cost->overhead_ns, cost->ns_per_byte};
       result.reg_cost_measured = domain->nic().capabilities().reg_cost ? 0 : 1;
     }
+    result.max_registrations = domain->mr_cnt();
+    const size_t nic_limit = domain->nic().capabilities().mr_cnt;
+    result.max_registrations_source = result.max_registrations == 0 ? "none"
+                                      : result.max_registrations == nic_limit ? "nic"
+                                                                            : "application";
     hmr::core::write_extensible(attr, result);
     return 0;
   });

@@ -88,6 +88,8 @@ class Domain : public Tagged<ObjectClass::domain> {
   // Whether MRs for `request` may share a cached NIC registration, and under which key.
   bool cacheable(const MrRequest& request) const;
   CacheKey cache_key(const MrRequest& request) const;
+  // The negotiated mr_cnt: open MRs, and registrations held at the NIC (0: no limit).
+  size_t mr_cnt() const { return mr_cnt_; }
   RegistrationCache* cache() const { return cache_.get(); }
   // The same for device memory (and runtime memory the CPU can reach), reaching the NIC
   // through `mode`: a cache of its own, whose monitor is the device runtimes' (DeviceMonitor).

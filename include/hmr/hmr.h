@@ -371,6 +371,14 @@ struct hmr_md_attr {
 	 * 4 MiB host buffers directly on the NIC a few times each (reg_cost_measured 1). */
 	struct hmr_linear_cost reg_cost;
 	int reg_cost_measured;
+	/* Added after reg_cost_measured (a caller built with the shorter struct is still served):
+	 * the most registrations hmr holds at the NIC at once, idle cached ones included, and
+	 * where that bound comes from: "nic" (the NIC's own limit: verbs max_mr, libfabric
+	 * mr_cnt, the callback's mr_cnt, sim's mr_cnt option), "application" (a smaller
+	 * hmr_domain_attr.mr_cnt), or "none" (0: the NIC states no limit; hmr then learns it from
+	 * refusals).  docs/semantics.md, "Under pressure". */
+	size_t max_registrations;
+	const char *max_registrations_source;
 };
 /* What the domain can register and what a registration costs (UCX md_query). */
 HMR_API int hmr_md_query(hmr_domain *domain, struct hmr_md_attr *attr);

@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -82,6 +83,59 @@ TEST(MdQuery, DescribesTheSimNic) {
   ASSERT_HMR_OK(hmr_md_query(uncached, &other));
   EXPECT_EQ(other.flags & HMR_MD_FLAG_CACHE, 0u);
   EXPECT_GT(other.max_reg, 1048576u);  // the sim NIC's default
+}
+
+// The bound on registrations hmr holds at the NIC, idle cached ones included (docs/
+// semantics.md, "Under pressure"), and where it comes from.
+TEST(MdQuery, SaysHowManyRegistrationsTheNicHoldsAndWhoSaidSo) {
+  {
+    DomainPtr nic_limited = open_domain(HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR, "mr_cnt=100");
+    ASSERT_TRUE(nic_limited);
+    hmr_md_attr attr = md_attr();
+    ASSERT_HMR_OK(hmr_md_query(nic_limited.get(), &attr));
+    EXPECT_EQ(attr.max_registrations, 100u);
+    ASSERT_NE(attr.max_registrations_source, nullptr);
+    EXPECT_STREQ(attr.max_registrations_source, "nic");
+  }
+  {
+    hmr_domain_attr asked = domain_attr(HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR, "mr_cnt=100");
+    asked.mr_cnt = 10;
+    hmr_domain* raw = nullptr;
+    ASSERT_HMR_OK(hmr_domain_open(&asked, &raw));
+    DomainPtr app_limited(raw);
+    hmr_md_attr attr = md_attr();
+    ASSERT_HMR_OK(hmr_md_query(app_limited.get(), &attr));
+    EXPECT_EQ(attr.max_registrations, 10u);
+    EXPECT_STREQ(attr.max_registrations_source, "application");
+  }
+  {
+    // A callback NIC that states no limit (mr_cnt 0).
+    hmr_nic_callbacks callbacks;
+    std::memset(&callbacks, 0, sizeof callbacks);
+    callbacks.size = sizeof callbacks;
+    callbacks.key_size = 8;
+    callbacks.reg_va = [](void*, const hmr_nic_reg_request*, hmr_nic_mr* mr, char*, size_t) {
+      mr->key = 1;
+      return 0;
+    };
+    callbacks.dereg = [](void*, const hmr_nic_mr*, char*, size_t) { return 0; };
+    hmr_domain_attr attr_in = domain_attr(HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR);
+    attr_in.nic = "callback";
+    attr_in.nic_handle = &callbacks;
+    hmr_domain* raw = nullptr;
+    ASSERT_HMR_OK(hmr_domain_open(&attr_in, &raw));
+    DomainPtr unlimited(raw);
+    hmr_md_attr attr = md_attr();
+    ASSERT_HMR_OK(hmr_md_query(unlimited.get(), &attr));
+    EXPECT_EQ(attr.max_registrations, 0u);
+    EXPECT_STREQ(attr.max_registrations_source, "none");
+    // A caller built before these fields: served, and nothing written past its size.
+    hmr_md_attr older = md_attr();
+    older.size = offsetof(hmr_md_attr, max_registrations);
+    older.max_registrations = 777;
+    ASSERT_HMR_OK(hmr_md_query(unlimited.get(), &older));
+    EXPECT_EQ(older.max_registrations, 777u);
+  }
 }
 
 TEST(MdQuery, RawKeysArePackedWhole) {
