@@ -117,18 +117,8 @@ TEST_F(VerbsDomainTest, ChunkedRangesUseRawKeys) {
 }
 
 TEST_F(VerbsDomainTest, CachedRegistrationsAreSharedAndDeregisteredOnce) {
-  attr_ = hmr_domain_attr{};
-  attr_.size = sizeof attr_;
-  attr_.nic = "verbs";
-  attr_.mr_mode = kBasicMode;
-  // The cache monitor is process-wide and keeps its fds once started: start it before counting.
-  ASSERT_EQ(hmr_domain_open(&attr_, &domain_), 0) << hmr_last_error();
-  ASSERT_EQ(hmr_domain_close(domain_), 0);
-  fds_before_ = open_fd_count();
-  attr_.cache_monitor = nullptr;
-  attr_.nic_handle = nullptr;  // it came back as the PD of the closed domain
-  ASSERT_EQ(hmr_domain_open(&attr_, &domain_), 0) << hmr_last_error();
-  if (std::string(attr_.cache_monitor) == "disabled") {
+  if (!open_cached_domain(kBasicMode)) {
+    ASSERT_NE(domain_, nullptr);
     GTEST_SKIP() << "no cache monitor can start here: " << hmr_last_error();
   }
   std::vector<char> buffer(8192);
@@ -159,20 +149,8 @@ TEST_F(VerbsDomainTest, AFullDeviceGetsIdleRegistrationsBack) {
   fake().get_device(0, &config);
   config.max_mr = 16;
   fake().set_device(0, &config);
-  attr_ = hmr_domain_attr{};
-  attr_.size = sizeof attr_;
-  attr_.nic = "verbs";
-  attr_.mr_mode = kBasicMode;
-  // The cache monitor and hmr's deferred-deregistration thread keep their fds for the life of
-  // the process once started: start them before counting.
-  ASSERT_EQ(hmr_domain_open(&attr_, &domain_), 0) << hmr_last_error();
-  ASSERT_EQ(hmr_domain_close(domain_), 0);
-  domain_ = nullptr;
-  fds_before_ = open_fd_count();
-  attr_.cache_monitor = nullptr;
-  attr_.nic_handle = nullptr;
-  ASSERT_EQ(hmr_domain_open(&attr_, &domain_), 0) << hmr_last_error();
-  if (std::string(attr_.cache_monitor) == "disabled") {
+  if (!open_cached_domain(kBasicMode)) {
+    ASSERT_NE(domain_, nullptr);
     GTEST_SKIP() << "no cache monitor can start here: " << hmr_last_error();
   }
   EXPECT_EQ(attr_.mr_cnt, 16u) << "the device's max_mr";
