@@ -42,14 +42,11 @@ std::unique_ptr<Device> Device::open(const Libfabric& libfabric, InfoPtr info,
   p.ptr_support = device->query_ptr_support();
   p.max_message = fi->ep_attr->max_msg_size < kMaxMessageSize ? fi->ep_attr->max_msg_size
                                                               : kMaxMessageSize;
-  // Every comm (listen, send, recv) opens an endpoint and a CQ of its own (and an AV, which
-  // libfabric 1.17's domain attributes do not count): as many as the domain has of the
-  // scarcer (0: the provider sets no limit).
-  size_t comms = 65536;
-  for (const size_t limit : {fi->domain_attr->ep_cnt, fi->domain_attr->cq_cnt}) {
-    if (limit != 0 && limit < comms) comms = limit;
-  }
-  p.max_comms = static_cast<int>(comms);
+  // Every comm (listen, send, recv) opens an endpoint of its own (and a CQ and an AV): as
+  // many as the domain supports endpoints (fi_domain(3) ep_cnt; 0: no limit).  Not cq_cnt,
+  // which fi_domain(3) calls the optimal number, not a maximum (tcp reports 256).
+  const size_t endpoints = fi->domain_attr->ep_cnt;
+  p.max_comms = static_cast<int>(endpoints != 0 && endpoints < 65536 ? endpoints : 65536);
   return device;
 }
 

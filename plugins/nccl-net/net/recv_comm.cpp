@@ -219,6 +219,9 @@ ncclResult_t RecvComm::irecv(int n, void** data, const size_t* sizes, const int*
 ncclResult_t RecvComm::iflush(int n, void** data, const int* sizes, MemoryHandle* const* mhandles,
                               void** request) {
   *request = nullptr;
+  if (!failure_.empty()) {
+    return fail(failure_result_, "iflush on a recv comm that failed earlier: %s", failure_.c_str());
+  }
   if (n < 1 || static_cast<size_t>(n) > kMaxRecvs) {
     return fail(ncclInvalidArgument, "iflush of %d buffers: between 1 and %zu", n, kMaxRecvs);
   }
@@ -312,10 +315,16 @@ ncclResult_t RecvComm::test(ReceiveRequest* request, int* done, int* sizes) {
 
 ncclResult_t RecvComm::test(FlushRequest* request, int* done) {
   if (done != nullptr) *done = 0;
+  // A failed comm posts nothing more, and a read still posted keeps its request: the provider
+  // may yet write its completion into it, so it is never handed out again.
+  if (!failure_.empty() && request->state == RequestState::pending) {
+    if (!request->read_posted) request->state = RequestState::idle;
+    return failure_result_;
+  }
   if (request->state == RequestState::pending && !request->read_posted) post_flush(*request);
   if (request->state == RequestState::pending) {
     if (const ncclResult_t rc = progress(); rc != ncclSuccess) {
-      request->state = RequestState::idle;
+      if (!request->read_posted) request->state = RequestState::idle;
       return rc;
     }
   }
