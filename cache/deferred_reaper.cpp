@@ -75,17 +75,23 @@ void DeferredReaper::run() {
     if (poll(&ready, 1, -1) < 0 && errno != EINTR) return;
     uint64_t wakes = 0;
     (void)!read(fd, &wakes, sizeof wakes);
-    // Every cache, one at a time, each marked as served while the mutex is released.
-    for (size_t i = 0;; ++i) {
-      RegistrationCache* cache = nullptr;
+    // Every cache listed when the wake was read, one at a time, each marked as served while
+    // the mutex is released.  From a copy: a cache removed meanwhile shifts the list, and
+    // walking it by index would skip the one after.  One removed before its turn is skipped.
+    std::vector<RegistrationCache*> round;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      round = caches_;
+    }
+    for (RegistrationCache* cache : round) {
       {
         std::lock_guard<std::mutex> lock(mutex_);
-        serving_ = nullptr;
-        if (i >= caches_.size()) break;
-        cache = caches_[i];
+        if (std::find(caches_.begin(), caches_.end(), cache) == caches_.end()) continue;
         serving_ = cache;
       }
       cache->reap_deferred();
+      std::lock_guard<std::mutex> lock(mutex_);
+      serving_ = nullptr;
     }
   }
 }

@@ -64,7 +64,14 @@ Result<nic::Registration> NicRegistrar::under_pressure(RegisterCall&& register_c
                      released);
     }
     const Stopwatch stopwatch;
-    Result<nic::Registration> registered = register_call();
+    Result<nic::Registration> registered = [&] {
+      try {
+        return register_call();
+      } catch (...) {  // (out of memory in an adapter): the reservation goes with it
+        held_.fetch_sub(1, std::memory_order_relaxed);
+        throw;
+      }
+    }();
     if (registered.ok()) {
       registrations_.fetch_add(1, std::memory_order_relaxed);
       registration_ns_.fetch_add(stopwatch.elapsed_ns(), std::memory_order_relaxed);
