@@ -1,10 +1,10 @@
 #include "cache/registration_cache.h"
 
 #include <algorithm>
-
-#include "cache/deferred_reaper.h"
 #include <memory>
 #include <utility>
+
+#include "cache/deferred_reaper.h"
 
 namespace hmr::core {
 namespace {

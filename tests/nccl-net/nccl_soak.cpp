@@ -95,13 +95,6 @@ int count_own_fds(int* eventfds) {
   return n - 1;  // the directory's own fd
 }
 
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 // What step `step` of channel `channel` from rank `from` carries: its size and pattern seed.
 struct StepSpec {
   size_t size;
@@ -109,7 +102,7 @@ struct StepSpec {
 };
 // Buffer `part` of the step: a slot holds `group` buffers of part_size() bytes each.
 StepSpec step_spec(const Options& o, int from, int channel, long step, int part) {
-  const uint64_t r = mix(o.seed ^ mix((static_cast<uint64_t>(from) << 56) ^
+  const uint64_t r = splitmix64(o.seed ^ splitmix64((static_cast<uint64_t>(from) << 56) ^
                                       (static_cast<uint64_t>(channel) << 40) ^
                                       (static_cast<uint64_t>(part) << 36) ^
                                       static_cast<uint64_t>(step)));
@@ -121,7 +114,7 @@ StepSpec step_spec(const Options& o, int from, int channel, long step, int part)
     case 2: size = 1 + (r >> 8) % 64; break;   // tiny
     default: size = (r >> 8) % (most + 1); break;
   }
-  return {size, mix(r)};
+  return {size, splitmix64(r)};
 }
 
 // One of the 8 steps of a staging buffer.  A receiver posts it as one (grouped) receive; a
@@ -350,7 +343,7 @@ class Soak {
   void send_side(int c, Direction& d, long limit) {
     // Each part sends its steps in order (NCCL's proxy sends step s only after s-1 was
     // handed over), the parts in a changing order, so one is often a step ahead of another.
-    const int first = static_cast<int>(mix(static_cast<uint64_t>(d.next) ^ sends_++) % o_.group);
+    const int first = static_cast<int>(splitmix64(static_cast<uint64_t>(d.next) ^ sends_++) % o_.group);
     for (int k = 0; k < o_.group; ++k) {
       const int part = (first + k) % o_.group;
       while (d.part_next[part] < limit) {
@@ -460,7 +453,7 @@ class Soak {
   // registers user buffers (and ranges of them) while traffic goes on.
   void maybe_register_sub_range(Direction& d, long step) {
     if (o_.reg_every <= 0 || step % o_.reg_every != 0) return;
-    const uint64_t r = mix(o_.seed ^ static_cast<uint64_t>(step) ^ 0x5eed);
+    const uint64_t r = splitmix64(o_.seed ^ static_cast<uint64_t>(step) ^ 0x5eed);
     const size_t total = o_.slot * kSteps;
     const size_t offset = r % total;
     const size_t len = 1 + (r >> 20) % (total - offset);

@@ -21,13 +21,6 @@ std::vector<LogLine>& log_lines() {
   return *lines;
 }
 
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 uint64_t message_seed(uint64_t seed, const MessageSpec& m) {
   return splitmix64(seed ^ (static_cast<uint64_t>(static_cast<uint32_t>(m.tag)) << 40) ^ m.size);
 }
@@ -123,6 +116,13 @@ HostBuffer::HostBuffer(size_t size) : size_(size) {
 }
 
 HostBuffer::~HostBuffer() { munmap(data_, mapped_); }
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
 
 void fill_pattern(uint8_t* p, size_t n, uint64_t seed) {
   size_t i = 0;

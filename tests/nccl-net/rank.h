@@ -70,6 +70,8 @@ class HostBuffer {
   size_t mapped_ = 0;
 };
 
+// SplitMix64's finalizer: a well-mixed 64-bit value from any input (patterns, seeds).
+uint64_t splitmix64(uint64_t x);
 void fill_pattern(uint8_t* p, size_t n, uint64_t seed);
 // Offset of the first byte that differs from the pattern, or SIZE_MAX.
 size_t find_pattern_mismatch(const uint8_t* p, size_t n, uint64_t seed);
