@@ -94,6 +94,8 @@ HMR_API int hmr_md_query(hmr_domain* handle, hmr_md_attr* attr) {
     result.max_registrations_source = result.max_registrations == 0 ? "none"
                                       : result.max_registrations == nic_limit ? "nic"
                                                                             : "application";
+    result.max_pinned_bytes = domain->pinned_limit().bytes;
+    result.max_pinned_bytes_source = domain->pinned_limit().source;
     hmr::core::write_extensible(attr, result);
     return 0;
   });

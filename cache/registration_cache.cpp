@@ -86,7 +86,7 @@ Result<CacheHandle> RegistrationCache::register_and_insert(uintptr_t start, uint
     return registered.status();
   }
   if (!entry->set_registration(*registered)) {
-    backend_.deregister(*registered);
+    backend_.deregister(*registered, start, len);
     if (subscribed) monitor_->unsubscribe(start, len);
     return make_error(HMR_ENOMEM, "no memory for the record of a registration with a %zu-byte key",
                       registered->key.size);
@@ -494,7 +494,7 @@ void RegistrationCache::flush() {
 void RegistrationCache::finalize(CacheEntry* entry) {
   if (entry->subscribed && monitor_ != nullptr) monitor_->unsubscribe(entry->start, entry->length);
   nic::Registration registration = entry->registration();
-  backend_.deregister(registration);
+  backend_.deregister(registration, entry->start, entry->length);
   entry->drop_long_record();
   pool_.release(entry);
 }

@@ -48,7 +48,9 @@ class CacheBackend {
  public:
   virtual Result<nic::Registration> register_range(uintptr_t start, uint64_t len,
                                                    const CacheKey& key) = 0;
-  virtual void deregister(nic::Registration& registration) = 0;
+  // `registration` as the entry kept it, for the range register_range was given (an entry
+  // keeps only what it must: a backend rebuilds the rest, such as the bytes it pins).
+  virtual void deregister(nic::Registration& registration, uintptr_t start, uint64_t len) = 0;
 
  protected:
   ~CacheBackend() = default;

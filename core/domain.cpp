@@ -80,6 +80,8 @@ Result<std::unique_ptr<Domain>> Domain::open(const hmr_domain_attr& attr,
   std::unique_ptr<Domain> domain(new Domain(std::move(*nic), rules, *environment));
   domain->mr_cnt_ = *mr_cnt;
   domain->nic_registrar_.set_registration_limit(*mr_cnt);
+  domain->pinned_limit_ = pinned_limit_for(caps);
+  domain->nic_registrar_.set_pinned_limit(domain->pinned_limit_.bytes);
   domain->mr_credits_.reset(*mr_cnt);
   domain->copies_allowed_ = (attr.flags & HMR_DOMAIN_ALLOW_HMEM_COPY) != 0;
   // HMEM is emulated (cleared from the mode in force), but an application that supports it
@@ -287,6 +289,8 @@ hmr_domain_stats Domain::statistics() {
   stats.deregistration_ns = nic.deregistration_ns;
   stats.nic_refusal_retries = nic.refusal_retries;
   stats.nic_refusals = nic.refusals;
+  stats.nic_registrations_held = nic.held;
+  stats.nic_pinned_bytes = nic.pinned_bytes;
   if (cache_ || device_cache_) {
     stats.cache_hits = cache.hits;
     stats.cache_misses = cache.misses;

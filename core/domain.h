@@ -19,6 +19,7 @@
 #include "registration/export_policy.h"
 #include "registration/mr_request.h"
 #include "registration/nic_registrar.h"
+#include "registration/pinned_limit.h"
 #include "registration/registration_cost.h"
 #include "util/credit_pool.h"
 #include "util/environment.h"
@@ -90,6 +91,8 @@ class Domain : public Tagged<ObjectClass::domain> {
   CacheKey cache_key(const MrRequest& request) const;
   // The negotiated mr_cnt: open MRs, and registrations held at the NIC (0: no limit).
   size_t mr_cnt() const { return mr_cnt_; }
+  // The bound on host bytes pinned at the NIC, and where it comes from (hmr_md_attr).
+  const PinnedLimit& pinned_limit() const { return pinned_limit_; }
   RegistrationCache* cache() const { return cache_.get(); }
   // The same for device memory (and runtime memory the CPU can reach), reaching the NIC
   // through `mode`: a cache of its own, whose monitor is the device runtimes' (DeviceMonitor).
@@ -168,6 +171,7 @@ class Domain : public Tagged<ObjectClass::domain> {
   DomainRules rules_;
   Environment environment_;
   size_t mr_cnt_ = 0;
+  PinnedLimit pinned_limit_;
   std::atomic<size_t> open_mrs_{0};  // MRs of the full path; hits count in hit_counters_
   // mr_cnt, enforced for both paths without a shared counter on the hit path.
   CreditPool mr_credits_;

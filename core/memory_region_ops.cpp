@@ -138,6 +138,7 @@ Status MemoryRegion::rereg(uint64_t flags, const hmr_mr_rereg_attr& attr) {
         (void)domain_.nic_registrar().deregister_memory(copy);
         return changed;
       }
+      domain_.nic_registrar().account_rereg(copy, request->translation);
     }
     handle_cache_->put_and_drop_if_unused(cache_handle_);
     cache_handle_ = CacheHandle();
@@ -152,6 +153,7 @@ Status MemoryRegion::rereg(uint64_t flags, const hmr_mr_rereg_attr& attr) {
       }
       return changed;
     }
+    domain_.nic_registrar().account_rereg(registration_, request->translation);
   }
   apply_rereg(*request);
   publish_to_hit();

@@ -1,5 +1,7 @@
 #include "nic/nic.h"
 
+#include <unistd.h>
+
 #include <cstring>
 
 #include "nic/callback/callback_nic.h"
@@ -10,6 +12,23 @@
 #endif
 
 namespace hmr::nic {
+
+uint64_t pinned_bytes_of(const RegistrationRequest& request) {
+  if (request.dmabuf != nullptr || request.on_demand_paging ||
+      (request.flags & HMR_HMEM_DEVICE_ONLY) != 0) {
+    return 0;
+  }
+  static const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  uint64_t bytes = 0;
+  for (const iovec& segment : request.segments) {
+    if (segment.iov_len == 0) continue;
+    const auto start = reinterpret_cast<uint64_t>(segment.iov_base);
+    const uint64_t first = start & ~(page - 1);
+    const uint64_t end = start + segment.iov_len;  // (validated: no wrap)
+    bytes += ((end + page - 1) & ~(page - 1)) - first;
+  }
+  return bytes;
+}
 
 Status Nic::refresh(Registration&, std::span<const iovec>) {
   return make_error(HMR_EOPNOTSUPP, "NIC '%s' does not support refreshing a registration",

@@ -54,6 +54,11 @@ struct Capabilities {
   size_t iov_limit = 1;
   size_t mr_cnt = 0;              // most registrations at once (0: unlimited)
   uint64_t max_mr_size = UINT64_MAX;
+  // Registrations of host memory by address pin its pages (kernel RDMA drivers, not ODP): they
+  // count against RLIMIT_MEMLOCK, and hmr bounds the bytes it holds pinned (docs/semantics.md,
+  // "Under pressure").  Software NICs and libfabric's tcp and shm pin nothing.
+  bool pins_host_memory = false;
+  uint64_t max_pinned_bytes = 0;  // the NIC's own bound on pinned bytes (0: none stated)
   bool dmabuf_import = false;
   bool peer_direct = false;
   bool on_demand_paging = false;  // registrations are ODP ones (advise works)
@@ -96,6 +101,7 @@ struct Registration {
   void* desc = nullptr;  // local descriptor
   KeyBytes key;          // remote key
   uint64_t base_addr = 0;  // the address a peer uses for byte 0 (VA or 0)
+  uint64_t pinned_bytes = 0;  // host bytes it pins (page-rounded), as NicRegistrar counts them
 };
 
 // Who may reach a registration remotely, and which counters count what.
@@ -203,6 +209,12 @@ class Nic {
 
 // A Support that says the NIC lacks an operation: "<NIC> <what>".
 Support unsupported(const std::string& nic_name, const char* what);
+
+// The host bytes a registration pins on a NIC that pins (Capabilities::pins_host_memory), as
+// the kernel charges them: every page a segment touches (ib_umem_get counts
+// ib_umem_num_pages), each registration on its own even where ranges overlap.  A dma-buf,
+// device memory and an ODP registration pin no host page.
+uint64_t pinned_bytes_of(const RegistrationRequest& request);
 
 // Creates the adapter named `name` ("sim", "verbs", "ofi") with its option string.  `handle` is
 // the application's own NIC object for the adapter to work under (verbs: a struct ibv_pd*; ofi:

@@ -55,7 +55,10 @@ Result<nic::Registration> register_device_range(NicRegistrar& registrar, nic::Re
     }
   }
   Result<nic::Registration> registered = registrar.register_memory(request);
-  if (registered.ok()) hold = std::move(made);
+  if (registered.ok()) {
+    made.pinned_bytes = registered->pinned_bytes;
+    hold = std::move(made);
+  }
   return registered;
 }
 
@@ -82,15 +85,20 @@ Result<nic::Registration> DeviceCacheBackend::register_range(uintptr_t start, ui
   return registered;
 }
 
-void DeviceCacheBackend::deregister(nic::Registration& registration) {
-  void* handle = registration.handle;
+void DeviceCacheBackend::deregister(nic::Registration& registration, uintptr_t /*start*/,
+                                    uint64_t /*len*/) {
+  // The hold closes its export or unmaps its shadow after the NIC let go, outside the lock.
+  DeviceHold released;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto found = holds_.find(registration.handle);
+    if (found != holds_.end()) {
+      released = std::move(found->second);
+      holds_.erase(found);
+    }
+  }
+  registration.pinned_bytes = released.pinned_bytes;  // (the entry does not keep it)
   (void)registrar_.deregister_memory(registration);  // logged there
-  DeviceHold released;  // closes its export or unmaps its shadow after the lock is dropped
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto found = holds_.find(handle);
-  if (found == holds_.end()) return;
-  released = std::move(found->second);
-  holds_.erase(found);
 }
 
 std::optional<DeviceCacheBackend::ExportView> DeviceCacheBackend::view(

@@ -25,6 +25,7 @@ struct DeviceHold {
   std::shared_ptr<const SharedExport> dmabuf;  // dma-buf path: the allocation's export
   uint64_t dmabuf_offset = 0;                  // of the registered range inside it
   std::unique_ptr<ShadowBuffer> shadow;        // host-shadow path
+  uint64_t pinned_bytes = 0;                   // what the NIC registration pins (a shadow)
 };
 
 // Registers `segment` (inside the allocation `memory` of `iface`) through `mode`, with the
@@ -43,7 +44,7 @@ class DeviceCacheBackend final : public CacheBackend {
   explicit DeviceCacheBackend(NicRegistrar& registrar) : registrar_(registrar) {}
   Result<nic::Registration> register_range(uintptr_t start, uint64_t len,
                                            const CacheKey& key) override;
-  void deregister(nic::Registration& registration) override;
+  void deregister(nic::Registration& registration, uintptr_t start, uint64_t len) override;
 
   // The export of a cached registration (for hmr_mr_query and hmr_mr_sync): fd and offset of
   // its first byte, or its host shadow, which every MR inside the entry shares (valid while

@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <thread>
 
 #include "util/log.h"
 #include "util/stopwatch.h"
@@ -27,62 +28,113 @@ namespace {
 // does not lose the whole cache, and one that is full by much is not retried once per entry.
 constexpr size_t kReleasedPerRefusal = 8;
 
+// Adds `amount` to `account` unless that passes `bound` (0: none); a compare-and-swap, so
+// threads reserving at once never pass the bound together, and none fails while room is left.
+bool take(std::atomic<uint64_t>& account, uint64_t amount, uint64_t bound) {
+  uint64_t now = account.load(std::memory_order_relaxed);
+  do {
+    if (bound != 0 && (now + amount > bound || now + amount < now)) return false;
+  } while (!account.compare_exchange_weak(now, now + amount, std::memory_order_relaxed));
+  return true;
+}
+
 }  // namespace
 
-bool NicRegistrar::reserve(size_t* released) {
-  for (;;) {
-    uint64_t now = held_.load(std::memory_order_relaxed);
-    if (limit_ == 0 || now < limit_) {
-      if (held_.compare_exchange_weak(now, now + 1, std::memory_order_relaxed)) return true;
-      continue;
-    }
-    // At the limit: what is idle goes back (its deregistration lowers held_) before the NIC
-    // is asked for more than it said it holds.
-    const size_t given = relief_ != nullptr ? relief_->release_unused(kReleasedPerRefusal) : 0;
-    if (given == 0) return false;
-    *released += given;
+uint64_t NicRegistrar::pinned_bytes_of(const nic::RegistrationRequest& request) const {
+  return nic_.capabilities().pins_host_memory ? nic::pinned_bytes_of(request) : 0;
+}
+
+Status NicRegistrar::reserve(uint64_t pinned, size_t* released) {
+  using ull = unsigned long long;
+  if (max_pinned_ != 0 && pinned > max_pinned_) {  // no eviction can make room for it
+    refusals_.fetch_add(1, std::memory_order_relaxed);
+    return make_error(HMR_ENOMEM, "the registration would pin %llu bytes, more than the %llu "
+                      "bytes hmr may hold pinned at the NIC '%s' (RLIMIT_MEMLOCK or the NIC's "
+                      "bound: hmr_md_query max_pinned_bytes; raise ulimit -l)",
+                      static_cast<ull>(pinned), static_cast<ull>(max_pinned_),
+                      nic_.capabilities().name.c_str());
   }
+  for (;;) {
+    const bool counted = take(held_, 1, limit_);
+    if (counted && take(pinned_, pinned, max_pinned_)) return ok_status();
+    if (counted) held_.fetch_sub(1, std::memory_order_relaxed);
+    // At a bound: what is idle goes back (its deregistration lowers the accounts) before the
+    // NIC is asked for more than it, or the process's limit, allows.
+    if (give_back(released)) continue;
+    return refusal(counted ? make_error(HMR_ENOMEM, "pinning %llu more bytes would pass the "
+                                        "%llu bytes hmr may hold pinned at the NIC '%s' "
+                                        "(RLIMIT_MEMLOCK or the NIC's bound)",
+                                        static_cast<ull>(pinned), static_cast<ull>(max_pinned_),
+                                        nic_.capabilities().name.c_str())
+                           : make_error(HMR_ENOSPC, "the NIC '%s' holds at most %zu "
+                                        "registrations (mr_cnt)",
+                                        nic_.capabilities().name.c_str(), limit_),
+                   *released);
+  }
+}
+
+void NicRegistrar::unreserve(uint64_t pinned) {
+  held_.fetch_sub(1, std::memory_order_relaxed);
+  pinned_.fetch_sub(pinned, std::memory_order_relaxed);
+  lowered_.fetch_add(1, std::memory_order_release);
+}
+
+bool NicRegistrar::give_back(size_t* released) {
+  if (relief_ == nullptr) return false;
+  const uint64_t lowered = lowered_.load(std::memory_order_acquire);
+  giving_back_.fetch_add(1, std::memory_order_acq_rel);
+  const size_t given = relief_->release_unused(kReleasedPerRefusal);
+  giving_back_.fetch_sub(1, std::memory_order_acq_rel);
+  if (given != 0) {
+    *released += given;
+    return true;
+  }
+  // Nothing idle was left for this thread, but another one may have taken the last idle
+  // registrations a moment earlier and be deregistering them now: wait until no thread is
+  // giving back, and try again if the accounts went down meanwhile.  Otherwise two threads at
+  // the bound would fail where one alone succeeds.  (Every release_unused call ends, so the
+  // wait does; a hit never comes here.)
+  while (giving_back_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+  return lowered_.load(std::memory_order_acquire) != lowered;
 }
 
 Status NicRegistrar::refusal(const Status& cause, size_t released) {
   refusals_.fetch_add(1, std::memory_order_relaxed);
   return make_error(cause.code(),
-                    "%s; hmr holds %llu registrations at this NIC, every one of them in use by "
-                    "an open MR (%zu unused ones were given back for this request and none is "
-                    "left): close MRs, or raise the NIC's limit",
+                    "%s; hmr holds %llu registrations pinning %llu bytes at this NIC, every "
+                    "one of them in use by an open MR (%zu unused ones were given back for this "
+                    "request and none is left): close MRs, or raise the NIC's limit",
                     cause.reason().c_str(),
-                    static_cast<unsigned long long>(held_.load(std::memory_order_relaxed)), released);
+                    static_cast<unsigned long long>(held_.load(std::memory_order_relaxed)),
+                    static_cast<unsigned long long>(pinned_.load(std::memory_order_relaxed)),
+                    released);
 }
 
 template <typename RegisterCall>
-Result<nic::Registration> NicRegistrar::under_pressure(RegisterCall&& register_call) {
+Result<nic::Registration> NicRegistrar::under_pressure(uint64_t pinned,
+                                                       RegisterCall&& register_call) {
   size_t released = 0;
   for (;;) {
-    if (!reserve(&released)) {
-      return refusal(make_error(HMR_ENOSPC, "the NIC '%s' holds at most %zu registrations "
-                                "(mr_cnt)", nic_.capabilities().name.c_str(), limit_),
-                     released);
-    }
+    HMR_RETURN_IF_ERROR(reserve(pinned, &released));
     const Stopwatch stopwatch;
     Result<nic::Registration> registered = [&] {
       try {
         return register_call();
       } catch (...) {  // (out of memory in an adapter): the reservation goes with it
-        held_.fetch_sub(1, std::memory_order_relaxed);
+        unreserve(pinned);
         throw;
       }
     }();
     if (registered.ok()) {
+      registered->pinned_bytes = pinned;
       registrations_.fetch_add(1, std::memory_order_relaxed);
       registration_ns_.fetch_add(stopwatch.elapsed_ns(), std::memory_order_relaxed);
       return registered;
     }
-    held_.fetch_sub(1, std::memory_order_relaxed);
+    unreserve(pinned);
     const Status& cause = registered.status();
     if (!is_resource_refusal(cause.code()) || relief_ == nullptr) return registered;
-    const size_t given = relief_->release_unused(kReleasedPerRefusal);
-    if (given == 0) return refusal(cause, released);
-    released += given;
+    if (!give_back(&released)) return refusal(cause, released);
     refusal_retries_.fetch_add(1, std::memory_order_relaxed);
   }
 }
@@ -98,18 +150,21 @@ Result<nic::Registration> NicRegistrar::register_memory(const nic::RegistrationR
                             nic_.capabilities().on_demand_paging || request.on_demand_paging);
   nic::RegistrationRequest parallel = request;
   parallel.parallelism = rules_.reg_threads;
-  return under_pressure([&] { return nic_.register_memory(parallel); });
+  return under_pressure(pinned_bytes_of(request),
+                        [&] { return nic_.register_memory(parallel); });
 }
 
 Result<nic::Registration> NicRegistrar::register_indirect(
     std::span<const nic::IndirectSegment> segments, uint64_t access) {
-  return under_pressure([&] { return nic_.register_indirect(segments, access); });
+  // An indirect key points into registrations the NIC holds: it pins nothing more.
+  return under_pressure(0, [&] { return nic_.register_indirect(segments, access); });
 }
 
 Status NicRegistrar::deregister_memory(nic::Registration& registration) {
+  const uint64_t pinned = registration.pinned_bytes;  // (the NIC may clear the record)
   const Stopwatch stopwatch;
   Status status = nic_.deregister(registration);
-  held_.fetch_sub(1, std::memory_order_relaxed);  // dropped either way (see the header)
+  unreserve(pinned);  // dropped either way (see the header)
   if (status.ok()) {
     deregistrations_.fetch_add(1, std::memory_order_relaxed);
     deregistration_ns_.fetch_add(stopwatch.elapsed_ns(), std::memory_order_relaxed);
@@ -118,6 +173,18 @@ Status NicRegistrar::deregister_memory(nic::Registration& registration) {
                 status.reason().c_str());
   }
   return status;
+}
+
+void NicRegistrar::account_rereg(nic::Registration& registration,
+                                 std::span<const iovec> translation) {
+  // (A registration that pinned nothing, ODP or device memory, pins nothing after.)
+  if (translation.empty() || registration.pinned_bytes == 0) return;
+  nic::RegistrationRequest moved;
+  moved.segments = translation;
+  const uint64_t pinned = nic::pinned_bytes_of(moved);
+  pinned_.fetch_add(pinned, std::memory_order_relaxed);
+  pinned_.fetch_sub(registration.pinned_bytes, std::memory_order_relaxed);
+  registration.pinned_bytes = pinned;
 }
 
 Result<nic::Registration> NicRegistrar::register_range(uintptr_t start, uint64_t len,
@@ -129,6 +196,13 @@ Result<nic::Registration> NicRegistrar::register_range(uintptr_t start, uint64_t
   return register_memory(request);
 }
 
+void NicRegistrar::deregister(nic::Registration& registration, uintptr_t start, uint64_t len) {
+  // A cache entry does not keep the pinned bytes; register_range's request pinned these.
+  const iovec segment = {reinterpret_cast<void*>(start), len};
+  registration.pinned_bytes = pinned_bytes_of(request_for({&segment, 1}, 0));
+  (void)deregister_memory(registration);  // logged there
+}
+
 NicCounters NicRegistrar::counters() const {
   NicCounters counters;
   counters.registrations = registrations_.load(std::memory_order_relaxed);
@@ -137,6 +211,8 @@ NicCounters NicRegistrar::counters() const {
   counters.deregistration_ns = deregistration_ns_.load(std::memory_order_relaxed);
   counters.refusal_retries = refusal_retries_.load(std::memory_order_relaxed);
   counters.refusals = refusals_.load(std::memory_order_relaxed);
+  counters.held = held_.load(std::memory_order_relaxed);
+  counters.pinned_bytes = pinned_.load(std::memory_order_relaxed);
   return counters;
 }
 

@@ -36,6 +36,8 @@ struct NicCounters {
   uint64_t deregistration_ns = 0;  // and in its deregister call
   uint64_t refusal_retries = 0;    // registrations tried again after a refusal for resources
   uint64_t refusals = 0;           // refusals for resources passed on, nothing idle left
+  uint64_t held = 0;               // registrations held at the NIC now (idle cached ones too)
+  uint64_t pinned_bytes = 0;       // host bytes they pin (NICs that pin only)
 };
 
 class NicRegistrar final : public CacheBackend {
@@ -48,6 +50,9 @@ class NicRegistrar final : public CacheBackend {
   // NIC's stated limit); 0: no limit.  Idle cached registrations count: before one more would
   // pass the limit, unused ones are given back, and with none left the registration fails.
   void set_registration_limit(size_t limit) { limit_ = limit; }
+  // The most host bytes hmr may hold pinned at the NIC (the smaller of the NIC's own bound and
+  // RLIMIT_MEMLOCK, read at domain open); 0: no bound.  Counted like registrations.
+  void set_pinned_limit(uint64_t bytes) { max_pinned_ = bytes; }
 
   // The NIC request for `segments` under the domain's addressing rules.
   nic::RegistrationRequest request_for(std::span<const iovec> segments, uint64_t access) const;
@@ -62,11 +67,14 @@ class NicRegistrar final : public CacheBackend {
   // A failure is logged (with the NIC's reason) and returned; the registration is dropped
   // either way, since hmr cannot make a NIC let go.
   Status deregister_memory(nic::Registration& registration);
+  // After the NIC re-registered `registration` over `translation` (its pages replace the
+  // old ones): the pinned bytes follow.  The NIC decided; no bound is checked here.
+  void account_rereg(nic::Registration& registration, std::span<const iovec> translation);
 
   // CacheBackend: a host-memory cache miss.
   Result<nic::Registration> register_range(uintptr_t start, uint64_t len,
                                            const CacheKey& key) override;
-  void deregister(nic::Registration& registration) override { (void)deregister_memory(registration); }
+  void deregister(nic::Registration& registration, uintptr_t start, uint64_t len) override;
 
   nic::Nic& nic() const { return nic_; }
   NicCounters counters() const;
@@ -76,19 +84,32 @@ class NicRegistrar final : public CacheBackend {
   // `register_call`'s answer (a NIC registration), after giving back idle registrations for
   // as long as the NIC refuses for resources and there are any; counted and timed.
   template <typename RegisterCall>
-  Result<nic::Registration> under_pressure(RegisterCall&& register_call);
-  // Counts one more registration held against limit_, giving back unused ones first when the
-  // limit is reached; false when none could be given back.
-  bool reserve(size_t* released);
+  Result<nic::Registration> under_pressure(uint64_t pinned, RegisterCall&& register_call);
+  // Counts one more registration held against limit_ and `pinned` bytes against max_pinned_,
+  // giving back unused ones first when a bound would be passed; the refusal when none could
+  // be given back.
+  Status reserve(uint64_t pinned, size_t* released);
+  void unreserve(uint64_t pinned);
+  // Asks the relief for idle registrations; true when the caller should try again (some were
+  // given back, by this thread or, meanwhile, by another).
+  bool give_back(size_t* released);
   Status refusal(const Status& cause, size_t released);
+  uint64_t pinned_bytes_of(const nic::RegistrationRequest& request) const;
 
   nic::Nic& nic_;
   const NicRules rules_;
   NicPressureRelief* relief_ = nullptr;
   size_t limit_ = 0;
-  // Registrations held at the NIC now, and those being made (reserved before the NIC call,
-  // so threads registering at once cannot pass limit_ together).
+  uint64_t max_pinned_ = 0;
+  // Registrations held at the NIC now and the host bytes they pin, with those being made
+  // (reserved before the NIC call, so threads registering at once cannot pass a bound
+  // together).
   std::atomic<uint64_t> held_{0};
+  std::atomic<uint64_t> pinned_{0};
+  // How often the accounts went down (a deregistration, a failed registration given back),
+  // and how many threads are giving back idle registrations now: see give_back.
+  std::atomic<uint64_t> lowered_{0};
+  std::atomic<uint32_t> giving_back_{0};
   std::atomic<uint64_t> registrations_{0}, deregistrations_{0}, registration_ns_{0},
       deregistration_ns_{0}, refusal_retries_{0}, refusals_{0};
 };

@@ -157,7 +157,9 @@ struct hmr_domain_attr {
 	 * require=<mode bit names joined by '|'> (the mr_mode the simulated NIC requires),
 	 * key_size=<1..8, or 16 with raw>, max_mr_size=<bytes>, iov_limit=<n>, mr_cnt=<n>,
 	 * dmabuf=0|1 (imports dma-bufs; default 1), peer_direct=0|1 (registers device
-	 * addresses, as with nvidia-peermem; default 0).
+	 * addresses, as with nvidia-peermem; default 0), pins=0|1 (registrations pin host pages
+	 * and count against RLIMIT_MEMLOCK; default 0), max_pinned=<bytes> (the NIC holds at most
+	 * that many pinned bytes and refuses more with -HMR_ENOMEM; implies pins=1).
 	 * verbs understands device=<name>, odp=on|off, relaxed_ordering=auto|on|off,
 	 * raw_keys=on|off (see docs/api.md).  ofi understands provider=<name as libfabric
 	 * prints it, e.g. tcp;ofi_rxm>, ep_type=rdm|msg|dgram, domain=<name>, fabric=<name>,
@@ -242,6 +244,10 @@ struct hmr_nic_mr {
 #define HMR_NIC_CB_PEER_DIRECT (1ULL << 1) /* reg_va takes device VAs (nvidia-peermem and the like) */
 #define HMR_NIC_CB_ODP (1ULL << 2)          /* reg_va makes on-demand-paging registrations */
 #define HMR_NIC_CB_IMPLICIT_ODP (1ULL << 3) /* ... also of the whole address space */
+/* reg_va of host memory pins its pages (as a kernel RDMA driver does): hmr counts the bytes
+ * against RLIMIT_MEMLOCK (unless the process has CAP_IPC_LOCK) and gives back idle cached
+ * registrations before passing it (docs/semantics.md, "Under pressure"). */
+#define HMR_NIC_CB_PINS_HOST_MEMORY (1ULL << 4)
 struct hmr_nic_callbacks {
 	size_t size;                /* sizeof(struct hmr_nic_callbacks) */
 	void *context;              /* passed to every callback */
@@ -308,6 +314,10 @@ struct hmr_domain_stats {
 	uint64_t cache_pressure_evictions; /* unused cached registrations given back for that */
 	uint64_t nic_refusal_retries;      /* registrations tried again after such a refusal */
 	uint64_t nic_refusals;             /* such refusals passed to the caller: nothing was idle */
+	/* Added after nic_refusals: what hmr holds at the NIC now, counted against the bounds
+	 * hmr_md_query reports (max_registrations, max_pinned_bytes). */
+	uint64_t nic_registrations_held;   /* NIC registrations: open MRs' and idle cached ones */
+	uint64_t nic_pinned_bytes;         /* host bytes they pin (0 on a NIC that pins nothing) */
 };
 /* Deregisters every cached registration no MR holds. */
 HMR_API int hmr_domain_cache_flush(hmr_domain *domain);
@@ -379,6 +389,15 @@ struct hmr_md_attr {
 	 * refusals).  docs/semantics.md, "Under pressure". */
 	size_t max_registrations;
 	const char *max_registrations_source;
+	/* Added after max_registrations_source: the most host bytes hmr holds pinned at the NIC
+	 * at once (page-rounded, idle cached registrations included; before passing it hmr gives
+	 * back idle ones), and where that bound comes from: "nic" (the NIC's own, sim's
+	 * max_pinned), "rlimit_memlock" (RLIMIT_MEMLOCK's soft limit, read at domain open: the
+	 * kernel refuses pinning past it), "cap_ipc_lock" (0: the process may pin without limit),
+	 * "unlimited" (0: RLIMIT_MEMLOCK is unlimited) or "not_pinned" (0: the NIC pins no host
+	 * memory: ODP, software NICs, libfabric's tcp and shm). */
+	uint64_t max_pinned_bytes;
+	const char *max_pinned_bytes_source;
 };
 /* What the domain can register and what a registration costs (UCX md_query). */
 HMR_API int hmr_md_query(hmr_domain *domain, struct hmr_md_attr *attr);

@@ -8,7 +8,8 @@ namespace hmr::nic::callback {
 namespace {
 
 constexpr uint64_t kKnownCaps =
-    HMR_NIC_CB_DMABUF | HMR_NIC_CB_PEER_DIRECT | HMR_NIC_CB_ODP | HMR_NIC_CB_IMPLICIT_ODP;
+    HMR_NIC_CB_DMABUF | HMR_NIC_CB_PEER_DIRECT | HMR_NIC_CB_ODP | HMR_NIC_CB_IMPLICIT_ODP |
+    HMR_NIC_CB_PINS_HOST_MEMORY;
 // The struct as first published (through dereg): callers built against it stay valid.
 constexpr size_t kFirstVersionSize = offsetof(hmr_nic_callbacks, dereg) + sizeof(void*);
 constexpr size_t kReasonSize = 256;
@@ -86,6 +87,7 @@ CallbackNic::CallbackNic(const hmr_nic_callbacks& callbacks, void* user_handle)
   capabilities_.max_mr_size = callbacks.max_mr_size != 0 ? callbacks.max_mr_size : UINT64_MAX;
   capabilities_.dmabuf_import = (callbacks.caps & HMR_NIC_CB_DMABUF) != 0;
   capabilities_.peer_direct = (callbacks.caps & HMR_NIC_CB_PEER_DIRECT) != 0;
+  capabilities_.pins_host_memory = (callbacks.caps & HMR_NIC_CB_PINS_HOST_MEMORY) != 0;
   // What the application's NIC does beyond registration is what its optional callbacks and
   // caps say; the rest is done on its own objects.
   const auto lacks = [](const char* what) {

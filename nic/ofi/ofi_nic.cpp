@@ -48,6 +48,19 @@ std::string describe_memory(const RegistrationRequest& request) {
   return text;
 }
 
+// Providers that register through a kernel RDMA driver pin host pages (and so count against
+// RLIMIT_MEMLOCK): verbs, efa, psm2/psm3, opx, cxi, usnic.  tcp, udp, sockets and shm keep a
+// key table in the process and pin nothing.  The core provider is the part of prov_name
+// before the utility one ("verbs;ofi_rxm").
+bool provider_pins_memory(const char* prov_name) {
+  const std::string name(prov_name != nullptr ? prov_name : "");
+  const std::string core = name.substr(0, name.find(';'));
+  for (const char* pinning : {"verbs", "efa", "psm2", "psm3", "opx", "cxi", "usnic"}) {
+    if (core == pinning) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 OfiNic::OfiNic(const OfiLibrary& library, std::unique_ptr<OfiDomain> domain)
@@ -103,6 +116,7 @@ Status OfiNic::describe() {
   capabilities_.peer_direct = hmem;
   capabilities_.dmabuf_import =
       HMR_OFI_HAS_DMABUF && hmem && library_.api_version >= FI_VERSION(1, 20);
+  capabilities_.pins_host_memory = provider_pins_memory(info.fabric_attr->prov_name);
   capabilities_.persistent_memory = (info.caps & FI_RMA_PMEM) != 0;
   capabilities_.auth_keys = false;  // fi_mr_attr.auth_key is not passed (yet)
   capabilities_.rma = false;        // bytes move through the application's own endpoints

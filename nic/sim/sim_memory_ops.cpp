@@ -111,6 +111,13 @@ Status SimNic::rereg(Registration& registration, const ReregRequest& request) {
     if (!key.ok()) return key.status();
     new_key = *key;
   }
+  if (!request.translation.empty() && capabilities_.pins_host_memory) {
+    RegistrationRequest pinned;
+    pinned.segments = request.translation;
+    const uint64_t bytes = pinned_bytes_of(pinned);
+    HMR_RETURN_IF_ERROR(pin(bytes, region->pinned_bytes));  // the new pages replace the old
+    region->pinned_bytes = bytes;
+  }
   if (!request.translation.empty()) {
     region->segments = request.translation;
     region->local_ranges = region->segments;

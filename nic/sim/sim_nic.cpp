@@ -83,6 +83,8 @@ SimNic::SimNic(const SimOptions& options) : options_(options) {
   capabilities_.max_mr_size = options.max_mr_size;
   capabilities_.dmabuf_import = options.dmabuf_import;  // host dma-bufs: by mapping the fd
   capabilities_.peer_direct = options.peer_direct;
+  capabilities_.pins_host_memory = options.pins || options.max_pinned_bytes != 0;
+  capabilities_.max_pinned_bytes = options.max_pinned_bytes;
   capabilities_.rma = true;
   describe_operations();
   raw_key_tag_ = static_cast<uint64_t>(
@@ -220,6 +222,20 @@ Result<KeyBytes> SimNic::fresh_key() {
   return make_error(HMR_ENOSPC, "sim NIC has no free %zu-byte key left", options_.key_size);
 }
 
+Status SimNic::pin(uint64_t bytes, uint64_t released) {
+  // As a kernel driver charges pinned pages and refuses past the limit with ENOMEM
+  // (ib_umem_get), with the option's bound in place of RLIMIT_MEMLOCK.
+  const uint64_t after = pinned_bytes_ - released + bytes;
+  if (options_.max_pinned_bytes != 0 && after > options_.max_pinned_bytes) {
+    return make_error(HMR_ENOMEM, "sim NIC: pinning %llu more bytes would hold %llu, past its "
+                      "max_pinned of %llu", static_cast<unsigned long long>(bytes),
+                      static_cast<unsigned long long>(after),
+                      static_cast<unsigned long long>(options_.max_pinned_bytes));
+  }
+  pinned_bytes_ = after;
+  return ok_status();
+}
+
 Result<Registration> SimNic::register_memory(const RegistrationRequest& request) {
   if (request.flags & HMR_RMA_PMEM) {
     return make_error(HMR_EOPNOTSUPP, "sim NIC has no persistent-memory write semantics");
@@ -232,7 +248,14 @@ Result<Registration> SimNic::register_memory(const RegistrationRequest& request)
   }
 
   std::unique_lock<std::shared_mutex> lock(table_mutex_);
-  HMR_RETURN_IF_ERROR(choose_key(request, *region));
+  if (capabilities_.pins_host_memory) {
+    region->pinned_bytes = pinned_bytes_of(request);
+    HMR_RETURN_IF_ERROR(pin(region->pinned_bytes, 0));
+  }
+  if (Status chosen = choose_key(request, *region); !chosen.ok()) {
+    pinned_bytes_ -= region->pinned_bytes;
+    return chosen;
+  }
   Registration registration;
   registration.key = region->key;
   registration.base_addr = region->base_addr;
@@ -247,6 +270,7 @@ Status SimNic::deregister(Registration& registration) {
   {
     std::unique_lock<std::shared_mutex> lock(table_mutex_);
     region = table_.erase(static_cast<SimRegion*>(registration.handle));
+    if (region) pinned_bytes_ -= region->pinned_bytes;
   }
   if (!region) return make_error(HMR_EINVAL, "sim NIC: registration is not live");
   registration = Registration();

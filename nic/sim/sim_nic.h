@@ -53,6 +53,9 @@ class SimNic final : public Nic {
   Status choose_key(const RegistrationRequest& request, SimRegion& region);
   // A key no region uses, of the NIC's key size (caller holds table_mutex_ exclusively).
   Result<KeyBytes> fresh_key();
+  // Charges `bytes` of pinned memory in place of `released` (a re-registration's old pages),
+  // or refuses with HMR_ENOMEM past max_pinned; table_mutex_ held.
+  Status pin(uint64_t bytes, uint64_t released);
   // The host bytes behind [addr, addr + len) of a registration's local addresses, as pieces
   // of its segments, and the offset of addr from the registration's first byte.
   static Status slice(const SimRegion& region, uint64_t addr, uint64_t len,
@@ -70,6 +73,7 @@ class SimNic final : public Nic {
 
   mutable std::shared_mutex table_mutex_;  // shared: RMA; exclusive: (de)registration
   SimRegionTable table_;
+  uint64_t pinned_bytes_ = 0;  // of the regions in table_ (pins=1); guarded by table_mutex_
   uint64_t next_key_ = 1;  // guarded by table_mutex_
   std::mutex atomics_mutex_;  // serialises fetch_add read-modify-write
 

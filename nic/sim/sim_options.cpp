@@ -48,10 +48,11 @@ Result<SimOptions> parse_sim_options(const char* text) {
       options.required_mr_mode = *mode;
       continue;
     }
-    if (name == "dmabuf" || name == "peer_direct") {
+    if (name == "dmabuf" || name == "peer_direct" || name == "pins") {
       Result<bool> on = parse_switch(name, value);
       if (!on.ok()) return on.status();
-      (name == "dmabuf" ? options.dmabuf_import : options.peer_direct) = *on;
+      (name == "dmabuf" ? options.dmabuf_import : name == "pins" ? options.pins
+                                                                 : options.peer_direct) = *on;
       continue;
     }
     Result<uint64_t> number = parse_count(name, value);
@@ -65,10 +66,12 @@ Result<SimOptions> parse_sim_options(const char* text) {
       options.mr_cnt = *number;
     } else if (name == "max_mr_size") {
       options.max_mr_size = *number;
+    } else if (name == "max_pinned") {
+      options.max_pinned_bytes = *number;
     } else {
       return make_error(HMR_EINVAL,
                         "unknown sim option '%s' (known: require, key_size, iov_limit, "
-                        "mr_cnt, max_mr_size, dmabuf, peer_direct)",
+                        "mr_cnt, max_mr_size, dmabuf, peer_direct, pins, max_pinned)",
                         name.c_str());
     }
   }

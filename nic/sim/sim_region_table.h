@@ -41,6 +41,7 @@ struct SimRegion {
   KeyBytes key;
   uint64_t base_addr = 0;      // what a peer addresses byte 0 as
   uint64_t length = 0;
+  uint64_t pinned_bytes = 0;   // host bytes it pins, when the modelled NIC pins (pins=1)
   uint64_t access = 0;
   std::vector<iovec> segments; // where the bytes live in this process, in order
   std::vector<iovec> local_ranges;  // addresses the owner passes as local buffers

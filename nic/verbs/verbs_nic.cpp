@@ -148,6 +148,8 @@ Status VerbsNic::apply_options() {
   capabilities_.dmabuf_import = probe_.dmabuf.supported;
   capabilities_.peer_direct = probe_.peer_direct.supported;
   capabilities_.on_demand_paging = options_.odp;
+  // ib_umem_get pins every page of a non-ODP registration and charges it to pinned_vm.
+  capabilities_.pins_host_memory = !options_.odp;
   capabilities_.memory_windows =
       probe_.window_type1.supported || probe_.window_type2.supported;
   describe_operations();

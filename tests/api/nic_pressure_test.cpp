@@ -344,6 +344,84 @@ TEST_P(NicPressure, FreedMemoryIsUnpinnedWithoutAnotherCall) {
   domain_.reset();  // before `nic`, whose callbacks the domain's close may still call
 }
 
+// Pinned bytes are counted as registrations are (docs/semantics.md, "Under pressure"): a sim NIC
+// that holds at most 64 KiB pinned (max_pinned, its stated bound) and refuses more with
+// HMR_ENOMEM, as a kernel past RLIMIT_MEMLOCK does.  Distinct buffers registered and closed
+// never fail; idle ones are given back; a re-registration moves the account with its pages.
+TEST_P(NicPressure, PinnedBytesAreBoundedAndFollowReregistration) {
+  hmr_domain_attr attr = domain_attr(HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR, "max_pinned=65536");
+  attr.cache_monitor = GetParam();
+  attr.cache_max_count = 100000;
+  hmr_domain* raw = nullptr;
+  const int opened = hmr_domain_open(&attr, &raw);
+  if (opened != 0 && std::string(GetParam()) == "userfaultfd") {
+    GTEST_SKIP() << "userfaultfd cannot start here: " << hmr_last_error();
+  }
+  ASSERT_EQ(opened, 0) << hmr_last_error();
+  DomainPtr domain(raw);
+  hmr_md_attr md{};
+  md.size = sizeof md;
+  ASSERT_EQ(hmr_md_query(domain.get(), &md), 0) << hmr_last_error();
+  EXPECT_EQ(md.max_pinned_bytes, 65536u);
+  EXPECT_STREQ(md.max_pinned_bytes_source, "nic");
+  auto stats = [&] {
+    hmr_domain_stats s{};
+    s.size = sizeof s;
+    EXPECT_EQ(hmr_domain_query_stats(domain.get(), &s), 0) << hmr_last_error();
+    return s;
+  };
+
+  Buffers buffers(64);  // one page each: 16 fit under the bound
+  for (size_t i = 0; i < buffers.count; ++i) {
+    MrPtr mr = reg(domain.get(), buffers.at(i), kPage, kAccess);
+    ASSERT_TRUE(mr) << "buffer " << i;
+    EXPECT_LE(stats().nic_pinned_bytes, 65536u);
+  }
+  EXPECT_GE(stats().cache_pressure_evictions, buffers.count - 16);
+  EXPECT_EQ(stats().nic_refusals, 0u);
+
+  // An unaligned range pins every page it touches: 100 bytes across a page boundary is two.
+  ASSERT_EQ(hmr_domain_cache_flush(domain.get()), 0);
+  EXPECT_EQ(stats().nic_pinned_bytes, 0u);
+  {
+    MrPtr across = reg(domain.get(), buffers.at(0) + kPage - 50, 100, kAccess);
+    ASSERT_TRUE(across);
+    EXPECT_EQ(stats().nic_pinned_bytes, 2 * kPage);
+    EXPECT_EQ(stats().nic_registrations_held, 1u);
+  }
+
+  // Re-registration onto a range of three pages: the account follows the NIC's pages.
+  ASSERT_EQ(hmr_domain_cache_flush(domain.get()), 0);
+  {
+    MrPtr mr = reg(domain.get(), buffers.at(1), kPage, kAccess);
+    ASSERT_TRUE(mr);
+    // (buffers.at(2) is two pages on from at(1): at(1) .. at(2)+1 page is three pages)
+    iovec bigger{buffers.at(1), 3 * kPage};
+    hmr_mr_rereg_attr rereg{};
+    rereg.size = sizeof rereg;
+    rereg.mr_iov = &bigger;
+    rereg.iov_count = 1;
+    ASSERT_EQ(hmr_mr_rereg(mr.get(), HMR_MR_REREG_TRANSLATION, &rereg), 0) << hmr_last_error();
+    ASSERT_EQ(hmr_domain_cache_flush(domain.get()), 0);  // the shared one it left goes
+    EXPECT_EQ(stats().nic_pinned_bytes, 3 * kPage);
+  }
+  EXPECT_EQ(stats().nic_pinned_bytes, 0u);
+  EXPECT_EQ(stats().nic_registrations_held, 0u);
+
+  // Sixteen open fill the bound; the seventeenth is refused with the NIC's code and a reason.
+  std::vector<MrPtr> open;
+  for (size_t i = 0; i < 16; ++i) {
+    open.push_back(reg(domain.get(), buffers.at(i), kPage, kAccess));
+    ASSERT_TRUE(open.back());
+  }
+  hmr_mr* refused = nullptr;
+  EXPECT_EQ(hmr_mr_reg(domain.get(), buffers.at(20), kPage, kAccess, 0, 0, 0, &refused, nullptr),
+            -HMR_ENOMEM);
+  EXPECT_NE(std::string(hmr_last_error()).find("65536 bytes"), std::string::npos)
+      << hmr_last_error();
+  open.clear();
+}
+
 INSTANTIATE_TEST_SUITE_P(Monitors, NicPressure, ::testing::Values("memhooks", "userfaultfd"),
                          [](const ::testing::TestParamInfo<const char*>& param) {
                            return std::string(param.param);

@@ -102,7 +102,7 @@ class FakeBackend final : public CacheBackend {
     live.insert(id);
     return registration;
   }
-  void deregister(nic::Registration& registration) override {
+  void deregister(nic::Registration& registration, uintptr_t, uint64_t) override {
     const auto id = reinterpret_cast<uint64_t>(registration.handle);
     std::lock_guard<std::mutex> lock(mutex);
     EXPECT_EQ(live.erase(id), 1u) << "registration " << id << " deregistered twice or never made";

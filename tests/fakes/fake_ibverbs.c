@@ -20,7 +20,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdio.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -54,6 +56,7 @@ static int device_lists;
 
 static struct fake_ibverbs_registration registrations[MAX_REGISTRATIONS];
 static int registration_count;
+static uint64_t pinned_vm_pages; /* the process's pinned_vm, in pages: see charge_pinned */
 static struct fake_ibverbs_rereg last_rereg;
 static struct fake_ibverbs_window_op last_window_op;
 static struct fake_ibverbs_advice last_advice;
@@ -153,6 +156,7 @@ static void reset_locked(void) {
   next_key = 1;
   device_lists = 0;
   registration_count = 0;
+  pinned_vm_pages = 0;
   memset(&last_rereg, 0, sizeof last_rereg);
   memset(&last_window_op, 0, sizeof last_window_op);
   memset(&last_advice, 0, sizeof last_advice);
@@ -205,6 +209,46 @@ static void assign_keys(struct fake_mr *mr) {
   mr->mr.handle = index;
 }
 
+/* The process's pinned_vm in pages: what live registrations pinned.  ib_umem_get
+ * (drivers/infiniband/core/umem.c) charges every page a non-ODP registration by address
+ * spans (ib_umem_num_pages) and refuses with -ENOMEM when the total would pass
+ * RLIMIT_MEMLOCK >> PAGE_SHIFT, unless the process has CAP_IPC_LOCK; ibv_reg_mr then fails with
+ * errno ENOMEM.  A dma-buf (ib_umem_dmabuf_get) and an ODP registration (ib_umem_odp_get)
+ * charge nothing.  (pinned_vm_pages, above, is the account.) */
+static uint64_t pages_spanned(uintptr_t addr, size_t length) {
+  const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+  const uint64_t first = addr & ~(page - 1);
+  const uint64_t end = ((uint64_t)addr + length + page - 1) & ~(page - 1);
+  return (end - first) / page;
+}
+
+static int has_cap_ipc_lock(void) {
+  FILE *status = fopen("/proc/self/status", "re");
+  if (status == NULL) return 0;
+  char line[256];
+  int capable = 0;
+  while (fgets(line, sizeof line, status) != NULL) {
+    if (strncmp(line, "CapEff:", 7) == 0) {
+      capable = (int)((strtoull(line + 7, NULL, 16) >> 14) & 1u); /* CAP_IPC_LOCK */
+      break;
+    }
+  }
+  fclose(status);
+  return capable;
+}
+
+/* Charges `pages` to pinned_vm, or ENOMEM as ib_umem_get refuses; the caller holds the lock. */
+static int charge_pinned(uint64_t pages) {
+  struct rlimit limit;
+  if (getrlimit(RLIMIT_MEMLOCK, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY &&
+      pinned_vm_pages + pages > limit.rlim_cur / (uint64_t)sysconf(_SC_PAGESIZE) &&
+      !has_cap_ipc_lock()) {
+    return ENOMEM;
+  }
+  pinned_vm_pages += pages;
+  return 0;
+}
+
 /* The shared part of every registration; the caller holds the lock. */
 static struct ibv_mr *make_mr(const char *entry, struct ibv_pd *pd, void *addr, size_t length,
                               uint64_t iova, unsigned int access, int fd, uint64_t offset) {
@@ -236,12 +280,21 @@ static struct ibv_mr *make_mr(const char *entry, struct ibv_pd *pd, void *addr, 
     errno = ENOMEM;
     return NULL;
   }
+  const uint64_t pinned = fd < 0 && !(access & IBV_ACCESS_ON_DEMAND)
+                              ? pages_spanned((uintptr_t)addr, length) : 0;
+  const int pin_err = charge_pinned(pinned);
+  if (pin_err != 0) {
+    errno = pin_err;
+    return NULL;
+  }
   struct fake_mr *mr = calloc(1, sizeof *mr);
   if (mr == NULL || !add_object((void **)mrs, mr)) {
     free(mr);
+    pinned_vm_pages -= pinned;
     errno = ENOMEM;
     return NULL;
   }
+  mr->pinned_pages = pinned;
   mr->mr.context = pd->context;
   mr->mr.pd = pd;
   mr->mr.addr = addr;
@@ -710,7 +763,15 @@ EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *a
              !range_mapped((uintptr_t)addr, length)) {
     result = IBV_REREG_MR_ERR_CMD;
     err = EFAULT;
+  } else if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && fake->pinned_pages != 0 &&
+             (err = charge_pinned(pages_spanned((uintptr_t)addr, length))) != 0) {
+    /* mlx5_ib_rereg_user_mr gets the new umem (charged) before it releases the old one. */
+    result = IBV_REREG_MR_ERR_CMD;
   } else {
+    if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && fake->pinned_pages != 0) {
+      pinned_vm_pages -= fake->pinned_pages;
+      fake->pinned_pages = pages_spanned((uintptr_t)addr, length);
+    }
     if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
       fake->mr.addr = addr;
       fake->mr.length = length;
@@ -733,7 +794,10 @@ EXPORT int ibv_dereg_mr(struct ibv_mr *mr) {
   for (int i = 0; err == 0 && i < MAX_OBJECTS; ++i) {
     if (mws[i] != NULL && mws[i]->bound_to == fake) err = EBUSY; /* a type 2 window is bound */
   }
-  if (err == 0) remove_object((void **)mrs, fake);
+  if (err == 0) {
+    remove_object((void **)mrs, fake);
+    pinned_vm_pages -= fake->pinned_pages;
+  }
   pthread_mutex_unlock(&fake_lock);
   if (err == 0) free(fake);
   return err;
@@ -799,6 +863,7 @@ EXPORT int fake_ibverbs_live(const char *kind) {
   if (strcmp(kind, "mws") == 0) count = count_objects((void *const *)mws);
   if (strcmp(kind, "qps") == 0) count = count_objects((void *const *)qps);
   if (strcmp(kind, "device_lists") == 0) count = device_lists;
+  if (strcmp(kind, "pinned_pages") == 0) count = (int)pinned_vm_pages;
   if (count < 0) count = umr_live(kind);
   pthread_mutex_unlock(&fake_lock);
   return count;

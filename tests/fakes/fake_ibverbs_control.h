@@ -114,7 +114,8 @@ typedef void (*fake_ibverbs_set_failure_fn)(const char *name, int err);
 typedef void (*fake_ibverbs_set_rereg_result_fn)(int result, int err);
 /* How often an entry point was called since reset. */
 typedef int (*fake_ibverbs_call_count_fn)(const char *name);
-/* Objects alive now: "contexts", "pds", "mrs", "mws", "qps", "device_lists", and the UMR
+/* Objects alive now: "contexts", "pds", "mrs", "mws", "qps", "device_lists", "pinned_pages"
+ * (the process's pinned_vm as the fake keeps it, in pages), and the UMR
  * side's "cqs", "umr_qps", "mkeys". */
 typedef int (*fake_ibverbs_live_fn)(const char *kind);
 /* The registrations made since reset: copies up to `max`, returns how many there were. */

@@ -33,6 +33,7 @@ struct fake_mr {
   struct ibv_mr mr;
   uint64_t iova;
   unsigned int access;
+  uint64_t pinned_pages; /* charged to the process's pinned_vm (0: ODP or dma-buf) */
 };
 
 /* The one lock of the fake, and its call counts and injected failures. */

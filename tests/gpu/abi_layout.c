@@ -48,6 +48,8 @@ int main(void) {
   FIELD(hmr_domain_stats, cache_pressure_evictions);
   FIELD(hmr_domain_stats, nic_refusal_retries);
   FIELD(hmr_domain_stats, nic_refusals);
+  FIELD(hmr_domain_stats, nic_registrations_held);
+  FIELD(hmr_domain_stats, nic_pinned_bytes);
   SIZE(hmr_mem_attr);
   FIELD(hmr_mem_attr, size);
   FIELD(hmr_mem_attr, field_mask);

@@ -36,7 +36,8 @@ _STAT_NAMES = ["mr_open", "mr_bytes", "registrations", "registration_errors",
                "rma_bytes", "rma_errors", "cache_hits", "cache_misses", "cache_invalidations",
                "cache_evictions", "cache_uncached", "cache_regions", "cache_bytes",
                "cache_in_use", "deregistration_ns", "cache_pressure_evictions",
-               "nic_refusal_retries", "nic_refusals"]
+               "nic_refusal_retries", "nic_refusals", "nic_registrations_held",
+               "nic_pinned_bytes"]
 
 
 class DomainStats(ctypes.Structure):

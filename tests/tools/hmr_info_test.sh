@@ -84,6 +84,9 @@ else:
 expect(answer(d["nics"]["dmabuf_import"]), "nics.dmabuf_import has no reason")
 expect(d["nics"]["memlock"]["soft"] == "unlimited" or isinstance(d["nics"]["memlock"]["soft"], int),
        "memlock.soft is neither bytes nor unlimited")
+expect(d["monitors"]["under_pressure"]["source"] in
+       ("rlimit_memlock", "cap_ipc_lock", "unlimited"), d["monitors"]["under_pressure"])
+expect("\n  Under pressure: " in text, "no 'Under pressure:' summary line")
 expect([m["name"] for m in d["monitors"]["host"]] == ["userfaultfd", "memhooks"],
        "host monitors are not userfaultfd and memhooks")
 expect("FI_HMEM" in d["config"]["effective"], "config.effective has no FI_HMEM")
@@ -249,6 +252,21 @@ check "FI_HMEM excludes cuda" '
 expect(not d["ifaces"][1]["enabled"] and "FI_HMEM" in d["ifaces"][1]["reason"], d["ifaces"][1])
 expect(d["devices"] == [], "an excluded runtime gave devices")
 ' "$no_ofi" FI_HMEM=^cuda HMR_CUDA_LIBRARY="$fake_cuda"
+
+# Under pressure: where the bound on pinned bytes comes from.  Without CAP_IPC_LOCK (root drops
+# it from its bounding set with setpriv) and with RLIMIT_MEMLOCK at 64 KiB, it is that limit.
+if command -v prlimit >/dev/null && command -v setpriv >/dev/null; then
+  drop=()
+  [[ $(id -u) -eq 0 ]] && drop=(setpriv --bounding-set -ipc_lock --inh-caps -ipc_lock)
+  json=$(prlimit --memlock=65536: "${drop[@]}" "$info" --json) || fail "hmr-info under a low memlock"
+  HMR_INFO_JSON=$json python3 -c '
+import json, os, sys
+p = json.loads(os.environ["HMR_INFO_JSON"])["monitors"]["under_pressure"]
+if p["source"] != "rlimit_memlock" or p["max_pinned_bytes"] != 65536 or "64 KiB" not in p["reason"]:
+    sys.exit(f"under_pressure with a 64 KiB memlock: {p}")
+' || fail "under_pressure does not report RLIMIT_MEMLOCK"
+  echo "ok: under pressure"
+fi
 
 # The command line.
 "$info" --help | grep -q -- "--json" || fail "--help does not document --json"

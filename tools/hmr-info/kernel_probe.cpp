@@ -10,8 +10,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <vector>
+
+#include "util/memlock_limit.h"
 
 namespace hmr::info {
 namespace {
@@ -35,17 +36,6 @@ std::string limit_text(rlim_t limit) {
     std::snprintf(text, sizeof text, "%llu KiB", static_cast<unsigned long long>(limit >> 10));
   }
   return text;
-}
-
-// CAP_IPC_LOCK (bit 14) in the effective set: pinning then ignores RLIMIT_MEMLOCK.
-bool has_cap_ipc_lock() {
-  std::ifstream status("/proc/self/status");
-  for (std::string line; std::getline(status, line);) {
-    if (line.rfind("CapEff:", 0) != 0) continue;
-    const unsigned long long caps = std::strtoull(line.c_str() + 7, nullptr, 16);
-    return (caps >> 14) & 1u;
-  }
-  return false;
 }
 
 }  // namespace
@@ -126,7 +116,7 @@ JsonValue memlock_json() {
                               std::strerror(errno));
     return memlock;
   }
-  const bool privileged = has_cap_ipc_lock();
+  const bool privileged = hmr::has_cap_ipc_lock();
   memlock.set("soft", limit_json(limit.rlim_cur));
   memlock.set("hard", limit_json(limit.rlim_max));
   memlock.set("cap_ipc_lock", privileged);

@@ -8,6 +8,7 @@
 #include "monitor/memhooks_monitor.h"
 #include "monitor/monitor_registry.h"
 #include "monitor/uffd_monitor.h"
+#include "registration/pinned_limit.h"
 
 namespace hmr::info {
 namespace {
@@ -27,6 +28,33 @@ JsonValue host_monitor_json(const HostMonitor& monitor, const char* how) {
 }
 
 // What a domain opened with no cache_monitor of its own gets, and why.
+// What a domain on a NIC that pins (verbs without ODP, libfabric's verbs and efa, a callback
+// with HMR_NIC_CB_PINS_HOST_MEMORY) may hold pinned, idle cached registrations included
+// (docs/semantics.md, "Under pressure").
+JsonValue pressure_json() {
+  nic::Capabilities pinning;
+  pinning.pins_host_memory = true;
+  const core::PinnedLimit limit = core::pinned_limit_for(pinning);
+  JsonValue pressure = JsonValue::object();
+  pressure.set("max_pinned_bytes", limit.bytes != 0 ? JsonValue(limit.bytes)
+                                                    : JsonValue());
+  pressure.set("source", limit.source);
+  std::string reason =
+      limit.bytes != 0
+          ? "a domain on a NIC that pins holds at most " + std::to_string(limit.bytes >> 10) +
+                " KiB pinned (RLIMIT_MEMLOCK), idle cached registrations included; past it, "
+                "and whenever the NIC refuses for resources, idle ones are given back first"
+          : std::string(limit.source) == "cap_ipc_lock"
+                ? "this process has CAP_IPC_LOCK: hmr bounds pinned bytes only by the NIC's own "
+                  "limits; when the NIC refuses for resources, idle cached registrations are "
+                  "given back first"
+                : "RLIMIT_MEMLOCK is unlimited: hmr bounds pinned bytes only by the NIC's own "
+                  "limits; when the NIC refuses for resources, idle cached registrations are "
+                  "given back first";
+  pressure.set("reason", reason);
+  return pressure;
+}
+
 JsonValue chosen_json(const Result<core::Environment>& environment, const HostMonitor* monitors,
                       size_t count) {
   JsonValue chosen = JsonValue::object();
@@ -173,6 +201,7 @@ JsonValue monitors_section(const std::vector<hmem::IfaceReport>& reports,
   host.push(host_monitor_json(monitors[1], "libc's munmap, mremap, madvise, brk, shmdt and "
                                            "MAP_FIXED mmap are hooked"));
   section.set("chosen", chosen_json(environment, monitors, std::size(monitors)));
+  section.set("under_pressure", pressure_json());
   JsonValue& devices = section.set("device", JsonValue::array());
   for (const hmem::IfaceReport& report : reports) {
     if (report.iface != HMR_HMEM_SYSTEM) devices.push(device_monitor_json(report, environment));

@@ -189,6 +189,9 @@ std::vector<std::string> summary_lines(const JsonValue& report) {
                          : std::string()) +
                     text_at(*chosen, "reason"));
   }
+  if (report.at("monitors.under_pressure") != nullptr) {
+    lines.push_back("Under pressure: " + text_at(*report.at("monitors.under_pressure"), "reason"));
+  }
   return lines;
 }
 
