@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "cache/registration_cache.h"
+#include "util/log.h"
 
 namespace hmr::core {
 
@@ -19,9 +20,13 @@ DeferredReaper& DeferredReaper::instance() {
   static DeferredReaper* reaper = [] {
     auto* created = new DeferredReaper();
     // Registered after the monitors' fork handlers (a cache joins its monitor before it is
-    // added here), so fork() runs this prepare handler first; it waits for nothing but the
-    // few instructions mutex_ is ever held for.
-    (void)pthread_atfork(&before_fork, &after_fork_in_parent, &after_fork_in_child);
+    // added here), so fork() runs this prepare handler first.
+    if (const int err = pthread_atfork(&before_fork, &after_fork_in_parent, &after_fork_in_child);
+        err != 0) {
+      log_message(LogLevel::warn, "pthread_atfork for the deferred-deregistration thread failed "
+                  "(%s): a child forked while it deregisters may inherit a cache's lock held",
+                  std::strerror(err));
+    }
     return created;
   }();
   return *reaper;
@@ -96,7 +101,21 @@ void DeferredReaper::run() {
   }
 }
 
-void DeferredReaper::before_fork() { instance().mutex_.lock(); }
+void DeferredReaper::before_fork() {
+  // Not in the middle of a cache's round: the child would inherit that cache's writer mutex
+  // (or the NIC's own lock) held by a thread it does not have, and its domain's close would
+  // wait for it forever.  Holding mutex_ keeps the thread from starting another cache; a
+  // round ends by itself (hmr holds no lock across the NIC's call, so the thread never waits
+  // for the forking one, unless a callback NIC's dereg takes a lock the forking thread holds:
+  // docs/semantics.md, "Under pressure").
+  DeferredReaper& self = instance();
+  self.mutex_.lock();
+  while (self.serving_ != nullptr) {
+    self.mutex_.unlock();
+    sched_yield();
+    self.mutex_.lock();
+  }
+}
 
 void DeferredReaper::after_fork_in_parent() { instance().mutex_.unlock(); }
 

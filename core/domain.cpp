@@ -259,7 +259,9 @@ CacheKey Domain::cache_key(const MrRequest& request) const {
   key.access = static_cast<uint16_t>(request.access);
   key.iface = static_cast<uint8_t>(request.iface);
   key.device = static_cast<int32_t>(request.device);
-  key.exact_start = !has_mode(HMR_MR_VIRT_ADDR);
+  // 0-based addressing: byte 0 is the registration's first, so only an MR that starts there
+  // may share it, unless the caller addresses the MR from the base hmr reports.
+  key.exact_start = !has_mode(HMR_MR_VIRT_ADDR) && !request.reported_base;
   return key;
 }
 

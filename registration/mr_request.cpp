@@ -170,7 +170,8 @@ Result<MrRequest> validate_mr_request(const hmr_mr_attr& attr, uint64_t flags,
   // the memory is resolved (core/memory_resolution.h), after every argument error.
   HMR_RETURN_IF_ERROR(hmem::check_device_syntax(iface, attr.device.reserved));
   request.access = attr.access;
-  request.flags = flags;
+  request.flags = flags & ~HMR_MR_REPORTED_BASE;  // how peers address it: hmr's, not the NIC's
+  request.reported_base = (flags & HMR_MR_REPORTED_BASE) != 0;
   request.context = attr.context;
   request.iface = static_cast<hmr_hmem_iface>(iface);
   request.device = attr.device.reserved;

@@ -30,13 +30,17 @@ inline constexpr uint64_t kKnownAccess = HMR_COLLECTIVE | HMR_READ | HMR_WRITE |
 inline constexpr uint64_t kCacheableAccess = kKnownAccess & ~HMR_MW_BIND;
 inline constexpr uint64_t kKnownRegistrationFlags = HMR_MR_DMABUF | HMR_HMEM_HOST_ALLOC |
                                                     HMR_HMEM_DEVICE_ONLY | HMR_RMA_PMEM |
-                                                    HMR_RMA_EVENT | HMR_AUTH_KEY | HMR_MR_ODP;
+                                                    HMR_RMA_EVENT | HMR_AUTH_KEY | HMR_MR_ODP |
+                                                    HMR_MR_REPORTED_BASE;
 
 struct MrRequest {
   InlineVector<iovec, 1> segments;      // empty for a dma-buf; one, without an allocation, mostly
   std::optional<hmr_mr_dmabuf> dmabuf;
   uint64_t access = 0;
-  uint64_t flags = 0;
+  uint64_t flags = 0;                   // HMR_MR_* and HMR_HMEM_* for the NIC (not REPORTED_BASE)
+  // HMR_MR_REPORTED_BASE: peers address the MR from the base hmr reports, so under 0-based
+  // addressing it may share a registration that starts before it.
+  bool reported_base = false;
   std::optional<uint64_t> requested_key;  // absent under PROV_KEY
   void* context = nullptr;
   hmr_hmem_iface iface = HMR_HMEM_SYSTEM;

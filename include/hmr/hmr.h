@@ -97,6 +97,12 @@ HMR_API const char *hmr_last_error(void);
 
 /* Registration flags (fi_mr(3)). */
 #define HMR_MR_DMABUF (1ULL << 40)        /* attr->dmabuf describes the memory, not mr_iov */
+/* The caller gives its peers the address hmr reports for the MR's first byte (hmr_mr_raw_attr's
+ * base_addr, or a packed rkey), not 0: on a domain without HMR_MR_VIRT_ADDR the MR may then share
+ * a cached registration that begins before it (a sub-range of a registered buffer is a cache hit),
+ * and its first byte is at that offset.  With HMR_MR_VIRT_ADDR it changes nothing.  hmr's own
+ * flag, not libfabric's. */
+#define HMR_MR_REPORTED_BASE (1ULL << 43)
 #define HMR_HMEM_HOST_ALLOC (1ULL << 45)  /* device-runtime host allocation */
 #define HMR_HMEM_DEVICE_ONLY (1ULL << 46) /* the CPU must never touch this memory */
 #define HMR_RMA_PMEM (1ULL << 49)

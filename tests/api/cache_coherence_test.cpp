@@ -1278,6 +1278,43 @@ TEST(CacheSharing, WithoutVirtAddrOnlyTheSameStartShares) {
   for (hmr_mr* mr : {whole, head, inner}) EXPECT_EQ(hmr_mr_close(mr), 0);
 }
 
+// HMR_MR_REPORTED_BASE: the caller addresses its MRs from the base hmr_mr_raw_attr reports, so
+// without VIRT_ADDR a sub-range shares the registration that contains it (the NCCL plugin's
+// user buffers on tcp), and a peer's write at that base lands on the sub-range's first byte.
+TEST(CacheSharing, WithoutVirtAddrAReportedBaseSharesSubRanges) {
+  CachedDomain domain;
+  OPEN_OR_SKIP(domain, "userfaultfd", 0, 0, HMR_MR_PROV_KEY);
+  Pages pages(4 * kPage);
+  std::memset(pages.data(), 0, 4 * kPage);
+  hmr_mr* whole = reg_in(domain.get(), pages.data(), 4 * kPage, kRemote, 0, HMR_MR_REPORTED_BASE);
+  hmr_mr* inner =
+      reg_in(domain.get(), pages.data() + kPage + 8, kPage, kRemote, 0, HMR_MR_REPORTED_BASE);
+  hmr_mr* plain = domain.reg(pages.data() + kPage + 8, kPage);  // addressed from 0: its own
+  ASSERT_TRUE(whole && inner && plain);
+  EXPECT_EQ(hmr_mr_key(inner), hmr_mr_key(whole));
+  EXPECT_NE(hmr_mr_key(plain), hmr_mr_key(whole));
+  uint64_t base = 1;
+  uint8_t key[16];
+  size_t key_size = sizeof key;
+  ASSERT_EQ(hmr_mr_raw_attr(whole, &base, key, &key_size, 0), 0) << hmr_last_error();
+  EXPECT_EQ(base, 0u);
+  key_size = sizeof key;
+  ASSERT_EQ(hmr_mr_raw_attr(inner, &base, key, &key_size, 0), 0) << hmr_last_error();
+  EXPECT_EQ(base, kPage + 8) << "the inner MR's first byte, in the shared 0-based registration";
+  const uint64_t value = 0x5ca1ab1e;
+  ASSERT_EQ(hmr_ep_write(domain.initiator(), &value, sizeof value, nullptr, base,
+                         hmr_mr_key(inner)),
+            0)
+      << hmr_last_error();
+  uint64_t landed = 0;
+  std::memcpy(&landed, pages.data() + kPage + 8, sizeof landed);
+  EXPECT_EQ(landed, value);
+  const hmr_domain_stats stats = domain.stats();
+  EXPECT_EQ(stats.cache_hits, 1u);
+  EXPECT_EQ(stats.nic_registrations, 2u);
+  for (hmr_mr* mr : {whole, inner, plain}) EXPECT_EQ(hmr_mr_close(mr), 0);
+}
+
 TEST(CacheSharing, RmaEventRegistrationsDoNotShare) {
   CachedDomain domain;
   OPEN_OR_SKIP(domain, "userfaultfd", 0, 0, kCachedMode | HMR_MR_RMA_EVENT,

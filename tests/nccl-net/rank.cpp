@@ -250,7 +250,7 @@ bool Rank::close(Link* link, Failures* f) {
 
 bool Rank::exchange(Link& link, const std::vector<std::vector<MessageSpec>>& receive_groups,
                     const std::vector<MessageSpec>& sends, uint64_t seed_out, uint64_t seed_in,
-                    Failures* f, int registrations) {
+                    Failures* f, int registrations, size_t lead) {
   const size_t failures_before = f->list.size();
   // The arenas: receive buffers with a canary tail, then send buffers with their patterns.
   struct Posted {
@@ -258,7 +258,7 @@ bool Rank::exchange(Link& link, const std::vector<std::vector<MessageSpec>>& rec
     size_t offset;
   };
   std::vector<std::vector<Posted>> groups;
-  size_t recv_bytes = 0;
+  size_t recv_bytes = lead;
   for (const auto& group : receive_groups) {
     groups.emplace_back();
     for (const MessageSpec& m : group) {
@@ -267,7 +267,7 @@ bool Rank::exchange(Link& link, const std::vector<std::vector<MessageSpec>>& rec
     }
   }
   std::vector<size_t> send_offsets;
-  size_t send_bytes = 0;
+  size_t send_bytes = lead;
   for (const MessageSpec& m : sends) {
     send_offsets.push_back(send_bytes);
     send_bytes += round_up(m.size == 0 ? 1 : m.size, 64);
@@ -275,6 +275,7 @@ bool Rank::exchange(Link& link, const std::vector<std::vector<MessageSpec>>& rec
   HostBuffer& recv_arena = arena(recv_arena_, recv_bytes);
   HostBuffer& send_arena = arena(send_arena_, send_bytes);
   std::memset(recv_arena.data(), kCanary, recv_bytes);
+  if (lead != 0) std::memset(send_arena.data(), 0, lead);
   for (size_t i = 0; i < sends.size(); ++i) {
     fill_pattern(send_arena.data() + send_offsets[i], sends[i].size, message_seed(seed_out, sends[i]));
   }
@@ -289,12 +290,17 @@ bool Rank::exchange(Link& link, const std::vector<std::vector<MessageSpec>>& rec
     }
     return f->list.size() == failures_before;
   };
-  for (int r = 0; r < registrations; ++r) {
+  // With a lead, the arenas are registered whole first and the messages use the registration
+  // of the range from `lead` on: a sub-range of a registered buffer.
+  for (int r = 0; r < registrations + (lead != 0 ? 1 : 0); ++r) {
+    const size_t from = r == 0 ? 0 : lead;
     void* mh = nullptr;
-    ncclResult_t rc = net_->reg_mr(link.recv, recv_arena.data(), recv_arena.size(), NCCL_PTR_HOST, &mh);
+    ncclResult_t rc = net_->reg_mr(link.recv, recv_arena.data() + from, recv_arena.size() - from,
+                                   NCCL_PTR_HOST, &mh);
     if (!f->check(rc == ncclSuccess && mh != nullptr, "regMr (receive arena): " + describe(rc))) return deregister_all(), false;
     recv_mhs.push_back(mh);
-    rc = net_->reg_mr(link.send, send_arena.data(), send_arena.size(), NCCL_PTR_HOST, &mh);
+    rc = net_->reg_mr(link.send, send_arena.data() + from, send_arena.size() - from, NCCL_PTR_HOST,
+                      &mh);
     if (!f->check(rc == ncclSuccess && mh != nullptr, "regMr (send arena): " + describe(rc))) return deregister_all(), false;
     send_mhs.push_back(mh);
   }

@@ -97,10 +97,13 @@ class Rank {
   // sizes, bytes, and that nothing was written past a message.  `seed_out`/`seed_in` name
   // this rank's outgoing and incoming patterns.  Each side's buffers are one arena registered
   // `registrations` times (NCCL registers the same memory again with regIsGlobal); the last
-  // handle is the one used.
+  // handle is the one used.  With `lead` bytes before the messages, each arena is registered
+  // whole first and the handle used covers only the range from `lead` on (NCCL registers user
+  // buffers inside registered ones): a peer that addressed it from the wrong base would write
+  // `lead` bytes off.
   bool exchange(Link& link, const std::vector<std::vector<MessageSpec>>& receive_groups,
                 const std::vector<MessageSpec>& sends, uint64_t seed_out, uint64_t seed_in,
-                Failures* f, int registrations = 1);
+                Failures* f, int registrations = 1, size_t lead = 0);
 
   // The plugin's statistics for device 0.
   bool stats(const PluginLibrary& library, hmr_domain_stats* out, Failures* f);

@@ -55,6 +55,9 @@ ncclResult_t register_memory(Device& device, void* data, size_t size, int type, 
   } else {
     attr.mr_iov = &iov;
     attr.iov_count = 1;
+    // Peers address this handle from the base hmr reports (below), so a sub-range of a
+    // registered buffer (NCCL's user buffers) is a cache hit on offset-addressed providers too.
+    flags |= HMR_MR_REPORTED_BASE;
   }
   auto handle = std::make_unique<MemoryHandle>();
   if (const int rc = hmr_mr_regattr(device.registrations(), &attr, flags, &handle->mr); rc != 0) {
@@ -72,7 +75,15 @@ ncclResult_t register_memory(Device& device, void* data, size_t size, int type, 
   handle->key = hmr_mr_key(handle->mr);
   handle->start = reinterpret_cast<uintptr_t>(data);
   handle->size = size;
-  handle->rma_base = device.virtual_addressing() ? handle->start : 0;
+  // What a peer uses as the address of the handle's first byte: its VA, or (offset addressing)
+  // its offset in the NIC registration it shares.
+  uint8_t key_bytes[64];
+  size_t key_size = sizeof key_bytes;
+  if (const int rc = hmr_mr_raw_attr(handle->mr, &handle->rma_base, key_bytes, &key_size, 0);
+      rc != 0) {
+    hmr_mr_close(handle->mr);
+    return hmr_failed("hmr_mr_raw_attr", rc, data, size);
+  }
   handle->needs_flush = info.path == HMR_MR_PATH_DMABUF || info.path == HMR_MR_PATH_PEER_DIRECT ||
                         info.path == HMR_MR_PATH_CALLER_DMABUF;
   *out = handle.release();

@@ -23,7 +23,7 @@ struct MemoryHandle {
   uint64_t key = 0;       // what a peer's RMA names the registration by
   uintptr_t start = 0;
   size_t size = 0;
-  uint64_t rma_base = 0;  // what a peer uses as the address of byte 0: the VA, or 0 (offsets)
+  uint64_t rma_base = 0;  // a peer's address of byte `start`: hmr_mr_raw_attr's base
   bool needs_flush = false;  // the NIC writes this memory directly (device memory)
 
   bool contains(const void* data, size_t len) const {
