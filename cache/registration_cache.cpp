@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <thread>
 #include <utility>
 
 #include "cache/deferred_reaper.h"
@@ -520,15 +521,36 @@ size_t RegistrationCache::finalize_all(CacheEntry* dead) {
   return finalized;
 }
 
+namespace {
+// This thread is deregistering dead entries (a callback NIC's dereg may call hmr back): it
+// must not wait for finalizations to end, its own among them.
+thread_local bool finalizing_here = false;
+}  // namespace
+
 size_t RegistrationCache::finalize_deferred() {
-  if (deferred_.load(std::memory_order_relaxed) == nullptr) return 0;
-  return finalize_all(deferred_.exchange(nullptr, std::memory_order_acquire));
+  // Acquire: a null left by another thread's exchange makes its finalizing_ count visible.
+  if (deferred_.load(std::memory_order_acquire) == nullptr) return 0;
+  finalizing_.fetch_add(1, std::memory_order_acq_rel);  // before the list is taken
+  const bool outer = !finalizing_here;
+  finalizing_here = true;
+  const size_t finalized = finalize_all(deferred_.exchange(nullptr, std::memory_order_acq_rel));
+  if (outer) finalizing_here = false;
+  finalizing_.fetch_sub(1, std::memory_order_release);
+  return finalized;
+}
+
+void RegistrationCache::wait_for_finalizing() const {
+  // Another thread (hmr's deferred reaper, or a caller) took the dead entries and is
+  // deregistering them: what it releases counts as released once it is done.
+  if (finalizing_here) return;
+  while (finalizing_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
 }
 
 size_t RegistrationCache::release_unused(size_t count) {
   // What memory that went away left registered goes first: it helps nobody.
   wait_for_monitor();
   size_t released = finalize_deferred();
+  wait_for_finalizing();  // (its deregistrations lower the NIC's accounts too)
   sweep_held();
   if (released >= count) return released;
   Retired retired;
@@ -549,6 +571,7 @@ size_t RegistrationCache::release_unused(size_t count) {
 
 CacheStatistics RegistrationCache::statistics() {
   finalize_deferred();
+  wait_for_finalizing();  // so the counts include dead entries another thread is releasing
   CacheStatistics stats;
   stats.hits = static_cast<uint64_t>(lookups_.sum(kHit));
   stats.misses = static_cast<uint64_t>(lookups_.sum(kMiss));

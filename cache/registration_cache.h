@@ -264,6 +264,8 @@ class RegistrationCache final : public InvalidationSink {
   // cache call on another thread.
   size_t finalize_all(CacheEntry* dead);  // how many it deregistered (0: left to another thread)
   size_t finalize_deferred();  // how many it deregistered
+  // Returns once no other thread is deregistering entries taken from deferred_.
+  void wait_for_finalizing() const;
 
   CacheEntryPool pool_{readers_};  // first member destroyed last: entries live in it
   CacheBackend& backend_;
@@ -293,6 +295,7 @@ class RegistrationCache final : public InvalidationSink {
   ShardedCounters<2> lookups_;
   std::atomic<uint64_t> invalidations_{0}, evictions_{0}, uncached_{0}, pressure_evictions_{0};
   std::atomic<CacheEntry*> deferred_{nullptr};  // dead entries left by a monitor thread
+  std::atomic<uint32_t> finalizing_{0};  // threads deregistering entries taken from deferred_
 
   std::mutex held_mutex_;
   CacheEntry* held_ = nullptr;  // retired while threads counted them; through next

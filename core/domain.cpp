@@ -169,7 +169,7 @@ Status Domain::open_device_cache(const CacheLimits& limits) {
 bool Domain::device_cacheable(const MrRequest& request) const {
   if (device_cache_ == nullptr) return false;
   if (!has_mode(HMR_MR_PROV_KEY) || has_mode(HMR_MR_ENDPOINT) || request.dmabuf ||
-      (request.flags & ~(HMR_HMEM_DEVICE_ONLY | HMR_HMEM_HOST_ALLOC)) != 0 ||
+      request.length() == 0 || (request.flags & ~(HMR_HMEM_DEVICE_ONLY | HMR_HMEM_HOST_ALLOC)) != 0 ||
       (request.access & ~kCacheableAccess) != 0) {
     return false;
   }
@@ -247,7 +247,8 @@ bool Domain::cacheable(const MrRequest& request) const {
   // Any registration flag (RMA_EVENT, RMA_PMEM, ODP, ...) asks the NIC for something
   // particular, so only plain registrations share; so does HMR_MW_BIND (windows pin an MR).
   return cache_ != nullptr && has_mode(HMR_MR_PROV_KEY) && !has_mode(HMR_MR_ENDPOINT) &&
-         request.segments.size() == 1 && request.flags == 0 && request.iface == HMR_HMEM_SYSTEM &&
+         request.segments.size() == 1 && request.segments[0].iov_len != 0 && request.flags == 0 &&
+         request.iface == HMR_HMEM_SYSTEM &&
          (request.access & ~kCacheableAccess) == 0;
 }
 

@@ -42,6 +42,13 @@ Status resolve_memory(MrRequest& request, bool declared, hmem::Registry& registr
     request.memory.kind = MemoryKind::host;
     return ok_status();
   }
+  if (request.length() == 0 && request.iface == HMR_HMEM_SYSTEM && !declared) {
+    // Zero bytes are nobody's allocation (and may be at any address, NULL included): host
+    // memory, registered as libfabric registers it, with nothing to classify.
+    request.memory = hmem::PointerInfo{};
+    request.memory.kind = MemoryKind::host;
+    return ok_status();
+  }
   const bool verify = declared || request.iface != HMR_HMEM_SYSTEM;
   for (size_t i = 0; i < request.segments.size(); ++i) {
     const iovec& segment = request.segments[i];

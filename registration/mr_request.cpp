@@ -109,10 +109,12 @@ Status validate_segments(const iovec* iov, size_t count, const DomainRules& rule
   for (size_t i = 0; i < count; ++i) {
     const iovec& segment = iov[i];
     const auto start = reinterpret_cast<uintptr_t>(segment.iov_base);
-    if (segment.iov_base == nullptr) {
-      return make_error(HMR_EINVAL, "segment %zu has a NULL address", i);
+    // Zero bytes are a registration as in libfabric (docs/semantics.md, "Zero bytes and no
+    // access"), at any address; bytes at NULL never are memory.
+    if (segment.iov_base == nullptr && segment.iov_len != 0) {
+      return make_error(HMR_EINVAL, "segment %zu has a NULL address and %zu bytes", i,
+                        segment.iov_len);
     }
-    if (segment.iov_len == 0) return make_error(HMR_EINVAL, "segment %zu has length 0", i);
     if (start + segment.iov_len < start) {
       return make_error(HMR_EINVAL, "segment %zu [%p, +%zu) wraps the address space", i,
                         segment.iov_base, segment.iov_len);
@@ -149,10 +151,8 @@ Result<MrRequest> validate_mr_request(const hmr_mr_attr& attr, uint64_t flags,
   } else {
     HMR_RETURN_IF_ERROR(validate_segments(attr, flags, rules, request));
   }
-  if (attr.access == 0) {
-    return make_error(HMR_EINVAL, "access is 0: name at least one of HMR_SEND, HMR_RECV, "
-                                  "HMR_READ, HMR_WRITE, HMR_REMOTE_READ, HMR_REMOTE_WRITE");
-  }
+  // Access 0 is a registration as in libfabric (fi_mr(3): access is an OR of the flags, none
+  // forbidden): no peer may reach it, and local use is what the NIC's enforcement allows.
   if (attr.access & ~kKnownAccess) {
     return make_error(HMR_EINVAL, "unknown access bits %#llx",
                       static_cast<ull>(attr.access & ~kKnownAccess));

@@ -66,7 +66,7 @@ run_build "ASan+UBSan build, clang (RelWithDebInfo)" build-clang-asan "${common[
 run_build "ThreadSanitizer build, clang (RelWithDebInfo)" build-clang-tsan \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHMR_BUILD_TESTS=ON -DHMR_BUILD_EXAMPLES=OFF \
   -DHMR_BUILD_BENCH=OFF -DHMR_SANITIZE=thread -DCMAKE_C_COMPILER=clang \
-  -DCMAKE_CXX_COMPILER=clang++ -- hmr_unit_tests hmr_api_tests
+  -DCMAKE_CXX_COMPILER=clang++ -- hmr_unit_tests hmr_api_tests hmr_verbs_tests
 
 echo
 echo "== all three builds passed their tests ($((SECONDS - start)) s)"

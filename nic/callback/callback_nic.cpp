@@ -111,6 +111,13 @@ CallbackNic::CallbackNic(const hmr_nic_callbacks& callbacks, void* user_handle)
 }
 
 Result<Registration> CallbackNic::register_memory(const RegistrationRequest& request) {
+  if (request.flags & HMR_RMA_EVENT) {
+    // As on the ofi NIC: the events happen on the application's NIC, which tells hmr of none,
+    // so no hmr counter could ever count them (binding one would fail).
+    return make_error(HMR_EOPNOTSUPP, "callback NIC: HMR_RMA_EVENT needs counters of remote "
+                      "events, and the application's NIC reports none to hmr; register "
+                      "without it");
+  }
   hmr_nic_reg_request call{};
   call.access = request.access;
   call.iface = request.iface;

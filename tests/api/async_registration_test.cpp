@@ -217,12 +217,10 @@ TEST(AsyncRegistration, BadArgumentsStillFailSynchronously) {
   AsyncDomain async = open_async_domain();
   ASSERT_TRUE(async);
   hmr_mr* mr = nullptr;
-  EXPECT_HMR_ERROR(hmr_mr_reg(async.domain.get(), pages.data(), kPage, 0, 0, 1, 0, &mr, nullptr),
-                   HMR_EINVAL);
-  EXPECT_HMR_ERROR(hmr_mr_reg(async.domain.get(), pages.data(), kPage, kRemote, 1, 1, 0, &mr,
+  EXPECT_HMR_ERROR(hmr_mr_reg(async.domain.get(), pages.data(), kPage, 1ULL << 20, 0, 1, 0, &mr,
                               nullptr),
                    HMR_EINVAL);
-  EXPECT_HMR_ERROR(hmr_mr_reg(async.domain.get(), pages.data(), 0, kRemote, 0, 1, 0, &mr,
+  EXPECT_HMR_ERROR(hmr_mr_reg(async.domain.get(), pages.data(), kPage, kRemote, 1, 1, 0, &mr,
                               nullptr),
                    HMR_EINVAL);
   EXPECT_HMR_ERROR(hmr_mr_reg(async.domain.get(), nullptr, kPage, kRemote, 0, 1, 0, &mr, nullptr),

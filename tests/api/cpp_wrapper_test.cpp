@@ -116,7 +116,7 @@ TEST(CppWrapper, FailuresThrowErrorWithTheCodeAndTheReason) {
 
   Pages pages(2 * kPage);
   hmr::Domain domain(verbs_like());
-  EXPECT_EQ(error_code_of([&] { (void)hmr::MemoryRegion::reg(domain, pages.data(), kPage, 0); }),
+  EXPECT_EQ(error_code_of([&] { (void)hmr::MemoryRegion::reg(domain, pages.data(), kPage, 1ULL << 20); }),
             HMR_EINVAL);
   EXPECT_EQ(error_code_of([&] {
               (void)hmr::MemoryRegion::reg(domain, pages.data(), kPage, HMR_READ, 1ULL << 30);
