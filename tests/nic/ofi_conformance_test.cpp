@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <climits>
 #include <cstdint>
@@ -20,7 +21,6 @@
 #include <fstream>
 #include <map>
 #include <set>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -572,6 +572,95 @@ TEST(OfiConformance, TheSimAndCallbackNicsAnswerAsTheOfiNicDoes) {
     if (name.rfind("sim:", 0) != 0 && name.rfind("callback:", 0) != 0) continue;
     EXPECT_TRUE(seen_differing.count(name) != 0) << name << " no longer differs: take it off the list";
   }
+}
+
+
+// What fabtests' MR unit test (unit/mr_test.c) checks, made through hmr's C ABI on the ofi NIC
+// over tcp and shm, and on the sim NIC: every combination of the six access bits, none
+// included, at sizes from 1 byte to 8 MiB; regv of 1 to mr_iov_limit segments; regattr; and
+// memory freed and allocated again at the same address, registered again.
+void fabtests_mr_checks(hmr_domain* domain, size_t iov_limit, const char* where) {
+  constexpr size_t kMax = 8u << 20;
+  auto* buffer = static_cast<uint8_t*>(mmap(nullptr, kMax, PROT_READ | PROT_WRITE,
+                                            MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(buffer, MAP_FAILED);
+  std::memset(buffer, 2, kMax);
+  const uint64_t bits[] = {HMR_SEND, HMR_RECV, HMR_READ, HMR_WRITE, HMR_REMOTE_READ,
+                           HMR_REMOTE_WRITE};
+  for (unsigned mask = 0; mask < 64; ++mask) {
+    uint64_t access = 0;
+    for (unsigned b = 0; b < 6; ++b) {
+      if (mask & (1u << b)) access |= bits[b];
+    }
+    for (size_t size = 1; size <= kMax; size *= 8) {
+      hmr_mr* mr = nullptr;
+      ASSERT_EQ(hmr_mr_reg(domain, buffer, size, access, 0, mask * 100 + size % 97 + 1, 0, &mr,
+                           nullptr),
+                0)
+          << where << ": access " << access << ", " << size << " bytes: " << hmr_last_error();
+      ASSERT_EQ(hmr_mr_close(mr), 0) << hmr_last_error();
+    }
+  }
+  // regv of 1 to mr_iov_limit segments (at most 16), and the same through regattr.
+  std::vector<iovec> iov;
+  for (size_t count = 1; count <= std::min<size_t>(iov_limit, 16); ++count) {
+    iov.push_back({buffer + (count - 1) * 2 * kPage, kPage});
+    hmr_mr* mr = nullptr;
+    ASSERT_EQ(hmr_mr_regv(domain, iov.data(), iov.size(), HMR_REMOTE_READ | HMR_REMOTE_WRITE, 0,
+                          7000 + count, 0, &mr, nullptr),
+              0)
+        << where << ": regv of " << count << ": " << hmr_last_error();
+    ASSERT_EQ(hmr_mr_close(mr), 0);
+    hmr_mr_attr attr{};
+    attr.size = sizeof attr;
+    attr.mr_iov = iov.data();
+    attr.iov_count = iov.size();
+    attr.access = HMR_REMOTE_READ;
+    attr.requested_key = 8000 + count;
+    ASSERT_EQ(hmr_mr_regattr(domain, &attr, 0, &mr), 0) << where << ": " << hmr_last_error();
+    ASSERT_EQ(hmr_mr_close(mr), 0);
+  }
+  // Freed and allocated again at the same address: registered again, and what a peer reaches
+  // is the new memory (hmr's cache must not hand out the old registration).
+  munmap(buffer, kMax);
+  for (int round = 0; round < 3; ++round) {
+    auto* again = static_cast<uint8_t*>(mmap(buffer, kPage, PROT_READ | PROT_WRITE,
+                                             MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE,
+                                             -1, 0));
+    ASSERT_EQ(again, buffer) << "the address was taken meanwhile";
+    again[0] = static_cast<uint8_t>(round);
+    hmr_mr* mr = nullptr;
+    ASSERT_EQ(hmr_mr_reg(domain, again, kPage, HMR_REMOTE_READ, 0, 9000 + round, 0, &mr, nullptr),
+              0)
+        << where << ": " << hmr_last_error();
+    ASSERT_EQ(hmr_mr_close(mr), 0);
+    munmap(again, kPage);
+  }
+}
+
+TEST(OfiConformance, FabtestsMrUnitChecksPassThroughHmr) {
+  for (const ProviderChoice& choice : {tcp_loopback(), shm_choice(0)}) {
+    AppDomain wrapped(choice);
+    ASSERT_TRUE(wrapped);
+    hmr_domain_attr attr{};
+    attr.size = sizeof attr;
+    attr.nic = "ofi";
+    const std::string options = wrapped.wrap_options();
+    attr.nic_options = options.c_str();
+    attr.nic_handle = wrapped.domain();
+    attr.mr_mode = static_cast<uint64_t>(wrapped.info()->domain_attr->mr_mode);
+    hmr_domain* domain = nullptr;
+    ASSERT_EQ(hmr_domain_open(&attr, &domain), 0) << hmr_last_error();
+    fabtests_mr_checks(domain, attr.mr_iov_limit, choice.provider);
+    EXPECT_EQ(hmr_domain_close(domain), 0) << hmr_last_error();
+  }
+  hmr_domain_attr sim{};
+  sim.size = sizeof sim;
+  sim.nic = "sim";
+  hmr_domain* domain = nullptr;
+  ASSERT_EQ(hmr_domain_open(&sim, &domain), 0) << hmr_last_error();
+  fabtests_mr_checks(domain, sim.mr_iov_limit, "sim");
+  EXPECT_EQ(hmr_domain_close(domain), 0) << hmr_last_error();
 }
 
 }  // namespace
