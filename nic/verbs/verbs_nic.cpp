@@ -380,7 +380,10 @@ Result<nic::Registration> VerbsNic::register_memory(const nic::RegistrationReque
     layout.start = reinterpret_cast<uintptr_t>(request.segments[0].iov_base);
     layout.length = request.segments[0].iov_len;
   }
-  if (layout.length == 0) return make_error(HMR_EINVAL, "cannot register 0 bytes");
+  if (layout.length == 0) {  // (what ib_umem_get answers for no pages, without asking it)
+    return make_error(HMR_EINVAL, "%s cannot register 0 bytes: the kernel refuses a registration "
+                      "of no pages (ib_umem_get, EINVAL)", probe_.name.c_str());
+  }
   const bool on_demand = options_.odp || request.on_demand_paging;
   if (request.on_demand_paging) {
     const nic::Support& odp = capabilities_.operations.odp;

@@ -181,5 +181,23 @@ TEST_F(VerbsDomainTest, AFullDeviceGetsIdleRegistrationsBack) {
   munmap(mapping, 2 * kBuffers * 4096);
 }
 
+// Zero bytes and no access (docs/semantics.md): access 0 reaches ibv_reg_mr as access 0 (local
+// read only); zero bytes reach it too, and the kernel refuses a registration of no pages
+// (ib_umem_get: npages == 0 is -EINVAL), which the caller gets with the device's words.
+TEST_F(VerbsDomainTest, AccessZeroRegistersAndZeroBytesGetTheKernelsAnswer) {
+  ASSERT_EQ(open_domain(kFakeConnectX, nullptr, kVerbsBasicMode), 0) << hmr_last_error();
+  std::vector<uint8_t> buffer(2 * kTestPage);
+  hmr_test::MrPtr no_access = reg(buffer.data(), kTestPage, 0);
+  ASSERT_TRUE(no_access);
+  const std::vector<fake_ibverbs_registration> made = registrations();
+  ASSERT_FALSE(made.empty());
+  EXPECT_EQ(made.back().access, 0u);
+  hmr_mr* empty = nullptr;
+  EXPECT_EQ(hmr_mr_reg(domain_, buffer.data(), 0, kRemoteAccess, 0, 0, 0, &empty, nullptr),
+            -HMR_EINVAL);
+  EXPECT_NE(std::string(hmr_last_error()).find("fake_mlx5_0"), std::string::npos)
+      << hmr_last_error();
+}
+
 }  // namespace
 }  // namespace hmr::testing
