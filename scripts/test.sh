@@ -51,7 +51,8 @@ run_build() {
 }
 
 # Options are given explicitly so a build folder configured by hand earlier cannot change them.
-common=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DHMR_BUILD_TESTS=ON -DHMR_BUILD_EXAMPLES=ON)
+# Warnings are errors here (HMR_WERROR, off by default for users' own builds).
+common=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DHMR_BUILD_TESTS=ON -DHMR_BUILD_EXAMPLES=ON -DHMR_WERROR=ON)
 run_build "normal build, GCC (RelWithDebInfo)" build "${common[@]}" -DHMR_SANITIZE= \
   -DCMAKE_C_COMPILER=gcc -DCMAKE_CXX_COMPILER=g++
 run_build "ASan+UBSan build, clang (RelWithDebInfo)" build-clang-asan "${common[@]}" \
@@ -65,8 +66,16 @@ run_build "ASan+UBSan build, clang (RelWithDebInfo)" build-clang-asan "${common[
 # the other two builds run them.
 run_build "ThreadSanitizer build, clang (RelWithDebInfo)" build-clang-tsan \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHMR_BUILD_TESTS=ON -DHMR_BUILD_EXAMPLES=OFF \
-  -DHMR_BUILD_BENCH=OFF -DHMR_SANITIZE=thread -DCMAKE_C_COMPILER=clang \
+  -DHMR_BUILD_BENCH=OFF -DHMR_WERROR=ON -DHMR_SANITIZE=thread -DCMAKE_C_COMPILER=clang \
   -DCMAKE_CXX_COMPILER=clang++ -- hmr_unit_tests hmr_api_tests hmr_verbs_tests
 
+# A user's own build: Release with the default options (warnings are not errors there), GCC.
+# Compiled, not tested (the three builds above test the same code).
 echo
-echo "== all three builds passed their tests ($((SECONDS - start)) s)"
+echo "== Release build with default options (a user's cmake -DCMAKE_BUILD_TYPE=Release): build-release/"
+cmake -S . -B build-release -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=gcc \
+  -DCMAKE_CXX_COMPILER=g++
+cmake --build build-release -j "$jobs"
+
+echo
+echo "== all three builds passed their tests, and the Release build compiled ($((SECONDS - start)) s)"

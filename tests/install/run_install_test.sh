@@ -51,11 +51,15 @@ if [[ -n "${CMAKE_GENERATOR:-}" ]]; then generator_args=(-G "$CMAKE_GENERATOR");
 cmake -S "$consumer_dir" -B "$tmp/cmake-build" "${generator_args[@]}" \
   -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_C_FLAGS="$consumer_flags" -DCMAKE_EXE_LINKER_FLAGS="$consumer_flags" \
+  -DHMR_CONSUMER_SANITIZED="$([[ -n "$sanitize" ]] && echo ON || echo OFF)" \
   >"$tmp/cmake-configure.log" 2>&1 ||
   { cat "$tmp/cmake-configure.log"; die "configuring the CMake consumer failed"; }
 cmake --build "$tmp/cmake-build" >"$tmp/cmake-build.log" 2>&1 ||
   { cat "$tmp/cmake-build.log"; die "building the CMake consumer failed"; }
 "$tmp/cmake-build/hmr_cmake_consumer" || die "the CMake consumer failed"
+if [[ -z "$sanitize" ]]; then
+  "$tmp/cmake-build/hmr_cmake_consumer_static" || die "the C-only consumer of hmr::hmr_static failed"
+fi
 
 step "pkg-config consumer: cc main.c \$(pkg-config --cflags --libs hmr)"
 PKG_CONFIG_PATH=$(dirname "$pc_file")
@@ -76,5 +80,40 @@ cc -std=c11 -Wall -Wextra -Werror $consumer_flags $pc_cflags "$consumer_dir/main
   -o "$tmp/pkgconfig_consumer" $pc_libs || die "building the pkg-config consumer failed"
 LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$tmp/pkgconfig_consumer" ||
   die "the pkg-config consumer failed"
+
+step "the exported C ABI carries its version node (HMR_0.1)"
+exports=$(objdump -T "$libdir/libhmr.so" | awk '$NF ~ /^hmr_/' | wc -l)
+versioned=$(objdump -T "$libdir/libhmr.so" | awk '$NF ~ /^hmr_/ && $(NF-1) == "HMR_0.1"' | wc -l)
+echo "$exports hmr_* symbols exported, $versioned in HMR_0.1"
+[[ $exports -gt 50 && $exports -eq $versioned ]] || die "not every exported hmr_* symbol is HMR_0.1"
+
+# Installed programs run from any prefix with a clean environment (no LD_LIBRARY_PATH): they
+# find the libhmr.so installed with them (RUNPATH $ORIGIN/../lib, the plugin's $ORIGIN).
+step "installed programs run from $prefix with a clean environment"
+clean_env=(env -i PATH=/usr/bin:/bin)
+[[ -n "$sanitize" ]] && clean_env+=(ASAN_OPTIONS=detect_leaks=0)
+for tool in hmr-info hmr-perftest; do
+  [[ -x "$prefix/bin/$tool" ]] || die "$tool was not installed in $prefix/bin"
+  "${clean_env[@]}" "$prefix/bin/$tool" --help >"$tmp/$tool.log" 2>&1 ||
+    { cat "$tmp/$tool.log"; die "the installed $tool does not start"; }
+  echo "$tool: ok"
+done
+plugin="$libdir/libnccl-net-hmr.so"
+if [[ -e "$plugin" ]]; then
+  # As NCCL loads it: dlopen by path, then its newest table by name.
+  cat >"$tmp/load_plugin.c" <<'C'
+#include <dlfcn.h>
+#include <stdio.h>
+int main(int argc, char **argv) {
+  void *plugin = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
+  if (!plugin) { fprintf(stderr, "%s\n", dlerror()); return 1; }
+  return dlsym(plugin, "ncclNetPlugin_v11") ? 0 : 2;
+}
+C
+  # shellcheck disable=SC2086
+  cc $consumer_flags "$tmp/load_plugin.c" -o "$tmp/load_plugin" -ldl || die "building the loader failed"
+  "${clean_env[@]}" "$tmp/load_plugin" "$plugin" || die "the installed NCCL plugin does not load"
+  echo "libnccl-net-hmr.so: ok"
+fi
 
 step "both consumers built and ran against the installed hmr"
