@@ -11,7 +11,7 @@ set -euo pipefail
 # struct layouts a test compares with the C ones.
 packages=(cmake ninja-build g++ gcc clang libclang-rt-14-dev libc6-dev libgtest-dev pkg-config
           libbenchmark-dev libucx-dev libfabric-dev libibverbs-dev libhsa-runtime64-1 libze1
-          iproute2 python3 abigail-tools xz-utils binutils)
+          iproute2 python3 abigail-tools xz-utils binutils lintian dpkg-dev)
 
 if [[ $(id -u) -eq 0 ]]; then
   echo "== installing build dependencies with apt-get: ${packages[*]}"

@@ -69,13 +69,12 @@ run_build "ThreadSanitizer build, clang (RelWithDebInfo)" build-clang-tsan \
   -DHMR_BUILD_BENCH=OFF -DHMR_WERROR=ON -DHMR_SANITIZE=thread -DCMAKE_C_COMPILER=clang \
   -DCMAKE_CXX_COMPILER=clang++ -- hmr_unit_tests hmr_api_tests hmr_verbs_tests
 
-# A user's own build: Release with the default options (warnings are not errors there), GCC.
-# Compiled, not tested (the three builds above test the same code).
+# A user's own build and the packages: a Release build with the default options (warnings
+# are not errors there; the tests and benchmarks compile, the builds above run them), for
+# /usr, packaged with CPack, checked with lintian, unpacked and used.
 echo
-echo "== Release build with default options (a user's cmake -DCMAKE_BUILD_TYPE=Release): build-release/"
-cmake -S . -B build-release -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=gcc \
-  -DCMAKE_CXX_COMPILER=g++
-cmake --build build-release -j "$jobs"
+echo "== Release build with default options and the Debian packages: build-release/"
+bash tests/install/run_package_test.sh build-release
 
 echo
-echo "== all three builds passed their tests, and the Release build compiled ($((SECONDS - start)) s)"
+echo "== all three builds passed their tests, and the packages work ($((SECONDS - start)) s)"

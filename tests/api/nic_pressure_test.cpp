@@ -31,6 +31,11 @@ constexpr uint64_t kAccess = HMR_REMOTE_READ | HMR_REMOTE_WRITE;
 struct BoundedNic {
   size_t capacity = 64;
   int refusal = HMR_ENOSPC;       // what a full NIC answers
+  // Bytes the NIC holds at most (0: no bound); past it, -HMR_ENOMEM, as a kernel driver past
+  // RLIMIT_MEMLOCK answers.  A registration's length rides in its desc (opaque to hmr).
+  size_t byte_capacity = 0;
+  std::atomic<size_t> held_bytes{0};
+  std::atomic<size_t> most_held_bytes{0};
   std::atomic<size_t> held{0};
   std::atomic<size_t> most_held{0};
   std::atomic<uint64_t> registrations{0}, refused{0}, deregistrations{0};
@@ -67,16 +72,33 @@ int bounded_register(void* context, const hmr_nic_reg_request* request, hmr_nic_
   size_t most = nic.most_held.load();
   while (now + 1 > most && !nic.most_held.compare_exchange_weak(most, now + 1)) {
   }
+  if (nic.byte_capacity != 0) {
+    size_t bytes = nic.held_bytes.load();
+    do {
+      if (bytes + request->len > nic.byte_capacity) {
+        nic.held.fetch_sub(1);
+        nic.refused.fetch_add(1);
+        std::snprintf(reason, reason_size, "bounded NIC: %zu of %zu bytes pinned", bytes,
+                      nic.byte_capacity);
+        return -HMR_ENOMEM;
+      }
+    } while (!nic.held_bytes.compare_exchange_weak(bytes, bytes + request->len));
+    size_t most_bytes = nic.most_held_bytes.load();
+    while (bytes + request->len > most_bytes &&
+           !nic.most_held_bytes.compare_exchange_weak(most_bytes, bytes + request->len)) {
+    }
+  }
   nic.registrations.fetch_add(1);
   mr->handle = const_cast<void*>(request->addr);
-  mr->desc = nullptr;
+  mr->desc = reinterpret_cast<void*>(request->len);
   mr->key = nic.next_key.fetch_add(1);
   return 0;
 }
 
-int bounded_deregister(void* context, const hmr_nic_mr* /*mr*/, char* reason, size_t reason_size) {
+int bounded_deregister(void* context, const hmr_nic_mr* mr, char* reason, size_t reason_size) {
   auto& nic = *static_cast<BoundedNic*>(context);
   nic.held.fetch_sub(1);
+  if (nic.byte_capacity != 0) nic.held_bytes.fetch_sub(reinterpret_cast<size_t>(mr->desc));
   nic.deregistrations.fetch_add(1);
   if (nic.draw(nic.fail_dereg_one_in)) {
     std::snprintf(reason, reason_size, "injected deregistration fault");
@@ -94,6 +116,7 @@ class PressureDomain {
     callbacks_.context = &nic;
     callbacks_.key_size = 8;
     callbacks_.mr_cnt = stated ? nic.capacity : 0;
+    if (nic.byte_capacity != 0) callbacks_.caps |= HMR_NIC_CB_PINS_HOST_MEMORY;
     callbacks_.reg_va = bounded_register;
     callbacks_.dereg = bounded_deregister;
     hmr_domain_attr attr = domain_attr(HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR);
@@ -312,6 +335,30 @@ TEST_P(NicPressure, InjectedFaultsUnderThreadsLeaveNothingBehind) {
   EXPECT_LE(nic.most_held.load(), nic.capacity);
   domain_.reset();  // fails the test (DomainCloser) if an MR were still open
   EXPECT_EQ(nic.held.load(), 0u) << "registrations left at the NIC";
+}
+
+// A callback NIC that pins (HMR_NIC_CB_PINS_HOST_MEMORY) and refuses by byte total: at most
+// 64 KiB (16 one-page buffers) with -HMR_ENOMEM beyond, a bound it does not state.  4 threads
+// keeping at most 3 MRs open each (12 pages) over 128 buffers never fail; hmr's account of
+// pinned bytes matches what the NIC holds, and nothing is left behind.
+TEST_P(NicPressure, RefusalsByByteTotalGiveBackIdleRegistrationsUnderThreads) {
+  BoundedNic nic;
+  nic.capacity = 100000;
+  nic.byte_capacity = 16 * kPage;
+  open(nic, /*stated=*/false);
+  if (HasFatalFailure() || IsSkipped()) return;
+  Buffers buffers(128);
+  std::string first;
+  const int unexplained = run_threads(domain_->get(), buffers, 2000, 3,
+                                      [](int, const char*) { return false; }, &first);
+  EXPECT_EQ(unexplained, 0) << first;
+  EXPECT_LE(nic.most_held_bytes.load(), nic.byte_capacity);
+  const hmr_domain_stats stats = domain_->stats();
+  EXPECT_EQ(stats.nic_pinned_bytes, nic.held_bytes.load()) << "hmr counts what the NIC holds";
+  EXPECT_GT(stats.nic_refusal_retries, 0u);
+  domain_.reset();
+  EXPECT_EQ(nic.held.load(), 0u);
+  EXPECT_EQ(nic.held_bytes.load(), 0u);
 }
 
 // Memory freed while its registration sits idle in the cache is deregistered (unpinned, its

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Builds hmr's Debian packages into OUTDIR with CPack (cmake/HmrPackaging.cmake) and checks them
+# with lintian: libhmr0, libhmr-dev, hmr-tools, libnccl-net-hmr.  The build is a user's
+# Release build with the default options (the tests and benchmarks compile too), for the
+# system prefix (/usr: no RUNPATH, the loader finds libhmr).
+#
+#   usage: scripts/package.sh OUTDIR [BUILD_DIR]      (BUILD_DIR: build-release)
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+if [[ $# -lt 1 ]]; then
+  echo "usage: $0 OUTDIR [BUILD_DIR]" >&2
+  exit 2
+fi
+mkdir -p "$1"
+out=$(cd "$1" && pwd)
+build=${2:-build-release}
+jobs=${HMR_JOBS:-2}
+
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=/usr \
+  -DHMR_INSTALL_RPATH=OFF
+cmake --build "$build" -j "$jobs"
+(cd "$build" && cpack -G DEB -B "$build/_packages" >/dev/null) || (cd "$build" && cpack -G DEB -B _packages)
+debs=("$build"/_packages/*.deb)
+cp "${debs[@]}" "$out/"
+echo "packages in $out:"
+ls -1 "$out"/*.deb
+
+# lintian: no errors (overrides, with their reasons, in packaging/lintian-overrides).
+if command -v lintian >/dev/null; then
+  lintian_log=$(lintian --no-tag-display-limit --suppress-tags-from-file packaging/lintian-suppressed \
+    "$out"/*.deb 2>&1) || true
+  echo "$lintian_log"
+  if grep -q '^E: ' <<<"$lintian_log"; then
+    echo "package.sh: lintian reports errors (above)" >&2
+    exit 1
+  fi
+else
+  echo "package.sh: lintian is not installed (scripts/install-deps.sh installs it): not checked" >&2
+fi
