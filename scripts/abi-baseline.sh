@@ -11,6 +11,6 @@ library=$(readlink -f "$build_dir/libhmr.so")
 soname=$(objdump -p "$library" | awk '$1 == "SONAME" {print $2}')
 mkdir -p abi
 rm -f abi/*.abi.xz
-abidw --headers-dir include/hmr --no-corpus-path --no-show-locs --type-id-style hash \
+abidw --no-corpus-path --no-show-locs --type-id-style hash \
   "$library" | xz -9 >"abi/$soname.abi.xz"
 echo "wrote abi/$soname.abi.xz from $library"
