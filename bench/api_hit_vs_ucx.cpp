@@ -171,6 +171,10 @@ class HmrDomain {
     std::memset(&attr, 0, sizeof attr);
     attr.size = sizeof attr;
     attr.nic = "sim";
+    // hmr holds at most mr_cnt registrations at the NIC, idle cached ones included (the sim
+    // NIC's default is 65536); a million cached regions need a NIC that holds as many, as
+    // mlx5's max_mr (2^24) does.
+    attr.nic_options = "mr_cnt=4194304";
     attr.mr_mode = HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR | HMR_MR_LOCAL;  // as a verbs transport
     attr.cache_max_count = max_count;
     attr.cache_max_size = size_t{1} << 46;  // counted regions are the only limit
