@@ -60,6 +60,11 @@ HMR_API int hmr_mr_reg(hmr_domain* domain, const void* buf, size_t len, uint64_t
         *mr = hmr::core::to_handle<hmr_mr>(hit);
         return 0;
       }
+      // Not a host hit: device memory the device cache holds, if it holds anything.
+      if (CachedMr* hit = target->try_device_hit(buf, len, access, context)) {
+        *mr = hmr::core::to_handle<hmr_mr>(hit);
+        return 0;
+      }
     }
     const iovec segment = {const_cast<void*>(buf), len};
     return register_attr(domain, iov_attr(&segment, 1, access, offset, requested_key, context),
@@ -77,6 +82,10 @@ HMR_API int hmr_mr_regv(hmr_domain* domain, const struct iovec* iov, size_t coun
         count == 1) {
       if (CachedMr* hit =
               target->try_cached_hit(iov->iov_base, iov->iov_len, access, context, probed)) {
+        *mr = hmr::core::to_handle<hmr_mr>(hit);
+        return 0;
+      }
+      if (CachedMr* hit = target->try_device_hit(iov->iov_base, iov->iov_len, access, context)) {
         *mr = hmr::core::to_handle<hmr_mr>(hit);
         return 0;
       }

@@ -118,7 +118,7 @@ Result<CacheHandle> RegistrationCache::register_and_insert(uintptr_t start, uint
           // Live from here on; the release publishes the fields to readers that find it.
           entry->state.fetch_add(CacheEntry::kLive, std::memory_order_release);
           index_.insert(entry.get(), tag);
-          ++count_;
+          count_.fetch_add(1, std::memory_order_relaxed);
           bytes_ += len;
           inserted = true;
         }
@@ -290,7 +290,7 @@ bool RegistrationCache::still_valid_slow(const Hit& hit) {
 
 void RegistrationCache::retire(CacheEntry* entry, Retired& retired) {
   index_.erase(entry);
-  --count_;
+  count_.fetch_sub(1, std::memory_order_relaxed);
   bytes_ -= entry->length;
   // Last touch while a holder may still be out there: from now on whoever drops the last
   // reference finalizes the entry, at any moment.  A reader that read its slot before the
@@ -433,7 +433,7 @@ CacheEntry* RegistrationCache::clock_victim() {
 
 bool RegistrationCache::make_room(uint64_t bytes, Retired& retired) {
   if (limits_.max_bytes != 0 && bytes > limits_.max_bytes) return false;  // never fits: evict nothing
-  while (count_ + 1 > limits_.max_count ||
+  while (count_.load(std::memory_order_relaxed) + 1 > limits_.max_count ||
          (limits_.max_bytes != 0 && bytes_ + bytes > limits_.max_bytes)) {
     CacheEntry* victim = clock_victim();
     if (victim == nullptr) return false;  // everything is in use: hand this one out uncached
@@ -583,7 +583,7 @@ CacheStatistics RegistrationCache::statistics() {
   // entries cannot leave the index meanwhile.  Hits take no lock and go on; only inserts and
   // invalidations wait for it.
   const std::lock_guard<std::mutex> lock(writer_);
-  stats.cached_regions = count_;
+  stats.cached_regions = count_.load(std::memory_order_relaxed);
   stats.cached_bytes = bytes_;
   for (size_t i = 0; i < index_.capacity(); ++i) {
     BlockIndex::Slot& first = index_.slot_at(i);

@@ -128,6 +128,9 @@ class RegistrationCache final : public InvalidationSink {
   // Deregisters what monitor events left dead (DeferredReaper's thread calls it).
   void reap_deferred() { (void)finalize_deferred(); }
   CacheStatistics statistics();
+  // Nothing is filed (a hint, read without the writer mutex: an entry may be filed or leave
+  // at any moment).  The device hit path asks it before it asks a runtime anything.
+  bool empty() const { return count_.load(std::memory_order_relaxed) == 0; }
   const CacheLimits& limits() const { return limits_; }
 
  private:
@@ -278,7 +281,8 @@ class RegistrationCache final : public InvalidationSink {
   std::mutex writer_;     // every change of the index, the counts and the CLOCK hand
   BlockIndex index_;
   size_t clock_hand_ = 0;  // slot index the CLOCK sweep resumes at; writer_
-  size_t count_ = 0;
+  // Entries filed now.  Changed under writer_; atomic so that empty() may be asked without it.
+  std::atomic<size_t> count_{0};
   uint64_t bytes_ = 0;
 
   struct RecentInvalidation {

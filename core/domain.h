@@ -66,6 +66,10 @@ class Domain : public Tagged<ObjectClass::domain> {
   // The caller has checked flags and offset (both 0): six arguments stay in registers.
   CachedMr* try_cached_hit(const void* buf, size_t len, uint64_t access, void* context,
                            RegistrationCache::Probe& probed);
+  // The same for device memory the device cache holds: one question to the runtime (the
+  // allocation's identity: hmem::Iface::identify) and a lock-free lookup per export path;
+  // nullptr for anything else, which the full path then takes (core/hit_path.cpp).
+  CachedMr* try_device_hit(const void* buf, size_t len, uint64_t access, void* context);
   void close_cached(CachedMr* mr);
   // A hit handle that an operation needs as a MemoryRegion of its own (rereg, indirect keys):
   // made once, then every call on the handle reaches it (core/cached_mr.h).
@@ -160,8 +164,8 @@ class Domain : public Tagged<ObjectClass::domain> {
   bool open_shared(ThreadSlot slot, uint64_t length);
   void close_shared(ThreadSlot slot, uint64_t length);
   // A pooled handle for `handle` (the caller holds an mr_cnt credit and counted it open).
-  CachedMr* hand_out(const CacheHandle& handle, uintptr_t start, uint64_t length,
-                     uint64_t access, void* context, ThreadSlot slot);
+  CachedMr* hand_out(RegistrationCache& cache, const CacheHandle& handle, uintptr_t start,
+                     uint64_t length, uint64_t access, void* context, ThreadSlot slot);
   // MRs open now: full MemoryRegions and the hit path's CachedMrs.
   int64_t open_mr_count() const;
   // Whether hmr_mr_reg may try the hit path in this domain (decided once, at open).
@@ -195,6 +199,7 @@ class Domain : public Tagged<ObjectClass::domain> {
   // The hit path's state: whether it may serve this domain, the cache key its requests share
   // (access filled in per call), and its counters, per thread (summed by statistics()).
   bool hit_path_ = false;
+  bool device_hit_path_ = false;  // the device cache exists and shares as the host one does
   std::atomic<bool> async_bound_{false};  // an event queue took over registration
   CacheKey hit_key_;
   enum HitCounter { kHitRegistrations, kHitOpen, kHitBytes, kHitCounters };

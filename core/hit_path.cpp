@@ -17,6 +17,8 @@
 #include "core/cached_mr.h"
 #include "core/domain.h"
 #include "core/memory_region.h"
+#include "hmem/hmem_registry.h"
+#include "registration/export_policy.h"
 #include "registration/mr_request.h"
 #include "util/asymmetric_fence.h"
 
@@ -29,6 +31,8 @@ void Domain::enable_hit_path() {
   // The same conditions as cacheable() for a plain host request, decided once — see
   // register_memory() for the full rules.  mr_cnt is honoured through mr_credits_.
   hit_path_ = cache_ != nullptr && has_mode(HMR_MR_PROV_KEY) && !has_mode(HMR_MR_ENDPOINT);
+  device_hit_path_ =
+      device_cache_ != nullptr && has_mode(HMR_MR_PROV_KEY) && !has_mode(HMR_MR_ENDPOINT);
 }
 
 // Inlined into the hit path and the close: each is a few stores to the thread's own lines.
@@ -49,12 +53,13 @@ void Domain::enable_hit_path() {
   return false;
 }
 
-[[gnu::always_inline]] inline CachedMr* Domain::hand_out(const CacheHandle& handle,
+[[gnu::always_inline]] inline CachedMr* Domain::hand_out(RegistrationCache& cache,
+                                                        const CacheHandle& handle,
                                                         uintptr_t start, uint64_t length,
                                                         uint64_t access, void* context,
                                                         ThreadSlot slot) {
   hit_counters_.add(slot, kHitRegistrations, 1);
-  return CachedMr::make(*this, *cache_, handle, start, length, access, context, raw_keys());
+  return CachedMr::make(*this, cache, handle, start, length, access, context, raw_keys());
 }
 
 CachedMr* Domain::try_cached_hit(const void* buf, size_t len, uint64_t access, void* context,
@@ -87,7 +92,56 @@ CachedMr* Domain::try_cached_hit(const void* buf, size_t len, uint64_t access, v
     cache_->put(handle, slot);
     return nullptr;
   }
-  return hand_out(handle, start, len, access, context, slot);
+  return hand_out(*cache_, handle, start, len, access, context, slot);
+}
+
+CachedMr* Domain::try_device_hit(const void* buf, size_t len, uint64_t access, void* context) {
+  if (!device_hit_path_ || async_bound_.load(std::memory_order_relaxed)) return nullptr;
+  const auto start = reinterpret_cast<uintptr_t>(buf);
+  if (buf == nullptr || len == 0 || start + len < start || len > rules_.max_mr_size ||
+      access == 0 || (access & ~kCacheableAccess) != 0) {
+    return nullptr;
+  }
+  // Nothing filed: no question to any runtime (a host miss of a process that never cached
+  // device memory pays nothing for this path).
+  if (device_cache_->empty()) return nullptr;
+  // The one question to the runtime: whose memory, which allocation (CUDA: one
+  // cuPointerGetAttributes).  An entry is filed under the identity of the allocation it was
+  // made for, which the runtime never gives to another (CUDA's BUFFER_ID is never reused), so
+  // an entry found under the identity asked now is this allocation's: freed and allocated
+  // again at the same address, the memory has another identity and finds nothing.
+  Result<hmem::PointerInfo> memory = hmem::Registry::global().identify(buf, len);
+  if (!memory.ok() || memory->iface == HMR_HMEM_SYSTEM ||
+      !environment_.device_cache[static_cast<size_t>(memory->iface)]) {
+    return nullptr;
+  }
+  CachedMr::reserve();  // the one step that may fail for want of memory, before any is taken
+  const ThreadSlot slot = this_thread_slot();
+  CacheKey key = hit_key(access);  // as device_cache_key() builds it for a resolved request
+  key.iface = static_cast<uint8_t>(memory->iface);
+  key.device = static_cast<int32_t>(memory->device.value);
+  key.alloc_id = memory->alloc_id;
+  CacheHandle handle;
+  // Whichever path the registration took (the export plan's choice for this memory then):
+  // each is a registration of this allocation with this access, and serves alike.
+  for (const ExportMode mode : {ExportMode::dmabuf, ExportMode::peer_direct, ExportMode::host_va,
+                                ExportMode::host_shadow}) {
+    key.export_mode = static_cast<uint8_t>(mode);
+    RegistrationCache::Probe probed = RegistrationCache::Probe::not_done;
+    handle = device_cache_->find(start, len, key, slot, probed);
+    if (handle) break;
+  }
+  if (!handle) return nullptr;
+  if (!mr_credits_.take(slot)) {
+    device_cache_->put(handle, slot);
+    return nullptr;
+  }
+  if (!open_shared(slot, len)) {
+    mr_credits_.give(slot);
+    device_cache_->put(handle, slot);
+    return nullptr;
+  }
+  return hand_out(*device_cache_, handle, start, len, access, context, slot);
 }
 
 bool Domain::shared_like_a_hit(const MrRequest& request) const {
@@ -140,8 +194,8 @@ std::optional<Result<Domain::Registered>> Domain::register_shared(
     return Result<Registered>(handle.status());
   }
   give_back.armed = false;
-  return Result<Registered>(
-      Registered{nullptr, hand_out(*handle, start, length, request.access, request.context, slot)});
+  return Result<Registered>(Registered{
+      nullptr, hand_out(*cache_, *handle, start, length, request.access, request.context, slot)});
 }
 
 void Domain::close_cached(CachedMr* mr) {

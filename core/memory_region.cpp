@@ -21,7 +21,26 @@ MemoryRegion::MemoryRegion(const CachedMr& hit) : domain_(hit.domain()) {
   request_.segments.push_back({reinterpret_cast<void*>(hit.start()), hit.length()});
   request_.access = hit.access();
   request_.context = hit.context();
-  request_.memory = hmem::host_pointer_info(reinterpret_cast<void*>(hit.start()), hit.length());
+  const CacheKey& key = hit.handle().entry->key;  // fixed while the entry is held
+  if (key.iface == HMR_HMEM_SYSTEM) {
+    request_.memory = hmem::host_pointer_info(reinterpret_cast<void*>(hit.start()), hit.length());
+  } else {
+    // A device hit (Domain::try_device_hit): what the memory is, asked in full now (rare: an
+    // operation beyond key, desc and close), and the path its registration took.
+    request_.iface = static_cast<hmr_hmem_iface>(key.iface);
+    request_.device = static_cast<uint64_t>(static_cast<uint32_t>(key.device));
+    Result<hmem::PointerInfo> memory = hmem::Registry::global().verify(
+        key.iface, request_.device, reinterpret_cast<void*>(hit.start()), hit.length());
+    if (memory.ok()) {
+      request_.memory = std::move(*memory);
+    } else {  // (freed meanwhile: the MR stays what it was registered as)
+      request_.memory.iface = key.iface;
+      request_.memory.device = hmem::DeviceId{request_.device};
+      request_.memory.kind = hmem::MemoryKind::device_only;
+      request_.memory.alloc_id = key.alloc_id;
+    }
+    export_mode_ = static_cast<ExportMode>(key.export_mode);
+  }
   cache_handle_ = hit.handle();
   handle_cache_ = &hit.cache();
   registration_ = hit.handle().registration();

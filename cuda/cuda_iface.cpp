@@ -110,7 +110,7 @@ std::string CudaIface::pci_bus_id(CUdevice device) const {
   return text;
 }
 
-Result<PointerInfo> CudaIface::query(const void* ptr, size_t len) {
+Result<CudaIface::Identity> CudaIface::identity_at(const void* ptr, size_t len) {
   HMR_RETURN_IF_ERROR(check_initialized());
   const auto address = reinterpret_cast<uintptr_t>(ptr);
   if (len == 0 || address + len < address) {
@@ -119,15 +119,13 @@ Result<PointerInfo> CudaIface::query(const void* ptr, size_t len) {
 
   // One call for every attribute: it reports "not CUDA memory" as memory type 0 instead of an
   // error, so a host pointer costs no error path in the driver.
-  unsigned int memory_type = 0;
-  int ordinal = -1;
-  unsigned long long buffer_id = 0;
+  Identity found;
   unsigned int is_managed = 0;  // the driver writes a bool; zeroed so any width reads right
   CUpointer_attribute attributes[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
                                       CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
                                       CU_POINTER_ATTRIBUTE_BUFFER_ID,
                                       CU_POINTER_ATTRIBUTE_IS_MANAGED};
-  void* data[] = {&memory_type, &ordinal, &buffer_id, &is_managed};
+  void* data[] = {&found.memory_type, &found.ordinal, &found.buffer_id, &is_managed};
   CUresult result = symbols_.cuPointerGetAttributes(4, attributes, data, address);
   if (result != CUDA_SUCCESS) {
     // A child forked from the process that initialised the driver (a data loader's worker):
@@ -140,27 +138,49 @@ Result<PointerInfo> CudaIface::query(const void* ptr, size_t len) {
     return make_error(hmr_code_for(result), "cuPointerGetAttributes(%p) failed: %s", ptr,
                       describe_cuda_error(symbols_, result).c_str());
   }
-  if (memory_type == 0) return not_its_memory("not CUDA memory");
+  if (found.memory_type == 0) return not_its_memory("not CUDA memory");
 
-  MemoryKind kind = MemoryKind::device_only;
-  if (is_managed != 0 || memory_type == CU_MEMORYTYPE_UNIFIED) {
-    kind = MemoryKind::managed;
-  } else if (memory_type == CU_MEMORYTYPE_HOST) {
-    kind = MemoryKind::host_alloc;
-  } else if (memory_type != CU_MEMORYTYPE_DEVICE) {
+  found.kind = MemoryKind::device_only;
+  if (is_managed != 0 || found.memory_type == CU_MEMORYTYPE_UNIFIED) {
+    found.kind = MemoryKind::managed;
+  } else if (found.memory_type == CU_MEMORYTYPE_HOST) {
+    found.kind = MemoryKind::host_alloc;
+  } else if (found.memory_type != CU_MEMORYTYPE_DEVICE) {
     return make_error(HMR_EOPNOTSUPP, "%p is CUDA memory of type %u (array), which hmr cannot "
-                      "register", ptr, memory_type);
+                      "register", ptr, found.memory_type);
   }
-  if (ordinal < 0 || ordinal >= device_count_) {
+  if (found.ordinal < 0 || found.ordinal >= device_count_) {
     return make_error(HMR_EIO, "%p is CUDA memory but the driver names device %d of %d", ptr,
-                      ordinal, device_count_);
+                      found.ordinal, device_count_);
   }
+  return found;
+}
+
+Result<PointerInfo> CudaIface::identify(const void* ptr, size_t len) {
+  Result<Identity> found = identity_at(ptr, len);
+  if (!found.ok()) return found.status();
+  // The BUFFER_ID of the segment at ptr: query()'s alloc_id for a range in one segment.
+  PointerInfo info;
+  info.iface = HMR_HMEM_CUDA;
+  info.device = DeviceId{static_cast<uint64_t>(found->ordinal)};
+  info.kind = found->kind;
+  info.alloc_id = found->buffer_id;
+  return info;
+}
+
+Result<PointerInfo> CudaIface::query(const void* ptr, size_t len) {
+  Result<Identity> found = identity_at(ptr, len);
+  if (!found.ok()) return found.status();
+  const auto address = reinterpret_cast<uintptr_t>(ptr);
+  const MemoryKind kind = found->kind;
+  const int ordinal = found->ordinal;
+  CUresult result = CUDA_SUCCESS;
 
   FirstSegment first;
-  first.memory_type = memory_type;
+  first.memory_type = found->memory_type;
   first.managed = kind == MemoryKind::managed;
   first.ordinal = ordinal;
-  first.buffer_id = buffer_id;
+  first.buffer_id = found->buffer_id;
   SegmentLookup lookup = mapping_attributes_.load(std::memory_order_relaxed)
                              ? SegmentLookup::attributes
                              : SegmentLookup::address_range;

@@ -37,6 +37,8 @@ class CudaIface final : public hmem::Iface {
   Status init() override;
   Result<int> device_count() override;
   Result<hmem::PointerInfo> query(const void* ptr, size_t len) override;
+  // One cuPointerGetAttributes: type, device, kind and the BUFFER_ID of the segment at ptr.
+  Result<hmem::PointerInfo> identify(const void* ptr, size_t len) override;
   Result<hmem::DmabufExport> export_dmabuf(hmem::MemoryRange range) override;
   Result<hmem::DeviceCapabilities> capabilities(hmem::DeviceId device) override;
 
@@ -59,6 +61,14 @@ class CudaIface final : public hmem::Iface {
   int driver_version() const { return driver_version_; }
 
  private:
+  // What one cuPointerGetAttributes says of a pointer (query() and identify() both ask it).
+  struct Identity {
+    unsigned int memory_type = 0;
+    int ordinal = -1;
+    unsigned long long buffer_id = 0;
+    hmem::MemoryKind kind = hmem::MemoryKind::device_only;
+  };
+  Result<Identity> identity_at(const void* ptr, size_t len);
   Status check_initialized() const;
   hmem::Capability dmabuf_capability(int ordinal, CUdevice device) const;
   hmem::Capability peer_direct_capability(int ordinal, CUdevice device) const;

@@ -167,6 +167,19 @@ Result<PointerInfo> Registry::classify_slow(const void* ptr, size_t len) {
   return host_pointer_info(ptr, len);
 }
 
+Result<PointerInfo> Registry::identify(const void* ptr, size_t len) {
+  if (!loaded_.load(std::memory_order_acquire)) HMR_RETURN_IF_ERROR(load());
+  const auto start = reinterpret_cast<uintptr_t>(ptr);
+  if (ptr == nullptr || len == 0 || start + len < start) return bad_range(ptr, len);
+  if (!unverifiable_.ok()) return unverifiable_;
+  for (int i = 0; i < detect_count_; ++i) {
+    Result<PointerInfo> info = detect_[static_cast<size_t>(i)]->identify(ptr, len);
+    if (info.ok()) return info;
+    if (info.status().code() != HMR_ENOENT) return info.status();  // fail closed
+  }
+  return host_pointer_info(ptr, len);
+}
+
 Result<Iface*> Registry::loaded_iface(int iface) {
   HMR_RETURN_IF_ERROR(load());
   if (iface < 0 || iface >= HMR_HMEM_IFACE_COUNT) {

@@ -88,6 +88,9 @@ class Registry {
     return classify_slow(ptr, len);
   }
 
+  // classify(), with each runtime's identify(): what the device cache's hit path asks.
+  Result<PointerInfo> identify(const void* ptr, size_t len);
+
   // Verification of a declaration: the declared iface must be loaded and must own the range
   // on the declared device; declared system memory must not be claimed by a device runtime.
   Result<PointerInfo> verify(int iface, uint64_t device, const void* ptr, size_t len);

@@ -108,6 +108,13 @@ class Iface {
   // allocating (std::string's inline buffer).  The registry never shows it (it asks the next
   // runtime); callers that report it write their own message with the address.
   static Status not_its_memory(const char* reason) { return Status(HMR_ENOENT, reason); }
+  // What query() says of the allocation identity — iface, device, kind, alloc_id — for the
+  // device cache's hit path (core/device_hit_path.cpp), with at most one call into the
+  // runtime: base and alloc_len may be left 0, and a range across allocations need not be
+  // noticed (the cache entry it is matched against was checked whole when it was made).  The
+  // alloc_id is query()'s for a range inside one allocation (a range query() identifies by a
+  // mix of several may get another answer here: that is a miss, never a wrong hit).
+  virtual Result<PointerInfo> identify(const void* ptr, size_t len) { return query(ptr, len); }
 
   virtual Result<DmabufExport> export_dmabuf(MemoryRange range) {
     (void)range;

@@ -37,7 +37,7 @@ typedef int (*fake_cuda_free_fn)(unsigned long long ptr);
 typedef void (*fake_cuda_set_failure_fn)(const char *name, int code);
 /* Overrides cuDeviceGetAttribute(attribute) for one device. */
 typedef void (*fake_cuda_set_device_attribute_fn)(int device, int attribute, int value);
-/* How often an entry point was called since reset. */
+/* How often an entry point was called since reset; "*": every entry point together. */
 typedef int (*fake_cuda_call_count_fn)(const char *name);
 /* The arguments of the last successful cuMemGetHandleForAddressRange. */
 typedef void (*fake_cuda_last_export_fn)(unsigned long long *ptr, size_t *size,

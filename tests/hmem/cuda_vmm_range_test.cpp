@@ -161,6 +161,34 @@ TEST_F(CudaVmmRangeTest, RemappingASegmentChangesTheIdentityOfRangesThatCoverIt)
   EXPECT_EQ(id_of(memory.base(), 64), first);  // the untouched segment keeps its identity
 }
 
+// What the device hit path asks (identify: one cuPointerGetAttributes) names a range inside
+// one segment as query() does, and so sees a segment unmapped and mapped again; a range of
+// several segments gets another answer than query()'s mix, which can only miss.
+TEST_F(CudaVmmRangeTest, IdentifyMatchesQueryInsideASegmentAndSeesARemap) {
+  init();
+  VmmAllocation& memory = vmm(0, 2);
+  const size_t segment = memory.segment_size();
+  auto identify = [&](unsigned long long address, size_t len) {
+    Result<PointerInfo> info = iface_.identify(as_pointer(address), len);
+    EXPECT_TRUE(info.ok()) << info.status().reason();
+    return info.ok() ? info->alloc_id : 0;
+  };
+  auto query = [&](unsigned long long address, size_t len) {
+    Result<PointerInfo> info = iface_.query(as_pointer(address), len);
+    EXPECT_TRUE(info.ok()) << info.status().reason();
+    return info.ok() ? info->alloc_id : 0;
+  };
+  const uint64_t second = identify(memory.segment(1), 64);
+  EXPECT_EQ(second, query(memory.segment(1), 64));
+  EXPECT_EQ(identify(memory.base(), 64), query(memory.base(), 64));
+  EXPECT_NE(identify(memory.base(), 2 * segment), query(memory.base(), 2 * segment))
+      << "a range across segments: identify() must not claim query()'s identity";
+  ASSERT_TRUE(memory.unmap_segment(1).ok());
+  ASSERT_TRUE(memory.map_segment(1).ok());
+  EXPECT_NE(identify(memory.segment(1), 64), second) << "a remapped segment kept its identity";
+  EXPECT_EQ(identify(memory.segment(1), 64), query(memory.segment(1), 64));
+}
+
 TEST_F(CudaVmmRangeTest, SegmentOfAnotherDeviceEndsTheRange) {
   init();
   VmmAllocation& memory = vmm(0, 1, /*spare=*/1);

@@ -21,6 +21,7 @@ FakeCudaDriver load() {
   const hmr::testing::FakeLibrary library("fake CUDA driver", HMR_FAKE_CUDA_PATH);
   FakeCudaDriver fake;
   fake.alloc = library.function<fake_cuda_alloc_fn>("fake_cuda_alloc");
+  fake.alloc_pooled = library.function<fake_cuda_alloc_pooled_fn>("fake_cuda_alloc_pooled");
   fake.free = library.function<fake_cuda_free_fn>("fake_cuda_free");
   fake.set_failure = library.function<fake_cuda_set_failure_fn>("fake_cuda_set_failure");
   fake.call_count = library.function<fake_cuda_call_count_fn>("fake_cuda_call_count");

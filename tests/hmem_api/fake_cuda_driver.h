@@ -18,6 +18,7 @@ namespace hmr_hmem_test {
 
 struct FakeCudaDriver {
   fake_cuda_alloc_fn alloc = nullptr;
+  fake_cuda_alloc_pooled_fn alloc_pooled = nullptr;
   fake_cuda_free_fn free = nullptr;
   fake_cuda_set_failure_fn set_failure = nullptr;
   fake_cuda_call_count_fn call_count = nullptr;

@@ -1,0 +1,183 @@
+// The device hit path (core/hit_path.cpp, Domain::try_device_hit): a cached registration of
+// CUDA memory through hmr_mr_reg takes one pass, like a host hit — one question to the driver
+// (cuPointerGetAttributes: the allocation's identity), a lock-free lookup, a pooled handle —
+// and never hands out a registration of memory that was freed: free and reallocation at the
+// same address, stream-ordered pool memory, a forked child.  Counted on the fake CUDA driver,
+// which counts every entry point.  (VMM unmap and remap: tests/hmem/cuda_vmm_range_test.cpp
+// checks that identify() sees it, which is all this path relies on.)
+#include <atomic>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "tests/hmem_api/fake_cuda_driver.h"
+
+namespace hmr_hmem_test {
+namespace {
+
+constexpr size_t kAlloc = 64 * 1024;
+
+int driver_calls() { return fake_cuda().call_count("*"); }
+
+// hmr_mr_reg + hmr_mr_key + hmr_mr_close, as a transport registers a buffer it was handed.
+uint64_t reg_key_close(hmr_domain* domain, const void* ptr, size_t len) {
+  hmr_mr* mr = nullptr;
+  EXPECT_EQ(hmr_mr_reg(domain, ptr, len, kAccess, 0, 0, 0, &mr, nullptr), 0) << hmr_last_error();
+  if (mr == nullptr) return HMR_KEY_NOTAVAIL;
+  const uint64_t key = hmr_mr_key(mr);
+  EXPECT_EQ(hmr_mr_close(mr), 0) << hmr_last_error();
+  return key;
+}
+
+TEST(DeviceHitPath, AHitAsksTheDriverOnceAndTheNicNever) {
+  FakeAllocation device(0, kAlloc);
+  auto domain = open_domain(nullptr);
+  ASSERT_TRUE(domain);
+  const uint64_t key = reg_key_close(domain.get(), device.get(), 8192);  // the miss
+  const hmr_domain_stats before = stats_of(domain.get());
+  const int calls_before = driver_calls();
+  constexpr int kHits = 100;
+  for (int i = 0; i < kHits; ++i) {
+    // The whole range, and ranges inside it: all served by the one registration.
+    const size_t offset = (i % 4) * 1024;
+    EXPECT_EQ(reg_key_close(domain.get(), at(device.get(), offset), 4096), key);
+  }
+  EXPECT_EQ(driver_calls() - calls_before, kHits) << "driver calls per device hit";
+  const hmr_domain_stats after = stats_of(domain.get());
+  EXPECT_EQ(after.cache_hits, before.cache_hits + kHits);
+  EXPECT_EQ(after.nic_registrations, before.nic_registrations);
+  EXPECT_EQ(after.mr_open, 0u);
+
+  // What a hit MR is, when asked (a rare call: it is answered in full).
+  hmr_mr* mr = nullptr;
+  ASSERT_EQ(hmr_mr_reg(domain.get(), device.get(), 4096, kAccess, 0, 0, 0, &mr, nullptr), 0);
+  const hmr_mr_info info = mr_info(mr);
+  EXPECT_EQ(info.iface, HMR_HMEM_CUDA);
+  EXPECT_EQ(info.kind, HMR_MEM_DEVICE_ONLY);
+  EXPECT_EQ(info.cached, 1);
+  EXPECT_EQ(info.path, HMR_MR_PATH_DMABUF);
+  EXPECT_GE(info.dmabuf_fd, 0);
+  EXPECT_EQ(stats_of(domain.get()).mr_open, 1u);
+  EXPECT_EQ(hmr_mr_close(mr), 0);
+}
+
+// A host miss in a process whose device cache is empty asks nothing more than before; a host
+// hit asks nothing at all (DeviceCache.HostHitsDoNotAskTheLoadedDeviceRuntime).
+TEST(DeviceHitPath, NothingCachedOnTheDeviceNothingAsked) {
+  FakeAllocation device(0, kAlloc);  // loaded, owns memory, but nothing of it is registered
+  auto domain = open_domain(nullptr);
+  ASSERT_TRUE(domain);
+  hmr_test::Pages pages(4096);
+  const int calls_before = driver_calls();
+  reg_key_close(domain.get(), pages.data(), 4096);  // a host miss: classified once
+  EXPECT_EQ(fake_cuda().call_count("*") - calls_before,
+            1) << "the host miss asked the driver more than classification does";
+}
+
+TEST(DeviceHitPath, FreedAndAllocatedAgainAtTheSameAddressNeverHitsTheOldEntry) {
+  auto domain = open_domain(nullptr);
+  ASSERT_TRUE(domain);
+  for (int round = 0; round < 3; ++round) {
+    SCOPED_TRACE(round);
+    FakeAllocation device(0, kAlloc);
+    const uint64_t key = reg_key_close(domain.get(), device.get(), 4096);
+    EXPECT_EQ(reg_key_close(domain.get(), device.get(), 4096), key) << "not a hit";
+    const void* address = device.get();
+    device.free_now();
+    FakeAllocation again(0, kAlloc);
+    ASSERT_EQ(again.get(), address) << "the fake hands a freed address out first";
+    const hmr_domain_stats before = stats_of(domain.get());
+    const uint64_t new_key = reg_key_close(domain.get(), again.get(), 4096);
+    const hmr_domain_stats after = stats_of(domain.get());
+    EXPECT_NE(new_key, key) << "STALE HIT: the old allocation's registration";
+    EXPECT_EQ(after.cache_hits, before.cache_hits);
+    EXPECT_EQ(after.cache_misses, before.cache_misses + 1);
+    EXPECT_EQ(reg_key_close(domain.get(), again.get(), 4096), new_key) << "the new one hits";
+  }
+}
+
+// cuMemAllocAsync's pool memory: a pool hands out addresses again and again; each allocation
+// has its own identity, so a hit is only ever one of the allocation registered.
+TEST(DeviceHitPath, StreamOrderedPoolMemoryHitsOnlyItsOwnAllocation) {
+  auto domain = open_domain(nullptr);
+  ASSERT_TRUE(domain);
+  unsigned long long first = 0;
+  ASSERT_EQ(fake_cuda().alloc_pooled(0, kAlloc, &first), 0);
+  const uint64_t key = reg_key_close(domain.get(), as_pointer(first), 4096);
+  const int calls_before = driver_calls();
+  EXPECT_EQ(reg_key_close(domain.get(), as_pointer(first), 4096), key);
+  EXPECT_EQ(driver_calls() - calls_before, 1);
+  ASSERT_EQ(fake_cuda().free(first), 0);
+  unsigned long long second = 0;
+  ASSERT_EQ(fake_cuda().alloc_pooled(0, kAlloc, &second), 0);
+  if (second == first) {
+    EXPECT_NE(reg_key_close(domain.get(), as_pointer(second), 4096), key)
+        << "STALE HIT: pool memory handed out again hit the freed allocation's registration";
+  } else {
+    EXPECT_NE(reg_key_close(domain.get(), as_pointer(second), 4096), key);
+  }
+  ASSERT_EQ(fake_cuda().free(second), 0);
+}
+
+// A child forked from the driver's process cannot use the driver (it answers
+// NOT_INITIALIZED), and an inherited domain's cache stops caching there: the parent's device
+// registration is never the child's answer.
+TEST(DeviceHitPath, AForkedChildNeverGetsTheParentsDeviceRegistration) {
+  FakeAllocation device(0, kAlloc);
+  auto domain = open_domain(nullptr);
+  ASSERT_TRUE(domain);
+  const uint64_t key = reg_key_close(domain.get(), device.get(), 4096);
+  ASSERT_EQ(reg_key_close(domain.get(), device.get(), 4096), key);
+  const int stale = hmr_test::run_forked([&] {
+    hmr_mr* mr = nullptr;
+    if (hmr_mr_reg(domain.get(), device.get(), 4096, kAccess, 0, 0, 0, &mr, nullptr) != 0) {
+      return 0;  // refused: not a stale answer
+    }
+    hmr_mr_info info{};
+    info.size = sizeof info;
+    const bool parents = hmr_mr_query(mr, &info) == 0 && info.iface == HMR_HMEM_CUDA &&
+                         hmr_mr_key(mr) == key;
+    hmr_mr_close(mr);
+    return parents ? 1 : 0;
+  });
+  ASSERT_GE(stale, 0) << "the child could not be forked, or died of a signal";
+  EXPECT_EQ(stale, 0) << "the child got the parent's cached device registration";
+}
+
+// Threads hitting the same device entries at once (the lock-free path), and one thread freeing
+// and reallocating beside them: every key a thread got is one the allocation it asked about
+// had, never an older one.
+TEST(DeviceHitPath, ThreadsHitWhileAnotherFreesAndReallocates) {
+  auto domain = open_domain(nullptr);
+  ASSERT_TRUE(domain);
+  FakeAllocation stable(0, kAlloc);
+  const uint64_t stable_key = reg_key_close(domain.get(), stable.get(), 4096);
+  std::atomic<bool> stop{false};
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> hitters;
+  for (int t = 0; t < 3; ++t) {
+    hitters.emplace_back([&] {
+      while (!stop.load()) {
+        hmr_mr* mr = nullptr;
+        if (hmr_mr_reg(domain.get(), stable.get(), 4096, kAccess, 0, 0, 0, &mr, nullptr) != 0) {
+          wrong.fetch_add(1);
+          continue;
+        }
+        if (hmr_mr_key(mr) != stable_key) wrong.fetch_add(1);
+        hmr_mr_close(mr);
+      }
+    });
+  }
+  for (int round = 0; round < 50; ++round) {
+    FakeAllocation churn(0, kAlloc);
+    const uint64_t key = reg_key_close(domain.get(), churn.get(), 4096);
+    if (reg_key_close(domain.get(), churn.get(), 4096) != key) wrong.fetch_add(1);
+  }
+  stop.store(true);
+  for (std::thread& t : hitters) t.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(stats_of(domain.get()).mr_open, 0u);
+}
+
+}  // namespace
+}  // namespace hmr_hmem_test
