@@ -100,6 +100,25 @@ HMR_API int hmr_mr_regattr(hmr_domain* domain, const hmr_mr_attr* attr, uint64_t
   return hmr::guarded([&] {
     auto copy = hmr::core::read_extensible(attr, sizeof(hmr_mr_attr), "hmr_mr_attr");
     if (!copy.ok()) return hmr::report(copy.status());
+    // A plain registration of one range (device memory declared, as the NCCL plugin declares
+    // NCCL_PTR_CUDA buffers, or not) may be a device hit; anything else, and every error, is
+    // the full path's.
+    Domain* target = from_handle<Domain>(domain);
+    const hmr_mr_attr& a = *copy;
+    if (target != nullptr && mr != nullptr && (flags & ~HMR_MR_REPORTED_BASE) == 0 &&
+        a.mr_iov != nullptr && a.iov_count == 1 && a.offset == 0 && a.dmabuf == nullptr &&
+        a.auth_key_size == 0 && a.hmem_data == nullptr && a.page_size == 0 &&
+        static_cast<unsigned>(a.iface) < HMR_HMEM_IFACE_COUNT) {
+      hmr::core::DeviceDeclaration declared;
+      declared.iface = a.iface;
+      declared.device = a.device.reserved;
+      declared.reported_base = (flags & HMR_MR_REPORTED_BASE) != 0;
+      if (CachedMr* hit = target->try_device_hit(a.mr_iov->iov_base, a.mr_iov->iov_len, a.access,
+                                                 a.context, declared)) {
+        *mr = hmr::core::to_handle<hmr_mr>(hit);
+        return 0;
+      }
+    }
     return register_attr(domain, *copy, flags, mr);
   });
 }

@@ -34,6 +34,15 @@ class CachedMr;
 class EventQueue;
 class MemoryRegion;
 
+// What a caller of hmr_mr_regattr declared about a range, for Domain::try_device_hit: the iface
+// and device, which the runtime must confirm (SYSTEM: nothing declared, the memory is
+// identified), and HMR_MR_REPORTED_BASE.
+struct DeviceDeclaration {
+  int iface = HMR_HMEM_SYSTEM;
+  uint64_t device = 0;
+  bool reported_base = false;
+};
+
 class Domain : public Tagged<ObjectClass::domain> {
  public:
   // `attr` is the caller's request, already read; on success `negotiated` holds the result.
@@ -69,7 +78,9 @@ class Domain : public Tagged<ObjectClass::domain> {
   // The same for device memory the device cache holds: one question to the runtime (the
   // allocation's identity: hmem::Iface::identify) and a lock-free lookup per export path;
   // nullptr for anything else, which the full path then takes (core/hit_path.cpp).
-  CachedMr* try_device_hit(const void* buf, size_t len, uint64_t access, void* context);
+  // `declared`: what the caller declared (hmr_mr_regattr), which the runtime must confirm.
+  CachedMr* try_device_hit(const void* buf, size_t len, uint64_t access, void* context,
+                           const DeviceDeclaration& declared = {});
   void close_cached(CachedMr* mr);
   // A hit handle that an operation needs as a MemoryRegion of its own (rereg, indirect keys):
   // made once, then every call on the handle reaches it (core/cached_mr.h).

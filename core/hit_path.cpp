@@ -95,8 +95,12 @@ CachedMr* Domain::try_cached_hit(const void* buf, size_t len, uint64_t access, v
   return hand_out(*cache_, handle, start, len, access, context, slot);
 }
 
-CachedMr* Domain::try_device_hit(const void* buf, size_t len, uint64_t access, void* context) {
+CachedMr* Domain::try_device_hit(const void* buf, size_t len, uint64_t access, void* context,
+                                 const DeviceDeclaration& declared) {
   if (!device_hit_path_ || async_bound_.load(std::memory_order_relaxed)) return nullptr;
+  // An HMR_MR_HMEM application declares what its memory is; undeclared means system memory,
+  // which device memory is not (the full path says so).
+  if (declared.iface == HMR_HMEM_SYSTEM && declares_memory_) return nullptr;
   const auto start = reinterpret_cast<uintptr_t>(buf);
   if (buf == nullptr || len == 0 || start + len < start || len > rules_.max_mr_size ||
       access == 0 || (access & ~kCacheableAccess) != 0) {
@@ -110,17 +114,24 @@ CachedMr* Domain::try_device_hit(const void* buf, size_t len, uint64_t access, v
   // made for, which the runtime never gives to another (CUDA's BUFFER_ID is never reused), so
   // an entry found under the identity asked now is this allocation's: freed and allocated
   // again at the same address, the memory has another identity and finds nothing.
-  Result<hmem::PointerInfo> memory = hmem::Registry::global().identify(buf, len);
-  if (!memory.ok() || memory->iface == HMR_HMEM_SYSTEM ||
-      !environment_.device_cache[static_cast<size_t>(memory->iface)]) {
+  hmem::AllocationIdentity memory;
+  if (!hmem::Registry::global().identify(buf, len, memory).ok() ||
+      memory.iface == HMR_HMEM_SYSTEM ||
+      !environment_.device_cache[static_cast<size_t>(memory.iface)]) {
+    return nullptr;
+  }
+  // A declaration the runtime contradicts is the full path's to refuse, with its reason.
+  if (declared.iface != HMR_HMEM_SYSTEM &&
+      (declared.iface != memory.iface || declared.device != memory.device)) {
     return nullptr;
   }
   CachedMr::reserve();  // the one step that may fail for want of memory, before any is taken
   const ThreadSlot slot = this_thread_slot();
   CacheKey key = hit_key(access);  // as device_cache_key() builds it for a resolved request
-  key.iface = static_cast<uint8_t>(memory->iface);
-  key.device = static_cast<int32_t>(memory->device.value);
-  key.alloc_id = memory->alloc_id;
+  if (declared.reported_base) key.exact_start = false;
+  key.iface = static_cast<uint8_t>(memory.iface);
+  key.device = static_cast<int32_t>(memory.device);
+  key.alloc_id = memory.alloc_id;
   CacheHandle handle;
   // Whichever path the registration took (the export plan's choice for this memory then):
   // each is a registration of this allocation with this access, and serves alike.

@@ -156,16 +156,12 @@ Result<CudaIface::Identity> CudaIface::identity_at(const void* ptr, size_t len) 
   return found;
 }
 
-Result<PointerInfo> CudaIface::identify(const void* ptr, size_t len) {
+Status CudaIface::identify(const void* ptr, size_t len, hmem::AllocationIdentity& out) {
   Result<Identity> found = identity_at(ptr, len);
   if (!found.ok()) return found.status();
   // The BUFFER_ID of the segment at ptr: query()'s alloc_id for a range in one segment.
-  PointerInfo info;
-  info.iface = HMR_HMEM_CUDA;
-  info.device = DeviceId{static_cast<uint64_t>(found->ordinal)};
-  info.kind = found->kind;
-  info.alloc_id = found->buffer_id;
-  return info;
+  out = {HMR_HMEM_CUDA, static_cast<uint64_t>(found->ordinal), found->buffer_id, found->kind};
+  return ok_status();
 }
 
 Result<PointerInfo> CudaIface::query(const void* ptr, size_t len) {

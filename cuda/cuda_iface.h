@@ -38,7 +38,7 @@ class CudaIface final : public hmem::Iface {
   Result<int> device_count() override;
   Result<hmem::PointerInfo> query(const void* ptr, size_t len) override;
   // One cuPointerGetAttributes: type, device, kind and the BUFFER_ID of the segment at ptr.
-  Result<hmem::PointerInfo> identify(const void* ptr, size_t len) override;
+  Status identify(const void* ptr, size_t len, hmem::AllocationIdentity& out) override;
   Result<hmem::DmabufExport> export_dmabuf(hmem::MemoryRange range) override;
   Result<hmem::DeviceCapabilities> capabilities(hmem::DeviceId device) override;
 

@@ -167,17 +167,17 @@ Result<PointerInfo> Registry::classify_slow(const void* ptr, size_t len) {
   return host_pointer_info(ptr, len);
 }
 
-Result<PointerInfo> Registry::identify(const void* ptr, size_t len) {
+Status Registry::identify(const void* ptr, size_t len, AllocationIdentity& out) {
   if (!loaded_.load(std::memory_order_acquire)) HMR_RETURN_IF_ERROR(load());
   const auto start = reinterpret_cast<uintptr_t>(ptr);
   if (ptr == nullptr || len == 0 || start + len < start) return bad_range(ptr, len);
   if (!unverifiable_.ok()) return unverifiable_;
   for (int i = 0; i < detect_count_; ++i) {
-    Result<PointerInfo> info = detect_[static_cast<size_t>(i)]->identify(ptr, len);
-    if (info.ok()) return info;
-    if (info.status().code() != HMR_ENOENT) return info.status();  // fail closed
+    Status found = detect_[static_cast<size_t>(i)]->identify(ptr, len, out);
+    if (found.ok() || found.code() != HMR_ENOENT) return found;  // (a failure: fail closed)
   }
-  return host_pointer_info(ptr, len);
+  out = AllocationIdentity{};
+  return ok_status();
 }
 
 Result<Iface*> Registry::loaded_iface(int iface) {

@@ -89,7 +89,8 @@ class Registry {
   }
 
   // classify(), with each runtime's identify(): what the device cache's hit path asks.
-  Result<PointerInfo> identify(const void* ptr, size_t len);
+  // Host memory is iface HMR_HMEM_SYSTEM.
+  Status identify(const void* ptr, size_t len, AllocationIdentity& out);
 
   // Verification of a declaration: the declared iface must be loaded and must own the range
   // on the declared device; declared system memory must not be claimed by a device runtime.

@@ -45,6 +45,14 @@ struct PointerInfo {
   std::string sys_dev;     // where the memory sits: a PCI bus id ("0000:17:00.0") or NUMA node
 };
 
+// The part of PointerInfo that says which allocation a pointer is in (Iface::identify).
+struct AllocationIdentity {
+  int iface = HMR_HMEM_SYSTEM;
+  uint64_t device = 0;
+  uint64_t alloc_id = 0;
+  MemoryKind kind = MemoryKind::host;
+};
+
 // A byte range a caller wants to hand to a NIC.
 struct MemoryRange {
   const void* address = nullptr;
@@ -108,13 +116,18 @@ class Iface {
   // allocating (std::string's inline buffer).  The registry never shows it (it asks the next
   // runtime); callers that report it write their own message with the address.
   static Status not_its_memory(const char* reason) { return Status(HMR_ENOENT, reason); }
-  // What query() says of the allocation identity — iface, device, kind, alloc_id — for the
-  // device cache's hit path (core/device_hit_path.cpp), with at most one call into the
-  // runtime: base and alloc_len may be left 0, and a range across allocations need not be
-  // noticed (the cache entry it is matched against was checked whole when it was made).  The
-  // alloc_id is query()'s for a range inside one allocation (a range query() identifies by a
-  // mix of several may get another answer here: that is a miss, never a wrong hit).
-  virtual Result<PointerInfo> identify(const void* ptr, size_t len) { return query(ptr, len); }
+  // What query() says of the allocation's identity, for the device cache's hit path
+  // (Domain::try_device_hit), with at most one call into the runtime and nothing allocated: a
+  // range across allocations need not be noticed (the cache entry it is matched against was
+  // checked whole when it was made).  The alloc_id is query()'s for a range inside one
+  // allocation (a range query() identifies by a mix of several may get another answer here:
+  // that is a miss, never a wrong hit).  HMR_ENOENT as query()'s.
+  virtual Status identify(const void* ptr, size_t len, AllocationIdentity& out) {
+    Result<PointerInfo> info = query(ptr, len);
+    if (!info.ok()) return info.status();
+    out = {info->iface, info->device.value, info->alloc_id, info->kind};
+    return ok_status();
+  }
 
   virtual Result<DmabufExport> export_dmabuf(MemoryRange range) {
     (void)range;

@@ -169,9 +169,10 @@ TEST_F(CudaVmmRangeTest, IdentifyMatchesQueryInsideASegmentAndSeesARemap) {
   VmmAllocation& memory = vmm(0, 2);
   const size_t segment = memory.segment_size();
   auto identify = [&](unsigned long long address, size_t len) {
-    Result<PointerInfo> info = iface_.identify(as_pointer(address), len);
-    EXPECT_TRUE(info.ok()) << info.status().reason();
-    return info.ok() ? info->alloc_id : 0;
+    hmem::AllocationIdentity identity;
+    Status found = iface_.identify(as_pointer(address), len, identity);
+    EXPECT_TRUE(found.ok()) << found.reason();
+    return found.ok() ? identity.alloc_id : 0;
   };
   auto query = [&](unsigned long long address, size_t len) {
     Result<PointerInfo> info = iface_.query(as_pointer(address), len);

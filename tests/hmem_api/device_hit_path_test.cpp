@@ -7,6 +7,7 @@
 // checks that identify() sees it, which is all this path relies on.)
 #include <atomic>
 #include <cstring>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -14,6 +15,8 @@
 
 namespace hmr_hmem_test {
 namespace {
+
+using hmr_test::MrPtr;
 
 constexpr size_t kAlloc = 64 * 1024;
 
@@ -177,6 +180,45 @@ TEST(DeviceHitPath, ThreadsHitWhileAnotherFreesAndReallocates) {
   for (std::thread& t : hitters) t.join();
   EXPECT_EQ(wrong.load(), 0);
   EXPECT_EQ(stats_of(domain.get()).mr_open, 0u);
+}
+
+// hmr_mr_regattr declaring the memory (the NCCL plugin declares NCCL_PTR_CUDA buffers) hits
+// the same way; a declaration the runtime contradicts is never a hit, and the full path says
+// why.
+TEST(DeviceHitPath, DeclaredRegistrationsHitAndWrongDeclarationsAreRefused) {
+  FakeAllocation device(0, kAlloc);
+  auto domain = open_domain(nullptr);
+  ASSERT_TRUE(domain);
+  MrPtr first = register_ok(domain.get(), device.get(), 8192, HMR_HMEM_CUDA, 0);
+  ASSERT_TRUE(first);
+  const uint64_t key = hmr_mr_key(first.get());
+  const int calls_before = driver_calls();
+  for (int i = 0; i < 10; ++i) {
+    hmr_mr* mr = nullptr;
+    ASSERT_EQ(register_attr(domain.get(), device.get(), 4096, HMR_HMEM_CUDA, 0, 0, &mr), 0)
+        << hmr_last_error();
+    EXPECT_EQ(hmr_mr_key(mr), key);
+    EXPECT_EQ(hmr_mr_close(mr), 0);
+  }
+  EXPECT_EQ(driver_calls() - calls_before, 10) << "driver calls per declared device hit";
+  hmr_mr* wrong = nullptr;
+  EXPECT_EQ(register_attr(domain.get(), device.get(), 4096, HMR_HMEM_CUDA, 1, 0, &wrong),
+            -HMR_EINVAL)
+      << "device 1 declared for memory of device 0";
+  EXPECT_NE(std::string(hmr_last_error()).find("device"), std::string::npos) << hmr_last_error();
+}
+
+// An HMR_MR_HMEM application declares its memory: hmr_mr_reg (which declares nothing, so
+// system memory) of device memory is refused, also when that memory is cached.
+TEST(DeviceHitPath, AnHmemDomainNeverTakesUndeclaredDeviceMemoryForAHit) {
+  FakeAllocation device(0, kAlloc);
+  auto domain = open_domain(nullptr, 0, kSharingMode | HMR_MR_HMEM);
+  ASSERT_TRUE(domain);
+  MrPtr declared = register_ok(domain.get(), device.get(), 4096, HMR_HMEM_CUDA, 0);
+  ASSERT_TRUE(declared);
+  hmr_mr* mr = nullptr;
+  EXPECT_EQ(hmr_mr_reg(domain.get(), device.get(), 4096, kAccess, 0, 0, 0, &mr, nullptr),
+            -HMR_EINVAL);
 }
 
 }  // namespace
