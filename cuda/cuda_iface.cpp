@@ -110,8 +110,8 @@ std::string CudaIface::pci_bus_id(CUdevice device) const {
   return text;
 }
 
-Result<CudaIface::Identity> CudaIface::identity_at(const void* ptr, size_t len) {
-  HMR_RETURN_IF_ERROR(check_initialized());
+Status CudaIface::identity_at(const void* ptr, size_t len, Identity& found) {
+  if (!library_.has_value()) return check_initialized();
   const auto address = reinterpret_cast<uintptr_t>(ptr);
   if (len == 0 || address + len < address) {
     return make_error(HMR_EINVAL, "cuda query of [%p, +%zu): empty or wrapping range", ptr, len);
@@ -119,7 +119,6 @@ Result<CudaIface::Identity> CudaIface::identity_at(const void* ptr, size_t len) 
 
   // One call for every attribute: it reports "not CUDA memory" as memory type 0 instead of an
   // error, so a host pointer costs no error path in the driver.
-  Identity found;
   unsigned int is_managed = 0;  // the driver writes a bool; zeroed so any width reads right
   CUpointer_attribute attributes[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
                                       CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
@@ -153,30 +152,31 @@ Result<CudaIface::Identity> CudaIface::identity_at(const void* ptr, size_t len) 
     return make_error(HMR_EIO, "%p is CUDA memory but the driver names device %d of %d", ptr,
                       found.ordinal, device_count_);
   }
-  return found;
-}
-
-Status CudaIface::identify(const void* ptr, size_t len, hmem::AllocationIdentity& out) {
-  Result<Identity> found = identity_at(ptr, len);
-  if (!found.ok()) return found.status();
-  // The BUFFER_ID of the segment at ptr: query()'s alloc_id for a range in one segment.
-  out = {HMR_HMEM_CUDA, static_cast<uint64_t>(found->ordinal), found->buffer_id, found->kind};
   return ok_status();
 }
 
+Status CudaIface::identify(const void* ptr, size_t len, hmem::AllocationIdentity& out) {
+  Identity found;
+  Status asked = identity_at(ptr, len, found);
+  if (!asked.ok()) return asked;
+  // The BUFFER_ID of the segment at ptr: query()'s alloc_id for a range in one segment.
+  out = {HMR_HMEM_CUDA, static_cast<uint64_t>(found.ordinal), found.buffer_id, found.kind};
+  return asked;
+}
+
 Result<PointerInfo> CudaIface::query(const void* ptr, size_t len) {
-  Result<Identity> found = identity_at(ptr, len);
-  if (!found.ok()) return found.status();
+  Identity found;
+  HMR_RETURN_IF_ERROR(identity_at(ptr, len, found));
   const auto address = reinterpret_cast<uintptr_t>(ptr);
-  const MemoryKind kind = found->kind;
-  const int ordinal = found->ordinal;
+  const MemoryKind kind = found.kind;
+  const int ordinal = found.ordinal;
   CUresult result = CUDA_SUCCESS;
 
   FirstSegment first;
-  first.memory_type = found->memory_type;
+  first.memory_type = found.memory_type;
   first.managed = kind == MemoryKind::managed;
   first.ordinal = ordinal;
-  first.buffer_id = found->buffer_id;
+  first.buffer_id = found.buffer_id;
   SegmentLookup lookup = mapping_attributes_.load(std::memory_order_relaxed)
                              ? SegmentLookup::attributes
                              : SegmentLookup::address_range;

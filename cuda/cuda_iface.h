@@ -68,7 +68,7 @@ class CudaIface final : public hmem::Iface {
     unsigned long long buffer_id = 0;
     hmem::MemoryKind kind = hmem::MemoryKind::device_only;
   };
-  Result<Identity> identity_at(const void* ptr, size_t len);
+  Status identity_at(const void* ptr, size_t len, Identity& found);
   Status check_initialized() const;
   hmem::Capability dmabuf_capability(int ordinal, CUdevice device) const;
   hmem::Capability peer_direct_capability(int ordinal, CUdevice device) const;
