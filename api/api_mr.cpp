@@ -133,7 +133,10 @@ HMR_API int hmr_mr_close(hmr_mr* handle) {
       return 0;
     }
     MemoryRegion* region = from_handle<MemoryRegion>(handle);
-    if (region == nullptr) return hmr::report_error(HMR_EINVAL, "not an MR handle");
+    if (region == nullptr) {
+      return hmr::report_error(HMR_EINVAL, "not an MR handle: closed already (an MR is closed "
+                               "once), or never one");
+    }
     return hmr::report(region->domain().close_memory_region(region));
   });
 }

@@ -116,8 +116,15 @@ Status Domain::open_cache(const hmr_domain_attr& attr, hmr_domain_attr* negotiat
   HMR_RETURN_IF_ERROR(open_device_cache(limits));
 
   if (std::strcmp(name, kDefaultMonitorName) != 0) {
-    // Asked for by name: a monitor that cannot start fails the open, saying why.
-    HMR_RETURN_IF_ERROR(open_host_cache(name, limits));
+    // Asked for by name: a monitor that cannot start fails the open, saying why, and where
+    // the name came from (a variable set long ago is easy to forget).
+    Status opened = open_host_cache(name, limits);
+    if (!opened.ok()) {
+      return Status(opened.code(), (attr.cache_monitor != nullptr
+                                        ? std::string("hmr_domain_attr.cache_monitor '")
+                                        : std::string("FI_MR_CACHE_MONITOR='")) +
+                                       name + "': " + opened.reason());
+    }
   } else {
     std::string reasons;
     for (const char* candidate : kDefaultMonitorOrder) {

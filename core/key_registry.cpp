@@ -5,7 +5,12 @@ namespace hmr::core {
 Status RequestedKeys::reserve(uint64_t key) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!in_use_.insert(key).second) {
-    return make_error(HMR_ENOKEY, "requested key %#llx is already in use in this domain",
+    // The usual cause: a domain opened without HMR_MR_PROV_KEY, where every registration's
+    // requested_key (0 when not thought about) is the key, and must differ.
+    return make_error(HMR_ENOKEY, "requested key %#llx is already in use in this domain: without "
+                      "HMR_MR_PROV_KEY in the domain's mr_mode each MR needs a key of its own "
+                      "(requested_key); with it the NIC chooses keys, and cached registrations "
+                      "can be shared",
                       static_cast<unsigned long long>(key));
   }
   return ok_status();

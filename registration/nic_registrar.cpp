@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <string>
 #include <thread>
 
 #include "util/log.h"
@@ -223,10 +224,14 @@ Status NicRegistrar::check_allocated(std::span<const iovec> segments) const {
     const uintptr_t page = start & ~uintptr_t{4095};
     // msync fails with ENOMEM exactly when part of the range is not mapped; it touches nothing.
     if (msync(reinterpret_cast<void*>(page), segment.iov_len + (start - page), MS_ASYNC) != 0) {
+      // (msync's ENOMEM means "not mapped" here, not out of memory: not shown.)
       const int err = errno;
       return make_error(HMR_EFAULT,
-                        "[%p, +%zu) is not allocated (%s); the domain requires HMR_MR_ALLOCATED",
-                        segment.iov_base, segment.iov_len, std::strerror(err));
+                        "[%p, +%zu) is not (all) mapped memory%s; the domain requires "
+                        "HMR_MR_ALLOCATED (the NIC pins every page at registration): register "
+                        "memory the process has mapped",
+                        segment.iov_base, segment.iov_len,
+                        err == ENOMEM ? "" : (std::string(" (") + std::strerror(err) + ")").c_str());
     }
   }
   return ok_status();

@@ -1,5 +1,7 @@
 #include "util/log.h"
 
+#include <strings.h>
+
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
@@ -10,10 +12,14 @@ namespace {
 
 LogLevel level_from_environment() {
   const char* value = std::getenv("HMR_LOG_LEVEL");
-  if (value == nullptr) return LogLevel::warn;
-  if (std::strcmp(value, "error") == 0) return LogLevel::error;
-  if (std::strcmp(value, "info") == 0) return LogLevel::info;
-  if (std::strcmp(value, "debug") == 0) return LogLevel::debug;
+  if (value == nullptr || *value == '\0') return LogLevel::warn;
+  // Case-insensitive, as log levels are elsewhere (DEBUG, Info).
+  if (strcasecmp(value, "error") == 0) return LogLevel::error;
+  if (strcasecmp(value, "warn") == 0 || strcasecmp(value, "warning") == 0) return LogLevel::warn;
+  if (strcasecmp(value, "info") == 0) return LogLevel::info;
+  if (strcasecmp(value, "debug") == 0) return LogLevel::debug;
+  std::fprintf(stderr, "hmr warn: HMR_LOG_LEVEL='%s' is none of error, warn, info, debug; "
+               "logging at warn\n", value);
   return LogLevel::warn;
 }
 

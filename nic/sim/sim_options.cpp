@@ -55,6 +55,13 @@ Result<SimOptions> parse_sim_options(const char* text) {
                                                                  : options.peer_direct) = *on;
       continue;
     }
+    if (name != "key_size" && name != "iov_limit" && name != "mr_cnt" && name != "max_mr_size" &&
+        name != "max_pinned") {
+      return make_error(HMR_EINVAL,
+                        "unknown sim option '%s' (known: require, key_size, iov_limit, "
+                        "mr_cnt, max_mr_size, dmabuf, peer_direct, pins, max_pinned)",
+                        name.c_str());
+    }
     Result<uint64_t> number = parse_count(name, value);
     if (!number.ok()) return number.status();
     if (name == "key_size") {
@@ -66,13 +73,8 @@ Result<SimOptions> parse_sim_options(const char* text) {
       options.mr_cnt = *number;
     } else if (name == "max_mr_size") {
       options.max_mr_size = *number;
-    } else if (name == "max_pinned") {
+    } else {  // max_pinned
       options.max_pinned_bytes = *number;
-    } else {
-      return make_error(HMR_EINVAL,
-                        "unknown sim option '%s' (known: require, key_size, iov_limit, "
-                        "mr_cnt, max_mr_size, dmabuf, peer_direct, pins, max_pinned)",
-                        name.c_str());
     }
   }
   if (options.required_mr_mode & (HMR_MR_BASIC | HMR_MR_SCALABLE)) {

@@ -248,6 +248,10 @@ expect("chosen" in d["monitors"] and d["monitors"]["chosen"]["name"] is None, "a
 expect("Configuration error: FI_HMEM_DISABLE_P2P=" in text, "no configuration error line")
 ' FI_HMEM_DISABLE_P2P=maybe FI_MR_CACHE_MAX_COUNT=-1 FI_MR_CACHE_MONITOR=$'bad\xff\t"name"'
 
+check "HMR_LOG_LEVEL in upper case" '
+expect(d["config"]["effective"]["HMR_LOG_LEVEL"] == "debug", d["config"]["effective"]["HMR_LOG_LEVEL"])
+' HMR_LOG_LEVEL=DEBUG
+
 check "FI_HMEM excludes cuda" '
 expect(not d["ifaces"][1]["enabled"] and "FI_HMEM" in d["ifaces"][1]["reason"], d["ifaces"][1])
 expect(d["devices"] == [], "an excluded runtime gave devices")
