@@ -710,7 +710,7 @@ struct hmr_eq_attr {
 	size_t entries; /* capacity hint; 0 for the default */
 };
 enum hmr_eq_event {
-	HMR_MR_COMPLETE = 1, /* an asynchronous registration finished */
+	HMR_MR_COMPLETE = 4, /* an asynchronous registration finished (FI_MR_COMPLETE) */
 };
 struct hmr_eq_entry {
 	hmr_fid *fid;   /* the hmr_mr the event is about */
