@@ -274,6 +274,7 @@ fi
 
 # The command line.
 "$info" --help | grep -q -- "--json" || fail "--help does not document --json"
+"$info" --version | grep -qE '^hmr-info: hmr [0-9]+\.[0-9]+\.[0-9]+ ' || fail "--version does not say the version"
 status=0
 "$info" --bogus >/dev/null 2>&1 || status=$?
 [[ $status -eq 2 ]] || fail "an unknown argument exited $status, not 2"

@@ -1,6 +1,9 @@
 // hmr-info: what hmr finds on this machine (memory runtimes and their devices, the NIC side,
 // cache monitors, the settings in force) and why anything is missing.  See `hmr-info --help`.
+#include <hmr/hmr.h>
+
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -12,7 +15,7 @@
 namespace {
 
 constexpr const char* kUsage =
-    "usage: hmr-info [--json]\n"
+    "usage: hmr-info [--json | --version | --help]\n"
     "\n"
     "Reports what hmr finds here: each memory interface (loaded or not, library, version,\n"
     "why not), each device (PCI bus id, dma-buf, peer-direct and P2P answers with reasons),\n"
@@ -21,6 +24,7 @@ constexpr const char* kUsage =
     "has), the cache monitors, and the settings in force.\n"
     "\n"
     "  --json   one JSON document with the keys hmr, ifaces, devices, nics, monitors, config\n"
+    "  --version  hmr's version (the library's, and the headers this was built with)\n"
     "  --help   this text\n"
     "\n"
     "HMR_<VENDOR>_LIBRARY (CUDA, ROCR, ZE, NEURON, SYNAPSEAI, HLTHUNK, IBVERBS, OFI) point hmr\n"
@@ -40,6 +44,13 @@ int main(int argc, char** argv) {
       json = true;
     } else if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
       return write_all(kUsage) ? 0 : 1;
+    } else if (std::strcmp(argv[i], "--version") == 0) {
+      const uint32_t version = hmr_version();
+      char line[96];
+      std::snprintf(line, sizeof line, "hmr-info: hmr %u.%u.%u (built with hmr.h %d.%d.%d)\n",
+                    version >> 16, (version >> 8) & 0xff, version & 0xff, HMR_VERSION_MAJOR,
+                    HMR_VERSION_MINOR, HMR_VERSION_PATCH);
+      return write_all(line) ? 0 : 1;
     } else {
       std::fprintf(stderr, "hmr-info: unknown argument '%s'\n%s", argv[i], kUsage);
       return 2;
