@@ -6,6 +6,7 @@
 #include "core/domain.h"
 #include "core/endpoint.h"
 #include "core/memory_region.h"
+#include "util/enum_bits.h"
 
 using hmr::core::CachedMr;
 using hmr::core::Counter;
@@ -105,12 +106,13 @@ HMR_API int hmr_mr_regattr(hmr_domain* domain, const hmr_mr_attr* attr, uint64_t
     // the full path's.
     Domain* target = from_handle<Domain>(domain);
     const hmr_mr_attr& a = *copy;
+    const int iface = hmr::core::enum_bits(a.iface);  // (any int may be there: not an enum load)
     if (target != nullptr && mr != nullptr && (flags & ~HMR_MR_REPORTED_BASE) == 0 &&
         a.mr_iov != nullptr && a.iov_count == 1 && a.offset == 0 && a.dmabuf == nullptr &&
-        a.auth_key_size == 0 && a.hmem_data == nullptr && a.page_size == 0 &&
-        static_cast<unsigned>(a.iface) < HMR_HMEM_IFACE_COUNT) {
+        a.auth_key_size == 0 && a.hmem_data == nullptr && a.page_size == 0 && iface >= 0 &&
+        iface < HMR_HMEM_IFACE_COUNT) {
       hmr::core::DeviceDeclaration declared;
-      declared.iface = a.iface;
+      declared.iface = iface;
       declared.device = a.device.reserved;
       declared.reported_base = (flags & HMR_MR_REPORTED_BASE) != 0;
       if (CachedMr* hit = target->try_device_hit(a.mr_iov->iov_base, a.mr_iov->iov_len, a.access,
