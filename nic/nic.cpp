@@ -1,8 +1,8 @@
 #include "nic/nic.h"
 
-#include <unistd.h>
-
 #include <cstring>
+
+#include "hmem/page_range.h"
 
 #include "nic/callback/callback_nic.h"
 #include "nic/sim/sim_nic.h"
@@ -13,21 +13,23 @@
 
 namespace hmr::nic {
 
+uint64_t pinned_bytes_of(std::span<const iovec> segments) {
+  static const size_t page = hmem::host_page_size();
+  uint64_t bytes = 0;
+  for (const iovec& segment : segments) {
+    if (segment.iov_len == 0) continue;  // (no page: the kernel pins none)
+    bytes += hmem::page_round(reinterpret_cast<uintptr_t>(segment.iov_base), segment.iov_len,
+                              page).length;
+  }
+  return bytes;
+}
+
 uint64_t pinned_bytes_of(const RegistrationRequest& request) {
   if (request.dmabuf != nullptr || request.on_demand_paging ||
       (request.flags & HMR_HMEM_DEVICE_ONLY) != 0) {
     return 0;
   }
-  static const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-  uint64_t bytes = 0;
-  for (const iovec& segment : request.segments) {
-    if (segment.iov_len == 0) continue;
-    const auto start = reinterpret_cast<uint64_t>(segment.iov_base);
-    const uint64_t first = start & ~(page - 1);
-    const uint64_t end = start + segment.iov_len;  // (validated: no wrap)
-    bytes += ((end + page - 1) & ~(page - 1)) - first;
-  }
-  return bytes;
+  return pinned_bytes_of(request.segments);
 }
 
 Status Nic::refresh(Registration&, std::span<const iovec>) {

@@ -215,6 +215,8 @@ Support unsupported(const std::string& nic_name, const char* what);
 // ib_umem_num_pages), each registration on its own even where ranges overlap.  A dma-buf,
 // device memory and an ODP registration pin no host page.
 uint64_t pinned_bytes_of(const RegistrationRequest& request);
+// The same for host ranges by address (a re-registration's new translation).
+uint64_t pinned_bytes_of(std::span<const iovec> segments);
 
 // Creates the adapter named `name` ("sim", "verbs", "ofi") with its option string.  `handle` is
 // the application's own NIC object for the adapter to work under (verbs: a struct ibv_pd*; ofi:

@@ -180,9 +180,7 @@ void NicRegistrar::account_rereg(nic::Registration& registration,
                                  std::span<const iovec> translation) {
   // (A registration that pinned nothing, ODP or device memory, pins nothing after.)
   if (translation.empty() || registration.pinned_bytes == 0) return;
-  nic::RegistrationRequest moved;
-  moved.segments = translation;
-  const uint64_t pinned = nic::pinned_bytes_of(moved);
+  const uint64_t pinned = nic::pinned_bytes_of(translation);
   pinned_.fetch_add(pinned, std::memory_order_relaxed);
   pinned_.fetch_sub(registration.pinned_bytes, std::memory_order_relaxed);
   registration.pinned_bytes = pinned;
@@ -200,7 +198,8 @@ Result<nic::Registration> NicRegistrar::register_range(uintptr_t start, uint64_t
 void NicRegistrar::deregister(nic::Registration& registration, uintptr_t start, uint64_t len) {
   // A cache entry does not keep the pinned bytes; register_range's request pinned these.
   const iovec segment = {reinterpret_cast<void*>(start), len};
-  registration.pinned_bytes = pinned_bytes_of(request_for({&segment, 1}, 0));
+  registration.pinned_bytes =
+      nic_.capabilities().pins_host_memory ? nic::pinned_bytes_of({&segment, 1}) : 0;
   (void)deregister_memory(registration);  // logged there
 }
 

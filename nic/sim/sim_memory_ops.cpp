@@ -112,9 +112,7 @@ Status SimNic::rereg(Registration& registration, const ReregRequest& request) {
     new_key = *key;
   }
   if (!request.translation.empty() && capabilities_.pins_host_memory) {
-    RegistrationRequest pinned;
-    pinned.segments = request.translation;
-    const uint64_t bytes = pinned_bytes_of(pinned);
+    const uint64_t bytes = pinned_bytes_of(std::span<const iovec>(request.translation));
     HMR_RETURN_IF_ERROR(pin(bytes, region->pinned_bytes));  // the new pages replace the old
     region->pinned_bytes = bytes;
   }
