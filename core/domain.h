@@ -177,6 +177,11 @@ class Domain : public Tagged<ObjectClass::domain> {
   // A pooled handle for `handle` (the caller holds an mr_cnt credit and counted it open).
   CachedMr* hand_out(RegistrationCache& cache, const CacheHandle& handle, uintptr_t start,
                      uint64_t length, uint64_t access, void* context, ThreadSlot slot);
+  // The two hit paths' shared steps: their argument checks, and the credit, open count and
+  // handle for a reference the lookup took (given back when refused).
+  bool hit_arguments_ok(const void* buf, size_t len, uint64_t access) const;
+  CachedMr* claim_hit(RegistrationCache& cache, const CacheHandle& handle, uintptr_t start,
+                      uint64_t length, uint64_t access, void* context, ThreadSlot slot);
   // MRs open now: full MemoryRegions and the hit path's CachedMrs.
   int64_t open_mr_count() const;
   // Whether hmr_mr_reg may try the hit path in this domain (decided once, at open).

@@ -62,15 +62,39 @@ void Domain::enable_hit_path() {
   return CachedMr::make(*this, cache, handle, start, length, access, context, raw_keys());
 }
 
+// What validate_mr_request() would refuse is the full path's to refuse, with its reason.
+[[gnu::always_inline]] inline bool Domain::hit_arguments_ok(const void* buf, size_t len,
+                                                             uint64_t access) const {
+  const auto start = reinterpret_cast<uintptr_t>(buf);
+  return buf != nullptr && len != 0 && start + len >= start && len <= rules_.max_mr_size &&
+         access != 0 && (access & ~kCacheableAccess) == 0;
+}
+
+// A hit's handle for `handle` (a reference in `cache`), after the MR's mr_cnt credit and its
+// count as open; nullptr, with the reference given back, when either is refused.
+[[gnu::always_inline]] inline CachedMr* Domain::claim_hit(RegistrationCache& cache,
+                                                         const CacheHandle& handle,
+                                                         uintptr_t start, uint64_t length,
+                                                         uint64_t access, void* context,
+                                                         ThreadSlot slot) {
+  // mr_cnt: with no credit left the full path says ENOSPC with its reason.
+  if (!mr_credits_.take(slot)) {
+    cache.put(handle, slot);
+    return nullptr;
+  }
+  if (!open_shared(slot, length)) {  // an event queue was bound meanwhile: the full path's MR
+    mr_credits_.give(slot);
+    cache.put(handle, slot);
+    return nullptr;
+  }
+  return hand_out(cache, handle, start, length, access, context, slot);
+}
+
 CachedMr* Domain::try_cached_hit(const void* buf, size_t len, uint64_t access, void* context,
                                  RegistrationCache::Probe& probed) {
   if (!hit_path_ || async_bound_.load(std::memory_order_relaxed)) return nullptr;
+  if (!hit_arguments_ok(buf, len, access)) return nullptr;
   const auto start = reinterpret_cast<uintptr_t>(buf);
-  // What validate_mr_request() would refuse is the full path's to refuse, with its reason.
-  if (buf == nullptr || len == 0 || start + len < start || len > rules_.max_mr_size ||
-      access == 0 || (access & ~kCacheableAccess) != 0) {
-    return nullptr;
-  }
   // No classification here, even with device runtimes loaded: the host cache files only
   // ranges the full path classified as system memory, and the monitor drops an entry when its
   // range is unmapped, so a live entry covering [buf, +len) means the range is still the
@@ -82,17 +106,7 @@ CachedMr* Domain::try_cached_hit(const void* buf, size_t len, uint64_t access, v
   const ThreadSlot slot = this_thread_slot();  // once, for every per-thread structure below
   const CacheHandle handle = cache_->find(start, len, hit_key(access), slot, probed);
   if (!handle) return nullptr;
-  // mr_cnt: with no credit left the full path says ENOSPC with its reason.
-  if (!mr_credits_.take(slot)) {
-    cache_->put(handle, slot);
-    return nullptr;
-  }
-  if (!open_shared(slot, len)) {  // an event queue was bound meanwhile: the full path's MR
-    mr_credits_.give(slot);
-    cache_->put(handle, slot);
-    return nullptr;
-  }
-  return hand_out(*cache_, handle, start, len, access, context, slot);
+  return claim_hit(*cache_, handle, start, len, access, context, slot);
 }
 
 CachedMr* Domain::try_device_hit(const void* buf, size_t len, uint64_t access, void* context,
@@ -101,11 +115,8 @@ CachedMr* Domain::try_device_hit(const void* buf, size_t len, uint64_t access, v
   // An HMR_MR_HMEM application declares what its memory is; undeclared means system memory,
   // which device memory is not (the full path says so).
   if (declared.iface == HMR_HMEM_SYSTEM && declares_memory_) return nullptr;
+  if (!hit_arguments_ok(buf, len, access)) return nullptr;
   const auto start = reinterpret_cast<uintptr_t>(buf);
-  if (buf == nullptr || len == 0 || start + len < start || len > rules_.max_mr_size ||
-      access == 0 || (access & ~kCacheableAccess) != 0) {
-    return nullptr;
-  }
   // Nothing filed: no question to any runtime (a host miss of a process that never cached
   // device memory pays nothing for this path).
   if (device_cache_->empty()) return nullptr;
@@ -143,16 +154,7 @@ CachedMr* Domain::try_device_hit(const void* buf, size_t len, uint64_t access, v
     if (handle) break;
   }
   if (!handle) return nullptr;
-  if (!mr_credits_.take(slot)) {
-    device_cache_->put(handle, slot);
-    return nullptr;
-  }
-  if (!open_shared(slot, len)) {
-    mr_credits_.give(slot);
-    device_cache_->put(handle, slot);
-    return nullptr;
-  }
-  return hand_out(*device_cache_, handle, start, len, access, context, slot);
+  return claim_hit(*device_cache_, handle, start, len, access, context, slot);
 }
 
 bool Domain::shared_like_a_hit(const MrRequest& request) const {
