@@ -292,6 +292,9 @@ void RegistrationCache::retire(CacheEntry* entry, Retired& retired) {
   index_.erase(entry);
   count_.fetch_sub(1, std::memory_order_relaxed);
   bytes_ -= entry->length;
+  // Written before the state change below, whose acquiring claim orders it for the finalizer.
+  entry->retired = true;
+  retired_registered_.fetch_add(1, std::memory_order_relaxed);
   // Last touch while a holder may still be out there: from now on whoever drops the last
   // reference finalizes the entry, at any moment.  A reader that read its slot before the
   // erase may still count a reference, but sees the slot changed (or the entry not live) and
@@ -358,9 +361,11 @@ void RegistrationCache::hold(CacheEntry* listed, const uint64_t (&marks)[kThread
   {
     const std::lock_guard<std::mutex> lock(held_mutex_);
     CacheEntry* last = listed;
-    while (last->next != nullptr) last = last->next;
+    size_t listed_count = 1;
+    for (; last->next != nullptr; last = last->next) ++listed_count;
     last->next = held_;
     held_ = listed;
+    held_count_ += listed_count;
     held_listed_.store(true, std::memory_order_relaxed);
     for (unsigned i = 0; i < kThreadSlots; ++i) {
       if (marks[i] != 0) held_marks_[i].fetch_or(marks[i], std::memory_order_relaxed);
@@ -391,6 +396,7 @@ void RegistrationCache::sweep_held() {
           link = &entry->next;
         } else {
           *link = after;
+          --held_count_;
         }
       }
       held_listed_.store(held_ != nullptr, std::memory_order_relaxed);
@@ -492,10 +498,23 @@ void RegistrationCache::flush() {
   finish(retired);
 }
 
+namespace {
+// This thread is deregistering entries (a callback NIC's dereg may call hmr back): it must not
+// wait for deregistrations to end, its own among them.
+thread_local bool finalizing_here = false;
+}  // namespace
+
 void RegistrationCache::finalize(CacheEntry* entry) {
   if (entry->subscribed && monitor_ != nullptr) monitor_->unsubscribe(entry->start, entry->length);
   nic::Registration registration = entry->registration();
+  const bool outer = !finalizing_here;
+  finalizing_here = true;
   backend_.deregister(registration, entry->start, entry->length);
+  if (outer) finalizing_here = false;
+  if (entry->retired) {  // (after the NIC let go: in transit until then)
+    retired_deregistered_.fetch_add(1, std::memory_order_release);
+    retired_registered_.fetch_sub(1, std::memory_order_release);
+  }
   entry->drop_long_record();
   pool_.release(entry);
 }
@@ -520,12 +539,6 @@ size_t RegistrationCache::finalize_all(CacheEntry* dead) {
   }
   return finalized;
 }
-
-namespace {
-// This thread is deregistering dead entries (a callback NIC's dereg may call hmr back): it
-// must not wait for finalizations to end, its own among them.
-thread_local bool finalizing_here = false;
-}  // namespace
 
 size_t RegistrationCache::finalize_deferred() {
   // Acquire: a null left by another thread's exchange makes its finalizing_ count visible.
@@ -566,7 +579,46 @@ size_t RegistrationCache::release_unused(size_t count) {
   // Deregistered here, with the mutex released; an entry a thread still counts stays
   // registered until that thread's put() (it was not idle after all) but leaves the cache.
   finish(retired);
-  return released;
+  if (released != 0 || finalizing_here) return released;
+  // Nothing idle is left here, but what another thread retired may be on its way out (a
+  // flush, an invalidation or an eviction between retire() and finish(); a holder's put()
+  // that let go of an entry retired under it): those give their resources back without the
+  // application, so the caller's retry can succeed once they did.
+  return wait_for_retired_in_transit();
+}
+
+uint64_t RegistrationCache::retired_in_transit() {
+  const std::lock_guard<std::mutex> lock(held_mutex_);  // held_count_ stays as it is
+  // Read under the mutex: an entry leaves the held list (here, under it) before it is
+  // deregistered, so the difference never goes below 0 but for a stale read, clamped.
+  const uint64_t retired = retired_registered_.load(std::memory_order_acquire);
+  return retired > held_count_ ? retired - held_count_ : 0;
+}
+
+size_t RegistrationCache::wait_for_retired_in_transit() {
+  const uint64_t in_transit = retired_in_transit();
+  if (in_transit == 0) return 0;
+  // Until as many retired entries were deregistered as were in transit (by anyone: new
+  // retirements may keep the account above 0), or none is left.  Each is deregistered by a
+  // thread that needs nothing from us; a process forked while one was in transit never sees
+  // it end, hence the bound on rounds without progress (a safety net, not a timing rule).
+  const uint64_t deregistered = retired_deregistered_.load(std::memory_order_acquire);
+  constexpr unsigned kRoundsWithoutProgress = 1u << 20;
+  uint64_t seen = deregistered;
+  for (unsigned idle_rounds = 0; idle_rounds < kRoundsWithoutProgress; ++idle_rounds) {
+    (void)finalize_deferred();
+    sweep_held();  // (may find a holder let go, and deregister it here)
+    const uint64_t now = retired_deregistered_.load(std::memory_order_acquire);
+    if (now - deregistered >= in_transit || retired_in_transit() == 0) {
+      return static_cast<size_t>(now - deregistered);
+    }
+    if (now != seen) {
+      seen = now;
+      idle_rounds = 0;
+    }
+    std::this_thread::yield();
+  }
+  return static_cast<size_t>(seen - deregistered);
 }
 
 CacheStatistics RegistrationCache::statistics() {

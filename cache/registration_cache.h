@@ -269,6 +269,12 @@ class RegistrationCache final : public InvalidationSink {
   size_t finalize_deferred();  // how many it deregistered
   // Returns once no other thread is deregistering entries taken from deferred_.
   void wait_for_finalizing() const;
+  // Retired entries that no thread's count keeps (those are on the held list) and that are
+  // still registered: another thread is between its retire() and its finish(), inside a put()
+  // that dropped the last reference, or sweeping.  Their NIC resources come back without the
+  // application; release_unused() waits for them rather than report nothing given back.
+  uint64_t retired_in_transit();
+  size_t wait_for_retired_in_transit();  // how many it waited for (0: none was in transit)
 
   CacheEntryPool pool_{readers_};  // first member destroyed last: entries live in it
   CacheBackend& backend_;
@@ -303,6 +309,11 @@ class RegistrationCache final : public InvalidationSink {
 
   std::mutex held_mutex_;
   CacheEntry* held_ = nullptr;  // retired while threads counted them; through next
+  size_t held_count_ = 0;       // entries on held_; held_mutex_
+  // Entries retire() took out of the index and finalize() has not deregistered yet (held ones
+  // included), and how many retired entries were ever deregistered: retired_in_transit().
+  std::atomic<uint64_t> retired_registered_{0};
+  std::atomic<uint64_t> retired_deregistered_{0};
   std::atomic<bool> held_listed_{false};  // held_ is not empty, for drop_shared() to ask
   // Per thread (id - 1), the held_mark() of each entry on held_ it may still count: its put()
   // of such an entry sweeps, and its other puts do not.  Read by every put() of a counted
