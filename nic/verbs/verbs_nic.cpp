@@ -4,6 +4,7 @@
 #include <cstring>
 #include <vector>
 
+#include "hmem/page_range.h"
 #include "nic/verbs/memory_window.h"
 #include "nic/verbs/provider_ops.h"
 #include "nic/verbs/verbs_error.h"
@@ -398,7 +399,9 @@ Result<nic::Registration> VerbsNic::register_memory(const nic::RegistrationReque
                       probe_.offset_addressing.reason.c_str());
   }
   if (on_demand) HMR_RETURN_IF_ERROR(check_odp_access(request.access));
-  layout.iova = request.virt_addr ? layout.start : 0;
+  Result<uint64_t> iova = iova_for(request, layout);
+  if (!iova.ok()) return iova.status();
+  layout.iova = *iova;
   layout.chunk_len = chunk_len_;
   AccessExtras extras = access_extras();
   extras.on_demand_paging = on_demand;
@@ -419,6 +422,25 @@ Result<nic::Registration> VerbsNic::register_memory(const nic::RegistrationReque
   nic::Registration registration = describe(*record);
   record.release();  // owned by the registration's handle until deregister
   return registration;
+}
+
+// The kernel keeps a registration's offset within its page: ib_uverbs_reg_mr
+// (drivers/infiniband/core/uverbs_cmd.c) refuses a start and an iova whose offsets within a
+// page differ, and the dma-buf method (uverbs_std_types_mr.c) a dma-buf offset and an iova.
+// So an offset-addressed registration begins at that in-page offset, not at 0, and peers
+// learn it as the MR's base (hmr_mr_raw_attr, packed rkeys): docs/api.md, "The verbs NIC".
+Result<uint64_t> VerbsNic::iova_for(const nic::RegistrationRequest& request,
+                                    const VerbsRegistration::Layout& layout) const {
+  const uint64_t in_page_mask = hmem::host_page_size() - 1;
+  const uint64_t kernel_side = layout.dmabuf ? request.dmabuf->offset : layout.start;
+  const uint64_t iova = request.virt_addr ? layout.start : (kernel_side & in_page_mask);
+  if (((iova ^ kernel_side) & in_page_mask) != 0) {
+    return make_error(HMR_EINVAL, "dma-buf offset %llu and address %#llx lie at different "
+                      "offsets within a page, which the kernel refuses for a registration "
+                      "(ibv_reg_dmabuf_mr, EINVAL): give the dma-buf's base_addr the offset's "
+                      "page alignment", static_cast<ull>(kernel_side), static_cast<ull>(iova));
+  }
+  return iova;
 }
 
 // One ODP registration of the whole address space: ibv_reg_mr(pd, NULL, SIZE_MAX, ...).  Never

@@ -7,7 +7,19 @@
  * so the addresses are real and distinct per GPU and a CPU touch faults; each allocation is a
  * memfd mapped PROT_NONE at its device address and read-write at a private address only the
  * fake uses, so hsa_memory_copy really moves bytes and an exported dma-buf (a dup of that memfd)
- * really holds them.  Deallocation callbacks run when memory is freed or unpinned.
+ * really holds them.
+ *
+ * As ROCR-Runtime behaves (runtime.cpp):
+ *  - deallocation callbacks exist only for memory-pool allocations: RegisterReleaseNotifier
+ *    looks the pointer up in allocation_map_ and answers INVALID_ALLOCATION for imported
+ *    memory (an entry without a region) and for anything else, pinned (LOCKED) host memory
+ *    included, which is not in that map; so unlocking runs no callback;
+ *  - IPC-imported and graphics-interop memory (pointer types IPC, GRAPHICS) is kept with no
+ *    region, and hsa_amd_portable_export_dmabuf dereferences the region without a check: the
+ *    fake counts such a call as a runtime crash (fake_hsa_runtime_crashes) and fails it;
+ *  - an address reservation with nothing mapped (hsa_amd_vmem_address_reserve; what ROCm 7
+ *    reports for hipMallocManaged memory) answers RESERVED_ADDR, with the reservation as host
+ *    base and size and no owning agent (Runtime::PtrInfo, VMemoryFindReservedAddressHandle).
  *
  * Built twice: as ROCm >= 5.6, and with FAKE_HSA_ROCM_5_2 as the ROCm 5.2 that Debian ships,
  * which has no hsa_amd_portable_export_dmabuf and no HSA_AMD_SYSTEM_INFO_DMABUF_SUPPORTED. */
@@ -58,7 +70,8 @@ enum {
   INVALID_MEMORY_POOL = 40,
 };
 
-enum { TYPE_UNKNOWN = 0, TYPE_HSA = 1, TYPE_LOCKED = 2 };
+enum { TYPE_UNKNOWN = 0, TYPE_HSA = 1, TYPE_LOCKED = 2, TYPE_GRAPHICS = 3, TYPE_IPC = 4,
+       TYPE_RESERVED_ADDR = 5 };
 enum { FINE_GRAINED = 2, KERNARG_INIT = 1, COARSE_GRAINED = 4 };
 
 #define CPU_AGENT 0x1000ull
@@ -98,6 +111,7 @@ static int dmabuf_supported = 1;
 static void *regions[FAKE_HSA_GPU_COUNT];
 static struct allocation allocations[MAX_ALLOCATIONS];
 static struct fake_calls calls = FAKE_CALLS_INITIALIZER;
+static int runtime_crashes; /* calls the real runtime would have crashed in */
 static const void *last_export_ptr;
 static size_t last_export_size;
 
@@ -197,13 +211,13 @@ static hsa_status_t map_vram(int gpu, size_t size, struct allocation *a) {
 
 /* Gives an allocation's memory back. Lock held; its notifiers have run. */
 static void release(struct allocation *a) {
-  if (a->type == TYPE_HSA && a->gpu >= 0) {
+  if (a->memfd >= 0 && a->gpu >= 0) { /* VRAM, allocated here or imported */
     /* Keep the address reserved (and CPU-inaccessible) for the next allocation. */
     mmap((void *)a->base, a->mapped, PROT_NONE,
          MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
     munmap(a->alias, a->mapped);
     close(a->memfd);
-  } else if (a->type == TYPE_HSA) {
+  } else if (a->type == TYPE_HSA || a->type == TYPE_RESERVED_ADDR) {
     munmap((void *)a->base, a->mapped);
   }
   memset(a, 0, sizeof *a);
@@ -407,7 +421,11 @@ EXPORT hsa_status_t hsa_amd_pointer_info(const void *ptr, hsa_amd_pointer_info_t
   hsa_amd_pointer_info_t answer;
   memset(&answer, 0, sizeof answer);
   const struct allocation *a = find_allocation((uintptr_t)ptr);
-  if (a != NULL) {
+  if (a != NULL && a->type == TYPE_RESERVED_ADDR) {
+    answer.type = a->type;
+    answer.hostBaseAddress = (void *)a->base;
+    answer.sizeInBytes = a->size;
+  } else if (a != NULL) {
     answer.type = a->type;
     answer.agentBaseAddress = (void *)a->agent_base;
     answer.hostBaseAddress = a->gpu >= 0 ? NULL : (void *)a->base;
@@ -469,8 +487,8 @@ EXPORT hsa_status_t hsa_amd_memory_unlock(void *host_ptr) {
   ENTER_INITIALIZED("hsa_amd_memory_unlock");
   struct allocation *a = find_allocation((uintptr_t)host_ptr);
   if (a == NULL || a->type != TYPE_LOCKED || a->base != (uintptr_t)host_ptr) LEAVE(INVALID_ARGUMENT);
-  free_and_notify(a);
-  return SUCCESS;
+  release(a); /* no deallocation callback: pinned memory never had one */
+  LEAVE(SUCCESS);
 }
 
 EXPORT hsa_status_t hsa_amd_register_deallocation_callback(void *ptr,
@@ -479,7 +497,8 @@ EXPORT hsa_status_t hsa_amd_register_deallocation_callback(void *ptr,
   ENTER_INITIALIZED("hsa_amd_register_deallocation_callback");
   if (ptr == NULL || callback == NULL) LEAVE(INVALID_ARGUMENT);
   struct allocation *a = find_allocation((uintptr_t)ptr);
-  if (a == NULL) LEAVE(INVALID_ALLOCATION);
+  /* Memory-pool allocations only: not imported, pinned or reserved memory. */
+  if (a == NULL || a->type != TYPE_HSA) LEAVE(INVALID_ALLOCATION);
   for (int i = 0; i < MAX_NOTIFIERS; ++i) {
     if (a->notifiers[i].callback == NULL) {
       a->notifiers[i] = (struct notifier){ptr, callback, user_data};
@@ -510,6 +529,10 @@ EXPORT hsa_status_t hsa_amd_portable_export_dmabuf(const void *ptr, size_t size,
   ENTER_INITIALIZED("hsa_amd_portable_export_dmabuf");
   if (ptr == NULL || size == 0 || dmabuf == NULL || offset == NULL) LEAVE(INVALID_ARGUMENT);
   const struct allocation *a = find_allocation((uintptr_t)ptr);
+  if (a != NULL && (a->type == TYPE_IPC || a->type == TYPE_GRAPHICS)) {
+    runtime_crashes++; /* the runtime reads the missing region: a crash, not an error */
+    LEAVE(ERROR);
+  }
   /* VRAM only, and the whole range inside the allocation's buffer object. */
   if (a == NULL || a->memfd < 0) LEAVE(INVALID_ARGUMENT);
   if (size > a->mapped - ((uintptr_t)ptr - a->base)) LEAVE(INVALID_ALLOCATION);
@@ -537,6 +560,7 @@ EXPORT void fake_hsa_reset(void) {
   dmabuf_supported = 1;
   last_export_ptr = NULL;
   last_export_size = 0;
+  runtime_crashes = 0;
   pthread_mutex_unlock(&lock);
 }
 
@@ -547,10 +571,39 @@ EXPORT int fake_hsa_alloc(int gpu, size_t size, void **out) {
   LEAVE(status);
 }
 
+EXPORT int fake_hsa_import(int gpu, int type, size_t size, void **out) {
+  if (gpu < 0 || gpu >= FAKE_HSA_GPU_COUNT || (type != TYPE_IPC && type != TYPE_GRAPHICS)) {
+    return INVALID_ARGUMENT;
+  }
+  pthread_mutex_lock(&lock);
+  hsa_status_t status = pool_allocate(GPU_AGENT(gpu) | POOL_MAIN, size, out);
+  if (status == SUCCESS) find_allocation((uintptr_t)*out)->type = type;
+  LEAVE(status);
+}
+
+EXPORT int fake_hsa_reserve(size_t size, void **out) {
+  pthread_mutex_lock(&lock);
+  struct allocation *a = free_slot();
+  if (a == NULL || size == 0) LEAVE(INVALID_ARGUMENT);
+  void *memory = mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (memory == MAP_FAILED) LEAVE(OUT_OF_RESOURCES);
+  *a = (struct allocation){1, TYPE_RESERVED_ADDR, -1, (uintptr_t)memory, 0, size, size, -1, NULL,
+                           -1, {{0}}};
+  *out = memory;
+  LEAVE(SUCCESS);
+}
+
+EXPORT int fake_hsa_runtime_crashes(void) {
+  pthread_mutex_lock(&lock);
+  const int count = runtime_crashes;
+  pthread_mutex_unlock(&lock);
+  return count;
+}
+
 EXPORT int fake_hsa_free(void *ptr) {
   pthread_mutex_lock(&lock);
   struct allocation *a = find_allocation((uintptr_t)ptr);
-  if (a == NULL || a->type != TYPE_HSA || a->base != (uintptr_t)ptr) LEAVE(INVALID_ALLOCATION);
+  if (a == NULL || a->type == TYPE_LOCKED || a->base != (uintptr_t)ptr) LEAVE(INVALID_ALLOCATION);
   free_and_notify(a);
   return SUCCESS;
 }

@@ -45,6 +45,19 @@ typedef void (*fake_hsa_set_gpu_count_fn)(int count);
 typedef void (*fake_hsa_set_dmabuf_supported_fn)(int supported);
 /* The arguments of the last successful hsa_amd_portable_export_dmabuf. */
 typedef void (*fake_hsa_last_export_fn)(const void **ptr, size_t *size);
+/* Memory of GPU `gpu` as an IPC import (type FAKE_HSA_TYPE_IPC) or a graphics-interop import
+ * (FAKE_HSA_TYPE_GRAPHICS) would be: GPU memory the runtime keeps without a region, so no
+ * deallocation callback and no dma-buf export (that call would crash the real runtime).
+ * fake_hsa_free detaches it.  Returns an hsa_status_t. */
+#define FAKE_HSA_TYPE_GRAPHICS 3
+#define FAKE_HSA_TYPE_IPC 4
+typedef int (*fake_hsa_import_fn)(int gpu, int type, size_t size, void **out);
+/* An address reservation with nothing mapped (pointer type RESERVED_ADDR, as ROCm 7 reports
+ * hipMallocManaged memory); fake_hsa_free gives it back.  Returns an hsa_status_t. */
+typedef int (*fake_hsa_reserve_fn)(size_t size, void **out);
+/* Calls since reset that the real runtime would have crashed in (a dma-buf export of imported
+ * memory). */
+typedef int (*fake_hsa_runtime_crashes_fn)(void);
 /* How many agents hsa_amd_agents_allow_access granted the allocation holding ptr (-1: none). */
 typedef int (*fake_hsa_allowed_agents_fn)(const void *ptr);
 

@@ -261,6 +261,14 @@ static struct ibv_mr *make_mr(const char *entry, struct ibv_pd *pd, void *addr, 
     errno = EINVAL;
     return NULL;
   }
+  /* The kernel keeps a registration's offset within its page: ib_uverbs_reg_mr
+   * (drivers/infiniband/core/uverbs_cmd.c) refuses a start and an iova (hca_va) whose offsets
+   * within a page differ with -EINVAL, and the dma-buf method does the same for the dma-buf
+   * offset (ibv_reg_dmabuf_mr below).  ibv_reg_mr passes the address itself as iova. */
+  if (fd < 0 && ((((uintptr_t)addr) ^ iova) & ((uint64_t)sysconf(_SC_PAGESIZE) - 1)) != 0) {
+    errno = EINVAL;
+    return NULL;
+  }
   if ((access & IBV_ACCESS_ON_DEMAND) && !(config->odp_general_caps & IBV_ODP_SUPPORT)) {
     errno = EOPNOTSUPP;
     return NULL;
@@ -721,6 +729,17 @@ EXPORT struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size
       } else if (offset + length > (uint64_t)status.st_size || offset + length < offset) {
         err = EINVAL;
       }
+    }
+    /* UVERBS_METHOD_REG_DMABUF_MR (drivers/infiniband/core/uverbs_std_types_mr.c) refuses a
+     * dma-buf offset and an iova whose offsets within a page differ, and takes only these
+     * access bits (uverbs_get_flags32 with LOCAL_WRITE, REMOTE_READ, REMOTE_WRITE,
+     * REMOTE_ATOMIC, RELAXED_ORDERING): ON_DEMAND, MW_BIND, ZERO_BASED are -EINVAL. */
+    const unsigned int dmabuf_access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ |
+                                       IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC |
+                                       IBV_ACCESS_RELAXED_ORDERING;
+    if (err == 0 && (((offset ^ iova) & ((uint64_t)sysconf(_SC_PAGESIZE) - 1)) != 0 ||
+                     ((unsigned int)access & ~dmabuf_access) != 0)) {
+      err = EINVAL;
     }
   }
   if (err == 0) {

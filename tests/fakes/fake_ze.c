@@ -12,6 +12,22 @@
  * Command lists created in synchronous mode copy during the append; in any other mode the copy
  * waits for zeCommandListHostSynchronize, so a caller that forgets to wait reads stale bytes.
  *
+ * As the Intel driver (intel/compute-runtime, "NEO") behaves, and hmr must cope with:
+ *  - the dma-buf fd a zeMemGetAllocProperties export returns belongs to the driver: NEO hands out
+ *    the allocation's internal handle, made once and kept (GraphicsAllocation::peekInternalHandle,
+ *    and since the IPC-handle map, ContextImp::handleAllocationExtensions through
+ *    getIpcMemHandle), so every export of one allocation returns the same fd number and the
+ *    driver closes it when the allocation is freed.  Here: one cached fd per exported buffer.
+ *  - on a driver with one device, small device allocations made without an export descriptor
+ *    come from a USM pool (ContextImp::allocDeviceMem takes the pool only when
+ *    lookupTable.exportMemory is false).  zeMemGetAddressRange answers the sub-allocation
+ *    (ContextImp::getMemAddressRange: getPooledAllocationBasePtr / getPooledAllocationSize),
+ *    zeMemGetAllocProperties answers the pool's allocation data (type and id of the pool, for
+ *    any address inside it), and the export is the pool's whole buffer.  Here: driver 1.
+ *  - in COMPOSITE hierarchy zeDeviceGet lists root devices, and memory placed on one tile
+ *    reports that tile's sub-device handle (zeDeviceGetSubDevices lists it; zeDeviceGet does
+ *    not).  Here: device 0.0 has two tiles.
+ *
  * Built twice: with API 1.6 features, and with FAKE_ZE_API_1_0 as an old loader that has no
  * zeDevicePciGetPropertiesExt and no zeCommandListHostSynchronize. */
 #define _GNU_SOURCE
@@ -145,6 +161,10 @@ struct fake_list {
 
 struct allocation {
   int live;
+  int is_pool;  /* a USM pool: never handed out itself, holds sub-allocations */
+  int pool;     /* a sub-allocation: index of its pool in allocations[], else -1 */
+  int tile;     /* placed on this tile (sub-device) of its device, else -1 */
+  int export_fd; /* the driver's cached dma-buf fd of this buffer, -1 until first exported */
   int type;
   int driver;
   int device; /* global device index; -1 for host memory */
@@ -162,9 +182,16 @@ struct allocation {
 #define MAX_CONTEXTS 16
 #define MAX_LISTS 64
 #define MAX_ALLOCATIONS 128
+#define POOL_SIZE ((size_t)FAKE_ZE_POOL_SIZE)
+#define POOL_MAX_ALLOC ((size_t)FAKE_ZE_POOL_MAX_ALLOC)
+#define POOL_GRANULE 4096ull
+#define TILES 2                     /* sub-devices of device 0.0 */
+#define POOL_DRIVER 1               /* the driver with one device pools small allocations */
 
 static const struct fake_driver drivers[FAKE_ZE_DRIVER_COUNT] = {{0}, {1}};
 static const struct fake_device devices[FAKE_ZE_DEVICE_COUNT] = {{0, 0, 0}, {0, 1, 1}, {1, 0, 2}};
+/* Tiles of device 0.0: handles zeDeviceGetSubDevices gives and zeDeviceGet never lists. */
+static const struct fake_device tiles[TILES] = {{0, 0, 0}, {0, 0, 0}};
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static int initialized;
@@ -210,6 +237,13 @@ static int device_of(const void *handle) {
   return -1;
 }
 
+static int tile_of(const void *handle) {
+  for (int i = 0; i < TILES; ++i) {
+    if (handle == (const void *)&tiles[i]) return i;
+  }
+  return -1;
+}
+
 static struct fake_context *context_of(const void *handle) {
   for (int i = 0; i < MAX_CONTEXTS; ++i) {
     if (handle == (const void *)&contexts[i] && contexts[i].live) return &contexts[i];
@@ -227,14 +261,22 @@ static struct fake_list *list_of(const void *handle) {
 static int can_export_dmabuf(int device) { return device != 1; /* device 0.1 cannot */ }
 
 /* The live allocation of `driver` holding ptr (any driver when driver < 0). Lock held. */
+/* A pool is returned only for its free space: a sub-allocation holding ptr comes first. */
 static struct allocation *find_allocation(int driver, uintptr_t ptr) {
+  struct allocation *pool = NULL;
   for (int i = 0; i < MAX_ALLOCATIONS; ++i) {
     struct allocation *a = &allocations[i];
     if (a->live && (driver < 0 || a->driver == driver) && ptr >= a->base && ptr - a->base < a->size) {
-      return a;
+      if (!a->is_pool) return a;
+      pool = a;
     }
   }
-  return NULL;
+  return pool;
+}
+
+/* The buffer the driver exports for a: the pool for a sub-allocation, else a itself. */
+static struct allocation *buffer_of(struct allocation *a) {
+  return a->pool >= 0 ? &allocations[a->pool] : a;
 }
 
 static int in_device_region(uintptr_t ptr) {
@@ -251,22 +293,27 @@ static int in_device_region(uintptr_t ptr) {
 static void *resolve(uintptr_t ptr, size_t size) {
   const struct allocation *a = find_allocation(-1, ptr);
   if (a == NULL) return in_device_region(ptr) ? NULL : (void *)ptr;
+  if (a->is_pool) return NULL;
   if (size > a->size - (ptr - a->base)) return NULL;
   if (a->alias == NULL) return (void *)ptr;
   return (char *)a->alias + (ptr - a->base);
 }
 
-static ze_result_t allocate(int driver, int device, int type, size_t size, size_t alignment,
-                            int export_flags, void **out) {
-  if (out == NULL) return INVALID_NULL_POINTER;
+static struct allocation *free_slot(void) {
+  for (int i = 0; i < MAX_ALLOCATIONS; ++i) {
+    if (!allocations[i].live) return &allocations[i];
+  }
+  return NULL;
+}
+
+/* A buffer of its own: device memory at the device's reserved range, else host pages. */
+static ze_result_t allocate_buffer(int driver, int device, int type, size_t size, size_t alignment,
+                                   int export_flags, int tile, struct allocation **made) {
   if (size == 0 || size > REGION_SIZE) return UNSUPPORTED_SIZE;
   if (alignment != 0 && ((alignment & (alignment - 1)) != 0 || alignment > GRANULE)) {
     return UNSUPPORTED_ALIGNMENT;
   }
-  struct allocation *slot = NULL;
-  for (int i = 0; i < MAX_ALLOCATIONS && slot == NULL; ++i) {
-    if (!allocations[i].live) slot = &allocations[i];
-  }
+  struct allocation *slot = free_slot();
   if (slot == NULL) return OUT_OF_HOST_MEMORY;
   const size_t mapped = round_up(size, GRANULE);
   uintptr_t base = 0;
@@ -307,14 +354,83 @@ static ze_result_t allocate(int driver, int device, int type, size_t size, size_
     if (memory == MAP_FAILED) return OUT_OF_HOST_MEMORY;
     base = (uintptr_t)memory;
   }
-  *slot = (struct allocation){1,    type,    driver, type == TYPE_HOST ? -1 : device,
-                              base, size,    mapped, next_id++,
-                              memfd, alias,  export_flags};
-  *out = (void *)base;
+  *slot = (struct allocation){.live = 1, .pool = -1, .tile = tile, .export_fd = -1,
+                              .type = type, .driver = driver,
+                              .device = type == TYPE_HOST ? -1 : device, .base = base,
+                              .size = size, .mapped = mapped, .id = next_id++, .memfd = memfd,
+                              .alias = alias, .export_flags = export_flags};
+  *made = slot;
   return SUCCESS;
 }
 
+/* Where a sub-allocation of `size` fits in pool p (first fit), or 0. */
+static uintptr_t pool_fit(const struct allocation *p, size_t size) {
+  const int index = (int)(p - allocations);
+  for (uintptr_t at = p->base; at + size <= p->base + p->size;) {
+    int moved = 0;
+    for (int i = 0; i < MAX_ALLOCATIONS; ++i) {
+      const struct allocation *sub = &allocations[i];
+      if (sub->live && sub->pool == index && at < sub->base + sub->mapped &&
+          sub->base < at + size) {
+        at = sub->base + sub->mapped;
+        moved = 1;
+      }
+    }
+    if (!moved) return at;
+  }
+  return 0;
+}
+
+/* NEO's USM pool: one id for the pool and every sub-allocation in it. */
+static ze_result_t allocate_pooled(int driver, int device, size_t size, void **out) {
+  const size_t rounded = round_up(size, POOL_GRANULE);
+  struct allocation *pool = NULL;
+  uintptr_t at = 0;
+  for (int i = 0; i < MAX_ALLOCATIONS && at == 0; ++i) {
+    if (allocations[i].live && allocations[i].is_pool && allocations[i].device == device) {
+      pool = &allocations[i];
+      at = pool_fit(pool, rounded);
+    }
+  }
+  if (at == 0) {
+    const ze_result_t made = allocate_buffer(driver, device, TYPE_DEVICE, POOL_SIZE, 0, -1, -1,
+                                             &pool);
+    if (made != SUCCESS) return made;
+    pool->is_pool = 1;
+    at = pool->base;
+  }
+  struct allocation *slot = free_slot();
+  if (slot == NULL) return OUT_OF_HOST_MEMORY;
+  *slot = (struct allocation){.live = 1, .pool = (int)(pool - allocations), .tile = -1,
+                              .export_fd = -1, .type = TYPE_DEVICE, .driver = driver,
+                              .device = device, .base = at, .size = size, .mapped = rounded,
+                              .id = pool->id, .memfd = -1,
+                              .alias = (char *)pool->alias + (at - pool->base),
+                              .export_flags = -1};
+  *out = (void *)at;
+  return SUCCESS;
+}
+
+static ze_result_t allocate(int driver, int device, int type, size_t size, size_t alignment,
+                            int export_flags, int tile, void **out) {
+  if (out == NULL) return INVALID_NULL_POINTER;
+  if (type == TYPE_DEVICE && driver == POOL_DRIVER && export_flags <= 0 && size > 0 &&
+      size <= POOL_MAX_ALLOC && (alignment == 0 || alignment <= POOL_GRANULE)) {
+    return allocate_pooled(driver, device, size, out);
+  }
+  struct allocation *made = NULL;
+  const ze_result_t result =
+      allocate_buffer(driver, device, type, size, alignment, export_flags, tile, &made);
+  if (result == SUCCESS) *out = (void *)made->base;
+  return result;
+}
+
 static void release(struct allocation *a) {
+  if (a->pool >= 0) {
+    memset(a, 0, sizeof *a); /* the pool keeps the memory (and its exported fd) */
+    return;
+  }
+  if (a->export_fd >= 0) close(a->export_fd); /* the driver closes what it exported */
   if (a->type == TYPE_DEVICE) {
     /* Keep the address reserved (and CPU-inaccessible) for the next allocation. */
     mmap((void *)a->base, a->mapped, PROT_NONE,
@@ -389,7 +505,8 @@ EXPORT ze_result_t zeDeviceGet(const void *driver, uint32_t *count, const void *
 
 EXPORT ze_result_t zeDeviceGetProperties(const void *device, device_properties_t *properties) {
   ENTER("zeDeviceGetProperties");
-  const int g = device_of(device);
+  const int tile = tile_of(device);
+  const int g = tile >= 0 ? 0 : device_of(device);
   if (g < 0) LEAVE(INVALID_NULL_HANDLE);
   if (properties == NULL) LEAVE(INVALID_NULL_POINTER);
   if (properties->stype != 0x3) LEAVE(INVALID_ARGUMENT);
@@ -406,6 +523,26 @@ EXPORT ze_result_t zeDeviceGetProperties(const void *device, device_properties_t
   for (int k = 2; k < 16; ++k) properties->uuid[k] = (uint8_t)k;
   snprintf(properties->name, sizeof properties->name, "Fake Level Zero GPU %d.%d", devices[g].driver,
            devices[g].index);
+  if (tile >= 0) {
+    /* A tile: its own UUID, the SUBDEVICE flag (1 << 1) and its index. */
+    properties->flags = 1u << 1;
+    properties->subdeviceId = (uint32_t)tile;
+    properties->uuid[15] = (uint8_t)(0x80 | tile);
+  }
+  LEAVE(SUCCESS);
+}
+
+EXPORT ze_result_t zeDeviceGetSubDevices(const void *device, uint32_t *count,
+                                         const void **handles) {
+  ENTER("zeDeviceGetSubDevices");
+  const int g = device_of(device);
+  if (g < 0 && tile_of(device) < 0) LEAVE(INVALID_NULL_HANDLE);
+  if (count == NULL) LEAVE(INVALID_NULL_POINTER);
+  const uint32_t available = g == 0 ? TILES : 0; /* tiles have no sub-devices of their own */
+  if (handles != NULL) {
+    for (uint32_t i = 0; i < *count && i < available; ++i) handles[i] = &tiles[i];
+  }
+  if (handles == NULL || *count > available) *count = available;
   LEAVE(SUCCESS);
 }
 
@@ -477,7 +614,9 @@ EXPORT ze_result_t zeMemGetAllocProperties(const void *context, const void *ptr,
   if (c == NULL) LEAVE(INVALID_NULL_HANDLE);
   if (ptr == NULL || properties == NULL) LEAVE(INVALID_NULL_POINTER);
   if (properties->stype != 0x17) LEAVE(INVALID_ARGUMENT);
-  const struct allocation *a = find_allocation(c->driver, (uintptr_t)ptr);
+  struct allocation *a = find_allocation(c->driver, (uintptr_t)ptr);
+  /* NEO answers from the allocation data holding ptr: for pooled memory, the pool's. */
+  struct allocation *buffer = a != NULL ? buffer_of(a) : NULL;
   export_fd_t *export_fd = NULL;
   for (const struct chain *ext = properties->pNext; ext != NULL; ext = ext->next) {
     if (ext->stype == 0x1a) export_fd = (export_fd_t *)(uintptr_t)ext;
@@ -489,15 +628,25 @@ EXPORT ze_result_t zeMemGetAllocProperties(const void *context, const void *ptr,
     if (export_fd->flags != DMA_BUF || a->type != TYPE_DEVICE || !can_export_dmabuf(a->device)) {
       LEAVE(UNSUPPORTED_FEATURE);
     }
-    /* The dma-buf is the whole allocation. */
-    const int fd = fcntl(a->memfd, F_DUPFD_CLOEXEC, 0);
-    if (fd < 0) LEAVE(OUT_OF_HOST_MEMORY);
-    export_fd->fd = fd;
+    /* The dma-buf is the whole buffer (for pooled memory, the pool), made on the first export
+     * and the same fd on every later one: the driver's, closed when the buffer is freed. */
+    if (buffer->export_fd < 0) {
+      buffer->export_fd = fcntl(buffer->memfd, F_DUPFD_CLOEXEC, 0);
+      if (buffer->export_fd < 0) LEAVE(OUT_OF_HOST_MEMORY);
+    }
+    export_fd->fd = buffer->export_fd;
   }
-  properties->type = a != NULL ? a->type : TYPE_UNKNOWN;
-  properties->id = a != NULL ? a->id : 0;
-  properties->pageSize = a != NULL ? 4096 : 0;
-  if (device != NULL) *device = (a != NULL && a->device >= 0) ? &devices[a->device] : NULL;
+  properties->type = buffer != NULL ? buffer->type : TYPE_UNKNOWN;
+  properties->id = buffer != NULL ? buffer->id : 0;
+  properties->pageSize = buffer != NULL ? 4096 : 0;
+  if (device != NULL) {
+    *device = NULL;
+    if (a != NULL && a->tile >= 0) {
+      *device = &tiles[a->tile];
+    } else if (a != NULL && a->device >= 0) {
+      *device = &devices[a->device];
+    }
+  }
   LEAVE(SUCCESS);
 }
 
@@ -508,6 +657,7 @@ EXPORT ze_result_t zeMemGetAddressRange(const void *context, const void *ptr, vo
   if (c == NULL) LEAVE(INVALID_NULL_HANDLE);
   const struct allocation *a = find_allocation(c->driver, (uintptr_t)ptr);
   if (a == NULL) LEAVE(INVALID_ARGUMENT);
+  if (a->is_pool) LEAVE(0x7ffffffe); /* free space of a pool: NEO answers UNKNOWN */
   if (base != NULL) *base = (void *)a->base;
   if (size != NULL) *size = a->size;
   LEAVE(SUCCESS);
@@ -531,7 +681,7 @@ EXPORT ze_result_t zeMemAllocDevice(const void *context, const device_alloc_desc
   if (desc->stype != 0x15) LEAVE(INVALID_ARGUMENT);
   const int exported = declared_export(desc->pNext);
   if (exported > 0 && (exported & DMA_BUF) != 0 && !can_export_dmabuf(g)) LEAVE(UNSUPPORTED_FEATURE);
-  LEAVE(allocate(c->driver, g, TYPE_DEVICE, size, alignment, exported, ptr));
+  LEAVE(allocate(c->driver, g, TYPE_DEVICE, size, alignment, exported, -1, ptr));
 }
 
 EXPORT ze_result_t zeMemAllocHost(const void *context, const flags_desc_t *desc, size_t size,
@@ -541,7 +691,7 @@ EXPORT ze_result_t zeMemAllocHost(const void *context, const flags_desc_t *desc,
   if (c == NULL) LEAVE(INVALID_NULL_HANDLE);
   if (desc == NULL) LEAVE(INVALID_NULL_POINTER);
   if (desc->stype != 0x16) LEAVE(INVALID_ARGUMENT);
-  LEAVE(allocate(c->driver, -1, TYPE_HOST, size, alignment, -1, ptr));
+  LEAVE(allocate(c->driver, -1, TYPE_HOST, size, alignment, -1, -1, ptr));
 }
 
 EXPORT ze_result_t zeMemAllocShared(const void *context, const device_alloc_desc_t *device_desc,
@@ -555,7 +705,7 @@ EXPORT ze_result_t zeMemAllocShared(const void *context, const device_alloc_desc
   }
   if (device_desc == NULL || host_desc == NULL) LEAVE(INVALID_NULL_POINTER);
   if (device_desc->stype != 0x15 || host_desc->stype != 0x16) LEAVE(INVALID_ARGUMENT);
-  LEAVE(allocate(c->driver, g, TYPE_SHARED, size, alignment, -1, ptr));
+  LEAVE(allocate(c->driver, g, TYPE_SHARED, size, alignment, -1, -1, ptr));
 }
 
 EXPORT ze_result_t zeMemFree(const void *context, void *ptr) {
@@ -563,7 +713,7 @@ EXPORT ze_result_t zeMemFree(const void *context, void *ptr) {
   const struct fake_context *c = context_of(context);
   if (c == NULL) LEAVE(INVALID_NULL_HANDLE);
   struct allocation *a = find_allocation(c->driver, (uintptr_t)ptr);
-  if (a == NULL || a->base != (uintptr_t)ptr) LEAVE(INVALID_ARGUMENT);
+  if (a == NULL || a->is_pool || a->base != (uintptr_t)ptr) LEAVE(INVALID_ARGUMENT);
   release(a);
   LEAVE(SUCCESS);
 }
@@ -654,14 +804,31 @@ EXPORT int fake_ze_alloc(int driver, int device, size_t size, int memory, void *
   }
   if (global < 0 && memory != TYPE_HOST) return INVALID_ARGUMENT;
   pthread_mutex_lock(&lock);
-  const ze_result_t result = allocate(driver, global, memory, size, 0, -1, out);
+  const ze_result_t result = allocate(driver, global, memory, size, 0, -1, -1, out);
   LEAVE(result);
+}
+
+EXPORT int fake_ze_alloc_on_tile(int tile, size_t size, void **out) {
+  if (tile < 0 || tile >= TILES) return INVALID_ARGUMENT;
+  pthread_mutex_lock(&lock);
+  struct allocation *made = NULL;
+  const ze_result_t result = allocate_buffer(0, 0, TYPE_DEVICE, size, 0, -1, tile, &made);
+  if (result == SUCCESS) *out = (void *)made->base;
+  LEAVE(result);
+}
+
+EXPORT int fake_ze_driver_export_fd(const void *ptr) {
+  pthread_mutex_lock(&lock);
+  struct allocation *a = find_allocation(-1, (uintptr_t)ptr);
+  const int fd = a != NULL ? buffer_of(a)->export_fd : -1;
+  pthread_mutex_unlock(&lock);
+  return fd;
 }
 
 EXPORT int fake_ze_free(void *ptr) {
   pthread_mutex_lock(&lock);
   struct allocation *a = find_allocation(-1, (uintptr_t)ptr);
-  if (a == NULL || a->base != (uintptr_t)ptr) LEAVE(INVALID_ARGUMENT);
+  if (a == NULL || a->is_pool || a->base != (uintptr_t)ptr) LEAVE(INVALID_ARGUMENT);
   release(a);
   LEAVE(SUCCESS);
 }

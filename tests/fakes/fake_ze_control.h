@@ -14,7 +14,13 @@ extern "C" {
 #endif
 
 /* Driver 0 has two devices, driver 1 one: hmr's device ids 0x0, 0x1 and 0x10000.  Device 0.1
- * cannot export dma-bufs (only opaque fds); the others can. */
+ * cannot export dma-bufs (only opaque fds); the others can.  Device 0.0 has two tiles
+ * (sub-devices).  Driver 1, having one device, serves device allocations of at most
+ * FAKE_ZE_POOL_MAX_ALLOC bytes made without an export descriptor from a USM pool of
+ * FAKE_ZE_POOL_SIZE bytes, as NEO does: the pool's id for all of them, and the pool's whole
+ * buffer as their dma-buf. */
+#define FAKE_ZE_POOL_SIZE (2u << 20)
+#define FAKE_ZE_POOL_MAX_ALLOC (64u << 10)
 #define FAKE_ZE_DRIVER_COUNT 2
 #define FAKE_ZE_DEVICE_COUNT 3
 
@@ -48,6 +54,13 @@ typedef int (*fake_ze_live_command_lists_fn)(void);
 /* The export types the allocation holding ptr was created with (ze_external_memory_export_desc_t
  * chained into its descriptor); -1 when none were declared. */
 typedef int (*fake_ze_export_flags_fn)(const void *ptr);
+/* Allocates device memory on tile `tile` (0 or 1) of device 0.0, as an application in COMPOSITE
+ * hierarchy does: zeMemGetAllocProperties then reports the tile's sub-device handle, which
+ * zeDeviceGet does not list. */
+typedef int (*fake_ze_alloc_on_tile_fn)(int tile, size_t size, void **out);
+/* The dma-buf fd the driver cached for the buffer holding ptr (the pool, for pooled memory);
+ * -1 before its first export.  The driver owns it: open until the buffer is freed. */
+typedef int (*fake_ze_driver_export_fd_fn)(const void *ptr);
 /* The flags of the last zeInit. */
 typedef unsigned (*fake_ze_last_init_flags_fn)(void);
 

@@ -171,17 +171,67 @@ TEST_F(VerbsNicTest, RegistersThroughIova2WithMappedAccess) {
   EXPECT_EQ(registered->handle, nullptr);
 }
 
-TEST_F(VerbsNicTest, OffsetAddressingRegistersAtIovaZero) {
+// Offset addressing (no VIRT_ADDR): the kernel keeps a registration's offset within its page
+// (ib_uverbs_reg_mr refuses a start and an iova that differ there; the fake does too), so a
+// page-aligned buffer begins at 0 and any other at its start's in-page offset, which is the
+// base hmr reports to peers.  A heap buffer is rarely page-aligned: before, hmr asked for iova
+// 0 and a real kernel refused every such buffer with EINVAL.
+TEST_F(VerbsNicTest, OffsetAddressingKeepsTheInPageOffsetTheKernelKeeps) {
   open();
+  void* page_aligned = nullptr;
+  ASSERT_EQ(posix_memalign(&page_aligned, 4096, 3 * 4096), 0);
+  std::unique_ptr<void, decltype(&free)> owned(page_aligned, &free);
+  for (const size_t lead : {size_t{0}, size_t{1}, size_t{1648}, size_t{4095}}) {
+    SCOPED_TRACE(lead);
+    const iovec segment{static_cast<char*>(page_aligned) + lead, 4096};
+    nic::RegistrationRequest request = host_request(segment, HMR_REMOTE_READ);
+    request.virt_addr = false;
+    Result<nic::Registration> registered = nic_->register_memory(request);
+    ASSERT_TRUE(registered.ok()) << registered.status().reason();
+    EXPECT_EQ(registrations().back().iova, lead);
+    EXPECT_EQ(registered->base_addr, lead) << "peers address the first byte at its base";
+    EXPECT_TRUE(nic_->deregister(*registered).ok());
+  }
+  // A heap vector, as the old test registered it.
   std::vector<char> buffer(4096);
   const iovec segment{buffer.data(), buffer.size()};
   nic::RegistrationRequest request = host_request(segment, HMR_REMOTE_READ);
   request.virt_addr = false;
   Result<nic::Registration> registered = nic_->register_memory(request);
   ASSERT_TRUE(registered.ok()) << registered.status().reason();
-  EXPECT_EQ(registrations().at(0).iova, 0u);
-  EXPECT_EQ(registered->base_addr, 0u);
+  EXPECT_EQ(registered->base_addr, reinterpret_cast<uintptr_t>(buffer.data()) % 4096);
   EXPECT_TRUE(nic_->deregister(*registered).ok());
+}
+
+// The dma-buf method keeps the dma-buf offset's in-page offset the same way; a base_addr that
+// lies elsewhere within its page than the offset is refused with the reason, before the kernel.
+TEST_F(VerbsNicTest, DmabufIovaKeepsTheOffsetsInPageOffset) {
+  open();
+  const int fd = memfd_create("hmr-verbs-test", MFD_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, 65536), 0);
+  nic::RegistrationRequest request;
+  request.access = HMR_REMOTE_READ;
+  request.flags = HMR_MR_DMABUF;
+  const hmr_mr_dmabuf offset_dmabuf{fd, 4096 + 100, 8192, nullptr};
+  request.dmabuf = &offset_dmabuf;
+  request.virt_addr = false;
+  Result<nic::Registration> registered = nic_->register_memory(request);
+  ASSERT_TRUE(registered.ok()) << registered.status().reason();
+  EXPECT_EQ(registrations().at(0).iova, 100u);
+  EXPECT_EQ(registered->base_addr, 100u);
+  EXPECT_TRUE(nic_->deregister(*registered).ok());
+
+  const hmr_mr_dmabuf skewed{fd, 4096 + 100, 8192, reinterpret_cast<void*>(uintptr_t{0x7000000})};
+  request.dmabuf = &skewed;
+  request.virt_addr = true;
+  const int calls = fake().call_count("ibv_reg_dmabuf_mr");
+  Result<nic::Registration> refused = nic_->register_memory(request);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), HMR_EINVAL);
+  EXPECT_TRUE(contains(refused.status().reason(), "within a page")) << refused.status().reason();
+  EXPECT_EQ(fake().call_count("ibv_reg_dmabuf_mr"), calls);
+  close(fd);
 }
 
 TEST_F(VerbsNicTest, RelaxedOrderingCanBeTurnedOff) {
