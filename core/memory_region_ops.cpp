@@ -175,7 +175,11 @@ Status MemoryRegion::advise(const void* addr, size_t len, int advice) {
   if (advice == HMR_MADV_NORMAL || !on_demand) return ok_status();
   const nic::Support available = domain_.operation_support(HMR_MD_OP_ADVISE);
   if (!available.available) return make_error(HMR_ENOSYS, "%s", available.reason.c_str());
-  const bool writes = (request_.access & (HMR_REMOTE_WRITE | HMR_WRITE | HMR_RECV)) != 0;
+  // Pages the NIC will write are prefetched writable: memory that is the target of remote
+  // writes, of local reads (HMR_READ: an RDMA Read lands here) or of receives.  HMR_WRITE and
+  // HMR_SEND are the NIC reading the buffer; mlx5 refuses a write-prefetch of an MR it may not
+  // write (get_prefetchable_mr: EPERM), so those get the plain prefetch.
+  const bool writes = (request_.access & (HMR_REMOTE_WRITE | HMR_READ | HMR_RECV)) != 0;
   const iovec range = {const_cast<void*>(addr), len};
   return domain_.nic().advise(registration_,
                               writes ? nic::Advice::prefetch_write : nic::Advice::prefetch,

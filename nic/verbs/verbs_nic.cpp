@@ -4,6 +4,7 @@
 #include <cstring>
 #include <vector>
 
+#include "hmem/hmem_registry.h"
 #include "hmem/page_range.h"
 #include "nic/verbs/memory_window.h"
 #include "nic/verbs/provider_ops.h"
@@ -385,14 +386,30 @@ Result<nic::Registration> VerbsNic::register_memory(const nic::RegistrationReque
     return make_error(HMR_EINVAL, "%s cannot register 0 bytes: the kernel refuses a registration "
                       "of no pages (ib_umem_get, EINVAL)", probe_.name.c_str());
   }
-  const bool on_demand = options_.odp || request.on_demand_paging;
+  // On-demand paging is for the CPU's own pages.  The kernel's dma-buf method takes no
+  // IBV_ACCESS_ON_DEMAND (uverbs_std_types_mr.c: EINVAL), and peer-memory clients, which serve
+  // device memory by virtual address, do not serve ODP faults; so odp=on, like libfabric's
+  // verbs provider, applies to system memory only, and HMR_MR_ODP on anything else is refused.
+  const bool system_memory = request.dmabuf == nullptr && request.iface == HMR_HMEM_SYSTEM;
+  const bool on_demand = request.on_demand_paging || (options_.odp && system_memory);
   if (request.on_demand_paging) {
     const nic::Support& odp = capabilities_.operations.odp;
     if (!odp.available) return make_error(HMR_ENOSYS, "%s", odp.reason.c_str());
     if (request.dmabuf != nullptr) {
-      return make_error(HMR_EINVAL, "a dma-buf registration cannot be on-demand paging");
+      return make_error(HMR_EINVAL, "a dma-buf registration cannot be on-demand paging (the "
+                        "kernel's dma-buf method takes no IBV_ACCESS_ON_DEMAND)");
+    }
+    if (!system_memory) {
+      return make_error(HMR_EOPNOTSUPP, "on-demand paging of %s memory: the NIC pages only "
+                        "the CPU's own memory (peer-memory clients do not serve ODP faults); "
+                        "register it without HMR_MR_ODP", hmem::iface_name(request.iface));
     }
     if (layout.start == 0 && layout.length == SIZE_MAX) return register_implicit(request);
+  }
+  if (layout.dmabuf && (request.access & HMR_MW_BIND) != 0) {
+    return make_error(HMR_EOPNOTSUPP, "HMR_MW_BIND on a dma-buf registration: the kernel's "
+                      "dma-buf method takes no IBV_ACCESS_MW_BIND (EINVAL), so no window can be "
+                      "bound to it; bind windows to MRs of host memory");
   }
   if (!request.virt_addr && !probe_.offset_addressing.supported) {
     return make_error(HMR_EOPNOTSUPP, "offset addressing (no HMR_MR_VIRT_ADDR): %s",

@@ -430,6 +430,12 @@ static int fake_advise_mr(struct ibv_pd *pd, enum ibv_advise_mr_advice advice, u
           sg_list[i].addr < mr->iova ||
           sg_list[i].addr + sg_list[i].length > mr->iova + mr->mr.length) {
         err = EINVAL;
+      } else if (advice == IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE &&
+                 !(mr->access & IBV_ACCESS_LOCAL_WRITE)) {
+        /* mlx5's get_prefetchable_mr (drivers/infiniband/hw/mlx5/odp.c): "prefetch with
+         * write-access must be supported by the MR" — a umem that is not writable (no
+         * LOCAL_WRITE) is refused with -EPERM (before 5.15 the MR was not found: -EINVAL). */
+        err = EPERM;
       }
       if (i < FAKE_IBVERBS_MAX_SGE) {
         last_advice.addr[i] = sg_list[i].addr;

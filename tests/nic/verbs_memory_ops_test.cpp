@@ -616,6 +616,29 @@ TEST_F(VerbsMemoryOpsTest, WillneedOnAnOdpMrPrefetchesThroughAdviseMr) {
   EXPECT_EQ(advice.lkey[0], ibv_mr_of(read_only.get())->lkey);
 }
 
+// Which way the NIC goes decides the prefetch: a buffer the NIC reads (HMR_SEND, HMR_WRITE:
+// the source of a send or an RDMA Write) has no LOCAL_WRITE, and mlx5 refuses a write-prefetch
+// of an MR it may not write (get_prefetchable_mr: EPERM; the fake does too); a buffer the NIC
+// writes (HMR_READ: an RDMA Read lands in it; HMR_RECV) is prefetched writable.  Before, an ODP
+// send buffer plus WILLNEED failed, and an RDMA-read sink was prefetched read-only.
+TEST_F(VerbsMemoryOpsTest, WillneedPrefetchesWritableExactlyTheMemoryTheNicWrites) {
+  open_domain();
+  std::vector<char> buffer(2 * kPage);
+  fake_ibverbs_advice advice{};
+  MrPtr source = reg(buffer.data(), buffer.size(), HMR_SEND | HMR_WRITE, HMR_MR_ODP);
+  ASSERT_TRUE(source);
+  EXPECT_EQ(last_registration().access & verbs::IBV_ACCESS_LOCAL_WRITE, 0u);
+  ASSERT_HMR_OK(hmr_mem_advise(source.get(), buffer.data(), kPage, HMR_MADV_WILLNEED));
+  fake().last_advice(&advice);
+  EXPECT_EQ(advice.advice, verbs::IBV_ADVISE_MR_ADVICE_PREFETCH);
+
+  MrPtr read_sink = reg(buffer.data(), buffer.size(), HMR_READ, HMR_MR_ODP);
+  ASSERT_TRUE(read_sink);
+  ASSERT_HMR_OK(hmr_mem_advise(read_sink.get(), buffer.data(), kPage, HMR_MADV_WILLNEED));
+  fake().last_advice(&advice);
+  EXPECT_EQ(advice.advice, verbs::IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE);
+}
+
 TEST_F(VerbsMemoryOpsTest, WillneedPrefetchesEveryMrOfAnOdpOnDomain) {
   // odp=on makes every registration an ODP one, flag or not, so each has pages to prefetch.
   open_domain("device=fake_mlx5_0;relaxed_ordering=off;odp=on");

@@ -1,6 +1,11 @@
 // The verbs adapter's optional operations against the fake libibverbs: re-registration,
 // memory windows (type 1 and 2), and on-demand paging with prefetch advice.
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cerrno>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "tests/nic/verbs_test_fixture.h"
@@ -377,6 +382,60 @@ TEST_F(VerbsOdpTest, OdpNeedsTheDeviceAndTheTransportCaps) {
       nic_->register_memory(host_request(segment, HMR_REMOTE_READ));
   ASSERT_TRUE(readable.ok()) << readable.status().reason();
   EXPECT_TRUE(nic_->deregister(*readable).ok());
+}
+
+// odp=on pages the CPU's own memory only.  The kernel's dma-buf method takes no
+// IBV_ACCESS_ON_DEMAND or IBV_ACCESS_MW_BIND (uverbs_std_types_mr.c: EINVAL, and the fake
+// refuses them too), and peer-memory clients do not serve ODP faults, so with odp=on a dma-buf
+// and CUDA memory by address register pinned, as libfabric's verbs provider does; HMR_MR_ODP on
+// device memory and HMR_MW_BIND on a dma-buf are refused with the reason.  Before, every GPU
+// registration of an odp=on domain failed with EINVAL from the kernel.
+TEST_F(VerbsOdpTest, OdpOnPagesSystemMemoryOnly) {
+  const std::string sysfs = ::testing::TempDir() + "hmr-peermem-sysfs";
+  ASSERT_EQ(std::system(("mkdir -p " + sysfs + "/sys/module/nvidia_peermem && echo 1.0 > " +
+                         sysfs + "/sys/module/nvidia_peermem/version").c_str()),
+            0);
+  open("odp=on", nullptr, verbs::VerbsEnvironment{sysfs});
+  const int fd = memfd_create("hmr-verbs-test", MFD_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, 65536), 0);
+  const hmr_mr_dmabuf dmabuf{fd, 0, 8192, reinterpret_cast<void*>(uintptr_t{0x7000000})};
+  nic::RegistrationRequest gpu;
+  gpu.dmabuf = &dmabuf;
+  gpu.access = kRemote;
+  gpu.flags = HMR_MR_DMABUF;
+  gpu.iface = HMR_HMEM_CUDA;
+  Result<nic::Registration> exported = nic_->register_memory(gpu);
+  ASSERT_TRUE(exported.ok()) << exported.status().reason();
+  EXPECT_EQ(registrations().back().access & verbs::IBV_ACCESS_ON_DEMAND, 0u);
+  EXPECT_TRUE(nic_->deregister(*exported).ok());
+
+  gpu.access = kRemote | HMR_MW_BIND;
+  Result<nic::Registration> bindable = nic_->register_memory(gpu);
+  ASSERT_FALSE(bindable.ok());
+  EXPECT_EQ(bindable.status().code(), HMR_EOPNOTSUPP);
+  EXPECT_TRUE(contains(bindable.status().reason(), "MW_BIND")) << bindable.status().reason();
+
+  std::vector<char> device_memory(8192);  // (the fake kernel pins any mapped range)
+  const iovec segment{device_memory.data(), device_memory.size()};
+  nic::RegistrationRequest by_address = host_request(segment, kRemote);
+  by_address.iface = HMR_HMEM_CUDA;
+  Result<nic::Registration> peer_direct = nic_->register_memory(by_address);
+  ASSERT_TRUE(peer_direct.ok()) << peer_direct.status().reason();
+  EXPECT_EQ(registrations().back().access & verbs::IBV_ACCESS_ON_DEMAND, 0u);
+  EXPECT_TRUE(nic_->deregister(*peer_direct).ok());
+  by_address.on_demand_paging = true;
+  Result<nic::Registration> odp_device = nic_->register_memory(by_address);
+  ASSERT_FALSE(odp_device.ok());
+  EXPECT_EQ(odp_device.status().code(), HMR_EOPNOTSUPP);
+
+  std::vector<char> host(8192);
+  const iovec host_segment{host.data(), host.size()};
+  Result<nic::Registration> paged = nic_->register_memory(host_request(host_segment, kRemote));
+  ASSERT_TRUE(paged.ok()) << paged.status().reason();
+  EXPECT_NE(registrations().back().access & verbs::IBV_ACCESS_ON_DEMAND, 0u);
+  EXPECT_TRUE(nic_->deregister(*paged).ok());
+  close(fd);
 }
 
 TEST_F(VerbsOdpTest, ProvidersWithoutAdviceSayNotSupported) {
