@@ -90,6 +90,7 @@ Status VerbsWindow::bind(const VerbsRegistration& registration, const nic::Windo
       return verbs_failure(err, "ibv_bind_mw on %s failed", device_.c_str());
     }
     rkey_ = mw_->rkey;  // the provider writes the new key into the window
+    bound_mr_ = mr;
   } else {
     ibv_send_wr wr{};
     wr.wr_id = request.work_request_id;
@@ -113,8 +114,10 @@ Status VerbsWindow::invalidate(void* queue, uint64_t work_request_id, bool signa
   if (!bound_) return make_error(HMR_EINVAL, "the memory window is not bound");
   auto* qp = static_cast<ibv_qp*>(queue);
   if (type_ == nic::WindowType::type1) {
-    // A zero-length bind to no MR unbinds a type 1 window.
-    ibv_mw_bind unbind{work_request_id, send_flags(signaled), {nullptr, 0, 0, 0}};
+    // A zero-length bind unbinds a type 1 window.  It names the MR it was bound to (which the
+    // binding keeps open), not NULL: irdma's bind_mw reads the MR even to unbind, and crashes
+    // on NULL; rdma-core's own tests unbind this way, and mlx5 takes it too.
+    ibv_mw_bind unbind{work_request_id, send_flags(signaled), {bound_mr_, 0, 0, 0}};
     if (const int err = bind_mw(qp, mw_, &unbind); err != 0) {
       return verbs_failure(err, "unbinding a type 1 memory window on %s failed", device_.c_str());
     }
@@ -132,6 +135,7 @@ Status VerbsWindow::invalidate(void* queue, uint64_t work_request_id, bool signa
     }
   }
   bound_ = false;
+  bound_mr_ = nullptr;
   return ok_status();
 }
 
@@ -142,6 +146,7 @@ Status VerbsWindow::deallocate() {
   }
   mw_ = nullptr;
   bound_ = false;
+  bound_mr_ = nullptr;
   return ok_status();
 }
 

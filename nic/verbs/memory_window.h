@@ -45,6 +45,7 @@ class VerbsWindow {
   std::string device_;
   uint32_t rkey_ = 0;
   bool bound_ = false;
+  ibv_mr* bound_mr_ = nullptr;  // a type 1 window's MR while bound: its unbind names it
 };
 
 }  // namespace hmr::verbs

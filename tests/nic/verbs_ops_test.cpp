@@ -206,7 +206,8 @@ TEST_F(VerbsWindowLifecycle, TypeOneAllocBindInvalidateDealloc) {
   ASSERT_TRUE(nic_->invalidate_window(*window, qp_, 78, false).ok());
   fake().last_window_op(&op);
   EXPECT_STREQ(op.entry, "bind_mw");
-  EXPECT_EQ(op.mr, nullptr);  // a zero-length bind to no MR
+  // A zero-length bind naming the MR it was bound to (never NULL: irdma reads the MR).
+  EXPECT_EQ(op.mr, desc_of(registration_).mr);
   EXPECT_EQ(op.length, 0u);
   EXPECT_EQ(nic_->invalidate_window(*window, qp_, 79, false).code(), HMR_EINVAL);  // not bound
 
@@ -390,6 +391,36 @@ TEST_F(VerbsOdpTest, OdpNeedsTheDeviceAndTheTransportCaps) {
 // and CUDA memory by address register pinned, as libfabric's verbs provider does; HMR_MR_ODP on
 // device memory and HMR_MW_BIND on a dma-buf are refused with the reason.  Before, every GPU
 // registration of an odp=on domain failed with EINVAL from the kernel.
+// irdma's bind_mw reads the MR it is given even to unbind a type 1 window, so an unbind with
+// a NULL MR crashes there (the fake, configured as irdma, refuses it with EFAULT instead).
+// hmr unbinds with the MR the window is bound to and length 0, as rdma-core's own tests do.
+class VerbsIrdmaWindow : public VerbsTest {};
+
+TEST_F(VerbsIrdmaWindow, TypeOneUnbindNamesTheBoundMrForProvidersThatReadIt) {
+  fake().configure(0, [](fake_ibverbs_device_config& config) { config.unbind_derefs_mr = 1; });
+  open();
+  std::vector<char> buffer(16384);
+  const iovec segment{buffer.data(), buffer.size()};
+  Result<nic::Registration> registered =
+      nic_->register_memory(host_request(segment, kRemote | HMR_MW_BIND));
+  ASSERT_TRUE(registered.ok()) << registered.status().reason();
+  void* qp = fake().create_qp(verbs_nic().pd());
+  Result<nic::MemoryWindow> window = nic_->alloc_window(nic::WindowType::type1);
+  ASSERT_TRUE(window.ok()) << window.status().reason();
+  nic::WindowBind bind;
+  bind.registration = &*registered;
+  bind.addr = reinterpret_cast<uintptr_t>(buffer.data());
+  bind.len = 4096;
+  bind.access = HMR_REMOTE_READ;
+  bind.queue = qp;
+  ASSERT_TRUE(nic_->bind_window(*window, bind).ok());
+  const Status unbound = nic_->invalidate_window(*window, qp, 1, false);
+  EXPECT_TRUE(unbound.ok()) << unbound.reason();
+  EXPECT_TRUE(nic_->dealloc_window(*window).ok());
+  EXPECT_TRUE(nic_->deregister(*registered).ok());
+  fake().destroy_qp(qp);
+}
+
 TEST_F(VerbsOdpTest, OdpOnPagesSystemMemoryOnly) {
   const std::string sysfs = ::testing::TempDir() + "hmr-peermem-sysfs";
   ASSERT_EQ(std::system(("mkdir -p " + sysfs + "/sys/module/nvidia_peermem && echo 1.0 > " +
