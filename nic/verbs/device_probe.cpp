@@ -1,6 +1,7 @@
 #include "nic/verbs/device_probe.h"
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include "nic/verbs/provider_ops.h"
@@ -66,6 +67,22 @@ Support probe_window(const DeviceProbe& probe, ibv_context* context, unsigned in
   return {true, std::string(what) + " memory windows (up to " + std::to_string(probe.max_mw) + ")"};
 }
 
+// Which providers implement rereg_mr.  One without it gets libibverbs' dummy op
+// (libibverbs/dummy_ops.c: EOPNOTSUPP, IBV_REREG_MR_ERR_INPUT): EFA and bnxt_re have none,
+// irdma only from rdma-core 49, which a program cannot tell apart from older ones.  mlx4 and
+// mlx5 (vendor id 0x02c9, Mellanox's OUI) have had it throughout.
+Support probe_rereg(const DeviceProbe& probe) {
+  constexpr uint32_t kMellanox = 0x02c9;
+  if (probe.vendor_id == kMellanox) {
+    return {true, "mlx4/mlx5 (vendor id 0x02c9) implement ibv_rereg_mr"};
+  }
+  char vendor[16];
+  std::snprintf(vendor, sizeof vendor, "%#x", probe.vendor_id);
+  return {false, std::string("the provider of ") + probe.name + " (vendor id " + vendor +
+                     ") is not known to implement ibv_rereg_mr (EFA and bnxt_re do not, irdma "
+                     "only from rdma-core 49): close the MR and register again"};
+}
+
 }  // namespace
 
 std::string odp_transport_names(uint32_t caps) {
@@ -105,6 +122,9 @@ Result<DeviceProbe> probe_device(const IbverbsLibrary& library, ibv_context* con
   probe.atomics = attr.orig_attr.atomic_cap != IBV_ATOMIC_NONE;
   probe.odp_general_caps = attr.odp_caps.general_caps;
   probe.odp_rc_caps = attr.odp_caps.per_transport_caps.rc_odp_caps;
+  probe.vendor_id = attr.orig_attr.vendor_id;
+  probe.iwarp = context->device->transport_type == IBV_TRANSPORT_IWARP;
+  probe.rereg = probe_rereg(probe);
 
   probe.dmabuf = probe_dmabuf(library, pd);
   probe.peer_memory = hmem::probe_peer_direct(sysfs_root);
@@ -117,7 +137,7 @@ Result<DeviceProbe> probe_device(const IbverbsLibrary& library, ibv_context* con
     probe.offset_addressing = {true, "ibv_reg_mr_iova2 registers at any iova"};
   } else {
     const std::string missing = "libibverbs '" + library.path() +
-                                "' lacks ibv_reg_mr_iova2@IBVERBS_1.8 (rdma-core 22 or newer)";
+                                "' lacks ibv_reg_mr_iova2@IBVERBS_1.8 (rdma-core 28 or newer)";
     probe.relaxed_ordering = {false, missing + ", which optional access flags need"};
     probe.offset_addressing = {false, missing + ": registrations are VA-addressed"};
   }
@@ -146,6 +166,7 @@ Result<std::vector<DeviceProbe>> probe_all_devices(std::shared_ptr<const Ibverbs
     const std::string why = "device not probed: " + probe.status().reason();
     for (Support* support : {&unusable.dmabuf, &unusable.peer_direct, &unusable.on_demand_paging,
                              &unusable.relaxed_ordering, &unusable.offset_addressing,
+                             &unusable.rereg,
                              &unusable.window_type1, &unusable.window_type2}) {
       support->reason = why;
     }

@@ -30,12 +30,18 @@ struct DeviceProbe {
   bool extended_query = false;  // the provider answered ibv_query_device_ex
   uint64_t odp_general_caps = 0;
   uint32_t odp_rc_caps = 0;
+  // Who the provider is, as public verbs say it: ibv_device_attr.vendor_id (0x02c9 for
+  // mlx4/mlx5, the PCI vendor for EFA 0x1d0f, irdma 0x8086, bnxt_re 0x14e4) and the device's
+  // transport (iWARP devices want REMOTE_WRITE on RDMA Read sinks).
+  uint32_t vendor_id = 0;
+  bool iwarp = false;
 
   Support dmabuf;
   Support peer_direct;
   Support on_demand_paging;
   Support relaxed_ordering;  // libibverbs can pass the optional access bit
   Support offset_addressing; // registrations at iova 0 (ibv_reg_mr_iova2)
+  Support rereg;             // the provider implements ibv_rereg_mr
   Support window_type1;
   Support window_type2;
   hmem::PeerDirectReport peer_memory;

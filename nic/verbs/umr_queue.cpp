@@ -26,7 +26,7 @@ const char* UmrQueue::missing_verb(const IbverbsSymbols& verbs) {
   if (verbs.destroy_qp == nullptr) return "ibv_destroy_qp";
   if (verbs.query_port == nullptr) return "ibv_query_port";
   if (verbs.query_gid == nullptr) return "ibv_query_gid";
-  if (verbs.qp_to_qp_ex == nullptr) return "ibv_qp_to_qp_ex (IBVERBS_1.6, rdma-core 20)";
+  if (verbs.qp_to_qp_ex == nullptr) return "ibv_qp_to_qp_ex (IBVERBS_1.6, rdma-core 24)";
   return nullptr;
 }
 

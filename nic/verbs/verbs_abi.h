@@ -59,6 +59,27 @@ enum ibv_device_cap_flags {
 
 enum ibv_atomic_cap { IBV_ATOMIC_NONE, IBV_ATOMIC_HCA, IBV_ATOMIC_GLOB };
 
+// ibv_device.node_type and .transport_type: iWARP devices (irdma in iWARP mode, cxgb4, siw)
+// report IBV_TRANSPORT_IWARP; EFA reports IBV_NODE_UNSPECIFIED/IBV_TRANSPORT_UNSPECIFIED.
+enum ibv_node_type {
+  IBV_NODE_UNKNOWN = -1,
+  IBV_NODE_CA = 1,
+  IBV_NODE_SWITCH,
+  IBV_NODE_ROUTER,
+  IBV_NODE_RNIC,
+  IBV_NODE_USNIC,
+  IBV_NODE_USNIC_UDP,
+  IBV_NODE_UNSPECIFIED,
+};
+enum ibv_transport_type {
+  IBV_TRANSPORT_UNKNOWN = -1,
+  IBV_TRANSPORT_IB = 0,
+  IBV_TRANSPORT_IWARP,
+  IBV_TRANSPORT_USNIC,
+  IBV_TRANSPORT_USNIC_UDP,
+  IBV_TRANSPORT_UNSPECIFIED,
+};
+
 enum ibv_odp_general_caps {
   IBV_ODP_SUPPORT = 1 << 0,
   IBV_ODP_SUPPORT_IMPLICIT = 1 << 1,

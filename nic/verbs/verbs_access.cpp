@@ -10,6 +10,10 @@ unsigned int ibv_access_for(uint64_t hmr_access, const AccessExtras& extras) {
   unsigned int access = 0;
   if (hmr_access & (HMR_READ | HMR_RECV | HMR_REMOTE_WRITE)) access |= IBV_ACCESS_LOCAL_WRITE;
   if (hmr_access & HMR_REMOTE_WRITE) access |= IBV_ACCESS_REMOTE_WRITE;
+  // On iWARP an RDMA Read's response is a tagged write into the reader's buffer (RFC 5040),
+  // so the buffer a Read lands in must allow remote writes; libfabric's verbs provider adds
+  // the bit the same way.
+  if (extras.iwarp && (hmr_access & HMR_READ)) access |= IBV_ACCESS_REMOTE_WRITE;
   if (hmr_access & HMR_REMOTE_READ) access |= IBV_ACCESS_REMOTE_READ;
   // hmr's fetch-add needs both remote bits at the target, so both mean "atomics too".
   if (extras.atomics && (hmr_access & HMR_REMOTE_READ) && (hmr_access & HMR_REMOTE_WRITE)) {

@@ -11,6 +11,7 @@ struct AccessExtras {
   bool atomics = false;           // the device has atomics: REMOTE_READ|REMOTE_WRITE add them
   bool on_demand_paging = false;  // IBV_ACCESS_ON_DEMAND
   bool relaxed_ordering = false;  // IBV_ACCESS_RELAXED_ORDERING (optional bit)
+  bool iwarp = false;             // an iWARP device: an RDMA Read sink needs REMOTE_WRITE
 };
 
 unsigned int ibv_access_for(uint64_t hmr_access, const AccessExtras& extras);

@@ -161,7 +161,7 @@ Status VerbsNic::apply_options() {
 void VerbsNic::describe_operations() {
   nic::MemoryOperations& ops = capabilities_.operations;
   const std::string& device = probe_.name;
-  ops.rereg = {true, ""};
+  ops.rereg = {probe_.rereg.supported, probe_.rereg.supported ? "" : probe_.rereg.reason};
   if (capabilities_.memory_windows) {
     ops.memory_windows = {true, ""};
   } else {
@@ -209,6 +209,7 @@ AccessExtras VerbsNic::access_extras() const {
   extras.atomics = probe_.atomics;
   extras.on_demand_paging = options_.odp;
   extras.relaxed_ordering = relaxed_ordering_;
+  extras.iwarp = probe_.iwarp;
   return extras;
 }
 
@@ -591,7 +592,11 @@ Status VerbsNic::rereg(nic::Registration& registration, const nic::ReregRequest&
     registration.base_addr = layout.iova;
     return ok_status();
   }
-  if (result == IBV_REREG_MR_ERR_INPUT || result == IBV_REREG_MR_ERR_DONT_FORK_NEW) {
+  // EOPNOTSUPP is answered before anything changes, whatever the result code: by libibverbs'
+  // dummy op of a provider without rereg_mr (IBV_REREG_MR_ERR_INPUT), or by the kernel's flag
+  // check (ib_uverbs_rereg_mr) before it touches the MR (IBV_REREG_MR_ERR_CMD).
+  if (result == IBV_REREG_MR_ERR_INPUT || result == IBV_REREG_MR_ERR_DONT_FORK_NEW ||
+      err == EOPNOTSUPP) {
     return verbs_failure(err, "ibv_rereg_mr(flags %#x) on %s failed (result %d); the "
                          "registration is unchanged", static_cast<unsigned>(flags),
                          probe_.name.c_str(), result);

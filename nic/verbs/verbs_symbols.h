@@ -4,10 +4,10 @@
 //
 // Every symbol is looked up at the version whose ABI hmr declares (verbs_abi.h): libibverbs
 // keeps an IBVERBS_1.0 ABI of the same names with other struct layouts.  ibv_reg_mr_iova2
-// (IBVERBS_1.8, rdma-core 22) and ibv_reg_dmabuf_mr (IBVERBS_1.12, rdma-core 34) are optional:
+// (IBVERBS_1.8, rdma-core 28) and ibv_reg_dmabuf_mr (IBVERBS_1.12, rdma-core 34) are optional:
 // without them hmr registers through ibv_reg_mr and reports dma-buf import as unsupported.
 // The completion-queue and queue-pair verbs are optional too: only the UMR queue that fills
-// indirect keys needs them (ibv_qp_to_qp_ex is IBVERBS_1.6, rdma-core 20), and without them the
+// indirect keys needs them (ibv_qp_to_qp_ex is IBVERBS_1.6, rdma-core 24), and without them the
 // adapter reports indirect keys as unavailable, naming the one missing.
 #pragma once
 

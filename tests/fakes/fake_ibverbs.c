@@ -121,6 +121,10 @@ static void default_config(int index, struct fake_ibverbs_device_config *config)
     config->memory_window_ops = 1;
     config->mlx5 = 1;
     config->link_layer = IBV_LINK_LAYER_ETHERNET;
+    config->vendor_id = 0x02c9; /* Mellanox's OUI, as mlx5 reports it */
+    config->node_type = IBV_NODE_CA;
+    config->transport_type = IBV_TRANSPORT_IB;
+    config->rereg_mr = 1; /* providers/mlx5/verbs.c: mlx5_rereg_mr */
   } else {
     strcpy(config->name, "fake_efa_0");
     config->max_mr_size = 1ull << 32;
@@ -128,6 +132,12 @@ static void default_config(int index, struct fake_ibverbs_device_config *config)
     config->atomic_cap = IBV_ATOMIC_NONE;
     config->dmabuf_errno = EOPNOTSUPP;
     config->link_layer = IBV_LINK_LAYER_UNSPECIFIED;
+    /* EFA (providers/efa, drivers/infiniband/hw/efa): Amazon's PCI vendor id, an unspecified
+     * node and transport, and no rereg_mr in its verbs_context_ops. */
+    config->vendor_id = 0x1d0f;
+    config->node_type = IBV_NODE_UNSPECIFIED;
+    config->transport_type = IBV_TRANSPORT_UNSPECIFIED;
+    config->rereg_mr = 0;
   }
 }
 
@@ -332,10 +342,17 @@ static uint32_t next_window_key(uint32_t rkey) { return (rkey & ~0xffu) | ((rkey
 
 /* Checks a window binding as the HCA would; 0 or an errno. */
 static int check_binding(struct ibv_mw *mw, const struct ibv_mw_bind_info *info) {
-  if (info->mr == NULL) return info->addr == 0 && info->length == 0 ? 0 : EINVAL;
+  if (info->mr == NULL) {
+    /* irdma's bind_mw (providers/irdma/uverbs.c) reads the MR it is given even for a
+     * zero-length unbind: a NULL MR crashes there.  rdma-core's own tests unbind with the
+     * bound MR and length 0, which every provider takes.  Refused here instead of crashing. */
+    if (config_of(mw->context)->unbind_derefs_mr) return EFAULT;
+    return info->addr == 0 && info->length == 0 ? 0 : EINVAL;
+  }
   struct fake_mr *mr = (struct fake_mr *)(void *)info->mr;
   if (!has_object((void *const *)mrs, mr)) return EINVAL;
   if (mr->mr.pd != mw->pd) return EPERM;
+  if (info->length == 0) return 0; /* an unbind names the MR only */
   if (!(mr->access & IBV_ACCESS_MW_BIND)) return EACCES;
   if (info->addr < mr->iova || info->length > mr->mr.length ||
       info->addr - mr->iova > mr->mr.length - info->length) {
@@ -386,6 +403,7 @@ static void fill_attr(const struct fake_ibverbs_device_config *config,
   attr->device_cap_flags = config->device_cap_flags;
   attr->atomic_cap = (enum ibv_atomic_cap)config->atomic_cap;
   attr->phys_port_cnt = 1;
+  attr->vendor_id = config->vendor_id;
 }
 
 static int fake_query_device_ex(struct ibv_context *context,
@@ -561,6 +579,8 @@ EXPORT struct ibv_device **(ibv_get_device_list)(int *num_devices) {
       memcpy(device->name, configs[i].name, sizeof device->name);
       device->name[sizeof device->name - 1] = '\0';
       strcpy(device->dev_name, i == 0 ? "uverbs0" : "uverbs1");
+      device->node_type = (enum ibv_node_type)configs[i].node_type;
+      device->transport_type = (enum ibv_transport_type)configs[i].transport_type;
       list[i] = device;
     }
     device_lists++;
@@ -773,6 +793,12 @@ EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *a
   if (err == 0 && rereg_result != 0) {
     result = rereg_result;
     err = rereg_errno;
+  } else if (err == 0 && has_object((void *const *)mrs, fake) &&
+             !config_of(fake->mr.context)->rereg_mr) {
+    /* A provider without rereg_mr (EFA, bnxt_re; irdma before rdma-core 49) gets libibverbs'
+     * dummy op (libibverbs/dummy_ops.c): errno EOPNOTSUPP, IBV_REREG_MR_ERR_INPUT, MR untouched. */
+    result = IBV_REREG_MR_ERR_INPUT;
+    err = EOPNOTSUPP;
   } else if (err != 0) {
     result = IBV_REREG_MR_ERR_CMD;
   } else if (!has_object((void *const *)mrs, fake) || flags == 0 || (flags & ~known) ||

@@ -35,6 +35,16 @@ struct fake_ibverbs_device_config {
   int mlx5;                        /* 1: an mlx5 device (mlx5dv_is_supported, UMR, mkeys) */
   int devx_errno;                  /* what mlx5dv_open_device with DEVX fails with (0: works) */
   int link_layer;                  /* port 1: IBV_LINK_LAYER_INFINIBAND or _ETHERNET */
+  /* The provider personality (what rdma-core's provider and the kernel driver do): */
+  uint32_t vendor_id;              /* ibv_device_attr.vendor_id: 0x02c9 mlx5, 0x1d0f EFA,
+                                      0x8086 irdma */
+  int node_type;                   /* ibv_device.node_type (IBV_NODE_*) */
+  int transport_type;              /* ibv_device.transport_type (IBV_TRANSPORT_*) */
+  int rereg_mr;                    /* 1: the provider implements rereg_mr (mlx5); 0: libibverbs'
+                                      dummy op answers IBV_REREG_MR_ERR_INPUT, errno EOPNOTSUPP */
+  int unbind_derefs_mr;            /* 1: a type 1 unbind (ibv_bind_mw with a NULL MR)
+                                      dereferences the MR, as irdma's does: the fake refuses it
+                                      with EFAULT instead of crashing */
 };
 
 /* One registration the fake made (ibv_reg_mr, ibv_reg_mr_iova2 or ibv_reg_dmabuf_mr). */

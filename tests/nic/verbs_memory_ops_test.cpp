@@ -113,12 +113,23 @@ TEST_F(VerbsMemoryOpsTest, ConnectXLikeDeviceHasEveryOperation) {
   }
 }
 
+// The EFA-like device: no windows, ODP or indirect keys, and no re-registration (EFA's
+// provider has no rereg_mr; libibverbs' dummy op answers EOPNOTSUPP).  Before, hmr offered
+// re-registration on every device.
 TEST_F(VerbsMemoryOpsTest, DeviceWithoutWindowsOrOdpSaysWhy) {
   open_domain(kEfa);
-  EXPECT_EQ(query_op(domain_, HMR_MD_OP_REREG).rc, 1);
-  for (const hmr_md_op op : {HMR_MD_OP_MEMORY_WINDOWS, HMR_MD_OP_ODP, HMR_MD_OP_IMPLICIT_ODP,
-                             HMR_MD_OP_ADVISE, HMR_MD_OP_INDIRECT}) {
+  for (const hmr_md_op op : {HMR_MD_OP_REREG, HMR_MD_OP_MEMORY_WINDOWS, HMR_MD_OP_ODP,
+                             HMR_MD_OP_IMPLICIT_ODP, HMR_MD_OP_ADVISE, HMR_MD_OP_INDIRECT}) {
     expect_unavailable(domain_, op);
+  }
+  {
+    std::vector<char> buffer(kPage);
+    MrPtr mr = reg(buffer.data(), buffer.size(), kRemote);
+    ASSERT_TRUE(mr);
+    EXPECT_NE(rereg_access(mr.get(), HMR_REMOTE_READ), 0);
+    EXPECT_NE(std::string(hmr_last_error()).find("rereg"), std::string::npos) << hmr_last_error();
+    EXPECT_EQ(fake().call_count("ibv_rereg_mr"), 0);
+    EXPECT_NE(hmr_mr_key(mr.get()), HMR_KEY_NOTAVAIL) << "the MR is usable as it was";
   }
   expect_alloc_window_refused(domain_, HMR_MW_TYPE_1, HMR_ENOSYS);
   EXPECT_EQ(fake().call_count("alloc_mw"), 0);
@@ -334,6 +345,48 @@ TEST_F(VerbsMemoryOpsTest, ReregRefusedInputLeavesTheMrAsItWas) {
   EXPECT_EQ(hmr_mr_desc(mr.get()), desc);
   ASSERT_HMR_OK(rereg_access(mr.get(), HMR_REMOTE_READ));
   EXPECT_EQ(last_rereg().access, verbs::IBV_ACCESS_REMOTE_READ);
+}
+
+// A provider that implements rereg_mr while its kernel driver does not answers EOPNOTSUPP
+// with IBV_REREG_MR_ERR_CMD (ib_uverbs_rereg_mr refuses before it touches the MR): the MR is
+// as it was, not unusable.  A provider without the op at all (libibverbs' dummy) answers
+// IBV_REREG_MR_ERR_INPUT with EOPNOTSUPP; both leave the MR usable.
+TEST_F(VerbsMemoryOpsTest, ReregUnsupportedByTheKernelLeavesTheMrAsItWas) {
+  open_domain();
+  std::vector<char> buffer(kPage);
+  MrPtr mr = reg(buffer.data(), buffer.size(), kRemote);
+  ASSERT_TRUE(mr);
+  const uint64_t key = hmr_mr_key(mr.get());
+  expect_failed_access_rereg(mr.get(), verbs::IBV_REREG_MR_ERR_CMD, EOPNOTSUPP, HMR_EOPNOTSUPP);
+  EXPECT_EQ(hmr_mr_key(mr.get()), key) << "the MR was left unusable";
+  fake().configure(0, [](fake_ibverbs_device_config& config) { config.rereg_mr = 0; });
+  EXPECT_HMR_ERROR(rereg_access(mr.get(), HMR_REMOTE_READ), HMR_EOPNOTSUPP);
+  EXPECT_EQ(hmr_mr_key(mr.get()), key);
+}
+
+// On iWARP (irdma in iWARP mode, cxgb4, siw) an RDMA Read's response is a tagged write into the
+// reader's buffer, so the sink of a Read needs REMOTE_WRITE; libfabric's verbs provider adds
+// it.  Before, hmr gave HMR_READ only LOCAL_WRITE, and every Read into such a buffer failed.
+TEST_F(VerbsMemoryOpsTest, IwarpReadSinksAllowRemoteWrites) {
+  fake().configure(0, [](fake_ibverbs_device_config& config) {
+    std::strcpy(config.name, "fake_irdma_0");
+    config.vendor_id = 0x8086;
+    config.node_type = verbs::IBV_NODE_RNIC;
+    config.transport_type = verbs::IBV_TRANSPORT_IWARP;
+    config.rereg_mr = 0;
+    config.mlx5 = 0;
+    config.odp_general_caps = 0;
+  });
+  open_domain("device=fake_irdma_0;relaxed_ordering=off");
+  std::vector<char> buffer(kPage);
+  MrPtr sink = reg(buffer.data(), buffer.size(), HMR_READ);
+  ASSERT_TRUE(sink);
+  EXPECT_EQ(last_registration().access,
+            unsigned{verbs::IBV_ACCESS_LOCAL_WRITE | verbs::IBV_ACCESS_REMOTE_WRITE});
+  MrPtr source = reg(buffer.data(), buffer.size(), HMR_WRITE);
+  ASSERT_TRUE(source);
+  EXPECT_EQ(last_registration().access, 0u) << "the source of a Write needs no write access";
+  expect_unavailable(domain_, HMR_MD_OP_REREG);
 }
 
 // ============================================================== memory windows
