@@ -51,15 +51,12 @@ Status NeuronIface::init() {
   bind_nrt_symbols(*table, symbols);
   const char* path = table->path().c_str();
 
-  // No framework: hmr is not PyTorch or TensorFlow; the version strings are then unused.
-  NRT_STATUS status = symbols.nrt_init(NRT_FRAMEWORK_TYPE_NO_FW, "", "");
-  if (status != NRT_SUCCESS) {
-    return make_error(hmr_code_for(status),
-                      "neuron iface unavailable: nrt_init(NO_FW) in '%s' failed: %s", path,
-                      describe_nrt_status(symbols, status).c_str());
-  }
+  // Never nrt_init: it opens the visible NeuronCores for this process, and a NeuronCore serves
+  // one process at a time, so calling it would take the cores from the application (libfabric
+  // never calls it either).  The count is readable before nrt_init; the application
+  // initialises the runtime before it allocates memory to register.
   uint32_t count = 0;
-  status = symbols.nrt_get_visible_vnc_count(&count);
+  const NRT_STATUS status = symbols.nrt_get_visible_vnc_count(&count);
   if (status != NRT_SUCCESS) {
     return make_error(hmr_code_for(status),
                       "neuron iface unavailable: nrt_get_visible_vnc_count in '%s' failed: %s",

@@ -46,8 +46,7 @@ struct NrtVersion {
 
 // X(member, symbol to dlsym, required|optional, return type, parameter list)
 #define HMR_NRT_SYMBOLS(X)                                                                     \
-  X(nrt_init, "nrt_init", required, NRT_STATUS,                                                \
-    (int framework, const char* fw_version, const char* fal_version))                          \
+  /* No nrt_init: hmr never claims NeuronCores (docs/vendors.md). */                           \
   X(nrt_get_visible_vnc_count, "nrt_get_visible_vnc_count", required, NRT_STATUS,              \
     (uint32_t* vnc_count))                                                                    \
   X(nrt_tensor_allocate, "nrt_tensor_allocate", required, NRT_STATUS,                          \

@@ -25,6 +25,12 @@ using hmem::PointerInfo;
 
 namespace {
 
+// Whether ROCr runs deallocation callbacks for memory of this pointer type: memory-pool
+// allocations only (HSA, and HSA_VMEM whose handle was made from a pool).
+bool has_free_callbacks(int type) {
+  return type == HSA_EXT_POINTER_TYPE_HSA || type == HSA_EXT_POINTER_TYPE_HSA_VMEM;
+}
+
 // Iteration callbacks run inside the runtime: no exception may cross it.
 template <typename Handle>
 hsa_status_t collect(Handle handle, void* data) {
@@ -284,10 +290,10 @@ Result<PointerInfo> RocrIface::query(const void* ptr, size_t len) {
     return make_error(HMR_EIO, "the ROCr runtime answers hsa_amd_pointer_info(%p) with a %u-byte "
                       "structure, too old to name the owning agent", ptr, info.size);
   }
-  if (info.type == HSA_EXT_POINTER_TYPE_RESERVED_ADDR) {
-    return make_error(HMR_EOPNOTSUPP, "%p lies in a ROCr address reservation with no memory "
-                      "mapped", ptr);
-  }
+  // An address reservation: what ROCm 7 reports for hipMallocManaged memory, and nothing the
+  // GPU owns (no agent, no region).  UCX calls it host memory; so does hmr, so the system iface
+  // and the host monitors take it.
+  if (info.type == HSA_EXT_POINTER_TYPE_RESERVED_ADDR) return not_its_memory("ROCr reserved");
   if (info.type != HSA_EXT_POINTER_TYPE_HSA && info.type != HSA_EXT_POINTER_TYPE_LOCKED &&
       info.type != HSA_EXT_POINTER_TYPE_GRAPHICS && info.type != HSA_EXT_POINTER_TYPE_IPC &&
       info.type != HSA_EXT_POINTER_TYPE_HSA_VMEM) {
@@ -333,7 +339,12 @@ Result<PointerInfo> RocrIface::query(const void* ptr, size_t len) {
   result.base = *base;
   result.alloc_len = info.sizeInBytes;
   result.kind = kind;
-  result.alloc_id = 0;  // ROCr has no allocation ids: frees are watched (free_tracking)
+  // ROCr has no allocation ids.  Memory-pool allocations report their frees (a deallocation
+  // callback: watch_free).  Pinned, IPC-imported and graphics-interop memory report nothing
+  // (Runtime::RegisterReleaseNotifier knows only allocation_map_ entries with a region), so
+  // unlock + free + re-lock at one address would look unchanged: each query gets a new id,
+  // and such memory never hits an earlier cached registration (libfabric does not cache it).
+  result.alloc_id = has_free_callbacks(info.type) ? 0 : ++unwatchable_ids_;
   if (gpu >= 0) result.sys_dev = gpus_[static_cast<size_t>(gpu)].pci_bus_id;
   return result;
 }
@@ -342,6 +353,15 @@ Result<DmabufExport> RocrIface::export_dmabuf(MemoryRange range) {
   HMR_RETURN_IF_ERROR(check_initialized());
   Result<PointerInfo> info = query(range.address, range.length);
   if (!info.ok()) return info.status();
+  // IPC-imported and graphics-interop memory is GPU memory ROCr keeps without a region, and its
+  // dma-buf export reads that region unchecked: a crash, not an error.  UCX exports only
+  // memory-pool (HSA) allocations; so does hmr.  Only those have no id of hmr's (query()).
+  if (info->kind == MemoryKind::device_only && info->alloc_id != 0) {
+    return make_error(HMR_EOPNOTSUPP, "%p is ROCr memory imported from another process or from "
+                      "a graphics API: ROCr exports only memory it allocated from a pool as "
+                      "dma-buf; register the exporting process's allocation instead",
+                      range.address);
+  }
   if (info->kind != MemoryKind::device_only) {
     return make_error(HMR_EOPNOTSUPP, "%p is ROCr %s memory: only device memory is exported as "
                       "dma-buf (managed pages migrate; host memory is registered by address)",
@@ -563,6 +583,8 @@ Status RocrIface::watch_free(const PointerInfo& info, FreeCallback on_free, void
     return make_error(HMR_EINVAL, "rocr free watch of base 0x%" PRIx64 " (iface %d): needs a "
                       "callback and a ROCr allocation from query()", info.base, info.iface);
   }
+  // Memory ROCr reports no free of has a new identity on every query instead: nothing to watch.
+  if (info.alloc_id != 0) return ok_status();
   if (watches_->add_if_registered(info.base, info.alloc_len, on_free, context)) return ok_status();
   const hsa_status_t status = symbols_.hsa_amd_register_deallocation_callback(
       reinterpret_cast<void*>(static_cast<uintptr_t>(info.base)), &FreeWatchTable::trampoline,

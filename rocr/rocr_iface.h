@@ -7,6 +7,7 @@
 // runtime's GPU agents, in the order hsa_iterate_agents gives them (HIP's ordinal order).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -110,6 +111,9 @@ class RocrIface final : public hmem::Iface {
 
   // Heap-allocated: the runtime holds its address as callback user_data.
   std::unique_ptr<FreeWatchTable> watches_ = std::make_unique<FreeWatchTable>();
+  // Identities for memory ROCr reports no free of (pinned, IPC-imported, graphics-interop): a
+  // new one on every query, so such memory is never matched to an earlier registration.
+  std::atomic<uint64_t> unwatchable_ids_{0};
   std::mutex pinned_mutex_;
   std::unordered_map<uintptr_t, size_t> pinned_allocations_;  // mem_alloc(host_alloc): address, mapped length
 };

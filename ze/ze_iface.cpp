@@ -1,15 +1,19 @@
 #include "ze/ze_iface.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cinttypes>
 #include <cstdio>
+#include <cstring>
 #include <utility>
 
 #include "hmem/page_range.h"
 #include "hmem/ze_device.h"
 #include "util/log.h"
 #include "ze/ze_error.h"
+#include "ze/ze_export_base.h"
 
 namespace hmr::ze {
 
@@ -210,7 +214,49 @@ Result<ZeIface::Device> ZeIface::describe_device(const ZeSymbols& symbols,
   } else {
     device.dmabuf = Capability::yes();
   }
+
+  // Tiles, so that memory placed on one is known as this device's (COMPOSITE hierarchy).
+  uint32_t tiles = 0;
+  if (symbols.zeDeviceGetSubDevices != nullptr &&
+      symbols.zeDeviceGetSubDevices(handle, &tiles, nullptr) == ZE_RESULT_SUCCESS && tiles > 0) {
+    device.sub_devices.resize(tiles);
+    if (symbols.zeDeviceGetSubDevices(handle, &tiles, device.sub_devices.data()) !=
+        ZE_RESULT_SUCCESS) {
+      tiles = 0;
+    }
+    device.sub_devices.resize(tiles);
+    for (ze_device_handle_t tile : device.sub_devices) {
+      ze_device_properties_t tile_properties{};
+      tile_properties.stype = ZE_STRUCTURE_TYPE_DEVICE_PROPERTIES;
+      device.sub_device_uuids.push_back(
+          symbols.zeDeviceGetProperties(tile, &tile_properties) == ZE_RESULT_SUCCESS
+              ? format_uuid(tile_properties.uuid)
+              : std::string());
+    }
+  }
   return device;
+}
+
+std::optional<size_t> ZeIface::device_of_handle(size_t driver, ze_device_handle_t handle) const {
+  for (size_t index : drivers_[driver].devices) {
+    const Device& device = devices_[index];
+    if (device.handle == handle) return index;
+    for (ze_device_handle_t tile : device.sub_devices) {
+      if (tile == handle) return index;
+    }
+  }
+  ze_device_properties_t properties{};
+  properties.stype = ZE_STRUCTURE_TYPE_DEVICE_PROPERTIES;
+  if (symbols_.zeDeviceGetProperties(handle, &properties) != ZE_RESULT_SUCCESS) return {};
+  const std::string uuid = format_uuid(properties.uuid);
+  for (size_t index : drivers_[driver].devices) {
+    const Device& device = devices_[index];
+    if (device.info.uuid == uuid) return index;
+    for (const std::string& tile : device.sub_device_uuids) {
+      if (tile == uuid) return index;
+    }
+  }
+  return {};
 }
 
 std::string ZeIface::library_path() const {
@@ -278,9 +324,7 @@ Result<ZeIface::Owner> ZeIface::owner_of(const void* ptr) const {
     owner.type = properties.type;
     owner.id = properties.id;
     if (device != nullptr) {
-      for (size_t index : drivers_[d].devices) {
-        if (devices_[index].handle == device) owner.device = index;
-      }
+      owner.device = device_of_handle(d, device);
       if (!owner.device.has_value()) {
         return make_error(HMR_EIO, "%p is Level Zero memory of a device ze driver %zu did not "
                           "list at init", ptr, d);
@@ -369,8 +413,13 @@ Result<DmabufExport> ZeIface::export_dmabuf(MemoryRange range) {
   properties.stype = ZE_STRUCTURE_TYPE_MEMORY_ALLOCATION_PROPERTIES;
   properties.pNext = &export_fd;
   const void* base = reinterpret_cast<const void*>(static_cast<uintptr_t>(info->base));
-  const ze_result_t result = symbols_.zeMemGetAllocProperties(
-      drivers_[static_cast<size_t>(owner.info.driver_index)].context, base, &properties, nullptr);
+  ze_context_handle_t context = drivers_[static_cast<size_t>(owner.info.driver_index)].context;
+  // A pooled allocation exports the pool: the offset counts from the pool's start.
+  Result<uintptr_t> buffer_start = exported_buffer_start(
+      symbols_, context, static_cast<uintptr_t>(info->base), info->alloc_id,
+      hmem::host_page_size());
+  if (!buffer_start.ok()) return buffer_start.status();
+  const ze_result_t result = symbols_.zeMemGetAllocProperties(context, base, &properties, nullptr);
   if (result != ZE_RESULT_SUCCESS) {
     return make_error(hmr_code_for(result), "zeMemGetAllocProperties(%p) with a dma-buf export "
                       "request on ze device 0x%" PRIx64 " failed: %s", base, info->device.value,
@@ -380,16 +429,28 @@ Result<DmabufExport> ZeIface::export_dmabuf(MemoryRange range) {
     return make_error(HMR_EIO, "zeMemGetAllocProperties(%p) succeeded but exported fd %d", base,
                       export_fd.fd);
   }
+  // The fd is the driver's: it caches one per buffer, hands the same number to every export and
+  // closes it when the memory is freed (compute-runtime: peekInternalHandle, the IPC handle
+  // map).  hmr holds a descriptor of its own, so closing it (or a caller closing it) leaves the
+  // driver's open; the driver's is never closed nor handed out.
   DmabufExport exported;
-  exported.fd = DmabufFd(export_fd.fd);
-  // The dma-buf is the whole allocation; a dma-buf reports its size to lseek(SEEK_END).
+  exported.fd = DmabufFd(fcntl(export_fd.fd, F_DUPFD_CLOEXEC, 0));
+  if (!exported.fd.valid()) {
+    const int error = errno;
+    return make_error(error == EMFILE || error == ENFILE ? HMR_ENOMEM : HMR_EIO,
+                      "duplicating the Level Zero driver's dma-buf fd %d of %p failed: %s",
+                      export_fd.fd, base, std::strerror(error));
+  }
+  // The dma-buf is the whole buffer; a dma-buf reports its size to lseek(SEEK_END).  lseek moves
+  // the file position the driver's fd shares with this one; 0 is where the driver left it.
   const off_t size = lseek(exported.fd.get(), 0, SEEK_END);
   (void)lseek(exported.fd.get(), 0, SEEK_SET);
-  exported.offset = reinterpret_cast<uintptr_t>(range.address) - info->base;
+  exported.offset = reinterpret_cast<uintptr_t>(range.address) - *buffer_start;
   exported.len = range.length;
   exported.exported_len =
       size > 0 ? static_cast<size_t>(size)
-               : hmem::page_round(0, info->alloc_len, hmem::host_page_size()).length;
+               : hmem::page_round(0, info->alloc_len + (info->base - *buffer_start),
+                                  hmem::host_page_size()).length;
   if (exported.offset + exported.len > exported.exported_len) {
     return make_error(HMR_EIO, "ze dma-buf of %p covers %zu bytes, fewer than the allocation "
                       "needs", base, exported.exported_len);

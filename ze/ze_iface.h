@@ -76,6 +76,10 @@ class ZeIface final : public hmem::Iface {
     ZeDeviceInfo info;
     ze_device_handle_t handle = nullptr;
     hmem::Capability dmabuf;
+    // Its tiles (COMPOSITE hierarchy): memory placed on one reports the tile's handle, which
+    // zeDeviceGet does not list.  Handles, and UUIDs for handles hmr never saw.
+    std::vector<ze_device_handle_t> sub_devices;
+    std::vector<std::string> sub_device_uuids;
   };
   struct Driver {
     ze_driver_handle_t handle = nullptr;
@@ -97,6 +101,9 @@ class ZeIface final : public hmem::Iface {
                                  int driver_index, int device_index) const;
   static void destroy_contexts(const ZeSymbols& symbols, std::vector<Driver>& drivers);
   Result<size_t> find_device(hmem::DeviceId device, const char* what) const;
+  // Which listed device of driver `driver` a handle zeMemGetAllocProperties reported is, or
+  // holds as a tile: by handle, then by UUID (libfabric matches by UUID too).
+  std::optional<size_t> device_of_handle(size_t driver, ze_device_handle_t handle) const;
   // Which driver owns ptr, or HMR_ENOENT; other failures are final.
   Result<Owner> owner_of(const void* ptr) const;
   // `device_side` is whichever of dst and src is this iface's memory.

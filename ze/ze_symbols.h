@@ -225,6 +225,10 @@ static_assert(sizeof(ze_external_memory_export_fd_t) == 24, "must match ze_api.h
     (ze_command_list_handle_t list, void* dst, const void* src, size_t size,                     \
      ze_event_handle_t signal_event, uint32_t wait_count, ze_event_handle_t* wait_events))       \
   X(zeCommandListDestroy, "zeCommandListDestroy", required, (ze_command_list_handle_t list))     \
+  /* Tiles of a device: in COMPOSITE hierarchy memory placed on one names the tile's handle,  \
+     which zeDeviceGet does not list.  Core API; optional so a loader without it still works. */ \
+  X(zeDeviceGetSubDevices, "zeDeviceGetSubDevices", optional,                                    \
+    (ze_device_handle_t device, uint32_t * count, ze_device_handle_t * sub_devices))             \
   /* A device's PCI address (an extension every current driver has); without it, no sys_dev. */ \
   X(zeDevicePciGetPropertiesExt, "zeDevicePciGetPropertiesExt", optional,                        \
     (ze_device_handle_t device, ze_pci_ext_properties_t * properties))                           \

@@ -87,6 +87,10 @@ static uint64_t round_up(uint64_t value, uint64_t granule) {
     return (result);             \
   } while (0)
 
+/* The real nrt_init opens the visible NeuronCores for this process, and a NeuronCore serves one
+ * process at a time (aws-neuron-sdk: nrt.h, NEURON_RT_VISIBLE_CORES), so a library that called
+ * it would take cores from the application.  Tests read call_count("nrt_init") to prove hmr
+ * never does; allocations still need it, made by the test as the application. */
 EXPORT NRT_STATUS nrt_init(int framework, const char *fw_version, const char *fal_version) {
   ENTER("nrt_init");
   if (framework != 1 /* NO_FW */ || fw_version == NULL || fal_version == NULL) LEAVE(INVALID);

@@ -20,6 +20,7 @@ FakeNrt load(const char* path) {
   fake.last_export = library.function<fake_nrt_last_export_fn>("fake_nrt_last_export");
   fake.set_export_gives_no_fd =
       library.function<fake_nrt_set_export_gives_no_fd_fn>("fake_nrt_set_export_gives_no_fd");
+  fake.application_init = library.function<FakeNrt::InitFn>("nrt_init");
   fake.tensor_allocate = library.function<FakeNrt::TensorAllocateFn>("nrt_tensor_allocate");
   fake.tensor_get_va = library.function<FakeNrt::TensorGetVaFn>("nrt_tensor_get_va");
   fake.tensor_free = library.function<FakeNrt::TensorFreeFn>("nrt_tensor_free");

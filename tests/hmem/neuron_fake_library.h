@@ -12,6 +12,9 @@
 namespace hmr::testing {
 
 struct FakeNrt {
+  // The runtime's own nrt_init, called by tests as the application (hmr never calls it).
+  using InitFn = int (*)(int framework, const char* fw_version, const char* fal_version);
+  InitFn application_init = nullptr;
   fake_nrt_reset_fn reset = nullptr;
   fake_nrt_set_failure_fn set_failure = nullptr;
   fake_nrt_call_count_fn call_count = nullptr;

@@ -54,6 +54,11 @@ class NeuronIfaceTest : public ::testing::Test {
     use(fake_nrt_path());
     fake_nrt(fake_nrt_path()).reset();
     fake_nrt(fake_nrt_v1_path()).reset();
+    // The application owns the runtime: it calls nrt_init (claiming its NeuronCores) before it
+    // allocates the memory it registers; hmr never does (see InitNeverClaimsNeuronCores).
+    for (const char* path : {fake_nrt_path(), fake_nrt_v1_path()}) {
+      ASSERT_EQ(fake_nrt(path).application_init(1 /* NO_FW */, "", ""), 0);
+    }
   }
   void TearDown() override { unsetenv("HMR_NEURON_LIBRARY"); }
 
@@ -86,7 +91,19 @@ TEST_F(NeuronIfaceTest, InitLoadsTheOverrideAndCountsVisibleCores) {
   EXPECT_EQ(*count, FAKE_NRT_VNC_COUNT);
   EXPECT_EQ(iface_.free_tracking(), hmem::Iface::FreeTracking::explicit_only);
   EXPECT_TRUE(iface_.init().ok());  // a second init is a no-op
-  EXPECT_EQ(fake().call_count("nrt_init"), 1);
+}
+
+// nrt_init claims the visible NeuronCores for the calling process, exclusively: an iface that
+// called it in every process where libnrt is installed would take the cores from the
+// application's workers.  libfabric never calls it; nrt_get_visible_vnc_count works before it.
+TEST_F(NeuronIfaceTest, InitNeverClaimsNeuronCores) {
+  fake().reset();  // a process whose application has not initialised the runtime (yet)
+  const int before = fake().call_count("nrt_init");
+  init();
+  EXPECT_EQ(fake().call_count("nrt_init"), before) << "hmr claimed the NeuronCores";
+  Result<int> count = iface_.device_count();
+  ASSERT_TRUE(count.ok());
+  EXPECT_EQ(*count, FAKE_NRT_VNC_COUNT);
 }
 
 TEST_F(NeuronIfaceTest, MissingLibraryMeansIfaceUnavailable) {
@@ -110,17 +127,16 @@ TEST_F(NeuronIfaceTest, MissingLibraryMeansIfaceUnavailable) {
 }
 
 TEST_F(NeuronIfaceTest, InitErrorsFailClosedWithTheRuntimeText) {
-  fake().set_failure("nrt_init", NRT_RESOURCE);
+  fake().set_failure("nrt_get_visible_vnc_count", NRT_RESOURCE);
   Status status = iface_.init();
   ASSERT_FALSE(status.ok());
   EXPECT_EQ(status.code(), HMR_ENOMEM);
-  EXPECT_TRUE(has(status.reason(), "nrt_init")) << status.reason();
+  EXPECT_TRUE(has(status.reason(), "nrt_get_visible_vnc_count")) << status.reason();
   EXPECT_TRUE(has(status.reason(), "NRT_RESOURCE"));
   EXPECT_TRUE(has(status.reason(), "fake: out of resources"));  // the runtime's own words
   EXPECT_TRUE(has(status.reason(), fake_nrt_path()));
   EXPECT_TRUE(iface_.library_path().empty());
 
-  fake().set_failure("nrt_init", 0);
   fake().set_failure("nrt_get_visible_vnc_count", NRT_FAILURE);
   status = iface_.init();
   ASSERT_FALSE(status.ok());

@@ -22,6 +22,9 @@ FakeHsa load(const char* path) {
       library.function<fake_hsa_set_dmabuf_supported_fn>("fake_hsa_set_dmabuf_supported");
   fake.last_export = library.function<fake_hsa_last_export_fn>("fake_hsa_last_export");
   fake.allowed_agents = library.function<fake_hsa_allowed_agents_fn>("fake_hsa_allowed_agents");
+  fake.import = library.function<fake_hsa_import_fn>("fake_hsa_import");
+  fake.reserve = library.function<fake_hsa_reserve_fn>("fake_hsa_reserve");
+  fake.runtime_crashes = library.function<fake_hsa_runtime_crashes_fn>("fake_hsa_runtime_crashes");
   return fake;
 }
 

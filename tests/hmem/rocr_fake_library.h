@@ -22,6 +22,9 @@ struct FakeHsa {
   fake_hsa_set_dmabuf_supported_fn set_dmabuf_supported = nullptr;
   fake_hsa_last_export_fn last_export = nullptr;
   fake_hsa_allowed_agents_fn allowed_agents = nullptr;
+  fake_hsa_import_fn import = nullptr;
+  fake_hsa_reserve_fn reserve = nullptr;
+  fake_hsa_runtime_crashes_fn runtime_crashes = nullptr;
 };
 
 // Abort the test binary if the fake cannot be loaded: every ROCr test depends on it.

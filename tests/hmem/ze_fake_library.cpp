@@ -21,6 +21,8 @@ FakeZe load(const char* path) {
       library.function<fake_ze_live_command_lists_fn>("fake_ze_live_command_lists");
   fake.export_flags = library.function<fake_ze_export_flags_fn>("fake_ze_export_flags");
   fake.last_init_flags = library.function<fake_ze_last_init_flags_fn>("fake_ze_last_init_flags");
+  fake.alloc_on_tile = library.function<fake_ze_alloc_on_tile_fn>("fake_ze_alloc_on_tile");
+  fake.driver_export_fd = library.function<fake_ze_driver_export_fd_fn>("fake_ze_driver_export_fd");
   return fake;
 }
 

@@ -21,6 +21,8 @@ struct FakeZe {
   fake_ze_live_command_lists_fn live_command_lists = nullptr;
   fake_ze_export_flags_fn export_flags = nullptr;
   fake_ze_last_init_flags_fn last_init_flags = nullptr;
+  fake_ze_alloc_on_tile_fn alloc_on_tile = nullptr;
+  fake_ze_driver_export_fd_fn driver_export_fd = nullptr;
 };
 
 // Abort the test binary if the fake cannot be loaded: every ZE test depends on it.

@@ -215,15 +215,16 @@ expect(not efa["dmabuf"]["supported"] and efa["dmabuf"]["reason"], efa)
 expect(d["nics"]["dmabuf_import"]["supported"], "dma-buf import not seen through fake_mlx5_0")
 expect("\n  RDMA: 2 device(s) through " in text, "no RDMA summary line")
 # Through the verbs NIC of hmr: the fake mlx5 device has everything but indirect keys, which need
-# libmlx5 (that of the machine, if any, cannot work with a fake libibverbs); the fake EFA device (no
-# windows, no ODP) only re-registration.
+# libmlx5 (that of the machine, if any, cannot work with a fake libibverbs); the fake EFA device
+# none (no windows, no ODP, and the EFA provider has no rereg_mr).
 mlx_ops, efa_ops = operations(mlx, "fake_mlx5_0"), operations(efa, "fake_efa_0")
 expect(all(mlx_ops[op] for op in OPS if op != "indirect"), mlx["operations"])
 expect(not mlx_ops["indirect"], mlx["operations"]["indirect"])
 expect("UMR" in mlx["operations"]["indirect"]["reason"] or "mlx5dv" in mlx["operations"]["indirect"]["reason"],
        mlx["operations"]["indirect"]["reason"])
-expect(efa_ops["rereg"] and not any(efa_ops[op] for op in OPS if op != "rereg"), efa["operations"])
-expect("; verbs fake_mlx5_0: all but indirect keys; verbs fake_efa_0: rereg" in text,
+expect(not any(efa_ops[op] for op in OPS), efa["operations"])
+expect("rereg_mr" in efa["operations"]["rereg"]["reason"], efa["operations"]["rereg"])
+expect("; verbs fake_mlx5_0: all but indirect keys; verbs fake_efa_0: none" in text,
        "the summary misreports the memory operations of the verbs devices")
 ' "$no_ofi" HMR_IBVERBS_LIBRARY="$fake_ibverbs" HMR_MLX5_LIBRARY=/nonexistent/libmlx5.so.1
 
@@ -233,7 +234,7 @@ mlx, efa = d["nics"]["verbs"]["devices"]
 mlx_ops, efa_ops = operations(mlx, "fake_mlx5_0"), operations(efa, "fake_efa_0")
 expect(all(mlx_ops[op] for op in OPS), mlx["operations"])
 expect("not an mlx5 device" in efa["operations"]["indirect"]["reason"], efa["operations"])
-expect("; verbs fake_mlx5_0: all; verbs fake_efa_0: rereg" in text,
+expect("; verbs fake_mlx5_0: all; verbs fake_efa_0: none" in text,
        "the summary misreports the memory operations of the verbs devices")
 ' "$no_ofi" HMR_IBVERBS_LIBRARY="$fake_ibverbs" HMR_MLX5_LIBRARY="$fake_mlx5"
 
