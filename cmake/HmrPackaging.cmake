@@ -4,6 +4,8 @@
 #   libhmr-dev       dev:     headers, libhmr.so, libhmr.a, the CMake package, hmr.pc
 #   hmr-tools        tools:   hmr-info, hmr-perftest
 #   libnccl-net-hmr  nccl:    libnccl-net-hmr.so, where NCCL's dlopen finds it by name
+#   python3-hmr      python:  the Python package hmr in /usr/lib/python3/dist-packages (when
+#                             python/ is built: Python 3.11+ development files found)
 set(CPACK_GENERATOR DEB)
 set(CPACK_PACKAGE_NAME hmr)
 set(CPACK_PACKAGE_VENDOR "the hmr developers")
@@ -12,6 +14,9 @@ set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
 set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
 set(CPACK_DEB_COMPONENT_INSTALL ON)
 set(CPACK_COMPONENTS_ALL runtime dev tools nccl)
+if(TARGET hmr_python)
+  list(APPEND CPACK_COMPONENTS_ALL python)
+endif()
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_STRIP_FILES ON)  # (debug information stays in the build tree)
 set(CPACK_DEBIAN_PACKAGE_SECTION libs)
@@ -53,6 +58,14 @@ set(CPACK_COMPONENT_NCCL_DESCRIPTION "NCCL net plugin over hmr and libfabric
 An NCCL net plugin (ncclNetPlugin v8-v11) that moves data over libfabric
 providers and registers memory through hmr. NCCL loads it with
 NCCL_NET_PLUGIN=hmr.")
+set(CPACK_DEBIAN_PYTHON_PACKAGE_NAME python3-hmr)
+set(CPACK_DEBIAN_PYTHON_PACKAGE_SECTION python)
+# One stable-ABI module serves every Python 3 from 3.11 on (docs/python.md).
+set(CPACK_DEBIAN_PYTHON_PACKAGE_DEPENDS "libhmr0 (= ${hmr_deb_version}), python3 (>= 3.11)")
+set(CPACK_COMPONENT_PYTHON_DESCRIPTION "heterogeneous memory registration for RDMA NICs (Python)
+The Python package hmr: registers NumPy arrays, PyTorch tensors and any
+buffer-protocol, DLPack or CUDA-array-interface object with RDMA NICs
+through hmr, with its registration cache.")
 # libhmr0 runs ldconfig after install and removal (a shared library in a system directory).
 set(CPACK_DEBIAN_RUNTIME_PACKAGE_CONTROL_EXTRA
     "${PROJECT_SOURCE_DIR}/packaging/libhmr0/shlibs;${PROJECT_SOURCE_DIR}/packaging/libhmr0/triggers")
@@ -61,7 +74,7 @@ set(CPACK_DEBIAN_NCCL_PACKAGE_CONTROL_EXTRA "${PROJECT_SOURCE_DIR}/packaging/lib
 set(CPACK_DEBIAN_NCCL_PACKAGE_CONTROL_STRICT_PERMISSION ON)
 
 # Every package carries the Debian copyright file and changelog.
-foreach(component runtime dev tools nccl)
+foreach(component ${CPACK_COMPONENTS_ALL})
   string(TOUPPER ${component} upper)
   set(package ${CPACK_DEBIAN_${upper}_PACKAGE_NAME})
   install(FILES ${PROJECT_SOURCE_DIR}/packaging/copyright

@@ -8,10 +8,15 @@ set -euo pipefail
 # adapter (libibverbs itself is dlopen'ed); libhsa-runtime64-1 and libze1: the real ROCr and
 # Level Zero runtimes, which the tests check fail closed on a machine without those GPUs;
 # iproute2: hmr-perftest's two-namespace test; python3: the GPU lane's ctypes bindings, whose
-# struct layouts a test compares with the C ones.
+# struct layouts a test compares with the C ones; python3-dev: the Python package (python/,
+# built against 3.11's limited API); python3-pytest, python3-numpy, python3-torch: its tests
+# and benchmark (run with /usr/bin/python3); python3-setuptools, python3-wheel, python3-pip:
+# "pip install --no-build-isolation ./python", offline.
 packages=(cmake ninja-build g++ gcc clang libclang-rt-14-dev libc6-dev libgtest-dev pkg-config
           libbenchmark-dev libucx-dev libfabric-dev libibverbs-dev libhsa-runtime64-1 libze1
-          iproute2 python3 abigail-tools xz-utils binutils lintian dpkg-dev)
+          iproute2 python3 abigail-tools xz-utils binutils lintian dpkg-dev
+          python3-dev python3-pytest python3-numpy python3-torch python3-setuptools python3-wheel
+          python3-pip)
 
 if [[ $(id -u) -eq 0 ]]; then
   echo "== installing build dependencies with apt-get: ${packages[*]}"

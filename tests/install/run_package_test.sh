@@ -27,6 +27,13 @@ for package in libhmr0 libhmr-dev hmr-tools libnccl-net-hmr; do
 done
 grep -q "Depends:.*libhmr0 (= " "$tmp/hmr-tools.info" || die "hmr-tools does not depend on libhmr0"
 grep -q "Depends:.*libc6" "$tmp/libhmr0.info" || die "libhmr0 has no shlibs dependencies"
+# python3-hmr: built when the build found Python 3.11+ development files (docs/python.md).
+python_deb=$(ls "$tmp/debs/python3-hmr_"*.deb 2>/dev/null | head -n 1 || true)
+if [[ -n "$python_deb" ]]; then
+  dpkg-deb --info "$python_deb" >"$tmp/python3-hmr.info"
+  grep -q "Depends:.*libhmr0 (= " "$tmp/python3-hmr.info" || die "python3-hmr does not depend on libhmr0"
+  dpkg -x "$python_deb" "$tmp/root" || die "dpkg -x $python_deb"
+fi
 
 root="$tmp/root"
 libdir=$(dirname "$(find "$root" -name 'libhmr.so.0' | head -n 1)")
@@ -65,4 +72,14 @@ int main(void) {
 C
 cc "$tmp/load_by_name.c" -o "$tmp/load_by_name" -ldl
 "$tmp/load_by_name" || die "the NCCL plugin does not load by name"
+if [[ -n "$python_deb" ]]; then
+  step "python3-hmr: the package imports and registers (Debian's /usr/bin/python3)"
+  PYTHONPATH="$root/usr/lib/python3/dist-packages" PYTHONDONTWRITEBYTECODE=1 /usr/bin/python3 -c '
+import hmr
+with hmr.Domain("sim") as domain, domain.register(bytearray(4096)) as region:
+    assert region.iface == "system" and len(region.pack_rkey()) > 0
+print("hmr", hmr.__version__, "from", hmr.__file__)' || die "the Python package from python3-hmr failed"
+else
+  step "python3-hmr: not built here (no Python 3.11+ development files): not checked"
+fi
 step "the packages install, build consumers, run and load"

@@ -1,0 +1,235 @@
+/* hmr.Endpoint: the software NIC's RMA (hmr_ep_*), for examples and tests: a peer's region is
+ * written and read through its unpacked key, as a transport would over a real NIC. */
+#include <string.h>
+
+#include "hmr_py.h"
+
+typedef struct {
+	HMR_PY_CHILD_HEAD
+	hmr_ep *ep;     /* NULL once closed */
+} HmrPyEndpoint;
+
+PyObject *hmr_py_endpoint_new(HmrPyDomain *domain)
+{
+	hmr_domain *handle = hmr_py_domain_handle(domain, "Domain.endpoint");
+	if (!handle)
+		return NULL;
+	hmr_ep *ep = NULL;
+	int rc = hmr_ep_open(handle, NULL, &ep);
+	if (rc != 0)
+		return hmr_py_raise(rc, "hmr_ep_open");
+	HmrPyEndpoint *self = (HmrPyEndpoint *)PyType_GenericAlloc(hmr_py.endpoint_type, 0);
+	if (!self) {
+		hmr_ep_close(ep);
+		return NULL;
+	}
+	self->kind = HMR_PY_ENDPOINT;
+	Py_INCREF((PyObject *)domain);
+	self->domain = domain;
+	self->ep = ep;
+	hmr_py_link_child(domain, (HmrPyChild *)self);
+	return (PyObject *)self;
+}
+
+int hmr_py_endpoint_close(PyObject *obj)
+{
+	HmrPyEndpoint *self = (HmrPyEndpoint *)obj;
+	if (!self->ep)
+		return 0;
+	int rc = hmr_ep_close(self->ep);
+	if (rc != 0) {
+		hmr_py_raise(rc, "hmr_ep_close");
+		return -1;
+	}
+	self->ep = NULL;
+	hmr_py_unlink_child((HmrPyChild *)self);
+	return 0;
+}
+
+static hmr_ep *open_ep(HmrPyEndpoint *self, const char *what)
+{
+	if (!self->ep)
+		hmr_py_raise_closed(what);
+	return self->ep;
+}
+
+static PyObject *ep_close(PyObject *self, PyObject *unused)
+{
+	(void)unused;
+	if (hmr_py_endpoint_close(self) != 0)
+		return NULL;
+	Py_RETURN_NONE;
+}
+
+static void ep_dealloc(HmrPyEndpoint *self)
+{
+	PyTypeObject *type = Py_TYPE((PyObject *)self);
+	if (self->ep && hmr_py_endpoint_close((PyObject *)self) != 0)
+		PyErr_WriteUnraisable((PyObject *)self);
+	hmr_py_unlink_child((HmrPyChild *)self);
+	Py_XDECREF((PyObject *)self->domain);
+	freefunc tp_free = (freefunc)PyType_GetSlot(type, Py_tp_free);
+	tp_free(self);
+	Py_DECREF((PyObject *)type);
+}
+
+static PyObject *ep_connect(HmrPyEndpoint *self, PyObject *other)
+{
+	hmr_ep *ep = open_ep(self, "Endpoint.connect");
+	if (!ep)
+		return NULL;
+	if (!PyObject_TypeCheck(other, hmr_py.endpoint_type)) {
+		PyErr_SetString(PyExc_TypeError, "connect() takes another hmr.Endpoint");
+		return NULL;
+	}
+	hmr_ep *peer = open_ep((HmrPyEndpoint *)other, "Endpoint.connect (peer)");
+	if (!peer)
+		return NULL;
+	int rc = hmr_ep_connect(ep, peer);
+	if (rc != 0)
+		return hmr_py_raise(rc, "hmr_ep_connect");
+	Py_RETURN_NONE;
+}
+
+/* write(data, address, key) and read(out, address, key): the local side is any object
+ * Domain.register takes, or a MemoryRegion (whose descriptor then goes with it). */
+static PyObject *transfer(HmrPyEndpoint *self, PyObject *args, int is_read)
+{
+	const char *what = is_read ? "Endpoint.read" : "Endpoint.write";
+	PyObject *local;
+	unsigned long long address, key;
+	if (!PyArg_ParseTuple(args, is_read ? "OKK:read" : "OKK:write", &local, &address, &key))
+		return NULL;
+	hmr_ep *ep = open_ep(self, what);
+	if (!ep)
+		return NULL;
+	HmrPySource source;
+	void *desc = NULL;
+	hmr_mr *mr = hmr_py_region_mr(local);
+	PyObject *target = local;
+	if (mr) {
+		desc = hmr_mr_desc(mr);
+		PyObject *obj = PyObject_GetAttrString(local, "obj");
+		if (!obj)
+			return NULL;
+		target = obj;
+	} else {
+		Py_INCREF(target);
+	}
+	int rc = hmr_py_source_get(target, is_read, &source);
+	Py_DECREF(target);
+	if (rc != 0)
+		return NULL;
+	if (mr) { /* exactly the region's range */
+		PyObject *region_address = PyObject_GetAttrString(local, "address");
+		PyObject *region_length = PyObject_GetAttrString(local, "length");
+		if (region_address && region_length) {
+			source.address = PyLong_AsVoidPtr(region_address);
+			source.length = PyLong_AsSize_t(region_length);
+		}
+		Py_XDECREF(region_address);
+		Py_XDECREF(region_length);
+		if (PyErr_Occurred()) {
+			hmr_py_source_release(&source);
+			return NULL;
+		}
+	}
+	HmrPyDomain *domain = self->domain;
+	++domain->in_flight;
+	Py_BEGIN_ALLOW_THREADS /* a copy of up to the whole buffer */
+	if (is_read)
+		rc = hmr_ep_read(ep, source.address, source.length, desc, address, key);
+	else
+		rc = hmr_ep_write(ep, source.address, source.length, desc, address, key);
+	Py_END_ALLOW_THREADS
+	--domain->in_flight;
+	hmr_py_source_release(&source);
+	if (rc != 0)
+		return hmr_py_raise(rc, is_read ? "hmr_ep_read" : "hmr_ep_write");
+	Py_RETURN_NONE;
+}
+
+static PyObject *ep_write(HmrPyEndpoint *self, PyObject *args)
+{
+	return transfer(self, args, 0);
+}
+
+static PyObject *ep_read(HmrPyEndpoint *self, PyObject *args)
+{
+	return transfer(self, args, 1);
+}
+
+static PyObject *get_closed(HmrPyEndpoint *self, void *unused)
+{
+	(void)unused;
+	return PyBool_FromLong(self->ep == NULL);
+}
+
+static PyObject *ep_enter(PyObject *self, PyObject *unused)
+{
+	(void)unused;
+	Py_INCREF(self);
+	return self;
+}
+
+static PyObject *ep_exit(PyObject *self, PyObject *args)
+{
+	(void)args;
+	return ep_close(self, NULL);
+}
+
+static PyMethodDef ep_methods[] = {
+	{"connect", (PyCFunction)ep_connect, METH_O,
+	 "connect(other)\n--\n\nMakes other (an Endpoint, of any domain on the same kind of NIC)\n"
+	 "the target of this endpoint's write and read."},
+	{"write", (PyCFunction)ep_write, METH_VARARGS,
+	 "write(data, address, key)\n--\n\nRMA write of data's bytes to the peer's memory at\n"
+	 "(address, key), e.g. a RemoteKey's address + offset and key."},
+	{"read", (PyCFunction)ep_read, METH_VARARGS,
+	 "read(out, address, key)\n--\n\nRMA read of len(out) bytes from the peer's memory at\n"
+	 "(address, key) into out (writable)."},
+	{"close", ep_close, METH_NOARGS, "close()\n--\n\nCloses the endpoint; a second close does "
+					 "nothing."},
+	{"__enter__", ep_enter, METH_NOARGS, NULL},
+	{"__exit__", ep_exit, METH_VARARGS, NULL},
+	{NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef ep_getset[] = {
+	{"closed", (getter)get_closed, NULL, "True once closed.", NULL},
+	{NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyObject *ep_no_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+	(void)type;
+	(void)args;
+	(void)kwargs;
+	PyErr_SetString(PyExc_TypeError, "Endpoint objects come from Domain.endpoint()");
+	return NULL;
+}
+
+static PyType_Slot ep_slots[] = {
+	{Py_tp_doc, "An RMA endpoint of the software NIC (Domain.endpoint); a context manager."},
+	{Py_tp_new, ep_no_new},
+	{Py_tp_dealloc, ep_dealloc},
+	{Py_tp_methods, ep_methods},
+	{Py_tp_getset, ep_getset},
+	{0, NULL},
+};
+
+static PyType_Spec ep_spec = {
+	.name = "hmr.Endpoint",
+	.basicsize = sizeof(HmrPyEndpoint),
+	.flags = Py_TPFLAGS_DEFAULT,
+	.slots = ep_slots,
+};
+
+int hmr_py_endpoint_init_type(PyObject *module)
+{
+	hmr_py.endpoint_type = (PyTypeObject *)PyType_FromSpec(&ep_spec);
+	if (!hmr_py.endpoint_type)
+		return -1;
+	Py_INCREF((PyObject *)hmr_py.endpoint_type);
+	return PyModule_AddObject(module, "Endpoint", (PyObject *)hmr_py.endpoint_type);
+}

@@ -1,0 +1,66 @@
+/* hmr.Error from hmr's return codes: the class comes from hmr/_errors.py (subclasses by code),
+ * .code is the positive HMR_E* number, .reason hmr_last_error()'s text for this thread. */
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "hmr_py.h"
+
+static PyObject *raise_with(int code, const char *what, const char *reason)
+{
+	PyObject *cls = NULL;
+	if (hmr_py.error_for_code) {
+		PyObject *key = PyLong_FromLong(code);
+		if (!key)
+			return NULL;
+		cls = PyDict_GetItemWithError(hmr_py.error_for_code, key); /* borrowed */
+		Py_DECREF(key);
+		if (!cls && PyErr_Occurred())
+			return NULL;
+	}
+	if (!cls)
+		cls = hmr_py.error;
+	PyObject *message = PyUnicode_FromFormat("%s: %s (%s)", what, hmr_strerror(code),
+						 reason[0] ? reason : "no reason given");
+	if (!message)
+		return NULL;
+	PyObject *error = PyObject_CallFunction(cls, "isO", code, reason, message);
+	Py_DECREF(message);
+	if (!error)
+		return NULL;
+	PyErr_SetObject((PyObject *)Py_TYPE(error), error);
+	Py_DECREF(error);
+	return NULL;
+}
+
+PyObject *hmr_py_raise(int rc, const char *what)
+{
+	return raise_with(rc < 0 ? -rc : rc, what, hmr_last_error());
+}
+
+PyObject *hmr_py_raise_code(int code, const char *what, const char *format, ...)
+{
+	char reason[512];
+	va_list args;
+	va_start(args, format);
+	vsnprintf(reason, sizeof reason, format, args);
+	va_end(args);
+	return raise_with(code, what, reason);
+}
+
+PyObject *hmr_py_raise_closed(const char *what)
+{
+	return hmr_py_raise_code(HMR_EBADF, what, "the object is closed");
+}
+
+const char *hmr_py_iface_name(int iface)
+{
+	static const char *const names[HMR_HMEM_IFACE_COUNT] = {"system", "cuda", "rocr", "ze",
+								 "neuron", "synapseai"};
+	return iface >= 0 && iface < HMR_HMEM_IFACE_COUNT ? names[iface] : "unknown";
+}
+
+const char *hmr_py_kind_name(int kind)
+{
+	static const char *const names[] = {"host", "host_alloc", "device_only", "managed"};
+	return kind >= 0 && kind < 4 ? names[kind] : "unknown";
+}

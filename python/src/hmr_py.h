@@ -1,0 +1,148 @@
+/*
+ * The C side of the Python package hmr: one extension (_hmr) built against CPython's limited
+ * API of 3.11, so one binary (_hmr.abi3.so) serves 3.11 and every later CPython.  3.11 is the
+ * first limited API with the buffer protocol (Py_buffer, PyObject_GetBuffer).
+ *
+ * Everything here runs with the GIL held unless a block says Py_BEGIN_ALLOW_THREADS; the GIL
+ * is what makes the objects below thread safe (the open-children lists, the hint table, the
+ * closed flags).  docs/python.md, "Threads, the GIL and fork".
+ */
+#ifndef HMR_PY_H
+#define HMR_PY_H
+
+#ifndef Py_LIMITED_API
+#error "build _hmr with Py_LIMITED_API=0x030B0000 (setup.py and python/CMakeLists.txt do)"
+#endif
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <hmr/hmr.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "dlpack.h"
+
+/* Every object a domain hands out (regions, remote keys, endpoints) is on its domain's list of
+ * open children, so Domain.close() can close them first (hmr_domain_close refuses while any is
+ * open).  Intrusive and doubly linked: linking and unlinking cost four stores. */
+typedef struct HmrPyLink {
+	struct HmrPyLink *prev, *next;
+} HmrPyLink;
+
+/* Registrations the domain has made, by address and length: a hint that a registration will
+ * be a cache hit, which is then made with the GIL held (releasing and retaking it costs more
+ * than the hit, and under contention it can wait a whole switch interval).  An unseen range
+ * is probably a miss, which may block: that one runs without the GIL.  A wrong hint costs
+ * only that choice, never correctness. */
+#define HMR_PY_HINT_SLOTS 512
+typedef struct {
+	uintptr_t address;
+	size_t length;
+} HmrPyHint;
+
+typedef struct {
+	PyObject_HEAD
+	hmr_domain *handle;      /* NULL once closed */
+	HmrPyLink children;      /* sentinel of the open regions, remote keys and endpoints */
+	Py_ssize_t in_flight;    /* calls into this domain running without the GIL */
+	pid_t pid;               /* the process that opened it (fork: see Domain.close) */
+	uint64_t mr_mode;        /* negotiated */
+	size_t key_size;
+	PyObject *nic;           /* str */
+	PyObject *cache_monitor; /* str: the monitor in use */
+	HmrPyHint hints[HMR_PY_HINT_SLOTS];
+} HmrPyDomain;
+
+enum hmr_py_child_kind { HMR_PY_REGION, HMR_PY_REMOTE_KEY, HMR_PY_ENDPOINT };
+
+/* The first fields of every child object. */
+#define HMR_PY_CHILD_HEAD \
+	PyObject_HEAD \
+	HmrPyLink link; \
+	int kind; \
+	HmrPyDomain *domain; /* strong reference; the domain outlives its children */
+
+typedef struct {
+	HMR_PY_CHILD_HEAD
+} HmrPyChild;
+
+/* Where an object's memory is and what keeps it valid (source.c). */
+enum hmr_py_source_kind {
+	HMR_PY_SOURCE_NONE = 0,
+	HMR_PY_SOURCE_BUFFER,  /* view holds a buffer export (and a reference to the object) */
+	HMR_PY_SOURCE_DLPACK,  /* owner is the object, dl the consumed DLManagedTensor */
+	HMR_PY_SOURCE_OBJECT,  /* owner is the object (torch's data_ptr route, CUDA array
+	                        * interface, hmr.Pointer's keepalive) */
+};
+typedef struct {
+	int kind;
+	int readonly;
+	int device_memory;  /* the producer said it is not CPU memory (may block longer) */
+	void *address;
+	size_t length;
+	PyObject *owner;
+	DLManagedTensor *dl;
+	Py_buffer view;
+} HmrPySource;
+
+/* Fills *source with obj's memory (write: the caller will let it be written); 0, or -1 with
+ * an hmr.Error raised that says why not. */
+int hmr_py_source_get(PyObject *obj, int write, HmrPySource *source);
+/* Gives back what get took (buffer export, DLPack tensor, reference).  Idempotent. */
+void hmr_py_source_release(HmrPySource *source);
+/* Narrows a source to [offset, offset + length) of it (length < 0: to its end). */
+int hmr_py_source_narrow(HmrPySource *source, unsigned long long offset, PyObject *length);
+
+/* Module state the C types share, filled at import (module.c). */
+typedef struct {
+	PyObject *error;             /* hmr.Error */
+	PyObject *error_for_code;    /* dict: positive code -> subclass of hmr.Error */
+	PyObject *closed_error;      /* hmr.ClosedError */
+	PyObject *pointer_type;      /* hmr.Pointer */
+	PyObject *memory_info_type;  /* hmr.MemoryInfo */
+	PyObject *cuda_array_interface; /* hmr._sources.cuda_array_interface */
+	PyObject *torch_tensor_type; /* torch.Tensor once torch is imported, else NULL */
+	int torch_has_nbytes;
+	PyTypeObject *domain_type;
+	PyTypeObject *region_type;
+	PyTypeObject *remote_key_type;
+	PyTypeObject *endpoint_type;
+	/* Interned names, compared by pointer first. */
+	PyObject *s_access, *s_offset, *s_length, *s_dlpack, *s_cuda_array_interface, *s_data_ptr,
+		*s_nbytes, *s_numel, *s_element_size, *s_is_contiguous, *s_address, *s_keepalive,
+		*s_torch, *s_tensor;
+} HmrPyState;
+extern HmrPyState hmr_py;
+
+/* errors.c: raise hmr.Error (or the subclass for the code) for a negative HMR_E* return,
+ * with hmr_last_error()'s reason; `what` names the call.  Returns NULL. */
+PyObject *hmr_py_raise(int rc, const char *what);
+/* The same for an error found here: code is a positive HMR_E* number. */
+PyObject *hmr_py_raise_code(int code, const char *what, const char *format, ...)
+	__attribute__((format(printf, 3, 4)));
+PyObject *hmr_py_raise_closed(const char *what);
+
+/* Names of enum hmr_hmem_iface and enum hmr_mem_kind values ("system", "host", ...). */
+const char *hmr_py_iface_name(int iface);
+const char *hmr_py_kind_name(int kind);
+
+/* Type specs and the calls the types make on each other. */
+int hmr_py_domain_init_type(PyObject *module);
+int hmr_py_region_init_type(PyObject *module);
+int hmr_py_remote_key_init_type(PyObject *module);
+int hmr_py_endpoint_init_type(PyObject *module);
+void hmr_py_link_child(HmrPyDomain *domain, HmrPyChild *child);
+void hmr_py_unlink_child(HmrPyChild *child);
+PyObject *hmr_py_region_new(HmrPyDomain *domain, PyObject *const *args, Py_ssize_t nargs,
+			    PyObject *kwnames);
+/* Closes a child (region, remote key, endpoint): 0 or -1 with an exception. */
+int hmr_py_region_close(PyObject *region);
+int hmr_py_remote_key_close(PyObject *rkey);
+int hmr_py_endpoint_close(PyObject *endpoint);
+PyObject *hmr_py_remote_key_new(HmrPyDomain *domain, PyObject *blob);
+PyObject *hmr_py_endpoint_new(HmrPyDomain *domain);
+/* For Endpoint.write/read: the MR behind a region object (its descriptor), or NULL. */
+hmr_mr *hmr_py_region_mr(PyObject *obj);
+/* The domain, checked open; NULL with hmr.ClosedError raised. */
+hmr_domain *hmr_py_domain_handle(HmrPyDomain *domain, const char *what);
+
+#endif

@@ -1,0 +1,396 @@
+/* hmr.MemoryRegion and Domain.register: the fast path.  A cached register + close of a
+ * buffer-protocol object is one buffer export, hmr_mr_reg, one object, hmr_mr_close and the
+ * export's release; everything else a region can say (key, descriptor, what the memory is)
+ * is asked of hmr only when read. */
+#include <string.h>
+
+#include "hmr_py.h"
+
+typedef struct {
+	HMR_PY_CHILD_HEAD
+	hmr_mr *mr; /* NULL once closed */
+	uint64_t access;
+	int queried; /* info below read (hmr_mr_query) */
+	struct hmr_mr_info info;
+	HmrPySource source;
+} HmrPyRegion;
+
+static const uint64_t kDefaultAccess = HMR_REMOTE_READ | HMR_REMOTE_WRITE;
+
+static HmrPyHint *hint_slot(HmrPyDomain *domain, const void *address)
+{
+	uintptr_t a = (uintptr_t)address;
+	return &domain->hints[((a >> 6) ^ (a >> 17)) & (HMR_PY_HINT_SLOTS - 1)];
+}
+
+static int parse_unsigned(PyObject *value, unsigned long long *out)
+{
+	*out = PyLong_AsUnsignedLongLong(value);
+	return *out == (unsigned long long)-1 && PyErr_Occurred() ? -1 : 0;
+}
+
+/* (obj, access=..., *, offset=0, length=None) without PyArg_Parse*: this is the hot path. */
+static int parse_register(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+			  uint64_t *access, unsigned long long *offset, PyObject **length)
+{
+	if (nargs < 1 || nargs > 2) {
+		PyErr_Format(PyExc_TypeError,
+			     "register() takes obj and an optional access (%zd positional given)",
+			     nargs);
+		return -1;
+	}
+	unsigned long long value;
+	if (nargs == 2) {
+		if (parse_unsigned(args[1], &value) != 0)
+			return -1;
+		*access = value;
+	}
+	Py_ssize_t keywords = kwnames ? PyTuple_Size(kwnames) : 0;
+	for (Py_ssize_t i = 0; i < keywords; ++i) {
+		PyObject *name = PyTuple_GetItem(kwnames, i);
+		PyObject *arg = args[nargs + i];
+		if (name == hmr_py.s_access ||
+		    (nargs < 2 && PyUnicode_Compare(name, hmr_py.s_access) == 0)) {
+			if (nargs == 2)
+				goto twice;
+			if (parse_unsigned(arg, &value) != 0)
+				return -1;
+			*access = value;
+		} else if (name == hmr_py.s_offset || PyUnicode_Compare(name, hmr_py.s_offset) == 0) {
+			if (parse_unsigned(arg, offset) != 0)
+				return -1;
+		} else if (name == hmr_py.s_length || PyUnicode_Compare(name, hmr_py.s_length) == 0) {
+			*length = arg;
+		} else {
+			PyErr_Format(PyExc_TypeError, "register() got an unexpected keyword %R", name);
+			return -1;
+		}
+	}
+	return 0;
+twice:
+	PyErr_SetString(PyExc_TypeError, "register() got access twice");
+	return -1;
+}
+
+PyObject *hmr_py_region_new(HmrPyDomain *domain, PyObject *const *args, Py_ssize_t nargs,
+			    PyObject *kwnames)
+{
+	uint64_t access = kDefaultAccess;
+	unsigned long long offset = 0;
+	PyObject *length = NULL;
+	if (parse_register(args, nargs, kwnames, &access, &offset, &length) != 0)
+		return NULL;
+	hmr_domain *handle = hmr_py_domain_handle(domain, "Domain.register");
+	if (!handle)
+		return NULL;
+	HmrPyRegion *self = (HmrPyRegion *)PyType_GenericAlloc(hmr_py.region_type, 0);
+	if (!self)
+		return NULL;
+	self->kind = HMR_PY_REGION;
+	Py_INCREF((PyObject *)domain);
+	self->domain = domain;
+	self->access = access;
+	if (hmr_py_source_get(args[0], (access & (HMR_WRITE | HMR_REMOTE_WRITE)) != 0,
+			      &self->source) != 0)
+		goto fail;
+	if ((offset || length) && hmr_py_source_narrow(&self->source, offset, length) != 0)
+		goto fail;
+	void *address = self->source.address;
+	size_t bytes = self->source.length;
+	HmrPyHint *hint = hint_slot(domain, address);
+	int rc;
+	if (hint->address == (uintptr_t)address && hint->length == bytes) {
+		rc = hmr_mr_reg(handle, address, bytes, access, 0, 0, 0, &self->mr, NULL);
+	} else {
+		/* Probably a miss: the NIC registers, which may take long. */
+		++domain->in_flight;
+		Py_BEGIN_ALLOW_THREADS
+		rc = hmr_mr_reg(handle, address, bytes, access, 0, 0, 0, &self->mr, NULL);
+		Py_END_ALLOW_THREADS
+		--domain->in_flight;
+		if (rc == 0) {
+			hint->address = (uintptr_t)address;
+			hint->length = bytes;
+		}
+	}
+	if (rc != 0) {
+		self->mr = NULL;
+		hmr_py_raise(rc, "hmr_mr_reg");
+		goto fail;
+	}
+	hmr_py_link_child(domain, (HmrPyChild *)self);
+	return (PyObject *)self;
+fail:
+	Py_DECREF((PyObject *)self);
+	return NULL;
+}
+
+int hmr_py_region_close(PyObject *obj)
+{
+	HmrPyRegion *self = (HmrPyRegion *)obj;
+	if (!self->mr)
+		return 0;
+	int rc = hmr_mr_close(self->mr);
+	if (rc != 0) {
+		hmr_py_raise(rc, "hmr_mr_close");
+		return -1;
+	}
+	self->mr = NULL;
+	hmr_py_unlink_child((HmrPyChild *)self);
+	hmr_py_source_release(&self->source);
+	return 0;
+}
+
+hmr_mr *hmr_py_region_mr(PyObject *obj)
+{
+	if (!PyObject_TypeCheck(obj, hmr_py.region_type))
+		return NULL;
+	return ((HmrPyRegion *)obj)->mr;
+}
+
+static PyObject *region_close(PyObject *self, PyObject *unused)
+{
+	(void)unused;
+	if (hmr_py_region_close(self) != 0)
+		return NULL;
+	Py_RETURN_NONE;
+}
+
+static void region_dealloc(HmrPyRegion *self)
+{
+	PyTypeObject *type = Py_TYPE((PyObject *)self);
+	if (self->mr && hmr_py_region_close((PyObject *)self) != 0)
+		PyErr_WriteUnraisable((PyObject *)self);
+	hmr_py_unlink_child((HmrPyChild *)self);
+	hmr_py_source_release(&self->source);
+	Py_XDECREF((PyObject *)self->domain);
+	freefunc tp_free = (freefunc)PyType_GetSlot(type, Py_tp_free);
+	tp_free(self);
+	Py_DECREF((PyObject *)type);
+}
+
+static hmr_mr *open_mr(HmrPyRegion *self, const char *what)
+{
+	if (!self->mr)
+		hmr_py_raise_closed(what);
+	return self->mr;
+}
+
+static PyObject *get_key(HmrPyRegion *self, void *unused)
+{
+	(void)unused;
+	hmr_mr *mr = open_mr(self, "MemoryRegion.key");
+	return mr ? PyLong_FromUnsignedLongLong(hmr_mr_key(mr)) : NULL;
+}
+
+static PyObject *get_desc(HmrPyRegion *self, void *unused)
+{
+	(void)unused;
+	hmr_mr *mr = open_mr(self, "MemoryRegion.desc");
+	if (!mr)
+		return NULL;
+	void *desc = hmr_mr_desc(mr);
+	if (!desc)
+		Py_RETURN_NONE;
+	return PyLong_FromVoidPtr(desc);
+}
+
+static PyObject *get_address(HmrPyRegion *self, void *unused)
+{
+	(void)unused;
+	return PyLong_FromUnsignedLongLong((uintptr_t)self->source.address);
+}
+
+static PyObject *get_length(HmrPyRegion *self, void *unused)
+{
+	(void)unused;
+	return PyLong_FromSize_t(self->source.length);
+}
+
+static PyObject *get_access(HmrPyRegion *self, void *unused)
+{
+	(void)unused;
+	return PyLong_FromUnsignedLongLong(self->access);
+}
+
+static PyObject *get_closed(HmrPyRegion *self, void *unused)
+{
+	(void)unused;
+	return PyBool_FromLong(self->mr == NULL);
+}
+
+static PyObject *get_obj(HmrPyRegion *self, void *unused)
+{
+	(void)unused;
+	PyObject *obj = self->source.kind == HMR_PY_SOURCE_BUFFER ? self->source.view.obj
+								   : self->source.owner;
+	if (!obj)
+		obj = Py_None;
+	Py_INCREF(obj);
+	return obj;
+}
+
+static int query(HmrPyRegion *self, const char *what)
+{
+	if (self->queried)
+		return 0;
+	hmr_mr *mr = open_mr(self, what);
+	if (!mr)
+		return -1;
+	memset(&self->info, 0, sizeof self->info);
+	self->info.size = sizeof self->info;
+	int rc = hmr_mr_query(mr, &self->info);
+	if (rc != 0) {
+		hmr_py_raise(rc, "hmr_mr_query");
+		return -1;
+	}
+	self->queried = 1;
+	return 0;
+}
+
+static PyObject *get_iface(HmrPyRegion *self, void *unused)
+{
+	(void)unused;
+	if (query(self, "MemoryRegion.iface") != 0)
+		return NULL;
+	return PyUnicode_FromString(hmr_py_iface_name(self->info.iface));
+}
+
+static PyObject *get_device(HmrPyRegion *self, void *unused)
+{
+	(void)unused;
+	if (query(self, "MemoryRegion.device") != 0)
+		return NULL;
+	return PyLong_FromUnsignedLongLong(self->info.device);
+}
+
+static PyObject *get_kind(HmrPyRegion *self, void *unused)
+{
+	(void)unused;
+	if (query(self, "MemoryRegion.kind") != 0)
+		return NULL;
+	return PyUnicode_FromString(hmr_py_kind_name(self->info.kind));
+}
+
+static PyObject *get_path(HmrPyRegion *self, void *unused)
+{
+	(void)unused;
+	static const char *const names[] = {"address", "dmabuf", "peer_direct", "host_shadow",
+					    "caller_dmabuf"};
+	if (query(self, "MemoryRegion.path") != 0)
+		return NULL;
+	unsigned path = (unsigned)self->info.path;
+	return PyUnicode_FromString(path < 5 ? names[path] : "unknown");
+}
+
+static PyObject *get_cached(HmrPyRegion *self, void *unused)
+{
+	(void)unused;
+	if (query(self, "MemoryRegion.cached") != 0)
+		return NULL;
+	return PyBool_FromLong(self->info.cached);
+}
+
+static PyObject *region_pack_rkey(HmrPyRegion *self, PyObject *unused)
+{
+	(void)unused;
+	hmr_mr *mr = open_mr(self, "MemoryRegion.pack_rkey");
+	if (!mr)
+		return NULL;
+	unsigned char blob[HMR_RKEY_PACKED_MAX];
+	size_t length = sizeof blob;
+	int rc = hmr_rkey_pack(mr, blob, &length);
+	if (rc != 0)
+		return hmr_py_raise(rc, "hmr_rkey_pack");
+	return PyBytes_FromStringAndSize((const char *)blob, (Py_ssize_t)length);
+}
+
+static PyObject *region_enter(PyObject *self, PyObject *unused)
+{
+	(void)unused;
+	Py_INCREF(self);
+	return self;
+}
+
+static PyObject *region_exit(PyObject *self, PyObject *args)
+{
+	(void)args;
+	return region_close(self, NULL);
+}
+
+static PyObject *region_repr(HmrPyRegion *self)
+{
+	if (!self->mr)
+		return PyUnicode_FromString("<hmr.MemoryRegion closed>");
+	return PyUnicode_FromFormat("<hmr.MemoryRegion address=%p length=%zu>",
+				    self->source.address, self->source.length);
+}
+
+static PyMethodDef region_methods[] = {
+	{"close", region_close, METH_NOARGS,
+	 "close()\n--\n\nDeregisters the region and lets go of the object; a second close does\n"
+	 "nothing."},
+	{"pack_rkey", (PyCFunction)region_pack_rkey, METH_NOARGS,
+	 "pack_rkey()\n--\n\nWhat a peer needs to reach this region, as bytes (hmr_rkey_pack):\n"
+	 "give them to the peer's Domain.unpack_rkey."},
+	{"__enter__", region_enter, METH_NOARGS, NULL},
+	{"__exit__", region_exit, METH_VARARGS, NULL},
+	{NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef region_getset[] = {
+	{"key", (getter)get_key, NULL, "The 64-bit remote key (hmr_mr_key).", NULL},
+	{"desc", (getter)get_desc, NULL, "The local descriptor as an int, or None.", NULL},
+	{"address", (getter)get_address, NULL, "Address of the first registered byte.", NULL},
+	{"length", (getter)get_length, NULL, "Registered bytes.", NULL},
+	{"access", (getter)get_access, NULL, "The access bits it was registered with.", NULL},
+	{"iface", (getter)get_iface, NULL,
+	 "What the memory is: \"system\", \"cuda\", \"rocr\", \"ze\", \"neuron\", \"synapseai\".",
+	 NULL},
+	{"device", (getter)get_device, NULL, "The device (CUDA ordinal, ZE encoding, ...).", NULL},
+	{"kind", (getter)get_kind, NULL,
+	 "\"host\", \"host_alloc\", \"device_only\" or \"managed\".", NULL},
+	{"path", (getter)get_path, NULL,
+	 "How it reached the NIC: \"address\", \"dmabuf\", \"peer_direct\", \"host_shadow\".",
+	 NULL},
+	{"cached", (getter)get_cached, NULL, "True when it shares a cached registration.", NULL},
+	{"closed", (getter)get_closed, NULL, "True once closed.", NULL},
+	{"obj", (getter)get_obj, NULL, "The registered object (None once closed).", NULL},
+	{NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyObject *region_no_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+	(void)type;
+	(void)args;
+	(void)kwargs;
+	PyErr_SetString(PyExc_TypeError, "MemoryRegion objects come from Domain.register()");
+	return NULL;
+}
+
+static PyType_Slot region_slots[] = {
+	{Py_tp_doc, "A registered range of memory (Domain.register).  Keeps the registered "
+		    "object alive until closed; a context manager."},
+	{Py_tp_new, region_no_new},
+	{Py_tp_dealloc, region_dealloc},
+	{Py_tp_repr, region_repr},
+	{Py_tp_methods, region_methods},
+	{Py_tp_getset, region_getset},
+	{0, NULL},
+};
+
+static PyType_Spec region_spec = {
+	.name = "hmr.MemoryRegion",
+	.basicsize = sizeof(HmrPyRegion),
+	.flags = Py_TPFLAGS_DEFAULT,
+	.slots = region_slots,
+};
+
+int hmr_py_region_init_type(PyObject *module)
+{
+	hmr_py.region_type = (PyTypeObject *)PyType_FromSpec(&region_spec);
+	if (!hmr_py.region_type)
+		return -1;
+	Py_INCREF((PyObject *)hmr_py.region_type);
+	return PyModule_AddObject(module, "MemoryRegion", (PyObject *)hmr_py.region_type);
+}

@@ -1,0 +1,204 @@
+/* hmr.RemoteKey: a peer's packed key (MemoryRegion.pack_rkey) unpacked in this domain. */
+#include <string.h>
+
+#include "hmr_py.h"
+
+typedef struct {
+	HMR_PY_CHILD_HEAD
+	hmr_rkey *rkey; /* NULL once released */
+	struct hmr_rkey_info info;
+} HmrPyRemoteKey;
+
+PyObject *hmr_py_remote_key_new(HmrPyDomain *domain, PyObject *blob)
+{
+	hmr_domain *handle = hmr_py_domain_handle(domain, "Domain.unpack_rkey");
+	if (!handle)
+		return NULL;
+	Py_buffer view;
+	if (PyObject_GetBuffer(blob, &view, PyBUF_SIMPLE) != 0)
+		return NULL;
+	hmr_rkey *rkey = NULL;
+	int rc = hmr_rkey_unpack(handle, view.buf, (size_t)view.len, &rkey);
+	PyBuffer_Release(&view);
+	if (rc != 0)
+		return hmr_py_raise(rc, "hmr_rkey_unpack");
+	HmrPyRemoteKey *self = (HmrPyRemoteKey *)PyType_GenericAlloc(hmr_py.remote_key_type, 0);
+	if (!self) {
+		hmr_rkey_release(rkey);
+		return NULL;
+	}
+	self->kind = HMR_PY_REMOTE_KEY;
+	Py_INCREF((PyObject *)domain);
+	self->domain = domain;
+	self->rkey = rkey;
+	self->info.size = sizeof self->info;
+	rc = hmr_rkey_query(rkey, &self->info);
+	hmr_py_link_child(domain, (HmrPyChild *)self);
+	if (rc != 0) {
+		hmr_py_raise(rc, "hmr_rkey_query");
+		Py_DECREF((PyObject *)self);
+		return NULL;
+	}
+	return (PyObject *)self;
+}
+
+int hmr_py_remote_key_close(PyObject *obj)
+{
+	HmrPyRemoteKey *self = (HmrPyRemoteKey *)obj;
+	if (!self->rkey)
+		return 0;
+	int rc = hmr_rkey_release(self->rkey);
+	if (rc != 0) {
+		hmr_py_raise(rc, "hmr_rkey_release");
+		return -1;
+	}
+	self->rkey = NULL;
+	hmr_py_unlink_child((HmrPyChild *)self);
+	return 0;
+}
+
+static PyObject *rkey_release(PyObject *self, PyObject *unused)
+{
+	(void)unused;
+	if (hmr_py_remote_key_close(self) != 0)
+		return NULL;
+	Py_RETURN_NONE;
+}
+
+static void rkey_dealloc(HmrPyRemoteKey *self)
+{
+	PyTypeObject *type = Py_TYPE((PyObject *)self);
+	if (self->rkey && hmr_py_remote_key_close((PyObject *)self) != 0)
+		PyErr_WriteUnraisable((PyObject *)self);
+	hmr_py_unlink_child((HmrPyChild *)self);
+	Py_XDECREF((PyObject *)self->domain);
+	freefunc tp_free = (freefunc)PyType_GetSlot(type, Py_tp_free);
+	tp_free(self);
+	Py_DECREF((PyObject *)type);
+}
+
+static int check_open(HmrPyRemoteKey *self, const char *what)
+{
+	if (self->rkey)
+		return 0;
+	hmr_py_raise_closed(what);
+	return -1;
+}
+
+static PyObject *get_address(HmrPyRemoteKey *self, void *unused)
+{
+	(void)unused;
+	return check_open(self, "RemoteKey.address") ? NULL
+						     : PyLong_FromUnsignedLongLong(self->info.addr);
+}
+
+static PyObject *get_length(HmrPyRemoteKey *self, void *unused)
+{
+	(void)unused;
+	return check_open(self, "RemoteKey.length") ? NULL
+						    : PyLong_FromUnsignedLongLong(self->info.length);
+}
+
+static PyObject *get_key(HmrPyRemoteKey *self, void *unused)
+{
+	(void)unused;
+	return check_open(self, "RemoteKey.key") ? NULL : PyLong_FromUnsignedLongLong(self->info.key);
+}
+
+static PyObject *get_iface(HmrPyRemoteKey *self, void *unused)
+{
+	(void)unused;
+	return check_open(self, "RemoteKey.iface")
+		       ? NULL
+		       : PyUnicode_FromString(hmr_py_iface_name(self->info.iface));
+}
+
+static PyObject *get_device(HmrPyRemoteKey *self, void *unused)
+{
+	(void)unused;
+	return check_open(self, "RemoteKey.device") ? NULL
+						    : PyLong_FromUnsignedLongLong(self->info.device);
+}
+
+static PyObject *get_raw_key(HmrPyRemoteKey *self, void *unused)
+{
+	(void)unused;
+	if (check_open(self, "RemoteKey.raw_key"))
+		return NULL;
+	return PyBytes_FromStringAndSize((const char *)self->info.raw_key,
+					 (Py_ssize_t)self->info.raw_key_size);
+}
+
+static PyObject *get_closed(HmrPyRemoteKey *self, void *unused)
+{
+	(void)unused;
+	return PyBool_FromLong(self->rkey == NULL);
+}
+
+static PyObject *rkey_enter(PyObject *self, PyObject *unused)
+{
+	(void)unused;
+	Py_INCREF(self);
+	return self;
+}
+
+static PyObject *rkey_exit(PyObject *self, PyObject *args)
+{
+	(void)args;
+	return rkey_release(self, NULL);
+}
+
+static PyMethodDef rkey_methods[] = {
+	{"release", rkey_release, METH_NOARGS,
+	 "release()\n--\n\nReleases the key (hmr_rkey_release); a second release does nothing."},
+	{"__enter__", rkey_enter, METH_NOARGS, NULL},
+	{"__exit__", rkey_exit, METH_VARARGS, NULL},
+	{NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef rkey_getset[] = {
+	{"address", (getter)get_address, NULL, "Remote address of the region's first byte.", NULL},
+	{"length", (getter)get_length, NULL, "Bytes the region covers from address.", NULL},
+	{"key", (getter)get_key, NULL, "The key for this domain's Endpoint.write/read.", NULL},
+	{"iface", (getter)get_iface, NULL, "What the remote memory is (\"system\", \"cuda\", ...).",
+	 NULL},
+	{"device", (getter)get_device, NULL, "The remote memory's device.", NULL},
+	{"raw_key", (getter)get_raw_key, NULL, "The key as the peer's NIC gave it.", NULL},
+	{"closed", (getter)get_closed, NULL, "True once released.", NULL},
+	{NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyObject *rkey_no_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+	(void)type;
+	(void)args;
+	(void)kwargs;
+	PyErr_SetString(PyExc_TypeError, "RemoteKey objects come from Domain.unpack_rkey()");
+	return NULL;
+}
+
+static PyType_Slot rkey_slots[] = {
+	{Py_tp_doc, "A peer's region, as this domain reaches it (Domain.unpack_rkey).  A "
+		    "context manager; release() gives it back."},
+	{Py_tp_new, rkey_no_new},
+	{Py_tp_dealloc, rkey_dealloc},
+	{Py_tp_methods, rkey_methods},
+	{Py_tp_getset, rkey_getset},
+	{0, NULL},
+};
+
+static PyType_Spec rkey_spec = {
+	.name = "hmr.RemoteKey",
+	.basicsize = sizeof(HmrPyRemoteKey),
+	.flags = Py_TPFLAGS_DEFAULT,
+	.slots = rkey_slots,
+};
+
+int hmr_py_remote_key_init_type(PyObject *module)
+{
+	hmr_py.remote_key_type = (PyTypeObject *)PyType_FromSpec(&rkey_spec);
+	if (!hmr_py.remote_key_type)
+		return -1;
+	Py_INCREF((PyObject *)hmr_py.remote_key_type);
+	return PyModule_AddObject(module, "RemoteKey", (PyObject *)hmr_py.remote_key_type);
+}

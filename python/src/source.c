@@ -1,0 +1,360 @@
+/* Where a Python object's memory is, and what keeps it valid while it is registered.  Tried in
+ * order of cost: hmr.Pointer, the buffer protocol (bytearray, memoryview, mmap, array, NumPy),
+ * torch tensors by data_ptr (torch exports no buffer and its __dlpack__ costs ~0.8 µs),
+ * __dlpack__ (CuPy, JAX, torch where data_ptr does not do), __cuda_array_interface__. */
+#include <string.h>
+
+#include "hmr_py.h"
+
+static const char kWhat[] = "hmr register";
+
+static int no_memory(PyObject *obj)
+{
+	PyObject *name = PyType_GetName(Py_TYPE(obj));
+	const char *text = name ? PyUnicode_AsUTF8AndSize(name, NULL) : NULL;
+	if (!text) {
+		PyErr_Clear();
+		text = "?";
+	}
+	hmr_py_raise_code(HMR_EINVAL, kWhat,
+			  "a %s object exposes no memory: give a buffer-protocol object, a DLPack "
+			  "producer (__dlpack__), a __cuda_array_interface__ object or hmr.Pointer",
+			  text);
+	Py_XDECREF(name);
+	return -1;
+}
+
+/* Diagnoses a failed contiguous export: read-only, or not contiguous. */
+static int buffer_refused(PyObject *obj, int write)
+{
+	PyObject *type, *value, *trace;
+	PyErr_Fetch(&type, &value, &trace);
+	Py_buffer view;
+	int readonly_ok = PyObject_GetBuffer(obj, &view, PyBUF_ANY_CONTIGUOUS) == 0;
+	if (readonly_ok) {
+		PyBuffer_Release(&view);
+		Py_XDECREF(type);
+		Py_XDECREF(value);
+		Py_XDECREF(trace);
+		if (write) {
+			hmr_py_raise_code(HMR_EACCES, kWhat,
+					  "the buffer is read-only and the access asks for WRITE or "
+					  "REMOTE_WRITE");
+			return -1;
+		}
+	}
+	PyErr_Clear();
+	if (PyObject_GetBuffer(obj, &view, PyBUF_FULL_RO) == 0) {
+		PyBuffer_Release(&view);
+		Py_XDECREF(type);
+		Py_XDECREF(value);
+		Py_XDECREF(trace);
+		hmr_py_raise_code(HMR_EINVAL, kWhat,
+				  "the buffer is not contiguous: one registration covers one range "
+				  "of memory (register a contiguous copy, or each contiguous part)");
+		return -1;
+	}
+	PyErr_Clear();
+	PyErr_Restore(type, value, trace); /* the exporter's own error says it best */
+	return -1;
+}
+
+static int from_buffer(PyObject *obj, int write, HmrPySource *source)
+{
+	/* PyBUF_SIMPLE is the cheapest export (NumPy builds no shape or format for it) and any
+	 * C-contiguous exporter gives it; Fortran-ordered ones need the ANY_CONTIGUOUS request. */
+	int flags = write ? PyBUF_WRITABLE : PyBUF_SIMPLE;
+	if (PyObject_GetBuffer(obj, &source->view, flags) != 0) {
+		PyErr_Clear();
+		if (PyObject_GetBuffer(obj, &source->view, flags | PyBUF_ANY_CONTIGUOUS) != 0)
+			return buffer_refused(obj, write);
+	}
+	source->kind = HMR_PY_SOURCE_BUFFER;
+	source->address = source->view.buf;
+	source->length = (size_t)source->view.len;
+	source->readonly = source->view.readonly;
+	return 0;
+}
+
+/* A dense layout: every element once, no gaps, whatever the order of the dimensions. */
+static int dlpack_dense(const DLTensor *t)
+{
+	if (!t->strides)
+		return 1;
+	int64_t order[64];
+	int n = 0;
+	for (int i = 0; i < t->ndim; ++i) {
+		if (t->shape[i] == 0)
+			return 1; /* empty: nothing to lay out */
+		if (t->shape[i] == 1)
+			continue;
+		if (t->strides[i] <= 0 || n == 64)
+			return 0;
+		int j = n++;
+		while (j > 0 && t->strides[order[j - 1]] > t->strides[i]) {
+			order[j] = order[j - 1];
+			--j;
+		}
+		order[j] = i;
+	}
+	int64_t expected = 1;
+	for (int k = 0; k < n; ++k) {
+		if (t->strides[order[k]] != expected)
+			return 0;
+		expected *= t->shape[order[k]];
+	}
+	return 1;
+}
+
+static int from_dlpack(PyObject *obj, PyObject *method, HmrPySource *source)
+{
+	PyObject *capsule = PyObject_CallNoArgs(method);
+	if (!capsule)
+		return -1;
+	DLManagedTensor *managed = PyCapsule_GetPointer(capsule, "dltensor");
+	if (!managed) {
+		Py_DECREF(capsule);
+		PyErr_Clear();
+		hmr_py_raise_code(HMR_EINVAL, kWhat,
+				  "__dlpack__ did not return a capsule named \"dltensor\" (a capsule "
+				  "may be consumed once)");
+		return -1;
+	}
+	/* DLPack: the consumer renames the capsule "used_dltensor" and from then on calls the
+	 * deleter itself; the capsule's destructor leaves a renamed capsule alone. */
+	if (PyCapsule_SetName(capsule, "used_dltensor") != 0) {
+		Py_DECREF(capsule);
+		return -1;
+	}
+	Py_DECREF(capsule);
+	const DLTensor *t = &managed->dl_tensor;
+	size_t elements = 1;
+	for (int i = 0; i < t->ndim; ++i)
+		elements *= t->shape[i] < 0 ? 0 : (size_t)t->shape[i];
+	size_t element_bytes = ((size_t)t->dtype.bits * t->dtype.lanes + 7) / 8;
+	if (!dlpack_dense(t)) {
+		if (managed->deleter)
+			managed->deleter(managed);
+		hmr_py_raise_code(HMR_EINVAL, kWhat,
+				  "the DLPack tensor is not contiguous (strides leave gaps or repeat "
+				  "elements): register a contiguous copy");
+		return -1;
+	}
+	source->kind = HMR_PY_SOURCE_DLPACK;
+	source->dl = managed;
+	source->address = (char *)t->data + t->byte_offset;
+	source->length = elements * element_bytes;
+	source->readonly = 0; /* DLPack before 1.0 says nothing about it */
+	source->device_memory = t->device.device_type != HMR_DL_CPU;
+	Py_INCREF(obj);
+	source->owner = obj;
+	return 0;
+}
+
+static int unsigned_attr(PyObject *obj, PyObject *name, unsigned long long *out)
+{
+	PyObject *value = PyObject_GetAttr(obj, name);
+	if (!value)
+		return -1;
+	*out = PyLong_AsUnsignedLongLong(value);
+	Py_DECREF(value);
+	return *out == (unsigned long long)-1 && PyErr_Occurred() ? -1 : 0;
+}
+
+static PyObject *call_method(PyObject *obj, PyObject *name)
+{
+	PyObject *method = PyObject_GetAttr(obj, name);
+	if (!method)
+		return NULL;
+	PyObject *result = PyObject_CallNoArgs(method);
+	Py_DECREF(method);
+	return result;
+}
+
+static int method_unsigned(PyObject *obj, PyObject *name, unsigned long long *out)
+{
+	PyObject *value = call_method(obj, name);
+	if (!value)
+		return -1;
+	*out = PyLong_AsUnsignedLongLong(value);
+	Py_DECREF(value);
+	return *out == (unsigned long long)-1 && PyErr_Occurred() ? -1 : 0;
+}
+
+/* torch.Tensor: 1 when served, 0 when not contiguous (the DLPack route then says why or
+ * serves a dense permuted layout), -1 on error. */
+static int from_torch(PyObject *obj, HmrPySource *source)
+{
+	PyObject *contiguous = call_method(obj, hmr_py.s_is_contiguous);
+	if (!contiguous)
+		return -1;
+	int yes = PyObject_IsTrue(contiguous);
+	Py_DECREF(contiguous);
+	if (yes <= 0)
+		return yes;
+	unsigned long long address, length;
+	if (method_unsigned(obj, hmr_py.s_data_ptr, &address) != 0)
+		return -1;
+	if (hmr_py.torch_has_nbytes) {
+		if (unsigned_attr(obj, hmr_py.s_nbytes, &length) != 0)
+			return -1;
+	} else {
+		unsigned long long numel, element_size;
+		if (method_unsigned(obj, hmr_py.s_numel, &numel) != 0 ||
+		    method_unsigned(obj, hmr_py.s_element_size, &element_size) != 0)
+			return -1;
+		length = numel * element_size;
+	}
+	source->kind = HMR_PY_SOURCE_OBJECT;
+	source->address = (void *)(uintptr_t)address;
+	source->length = (size_t)length;
+	Py_INCREF(obj);
+	source->owner = obj;
+	return 1;
+}
+
+/* torch.Tensor, once torch is imported (never imported here: hmr does not depend on it). */
+static int is_torch_tensor(PyObject *obj)
+{
+	if (!hmr_py.torch_tensor_type) {
+		PyObject *modules = PyImport_GetModuleDict(); /* borrowed */
+		PyObject *torch = PyDict_GetItemWithError(modules, hmr_py.s_torch);
+		if (!torch)
+			return PyErr_Occurred() ? -1 : 0;
+		PyObject *tensor = PyObject_GetAttr(torch, hmr_py.s_tensor);
+		if (!tensor) {
+			PyErr_Clear(); /* torch half imported */
+			return 0;
+		}
+		hmr_py.torch_has_nbytes = PyObject_HasAttr(tensor, hmr_py.s_nbytes);
+		hmr_py.torch_tensor_type = tensor;
+	}
+	return PyObject_TypeCheck(obj, (PyTypeObject *)hmr_py.torch_tensor_type);
+}
+
+static int from_pointer(PyObject *obj, HmrPySource *source)
+{
+	unsigned long long address, length;
+	if (unsigned_attr(obj, hmr_py.s_address, &address) != 0 ||
+	    unsigned_attr(obj, hmr_py.s_length, &length) != 0)
+		return -1;
+	source->kind = HMR_PY_SOURCE_OBJECT;
+	source->address = (void *)(uintptr_t)address;
+	source->length = (size_t)length;
+	/* The Pointer itself is kept: it holds its keepalive. */
+	Py_INCREF(obj);
+	source->owner = obj;
+	return 0;
+}
+
+/* hmr/_sources.py parses the interface (a dict of tuples) and checks it. */
+static int from_cuda_array_interface(PyObject *obj, HmrPySource *source)
+{
+	PyObject *parsed = PyObject_CallFunctionObjArgs(hmr_py.cuda_array_interface, obj, NULL);
+	if (!parsed)
+		return -1;
+	unsigned long long address = 0, length = 0;
+	int readonly = 0;
+	int ok = PyArg_ParseTuple(parsed, "KKp", &address, &length, &readonly);
+	Py_DECREF(parsed);
+	if (!ok)
+		return -1;
+	source->kind = HMR_PY_SOURCE_OBJECT;
+	source->address = (void *)(uintptr_t)address;
+	source->length = (size_t)length;
+	source->readonly = readonly;
+	source->device_memory = 1;
+	Py_INCREF(obj);
+	source->owner = obj;
+	return 0;
+}
+
+int hmr_py_source_get(PyObject *obj, int write, HmrPySource *source)
+{
+	memset(source, 0, sizeof *source);
+	if (Py_IS_TYPE(obj, (PyTypeObject *)hmr_py.pointer_type))
+		return from_pointer(obj, source);
+	if (PyObject_CheckBuffer(obj))
+		return from_buffer(obj, write, source);
+	int torch = is_torch_tensor(obj);
+	if (torch < 0)
+		return -1;
+	if (torch) {
+		int served = from_torch(obj, source);
+		if (served != 0)
+			return served < 0 ? -1 : 0;
+	}
+	if (PyObject_TypeCheck(obj, (PyTypeObject *)hmr_py.pointer_type))
+		return from_pointer(obj, source);
+	PyObject *method = PyObject_GetAttr(obj, hmr_py.s_dlpack);
+	if (method) {
+		int rc = from_dlpack(obj, method, source);
+		Py_DECREF(method);
+		if (rc != 0)
+			return -1;
+		goto readonly_check;
+	}
+	if (!PyErr_ExceptionMatches(PyExc_AttributeError))
+		return -1;
+	PyErr_Clear();
+	if (PyObject_HasAttr(obj, hmr_py.s_cuda_array_interface)) {
+		if (from_cuda_array_interface(obj, source) != 0)
+			return -1;
+		goto readonly_check;
+	}
+	return no_memory(obj);
+readonly_check:
+	if (write && source->readonly) {
+		hmr_py_source_release(source);
+		hmr_py_raise_code(HMR_EACCES, kWhat,
+				  "the memory is read-only and the access asks for WRITE or "
+				  "REMOTE_WRITE");
+		return -1;
+	}
+	return 0;
+}
+
+int hmr_py_source_narrow(HmrPySource *source, unsigned long long offset, PyObject *length)
+{
+	size_t want;
+	if (offset > source->length) {
+		hmr_py_raise_code(HMR_EINVAL, kWhat, "offset %llu is past the object's %zu bytes",
+				  offset, source->length);
+		return -1;
+	}
+	if (!length || length == Py_None) {
+		want = source->length - (size_t)offset;
+	} else {
+		unsigned long long n = PyLong_AsUnsignedLongLong(length);
+		if (n == (unsigned long long)-1 && PyErr_Occurred())
+			return -1;
+		if (n > source->length - offset) {
+			hmr_py_raise_code(HMR_EINVAL, kWhat,
+					  "offset %llu + length %llu is past the object's %zu bytes",
+					  offset, n, source->length);
+			return -1;
+		}
+		want = (size_t)n;
+	}
+	source->address = (char *)source->address + offset;
+	source->length = want;
+	return 0;
+}
+
+void hmr_py_source_release(HmrPySource *source)
+{
+	switch (source->kind) {
+	case HMR_PY_SOURCE_BUFFER:
+		PyBuffer_Release(&source->view);
+		break;
+	case HMR_PY_SOURCE_DLPACK:
+		if (source->dl && source->dl->deleter)
+			source->dl->deleter(source->dl);
+		source->dl = NULL;
+		break;
+	default:
+		break;
+	}
+	source->kind = HMR_PY_SOURCE_NONE;
+	Py_CLEAR(source->owner);
+}

@@ -1,0 +1,105 @@
+"""Threads registering concurrently (the GIL released around misses), Domain.close while
+another thread is inside a call, and fork: a child opens its own domain and registers."""
+import os
+import sys
+import threading
+
+import numpy
+import pytest
+
+import hmr
+
+
+def test_threads_register_concurrently(domain):
+    buffers = [numpy.zeros(4096 * (i + 1), dtype=numpy.uint8) for i in range(16)]
+    errors = []
+    start = threading.Barrier(8)
+
+    def work(seed):
+        try:
+            start.wait()
+            for i in range(2000):
+                array = buffers[(seed + i) % len(buffers)]
+                with domain.register(array) as region:
+                    assert region.length == array.nbytes
+                    assert region.key != hmr.KEY_NOTAVAIL
+        except BaseException as e:  # noqa: BLE001 (reported by the main thread)
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    stats = domain.stats()
+    assert stats["registrations"] == 8 * 2000
+    assert stats["mr_open"] == 0
+    assert stats["cache_misses"] <= len(buffers) * 8
+
+
+def test_threads_sharing_one_region_object_close_once(domain):
+    region = domain.register(bytearray(4096))
+    threads = [threading.Thread(target=region.close) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert region.closed and domain.stats()["mr_open"] == 0
+
+
+def test_domain_close_closes_a_region_another_thread_made():
+    domain = hmr.Domain()
+    entered, release = threading.Event(), threading.Event()
+
+    class Slow:  # its __cuda_array_interface__ runs while register holds the domain
+        @property
+        def __cuda_array_interface__(self):
+            entered.set()
+            release.wait(5)
+            array = numpy.zeros(16, dtype=numpy.uint8)
+            self.keep = array
+            return {"data": (array.ctypes.data, False), "shape": (16,), "typestr": "|u1",
+                    "version": 3}
+
+    result = []
+    worker = threading.Thread(target=lambda: result.append(domain.register(Slow())))
+    worker.start()
+    entered.wait(5)
+    release.set()
+    worker.join()
+    domain.close()  # closes the region the worker made
+    assert result and result[0].closed
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+def test_fork_child_uses_a_new_domain(domain):
+    array = numpy.arange(1 << 16, dtype=numpy.uint8)
+    parent_region = domain.register(array)
+    pid = os.fork()
+    if pid == 0:  # the child: exit code says what went wrong
+        code = 0
+        try:
+            with hmr.Domain() as child_domain:
+                for _ in range(3):
+                    with child_domain.register(array) as region:
+                        if region.length != array.nbytes:
+                            code = 2
+                stats = child_domain.stats()
+                if stats["cache_hits"] != 2:
+                    code = 3
+            # The inherited domain still works in the child (uncached).
+            domain.register(bytearray(4096)).close()
+            parent_region.close()
+            domain.close()
+        except BaseException as e:  # noqa: BLE001
+            sys.stderr.write(f"child failed: {e!r}\n")
+            code = 1
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    # The parent is unaffected.
+    assert not parent_region.closed
+    domain.register(array).close()
+    assert domain.stats()["cache_hits"] >= 1
+    parent_region.close()

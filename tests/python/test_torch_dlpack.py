@@ -1,0 +1,186 @@
+"""PyTorch tensors (data_ptr route), DLPack producers (__dlpack__, with the capsule's deleter
+called exactly once at close) and __cuda_array_interface__ objects; CUDA when torch sees a
+GPU."""
+import errno
+import gc
+import weakref
+
+import numpy
+import pytest
+import torch
+
+import hmr
+
+CUDA = torch.cuda.is_available()
+needs_cuda = pytest.mark.skipif(not CUDA, reason="torch.cuda.is_available() is False: no GPU "
+                                "on this machine (the GPU lane runs these)")
+
+
+def test_cpu_tensor(domain):
+    tensor = torch.arange(1000, dtype=torch.float64)
+    with domain.register(tensor) as region:
+        assert region.address == tensor.data_ptr()
+        assert region.length == tensor.numel() * tensor.element_size()
+        assert region.iface == "system"
+        assert region.obj is tensor
+
+
+def test_tensor_view_with_storage_offset(domain):
+    base = torch.zeros(1000, dtype=torch.int32)
+    view = base[10:110]
+    with domain.register(view) as region:
+        assert region.address == base.data_ptr() + 40
+        assert region.length == 400
+
+
+def test_non_contiguous_tensor_is_refused(domain):
+    tensor = torch.zeros(64, 64)
+    with pytest.raises(hmr.InvalidArgumentError, match="not contiguous") as caught:
+        domain.register(tensor[:, ::2])
+    assert caught.value.code == errno.EINVAL
+
+
+def test_dense_permuted_tensor_registers_through_dlpack(domain):
+    tensor = torch.zeros(16, 32).t()  # dense, Fortran order: is_contiguous() is False
+    assert not tensor.is_contiguous()
+    with domain.register(tensor) as region:
+        assert region.address == tensor.data_ptr()
+        assert region.length == 16 * 32 * 4
+
+
+def test_tensor_kept_alive_until_close(domain):
+    tensor = torch.zeros(1 << 16)
+    ref = weakref.ref(tensor)
+    region = domain.register(tensor)
+    del tensor
+    gc.collect()
+    assert ref() is not None
+    region.close()
+    gc.collect()
+    assert ref() is None
+
+
+class DLPackOnly:
+    """A producer with nothing but __dlpack__ (as CuPy or JAX arrays look to hmr); counts the
+    capsules it made and sees them freed through torch's deleter."""
+
+    def __init__(self, tensor):
+        self.tensor = tensor
+        self.capsules = 0
+
+    def __dlpack__(self, stream=None):
+        self.capsules += 1
+        return torch.utils.dlpack.to_dlpack(self.tensor)
+
+    def __dlpack_device__(self):
+        return (1, 0)
+
+
+def test_dlpack_producer_and_deleter(domain):
+    tensor = torch.arange(4096, dtype=torch.uint8)
+    producer = DLPackOnly(tensor)
+    producer_ref = weakref.ref(producer)
+    region = domain.register(producer)
+    assert producer.capsules == 1
+    assert region.address == tensor.data_ptr() and region.length == 4096
+    assert region.obj is producer
+    del producer
+    gc.collect()
+    assert producer_ref() is not None, "the region let go of the producer while registered"
+    region.close()
+    gc.collect()
+    assert producer_ref() is None
+
+
+def test_dlpack_deleter_runs_at_close_not_before(domain):
+    tensor = torch.zeros(1024)
+    producer = DLPackOnly(tensor)
+    region = domain.register(producer)
+    capsule_tensor = weakref.ref(tensor)
+    del tensor
+    producer.tensor = None
+    gc.collect()
+    assert capsule_tensor() is not None, "the DLPack tensor was freed while registered"
+    region.close()
+    gc.collect()
+    assert capsule_tensor() is None, "close() did not call the DLPack deleter"
+
+
+def test_dlpack_non_contiguous(domain):
+    producer = DLPackOnly(torch.zeros(32, 32)[:, ::2])
+    with pytest.raises(hmr.InvalidArgumentError, match="not contiguous"):
+        domain.register(producer)
+
+
+def test_dlpack_capsule_used_twice(domain):
+    capsule = torch.utils.dlpack.to_dlpack(torch.zeros(16))
+
+    class Stale:
+        def __dlpack__(self, stream=None):
+            return capsule
+
+    domain.register(Stale()).close()
+    with pytest.raises(hmr.InvalidArgumentError, match="dltensor"):
+        domain.register(Stale())
+
+
+class FakeCudaArray:
+    """A __cuda_array_interface__ (v3) over host memory: hmr detects the memory itself, so the
+    interface's parsing is tested without a GPU."""
+
+    def __init__(self, array, readonly=False, strides=None, mask=None):
+        self.array = array
+        self.__cuda_array_interface__ = {
+            "data": (array.ctypes.data, readonly), "shape": array.shape,
+            "strides": strides, "typestr": array.dtype.str, "version": 3, "mask": mask,
+        }
+
+
+def test_cuda_array_interface(domain):
+    array = numpy.zeros((32, 16), dtype=numpy.float32)
+    with domain.register(FakeCudaArray(array)) as region:
+        assert region.address == array.ctypes.data and region.length == array.nbytes
+    dense_strides = (4, 128)  # Fortran order over the same bytes
+    with domain.register(FakeCudaArray(array, strides=dense_strides)) as region:
+        assert region.length == array.nbytes
+
+
+def test_cuda_array_interface_errors(domain):
+    array = numpy.zeros((32, 16), dtype=numpy.float32)
+    with pytest.raises(hmr.InvalidArgumentError, match="not contiguous"):
+        domain.register(FakeCudaArray(array, strides=(128, 8)))
+    with pytest.raises(hmr.AccessError, match="read-only"):
+        domain.register(FakeCudaArray(array, readonly=True))
+    domain.register(FakeCudaArray(array, readonly=True), hmr.REMOTE_READ).close()
+    with pytest.raises(hmr.InvalidArgumentError, match="mask"):
+        domain.register(FakeCudaArray(array, mask=object()))
+    broken = FakeCudaArray(array)
+    del broken.__cuda_array_interface__["typestr"]
+    with pytest.raises(hmr.InvalidArgumentError, match="malformed"):
+        domain.register(broken)
+
+
+@needs_cuda
+def test_cuda_tensor():
+    with hmr.Domain("sim", nic_options="dmabuf=1") as domain:
+        tensor = torch.zeros(1 << 20, device="cuda")
+        with domain.register(tensor) as region:
+            assert region.iface == "cuda"
+            assert region.device == tensor.device.index
+            assert region.path in ("dmabuf", "peer_direct", "host_shadow")
+        info = hmr.query(tensor)
+        assert info.iface == "cuda" and info.kind == "device_only"
+
+
+@needs_cuda
+def test_cuda_tensor_through_dlpack_and_cai():
+    with hmr.Domain("sim") as domain:
+        tensor = torch.zeros(1 << 20, device="cuda")
+        with domain.register(DLPackOnly(tensor)) as region:
+            assert region.iface == "cuda"
+
+        class Cai:
+            __cuda_array_interface__ = tensor.__cuda_array_interface__
+
+        with domain.register(Cai()) as region:
+            assert region.address == tensor.data_ptr()
