@@ -24,6 +24,9 @@ constexpr uint64_t kRemoteAccess = HMR_REMOTE_READ | HMR_REMOTE_WRITE;
 constexpr uint64_t kMaxAdviceSge = uint64_t{1} << 30;
 // The same for the byte count of a KLM entry of an indirect key.
 constexpr uint64_t kMaxKlmEntry = uint64_t{1} << 30;
+// An indirect key's total: what libmlx5 before rdma-core 61 can sum in an int (see
+// register_indirect).
+constexpr uint64_t kMaxIndirectLength = (uint64_t{1} << 31) - 1;
 
 VerbsRegistration* record_of(const nic::Registration& registration) {
   return static_cast<VerbsRegistration*>(registration.handle);
@@ -736,8 +739,12 @@ Result<nic::Registration> VerbsNic::register_indirect(
                         "registration", i, static_cast<ull>(segment.addr),
                         static_cast<ull>(segment.len));
     }
-    if (__builtin_add_overflow(length, segment.len, &length)) {
-      return make_error(HMR_EINVAL, "the indirect key's segments add up to more than 2^64 bytes");
+    if (__builtin_add_overflow(length, segment.len, &length) || length > kMaxIndirectLength) {
+      return make_error(HMR_EINVAL, "the indirect key's segments add up to 2 GiB or more; "
+                        "libmlx5 before rdma-core 61 sums a UMR's lengths in an int "
+                        "(umr_sg_list_create), so the key would get a wrong length (4 GiB "
+                        "gives 0), and hmr cannot tell the version: build keys of less than "
+                        "2 GiB");
     }
     record->append_entries(segment.addr, segment.len, kMaxKlmEntry, entries);
   }

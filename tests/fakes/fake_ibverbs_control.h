@@ -104,6 +104,7 @@ struct fake_ibverbs_umr {
   uint32_t length[FAKE_IBVERBS_MAX_SGE];
   uint32_t lkey[FAKE_IBVERBS_MAX_SGE];
   int status; /* of its completion: 0 success */
+  uint64_t key_length; /* the mkey's length as libmlx5 computed it (see fake_wr_mr_list) */
 };
 
 /* Forgets every object, failure, record and counter; restores the default devices and a device

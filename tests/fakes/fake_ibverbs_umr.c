@@ -247,6 +247,13 @@ static void fake_wr_mr_list(struct mlx5dv_qp_ex *mqp, struct mlx5dv_mkey *mkey_p
         qp->pending_error = 1;
       }
     }
+    /* libmlx5 before rdma-core 61 (providers/mlx5/qp.c, umr_sg_list_create) sums the entries'
+     * lengths in an int and hands that to the mkey as its length: a total of 2 GiB or more
+     * wraps (4 GiB gives 0, 3 GiB a sign-extended negative).  The fake computes it the same
+     * way, in defined arithmetic. */
+    uint32_t byte_count = 0;
+    for (uint16_t i = 0; i < num_sges; ++i) byte_count += sge[i].length;
+    umr->key_length = (uint64_t)(int64_t)(int32_t)byte_count;
     for (uint16_t i = 0; i < num_sges && i < FAKE_IBVERBS_MAX_SGE; ++i) {
       umr->addr[i] = sge[i].addr;
       umr->length[i] = sge[i].length;

@@ -6,6 +6,7 @@
 // the operation is unavailable where it is (no DEVX, no mlx5 device, no libmlx5, an
 // rdma-core without ibv_qp_to_qp_ex).
 #include <hmr/hmr.h>
+#include <sys/mman.h>
 
 #include <cerrno>
 #include <cstdint>
@@ -131,6 +132,43 @@ TEST_F(VerbsIndirectKeyTest, KeyIsAnMkeyFilledByOneInlineUmr) {
   owned.reset();
   EXPECT_EQ(fake().live("mkeys"), 0);
   EXPECT_EQ(fake().call_count("mlx5dv_destroy_mkey"), 2);
+}
+
+// libmlx5 before rdma-core 61 sums a UMR's entry lengths in an int (umr_sg_list_create), so a
+// key of 2 GiB or more gets a wrapped length at the device (the fake computes it so): the key a
+// peer uses would be shorter than hmr says, or 0 bytes at 4 GiB.  hmr refuses such totals with
+// the reason; just under 2 GiB the device's length is the one hmr reports.  (One 1 GiB MR,
+// named three times, makes 3 GiB without 3 GiB of memory.)
+TEST_F(VerbsIndirectKeyTest, TotalsOfTwoGibOrMoreAreRefusedAsLibmlx5WouldWrapThem) {
+  open_domain();
+  constexpr size_t kGib = size_t{1} << 30;
+  void* memory = mmap(nullptr, kGib, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  ASSERT_NE(memory, MAP_FAILED);
+  MrPtr big = reg(memory, kGib, kRemote);
+  if (!big) {
+    munmap(memory, kGib);
+    GTEST_SKIP() << "1 GiB cannot be registered here (RLIMIT_MEMLOCK?): " << hmr_last_error();
+  }
+  char* const base = static_cast<char*>(memory);
+  const hmr_mr_segment three_gib[3] = {
+      {big.get(), base, kGib}, {big.get(), base, kGib}, {big.get(), base, kGib}};
+  hmr_mr* key = sentinel<hmr_mr>();
+  EXPECT_HMR_ERROR(hmr_mr_reg_indirect(domain_, three_gib, 3, kRemote, &key), HMR_EINVAL);
+  EXPECT_TRUE(contains(hmr_last_error(), "rdma-core 61")) << hmr_last_error();
+  EXPECT_EQ(key, sentinel<hmr_mr>());
+  EXPECT_EQ(fake().live("mkeys"), 0);
+
+  const hmr_mr_segment under_two_gib[2] = {{big.get(), base, kGib},
+                                           {big.get(), base, kGib - kPage}};
+  hmr_mr* fits = nullptr;
+  ASSERT_HMR_OK(hmr_mr_reg_indirect(domain_, under_two_gib, 2, kRemote, &fits));
+  MrPtr owned(fits);
+  EXPECT_EQ(last_umr().key_length, ibv_mr_of(fits)->length)
+      << "the device's key length differs from the one hmr reports";
+  owned.reset();
+  big.reset();
+  munmap(memory, kGib);
 }
 
 TEST_F(VerbsIndirectKeyTest, UnderlyingMrIsBusyWhileAKeyUsesIt) {
