@@ -59,6 +59,9 @@ enum ibv_device_cap_flags {
 
 enum ibv_atomic_cap { IBV_ATOMIC_NONE, IBV_ATOMIC_HCA, IBV_ATOMIC_GLOB };
 
+// ibv_is_fork_initialized()'s answer.
+enum ibv_fork_status { IBV_FORK_DISABLED, IBV_FORK_ENABLED, IBV_FORK_UNNEEDED };
+
 // ibv_device.node_type and .transport_type: iWARP devices (irdma in iWARP mode, cxgb4, siw)
 // report IBV_TRANSPORT_IWARP; EFA reports IBV_NODE_UNSPECIFIED/IBV_TRANSPORT_UNSPECIFIED.
 enum ibv_node_type {

@@ -6,6 +6,7 @@
 
 #include "hmem/hmem_registry.h"
 #include "hmem/page_range.h"
+#include "nic/verbs/fork_protection.h"
 #include "nic/verbs/memory_window.h"
 #include "nic/verbs/provider_ops.h"
 #include "nic/verbs/verbs_error.h"
@@ -53,6 +54,8 @@ Result<std::unique_ptr<nic::Nic>> VerbsNic::open(const char* options, void* hand
   }
   Result<std::shared_ptr<const IbverbsLibrary>> library = IbverbsLibrary::load();
   if (!library.ok()) return library.status();
+  // Before anything is registered: ibv_fork_init must come before the first registration.
+  (void)protect_against_fork((*library)->symbols(), parsed->fork);
   // libmlx5 only once there is a device to use it on: a process without RDMA never loads it.
   Mlx5Access mlx5;
   auto load_mlx5 = [&mlx5] {

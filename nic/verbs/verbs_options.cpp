@@ -37,6 +37,17 @@ Result<VerbsOptions> parse_verbs_options(const char* text) {
         }
         options.relaxed_ordering = *on ? Tristate::on : Tristate::off;
       }
+    } else if (name == "fork") {
+      if (value == "auto") {
+        options.fork = ForkPolicy::automatic;
+      } else if (value == "init") {
+        options.fork = ForkPolicy::init;
+      } else if (value == "off") {
+        options.fork = ForkPolicy::off;
+      } else {
+        return make_error(HMR_EINVAL, "verbs option fork='%s': use auto, init or off",
+                          value.c_str());
+      }
     } else if (name == "odp" || name == "raw_keys") {
       Result<bool> on = parse_switch(name, value);
       if (!on.ok()) return on.status();
@@ -44,7 +55,7 @@ Result<VerbsOptions> parse_verbs_options(const char* text) {
     } else {
       return make_error(HMR_EINVAL,
                         "unknown verbs option '%s' (known: device, odp, relaxed_ordering, "
-                        "raw_keys)",
+                        "raw_keys, fork)",
                         name.c_str());
     }
   }

@@ -8,10 +8,12 @@
 //                                 on fails where it cannot
 //   raw_keys=on|off               16-byte RAW keys (the domain needs HMR_MR_RAW) that carry up to
 //                                 3 chunk keys, so ranges above max_mr_size can be reached remotely
+//   fork=auto|init|off            what hmr does about fork and pinned pages (fork_protection.h)
 #pragma once
 
 #include <string>
 
+#include "nic/verbs/fork_protection.h"
 #include "util/status.h"
 
 namespace hmr::verbs {
@@ -23,6 +25,7 @@ struct VerbsOptions {
   bool odp = false;
   Tristate relaxed_ordering = Tristate::automatic;
   bool raw_keys = false;
+  ForkPolicy fork = ForkPolicy::automatic;
 };
 
 Result<VerbsOptions> parse_verbs_options(const char* text);

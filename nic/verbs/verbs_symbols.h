@@ -8,7 +8,8 @@
 // without them hmr registers through ibv_reg_mr and reports dma-buf import as unsupported.
 // The completion-queue and queue-pair verbs are optional too: only the UMR queue that fills
 // indirect keys needs them (ibv_qp_to_qp_ex is IBVERBS_1.6, rdma-core 24), and without them the
-// adapter reports indirect keys as unavailable, naming the one missing.
+// adapter reports indirect keys as unavailable, naming the one missing.  ibv_is_fork_initialized
+// (IBVERBS_1.13, rdma-core 35) is optional: fork_protection.h.
 #pragma once
 
 #include <cstddef>
@@ -59,7 +60,10 @@ inline constexpr const char* kIbverbsSoname = "libibverbs.so.1";
     (ibv_context* context, uint8_t port_num, ibv_port_attr* attr))                             \
   X(query_gid, "ibv_query_gid", "IBVERBS_1.1", optional, int,                                  \
     (ibv_context* context, uint8_t port_num, int index, ibv_gid* gid))                         \
-  X(qp_to_qp_ex, "ibv_qp_to_qp_ex", "IBVERBS_1.6", optional, ibv_qp_ex*, (ibv_qp* qp))
+  X(qp_to_qp_ex, "ibv_qp_to_qp_ex", "IBVERBS_1.6", optional, ibv_qp_ex*, (ibv_qp* qp))        \
+  X(fork_init, "ibv_fork_init", "IBVERBS_1.1", required, int, ())                                \
+  X(is_fork_initialized, "ibv_is_fork_initialized", "IBVERBS_1.13", optional,                  \
+    ibv_fork_status, ())
 
 // The resolved entry points; null only for an optional symbol the library lacks.
 struct IbverbsSymbols {

@@ -57,6 +57,14 @@ static int device_lists;
 static struct fake_ibverbs_registration registrations[MAX_REGISTRATIONS];
 static int registration_count;
 static uint64_t pinned_vm_pages; /* the process's pinned_vm, in pages: see charge_pinned */
+/* Fork protection as libibverbs keeps it (libibverbs/memory.c): whether the kernel copies
+ * pinned pages on fork (5.13+: ibv_is_fork_initialized answers IBV_FORK_UNNEEDED and
+ * ibv_fork_init does nothing), whether ibv_fork_init ran (every registration by address is then
+ * madvise(MADV_DONTFORK)'d, for real here), and whether a registration happened before it
+ * (too_late: ibv_fork_init then fails with EINVAL). */
+static int fork_kernel_copies = 1;
+static int fork_enabled;
+static int fork_too_late;
 static struct fake_ibverbs_rereg last_rereg;
 static struct fake_ibverbs_window_op last_window_op;
 static struct fake_ibverbs_advice last_advice;
@@ -167,6 +175,10 @@ static void reset_locked(void) {
   device_lists = 0;
   registration_count = 0;
   pinned_vm_pages = 0;
+  fork_kernel_copies = 1;
+  fork_too_late = 0;
+  /* (fork_enabled stays: libibverbs cannot turn fork protection off, and ranges already
+   * advised keep MADV_DONTFORK until deregistered) */
   memset(&last_rereg, 0, sizeof last_rereg);
   memset(&last_window_op, 0, sizeof last_window_op);
   memset(&last_advice, 0, sizeof last_advice);
@@ -311,6 +323,18 @@ static struct ibv_mr *make_mr(const char *entry, struct ibv_pd *pd, void *addr, 
     pinned_vm_pages -= pinned;
     errno = ENOMEM;
     return NULL;
+  }
+  if (fd < 0 && addr != NULL) {
+    /* ibv_dontfork_range: with protection on, the pages go MADV_DONTFORK; without, a later
+     * ibv_fork_init is too late. */
+    if (fork_enabled) {
+      const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+      const uintptr_t first = (uintptr_t)addr & ~(page - 1);
+      (void)madvise((void *)first, pages_spanned((uintptr_t)addr, length) * page, MADV_DONTFORK);
+      mr->dontfork = 1;
+    } else {
+      fork_too_late = 1;
+    }
   }
   mr->pinned_pages = pinned;
   mr->mr.context = pd->context;
@@ -837,6 +861,8 @@ EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *a
   return result;
 }
 
+static void undo_dontfork_locked(const struct fake_mr *gone);
+
 EXPORT int ibv_dereg_mr(struct ibv_mr *mr) {
   pthread_mutex_lock(&fake_lock);
   int err = fake_calls_enter(&fake_verbs_calls, "ibv_dereg_mr");
@@ -848,10 +874,52 @@ EXPORT int ibv_dereg_mr(struct ibv_mr *mr) {
   if (err == 0) {
     remove_object((void **)mrs, fake);
     pinned_vm_pages -= fake->pinned_pages;
+    if (fake->dontfork) undo_dontfork_locked(fake);
   }
   pthread_mutex_unlock(&fake_lock);
   if (err == 0) free(fake);
   return err;
+}
+
+/* ibv_dofork_range: the pages of a deregistered MR may be inherited again, unless another
+ * protected MR still covers them (libibverbs keeps a reference count per range). */
+static void undo_dontfork_locked(const struct fake_mr *gone) {
+  const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+  const uintptr_t first = (uintptr_t)gone->mr.addr & ~(page - 1);
+  const uintptr_t end = first + pages_spanned((uintptr_t)gone->mr.addr, gone->mr.length) * page;
+  for (int i = 0; i < MAX_OBJECTS; ++i) {
+    const struct fake_mr *other = mrs[i];
+    if (other == NULL || !other->dontfork) continue;
+    const uintptr_t other_first = (uintptr_t)other->mr.addr & ~(page - 1);
+    const uintptr_t other_end =
+        other_first + pages_spanned((uintptr_t)other->mr.addr, other->mr.length) * page;
+    if (other_first < end && first < other_end) return;
+  }
+  (void)madvise((void *)first, end - first, MADV_DOFORK);
+}
+
+EXPORT int ibv_fork_init(void) {
+  pthread_mutex_lock(&fake_lock);
+  int err = fake_calls_enter(&fake_verbs_calls, "ibv_fork_init");
+  if (err == 0 && !fork_enabled && !fork_kernel_copies) {
+    if (fork_too_late) {
+      err = EINVAL;
+    } else {
+      fork_enabled = 1;
+    }
+  }
+  pthread_mutex_unlock(&fake_lock);
+  return err;
+}
+
+EXPORT enum ibv_fork_status ibv_is_fork_initialized(void) {
+  pthread_mutex_lock(&fake_lock);
+  (void)fake_calls_enter(&fake_verbs_calls, "ibv_is_fork_initialized");
+  const enum ibv_fork_status status = fork_kernel_copies ? IBV_FORK_UNNEEDED
+                                      : fork_enabled     ? IBV_FORK_ENABLED
+                                                         : IBV_FORK_DISABLED;
+  pthread_mutex_unlock(&fake_lock);
+  return status;
 }
 
 /* ------------------------------------------------------------------ test control --------- */
@@ -892,6 +960,12 @@ EXPORT void fake_ibverbs_set_failure(const char *name, int err) {
     *hash = '\0';
   }
   fake_calls_set_failure(&fake_verbs_calls, base, err, countdown);
+}
+
+EXPORT void fake_ibverbs_set_fork_kernel(int copies_pinned_pages) {
+  pthread_mutex_lock(&fake_lock);
+  fork_kernel_copies = copies_pinned_pages;
+  pthread_mutex_unlock(&fake_lock);
 }
 
 EXPORT void fake_ibverbs_set_rereg_result(int result, int err) {

@@ -121,6 +121,11 @@ typedef void (*fake_ibverbs_set_device_fn)(int index,
  * errno `err` (0 clears it).  "ibv_reg_mr_iova2#3" fails only the third call from now.
  * "umr:completion" makes the next UMRs complete with error status `err` (posting succeeds). */
 typedef void (*fake_ibverbs_set_failure_fn)(const char *name, int err);
+/* The kernel's answer on fork: 1 (default) copies pinned pages (5.13+: ibv_is_fork_initialized
+ * says IBV_FORK_UNNEEDED, ibv_fork_init does nothing); 0 does not, so ibv_fork_init turns
+ * MADV_DONTFORK protection on (for the rest of the process, as in libibverbs), or fails with
+ * EINVAL once anything was registered. */
+typedef void (*fake_ibverbs_set_fork_kernel_fn)(int copies_pinned_pages);
 /* ibv_rereg_mr returns `result` with errno `err` (result 0 restores normal behaviour). */
 typedef void (*fake_ibverbs_set_rereg_result_fn)(int result, int err);
 /* How often an entry point was called since reset. */

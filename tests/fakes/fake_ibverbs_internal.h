@@ -34,6 +34,7 @@ struct fake_mr {
   uint64_t iova;
   unsigned int access;
   uint64_t pinned_pages; /* charged to the process's pinned_vm (0: ODP or dma-buf) */
+  int dontfork;          /* its pages were madvise(MADV_DONTFORK)'d (fork protection on) */
 };
 
 /* The one lock of the fake, and its call counts and injected failures. */

@@ -35,6 +35,7 @@ FakeIbverbs load(const char* path) {
   must_find(handle, path, "fake_ibverbs_set_device", nullptr, fake.set_device);
   must_find(handle, path, "fake_ibverbs_set_failure", nullptr, fake.set_failure);
   must_find(handle, path, "fake_ibverbs_set_rereg_result", nullptr, fake.set_rereg_result);
+  must_find(handle, path, "fake_ibverbs_set_fork_kernel", nullptr, fake.set_fork_kernel);
   must_find(handle, path, "fake_ibverbs_call_count", nullptr, fake.call_count);
   must_find(handle, path, "fake_ibverbs_live", nullptr, fake.live);
   must_find(handle, path, "fake_ibverbs_registrations", nullptr, fake.registrations);
@@ -50,6 +51,7 @@ FakeIbverbs load(const char* path) {
   must_find(handle, path, "ibv_close_device", "IBVERBS_1.1", fake.close_device);
   must_find(handle, path, "ibv_alloc_pd", "IBVERBS_1.1", fake.alloc_pd);
   must_find(handle, path, "ibv_dealloc_pd", "IBVERBS_1.1", fake.dealloc_pd);
+  must_find(handle, path, "ibv_reg_mr", "IBVERBS_1.1", fake.reg_mr);
   return fake;  // the handle stays open for the life of the process, on purpose
 }
 

@@ -18,6 +18,7 @@ struct FakeIbverbs {
   fake_ibverbs_set_device_fn set_device = nullptr;
   fake_ibverbs_set_failure_fn set_failure = nullptr;
   fake_ibverbs_set_rereg_result_fn set_rereg_result = nullptr;
+  fake_ibverbs_set_fork_kernel_fn set_fork_kernel = nullptr;
   fake_ibverbs_call_count_fn call_count = nullptr;
   fake_ibverbs_live_fn live = nullptr;
   fake_ibverbs_registrations_fn registrations = nullptr;
@@ -35,6 +36,7 @@ struct FakeIbverbs {
   int (*close_device)(verbs::ibv_context*) = nullptr;
   verbs::ibv_pd* (*alloc_pd)(verbs::ibv_context*) = nullptr;
   int (*dealloc_pd)(verbs::ibv_pd*) = nullptr;
+  verbs::ibv_mr* (*reg_mr)(verbs::ibv_pd*, void*, size_t, int) = nullptr;
 
   // Sets a field of one device's configuration (the others keep theirs).
   template <typename Change>
