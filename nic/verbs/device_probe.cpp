@@ -72,8 +72,7 @@ Support probe_window(const DeviceProbe& probe, ibv_context* context, unsigned in
 // irdma only from rdma-core 49, which a program cannot tell apart from older ones.  mlx4 and
 // mlx5 (vendor id 0x02c9, Mellanox's OUI) have had it throughout.
 Support probe_rereg(const DeviceProbe& probe) {
-  constexpr uint32_t kMellanox = 0x02c9;
-  if (probe.vendor_id == kMellanox) {
+  if (probe.mellanox()) {
     return {true, "mlx4/mlx5 (vendor id 0x02c9) implement ibv_rereg_mr"};
   }
   char vendor[16];
@@ -129,6 +128,12 @@ Result<DeviceProbe> probe_device(const IbverbsLibrary& library, ibv_context* con
   probe.dmabuf = probe_dmabuf(library, pd);
   probe.peer_memory = hmem::probe_peer_direct(sysfs_root);
   probe.peer_direct = {probe.peer_memory.available, probe.peer_memory.reason};
+  if (!probe.peer_direct.supported && probe.efa()) {
+    // AWS's EFA kernel driver pins CUDA memory itself through NVIDIA's p2p interface
+    // (efa_nv_peermem), with no peer-memory client loaded: a CUDA VA reaches it directly.
+    probe.peer_direct = {true, "EFA's kernel driver pins CUDA memory itself (nvidia_p2p), no "
+                               "peer-memory client needed"};
+  }
   probe.on_demand_paging = probe_odp(probe);
   if (verbs.reg_mr_iova2 != nullptr) {
     probe.relaxed_ordering = {true, "libibverbs passes optional access flags "

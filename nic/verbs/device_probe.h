@@ -35,6 +35,10 @@ struct DeviceProbe {
   // transport (iWARP devices want REMOTE_WRITE on RDMA Read sinks).
   uint32_t vendor_id = 0;
   bool iwarp = false;
+  bool mellanox() const { return vendor_id == kMellanoxVendorId; }
+  bool efa() const { return vendor_id == kAmazonVendorId; }
+  static constexpr uint32_t kMellanoxVendorId = 0x02c9;  // mlx4, mlx5 (Mellanox's OUI)
+  static constexpr uint32_t kAmazonVendorId = 0x1d0f;    // EFA (Amazon's PCI vendor id)
 
   Support dmabuf;
   Support peer_direct;

@@ -129,15 +129,22 @@ Status VerbsNic::apply_options() {
     return make_error(HMR_EOPNOTSUPP, "verbs option odp=on, but %s cannot: %s",
                       probe_.name.c_str(), probe_.on_demand_paging.reason.c_str());
   }
+  // Relaxed ordering lets the NIC's PCIe writes land out of order: a CPU that polls the last
+  // byte of an RDMA-written host buffer may then see it before the bytes before it.  GPU memory
+  // is not polled that way and gains bandwidth from it (NCCL sets it), so auto gives it to
+  // device memory only; on gives it to host memory too (UCX's choice on CPUs that need it).
   switch (options_.relaxed_ordering) {
-    case Tristate::off: relaxed_ordering_ = false; break;
-    case Tristate::automatic: relaxed_ordering_ = probe_.relaxed_ordering.supported; break;
+    case Tristate::off: relaxed_ordering_ = relaxed_ordering_host_ = false; break;
+    case Tristate::automatic:
+      relaxed_ordering_ = probe_.relaxed_ordering.supported;
+      relaxed_ordering_host_ = false;
+      break;
     case Tristate::on:
       if (!probe_.relaxed_ordering.supported) {
         return make_error(HMR_EOPNOTSUPP, "verbs option relaxed_ordering=on, but %s",
                           probe_.relaxed_ordering.reason.c_str());
       }
-      relaxed_ordering_ = true;
+      relaxed_ordering_ = relaxed_ordering_host_ = true;
       break;
   }
   chunk_len_ = chunk_length_for(probe_.max_mr_size);
@@ -429,6 +436,9 @@ Result<nic::Registration> VerbsNic::register_memory(const nic::RegistrationReque
   layout.chunk_len = chunk_len_;
   AccessExtras extras = access_extras();
   extras.on_demand_paging = on_demand;
+  extras.relaxed_ordering = system_memory ? relaxed_ordering_host_ : relaxed_ordering_;
+  // Atomics on pages the NIC faults in need the device's ODP atomic support.
+  if (on_demand && (probe_.odp_rc_caps & IBV_ODP_SUPPORT_ATOMIC) == 0) extras.atomics = false;
   layout.ibv_access = ibv_access_for(request.access, extras);
 
   const std::vector<Chunk> chunks = plan_chunks(layout.length, chunk_len_);
@@ -574,6 +584,10 @@ Status VerbsNic::rereg(nic::Registration& registration, const nic::ReregRequest&
     if (on_demand) HMR_RETURN_IF_ERROR(check_odp_access(*request.access));
     AccessExtras extras = access_extras();
     extras.on_demand_paging = on_demand;
+    if (on_demand && (probe_.odp_rc_caps & IBV_ODP_SUPPORT_ATOMIC) == 0) extras.atomics = false;
+    // ibv_rereg_mr passes access bits as given: unlike ibv_reg_mr_iova2 it does not drop the
+    // optional ones a kernel lacks, and such a kernel refuses them (EINVAL).
+    extras.relaxed_ordering = false;
     access = ibv_access_for(*request.access, extras);
     layout.ibv_access = access;
     flags |= IBV_REREG_MR_CHANGE_ACCESS;
@@ -647,6 +661,14 @@ Status VerbsNic::bind_window(nic::MemoryWindow& window, const nic::WindowBind& b
   }
   if (record_of(*bind.registration)->indirect()) {
     return make_error(HMR_EINVAL, "a memory window is bound to an MR, not to an indirect key");
+  }
+  // libmlx5 builds a bind from KLM entries of at most 2 GiB (providers/mlx5/qp.c, set_bind_wr:
+  // EOPNOTSUPP above it).
+  constexpr uint64_t kMlx5MaxBind = uint64_t{1} << 31;
+  if (probe_.mellanox() && bind.len > kMlx5MaxBind) {
+    return make_error(HMR_EOPNOTSUPP, "a memory window of %llu bytes on %s: mlx5 binds at most "
+                      "2 GiB (libmlx5 set_bind_wr); bind several windows",
+                      static_cast<ull>(bind.len), probe_.name.c_str());
   }
   HMR_RETURN_IF_ERROR(verbs_window->bind(*record_of(*bind.registration), bind));
   const uint32_t rkey = verbs_window->rkey();

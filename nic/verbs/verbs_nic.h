@@ -107,7 +107,10 @@ class VerbsNic final : public nic::Nic {
   VerbsOptions options_;
   DeviceProbe probe_;
   nic::Capabilities capabilities_;
+  // Relaxed ordering for device memory (dma-buf, peer-direct) and for host memory: auto gives
+  // it to device memory only (see apply_options), on to both, off to neither.
   bool relaxed_ordering_ = false;
+  bool relaxed_ordering_host_ = false;
   uint64_t chunk_len_ = 0;
   Mlx5Access mlx5_;
   std::mutex umr_mutex_;  // creating the UMR queue

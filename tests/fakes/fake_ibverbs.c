@@ -377,6 +377,8 @@ static int check_binding(struct ibv_mw *mw, const struct ibv_mw_bind_info *info)
   if (!has_object((void *const *)mrs, mr)) return EINVAL;
   if (mr->mr.pd != mw->pd) return EPERM;
   if (info->length == 0) return 0; /* an unbind names the MR only */
+  /* libmlx5's set_bind_wr (providers/mlx5/qp.c): "KLM support only 2GB". */
+  if (config_of(mw->context)->mlx5 && info->length > (1ull << 31)) return EOPNOTSUPP;
   if (!(mr->access & IBV_ACCESS_MW_BIND)) return EACCES;
   if (info->addr < mr->iova || info->length > mr->mr.length ||
       info->addr - mr->iova > mr->mr.length - info->length) {

@@ -157,7 +157,8 @@ TEST_F(VerbsNicTest, RegistersThroughIova2WithMappedAccess) {
   EXPECT_EQ(made[0].access,
             unsigned{verbs::IBV_ACCESS_LOCAL_WRITE | verbs::IBV_ACCESS_REMOTE_WRITE |
                      verbs::IBV_ACCESS_REMOTE_READ | verbs::IBV_ACCESS_REMOTE_ATOMIC |
-                     verbs::IBV_ACCESS_MW_BIND | verbs::IBV_ACCESS_RELAXED_ORDERING});
+                     verbs::IBV_ACCESS_MW_BIND})
+      << "relaxed ordering is for device memory unless relaxed_ordering=on";
   EXPECT_EQ(registered->key.size, 4u);
   EXPECT_EQ(registered->key.low_u64(), made[0].rkey);
   EXPECT_EQ(registered->base_addr, made[0].addr);
@@ -232,6 +233,40 @@ TEST_F(VerbsNicTest, DmabufIovaKeepsTheOffsetsInPageOffset) {
   EXPECT_TRUE(contains(refused.status().reason(), "within a page")) << refused.status().reason();
   EXPECT_EQ(fake().call_count("ibv_reg_dmabuf_mr"), calls);
   close(fd);
+}
+
+// Relaxed ordering lets PCIe writes land out of order, so a CPU that polls the last byte of an
+// RDMA-written host buffer can see it before the bytes before it.  auto (the default) gives it
+// to device memory only (a dma-buf here); on to host memory too.  Before, auto gave it to
+// every registration.
+TEST_F(VerbsNicTest, RelaxedOrderingAutoIsForDeviceMemoryOnly) {
+  for (const char* options : {"", "relaxed_ordering=on"}) {
+    SCOPED_TRACE(options);
+    const bool on = std::string(options).find("=on") != std::string::npos;
+    open(options);
+    std::vector<char> buffer(4096);
+    const iovec segment{buffer.data(), buffer.size()};
+    Result<nic::Registration> host = nic_->register_memory(host_request(segment, kRemote));
+    ASSERT_TRUE(host.ok()) << host.status().reason();
+    EXPECT_EQ((registrations().back().access & verbs::IBV_ACCESS_RELAXED_ORDERING) != 0, on);
+    EXPECT_TRUE(nic_->deregister(*host).ok());
+
+    const int fd = memfd_create("hmr-verbs-test", MFD_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(ftruncate(fd, 8192), 0);
+    const hmr_mr_dmabuf dmabuf{fd, 0, 8192, reinterpret_cast<void*>(uintptr_t{0x7000000})};
+    nic::RegistrationRequest device;
+    device.dmabuf = &dmabuf;
+    device.access = kRemote;
+    device.flags = HMR_MR_DMABUF;
+    device.iface = HMR_HMEM_CUDA;
+    Result<nic::Registration> exported = nic_->register_memory(device);
+    ASSERT_TRUE(exported.ok()) << exported.status().reason();
+    EXPECT_NE(registrations().back().access & verbs::IBV_ACCESS_RELAXED_ORDERING, 0u);
+    EXPECT_TRUE(nic_->deregister(*exported).ok());
+    close(fd);
+    nic_.reset();
+  }
 }
 
 TEST_F(VerbsNicTest, RelaxedOrderingCanBeTurnedOff) {

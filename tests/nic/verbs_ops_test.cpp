@@ -47,6 +47,24 @@ TEST_F(VerbsReregTest, TranslationChangeTakesTheNewKeys) {
   EXPECT_TRUE(nic_->deregister(*registered).ok());
 }
 
+// ibv_rereg_mr passes access bits as given (it does not drop optional ones a kernel lacks, as
+// ibv_reg_mr_iova2 does), so a re-registration never asks for relaxed ordering.
+TEST_F(VerbsReregTest, AccessChangeNeverCarriesTheOptionalRelaxedOrderingBit) {
+  open("relaxed_ordering=on");
+  std::vector<char> buffer(8192);
+  const iovec segment{buffer.data(), buffer.size()};
+  Result<nic::Registration> registered = nic_->register_memory(host_request(segment, kRemote));
+  ASSERT_TRUE(registered.ok()) << registered.status().reason();
+  EXPECT_NE(registrations().back().access & verbs::IBV_ACCESS_RELAXED_ORDERING, 0u);
+  nic::ReregRequest request;
+  request.access = HMR_REMOTE_READ;
+  ASSERT_TRUE(nic_->rereg(*registered, request).ok());
+  fake_ibverbs_rereg call{};
+  fake().last_rereg(&call);
+  EXPECT_EQ(call.access & verbs::IBV_ACCESS_RELAXED_ORDERING, 0);
+  EXPECT_TRUE(nic_->deregister(*registered).ok());
+}
+
 TEST_F(VerbsReregTest, AccessAndProtectionDomainChange) {
   verbs::ibv_pd* pd = app_pd();
   open("relaxed_ordering=off", pd);
@@ -391,6 +409,21 @@ TEST_F(VerbsOdpTest, OdpNeedsTheDeviceAndTheTransportCaps) {
 // and CUDA memory by address register pinned, as libfabric's verbs provider does; HMR_MR_ODP on
 // device memory and HMR_MW_BIND on a dma-buf are refused with the reason.  Before, every GPU
 // registration of an odp=on domain failed with EINVAL from the kernel.
+// libmlx5 binds at most 2 GiB (providers/mlx5/qp.c, set_bind_wr: EOPNOTSUPP; the fake does
+// the same): hmr refuses a larger window on mlx5 with the reason, before posting anything.
+TEST_F(VerbsWindowLifecycle, Mlx5RefusesWindowsOverTwoGib) {
+  Result<nic::MemoryWindow> window = nic_->alloc_window(nic::WindowType::type1);
+  ASSERT_TRUE(window.ok()) << window.status().reason();
+  nic::WindowBind bind = bind_request(0, 4096);
+  bind.len = (uint64_t{1} << 31) + 4096;  // (refused before the range is checked)
+  const int binds = fake().call_count("bind_mw");
+  const Status refused = nic_->bind_window(*window, bind);
+  EXPECT_EQ(refused.code(), HMR_EOPNOTSUPP);
+  EXPECT_TRUE(contains(refused.reason(), "2 GiB")) << refused.reason();
+  EXPECT_EQ(fake().call_count("bind_mw"), binds);
+  ASSERT_TRUE(nic_->dealloc_window(*window).ok());
+}
+
 // irdma's bind_mw reads the MR it is given even to unbind a type 1 window, so an unbind with
 // a NULL MR crashes there (the fake, configured as irdma, refuses it with EFAULT instead).
 // hmr unbinds with the MR the window is bound to and length 0, as rdma-core's own tests do.
@@ -467,6 +500,37 @@ TEST_F(VerbsOdpTest, OdpOnPagesSystemMemoryOnly) {
   EXPECT_NE(registrations().back().access & verbs::IBV_ACCESS_ON_DEMAND, 0u);
   EXPECT_TRUE(nic_->deregister(*paged).ok());
   close(fd);
+}
+
+// An atomic on a page the NIC must fault in needs the device's ODP atomic support: without
+// IBV_ODP_SUPPORT_ATOMIC in the RC caps an ODP registration asks for no REMOTE_ATOMIC.
+TEST_F(VerbsOdpTest, OdpAsksForAtomicsOnlyWhereTheDevicePagesThem) {
+  fake().configure(0, [](fake_ibverbs_device_config& config) {
+    config.odp_rc_caps = verbs::IBV_ODP_SUPPORT_SEND | verbs::IBV_ODP_SUPPORT_RECV |
+                         verbs::IBV_ODP_SUPPORT_WRITE | verbs::IBV_ODP_SUPPORT_READ;
+  });
+  open("odp=on");
+  std::vector<char> buffer(4096);
+  const iovec segment{buffer.data(), buffer.size()};
+  Result<nic::Registration> registered = nic_->register_memory(host_request(segment, kRemote));
+  ASSERT_TRUE(registered.ok()) << registered.status().reason();
+  EXPECT_EQ(registrations().back().access & verbs::IBV_ACCESS_REMOTE_ATOMIC, 0u);
+  EXPECT_NE(registrations().back().access & verbs::IBV_ACCESS_ON_DEMAND, 0u);
+  EXPECT_TRUE(nic_->deregister(*registered).ok());
+}
+
+// AWS's EFA kernel driver pins CUDA memory itself (nvidia_p2p), so CUDA memory by address
+// reaches it without a peer-memory client; before, hmr refused it there.
+TEST_F(VerbsOdpTest, EfaTakesCudaMemoryByAddressWithoutAPeerMemoryClient) {
+  open("device=fake_efa_0");
+  EXPECT_TRUE(nic_->capabilities().peer_direct);
+  std::vector<char> device_memory(8192);
+  const iovec segment{device_memory.data(), device_memory.size()};
+  nic::RegistrationRequest request = host_request(segment, HMR_REMOTE_READ);
+  request.iface = HMR_HMEM_CUDA;
+  Result<nic::Registration> registered = nic_->register_memory(request);
+  ASSERT_TRUE(registered.ok()) << registered.status().reason();
+  EXPECT_TRUE(nic_->deregister(*registered).ok());
 }
 
 TEST_F(VerbsOdpTest, ProvidersWithoutAdviceSayNotSupported) {
