@@ -21,7 +21,8 @@ Result<std::unique_ptr<IndirectMkey>> IndirectMkey::create(
     return verbs_failure(err,
                          "mlx5dv_create_mkey(INDIRECT, %u entries) on %s failed%s", entries,
                          device.c_str(),
-                         err == EOPNOTSUPP || err == EPERM || err == EPROTONOSUPPORT
+                         err == EOPNOTSUPP || err == EPERM || err == EPROTONOSUPPORT ||
+                                 err == EINVAL
                              ? " (an indirect mkey needs a DEVX context: let hmr open the device "
                                "(nic_options device=<name>) or open it with mlx5dv_open_device "
                                "and MLX5DV_CONTEXT_FLAGS_DEVX)"

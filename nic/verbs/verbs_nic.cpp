@@ -7,6 +7,7 @@
 #include "hmem/hmem_registry.h"
 #include "hmem/page_range.h"
 #include "nic/verbs/fork_protection.h"
+#include "nic/verbs/indirect_mkey.h"
 #include "nic/verbs/memory_window.h"
 #include "nic/verbs/provider_ops.h"
 #include "nic/verbs/verbs_error.h"
@@ -81,6 +82,7 @@ Result<std::unique_ptr<nic::Nic>> VerbsNic::open(const char* options, void* hand
     return open_device(*library, *chosen, mlx5);
   }();
   if (!device.ok()) return device.status();
+  if (handle != nullptr) probe_borrowed_devx(*device, mlx5);
 
   Result<DeviceProbe> probe =
       probe_device(**library, device->context(), device->pd(), environment.sysfs_root);
@@ -112,6 +114,21 @@ Result<DeviceHandle> VerbsNic::open_device(const std::shared_ptr<const IbverbsLi
                         "without one";
   }
   return DeviceHandle::open(library, device);
+}
+
+// The application's context may or may not have been opened with DEVX, and nothing public
+// says which: an indirect mkey made and destroyed at once settles it, so hmr_md_query_op tells
+// the truth.  (On a context without DEVX the kernel answers EINVAL: mlx5's devx_get_uid.)
+void VerbsNic::probe_borrowed_devx(const DeviceHandle& device, Mlx5Access& mlx5) {
+  if (mlx5.library == nullptr || !mlx5.library->symbols().is_supported(device.context()->device)) {
+    return;  // indirect_support() says why
+  }
+  Result<std::unique_ptr<IndirectMkey>> probe =
+      IndirectMkey::create(mlx5.library, device.pd(), 1, 0, "the application's device");
+  if (probe.ok()) return;  // (destroyed here)
+  mlx5.devx_failure = "the application's PD belongs to a context opened without DEVX (a probe "
+                      "mlx5dv_create_mkey failed: " + probe.status().reason() + "); open it "
+                      "with mlx5dv_open_device and MLX5DV_CONTEXT_FLAGS_DEVX for indirect keys";
 }
 
 VerbsNic::VerbsNic(std::shared_ptr<const IbverbsLibrary> library, DeviceHandle device,

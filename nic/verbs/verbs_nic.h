@@ -84,6 +84,7 @@ class VerbsNic final : public nic::Nic {
   // The UMR queue, created by the first indirect key.
   Result<UmrQueue*> umr_queue();
   Result<nic::Registration> register_implicit(const nic::RegistrationRequest& request);
+  static void probe_borrowed_devx(const DeviceHandle& device, Mlx5Access& mlx5);
   // The iova of a registration: its virtual address, or, offset-addressed, the in-page offset
   // the kernel keeps (see the definition).
   Result<uint64_t> iova_for(const nic::RegistrationRequest& request,

@@ -476,7 +476,9 @@ static struct mlx5dv_mkey *mlx5_create_mkey(struct mlx5dv_mkey_init_attr *attr) 
                    attr->max_entries == 0)) {
     err = EINVAL;
   }
-  if (err == 0 && !fake_context_of(attr->pd->context)->devx) err = EOPNOTSUPP;
+  /* An indirect mkey is a DEVX object: on a context opened without DEVX the kernel refuses it
+   * with EINVAL (drivers/infiniband/hw/mlx5/devx.c, devx_get_uid: no DEVX uid). */
+  if (err == 0 && !fake_context_of(attr->pd->context)->devx) err = EINVAL;
   struct fake_mkey *mkey = NULL;
   if (err == 0) {
     mkey = calloc(1, sizeof *mkey);
