@@ -12,6 +12,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -338,6 +340,17 @@ int run_peer(const std::string& scenario, int version) {
       f.check(oob.send(std::vector<uint8_t>(handle, handle + sizeof handle), &why), why);
       f.check(rank.net().close_listen(listen) == ncclSuccess, "closeListen failed");
       f.check(rank.net().finalize() == ncclSuccess, "finalize failed");
+    }
+  } else if (scenario == "dies-connected") {
+    // Connects both ways, says so, and dies as a killed rank does: no close, no finalize.
+    Link link;
+    if (rank.start(library(), &f) && rank.connect_both(&oob, &link, &f)) {
+      std::string why;
+      f.check(oob.send(std::string("connected"), &why), why);
+      if (f.ok()) {
+        std::fflush(nullptr);
+        raise(SIGKILL);
+      }
     }
   } else {
     f.add("unknown peer scenario " + scenario);
@@ -685,6 +698,65 @@ TEST(BadInput, HandleOfAPeerThatWentAway) {
   EXPECT_TRUE(warned_since(mark, "connect")) << "no reason logged:" << warnings_since(mark);
   std::printf("connect to a peer that went away: %s after %.2f s\n", result_name(rc),
               std::chrono::duration<double>(Clock::now() - start).count());
+  EXPECT_EQ(rank.net().finalize(), ncclSuccess);
+}
+
+// A peer killed after connecting (NCCL's "a rank died mid-collective"): a send waiting for
+// announcements and a receive waiting for data both fail with a reason within a bounded time,
+// on every provider.  Over tcp the closed connection says so; over shm nothing does, and
+// before the comms watched each other's process (net/peer_watch.h) both waited for good.
+TEST(PeerDeath, ARankKilledAfterConnectingFailsTheOtherSidesCommsNeverHangs) {
+  PeerProcess peer = start_peer("dies-connected", 11);
+  Failures f;
+  Rank rank(table(11), 0, kScenarioBudget);
+  ASSERT_TRUE(rank.start(library(), &f)) << f.text();
+  Link link;
+  ASSERT_TRUE(rank.connect_both(&peer.channel(), &link, &f)) << f.text();
+  std::string why;
+  auto said = peer.channel().receive_text(rank.deadline(), &why);
+  ASSERT_TRUE(said && *said == "connected") << why;
+  ASSERT_TRUE(peer.wait(rank.deadline()).has_value()) << "the peer did not die";
+
+  HostBuffer buffer(4096);
+  void* send_mh = nullptr;
+  void* recv_mh = nullptr;
+  ASSERT_EQ(rank.net().reg_mr(link.send, buffer.data(), 4096, NCCL_PTR_HOST, &send_mh), ncclSuccess);
+  ASSERT_EQ(rank.net().reg_mr(link.recv, buffer.data(), 4096, NCCL_PTR_HOST, &recv_mh), ncclSuccess);
+  const auto start = Clock::now();
+  // The send: no announcement will ever come; isend must turn into an error.
+  const size_t send_mark = log_mark();
+  ncclResult_t rc = ncclSuccess;
+  void* request = nullptr;
+  while (rc == ncclSuccess && request == nullptr && !rank.expired()) {
+    rc = rank.net().isend(link.send, buffer.data(), 64, 1, send_mh, &request);
+  }
+  int done = 0;
+  while (rc == ncclSuccess && request != nullptr && !done && !rank.expired()) {
+    rc = rank.net().test(request, &done, nullptr);  // (tcp may take the write, then fail)
+  }
+  EXPECT_NE(rc, ncclSuccess) << "the send to a dead rank never failed";
+  EXPECT_TRUE(warned_since(send_mark, "send comm failed")) << warnings_since(send_mark);
+  // The receive: no data will ever come.
+  const size_t recv_mark = log_mark();
+  void* data[1] = {buffer.data()};
+  size_t sizes[1] = {4096};
+  int tags[1] = {1};
+  void* mhs[1] = {recv_mh};
+  void* recv_request = nullptr;
+  rc = rank.net().irecv(link.recv, 1, data, sizes, tags, mhs, &recv_request);
+  done = 0;
+  int received[1] = {0};
+  while (rc == ncclSuccess && recv_request != nullptr && !done && !rank.expired()) {
+    rc = rank.net().test(recv_request, &done, received);
+  }
+  EXPECT_NE(rc, ncclSuccess) << "the receive from a dead rank never failed";
+  EXPECT_TRUE(warned_since(recv_mark, "recv comm failed")) << warnings_since(recv_mark);
+  std::printf("comms to a killed rank failed after %.2f s\n",
+              std::chrono::duration<double>(Clock::now() - start).count());
+  rank.net().dereg_mr(link.send, send_mh);
+  rank.net().dereg_mr(link.recv, recv_mh);
+  rank.net().close_send(link.send);
+  rank.net().close_recv(link.recv);
   EXPECT_EQ(rank.net().finalize(), ncclSuccess);
 }
 

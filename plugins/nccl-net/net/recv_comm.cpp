@@ -2,6 +2,8 @@
 
 #include <rdma/fi_errno.h>
 
+#include <unistd.h>
+
 #include <climits>
 
 #include "../wire/write_completion.h"
@@ -35,8 +37,10 @@ ncclResult_t RecvComm::start(Device& device, const ConnectRequest& request,
   if (!comm->endpoint_->insert(request.address, &comm->peer_, &why)) {
     return fail(ncclRemoteError, "accept: the connector's address is unusable: %s", why.c_str());
   }
-  if (!comm->control_->send(ConnectAccept{request.nonce, comm->endpoint_->address()}, comm->peer_,
-                            &why)) {
+  comm->peer_watch_ = PeerWatch::of(request.pid, request.process_space);
+  if (!comm->control_->send(ConnectAccept{request.nonce, comm->endpoint_->address(),
+                                          static_cast<uint32_t>(getpid()), own_process_space()},
+                            comm->peer_, &why)) {
     return fail(ncclRemoteError, "accept: %s", why.c_str());
   }
   comm->accept_sent_ = true;
@@ -74,6 +78,10 @@ ncclResult_t RecvComm::poll_accepted(bool* accepted) {
 
 ncclResult_t RecvComm::progress() {
   if (!failure_.empty()) return failure_result_;
+  if (peer_watch_.gone()) {
+    return fail_comm(ncclRemoteError, "the sending process (pid " +
+                                          std::to_string(peer_watch_.pid()) + ") exited");
+  }
   std::string why;
   if (!control_->flush(&why)) return fail_comm(ncclSystemError, why);
   Completion completions[16];

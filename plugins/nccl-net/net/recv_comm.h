@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "peer_watch.h"
 #include "../wire/control_message.h"
 #include "control_channel.h"
 #include "request.h"
@@ -64,6 +65,7 @@ class RecvComm {
   bool force_flush_ = false;
   int flush_eagain_ = 0;
   bool accept_sent_ = false;
+  PeerWatch peer_watch_;  // the peer's process, on shm (peer_watch.h)
   std::string failure_;
   ncclResult_t failure_result_ = ncclSuccess;
   uint32_t next_sequence_ = 0;  // the next irecv's number in its announcement

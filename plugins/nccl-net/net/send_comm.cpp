@@ -2,6 +2,8 @@
 
 #include <rdma/fi_errno.h>
 
+#include <unistd.h>
+
 #include <climits>
 
 #include "../wire/write_completion.h"
@@ -37,7 +39,8 @@ ncclResult_t SendComm::start(Device& device, const ListenHandle& handle, int tim
   }
   comm->nonce_ = handle.nonce;
   comm->deadline_ = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  if (!comm->control_->send(ConnectRequest{handle.nonce, comm->endpoint_->address()},
+  if (!comm->control_->send(ConnectRequest{handle.nonce, comm->endpoint_->address(),
+                                           static_cast<uint32_t>(getpid()), own_process_space()},
                             comm->listener_, &why)) {
     return fail(ncclRemoteError, "connect: %s", why.c_str());
   }
@@ -78,6 +81,10 @@ ncclResult_t SendComm::poll_connected(bool* connected) {
 
 ncclResult_t SendComm::progress() {
   if (!failure_.empty()) return failure_result_;
+  if (peer_watch_.gone()) {
+    return fail_comm(ncclRemoteError, "the receiving process (pid " +
+                                          std::to_string(peer_watch_.pid()) + ") exited");
+  }
   std::string why;
   if (!control_->flush(&why)) return fail_comm(ncclSystemError, why);
   Completion completions[16];
@@ -136,6 +143,7 @@ ncclResult_t SendComm::on_message(std::span<const uint8_t> bytes) {
                static_cast<unsigned long long>(accept->nonce));
       return ncclSuccess;
     }
+    peer_watch_ = PeerWatch::of(accept->pid, accept->process_space);
     if (!endpoint_->insert(accept->address, &peer_, &why)) {
       return fail_comm(ncclRemoteError, "connect: the receiver's address is unusable: " + why);
     }

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "peer_watch.h"
 #include "../wire/control_message.h"
 #include "../wire/listen_handle.h"
 #include "control_channel.h"
@@ -72,6 +73,7 @@ class SendComm {
   std::chrono::steady_clock::time_point deadline_;
   std::chrono::milliseconds write_timeout_{60000};
   bool connected_ = false;
+  PeerWatch peer_watch_;  // the peer's process, on shm (peer_watch.h)
   std::string failure_;  // why the comm can no longer be used; empty while it can
   ncclResult_t failure_result_ = ncclSuccess;
   // Announcements by sequence number: announced_[s % kMaxRequests] holds receive s while it

@@ -13,14 +13,15 @@ constexpr size_t kHeaderSize = 8;
 // The variant's index is the type on the wire, plus one (0 is never a valid type).
 uint16_t type_of(const ControlMessage& message) { return static_cast<uint16_t>(message.index() + 1); }
 
-void write_body(wire::ByteWriter& w, const ConnectRequest& m) {
+template <typename Connection>
+void write_connection(wire::ByteWriter& w, const Connection& m) {
   w.u64(m.nonce);
   w.str(m.address);
+  w.u32(m.pid);
+  w.u64(m.process_space);
 }
-void write_body(wire::ByteWriter& w, const ConnectAccept& m) {
-  w.u64(m.nonce);
-  w.str(m.address);
-}
+void write_body(wire::ByteWriter& w, const ConnectRequest& m) { write_connection(w, m); }
+void write_body(wire::ByteWriter& w, const ConnectAccept& m) { write_connection(w, m); }
 void write_body(wire::ByteWriter& w, const ReceiveAnnouncement& m) {
   w.u32(m.sequence);
   w.u8(m.slot);
@@ -46,6 +47,8 @@ Connection read_connection(wire::ByteReader& r) {
   Connection m;
   m.nonce = r.u64("nonce");
   m.address = r.bytes("address", kMaxFabricAddress);
+  m.pid = r.u32("pid");
+  m.process_space = r.u64("process space");
   if (m.nonce == 0) r.fail("nonce", "is 0");
   if (m.address.empty()) r.fail("address", "is empty");
   return m;

@@ -1,8 +1,10 @@
 // The messages a send comm and a recv comm exchange over the fabric, besides the data itself:
 //
 //   header:               "HMRC" | u16 version | u16 type            (the body is the rest)
-//   connect_request:      u64 nonce | str address           connector -> listener
-//   connect_accept:       u64 nonce | str address           new recv comm -> connector
+//   connect_request:      u64 nonce | str address | u32 pid | u64 process space
+//                                                           connector -> listener
+//   connect_accept:       u64 nonce | str address | u32 pid | u64 process space
+//                                                           new recv comm -> connector
 //   receive_announcement: u32 sequence | u8 slot | u8 generation | u8 count | count x
 //                         (u64 address | u64 size | u64 key | u32 tag)   receiver -> sender
 //   send_failure:         u8 slot | u8 generation | u8 index | u32 reason | u64 size
@@ -13,6 +15,9 @@
 // Its sequence number is the receive's place among the comm's irecvs (0, 1, 2, ...): the
 // sender fills receives in that order whatever order the fabric delivers announcements in
 // (EFA's SRD reorders messages unless asked not to; version 1 had no number).
+// The pid and the process space (which host boot and pid namespace the pid belongs to) let a
+// peer on the same host notice that the other process exited although no operation of its
+// own fails (net/peer_watch.h); version 2 had neither.
 // The peer is another process: decode() checks the magic, version, type, exact length and the
 // bounds of every field, and rejects the message as a whole with a reason.
 #pragma once
@@ -28,17 +33,21 @@
 
 namespace hmr::nccl {
 
-inline constexpr uint16_t kControlVersion = 2;
+inline constexpr uint16_t kControlVersion = 3;
 // Room for the largest message (an announcement of kMaxRecvs buffers, or an address).
 inline constexpr size_t kControlBufferSize = 512;
 
 struct ConnectRequest {
   uint64_t nonce = 0;
   std::vector<uint8_t> address;
+  uint32_t pid = 0;            // the sending process (0: not told)
+  uint64_t process_space = 0;  // where that pid means something (0: unknown)
 };
 struct ConnectAccept {
   uint64_t nonce = 0;
   std::vector<uint8_t> address;
+  uint32_t pid = 0;
+  uint64_t process_space = 0;
 };
 struct AnnouncedBuffer {
   uint64_t address = 0;  // what the sender's RMA targets: a VA, or an offset in the registration

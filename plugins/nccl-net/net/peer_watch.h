@@ -1,0 +1,52 @@
+// Whether the process at the other end of a comm still exists.  A comm learns of a dead peer
+// only through an operation that fails: over shm nothing ever fails (the shared queues do not
+// notice), and over tcp a send comm waiting for announcements, or a recv comm waiting for data,
+// has nothing outstanding towards the peer, so it waits for good (NCCL's own transports notice
+// through their sockets).  The comms exchange their pid and "process space" when they connect
+// (wire/control_message.h); a peer in the same space is watched through a pidfd (pidfd_open,
+// Linux 5.3; else kill(pid, 0)) and the comm fails with the reason once it has exited.
+//
+// The process space is a hash of the host's boot id (/proc/sys/kernel/random/boot_id) and the
+// pid namespace (the inode of /proc/self/ns/pid): equal only for processes whose pids name the
+// same processes — the same boot of the same host, the same namespace.  A peer on another host
+// or in another container is not watched (its death still shows when an operation towards it
+// fails, or NCCL's own timeout).
+#pragma once
+
+#include <cstdint>
+
+namespace hmr::nccl {
+
+// This process's space: the hash above (0 when either part is unreadable).
+uint64_t own_process_space();
+
+class PeerWatch {
+ public:
+  PeerWatch() = default;
+  ~PeerWatch();
+  PeerWatch(PeerWatch&& other) noexcept;
+  PeerWatch& operator=(PeerWatch&& other) noexcept;
+  PeerWatch(const PeerWatch&) = delete;
+  PeerWatch& operator=(const PeerWatch&) = delete;
+
+  // Watches `pid` when it lives in this process's space; otherwise nothing (gone() then never
+  // says yes).
+  static PeerWatch of(uint32_t pid, uint64_t process_space);
+
+  // True once the peer has exited.  Cheap enough to call on every progress: it reads the clock
+  // every 256 calls and asks the kernel at most every 100 ms.
+  bool gone();
+  bool watching() const { return pid_ != 0; }
+  uint32_t pid() const { return pid_; }
+
+ private:
+  bool exited_now() const;
+
+  uint32_t pid_ = 0;
+  int pidfd_ = -1;
+  uint32_t calls_ = 0;
+  int64_t next_look_ns_ = 0;
+  bool gone_ = false;
+};
+
+}  // namespace hmr::nccl
