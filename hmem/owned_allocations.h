@@ -57,6 +57,16 @@ class OwnedAllocations {
     return owner;
   }
 
+  // Puts back an owner take() handed out whose runtime refused to free it (Gaudi memory still
+  // exported), under its old span and identity; false, leaving `owner` with the caller, when an
+  // allocation now starts at its base.  Between take() and restore() lookups miss it.
+  bool restore(const Span& span, Owner&& owner) {
+    std::lock_guard<std::mutex> guard(mutex_);
+    if (entries_.contains(span.base)) return false;
+    entries_.emplace(span.base, Entry{std::move(owner), span});
+    return true;
+  }
+
   // Frees every allocation; for the iface's destructor, while the runtime is still loaded.
   void clear() {
     std::map<uintptr_t, Entry> doomed;

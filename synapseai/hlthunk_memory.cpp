@@ -34,19 +34,24 @@ HlthunkMemory::~HlthunkMemory() {
 }
 
 Status HlthunkMemory::release() {
-  const uint64_t va = std::exchange(va_, 0);
-  const uint64_t handle = std::exchange(handle_, 0);
-  if (va != 0) {
+  if (va_ != 0) {
     errno = 0;
-    const int rc = unmap_(fd_, va);
+    const int rc = unmap_(fd_, va_);
     if (rc != 0) {
       const int error = hlthunk_errno(rc, errno);
-      return make_error(hmr_code_for_errno(error),
-                        "hlthunk_memory_unmap(0x%" PRIx64 ") failed: %s; the device memory "
-                        "behind it stays allocated",
-                        va, describe_errno(error).c_str());
+      // EINVAL for a mapping hmr made is the driver's "memory is exported" (its only other
+      // EINVAL, an unknown address, cannot happen here): busy until the exports go.
+      return make_error(error == EINVAL ? HMR_EBUSY : hmr_code_for_errno(error),
+                        "hlthunk_memory_unmap(0x%" PRIx64 ") failed: %s; %s", va_,
+                        describe_errno(error).c_str(),
+                        error == EINVAL ? "the driver keeps Gaudi memory mapped while a dma-buf of "
+                                          "it is alive: deregister every MR of it and close every "
+                                          "dma-buf fd of it, then free it again"
+                                        : "the memory stays mapped and allocated");
     }
+    va_ = 0;
   }
+  const uint64_t handle = std::exchange(handle_, 0);
   if (handle != 0) {
     errno = 0;
     const int rc = free_(fd_, handle);

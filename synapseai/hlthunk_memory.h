@@ -28,9 +28,13 @@ class HlthunkMemory {
   void set_mapping(uint64_t device_va) { va_ = device_va; }
   uint64_t device_va() const { return va_; }
 
-  // Unmaps, then frees; says which step failed and why.  Afterwards nothing is owned, even on
-  // failure: a mapping the driver refused to drop cannot be retried meaningfully.
+  // Unmaps, then frees; says which step failed and why.  A refused unmap leaves both owned, so
+  // the caller can retry: the driver refuses to unmap memory while a dma-buf of it is alive
+  // (habanalabs memory.c unmap_device_va: "memory is exported"), which lasts until every fd of
+  // the export is closed and every NIC registration of it is gone.  After a refused free
+  // nothing is owned: the mapping is already gone, and the handle goes with the device.
   Status release();
+  bool owns_mapping() const { return va_ != 0; }
 
  private:
   int (*unmap_)(int, uint64_t) = nullptr;

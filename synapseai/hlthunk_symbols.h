@@ -17,6 +17,9 @@ inline constexpr int HLTHUNK_DEVICE_DONT_CARE = 4;  // enum hlthunk_device_name
 #define HMR_HLTHUNK_SYMBOLS(X)                                                                  \
   X(hlthunk_open, "hlthunk_open", required, int, (int device_name, const char* busid))         \
   X(hlthunk_close, "hlthunk_close", required, int, (int fd))                                   \
+  /* The device whose module id HLS_MODULE_ID names (hlthunk_device.h); -1 when none has it. */ \
+  X(hlthunk_open_by_module_id, "hlthunk_open_by_module_id", optional, int,                     \
+    (uint32_t module_id))                                                                       \
   X(hlthunk_device_memory_alloc, "hlthunk_device_memory_alloc", required, uint64_t,            \
     (int fd, uint64_t size, uint64_t page_size, bool contiguous, bool shared))                 \
   X(hlthunk_device_memory_free, "hlthunk_device_memory_free", required, int,                   \

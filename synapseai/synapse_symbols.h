@@ -37,12 +37,35 @@ inline constexpr synStatus synAlreadyInitialized = 29;
 inline constexpr synStatus synTimeout = 42;
 inline constexpr synStatus synResourceBadUsage = 43;
 
+// synapse_common_types.h: struct synDeviceInfoV2, in the same layout.  globalHbmBaseAddress is
+// where the device's "global_hbm" pool starts: where HCCL's gaudi-direct dma-buf starts.
+struct SynDeviceInfoV2 {
+  uint64_t sramBaseAddress;
+  uint64_t dramBaseAddress;
+  uint32_t sramSize;
+  uint64_t dramSize;
+  uint64_t tpcEnabledMask;
+  uint8_t dramEnabled;
+  uint32_t deviceId;
+  uint32_t fd;
+  int deviceType;  // synDeviceType, an int-sized enum
+  uint8_t deviceIndex;
+  uint64_t globalHbmBaseAddress;
+};
+static_assert(sizeof(SynDeviceInfoV2) == 72, "synDeviceInfoV2 layout");
+
+// The device this process acquired: SynapseAI gives each process one, as id 0 (HCL asks for it
+// as SYN_VALID_DEVICE_ID).
+inline constexpr uint32_t kAcquiredSynDevice = 0;
+
 // X(member, symbol to dlsym, required|optional, return type, parameter list)
 #define HMR_SYNAPSE_SYMBOLS(X)                                                                 \
   X(synInitialize, "synInitialize", required, synStatus, (void))                               \
   X(synDeviceGetCount, "synDeviceGetCount", required, synStatus, (uint32_t* count))            \
   X(synDriverGetVersion, "synDriverGetVersion", optional, synStatus, (char* version, int len)) \
-  /* HCCL's export of device memory the application allocated: the fd starts at addr. */       \
+  X(synDeviceGetInfoV2, "synDeviceGetInfoV2", optional, synStatus,                           \
+    (uint32_t device_id, SynDeviceInfoV2* info))                                                \
+  /* HCCL's one gaudi-direct dma-buf (hccl_dmabuf.h): address and size are not looked at. */    \
   X(hcclLookupDMABuff, "hcclLookupDMABuff", optional, int,                                     \
     (uint64_t addr, uint64_t size, int* fd))
 

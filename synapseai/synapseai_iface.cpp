@@ -8,6 +8,8 @@
 #include <utility>
 
 #include "hmem/page_range.h"
+#include "synapseai/hccl_dmabuf.h"
+#include "synapseai/hlthunk_device.h"
 #include "synapseai/synapseai_error.h"
 #include "util/log.h"
 
@@ -121,19 +123,14 @@ Result<int> SynapseaiIface::open_device() {
   const int current = device_fd_.load(std::memory_order_acquire);
   if (current >= 0) return current;
 
-  errno = 0;
-  const int fd = hlthunk_.hlthunk_open(HLTHUNK_DEVICE_DONT_CARE, nullptr);
-  if (fd < 0) {
-    const int error = hlthunk_errno(fd, errno);
+  Result<int> opened = open_own_device(hlthunk_, hlthunk_library_->path(), device_count_);
+  if (!opened.ok()) {
     // Another thread may have opened it meanwhile (an exclusive device then reads as busy).
     const int winner = device_fd_.load(std::memory_order_acquire);
     if (winner >= 0) return winner;
-    return make_error(hmr_code_for_errno(error),
-                      "hlthunk_open(DONT_CARE) in '%s' failed: %s (Gaudi devices are exclusive: "
-                      "one acquired through SynapseAI cannot also be opened for hmr's own "
-                      "allocations)",
-                      hlthunk_library_->path().c_str(), describe_errno(error).c_str());
+    return opened.status();
   }
+  const int fd = *opened;
   char bus_id[32] = {};
   if (hlthunk_.hlthunk_get_pci_bus_id_from_fd == nullptr ||
       hlthunk_.hlthunk_get_pci_bus_id_from_fd(fd, bus_id, static_cast<int>(sizeof bus_id)) != 0) {
@@ -203,12 +200,13 @@ Result<DmabufExport> SynapseaiIface::export_dmabuf(MemoryRange range) {
   }
   Result<MemorySpan> own =
       memory_for_range(range.address, range.length, "synapseai dma-buf export");
-  if (own.ok()) return export_own(address, range.length);
+  if (own.ok()) return export_own(*own, address, range.length);
   if (own.status().code() != HMR_ENOENT) return own.status();
   return export_declared(address, range.length);
 }
 
-Result<DmabufExport> SynapseaiIface::export_own(uintptr_t address, size_t length) {
+Result<DmabufExport> SynapseaiIface::export_own(const MemorySpan& span, uintptr_t address,
+                                               size_t length) {
   if (hlthunk_.hlthunk_device_mapped_memory_export_dmabuf_fd == nullptr) {
     return make_error(HMR_EOPNOTSUPP,
                       "synapseai dma-buf export unavailable: '%s' lacks "
@@ -218,16 +216,20 @@ Result<DmabufExport> SynapseaiIface::export_own(uintptr_t address, size_t length
   }
   // Memory hmr allocated exists only once the device is open.
   const int device = device_fd_.load(std::memory_order_acquire);
+  // The driver names a mapping only by its exact start and takes the range as an offset into
+  // it (habanalabs memory.c export_dmabuf_from_addr, validate_export_params); hmr's mappings
+  // start on a host page, so the page range's offset is page-aligned as the driver wants.
   const hmem::PageRange pages = hmem::page_round(address, length, hmem::host_page_size());
+  const uint64_t offset = pages.start - span.base;
   errno = 0;
   const int fd = hlthunk_.hlthunk_device_mapped_memory_export_dmabuf_fd(
-      device, pages.start, pages.length, 0, kExportFlags);
+      device, span.base, pages.length, offset, kExportFlags);
   if (fd < 0) {
     const int error = hlthunk_errno(fd, errno);
     return make_error(hmr_code_for_errno(error),
-                      "hlthunk_device_mapped_memory_export_dmabuf_fd(0x%" PRIxPTR
-                      ", %zu, offset 0, O_RDWR|O_CLOEXEC) failed: %s",
-                      pages.start, pages.length, describe_errno(error).c_str());
+                      "hlthunk_device_mapped_memory_export_dmabuf_fd(0x%" PRIxPTR ", %zu, offset "
+                      "0x%" PRIx64 ", O_RDWR|O_CLOEXEC) failed: %s",
+                      span.base, pages.length, offset, describe_errno(error).c_str());
   }
   DmabufExport exported;
   exported.fd = DmabufFd(fd);
@@ -245,23 +247,7 @@ Result<DmabufExport> SynapseaiIface::export_declared(uintptr_t address, size_t l
                       "application allocated",
                       address, synapse_library_->path().c_str());
   }
-  const hmem::PageRange pages = hmem::page_round(address, length, hmem::host_page_size());
-  int fd = -1;
-  const int rc = synapse_.hcclLookupDMABuff(pages.start, pages.length, &fd);
-  DmabufFd owned(fd);  // owned at once: a failing call that still gave an fd leaks nothing
-  if (rc != 0 || !owned.valid()) {
-    return make_error(HMR_EIO,
-                      "hcclLookupDMABuff(0x%" PRIxPTR ", %zu) failed (returned %d, fd %d): the "
-                      "range is not SynapseAI device memory of this process, or HCCL cannot "
-                      "export it",
-                      pages.start, pages.length, rc, fd);
-  }
-  DmabufExport exported;
-  exported.fd = std::move(owned);
-  exported.offset = pages.offset;  // the fd starts at the page the range starts in
-  exported.len = length;
-  exported.exported_len = pages.length;
-  return exported;
+  return export_through_hccl(synapse_, synapse_library_->path(), address, length);
 }
 
 Result<DeviceCapabilities> SynapseaiIface::capabilities(DeviceId device) {
@@ -384,12 +370,22 @@ Result<void*> SynapseaiIface::mem_alloc(DeviceId device, size_t len, MemoryKind 
 
 Status SynapseaiIface::mem_free(void* ptr) {
   HMR_RETURN_IF_ERROR(check_initialized());
-  std::optional<HlthunkMemory> memory = allocations_.take(reinterpret_cast<uintptr_t>(ptr));
-  if (!memory.has_value()) {
+  const auto address = reinterpret_cast<uintptr_t>(ptr);
+  std::optional<MemorySpan> span = allocations_.find(address);
+  std::optional<HlthunkMemory> memory = allocations_.take(address);
+  if (!memory.has_value() || !span.has_value() || span->base != address) {
     return make_error(HMR_EINVAL, "synapseai mem_free(%p): not the start of memory hmr allocated",
                       ptr);
   }
-  return memory->release();  // unmap then free, outside the table's lock
+  Status released = memory->release();  // unmap then free, outside the table's lock
+  // A refused unmap (the memory is still exported) leaves it hmr's, under its old identity, to
+  // free once the exports are gone: never leaked, never forgotten.
+  if (!released.ok() && memory->owns_mapping() &&
+      !allocations_.restore(*span, std::move(*memory))) {
+    log_message(LogLevel::warn, "synapseai mem_free(%p): memory the driver kept mapped could not "
+                "be put back", ptr);
+  }
+  return released;
 }
 
 }  // namespace hmr::synapseai

@@ -52,9 +52,12 @@ class SynapseaiIface final : public hmem::Iface {
   Status host_register(void* ptr, size_t len) override;
   Status host_unregister(void* ptr) override;
 
-  // Device memory only, on device 0: the device hl-thunk opens for hmr on first use (the first
-  // free one; its PCI bus id is the allocation's sys_dev).  `len` is rounded up to host pages.
+  // Device memory only, on device 0: the device hl-thunk opens for hmr on first use (the one
+  // HLS_MODULE_ID names, or the host's only device: hlthunk_device.h; its PCI bus id is the
+  // allocation's sys_dev).  `len` is rounded up to host pages.
   Result<void*> mem_alloc(hmem::DeviceId device, size_t len, hmem::MemoryKind kind) override;
+  // HMR_EBUSY, keeping the memory, while a dma-buf of it is alive (the driver refuses to unmap
+  // exported memory): free it again once its MRs and dma-buf fds are gone.
   Status mem_free(void* ptr) override;
 
   FreeTracking free_tracking() const override { return FreeTracking::explicit_only; }
@@ -76,7 +79,9 @@ class SynapseaiIface final : public hmem::Iface {
   // The hmr allocation holding all of [address, address + len): HMR_ENOENT when none holds
   // `address`, HMR_EINVAL when the range runs past it.
   Result<MemorySpan> memory_for_range(const void* address, size_t len, const char* what) const;
-  Result<hmem::DmabufExport> export_own(uintptr_t address, size_t length);
+  // Through hl-thunk: the mapping `span` is named by its start, the range by an offset.
+  Result<hmem::DmabufExport> export_own(const MemorySpan& span, uintptr_t address, size_t length);
+  // Through HCCL's gaudi-direct dma-buf (hccl_dmabuf.h).
   Result<hmem::DmabufExport> export_declared(uintptr_t address, size_t length);
 
   // Declared first so they are unloaded last, after every allocation is freed.

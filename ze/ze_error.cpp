@@ -25,6 +25,7 @@ const char* ze_result_name(ze_result_t result) {
     case ZE_RESULT_ERROR_UNSUPPORTED_ALIGNMENT: return "ZE_RESULT_ERROR_UNSUPPORTED_ALIGNMENT";
     case ZE_RESULT_ERROR_INVALID_ENUMERATION: return "ZE_RESULT_ERROR_INVALID_ENUMERATION";
     case ZE_RESULT_ERROR_UNSUPPORTED_ENUMERATION: return "ZE_RESULT_ERROR_UNSUPPORTED_ENUMERATION";
+    case ZE_RESULT_ERROR_ADDRESS_NOT_FOUND: return "ZE_RESULT_ERROR_ADDRESS_NOT_FOUND";
     case ZE_RESULT_ERROR_UNKNOWN: return "ZE_RESULT_ERROR_UNKNOWN";
   }
   return "ze_result_t";
@@ -49,6 +50,9 @@ int hmr_code_for(ze_result_t result) {
     case ZE_RESULT_ERROR_INVALID_NULL_POINTER:
     case ZE_RESULT_ERROR_INVALID_SIZE:
     case ZE_RESULT_ERROR_INVALID_ENUMERATION: return HMR_EINVAL;
+    // Device memory address space with no live allocation (a pool's free space, memory freed):
+    // a bad address, never "not this runtime's memory", which would call it host memory.
+    case ZE_RESULT_ERROR_ADDRESS_NOT_FOUND: return HMR_EFAULT;
     default: return HMR_EIO;
   }
 }

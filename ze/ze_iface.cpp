@@ -362,8 +362,13 @@ Result<PointerInfo> ZeIface::query(const void* ptr, size_t len) {
   size_t size = 0;
   const ze_result_t result = symbols_.zeMemGetAddressRange(driver.context, ptr, &base, &size);
   if (result != ZE_RESULT_SUCCESS) {
-    return make_error(hmr_code_for(result), "zeMemGetAddressRange(%p) on ze driver %zu failed: %s",
-                      ptr, owner->driver, describe_ze_result(result).c_str());
+    return make_error(hmr_code_for(result),
+                      "zeMemGetAddressRange(%p) on ze driver %zu failed: %s%s", ptr,
+                      owner->driver, describe_ze_result(result).c_str(),
+                      result == ZE_RESULT_ERROR_ADDRESS_NOT_FOUND
+                          ? " (the address lies in Level Zero device memory but in no live "
+                            "allocation: a freed allocation, or the free space of a memory pool)"
+                          : "");
   }
   const auto start = reinterpret_cast<uintptr_t>(base);
   if (address < start || address - start >= size || len > size - (address - start)) {

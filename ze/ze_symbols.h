@@ -46,6 +46,9 @@ inline constexpr ze_result_t ZE_RESULT_ERROR_UNSUPPORTED_SIZE = 0x78000009;
 inline constexpr ze_result_t ZE_RESULT_ERROR_UNSUPPORTED_ALIGNMENT = 0x7800000a;
 inline constexpr ze_result_t ZE_RESULT_ERROR_INVALID_ENUMERATION = 0x7800000c;
 inline constexpr ze_result_t ZE_RESULT_ERROR_UNSUPPORTED_ENUMERATION = 0x7800000d;
+// An address in no allocation of the context: compute-runtime's answer for the free space of a
+// USM pool (ze_api.h 1.13 and later).
+inline constexpr ze_result_t ZE_RESULT_ERROR_ADDRESS_NOT_FOUND = 0x78000021;
 inline constexpr ze_result_t ZE_RESULT_ERROR_UNKNOWN = 0x7ffffffe;
 
 inline constexpr uint32_t ZE_INIT_FLAG_GPU_ONLY = 1;

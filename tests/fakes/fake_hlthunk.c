@@ -7,6 +7,21 @@
  * must never touch.  As the driver, it refuses to free a handle that is still mapped.  The
  * mapped-memory dma-buf export returns a real memfd sized to the exported range.
  *
+ * The export and unmap follow the habanalabs driver (drivers/accel/habanalabs/common/memory.c)
+ * and hl-thunk (src/libhlthunk.c):
+ * - hlthunk_device_mapped_memory_export_dmabuf_fd refuses flags other than exactly
+ *   O_RDWR | O_CLOEXEC (hl-thunk checks before the ioctl);
+ * - export_dmabuf_from_addr finds the mapping by its exact start address
+ *   (memhash_node_export_get: an interior address is "not found", EINVAL) and chooses the range
+ *   with `offset`: addr, size and offset page-aligned, offset + size within the mapping
+ *   (validate_export_params);
+ * - the export raises the mapping's export count until the dma-buf is released (its last fd
+ *   closed), and unmap_device_va refuses (EINVAL, "memory is exported") while it is raised.
+ *   Here an export stays alive while any fd of this process refers to its memfd.
+ *
+ * Devices have module ids (hw_ip.module_id, what SynapseAI's HLS_MODULE_ID names), distinct
+ * from their indexes; hlthunk_open_by_module_id opens the device with that id, as hl-thunk does.
+ *
  * Built with FAKE_HLTHUNK_WITH_EXPORT=1 it exports hlthunk_device_mapped_memory_export_dmabuf_fd;
  * without it the symbol is absent, as in libraries before Gaudi2. */
 #define _GNU_SOURCE
@@ -17,8 +32,11 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "fake_hlthunk_control.h"
@@ -31,6 +49,7 @@
 #define REGION_SIZE (256ull << 20)
 #define GRANULE (2ull << 20) /* Gaudi device memory comes in 2 MiB pages */
 #define MAX_HANDLES 64
+#define MAX_EXPORTS 8
 
 struct device {
   int fd;   /* ours, or -1 when not open here */
@@ -44,11 +63,14 @@ struct memory {
   uint64_t handle;
   uint64_t size;
   uint64_t va; /* 0 while unmapped */
+  ino_t exports[MAX_EXPORTS]; /* memfds of its dma-bufs not yet known to be released (0: none) */
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct device devices[FAKE_HLTHUNK_DEVICE_COUNT] = {{-1, 0, NULL}, {-1, 0, NULL}};
 static const char *const bus_ids[FAKE_HLTHUNK_DEVICE_COUNT] = {"0000:33:00.0", "0000:9a:00.0"};
+static const uint32_t module_ids[FAKE_HLTHUNK_DEVICE_COUNT] = {FAKE_HLTHUNK_MODULE_ID_0,
+                                                               FAKE_HLTHUNK_MODULE_ID_1};
 static struct memory memories[MAX_HANDLES];
 static uint64_t next_handle = 1;
 static struct fake_calls calls = FAKE_CALLS_INITIALIZER;
@@ -101,7 +123,27 @@ EXPORT int hlthunk_open(int device_name, const char *busid) {
     devices[i].fd = fd;
     LEAVE(fd);
   }
-  FAIL(busid != NULL ? ENODEV : EBUSY);
+  if (busid == NULL) FAIL(EBUSY);
+  for (int i = 0; i < FAKE_HLTHUNK_DEVICE_COUNT; ++i) {
+    if (strcmp(busid, bus_ids[i]) == 0) FAIL(EBUSY); /* exclusive: the open of a held device */
+  }
+  FAIL(ENODEV);
+}
+
+/* hl-thunk finds the device whose control node reports the module id and opens it by bus id;
+ * no such device is -1 (not an -errno). */
+EXPORT int hlthunk_open_by_module_id(uint32_t module_id) {
+  pthread_mutex_lock(&lock);
+  int injected = fake_calls_enter(&calls, "hlthunk_open_by_module_id");
+  if (injected != 0) FAIL(injected);
+  for (int i = 0; i < FAKE_HLTHUNK_DEVICE_COUNT; ++i) {
+    if (module_ids[i] != module_id) continue;
+    pthread_mutex_unlock(&lock);
+    return hlthunk_open(DEVICE_DONT_CARE, bus_ids[i]);
+  }
+  pthread_mutex_unlock(&lock);
+  errno = ENODEV;
+  return -1;
 }
 
 EXPORT int hlthunk_close(int fd) {
@@ -131,7 +173,7 @@ EXPORT uint64_t hlthunk_device_memory_alloc(int fd, uint64_t size, uint64_t page
   }
   for (int i = 0; i < MAX_HANDLES; ++i) {
     if (!memories[i].live) {
-      memories[i] = (struct memory){1, device, next_handle++, round_up(size, GRANULE), 0};
+      memories[i] = (struct memory){1, device, next_handle++, round_up(size, GRANULE), 0, {0}};
       LEAVE(memories[i].handle);
     }
   }
@@ -184,6 +226,30 @@ EXPORT uint64_t hlthunk_device_memory_map(int fd, uint64_t handle, uint64_t hint
   LEAVE(candidate);
 }
 
+/* Whether a dma-buf exported from `m` is still alive: some fd of this process refers to one of
+ * its memfds.  Forgets those that are gone (their dma-buf was released).  Lock held. */
+static int exported_now(struct memory *m) {
+  int alive[MAX_EXPORTS] = {0};
+  DIR *dir = opendir("/proc/self/fd");
+  if (dir == NULL) return 0;
+  const int own = dirfd(dir);
+  for (struct dirent *entry = readdir(dir); entry != NULL; entry = readdir(dir)) {
+    const int fd = atoi(entry->d_name);
+    struct stat st;
+    if (entry->d_name[0] == '.' || fd == own || fstat(fd, &st) != 0) continue;
+    for (int i = 0; i < MAX_EXPORTS; ++i) {
+      alive[i] |= m->exports[i] != 0 && st.st_ino == m->exports[i];
+    }
+  }
+  closedir(dir);
+  int any = 0;
+  for (int i = 0; i < MAX_EXPORTS; ++i) {
+    if (!alive[i]) m->exports[i] = 0;
+    any |= alive[i];
+  }
+  return any;
+}
+
 EXPORT int hlthunk_memory_unmap(int fd, uint64_t device_virt_addr) {
   pthread_mutex_lock(&lock);
   int injected = fake_calls_enter(&calls, "hlthunk_memory_unmap");
@@ -193,6 +259,7 @@ EXPORT int hlthunk_memory_unmap(int fd, uint64_t device_virt_addr) {
   for (int i = 0; i < MAX_HANDLES; ++i) {
     struct memory *m = &memories[i];
     if (m->live && m->device == device && m->va != 0 && m->va == device_virt_addr) {
+      if (exported_now(m)) FAIL(EINVAL); /* unmap_device_va: "memory is exported" */
       m->va = 0;
       LEAVE(0);
     }
@@ -220,28 +287,34 @@ EXPORT int hlthunk_device_mapped_memory_export_dmabuf_fd(int fd, uint64_t addr, 
   if (injected != 0) FAIL(injected);
   const int device = device_of(fd);
   if (device < 0) FAIL(EBADF);
+  if (flags != (uint32_t)(O_RDWR | O_CLOEXEC)) FAIL(EINVAL); /* hl-thunk's own check */
   const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
-  if (size == 0 || addr % page != 0 || size % page != 0 || offset % page != 0 ||
-      (flags & ~(uint32_t)(O_RDWR | O_CLOEXEC)) != 0) {
-    FAIL(EINVAL);
-  }
-  const uint64_t start = addr + offset;
-  const struct memory *found = NULL;
+  if (size == 0 || addr % page != 0 || size % page != 0 || offset % page != 0) FAIL(EINVAL);
+  struct memory *found = NULL;
   for (int i = 0; i < MAX_HANDLES; ++i) {
-    const struct memory *m = &memories[i];
-    if (m->live && m->device == device && m->va != 0 && start >= m->va &&
-        start + size <= m->va + m->size) {
-      found = m;
-    }
+    struct memory *m = &memories[i];
+    if (m->live && m->device == device && m->va != 0 && m->va == addr) found = m;
   }
-  if (found == NULL) FAIL(EINVAL);
+  /* Only the exact start of a mapping names it; the range is chosen with the offset. */
+  if (found == NULL || offset > found->size || size > found->size - offset) FAIL(EINVAL);
+  int slot = -1;
+  for (int i = 0; i < MAX_EXPORTS && slot < 0; ++i) {
+    if (found->exports[i] == 0) slot = i;
+  }
+  if (slot < 0) (void)exported_now(found);
+  for (int i = 0; i < MAX_EXPORTS && slot < 0; ++i) {
+    if (found->exports[i] == 0) slot = i;
+  }
+  if (slot < 0) FAIL(ENOMEM);
   const int exported = memfd_create("fake-hlthunk-dmabuf", MFD_CLOEXEC);
   const int error = errno;
   if (exported < 0) FAIL(error);
-  if (ftruncate(exported, (off_t)size) != 0) {
+  struct stat st;
+  if (ftruncate(exported, (off_t)size) != 0 || fstat(exported, &st) != 0) {
     close(exported);
     FAIL(ENOMEM);
   }
+  found->exports[slot] = st.st_ino;
   last_export_address = addr;
   last_export_size = size;
   last_export_offset = offset;

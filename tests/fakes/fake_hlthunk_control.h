@@ -13,6 +13,9 @@ extern "C" {
 #endif
 
 #define FAKE_HLTHUNK_DEVICE_COUNT 2
+/* The module ids of devices 0 and 1 (what HLS_MODULE_ID names), unlike their indexes. */
+#define FAKE_HLTHUNK_MODULE_ID_0 6
+#define FAKE_HLTHUNK_MODULE_ID_1 3
 
 /* Forgets every allocation, failure and counter, and closes devices left open. */
 typedef void (*fake_hlthunk_reset_fn)(void);

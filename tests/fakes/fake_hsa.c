@@ -106,6 +106,7 @@ struct allocation {
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static int init_count;
+static pid_t init_pid; /* the process that first initialised the runtime */
 static int gpu_count = FAKE_HSA_GPU_COUNT;
 static int dmabuf_supported = 1;
 static void *regions[FAKE_HSA_GPU_COUNT];
@@ -252,7 +253,7 @@ static void *resolve(uintptr_t ptr, size_t size) {
 
 EXPORT hsa_status_t hsa_init(void) {
   ENTER("hsa_init");
-  init_count++;
+  if (init_count++ == 0) init_pid = getpid();
   LEAVE(SUCCESS);
 }
 
@@ -420,7 +421,11 @@ EXPORT hsa_status_t hsa_amd_pointer_info(const void *ptr, hsa_amd_pointer_info_t
   if (ptr == NULL || info == NULL || info->size < 8) LEAVE(INVALID_ARGUMENT);
   hsa_amd_pointer_info_t answer;
   memset(&answer, 0, sizeof answer);
-  const struct allocation *a = find_allocation((uintptr_t)ptr);
+  /* After fork() the child inherits the runtime's state but not the KFD: libhsakmt refuses a
+   * forked child's calls (openclose.c hsaKmtOpenKFD, is_forked_child; CHECK_KFD_OPEN), so
+   * ROCr's pointer query, which asks the thunk (hsaKmtQueryPointerInfo), answers UNKNOWN for
+   * every address, the parent's GPU memory too, and succeeds. */
+  const struct allocation *a = getpid() == init_pid ? find_allocation((uintptr_t)ptr) : NULL;
   if (a != NULL && a->type == TYPE_RESERVED_ADDR) {
     answer.type = a->type;
     answer.hostBaseAddress = (void *)a->base;

@@ -2,8 +2,17 @@
  * SynapseAI iface dlsyms (and synDestroy, which hmr must never call: tests count it).
  *
  * Two devices.  Application device memory (fake_synapse_alloc) comes from a PROT_NONE range
- * reserved per device: real, distinct addresses the CPU must never touch.  hcclLookupDMABuff
- * returns a real memfd sized to the looked-up range, so fd ownership is real. */
+ * reserved per device: real, distinct addresses the CPU must never touch.  The range of the
+ * device the application acquired (fake_synapse_acquire) is that device's HBM pool.
+ *
+ * hcclLookupDMABuff behaves as HabanaAI/HCL's (hcl/src/hccl/hccl_wrapper.cpp
+ * hcclLookupDMABuff_Wrapper -> hccl_context::hccl_lookup_dma_buff_ctx -> ofi_component_t::
+ * getDmabufFd): it ignores address and size and returns the one gaudi-direct dma-buf HCCL
+ * exported when it set up its scale-out provider (scaleout_provider.cpp: the whole "global_hbm"
+ * pool, starting at the pool's start, hl_ofi_component.cpp initializeMemoryRegion).  The fd is
+ * HCCL's (a FileDescriptor member, closed when HCCL tears down): every lookup returns the same
+ * number, and a caller that closes it breaks HCCL.  Here it is a memfd sized to the pool, so
+ * lseek(SEEK_END) tells its size as a real dma-buf does. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stddef.h>
@@ -45,9 +54,23 @@ static struct allocation allocations[MAX_ALLOCATIONS];
 static struct fake_calls calls = FAKE_CALLS_INITIALIZER;
 static uint64_t last_lookup_address;
 static uint64_t last_lookup_size;
+static int acquired = -1; /* the device the application acquired through SynapseAI */
+static int hccl_fd = -1;  /* HCCL's gaudi-direct dma-buf, exported once and kept */
 
 static uint64_t round_up(uint64_t value, uint64_t granule) {
   return (value + granule - 1) / granule * granule;
+}
+
+/* The HBM pool of `device`: its reserved range, from the first granule boundary. Lock held. */
+static int pool_of(int device, uint64_t *start, uint64_t *size) {
+  if (regions[device] == NULL) {
+    void *region = fake_reserve_device_range(REGION_SIZE);
+    if (region == NULL) return -1;
+    regions[device] = region;
+  }
+  *start = round_up((uintptr_t)regions[device], GRANULE);
+  *size = (uintptr_t)regions[device] + REGION_SIZE - *start;
+  return 0;
 }
 
 #define ENTER(name)                              \
@@ -92,26 +115,58 @@ EXPORT synStatus synDriverGetVersion(char *version, const int len) {
   LEAVE(synSuccess);
 }
 
+/* synapse_common_types.h: struct synDeviceInfoV2. */
+struct syn_device_info_v2 {
+  uint64_t sramBaseAddress;
+  uint64_t dramBaseAddress;
+  uint32_t sramSize;
+  uint64_t dramSize;
+  uint64_t tpcEnabledMask;
+  uint8_t dramEnabled;
+  uint32_t deviceId;
+  uint32_t fd;
+  int deviceType;
+  uint8_t deviceIndex;
+  uint64_t globalHbmBaseAddress;
+};
+
+/* Device 0 is the device this process acquired (HCL asks for SYN_VALID_DEVICE_ID 0);
+ * globalHbmBaseAddress is the start of its HBM pool, where HCCL's dma-buf starts. */
+EXPORT synStatus synDeviceGetInfoV2(uint32_t device_id, struct syn_device_info_v2 *info) {
+  ENTER("synDeviceGetInfoV2");
+  if (!initialized) LEAVE(synUninitialized);
+  if (info == NULL || device_id != 0 || acquired < 0) LEAVE(synInvalidArgument);
+  uint64_t start = 0;
+  uint64_t size = 0;
+  if (pool_of(acquired, &start, &size) != 0) LEAVE(synOutOfDeviceMemory);
+  memset(info, 0, sizeof *info);
+  info->dramBaseAddress = start;
+  info->dramSize = size;
+  info->dramEnabled = 1;
+  info->deviceId = 0;
+  info->deviceIndex = (uint8_t)acquired;
+  info->globalHbmBaseAddress = start;
+  LEAVE(synSuccess);
+}
+
 EXPORT int hcclLookupDMABuff(uint64_t address, uint64_t size, int *fd) {
-  if (fd != NULL) *fd = -1;
   ENTER("hcclLookupDMABuff");
-  const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
-  if (!initialized || fd == NULL || size == 0 || address % page != 0 || size % page != 0) {
-    LEAVE(HCCL_FAILURE);
+  /* HCL's RETURN_ON_INVALID_FD: a null fd pointer is refused, anything else is not looked at. */
+  if (fd == NULL) LEAVE(HCCL_FAILURE);
+  if (!initialized || acquired < 0) LEAVE(HCCL_FAILURE); /* no HCCL device: no gaudi-direct fd */
+  if (hccl_fd < 0) {
+    uint64_t start = 0;
+    uint64_t pool_size = 0;
+    if (pool_of(acquired, &start, &pool_size) != 0) LEAVE(HCCL_FAILURE);
+    const int exported = memfd_create("fake-hccl-gaudi-direct", MFD_CLOEXEC);
+    if (exported < 0) LEAVE(HCCL_FAILURE);
+    if (ftruncate(exported, (off_t)pool_size) != 0) {
+      close(exported);
+      LEAVE(HCCL_FAILURE);
+    }
+    hccl_fd = exported;
   }
-  const struct allocation *found = NULL;
-  for (int i = 0; i < MAX_ALLOCATIONS; ++i) {
-    const struct allocation *a = &allocations[i];
-    if (a->live && address >= a->base && address + size <= a->base + a->size) found = a;
-  }
-  if (found == NULL) LEAVE(HCCL_FAILURE);
-  const int exported = memfd_create("fake-hccl-dmabuf", MFD_CLOEXEC);
-  if (exported < 0) LEAVE(HCCL_FAILURE);
-  if (ftruncate(exported, (off_t)size) != 0) {
-    close(exported);
-    LEAVE(HCCL_FAILURE);
-  }
-  *fd = exported;
+  *fd = hccl_fd;
   last_lookup_address = address;
   last_lookup_size = size;
   LEAVE(0);
@@ -126,6 +181,9 @@ EXPORT void fake_synapse_reset(void) {
   fake_calls_reset(&calls);
   last_lookup_address = 0;
   last_lookup_size = 0;
+  acquired = -1;
+  if (hccl_fd >= 0) close(hccl_fd); /* HCCL tears down: its fd goes */
+  hccl_fd = -1;
   pthread_mutex_unlock(&lock);
 }
 
@@ -143,13 +201,10 @@ EXPORT int fake_synapse_alloc(int device, size_t size, uint64_t *out) {
     return -1;
   }
   pthread_mutex_lock(&lock);
-  if (regions[device] == NULL) {
-    void *region = fake_reserve_device_range(REGION_SIZE);
-    if (region == NULL) LEAVE(-1);
-    regions[device] = region;
-  }
-  const uint64_t region_start = round_up((uintptr_t)regions[device], GRANULE);
-  const uint64_t region_end = (uintptr_t)regions[device] + REGION_SIZE;
+  uint64_t region_start = 0;
+  uint64_t region_size = 0;
+  if (pool_of(device, &region_start, &region_size) != 0) LEAVE(-1);
+  const uint64_t region_end = region_start + region_size;
   const uint64_t rounded = round_up(size, GRANULE);
   uint64_t candidate = region_start;
   int moved = 1;
@@ -191,4 +246,26 @@ EXPORT void fake_synapse_last_lookup(uint64_t *address, uint64_t *size) {
   *address = last_lookup_address;
   *size = last_lookup_size;
   pthread_mutex_unlock(&lock);
+}
+
+EXPORT int fake_synapse_acquire(int device) {
+  if (device < 0 || device >= FAKE_SYNAPSE_DEVICE_COUNT) return -1;
+  pthread_mutex_lock(&lock);
+  acquired = device;
+  LEAVE(0);
+}
+
+EXPORT int fake_synapse_hccl_fd(void) {
+  pthread_mutex_lock(&lock);
+  const int fd = hccl_fd;
+  LEAVE(fd);
+}
+
+EXPORT uint64_t fake_synapse_pool_start(int device) {
+  if (device < 0 || device >= FAKE_SYNAPSE_DEVICE_COUNT) return 0;
+  pthread_mutex_lock(&lock);
+  uint64_t start = 0;
+  uint64_t size = 0;
+  if (pool_of(device, &start, &size) != 0) start = 0;
+  LEAVE(start);
 }

@@ -13,7 +13,8 @@ extern "C" {
 
 #define FAKE_SYNAPSE_DEVICE_COUNT 2
 
-/* Forgets every allocation, failure and counter; uninitialises the runtime. */
+/* Forgets every allocation, failure and counter; uninitialises the runtime and HCCL (closing
+ * HCCL's fd) and releases the acquired device. */
 typedef void (*fake_synapse_reset_fn)(void);
 /* Makes every later call of entry point `name` return `code` (a synStatus, or for
  * hcclLookupDMABuff its int result; 0 clears it). */
@@ -25,6 +26,13 @@ typedef int (*fake_synapse_alloc_fn)(int device, size_t size, uint64_t *out);
 typedef int (*fake_synapse_free_fn)(uint64_t address);
 /* The arguments of the last successful hcclLookupDMABuff. */
 typedef void (*fake_synapse_last_lookup_fn)(uint64_t *address, uint64_t *size);
+/* The application acquires `device` through SynapseAI and initialises HCCL with gaudi-direct:
+ * synDeviceGetInfoV2(0) describes it and hcclLookupDMABuff exports its HBM pool.  0 or -1. */
+typedef int (*fake_synapse_acquire_fn)(int device);
+/* The gaudi-direct fd HCCL holds (-1 before the first lookup); reset closes it. */
+typedef int (*fake_synapse_hccl_fd_fn)(void);
+/* Where the HBM pool of `device` starts: HCCL's dma-buf offset 0 for the acquired device. */
+typedef uint64_t (*fake_synapse_pool_start_fn)(int device);
 
 #ifdef __cplusplus
 }

@@ -657,7 +657,10 @@ EXPORT ze_result_t zeMemGetAddressRange(const void *context, const void *ptr, vo
   if (c == NULL) LEAVE(INVALID_NULL_HANDLE);
   const struct allocation *a = find_allocation(c->driver, (uintptr_t)ptr);
   if (a == NULL) LEAVE(INVALID_ARGUMENT);
-  if (a->is_pool) LEAVE(0x7ffffffe); /* free space of a pool: NEO answers UNKNOWN */
+  /* Free space of a pool: compute-runtime answers ZE_RESULT_ERROR_ADDRESS_NOT_FOUND (its unit
+   * test "getMemAddressRange(notAllocatedPoolPtr) == ADDRESS_NOT_FOUND"; releases before the
+   * Level Zero 1.13 result code said UNKNOWN). */
+  if (a->is_pool) LEAVE(0x78000021);
   if (base != NULL) *base = (void *)a->base;
   if (size != NULL) *size = a->size;
   LEAVE(SUCCESS);

@@ -18,6 +18,9 @@ FakeSynapse load_synapse(const char* path) {
   fake.alloc = library.function<fake_synapse_alloc_fn>("fake_synapse_alloc");
   fake.free = library.function<fake_synapse_free_fn>("fake_synapse_free");
   fake.last_lookup = library.function<fake_synapse_last_lookup_fn>("fake_synapse_last_lookup");
+  fake.acquire = library.function<fake_synapse_acquire_fn>("fake_synapse_acquire");
+  fake.hccl_fd = library.function<fake_synapse_hccl_fd_fn>("fake_synapse_hccl_fd");
+  fake.pool_start = library.function<fake_synapse_pool_start_fn>("fake_synapse_pool_start");
   return fake;
 }
 

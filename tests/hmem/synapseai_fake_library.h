@@ -16,6 +16,9 @@ struct FakeSynapse {
   fake_synapse_alloc_fn alloc = nullptr;
   fake_synapse_free_fn free = nullptr;
   fake_synapse_last_lookup_fn last_lookup = nullptr;
+  fake_synapse_acquire_fn acquire = nullptr;
+  fake_synapse_hccl_fd_fn hccl_fd = nullptr;
+  fake_synapse_pool_start_fn pool_start = nullptr;
 };
 
 struct FakeHlthunk {

@@ -10,6 +10,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,15 +52,19 @@ class SynapseaiIfaceTest : public ::testing::Test {
     fake_synapse().reset();
     fake_hlthunk(fake_hlthunk_path()).reset();
     fake_hlthunk(fake_hlthunk_noexport_path()).reset();
+    // Each rank names its device, as SynapseAI's launchers do: device 0 here.
+    setenv("HLS_MODULE_ID", std::to_string(FAKE_HLTHUNK_MODULE_ID_0).c_str(), 1);
     fds_at_start_ = open_fd_count();
   }
   void TearDown() override {
     iface_.reset();
     for (uint64_t address : app_allocations_) fake_synapse().free(address);
+    fake_synapse().reset();  // HCCL tears down, closing its own gaudi-direct fd
     EXPECT_EQ(open_fd_count(), fds_at_start_);  // the device fd and every export were closed
     EXPECT_EQ(fake_synapse().call_count("synDestroy"), 0);  // never: it hangs without a device
     unsetenv("HMR_SYNAPSEAI_LIBRARY");
     unsetenv("HMR_HLTHUNK_LIBRARY");
+    unsetenv("HLS_MODULE_ID");
   }
 
   void use_hlthunk(const char* path) {
@@ -181,9 +186,9 @@ TEST_F(SynapseaiIfaceTest, QueryKnowsMemoryHmrAllocated) {
   EXPECT_EQ(hlthunk().live_mappings(), 2);
 }
 
-TEST_F(SynapseaiIfaceTest, AllocationsUseTheFirstFreeDevice) {
+TEST_F(SynapseaiIfaceTest, AllocationsUseTheDeviceHlsModuleIdNames) {
   init();
-  hlthunk().set_busy(0, 1);  // another process holds device 0
+  setenv("HLS_MODULE_ID", std::to_string(FAKE_HLTHUNK_MODULE_ID_1).c_str(), 1);
   void* ptr = alloc(page_);
   Result<PointerInfo> info = iface().query(ptr, 1);
   ASSERT_TRUE(info.ok());
@@ -192,20 +197,39 @@ TEST_F(SynapseaiIfaceTest, AllocationsUseTheFirstFreeDevice) {
   ASSERT_TRUE(caps.ok());
   EXPECT_EQ(caps->sys_dev, "0000:9a:00.0");  // device 0 is the one hl-thunk opened
   EXPECT_TRUE(iface().capabilities(DeviceId{1})->sys_dev.empty());
+  EXPECT_EQ(hlthunk().call_count("hlthunk_open_by_module_id"), 1);
 }
 
-TEST_F(SynapseaiIfaceTest, NoFreeDeviceFailsWithAReason) {
+TEST_F(SynapseaiIfaceTest, ABusyNamedDeviceFailsWithAReason) {
   init();
-  hlthunk().set_busy(0, 1);
-  hlthunk().set_busy(1, 1);
+  hlthunk().set_busy(0, 1);  // the device HLS_MODULE_ID names: another process holds it
   Result<void*> refused = iface().mem_alloc(DeviceId{0}, page_, MemoryKind::device_only);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), HMR_EBUSY);
-  EXPECT_TRUE(has(refused.status().reason(), "hlthunk_open")) << refused.status().reason();
+  EXPECT_TRUE(has(refused.status().reason(), "hlthunk_open_by_module_id"))
+      << refused.status().reason();
   EXPECT_TRUE(has(refused.status().reason(), "exclusive"));
+  EXPECT_EQ(hlthunk().open_devices(), 0);  // and no other device instead
 
-  hlthunk().set_busy(1, 0);  // the failure is not remembered
+  hlthunk().set_busy(0, 0);  // the failure is not remembered
   EXPECT_TRUE(iface().mem_alloc(DeviceId{0}, page_, MemoryKind::device_only).ok());
+}
+
+// hlthunk_open(DONT_CARE) opens the first free device (hl-thunk's libhlthunk.c): with several on
+// the host, that is another rank's before it acquires it.  hmr opens none unless one is named.
+TEST_F(SynapseaiIfaceTest, WithSeveralDevicesAndNoneNamedHmrOpensNone) {
+  unsetenv("HLS_MODULE_ID");
+  init();
+  Result<void*> refused = iface().mem_alloc(DeviceId{0}, page_, MemoryKind::device_only);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), HMR_EINVAL);
+  EXPECT_TRUE(has(refused.status().reason(), "HLS_MODULE_ID")) << refused.status().reason();
+  EXPECT_EQ(hlthunk().open_devices(), 0);
+
+  setenv("HLS_MODULE_ID", "99", 1);  // no device has it
+  EXPECT_EQ(iface().mem_alloc(DeviceId{0}, page_, MemoryKind::device_only).status().code(),
+            HMR_ENODEV);
+  EXPECT_EQ(hlthunk().open_devices(), 0);
 }
 
 TEST_F(SynapseaiIfaceTest, MemoryHmrDidNotAllocateIsNotSynapseMemoryToQuery) {
@@ -289,7 +313,8 @@ TEST_F(SynapseaiIfaceTest, DriverFailuresDuringAllocationLeaveNothingBehind) {
   EXPECT_EQ(hlthunk().live_handles(), 0);  // the handle it did get was freed again
 }
 
-TEST_F(SynapseaiIfaceTest, FailedUnmapIsReported) {
+// Memory the driver kept mapped is still hmr's: reported, kept, and freed by a later call.
+TEST_F(SynapseaiIfaceTest, FailedUnmapIsReportedAndTheMemoryKept) {
   init();
   void* base = alloc(page_);
   hlthunk().set_failure("hlthunk_memory_unmap", EBUSY);
@@ -297,17 +322,21 @@ TEST_F(SynapseaiIfaceTest, FailedUnmapIsReported) {
   EXPECT_EQ(status.code(), HMR_EBUSY);
   EXPECT_TRUE(has(status.reason(), "hlthunk_memory_unmap")) << status.reason();
   EXPECT_EQ(hlthunk().call_count("hlthunk_device_memory_free"), 0);  // never free mapped memory
-  EXPECT_EQ(iface().query(base, 1).status().code(), HMR_ENOENT);   // hmr no longer claims it
+  EXPECT_TRUE(iface().query(base, 1).ok());                          // hmr still owns it
   hlthunk().set_failure("hlthunk_memory_unmap", 0);
+  EXPECT_TRUE(iface().mem_free(base).ok());
+  EXPECT_EQ(hlthunk().live_handles(), 0);
 }
 
-TEST_F(SynapseaiIfaceTest, OwnMemoryExportsThroughHlthunkWithTheRightOffset) {
+// The driver finds a mapping only by its exact start and takes the range as an offset into it
+// (habanalabs memory.c export_dmabuf_from_addr): an interior address is refused.
+TEST_F(SynapseaiIfaceTest, OwnMemoryExportNamesTheMappingStartAndTheRangeByOffset) {
   init();
   void* base = alloc(16 * page_);
   const size_t start = 3 * page_ + 100;
   Result<DmabufExport> exported = iface().export_dmabuf({at(base, start), 2 * page_});
   ASSERT_TRUE(exported.ok()) << exported.status().reason();
-  EXPECT_EQ(exported->offset, 100u);
+  EXPECT_EQ(exported->offset, 100u);  // inside the dma-buf, which starts at the range's page
   EXPECT_EQ(exported->len, 2 * page_);
   EXPECT_EQ(exported->exported_len, 3 * page_);
   EXPECT_EQ(fd_size(exported->fd.get()), 3 * page_);
@@ -317,11 +346,38 @@ TEST_F(SynapseaiIfaceTest, OwnMemoryExportsThroughHlthunkWithTheRightOffset) {
   uint64_t offset = 1;
   uint32_t flags = 0;
   hlthunk().last_export(&address, &size, &offset, &flags);
-  EXPECT_EQ(address, reinterpret_cast<uintptr_t>(base) + 3 * page_);
+  EXPECT_EQ(address, reinterpret_cast<uintptr_t>(base));
   EXPECT_EQ(size, 3 * page_);
-  EXPECT_EQ(offset, 0u);
+  EXPECT_EQ(offset, 3 * page_);
   EXPECT_EQ(flags, static_cast<uint32_t>(O_RDWR | O_CLOEXEC));
   EXPECT_EQ(fake_synapse().call_count("hcclLookupDMABuff"), 0);
+}
+
+// The driver refuses to unmap memory while a dma-buf of it is alive (memory.c unmap_device_va):
+// hmr keeps such memory, says why, and frees it once the export is gone.
+TEST_F(SynapseaiIfaceTest, FreeingExportedMemoryIsRefusedAndTheMemoryKept) {
+  init();
+  void* base = alloc(4 * page_);
+  Result<PointerInfo> before = iface().query(base, 64);
+  ASSERT_TRUE(before.ok());
+  std::optional<DmabufExport> exported;
+  {
+    Result<DmabufExport> made = iface().export_dmabuf({base, page_});
+    ASSERT_TRUE(made.ok()) << made.status().reason();
+    exported = std::move(*made);
+  }
+  Status refused = iface().mem_free(base);
+  EXPECT_EQ(refused.code(), HMR_EBUSY);
+  EXPECT_TRUE(has(refused.reason(), "dma-buf")) << refused.reason();
+  Result<PointerInfo> kept = iface().query(base, 64);
+  ASSERT_TRUE(kept.ok()) << kept.status().reason();
+  EXPECT_EQ(kept->alloc_id, before->alloc_id);  // the same memory, not a new identity
+  EXPECT_EQ(hlthunk().live_handles(), 1);
+
+  exported.reset();  // the dma-buf is released
+  EXPECT_TRUE(iface().mem_free(base).ok());
+  EXPECT_EQ(hlthunk().live_handles(), 0);
+  EXPECT_EQ(hlthunk().live_mappings(), 0);
 }
 
 TEST_F(SynapseaiIfaceTest, OwnMemoryWithoutTheMappedExportIsUnsupportedWithAReason) {
@@ -350,30 +406,56 @@ TEST_F(SynapseaiIfaceTest, ExportFailuresAreMappedAndLeakNothing) {
   EXPECT_EQ(open_fd_count(), fds);
 }
 
-TEST_F(SynapseaiIfaceTest, DeclaredMemoryExportsThroughHccl) {
+// HCCL's hcclLookupDMABuff ignores address and size and returns the one gaudi-direct dma-buf
+// it keeps, of the whole HBM pool from the pool's start (HCL hccl_context.cpp,
+// scaleout_provider.cpp).
+TEST_F(SynapseaiIfaceTest, DeclaredMemoryExportsThroughHcclsOneDmabufFromThePoolStart) {
   init();
-  const uint64_t app = app_alloc(1, 8 * page_);
+  ASSERT_EQ(fake_synapse().acquire(0), 0);
+  const uint64_t pool = fake_synapse().pool_start(0);
+  const uint64_t app = app_alloc(0, 8 * page_);
+  app_alloc(0, page_);
+  const uint64_t later = app_alloc(0, 4 * page_);  // not at the pool's start
+  ASSERT_GT(later, pool);
   const size_t start = 2 * page_ + 40;
-  Result<DmabufExport> exported = iface().export_dmabuf({as_pointer(app + start), page_});
-  ASSERT_TRUE(exported.ok()) << exported.status().reason();
-  EXPECT_EQ(exported->offset, 40u);  // the fd starts at the page the range starts in
-  EXPECT_EQ(exported->len, page_);
-  EXPECT_EQ(exported->exported_len, 2 * page_);
-  EXPECT_EQ(fd_size(exported->fd.get()), 2 * page_);
-  uint64_t address = 0;
-  uint64_t size = 0;
-  fake_synapse().last_lookup(&address, &size);
-  EXPECT_EQ(address, app + 2 * page_);
-  EXPECT_EQ(size, 2 * page_);
+  for (uint64_t memory : {app, later}) {
+    Result<DmabufExport> exported = iface().export_dmabuf({as_pointer(memory + start), page_});
+    ASSERT_TRUE(exported.ok()) << exported.status().reason();
+    EXPECT_EQ(exported->offset, memory + start - pool);  // from the pool's start
+    EXPECT_EQ(exported->len, page_);
+    EXPECT_EQ(exported->exported_len, fd_size(exported->fd.get()));
+    // hmr's own descriptor: HCCL's is neither handed out nor closed.
+    EXPECT_NE(exported->fd.get(), fake_synapse().hccl_fd());
+  }
+  const int hccl_fd = fake_synapse().hccl_fd();
+  ASSERT_GE(hccl_fd, 0);
+  EXPECT_EQ(fcntl(hccl_fd, F_GETFD), FD_CLOEXEC);  // still open: HCCL still uses it
   EXPECT_EQ(hlthunk().call_count("hlthunk_open"), 0);  // the application's device stays its own
+  EXPECT_EQ(hlthunk().call_count("hlthunk_open_by_module_id"), 0);
 
-  // Not SynapseAI memory: HCCL refuses, and the reason says who.
+  // HCCL answers for any address, so hmr bounds the range by the pool itself.
   const int fds = open_fd_count();
   std::vector<char> host(2 * page_);
-  Result<DmabufExport> refused = iface().export_dmabuf({host.data(), 64});
-  EXPECT_EQ(refused.status().code(), HMR_EIO);
-  EXPECT_TRUE(has(refused.status().reason(), "hcclLookupDMABuff")) << refused.status().reason();
+  Result<DmabufExport> outside = iface().export_dmabuf({host.data(), 64});
+  EXPECT_EQ(outside.status().code(), HMR_EINVAL);
+  EXPECT_TRUE(has(outside.status().reason(), "HBM pool")) << outside.status().reason();
+  const uint64_t other_device = app_alloc(1, page_);  // not the device this process acquired
+  EXPECT_EQ(iface().export_dmabuf({as_pointer(other_device), 64}).status().code(), HMR_EINVAL);
   EXPECT_EQ(open_fd_count(), fds);
+}
+
+TEST_F(SynapseaiIfaceTest, DeclaredMemoryNeedsAnAcquiredDeviceAndHccl) {
+  init();
+  const uint64_t app = app_alloc(0, page_);
+  Result<DmabufExport> refused = iface().export_dmabuf({as_pointer(app), 64});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_TRUE(has(refused.status().reason(), "synDeviceGetInfoV2")) << refused.status().reason();
+
+  ASSERT_EQ(fake_synapse().acquire(0), 0);
+  fake_synapse().set_failure("hcclLookupDMABuff", -1);  // no communicator, or no gaudi-direct
+  Result<DmabufExport> no_hccl = iface().export_dmabuf({as_pointer(app), 64});
+  EXPECT_EQ(no_hccl.status().code(), HMR_EIO);
+  EXPECT_TRUE(has(no_hccl.status().reason(), "hcclLookupDMABuff")) << no_hccl.status().reason();
 }
 
 TEST_F(SynapseaiIfaceTest, ExportsLeakNoFd) {

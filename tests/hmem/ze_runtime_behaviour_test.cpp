@@ -97,6 +97,19 @@ TEST_F(ZeRuntimeBehaviourTest, APooledAllocationsOffsetIsFromThePoolsStart) {
       << "the NIC would read other bytes than the registered ones";
 }
 
+// The free space of a USM pool belongs to the pool's buffer (zeMemGetAllocProperties answers
+// device memory) but to no allocation: compute-runtime's zeMemGetAddressRange answers
+// ADDRESS_NOT_FOUND.  A bad address, said so, and never host memory.
+TEST_F(ZeRuntimeBehaviourTest, ThePoolsFreeSpaceIsABadAddressNamedAsSuch) {
+  auto* first = static_cast<char*>(alloc(1, 0, 4096));
+  Result<PointerInfo> info = iface_->query(first + 8 * 4096, 16);
+  ASSERT_FALSE(info.ok());
+  EXPECT_EQ(info.status().code(), HMR_EFAULT);
+  EXPECT_NE(info.status().reason().find("ZE_RESULT_ERROR_ADDRESS_NOT_FOUND"), std::string::npos)
+      << info.status().reason();
+  EXPECT_NE(info.status().reason().find("no live allocation"), std::string::npos);
+}
+
 // The first allocation of a pool starts the pool; memory after it in the pool is still the
 // pool's, and an allocation made with an export descriptor is never pooled (hmr's own).
 TEST_F(ZeRuntimeBehaviourTest, AnAllocationAtThePoolsStartAndAnUnpooledOneExportAtTheirOffset) {
