@@ -285,7 +285,9 @@ struct hmr_nic_callbacks {
 #define HMR_DOMAIN_ALLOW_HMEM_COPY (1ULL << 0)
 
 HMR_API int hmr_domain_open(struct hmr_domain_attr *attr, hmr_domain **domain);
-/* -HMR_EBUSY while MRs, endpoints or counters of the domain are open. */
+/* -HMR_EBUSY while anything opened on the domain is still open: MRs, memory windows
+ * (hmr_mw_alloc), unpacked remote keys (hmr_rkey_unpack), endpoints or counters; close those
+ * first (hmr_last_error() gives the counts). */
 HMR_API int hmr_domain_close(hmr_domain *domain);
 /* Binds an event queue; with HMR_REG_MR every registration completes asynchronously on it. */
 HMR_API int hmr_domain_bind(hmr_domain *domain, hmr_fid *eq, uint64_t flags);

@@ -8,7 +8,9 @@
 #include <string>
 
 #include "answer.h"
+#include "first_screen.h"
 #include "json_value.h"
+#include "line_width.h"
 #include "summary.h"
 #include "text_report.h"
 
@@ -208,7 +210,8 @@ TEST(HmrInfoText, RendersSectionsAnswersAndTitledElements) {
   devices.push(std::move(device));
   report.set("devices", std::move(devices));
   const std::string text = render_text(report);
-  EXPECT_EQ(text.rfind("hmr-info: hmr 0.1.0\n\nSummary\n", 0), 0u) << text;
+  EXPECT_EQ(text.rfind("hmr 0.1.0 on this machine", 0), 0u) << text;
+  EXPECT_NE(text.find("\n\nSummary, each reason in full\n  No GPU: "), std::string::npos) << text;
   EXPECT_NE(text.find("\nDevices\n  cuda 0\n    pci_bus_id:  -\n    dmabuf:      yes\n"
                       "    peer_direct: no: no peer-memory client\n"),
             std::string::npos)
@@ -217,6 +220,91 @@ TEST(HmrInfoText, RendersSectionsAnswersAndTitledElements) {
             std::string::npos)
       << text;
   EXPECT_NE(text.find("    devices: none\n"), std::string::npos) << text;
+}
+
+TEST(HmrInfoWidth, WrapsAtSpacesCutsLongWordsAndHidesControlCharacters) {
+  EXPECT_EQ(wrap("one two three", 9, "", "  "),
+            (std::vector<std::string>{"one two", "  three"}));
+  EXPECT_EQ(wrap("abcdefghij", 4, "", ""), (std::vector<std::string>{"abcd", "efgh", "ij"}));
+  EXPECT_EQ(wrap("", 10, "> ", ""), (std::vector<std::string>{"> "}));
+  EXPECT_EQ(printable("a\tb\x1b[2Jc"), "a?b?[2Jc");
+  EXPECT_EQ(columns("caf\xc3\xa9"), 4u);  // UTF-8: one column per character
+  for (const std::string& line :
+       wrap(std::string(500, 'x') + " " + std::string(150, 'y'), kScreenWidth, "  ", "    ")) {
+    EXPECT_LE(columns(line), kScreenWidth) << line;
+  }
+}
+
+// A libfabric section as the probe writes it: tcp's row and its layered form reach the same
+// provider, udp's row offers nothing itself.
+JsonValue provider_row(const char* name, const char* use, const char* resolves_to) {
+  JsonValue row = JsonValue::object();
+  row.set("name", name);
+  row.set("use", use != nullptr ? JsonValue(use) : JsonValue());
+  row.set("resolves_to", resolves_to != nullptr ? JsonValue(resolves_to) : JsonValue());
+  row.set("rma", answer(use != nullptr, use != nullptr ? "works" : "finds nothing"));
+  return row;
+}
+
+JsonValue working_report() {
+  JsonValue report = bare_report();
+  JsonValue& nics = report.set("nics", JsonValue::object());
+  JsonValue& modules = nics.set("rdma_modules", JsonValue::object());
+  modules.set("ib_core", false);
+  modules.set("ib_uverbs", false);
+  nics.set("verbs", JsonValue::object()).set("loaded", true);
+  JsonValue& libfabric = nics.set("libfabric", JsonValue::object());
+  libfabric.set("loaded", true);
+  JsonValue providers = JsonValue::array();
+  providers.push(provider_row("tcp;ofi_rxm", "provider=tcp", "tcp;ofi_rxm"));
+  providers.push(provider_row("sockets", "provider=sockets", "sockets"));
+  providers.push(provider_row("udp", nullptr, nullptr));
+  providers.push(provider_row("shm", "provider=shm", "shm"));
+  providers.push(provider_row("tcp", "provider=tcp", "tcp;ofi_rxm"));
+  libfabric.set("providers", std::move(providers));
+  nics.set("sim", JsonValue::object()).set("operations", operations({"rereg"}));
+  JsonValue& config = report.set("config", JsonValue::object());
+  config.set("environment", answer(true, "hmr_domain_open accepts every variable"));
+  config.set("set", JsonValue::object());
+  config.set("errors", JsonValue::array());
+  report.set("monitors", JsonValue::object())
+      .set("chosen", JsonValue::object())
+      .set("name", "memhooks");
+  return report;
+}
+
+TEST(HmrInfoFirstScreen, SaysWhatToUseAndPassWithTheProvidersToPrefer) {
+  const JsonValue summary = first_screen(working_report());
+  ASSERT_NE(summary.find("use"), nullptr);
+  // tcp first (the portable one), each provider once, by the name to pass.
+  EXPECT_EQ(summary.find("use")->as_string(),
+            "nic=ofi with provider tcp or shm, or nic=sim (hmr's software NIC, to try hmr out)");
+  ASSERT_EQ(summary.find("pass")->size(), 2u);
+  EXPECT_EQ(summary.find("pass")->items()[0].as_string(),
+            "attr.nic = \"ofi\", attr.nic_options = \"provider=tcp\" (libfabric serves it as "
+            "tcp;ofi_rxm)");
+  // GPU and verbs are missing, each with one thing to do.
+  ASSERT_EQ(summary.find("missing")->size(), 2u);
+  EXPECT_EQ(summary.find("missing")->items()[0].find("what")->as_string(), "GPU memory");
+  EXPECT_NE(summary.find("missing")->items()[1].find("fix")->as_string().find("provider tcp"),
+            std::string::npos);
+  for (const JsonValue& line : summary.find("lines")->items()) {
+    EXPECT_LE(columns(line.as_string()), kScreenWidth) << line.as_string();
+  }
+}
+
+TEST(HmrInfoFirstScreen, ARefusedSettingComesFirstAndNothingIsOffered) {
+  JsonValue report = working_report();
+  JsonValue& config = report.set("config", JsonValue::object());
+  config.set("environment", answer(false, "hmr_domain_open fails: HMR_REG_THREADS=0: use 1 to 256"));
+  config.set("set", JsonValue::object()).set("HMR_REG_THREADS", "0");
+  config.set("errors", JsonValue::array()).push("HMR_REG_THREADS=0: use 1 to 256");
+  const JsonValue summary = first_screen(report);
+  EXPECT_EQ(summary.find("use")->as_string().rfind("nothing until", 0), 0u);
+  EXPECT_EQ(summary.find("pass")->size(), 0u);
+  const std::string screen = render_first_screen(report);
+  EXPECT_NE(screen.find("  setting: HMR_REG_THREADS=0: use 1 to 256\n"), std::string::npos)
+      << screen;
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # hmr-info end to end: on this machine as it is, with every runtime made unloadable, and under
 # each fake vendor library (loaded through HMR_<VENDOR>_LIBRARY, the path real runtimes take).
-# The text report must agree with the JSON; the JSON must parse and carry the documented keys.
+# The first screen must fit 100 columns and be the JSON's summary.lines; the full text report
+# must agree with the JSON; the JSON must parse and carry the documented keys.
 # Usage: hmr_info_test.sh <hmr-info> <fake libcuda> <fake libhsa-runtime64> <fake libze_loader>
 #        <fake libnrt> <fake libSynapse> <fake libhl-thunk> <fake libibverbs> <fake libmlx5>
 set -euo pipefail
@@ -18,20 +19,27 @@ fail() {
   exit 1
 }
 
-# Runs hmr-info (text and --json) under the environment given as VAR=value arguments, and
-# then a Python check that gets the JSON as `d`, the text as `text`.
+# Runs hmr-info (first screen, --full and --json) under the environment given as VAR=value
+# arguments, and then a Python check that gets the JSON as `d`, the full text as `text` (and
+# `flat`: its words with single spaces, as wrapping does not change them), the first screen
+# as `screen`.
 check() {
   local name=$1 check_code=$2
   shift 2
-  local text json status=0
-  text=$(env "$@" "$info") || status=$?
+  local screen text json status=0
+  screen=$(env "$@" "$info") || status=$?
   [[ $status -eq 0 ]] || fail "$name: hmr-info exited $status"
+  text=$(env "$@" "$info" --full) || status=$?
+  [[ $status -eq 0 ]] || fail "$name: hmr-info --full exited $status"
   json=$(env "$@" "$info" --json) || status=$?
   [[ $status -eq 0 ]] || fail "$name: hmr-info --json exited $status"
-  HMR_INFO_TEXT=$text HMR_INFO_JSON=$json python3 - "$name" "$check_code" <<'PY' ||
+  HMR_INFO_SCREEN=$screen HMR_INFO_TEXT=$text HMR_INFO_JSON=$json \
+    python3 - "$name" "$check_code" <<'PY' ||
 import json, os, sys
 name, code = sys.argv[1], sys.argv[2]
+screen = os.environ["HMR_INFO_SCREEN"]
 text = os.environ["HMR_INFO_TEXT"]
+flat = " ".join(text.split())
 try:
     d = json.loads(os.environ["HMR_INFO_JSON"])
 except ValueError as error:
@@ -45,8 +53,38 @@ def answer(node):
     return isinstance(node, dict) and isinstance(node.get("supported"), bool) and \
         isinstance(node.get("reason"), str) and (node["supported"] or node["reason"])
 
-expect(list(d) == ["hmr", "ifaces", "devices", "nics", "monitors", "config"],
+expect(list(d) == ["hmr", "summary", "ifaces", "devices", "nics", "monitors", "config"],
        f"top-level keys are {list(d)}")
+
+# The first screen: short lines, the same words as --json's summary, at the top of --full.
+summary = d["summary"]
+expect(screen.split("\n") == summary["lines"], "the first screen is not summary.lines")
+expect(text.startswith(screen + "\n"), "--full does not open with the first screen")
+for line in screen.split("\n"):
+    expect(len(line) <= 100, f"a first-screen line of {len(line)} columns: {line!r}")
+expect(len(summary["lines"]) <= 24, f"the first screen has {len(summary['lines'])} lines")
+for key in ("use", "pass", "memory", "cache", "settings", "missing"):
+    expect(key in summary, f"summary has no {key}")
+for item in summary["missing"]:
+    expect(item["what"] and item["why"] and item["fix"], f"a missing item without a fix: {item}")
+    expect(" ".join(item["fix"].split()) in " ".join(screen.split()), f"the screen lacks {item}")
+expect(f"  Use:      {summary['use']}"[:60] in screen, "the screen has no Use line")
+
+# Every variable of the list is in the config section (the library's in effective, the NCCL
+# plugin's under nccl_plugin), and what is set is reported as set.
+for variable, words in d["config"]["variables"].items():
+    where = d["config"]["nccl_plugin"] if words.startswith("the NCCL plugin:") else d["config"]["effective"]
+    expect(variable in where, f"{variable} is listed but not reported")
+    if variable in os.environ:
+        expect(d["config"]["set"].get(variable) is not None, f"{variable} is set but not reported")
+for error in d["config"]["errors"]:
+    expect("does not know how to read" not in error, error)
+
+# A provider row says the name to pass; a name that works never reads "rma: no".
+for provider in d["nics"]["libfabric"]["providers"]:
+    expect(provider["rma"]["supported"] == (provider["use"] is not None), provider)
+    if provider["use"] is not None:
+        expect(provider["use"].startswith("provider=") and provider["resolves_to"], provider)
 expect([i["name"] for i in d["ifaces"]] == ["system", "cuda", "rocr", "ze", "neuron", "synapseai"],
        "ifaces are not the six interfaces")
 for iface in d["ifaces"]:
@@ -78,7 +116,7 @@ expect("\n  Memory operations: " in text, "no 'Memory operations:' summary line"
 if d["config"]["environment"]["supported"]:
     # A sim domain opens wherever the environment parses, and has all six (VIRT_ADDR offered).
     expect(all(sim_ops.values()), f"sim lacks an operation: {d['nics']['sim']['operations']}")
-    expect("\n  Memory operations: sim: all; callback: none" in text, "the summary misreports sim")
+    expect("Memory operations: sim: all; callback: none" in flat, "the summary misreports sim")
 else:
     expect(not any(sim_ops.values()), "sim answered although no domain can open")
 expect(answer(d["nics"]["dmabuf_import"]), "nics.dmabuf_import has no reason")
@@ -99,7 +137,8 @@ else:
     expect("\n  No GPU: " in text, "no device in the JSON, no 'No GPU:' summary line")
     for i in d["ifaces"][1:]:
         if not i["loaded"]:
-            expect(f"    {i['name']}: {i['reason']}\n" in text, f"the summary lacks {i['name']}'s reason")
+            expect(" ".join(f"{i['name']}: {i['reason']}".split()) in flat,
+                   f"the summary lacks {i['name']}'s reason")
 if d["nics"]["verbs"]["devices"]:
     expect("\n  RDMA: " in text, "RDMA devices in the JSON, no 'RDMA:' summary line")
 else:
@@ -117,7 +156,8 @@ PY
 # the summary must say so plainly.
 check "this machine" '
 if not d["nics"]["rdma_modules"]["ib_uverbs"]:
-    expect("no RDMA kernel support" in text, "the summary does not say the kernel has no RDMA")
+    expect("no RDMA kernel support" in flat, "the summary does not say the kernel has no RDMA")
+    expect("RDMA device (nic=verbs)" in screen, "the first screen does not say verbs is missing")
     expect(not d["nics"]["dmabuf_import"]["supported"], "dma-buf import claimed without RDMA")
 if "FI_MR_CACHE_MONITOR" not in os.environ:
     expect(d["monitors"]["chosen"]["source"] == "default", "a monitor chosen without FI_MR_CACHE_MONITOR")
@@ -141,8 +181,11 @@ for i in d["ifaces"][1:]:
     expect(not i["loaded"] and "/nonexistent" in i["reason"], "%s: %s" % (i["name"], i["reason"]))
 expect("/nonexistent" in d["nics"]["verbs"]["reason"], "verbs reason lacks the path")
 expect("\n  No RDMA device: libibverbs is not loaded: " in text, "no RDMA line for a missing libibverbs")
-expect("\n  Memory operations: sim: all; callback: none\n" in text,
+expect("Memory operations: sim: all; callback: none Host" in flat,
        "the memory operations line lists a NIC that is not there")
+expect(any(m["what"].startswith("libfabric") and "HMR_OFI_LIBRARY" in m["fix"]
+           for m in d["summary"]["missing"]), "the first screen does not say libfabric is missing")
+expect("nic=sim" in d["summary"]["use"] and "ofi" not in d["summary"]["use"], d["summary"]["use"])
 expect(not d["nics"]["libfabric"]["loaded"] and "/nonexistent" in d["nics"]["libfabric"]["reason"],
        "libfabric loaded from nowhere")
 ' HMR_CUDA_LIBRARY=/nonexistent/libcuda.so.1 HMR_ROCR_LIBRARY=/nonexistent/x.so \
@@ -158,7 +201,7 @@ check "HMR_CUDA_LIBRARY=/nonexistent" '
 cuda = d["ifaces"][1]
 expect(not cuda["loaded"] and "/nonexistent" in cuda["reason"], f"cuda: {cuda}")
 expect(cuda["library"] == "/nonexistent", "cuda.library is not the override")
-expect("cuda: " + cuda["reason"] in text, "the text does not show why cuda is missing")
+expect(" ".join(("cuda: " + cuda["reason"]).split()) in flat, "the text does not show why cuda is missing")
 ' "$no_ofi" HMR_CUDA_LIBRARY=/nonexistent
 
 check "fake CUDA" '
@@ -224,7 +267,7 @@ expect("UMR" in mlx["operations"]["indirect"]["reason"] or "mlx5dv" in mlx["oper
        mlx["operations"]["indirect"]["reason"])
 expect(not any(efa_ops[op] for op in OPS), efa["operations"])
 expect("rereg_mr" in efa["operations"]["rereg"]["reason"], efa["operations"]["rereg"])
-expect("; verbs fake_mlx5_0: all but indirect keys; verbs fake_efa_0: none" in text,
+expect("; verbs fake_mlx5_0: all but indirect keys; verbs fake_efa_0: none" in flat,
        "the summary misreports the memory operations of the verbs devices")
 ' "$no_ofi" HMR_IBVERBS_LIBRARY="$fake_ibverbs" HMR_MLX5_LIBRARY=/nonexistent/libmlx5.so.1
 
@@ -234,7 +277,7 @@ mlx, efa = d["nics"]["verbs"]["devices"]
 mlx_ops, efa_ops = operations(mlx, "fake_mlx5_0"), operations(efa, "fake_efa_0")
 expect(all(mlx_ops[op] for op in OPS), mlx["operations"])
 expect("not an mlx5 device" in efa["operations"]["indirect"]["reason"], efa["operations"])
-expect("; verbs fake_mlx5_0: all; verbs fake_efa_0: none" in text,
+expect("; verbs fake_mlx5_0: all; verbs fake_efa_0: none" in flat,
        "the summary misreports the memory operations of the verbs devices")
 ' "$no_ofi" HMR_IBVERBS_LIBRARY="$fake_ibverbs" HMR_MLX5_LIBRARY="$fake_mlx5"
 
@@ -248,6 +291,29 @@ expect(d["config"]["set"]["FI_MR_CACHE_MONITOR"] == "bad\ufffd\t\"name\"", d["co
 expect("chosen" in d["monitors"] and d["monitors"]["chosen"]["name"] is None, "a monitor chosen")
 expect("Configuration error: FI_HMEM_DISABLE_P2P=" in text, "no configuration error line")
 ' FI_HMEM_DISABLE_P2P=maybe FI_MR_CACHE_MAX_COUNT=-1 FI_MR_CACHE_MONITOR=$'bad\xff\t"name"'
+
+# A value domain open refuses is reported once, everywhere: set, errors, the environment's
+# answer and the first screen agree (HMR_REG_THREADS' range is checked only as a whole).
+check "HMR_REG_THREADS=0" '
+expect(d["config"]["set"].get("HMR_REG_THREADS") == "0", d["config"]["set"])
+expect(any(e.startswith("HMR_REG_THREADS=0") for e in d["config"]["errors"]), d["config"]["errors"])
+expect(not d["config"]["environment"]["supported"], d["config"]["environment"])
+expect("HMR_REG_THREADS" in d["config"]["environment"]["reason"], d["config"]["environment"])
+expect("refuses" in d["summary"]["settings"] and "HMR_REG_THREADS=0" in screen, screen)
+expect(d["summary"]["use"].startswith("nothing until"), d["summary"]["use"])
+' "$no_ofi" HMR_REG_THREADS=0
+
+# A value hmr ignores (it never stops a program for a log level) is still named.
+check "HMR_LOG_LEVEL unknown" '
+expect(d["config"]["environment"]["supported"], d["config"]["environment"])
+expect(any("HMR_LOG_LEVEL=\x27loud\x27" in e for e in d["config"]["errors"]), d["config"]["errors"])
+expect("wrong" in d["summary"]["settings"] and "HMR_LOG_LEVEL" in screen, screen)
+' "$no_ofi" HMR_LOG_LEVEL=loud
+
+# However long a value, the first screen keeps to 100 columns (checked in every run above).
+check "a very long value" '
+expect(any("FI_MR_CACHE_MAX_COUNT" in e for e in d["config"]["errors"]), d["config"]["errors"])
+' "$no_ofi" FI_MR_CACHE_MAX_COUNT="$(printf "x%.0s" {1..300})"
 
 check "HMR_LOG_LEVEL in upper case" '
 expect(d["config"]["effective"]["HMR_LOG_LEVEL"] == "debug", d["config"]["effective"]["HMR_LOG_LEVEL"])

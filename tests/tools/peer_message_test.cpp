@@ -7,6 +7,7 @@
 #include <cstring>
 #include <random>
 
+#include "byte_codec.h"
 #include "peer_socket.h"
 
 namespace hmr::perftest {
@@ -90,9 +91,9 @@ TEST(PeerMessage, HeaderRejectsWrongMagicVersionTypeAndSize) {
   EXPECT_NE(why.find("magic"), std::string::npos) << why;
 
   bad = good;
-  bad[4] = 2;  // version 2
+  bad[4] = 1;  // version 1: a peer from before the error message
   EXPECT_FALSE(decode_header(std::span(bad).first(kPeerHeaderSize), &body, &why));
-  EXPECT_NE(why.find("version 2"), std::string::npos) << why;
+  EXPECT_NE(why.find("version 1"), std::string::npos) << why;
 
   bad = good;
   bad[6] = 9;  // type 9
@@ -175,6 +176,48 @@ TEST(PeerMessage, FieldValuesAreChecked) {
   EXPECT_FALSE(decode_buffer(body_of(raw_flag), &why));
 }
 
+TEST(PeerMessage, ErrorRoundTripsPrintableAndBounded) {
+  std::string why;
+  const std::vector<uint8_t> message = encode(PeerError{"server: no provider 'bogus'"});
+  size_t body = 0;
+  ASSERT_EQ(decode_header(std::span(message).first(kPeerHeaderSize), &body, &why),
+            MessageType::error)
+      << why;
+  std::optional<PeerError> decoded = decode_error(body_of(message), &why);
+  ASSERT_TRUE(decoded) << why;
+  EXPECT_EQ(decoded->reason, "server: no provider 'bogus'");
+
+  // What the sender's reason holds is made printable and cut to the bound before it is sent.
+  decoded = decode_error(body_of(encode(PeerError{std::string("a\nb\x1b\xff", 5)})), &why);
+  ASSERT_TRUE(decoded) << why;
+  EXPECT_EQ(decoded->reason, "a?b??");
+  decoded = decode_error(body_of(encode(PeerError{std::string(5000, 'x')})), &why);
+  ASSERT_TRUE(decoded) << why;
+  EXPECT_EQ(decoded->reason.size(), kMaxReasonSize);
+  decoded = decode_error(body_of(encode(PeerError{""})), &why);
+  ASSERT_TRUE(decoded) << why;
+  EXPECT_EQ(decoded->reason, "no reason given");
+}
+
+TEST(PeerMessage, HostileErrorsAreRejected) {
+  std::string why;
+  // A control character (a terminal escape) from the peer is never printed.
+  wire::ByteWriter escape;
+  escape.str(std::string("\x1b]0;owned\x07"));
+  EXPECT_FALSE(decode_error(escape.bytes(), &why));
+  EXPECT_NE(why.find("printable"), std::string::npos) << why;
+  wire::ByteWriter empty;
+  empty.str(std::string());
+  EXPECT_FALSE(decode_error(empty.bytes(), &why));
+  std::vector<uint8_t> message = encode(PeerError{"x"});
+  poke_u32(message, kPeerHeaderSize, kMaxReasonSize + 1);  // a length over the bound
+  EXPECT_FALSE(decode_error(body_of(message), &why));
+  EXPECT_NE(why.find("more than the"), std::string::npos) << why;
+  message = encode(PeerError{"x"});
+  message.push_back(0);  // trailing bytes
+  EXPECT_FALSE(decode_error(body_of(message), &why));
+}
+
 // Random bytes never crash a decoder (ASan and UBSan watch) and are never all accepted.
 TEST(PeerMessage, RandomBytesNeverCrashTheDecoders) {
   std::mt19937 random(1234);
@@ -185,6 +228,11 @@ TEST(PeerMessage, RandomBytesNeverCrashTheDecoders) {
     std::string why;
     accepted += decode_hello(bytes, &why).has_value();
     accepted += decode_buffer(bytes, &why).has_value();
+    // An error is any printable text, so random bytes may well pass; they must only never
+    // crash it nor yield a byte that is not printable.
+    if (std::optional<PeerError> error = decode_error(bytes, &why)) {
+      for (char c : error->reason) EXPECT_TRUE(c >= 0x20 && c <= 0x7e);
+    }
     size_t body = 0;
     if (bytes.size() >= kPeerHeaderSize) {
       (void)decode_header(std::span(bytes).first(kPeerHeaderSize), &body, &why);
@@ -221,6 +269,22 @@ TEST(PeerSocket, MessagesCrossALoopbackConnection) {
   client.reset();
   EXPECT_FALSE(server->receive(MessageType::buffer, 5000, &why));
   EXPECT_NE(why.find("closed"), std::string::npos) << why;
+}
+
+// A peer that gives up sends its reason; the side waiting for another message reports that
+// reason, not only that the connection closed.
+TEST(PeerSocket, APeersReasonReachesTheOtherSide) {
+  std::string why;
+  std::optional<PeerSocket> server = PeerSocket::listen(0, &why);
+  ASSERT_TRUE(server) << why;
+  std::optional<PeerSocket> client =
+      PeerSocket::connect("127.0.0.1", server->listening_port(), 5000, &why);
+  ASSERT_TRUE(client) << why;
+  ASSERT_TRUE(server->accept(5000, &why)) << why;
+  ASSERT_TRUE(server->send(encode(PeerError{"server: the client uses provider 'shm'"}), &why));
+  server.reset();
+  EXPECT_FALSE(client->receive(MessageType::buffer, 5000, &why));
+  EXPECT_EQ(why, "the peer stopped: server: the client uses provider 'shm'");
 }
 
 TEST(PeerSocket, SilentPeerTimesOutAndBadHostIsReported) {

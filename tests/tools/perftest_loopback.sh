@@ -35,11 +35,32 @@ for provider in tcp shm; do
   n=$((n + 1))
   out=$(run $((port_base + n)) --provider "$provider" --size 1M --iters 50 --reg once,raw,cached)
   echo "$out"
-  grep -q "^RESULT metric=write_bw_1MiB provider=$provider " <<<"$out" ||
+  grep -q "^RESULT metric=write_bw_1MiB provider=$provider .* ratio=[0-9.]* rounds=1 spread=none" <<<"$out" ||
     { echo "FAILED: no RESULT line for $provider" >&2; exit 1; }
+  grep -q "^note: one round is a smoke run" <<<"$out" || { echo "FAILED: no smoke-run note" >&2; exit 1; }
+  grep -q "provider $provider (libfabric" <<<"$out" || { echo "FAILED: the header names another provider" >&2; exit 1; }
   # --json is one document with the rows.
   n=$((n + 1))
   out=$(run $((port_base + n)) --provider "$provider" --size 4K --iters 10 --json)
   grep -q '"results": \[' <<<"$out" || { echo "FAILED: --json output" >&2; exit 1; }
 done
+# Mistakes a newcomer makes.  A server with a provider this host lacks fails at once, with the
+# reason, instead of waiting for a client (the timeout would be 60 s).
+status=0
+start=$SECONDS
+why=$("$perftest" --server --provider bogus --port $((port_base + 90)) --timeout 60 2>&1) || status=$?
+[[ $status -ne 0 && $((SECONDS - start)) -lt 30 ]] ||
+  { echo "FAILED: --server --provider bogus exited $status after $((SECONDS - start)) s" >&2; exit 1; }
+grep -q "provider 'bogus'" <<<"$why" || { echo "FAILED: no reason for bogus: $why" >&2; exit 1; }
+# Two sides with different providers: the client prints the server's reason.
+"$perftest" --server --provider tcp --port $((port_base + 91)) --quiet --timeout 60 2>/dev/null &
+server=$!
+status=0
+why=$("$perftest" 127.0.0.1 --provider shm --port $((port_base + 91)) --timeout 60 --size 4K \
+      --iters 10 2>&1) || status=$?
+wait "$server" && { echo "FAILED: the server accepted a client of another provider" >&2; exit 1; }
+[[ $status -ne 0 ]] && grep -q "the peer stopped: server: the client uses provider 'shm'" <<<"$why" ||
+  { echo "FAILED: the client does not show the server's reason: $why" >&2; exit 1; }
+echo "ok: a bad provider fails at once; a mismatch is explained on both sides"
+
 echo "hmr-perftest loopback: all runs passed"

@@ -1,6 +1,7 @@
 #include "ofi_probe.h"
 
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -80,15 +81,23 @@ Result<InfoList> get_info(const OfiLibrary& library, const fi_info* hints) {
   return InfoList(list, InfoDeleter{&library});
 }
 
-// The question the ofi adapter asks when it opens a domain itself: RMA on reliable datagram
-// endpoints, offering the mr_mode bits it can honour.
-Result<InfoList> get_rma_info(const OfiLibrary& library) {
+// The question the ofi adapter asks when it opens a domain itself with nic_options
+// "provider=<name>": RMA on reliable datagram endpoints, offering the mr_mode bits it can
+// honour.  libfabric may answer with another name: "tcp" is served as "tcp;ofi_rxm" (ofi_rxm
+// layered over the tcp core), so a name is judged by what this query gives, not by the rows
+// fi_getinfo lists under it without hints.
+Result<InfoList> get_rma_info(const OfiLibrary& library, const std::string& provider) {
   InfoList hints(library.fn.fi_dupinfo(nullptr), InfoDeleter{&library});  // fi_allocinfo
   if (!hints) return make_error(HMR_ENOMEM, "out of memory allocating fi_getinfo hints");
   hints->caps = FI_MSG | FI_RMA;
   hints->mode = ~0ULL;
   hints->ep_attr->type = FI_EP_RDM;
   hints->domain_attr->mr_mode = static_cast<int>(nic::ofi::kDefaultModeHints);
+  // fi_freeinfo (through the deleter) frees it, as it frees everything in an fi_info.
+  hints->fabric_attr->prov_name = strdup(provider.c_str());
+  if (hints->fabric_attr->prov_name == nullptr) {
+    return make_error(HMR_ENOMEM, "out of memory allocating fi_getinfo hints");
+  }
   return get_info(library, hints.get());
 }
 
@@ -100,8 +109,11 @@ struct Provider {
   std::vector<std::string> domains;
   uint64_t mr_mode = 0;
   bool hmem = false;
-  bool rma = false;
+  // What "provider=<name>" gives hmr's ofi adapter: the name libfabric answers with, and the
+  // mr_mode that answer requires; empty when the RMA query finds nothing (rma_failure says why).
+  std::string rma_provider;
   uint64_t rma_mr_mode = 0;
+  std::string rma_failure;
 };
 
 void add_unique(std::vector<std::string>& list, const std::string& value) {
@@ -118,7 +130,7 @@ Provider& provider_for(std::vector<Provider>& providers, const fi_info& info) {
     if (provider.name == name) found = &provider;
   }
   if (found == nullptr) {
-    providers.push_back(Provider{name, {}, {}, {}, 0, false, false, 0});
+    providers.push_back(Provider{name, {}, {}, {}, 0, false, {}, 0, {}});
     found = &providers.back();
     found->mr_mode = static_cast<uint64_t>(info.domain_attr->mr_mode);
   }
@@ -126,7 +138,36 @@ Provider& provider_for(std::vector<Provider>& providers, const fi_info& info) {
   return *found;
 }
 
-JsonValue provider_json(const Provider& provider, const std::string& rma_failure) {
+void ask_rma(const OfiLibrary& library, Provider& provider) {
+  Result<InfoList> rma = get_rma_info(library, provider.name);
+  if (!rma.ok()) {
+    provider.rma_failure = rma.status().reason();
+    return;
+  }
+  const fi_info* first = rma->get();
+  if (first == nullptr) {
+    provider.rma_failure = "fi_getinfo answered with an empty list";
+    return;
+  }
+  provider.rma_provider = text_or(first->fabric_attr->prov_name, "?");
+  provider.rma_mr_mode = static_cast<uint64_t>(first->domain_attr->mr_mode);
+}
+
+// The name to pass in nic_options for this row: the shortest that reaches the same provider
+// ("tcp;ofi_rxm" is reached by "tcp"), or empty when the row offers hmr no RMA.
+std::string name_to_use(const Provider& provider, const std::vector<Provider>& providers) {
+  if (provider.rma_provider.empty()) return {};
+  const size_t layer = provider.name.find(';');
+  if (layer != std::string::npos) {
+    const std::string core = provider.name.substr(0, layer);
+    for (const Provider& other : providers) {
+      if (other.name == core && other.rma_provider == provider.rma_provider) return core;
+    }
+  }
+  return provider.name;
+}
+
+JsonValue provider_json(const Provider& provider, const std::vector<Provider>& providers) {
   JsonValue entry = JsonValue::object();
   entry.set("name", provider.name);
   JsonValue& fabrics = entry.set("fabrics", JsonValue::array());
@@ -137,17 +178,24 @@ JsonValue provider_json(const Provider& provider, const std::string& rma_failure
   for (const std::string& domain : provider.domains) domains.push(domain);
   entry.set("mr_mode", mode_text(provider.mr_mode));
   entry.set("hmem", provider.hmem);
+  const std::string use = name_to_use(provider, providers);
+  entry.set("use", use.empty() ? JsonValue() : JsonValue("provider=" + use));
+  entry.set("resolves_to",
+            provider.rma_provider.empty() ? JsonValue() : JsonValue(provider.rma_provider));
   std::string rma_reason;
-  if (provider.rma) {
-    rma_reason = "offers FI_RMA on FI_EP_RDM to hmr's mr_mode bits, requiring " +
-                 mode_text(provider.rma_mr_mode);
-  } else if (!rma_failure.empty()) {
-    rma_reason = rma_failure;
+  if (!use.empty()) {
+    rma_reason = "nic_options \"provider=" + use + "\" works";
+    if (provider.rma_provider != provider.name) {
+      rma_reason += " (libfabric serves it as " + provider.rma_provider + ")";
+    }
+    rma_reason += ": FI_RMA on FI_EP_RDM for hmr's mr_mode bits, requiring " +
+                  mode_text(provider.rma_mr_mode);
   } else {
-    rma_reason = "not offered for FI_RMA on FI_EP_RDM with hmr's mr_mode bits " +
-                 mode_text(nic::ofi::kDefaultModeHints);
+    rma_reason = "nic_options \"provider=" + provider.name +
+                 "\" finds no FI_RMA on FI_EP_RDM for hmr's mr_mode bits " +
+                 mode_text(nic::ofi::kDefaultModeHints) + ": " + provider.rma_failure;
   }
-  entry.set("rma", answer(provider.rma, rma_reason));
+  entry.set("rma", answer(!use.empty(), rma_reason));
   return entry;
 }
 
@@ -180,22 +228,15 @@ JsonValue libfabric_json() {
       provider.hmem = provider.hmem || (info->caps & FI_HMEM) != 0;
     }
   }
-  Result<InfoList> rma = get_rma_info(library);
-  if (rma.ok()) {
-    for (const fi_info* info = rma->get(); info != nullptr; info = info->next) {
-      Provider& provider = provider_for(providers, *info);
-      if (!provider.rma) provider.rma_mr_mode = static_cast<uint64_t>(info->domain_attr->mr_mode);
-      provider.rma = true;
-    }
-  }
+  // One question per name, as an application passing that name would ask (each is cheap
+  // once libfabric has loaded its providers).
+  for (Provider& provider : providers) ask_rma(library, provider);
   std::string reason;
   if (!all.ok()) reason = all.status().reason();
   if (providers.empty() && reason.empty()) reason = "fi_getinfo found no provider";
   section.set("reason", reason.empty() ? JsonValue() : JsonValue(reason));
-  const std::string rma_failure =
-      rma.ok() ? std::string() : "the RMA query failed: " + rma.status().reason();
   JsonValue& list = section.set("providers", JsonValue::array());
-  for (const Provider& provider : providers) list.push(provider_json(provider, rma_failure));
+  for (const Provider& provider : providers) list.push(provider_json(provider, providers));
   return section;
 }
 

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "config_probe.h"
+#include "first_screen.h"
 #include "hmem/hmem_registry.h"
 #include "iface_probe.h"
 #include "monitor_probe.h"
@@ -35,7 +36,14 @@ JsonValue build_report() {
   report.set("nics", nics_section());
   report.set("monitors", monitors_section(ifaces, environment));
   report.set("config", config_section(environment));
-  return report;
+  // The first screen reads the finished tree; it goes right after "hmr", where a reader of
+  // --json looks first.
+  JsonValue ordered = JsonValue::object();
+  for (size_t i = 0; i < report.keys().size(); ++i) {
+    ordered.set(report.keys()[i], report.items()[i]);
+    if (report.keys()[i] == "hmr") ordered.set("summary", first_screen(report));
+  }
+  return ordered;
 }
 
 }  // namespace hmr::info

@@ -2,31 +2,10 @@
 
 #include <utility>
 
+#include "report_reading.h"
+
 namespace hmr::info {
 namespace {
-
-const std::string& text_at(const JsonValue& node, std::string_view path) {
-  static const std::string kEmpty;
-  const JsonValue* value = node.at(path);
-  return value != nullptr && value->is_string() ? value->as_string() : kEmpty;
-}
-
-bool bool_at(const JsonValue& node, std::string_view path) {
-  const JsonValue* value = node.at(path);
-  return value != nullptr && value->as_bool();
-}
-
-const std::vector<JsonValue>& items_at(const JsonValue& node, std::string_view path) {
-  static const std::vector<JsonValue> kNone;
-  const JsonValue* value = node.at(path);
-  return value != nullptr && value->is_array() ? value->items() : kNone;
-}
-
-std::string join(const std::vector<std::string>& parts, const char* separator) {
-  std::string text;
-  for (const std::string& part : parts) text += (text.empty() ? "" : separator) + part;
-  return text;
-}
 
 std::string devices_line(const JsonValue& report) {
   const std::vector<JsonValue>& devices = items_at(report, "devices");
@@ -107,10 +86,17 @@ std::string libfabric_line(const JsonValue& report) {
     bool seen = false;
     for (const std::string& present : all) seen = seen || present == name;
     if (!seen) all.push_back(name);
-    if (bool_at(provider, "rma.supported")) {
+    // By the name to pass, once: "tcp" and "tcp;ofi_rxm" reach the same provider.
+    const JsonValue* use = provider.find("use");
+    if (bool_at(provider, "rma.supported") && use != nullptr && use->is_string()) {
+      const std::string& served = text_at(provider, "resolves_to");
+      const std::string item = use->as_string() + (served.empty() || "provider=" + served ==
+                                                       use->as_string()
+                                                       ? ""
+                                                       : " (as " + served + ")");
       bool listed = false;
-      for (const std::string& present : rma) listed = listed || present == name;
-      if (!listed) rma.push_back(name);
+      for (const std::string& present : rma) listed = listed || present == item;
+      if (!listed) rma.push_back(item);
     }
   }
   std::string line = "libfabric " + text_at(*fabric, "version") + " (" +

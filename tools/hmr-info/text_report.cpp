@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "answer.h"
+#include "first_screen.h"
+#include "line_width.h"
 #include "summary.h"
 
 namespace hmr::info {
@@ -112,16 +114,22 @@ void render_block(std::string& out, const JsonValue& object, int indent, bool sk
 }  // namespace
 
 std::string render_text(const JsonValue& report) {
-  std::string out;
-  const JsonValue* version = report.at("hmr.version");
-  out += "hmr-info: hmr " + (version != nullptr ? scalar_text(*version) : std::string("?")) +
-         "\n\nSummary\n";
+  std::string out = render_first_screen(report);
+  out += "\nSummary, each reason in full\n";
+  // Each reason in full, but in lines of the first screen's width: a line per runtime, its
+  // continuation indented under it.
   for (const std::string& summary : summary_lines(report)) {
     size_t start = 0;
-    for (size_t end; (end = summary.find('\n', start)) != std::string::npos; start = end + 1) {
-      line(out, 2, summary.substr(start, end - start));
+    for (size_t end = 0; start <= summary.size(); start = end + 1) {
+      end = summary.find('\n', start);
+      if (end == std::string::npos) end = summary.size();
+      const bool first = start == 0;
+      for (const std::string& piece : wrap(summary.substr(start, end - start), kScreenWidth,
+                                           first ? "  " : "    ", first ? "    " : "      ")) {
+        out += piece;
+        out += '\n';
+      }
     }
-    line(out, 2, summary.substr(start));
   }
   for (size_t i = 0; i < report.keys().size(); ++i) {
     const char* title = section_title(report.keys()[i]);

@@ -43,6 +43,11 @@ std::optional<Fabric> Fabric::open(const std::string& provider, std::string* why
   fi_freeinfo(hints);
   if (rc != 0) {
     failed(why, "fi_getinfo for provider '" + provider + "' (RDM endpoints with RMA)", rc);
+    // What to do about it: which names work here is what hmr-info's first screen says.
+    if (why != nullptr) {
+      *why += "; libfabric has no such provider here, or it offers no RMA on RDM endpoints "
+              "(`hmr-info` says which names work, e.g. tcp, shm)";
+    }
     return std::nullopt;
   }
   if ((rc = fi_fabric(fabric.info_->fabric_attr, &fabric.fabric_, nullptr)) != 0) {

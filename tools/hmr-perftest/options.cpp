@@ -78,6 +78,19 @@ std::string usage() {
   --timeout SECONDS                   out-of-band deadline (default 30)
   --json                              one JSON document instead of the table
   --quiet                             no progress lines
+
+The server checks its options and opens the provider before it waits for a client; a side
+that gives up tells the other why.  Both sides must name the same --provider; the table and
+the RESULT line report it by that name (the header adds what libfabric serves it as, e.g.
+tcp is served as tcp;ofi_rxm).
+
+Columns: reg is the registration mode; BW average is payload GB/s (10^9 bytes), MsgRate
+millions of messages per second; t_min/t_typical (median)/t_avg/t_max are one-way latencies
+in microseconds; nic_regs and cache_hits count the registrations that reached the provider and
+those hmr's cache served during the timed loop only, so they read 0 for once and raw, which
+register before it.  With write_bw at 1 MiB in raw and once (or cached), a RESULT line gives
+the medians and their ratio; name the modes several times (--reg once,raw,once,raw,once,raw)
+to get the spread of the per-round ratios: one round is a smoke run.
 )";
 }
 

@@ -67,6 +67,17 @@ std::vector<uint8_t> encode(const Done& done) {
   return message(MessageType::done, w);
 }
 
+std::vector<uint8_t> encode(const PeerError& error) {
+  std::string reason = error.reason.substr(0, kMaxReasonSize);
+  for (char& c : reason) {
+    if (c < 0x20 || c > 0x7e) c = '?';
+  }
+  if (reason.empty()) reason = "no reason given";
+  wire::ByteWriter w;
+  w.str(reason);
+  return message(MessageType::error, w);
+}
+
 std::optional<MessageType> decode_header(std::span<const uint8_t> header, size_t* body_size,
                                          std::string* why) {
   auto reject = [why](std::string reason) -> std::optional<MessageType> {
@@ -87,7 +98,7 @@ std::optional<MessageType> decode_header(std::span<const uint8_t> header, size_t
                   std::to_string(kPeerMessageVersion));
   }
   if (type < static_cast<uint16_t>(MessageType::hello) ||
-      type > static_cast<uint16_t>(MessageType::done)) {
+      type > static_cast<uint16_t>(MessageType::error)) {
     return reject("unknown message type " + std::to_string(type));
   }
   if (size > kMaxBodySize) {
@@ -152,6 +163,15 @@ std::optional<Done> decode_done(std::span<const uint8_t> body, std::string* why)
   done.value = r.u64("value");
   if (!r.finish(why)) return std::nullopt;
   return done;
+}
+
+std::optional<PeerError> decode_error(std::span<const uint8_t> body, std::string* why) {
+  ByteReader r(body);
+  PeerError error;
+  error.reason = r.name("reason", kMaxReasonSize);
+  if (error.reason.empty()) r.fail("reason", "is empty");
+  if (!r.finish(why)) return std::nullopt;
+  return error;
 }
 
 }  // namespace hmr::perftest

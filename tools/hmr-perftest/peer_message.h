@@ -12,6 +12,10 @@
 //   buffer (both ways):       u64 address | u64 length | u64 mr_mode | u8 key_is_raw |
 //                             str key | str fabric_address
 //   done (both ways):         u64 value (a checksum of what the sender saw, or 0)
+//   error (either way):       str reason (printable ASCII), sent instead of the message due
+//                             when the sender gives up, just before it closes the connection
+//
+// Version 2 added the error message; a version-1 peer is refused by the header check.
 #pragma once
 
 #include <cstddef>
@@ -23,7 +27,7 @@
 
 namespace hmr::perftest {
 
-inline constexpr uint16_t kPeerMessageVersion = 1;
+inline constexpr uint16_t kPeerMessageVersion = 2;
 inline constexpr size_t kPeerHeaderSize = 12;
 // Bounds on what a peer may send; generous for real providers, small enough that a hostile
 // peer cannot make us allocate much.
@@ -32,10 +36,11 @@ inline constexpr size_t kMaxProviderName = 64;
 inline constexpr size_t kMaxMemoryName = 32;
 inline constexpr size_t kMaxKeySize = 256;
 inline constexpr size_t kMaxFabricAddress = 1024;
+inline constexpr size_t kMaxReasonSize = 1024;
 inline constexpr uint64_t kMaxMessageSize = uint64_t{1} << 32;  // 4 GiB
 inline constexpr uint64_t kMaxIterations = uint64_t{1} << 32;
 
-enum class MessageType : uint16_t { hello = 1, buffer = 2, done = 3 };
+enum class MessageType : uint16_t { hello = 1, buffer = 2, done = 3, error = 4 };
 enum class TestKind : uint16_t { write_bw = 1, read_bw = 2, write_lat = 3 };
 
 const char* test_name(TestKind test);
@@ -65,9 +70,16 @@ struct Done {
   uint64_t value = 0;
 };
 
+// Why the sender stopped: what its user would have read on its own terminal.
+struct PeerError {
+  std::string reason;
+};
+
 std::vector<uint8_t> encode(const Hello& hello);
 std::vector<uint8_t> encode(const BufferInfo& buffer);
 std::vector<uint8_t> encode(const Done& done);
+// Bytes that are not printable ASCII become '?', and a reason over kMaxReasonSize is cut.
+std::vector<uint8_t> encode(const PeerError& error);
 
 // Parses a header; on success `body_size` is the body length that must follow.
 std::optional<MessageType> decode_header(std::span<const uint8_t> header, size_t* body_size,
@@ -77,5 +89,6 @@ std::optional<MessageType> decode_header(std::span<const uint8_t> header, size_t
 std::optional<Hello> decode_hello(std::span<const uint8_t> body, std::string* why);
 std::optional<BufferInfo> decode_buffer(std::span<const uint8_t> body, std::string* why);
 std::optional<Done> decode_done(std::span<const uint8_t> body, std::string* why);
+std::optional<PeerError> decode_error(std::span<const uint8_t> body, std::string* why);
 
 }  // namespace hmr::perftest

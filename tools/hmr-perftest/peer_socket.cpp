@@ -196,6 +196,14 @@ std::optional<std::vector<uint8_t>> PeerSocket::receive(MessageType expected, in
   size_t body_size = 0;
   std::optional<MessageType> type = decode_header(header, &body_size, why);
   if (!type) return std::nullopt;
+  if (*type == MessageType::error && expected != MessageType::error) {
+    // The peer gave up and says why: that reason, not "the connection closed", is the news.
+    std::vector<uint8_t> body(body_size);
+    if (!read_exactly(body.data(), body.size(), timeout_ms, why)) return std::nullopt;
+    std::optional<PeerError> error = decode_error(body, why);
+    if (error) set_why(why, "the peer stopped: " + error->reason);
+    return std::nullopt;
+  }
   if (*type != expected) {
     set_why(why, "the peer sent message type " + std::to_string(static_cast<int>(*type)) +
                      " where type " + std::to_string(static_cast<int>(expected)) +

@@ -24,9 +24,12 @@ std::string rule() { return std::string(96, '-') + "\n"; }
 
 std::string format_table(const RunInfo& run, const std::vector<Measurement>& rows) {
   std::string out = rule();
-  out += printf_string(" hmr-perftest %s   provider %s (libfabric %s)   memory %s   mr_mode 0x%llx\n",
+  const std::string served =
+      run.served_as.empty() || run.served_as == run.provider ? "" : ", served as " + run.served_as;
+  out += printf_string(" hmr-perftest %s   provider %s (libfabric %s%s)   memory %s   mr_mode 0x%llx\n",
                        test_name(run.test), run.provider.c_str(), run.fabric_version.c_str(),
-                       run.memory.c_str(), static_cast<unsigned long long>(run.mr_mode));
+                       served.c_str(), run.memory.c_str(),
+                       static_cast<unsigned long long>(run.mr_mode));
   out += rule();
   if (is_latency(run.test)) {
     out += " #bytes     #iterations  reg       t_min[usec]  t_typical[usec]  t_avg[usec]  t_max[usec]  nic_regs\n";
@@ -49,7 +52,25 @@ std::string format_table(const RunInfo& run, const std::vector<Measurement>& row
     }
   }
   out += rule();
+  out += column_legend(run.test);
   return out;
+}
+
+std::string column_legend(TestKind test) {
+  std::string legend =
+      " reg: once and raw register the buffer before the timed loop (raw with fi_mr_reg, no\n"
+      "   hmr); cached and per-iter register every message inside it (per-iter: cache off)\n";
+  if (is_latency(test)) {
+    return legend +
+           " t_*: one-way latency (half a round trip) in microseconds; t_typical is the median\n"
+           " nic_regs: registrations that reached the provider, in the timed loop only: 0 for\n"
+           "   once and raw, whose one registration comes before it\n";
+  }
+  return legend +
+         " BW average: GB/s of payload (10^9 bytes); MsgRate: millions of messages per second\n"
+         " nic_regs, cache_hits: registrations that reached the provider, and those hmr's cache\n"
+         "   served, in the timed loop only: 0 for once and raw, whose one registration comes\n"
+         "   before it\n";
 }
 
 std::string format_json(const RunInfo& run, const std::vector<Measurement>& rows) {
@@ -63,9 +84,10 @@ std::string format_json(const RunInfo& run, const std::vector<Measurement>& rows
     return out;
   };
   std::string out = "{\n";
-  out += printf_string("  \"test\": \"%s\",\n  \"provider\": \"%s\",\n  \"libfabric\": \"%s\",\n",
+  out += printf_string("  \"test\": \"%s\",\n  \"provider\": \"%s\",\n  \"served_as\": \"%s\",\n"
+                       "  \"libfabric\": \"%s\",\n",
                        test_name(run.test), escaped(run.provider).c_str(),
-                       escaped(run.fabric_version).c_str());
+                       escaped(run.served_as).c_str(), escaped(run.fabric_version).c_str());
   out += printf_string("  \"memory\": \"%s\",\n  \"mr_mode\": %llu,\n  \"results\": [",
                        escaped(run.memory).c_str(), static_cast<unsigned long long>(run.mr_mode));
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -105,7 +127,17 @@ std::string format_results(const RunInfo& run, const std::vector<Measurement>& r
   // the two processes and the kernel share the cores.)
   std::vector<double>& through_hmr = once.empty() ? cached : once;
   if (raw.empty() || through_hmr.empty()) return {};
-  auto median = [](std::vector<double>& values) {
+  // Rounds pair the n-th run of each mode (they ran interleaved, under the same conditions);
+  // the spread of their ratios says how much of the median's ratio is noise.
+  const size_t rounds = std::min(raw.size(), through_hmr.size());
+  double low = 0, high = 0;
+  for (size_t i = 0; i < rounds; ++i) {
+    if (raw[i] <= 0) return {};
+    const double ratio = through_hmr[i] / raw[i];
+    low = i == 0 ? ratio : std::min(low, ratio);
+    high = i == 0 ? ratio : std::max(high, ratio);
+  }
+  auto median = [](std::vector<double> values) {
     std::sort(values.begin(), values.end());
     const size_t n = values.size();
     return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
@@ -113,10 +145,18 @@ std::string format_results(const RunInfo& run, const std::vector<Measurement>& r
   const double hmr = median(through_hmr);
   const double baseline = median(raw);
   if (baseline <= 0) return {};
-  // "tcp;ofi_rxm" is reported as tcp: the provider the user named.
-  const std::string provider = run.provider.substr(0, run.provider.find(';'));
-  return printf_string("RESULT metric=write_bw_1MiB provider=%s hmr=%.3f raw=%.3f ratio=%.3f\n",
-                       provider.c_str(), hmr, baseline, hmr / baseline);
+  // The provider as the user named it, as in the table's header.
+  std::string line = printf_string(
+      "RESULT metric=write_bw_1MiB provider=%s hmr=%.3f raw=%.3f ratio=%.2f rounds=%zu",
+      run.provider.c_str(), hmr, baseline, hmr / baseline, rounds);
+  if (rounds == 1) {
+    line += " spread=none\n"
+            "note: one round is a smoke run: the ratio is within the noise of one run; name the "
+            "modes\n      several times for a spread, e.g. --reg once,raw,once,raw,once,raw\n";
+  } else {
+    line += printf_string(" spread=%.2f..%.2f\n", low, high);
+  }
+  return line;
 }
 
 }  // namespace hmr::perftest

@@ -27,7 +27,8 @@ struct Measurement {
 
 struct RunInfo {
   TestKind test = TestKind::write_bw;
-  std::string provider;
+  std::string provider;   // the name the user gave (--provider), the one name reported
+  std::string served_as;  // what libfabric serves it as ("tcp;ofi_rxm" for tcp)
   std::string fabric_version;
   std::string memory;
   uint64_t mr_mode = 0;
@@ -35,7 +36,11 @@ struct RunInfo {
 
 std::string format_table(const RunInfo& run, const std::vector<Measurement>& rows);
 std::string format_json(const RunInfo& run, const std::vector<Measurement>& rows);
-// RESULT lines for the hmr-versus-raw comparison at 1 MiB, when the run has both.
+// What each column means, for the end of the table (and --help).
+std::string column_legend(TestKind test);
+// RESULT lines for the hmr-versus-raw comparison at 1 MiB, when the run has both: the medians,
+// their ratio, and the spread of the per-round ratios when the modes were repeated (one
+// round is a smoke run, and says so).
 std::string format_results(const RunInfo& run, const std::vector<Measurement>& rows);
 
 }  // namespace hmr::perftest

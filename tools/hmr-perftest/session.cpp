@@ -27,6 +27,14 @@ int fail(const char* role, const std::string& why) {
   return 1;
 }
 
+// Fails as fail() does, and first tells the peer why, so its user reads the reason and not
+// only that the connection closed.  Best effort: the peer may be gone already.
+int give_up(const char* role, PeerSocket& socket, const std::string& why) {
+  std::string ignored;
+  (void)socket.send(encode(PeerError{std::string(role) + ": " + why}), &ignored);
+  return fail(role, why);
+}
+
 // The peer's buffer as this side addresses it.
 struct Remote {
   uint64_t base = 0;  // address of byte 0 in RMA calls
@@ -93,22 +101,22 @@ int serve_latency(PeerSocket& socket, Fabric& fabric, Buffer& buffer, const Regi
   uint64_t sequence = 0;
   for (;;) {
     std::optional<Done> barrier = receive_as(socket, MessageType::done, decode_done, timeout_ms, &why);
-    if (!barrier) return fail("server", why);
+    if (!barrier) return give_up("server", socket, why);
     const uint64_t size = barrier->value;
     if (size == 0) return 0;  // the client is finished
     if (size > buffer.size() || size > client.length) {
-      return fail("server", "the client asked for a " + std::to_string(size) +
+      return give_up("server", socket, "the client asked for a " + std::to_string(size) +
                                 "-byte block, beyond the buffers agreed");
     }
     std::memset(buffer.data(), 0, size);
-    if (!socket.send(encode(Done{size}), &why)) return fail("server", why);
+    if (!socket.send(encode(Done{size}), &why)) return give_up("server", socket, why);
     for (uint64_t i = 0; i < hello.iterations; ++i) {
       const uint8_t tag = tag_for(sequence++);
-      if (!wait_for_tag(fabric, buffer.data() + size - 1, tag, &why)) return fail("server", why);
+      if (!wait_for_tag(fabric, buffer.data() + size - 1, tag, &why)) return give_up("server", socket, why);
       if (!fabric.post_write(mine.local, size, mine.desc, client.base, client.key, nullptr,
                              nullptr, &why) ||
           !fabric.wait(1, &why)) {
-        return fail("server", why);
+        return give_up("server", socket, why);
       }
     }
   }
@@ -119,18 +127,18 @@ int serve_bandwidth(PeerSocket& socket, Fabric& fabric, Buffer& buffer, Registra
                     const Registered& mine, const Hello& hello, int timeout_ms) {
   std::string why;
   while (!socket.readable()) {
-    if (fabric.poll(nullptr, &why) < 0) return fail("server", why);
+    if (fabric.poll(nullptr, &why) < 0) return give_up("server", socket, why);
   }
   // What the client wrote into a host shadow belongs in the device memory.
   if (hello.test == TestKind::write_bw && !registrar.sync(mine, buffer.size(), true, &why)) {
-    return fail("server", why);
+    return give_up("server", socket, why);
   }
   std::optional<Done> done = receive_as(socket, MessageType::done, decode_done, timeout_ms, &why);
-  if (!done) return fail("server", why);
+  if (!done) return give_up("server", socket, why);
   const uint64_t held = buffer.host() ? buffer.checksum(hello.max_size) : 0;
-  if (!socket.send(encode(Done{held}), &why)) return fail("server", why);
+  if (!socket.send(encode(Done{held}), &why)) return give_up("server", socket, why);
   if (hello.test == TestKind::write_bw && buffer.host() && done->value != 0 && done->value != held) {
-    return fail("server", "the bytes written into this buffer differ from what the client sent");
+    return give_up("server", socket, "the bytes written into this buffer differ from what the client sent");
   }
   return 0;
 }
@@ -139,41 +147,45 @@ int serve_bandwidth(PeerSocket& socket, Fabric& fabric, Buffer& buffer, Registra
 
 int run_server(const Options& options) {
   std::string why;
+  // Checked before any client is awaited: a provider this host cannot open fails now, with
+  // libfabric's reason, not when a client arrives.
+  std::optional<Fabric> fabric = Fabric::open(options.provider, &why);
+  if (!fabric) return fail("server", why);
   std::optional<PeerSocket> socket = PeerSocket::listen(options.port, &why);
   if (!socket) return fail("server", why);
   if (!options.quiet) {
-    std::fprintf(stderr, "hmr-perftest server: waiting for a client on port %u\n",
+    std::fprintf(stderr, "hmr-perftest server: provider %s (served as %s); waiting for a client "
+                 "on port %u\n", options.provider.c_str(), fabric->provider_name().c_str(),
                  socket->listening_port());
   }
   if (!socket->accept(options.timeout_ms, &why)) return fail("server", why);
   std::optional<Hello> hello =
       receive_as(*socket, MessageType::hello, decode_hello, options.timeout_ms, &why);
-  if (!hello) return fail("server", why);
+  if (!hello) return give_up("server", *socket, why);
   if (hello->provider != options.provider) {
-    return fail("server", "the client uses provider '" + hello->provider + "', this server '" +
-                              options.provider + "': start both with the same --provider");
+    return give_up("server", *socket,
+                   "the client uses provider '" + hello->provider + "', this server '" +
+                       options.provider + "': start both with the same --provider");
   }
-  std::optional<Fabric> fabric = Fabric::open(options.provider, &why);
-  if (!fabric) return fail("server", why);
   std::optional<Buffer> buffer = Buffer::allocate(options.memory, hello->max_size, &why);
-  if (!buffer) return fail("server", why);
+  if (!buffer) return give_up("server", *socket, why);
   if (hello->test == TestKind::read_bw && buffer->host()) buffer->fill_pattern(buffer->size());
   std::optional<Registrar> registrar = Registrar::open(*fabric, RegMode::once, options.dmabuf, &why);
-  if (!registrar) return fail("server", why);
+  if (!registrar) return give_up("server", *socket, why);
   std::optional<Registered> mine = registrar->reg(buffer->data(), buffer->size(), kAccess, &why);
-  if (!mine) return fail("server", why);
+  if (!mine) return give_up("server", *socket, why);
   int status = 0;
   // A host shadow must hold the device's bytes before the client reads them.
   if (hello->test == TestKind::read_bw && !registrar->sync(*mine, buffer->size(), false, &why)) {
-    status = fail("server", why);
+    status = give_up("server", *socket, why);
   } else if (!socket->send(encode(describe(*fabric, *mine, mine->base, buffer->size())), &why)) {
     status = fail("server", why);
   } else if (std::optional<BufferInfo> theirs = receive_as(
                  *socket, MessageType::buffer, decode_buffer, options.timeout_ms, &why);
              !theirs) {
-    status = fail("server", why);
+    status = give_up("server", *socket, why);
   } else if (std::optional<Remote> client = adopt_remote(*fabric, *theirs, &why); !client) {
-    status = fail("server", why);
+    status = give_up("server", *socket, why);
   } else if (hello->test == TestKind::write_lat) {
     status = serve_latency(*socket, *fabric, *buffer, *mine, *client, *hello, options.timeout_ms);
   } else {
@@ -355,6 +367,9 @@ int run_client(const Options& options) {
   if (latency && options.iterations > (uint64_t{1} << 24)) {
     return fail("client", "write_lat keeps every sample: use --iters up to 16M");
   }
+  // The provider first: one this host cannot open fails before the server is bothered.
+  std::optional<Fabric> fabric = Fabric::open(options.provider, &why);
+  if (!fabric) return fail("client", why);
   std::optional<PeerSocket> socket =
       PeerSocket::connect(options.host, options.port, options.timeout_ms, &why);
   if (!socket) return fail("client", why);
@@ -366,37 +381,36 @@ int run_client(const Options& options) {
   hello.provider = options.provider;
   hello.memory = options.memory;
   if (!socket->send(encode(hello), &why)) return fail("client", why);
+  // From here on, a failure on this side is told to the server too (give_up).
   std::optional<BufferInfo> theirs =
       receive_as(*socket, MessageType::buffer, decode_buffer, options.timeout_ms, &why);
-  if (!theirs) return fail("client", why);
+  if (!theirs) return give_up("client", *socket, why);
   if (theirs->length < options.max_size) {
-    return fail("client", "the server's buffer is smaller than the largest message");
+    return give_up("client", *socket, "the server's buffer is smaller than the largest message");
   }
 
-  std::optional<Fabric> fabric = Fabric::open(options.provider, &why);
-  if (!fabric) return fail("client", why);
   std::optional<Remote> server = adopt_remote(*fabric, *theirs, &why);
-  if (!server) return fail("client", why);
+  if (!server) return give_up("client", *socket, why);
   const size_t length = latency ? 2 * options.max_size : options.max_size;
   std::optional<Buffer> buffer = Buffer::allocate(options.memory, length, &why);
-  if (!buffer) return fail("client", why);
+  if (!buffer) return give_up("client", *socket, why);
   if (buffer->host()) buffer->fill_pattern(options.max_size);
 
   std::vector<Registrar> registrars;
   std::vector<Registered> whole;
   for (RegMode mode : options.reg_modes) {
     std::optional<Registrar> registrar = Registrar::open(*fabric, mode, options.dmabuf, &why);
-    if (!registrar) return fail("client", why);
+    if (!registrar) return give_up("client", *socket, why);
     registrars.push_back(std::move(*registrar));
     std::optional<Registered> r =
         registrars.back().reg(buffer->data(), buffer->size(), kAccess, &why);
-    if (!r) return fail("client", why);
+    if (!r) return give_up("client", *socket, why);
     whole.push_back(*r);
   }
   // The landing area for write_lat answers, published through the first mode's registration.
   const uint64_t landing = whole.front().base + options.max_size;
   if (!socket->send(encode(describe(*fabric, whole.front(), landing, options.max_size)), &why)) {
-    return fail("client", why);
+    return give_up("client", *socket, why);
   }
 
   Client client{options, *socket, *fabric, *buffer, *server, registrars, whole};
@@ -413,7 +427,7 @@ int run_client(const Options& options) {
                                                 options.max_size - 1, 1,
                                             whole.front().desc, server->base, server->key,
                                             nullptr, nullptr, &why);
-    if (!ok || !fabric->wait(1, &why)) return fail("client", "warm-up: " + why);
+    if (!ok || !fabric->wait(1, &why)) return give_up("client", *socket, "warm-up: " + why);
   }
   // Sizes outer, modes inner: the modes of one size run back to back, under the same
   // conditions, so their comparison is fair.
@@ -422,7 +436,7 @@ int run_client(const Options& options) {
       std::optional<Measurement> m = latency ? client.latency(size, mode, &sequence, &why)
                                              : client.bandwidth(size, mode, &why);
       if (!m) {
-        status = fail("client", why);
+        status = give_up("client", *socket, why);
         break;
       }
       rows.push_back(*m);
@@ -451,7 +465,8 @@ int run_client(const Options& options) {
 
   RunInfo run;
   run.test = options.test;
-  run.provider = fabric->provider_name();
+  run.provider = options.provider;
+  run.served_as = fabric->provider_name();
   run.fabric_version = fabric->fabric_version();
   run.memory = options.memory;
   run.mr_mode = fabric->mr_mode();

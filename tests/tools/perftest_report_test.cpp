@@ -1,0 +1,76 @@
+// hmr-perftest's report: the RESULT line names the provider as the user did, gives the
+// spread of repeated rounds (and calls one round a smoke run), and the table explains its
+// columns.
+#include "report.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace hmr::perftest {
+namespace {
+
+Measurement at_1mib(RegMode mode, double gbytes_per_second) {
+  Measurement m;
+  m.size = uint64_t{1} << 20;
+  m.mode = mode;
+  m.iterations = 100;
+  m.gbytes_per_second = gbytes_per_second;
+  return m;
+}
+
+RunInfo tcp_run() {
+  RunInfo run;
+  run.provider = "tcp";
+  run.served_as = "tcp;ofi_rxm";
+  run.fabric_version = "1.17";
+  run.memory = "host";
+  return run;
+}
+
+TEST(PerftestReport, OneRoundIsASmokeRun) {
+  const std::string result =
+      format_results(tcp_run(), {at_1mib(RegMode::once, 2.0), at_1mib(RegMode::raw, 2.5)});
+  EXPECT_EQ(result.rfind("RESULT metric=write_bw_1MiB provider=tcp hmr=2.000 raw=2.500 "
+                         "ratio=0.80 rounds=1 spread=none\n", 0), 0u) << result;
+  EXPECT_NE(result.find("smoke run"), std::string::npos) << result;
+}
+
+TEST(PerftestReport, RepeatedRoundsGiveMediansAndTheSpreadOfTheirRatios) {
+  // Interleaved as --reg once,raw,once,raw,once,raw runs them.
+  const std::vector<Measurement> rows = {
+      at_1mib(RegMode::once, 1.0), at_1mib(RegMode::raw, 1.0),  // 1.00
+      at_1mib(RegMode::once, 0.9), at_1mib(RegMode::raw, 1.0),  // 0.90
+      at_1mib(RegMode::once, 1.1), at_1mib(RegMode::raw, 1.0)}; // 1.10
+  const std::string result = format_results(tcp_run(), rows);
+  EXPECT_EQ(result, "RESULT metric=write_bw_1MiB provider=tcp hmr=1.000 raw=1.000 ratio=1.00 "
+                    "rounds=3 spread=0.90..1.10\n");
+}
+
+TEST(PerftestReport, NoResultWithoutBothSides) {
+  EXPECT_EQ(format_results(tcp_run(), {at_1mib(RegMode::raw, 1.0)}), "");
+  RunInfo latency = tcp_run();
+  latency.test = TestKind::write_lat;
+  EXPECT_EQ(format_results(latency, {at_1mib(RegMode::once, 1), at_1mib(RegMode::raw, 1)}), "");
+}
+
+TEST(PerftestReport, TheHeaderNamesTheProviderOnceAndTheColumnsAreExplained) {
+  const std::string table = format_table(tcp_run(), {at_1mib(RegMode::once, 1.0)});
+  EXPECT_NE(table.find("provider tcp (libfabric 1.17, served as tcp;ofi_rxm)"),
+            std::string::npos) << table;
+  EXPECT_NE(table.find("nic_regs, cache_hits: registrations that reached the provider"),
+            std::string::npos) << table;
+  EXPECT_NE(table.find("0 for once and raw"), std::string::npos) << table;
+  // The legend fits the table's width.
+  for (size_t start = 0, end; (end = table.find('\n', start)) != std::string::npos; start = end + 1) {
+    if (table.compare(start, 14, " hmr-perftest ") == 0) continue;  // the header names things
+    EXPECT_LE(end - start, 96u) << table.substr(start, end - start);
+  }
+  const std::string json = format_json(tcp_run(), {});
+  EXPECT_NE(json.find("\"provider\": \"tcp\",\n  \"served_as\": \"tcp;ofi_rxm\""),
+            std::string::npos) << json;
+}
+
+}  // namespace
+}  // namespace hmr::perftest
