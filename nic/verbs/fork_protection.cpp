@@ -12,7 +12,8 @@ std::mutex decision_mutex;
 bool decided = false;
 ForkProtection decision;
 
-ForkProtection decide(const IbverbsSymbols& verbs, ForkPolicy policy) {
+// `apply` false: what would be decided, ibv_fork_init not called (and assumed to succeed).
+ForkProtection decide(const IbverbsSymbols& verbs, ForkPolicy policy, bool apply) {
   if (policy == ForkPolicy::off) {
     return {"off", "fork=off: hmr leaves fork safety to the application (a write to a "
                    "registered page after fork() can detach it from the NIC on kernels before "
@@ -33,6 +34,11 @@ ForkProtection decide(const IbverbsSymbols& verbs, ForkPolicy policy) {
                        "whether the kernel copies pinned pages on fork is unknown; set "
                        "RDMAV_FORK_SAFE=1 or nic_options fork=init if this process forks"};
   }
+  if (!apply) {
+    return {"initialized", "the kernel does not copy pinned pages on fork, so hmr's first verbs "
+                           "domain calls ibv_fork_init: registered ranges become MADV_DONTFORK "
+                           "(a forked child has none of those pages)"};
+  }
   const int err = verbs.fork_init();
   if (err != 0) {
     return {"failed", std::string("ibv_fork_init failed (") + std::strerror(err) +
@@ -49,7 +55,7 @@ ForkProtection decide(const IbverbsSymbols& verbs, ForkPolicy policy) {
 ForkProtection protect_against_fork(const IbverbsSymbols& verbs, ForkPolicy policy) {
   const std::lock_guard<std::mutex> lock(decision_mutex);
   if (!decided) {
-    decision = decide(verbs, policy);
+    decision = decide(verbs, policy, /*apply=*/true);
     decided = true;
     const LogLevel level = decision.state == "unknown" || decision.state == "failed"
                                ? LogLevel::warn
@@ -69,6 +75,14 @@ ForkProtection fork_protection_now() {
 void forget_fork_protection_decision() {
   const std::lock_guard<std::mutex> lock(decision_mutex);
   decided = false;
+}
+
+ForkProtection preview_fork_protection(const IbverbsSymbols& verbs, ForkPolicy policy) {
+  {
+    const std::lock_guard<std::mutex> lock(decision_mutex);
+    if (decided) return decision;
+  }
+  return decide(verbs, policy, /*apply=*/false);
 }
 
 }  // namespace hmr::verbs

@@ -42,6 +42,10 @@ ForkProtection protect_against_fork(const IbverbsSymbols& verbs, ForkPolicy poli
 // What was decided in this process, or a state of "not decided" before any verbs domain.
 ForkProtection fork_protection_now();
 
+// What the first domain would decide with `policy`, without doing it (hmr-info): the states
+// above, "initialized" meaning that hmr would call ibv_fork_init.
+ForkProtection preview_fork_protection(const IbverbsSymbols& verbs, ForkPolicy policy);
+
 // Tests only (a forked test child that plays a new process): forgets the decision.
 void forget_fork_protection_decision();
 

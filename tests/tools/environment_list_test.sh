@@ -30,10 +30,10 @@ config = json.loads(os.environ["HMR_INFO_JSON"])["config"]
 listed = set(config["variables"])
 reported = set(config["effective"]) | set(config["nccl_plugin"])
 docs = (source / "docs" / "environment.md").read_text()
-documented = set(re.findall(r"`((?:HMR|FI)_[A-Z0-9_]+)`", docs))
+documented = set(re.findall(r"`((?:HMR|FI|HLS)_[A-Z0-9_]+)`", docs))
 
 READS = re.compile(r"\b(getenv|env_bool|env_unsigned|setenv)\s*\(")
-NAME = re.compile(r'"((?:HMR|FI)_[A-Z0-9_]+)"')
+NAME = re.compile(r'"((?:HMR|FI|HLS)_[A-Z0-9_]+)"')
 VENDOR = re.compile(r'SymbolTable::load\(\s*"([A-Z0-9_]+)"|\bk\w*Vendor\s*=\s*"([A-Z0-9_]+)"')
 SKIP_DIRS = {"tests", "bench", ".git"}
 

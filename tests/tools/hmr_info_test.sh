@@ -257,6 +257,8 @@ expect(mlx["dmabuf"]["supported"] and mlx["on_demand_paging"]["supported"], mlx)
 expect(not efa["dmabuf"]["supported"] and efa["dmabuf"]["reason"], efa)
 expect(d["nics"]["dmabuf_import"]["supported"], "dma-buf import not seen through fake_mlx5_0")
 expect("\n  RDMA: 2 device(s) through " in text, "no RDMA summary line")
+# The fake kernel copies pinned pages on fork (as 5.13+ does): nothing for hmr to do.
+expect(verbs["fork_protection"]["state"] == "unneeded", verbs.get("fork_protection"))
 # Through the verbs NIC of hmr: the fake mlx5 device has everything but indirect keys, which need
 # libmlx5 (that of the machine, if any, cannot work with a fake libibverbs); the fake EFA device
 # none (no windows, no ODP, and the EFA provider has no rereg_mr).

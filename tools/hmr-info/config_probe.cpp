@@ -138,6 +138,11 @@ void add_variable(Collector& config, const EnvironmentVariable& variable,
     config.effective.set(name, monitor != nullptr && *monitor != '\0' ? monitor : "default");
   } else if (name == "HMR_LOG_LEVEL") {
     add_log_level(config);
+  } else if (name == "HLS_MODULE_ID") {
+    // SynapseAI's own variable: shown as set, or null (the host's only Gaudi device).
+    const char* module = std::getenv(variable.name);
+    config.effective.set(name, module != nullptr && *module != '\0' ? JsonValue(module)
+                                                                      : JsonValue());
   } else if (name == "FI_MR_CACHE_MAX_SIZE") {
     // Its default depends on the machine (memory per CPU); environment has it when it parsed.
     config.add_unsigned(variable, environment.ok()

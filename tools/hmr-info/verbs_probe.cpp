@@ -3,6 +3,7 @@
 #include "answer.h"
 #include "hmem/symbol_table.h"
 #include "nic/verbs/device_probe.h"
+#include "nic/verbs/fork_protection.h"
 #include "nic/verbs/ibverbs_library.h"
 
 namespace hmr::info {
@@ -44,6 +45,12 @@ JsonValue verbs_json() {
   }
   section.set("library", (*library)->path());
   section.set("loaded", true);
+  // fork() and pinned pages: what hmr's first verbs domain does with nic_options fork=auto.
+  const verbs::ForkProtection fork =
+      verbs::preview_fork_protection((*library)->symbols(), verbs::ForkPolicy::automatic);
+  JsonValue& fork_json = section.set("fork_protection", JsonValue::object());
+  fork_json.set("state", fork.state);
+  fork_json.set("reason", fork.reason);
   // The peer-memory hints come from the real sysfs ("" is /).
   Result<std::vector<verbs::DeviceProbe>> probes = verbs::probe_all_devices(*library, "");
   section.set("reason", probes.ok() ? JsonValue() : JsonValue(probes.status().reason()));
