@@ -7,8 +7,8 @@ using enum VariableReader;
 using enum VariableKind;
 
 constexpr const char* kBoolean = "boolean: 1/0, yes/no, true/false, on/off, y/n (any case)";
-// The NCCL plugin's own reader (plugins/nccl-net/net/settings.cpp) takes no y/n.
-constexpr const char* kPluginBoolean = "boolean: 1/0, yes/no, true/false, on/off (any case)";
+// The NCCL plugin's own reader (plugins/nccl-net/net/settings.cpp) takes the same words.
+constexpr const char* kPluginBoolean = kBoolean;
 constexpr const char* kDomainOpen = "at each hmr_domain_open";
 constexpr const char* kRuntimeLoad = "once per process, when that library is first loaded";
 constexpr const char* kPluginInit = "at the plugin's first init";

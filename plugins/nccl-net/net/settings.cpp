@@ -21,23 +21,23 @@ bool read_seconds(const char* name, int* out_ms, std::string* why) {
   return true;
 }
 
-// A boolean variable: 1/0, yes/no, true/false, on/off (any case).
+// A boolean variable: 1/0, yes/no, true/false, on/off, y/n (any case), as hmr's own reader.
 bool read_bool(const char* name, bool* out, std::string* why) {
   const char* text = std::getenv(name);
   if (text == nullptr) return true;
-  for (const char* yes : {"1", "yes", "true", "on"}) {
+  for (const char* yes : {"1", "yes", "true", "on", "y"}) {
     if (strcasecmp(text, yes) == 0) {
       *out = true;
       return true;
     }
   }
-  for (const char* no : {"0", "no", "false", "off"}) {
+  for (const char* no : {"0", "no", "false", "off", "n"}) {
     if (strcasecmp(text, no) == 0) {
       *out = false;
       return true;
     }
   }
-  *why = std::string(name) + "='" + text + "' is not a boolean (1/0, yes/no, true/false, on/off)";
+  *why = std::string(name) + "='" + text + "' is not a boolean (1/0, yes/no, true/false, on/off, y/n)";
   return false;
 }
 
