@@ -178,13 +178,6 @@ static PyObject *domain_register(HmrPyDomain *self, PyObject *const *args, Py_ss
 	return hmr_py_region_new(self, args, nargs, kwnames);
 }
 
-static PyObject *domain_enter(PyObject *self, PyObject *unused)
-{
-	(void)unused;
-	Py_INCREF(self);
-	return self;
-}
-
 static PyObject *domain_exit(HmrPyDomain *self, PyObject *args)
 {
 	(void)args;
@@ -375,7 +368,7 @@ static PyMethodDef domain_methods[] = {
 	 "RemoteKey of this domain."},
 	{"endpoint", (PyCFunction)domain_endpoint, METH_NOARGS,
 	 "endpoint()\n--\n\nAn Endpoint for RMA on the software NIC (sim)."},
-	{"__enter__", domain_enter, METH_NOARGS, NULL},
+	{"__enter__", hmr_py_enter_self, METH_NOARGS, NULL},
 	{"__exit__", (PyCFunction)domain_exit, METH_VARARGS, NULL},
 	{NULL, NULL, 0, NULL},
 };

@@ -165,13 +165,6 @@ static PyObject *get_closed(HmrPyEndpoint *self, void *unused)
 	return PyBool_FromLong(self->ep == NULL);
 }
 
-static PyObject *ep_enter(PyObject *self, PyObject *unused)
-{
-	(void)unused;
-	Py_INCREF(self);
-	return self;
-}
-
 static PyObject *ep_exit(PyObject *self, PyObject *args)
 {
 	(void)args;
@@ -190,7 +183,7 @@ static PyMethodDef ep_methods[] = {
 	 "(address, key) into out (writable)."},
 	{"close", ep_close, METH_NOARGS, "close()\n--\n\nCloses the endpoint; a second close does "
 					 "nothing."},
-	{"__enter__", ep_enter, METH_NOARGS, NULL},
+	{"__enter__", hmr_py_enter_self, METH_NOARGS, NULL},
 	{"__exit__", ep_exit, METH_VARARGS, NULL},
 	{NULL, NULL, 0, NULL},
 };

@@ -144,5 +144,7 @@ PyObject *hmr_py_endpoint_new(HmrPyDomain *domain);
 hmr_mr *hmr_py_region_mr(PyObject *obj);
 /* The domain, checked open; NULL with hmr.ClosedError raised. */
 hmr_domain *hmr_py_domain_handle(HmrPyDomain *domain, const char *what);
+/* __enter__ of every context manager here: the object itself. */
+PyObject *hmr_py_enter_self(PyObject *self, PyObject *unused);
 
 #endif

@@ -8,6 +8,13 @@
 
 HmrPyState hmr_py;
 
+PyObject *hmr_py_enter_self(PyObject *self, PyObject *unused)
+{
+	(void)unused;
+	Py_INCREF(self);
+	return self;
+}
+
 static PyObject *module_query(PyObject *module, PyObject *obj)
 {
 	(void)module;

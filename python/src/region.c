@@ -305,13 +305,6 @@ static PyObject *region_pack_rkey(HmrPyRegion *self, PyObject *unused)
 	return PyBytes_FromStringAndSize((const char *)blob, (Py_ssize_t)length);
 }
 
-static PyObject *region_enter(PyObject *self, PyObject *unused)
-{
-	(void)unused;
-	Py_INCREF(self);
-	return self;
-}
-
 static PyObject *region_exit(PyObject *self, PyObject *args)
 {
 	(void)args;
@@ -333,7 +326,7 @@ static PyMethodDef region_methods[] = {
 	{"pack_rkey", (PyCFunction)region_pack_rkey, METH_NOARGS,
 	 "pack_rkey()\n--\n\nWhat a peer needs to reach this region, as bytes (hmr_rkey_pack):\n"
 	 "give them to the peer's Domain.unpack_rkey."},
-	{"__enter__", region_enter, METH_NOARGS, NULL},
+	{"__enter__", hmr_py_enter_self, METH_NOARGS, NULL},
 	{"__exit__", region_exit, METH_VARARGS, NULL},
 	{NULL, NULL, 0, NULL},
 };

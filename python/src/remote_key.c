@@ -135,13 +135,6 @@ static PyObject *get_closed(HmrPyRemoteKey *self, void *unused)
 	return PyBool_FromLong(self->rkey == NULL);
 }
 
-static PyObject *rkey_enter(PyObject *self, PyObject *unused)
-{
-	(void)unused;
-	Py_INCREF(self);
-	return self;
-}
-
 static PyObject *rkey_exit(PyObject *self, PyObject *args)
 {
 	(void)args;
@@ -151,7 +144,7 @@ static PyObject *rkey_exit(PyObject *self, PyObject *args)
 static PyMethodDef rkey_methods[] = {
 	{"release", rkey_release, METH_NOARGS,
 	 "release()\n--\n\nReleases the key (hmr_rkey_release); a second release does nothing."},
-	{"__enter__", rkey_enter, METH_NOARGS, NULL},
+	{"__enter__", hmr_py_enter_self, METH_NOARGS, NULL},
 	{"__exit__", rkey_exit, METH_VARARGS, NULL},
 	{NULL, NULL, 0, NULL},
 };

@@ -208,14 +208,11 @@ TEST_F(VerbsNicTest, OffsetAddressingKeepsTheInPageOffsetTheKernelKeeps) {
 // lies elsewhere within its page than the offset is refused with the reason, before the kernel.
 TEST_F(VerbsNicTest, DmabufIovaKeepsTheOffsetsInPageOffset) {
   open();
-  const int fd = memfd_create("hmr-verbs-test", MFD_CLOEXEC);
-  ASSERT_GE(fd, 0);
-  ASSERT_EQ(ftruncate(fd, 65536), 0);
-  nic::RegistrationRequest request;
-  request.access = HMR_REMOTE_READ;
-  request.flags = HMR_MR_DMABUF;
+  const FakeDmabuf file(65536);
+  ASSERT_GE(file.fd, 0);
+  const int fd = file.fd;
   const hmr_mr_dmabuf offset_dmabuf{fd, 4096 + 100, 8192, nullptr};
-  request.dmabuf = &offset_dmabuf;
+  nic::RegistrationRequest request = device_request(offset_dmabuf, HMR_REMOTE_READ);
   request.virt_addr = false;
   Result<nic::Registration> registered = nic_->register_memory(request);
   ASSERT_TRUE(registered.ok()) << registered.status().reason();
@@ -232,7 +229,6 @@ TEST_F(VerbsNicTest, DmabufIovaKeepsTheOffsetsInPageOffset) {
   EXPECT_EQ(refused.status().code(), HMR_EINVAL);
   EXPECT_TRUE(contains(refused.status().reason(), "within a page")) << refused.status().reason();
   EXPECT_EQ(fake().call_count("ibv_reg_dmabuf_mr"), calls);
-  close(fd);
 }
 
 // Relaxed ordering lets PCIe writes land out of order, so a CPU that polls the last byte of an
@@ -251,20 +247,13 @@ TEST_F(VerbsNicTest, RelaxedOrderingAutoIsForDeviceMemoryOnly) {
     EXPECT_EQ((registrations().back().access & verbs::IBV_ACCESS_RELAXED_ORDERING) != 0, on);
     EXPECT_TRUE(nic_->deregister(*host).ok());
 
-    const int fd = memfd_create("hmr-verbs-test", MFD_CLOEXEC);
-    ASSERT_GE(fd, 0);
-    ASSERT_EQ(ftruncate(fd, 8192), 0);
-    const hmr_mr_dmabuf dmabuf{fd, 0, 8192, reinterpret_cast<void*>(uintptr_t{0x7000000})};
-    nic::RegistrationRequest device;
-    device.dmabuf = &dmabuf;
-    device.access = kRemote;
-    device.flags = HMR_MR_DMABUF;
-    device.iface = HMR_HMEM_CUDA;
-    Result<nic::Registration> exported = nic_->register_memory(device);
+    const FakeDmabuf file(8192);
+    ASSERT_GE(file.fd, 0);
+    const hmr_mr_dmabuf dmabuf{file.fd, 0, 8192, reinterpret_cast<void*>(kDeviceBase)};
+    Result<nic::Registration> exported = nic_->register_memory(device_request(dmabuf, kRemote));
     ASSERT_TRUE(exported.ok()) << exported.status().reason();
     EXPECT_NE(registrations().back().access & verbs::IBV_ACCESS_RELAXED_ORDERING, 0u);
     EXPECT_TRUE(nic_->deregister(*exported).ok());
-    close(fd);
     nic_.reset();
   }
 }

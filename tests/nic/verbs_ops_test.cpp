@@ -460,15 +460,10 @@ TEST_F(VerbsOdpTest, OdpOnPagesSystemMemoryOnly) {
                          sysfs + "/sys/module/nvidia_peermem/version").c_str()),
             0);
   open("odp=on", nullptr, verbs::VerbsEnvironment{sysfs});
-  const int fd = memfd_create("hmr-verbs-test", MFD_CLOEXEC);
-  ASSERT_GE(fd, 0);
-  ASSERT_EQ(ftruncate(fd, 65536), 0);
-  const hmr_mr_dmabuf dmabuf{fd, 0, 8192, reinterpret_cast<void*>(uintptr_t{0x7000000})};
-  nic::RegistrationRequest gpu;
-  gpu.dmabuf = &dmabuf;
-  gpu.access = kRemote;
-  gpu.flags = HMR_MR_DMABUF;
-  gpu.iface = HMR_HMEM_CUDA;
+  const FakeDmabuf file(65536);
+  ASSERT_GE(file.fd, 0);
+  const hmr_mr_dmabuf dmabuf{file.fd, 0, 8192, reinterpret_cast<void*>(kDeviceBase)};
+  nic::RegistrationRequest gpu = device_request(dmabuf, kRemote);
   Result<nic::Registration> exported = nic_->register_memory(gpu);
   ASSERT_TRUE(exported.ok()) << exported.status().reason();
   EXPECT_EQ(registrations().back().access & verbs::IBV_ACCESS_ON_DEMAND, 0u);
@@ -499,7 +494,6 @@ TEST_F(VerbsOdpTest, OdpOnPagesSystemMemoryOnly) {
   ASSERT_TRUE(paged.ok()) << paged.status().reason();
   EXPECT_NE(registrations().back().access & verbs::IBV_ACCESS_ON_DEMAND, 0u);
   EXPECT_TRUE(nic_->deregister(*paged).ok());
-  close(fd);
 }
 
 // An atomic on a page the NIC must fault in needs the device's ODP atomic support: without

@@ -7,7 +7,9 @@
 #include <gtest/gtest.h>
 #include <hmr/hmr.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/uio.h>
+#include <unistd.h>
 
 #include <memory>
 #include <string>
@@ -76,6 +78,33 @@ class VerbsTest : public ::testing::Test {
     return app_->pd();
   }
   verbs::VerbsNic& verbs_nic() { return static_cast<verbs::VerbsNic&>(*nic_); }
+
+  // A memfd standing for an exported dma-buf of `size` bytes (the fake looks the fd up and
+  // checks the range against its size), closed with the object.
+  struct FakeDmabuf {
+    explicit FakeDmabuf(size_t size) : fd(memfd_create("hmr-verbs-test", MFD_CLOEXEC)) {
+      if (fd >= 0 && ftruncate(fd, static_cast<off_t>(size)) != 0) {
+        close(fd);
+        fd = -1;
+      }
+    }
+    ~FakeDmabuf() {
+      if (fd >= 0) close(fd);
+    }
+    FakeDmabuf(const FakeDmabuf&) = delete;
+    FakeDmabuf& operator=(const FakeDmabuf&) = delete;
+    int fd;
+  };
+  // A registration of `dmabuf` ([offset, +len) of the fd, CUDA memory at base 0x7000000).
+  static nic::RegistrationRequest device_request(const hmr_mr_dmabuf& dmabuf, uint64_t access) {
+    nic::RegistrationRequest request;
+    request.dmabuf = &dmabuf;
+    request.access = access;
+    request.flags = HMR_MR_DMABUF;
+    request.iface = HMR_HMEM_CUDA;
+    return request;
+  }
+  static constexpr uintptr_t kDeviceBase = 0x7000000;
 
   static nic::RegistrationRequest host_request(const iovec& segment, uint64_t access) {
     nic::RegistrationRequest request;
