@@ -1,5 +1,6 @@
-// What hmr does about fork() and pinned memory, once per process, before its first
-// registration (docs/api.md, "The verbs NIC: fork").
+// What hmr does about fork() and pinned memory, once per process: when the first verbs domain
+// finds a device, before anything of it is opened or registered (docs/api.md, "Fork").  A
+// process without RDMA devices is left as it was.
 //
 // A kernel before 5.13 does not copy pinned pages on fork: after a fork, the parent's first
 // write to a registered page gives the parent a new copy while the NIC keeps reading and writing

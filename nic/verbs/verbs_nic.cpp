@@ -55,8 +55,6 @@ Result<std::unique_ptr<nic::Nic>> VerbsNic::open(const char* options, void* hand
   }
   Result<std::shared_ptr<const IbverbsLibrary>> library = IbverbsLibrary::load();
   if (!library.ok()) return library.status();
-  // Before anything is registered: ibv_fork_init must come before the first registration.
-  (void)protect_against_fork((*library)->symbols(), parsed->fork);
   // libmlx5 only once there is a device to use it on: a process without RDMA never loads it.
   Mlx5Access mlx5;
   auto load_mlx5 = [&mlx5] {
@@ -68,12 +66,17 @@ Result<std::unique_ptr<nic::Nic>> VerbsNic::open(const char* options, void* hand
   };
 
   Result<DeviceHandle> device = [&]() -> Result<DeviceHandle> {
+    // Fork protection is decided once there is a device to use, before anything of it is
+    // opened or registered (ibv_fork_init must precede the first registration and the
+    // provider's own buffers); a process without RDMA devices is left as it was.
     if (handle != nullptr) {
+      (void)protect_against_fork((*library)->symbols(), parsed->fork);
       load_mlx5();
       return DeviceHandle::borrow(*library, static_cast<ibv_pd*>(handle));
     }
     Result<DeviceList> list = DeviceList::get(*library);
     if (!list.ok()) return list.status();
+    (void)protect_against_fork((*library)->symbols(), parsed->fork);
     load_mlx5();
     Result<ibv_device*> chosen = parsed->device.empty() ? Result<ibv_device*>(list->device(0))
                                                         : list->find(parsed->device);
