@@ -45,12 +45,7 @@ JsonValue verbs_json() {
   }
   section.set("library", (*library)->path());
   section.set("loaded", true);
-  // fork() and pinned pages: what hmr's first verbs domain does with nic_options fork=auto.
-  const verbs::ForkProtection fork =
-      verbs::preview_fork_protection((*library)->symbols(), verbs::ForkPolicy::automatic);
-  JsonValue& fork_json = section.set("fork_protection", JsonValue::object());
-  fork_json.set("state", fork.state);
-  fork_json.set("reason", fork.reason);
+
   // The peer-memory hints come from the real sysfs ("" is /).
   Result<std::vector<verbs::DeviceProbe>> probes = verbs::probe_all_devices(*library, "");
   section.set("reason", probes.ok() ? JsonValue() : JsonValue(probes.status().reason()));
@@ -58,6 +53,16 @@ JsonValue verbs_json() {
   if (probes.ok()) {
     for (const verbs::DeviceProbe& probe : *probes) devices.push(device_json(probe));
   }
+  // fork() and pinned pages: what hmr's first verbs domain does with nic_options fork=auto
+  // (nothing where there is no device to open).
+  const verbs::ForkProtection fork =
+      probes.ok() && !probes->empty()
+          ? verbs::preview_fork_protection((*library)->symbols(), verbs::ForkPolicy::automatic)
+          : verbs::ForkProtection{"no device", "no RDMA device here: hmr decides when a verbs "
+                                               "domain finds one"};
+  JsonValue& fork_json = section.set("fork_protection", JsonValue::object());
+  fork_json.set("state", fork.state);
+  fork_json.set("reason", fork.reason);
   return section;
 }
 
