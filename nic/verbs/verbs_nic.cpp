@@ -237,11 +237,13 @@ nic::Support VerbsNic::indirect_support() const {
   return {true, ""};
 }
 
-AccessExtras VerbsNic::access_extras() const {
+AccessExtras VerbsNic::access_extras(bool on_demand, bool system_memory) const {
   AccessExtras extras;
-  extras.atomics = probe_.atomics;
-  extras.on_demand_paging = options_.odp;
-  extras.relaxed_ordering = relaxed_ordering_;
+  // Atomics on pages the NIC faults in need the device's ODP atomic support.
+  extras.atomics =
+      probe_.atomics && (!on_demand || (probe_.odp_rc_caps & IBV_ODP_SUPPORT_ATOMIC) != 0);
+  extras.on_demand_paging = on_demand;
+  extras.relaxed_ordering = system_memory ? relaxed_ordering_host_ : relaxed_ordering_;
   extras.iwarp = probe_.iwarp;
   return extras;
 }
@@ -454,12 +456,7 @@ Result<nic::Registration> VerbsNic::register_memory(const nic::RegistrationReque
   if (!iova.ok()) return iova.status();
   layout.iova = *iova;
   layout.chunk_len = chunk_len_;
-  AccessExtras extras = access_extras();
-  extras.on_demand_paging = on_demand;
-  extras.relaxed_ordering = system_memory ? relaxed_ordering_host_ : relaxed_ordering_;
-  // Atomics on pages the NIC faults in need the device's ODP atomic support.
-  if (on_demand && (probe_.odp_rc_caps & IBV_ODP_SUPPORT_ATOMIC) == 0) extras.atomics = false;
-  layout.ibv_access = ibv_access_for(request.access, extras);
+  layout.ibv_access = ibv_access_for(request.access, access_extras(on_demand, system_memory));
 
   const std::vector<Chunk> chunks = plan_chunks(layout.length, chunk_len_);
   HMR_RETURN_IF_ERROR(check_chunking(request, layout, chunks.size()));
@@ -512,9 +509,9 @@ Result<nic::Registration> VerbsNic::register_implicit(const nic::RegistrationReq
   layout.length = SIZE_MAX;
   layout.iova = 0;
   layout.chunk_len = SIZE_MAX;
-  AccessExtras extras = access_extras();
-  extras.on_demand_paging = true;
-  layout.ibv_access = ibv_access_for(request.access, extras);
+  // The whole address space is the CPU's own memory: the host rules apply.
+  layout.ibv_access = ibv_access_for(request.access,
+                                     access_extras(/*on_demand=*/true, /*system_memory=*/true));
   errno = 0;
   ibv_mr* mr = library_->symbols().reg_mr(device_.pd(), nullptr, SIZE_MAX,
                                           static_cast<int>(layout.ibv_access));
@@ -602,9 +599,7 @@ Status VerbsNic::rereg(nic::Registration& registration, const nic::ReregRequest&
   if (request.access) {
     const bool on_demand = (old_layout.ibv_access & IBV_ACCESS_ON_DEMAND) != 0;
     if (on_demand) HMR_RETURN_IF_ERROR(check_odp_access(*request.access));
-    AccessExtras extras = access_extras();
-    extras.on_demand_paging = on_demand;
-    if (on_demand && (probe_.odp_rc_caps & IBV_ODP_SUPPORT_ATOMIC) == 0) extras.atomics = false;
+    AccessExtras extras = access_extras(on_demand, /*system_memory=*/true);
     // ibv_rereg_mr passes access bits as given: unlike ibv_reg_mr_iova2 it does not drop the
     // optional ones a kernel lacks, and such a kernel refuses them (EINVAL).
     extras.relaxed_ordering = false;
@@ -799,8 +794,8 @@ Result<nic::Registration> VerbsNic::register_indirect(
                       "%u", entries.size(), static_cast<ull>(kMaxKlmEntry),
                       UmrQueue::kMaxEntries);
   }
-  AccessExtras extras = access_extras();
-  extras.on_demand_paging = false;  // the mkey only points at MRs; they page, or not
+  // The mkey only points at MRs: they page, or not.
+  AccessExtras extras = access_extras(/*on_demand=*/false, /*system_memory=*/false);
   extras.relaxed_ordering = false;
   const unsigned int ibv_access = ibv_access_for(access, extras);
 

@@ -622,6 +622,24 @@ TEST_F(VerbsMemoryOpsTest, ImplicitOdpIsOneRegistrationOfTheWholeAddressSpace) {
   EXPECT_EQ(hmr_mr_key(whole.get()), made.rkey);
 }
 
+// The implicit registration covers the CPU's own memory, so it follows the host rules of any
+// registration of system memory: no relaxed ordering unless relaxed_ordering=on, and atomics on
+// pages the NIC faults in only where the device pages them (IBV_ODP_SUPPORT_ATOMIC).
+TEST_F(VerbsMemoryOpsTest, ImplicitOdpFollowsTheHostRules) {
+  fake().configure(0, [](fake_ibverbs_device_config& config) {
+    config.max_mr_size = UINT64_MAX;
+    config.odp_rc_caps = verbs::IBV_ODP_SUPPORT_SEND | verbs::IBV_ODP_SUPPORT_RECV |
+                         verbs::IBV_ODP_SUPPORT_WRITE | verbs::IBV_ODP_SUPPORT_READ;
+  });
+  open_domain("device=fake_mlx5_0");  // relaxed_ordering=auto
+  MrPtr whole = reg(nullptr, SIZE_MAX, kRemote, HMR_MR_ODP);
+  ASSERT_TRUE(whole);
+  const fake_ibverbs_registration made = last_registration();
+  EXPECT_EQ(made.access & verbs::IBV_ACCESS_RELAXED_ORDERING, 0u);
+  EXPECT_EQ(made.access & verbs::IBV_ACCESS_REMOTE_ATOMIC, 0u);
+  EXPECT_NE(made.access & verbs::IBV_ACCESS_ON_DEMAND, 0u);
+}
+
 TEST_F(VerbsMemoryOpsTest, ProviderFailuresOfOdpRegistrationSurfaceWithReasons) {
   fake().configure(0, [](fake_ibverbs_device_config& config) { config.max_mr_size = UINT64_MAX; });
   open_domain();
