@@ -199,6 +199,15 @@ static const struct {
 };
 #undef STAT
 
+static int set_item(PyObject *dict, const char *key, PyObject *value)
+{
+	if (!value)
+		return -1;
+	int rc = PyDict_SetItemString(dict, key, value);
+	Py_DECREF(value);
+	return rc;
+}
+
 static PyObject *domain_stats(HmrPyDomain *self, PyObject *unused)
 {
 	(void)unused;
@@ -215,21 +224,10 @@ static PyObject *domain_stats(HmrPyDomain *self, PyObject *unused)
 	for (size_t i = 0; dict && i < sizeof kStats / sizeof kStats[0]; ++i) {
 		uint64_t value;
 		memcpy(&value, (const char *)&stats + kStats[i].offset, sizeof value);
-		PyObject *number = PyLong_FromUnsignedLongLong(value);
-		if (!number || PyDict_SetItemString(dict, kStats[i].name, number) != 0)
+		if (set_item(dict, kStats[i].name, PyLong_FromUnsignedLongLong(value)) != 0)
 			Py_CLEAR(dict);
-		Py_XDECREF(number);
 	}
 	return dict;
-}
-
-static int set_item(PyObject *dict, const char *key, PyObject *value)
-{
-	if (!value)
-		return -1;
-	int rc = PyDict_SetItemString(dict, key, value);
-	Py_DECREF(value);
-	return rc;
 }
 
 static PyObject *domain_md_query(HmrPyDomain *self, PyObject *args, PyObject *kwargs)
@@ -404,9 +402,5 @@ static PyType_Spec domain_spec = {
 
 int hmr_py_domain_init_type(PyObject *module)
 {
-	hmr_py.domain_type = (PyTypeObject *)PyType_FromSpec(&domain_spec);
-	if (!hmr_py.domain_type)
-		return -1;
-	Py_INCREF((PyObject *)hmr_py.domain_type);
-	return PyModule_AddObject(module, "Domain", (PyObject *)hmr_py.domain_type);
+	return hmr_py_add_type(module, &domain_spec, "Domain", &hmr_py.domain_type);
 }

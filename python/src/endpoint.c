@@ -220,9 +220,5 @@ static PyType_Spec ep_spec = {
 
 int hmr_py_endpoint_init_type(PyObject *module)
 {
-	hmr_py.endpoint_type = (PyTypeObject *)PyType_FromSpec(&ep_spec);
-	if (!hmr_py.endpoint_type)
-		return -1;
-	Py_INCREF((PyObject *)hmr_py.endpoint_type);
-	return PyModule_AddObject(module, "Endpoint", (PyObject *)hmr_py.endpoint_type);
+	return hmr_py_add_type(module, &ep_spec, "Endpoint", &hmr_py.endpoint_type);
 }

@@ -144,6 +144,9 @@ PyObject *hmr_py_endpoint_new(HmrPyDomain *domain);
 hmr_mr *hmr_py_region_mr(PyObject *obj);
 /* The domain, checked open; NULL with hmr.ClosedError raised. */
 hmr_domain *hmr_py_domain_handle(HmrPyDomain *domain, const char *what);
+/* Makes the type of `spec`, keeps it in *type and adds it to `module` as `name`: 0, or -1
+ * with an exception. */
+int hmr_py_add_type(PyObject *module, PyType_Spec *spec, const char *name, PyTypeObject **type);
 /* __enter__ of every context manager here: the object itself. */
 PyObject *hmr_py_enter_self(PyObject *self, PyObject *unused);
 

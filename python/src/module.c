@@ -8,6 +8,16 @@
 
 HmrPyState hmr_py;
 
+int hmr_py_add_type(PyObject *module, PyType_Spec *spec, const char *name, PyTypeObject **type)
+{
+	*type = (PyTypeObject *)PyType_FromSpec(spec);
+	if (!*type)
+		return -1;
+	/* The module holds a reference of its own (AddObjectRef does not steal ours, so a failure
+	 * leaks nothing); ours stays in hmr_py for the life of the process. */
+	return PyModule_AddObjectRef(module, name, (PyObject *)*type);
+}
+
 PyObject *hmr_py_enter_self(PyObject *self, PyObject *unused)
 {
 	(void)unused;

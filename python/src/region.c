@@ -381,9 +381,5 @@ static PyType_Spec region_spec = {
 
 int hmr_py_region_init_type(PyObject *module)
 {
-	hmr_py.region_type = (PyTypeObject *)PyType_FromSpec(&region_spec);
-	if (!hmr_py.region_type)
-		return -1;
-	Py_INCREF((PyObject *)hmr_py.region_type);
-	return PyModule_AddObject(module, "MemoryRegion", (PyObject *)hmr_py.region_type);
+	return hmr_py_add_type(module, &region_spec, "MemoryRegion", &hmr_py.region_type);
 }

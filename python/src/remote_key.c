@@ -189,9 +189,5 @@ static PyType_Spec rkey_spec = {
 
 int hmr_py_remote_key_init_type(PyObject *module)
 {
-	hmr_py.remote_key_type = (PyTypeObject *)PyType_FromSpec(&rkey_spec);
-	if (!hmr_py.remote_key_type)
-		return -1;
-	Py_INCREF((PyObject *)hmr_py.remote_key_type);
-	return PyModule_AddObject(module, "RemoteKey", (PyObject *)hmr_py.remote_key_type);
+	return hmr_py_add_type(module, &rkey_spec, "RemoteKey", &hmr_py.remote_key_type);
 }
