@@ -30,6 +30,16 @@ void hmr_py_unlink_child(HmrPyChild *child)
 	child->link.next = child->link.prev = NULL;
 }
 
+void hmr_py_child_free(HmrPyChild *child)
+{
+	PyTypeObject *type = Py_TYPE((PyObject *)child);
+	hmr_py_unlink_child(child);
+	Py_XDECREF((PyObject *)child->domain);
+	freefunc tp_free = (freefunc)PyType_GetSlot(type, Py_tp_free);
+	tp_free(child);
+	Py_DECREF((PyObject *)type); /* heap types: each instance holds its type */
+}
+
 static int close_child(HmrPyChild *child)
 {
 	switch (child->kind) {

@@ -63,14 +63,9 @@ static PyObject *ep_close(PyObject *self, PyObject *unused)
 
 static void ep_dealloc(HmrPyEndpoint *self)
 {
-	PyTypeObject *type = Py_TYPE((PyObject *)self);
 	if (self->ep && hmr_py_endpoint_close((PyObject *)self) != 0)
 		PyErr_WriteUnraisable((PyObject *)self);
-	hmr_py_unlink_child((HmrPyChild *)self);
-	Py_XDECREF((PyObject *)self->domain);
-	freefunc tp_free = (freefunc)PyType_GetSlot(type, Py_tp_free);
-	tp_free(self);
-	Py_DECREF((PyObject *)type);
+	hmr_py_child_free((HmrPyChild *)self);
 }
 
 static PyObject *ep_connect(HmrPyEndpoint *self, PyObject *other)

@@ -132,6 +132,8 @@ int hmr_py_remote_key_init_type(PyObject *module);
 int hmr_py_endpoint_init_type(PyObject *module);
 void hmr_py_link_child(HmrPyDomain *domain, HmrPyChild *child);
 void hmr_py_unlink_child(HmrPyChild *child);
+/* The end of every child's dealloc, once it is closed: unlinked, its domain let go, freed. */
+void hmr_py_child_free(HmrPyChild *child);
 PyObject *hmr_py_region_new(HmrPyDomain *domain, PyObject *const *args, Py_ssize_t nargs,
 			    PyObject *kwnames);
 /* Closes a child (region, remote key, endpoint): 0 or -1 with an exception. */

@@ -158,15 +158,10 @@ static PyObject *region_close(PyObject *self, PyObject *unused)
 
 static void region_dealloc(HmrPyRegion *self)
 {
-	PyTypeObject *type = Py_TYPE((PyObject *)self);
 	if (self->mr && hmr_py_region_close((PyObject *)self) != 0)
 		PyErr_WriteUnraisable((PyObject *)self);
-	hmr_py_unlink_child((HmrPyChild *)self);
 	hmr_py_source_release(&self->source);
-	Py_XDECREF((PyObject *)self->domain);
-	freefunc tp_free = (freefunc)PyType_GetSlot(type, Py_tp_free);
-	tp_free(self);
-	Py_DECREF((PyObject *)type);
+	hmr_py_child_free((HmrPyChild *)self);
 }
 
 static hmr_mr *open_mr(HmrPyRegion *self, const char *what)

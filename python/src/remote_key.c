@@ -67,14 +67,9 @@ static PyObject *rkey_release(PyObject *self, PyObject *unused)
 
 static void rkey_dealloc(HmrPyRemoteKey *self)
 {
-	PyTypeObject *type = Py_TYPE((PyObject *)self);
 	if (self->rkey && hmr_py_remote_key_close((PyObject *)self) != 0)
 		PyErr_WriteUnraisable((PyObject *)self);
-	hmr_py_unlink_child((HmrPyChild *)self);
-	Py_XDECREF((PyObject *)self->domain);
-	freefunc tp_free = (freefunc)PyType_GetSlot(type, Py_tp_free);
-	tp_free(self);
-	Py_DECREF((PyObject *)type);
+	hmr_py_child_free((HmrPyChild *)self);
 }
 
 static int check_open(HmrPyRemoteKey *self, const char *what)
