@@ -544,10 +544,8 @@ size_t RegistrationCache::finalize_deferred() {
   // Acquire: a null left by another thread's exchange makes its finalizing_ count visible.
   if (deferred_.load(std::memory_order_acquire) == nullptr) return 0;
   finalizing_.fetch_add(1, std::memory_order_acq_rel);  // before the list is taken
-  const bool outer = !finalizing_here;
-  finalizing_here = true;
+  // (finalize() marks this thread as deregistering around each NIC call.)
   const size_t finalized = finalize_all(deferred_.exchange(nullptr, std::memory_order_acq_rel));
-  if (outer) finalizing_here = false;
   finalizing_.fetch_sub(1, std::memory_order_release);
   return finalized;
 }
