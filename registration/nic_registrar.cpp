@@ -56,12 +56,13 @@ Status NicRegistrar::reserve(uint64_t pinned, size_t* released) {
                       nic_.capabilities().name.c_str());
   }
   for (;;) {
+    const uint64_t lowered = lowered_.load(std::memory_order_acquire);
     const bool counted = take(held_, 1, limit_);
     if (counted && take(pinned_, pinned, max_pinned_)) return ok_status();
     if (counted) held_.fetch_sub(1, std::memory_order_relaxed);
     // At a bound: what is idle goes back (its deregistration lowers the accounts) before the
     // NIC is asked for more than it, or the process's limit, allows.
-    if (give_back(released)) continue;
+    if (give_back(released, lowered_, lowered)) continue;
     return refusal(counted ? make_error(HMR_ENOMEM, "pinning %llu more bytes would pass the "
                                         "%llu bytes hmr may hold pinned at the NIC '%s' "
                                         "(RLIMIT_MEMLOCK or the NIC's bound)",
@@ -74,15 +75,16 @@ Status NicRegistrar::reserve(uint64_t pinned, size_t* released) {
   }
 }
 
-void NicRegistrar::unreserve(uint64_t pinned) {
+void NicRegistrar::unreserve(uint64_t pinned, bool at_nic) {
   held_.fetch_sub(1, std::memory_order_relaxed);
   pinned_.fetch_sub(pinned, std::memory_order_relaxed);
   lowered_.fetch_add(1, std::memory_order_release);
+  if (at_nic) returned_to_nic_.fetch_add(1, std::memory_order_release);
 }
 
-bool NicRegistrar::give_back(size_t* released) {
+bool NicRegistrar::give_back(size_t* released, const std::atomic<uint64_t>& generation,
+                             uint64_t before) {
   if (relief_ == nullptr) return false;
-  const uint64_t lowered = lowered_.load(std::memory_order_acquire);
   giving_back_.fetch_add(1, std::memory_order_acq_rel);
   const size_t given = relief_->release_unused(kReleasedPerRefusal);
   giving_back_.fetch_sub(1, std::memory_order_acq_rel);
@@ -92,11 +94,14 @@ bool NicRegistrar::give_back(size_t* released) {
   }
   // Nothing idle was left for this thread, but another one may have taken the last idle
   // registrations a moment earlier and be deregistering them now: wait until no thread is
-  // giving back, and try again if the accounts went down meanwhile.  Otherwise two threads at
-  // the bound would fail where one alone succeeds.  (Every release_unused call ends, so the
-  // wait does; a hit never comes here.)
+  // giving back, and try again if anything was let go since this thread's attempt began
+  // (also what a close made idle and another refused thread deregistered between that
+  // attempt and this look).  Otherwise two threads at the bound would fail where one alone
+  // succeeds.  Every retry follows a deregistration someone else made, so threads that all
+  // meet a full NIC end with its refusal.  (Every release_unused call ends, so the wait
+  // does; a hit never comes here.)
   while (giving_back_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
-  return lowered_.load(std::memory_order_acquire) != lowered;
+  return generation.load(std::memory_order_acquire) != before;
 }
 
 Status NicRegistrar::refusal(const Status& cause, size_t released) {
@@ -117,12 +122,13 @@ Result<nic::Registration> NicRegistrar::under_pressure(uint64_t pinned,
   size_t released = 0;
   for (;;) {
     HMR_RETURN_IF_ERROR(reserve(pinned, &released));
+    const uint64_t returned = returned_to_nic_.load(std::memory_order_acquire);
     const Stopwatch stopwatch;
     Result<nic::Registration> registered = [&] {
       try {
         return register_call();
       } catch (...) {  // (out of memory in an adapter): the reservation goes with it
-        unreserve(pinned);
+        unreserve(pinned, /*at_nic=*/false);
         throw;
       }
     }();
@@ -132,10 +138,10 @@ Result<nic::Registration> NicRegistrar::under_pressure(uint64_t pinned,
       registration_ns_.fetch_add(stopwatch.elapsed_ns(), std::memory_order_relaxed);
       return registered;
     }
-    unreserve(pinned);
+    unreserve(pinned, /*at_nic=*/false);
     const Status& cause = registered.status();
     if (!is_resource_refusal(cause.code()) || relief_ == nullptr) return registered;
-    if (!give_back(&released)) return refusal(cause, released);
+    if (!give_back(&released, returned_to_nic_, returned)) return refusal(cause, released);
     refusal_retries_.fetch_add(1, std::memory_order_relaxed);
   }
 }
@@ -165,7 +171,7 @@ Status NicRegistrar::deregister_memory(nic::Registration& registration) {
   const uint64_t pinned = registration.pinned_bytes;  // (the NIC may clear the record)
   const Stopwatch stopwatch;
   Status status = nic_.deregister(registration);
-  unreserve(pinned);  // dropped either way (see the header)
+  unreserve(pinned, /*at_nic=*/true);  // dropped either way (see the header)
   if (status.ok()) {
     deregistrations_.fetch_add(1, std::memory_order_relaxed);
     deregistration_ns_.fetch_add(stopwatch.elapsed_ns(), std::memory_order_relaxed);

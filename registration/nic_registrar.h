@@ -89,10 +89,14 @@ class NicRegistrar final : public CacheBackend {
   // giving back unused ones first when a bound would be passed; the refusal when none could
   // be given back.
   Status reserve(uint64_t pinned, size_t* released);
-  void unreserve(uint64_t pinned);
-  // Asks the relief for idle registrations; true when the caller should try again (some were
-  // given back, by this thread or, meanwhile, by another).
-  bool give_back(size_t* released);
+  // Lowers the accounts; `at_nic`: a registration the NIC held was let go (not a reservation
+  // whose NIC call failed).
+  void unreserve(uint64_t pinned, bool at_nic);
+  // Asks the relief for idle registrations; true when the caller should try again: some were
+  // given back, by this thread or another, or `generation` (lowered_ or returned_to_nic_)
+  // moved past `before`, read before the attempt that failed, so what was let go between
+  // that attempt and this look is not missed.
+  bool give_back(size_t* released, const std::atomic<uint64_t>& generation, uint64_t before);
   Status refusal(const Status& cause, size_t released);
   uint64_t pinned_bytes_of(const nic::RegistrationRequest& request) const;
 
@@ -107,8 +111,11 @@ class NicRegistrar final : public CacheBackend {
   std::atomic<uint64_t> held_{0};
   std::atomic<uint64_t> pinned_{0};
   // How often the accounts went down (a deregistration, a failed registration given back),
-  // and how many threads are giving back idle registrations now: see give_back.
+  // how often the NIC let go of a registration (deregistrations only: a refused attempt
+  // frees nothing there, and counting it would let two refused threads retry each other
+  // forever), and how many threads are giving back idle registrations now: see give_back.
   std::atomic<uint64_t> lowered_{0};
+  std::atomic<uint64_t> returned_to_nic_{0};
   std::atomic<uint32_t> giving_back_{0};
   std::atomic<uint64_t> registrations_{0}, deregistrations_{0}, registration_ns_{0},
       deregistration_ns_{0}, refusal_retries_{0}, refusals_{0};

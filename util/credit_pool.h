@@ -9,10 +9,12 @@
 // and a wait for busy owners — and only then takes the slots' credits; owners that see the
 // flag use atomic read-modify-writes until it is lowered.  Threads sharing a slot always do.
 //
-// Exactness: take() fails only after pulling every slot's spare credits back to the pool, so
-// a limit of N admits N holders.  The one imprecision is a race at the limit itself: credits
-// moving between a slot and the pool while another thread reclaims are not seen by it, and
-// that thread may be refused although a credit is in flight.
+// Exactness: take() fails only after pulling every slot's spare credits back to the pool with
+// no batch on its way between a slot and the pool meanwhile, so a limit of N admits N holders
+// and a thread is refused only when every credit is held.  (A batch in flight — taken from the
+// pool and not yet parked, or leaving a slot and not yet in the pool — is invisible to a
+// reclaimer's scan; transfers are counted, and a reclaimer that found the pool dry looks again
+// while one was under way or ended during its scan.)
 #pragma once
 
 #include <atomic>
@@ -64,7 +66,7 @@ class CreditPool {
       }
       leave_owned(mine);
     }
-    give_shared(mine.credits);
+    give_shared(mine);
   }
 
   // Credits not held by anyone (in the pool or parked in slots): a moment's view.
@@ -90,24 +92,54 @@ class CreditPool {
   }
   static void leave_owned(Slot& slot) { slot.busy.store(0, std::memory_order_release); }
 
-  // With locked read-modify-writes, safe beside a reclaimer.
+  // With locked read-modify-writes, safe beside a reclaimer.  A compare-and-swap, never a
+  // subtraction undone: a slot that dipped below zero for a moment would hide a credit from
+  // a reclaimer's scan.
   bool take_shared(std::atomic<int64_t>& credits) {
-    // A slot may dip below zero for a moment (empty, or a reclaimer took its credits between
-    // our add and its exchange); every move is an atomic add or exchange, so the total is
-    // conserved whatever the interleaving.
-    if (credits.fetch_sub(1, std::memory_order_relaxed) > 0) return true;
-    credits.fetch_add(1, std::memory_order_relaxed);
+    int64_t now = credits.load(std::memory_order_relaxed);
+    while (now > 0) {
+      if (credits.compare_exchange_weak(now, now - 1, std::memory_order_relaxed)) return true;
+    }
     return refill_and_take(credits);
   }
-  void give_shared(std::atomic<int64_t>& credits) {
-    const int64_t now = credits.fetch_add(1, std::memory_order_relaxed) + 1;
-    if (now > 2 * kBatch) return_batch(credits, now);
+  void give_shared(Slot& slot) {
+    const int64_t now = slot.credits.fetch_add(1, std::memory_order_seq_cst) + 1;
+    // A credit given back while a reclaimer looks may land in a slot it has already scanned:
+    // counted as a transfer, so that reclaimer looks again (see refill_and_take).
+    if (slot.revoked.load(std::memory_order_seq_cst)) moved_.fetch_add(1, std::memory_order_seq_cst);
+    if (now > 2 * kBatch) return_batch(slot.credits, now);
   }
   bool refill_and_take(std::atomic<int64_t>& credits);
+  bool take_from_pool(std::atomic<int64_t>& credits);
   void return_batch(std::atomic<int64_t>& credits, int64_t seen);
+  // Under reclaim_mutex_ with owners revoked: every slot's spare credits moved to the pool,
+  // and one taken from there, until a scan finds the pool dry with no credit moving.
+  bool reclaim_and_take();
+
+  // Marks a transfer between a slot and the pool as under way for its lifetime; moved() once
+  // credits did move.  Sequentially consistent with the reclaimer's reads (see refill_and_take).
+  class Transfer {
+   public:
+    explicit Transfer(CreditPool& pool) : pool_(pool) {
+      pool_.moving_.fetch_add(1, std::memory_order_seq_cst);
+    }
+    ~Transfer() {
+      if (moved_) pool_.moved_.fetch_add(1, std::memory_order_seq_cst);
+      pool_.moving_.fetch_sub(1, std::memory_order_seq_cst);
+    }
+    Transfer(const Transfer&) = delete;
+    Transfer& operator=(const Transfer&) = delete;
+    void moved() { moved_ = true; }
+
+   private:
+    CreditPool& pool_;
+    bool moved_ = false;
+  };
 
   uint64_t limit_ = 0;
   std::atomic<int64_t> pool_{0};
+  std::atomic<uint32_t> moving_{0};  // transfers between a slot and the pool under way
+  std::atomic<uint64_t> moved_{0};   // transfers that moved credits, ever
   std::mutex reclaim_mutex_;  // one reclaimer at a time, so two never hide credits from each other
   Slot slots_[kThreadSlots];
 };

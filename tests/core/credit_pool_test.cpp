@@ -78,5 +78,43 @@ TEST(CreditPool, ManyThreadsNeverHoldMoreThanTheLimitAndLoseNothing) {
   EXPECT_FALSE(pool.take());
 }
 
+// The limit is exact under threads too: 4 threads, each holding at most its share of the
+// limit, are never refused, however the spare credits travel between slots and the pool (a
+// batch on its way between them while a dry thread reclaims must not be taken for missing).
+TEST(CreditPool, ThreadsWithinTheirShareAreNeverRefused) {
+  for (const uint64_t share : {1u, 4u, 16u}) {
+    constexpr int kThreads = 4;
+    CreditPool pool(share * kThreads);
+    std::atomic<int> refused{0};
+    std::atomic<int> ready{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        ready.fetch_add(1);
+        while (ready.load() < kThreads) std::this_thread::yield();  // all at once
+        uint64_t held = 0;
+        unsigned state = 12345u + static_cast<unsigned>(t);
+        for (int i = 0; i < 100000; ++i) {
+          state = state * 1103515245u + 12345u;
+          if (held < share && (held == 0 || (state >> 16) % 2 == 0)) {
+            if (pool.take()) {
+              ++held;
+            } else {
+              refused.fetch_add(1);
+            }
+          } else {
+            --held;
+            pool.give();
+          }
+        }
+        for (; held != 0; --held) pool.give();
+      });
+    }
+    for (std::thread& thread : threads) thread.join();
+    EXPECT_EQ(refused.load(), 0) << "share " << share;
+    EXPECT_EQ(pool.spare(), share * kThreads) << "share " << share;
+  }
+}
+
 }  // namespace
 }  // namespace hmr
