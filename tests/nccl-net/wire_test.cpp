@@ -5,6 +5,7 @@
 // same exerciser runs under libFuzzer in clang builds (hmr_nccl_net_wire_fuzz).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 
@@ -117,6 +118,22 @@ TEST(ControlMessage, RoundTripsEveryType) {
   }
   EXPECT_LE(valid_messages()[1].size(), kControlBufferSize);
   EXPECT_LE(valid_messages()[2].size(), kControlBufferSize);
+}
+
+// encode_into (the send path's, into a registered buffer) writes exactly encode()'s bytes,
+// and writes nothing it cannot fit: 0, and not a byte past the buffer.
+TEST(ControlMessage, EncodedIntoABufferAsIntoAVector) {
+  for (const auto& bytes : valid_messages()) {
+    std::string why;
+    auto decoded = decode_control_message(bytes, &why);
+    ASSERT_TRUE(decoded) << why;
+    std::vector<uint8_t> buffer(kControlBufferSize + 8, 0xee);
+    ASSERT_EQ(encode_into(*decoded, {buffer.data(), kControlBufferSize}), bytes.size());
+    EXPECT_TRUE(std::equal(bytes.begin(), bytes.end(), buffer.begin()));
+    std::vector<uint8_t> short_buffer(bytes.size(), 0xee);
+    EXPECT_EQ(encode_into(*decoded, {short_buffer.data(), bytes.size() - 1}), 0u);
+    EXPECT_EQ(short_buffer.back(), 0xee) << "wrote past the buffer it was given";
+  }
 }
 
 TEST(ControlMessage, FieldsOutOfRangeAreRefusedWithTheirName) {

@@ -15,12 +15,20 @@ namespace hmr::wire {
 
 class ByteWriter {
  public:
-  void u8(uint8_t value) { bytes_.push_back(value); }
+  // Into a vector of its own (take()).
+  ByteWriter() = default;
+  // Into `into`, a fixed buffer (a registered send buffer: no allocation per message); what
+  // does not fit is counted but not written, and fits() says so.
+  explicit ByteWriter(std::span<uint8_t> into) : into_(into), fixed_(true) {}
+
+  void u8(uint8_t value) { put(value); }
   void u16(uint16_t value) { little_endian(value, 2); }
   void u32(uint32_t value) { little_endian(value, 4); }
   void u64(uint64_t value) { little_endian(value, 8); }
   // Bytes as they are, with no length in front (fixed-size fields such as a magic).
-  void raw(std::span<const uint8_t> value) { bytes_.insert(bytes_.end(), value.begin(), value.end()); }
+  void raw(std::span<const uint8_t> value) {
+    for (const uint8_t byte : value) put(byte);
+  }
   // A u32 length, then the bytes.
   void str(std::span<const uint8_t> value) {
     u32(static_cast<uint32_t>(value.size()));
@@ -30,14 +38,28 @@ class ByteWriter {
     str(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(value.data()), value.size()));
   }
 
+  // Bytes written (or, into a fixed buffer, that would have been).
+  size_t size() const { return fixed_ ? size_ : bytes_.size(); }
+  bool fits() const { return !fixed_ || size_ <= into_.size(); }
   const std::vector<uint8_t>& bytes() const { return bytes_; }
   std::vector<uint8_t> take() { return std::move(bytes_); }
 
  private:
+  void put(uint8_t value) {
+    if (!fixed_) {
+      bytes_.push_back(value);
+      return;
+    }
+    if (size_ < into_.size()) into_[size_] = value;
+    ++size_;
+  }
   void little_endian(uint64_t value, int size) {
-    for (int i = 0; i < size; ++i) bytes_.push_back(static_cast<uint8_t>(value >> (8 * i)));
+    for (int i = 0; i < size; ++i) put(static_cast<uint8_t>(value >> (8 * i)));
   }
   std::vector<uint8_t> bytes_;
+  std::span<uint8_t> into_;
+  size_t size_ = 0;
+  bool fixed_ = false;
 };
 
 // Reads fields in order; the first failure sticks and names the field, and every later read

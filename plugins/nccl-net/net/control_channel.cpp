@@ -67,6 +67,25 @@ bool ControlChannel::repost(Operation& op, std::string* why) {
 }
 
 bool ControlChannel::send(const ControlMessage& message, fi_addr_t peer, std::string* why) {
+  // The common case, once per receive: nothing queued ahead and a send buffer free, so the
+  // message is encoded straight into that registered buffer and posted (no allocation, no
+  // copy); it joins the queue only when the provider is busy.
+  if (!reorder_ && queued_.empty() && !free_sends_.empty()) {
+    const uint32_t index = free_sends_.back();
+    const size_t size = encode_into(message, {buffer(index), kControlBufferSize});
+    if (size != 0) {
+      const ssize_t rc = endpoint_->send(buffer(index), size, desc_, peer, &slots_[index]);
+      if (rc == 0) {
+        free_sends_.pop_back();
+        ++sends_in_flight_;
+        return true;
+      }
+      if (rc != -FI_EAGAIN) {
+        *why = "sending a control message failed: " + endpoint_->libfabric().describe(rc);
+        return false;
+      }
+    }
+  }
   std::vector<uint8_t> bytes = encode(message);
   if (bytes.size() > kControlBufferSize) {
     *why = "a control message of " + std::to_string(bytes.size()) + " bytes does not fit a buffer";

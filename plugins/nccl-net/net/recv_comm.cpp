@@ -122,6 +122,9 @@ ncclResult_t RecvComm::progress() {
         case OperationKind::data_write: break;
       }
     }
+    // A short batch emptied the queue: another read now would only take the provider's locks
+    // again (its progress runs on the next call).
+    if (n < static_cast<int>(std::size(completions))) return ncclSuccess;
   }
 }
 
@@ -197,7 +200,8 @@ ncclResult_t RecvComm::irecv(int n, void** data, const size_t* sizes, const int*
     }
     announcement.buffers[i] = AnnouncedBuffer{mh->rma_address(data[i]), sizes[i], mh->key, tags[i]};
   }
-  if (const ncclResult_t rc = progress(); rc != ncclSuccess) return rc;
+  // No progress here: slots are freed by test(), failures found by test()'s progress, and
+  // an announcement that finds no free send buffer goes out with the next progress.
   ReceiveRequest* slot = nullptr;
   for (ReceiveRequest& candidate : receives_) {
     if (candidate.state == RequestState::idle) {

@@ -33,7 +33,10 @@ struct SendRequest : Request {
   Operation write;
   size_t size = 0;
   WriteCompletion target;  // which announced buffer it writes, to name it if the write fails
-  std::chrono::steady_clock::time_point posted_at;  // for HMR_NCCL_WRITE_TIMEOUT
+  // For HMR_NCCL_WRITE_TIMEOUT: tests that found it pending, and when the clock was first
+  // read for it (SendComm::test reads it every kTestsPerClockRead tests, not per message).
+  uint32_t pending_tests = 0;
+  std::chrono::steady_clock::time_point first_looked;
 };
 
 struct ReceiveRequest : Request {

@@ -63,6 +63,9 @@ class SendComm {
   // Marks buffer `index` of the oldest announcement used; the next one becomes the oldest
   // once all of its buffers are.
   void use_buffer(size_t index);
+  // For a request test() found pending: whether it has been so longer than write_timeout_.
+  bool write_timed_out(SendRequest& request) const;
+  static constexpr uint32_t kTestsPerClockRead = 64;
 
   Device* device_;
   std::unique_ptr<Endpoint> endpoint_;

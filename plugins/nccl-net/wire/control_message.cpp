@@ -96,13 +96,27 @@ SendFailure read_failure(wire::ByteReader& r) {
 
 }  // namespace
 
-std::vector<uint8_t> encode(const ControlMessage& message) {
-  wire::ByteWriter w;
+namespace {
+
+void write_message(wire::ByteWriter& w, const ControlMessage& message) {
   w.raw(kMagic);
   w.u16(kControlVersion);
   w.u16(type_of(message));
   std::visit([&w](const auto& m) { write_body(w, m); }, message);
+}
+
+}  // namespace
+
+std::vector<uint8_t> encode(const ControlMessage& message) {
+  wire::ByteWriter w;
+  write_message(w, message);
   return w.take();
+}
+
+size_t encode_into(const ControlMessage& message, std::span<uint8_t> out) {
+  wire::ByteWriter w(out);
+  write_message(w, message);
+  return w.fits() ? w.size() : 0;
 }
 
 std::optional<ControlMessage> decode_control_message(std::span<const uint8_t> bytes,

@@ -77,6 +77,9 @@ struct SendFailure {
 using ControlMessage = std::variant<ConnectRequest, ConnectAccept, ReceiveAnnouncement, SendFailure>;
 
 std::vector<uint8_t> encode(const ControlMessage& message);
+// The same bytes written into `out` (a registered send buffer, with no allocation); their
+// length, or 0 when they do not fit.
+size_t encode_into(const ControlMessage& message, std::span<uint8_t> out);
 std::optional<ControlMessage> decode_control_message(std::span<const uint8_t> bytes,
                                                      std::string* why);
 const char* describe(SendFailureReason reason);
