@@ -11,6 +11,7 @@
 #include "hmem/page_range.h"
 #include "rocr/rocr_error.h"
 #include "util/log.h"
+#include "util/mapped_range.h"
 
 namespace hmr::rocr {
 
@@ -112,6 +113,7 @@ Status RocrIface::init() {
   }
 
   symbols_ = symbols;
+  init_pid_ = getpid();
   cpu_agents_ = std::move(topology->cpu_agents);
   gpus_ = std::move(topology->gpus);
   system_pool_ = topology->system_pool;
@@ -285,7 +287,10 @@ Result<PointerInfo> RocrIface::query(const void* ptr, size_t len) {
     return make_error(hmr_code_for(status), "hsa_amd_pointer_info(%p) failed: %s", ptr,
                       describe_hsa_status(symbols_, status).c_str());
   }
-  if (info.type == HSA_EXT_POINTER_TYPE_UNKNOWN) return not_its_memory("not ROCr memory");
+  if (info.type == HSA_EXT_POINTER_TYPE_UNKNOWN) {
+    if (getpid() != init_pid_ && !core::range_mapped(ptr, len)) return unmapped_in_child(ptr, len);
+    return not_its_memory("not ROCr memory");
+  }
   if (info.size < offsetof(hsa_amd_pointer_info_t, global_flags)) {
     return make_error(HMR_EIO, "the ROCr runtime answers hsa_amd_pointer_info(%p) with a %u-byte "
                       "structure, too old to name the owning agent", ptr, info.size);
@@ -347,6 +352,22 @@ Result<PointerInfo> RocrIface::query(const void* ptr, size_t len) {
   result.alloc_id = has_free_callbacks(info.type) ? 0 : ++unwatchable_ids_;
   if (gpu >= 0) result.sys_dev = gpus_[static_cast<size_t>(gpu)].pci_bus_id;
   return result;
+}
+
+// A child forked from the process that initialised ROCr gets UNKNOWN for every address: ROCr
+// answers UNKNOWN whenever libhsakmt refuses (Runtime::PtrInfo), and libhsakmt refuses every
+// call of a forked child (CHECK_KFD_OPEN, hsakmt_forked; it cannot use the parent's KFD).  So
+// ROCr cannot tell the parent's GPU memory there, but the kernel can: libhsakmt maps every
+// allocation it makes, VRAM and system memory alike, MADV_DONTFORK (fmm_map_to_cpu,
+// fmm_allocate_host_gpu), so none of it exists in the child.  Host memory the child registers
+// is mapped; a range that is not is never host memory, and calling it host memory would ask the
+// NIC to register the parent's device addresses: fail closed.
+Status RocrIface::unmapped_in_child(const void* ptr, size_t len) const {
+  return make_error(HMR_EFAULT, "[%p, +%zu) is not mapped in this process, a child forked from "
+                    "the process that initialised ROCr: if it is that process's GPU memory, it "
+                    "is not inherited (libhsakmt maps ROCr's memory MADV_DONTFORK) and ROCr does "
+                    "not serve a forked child (libhsakmt's is_forked_child check), so register "
+                    "it in the parent; host memory of this process registers as usual", ptr, len);
 }
 
 Result<DmabufExport> RocrIface::export_dmabuf(MemoryRange range) {

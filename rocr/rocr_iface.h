@@ -7,6 +7,8 @@
 // runtime's GPU agents, in the order hsa_iterate_agents gives them (HIP's ordinal order).
 #pragma once
 
+#include <sys/types.h>
+
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -82,6 +84,8 @@ class RocrIface final : public hmem::Iface {
   };
 
   Status check_initialized() const;
+  // query()'s answer, in a forked child, for a range ROCr does not know and nothing maps.
+  Status unmapped_in_child(const void* ptr, size_t len) const;
   static Result<Topology> discover(const RocrSymbols& symbols, const char* path);
   static std::optional<hsa_amd_memory_pool_t> find_pool(const RocrSymbols& symbols,
                                                         hsa_agent_t agent, uint32_t wanted_flag);
@@ -108,6 +112,9 @@ class RocrIface final : public hmem::Iface {
   std::optional<hsa_amd_memory_pool_t> system_pool_;
   std::string version_;
   hmem::Capability runtime_dmabuf_;
+  // The process that initialised the runtime: in a child forked from it ROCr knows no address
+  // (query() then asks the kernel whether the address is mapped at all).
+  pid_t init_pid_ = 0;
 
   // Heap-allocated: the runtime holds its address as callback user_data.
   std::unique_ptr<FreeWatchTable> watches_ = std::make_unique<FreeWatchTable>();

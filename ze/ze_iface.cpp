@@ -98,6 +98,7 @@ Status ZeIface::init() {
   }
 
   symbols_ = symbols;
+  init_pid_ = getpid();
   drivers_ = std::move(drivers);
   devices_ = std::move(devices);
   version_ = std::move(version);
@@ -355,6 +356,20 @@ Result<PointerInfo> ZeIface::query(const void* ptr, size_t len) {
   }
   if (kind == MemoryKind::device_only && !owner->device.has_value()) {
     return make_error(HMR_EIO, "%p is Level Zero device memory without a device", ptr);
+  }
+  // In a child forked from the process that initialised the driver, the Intel driver answers
+  // from the parent's allocation table as it stood at fork(): it keeps the table in process
+  // memory (Context::getMemAllocProperties, getMemAddressRange: svmAllocsManager) and handles
+  // no fork, and the buffer handles its exports name live in the DRM file the child shares with
+  // the parent, which frees and reuses them without the child knowing.  Device memory is
+  // never the child's to register.  Host and shared memory is mapped in the child, which
+  // inherits those mappings, and registers as it does in the parent.
+  if (kind == MemoryKind::device_only && getpid() != init_pid_) {
+    return make_error(HMR_EOPNOTSUPP, "%p is Level Zero device memory of the process this one "
+                      "was forked from: the driver answers a forked child from the parent's "
+                      "allocations as they were at fork() and shares the parent's buffer "
+                      "handles, so hmr does not register it here; register it in the parent",
+                      ptr);
   }
 
   const Driver& driver = drivers_[owner->driver];

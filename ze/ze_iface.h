@@ -6,6 +6,8 @@
 // the application allocated in its own context is recognised too.
 #pragma once
 
+#include <sys/types.h>
+
 #include <memory>
 #include <optional>
 #include <string>
@@ -115,6 +117,9 @@ class ZeIface final : public hmem::Iface {
   std::vector<Device> devices_;
   std::string version_;
   std::unique_ptr<ZeCopyEngine> copies_;
+  // The process that initialised the driver: a child forked from it gets the parent's answers
+  // (query() refuses device memory there).
+  pid_t init_pid_ = 0;
 };
 
 }  // namespace hmr::ze

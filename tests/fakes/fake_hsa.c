@@ -19,7 +19,17 @@
  *    fake counts such a call as a runtime crash (fake_hsa_runtime_crashes) and fails it;
  *  - an address reservation with nothing mapped (hsa_amd_vmem_address_reserve; what ROCm 7
  *    reports for hipMallocManaged memory) answers RESERVED_ADDR, with the reservation as host
- *    base and size and no owning agent (Runtime::PtrInfo, VMemoryFindReservedAddressHandle).
+ *    base and size and no owning agent (Runtime::PtrInfo, VMemoryFindReservedAddressHandle);
+ *  - after fork() the child has none of the runtime's memory: libhsakmt marks every CPU
+ *    mapping of an allocation MADV_DONTFORK (libhsakmt/src/fmm.c: fmm_map_to_cpu for VRAM and
+ *    imports, since "libhsakmt: call madvise() from fmm_allocate_device" and "Add
+ *    MADV_DONTFORK to device mappings", 2020-2021; fmm_allocate_host_gpu for system memory),
+ *    and answers every pointer query UNKNOWN (hsa_amd_pointer_info below).  Here the same
+ *    madvise on VRAM and system-pool memory.  libhsakmt maps VRAM MAP_SHARED from the render
+ *    node (/dev/dri/renderD*, a character device); the fake maps a memfd MAP_SHARED instead,
+ *    which the kernel reports the same way where it matters here: a shared, file-backed mapping
+ *    (VM_SHARED, an inode), never private anonymous memory, and gone from a child with
+ *    MADV_DONTFORK.  A real device file cannot be opened without the device.
  *
  * Built twice: as ROCm >= 5.6, and with FAKE_HSA_ROCM_5_2 as the ROCm 5.2 that Debian ships,
  * which has no hsa_amd_portable_export_dmabuf and no HSA_AMD_SYSTEM_INFO_DMABUF_SUPPORTED. */
@@ -205,6 +215,8 @@ static hsa_status_t map_vram(int gpu, size_t size, struct allocation *a) {
     close(memfd);
     return OUT_OF_RESOURCES;
   }
+  /* As fmm_map_to_cpu: a forked child must hold no reference to the parent's VRAM. */
+  madvise((void *)candidate, mapped, MADV_DONTFORK);
   *a = (struct allocation){1, TYPE_HSA, gpu, candidate, candidate, size, mapped, memfd, alias, -1,
                            {{0}}};
   return SUCCESS;
@@ -379,6 +391,8 @@ static hsa_status_t pool_allocate(uint64_t pool, size_t size, void **ptr) {
     const size_t mapped = round_up(size, (size_t)sysconf(_SC_PAGESIZE));
     void *memory = mmap(NULL, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (memory == MAP_FAILED) return OUT_OF_RESOURCES;
+    /* As fmm_allocate_host_gpu: system memory of the runtime is not copied into a child. */
+    madvise(memory, mapped, MADV_DONTFORK);
     *a = (struct allocation){1, TYPE_HSA, -1, (uintptr_t)memory, (uintptr_t)memory, size, mapped,
                              -1, NULL, -1, {{0}}};
   }

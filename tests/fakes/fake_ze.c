@@ -27,6 +27,15 @@
  *  - in COMPOSITE hierarchy zeDeviceGet lists root devices, and memory placed on one tile
  *    reports that tile's sub-device handle (zeDeviceGetSubDevices lists it; zeDeviceGet does
  *    not).  Here: device 0.0 has two tiles.
+ *  - after fork() the child gets the parent's answers.  The loader runs zeInit's work once per
+ *    process under a std::call_once that the child inherits as done (level-zero
+ *    source/lib/ze_libapi.cpp), so the child's zeInit returns the parent's result; the driver
+ *    answers zeMemGetAllocProperties and zeMemGetAddressRange from its allocation table in
+ *    process memory (compute-runtime level_zero/core/source/context/context.cpp:
+ *    svmAllocsManager->getSVMAlloc) and has no fork handling (no pthread_atfork, no pid check),
+ *    so the parent's device allocations, as they were at fork(), stay DEVICE with their ids
+ *    and devices.  Here: the same, for the same reason (the fake's tables are process memory,
+ *    and nothing here looks at the pid).
  *
  * Built twice: with API 1.6 features, and with FAKE_ZE_API_1_0 as an old loader that has no
  * zeDevicePciGetPropertiesExt and no zeCommandListHostSynchronize. */
