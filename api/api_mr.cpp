@@ -57,12 +57,7 @@ HMR_API int hmr_mr_reg(hmr_domain* domain, const void* buf, size_t len, uint64_t
     Domain* target = from_handle<Domain>(domain);
     Probe probed = Probe::not_done;
     if (target != nullptr && mr != nullptr && flags == 0 && offset == 0) {
-      if (CachedMr* hit = target->try_cached_hit(buf, len, access, context, probed)) {
-        *mr = hmr::core::to_handle<hmr_mr>(hit);
-        return 0;
-      }
-      // Not a host hit: device memory the device cache holds, if it holds anything.
-      if (CachedMr* hit = target->try_device_hit(buf, len, access, context)) {
+      if (CachedMr* hit = target->try_hit(buf, len, access, context, probed)) {
         *mr = hmr::core::to_handle<hmr_mr>(hit);
         return 0;
       }
@@ -81,12 +76,7 @@ HMR_API int hmr_mr_regv(hmr_domain* domain, const struct iovec* iov, size_t coun
     Probe probed = Probe::not_done;
     if (target != nullptr && mr != nullptr && flags == 0 && offset == 0 && iov != nullptr &&
         count == 1) {
-      if (CachedMr* hit =
-              target->try_cached_hit(iov->iov_base, iov->iov_len, access, context, probed)) {
-        *mr = hmr::core::to_handle<hmr_mr>(hit);
-        return 0;
-      }
-      if (CachedMr* hit = target->try_device_hit(iov->iov_base, iov->iov_len, access, context)) {
+      if (CachedMr* hit = target->try_hit(iov->iov_base, iov->iov_len, access, context, probed)) {
         *mr = hmr::core::to_handle<hmr_mr>(hit);
         return 0;
       }

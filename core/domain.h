@@ -14,6 +14,7 @@
 #include "cache/registration_cache.h"
 #include "core/domain_stats.h"
 #include "core/key_registry.h"
+#include "core/recent_device_ranges.h"
 #include "nic/nic.h"
 #include "registration/device_registration.h"
 #include "registration/export_policy.h"
@@ -81,6 +82,10 @@ class Domain : public Tagged<ObjectClass::domain> {
   // `declared`: what the caller declared (hmr_mr_regattr), which the runtime must confirm.
   CachedMr* try_device_hit(const void* buf, size_t len, uint64_t access, void* context,
                            const DeviceDeclaration& declared = {});
+  // Both, in the order this thread's recent device hits suggest (core/recent_device_ranges.h):
+  // hmr_mr_reg's and hmr_mr_regv's hit path.
+  CachedMr* try_hit(const void* buf, size_t len, uint64_t access, void* context,
+                    RegistrationCache::Probe& probed);
   void close_cached(CachedMr* mr);
   // A hit handle that an operation needs as a MemoryRegion of its own (rereg, indirect keys):
   // made once, then every call on the handle reaches it (core/cached_mr.h).
@@ -221,6 +226,7 @@ class Domain : public Tagged<ObjectClass::domain> {
   enum HitCounter { kHitRegistrations, kHitOpen, kHitBytes, kHitCounters };
   ShardedCounters<kHitCounters> hit_counters_;
   std::unique_ptr<RegistrationCache> device_cache_;  // after its backend: destroyed first
+  RecentDeviceRanges recent_device_;  // which requests try the device cache first
 
   // Gives back the caches' unused registrations, host and device, when the NIC refuses one
   // for resources (registration/nic_pressure.h); the registrar asks it.

@@ -154,7 +154,23 @@ CachedMr* Domain::try_device_hit(const void* buf, size_t len, uint64_t access, v
     if (handle) break;
   }
   if (!handle) return nullptr;
+  recent_device_.remember(slot, handle.entry->start, handle.entry->end());
   return claim_hit(*device_cache_, handle, start, len, access, context, slot);
+}
+
+CachedMr* Domain::try_hit(const void* buf, size_t len, uint64_t access, void* context,
+                          RegistrationCache::Probe& probed) {
+  const auto start = reinterpret_cast<uintptr_t>(buf);
+  if (device_hit_path_ && recent_device_.contains(this_thread_slot(), start, len)) {
+    if (CachedMr* hit = try_device_hit(buf, len, access, context)) return hit;
+    // Not device memory the cache holds any more (freed; the address may be host memory now):
+    // the hint goes, and the host cache is asked as usual.  The device path was just tried.
+    recent_device_.forget(this_thread_slot(), start);
+    return try_cached_hit(buf, len, access, context, probed);
+  }
+  if (CachedMr* hit = try_cached_hit(buf, len, access, context, probed)) return hit;
+  // Not a host hit: device memory the device cache holds, if it holds anything.
+  return try_device_hit(buf, len, access, context);
 }
 
 bool Domain::shared_like_a_hit(const MrRequest& request) const {

@@ -22,7 +22,7 @@ struct attribute_override {
 
 pthread_mutex_t fake_lock = PTHREAD_MUTEX_INITIALIZER;
 int fake_initialized;
-pid_t fake_init_pid;
+int fake_forked_child;
 static unsigned long long next_id = 1;
 static struct fake_calls calls = FAKE_CALLS_INITIALIZER;
 static struct attribute_override overrides[MAX_OVERRIDES];
@@ -38,12 +38,14 @@ uint64_t fake_round_up(uint64_t value, uint64_t granule) {
   return (value + granule - 1) / granule * granule;
 }
 
+static void mark_forked_child(void) { fake_forked_child = 1; }
+
 EXPORT CUresult cuInit(unsigned int flags) {
   ENTER("cuInit");
   if (flags != 0) LEAVE(INVALID_VALUE);
-  if (fake_initialized && getpid() != fake_init_pid) LEAVE(NOT_INITIALIZED);
+  if (fake_initialized && fake_forked_child) LEAVE(NOT_INITIALIZED);
+  if (!fake_initialized) pthread_atfork(NULL, NULL, mark_forked_child);
   fake_initialized = 1;
-  fake_init_pid = getpid();
   LEAVE(SUCCESS);
 }
 

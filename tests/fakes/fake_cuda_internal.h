@@ -120,11 +120,15 @@ struct located {
 
 extern pthread_mutex_t fake_lock;
 extern int fake_initialized;
-extern pid_t fake_init_pid;
+extern int fake_forked_child;
 /* Initialised, and in the process that initialised it: like the driver, which answers
  * NOT_INITIALIZED to every call in a child forked from a process that used it (driver 580 on
- * an H200: docs/gpu.md).  The child must not call cuInit again either. */
-static inline int fake_usable(void) { return fake_initialized && getpid() == fake_init_pid; }
+ * an H200: docs/gpu.md).  The child must not call cuInit again either.  Known from a
+ * pthread_atfork child handler cuInit installs, as a user-space runtime learns of a fork
+ * (libhsakmt's child_fork_handler does the same), not from a getpid() system call per call:
+ * the driver answers pointer queries in user space, and a system call in each would make the
+ * fake's calls, and hmr's time after them, unlike the real driver's. */
+static inline int fake_usable(void) { return fake_initialized && !fake_forked_child; }
 extern struct allocation allocations[MAX_ALLOCATIONS];
 extern struct physical physicals[MAX_PHYSICAL];
 extern struct reservation reservations[MAX_RESERVATIONS];

@@ -5,6 +5,8 @@
 // same address, stream-ordered pool memory, a forked child.  Counted on the fake CUDA driver,
 // which counts every entry point.  (VMM unmap and remap: tests/hmem/cuda_vmm_range_test.cpp
 // checks that identify() sees it, which is all this path relies on.)
+#include <sys/mman.h>
+
 #include <atomic>
 #include <cstring>
 #include <string>
@@ -75,6 +77,39 @@ TEST(DeviceHitPath, NothingCachedOnTheDeviceNothingAsked) {
   reg_key_close(domain.get(), pages.data(), 4096);  // a host miss: classified once
   EXPECT_EQ(fake_cuda().call_count("*") - calls_before,
             1) << "the host miss asked the driver more than classification does";
+}
+
+// A device hit leaves a hint (core/recent_device_ranges.h): the thread's next request inside
+// that range asks the device cache first, skipping the host cache's probe.  Memory that is not
+// the device's any more (freed, its address now plain host memory) costs one driver question
+// for the stale hint, once: then the hint is gone and host hits ask nothing.
+TEST(DeviceHitPath, AHintLeftByFreedDeviceMemoryCostsOneQuestionOnce) {
+  auto domain = open_domain(nullptr);
+  ASSERT_TRUE(domain);
+  FakeAllocation device(0, kAlloc);
+  const uint64_t key = reg_key_close(domain.get(), device.get(), 4096);  // the miss
+  EXPECT_EQ(reg_key_close(domain.get(), device.get(), 4096), key);      // a hit: the hint
+  int calls_before = driver_calls();
+  EXPECT_EQ(reg_key_close(domain.get(), device.get(), 4096), key);
+  EXPECT_EQ(driver_calls() - calls_before, 1) << "a hinted device hit";
+  void* const address = device.get();
+  device.free_now();
+  // Host memory where the device memory was (the fake keeps its freed range reserved,
+  // PROT_NONE; the kernel lets a fixed mapping replace it, as it would a freed CUDA range).
+  void* host = mmap(address, kAlloc, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
+                    -1, 0);
+  ASSERT_EQ(host, address);
+  std::memset(host, 1, 4096);
+  const uint64_t host_key = reg_key_close(domain.get(), host, 4096);  // a miss, past the hint
+  EXPECT_NE(host_key, key) << "STALE HIT: the freed device memory's registration";
+  calls_before = driver_calls();
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(reg_key_close(domain.get(), host, 4096), host_key);
+  EXPECT_EQ(driver_calls() - calls_before, 0) << "host hits asked the driver: a stale hint kept";
+  EXPECT_EQ(hmr_domain_cache_flush(domain.get()), 0);
+  // Reserved again for the fake's next allocations there.
+  ASSERT_EQ(mmap(address, kAlloc, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE,
+                 -1, 0),
+            address);
 }
 
 TEST(DeviceHitPath, FreedAndAllocatedAgainAtTheSameAddressNeverHitsTheOldEntry) {
