@@ -102,6 +102,9 @@ typedef struct {
 	PyObject *cuda_array_interface; /* hmr._sources.cuda_array_interface */
 	PyObject *torch_tensor_type; /* torch.Tensor once torch is imported, else NULL */
 	int torch_has_nbytes;
+	/* torch.Tensor's own methods, taken from the type once: an exact torch.Tensor is asked
+	 * through them, with no attribute lookup and no bound method made per question. */
+	PyObject *torch_is_contiguous, *torch_data_ptr, *torch_numel, *torch_element_size;
 	PyTypeObject *domain_type;
 	PyTypeObject *region_type;
 	PyTypeObject *remote_key_type;

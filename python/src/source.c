@@ -163,17 +163,23 @@ static int unsigned_attr(PyObject *obj, PyObject *name, unsigned long long *out)
 
 static PyObject *call_method(PyObject *obj, PyObject *name)
 {
-	PyObject *method = PyObject_GetAttr(obj, name);
-	if (!method)
-		return NULL;
-	PyObject *result = PyObject_CallNoArgs(method);
-	Py_DECREF(method);
-	return result;
+	/* (No bound method object is made: CPython looks the method up and calls it with obj.) */
+	return PyObject_CallMethodObjArgs(obj, name, NULL);
 }
 
-static int method_unsigned(PyObject *obj, PyObject *name, unsigned long long *out)
+/* One question to a tensor: through torch.Tensor's own method when `obj` is exactly a
+ * torch.Tensor (a subclass may override it), else by name. */
+static PyObject *ask_tensor(PyObject *obj, PyObject *method, PyObject *name)
 {
-	PyObject *value = call_method(obj, name);
+	if (method && Py_IS_TYPE(obj, (PyTypeObject *)hmr_py.torch_tensor_type))
+		return PyObject_CallFunctionObjArgs(method, obj, NULL);
+	return call_method(obj, name);
+}
+
+static int tensor_unsigned(PyObject *obj, PyObject *method, PyObject *name,
+			   unsigned long long *out)
+{
+	PyObject *value = ask_tensor(obj, method, name);
 	if (!value)
 		return -1;
 	*out = PyLong_AsUnsignedLongLong(value);
@@ -185,7 +191,7 @@ static int method_unsigned(PyObject *obj, PyObject *name, unsigned long long *ou
  * serves a dense permuted layout), -1 on error. */
 static int from_torch(PyObject *obj, HmrPySource *source)
 {
-	PyObject *contiguous = call_method(obj, hmr_py.s_is_contiguous);
+	PyObject *contiguous = ask_tensor(obj, hmr_py.torch_is_contiguous, hmr_py.s_is_contiguous);
 	if (!contiguous)
 		return -1;
 	int yes = PyObject_IsTrue(contiguous);
@@ -193,15 +199,16 @@ static int from_torch(PyObject *obj, HmrPySource *source)
 	if (yes <= 0)
 		return yes;
 	unsigned long long address, length;
-	if (method_unsigned(obj, hmr_py.s_data_ptr, &address) != 0)
+	if (tensor_unsigned(obj, hmr_py.torch_data_ptr, hmr_py.s_data_ptr, &address) != 0)
 		return -1;
 	if (hmr_py.torch_has_nbytes) {
 		if (unsigned_attr(obj, hmr_py.s_nbytes, &length) != 0)
 			return -1;
 	} else {
 		unsigned long long numel, element_size;
-		if (method_unsigned(obj, hmr_py.s_numel, &numel) != 0 ||
-		    method_unsigned(obj, hmr_py.s_element_size, &element_size) != 0)
+		if (tensor_unsigned(obj, hmr_py.torch_numel, hmr_py.s_numel, &numel) != 0 ||
+		    tensor_unsigned(obj, hmr_py.torch_element_size, hmr_py.s_element_size,
+				    &element_size) != 0)
 			return -1;
 		length = numel * element_size;
 	}
@@ -211,6 +218,15 @@ static int from_torch(PyObject *obj, HmrPySource *source)
 	Py_INCREF(obj);
 	source->owner = obj;
 	return 1;
+}
+
+/* torch.Tensor's method `name`, or NULL (and no error) when it has none. */
+static PyObject *tensor_method(PyObject *tensor, PyObject *name)
+{
+	PyObject *method = PyObject_GetAttr(tensor, name);
+	if (!method)
+		PyErr_Clear();
+	return method;
 }
 
 /* torch.Tensor, once torch is imported (never imported here: hmr does not depend on it). */
@@ -227,6 +243,10 @@ static int is_torch_tensor(PyObject *obj)
 			return 0;
 		}
 		hmr_py.torch_has_nbytes = PyObject_HasAttr(tensor, hmr_py.s_nbytes);
+		hmr_py.torch_is_contiguous = tensor_method(tensor, hmr_py.s_is_contiguous);
+		hmr_py.torch_data_ptr = tensor_method(tensor, hmr_py.s_data_ptr);
+		hmr_py.torch_numel = tensor_method(tensor, hmr_py.s_numel);
+		hmr_py.torch_element_size = tensor_method(tensor, hmr_py.s_element_size);
 		hmr_py.torch_tensor_type = tensor;
 	}
 	return PyObject_TypeCheck(obj, (PyTypeObject *)hmr_py.torch_tensor_type);
