@@ -171,7 +171,7 @@ struct Buffers {
 };
 
 class NicPressure : public ::testing::TestWithParam<const char*> {
- protected:
+ public:
   void open(BoundedNic& nic, bool stated) {
     domain_ = std::make_unique<PressureDomain>(nic, stated, GetParam());
     if (domain_->open_rc() != 0) {
@@ -181,6 +181,8 @@ class NicPressure : public ::testing::TestWithParam<const char*> {
       FAIL() << domain_->open_error();
     }
   }
+
+ protected:
   std::unique_ptr<PressureDomain> domain_;
 };
 
@@ -300,47 +302,43 @@ int run_threads(hmr_domain* domain, const Buffers& buffers, int iterations, size
   return bad.load();
 }
 
-// The second case: 4 threads, each keeping at most 8 MRs open over 256 buffers, on a
-// NIC of 64: nothing fails, the NIC never holds more than 64, nothing is left behind.
-TEST_P(NicPressure, FourThreadsBelowTheLimitNeverFail) {
+// 4 threads (run_threads) on a NIC of `capacity`, with the limit learned from refusals and
+// stated: no registration fails, the NIC never holds more than its capacity, a stated limit is
+// never asked beyond, and nothing is left behind.
+void expect_threads_never_fail(NicPressure& test, std::unique_ptr<PressureDomain>& domain,
+                               size_t capacity, size_t buffer_count, int iterations,
+                               size_t max_open) {
   for (const bool stated : {false, true}) {
     SCOPED_TRACE(stated ? "limit stated (mr_cnt)" : "limit learned from refusals");
     BoundedNic nic;
-    open(nic, stated);
-    if (HasFatalFailure() || IsSkipped()) return;
-    Buffers buffers(256);
+    nic.capacity = capacity;
+    test.open(nic, stated);
+    if (::testing::Test::HasFatalFailure() || ::testing::Test::IsSkipped()) return;
+    Buffers buffers(buffer_count);
     std::string first;
-    const int failures = run_threads(domain_->get(), buffers, 3000, 8,
+    const int failures = run_threads(domain->get(), buffers, iterations, max_open,
                                      [](int, const char*) { return false; }, &first);
     EXPECT_EQ(failures, 0) << first;
     EXPECT_LE(nic.most_held.load(), nic.capacity);
     if (stated) {
       EXPECT_EQ(nic.refused.load(), 0u);
     }
-    domain_.reset();
+    domain.reset();
     EXPECT_EQ(nic.held.load(), 0u);
   }
+}
+
+// The second case: 4 threads, each keeping at most 8 MRs open over 256 buffers, on a
+// NIC of 64.
+TEST_P(NicPressure, FourThreadsBelowTheLimitNeverFail) {
+  expect_threads_never_fail(*this, domain_, 64, 256, 3000, 8);
 }
 
 // The same at the exact bound: 4 threads keeping at most 3 MRs open, with one more being
 // registered (16 at most), on a NIC of 16 registrations.  Every refusal meets another thread
 // that is giving back, or has just given back, the only idle registration; none may fail.
 TEST_P(NicPressure, FourThreadsAtTheExactLimitNeverFail) {
-  for (const bool stated : {false, true}) {
-    SCOPED_TRACE(stated ? "limit stated (mr_cnt)" : "limit learned from refusals");
-    BoundedNic nic;
-    nic.capacity = 16;
-    open(nic, stated);
-    if (HasFatalFailure() || IsSkipped()) return;
-    Buffers buffers(128);
-    std::string first;
-    const int failures = run_threads(domain_->get(), buffers, 2000, 3,
-                                     [](int, const char*) { return false; }, &first);
-    EXPECT_EQ(failures, 0) << first;
-    EXPECT_LE(nic.most_held.load(), nic.capacity);
-    domain_.reset();
-    EXPECT_EQ(nic.held.load(), 0u);
-  }
+  expect_threads_never_fail(*this, domain_, 16, 128, 2000, 3);
 }
 
 // Registrations and deregistrations failing at random, under 4 threads, beside the pressure:

@@ -122,4 +122,12 @@ hmr_domain_stats stats_of(hmr_domain* domain) {
   return stats;
 }
 
+void expect_type(const void* addr, hmr_hmem_iface iface, hmr_mem_kind kind) {
+  hmr_hmem_iface found_iface = HMR_HMEM_SYNAPSEAI;  // (neither is what any test expects)
+  hmr_mem_kind found_kind = HMR_MEM_MANAGED;
+  ASSERT_HMR_OK(hmr_detect_memory_type(addr, 1, &found_iface, &found_kind));
+  EXPECT_EQ(found_iface, iface);
+  EXPECT_EQ(found_kind, kind);
+}
+
 }  // namespace hmr_hmem_test

@@ -90,5 +90,7 @@ hmr_test::MrPtr register_ok(hmr_domain* domain, const void* ptr, size_t len,
 
 hmr_mr_info mr_info(hmr_mr* mr);
 hmr_domain_stats stats_of(hmr_domain* domain);
+// hmr_detect_memory_type of the byte at `addr` succeeds and names `iface` and `kind`.
+void expect_type(const void* addr, hmr_hmem_iface iface, hmr_mem_kind kind);
 
 }  // namespace hmr_hmem_test

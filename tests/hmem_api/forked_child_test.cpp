@@ -94,13 +94,6 @@ void* map_host() {
   return host;
 }
 
-void expect_type(const void* addr, hmr_hmem_iface iface, hmr_mem_kind kind) {
-  hmr_hmem_iface found_iface = HMR_HMEM_SYSTEM;
-  hmr_mem_kind found_kind = HMR_MEM_HOST;
-  ASSERT_HMR_OK(hmr_detect_memory_type(addr, 1, &found_iface, &found_kind));
-  EXPECT_EQ(found_iface, iface);
-  EXPECT_EQ(found_kind, kind);
-}
 
 // ROCr in a forked child answers UNKNOWN for every address (libhsakmt refuses the child), and
 // libhsakmt maps its memory MADV_DONTFORK, so nothing is mapped at the parent's VRAM or system

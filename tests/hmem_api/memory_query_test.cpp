@@ -23,13 +23,6 @@ hmr_mem_attr query(const void* addr, size_t len, uint64_t fields = 0) {
   return attr;
 }
 
-void expect_type(const void* addr, hmr_hmem_iface iface, hmr_mem_kind kind) {
-  hmr_hmem_iface found_iface = HMR_HMEM_SYNAPSEAI;
-  hmr_mem_kind found_kind = HMR_MEM_MANAGED;
-  ASSERT_HMR_OK(hmr_detect_memory_type(addr, 1, &found_iface, &found_kind));
-  EXPECT_EQ(found_iface, iface);
-  EXPECT_EQ(found_kind, kind);
-}
 
 TEST(MemoryQuery, HostMemoryIsSystemWithItsNumaNodeOnDemand) {
   std::vector<char> host(10000, 1);
