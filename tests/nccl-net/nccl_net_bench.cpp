@@ -42,6 +42,7 @@ struct Options {
   int window = 8;
   int rounds = 7;
   std::string only;  // "plugin" or "raw": run that one alone (for a profile of it), no RESULT
+  bool latency = false;  // round trips of --size bytes instead of a stream
 };
 
 [[noreturn]] void die(const std::string& what) {
@@ -131,6 +132,21 @@ class RawFabric {
     fi_cq_err_entry err{};
     fi_cq_readerr(cq_, &err, 0);
     die(std::string("raw: completion error: ") + fi_strerror(err.err));
+  }
+  // Remote writes that arrived (completions with CQ data); the own writes' completions are
+  // read and dropped on the way.
+  int arrivals() {
+    fi_cq_data_entry entries[32];
+    const ssize_t n = fi_cq_read(cq_, entries, 32);
+    if (n == -FI_EAGAIN) return 0;
+    if (n < 0) {
+      fi_cq_err_entry err{};
+      fi_cq_readerr(cq_, &err, 0);
+      die(std::string("raw: completion error: ") + fi_strerror(err.err));
+    }
+    int arrived = 0;
+    for (ssize_t i = 0; i < n; ++i) arrived += (entries[i].flags & FI_REMOTE_CQ_DATA) != 0;
+    return arrived;
   }
   bool write(const void* buf, size_t len, uint64_t data, uint64_t remote, uint64_t key, fi_context2* ctx) {
     const ssize_t rc = fi_writedata(ep_, buf, len, desc(), data, peer_, remote, key, ctx);
@@ -247,9 +263,148 @@ double plugin_round(Net& net, Channel& ch, bool receiver, const Options& o, void
   return receiver ? t : 0;
 }
 
+// Round trips of o.size bytes, `first` sending first: microseconds per round trip.  Each
+// side keeps its next receive posted before it sends, as NCCL keeps receives posted ahead,
+// so a reply never waits for its receive to be announced.
+double plugin_round_trips(Net& net, Channel& ch, bool first, const Options& o, void* send_comm,
+                          void* send_mh, void* recv_comm, void* recv_mh, uint8_t* buffer) {
+  auto post_receive = [&] {
+    void* request = nullptr;
+    void* data = buffer + o.size;
+    size_t size = o.size;
+    int tag = 0;
+    void* mhs[1] = {recv_mh};
+    while (request == nullptr) {
+      check(net.irecv(recv_comm, 1, &data, &size, &tag, mhs, &request) == ncclSuccess,
+            "plugin: irecv failed");
+    }
+    return request;
+  };
+  auto wait = [&](void* request, const char* what) {
+    for (int done = 0; !done;) {
+      int sizes[1] = {0};
+      check(net.test(request, &done, sizes) == ncclSuccess, what);
+    }
+  };
+  auto send = [&] {
+    void* request = nullptr;
+    while (request == nullptr) {
+      check(net.isend(send_comm, buffer, o.size, 0, send_mh, &request) == ncclSuccess,
+            "plugin: isend failed");
+    }
+    return request;
+  };
+  // A send's completion is tested after the reply came, as NCCL's proxy tests every request
+  // it has posted in turn: waiting on it first would add the provider's delivery
+  // acknowledgement to every round trip, which raw writes (never waited for) do not pay.
+  void* receive = post_receive();
+  ch.barrier();
+  const auto start = Clock::now();
+  void* sent = nullptr;  // tested once the next message came back
+  for (int i = 0; i < o.messages; ++i) {
+    if (first) sent = send();
+    wait(receive, "plugin: test of a receive failed");
+    if (sent != nullptr) wait(sent, "plugin: test of a send failed");
+    if (i + 1 < o.messages) receive = post_receive();
+    sent = first ? nullptr : send();
+  }
+  if (sent != nullptr) wait(sent, "plugin: test of a send failed");
+  const double us = seconds_since(start) * 1e6 / o.messages;
+  ch.barrier();
+  return us;
+}
+
+double raw_round_trips(RawFabric& raw, Channel& ch, bool first, const Options& o, uint8_t* buffer,
+                       uint64_t remote_base, uint64_t key) {
+  fi_context2 contexts[4];  // a write's context is not reused before later ones completed
+  int sent = 0;
+  auto send = [&] {
+    fi_context2* context = &contexts[sent++ % 4];
+    while (!raw.write(buffer, o.size, 0, remote_base + o.size, key, context)) (void)raw.arrivals();
+  };
+  auto wait = [&] {
+    while (raw.arrivals() == 0) check_deadline("a raw round trip");
+  };
+  ch.barrier();
+  const auto start = Clock::now();
+  for (int i = 0; i < o.messages; ++i) {
+    if (first) send();
+    wait();
+    if (!first) send();
+  }
+  const double us = seconds_since(start) * 1e6 / o.messages;
+  ch.barrier();
+  return us;
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
+}
+
+// --latency: a second connection the other way (the sender listens, the receiver connects),
+// raw keys both ways, then round trips, the receiver sending first; plugin and raw rounds
+// alternate, each figure the median.
+int latency_rounds(Net& net, Channel& ch, bool receiver, const Options& o, void* comm, void* mh,
+                   RawFabric& raw, uint8_t* buffer, uint64_t remote_base, uint64_t key) {
+  void* back = nullptr;
+  void* listen = nullptr;
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  if (!receiver) {
+    uint8_t handle[NCCL_NET_HANDLE_MAXSIZE];
+    check(net.listen(0, handle, &listen) == ncclSuccess, "plugin: listen failed");
+    ch.send(std::vector<uint8_t>(handle, handle + sizeof handle));
+    while (back == nullptr && Clock::now() < deadline) {
+      check(net.accept(listen, &back) == ncclSuccess, "plugin: accept failed");
+    }
+  } else {
+    std::vector<uint8_t> handle = ch.receive();
+    while (back == nullptr && Clock::now() < deadline) {
+      check(net.connect(0, handle.data(), &back) == ncclSuccess, "plugin: connect failed");
+    }
+  }
+  check(back != nullptr, "plugin: no connection back within 30 s");
+  const size_t bytes = o.size * static_cast<size_t>(o.window);
+  void* back_mh = nullptr;
+  check(net.reg_mr(back, buffer, bytes, NCCL_PTR_HOST, &back_mh) == ncclSuccess, "plugin: regMr failed");
+  // The raw key the other way (the receiver's went to the sender already).
+  if (!receiver) {
+    ch.send(u64_bytes(raw.virt_addr() ? reinterpret_cast<uintptr_t>(buffer) : 0, raw.key()));
+  } else {
+    const std::vector<uint8_t> b = ch.receive();
+    std::memcpy(&remote_base, b.data(), 8);
+    std::memcpy(&key, b.data() + 8, 8);
+  }
+  // The receiver sends on `back` and receives on `comm`; the sender the other way round.
+  void* send_comm = receiver ? back : comm;
+  void* send_mh = receiver ? back_mh : mh;
+  void* recv_comm = receiver ? comm : back;
+  void* recv_mh = receiver ? mh : back_mh;
+  (void)plugin_round_trips(net, ch, receiver, o, send_comm, send_mh, recv_comm, recv_mh, buffer);
+  (void)raw_round_trips(raw, ch, receiver, o, buffer, remote_base, key);
+  std::vector<double> plugin_us, raw_us;
+  for (int r = 0; r < o.rounds; ++r) {
+    if (r % 2 == 1) raw_us.push_back(raw_round_trips(raw, ch, receiver, o, buffer, remote_base, key));
+    plugin_us.push_back(
+        plugin_round_trips(net, ch, receiver, o, send_comm, send_mh, recv_comm, recv_mh, buffer));
+    if (r % 2 == 0) raw_us.push_back(raw_round_trips(raw, ch, receiver, o, buffer, remote_base, key));
+    if (receiver) {
+      std::printf("round %d: plugin %.2f us, raw %.2f us per round trip\n", r, plugin_us.back(),
+                  raw_us.back());
+    }
+  }
+  check(net.dereg_mr(back, back_mh) == ncclSuccess, "plugin: deregMr failed");
+  check(net.dereg_mr(comm, mh) == ncclSuccess, "plugin: deregMr failed");
+  check((receiver ? net.close_send(back) : net.close_recv(back)) == ncclSuccess, "plugin: close failed");
+  check((receiver ? net.close_recv(comm) : net.close_send(comm)) == ncclSuccess, "plugin: close failed");
+  if (listen != nullptr) check(net.close_listen(listen) == ncclSuccess, "plugin: closeListen failed");
+  check(net.finalize() == ncclSuccess, "plugin: finalize failed");
+  if (receiver) {
+    const double p = median(plugin_us), w = median(raw_us);
+    std::printf("RESULT metric=nccl_net_rtt_%zuB provider=%s plugin_us=%.3f raw_us=%.3f ratio=%.3f\n",
+                o.size, o.provider.c_str(), p, w, p / w);
+  }
+  return 0;
 }
 
 int run(bool receiver, const Options& o, OobChannel& oob) {
@@ -300,6 +455,9 @@ int run(bool receiver, const Options& o, OobChannel& oob) {
     std::memcpy(&key, b.data() + 8, 8);
   }
 
+  if (o.latency) {
+    return latency_rounds(*net, ch, receiver, o, comm, mh, raw, buffer.data(), remote_base, key);
+  }
   // A warm-up of each, then alternating rounds.
   plugin_round(*net, ch, receiver, o, comm, buffer.data(), mh);
   raw_round(raw, ch, receiver, o, buffer.data(), remote_base, key);
@@ -358,10 +516,12 @@ int main(int argc, char** argv) {
     else if (arg == "--window") o.window = std::stoi(value());
     else if (arg == "--rounds") o.rounds = std::stoi(value());
     else if (arg == "--only") o.only = value();
+    else if (arg == "--latency") o.latency = true;
     else if (arg == "--peer") peer = true;
-    else die("unknown argument " + arg + " (--provider, --size, --messages, --window, --rounds, --only plugin|raw)");
+    else die("unknown argument " + arg + " (--provider, --size, --messages, --window, --rounds, --only plugin|raw, --latency)");
   }
   check(o.only.empty() || o.only == "plugin" || o.only == "raw", "--only plugin or --only raw");
+  check(!o.latency || o.window >= 2, "--latency needs --window 2 or more (a send and a receive buffer)");
   check(o.size > 0 && o.messages > 0 && o.window > 0 && o.window <= 32 && o.rounds > 0, "bad options");
   if (peer) {
     OobChannel oob(kPeerChannelFd);
@@ -372,6 +532,7 @@ int main(int argc, char** argv) {
       self_executable(), "--peer", "--provider", o.provider, "--size", std::to_string(o.size),
       "--messages", std::to_string(o.messages), "--window", std::to_string(o.window),
       "--rounds", std::to_string(o.rounds), "--only", o.only};
+  if (o.latency) peer_args.push_back("--latency");
   auto sender = PeerProcess::start(peer_args, &why);
   check(sender.has_value(), why);
   const int rc = run(true, o, sender->channel());
