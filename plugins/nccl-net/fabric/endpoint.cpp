@@ -1,5 +1,7 @@
 #include "endpoint.h"
 
+#include "efa_endpoint_options.h"
+
 #include <rdma/fi_cm.h>
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_errno.h>
@@ -38,6 +40,10 @@ std::unique_ptr<Endpoint> Endpoint::open(const Libfabric& libfabric, fi_info* in
   if ((rc = fi_ep_bind(endpoint->ep_, &endpoint->cq_->fid, FI_TRANSMIT | FI_RECV)) != 0 ||
       (rc = fi_ep_bind(endpoint->ep_, &endpoint->av_->fid, 0)) != 0) {
     return failed(libfabric, why, "fi_ep_bind", rc), nullptr;
+  }
+  if (is_efa_provider(info->fabric_attr != nullptr ? info->fabric_attr->prov_name : nullptr)) {
+    // (An option the provider does not know is left unset: an older EFA provider has neither.)
+    if (!apply_efa_endpoint_options(libfabric, endpoint->ep_, nullptr, why)) return nullptr;
   }
   if ((rc = fi_enable(endpoint->ep_)) != 0) return failed(libfabric, why, "fi_enable", rc), nullptr;
   std::vector<uint8_t> name(256);
