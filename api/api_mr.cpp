@@ -105,8 +105,8 @@ HMR_API int hmr_mr_regattr(hmr_domain* domain, const hmr_mr_attr* attr, uint64_t
       declared.iface = iface;
       declared.device = a.device.reserved;
       declared.reported_base = (flags & HMR_MR_REPORTED_BASE) != 0;
-      if (CachedMr* hit = target->try_device_hit(a.mr_iov->iov_base, a.mr_iov->iov_len, a.access,
-                                                 a.context, declared)) {
+      if (CachedMr* hit = target->try_declared_hit(a.mr_iov->iov_base, a.mr_iov->iov_len,
+                                                   a.access, a.context, declared)) {
         *mr = hmr::core::to_handle<hmr_mr>(hit);
         return 0;
       }

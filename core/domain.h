@@ -86,6 +86,13 @@ class Domain : public Tagged<ObjectClass::domain> {
   // hmr_mr_reg's and hmr_mr_regv's hit path.
   CachedMr* try_hit(const void* buf, size_t len, uint64_t access, void* context,
                     RegistrationCache::Probe& probed);
+  // A device hit with no question to the runtime, from a trusted hint (recent_device_ranges.h):
+  // memory whose runtime reports its free.  nullptr when there is no such hint.
+  CachedMr* try_reported_device_hit(const void* buf, size_t len, uint64_t access, void* context,
+                                    const DeviceDeclaration& declared);
+  // That, else try_device_hit: hmr_mr_regattr's hit path (the NCCL plugin's regMr).
+  CachedMr* try_declared_hit(const void* buf, size_t len, uint64_t access, void* context,
+                             const DeviceDeclaration& declared);
   void close_cached(CachedMr* mr);
   // A hit handle that an operation needs as a MemoryRegion of its own (rereg, indirect keys):
   // made once, then every call on the handle reaches it (core/cached_mr.h).
@@ -227,6 +234,9 @@ class Domain : public Tagged<ObjectClass::domain> {
   ShardedCounters<kHitCounters> hit_counters_;
   std::unique_ptr<RegistrationCache> device_cache_;  // after its backend: destroyed first
   RecentDeviceRanges recent_device_;  // which requests try the device cache first
+  // Records the calling thread's device hit on `entry` (found under `key`) as a hint.
+  void remember_device_hit(ThreadSlot slot, const CacheEntry& entry, const CacheKey& key,
+                           uint64_t alloc_id, uint64_t generation);
 
   // Gives back the caches' unused registrations, host and device, when the NIC refuses one
   // for resources (registration/nic_pressure.h); the registrar asks it.

@@ -18,6 +18,7 @@
 #include "core/domain.h"
 #include "core/memory_region.h"
 #include "hmem/hmem_registry.h"
+#include "monitor/device_monitor.h"
 #include "registration/export_policy.h"
 #include "registration/mr_request.h"
 #include "util/asymmetric_fence.h"
@@ -125,6 +126,9 @@ CachedMr* Domain::try_device_hit(const void* buf, size_t len, uint64_t access, v
   // made for, which the runtime never gives to another (CUDA's BUFFER_ID is never reused), so
   // an entry found under the identity asked now is this allocation's: freed and allocated
   // again at the same address, the memory has another identity and finds nothing.
+  // (The generation is read before the question: a free reported after it makes the hint
+  // recorded below one that is not trusted.)
+  const uint64_t generation = DeviceMonitor::instance().generation();
   hmem::AllocationIdentity memory;
   if (!hmem::Registry::global().identify(buf, len, memory).ok() ||
       memory.iface == HMR_HMEM_SYSTEM ||
@@ -154,15 +158,74 @@ CachedMr* Domain::try_device_hit(const void* buf, size_t len, uint64_t access, v
     if (handle) break;
   }
   if (!handle) return nullptr;
-  recent_device_.remember(slot, handle.entry->start, handle.entry->end());
+  remember_device_hit(slot, *handle.entry, key, memory.alloc_id, generation);
   return claim_hit(*device_cache_, handle, start, len, access, context, slot);
+}
+
+void Domain::remember_device_hit(ThreadSlot slot, const CacheEntry& entry, const CacheKey& key,
+                                 uint64_t alloc_id, uint64_t generation) {
+  RecentDeviceRanges::Identity identity;
+  identity.iface = key.iface;
+  identity.export_mode = key.export_mode;
+  identity.device = static_cast<uint32_t>(key.device);
+  identity.generation = generation;
+  RecentDeviceRanges::Identity known;
+  if (recent_device_.contains(slot, entry.start, entry.length, &known) &&
+      known.iface == identity.iface && known.export_mode == identity.export_mode &&
+      known.device == identity.device && known.generation == generation) {
+    return;  // (already so: no lock taken below)
+  }
+  // Trusted without the runtime later only where the runtime reports this allocation's free
+  // (its entries are filed under allocation id 0, so the key names no allocation itself), and
+  // only for a thread's own slot (recent_device_ranges.h).
+  identity.frees_reported = alloc_id == 0 && slot.exclusive &&
+                            DeviceMonitor::instance().frees_reported(entry.start, entry.length);
+  recent_device_.remember(slot, entry.start, entry.end(), identity);
+}
+
+CachedMr* Domain::try_reported_device_hit(const void* buf, size_t len, uint64_t access,
+                                          void* context, const DeviceDeclaration& declared) {
+  const auto start = reinterpret_cast<uintptr_t>(buf);
+  const ThreadSlot slot = this_thread_slot();
+  RecentDeviceRanges::Identity known;
+  // Memory whose free the runtime reports, and no free reported since the hint was taken: its
+  // registration, if still cached, is still the allocation's (recent_device_ranges.h).
+  if (!device_hit_path_ || !recent_device_.contains(slot, start, len, &known) ||
+      !known.frees_reported || known.generation != DeviceMonitor::instance().generation()) {
+    return nullptr;
+  }
+  if (async_bound_.load(std::memory_order_relaxed)) return nullptr;
+  if (declared.iface == HMR_HMEM_SYSTEM ? declares_memory_
+                                        : declared.iface != known.iface ||
+                                              declared.device != known.device) {
+    return nullptr;  // (what the full path or the runtime's answer decides)
+  }
+  if (!hit_arguments_ok(buf, len, access)) return nullptr;
+  CachedMr::reserve();
+  CacheKey key = hit_key(access);
+  if (declared.reported_base) key.exact_start = false;
+  key.iface = known.iface;
+  key.device = static_cast<int32_t>(known.device);
+  key.alloc_id = 0;
+  key.export_mode = known.export_mode;
+  RegistrationCache::Probe probed = RegistrationCache::Probe::not_done;
+  const CacheHandle handle = device_cache_->find(start, len, key, slot, probed);
+  if (!handle) return nullptr;
+  return claim_hit(*device_cache_, handle, start, len, access, context, slot);
+}
+
+CachedMr* Domain::try_declared_hit(const void* buf, size_t len, uint64_t access, void* context,
+                                   const DeviceDeclaration& declared) {
+  if (CachedMr* hit = try_reported_device_hit(buf, len, access, context, declared)) return hit;
+  return try_device_hit(buf, len, access, context, declared);
 }
 
 CachedMr* Domain::try_hit(const void* buf, size_t len, uint64_t access, void* context,
                           RegistrationCache::Probe& probed) {
   const auto start = reinterpret_cast<uintptr_t>(buf);
-  if (device_hit_path_ && recent_device_.contains(this_thread_slot(), start, len)) {
-    if (CachedMr* hit = try_device_hit(buf, len, access, context)) return hit;
+  RecentDeviceRanges::Identity known;
+  if (device_hit_path_ && recent_device_.contains(this_thread_slot(), start, len, &known)) {
+    if (CachedMr* hit = try_declared_hit(buf, len, access, context, {})) return hit;
     // Not device memory the cache holds any more (freed; the address may be host memory now):
     // the hint goes, and the host cache is asked as usual.  The device path was just tried.
     recent_device_.forget(this_thread_slot(), start);

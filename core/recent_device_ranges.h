@@ -1,14 +1,22 @@
-// Per thread, where its last device hits were.  A registration inside one of those ranges is
-// asked of the device cache first, before the host cache's probe, which device memory never
-// hits (the host cache files only ranges classified as system memory): a device hit then costs
-// one cache lookup, not two.  A hint, never an answer: the device hit path still asks the
-// runtime whose memory it is and looks the allocation up; a range that no longer serves (its
-// memory freed, the address reused by host memory) is forgotten at its first miss, so a stale
-// hint costs one runtime question once, and a host hit outside these ranges pays nothing.
+// Per thread, where its last device hits were, and what they were.  A registration inside one
+// of those ranges is asked of the device cache first, before the host cache's probe, which
+// device memory never hits (the host cache files only ranges classified as system memory): a
+// device hit then costs one cache lookup, not two.  A hint, never an answer: the device hit
+// path still asks the runtime whose memory it is and looks the allocation up; a range that no
+// longer serves (its memory freed, the address reused by host memory) is forgotten at its
+// first miss, so a stale hint costs one runtime question once, and a host hit outside these
+// ranges pays nothing.
+//
+// One kind of hint is trusted without asking the runtime: memory whose runtime reports its
+// frees (ROCr's deallocation callbacks, DeviceMonitor::frees_reported), taken while
+// DeviceMonitor::generation() still has the value it had then.  Every reported free moves the
+// generation, so such a hint can only name an allocation that has not been freed since; its
+// cache key (iface, device, export path; the allocation id of such memory is 0) then finds
+// the registration with no question to the runtime (Domain::try_reported_device_hit).
 //
 // Slots follow util/thread_slot.h.  Fields are relaxed atomics so threads sharing a slot do
-// not race; a start and an end from two different writers make a wrong hint, which is
-// harmless for the reason above.
+// not race; fields from two different writers make a wrong hint, harmless for a hint the
+// runtime confirms, which is why a shared slot's hints are never trusted without it.
 #pragma once
 
 #include <atomic>
@@ -20,27 +28,65 @@ namespace hmr::core {
 
 class RecentDeviceRanges {
  public:
-  [[gnu::always_inline]] bool contains(ThreadSlot slot, uintptr_t start, uint64_t len) const {
+  // What a device hit was: enough to look its registration up again without the runtime.
+  struct Identity {
+    uint8_t iface = 0;
+    uint8_t export_mode = 0;
+    uint32_t device = 0;
+    bool frees_reported = false;  // the runtime reports this allocation's free
+    uint64_t generation = 0;      // DeviceMonitor::generation() when this was learned
+
+    uint64_t packed() const {
+      return uint64_t{iface} | uint64_t{export_mode} << 8 | uint64_t{device} << 16 |
+             uint64_t{frees_reported} << 48;
+    }
+    static Identity unpacked(uint64_t bits, uint64_t generation) {
+      return Identity{static_cast<uint8_t>(bits), static_cast<uint8_t>(bits >> 8),
+                      static_cast<uint32_t>(bits >> 16), ((bits >> 48) & 1) != 0, generation};
+    }
+  };
+
+  // Whether [start, +len) lies in one of the thread's ranges; its identity in `found`.
+  [[gnu::always_inline]] bool contains(ThreadSlot slot, uintptr_t start, uint64_t len,
+                                       Identity* found) const {
     const Ranges& mine = slots_[slot.index];
     for (int i = 0; i < kPerThread; ++i) {
       const uintptr_t first = mine.start[i].load(std::memory_order_relaxed);
       const uintptr_t end = mine.end[i].load(std::memory_order_relaxed);
-      if (start >= first && start < end && len <= end - start) return true;
+      if (start >= first && start < end && len <= end - start) {
+        *found = Identity::unpacked(mine.identity[i].load(std::memory_order_relaxed),
+                                    mine.generation[i].load(std::memory_order_relaxed));
+        return true;
+      }
     }
     return false;
   }
-  void remember(ThreadSlot slot, uintptr_t start, uintptr_t end) {
+  void remember(ThreadSlot slot, uintptr_t start, uintptr_t end, const Identity& identity) {
     Ranges& mine = slots_[slot.index];
-    for (int i = 0; i < kPerThread; ++i) {
+    int at = -1;
+    for (int i = 0; i < kPerThread && at < 0; ++i) {
       if (mine.start[i].load(std::memory_order_relaxed) == start &&
           mine.end[i].load(std::memory_order_relaxed) == end) {
-        return;
+        at = i;
       }
     }
-    const unsigned at = mine.next.load(std::memory_order_relaxed) % kPerThread;
+    if (at < 0) {
+      at = static_cast<int>(mine.next.load(std::memory_order_relaxed) % kPerThread);
+      mine.next.store(static_cast<uint8_t>(at + 1), std::memory_order_relaxed);
+    }
+    // Another range over the same addresses is an older allocation's: it goes, or a lookup
+    // would keep finding it first.
+    for (int i = 0; i < kPerThread; ++i) {
+      if (i != at && mine.start[i].load(std::memory_order_relaxed) < end &&
+          start < mine.end[i].load(std::memory_order_relaxed)) {
+        mine.start[i].store(0, std::memory_order_relaxed);
+        mine.end[i].store(0, std::memory_order_relaxed);
+      }
+    }
     mine.start[at].store(start, std::memory_order_relaxed);
     mine.end[at].store(end, std::memory_order_relaxed);
-    mine.next.store(static_cast<uint8_t>(at + 1), std::memory_order_relaxed);
+    mine.identity[at].store(identity.packed(), std::memory_order_relaxed);
+    mine.generation[at].store(identity.generation, std::memory_order_relaxed);
   }
   // Drops every range holding `start` (its device hit just missed).
   void forget(ThreadSlot slot, uintptr_t start) {
@@ -60,6 +106,8 @@ class RecentDeviceRanges {
   struct alignas(64) Ranges {
     std::atomic<uintptr_t> start[kPerThread] = {};
     std::atomic<uintptr_t> end[kPerThread] = {};
+    std::atomic<uint64_t> identity[kPerThread] = {};
+    std::atomic<uint64_t> generation[kPerThread] = {};
     std::atomic<uint8_t> next{0};
   };
   Ranges slots_[kThreadSlots];

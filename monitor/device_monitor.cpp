@@ -60,6 +60,7 @@ void DeviceMonitor::observe(hmem::Iface& iface, const hmem::PointerInfo& memory)
                    .second;
   }
   for (const auto& [start, stop] : stale) {
+    generation_.fetch_add(1, std::memory_order_acq_rel);
     DmabufShares::instance().forget_range(start, stop);
     notify(start, stop);
   }
@@ -70,8 +71,23 @@ void DeviceMonitor::observe(hmem::Iface& iface, const hmem::PointerInfo& memory)
                   "registrations are dropped when the address is registered again",
                   iface.name(), static_cast<unsigned long long>(memory.base),
                   watched.reason().c_str());
+      return;
+    }
+    std::unique_lock<std::shared_mutex> lock(mutex_);
+    auto found = known_.find(memory.base);
+    if (found != known_.end() && found->second.alloc_id == memory.alloc_id &&
+        found->second.length == memory.alloc_len) {
+      found->second.watched = true;
     }
   }
+}
+
+bool DeviceMonitor::frees_reported(uintptr_t start, size_t len) {
+  std::shared_lock<std::shared_mutex> lock(mutex_);
+  auto it = known_.upper_bound(start);
+  if (it == known_.begin()) return false;
+  --it;
+  return it->second.watched && start + len <= it->first + it->second.length;
 }
 
 void DeviceMonitor::on_free(void* context, uint64_t base, size_t alloc_len) {
@@ -89,6 +105,8 @@ void DeviceMonitor::forget(uintptr_t start, uintptr_t end) {
 }
 
 void DeviceMonitor::invalidate_everywhere(uintptr_t start, uintptr_t end) {
+  // Before the caches drop anything: a hint read after this is not trusted any more.
+  generation_.fetch_add(1, std::memory_order_acq_rel);
   forget(start, end);
   DmabufShares::instance().forget_range(start, end);
   notify(start, end);

@@ -13,6 +13,7 @@
 // Nothing is subscribed per range: device memory is never watched through the CPU.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <shared_mutex>
@@ -39,17 +40,28 @@ class DeviceMonitor final : public Monitor {
   // Drops [start, end) from every cache that listens here and forgets its allocations.
   void invalidate_everywhere(uintptr_t start, uintptr_t end);
 
+  // Whether the runtime reports the free of the allocation holding [start, start + len) to us
+  // (its callback is registered: free_events), so that no cached registration of it outlives
+  // it.  Takes the lock: for the device hit path's hints, asked once per hint, not per hit.
+  bool frees_reported(uintptr_t start, size_t len);
+  // Moves on with every free reported and every invalidation made here.  A device hit path hint
+  // taken under one value (core/recent_device_ranges.h) is trusted without asking the runtime
+  // only while it still holds.
+  uint64_t generation() const { return generation_.load(std::memory_order_acquire); }
+
  private:
   struct Known {
     uint64_t length = 0;
     uint64_t alloc_id = 0;
     int iface = 0;
+    bool watched = false;  // its runtime calls on_free when it is freed
   };
   static void on_free(void* context, uint64_t base, size_t alloc_len);
   void forget(uintptr_t start, uintptr_t end);
 
   std::shared_mutex mutex_;  // never held while notifying or calling a runtime
   std::map<uint64_t, Known> known_;  // allocations seen, by base address
+  std::atomic<uint64_t> generation_{0};
 };
 
 }  // namespace hmr::core

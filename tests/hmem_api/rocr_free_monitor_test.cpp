@@ -3,8 +3,11 @@
 // the real one does.
 #include <dlfcn.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <thread>
+#include <vector>
 
 #include "tests/fakes/fake_hsa_control.h"
 #include "tests/hmem_api/fake_cuda_driver.h"
@@ -52,6 +55,125 @@ TEST(RocrFreeMonitor, FreeingRocrMemoryDropsItsCachedRegistrations) {
   EXPECT_EQ(stats.cache_regions, 0u);
   EXPECT_EQ(stats.cache_invalidations, 1u);
   EXPECT_EQ(stats.nic_deregistrations, stats.nic_registrations);
+}
+
+template <typename Fn>
+Fn fake_hsa_function(const char* name) {
+  void* handle = dlopen(HMR_FAKE_HSA_PATH, RTLD_NOW | RTLD_LOCAL);
+  void* symbol = handle != nullptr ? dlsym(handle, name) : nullptr;
+  if (symbol == nullptr) {
+    std::fprintf(stderr, "cannot reach %s in the fake ROCr runtime %s\n", name, HMR_FAKE_HSA_PATH);
+    std::abort();
+  }
+  return reinterpret_cast<Fn>(symbol);
+}
+
+int pointer_queries() {
+  static const auto count = fake_hsa_function<fake_hsa_call_count_fn>("fake_hsa_call_count");
+  return count("hsa_amd_pointer_info");
+}
+
+uint64_t reg_key_close(hmr_domain* domain, const void* ptr, size_t len) {
+  MrPtr mr = register_ok(domain, ptr, len);
+  return mr ? hmr_mr_key(mr.get()) : HMR_KEY_NOTAVAIL;
+}
+
+// Issue 26: memory whose free the runtime reports (ROCr's deallocation callbacks) needs no
+// question to the runtime on a hit: the callback drops its registrations when it is freed, so
+// one still cached is still the allocation's.  The first hit asks (and leaves the hint,
+// core/recent_device_ranges.h); later ones ask nothing.  Freed and allocated again at the same
+// address, the old registration is never handed out: the new memory is a miss.
+TEST(RocrFreeMonitor, HitsOfMemoryWhoseFreeIsReportedAskTheRuntimeNothing) {
+  auto domain = open_domain("peer_direct=1");
+  ASSERT_TRUE(domain);
+  const auto alloc = fake_hsa_function<fake_hsa_alloc_fn>("fake_hsa_alloc");
+  void* memory = nullptr;
+  ASSERT_EQ(alloc(0, kAlloc, &memory), 0);
+  const uint64_t key = reg_key_close(domain.get(), memory, 8192);  // the miss
+  EXPECT_EQ(reg_key_close(domain.get(), memory, 4096), key);         // a hit that asks
+  int before = pointer_queries();
+  for (int i = 0; i < 20; ++i) {
+    EXPECT_EQ(reg_key_close(domain.get(), static_cast<char*>(memory) + (i % 4) * 1024, 4096), key);
+  }
+  EXPECT_EQ(pointer_queries() - before, 0) << "hits asked the runtime";
+  EXPECT_EQ(stats_of(domain.get()).cache_hits, 21u);
+
+  ASSERT_EQ(fake_hsa_free()(memory), 0);  // the callback drops the registration
+  void* again = nullptr;
+  ASSERT_EQ(alloc(0, kAlloc, &again), 0);
+  ASSERT_EQ(again, memory) << "the fake hands a freed address out first";
+  const hmr_domain_stats stats = stats_of(domain.get());
+  const uint64_t new_key = reg_key_close(domain.get(), again, 4096);
+  EXPECT_NE(new_key, key) << "STALE HIT: the freed allocation's registration";
+  EXPECT_EQ(stats_of(domain.get()).cache_misses, stats.cache_misses + 1);
+  EXPECT_EQ(reg_key_close(domain.get(), again, 4096), new_key);  // asks once more: a new hint
+  before = pointer_queries();
+  EXPECT_EQ(reg_key_close(domain.get(), again, 4096), new_key);
+  EXPECT_EQ(pointer_queries() - before, 0);
+  ASSERT_EQ(fake_hsa_free()(again), 0);
+}
+
+// Threads hitting one allocation without asking the runtime, while another thread allocates,
+// registers twice (the second a hit that asks nothing) and frees at one address again and
+// again: each round's memory gets a registration of its own, never the freed one's, and the
+// hitters always get their allocation's.
+TEST(RocrFreeMonitor, UnaskedHitsBesideFreesAtTheSameAddressAreNeverStale) {
+  auto domain = open_domain("peer_direct=1");
+  ASSERT_TRUE(domain);
+  const auto alloc = fake_hsa_function<fake_hsa_alloc_fn>("fake_hsa_alloc");
+  void* stable = nullptr;
+  ASSERT_EQ(alloc(0, kAlloc, &stable), 0);
+  const uint64_t stable_key = reg_key_close(domain.get(), stable, 4096);
+  std::atomic<bool> stop{false};
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> hitters;
+  for (int t = 0; t < 3; ++t) {
+    hitters.emplace_back([&] {
+      while (!stop.load()) {
+        if (reg_key_close(domain.get(), stable, 4096) != stable_key) wrong.fetch_add(1);
+      }
+    });
+  }
+  uint64_t previous = HMR_KEY_NOTAVAIL;
+  void* address = nullptr;
+  for (int round = 0; round < 50; ++round) {
+    void* churn = nullptr;
+    ASSERT_EQ(alloc(1, kAlloc, &churn), 0);
+    if (address != nullptr && churn != address) wrong.fetch_add(1000);  // (the test's premise)
+    address = churn;
+    const uint64_t key = reg_key_close(domain.get(), churn, 4096);
+    if (key == previous) wrong.fetch_add(1);  // the freed allocation's registration
+    for (int i = 0; i < 3; ++i) {
+      if (reg_key_close(domain.get(), churn, 4096) != key) wrong.fetch_add(1);
+    }
+    previous = key;
+    ASSERT_EQ(fake_hsa_free()(churn), 0);
+  }
+  stop.store(true);
+  for (std::thread& t : hitters) t.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(stats_of(domain.get()).mr_open, 0u);
+  EXPECT_EQ(hmr_domain_cache_flush(domain.get()), 0);
+  ASSERT_EQ(fake_hsa_free()(stable), 0);
+}
+
+// Where the free cannot be watched (the runtime refused the callback), every hit asks.
+TEST(RocrFreeMonitor, HitsOfMemoryWhoseFreeIsNotReportedAskTheRuntime) {
+  auto domain = open_domain("peer_direct=1");
+  ASSERT_TRUE(domain);
+  const auto alloc = fake_hsa_function<fake_hsa_alloc_fn>("fake_hsa_alloc");
+  const auto set_failure = fake_hsa_function<fake_hsa_set_failure_fn>("fake_hsa_set_failure");
+  void* memory = nullptr;
+  ASSERT_EQ(alloc(0, kAlloc, &memory), 0);
+  set_failure("hsa_amd_register_deallocation_callback", 0x1000 /* HSA_STATUS_ERROR */);
+  const uint64_t key = reg_key_close(domain.get(), memory, 8192);
+  set_failure("hsa_amd_register_deallocation_callback", 0);
+  EXPECT_EQ(reg_key_close(domain.get(), memory, 4096), key);
+  const int before = pointer_queries();
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(reg_key_close(domain.get(), memory, 4096), key);
+  EXPECT_GE(pointer_queries() - before, 5) << "hits of unwatched memory asked nothing";
+  EXPECT_EQ(hmr_domain_cache_flush(domain.get()), 0);
+  ASSERT_EQ(fake_hsa_free()(memory), 0);
 }
 
 TEST(RocrFreeMonitor, MonitorDisabledByEnvironmentLeavesRocrMemoryUncached) {
