@@ -57,7 +57,12 @@ HMR_API int hmr_mr_reg(hmr_domain* domain, const void* buf, size_t len, uint64_t
     Domain* target = from_handle<Domain>(domain);
     Probe probed = Probe::not_done;
     if (target != nullptr && mr != nullptr && flags == 0 && offset == 0) {
-      if (CachedMr* hit = target->try_hit(buf, len, access, context, probed)) {
+      if (CachedMr* hit = target->try_cached_hit(buf, len, access, context, probed)) {
+        *mr = hmr::core::to_handle<hmr_mr>(hit);
+        return 0;
+      }
+      // Not a host hit: device memory the device cache holds, if it holds anything.
+      if (CachedMr* hit = target->try_device_hit(buf, len, access, context)) {
         *mr = hmr::core::to_handle<hmr_mr>(hit);
         return 0;
       }
@@ -76,7 +81,12 @@ HMR_API int hmr_mr_regv(hmr_domain* domain, const struct iovec* iov, size_t coun
     Probe probed = Probe::not_done;
     if (target != nullptr && mr != nullptr && flags == 0 && offset == 0 && iov != nullptr &&
         count == 1) {
-      if (CachedMr* hit = target->try_hit(iov->iov_base, iov->iov_len, access, context, probed)) {
+      if (CachedMr* hit =
+              target->try_cached_hit(iov->iov_base, iov->iov_len, access, context, probed)) {
+        *mr = hmr::core::to_handle<hmr_mr>(hit);
+        return 0;
+      }
+      if (CachedMr* hit = target->try_device_hit(iov->iov_base, iov->iov_len, access, context)) {
         *mr = hmr::core::to_handle<hmr_mr>(hit);
         return 0;
       }
@@ -105,8 +115,8 @@ HMR_API int hmr_mr_regattr(hmr_domain* domain, const hmr_mr_attr* attr, uint64_t
       declared.iface = iface;
       declared.device = a.device.reserved;
       declared.reported_base = (flags & HMR_MR_REPORTED_BASE) != 0;
-      if (CachedMr* hit = target->try_declared_hit(a.mr_iov->iov_base, a.mr_iov->iov_len,
-                                                   a.access, a.context, declared)) {
+      if (CachedMr* hit = target->try_device_hit(a.mr_iov->iov_base, a.mr_iov->iov_len, a.access,
+                                                 a.context, declared)) {
         *mr = hmr::core::to_handle<hmr_mr>(hit);
         return 0;
       }

@@ -82,17 +82,6 @@ class Domain : public Tagged<ObjectClass::domain> {
   // `declared`: what the caller declared (hmr_mr_regattr), which the runtime must confirm.
   CachedMr* try_device_hit(const void* buf, size_t len, uint64_t access, void* context,
                            const DeviceDeclaration& declared = {});
-  // Both, in the order this thread's recent device hits suggest (core/recent_device_ranges.h):
-  // hmr_mr_reg's and hmr_mr_regv's hit path.
-  CachedMr* try_hit(const void* buf, size_t len, uint64_t access, void* context,
-                    RegistrationCache::Probe& probed);
-  // A device hit with no question to the runtime, from a trusted hint (recent_device_ranges.h):
-  // memory whose runtime reports its free.  nullptr when there is no such hint.
-  CachedMr* try_reported_device_hit(const void* buf, size_t len, uint64_t access, void* context,
-                                    const DeviceDeclaration& declared);
-  // That, else try_device_hit: hmr_mr_regattr's hit path (the NCCL plugin's regMr).
-  CachedMr* try_declared_hit(const void* buf, size_t len, uint64_t access, void* context,
-                             const DeviceDeclaration& declared);
   void close_cached(CachedMr* mr);
   // A hit handle that an operation needs as a MemoryRegion of its own (rereg, indirect keys):
   // made once, then every call on the handle reaches it (core/cached_mr.h).
@@ -233,10 +222,14 @@ class Domain : public Tagged<ObjectClass::domain> {
   enum HitCounter { kHitRegistrations, kHitOpen, kHitBytes, kHitCounters };
   ShardedCounters<kHitCounters> hit_counters_;
   std::unique_ptr<RegistrationCache> device_cache_;  // after its backend: destroyed first
-  RecentDeviceRanges recent_device_;  // which requests try the device cache first
+  RecentDeviceRanges recent_device_;  // device hits a thread may repeat without the runtime
+  // try_device_hit's answer from a hint that needs no question to the runtime, or nullptr.
+  CachedMr* hit_from_hint(uintptr_t start, size_t len, uint64_t access, void* context,
+                          const DeviceDeclaration& declared,
+                          const RecentDeviceRanges::Identity& known, ThreadSlot slot);
   // Records the calling thread's device hit on `entry` (found under `key`) as a hint.
   void remember_device_hit(ThreadSlot slot, const CacheEntry& entry, const CacheKey& key,
-                           uint64_t alloc_id, uint64_t generation);
+                           uint64_t generation);
 
   // Gives back the caches' unused registrations, host and device, when the NIC refuses one
   // for resources (registration/nic_pressure.h); the registrar asks it.

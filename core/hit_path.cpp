@@ -121,6 +121,15 @@ CachedMr* Domain::try_device_hit(const void* buf, size_t len, uint64_t access, v
   // Nothing filed: no question to any runtime (a host miss of a process that never cached
   // device memory pays nothing for this path).
   if (device_cache_->empty()) return nullptr;
+  const ThreadSlot slot = this_thread_slot();
+  // Memory whose runtime reports its free, hit by this thread since the last free reported:
+  // no question at all (core/recent_device_ranges.h).
+  RecentDeviceRanges::Identity known;
+  if (recent_device_.contains(slot, start, len, &known) && known.frees_reported) {
+    if (CachedMr* hit = hit_from_hint(start, len, access, context, declared, known, slot)) {
+      return hit;
+    }
+  }
   // The one question to the runtime: whose memory, which allocation (CUDA: one
   // cuPointerGetAttributes).  An entry is filed under the identity of the allocation it was
   // made for, which the runtime never gives to another (CUDA's BUFFER_ID is never reused), so
@@ -141,7 +150,6 @@ CachedMr* Domain::try_device_hit(const void* buf, size_t len, uint64_t access, v
     return nullptr;
   }
   CachedMr::reserve();  // the one step that may fail for want of memory, before any is taken
-  const ThreadSlot slot = this_thread_slot();
   CacheKey key = hit_key(access);  // as device_cache_key() builds it for a resolved request
   if (declared.reported_base) key.exact_start = false;
   key.iface = static_cast<uint8_t>(memory.iface);
@@ -158,12 +166,14 @@ CachedMr* Domain::try_device_hit(const void* buf, size_t len, uint64_t access, v
     if (handle) break;
   }
   if (!handle) return nullptr;
-  remember_device_hit(slot, *handle.entry, key, memory.alloc_id, generation);
+  // Allocation id 0: memory whose runtime may report its free (ROCr), which a hint can then
+  // serve without this question.  Identified memory (CUDA's BUFFER_ID) needs none.
+  if (memory.alloc_id == 0) remember_device_hit(slot, *handle.entry, key, generation);
   return claim_hit(*device_cache_, handle, start, len, access, context, slot);
 }
 
 void Domain::remember_device_hit(ThreadSlot slot, const CacheEntry& entry, const CacheKey& key,
-                                 uint64_t alloc_id, uint64_t generation) {
+                                 uint64_t generation) {
   RecentDeviceRanges::Identity identity;
   identity.iface = key.iface;
   identity.export_mode = key.export_mode;
@@ -178,29 +188,22 @@ void Domain::remember_device_hit(ThreadSlot slot, const CacheEntry& entry, const
   // Trusted without the runtime later only where the runtime reports this allocation's free
   // (its entries are filed under allocation id 0, so the key names no allocation itself), and
   // only for a thread's own slot (recent_device_ranges.h).
-  identity.frees_reported = alloc_id == 0 && slot.exclusive &&
-                            DeviceMonitor::instance().frees_reported(entry.start, entry.length);
+  identity.frees_reported =
+      slot.exclusive && DeviceMonitor::instance().frees_reported(entry.start, entry.length);
   recent_device_.remember(slot, entry.start, entry.end(), identity);
 }
 
-CachedMr* Domain::try_reported_device_hit(const void* buf, size_t len, uint64_t access,
-                                          void* context, const DeviceDeclaration& declared) {
-  const auto start = reinterpret_cast<uintptr_t>(buf);
-  const ThreadSlot slot = this_thread_slot();
-  RecentDeviceRanges::Identity known;
-  // Memory whose free the runtime reports, and no free reported since the hint was taken: its
-  // registration, if still cached, is still the allocation's (recent_device_ranges.h).
-  if (!device_hit_path_ || !recent_device_.contains(slot, start, len, &known) ||
-      !known.frees_reported || known.generation != DeviceMonitor::instance().generation()) {
+CachedMr* Domain::hit_from_hint(uintptr_t start, size_t len, uint64_t access, void* context,
+                                const DeviceDeclaration& declared,
+                                const RecentDeviceRanges::Identity& known, ThreadSlot slot) {
+  // No free reported since the hint was taken: a registration still cached under its key is
+  // still the allocation's, since the runtime's callback drops it when the memory is freed.
+  if (known.generation != DeviceMonitor::instance().generation()) return nullptr;
+  // A declaration the hint contradicts is for the runtime's answer to settle.
+  if (declared.iface != HMR_HMEM_SYSTEM &&
+      (declared.iface != known.iface || declared.device != known.device)) {
     return nullptr;
   }
-  if (async_bound_.load(std::memory_order_relaxed)) return nullptr;
-  if (declared.iface == HMR_HMEM_SYSTEM ? declares_memory_
-                                        : declared.iface != known.iface ||
-                                              declared.device != known.device) {
-    return nullptr;  // (what the full path or the runtime's answer decides)
-  }
-  if (!hit_arguments_ok(buf, len, access)) return nullptr;
   CachedMr::reserve();
   CacheKey key = hit_key(access);
   if (declared.reported_base) key.exact_start = false;
@@ -212,28 +215,6 @@ CachedMr* Domain::try_reported_device_hit(const void* buf, size_t len, uint64_t 
   const CacheHandle handle = device_cache_->find(start, len, key, slot, probed);
   if (!handle) return nullptr;
   return claim_hit(*device_cache_, handle, start, len, access, context, slot);
-}
-
-CachedMr* Domain::try_declared_hit(const void* buf, size_t len, uint64_t access, void* context,
-                                   const DeviceDeclaration& declared) {
-  if (CachedMr* hit = try_reported_device_hit(buf, len, access, context, declared)) return hit;
-  return try_device_hit(buf, len, access, context, declared);
-}
-
-CachedMr* Domain::try_hit(const void* buf, size_t len, uint64_t access, void* context,
-                          RegistrationCache::Probe& probed) {
-  const auto start = reinterpret_cast<uintptr_t>(buf);
-  RecentDeviceRanges::Identity known;
-  if (device_hit_path_ && recent_device_.contains(this_thread_slot(), start, len, &known)) {
-    if (CachedMr* hit = try_declared_hit(buf, len, access, context, {})) return hit;
-    // Not device memory the cache holds any more (freed; the address may be host memory now):
-    // the hint goes, and the host cache is asked as usual.  The device path was just tried.
-    recent_device_.forget(this_thread_slot(), start);
-    return try_cached_hit(buf, len, access, context, probed);
-  }
-  if (CachedMr* hit = try_cached_hit(buf, len, access, context, probed)) return hit;
-  // Not a host hit: device memory the device cache holds, if it holds anything.
-  return try_device_hit(buf, len, access, context);
 }
 
 bool Domain::shared_like_a_hit(const MrRequest& request) const {

@@ -1,22 +1,17 @@
-// Per thread, where its last device hits were, and what they were.  A registration inside one
-// of those ranges is asked of the device cache first, before the host cache's probe, which
-// device memory never hits (the host cache files only ranges classified as system memory): a
-// device hit then costs one cache lookup, not two.  A hint, never an answer: the device hit
-// path still asks the runtime whose memory it is and looks the allocation up; a range that no
-// longer serves (its memory freed, the address reused by host memory) is forgotten at its
-// first miss, so a stale hint costs one runtime question once, and a host hit outside these
-// ranges pays nothing.
-//
-// One kind of hint is trusted without asking the runtime: memory whose runtime reports its
-// frees (ROCr's deallocation callbacks, DeviceMonitor::frees_reported), taken while
-// DeviceMonitor::generation() still has the value it had then.  Every reported free moves the
-// generation, so such a hint can only name an allocation that has not been freed since; its
-// cache key (iface, device, export path; the allocation id of such memory is 0) then finds
-// the registration with no question to the runtime (Domain::try_reported_device_hit).
+// Per thread, its last two device hits of memory whose runtime may report its free, and what
+// they were: the entry's range and cache key (iface, device, export path; such memory is filed
+// under allocation id 0, so the key names no allocation itself).  A hint is trusted — the
+// registration served with no question to the runtime (Domain::hit_from_hint) — only when the
+// runtime reports this allocation's free (ROCr's deallocation callback registered for it:
+// DeviceMonitor::frees_reported) and DeviceMonitor::generation() still has the value it had
+// when the hint was taken: every reported free moves it, so a trusted hint names an allocation
+// that has not been freed since, and a registration still cached under its key is that
+// allocation's (the callback drops them when it is freed).  Anything else asks the runtime as
+// before, and refreshes the hint.  Host hits never look here.
 //
 // Slots follow util/thread_slot.h.  Fields are relaxed atomics so threads sharing a slot do
-// not race; fields from two different writers make a wrong hint, harmless for a hint the
-// runtime confirms, which is why a shared slot's hints are never trusted without it.
+// not race; fields from two different writers would make a wrong hint, which is why a shared
+// slot's hints are never trusted (Domain::remember_device_hit).
 #pragma once
 
 #include <atomic>
@@ -88,18 +83,6 @@ class RecentDeviceRanges {
     mine.identity[at].store(identity.packed(), std::memory_order_relaxed);
     mine.generation[at].store(identity.generation, std::memory_order_relaxed);
   }
-  // Drops every range holding `start` (its device hit just missed).
-  void forget(ThreadSlot slot, uintptr_t start) {
-    Ranges& mine = slots_[slot.index];
-    for (int i = 0; i < kPerThread; ++i) {
-      if (start >= mine.start[i].load(std::memory_order_relaxed) &&
-          start < mine.end[i].load(std::memory_order_relaxed)) {
-        mine.start[i].store(0, std::memory_order_relaxed);
-        mine.end[i].store(0, std::memory_order_relaxed);
-      }
-    }
-  }
-
  private:
   // Two: a transport alternating between a send and a receive buffer on one device.
   static constexpr int kPerThread = 2;

@@ -79,19 +79,18 @@ TEST(DeviceHitPath, NothingCachedOnTheDeviceNothingAsked) {
             1) << "the host miss asked the driver more than classification does";
 }
 
-// A device hit leaves a hint (core/recent_device_ranges.h): the thread's next request inside
-// that range asks the device cache first, skipping the host cache's probe.  Memory that is not
-// the device's any more (freed, its address now plain host memory) costs one driver question
-// for the stale hint, once: then the hint is gone and host hits ask nothing.
-TEST(DeviceHitPath, AHintLeftByFreedDeviceMemoryCostsOneQuestionOnce) {
+// Host memory mapped where device memory was freed: its registration is never the device
+// memory's, and its hits ask the driver nothing (host hits come first and look at no device
+// hint; a device hit left before the free changes nothing for them).
+TEST(DeviceHitPath, HostMemoryWhereDeviceMemoryWasFreedHitsWithoutTheDriver) {
   auto domain = open_domain(nullptr);
   ASSERT_TRUE(domain);
   FakeAllocation device(0, kAlloc);
   const uint64_t key = reg_key_close(domain.get(), device.get(), 4096);  // the miss
-  EXPECT_EQ(reg_key_close(domain.get(), device.get(), 4096), key);      // a hit: the hint
+  EXPECT_EQ(reg_key_close(domain.get(), device.get(), 4096), key);      // a hit
   int calls_before = driver_calls();
   EXPECT_EQ(reg_key_close(domain.get(), device.get(), 4096), key);
-  EXPECT_EQ(driver_calls() - calls_before, 1) << "a hinted device hit";
+  EXPECT_EQ(driver_calls() - calls_before, 1) << "a device hit";
   void* const address = device.get();
   device.free_now();
   // Host memory where the device memory was (the fake keeps its freed range reserved,
@@ -100,11 +99,11 @@ TEST(DeviceHitPath, AHintLeftByFreedDeviceMemoryCostsOneQuestionOnce) {
                     -1, 0);
   ASSERT_EQ(host, address);
   std::memset(host, 1, 4096);
-  const uint64_t host_key = reg_key_close(domain.get(), host, 4096);  // a miss, past the hint
+  const uint64_t host_key = reg_key_close(domain.get(), host, 4096);  // a miss
   EXPECT_NE(host_key, key) << "STALE HIT: the freed device memory's registration";
   calls_before = driver_calls();
   for (int i = 0; i < 10; ++i) EXPECT_EQ(reg_key_close(domain.get(), host, 4096), host_key);
-  EXPECT_EQ(driver_calls() - calls_before, 0) << "host hits asked the driver: a stale hint kept";
+  EXPECT_EQ(driver_calls() - calls_before, 0) << "host hits asked the driver";
   EXPECT_EQ(hmr_domain_cache_flush(domain.get()), 0);
   // Reserved again for the fake's next allocations there.
   ASSERT_EQ(mmap(address, kAlloc, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE,
@@ -190,30 +189,14 @@ TEST(DeviceHitPath, ThreadsHitWhileAnotherFreesAndReallocates) {
   ASSERT_TRUE(domain);
   FakeAllocation stable(0, kAlloc);
   const uint64_t stable_key = reg_key_close(domain.get(), stable.get(), 4096);
-  std::atomic<bool> stop{false};
-  std::atomic<int> wrong{0};
-  std::vector<std::thread> hitters;
-  for (int t = 0; t < 3; ++t) {
-    hitters.emplace_back([&] {
-      while (!stop.load()) {
-        hmr_mr* mr = nullptr;
-        if (hmr_mr_reg(domain.get(), stable.get(), 4096, kAccess, 0, 0, 0, &mr, nullptr) != 0) {
-          wrong.fetch_add(1);
-          continue;
-        }
-        if (hmr_mr_key(mr) != stable_key) wrong.fetch_add(1);
-        hmr_mr_close(mr);
-      }
-    });
-  }
+  HittingThreads hitters(domain.get(), stable.get(), 4096, stable_key);
+  int wrong = 0;
   for (int round = 0; round < 50; ++round) {
     FakeAllocation churn(0, kAlloc);
     const uint64_t key = reg_key_close(domain.get(), churn.get(), 4096);
-    if (reg_key_close(domain.get(), churn.get(), 4096) != key) wrong.fetch_add(1);
+    if (reg_key_close(domain.get(), churn.get(), 4096) != key) ++wrong;
   }
-  stop.store(true);
-  for (std::thread& t : hitters) t.join();
-  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(wrong + hitters.stop(), 0);
   EXPECT_EQ(stats_of(domain.get()).mr_open, 0u);
 }
 

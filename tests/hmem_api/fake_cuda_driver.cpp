@@ -122,6 +122,29 @@ hmr_domain_stats stats_of(hmr_domain* domain) {
   return stats;
 }
 
+HittingThreads::HittingThreads(hmr_domain* domain, const void* ptr, size_t len, uint64_t key) {
+  for (int t = 0; t < 3; ++t) {
+    threads_.emplace_back([this, domain, ptr, len, key] {
+      while (!stop_.load()) {
+        hmr_mr* mr = nullptr;
+        if (hmr_mr_reg(domain, ptr, len, kAccess, 0, 0, 0, &mr, nullptr) != 0) {
+          wrong_.fetch_add(1);
+          continue;
+        }
+        if (hmr_mr_key(mr) != key) wrong_.fetch_add(1);
+        hmr_mr_close(mr);
+      }
+    });
+  }
+}
+
+int HittingThreads::stop() {
+  stop_.store(true);
+  for (std::thread& thread : threads_) thread.join();
+  threads_.clear();
+  return wrong_.load();
+}
+
 void expect_type(const void* addr, hmr_hmem_iface iface, hmr_mem_kind kind) {
   hmr_hmem_iface found_iface = HMR_HMEM_SYNAPSEAI;  // (neither is what any test expects)
   hmr_mem_kind found_kind = HMR_MEM_MANAGED;

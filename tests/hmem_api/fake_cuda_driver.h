@@ -7,8 +7,11 @@
 #include <gtest/gtest.h>
 #include <hmr/hmr.h>
 
+#include <atomic>
 #include <cstdint>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "tests/api/test_support.h"
 #include "tests/fakes/fake_cuda_control.h"
@@ -92,5 +95,20 @@ hmr_mr_info mr_info(hmr_mr* mr);
 hmr_domain_stats stats_of(hmr_domain* domain);
 // hmr_detect_memory_type of the byte at `addr` succeeds and names `iface` and `kind`.
 void expect_type(const void* addr, hmr_hmem_iface iface, hmr_mem_kind kind);
+
+// Three threads registering [ptr, +len) with hmr_mr_reg again and again (the lock-free hit
+// path), each key checked against `key`, until stop(): how many registrations failed or
+// handed out another key.
+class HittingThreads {
+ public:
+  HittingThreads(hmr_domain* domain, const void* ptr, size_t len, uint64_t key);
+  ~HittingThreads() { stop(); }
+  int stop();
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::atomic<int> wrong_{0};
+  std::vector<std::thread> threads_;
+};
 
 }  // namespace hmr_hmem_test

@@ -3,11 +3,8 @@
 // the real one does.
 #include <dlfcn.h>
 
-#include <atomic>
 #include <cstdio>
 #include <cstdlib>
-#include <thread>
-#include <vector>
 
 #include "tests/fakes/fake_hsa_control.h"
 #include "tests/hmem_api/fake_cuda_driver.h"
@@ -68,6 +65,14 @@ Fn fake_hsa_function(const char* name) {
   return reinterpret_cast<Fn>(symbol);
 }
 
+// A VRAM allocation of the fake's GPU `gpu` (fake_hsa_alloc), or nullptr with a failure.
+void* rocr_alloc(int gpu) {
+  static const auto alloc = fake_hsa_function<fake_hsa_alloc_fn>("fake_hsa_alloc");
+  void* memory = nullptr;
+  EXPECT_EQ(alloc(gpu, kAlloc, &memory), 0);
+  return memory;
+}
+
 int pointer_queries() {
   static const auto count = fake_hsa_function<fake_hsa_call_count_fn>("fake_hsa_call_count");
   return count("hsa_amd_pointer_info");
@@ -86,9 +91,8 @@ uint64_t reg_key_close(hmr_domain* domain, const void* ptr, size_t len) {
 TEST(RocrFreeMonitor, HitsOfMemoryWhoseFreeIsReportedAskTheRuntimeNothing) {
   auto domain = open_domain("peer_direct=1");
   ASSERT_TRUE(domain);
-  const auto alloc = fake_hsa_function<fake_hsa_alloc_fn>("fake_hsa_alloc");
-  void* memory = nullptr;
-  ASSERT_EQ(alloc(0, kAlloc, &memory), 0);
+  void* memory = rocr_alloc(0);
+  ASSERT_NE(memory, nullptr);
   const uint64_t key = reg_key_close(domain.get(), memory, 8192);  // the miss
   EXPECT_EQ(reg_key_close(domain.get(), memory, 4096), key);         // a hit that asks
   int before = pointer_queries();
@@ -99,8 +103,7 @@ TEST(RocrFreeMonitor, HitsOfMemoryWhoseFreeIsReportedAskTheRuntimeNothing) {
   EXPECT_EQ(stats_of(domain.get()).cache_hits, 21u);
 
   ASSERT_EQ(fake_hsa_free()(memory), 0);  // the callback drops the registration
-  void* again = nullptr;
-  ASSERT_EQ(alloc(0, kAlloc, &again), 0);
+  void* again = rocr_alloc(0);
   ASSERT_EQ(again, memory) << "the fake hands a freed address out first";
   const hmr_domain_stats stats = stats_of(domain.get());
   const uint64_t new_key = reg_key_close(domain.get(), again, 4096);
@@ -120,38 +123,27 @@ TEST(RocrFreeMonitor, HitsOfMemoryWhoseFreeIsReportedAskTheRuntimeNothing) {
 TEST(RocrFreeMonitor, UnaskedHitsBesideFreesAtTheSameAddressAreNeverStale) {
   auto domain = open_domain("peer_direct=1");
   ASSERT_TRUE(domain);
-  const auto alloc = fake_hsa_function<fake_hsa_alloc_fn>("fake_hsa_alloc");
-  void* stable = nullptr;
-  ASSERT_EQ(alloc(0, kAlloc, &stable), 0);
+  void* stable = rocr_alloc(0);
+  ASSERT_NE(stable, nullptr);
   const uint64_t stable_key = reg_key_close(domain.get(), stable, 4096);
-  std::atomic<bool> stop{false};
-  std::atomic<int> wrong{0};
-  std::vector<std::thread> hitters;
-  for (int t = 0; t < 3; ++t) {
-    hitters.emplace_back([&] {
-      while (!stop.load()) {
-        if (reg_key_close(domain.get(), stable, 4096) != stable_key) wrong.fetch_add(1);
-      }
-    });
-  }
+  HittingThreads hitters(domain.get(), stable, 4096, stable_key);
+  int wrong = 0;
   uint64_t previous = HMR_KEY_NOTAVAIL;
   void* address = nullptr;
   for (int round = 0; round < 50; ++round) {
-    void* churn = nullptr;
-    ASSERT_EQ(alloc(1, kAlloc, &churn), 0);
-    if (address != nullptr && churn != address) wrong.fetch_add(1000);  // (the test's premise)
+    void* churn = rocr_alloc(1);
+    ASSERT_NE(churn, nullptr);
+    if (address != nullptr && churn != address) wrong += 1000;  // (the test's premise)
     address = churn;
     const uint64_t key = reg_key_close(domain.get(), churn, 4096);
-    if (key == previous) wrong.fetch_add(1);  // the freed allocation's registration
+    if (key == previous) ++wrong;  // the freed allocation's registration
     for (int i = 0; i < 3; ++i) {
-      if (reg_key_close(domain.get(), churn, 4096) != key) wrong.fetch_add(1);
+      if (reg_key_close(domain.get(), churn, 4096) != key) ++wrong;
     }
     previous = key;
     ASSERT_EQ(fake_hsa_free()(churn), 0);
   }
-  stop.store(true);
-  for (std::thread& t : hitters) t.join();
-  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(wrong + hitters.stop(), 0);
   EXPECT_EQ(stats_of(domain.get()).mr_open, 0u);
   EXPECT_EQ(hmr_domain_cache_flush(domain.get()), 0);
   ASSERT_EQ(fake_hsa_free()(stable), 0);
@@ -161,10 +153,9 @@ TEST(RocrFreeMonitor, UnaskedHitsBesideFreesAtTheSameAddressAreNeverStale) {
 TEST(RocrFreeMonitor, HitsOfMemoryWhoseFreeIsNotReportedAskTheRuntime) {
   auto domain = open_domain("peer_direct=1");
   ASSERT_TRUE(domain);
-  const auto alloc = fake_hsa_function<fake_hsa_alloc_fn>("fake_hsa_alloc");
   const auto set_failure = fake_hsa_function<fake_hsa_set_failure_fn>("fake_hsa_set_failure");
-  void* memory = nullptr;
-  ASSERT_EQ(alloc(0, kAlloc, &memory), 0);
+  void* memory = rocr_alloc(0);
+  ASSERT_NE(memory, nullptr);
   set_failure("hsa_amd_register_deallocation_callback", 0x1000 /* HSA_STATUS_ERROR */);
   const uint64_t key = reg_key_close(domain.get(), memory, 8192);
   set_failure("hsa_amd_register_deallocation_callback", 0);
