@@ -223,6 +223,8 @@ class Domain : public Tagged<ObjectClass::domain> {
   ShardedCounters<kHitCounters> hit_counters_;
   std::unique_ptr<RegistrationCache> device_cache_;  // after its backend: destroyed first
   RecentDeviceRanges recent_device_;  // device hits a thread may repeat without the runtime
+  CacheKey device_hit_key(uint64_t access, const DeviceDeclaration& declared, int iface,
+                          uint64_t device, uint64_t alloc_id) const;
   // try_device_hit's answer from a hint that needs no question to the runtime, or nullptr.
   CachedMr* hit_from_hint(uintptr_t start, size_t len, uint64_t access, void* context,
                           const DeviceDeclaration& declared,

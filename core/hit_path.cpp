@@ -110,6 +110,18 @@ CachedMr* Domain::try_cached_hit(const void* buf, size_t len, uint64_t access, v
   return claim_hit(*cache_, handle, start, len, access, context, slot);
 }
 
+// The device cache's key for a hit of `access` on this allocation, as device_cache_key()
+// builds it for a resolved request (the export path is the caller's to set).
+CacheKey Domain::device_hit_key(uint64_t access, const DeviceDeclaration& declared, int iface,
+                                uint64_t device, uint64_t alloc_id) const {
+  CacheKey key = hit_key(access);
+  if (declared.reported_base) key.exact_start = false;
+  key.iface = static_cast<uint8_t>(iface);
+  key.device = static_cast<int32_t>(device);
+  key.alloc_id = alloc_id;
+  return key;
+}
+
 CachedMr* Domain::try_device_hit(const void* buf, size_t len, uint64_t access, void* context,
                                  const DeviceDeclaration& declared) {
   if (!device_hit_path_ || async_bound_.load(std::memory_order_relaxed)) return nullptr;
@@ -125,7 +137,7 @@ CachedMr* Domain::try_device_hit(const void* buf, size_t len, uint64_t access, v
   // Memory whose runtime reports its free, hit by this thread since the last free reported:
   // no question at all (core/recent_device_ranges.h).
   RecentDeviceRanges::Identity known;
-  if (recent_device_.contains(slot, start, len, &known) && known.frees_reported) {
+  if (recent_device_.contains(slot, start, len, &known)) {
     if (CachedMr* hit = hit_from_hint(start, len, access, context, declared, known, slot)) {
       return hit;
     }
@@ -150,11 +162,7 @@ CachedMr* Domain::try_device_hit(const void* buf, size_t len, uint64_t access, v
     return nullptr;
   }
   CachedMr::reserve();  // the one step that may fail for want of memory, before any is taken
-  CacheKey key = hit_key(access);  // as device_cache_key() builds it for a resolved request
-  if (declared.reported_base) key.exact_start = false;
-  key.iface = static_cast<uint8_t>(memory.iface);
-  key.device = static_cast<int32_t>(memory.device);
-  key.alloc_id = memory.alloc_id;
+  CacheKey key = device_hit_key(access, declared, memory.iface, memory.device, memory.alloc_id);
   CacheHandle handle;
   // Whichever path the registration took (the export plan's choice for this memory then):
   // each is a registration of this allocation with this access, and serves alike.
@@ -196,20 +204,19 @@ void Domain::remember_device_hit(ThreadSlot slot, const CacheEntry& entry, const
 CachedMr* Domain::hit_from_hint(uintptr_t start, size_t len, uint64_t access, void* context,
                                 const DeviceDeclaration& declared,
                                 const RecentDeviceRanges::Identity& known, ThreadSlot slot) {
-  // No free reported since the hint was taken: a registration still cached under its key is
-  // still the allocation's, since the runtime's callback drops it when the memory is freed.
-  if (known.generation != DeviceMonitor::instance().generation()) return nullptr;
+  // Memory whose runtime reports its free, and no free reported since the hint was taken: a
+  // registration still cached under its key is still the allocation's, since the runtime's
+  // callback drops it when the memory is freed.
+  if (!known.frees_reported || known.generation != DeviceMonitor::instance().generation()) {
+    return nullptr;
+  }
   // A declaration the hint contradicts is for the runtime's answer to settle.
   if (declared.iface != HMR_HMEM_SYSTEM &&
       (declared.iface != known.iface || declared.device != known.device)) {
     return nullptr;
   }
   CachedMr::reserve();
-  CacheKey key = hit_key(access);
-  if (declared.reported_base) key.exact_start = false;
-  key.iface = known.iface;
-  key.device = static_cast<int32_t>(known.device);
-  key.alloc_id = 0;
+  CacheKey key = device_hit_key(access, declared, known.iface, known.device, /*alloc_id=*/0);
   key.export_mode = known.export_mode;
   RegistrationCache::Probe probed = RegistrationCache::Probe::not_done;
   const CacheHandle handle = device_cache_->find(start, len, key, slot, probed);
