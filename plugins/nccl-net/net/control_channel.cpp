@@ -71,19 +71,14 @@ bool ControlChannel::send(const ControlMessage& message, fi_addr_t peer, std::st
   // message is encoded straight into that registered buffer and posted (no allocation, no
   // copy); it joins the queue only when the provider is busy.
   if (!reorder_ && queued_.empty() && !free_sends_.empty()) {
-    const uint32_t index = free_sends_.back();
-    const size_t size = encode_into(message, {buffer(index), kControlBufferSize});
+    uint8_t* const into = buffer(free_sends_.back());
+    const size_t size = encode_into(message, {into, kControlBufferSize});
     if (size != 0) {
-      const ssize_t rc = endpoint_->send(buffer(index), size, desc_, peer, &slots_[index]);
-      if (rc == 0) {
-        free_sends_.pop_back();
-        ++sends_in_flight_;
-        return true;
-      }
-      if (rc != -FI_EAGAIN) {
-        *why = "sending a control message failed: " + endpoint_->libfabric().describe(rc);
-        return false;
-      }
+      const ssize_t rc = post_free_buffer(size, peer, why);
+      if (rc != -FI_EAGAIN) return rc == 0;
+      // (Already encoded: the queue takes these bytes, and flush() tries again.)
+      queued_.push_back(Queued{std::vector<uint8_t>(into, into + size), peer});
+      return flush(why);
     }
   }
   std::vector<uint8_t> bytes = encode(message);
@@ -106,6 +101,18 @@ bool ControlChannel::send(const ControlMessage& message, fi_addr_t peer, std::st
   return flush(why);
 }
 
+ssize_t ControlChannel::post_free_buffer(size_t size, fi_addr_t peer, std::string* why) {
+  const uint32_t index = free_sends_.back();
+  const ssize_t rc = endpoint_->send(buffer(index), size, desc_, peer, &slots_[index]);
+  if (rc == 0) {
+    free_sends_.pop_back();
+    ++sends_in_flight_;
+  } else if (rc != -FI_EAGAIN) {
+    *why = "sending a control message failed: " + endpoint_->libfabric().describe(rc);
+  }
+  return rc;
+}
+
 bool ControlChannel::flush(std::string* why) {
   if (held_ && ++held_flushes_ >= 2) {  // no announcement followed it: let it go
     queued_.push_back(std::move(*held_));
@@ -113,18 +120,11 @@ bool ControlChannel::flush(std::string* why) {
   }
   while (!queued_.empty() && !free_sends_.empty()) {
     const Queued& next = queued_.front();
-    const uint32_t index = free_sends_.back();
-    std::memcpy(buffer(index), next.bytes.data(), next.bytes.size());
-    const ssize_t rc = endpoint_->send(buffer(index), next.bytes.size(), desc_, next.peer,
-                                       &slots_[index]);
+    std::memcpy(buffer(free_sends_.back()), next.bytes.data(), next.bytes.size());
+    const ssize_t rc = post_free_buffer(next.bytes.size(), next.peer, why);
     if (rc == -FI_EAGAIN) return true;  // the provider is busy: the next progress retries
-    if (rc != 0) {
-      *why = "sending a control message failed: " + endpoint_->libfabric().describe(rc);
-      return false;
-    }
-    free_sends_.pop_back();
+    if (rc != 0) return false;
     queued_.pop_front();
-    ++sends_in_flight_;
   }
   return true;
 }

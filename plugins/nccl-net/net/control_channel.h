@@ -53,6 +53,9 @@ class ControlChannel {
  private:
   explicit ControlChannel(Endpoint& endpoint) : endpoint_(&endpoint) {}
   uint8_t* buffer(size_t index) const { return memory_ + index * kControlBufferSize; }
+  // Sends the first `size` bytes of the last free send buffer to `peer`: 0 (the buffer is
+  // then in flight), -FI_EAGAIN (it stays free), or another failure, described in `why`.
+  ssize_t post_free_buffer(size_t size, fi_addr_t peer, std::string* why);
 
   struct Queued {
     std::vector<uint8_t> bytes;
