@@ -277,6 +277,7 @@ double plugin_round_trips(Net& net, Channel& ch, bool first, const Options& o, v
     while (request == nullptr) {
       check(net.irecv(recv_comm, 1, &data, &size, &tag, mhs, &request) == ncclSuccess,
             "plugin: irecv failed");
+      check_deadline("a plugin receive to be posted");
     }
     return request;
   };
@@ -284,6 +285,7 @@ double plugin_round_trips(Net& net, Channel& ch, bool first, const Options& o, v
     for (int done = 0; !done;) {
       int sizes[1] = {0};
       check(net.test(request, &done, sizes) == ncclSuccess, what);
+      check_deadline("a plugin round trip");
     }
   };
   auto send = [&] {
@@ -291,6 +293,7 @@ double plugin_round_trips(Net& net, Channel& ch, bool first, const Options& o, v
     while (request == nullptr) {
       check(net.isend(send_comm, buffer, o.size, 0, send_mh, &request) == ncclSuccess,
             "plugin: isend failed");
+      check_deadline("a plugin send to be posted");
     }
     return request;
   };
@@ -342,39 +345,53 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// One plugin connection within 30 s: `listener` listens (its listen comm left in *listen)
+// and sends the handle over `ch`; the other connects with it.  The comm; `what` names it.
+void* connect_comm(Net& net, Channel& ch, bool listener, void** listen, const char* what) {
+  void* comm = nullptr;
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  if (listener) {
+    uint8_t handle[NCCL_NET_HANDLE_MAXSIZE];
+    check(net.listen(0, handle, listen) == ncclSuccess, "plugin: listen failed");
+    ch.send(std::vector<uint8_t>(handle, handle + sizeof handle));
+    while (comm == nullptr && Clock::now() < deadline) {
+      check(net.accept(*listen, &comm) == ncclSuccess, "plugin: accept failed");
+    }
+  } else {
+    std::vector<uint8_t> handle = ch.receive();
+    while (comm == nullptr && Clock::now() < deadline) {
+      check(net.connect(0, handle.data(), &comm) == ncclSuccess, "plugin: connect failed");
+    }
+  }
+  check(comm != nullptr, std::string("plugin: no ") + what + " within 30 s");
+  return comm;
+}
+
+// Raw libfabric's key for `buffer`: `offering` sends its RMA base and key over `ch`, the other
+// side receives them into *remote_base and *key.
+void exchange_raw_key(Channel& ch, RawFabric& raw, bool offering, uint8_t* buffer,
+                      uint64_t* remote_base, uint64_t* key) {
+  if (offering) {
+    ch.send(u64_bytes(raw.virt_addr() ? reinterpret_cast<uintptr_t>(buffer) : 0, raw.key()));
+  } else {
+    const std::vector<uint8_t> b = ch.receive();
+    std::memcpy(remote_base, b.data(), 8);
+    std::memcpy(key, b.data() + 8, 8);
+  }
+}
+
 // --latency: a second connection the other way (the sender listens, the receiver connects),
 // raw keys both ways, then round trips, the receiver sending first; plugin and raw rounds
 // alternate, each figure the median.
 int latency_rounds(Net& net, Channel& ch, bool receiver, const Options& o, void* comm, void* mh,
                    RawFabric& raw, uint8_t* buffer, uint64_t remote_base, uint64_t key) {
-  void* back = nullptr;
   void* listen = nullptr;
-  const auto deadline = Clock::now() + std::chrono::seconds(30);
-  if (!receiver) {
-    uint8_t handle[NCCL_NET_HANDLE_MAXSIZE];
-    check(net.listen(0, handle, &listen) == ncclSuccess, "plugin: listen failed");
-    ch.send(std::vector<uint8_t>(handle, handle + sizeof handle));
-    while (back == nullptr && Clock::now() < deadline) {
-      check(net.accept(listen, &back) == ncclSuccess, "plugin: accept failed");
-    }
-  } else {
-    std::vector<uint8_t> handle = ch.receive();
-    while (back == nullptr && Clock::now() < deadline) {
-      check(net.connect(0, handle.data(), &back) == ncclSuccess, "plugin: connect failed");
-    }
-  }
-  check(back != nullptr, "plugin: no connection back within 30 s");
+  void* back = connect_comm(net, ch, !receiver, &listen, "connection back");
   const size_t bytes = o.size * static_cast<size_t>(o.window);
   void* back_mh = nullptr;
   check(net.reg_mr(back, buffer, bytes, NCCL_PTR_HOST, &back_mh) == ncclSuccess, "plugin: regMr failed");
   // The raw key the other way (the receiver's went to the sender already).
-  if (!receiver) {
-    ch.send(u64_bytes(raw.virt_addr() ? reinterpret_cast<uintptr_t>(buffer) : 0, raw.key()));
-  } else {
-    const std::vector<uint8_t> b = ch.receive();
-    std::memcpy(&remote_base, b.data(), 8);
-    std::memcpy(&key, b.data() + 8, 8);
-  }
+  exchange_raw_key(ch, raw, !receiver, buffer, &remote_base, &key);
   // The receiver sends on `back` and receives on `comm`; the sender the other way round.
   void* send_comm = receiver ? back : comm;
   void* send_mh = receiver ? back_mh : mh;
@@ -418,20 +435,8 @@ int run(bool receiver, const Options& o, OobChannel& oob) {
   check(net->init(nullptr) == ncclSuccess, "plugin: init failed");
 
   // The plugin's connection, receiver -> sender direction of the handle.
-  void* comm = nullptr;
   void* listen = nullptr;
-  if (receiver) {
-    uint8_t handle[NCCL_NET_HANDLE_MAXSIZE];
-    check(net->listen(0, handle, &listen) == ncclSuccess, "plugin: listen failed");
-    ch.send(std::vector<uint8_t>(handle, handle + sizeof handle));
-    const auto deadline = Clock::now() + std::chrono::seconds(30);
-    while (comm == nullptr && Clock::now() < deadline) check(net->accept(listen, &comm) == ncclSuccess, "plugin: accept failed");
-  } else {
-    std::vector<uint8_t> handle = ch.receive();
-    const auto deadline = Clock::now() + std::chrono::seconds(30);
-    while (comm == nullptr && Clock::now() < deadline) check(net->connect(0, handle.data(), &comm) == ncclSuccess, "plugin: connect failed");
-  }
-  check(comm != nullptr, "plugin: no connection within 30 s");
+  void* comm = connect_comm(*net, ch, receiver, &listen, "connection");
 
   // Raw libfabric on the same provider, in the same processes.
   RawFabric raw(o.provider);
@@ -442,18 +447,11 @@ int run(bool receiver, const Options& o, OobChannel& oob) {
   HostBuffer buffer(bytes);
   std::memset(buffer.data(), receiver ? 0 : 0x5a, bytes);
   void* mh = nullptr;
-  check((receiver ? net->reg_mr(comm, buffer.data(), bytes, NCCL_PTR_HOST, &mh)
-                  : net->reg_mr(comm, buffer.data(), bytes, NCCL_PTR_HOST, &mh)) == ncclSuccess,
+  check(net->reg_mr(comm, buffer.data(), bytes, NCCL_PTR_HOST, &mh) == ncclSuccess,
         "plugin: regMr failed");
   raw.reg(buffer.data(), bytes);
   uint64_t remote_base = 0, key = 0;
-  if (receiver) {
-    ch.send(u64_bytes(raw.virt_addr() ? reinterpret_cast<uintptr_t>(buffer.data()) : 0, raw.key()));
-  } else {
-    const std::vector<uint8_t> b = ch.receive();
-    std::memcpy(&remote_base, b.data(), 8);
-    std::memcpy(&key, b.data() + 8, 8);
-  }
+  exchange_raw_key(ch, raw, receiver, buffer.data(), &remote_base, &key);
 
   if (o.latency) {
     return latency_rounds(*net, ch, receiver, o, comm, mh, raw, buffer.data(), remote_base, key);
