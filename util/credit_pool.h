@@ -105,8 +105,10 @@ class CreditPool {
   void give_shared(Slot& slot) {
     const int64_t now = slot.credits.fetch_add(1, std::memory_order_seq_cst) + 1;
     // A credit given back while a reclaimer looks may land in a slot it has already scanned:
-    // counted as a transfer, so that reclaimer looks again (see refill_and_take).
-    if (slot.revoked.load(std::memory_order_seq_cst)) moved_.fetch_add(1, std::memory_order_seq_cst);
+    // counted as a transfer, so that reclaimer looks again (see reclaim_and_take).
+    if (slot.revoked.load(std::memory_order_seq_cst)) {
+      moved_.fetch_add(1, std::memory_order_seq_cst);
+    }
     if (now > 2 * kBatch) return_batch(slot.credits, now);
   }
   bool refill_and_take(std::atomic<int64_t>& credits);
@@ -117,7 +119,7 @@ class CreditPool {
   bool reclaim_and_take();
 
   // Marks a transfer between a slot and the pool as under way for its lifetime; moved() once
-  // credits did move.  Sequentially consistent with the reclaimer's reads (see refill_and_take).
+  // credits did move.  Sequentially consistent with the reclaimer's reads (see reclaim_and_take).
   class Transfer {
    public:
     explicit Transfer(CreditPool& pool) : pool_(pool) {

@@ -161,19 +161,14 @@ static int unsigned_attr(PyObject *obj, PyObject *name, unsigned long long *out)
 	return *out == (unsigned long long)-1 && PyErr_Occurred() ? -1 : 0;
 }
 
-static PyObject *call_method(PyObject *obj, PyObject *name)
-{
-	/* (No bound method object is made: CPython looks the method up and calls it with obj.) */
-	return PyObject_CallMethodObjArgs(obj, name, NULL);
-}
-
 /* One question to a tensor: through torch.Tensor's own method when `obj` is exactly a
- * torch.Tensor (a subclass may override it), else by name. */
+ * torch.Tensor (a subclass may override it), else by name (with no bound method object made:
+ * CPython looks the method up and calls it with obj). */
 static PyObject *ask_tensor(PyObject *obj, PyObject *method, PyObject *name)
 {
 	if (method && Py_IS_TYPE(obj, (PyTypeObject *)hmr_py.torch_tensor_type))
 		return PyObject_CallFunctionObjArgs(method, obj, NULL);
-	return call_method(obj, name);
+	return PyObject_CallMethodObjArgs(obj, name, NULL);
 }
 
 static int tensor_unsigned(PyObject *obj, PyObject *method, PyObject *name,
