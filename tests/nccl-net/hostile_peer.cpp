@@ -49,7 +49,7 @@ class Hostile {
     const char* provider = std::getenv("HMR_NCCL_PROVIDER");
     auto nics = find_provider_nics(*lf, provider != nullptr ? provider : "", &why);
     if (!nics) die(why);
-    device_ = Device::open(*lf, std::move(nics->nics.front()), nics->provider, &why);
+    device_ = Device::open(*lf, std::move(nics->nics.front()), nics->provider, Settings{}, &why);
     if (!device_) die(why);
   }
 
@@ -61,7 +61,7 @@ class Hostile {
     endpoint_.reset();
     endpoint_ = Endpoint::open(device_->libfabric(), device_->info(), device_->domain(), &why);
     if (!endpoint_) die(why);
-    control_ = ControlChannel::open(*device_, *endpoint_, 16, 8, &why);
+    control_ = ControlChannel::open(*device_, *endpoint_, 16, kControlBufferSize, 8, &why);
     if (!control_ || !control_->post_receives(&why)) die(why);
     endpoint_errors_ = 0;
     return handle(nonce);
@@ -110,7 +110,10 @@ class Hostile {
     return std::nullopt;
   }
 
-  void accept_connection(uint64_t nonce, Clock::time_point deadline) {
+  // `eager_max` and `credits`: what the accept says of eager messages (net/eager.h); 0 keeps
+  // every message of the plugin's sender on announcements, which the lies below need.
+  void accept_connection(uint64_t nonce, Clock::time_point deadline, uint32_t eager_max = 0,
+                         uint32_t credits = 0) {
     for (;;) {
       auto bytes = next_message(deadline);
       if (!bytes && Clock::now() >= deadline) die("no connect request before the deadline");
@@ -120,7 +123,10 @@ class Hostile {
       const auto* request = message ? std::get_if<ConnectRequest>(&*message) : nullptr;
       if (request == nullptr || request->nonce != nonce) continue;
       if (!endpoint_->insert(request->address, &peer_, &why)) die(why);
-      send(ConnectAccept{nonce, endpoint_->address()});
+      ConnectAccept accept{nonce, endpoint_->address()};
+      accept.eager_max = eager_max;
+      accept.eager_credits = credits;
+      send(accept);
       return;
     }
   }
@@ -227,8 +233,29 @@ int run() {
     if (*step == "done") break;
     // Each step on a connection of its own: the handle goes out, the harness connects.
     if (!oob.send(h.listen(nonce), &why)) die(why);
-    h.accept_connection(nonce, deadline);
     std::string result;
+    if (*step == "step eager-over-offer" || *step == "step credits-never-owed") {
+      // Eager lies: an accept allowing more than the sender offered, or credits returned for
+      // a tag the sender never sent eagerly on.  The sender's comm fails with the reason;
+      // nothing here is answered.
+      const bool over = *step == "step eager-over-offer";
+      h.accept_connection(nonce, deadline, over ? kMaxEagerSize : 1024, 16);
+      if (!over) {
+        EagerCredit credit;
+        credit.count = 1;
+        credit.tags[0] = TagCredit{4, 5};
+        h.send(credit);
+      }
+      while (Clock::now() < deadline) {
+        pollfd p{oob.fd(), POLLIN, 0};
+        if (poll(&p, 1, 0) > 0) break;
+        h.next_message(Clock::now());
+      }
+      if (!oob.receive_text(deadline, &why)) die(why);  // sender-done
+      if (!oob.send("ok", &why)) die(why);
+      continue;
+    }
+    h.accept_connection(nonce, deadline);
     if (*step == "step unregistered") {
       // Past the registered 4 KiB, in the unregistered part of the mapping, with a key that
       // names nothing.

@@ -59,40 +59,45 @@ bool barrier(OobChannel* oob, Rank& rank, const std::string& name, Failures* f) 
   return f->check(*got == name, "barrier " + name + ": the peer is at " + *got);
 }
 
-// A message larger than the receive posted for it: the sender's isend fails (nothing is
-// written), the receiver's test fails, each with a logged reason; then the comms still work.
-void too_large(Rank& rank, Link& link, Failures* f) {
-  HostBuffer recv_buffer(4096), send_buffer(4096);
+// A message larger than the receive posted for it: the receiver's test fails with a logged
+// reason, and so does the sender's isend where it can tell (nothing is written); then the
+// comms still work.  A message of up to the eager max may leave before the sender can tell
+// (net/eager.h): then only the receiver fails.  One over the eager max into an eager-only
+// (unannounced) receive is refused by the sender once the receiver announces it after all.
+void too_large(Rank& rank, Link& link, size_t message, Failures* f) {
+  constexpr size_t kPosted = 1024;
+  const std::string what = "too-large (" + std::to_string(message) + " bytes): ";
+  HostBuffer recv_buffer(kPosted), send_buffer(message);
   void* recv_mh = nullptr;
   void* send_mh = nullptr;
-  if (!f->check(rank.net().reg_mr(link.recv, recv_buffer.data(), 4096, NCCL_PTR_HOST, &recv_mh) == ncclSuccess &&
-                    rank.net().reg_mr(link.send, send_buffer.data(), 4096, NCCL_PTR_HOST, &send_mh) == ncclSuccess,
-                "too-large: regMr failed")) {
+  if (!f->check(rank.net().reg_mr(link.recv, recv_buffer.data(), kPosted, NCCL_PTR_HOST, &recv_mh) == ncclSuccess &&
+                    rank.net().reg_mr(link.send, send_buffer.data(), message, NCCL_PTR_HOST, &send_mh) == ncclSuccess,
+                what + "regMr failed")) {
     return;
   }
+  const int tag = 300 + static_cast<int>(message % 1000);
   const size_t mark = log_mark();
   void* recv_request = nullptr;
   void* data[1] = {recv_buffer.data()};
-  size_t sizes[1] = {1024};
-  int tags[1] = {300};
+  size_t sizes[1] = {kPosted};
+  int tags[1] = {tag};
   void* mhs[1] = {recv_mh};
   while (recv_request == nullptr && !rank.expired()) {
     if (!f->check(rank.net().irecv(link.recv, 1, data, sizes, tags, mhs, &recv_request) == ncclSuccess,
-                  "too-large: irecv failed")) {
+                  what + "irecv failed")) {
       return;
     }
   }
-  bool send_failed = false, recv_failed = false;
-  while ((!send_failed || !recv_failed) && !rank.expired()) {
-    if (!send_failed) {
-      void* request = nullptr;
-      const ncclResult_t rc = rank.net().isend(link.send, send_buffer.data(), 4096, 300, send_mh, &request);
-      if (rc != ncclSuccess) {
-        send_failed = true;
-      } else if (request != nullptr) {
-        f->add("too-large: isend of 4096 bytes into a 1024-byte receive was accepted");
-        return;
-      }
+  bool send_failed = false, sent_eagerly = false, recv_failed = false;
+  void* send_request = nullptr;
+  while ((!(send_failed || sent_eagerly) || !recv_failed) && !rank.expired()) {
+    if (!send_failed && !sent_eagerly) {
+      const ncclResult_t rc = rank.net().isend(link.send, send_buffer.data(), message, tag, send_mh, &send_request);
+      send_failed = rc != ncclSuccess;
+      sent_eagerly = rc == ncclSuccess && send_request != nullptr;
+    } else if (send_request != nullptr) {
+      int done = 0;  // as NCCL tests its requests (a send may be progressed only by its test)
+      if (rank.net().test(send_request, &done, nullptr) != ncclSuccess || done) send_request = nullptr;
     }
     if (!recv_failed) {
       int done = 0;
@@ -100,18 +105,27 @@ void too_large(Rank& rank, Link& link, Failures* f) {
       if (rc != ncclSuccess) {
         recv_failed = true;
       } else if (done) {
-        f->add("too-large: the 1024-byte receive completed");
+        f->add(what + "the 1024-byte receive completed");
         return;
       }
     }
   }
-  f->check(send_failed && recv_failed, std::string("too-large: at the deadline the sender ") +
-                                           (send_failed ? "had" : "had not") + " failed, the receiver " +
-                                           (recv_failed ? "had" : "had not"));
-  f->check(warned_since(mark, "posted a buffer of only 1024 bytes"),
-           "too-large: the sender logged no reason:" + warnings_since(mark));
-  f->check(warned_since(mark, "larger than the posted buffer"),
-           "too-large: the receiver logged no reason:" + warnings_since(mark));
+  for (int done = 0; send_request != nullptr && !done && !rank.expired();) {
+    if (rank.net().test(send_request, &done, nullptr) != ncclSuccess) break;
+  }
+  f->check((send_failed || sent_eagerly) && recv_failed,
+           what + "at the deadline the sender " + (send_failed ? "had failed" : sent_eagerly ? "had sent" : "had done nothing") +
+               ", the receiver " + (recv_failed ? "had" : "had not") + " failed");
+  if (message > 8192 || send_failed) {
+    f->check(send_failed, what + "the sender took a message over the eager max for an eager-only receive");
+    f->check(warned_since(mark, "posted a buffer of only 1024 bytes"),
+             what + "the sender logged no reason:" + warnings_since(mark));
+    f->check(warned_since(mark, "larger than the posted buffer"),
+             what + "the receiver logged no reason:" + warnings_since(mark));
+  } else {
+    f->check(warned_since(mark, "the sender sent " + std::to_string(message) + " bytes"),
+             what + "the receiver logged no reason:" + warnings_since(mark));
+  }
   rank.net().dereg_mr(link.recv, recv_mh);
   rank.net().dereg_mr(link.send, send_mh);
 }
@@ -284,7 +298,8 @@ void transfer_scenario(Rank& rank, OobChannel* oob, Failures* f) {
   }
 
   if (!barrier(oob, rank, "too-large", f)) return;
-  too_large(rank, link, f);
+  too_large(rank, link, 4096, f);
+  too_large(rank, link, 16384, f);
   if (!barrier(oob, rank, "after-too-large", f)) return;
   rank.exchange(link, {{{64, 7, 64}}}, {{64, 7, 64}}, seed_out, seed_in, f);
   phase("too large");
@@ -434,10 +449,12 @@ TEST(OneProcess, LoopbackConnection) {
 }
 
 // PXN and shared comms: two senders feed one grouped receive, and one may be a step ahead.
-// Two grouped receives tagged {1, 2}; isend(tag 1) twice.  The second has no unused tag-1
-// buffer in the oldest receive: no request (NCCL calls again), never an error; once tag 2
-// filled the first receive, it goes into the second.  Every buffer gets its own message.
-TEST(OneProcess, AGroupedReceiveWaitsForASenderThatIsAStepAhead) {
+// Two grouped receives tagged {1, 2}; isend(tag 1) twice, then tag 2 twice.  The second
+// tag-1 message goes into the second receive's tag-1 buffer (the k-th isend of a tag fills
+// the k-th posted buffer of that tag), never an error and never into the first receive; the
+// first receive completes only once tag 2 filled it.  Every buffer gets its own message,
+// whether the messages move eagerly or by RMA (the ctest hmr_nccl_net_harness_*_no_eager).
+TEST(OneProcess, AGroupedReceiveIsFilledPerTagWhateverOrderItsSendersComeIn) {
   Failures f;
   Rank rank(table(11), 0, kScenarioBudget);
   ASSERT_TRUE(rank.start(library(), &f)) << f.text();
@@ -483,18 +500,13 @@ TEST(OneProcess, AGroupedReceiveWaitsForASenderThatIsAStepAhead) {
   void* sends[4] = {};
   ASSERT_EQ(isend(0, 1, &sends[0]), ncclSuccess);
   ASSERT_NE(sends[0], nullptr);
-  // The step-ahead isend: no request, and no error, however often NCCL asks.
-  for (int i = 0; i < 100; ++i) {
-    ASSERT_EQ(rank.net().isend(link.send, out.data() + 1 * kSize, kSize, 1, out_mh, &sends[1]),
-              ncclSuccess)
-        << "isend of a tag the oldest receive has used failed instead of waiting";
-    ASSERT_EQ(sends[1], nullptr);
-  }
+  ASSERT_EQ(isend(1, 1, &sends[1]), ncclSuccess) << "the step-ahead isend failed";
+  ASSERT_NE(sends[1], nullptr) << "the step-ahead send never went into the second receive";
+  for (int i = 0; i < 1000; ++i) poll_receives();
   EXPECT_FALSE(received[0]) << "the first receive completed with its tag-2 buffer unsent";
+  EXPECT_FALSE(received[1]) << "the second receive completed with its tag-2 buffer unsent";
   ASSERT_EQ(isend(2, 2, &sends[2]), ncclSuccess);
   ASSERT_NE(sends[2], nullptr);
-  ASSERT_EQ(isend(1, 1, &sends[1]), ncclSuccess);
-  ASSERT_NE(sends[1], nullptr) << "the step-ahead send never went into the second receive";
   ASSERT_EQ(isend(3, 2, &sends[3]), ncclSuccess);
   ASSERT_NE(sends[3], nullptr);
   const auto deadline = Clock::now() + std::chrono::seconds(20);
@@ -524,6 +536,164 @@ TEST(OneProcess, AGroupedReceiveWaitsForASenderThatIsAStepAhead) {
   }
   EXPECT_EQ(rank.net().dereg_mr(link.recv, in_mh), ncclSuccess);
   EXPECT_EQ(rank.net().dereg_mr(link.send, out_mh), ncclSuccess);
+  rank.close(&link, &f);
+  EXPECT_EQ(rank.net().finalize(), ncclSuccess);
+  EXPECT_TRUE(f.ok()) << f.text();
+}
+
+// Whether this run moves small messages eagerly (plugins/nccl-net/net/eager.h): the default,
+// unless a ctest variant sets HMR_NCCL_EAGER_MAX=0.
+bool eager_on() {
+  const char* text = std::getenv("HMR_NCCL_EAGER_MAX");
+  return text == nullptr || std::atol(text) > 0;
+}
+
+// Posts one receive of `size` bytes at `data` with `tag` (retrying while the comm's requests
+// are all in use) and tests it to the end: the size received, or -1 with a failure.
+int receive_one(Rank& rank, Link& link, void* data, size_t size, int tag, void* mh, Failures* f) {
+  void* request = nullptr;
+  void* datas[1] = {data};
+  size_t sizes[1] = {size};
+  int tags[1] = {tag};
+  void* mhs[1] = {mh};
+  while (request == nullptr && !rank.expired()) {
+    if (!f->check(rank.net().irecv(link.recv, 1, datas, sizes, tags, mhs, &request) == ncclSuccess,
+                  "irecv failed")) {
+      return -1;
+    }
+  }
+  for (int done = 0, received = -1; !rank.expired();) {
+    if (!f->check(rank.net().test(request, &done, &received) == ncclSuccess, "receive failed")) return -1;
+    if (done) return received;
+  }
+  f->add("a receive did not complete before the deadline");
+  return -1;
+}
+
+// The eager protocol (net/eager.h): a message of up to the eager max leaves before its
+// receive is posted and lands once it is; a tag has 16 eager messages unconsumed at most
+// (then no request until the receiver consumed some); a larger message waits for its
+// announcement; a small message into an announced (large) receive and an empty message land
+// too.  With HMR_NCCL_EAGER_MAX=0 nothing leaves before its receive is posted.
+TEST(Eager, SmallMessagesLeaveBeforeTheirReceiveAndCreditsBoundThem) {
+  Failures f;
+  Rank rank(table(11), 0, kScenarioBudget);
+  ASSERT_TRUE(rank.start(library(), &f)) << f.text();
+  Link link;
+  ASSERT_TRUE(rank.connect_both(nullptr, &link, &f)) << f.text();
+  constexpr size_t kSmall = 4096;
+  constexpr size_t kCredits = 16;
+  constexpr size_t kLarge = 65536;
+  HostBuffer out((kCredits + 1) * kSmall + kLarge), in((kCredits + 1) * kSmall + kLarge);
+  void* out_mh = nullptr;
+  void* in_mh = nullptr;
+  ASSERT_EQ(rank.net().reg_mr(link.send, out.data(), out.size(), NCCL_PTR_HOST, &out_mh), ncclSuccess);
+  ASSERT_EQ(rank.net().reg_mr(link.recv, in.data(), in.size(), NCCL_PTR_HOST, &in_mh), ncclSuccess);
+  for (size_t m = 0; m <= kCredits; ++m) fill_pattern(out.data() + m * kSmall, kSmall, 500 + m);
+  uint8_t* const large_out = out.data() + (kCredits + 1) * kSmall;
+  fill_pattern(large_out, kLarge, 499);
+  std::memset(in.data(), 0, in.size());
+
+  std::vector<void*> sends;
+  for (size_t m = 0; m < kCredits; ++m) {
+    void* request = nullptr;
+    ASSERT_EQ(rank.net().isend(link.send, out.data() + m * kSmall, kSmall, 5, out_mh, &request), ncclSuccess);
+    if (!eager_on()) {
+      EXPECT_EQ(request, nullptr) << "a message left before its receive was announced";
+      break;
+    }
+    ASSERT_NE(request, nullptr) << "eager message " << m << " did not leave before its receive";
+    sends.push_back(request);
+  }
+  void* extra = nullptr;
+  void* large = nullptr;
+  for (int i = 0; i < 200; ++i) {
+    if (eager_on()) {
+      ASSERT_EQ(rank.net().isend(link.send, out.data() + kCredits * kSmall, kSmall, 5, out_mh, &extra), ncclSuccess);
+      ASSERT_EQ(extra, nullptr) << "a 17th eager message left with 16 unconsumed";
+    }
+    ASSERT_EQ(rank.net().isend(link.send, large_out, kLarge, 6, out_mh, &large), ncclSuccess);
+    ASSERT_EQ(large, nullptr) << "a message over the eager max left before its announcement";
+  }
+  // The receives: the 16 that came early, then the 17th (sent as credits come back).
+  for (size_t m = 0; m <= kCredits; ++m) {
+    if (m == sends.size() || (m == kCredits && eager_on())) {
+      void* request = nullptr;
+      void* datas[1] = {in.data() + m * kSmall};
+      size_t sizes[1] = {kSmall};
+      int tags[1] = {5};
+      void* mhs[1] = {in_mh};
+      ASSERT_EQ(rank.net().irecv(link.recv, 1, datas, sizes, tags, mhs, &request), ncclSuccess);
+      ASSERT_NE(request, nullptr);
+      while (extra == nullptr && sends.size() == m && !rank.expired()) {
+        int done = 0;
+        ASSERT_EQ(rank.net().test(request, &done, nullptr), ncclSuccess);
+        ASSERT_EQ(rank.net().isend(link.send, out.data() + m * kSmall, kSmall, 5, out_mh, &extra), ncclSuccess);
+      }
+      ASSERT_NE(extra, nullptr) << "message " << m << " never left";
+      sends.push_back(extra);
+      extra = nullptr;
+      for (int done = 0, received = -1; !done && !rank.expired();) {
+        ASSERT_EQ(rank.net().test(request, &done, &received), ncclSuccess);
+        if (done) { EXPECT_EQ(received, static_cast<int>(kSmall)); }
+      }
+      continue;
+    }
+    EXPECT_EQ(receive_one(rank, link, in.data() + m * kSmall, kSmall, 5, in_mh, &f), static_cast<int>(kSmall));
+  }
+  for (void* request : sends) {
+    for (int done = 0; !done && !rank.expired();) ASSERT_EQ(rank.net().test(request, &done, nullptr), ncclSuccess);
+  }
+  for (size_t m = 0; m <= kCredits; ++m) {
+    EXPECT_EQ(find_pattern_mismatch(in.data() + m * kSmall, kSmall, 500 + m), SIZE_MAX) << "message " << m;
+  }
+  // The large message once its receive is announced; a small one into a large receive; an
+  // empty one.
+  {
+    void* request = nullptr;
+    void* datas[1] = {in.data() + (kCredits + 1) * kSmall};
+    size_t sizes[1] = {kLarge};
+    int tags[1] = {6};
+    void* mhs[1] = {in_mh};
+    ASSERT_EQ(rank.net().irecv(link.recv, 1, datas, sizes, tags, mhs, &request), ncclSuccess);
+    ASSERT_NE(request, nullptr);
+    while (large == nullptr && !rank.expired()) {
+      int done = 0;
+      ASSERT_EQ(rank.net().test(request, &done, nullptr), ncclSuccess);
+      ASSERT_EQ(rank.net().isend(link.send, large_out, kLarge, 6, out_mh, &large), ncclSuccess);
+    }
+    ASSERT_NE(large, nullptr);
+    for (int done = 0, received = -1; !done && !rank.expired();) {
+      ASSERT_EQ(rank.net().test(request, &done, &received), ncclSuccess);
+      if (done) { EXPECT_EQ(received, static_cast<int>(kLarge)); }
+    }
+    for (int done = 0; !done && !rank.expired();) ASSERT_EQ(rank.net().test(large, &done, nullptr), ncclSuccess);
+    EXPECT_EQ(find_pattern_mismatch(in.data() + (kCredits + 1) * kSmall, kLarge, 499), SIZE_MAX);
+  }
+  for (const size_t message : {size_t{100}, size_t{0}}) {
+    void* request = nullptr;
+    if (eager_on()) {
+      ASSERT_EQ(rank.net().isend(link.send, out.data(), message, 7, out_mh, &request), ncclSuccess);
+      ASSERT_NE(request, nullptr) << message << " bytes did not leave before their receive";
+    }
+    void* recv_request = nullptr;
+    void* datas[1] = {in.data()};
+    size_t sizes[1] = {kLarge};
+    int tags[1] = {7};
+    void* mhs[1] = {in_mh};
+    ASSERT_EQ(rank.net().irecv(link.recv, 1, datas, sizes, tags, mhs, &recv_request), ncclSuccess);
+    while (request == nullptr && !rank.expired()) {
+      ASSERT_EQ(rank.net().isend(link.send, out.data(), message, 7, out_mh, &request), ncclSuccess);
+    }
+    for (int done = 0, received = -1; !done && !rank.expired();) {
+      ASSERT_EQ(rank.net().test(recv_request, &done, &received), ncclSuccess);
+      if (done) { EXPECT_EQ(received, static_cast<int>(message)); }
+    }
+    for (int done = 0; !done && !rank.expired();) ASSERT_EQ(rank.net().test(request, &done, nullptr), ncclSuccess);
+    EXPECT_EQ(find_pattern_mismatch(in.data(), message, 500), SIZE_MAX);
+  }
+  EXPECT_EQ(rank.net().dereg_mr(link.send, out_mh), ncclSuccess);
+  EXPECT_EQ(rank.net().dereg_mr(link.recv, in_mh), ncclSuccess);
   rank.close(&link, &f);
   EXPECT_EQ(rank.net().finalize(), ncclSuccess);
   EXPECT_TRUE(f.ok()) << f.text();
@@ -723,18 +893,25 @@ TEST(PeerDeath, ARankKilledAfterConnectingFailsTheOtherSidesCommsNeverHangs) {
   ASSERT_EQ(rank.net().reg_mr(link.send, buffer.data(), 4096, NCCL_PTR_HOST, &send_mh), ncclSuccess);
   ASSERT_EQ(rank.net().reg_mr(link.recv, buffer.data(), 4096, NCCL_PTR_HOST, &recv_mh), ncclSuccess);
   const auto start = Clock::now();
-  // The send: no announcement will ever come; isend must turn into an error.
+  // The sends: no announcement will ever come, and eager messages (net/eager.h) may leave
+  // before the death is noticed, as bytes into a socket would, until the tag's credits are
+  // spent; isend or test must turn into an error.
   const size_t send_mark = log_mark();
   ncclResult_t rc = ncclSuccess;
-  void* request = nullptr;
-  while (rc == ncclSuccess && request == nullptr && !rank.expired()) {
-    rc = rank.net().isend(link.send, buffer.data(), 64, 1, send_mh, &request);
-  }
-  int done = 0;
-  while (rc == ncclSuccess && request != nullptr && !done && !rank.expired()) {
-    rc = rank.net().test(request, &done, nullptr);  // (tcp may take the write, then fail)
+  int completed = 0;
+  while (rc == ncclSuccess && !rank.expired()) {
+    void* request = nullptr;
+    while (rc == ncclSuccess && request == nullptr && !rank.expired()) {
+      rc = rank.net().isend(link.send, buffer.data(), 64, 1, send_mh, &request);
+    }
+    int done = 0;
+    while (rc == ncclSuccess && request != nullptr && !done && !rank.expired()) {
+      rc = rank.net().test(request, &done, nullptr);  // (tcp may take the write, then fail)
+    }
+    completed += done;
   }
   EXPECT_NE(rc, ncclSuccess) << "the send to a dead rank never failed";
+  EXPECT_LE(completed, 16) << "more eager sends completed than the receiver gave credits for";
   EXPECT_TRUE(warned_since(send_mark, "send comm failed")) << warnings_since(send_mark);
   // The receive: no data will ever come.
   const size_t recv_mark = log_mark();
@@ -744,7 +921,7 @@ TEST(PeerDeath, ARankKilledAfterConnectingFailsTheOtherSidesCommsNeverHangs) {
   void* mhs[1] = {recv_mh};
   void* recv_request = nullptr;
   rc = rank.net().irecv(link.recv, 1, data, sizes, tags, mhs, &recv_request);
-  done = 0;
+  int done = 0;
   int received[1] = {0};
   while (rc == ncclSuccess && recv_request != nullptr && !done && !rank.expired()) {
     rc = rank.net().test(recv_request, &done, received);
@@ -819,6 +996,40 @@ TEST(HostilePeer, LyingAnnouncementsAndGarbageAreErrorsOnBothSides) {
   if (garbage_send != nullptr) {
     EXPECT_EQ(rank.net().dereg_mr(garbage_send, garbage_mh), ncclSuccess);
     EXPECT_EQ(rank.net().close_send(garbage_send), ncclSuccess);
+  }
+
+  // Eager lies (net/eager.h): an accept that allows more than the sender offered, and
+  // credits for a tag never sent on.  The comm fails, while connecting or at the next isend
+  // or test, with the reason.
+  for (const auto& [step, reason] : {std::pair{"eager-over-offer", "answered eager max"},
+                                     std::pair{"credits-never-owed", "never sent messages for"}}) {
+    SCOPED_TRACE(step);
+    const size_t mark = log_mark();
+    ASSERT_TRUE(peer->channel().send(std::string("step ") + step, &why)) << why;
+    auto handle = peer->channel().receive(rank.deadline(), &why);
+    ASSERT_TRUE(handle && handle->size() == NCCL_NET_HANDLE_MAXSIZE) << why;
+    void* send = nullptr;
+    rc = ncclSuccess;
+    while (rc == ncclSuccess && send == nullptr && !rank.expired()) {
+      rc = rank.net().connect(0, handle->data(), &send);
+    }
+    void* mh = nullptr;
+    if (send != nullptr) {
+      ASSERT_EQ(rank.net().reg_mr(send, buffer.data(), kMiB, NCCL_PTR_HOST, &mh), ncclSuccess);
+      rc = send_to_the_end(rank, send, buffer.data(), 64, 9, mh);
+      while (rc == ncclSuccess && !rank.expired()) {
+        rc = send_to_the_end(rank, send, buffer.data(), 64, 9, mh);
+      }
+    }
+    EXPECT_EQ(rc, ncclRemoteError);
+    EXPECT_TRUE(warned_since(mark, reason)) << warnings_since(mark);
+    ASSERT_TRUE(peer->channel().send(std::string("sender-done"), &why)) << why;
+    auto answer_ok = peer->channel().receive_text(rank.deadline(), &why);
+    EXPECT_TRUE(answer_ok && *answer_ok == "ok") << why;
+    if (send != nullptr) {
+      EXPECT_EQ(rank.net().dereg_mr(send, mh), ncclSuccess);
+      EXPECT_EQ(rank.net().close_send(send), ncclSuccess);
+    }
   }
 
   struct Lie {

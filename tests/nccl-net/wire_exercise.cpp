@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "wire/control_message.h"
+#include "wire/eager_data.h"
 #include "wire/listen_handle.h"
 #include "wire/write_completion.h"
 
@@ -50,6 +51,9 @@ std::string exercise_wire_parsers(const uint8_t* data, size_t size) {
     const WriteCompletion c = decode_write_completion(cq_data);
     if (encode(c) != cq_data) return "remote CQ data does not survive decode and encode";
     if (c.size > kMaxMessageSize) return "remote CQ data decodes to a size over the limit";
+    if (encode(decode_eager_address(cq_data)) != cq_data) {
+      return "an eager message's CQ data does not survive decode and encode";
+    }
   }
   return {};
 }

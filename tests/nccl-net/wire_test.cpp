@@ -7,9 +7,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <cstdint>
 #include <random>
 
 #include "wire/control_message.h"
+#include "wire/eager_data.h"
 #include "wire/listen_handle.h"
 #include "wire/write_completion.h"
 #include "wire_exercise.h"
@@ -32,20 +34,30 @@ std::array<uint8_t, kHandleSize> valid_handle(size_t address_size = 16) {
 
 std::vector<std::vector<uint8_t>> valid_messages() {
   ReceiveAnnouncement announcement;
-  announcement.sequence = 0xfedcba98u;  // the round trip below keeps every field
-  announcement.slot = 31;
+  announcement.slot = 31;  // the round trip below keeps every field
   announcement.generation = 200;
   announcement.count = kMaxRecvs;
   for (size_t i = 0; i < kMaxRecvs; ++i) {
-    announcement.buffers[i] = AnnouncedBuffer{0x7f0000000000ull + i * 4096, 4096 + i, 0xabcdef00ull + i, static_cast<int32_t>(i) - 3};
+    announcement.buffers[i] = AnnouncedBuffer{0x7f0000000000ull + i * 4096, 4096 + i, 0xabcdef00ull + i,
+                                              static_cast<int32_t>(i) - 3, 0xfedcba98u + static_cast<uint32_t>(i)};
   }
   ReceiveAnnouncement one;
   one.count = 1;
-  one.buffers[0] = AnnouncedBuffer{0, 0, 0, 0};
-  return {encode(ConnectRequest{7, address(16)}), encode(ConnectAccept{9, address(kMaxFabricAddress)}),
+  one.buffers[0] = AnnouncedBuffer{0, 0, 0, 0, 0};
+  ConnectAccept accept{9, address(kMaxFabricAddress), 1234, 0x55aa};
+  accept.eager_max = kMaxEagerSize;
+  accept.eager_credits = kMaxEagerCredits;
+  EagerCredit credit;
+  credit.count = kMaxRecvs;
+  for (size_t i = 0; i < kMaxRecvs; ++i) {
+    credit.tags[i] = TagCredit{static_cast<int32_t>(i) - 4, 0xfffffff0u + static_cast<uint32_t>(i)};
+  }
+  return {encode(ConnectRequest{7, address(16)}), encode(accept),
           encode(announcement), encode(one),
           encode(SendFailure{3, 4, 5, SendFailureReason::too_large, 1 << 20}),
-          encode(SendFailure{0, 0, 0, SendFailureReason::write_failed, 0})};
+          encode(SendFailure{0, 0, 0, SendFailureReason::write_failed, 0}),
+          encode(credit),
+          encode(EagerFailure{-7, 0xffffffffu, EagerFailureReason::send_failed, kMaxEagerSize})};
 }
 
 void expect_invariants(const std::vector<uint8_t>& bytes, const std::string& what) {
@@ -151,11 +163,24 @@ TEST(ControlMessage, FieldsOutOfRangeAreRefusedWithTheirName) {
   ReceiveAnnouncement wraps = a;
   wraps.buffers[0] = AnnouncedBuffer{~0ull - 10, 100, 0, 0};
   auto nine = with(a);
-  nine[14] = 9;  // the count byte (after the header, sequence, slot and generation)
+  nine[10] = 9;  // the count byte (after the header, slot and generation)
   auto zero = with(a);
-  zero[14] = 0;
+  zero[10] = 0;
   auto reason = encode(SendFailure{});
   reason[11] = 99;  // the reason's low byte
+  ConnectRequest eager_over{1, address(4)};
+  eager_over.eager_max = kMaxEagerSize + 1;
+  ConnectAccept credits_over{1, address(4)};
+  credits_over.eager_credits = kMaxEagerCredits + 1;
+  EagerCredit no_tags;
+  EagerCredit credit_nine;
+  credit_nine.count = 1;
+  auto nine_tags = encode(credit_nine);
+  nine_tags[8] = 9;  // the count byte, right after the header
+  auto eager_reason = encode(EagerFailure{});
+  eager_reason[16] = 2;  // the reason's low byte (after tag and ordinal)
+  EagerFailure eager_size;
+  eager_size.size = kMaxEagerSize + 1;
   const std::vector<Case> cases = {
       {with(slot), "slot"},
       {with(too_big), "buffer size"},
@@ -166,6 +191,12 @@ TEST(ControlMessage, FieldsOutOfRangeAreRefusedWithTheirName) {
       {encode(ConnectRequest{0, address(4)}), "nonce"},
       {encode(ConnectRequest{1, {}}), "address"},
       {encode(ConnectAccept{1, address(kMaxFabricAddress + 1)}), "address"},
+      {encode(eager_over), "eager max"},
+      {encode(credits_over), "eager credits"},
+      {encode(no_tags), "count"},
+      {nine_tags, "count"},
+      {eager_reason, "reason"},
+      {encode(eager_size), "size"},
   };
   for (const Case& c : cases) {
     std::string why;
@@ -194,6 +225,18 @@ TEST(ControlMessage, EveryTruncationIsRefused) {
       EXPECT_FALSE(why.empty());
     }
   }
+}
+
+TEST(EagerAddress, FieldsSurviveAndOrdinalsCompareAcrossTheWrap) {
+  for (const EagerAddress a : {EagerAddress{-1, 0}, EagerAddress{INT32_MIN, 0xffffffffu},
+                               EagerAddress{INT32_MAX, 12345}}) {
+    const EagerAddress b = decode_eager_address(encode(a));
+    EXPECT_EQ(b.tag, a.tag);
+    EXPECT_EQ(b.ordinal, a.ordinal);
+  }
+  EXPECT_TRUE(ordinal_before(0xfffffffeu, 1));
+  EXPECT_FALSE(ordinal_before(1, 0xfffffffeu));
+  EXPECT_FALSE(ordinal_before(5, 5));
 }
 
 TEST(WriteCompletion, FieldsSurvive) {

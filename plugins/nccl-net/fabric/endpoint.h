@@ -51,6 +51,10 @@ class Endpoint {
   // Each returns 0, -FI_EAGAIN (progress and retry) or another negative FI_E* code.
   ssize_t post_receive(void* buf, size_t len, void* desc, OperationContext* context);
   ssize_t send(const void* buf, size_t len, void* desc, fi_addr_t peer, OperationContext* context);
+  ssize_t send_with_data(const void* buf, size_t len, void* desc, uint64_t data, fi_addr_t peer,
+                         OperationContext* context);
+  ssize_t write(const void* buf, size_t len, void* desc, fi_addr_t peer, uint64_t remote_addr,
+                uint64_t key, OperationContext* context);
   ssize_t write_with_data(const void* buf, size_t len, void* desc, uint64_t data, fi_addr_t peer,
                           uint64_t remote_addr, uint64_t key, OperationContext* context);
   ssize_t read(void* buf, size_t len, void* desc, fi_addr_t peer, uint64_t remote_addr,

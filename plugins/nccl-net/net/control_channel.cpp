@@ -11,11 +11,13 @@
 namespace hmr::nccl {
 
 std::unique_ptr<ControlChannel> ControlChannel::open(Device& device, Endpoint& endpoint,
-                                                     size_t receives, size_t sends,
-                                                     std::string* why) {
+                                                     size_t receives, size_t receive_size,
+                                                     size_t sends, std::string* why) {
   std::unique_ptr<ControlChannel> channel(new ControlChannel(endpoint));
   const size_t count = receives + sends;
-  const size_t bytes = ((count + 1) * kControlBufferSize + 4095) / 4096 * 4096;  // + scratch
+  if (receive_size < kControlBufferSize) receive_size = kControlBufferSize;
+  const size_t bytes =
+      (receives * receive_size + (sends + 1) * kControlBufferSize + 4095) / 4096 * 4096;  // + scratch
   channel->memory_ = static_cast<uint8_t*>(std::aligned_alloc(4096, bytes));
   if (channel->memory_ == nullptr) {
     *why = "cannot allocate " + std::to_string(bytes) + " bytes of control buffers";
@@ -32,6 +34,7 @@ std::unique_ptr<ControlChannel> ControlChannel::open(Device& device, Endpoint& e
   }
   channel->desc_ = hmr_mr_desc(channel->mr_);
   channel->receives_ = receives;
+  channel->receive_size_ = receive_size;
   channel->slots_.resize(count);
   for (size_t i = 0; i < count; ++i) {
     Operation& op = channel->slots_[i];
@@ -57,7 +60,7 @@ bool ControlChannel::post_receives(std::string* why) {
 }
 
 bool ControlChannel::repost(Operation& op, std::string* why) {
-  const ssize_t rc = endpoint_->post_receive(buffer(op.index), kControlBufferSize, desc_, &op);
+  const ssize_t rc = endpoint_->post_receive(buffer(op.index), receive_size_, desc_, &op);
   if (rc != 0) {
     // Receive queues are sized for every buffer a comm posts, so EAGAIN here is a fault too.
     *why = "posting a control receive buffer failed: " + endpoint_->libfabric().describe(rc);
@@ -130,7 +133,7 @@ bool ControlChannel::flush(std::string* why) {
 }
 
 std::span<const uint8_t> ControlChannel::received(const Operation& op, size_t len) const {
-  return std::span<const uint8_t>(buffer(op.index), len < kControlBufferSize ? len : kControlBufferSize);
+  return std::span<const uint8_t>(buffer(op.index), len < receive_size_ ? len : receive_size_);
 }
 
 void ControlChannel::sent(const Operation& op) {

@@ -1,6 +1,8 @@
-// A comm's control messages (connection set-up, receive announcements, send failures): a few
-// small buffers registered once through hmr, receive buffers kept posted, and sends that
-// queue when the provider or the buffers are busy and go out on the next progress.
+// A comm's control messages (connection set-up, receive announcements, send failures, eager
+// credits): a few small buffers registered once through hmr, receive buffers kept posted, and
+// sends that queue when the provider or the buffers are busy and go out on the next progress.
+// A recv comm's receive buffers also take the sender's eager messages (net/eager.h), so they
+// are as large as the eager max, and one may be held (not reposted) until its receive is posted.
 #pragma once
 
 #include <hmr/hmr.h>
@@ -22,8 +24,10 @@ class Device;
 
 class ControlChannel {
  public:
+  // `receive_size`: bytes per receive buffer (at least kControlBufferSize).
   static std::unique_ptr<ControlChannel> open(Device& device, Endpoint& endpoint,
-                                              size_t receives, size_t sends, std::string* why);
+                                              size_t receives, size_t receive_size, size_t sends,
+                                              std::string* why);
   ~ControlChannel();
   ControlChannel(const ControlChannel&) = delete;
   ControlChannel& operator=(const ControlChannel&) = delete;
@@ -43,6 +47,7 @@ class ControlChannel {
 
   // For a completed control_receive operation: the bytes received, and then its repost.
   std::span<const uint8_t> received(const Operation& op, size_t len) const;
+  size_t receive_size() const { return receive_size_; }
   bool repost(Operation& op, std::string* why);
   // For a completed (or failed) control_send operation.
   void sent(const Operation& op);
@@ -52,7 +57,10 @@ class ControlChannel {
 
  private:
   explicit ControlChannel(Endpoint& endpoint) : endpoint_(&endpoint) {}
-  uint8_t* buffer(size_t index) const { return memory_ + index * kControlBufferSize; }
+  uint8_t* buffer(size_t index) const {
+    return index < receives_ ? memory_ + index * receive_size_
+                             : memory_ + receives_ * receive_size_ + (index - receives_) * kControlBufferSize;
+  }
   // Sends the first `size` bytes of the last free send buffer to `peer`: 0 (the buffer is
   // then in flight), -FI_EAGAIN (it stays free), or another failure, described in `why`.
   ssize_t post_free_buffer(size_t size, fi_addr_t peer, std::string* why);
@@ -67,6 +75,7 @@ class ControlChannel {
   hmr_mr* mr_ = nullptr;
   void* desc_ = nullptr;
   size_t receives_ = 0;
+  size_t receive_size_ = kControlBufferSize;
   std::vector<Operation> slots_;       // receives first, then sends
   std::vector<uint32_t> free_sends_;   // indices of idle send slots
   std::deque<Queued> queued_;

@@ -17,9 +17,11 @@ constexpr int kUnknownSpeedMbps = 10000;
 }  // namespace
 
 std::unique_ptr<Device> Device::open(const Libfabric& libfabric, InfoPtr info,
-                                     const std::string& provider, std::string* why) {
+                                     const std::string& provider, const Settings& settings,
+                                     std::string* why) {
   std::unique_ptr<Device> device(new Device(libfabric, std::move(info)));
   device->provider_ = provider;
+  device->settings_ = settings;
   fi_info* fi = device->info_.get();
   int rc = libfabric.fabric(fi->fabric_attr, &device->fabric_, nullptr);
   if (rc != 0) {

@@ -12,6 +12,7 @@
 
 #include "../fabric/libfabric.h"
 #include "../fabric/provider_nics.h"
+#include "settings.h"
 
 namespace hmr::nccl {
 
@@ -27,8 +28,10 @@ struct DeviceProperties {
 
 class Device {
  public:
+  // `settings`: the plugin's, kept by the device for its comms (read without the plugin's lock).
   static std::unique_ptr<Device> open(const Libfabric& libfabric, InfoPtr info,
-                                      const std::string& provider, std::string* why);
+                                      const std::string& provider, const Settings& settings,
+                                      std::string* why);
   ~Device();
   Device(const Device&) = delete;
   Device& operator=(const Device&) = delete;
@@ -39,6 +42,7 @@ class Device {
   hmr_domain* registrations() const { return hmr_; }
   const std::string& provider() const { return provider_; }
   const DeviceProperties& properties() const { return properties_; }
+  const Settings& settings() const { return settings_; }
   // Whether peers address registered memory by virtual address (else by offset into the
   // registration).
   bool virtual_addressing() const { return (info_->domain_attr->mr_mode & FI_MR_VIRT_ADDR) != 0; }
@@ -57,6 +61,7 @@ class Device {
   fid_domain* domain_ = nullptr;
   hmr_domain* hmr_ = nullptr;
   DeviceProperties properties_;
+  Settings settings_;
 };
 
 }  // namespace hmr::nccl

@@ -19,15 +19,13 @@ uint64_t fresh_nonce() {
 
 }  // namespace
 
-ncclResult_t ListenComm::open(Device& device, const RecvCommOptions& options,
-                              std::span<uint8_t, kHandleSize> handle,
+ncclResult_t ListenComm::open(Device& device, std::span<uint8_t, kHandleSize> handle,
                               std::unique_ptr<ListenComm>* out) {
   std::unique_ptr<ListenComm> comm(new ListenComm(device));
-  comm->options_ = options;
   std::string why;
   comm->endpoint_ = Endpoint::open(device.libfabric(), device.info(), device.domain(), &why);
   if (!comm->endpoint_) return fail(ncclSystemError, "listen: %s", why.c_str());
-  comm->control_ = ControlChannel::open(device, *comm->endpoint_, kControlReceives, 0, &why);
+  comm->control_ = ControlChannel::open(device, *comm->endpoint_, kControlReceives, kControlBufferSize, 0, &why);
   if (!comm->control_ || !comm->control_->post_receives(&why)) {
     return fail(ncclSystemError, "listen: %s", why.c_str());
   }
@@ -62,7 +60,7 @@ void ListenComm::on_message(std::span<const uint8_t> bytes) {
   }
   log_info("accept: connect request received (nonce %#llx)", static_cast<unsigned long long>(nonce_));
   std::unique_ptr<RecvComm> comm;
-  if (RecvComm::start(*device_, *request, options_, &comm) == ncclSuccess) {
+  if (RecvComm::start(*device_, *request, &comm) == ncclSuccess) {
     accepting_.push_back(std::move(comm));
   }
 }

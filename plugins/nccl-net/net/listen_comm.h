@@ -19,9 +19,8 @@ class Device;
 
 class ListenComm {
  public:
-  // `options`: how the recv comms it accepts behave.
-  static ncclResult_t open(Device& device, const RecvCommOptions& options,
-                           std::span<uint8_t, kHandleSize> handle, std::unique_ptr<ListenComm>* out);
+  static ncclResult_t open(Device& device, std::span<uint8_t, kHandleSize> handle,
+                           std::unique_ptr<ListenComm>* out);
   ~ListenComm();
 
   // A recv comm once one is connected, else nullptr (NCCL calls again).
@@ -33,7 +32,6 @@ class ListenComm {
   void on_message(std::span<const uint8_t> bytes);
 
   Device* device_;
-  RecvCommOptions options_;
   uint64_t nonce_ = 0;
   std::unique_ptr<Endpoint> endpoint_;
   std::unique_ptr<ControlChannel> control_;

@@ -31,8 +31,7 @@ struct Plugin {
   bool initialized = false;
   bool legacy = false;  // a v8-v10 init happened: the devices stay for the process
   size_t contexts = 0;
-  Settings settings;
-  std::vector<std::unique_ptr<Device>> devices;
+  std::vector<std::unique_ptr<Device>> devices;  // each keeps the settings read at init
   LiveObjects live_contexts, listen_comms, send_comms, recv_comms, mhandles;
   std::unordered_map<uint64_t, std::unique_ptr<SendComm>> connecting;
   uint64_t next_connect_id = 1;
@@ -86,7 +85,7 @@ ncclResult_t open_devices(Plugin& p) {
   }
   std::vector<std::unique_ptr<Device>> devices;
   for (InfoPtr& info : nics->nics) {
-    std::unique_ptr<Device> device = Device::open(*libfabric, std::move(info), nics->provider, &why);
+    std::unique_ptr<Device> device = Device::open(*libfabric, std::move(info), nics->provider, *settings, &why);
     if (!device) return fail(ncclSystemError, "init: %s", why.c_str());
     const DeviceProperties& props = device->properties();
     log_info("device %zu: %s NIC %s, %d Mbps, pci %s, memory %s%s%s", devices.size(),
@@ -100,7 +99,6 @@ ncclResult_t open_devices(Plugin& p) {
     log_warn("provider shm: for tests only. Real NCCL all_gathers of 256 MiB through it "
              "arrived corrupted on an H200 host (docs/gpu.md); use tcp, verbs or efa for jobs");
   }
-  p.settings = *settings;
   p.devices = std::move(devices);
   p.initialized = true;
   log_info("hmr %u.%u.%u, libfabric %u.%u, provider %s, %zu device(s)", HMR_VERSION_MAJOR,
@@ -216,7 +214,7 @@ ncclResult_t get_properties(int dev, ncclNetProperties_v11_t* props) {
   props->regIsGlobal = 1;  // hmr's cache makes registering a registered range again a lookup
   // NCCL (2.28, sm90 and later) calls iflush only when forceFlush is 1: the variable would
   // otherwise change nothing NCCL does.
-  props->forceFlush = plugin().settings.force_flush ? 1 : 0;
+  props->forceFlush = device->settings().force_flush ? 1 : 0;
   props->speed = d.speed_mbps;
   props->port = 1;
   props->latency = 0;
@@ -239,11 +237,7 @@ ncclResult_t listen(void* ctx, int dev, void* handle, void** listen_comm) {
   if (handle == nullptr || listen_comm == nullptr) return fail(ncclInvalidArgument, "listen: NULL argument");
   *listen_comm = nullptr;
   std::unique_ptr<ListenComm> comm;
-  if (const ncclResult_t rc = ListenComm::open(*device,
-                                               RecvCommOptions{plugin().settings.force_flush,
-                                                               plugin().settings.reorder_announcements,
-                                                               plugin().settings.flush_eagain},
-                                               handle_bytes(handle), &comm);
+  if (const ncclResult_t rc = ListenComm::open(*device, handle_bytes(handle), &comm);
       rc != ncclSuccess) {
     return rc;
   }
@@ -274,8 +268,7 @@ ncclResult_t connect(void* ctx, int dev, void* handle, void** send_comm,
                   "rank)", device->provider().c_str());
     }
     std::unique_ptr<SendComm> comm;
-    if (const ncclResult_t rc = SendComm::start(*device, *listener, p.settings.connect_timeout_ms,
-                                                    p.settings.write_timeout_ms, &comm);
+    if (const ncclResult_t rc = SendComm::start(*device, *listener, &comm);
         rc != ncclSuccess) {
       return rc;
     }

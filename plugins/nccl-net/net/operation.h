@@ -12,6 +12,8 @@ enum class OperationKind : uint8_t {
   control_receive,  // a control-message buffer posted for receiving
   control_send,     // a control message being sent
   data_write,       // a message's RMA write into the peer's announced buffer
+  eager_send,       // a message sent eagerly into the peer's bounce buffers (net/eager.h)
+  eager_copy,       // an eager message's RMA write from a bounce buffer into its receive
   flush_read,       // iflush's read-back through the NIC
 };
 

@@ -4,10 +4,13 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
+#include <cstring>
 
 #include "../wire/write_completion.h"
 #include "device.h"
+#include "eager.h"
 #include "log.h"
 #include "memory_handle.h"
 
@@ -18,29 +21,48 @@ namespace {
 // the accept.
 constexpr size_t kControlReceives = 16;
 constexpr size_t kControlSends = kMaxRequests + 4;
+// Tests of a receive left unannounced (eager only) before it is announced after all: its
+// message may be one the sender cannot send eagerly (larger than the buffer and the eager
+// max), and the sender's refusal must reach both ends.  Harmless when it was only slow.
+constexpr uint32_t kTestsBeforeLateAnnouncement = 1u << 14;
 
 }  // namespace
 
 ncclResult_t RecvComm::start(Device& device, const ConnectRequest& request,
-                             const RecvCommOptions& options, std::unique_ptr<RecvComm>* out) {
+                             std::unique_ptr<RecvComm>* out) {
   std::unique_ptr<RecvComm> comm(new RecvComm(device));
-  comm->force_flush_ = options.force_flush;
-  comm->flush_eagain_ = options.flush_eagain;
+  const Settings& settings = device.settings();
+  comm->force_flush_ = settings.force_flush;
+  comm->flush_eagain_ = settings.flush_eagain;
+  comm->eager_max_ = std::min(settings.eager_max, request.eager_max);
+  comm->eager_through_nic_ = settings.eager_through_nic;
+  const bool eager = comm->eager_max_ > 0;
   std::string why;
   comm->endpoint_ = Endpoint::open(device.libfabric(), device.info(), device.domain(), &why);
   if (!comm->endpoint_) return fail(ncclSystemError, "accept: %s", why.c_str());
-  comm->control_ = ControlChannel::open(device, *comm->endpoint_, kControlReceives, kControlSends, &why);
+  const size_t receives = kControlReceives + (eager ? kEagerBounceBuffers : 0);
+  comm->control_ = ControlChannel::open(device, *comm->endpoint_, receives,
+                                        eager ? comm->eager_max_ : kControlBufferSize,
+                                        kControlSends, &why);
   if (!comm->control_ || !comm->control_->post_receives(&why)) {
     return fail(ncclSystemError, "accept: %s", why.c_str());
   }
-  comm->control_->reorder_announcements(options.reorder_announcements);
+  comm->copies_.resize(eager ? receives : 0);
+  for (EagerCopy& copy : comm->copies_) {
+    copy.kind = OperationKind::eager_copy;
+    copy.owner = comm.get();
+  }
+  comm->unexpected_.reserve(receives);
+  comm->control_->reorder_announcements(settings.reorder_announcements);
   if (!comm->endpoint_->insert(request.address, &comm->peer_, &why)) {
     return fail(ncclRemoteError, "accept: the connector's address is unusable: %s", why.c_str());
   }
   comm->peer_watch_ = PeerWatch::of(request.pid, request.process_space);
-  if (!comm->control_->send(ConnectAccept{request.nonce, comm->endpoint_->address(),
-                                          static_cast<uint32_t>(getpid()), own_process_space()},
-                            comm->peer_, &why)) {
+  ConnectAccept accept{request.nonce, comm->endpoint_->address(), static_cast<uint32_t>(getpid()),
+                       own_process_space()};
+  accept.eager_max = comm->eager_max_;
+  accept.eager_credits = eager ? kEagerCreditsPerTag : 0;
+  if (!comm->control_->send(accept, comm->peer_, &why)) {
     return fail(ncclRemoteError, "accept: %s", why.c_str());
   }
   comm->accept_sent_ = true;
@@ -84,6 +106,13 @@ ncclResult_t RecvComm::progress() {
   }
   std::string why;
   if (!control_->flush(&why)) return fail_comm(ncclSystemError, why);
+  if (copies_waiting_ != 0) {
+    for (EagerCopy& copy : copies_) {
+      if (copy.request != nullptr && !copy.posted) {
+        if (const ncclResult_t rc = post_copy(copy); rc != ncclSuccess) return rc;
+      }
+    }
+  }
   Completion completions[16];
   for (;;) {
     CompletionError error;
@@ -97,19 +126,33 @@ ncclResult_t RecvComm::progress() {
         request->error = fail(ncclSystemError, "iflush's read-back failed: %s", error.reason.c_str());
         continue;
       }
+      if (op != nullptr && op->kind == OperationKind::eager_copy) {
+        if (const ncclResult_t rc = on_copied(static_cast<EagerCopy&>(*op), false, error.reason);
+            rc != ncclSuccess) {
+          return rc;
+        }
+        continue;
+      }
       if (op != nullptr && op->kind == OperationKind::control_send) control_->sent(*op);
       return fail_comm(ncclRemoteError, "the connection to the sender failed: " + error.reason);
     }
     for (int i = 0; i < n; ++i) {
       const Completion& c = completions[i];
-      if (c.flags & FI_REMOTE_CQ_DATA) {
-        if (const ncclResult_t rc = on_write(c.data); rc != ncclSuccess) return rc;
-        continue;
-      }
       auto* op = static_cast<Operation*>(c.context);
-      if (op == nullptr) continue;
+      if (op == nullptr || !(c.flags & FI_RECV)) {
+        // A remote write's CQ data comes with no operation of ours.
+        if (c.flags & FI_REMOTE_CQ_DATA) {
+          if (const ncclResult_t rc = on_write(c.data); rc != ncclSuccess) return rc;
+          continue;
+        }
+        if (op == nullptr) continue;
+      }
       switch (op->kind) {
         case OperationKind::control_receive: {
+          if (c.flags & FI_REMOTE_CQ_DATA) {  // an eager message (net/eager.h)
+            if (const ncclResult_t rc = on_eager(*op, c.len, c.data); rc != ncclSuccess) return rc;
+            break;
+          }
           const ncclResult_t rc = on_message(control_->received(*op, c.len));
           if (!control_->repost(*op, &why)) return fail_comm(ncclSystemError, why);
           if (rc != ncclSuccess) return rc;
@@ -119,7 +162,14 @@ ncclResult_t RecvComm::progress() {
         case OperationKind::flush_read:
           static_cast<FlushRequest*>(op->owner)->state = RequestState::done;
           break;
-        case OperationKind::data_write: break;
+        case OperationKind::eager_copy:
+          if (const ncclResult_t rc = on_copied(static_cast<EagerCopy&>(*op), true, "");
+              rc != ncclSuccess) {
+            return rc;
+          }
+          break;
+        case OperationKind::data_write:
+        case OperationKind::eager_send: break;
       }
     }
     // A short batch emptied the queue: another read now would only take the provider's locks
@@ -141,7 +191,7 @@ ReceiveRequest* RecvComm::posted(uint8_t slot, uint8_t generation, uint8_t index
 ncclResult_t RecvComm::on_write(uint64_t data) {
   const WriteCompletion c = decode_write_completion(data);
   ReceiveRequest* request = posted(c.slot, c.generation, c.index);
-  if (request == nullptr || (request->done_mask & (1u << c.index))) {
+  if (request == nullptr || ((request->done_mask | request->copying_mask) & (1u << c.index))) {
     return fail_comm(ncclRemoteError,
                      "the sender completed slot " + std::to_string(c.slot) + " buffer " +
                          std::to_string(c.index) + " (generation " + std::to_string(c.generation) +
@@ -162,6 +212,12 @@ ncclResult_t RecvComm::on_message(std::span<const uint8_t> bytes) {
   std::string why;
   std::optional<ControlMessage> message = decode_control_message(bytes, &why);
   if (!message) return fail_comm(ncclRemoteError, "from the sender: " + why);
+  if (const auto* eager = std::get_if<EagerFailure>(&*message)) {
+    return fail_comm(ncclRemoteError, "the sender's eager message " + std::to_string(eager->ordinal) +
+                                          " of tag " + std::to_string(eager->tag) + " (" +
+                                          std::to_string(eager->size) + " bytes) failed on its side: " +
+                                          describe(eager->reason));
+  }
   const auto* notice = std::get_if<SendFailure>(&*message);
   if (notice == nullptr) {
     return fail_comm(ncclRemoteError, "the sender sent a message a recv comm never expects");
@@ -178,6 +234,134 @@ ncclResult_t RecvComm::on_message(std::span<const uint8_t> bytes) {
   return ncclSuccess;
 }
 
+ncclResult_t RecvComm::on_eager(Operation& bounce, size_t len, uint64_t data) {
+  if (eager_max_ == 0) {
+    return fail_comm(ncclRemoteError, "the sender sent an eager message on a comm without them");
+  }
+  const EagerAddress a = decode_eager_address(data);
+  for (ReceiveRequest& request : receives_) {
+    if (request.state != RequestState::pending) continue;
+    for (size_t i = 0; i < request.count; ++i) {
+      if (request.address[i].tag == a.tag && request.address[i].ordinal == a.ordinal &&
+          !((request.done_mask | request.copying_mask) & (1u << i))) {
+        return deliver_eager(request, i, bounce, len);
+      }
+    }
+  }
+  // Not posted yet, unless it was posted and filled already (a duplicate: a broken peer).
+  const Stream* stream = streams_.find(a.tag);
+  const bool filled = stream != nullptr && ordinal_before(a.ordinal, stream->next_ordinal);
+  const bool twice = std::any_of(unexpected_.begin(), unexpected_.end(), [&](const Unexpected& u) {
+    return u.address.tag == a.tag && u.address.ordinal == a.ordinal;
+  });
+  if (filled || twice) {
+    return fail_comm(ncclRemoteError, "the sender sent eager message " + std::to_string(a.ordinal) +
+                                          " of tag " + std::to_string(a.tag) +
+                                          ", whose buffer is filled already");
+  }
+  unexpected_.push_back(Unexpected{a, &bounce, len});
+  return ncclSuccess;
+}
+
+ncclResult_t RecvComm::deliver_eager(ReceiveRequest& request, size_t index, Operation& bounce,
+                                     size_t len) {
+  const int32_t tag = request.address[index].tag;
+  if (len > request.posted[index]) {
+    request.state = RequestState::failed;
+    request.error = fail(ncclInvalidUsage, "receive of buffer %zu (%zu bytes posted): the sender "
+                         "sent %zu bytes", index, request.posted[index], len);
+    return consumed(bounce, tag);
+  }
+  const MemoryHandle& mh = *request.mhandle[index];
+  if (len == 0 || (!mh.needs_flush && !eager_through_nic_)) {
+    if (len != 0) std::memcpy(request.data[index], control_->received(bounce, len).data(), len);
+    request.received[index] = len;
+    request.done_mask |= static_cast<uint8_t>(1u << index);
+    return consumed(bounce, tag);
+  }
+  // Device memory: the CPU cannot copy into it, the NIC can.
+  EagerCopy& copy = copies_[bounce.index];
+  copy.request = &request;
+  copy.index = index;
+  copy.len = len;
+  copy.bounce = &bounce;
+  copy.tag = tag;
+  copy.posted = false;
+  request.copying_mask |= static_cast<uint8_t>(1u << index);
+  ++copies_waiting_;
+  return post_copy(copy);
+}
+
+ncclResult_t RecvComm::post_copy(EagerCopy& copy) {
+  std::string why;
+  if (self_ == FI_ADDR_UNSPEC && !endpoint_->insert(endpoint_->address(), &self_, &why)) {
+    return fail_comm(ncclSystemError, "eager copy: " + why);
+  }
+  ReceiveRequest& request = *copy.request;
+  const MemoryHandle& mh = *request.mhandle[copy.index];
+  const ssize_t rc = endpoint_->write(control_->received(*copy.bounce, copy.len).data(), copy.len,
+                                      control_->desc(), self_,
+                                      mh.rma_address(request.data[copy.index]), mh.key, &copy);
+  if (rc == -FI_EAGAIN) return ncclSuccess;  // the next progress posts it
+  --copies_waiting_;
+  if (rc != 0) {
+    return on_copied(copy, false, "fi_write: " + device_->libfabric().describe(rc));
+  }
+  copy.posted = true;
+  return ncclSuccess;
+}
+
+ncclResult_t RecvComm::on_copied(EagerCopy& copy, bool ok, const std::string& reason) {
+  ReceiveRequest& request = *copy.request;
+  const uint8_t bit = static_cast<uint8_t>(1u << copy.index);
+  request.copying_mask &= static_cast<uint8_t>(~bit);
+  if (ok) {
+    request.received[copy.index] = copy.len;
+    request.done_mask |= bit;
+  } else if (request.state == RequestState::pending) {
+    request.state = RequestState::failed;
+    request.error = fail(ncclSystemError, "moving an eager message of %zu bytes into buffer %zu "
+                         "through the NIC failed: %s", copy.len, copy.index, reason.c_str());
+  }
+  copy.request = nullptr;
+  return consumed(*copy.bounce, copy.tag);
+}
+
+ncclResult_t RecvComm::consumed(Operation& bounce, int32_t tag) {
+  std::string why;
+  if (!control_->repost(bounce, &why)) return fail_comm(ncclSystemError, why);
+  Stream& stream = streams_.at(tag);
+  ++stream.consumed;
+  if (stream.consumed - stream.reported < kEagerCreditsPerTag / 2) return ncclSuccess;
+  EagerCredit credit;
+  credit.count = 1;
+  credit.tags[0] = TagCredit{tag, stream.consumed};
+  stream.reported = stream.consumed;
+  if (!control_->send(credit, peer_, &why)) return fail_comm(ncclSystemError, why);
+  return ncclSuccess;
+}
+
+bool RecvComm::eager_only(size_t size, const MemoryHandle& mhandle) const {
+  return eager_max_ != 0 && size <= eager_max_ && !mhandle.needs_flush;
+}
+
+ncclResult_t RecvComm::announce(ReceiveRequest& request) {
+  ReceiveAnnouncement announcement;
+  announcement.slot = request.slot;
+  announcement.generation = request.generation;
+  announcement.count = request.count;
+  for (size_t i = 0; i < request.count; ++i) {
+    const MemoryHandle& mh = *request.mhandle[i];
+    announcement.buffers[i] = AnnouncedBuffer{mh.rma_address(request.data[i]), request.posted[i],
+                                              mh.key, request.address[i].tag,
+                                              request.address[i].ordinal};
+  }
+  request.announced = true;
+  std::string why;
+  if (!control_->send(announcement, peer_, &why)) return fail_comm(ncclSystemError, why);
+  return ncclSuccess;
+}
+
 ncclResult_t RecvComm::irecv(int n, void** data, const size_t* sizes, const int* tags,
                              MemoryHandle* const* mhandles, void** request) {
   *request = nullptr;
@@ -187,8 +371,6 @@ ncclResult_t RecvComm::irecv(int n, void** data, const size_t* sizes, const int*
   if (n < 1 || static_cast<size_t>(n) > kMaxRecvs) {
     return fail(ncclInvalidArgument, "irecv of %d buffers: between 1 and %zu (maxRecvs)", n, kMaxRecvs);
   }
-  ReceiveAnnouncement announcement;
-  announcement.count = static_cast<uint8_t>(n);
   for (int i = 0; i < n; ++i) {
     const MemoryHandle* mh = mhandles[i];
     if (sizes[i] > kMaxMessageSize) {
@@ -198,7 +380,6 @@ ncclResult_t RecvComm::irecv(int n, void** data, const size_t* sizes, const int*
       return fail(ncclInvalidArgument, "irecv buffer %d (%zu bytes at %p) is not inside a memory "
                   "handle registered on this device", i, sizes[i], data[i]);
     }
-    announcement.buffers[i] = AnnouncedBuffer{mh->rma_address(data[i]), sizes[i], mh->key, tags[i]};
   }
   // No progress here: slots are freed by test(), failures found by test()'s progress, and
   // an announcement that finds no free send buffer goes out with the next progress.
@@ -213,17 +394,44 @@ ncclResult_t RecvComm::irecv(int n, void** data, const size_t* sizes, const int*
   ++slot->generation;  // a late completion for the slot's previous receive cannot match
   slot->count = static_cast<uint8_t>(n);
   slot->done_mask = 0;
+  slot->copying_mask = 0;
+  slot->pending_tests = 0;
+  slot->state = RequestState::pending;
+  slot->error = ncclSuccess;
+  bool announce_now = false;
   for (int i = 0; i < n; ++i) {
     slot->posted[i] = sizes[i];
     slot->received[i] = 0;
+    slot->data[i] = data[i];
+    slot->mhandle[i] = mhandles[i];
+    slot->address[i] = EagerAddress{tags[i], streams_.at(tags[i]).next_ordinal++};
+    if (!eager_only(sizes[i], *mhandles[i])) announce_now = true;
   }
-  announcement.sequence = next_sequence_++;
-  announcement.slot = slot->slot;
-  announcement.generation = slot->generation;
-  std::string why;
-  if (!control_->send(announcement, peer_, &why)) return fail_comm(ncclSystemError, why);
-  slot->state = RequestState::pending;
-  slot->error = ncclSuccess;
+  // Eager messages that came before this receive.
+  for (size_t u = 0; u < unexpected_.size();) {
+    size_t i = 0;
+    while (i < slot->count && !(slot->address[i].tag == unexpected_[u].address.tag &&
+                                slot->address[i].ordinal == unexpected_[u].address.ordinal)) {
+      ++i;
+    }
+    if (i == slot->count) {
+      ++u;
+      continue;
+    }
+    const Unexpected arrived = unexpected_[u];
+    unexpected_.erase(unexpected_.begin() + static_cast<std::ptrdiff_t>(u));
+    if (const ncclResult_t rc = deliver_eager(*slot, i, *arrived.bounce, arrived.len); rc != ncclSuccess) {
+      slot->state = RequestState::idle;
+      return rc;
+    }
+  }
+  slot->announced = false;
+  if (announce_now && slot->done_mask != (1u << n) - 1) {
+    if (const ncclResult_t rc = announce(*slot); rc != ncclSuccess) {
+      slot->state = RequestState::idle;
+      return rc;
+    }
+  }
   *request = slot;
   return ncclSuccess;
 }
@@ -308,7 +516,14 @@ ncclResult_t RecvComm::test(ReceiveRequest* request, int* done, int* sizes) {
       request->state = RequestState::idle;
       return rc;
     }
-    if (request->done_mask == (1u << request->count) - 1) request->state = RequestState::done;
+    if (request->done_mask == (1u << request->count) - 1) {
+      request->state = RequestState::done;
+    } else if (!request->announced && ++request->pending_tests == kTestsBeforeLateAnnouncement) {
+      if (const ncclResult_t announced = announce(*request); announced != ncclSuccess) {
+        request->state = RequestState::idle;
+        return announced;
+      }
+    }
   }
   if (request->state == RequestState::failed) {
     request->state = RequestState::idle;

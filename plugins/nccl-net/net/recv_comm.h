@@ -1,8 +1,10 @@
-// The receiving end of a connection, made by accept(): it announces each posted receive to the
-// sender (one control message per irecv, naming every buffer's address, size, hmr key and
-// tag) and learns from the remote CQ data of the sender's RMA writes which buffer is full and
-// with how many bytes.  Nothing it is told is trusted: a write completion or failure notice
-// that names no posted receive fails the comm with the reason.
+// The receiving end of a connection, made by accept(): it announces posted receives to the
+// sender (one control message per irecv, naming every buffer's address, size, hmr key, tag
+// and ordinal) and learns from the remote CQ data of the sender's RMA writes which buffer is
+// full and with how many bytes.  Small messages come eagerly into its bounce buffers instead
+// (net/eager.h), and a receive only such messages can fill is not announced.  Nothing it is
+// told is trusted: a write completion, eager message or failure notice that names no posted
+// receive, or one already filled, fails the comm with the reason.
 #pragma once
 
 #include <rdma/fabric.h>
@@ -10,29 +12,25 @@
 #include <array>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "peer_watch.h"
 #include "../wire/control_message.h"
 #include "control_channel.h"
 #include "request.h"
+#include "tag_streams.h"
 
 namespace hmr::nccl {
 
 class Device;
 struct MemoryHandle;
 
-// How a recv comm behaves, from the plugin's settings (settings.h).
-struct RecvCommOptions {
-  bool force_flush = false;            // iflush reads back host memory too
-  bool reorder_announcements = false;  // fault injection: announcements out of order
-  int flush_eagain = 0;                // fault injection: posts of a flush that see EAGAIN
-};
-
 class RecvComm {
  public:
-  // Answers `request` (already checked against the listener's nonce) from a new endpoint.
+  // Answers `request` (already checked against the listener's nonce) from a new endpoint,
+  // with the device's settings (eager max, flush and fault injection).
   static ncclResult_t start(Device& device, const ConnectRequest& request,
-                            const RecvCommOptions& options, std::unique_ptr<RecvComm>* out);
+                            std::unique_ptr<RecvComm>* out);
   ~RecvComm();
 
   // True once the accept has gone out, so the comm can be handed to NCCL.
@@ -47,10 +45,43 @@ class RecvComm {
   Device& device() const { return *device_; }
 
  private:
+  struct Stream {
+    int32_t tag = 0;
+    uint32_t next_ordinal = 0;  // the ordinal of this tag's next posted buffer
+    uint32_t consumed = 0;      // eager messages consumed (a running count, wrapping)
+    uint32_t reported = 0;      // `consumed` as last told to the sender
+  };
+  // An eager message on its way through the NIC from a bounce buffer into device memory.
+  struct EagerCopy : Operation {
+    ReceiveRequest* request = nullptr;
+    size_t index = 0;  // which buffer of the request
+    size_t len = 0;
+    Operation* bounce = nullptr;
+    int32_t tag = 0;
+    bool posted = false;  // false while the provider said -FI_EAGAIN (progress retries)
+  };
+  // An eager message that came before its buffer was posted: its bounce buffer is held.
+  struct Unexpected {
+    EagerAddress address;
+    Operation* bounce;
+    size_t len;
+  };
+
   explicit RecvComm(Device& device) : device_(&device) {}
   ncclResult_t progress();
   ncclResult_t on_write(uint64_t data);
   ncclResult_t on_message(std::span<const uint8_t> bytes);
+  ncclResult_t on_eager(Operation& bounce, size_t len, uint64_t data);
+  // Moves an eager message from its bounce buffer into buffer `index` of `request`: a copy
+  // (host memory) or an RMA write through the NIC (device memory); the bounce buffer goes
+  // back to the provider and the tag's credit to the sender once done.
+  ncclResult_t deliver_eager(ReceiveRequest& request, size_t index, Operation& bounce, size_t len);
+  ncclResult_t post_copy(EagerCopy& copy);
+  ncclResult_t on_copied(EagerCopy& copy, bool ok, const std::string& reason);
+  ncclResult_t consumed(Operation& bounce, int32_t tag);
+  ncclResult_t announce(ReceiveRequest& request);
+  // Whether the sender may fill this buffer only eagerly (it is not announced).
+  bool eager_only(size_t size, const MemoryHandle& mhandle) const;
   ncclResult_t fail_comm(ncclResult_t result, const std::string& reason);
   ReceiveRequest* posted(uint8_t slot, uint8_t generation, uint8_t index);
   // Posts a flush's read-back: true once posted or failed, false when the provider is busy
@@ -64,11 +95,18 @@ class RecvComm {
   fi_addr_t self_ = FI_ADDR_UNSPEC;  // for iflush's read-back through the NIC
   bool force_flush_ = false;
   int flush_eagain_ = 0;
+  uint32_t eager_max_ = 0;  // agreed with the sender (0: every receive announced)
+  bool eager_through_nic_ = false;
+  TagStreams<Stream> streams_;
+  std::vector<Unexpected> unexpected_;
+  // One RMA-write context per bounce buffer, for eager messages into device memory (indexed
+  // like the control channel's receive slots).
+  std::vector<EagerCopy> copies_;
+  size_t copies_waiting_ = 0;  // copies the provider has not taken yet
   bool accept_sent_ = false;
   PeerWatch peer_watch_;  // the peer's process, on shm (peer_watch.h)
   std::string failure_;
   ncclResult_t failure_result_ = ncclSuccess;
-  uint32_t next_sequence_ = 0;  // the next irecv's number in its announcement
   std::array<ReceiveRequest, kMaxRequests> receives_;
   std::array<FlushRequest, kMaxRequests> flushes_;
 };

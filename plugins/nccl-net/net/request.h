@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "../abi/nccl_net_common.h"
+#include "../wire/eager_data.h"
 #include "../wire/limits.h"
 #include "../wire/write_completion.h"
 #include "operation.h"
@@ -16,6 +17,7 @@ namespace hmr::nccl {
 
 class SendComm;
 class RecvComm;
+struct MemoryHandle;
 
 enum class RequestKind : uint8_t { send, receive, flush };
 enum class RequestState : uint8_t { idle, pending, done, failed };
@@ -30,9 +32,14 @@ struct Request {
 struct SendRequest : Request {
   SendRequest() : Request(RequestKind::send) {}
   SendComm* comm = nullptr;
-  Operation write;
+  Operation write;  // the RMA write or the eager send
   size_t size = 0;
+  bool eager = false;
   WriteCompletion target;  // which announced buffer it writes, to name it if the write fails
+  EagerAddress eager_target;  // or which buffer it was sent eagerly for
+  // An eager send held back by HMR_NCCL_TEST_REORDER_ANNOUNCEMENTS, posted later.
+  const void* held_data = nullptr;
+  void* held_desc = nullptr;
   // For HMR_NCCL_WRITE_TIMEOUT: tests that found it pending, and when the clock was first
   // read for it (SendComm::test reads it every kTestsPerClockRead tests, not per message).
   uint32_t pending_tests = 0;
@@ -46,8 +53,15 @@ struct ReceiveRequest : Request {
   uint8_t generation = 0;
   uint8_t count = 0;
   uint8_t done_mask = 0;
+  uint8_t copying_mask = 0;  // buffers an eager message is being RMA-written into
+  bool announced = false;
+  uint32_t pending_tests = 0;  // tests that found it pending, while not announced
   size_t posted[kMaxRecvs] = {};
   size_t received[kMaxRecvs] = {};
+  // Each buffer: where it is, its memory handle, its tag and ordinal (for eager messages).
+  void* data[kMaxRecvs] = {};
+  const MemoryHandle* mhandle[kMaxRecvs] = {};
+  EagerAddress address[kMaxRecvs];
 };
 
 struct FlushRequest : Request {

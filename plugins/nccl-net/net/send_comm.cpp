@@ -22,14 +22,18 @@ constexpr auto kDrainTime = std::chrono::seconds(2);
 
 }  // namespace
 
-ncclResult_t SendComm::start(Device& device, const ListenHandle& handle, int timeout_ms,
-                             int write_timeout_ms, std::unique_ptr<SendComm>* out) {
+ncclResult_t SendComm::start(Device& device, const ListenHandle& handle,
+                             std::unique_ptr<SendComm>* out) {
   std::unique_ptr<SendComm> comm(new SendComm(device));
-  comm->write_timeout_ = std::chrono::milliseconds(write_timeout_ms);
+  const Settings& settings = device.settings();
+  comm->write_timeout_ = std::chrono::milliseconds(settings.write_timeout_ms);
+  comm->offered_eager_max_ = settings.eager_max;
+  comm->reorder_eager_ = settings.reorder_announcements;
   std::string why;
   comm->endpoint_ = Endpoint::open(device.libfabric(), device.info(), device.domain(), &why);
   if (!comm->endpoint_) return fail(ncclSystemError, "connect: %s", why.c_str());
-  comm->control_ = ControlChannel::open(device, *comm->endpoint_, kControlReceives, kControlSends, &why);
+  comm->control_ = ControlChannel::open(device, *comm->endpoint_, kControlReceives,
+                                        kControlBufferSize, kControlSends, &why);
   if (!comm->control_ || !comm->control_->post_receives(&why)) {
     return fail(ncclSystemError, "connect: %s", why.c_str());
   }
@@ -38,10 +42,12 @@ ncclResult_t SendComm::start(Device& device, const ListenHandle& handle, int tim
                 "on %s: %s", device.provider().c_str(), why.c_str());
   }
   comm->nonce_ = handle.nonce;
-  comm->deadline_ = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  if (!comm->control_->send(ConnectRequest{handle.nonce, comm->endpoint_->address(),
-                                           static_cast<uint32_t>(getpid()), own_process_space()},
-                            comm->listener_, &why)) {
+  comm->deadline_ =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(settings.connect_timeout_ms);
+  ConnectRequest request{handle.nonce, comm->endpoint_->address(), static_cast<uint32_t>(getpid()),
+                         own_process_space()};
+  request.eager_max = comm->offered_eager_max_;
+  if (!comm->control_->send(request, comm->listener_, &why)) {
     return fail(ncclRemoteError, "connect: %s", why.c_str());
   }
   *out = std::move(comm);
@@ -87,6 +93,9 @@ ncclResult_t SendComm::progress() {
   }
   std::string why;
   if (!control_->flush(&why)) return fail_comm(ncclSystemError, why);
+  if (held_eager_ != nullptr && ++held_progress_ >= 2) {  // no eager send followed it
+    if (const ncclResult_t rc = release_held_eager(); rc != ncclSuccess) return rc;
+  }
   Completion completions[16];
   for (;;) {
     CompletionError error;
@@ -94,18 +103,17 @@ ncclResult_t SendComm::progress() {
     if (n == 0) return ncclSuccess;
     if (n < 0) {
       auto* op = static_cast<Operation*>(error.context);
-      if (op != nullptr && op->kind == OperationKind::data_write) {
+      if (op != nullptr && (op->kind == OperationKind::data_write || op->kind == OperationKind::eager_send)) {
         // The receiver's NIC refused the write (a key it does not know, a range outside its
-        // registration): this message fails, and the receiver is told which buffer.
+        // registration), or the eager send failed: this message fails, and the receiver is
+        // told which buffer.
         auto* request = static_cast<SendRequest*>(op->owner);
         request->state = RequestState::failed;
-        request->error = fail(ncclRemoteError, "the RMA write of a %zu-byte message into the "
-                              "receiver's announced buffer failed: %s", request->size,
-                              error.reason.c_str());
-        const SendFailure notice{request->target.slot, request->target.generation,
-                                 request->target.index, SendFailureReason::write_failed,
-                                 request->size};
-        if (!control_->send(notice, peer_, &why)) log_warn("could not tell the receiver: %s", why.c_str());
+        request->error = fail(ncclRemoteError, "the %s of a %zu-byte message failed: %s",
+                              request->eager ? "eager send"
+                                             : "RMA write into the receiver's announced buffer",
+                              request->size, error.reason.c_str());
+        notify_failure(*request);
         continue;
       }
       if (op != nullptr && op->kind == OperationKind::control_send) control_->sent(*op);
@@ -125,8 +133,10 @@ ncclResult_t SendComm::progress() {
         }
         case OperationKind::control_send: control_->sent(*op); break;
         case OperationKind::data_write:
+        case OperationKind::eager_send:
           static_cast<SendRequest*>(op->owner)->state = RequestState::done;
           break;
+        case OperationKind::eager_copy:
         case OperationKind::flush_read: break;
       }
     }
@@ -147,30 +157,71 @@ ncclResult_t SendComm::on_message(std::span<const uint8_t> bytes) {
       return ncclSuccess;
     }
     peer_watch_ = PeerWatch::of(accept->pid, accept->process_space);
+    if (accept->eager_max > offered_eager_max_ ||
+        (accept->eager_max != 0 && accept->eager_credits == 0)) {
+      return fail_comm(ncclRemoteError, "connect: the receiver answered eager max " +
+                                            std::to_string(accept->eager_max) + " with " +
+                                            std::to_string(accept->eager_credits) +
+                                            " credits to an offer of " +
+                                            std::to_string(offered_eager_max_));
+    }
+    eager_max_ = accept->eager_max;
+    eager_credits_ = accept->eager_credits;
     if (!endpoint_->insert(accept->address, &peer_, &why)) {
       return fail_comm(ncclRemoteError, "connect: the receiver's address is unusable: " + why);
     }
     connected_ = true;
-    log_info("connect: connected (listener nonce %#llx)", static_cast<unsigned long long>(nonce_));
+    log_info("connect: connected (listener nonce %#llx, eager max %u)",
+             static_cast<unsigned long long>(nonce_), eager_max_);
     return ncclSuccess;
   }
-  if (auto* announcement = std::get_if<ReceiveAnnouncement>(&*message)) {
-    // A receiver has at most NCCL_NET_MAX_REQUESTS receives posted, numbered from the oldest
-    // the sender has not filled; anything else is a broken peer.
-    const uint32_t ahead = announcement->sequence - next_sequence_;  // modulo 2^32
-    std::optional<Announcement>& place = announced_[announcement->sequence % kMaxRequests];
-    if (ahead >= kMaxRequests || place.has_value()) {
-      return fail_comm(ncclRemoteError,
-                       "the receiver announced receive " + std::to_string(announcement->sequence) +
-                           " while the oldest unfilled one is " + std::to_string(next_sequence_) +
-                           (ahead >= kMaxRequests ? " (more than " + std::to_string(kMaxRequests) +
-                                                        " posted receives)"
-                                                  : " (announced twice)"));
-    }
-    place = Announcement{*announcement, 0};
-    return ncclSuccess;
-  }
+  if (auto* announcement = std::get_if<ReceiveAnnouncement>(&*message)) return on_announcement(*announcement);
+  if (auto* credit = std::get_if<EagerCredit>(&*message)) return on_credit(*credit);
   return fail_comm(ncclRemoteError, "the receiver sent a message a send comm never expects");
+}
+
+ncclResult_t SendComm::on_announcement(const ReceiveAnnouncement& announcement) {
+  // Buffers this side already filled eagerly (their ordinal is behind the tag's next one)
+  // are done; an announcement with nothing else left is dropped.
+  Announcement kept{announcement, 0};
+  const uint8_t all = static_cast<uint8_t>((1u << announcement.count) - 1);
+  for (size_t i = 0; i < announcement.count; ++i) {
+    const AnnouncedBuffer& b = announcement.buffers[i];
+    const Stream* stream = streams_.find(b.tag);
+    if (stream != nullptr && ordinal_before(b.ordinal, stream->next_ordinal)) {
+      kept.used_mask |= static_cast<uint8_t>(1u << i);
+    }
+  }
+  if (kept.used_mask == all) return ncclSuccess;
+  std::optional<Announcement>& place = announced_[announcement.slot];
+  if (place.has_value()) {
+    // The receiver reuses a slot only when its receive is over: an announcement of the same
+    // generation again is a broken peer; a newer one replaces what is left of the old (a
+    // receive that failed).
+    if (place->message.generation == announcement.generation) {
+      return fail_comm(ncclRemoteError, "the receiver announced slot " +
+                                            std::to_string(announcement.slot) + " generation " +
+                                            std::to_string(announcement.generation) + " twice");
+    }
+  } else {
+    ++live_announcements_;
+  }
+  place = kept;
+  return ncclSuccess;
+}
+
+ncclResult_t SendComm::on_credit(const EagerCredit& credit) {
+  for (size_t i = 0; i < credit.count; ++i) {
+    Stream* stream = streams_.find(credit.tags[i].tag);
+    const uint32_t returned = stream ? credit.tags[i].consumed - stream->eager_consumed : 0;
+    if (stream == nullptr || returned > stream->eager_sent - stream->eager_consumed) {
+      return fail_comm(ncclRemoteError, "the receiver returned eager credits for tag " +
+                                            std::to_string(credit.tags[i].tag) +
+                                            " it was never sent messages for");
+    }
+    stream->eager_consumed = credit.tags[i].consumed;
+  }
+  return ncclSuccess;
 }
 
 SendRequest* SendComm::free_request() {
@@ -186,27 +237,52 @@ SendRequest* SendComm::free_request() {
   return nullptr;
 }
 
-SendComm::Announcement* SendComm::oldest() {
-  std::optional<Announcement>& place = announced_[next_sequence_ % kMaxRequests];
-  return place.has_value() ? &*place : nullptr;
+bool SendComm::find_announced(int32_t tag, uint32_t ordinal, size_t* slot, size_t* index) const {
+  if (live_announcements_ == 0) return false;
+  for (size_t s = 0; s < announced_.size(); ++s) {
+    const std::optional<Announcement>& a = announced_[s];
+    if (!a) continue;
+    for (size_t i = 0; i < a->message.count; ++i) {
+      const AnnouncedBuffer& b = a->message.buffers[i];
+      if (b.tag == tag && b.ordinal == ordinal && !(a->used_mask & (1u << i))) {
+        *slot = s;
+        *index = i;
+        return true;
+      }
+    }
+  }
+  return false;
 }
 
-void SendComm::use_buffer(size_t index) {
-  std::optional<Announcement>& place = announced_[next_sequence_ % kMaxRequests];
+void SendComm::use_buffer(size_t slot, size_t index) {
+  std::optional<Announcement>& place = announced_[slot];
   place->used_mask |= static_cast<uint8_t>(1u << index);
   if (place->used_mask == (1u << place->message.count) - 1) {
     place.reset();
-    ++next_sequence_;
+    --live_announcements_;
   }
 }
 
-void SendComm::reject_message(Announcement& announcement, size_t index,
-                                      SendFailureReason reason, uint64_t size) {
-  const ReceiveAnnouncement& m = announcement.message;
+void SendComm::reject_message(size_t slot, size_t index, SendFailureReason reason, uint64_t size) {
+  const ReceiveAnnouncement& m = announced_[slot]->message;
   const SendFailure notice{m.slot, m.generation, static_cast<uint8_t>(index), reason, size};
-  use_buffer(index);  // (m is gone after this when it was the last buffer)
+  use_buffer(slot, index);  // (m is gone after this when it was the last buffer)
   std::string why;
   if (!control_->send(notice, peer_, &why)) log_warn("could not tell the receiver: %s", why.c_str());
+}
+
+void SendComm::notify_failure(const SendRequest& request) {
+  std::string why;
+  const bool told =
+      request.eager
+          ? control_->send(EagerFailure{request.eager_target.tag, request.eager_target.ordinal,
+                                        EagerFailureReason::send_failed, request.size},
+                           peer_, &why)
+          : control_->send(SendFailure{request.target.slot, request.target.generation,
+                                       request.target.index, SendFailureReason::write_failed,
+                                       request.size},
+                           peer_, &why);
+  if (!told) log_warn("could not tell the receiver: %s", why.c_str());
 }
 
 ncclResult_t SendComm::isend(void* data, size_t size, int tag, MemoryHandle* mhandle,
@@ -226,62 +302,116 @@ ncclResult_t SendComm::isend(void* data, size_t size, int tag, MemoryHandle* mha
   if (mhandle != nullptr && mhandle->device != device_) {
     return fail(ncclInvalidArgument, "isend: the memory handle was registered on another device");
   }
-  // An announcement already here needs no progress first (the request's test() runs it, as
-  // NCCL's IB transport's isend reads its FIFO and nothing else): one completion-queue read
-  // less per message.
-  Announcement* front = oldest();
-  if (front == nullptr) {
-    if (const ncclResult_t rc = progress(); rc != ncclSuccess) return rc;
-    front = oldest();
-    if (front == nullptr) return ncclSuccess;  // the receiver has not posted it (or we heard not)
-  }
-
-  Announcement& announcement = *front;
-  const ReceiveAnnouncement& m = announcement.message;
-  size_t index = m.count;
-  for (size_t i = 0; i < m.count; ++i) {
-    if (!(announcement.used_mask & (1u << i)) && m.buffers[i].tag == tag) {
-      index = i;
-      break;
+  Stream& stream = streams_.at(tag);
+  // An announcement already here, or an eager send allowed, needs no progress first (the
+  // request's test() runs it, as NCCL's IB transport's isend reads its FIFO and nothing
+  // else): one completion-queue read less per message.  Otherwise progress once (an
+  // announcement or credits may be waiting) and look again.
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    size_t slot = 0;
+    size_t index = 0;
+    if (find_announced(tag, stream.next_ordinal, &slot, &index)) {
+      return write_announced(data, size, stream, slot, index, mhandle, request);
+    }
+    if (may_send_eagerly(size, stream)) return send_eagerly(data, size, stream, mhandle, request);
+    if (attempt == 0) {
+      if (const ncclResult_t rc = progress(); rc != ncclSuccess) return rc;
     }
   }
-  if (index == m.count) {
-    // Another sender of a grouped receive (PXN, shared comms) is a step ahead: its buffer is
-    // in the next receive.  As NCCL's IB transport does: no request, NCCL calls again, and
-    // the oldest receive is filled first.
-    return ncclSuccess;
-  }
-  // Copies: finishing the announcement below pops it, and `m` with it.
+  // The receiver has not posted this tag's next buffer (or we heard not), or this tag's eager
+  // credits are all in use: no request, NCCL calls again.  A sender of a grouped receive that
+  // is a step ahead of another simply fills its own buffer of the next receive.
+  return ncclSuccess;
+}
+
+ncclResult_t SendComm::write_announced(void* data, size_t size, Stream& stream, size_t slot,
+                                       size_t index, MemoryHandle* mhandle, void** request) {
+  const ReceiveAnnouncement& m = announced_[slot]->message;
   const AnnouncedBuffer target = m.buffers[index];
   const WriteCompletion where{m.slot, m.generation, static_cast<uint8_t>(index), size};
   if (size > target.size) {
-    reject_message(announcement, index, SendFailureReason::too_large, size);
+    ++stream.next_ordinal;
+    reject_message(slot, index, SendFailureReason::too_large, size);
     return fail(ncclInvalidUsage, "isend of %zu bytes with tag %d: the receiver posted a buffer "
-                "of only %llu bytes; nothing was written, and the receiver is told", size, tag,
-                static_cast<unsigned long long>(target.size));
+                "of only %llu bytes; nothing was written, and the receiver is told", size,
+                target.tag, static_cast<unsigned long long>(target.size));
   }
-  SendRequest* slot = free_request();
-  if (slot == nullptr) return ncclSuccess;  // NCCL retries once earlier sends completed
-
-  const uint64_t completion = encode(where);
-  slot->comm = this;
-  slot->write.kind = OperationKind::data_write;
-  slot->write.owner = slot;
+  SendRequest* req = free_request();
+  if (req == nullptr) return ncclSuccess;  // NCCL retries once earlier sends completed
+  req->comm = this;
+  req->write.kind = OperationKind::data_write;
+  req->write.owner = req;
   const ssize_t rc = endpoint_->write_with_data(data, size, mhandle ? mhandle->desc : nullptr,
-                                                completion, peer_, target.address, target.key,
-                                                &slot->write);
+                                                encode(where), peer_, target.address, target.key,
+                                                &req->write);
   if (rc == -FI_EAGAIN) return progress();  // no request: NCCL calls again
   if (rc != 0) {
     return fail(ncclSystemError, "fi_writedata of %zu bytes failed: %s", size,
                 device_->libfabric().describe(rc).c_str());
   }
-  use_buffer(index);  // m dies here when it was the last buffer
-  slot->state = RequestState::pending;
-  slot->pending_tests = 0;
-  slot->size = size;
-  slot->target = where;
-  slot->error = ncclSuccess;
-  *request = slot;
+  ++stream.next_ordinal;
+  use_buffer(slot, index);
+  req->state = RequestState::pending;
+  req->pending_tests = 0;
+  req->size = size;
+  req->eager = false;
+  req->target = where;
+  req->error = ncclSuccess;
+  *request = req;
+  return ncclSuccess;
+}
+
+ncclResult_t SendComm::send_eagerly(void* data, size_t size, Stream& stream,
+                                    MemoryHandle* mhandle, void** request) {
+  SendRequest* req = free_request();
+  if (req == nullptr) return ncclSuccess;
+  req->comm = this;
+  req->write.kind = OperationKind::eager_send;
+  req->write.owner = req;
+  req->size = size;
+  req->eager = true;
+  req->eager_target = EagerAddress{stream.tag, stream.next_ordinal};
+  void* desc = mhandle ? mhandle->desc : nullptr;
+  if (reorder_eager_ && held_eager_ == nullptr) {
+    held_eager_ = req;
+    held_progress_ = 0;
+    req->held_data = data;
+    req->held_desc = desc;
+  } else {
+    const ssize_t rc = post_eager(*req, data, desc);
+    if (rc == -FI_EAGAIN) return progress();
+    if (rc != 0) {
+      return fail(ncclSystemError, "fi_senddata of a %zu-byte eager message failed: %s", size,
+                  device_->libfabric().describe(rc).c_str());
+    }
+    if (const ncclResult_t held = release_held_eager(); held != ncclSuccess) return held;
+  }
+  ++stream.next_ordinal;
+  ++stream.eager_sent;
+  req->state = RequestState::pending;
+  req->pending_tests = 0;
+  req->error = ncclSuccess;
+  *request = req;
+  return ncclSuccess;
+}
+
+ssize_t SendComm::post_eager(SendRequest& request, const void* data, void* desc) {
+  return endpoint_->send_with_data(data, request.size, desc, encode(request.eager_target), peer_,
+                                   &request.write);
+}
+
+ncclResult_t SendComm::release_held_eager() {
+  if (held_eager_ == nullptr) return ncclSuccess;
+  const ssize_t rc = post_eager(*held_eager_, held_eager_->held_data, held_eager_->held_desc);
+  if (rc == -FI_EAGAIN) return ncclSuccess;  // the next progress tries again
+  SendRequest& held = *held_eager_;
+  held_eager_ = nullptr;
+  if (rc != 0) {
+    held.state = RequestState::failed;
+    held.error = fail(ncclSystemError, "fi_senddata of a %zu-byte eager message failed: %s",
+                      held.size, device_->libfabric().describe(rc).c_str());
+    notify_failure(held);
+  }
   return ncclSuccess;
 }
 
@@ -311,12 +441,10 @@ ncclResult_t SendComm::test(SendRequest* request, int* done, int* size) {
     // The provider neither completed nor failed the write (a receiver that stopped, a
     // provider that lost the answer).  Its operation still points into this request, so the
     // slot can never be reused: the whole comm fails, as NCCL would abort it anyway.
-    const SendFailure notice{request->target.slot, request->target.generation,
-                             request->target.index, SendFailureReason::write_failed, request->size};
-    std::string why;
-    if (!control_->send(notice, peer_, &why)) log_warn("could not tell the receiver: %s", why.c_str());
+    notify_failure(*request);
     return fail_comm(ncclRemoteError,
-                     "the RMA write of a " + std::to_string(request->size) + "-byte message did " +
+                     std::string(request->eager ? "the eager send" : "the RMA write") + " of a " +
+                         std::to_string(request->size) + "-byte message did " +
                          "not complete within HMR_NCCL_WRITE_TIMEOUT (" +
                          std::to_string(write_timeout_.count() / 1000.0).substr(0, 5) +
                          " s): the receiver's process or NIC may have failed");

@@ -1,11 +1,11 @@
 // The sending end of a connection, from connect() on: first it connects (sends the listener a
 // connect request and waits for the new recv comm's accept, under a deadline), then it moves
-// messages.  A message moves as on NCCL's IB transport: the receiver announces each posted
-// buffer (address, size, hmr key, tag); isend takes the oldest announcement with its tag and
-// RMA-writes into that buffer with remote CQ data saying which buffer and how many bytes.
-// Until the announcement is there, isend returns no request and NCCL asks again.
-// Announcements are numbered by the receiver: the sender fills them in that order, keeping
-// one that arrives early in its place until those before it came and were filled.
+// messages.  The k-th isend of tag t fills the receiver's k-th posted buffer of tag t.  A
+// message moves as on NCCL's IB transport when that buffer's announcement (address, size, hmr
+// key, tag, ordinal) is here: an RMA write into it with remote CQ data saying which buffer and
+// how many bytes.  A message of up to the eager max goes without waiting for it (net/eager.h).
+// Otherwise isend returns no request and NCCL asks again.  Announcements are kept by the
+// receiver's slot, so the order the fabric delivers them in does not matter.
 #pragma once
 
 #include <rdma/fabric.h>
@@ -22,6 +22,7 @@
 #include "../wire/listen_handle.h"
 #include "control_channel.h"
 #include "request.h"
+#include "tag_streams.h"
 
 namespace hmr::nccl {
 
@@ -30,10 +31,10 @@ struct MemoryHandle;
 
 class SendComm {
  public:
-  // Starts connecting to the listener `handle` describes.
-  // `write_timeout_ms`: how long a posted write may stay incomplete before the comm fails.
-  static ncclResult_t start(Device& device, const ListenHandle& handle, int timeout_ms,
-                            int write_timeout_ms, std::unique_ptr<SendComm>* out);
+  // Starts connecting to the listener `handle` describes, with the device's settings
+  // (connect and write timeouts, eager max).
+  static ncclResult_t start(Device& device, const ListenHandle& handle,
+                            std::unique_ptr<SendComm>* out);
   ~SendComm();
 
   // Progresses the connection: true once connected; an error when it failed or timed out.
@@ -48,21 +49,43 @@ class SendComm {
  private:
   struct Announcement {
     ReceiveAnnouncement message;
-    uint8_t used_mask = 0;
+    uint8_t used_mask = 0;  // buffers filled (by RMA, eagerly, or refused)
+  };
+  struct Stream {
+    int32_t tag = 0;
+    uint32_t next_ordinal = 0;   // the buffer of this tag the next isend fills
+    uint32_t eager_sent = 0;     // eager messages sent (a running count, wrapping)
+    uint32_t eager_consumed = 0; // of which the receiver said it consumed (eager_credit)
   };
 
   explicit SendComm(Device& device) : device_(&device) {}
   ncclResult_t progress();
   ncclResult_t on_message(std::span<const uint8_t> bytes);
+  ncclResult_t on_announcement(const ReceiveAnnouncement& announcement);
+  ncclResult_t on_credit(const EagerCredit& credit);
+  // The announced buffer (tag, ordinal): its announcement's slot and index, or false.
+  bool find_announced(int32_t tag, uint32_t ordinal, size_t* slot, size_t* index) const;
+  // Posts the message into the announced buffer, or eagerly: no request (*request stays
+  // nullptr) when the provider is busy or no request is free.
+  ncclResult_t write_announced(void* data, size_t size, Stream& stream, size_t slot,
+                               size_t index, MemoryHandle* mhandle, void** request);
+  ncclResult_t send_eagerly(void* data, size_t size, Stream& stream, MemoryHandle* mhandle,
+                            void** request);
+  bool may_send_eagerly(size_t size, const Stream& stream) const {
+    return size <= eager_max_ && stream.eager_sent - stream.eager_consumed < eager_credits_;
+  }
+  // Posts the eager send `request` describes; -FI_EAGAIN or another failure as fi_senddata.
+  ssize_t post_eager(SendRequest& request, const void* data, void* desc);
+  // HMR_NCCL_TEST_REORDER_ANNOUNCEMENTS: posts the eager send held back, if any.
+  ncclResult_t release_held_eager();
+  // Tells the receiver that `request`'s message failed on this side.
+  void notify_failure(const SendRequest& request);
   ncclResult_t fail_comm(ncclResult_t result, const std::string& reason);
-  void reject_message(Announcement& announcement, size_t index, SendFailureReason reason,
-                              uint64_t size);
+  void reject_message(size_t slot, size_t index, SendFailureReason reason, uint64_t size);
   SendRequest* free_request();
-  // The oldest receive not yet filled, once its announcement came; nullptr until then.
-  Announcement* oldest();
-  // Marks buffer `index` of the oldest announcement used; the next one becomes the oldest
-  // once all of its buffers are.
-  void use_buffer(size_t index);
+  // Marks buffer `index` of the announcement in `slot` used; the announcement goes once all
+  // of its buffers are.
+  void use_buffer(size_t slot, size_t index);
   // For a request test() found pending: whether it has been so longer than write_timeout_.
   bool write_timed_out(SendRequest& request) const;
   static constexpr uint32_t kTestsPerClockRead = 64;
@@ -79,10 +102,20 @@ class SendComm {
   PeerWatch peer_watch_;  // the peer's process, on shm (peer_watch.h)
   std::string failure_;  // why the comm can no longer be used; empty while it can
   ncclResult_t failure_result_ = ncclSuccess;
-  // Announcements by sequence number: announced_[s % kMaxRequests] holds receive s while it
-  // is one of the kMaxRequests the receiver may have posted from next_sequence_ on.
+  // Announcements with buffers not yet filled, by the receiver's slot (a receiver reuses a slot
+  // only once its receive is over, so a newer generation replaces an older one).
   std::array<std::optional<Announcement>, kMaxRequests> announced_;
-  uint32_t next_sequence_ = 0;
+  size_t live_announcements_ = 0;
+  TagStreams<Stream> streams_;
+  uint32_t offered_eager_max_ = 0;  // this side's HMR_NCCL_EAGER_MAX, told in the request
+  uint32_t eager_max_ = 0;          // what the receiver accepted (0: every message announced)
+  uint32_t eager_credits_ = 0;
+  // Fault injection (HMR_NCCL_TEST_REORDER_ANNOUNCEMENTS): every other eager send is held
+  // back until the next one went out, or for two progress calls, so the receiver sees them
+  // in another order than they were sent.
+  bool reorder_eager_ = false;
+  SendRequest* held_eager_ = nullptr;
+  int held_progress_ = 0;
   // One request per message in flight: NCCL_NET_MAX_REQUESTS receives of up to maxRecvs
   // buffers each may be posted at once, and NCCL may fill all of them.
   std::array<SendRequest, kMaxRequests * kMaxRecvs> requests_;

@@ -3,6 +3,8 @@
 #include <cstdlib>
 #include <strings.h>
 
+#include "../wire/limits.h"
+
 namespace hmr::nccl {
 
 namespace {
@@ -41,6 +43,20 @@ bool read_bool(const char* name, bool* out, std::string* why) {
   return false;
 }
 
+// A whole number in [0, max], into *out; unset leaves *out as it is.
+bool read_count(const char* name, long max, long* out, std::string* why) {
+  const char* text = std::getenv(name);
+  if (text == nullptr) return true;
+  char* end = nullptr;
+  const long n = std::strtol(text, &end, 10);
+  if (end == text || *end != '\0' || n < 0 || n > max) {
+    *why = std::string(name) + "='" + text + "' is not a count (0 to " + std::to_string(max) + ")";
+    return false;
+  }
+  *out = n;
+  return true;
+}
+
 }  // namespace
 
 std::optional<Settings> read_settings(std::string* why) {
@@ -54,17 +70,17 @@ std::optional<Settings> read_settings(std::string* why) {
       !read_seconds("HMR_NCCL_WRITE_TIMEOUT", &settings.write_timeout_ms, why)) {
     return std::nullopt;
   }
-  if (const char* text = std::getenv("HMR_NCCL_TEST_FLUSH_EAGAIN")) {
-    char* end = nullptr;
-    const long n = std::strtol(text, &end, 10);
-    if (end == text || *end != '\0' || n < 0 || n > 1000000) {
-      *why = std::string("HMR_NCCL_TEST_FLUSH_EAGAIN='") + text + "' is not a count (0 to 1000000)";
-      return std::nullopt;
-    }
-    settings.flush_eagain = static_cast<int>(n);
+  long flush_eagain = settings.flush_eagain;
+  long eager_max = settings.eager_max;
+  if (!read_count("HMR_NCCL_TEST_FLUSH_EAGAIN", 1000000, &flush_eagain, why) ||
+      !read_count("HMR_NCCL_EAGER_MAX", kMaxEagerSize, &eager_max, why)) {
+    return std::nullopt;
   }
+  settings.flush_eagain = static_cast<int>(flush_eagain);
+  settings.eager_max = static_cast<uint32_t>(eager_max);
   if (!read_bool("HMR_NCCL_FORCE_FLUSH", &settings.force_flush, why) ||
-      !read_bool("HMR_NCCL_TEST_REORDER_ANNOUNCEMENTS", &settings.reorder_announcements, why)) {
+      !read_bool("HMR_NCCL_TEST_REORDER_ANNOUNCEMENTS", &settings.reorder_announcements, why) ||
+      !read_bool("HMR_NCCL_TEST_EAGER_THROUGH_NIC", &settings.eager_through_nic, why)) {
     return std::nullopt;
   }
   return settings;

@@ -16,7 +16,15 @@ struct Settings {
   std::optional<InterfaceFilter> interfaces;
   int connect_timeout_ms = 30000;  // HMR_NCCL_CONNECT_TIMEOUT (seconds, may be fractional)
   int write_timeout_ms = 60000;    // HMR_NCCL_WRITE_TIMEOUT (seconds, may be fractional)
-  bool force_flush = false;        // HMR_NCCL_FORCE_FLUSH: iflush reads back host memory too
+  // HMR_NCCL_FORCE_FLUSH: NCCL is told forceFlush=1 (so it calls iflush after every receive
+  // into device memory), and iflush reads back host memory too.
+  bool force_flush = false;
+  // HMR_NCCL_EAGER_MAX: messages up to this many bytes move without waiting for the receiver's
+  // announcement (net/eager.h); 0 turns that off. Both ends use the smaller of their two.
+  uint32_t eager_max = 8192;
+  // HMR_NCCL_TEST_EAGER_THROUGH_NIC: for tests. Eager messages reach host buffers by an RMA
+  // write through the NIC, as they must reach device memory, instead of a copy.
+  bool eager_through_nic = false;
   // HMR_NCCL_TEST_REORDER_ANNOUNCEMENTS: fault injection for tests. Each recv comm sends
   // every other receive announcement after the one that follows it, as a fabric that does
   // not order messages may deliver them (the plugin must not depend on the order).

@@ -19,11 +19,12 @@ void write_connection(wire::ByteWriter& w, const Connection& m) {
   w.str(m.address);
   w.u32(m.pid);
   w.u64(m.process_space);
+  w.u32(m.eager_max);
+  w.u32(m.eager_credits);
 }
 void write_body(wire::ByteWriter& w, const ConnectRequest& m) { write_connection(w, m); }
 void write_body(wire::ByteWriter& w, const ConnectAccept& m) { write_connection(w, m); }
 void write_body(wire::ByteWriter& w, const ReceiveAnnouncement& m) {
-  w.u32(m.sequence);
   w.u8(m.slot);
   w.u8(m.generation);
   w.u8(m.count);
@@ -32,12 +33,26 @@ void write_body(wire::ByteWriter& w, const ReceiveAnnouncement& m) {
     w.u64(m.buffers[i].size);
     w.u64(m.buffers[i].key);
     w.u32(static_cast<uint32_t>(m.buffers[i].tag));
+    w.u32(m.buffers[i].ordinal);
   }
 }
 void write_body(wire::ByteWriter& w, const SendFailure& m) {
   w.u8(m.slot);
   w.u8(m.generation);
   w.u8(m.index);
+  w.u32(static_cast<uint32_t>(m.reason));
+  w.u64(m.size);
+}
+void write_body(wire::ByteWriter& w, const EagerCredit& m) {
+  w.u8(m.count);
+  for (size_t i = 0; i < m.count && i < kMaxRecvs; ++i) {
+    w.u32(static_cast<uint32_t>(m.tags[i].tag));
+    w.u32(m.tags[i].consumed);
+  }
+}
+void write_body(wire::ByteWriter& w, const EagerFailure& m) {
+  w.u32(static_cast<uint32_t>(m.tag));
+  w.u32(m.ordinal);
   w.u32(static_cast<uint32_t>(m.reason));
   w.u64(m.size);
 }
@@ -49,6 +64,12 @@ Connection read_connection(wire::ByteReader& r) {
   m.address = r.bytes("address", kMaxFabricAddress);
   m.pid = r.u32("pid");
   m.process_space = r.u64("process space");
+  m.eager_max = r.u32("eager max");
+  m.eager_credits = r.u32("eager credits");
+  if (m.eager_max > kMaxEagerSize) r.fail("eager max", "is over " + std::to_string(kMaxEagerSize));
+  if (m.eager_credits > kMaxEagerCredits) {
+    r.fail("eager credits", "is over " + std::to_string(kMaxEagerCredits));
+  }
   if (m.nonce == 0) r.fail("nonce", "is 0");
   if (m.address.empty()) r.fail("address", "is empty");
   return m;
@@ -56,7 +77,6 @@ Connection read_connection(wire::ByteReader& r) {
 
 ReceiveAnnouncement read_announcement(wire::ByteReader& r) {
   ReceiveAnnouncement m;
-  m.sequence = r.u32("sequence");
   m.slot = r.u8("slot");
   m.generation = r.u8("generation");
   m.count = r.u8("count");
@@ -71,6 +91,7 @@ ReceiveAnnouncement read_announcement(wire::ByteReader& r) {
     b.size = r.u64("buffer size");
     b.key = r.u64("buffer key");
     b.tag = static_cast<int32_t>(r.u32("buffer tag"));
+    b.ordinal = r.u32("buffer ordinal");
     if (b.size > kMaxMessageSize) r.fail("buffer size", "is over the 1 TiB limit");
     if (b.address + b.size < b.address) r.fail("buffer address", "+ size overflows");
   }
@@ -91,6 +112,34 @@ SendFailure read_failure(wire::ByteReader& r) {
     r.fail("reason", "is unknown (" + std::to_string(reason) + ")");
   }
   m.reason = static_cast<SendFailureReason>(reason);
+  return m;
+}
+
+EagerCredit read_credit(wire::ByteReader& r) {
+  EagerCredit m;
+  m.count = r.u8("count");
+  if (m.count == 0 || m.count > kMaxRecvs) {
+    r.fail("count", "is not between 1 and " + std::to_string(kMaxRecvs));
+    return m;
+  }
+  for (size_t i = 0; i < m.count; ++i) {
+    m.tags[i].tag = static_cast<int32_t>(r.u32("tag"));
+    m.tags[i].consumed = r.u32("consumed");
+  }
+  return m;
+}
+
+EagerFailure read_eager_failure(wire::ByteReader& r) {
+  EagerFailure m;
+  m.tag = static_cast<int32_t>(r.u32("tag"));
+  m.ordinal = r.u32("ordinal");
+  const uint32_t reason = r.u32("reason");
+  m.size = r.u64("size");
+  if (reason != static_cast<uint32_t>(EagerFailureReason::send_failed)) {
+    r.fail("reason", "is unknown (" + std::to_string(reason) + ")");
+  }
+  m.reason = static_cast<EagerFailureReason>(reason);
+  if (m.size > kMaxEagerSize) r.fail("size", "is over the eager limit");
   return m;
 }
 
@@ -140,6 +189,8 @@ std::optional<ControlMessage> decode_control_message(std::span<const uint8_t> by
     case 2: message = read_connection<ConnectAccept>(r); break;
     case 3: message = read_announcement(r); break;
     case 4: message = read_failure(r); break;
+    case 5: message = read_credit(r); break;
+    case 6: message = read_eager_failure(r); break;
     default: return reject("unknown type " + std::to_string(type));
   }
   std::string reason;
@@ -151,6 +202,13 @@ const char* describe(SendFailureReason reason) {
   switch (reason) {
     case SendFailureReason::too_large: return "the message is larger than the posted buffer";
     case SendFailureReason::write_failed: return "the RMA write into the posted buffer failed";
+  }
+  return "unknown";
+}
+
+const char* describe(EagerFailureReason reason) {
+  switch (reason) {
+    case EagerFailureReason::send_failed: return "the eager send failed";
   }
   return "unknown";
 }

@@ -1,20 +1,27 @@
 // The messages a send comm and a recv comm exchange over the fabric, besides the data itself:
 //
 //   header:               "HMRC" | u16 version | u16 type            (the body is the rest)
-//   connect_request:      u64 nonce | str address | u32 pid | u64 process space
-//                                                           connector -> listener
-//   connect_accept:       u64 nonce | str address | u32 pid | u64 process space
-//                                                           new recv comm -> connector
-//   receive_announcement: u32 sequence | u8 slot | u8 generation | u8 count | count x
-//                         (u64 address | u64 size | u64 key | u32 tag)   receiver -> sender
+//   connect_request:      u64 nonce | str address | u32 pid | u64 process space |
+//                         u32 eager max | u32 eager credits     connector -> listener
+//   connect_accept:       (the same fields)                     new recv comm -> connector
+//   receive_announcement: u8 slot | u8 generation | u8 count | count x
+//                         (u64 address | u64 size | u64 key | u32 tag | u32 ordinal)
+//                                                           receiver -> sender
 //   send_failure:         u8 slot | u8 generation | u8 index | u32 reason | u64 size
 //                                                           sender -> receiver
+//   eager_credit:         u8 count | count x (u32 tag | u32 consumed)   receiver -> sender
+//   eager_failure:        u32 tag | u32 ordinal | u32 reason | u64 size sender -> receiver
 //
 // A receive announcement is what NCCL's IB transport calls a clear-to-send: per posted buffer,
-// where it is (the address RMA uses), how large, its hmr key, and the tag a send must carry.
-// Its sequence number is the receive's place among the comm's irecvs (0, 1, 2, ...): the
-// sender fills receives in that order whatever order the fabric delivers announcements in
-// (EFA's SRD reorders messages unless asked not to; version 1 had no number).
+// where it is (the address RMA uses), how large, its hmr key, the tag a send must carry, and
+// its ordinal: the buffer's place among the comm's posted buffers of that tag (0, 1, 2, ...).
+// The k-th isend of tag t fills the buffer (t, k), whatever order the fabric delivers
+// announcements in (EFA's SRD reorders messages unless asked not to) and whatever order the
+// senders of a grouped receive come in.  Messages of up to the eager max move without an
+// announcement (fi_senddata into the receiver's bounce buffers, the CQ data naming (t, k):
+// net/eager.h); eager credits say how many of those one tag may have unconsumed, and an
+// eager_credit message returns them.  The connect request carries the connector's eager max,
+// the accept the one both use (the smaller; 0: none) and the credits per tag.
 // The pid and the process space (which host boot and pid namespace the pid belongs to) let a
 // peer on the same host notice that the other process exited although no operation of its
 // own fails (net/peer_watch.h); version 2 had neither.
@@ -33,7 +40,7 @@
 
 namespace hmr::nccl {
 
-inline constexpr uint16_t kControlVersion = 3;
+inline constexpr uint16_t kControlVersion = 4;
 // Room for the largest message (an announcement of kMaxRecvs buffers, or an address).
 inline constexpr size_t kControlBufferSize = 512;
 
@@ -42,21 +49,25 @@ struct ConnectRequest {
   std::vector<uint8_t> address;
   uint32_t pid = 0;            // the sending process (0: not told)
   uint64_t process_space = 0;  // where that pid means something (0: unknown)
+  uint32_t eager_max = 0;      // the largest message the connector would send eagerly
+  uint32_t eager_credits = 0;  // (unused in a request)
 };
 struct ConnectAccept {
   uint64_t nonce = 0;
   std::vector<uint8_t> address;
   uint32_t pid = 0;
   uint64_t process_space = 0;
+  uint32_t eager_max = 0;      // the eager max both ends use (0: every message announced)
+  uint32_t eager_credits = 0;  // eager messages of one tag the receiver holds unconsumed
 };
 struct AnnouncedBuffer {
   uint64_t address = 0;  // what the sender's RMA targets: a VA, or an offset in the registration
   uint64_t size = 0;
   uint64_t key = 0;
   int32_t tag = 0;
+  uint32_t ordinal = 0;  // this buffer's number among the comm's posted buffers of `tag` (wraps)
 };
 struct ReceiveAnnouncement {
-  uint32_t sequence = 0;  // this receive's number among the comm's irecvs, from 0 (wraps)
   uint8_t slot = 0;
   uint8_t generation = 0;
   uint8_t count = 0;
@@ -74,7 +85,27 @@ struct SendFailure {
   uint64_t size = 0;
 };
 
-using ControlMessage = std::variant<ConnectRequest, ConnectAccept, ReceiveAnnouncement, SendFailure>;
+// Eager messages of each tag the receiver has consumed so far (a running count, wrapping).
+struct TagCredit {
+  int32_t tag = 0;
+  uint32_t consumed = 0;
+};
+struct EagerCredit {
+  uint8_t count = 0;
+  TagCredit tags[kMaxRecvs];
+};
+enum class EagerFailureReason : uint32_t {
+  send_failed = 1,  // the sender's fi_senddata failed after it was posted
+};
+struct EagerFailure {
+  int32_t tag = 0;
+  uint32_t ordinal = 0;
+  EagerFailureReason reason = EagerFailureReason::send_failed;
+  uint64_t size = 0;
+};
+
+using ControlMessage = std::variant<ConnectRequest, ConnectAccept, ReceiveAnnouncement, SendFailure,
+                                    EagerCredit, EagerFailure>;
 
 std::vector<uint8_t> encode(const ControlMessage& message);
 // The same bytes written into `out` (a registered send buffer, with no allocation); their
@@ -83,5 +114,6 @@ size_t encode_into(const ControlMessage& message, std::span<uint8_t> out);
 std::optional<ControlMessage> decode_control_message(std::span<const uint8_t> bytes,
                                                      std::string* why);
 const char* describe(SendFailureReason reason);
+const char* describe(EagerFailureReason reason);
 
 }  // namespace hmr::nccl

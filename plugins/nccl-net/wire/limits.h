@@ -13,6 +13,10 @@ inline constexpr size_t kMaxRecvs = 8;
 // Largest message: the size rides in 40 bits of the remote CQ data (1 TiB - 1, NCCL's own
 // ceiling for maxP2pBytes).
 inline constexpr uint64_t kMaxMessageSize = (uint64_t{1} << 40) - 1;
+// Largest message sent eagerly (HMR_NCCL_EAGER_MAX's ceiling: the receiver keeps bounce buffers
+// of that size posted), and the most eager messages of one tag a receiver may be asked to hold.
+inline constexpr uint32_t kMaxEagerSize = 65536;
+inline constexpr uint32_t kMaxEagerCredits = 256;
 // Largest fabric address a control message carries (tcp: 16 or 28 bytes; shm: a short name).
 inline constexpr size_t kMaxFabricAddress = 256;
 

@@ -1,0 +1,40 @@
+// The eager protocol: small messages without waiting for the receiver's announcement.
+//
+// A message of up to the eager max (HMR_NCCL_EAGER_MAX, 8 KiB by default; both ends use the
+// smaller of their two, agreed at connect) whose buffer has not been announced yet is sent
+// straight away with fi_senddata from NCCL's registered buffer into one of the bounce buffers
+// the recv comm keeps posted (its control receive buffers, made as large as the eager max).
+// The CQ data names the buffer it is for by tag and ordinal (wire/eager_data.h): the k-th
+// isend of tag t fills the k-th posted buffer of tag t, whether it moves eagerly or by RMA.
+//
+// The receiver matches the message to that buffer when it is posted, or holds the bounce
+// buffer until it is (an unexpected message), then copies the bytes into it (host memory) or
+// RMA-writes them there through its own NIC (device memory, which the CPU cannot copy into;
+// the receive then needs iflush as after any NIC write).  A posted buffer the sender may fill
+// eagerly (host memory, no larger than the eager max) is not announced at all, so a small
+// message costs one message on the fabric, as raw RMA does; any other buffer is announced as
+// before, and the sender uses whichever comes first: an announcement (zero-copy RMA) or, for
+// a small message, the eager send (the announcement then finds its buffer filled and is
+// dropped).  A buffer left unannounced whose message does not come (a sender that wants to
+// send more than the eager max into it, which NCCL never does) is announced after a while,
+// so the sender's too-large refusal reaches both ends instead of a hang.
+//
+// Flow control: a sender may have kEagerCreditsPerTag eager messages of one tag that the
+// receiver has not consumed; the receiver returns credits in batches (an eager_credit message
+// per half of them), so the bounce buffers one fast sender fills can never starve another
+// sender of the same grouped receive: each tag's messages are consumed in its own order,
+// which NCCL posts receives in.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace hmr::nccl {
+
+inline constexpr uint32_t kEagerCreditsPerTag = 16;
+// Bounce buffers a recv comm keeps posted beside its control receives: two tags' worth of
+// credits and a few more (a third sender's messages wait in the provider's unexpected queue
+// until a bounce buffer is reposted).
+inline constexpr size_t kEagerBounceBuffers = 2 * kEagerCreditsPerTag + 8;
+
+}  // namespace hmr::nccl
