@@ -699,6 +699,53 @@ TEST(Eager, SmallMessagesLeaveBeforeTheirReceiveAndCreditsBoundThem) {
   EXPECT_TRUE(f.ok()) << f.text();
 }
 
+// A tag the receiver never posts a buffer for (a mismatched tag) does not wait in silence:
+// once its isends have been refused for HMR_NCCL_WRITE_TIMEOUT (here 0.05 s) the plugin says
+// so, once; the send still goes when the receive comes.
+TEST(OneProcess, ASendWhoseTagIsNeverReceivedIsLogged) {
+  setenv("HMR_NCCL_WRITE_TIMEOUT", "0.05", 1);
+  Failures f;
+  Rank rank(table(11), 0, kScenarioBudget);
+  const bool started = rank.start(library(), &f);
+  unsetenv("HMR_NCCL_WRITE_TIMEOUT");  // read once, at init
+  ASSERT_TRUE(started) << f.text();
+  Link link;
+  ASSERT_TRUE(rank.connect_both(nullptr, &link, &f)) << f.text();
+  constexpr size_t kSize = 65536;  // over the eager max: it waits for its receive
+  HostBuffer out(kSize), in(kSize);
+  fill_pattern(out.data(), kSize, 42);
+  void* out_mh = nullptr;
+  void* in_mh = nullptr;
+  ASSERT_EQ(rank.net().reg_mr(link.send, out.data(), kSize, NCCL_PTR_HOST, &out_mh), ncclSuccess);
+  ASSERT_EQ(rank.net().reg_mr(link.recv, in.data(), kSize, NCCL_PTR_HOST, &in_mh), ncclSuccess);
+  const size_t mark = log_mark();
+  void* request = nullptr;
+  while (!warned_since(mark, "isend with tag 42 has found no buffer") && !rank.expired()) {
+    ASSERT_EQ(rank.net().isend(link.send, out.data(), kSize, 42, out_mh, &request), ncclSuccess);
+    ASSERT_EQ(request, nullptr);
+  }
+  EXPECT_TRUE(warned_since(mark, "isend with tag 42 has found no buffer")) << warnings_since(mark);
+  void* recv_request = nullptr;
+  void* datas[1] = {in.data()};
+  size_t sizes[1] = {kSize};
+  int tags[1] = {42};
+  void* mhs[1] = {in_mh};
+  ASSERT_EQ(rank.net().irecv(link.recv, 1, datas, sizes, tags, mhs, &recv_request), ncclSuccess);
+  while (request == nullptr && !rank.expired()) {
+    int done = 0;
+    ASSERT_EQ(rank.net().test(recv_request, &done, nullptr), ncclSuccess);
+    ASSERT_EQ(rank.net().isend(link.send, out.data(), kSize, 42, out_mh, &request), ncclSuccess);
+  }
+  for (int done = 0; !done && !rank.expired();) ASSERT_EQ(rank.net().test(recv_request, &done, nullptr), ncclSuccess);
+  for (int done = 0; !done && !rank.expired();) ASSERT_EQ(rank.net().test(request, &done, nullptr), ncclSuccess);
+  EXPECT_EQ(find_pattern_mismatch(in.data(), kSize, 42), SIZE_MAX);
+  EXPECT_EQ(rank.net().dereg_mr(link.send, out_mh), ncclSuccess);
+  EXPECT_EQ(rank.net().dereg_mr(link.recv, in_mh), ncclSuccess);
+  rank.close(&link, &f);
+  EXPECT_EQ(rank.net().finalize(), ncclSuccess);
+  EXPECT_TRUE(f.ok()) << f.text();
+}
+
 // A channel NCCL puts on lo makes a remote rank connect to itself: by default the plugin
 // offers no loopback or docker NIC (where another is left), and HMR_NCCL_IFNAME chooses, as
 // NCCL_SOCKET_IFNAME does.  The ctest hmr_nccl_net_ifname_lo runs this with
@@ -733,11 +780,14 @@ TEST(OneProcess, DevicesAreTheInterfacesChosen) {
 // NCCL reads an iflush that gives no request as "flushed", and lets the GPU read the buffer.
 // So a flush the provider cannot take now (EAGAIN, injected) still gives a request that
 // completes later, and a comm out of flush requests says so with an error.  Run by the ctest
-// hmr_nccl_net_flush with HMR_NCCL_FORCE_FLUSH=1 (host memory flushed through the NIC, and
-// forceFlush reported to NCCL) and HMR_NCCL_TEST_FLUSH_EAGAIN=3.
+// hmr_nccl_net_flush with HMR_NCCL_FORCE_FLUSH=1 (forceFlush reported to NCCL),
+// HMR_NCCL_TEST_FLUSH_HOST_MEMORY=1 (host memory flushed through the NIC, as device memory
+// is) and HMR_NCCL_TEST_FLUSH_EAGAIN=3.
 TEST(OneProcess, FlushesAreNeverDropped) {
-  if (std::getenv("HMR_NCCL_FORCE_FLUSH") == nullptr || std::getenv("HMR_NCCL_TEST_FLUSH_EAGAIN") == nullptr) {
-    GTEST_SKIP() << "run by ctest hmr_nccl_net_flush (HMR_NCCL_FORCE_FLUSH=1 HMR_NCCL_TEST_FLUSH_EAGAIN=3)";
+  if (std::getenv("HMR_NCCL_FORCE_FLUSH") == nullptr || std::getenv("HMR_NCCL_TEST_FLUSH_EAGAIN") == nullptr ||
+      std::getenv("HMR_NCCL_TEST_FLUSH_HOST_MEMORY") == nullptr) {
+    GTEST_SKIP() << "run by ctest hmr_nccl_net_flush (HMR_NCCL_FORCE_FLUSH=1 "
+                    "HMR_NCCL_TEST_FLUSH_HOST_MEMORY=1 HMR_NCCL_TEST_FLUSH_EAGAIN=3)";
   }
   Failures f;
   Rank rank(table(11), 0, kScenarioBudget);

@@ -24,9 +24,12 @@ std::unique_ptr<ControlChannel> ControlChannel::open(Device& device, Endpoint& e
     return nullptr;
   }
   // Registered like any buffer, so providers that want descriptors for local buffers
-  // (FI_MR_LOCAL) get hmr's; one registration for all of a comm's control buffers.
-  const int rc = hmr_mr_reg(device.registrations(), channel->memory_, bytes, HMR_SEND | HMR_RECV,
-                            0, 0, 0, &channel->mr_, nullptr);
+  // (FI_MR_LOCAL) get hmr's; one registration for all of a comm's control buffers.  Besides
+  // sends and receives, a bounce buffer is the source of an eager copy's RMA write and the
+  // scratch buffer the target of iflush's RMA read (FI_WRITE, FI_READ).
+  const int rc = hmr_mr_reg(device.registrations(), channel->memory_, bytes,
+                            HMR_SEND | HMR_RECV | HMR_READ | HMR_WRITE, 0, 0, 0, &channel->mr_,
+                            nullptr);
   if (rc != 0) {
     *why = std::string("hmr_mr_reg of the control buffers: ") + hmr_strerror(rc) + " (" +
            hmr_last_error() + ")";

@@ -32,7 +32,7 @@ ncclResult_t RecvComm::start(Device& device, const ConnectRequest& request,
                              std::unique_ptr<RecvComm>* out) {
   std::unique_ptr<RecvComm> comm(new RecvComm(device));
   const Settings& settings = device.settings();
-  comm->force_flush_ = settings.force_flush;
+  comm->flush_host_memory_ = settings.flush_host_memory;
   comm->flush_eagain_ = settings.flush_eagain;
   comm->eager_max_ = std::min(settings.eager_max, request.eager_max);
   comm->eager_through_nic_ = settings.eager_through_nic;
@@ -446,11 +446,11 @@ ncclResult_t RecvComm::iflush(int n, void** data, const int* sizes, MemoryHandle
     return fail(ncclInvalidArgument, "iflush of %d buffers: between 1 and %zu", n, kMaxRecvs);
   }
   // The last buffer that received bytes the NIC wrote directly (device memory), or any with
-  // HMR_NCCL_FORCE_FLUSH: a read through the NIC after the writes makes them visible to the GPU.
+  // HMR_NCCL_TEST_FLUSH_HOST_MEMORY: a read through the NIC after the writes makes them visible to the GPU.
   int last = -1;
   for (int i = 0; i < n; ++i) {
     const MemoryHandle* mh = mhandles[i];
-    if (sizes[i] <= 0 || mh == nullptr || !(mh->needs_flush || force_flush_)) continue;
+    if (sizes[i] <= 0 || mh == nullptr || !(mh->needs_flush || flush_host_memory_)) continue;
     if (mh->device != device_ || !mh->contains(data[i], 1)) {
       return fail(ncclInvalidArgument, "iflush buffer %d at %p is not inside its memory handle", i, data[i]);
     }

@@ -93,7 +93,7 @@ class RecvComm {
   std::unique_ptr<ControlChannel> control_;
   fi_addr_t peer_ = FI_ADDR_UNSPEC;
   fi_addr_t self_ = FI_ADDR_UNSPEC;  // for iflush's read-back through the NIC
-  bool force_flush_ = false;
+  bool flush_host_memory_ = false;
   int flush_eagain_ = 0;
   uint32_t eager_max_ = 0;  // agreed with the sender (0: every receive announced)
   bool eager_through_nic_ = false;

@@ -321,7 +321,23 @@ ncclResult_t SendComm::isend(void* data, size_t size, int tag, MemoryHandle* mha
   // The receiver has not posted this tag's next buffer (or we heard not), or this tag's eager
   // credits are all in use: no request, NCCL calls again.  A sender of a grouped receive that
   // is a step ahead of another simply fills its own buffer of the next receive.
+  note_refusal(stream);
   return ncclSuccess;
+}
+
+void SendComm::note_refusal(Stream& stream) {
+  // Not an error: NCCL may wait for a receive as long as it likes.  But a tag the receiver
+  // never posts a buffer for (a mismatched tag) would otherwise wait in silence.
+  if (stream.warned || ++stream.refusals % kRefusalsPerClockRead != 0) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (stream.refusals == kRefusalsPerClockRead) {
+    stream.refused_since = now;
+  } else if (now - stream.refused_since > write_timeout_) {
+    stream.warned = true;
+    log_warn("isend with tag %d has found no buffer of the receiver's for %.1f s (HMR_NCCL_WRITE_TIMEOUT): "
+             "no receive posted with that tag since its buffer %u", stream.tag,
+             std::chrono::duration<double>(now - stream.refused_since).count(), stream.next_ordinal);
+  }
 }
 
 ncclResult_t SendComm::write_announced(void* data, size_t size, Stream& stream, size_t slot,
@@ -350,6 +366,8 @@ ncclResult_t SendComm::write_announced(void* data, size_t size, Stream& stream, 
                 device_->libfabric().describe(rc).c_str());
   }
   ++stream.next_ordinal;
+  stream.refusals = 0;
+  stream.warned = false;
   use_buffer(slot, index);
   req->state = RequestState::pending;
   req->pending_tests = 0;
@@ -388,6 +406,8 @@ ncclResult_t SendComm::send_eagerly(void* data, size_t size, Stream& stream,
   }
   ++stream.next_ordinal;
   ++stream.eager_sent;
+  stream.refusals = 0;
+  stream.warned = false;
   req->state = RequestState::pending;
   req->pending_tests = 0;
   req->error = ncclSuccess;

@@ -80,7 +80,8 @@ std::optional<Settings> read_settings(std::string* why) {
   settings.eager_max = static_cast<uint32_t>(eager_max);
   if (!read_bool("HMR_NCCL_FORCE_FLUSH", &settings.force_flush, why) ||
       !read_bool("HMR_NCCL_TEST_REORDER_ANNOUNCEMENTS", &settings.reorder_announcements, why) ||
-      !read_bool("HMR_NCCL_TEST_EAGER_THROUGH_NIC", &settings.eager_through_nic, why)) {
+      !read_bool("HMR_NCCL_TEST_EAGER_THROUGH_NIC", &settings.eager_through_nic, why) ||
+      !read_bool("HMR_NCCL_TEST_FLUSH_HOST_MEMORY", &settings.flush_host_memory, why)) {
     return std::nullopt;
   }
   return settings;

@@ -16,9 +16,12 @@ struct Settings {
   std::optional<InterfaceFilter> interfaces;
   int connect_timeout_ms = 30000;  // HMR_NCCL_CONNECT_TIMEOUT (seconds, may be fractional)
   int write_timeout_ms = 60000;    // HMR_NCCL_WRITE_TIMEOUT (seconds, may be fractional)
-  // HMR_NCCL_FORCE_FLUSH: NCCL is told forceFlush=1 (so it calls iflush after every receive
-  // into device memory), and iflush reads back host memory too.
+  // HMR_NCCL_FORCE_FLUSH: NCCL is told forceFlush=1, so it calls iflush after receives into
+  // memory the NIC wrote directly (NCCL 2.28 on sm90 and later calls it only then).
   bool force_flush = false;
+  // HMR_NCCL_TEST_FLUSH_HOST_MEMORY: for tests. iflush reads back through the NIC for host
+  // memory too (which never needs it), so the read-back runs where no GPU is.
+  bool flush_host_memory = false;
   // HMR_NCCL_EAGER_MAX: messages up to this many bytes move without waiting for the receiver's
   // announcement (net/eager.h); 0 turns that off. Both ends use the smaller of their two.
   uint32_t eager_max = 8192;
