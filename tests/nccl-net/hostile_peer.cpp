@@ -222,9 +222,10 @@ int run() {
   }
   const uint64_t key = hmr_mr_key(mr);
   const uint64_t rma_base = h.device().virtual_addressing() ? reinterpret_cast<uintptr_t>(base) : 0;
-  // shm copies between processes without checking keys against registrations (libfabric
-  // 1.17): there a lie may only make the liar's own memory written.  Every other provider
-  // must refuse the write.
+  // shm (libfabric 1.17) checks keys on the target's side only for what it carries through
+  // its own buffers ("ofi_mr_map_verify ... out of registered range" in the target's log); a
+  // write it copies across processes directly is not checked: there a lie may only make the
+  // liar's own memory written.  Every other provider must refuse the write.
   const bool may_land = h.device().provider() == "shm";
 
   for (uint64_t nonce = 0x5eed0001;; ++nonce) {

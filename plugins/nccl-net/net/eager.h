@@ -21,9 +21,12 @@
 //
 // Flow control: a sender may have kEagerCreditsPerTag eager messages of one tag that the
 // receiver has not consumed; the receiver returns credits in batches (an eager_credit message
-// per half of them), so the bounce buffers one fast sender fills can never starve another
-// sender of the same grouped receive: each tag's messages are consumed in its own order,
-// which NCCL posts receives in.
+// per half of them: one message back per 32 eager ones).  An unexpected message keeps its
+// bounce buffer while more than kEagerBounceReserve others are posted, and is copied out to
+// the heap otherwise (a spill), so the messages one fast sender sent ahead can never take the
+// last bounce buffers from another sender of the same grouped receive, whose message the
+// posted receive is waiting for: each tag's messages are consumed in its own order, which
+// NCCL posts receives in.  A spill holds at most the credits of each tag.
 #pragma once
 
 #include <cstddef>
@@ -31,10 +34,11 @@
 
 namespace hmr::nccl {
 
-inline constexpr uint32_t kEagerCreditsPerTag = 16;
-// Bounce buffers a recv comm keeps posted beside its control receives: two tags' worth of
-// credits and a few more (a third sender's messages wait in the provider's unexpected queue
-// until a bounce buffer is reposted).
-inline constexpr size_t kEagerBounceBuffers = 2 * kEagerCreditsPerTag + 8;
+inline constexpr uint32_t kEagerCreditsPerTag = 64;
+// Bounce buffers a recv comm keeps posted beside its control receives (NCCL keeps 8 receives
+// posted per channel, so 40 cover its window several times over), and how many must stay
+// posted before an unexpected message is spilled instead of held.
+inline constexpr size_t kEagerBounceBuffers = 40;
+inline constexpr size_t kEagerBounceReserve = 16;
 
 }  // namespace hmr::nccl

@@ -47,11 +47,7 @@ ncclResult_t RecvComm::start(Device& device, const ConnectRequest& request,
   if (!comm->control_ || !comm->control_->post_receives(&why)) {
     return fail(ncclSystemError, "accept: %s", why.c_str());
   }
-  comm->copies_.resize(eager ? receives : 0);
-  for (EagerCopy& copy : comm->copies_) {
-    copy.kind = OperationKind::eager_copy;
-    copy.owner = comm.get();
-  }
+  comm->bounces_posted_ = receives;
   comm->unexpected_.reserve(receives);
   comm->control_->reorder_announcements(settings.reorder_announcements);
   if (!comm->endpoint_->insert(request.address, &comm->peer_, &why)) {
@@ -79,6 +75,9 @@ ncclResult_t RecvComm::start(Device& device, const ConnectRequest& request,
 
 RecvComm::~RecvComm() {
   endpoint_.reset();  // first: it ends every operation still pointing into our buffers
+  for (EagerCopy& copy : copies_) {
+    if (copy.spill_mr != nullptr) hmr_mr_close(copy.spill_mr);
+  }
   control_.reset();
 }
 
@@ -107,8 +106,9 @@ ncclResult_t RecvComm::progress() {
   std::string why;
   if (!control_->flush(&why)) return fail_comm(ncclSystemError, why);
   if (copies_waiting_ != 0) {
-    for (EagerCopy& copy : copies_) {
-      if (copy.request != nullptr && !copy.posted) {
+    for (auto it = copies_.begin(); it != copies_.end();) {
+      EagerCopy& copy = *it++;  // (a copy that fails moves to spare_copies_)
+      if (!copy.posted) {
         if (const ncclResult_t rc = post_copy(copy); rc != ncclSuccess) return rc;
       }
     }
@@ -235,18 +235,14 @@ ncclResult_t RecvComm::on_message(std::span<const uint8_t> bytes) {
 }
 
 ncclResult_t RecvComm::on_eager(Operation& bounce, size_t len, uint64_t data) {
+  --bounces_posted_;
   if (eager_max_ == 0) {
     return fail_comm(ncclRemoteError, "the sender sent an eager message on a comm without them");
   }
   const EagerAddress a = decode_eager_address(data);
-  for (ReceiveRequest& request : receives_) {
-    if (request.state != RequestState::pending) continue;
-    for (size_t i = 0; i < request.count; ++i) {
-      if (request.address[i].tag == a.tag && request.address[i].ordinal == a.ordinal &&
-          !((request.done_mask | request.copying_mask) & (1u << i))) {
-        return deliver_eager(request, i, bounce, len);
-      }
-    }
+  size_t index = 0;
+  if (ReceiveRequest* request = posted_for(a, &index)) {
+    return deliver_eager(*request, index, EagerPayload{&bounce, {}, len});
   }
   // Not posted yet, unless it was posted and filled already (a duplicate: a broken peer).
   const Stream* stream = streams_.find(a.tag);
@@ -259,54 +255,94 @@ ncclResult_t RecvComm::on_eager(Operation& bounce, size_t len, uint64_t data) {
                                           " of tag " + std::to_string(a.tag) +
                                           ", whose buffer is filled already");
   }
-  unexpected_.push_back(Unexpected{a, &bounce, len});
+  Unexpected early{a, EagerPayload{&bounce, {}, len}};
+  if (bounces_posted_ < kEagerBounceReserve) {
+    // Few bounce buffers left: this one goes back now and the bytes wait on the heap, so a
+    // sender that is ahead cannot take the buffers another sender's message needs.
+    const uint8_t* bytes = control_->received(bounce, len).data();
+    early.payload.spill.assign(bytes, bytes + len);
+    early.payload.bounce = nullptr;
+    std::string why;
+    if (!control_->repost(bounce, &why)) return fail_comm(ncclSystemError, why);
+    ++bounces_posted_;
+  }
+  unexpected_.push_back(std::move(early));
   return ncclSuccess;
 }
 
-ncclResult_t RecvComm::deliver_eager(ReceiveRequest& request, size_t index, Operation& bounce,
-                                     size_t len) {
+ReceiveRequest* RecvComm::posted_for(const EagerAddress& address, size_t* index) {
+  Stream* stream = streams_.find(address.tag);
+  if (stream == nullptr) return nullptr;
+  const uint16_t at = stream->posted_at[address.ordinal % kPostedBuffers];
+  if (at == 0) return nullptr;
+  ReceiveRequest& request = receives_[(at - 1u) / kMaxRecvs];
+  const size_t i = (at - 1u) % kMaxRecvs;
+  if (request.state != RequestState::pending || i >= request.count ||
+      request.address[i].tag != address.tag || request.address[i].ordinal != address.ordinal ||
+      ((request.done_mask | request.copying_mask) & (1u << i))) {
+    return nullptr;
+  }
+  *index = i;
+  return &request;
+}
+
+ncclResult_t RecvComm::deliver_eager(ReceiveRequest& request, size_t index, EagerPayload payload) {
   const int32_t tag = request.address[index].tag;
+  const size_t len = payload.len;
   if (len > request.posted[index]) {
     request.state = RequestState::failed;
     request.error = fail(ncclInvalidUsage, "receive of buffer %zu (%zu bytes posted): the sender "
                          "sent %zu bytes", index, request.posted[index], len);
-    return consumed(bounce, tag);
+    return consumed(payload, tag);
   }
   const MemoryHandle& mh = *request.mhandle[index];
   if (len == 0 || (!mh.needs_flush && !eager_through_nic_)) {
-    if (len != 0) std::memcpy(request.data[index], control_->received(bounce, len).data(), len);
+    const uint8_t* bytes = payload.bounce != nullptr ? control_->received(*payload.bounce, len).data()
+                                                     : payload.spill.data();
+    if (len != 0) std::memcpy(request.data[index], bytes, len);
     request.received[index] = len;
     request.done_mask |= static_cast<uint8_t>(1u << index);
-    return consumed(bounce, tag);
+    return consumed(payload, tag);
   }
   // Device memory: the CPU cannot copy into it, the NIC can.
-  EagerCopy& copy = copies_[bounce.index];
+  if (spare_copies_.empty()) spare_copies_.emplace_back();
+  copies_.splice(copies_.end(), spare_copies_, spare_copies_.begin());
+  EagerCopy& copy = copies_.back();
+  copy.kind = OperationKind::eager_copy;
+  copy.owner = this;
   copy.request = &request;
   copy.index = index;
-  copy.len = len;
-  copy.bounce = &bounce;
   copy.tag = tag;
+  copy.payload = std::move(payload);
+  copy.spill_mr = nullptr;
   copy.posted = false;
   request.copying_mask |= static_cast<uint8_t>(1u << index);
   ++copies_waiting_;
+  if (copy.payload.bounce == nullptr &&
+      hmr_mr_reg(device_->registrations(), copy.payload.spill.data(), len, HMR_WRITE, 0, 0, 0,
+                 &copy.spill_mr, nullptr) != 0) {
+    --copies_waiting_;
+    return on_copied(copy, false, std::string("registering the spilled message: ") + hmr_last_error());
+  }
   return post_copy(copy);
 }
 
 ncclResult_t RecvComm::post_copy(EagerCopy& copy) {
   std::string why;
   if (self_ == FI_ADDR_UNSPEC && !endpoint_->insert(endpoint_->address(), &self_, &why)) {
-    return fail_comm(ncclSystemError, "eager copy: " + why);
+    --copies_waiting_;
+    return on_copied(copy, false, why);
   }
   ReceiveRequest& request = *copy.request;
   const MemoryHandle& mh = *request.mhandle[copy.index];
-  const ssize_t rc = endpoint_->write(control_->received(*copy.bounce, copy.len).data(), copy.len,
-                                      control_->desc(), self_,
+  const EagerPayload& p = copy.payload;
+  const void* source = p.bounce != nullptr ? control_->received(*p.bounce, p.len).data() : p.spill.data();
+  void* desc = p.bounce != nullptr ? control_->desc() : hmr_mr_desc(copy.spill_mr);
+  const ssize_t rc = endpoint_->write(source, p.len, desc, self_,
                                       mh.rma_address(request.data[copy.index]), mh.key, &copy);
   if (rc == -FI_EAGAIN) return ncclSuccess;  // the next progress posts it
   --copies_waiting_;
-  if (rc != 0) {
-    return on_copied(copy, false, "fi_write: " + device_->libfabric().describe(rc));
-  }
+  if (rc != 0) return on_copied(copy, false, "fi_write: " + device_->libfabric().describe(rc));
   copy.posted = true;
   return ncclSuccess;
 }
@@ -316,20 +352,29 @@ ncclResult_t RecvComm::on_copied(EagerCopy& copy, bool ok, const std::string& re
   const uint8_t bit = static_cast<uint8_t>(1u << copy.index);
   request.copying_mask &= static_cast<uint8_t>(~bit);
   if (ok) {
-    request.received[copy.index] = copy.len;
+    request.received[copy.index] = copy.payload.len;
     request.done_mask |= bit;
   } else if (request.state == RequestState::pending) {
     request.state = RequestState::failed;
     request.error = fail(ncclSystemError, "moving an eager message of %zu bytes into buffer %zu "
-                         "through the NIC failed: %s", copy.len, copy.index, reason.c_str());
+                         "through the NIC failed: %s", copy.payload.len, copy.index, reason.c_str());
   }
-  copy.request = nullptr;
-  return consumed(*copy.bounce, copy.tag);
+  if (copy.spill_mr != nullptr) hmr_mr_close(copy.spill_mr);
+  copy.spill_mr = nullptr;
+  const ncclResult_t rc = consumed(copy.payload, copy.tag);
+  copy.payload.spill.clear();
+  auto it = std::find_if(copies_.begin(), copies_.end(), [&](const EagerCopy& c) { return &c == &copy; });
+  spare_copies_.splice(spare_copies_.end(), copies_, it);
+  return rc;
 }
 
-ncclResult_t RecvComm::consumed(Operation& bounce, int32_t tag) {
+ncclResult_t RecvComm::consumed(EagerPayload& payload, int32_t tag) {
   std::string why;
-  if (!control_->repost(bounce, &why)) return fail_comm(ncclSystemError, why);
+  if (payload.bounce != nullptr) {
+    if (!control_->repost(*payload.bounce, &why)) return fail_comm(ncclSystemError, why);
+    payload.bounce = nullptr;
+    ++bounces_posted_;
+  }
   Stream& stream = streams_.at(tag);
   ++stream.consumed;
   if (stream.consumed - stream.reported < kEagerCreditsPerTag / 2) return ncclSuccess;
@@ -404,7 +449,10 @@ ncclResult_t RecvComm::irecv(int n, void** data, const size_t* sizes, const int*
     slot->received[i] = 0;
     slot->data[i] = data[i];
     slot->mhandle[i] = mhandles[i];
-    slot->address[i] = EagerAddress{tags[i], streams_.at(tags[i]).next_ordinal++};
+    Stream& stream = streams_.at(tags[i]);
+    slot->address[i] = EagerAddress{tags[i], stream.next_ordinal++};
+    stream.posted_at[slot->address[i].ordinal % kPostedBuffers] =
+        static_cast<uint16_t>(slot->slot * kMaxRecvs + static_cast<size_t>(i) + 1);
     if (!eager_only(sizes[i], *mhandles[i])) announce_now = true;
   }
   // Eager messages that came before this receive.
@@ -418,9 +466,9 @@ ncclResult_t RecvComm::irecv(int n, void** data, const size_t* sizes, const int*
       ++u;
       continue;
     }
-    const Unexpected arrived = unexpected_[u];
+    EagerPayload payload = std::move(unexpected_[u].payload);
     unexpected_.erase(unexpected_.begin() + static_cast<std::ptrdiff_t>(u));
-    if (const ncclResult_t rc = deliver_eager(*slot, i, *arrived.bounce, arrived.len); rc != ncclSuccess) {
+    if (const ncclResult_t rc = deliver_eager(*slot, i, std::move(payload)); rc != ncclSuccess) {
       slot->state = RequestState::idle;
       return rc;
     }

@@ -10,6 +10,7 @@
 #include <rdma/fabric.h>
 
 #include <array>
+#include <list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -45,26 +46,38 @@ class RecvComm {
   Device& device() const { return *device_; }
 
  private:
+  // Posted buffers a comm may have at once (NCCL_NET_MAX_REQUESTS receives of maxRecvs).
+  static constexpr size_t kPostedBuffers = kMaxRequests * kMaxRecvs;
   struct Stream {
     int32_t tag = 0;
     uint32_t next_ordinal = 0;  // the ordinal of this tag's next posted buffer
     uint32_t consumed = 0;      // eager messages consumed (a running count, wrapping)
     uint32_t reported = 0;      // `consumed` as last told to the sender
+    // Where the buffer of ordinal k was posted: posted_at[k % kPostedBuffers] is its slot *
+    // kMaxRecvs + index + 1 (0: none).  A tag has fewer than kPostedBuffers posted at once,
+    // so an entry is the buffer's while it is posted; a stale one fails the match's checks.
+    std::array<uint16_t, kPostedBuffers> posted_at{};
   };
-  // An eager message on its way through the NIC from a bounce buffer into device memory.
+  // An eager message's bytes: in its bounce buffer (held, not yet reposted), or copied out to
+  // the heap when too few bounce buffers were left posted (a spill).
+  struct EagerPayload {
+    Operation* bounce = nullptr;
+    std::vector<uint8_t> spill;
+    size_t len = 0;
+  };
+  // An eager message on its way through the NIC into device memory.
   struct EagerCopy : Operation {
     ReceiveRequest* request = nullptr;
     size_t index = 0;  // which buffer of the request
-    size_t len = 0;
-    Operation* bounce = nullptr;
     int32_t tag = 0;
+    EagerPayload payload;
+    hmr_mr* spill_mr = nullptr;  // a spill's registration, for the write's local descriptor
     bool posted = false;  // false while the provider said -FI_EAGAIN (progress retries)
   };
-  // An eager message that came before its buffer was posted: its bounce buffer is held.
+  // An eager message that came before its buffer was posted.
   struct Unexpected {
     EagerAddress address;
-    Operation* bounce;
-    size_t len;
+    EagerPayload payload;
   };
 
   explicit RecvComm(Device& device) : device_(&device) {}
@@ -72,13 +85,17 @@ class RecvComm {
   ncclResult_t on_write(uint64_t data);
   ncclResult_t on_message(std::span<const uint8_t> bytes);
   ncclResult_t on_eager(Operation& bounce, size_t len, uint64_t data);
-  // Moves an eager message from its bounce buffer into buffer `index` of `request`: a copy
-  // (host memory) or an RMA write through the NIC (device memory); the bounce buffer goes
-  // back to the provider and the tag's credit to the sender once done.
-  ncclResult_t deliver_eager(ReceiveRequest& request, size_t index, Operation& bounce, size_t len);
+  // The posted, unfilled buffer an eager message names: its request and index, or nullptr.
+  ReceiveRequest* posted_for(const EagerAddress& address, size_t* index);
+  // Moves an eager message into buffer `index` of `request`: a copy (host memory) or an RMA
+  // write through the NIC (device memory); its bounce buffer goes back to the provider and
+  // the tag's credit to the sender once done.
+  ncclResult_t deliver_eager(ReceiveRequest& request, size_t index, EagerPayload payload);
   ncclResult_t post_copy(EagerCopy& copy);
   ncclResult_t on_copied(EagerCopy& copy, bool ok, const std::string& reason);
-  ncclResult_t consumed(Operation& bounce, int32_t tag);
+  // An eager message of `tag` is consumed: its bounce buffer (if it still has one) is posted
+  // again, and the sender gets credits back every half of them.
+  ncclResult_t consumed(EagerPayload& payload, int32_t tag);
   ncclResult_t announce(ReceiveRequest& request);
   // Whether the sender may fill this buffer only eagerly (it is not announced).
   bool eager_only(size_t size, const MemoryHandle& mhandle) const;
@@ -99,9 +116,11 @@ class RecvComm {
   bool eager_through_nic_ = false;
   TagStreams<Stream> streams_;
   std::vector<Unexpected> unexpected_;
-  // One RMA-write context per bounce buffer, for eager messages into device memory (indexed
-  // like the control channel's receive slots).
-  std::vector<EagerCopy> copies_;
+  size_t bounces_posted_ = 0;  // receive buffers the provider has (the rest are held)
+  // Eager messages on their way into device memory (a list: the provider holds pointers to
+  // them), and contexts to reuse.
+  std::list<EagerCopy> copies_;
+  std::list<EagerCopy> spare_copies_;
   size_t copies_waiting_ = 0;  // copies the provider has not taken yet
   bool accept_sent_ = false;
   PeerWatch peer_watch_;  // the peer's process, on shm (peer_watch.h)
