@@ -571,9 +571,9 @@ int receive_one(Rank& rank, Link& link, void* data, size_t size, int tag, void* 
 }
 
 // The eager protocol (net/eager.h): a message of up to the eager max leaves before its
-// receive is posted and lands once it is; a tag has 64 eager messages unconsumed at most
-// (then no request until the receiver consumed some); past 40 the receiver keeps them on
-// the heap instead of in its bounce buffers (spills); a larger message waits for its
+// receive is posted and lands once it is; a tag has 32 eager messages unconsumed at most
+// (then no request until the receiver consumed some); with two tags' 64 waiting, the receiver
+// keeps those past its 40 bounce buffers on the heap (spills); a larger message waits for its
 // announcement; a small message into an announced (large) receive and an empty message land
 // too.  With HMR_NCCL_EAGER_MAX=0 nothing leaves before its receive is posted.
 TEST(Eager, SmallMessagesLeaveBeforeTheirReceiveAndCreditsBoundThem) {
@@ -583,7 +583,7 @@ TEST(Eager, SmallMessagesLeaveBeforeTheirReceiveAndCreditsBoundThem) {
   Link link;
   ASSERT_TRUE(rank.connect_both(nullptr, &link, &f)) << f.text();
   constexpr size_t kSmall = 4096;
-  constexpr size_t kCredits = 64;
+  constexpr size_t kCredits = 32;
   constexpr size_t kLarge = 65536;
   HostBuffer out((kCredits + 1) * kSmall + kLarge), in((kCredits + 1) * kSmall + kLarge);
   void* out_mh = nullptr;
@@ -595,7 +595,21 @@ TEST(Eager, SmallMessagesLeaveBeforeTheirReceiveAndCreditsBoundThem) {
   fill_pattern(large_out, kLarge, 499);
   std::memset(in.data(), 0, in.size());
 
+  // A second sender's (tag 9) messages, waiting beside tag 5's.
+  HostBuffer out9(kCredits * kSmall), in9(kCredits * kSmall);
+  void* out9_mh = nullptr;
+  void* in9_mh = nullptr;
+  ASSERT_EQ(rank.net().reg_mr(link.send, out9.data(), out9.size(), NCCL_PTR_HOST, &out9_mh), ncclSuccess);
+  ASSERT_EQ(rank.net().reg_mr(link.recv, in9.data(), in9.size(), NCCL_PTR_HOST, &in9_mh), ncclSuccess);
+  for (size_t m = 0; m < kCredits; ++m) fill_pattern(out9.data() + m * kSmall, kSmall, 900 + m);
   std::vector<void*> sends;
+  for (size_t m = 0; m < kCredits && eager_on(); ++m) {
+    void* request = nullptr;
+    ASSERT_EQ(rank.net().isend(link.send, out9.data() + m * kSmall, kSmall, 9, out9_mh, &request), ncclSuccess);
+    ASSERT_NE(request, nullptr) << "tag 9's eager message " << m << " did not leave before its receive";
+    sends.push_back(request);
+  }
+  const size_t tag9_sends = sends.size();
   for (size_t m = 0; m < kCredits; ++m) {
     void* request = nullptr;
     ASSERT_EQ(rank.net().isend(link.send, out.data() + m * kSmall, kSmall, 5, out_mh, &request), ncclSuccess);
@@ -611,14 +625,14 @@ TEST(Eager, SmallMessagesLeaveBeforeTheirReceiveAndCreditsBoundThem) {
   for (int i = 0; i < 200; ++i) {
     if (eager_on()) {
       ASSERT_EQ(rank.net().isend(link.send, out.data() + kCredits * kSmall, kSmall, 5, out_mh, &extra), ncclSuccess);
-      ASSERT_EQ(extra, nullptr) << "a 65th eager message left with 64 unconsumed";
+      ASSERT_EQ(extra, nullptr) << "a 33rd eager message left with 32 unconsumed";
     }
     ASSERT_EQ(rank.net().isend(link.send, large_out, kLarge, 6, out_mh, &large), ncclSuccess);
     ASSERT_EQ(large, nullptr) << "a message over the eager max left before its announcement";
   }
-  // The receives: the 64 that came early, then the 65th (sent as credits come back).
+  // The receives: the 32 that came early, then the 33rd (sent as credits come back).
   for (size_t m = 0; m <= kCredits; ++m) {
-    if (m == sends.size() || (m == kCredits && eager_on())) {
+    if (m == sends.size() - tag9_sends || (m == kCredits && eager_on())) {
       void* request = nullptr;
       void* datas[1] = {in.data() + m * kSmall};
       size_t sizes[1] = {kSmall};
@@ -626,7 +640,7 @@ TEST(Eager, SmallMessagesLeaveBeforeTheirReceiveAndCreditsBoundThem) {
       void* mhs[1] = {in_mh};
       ASSERT_EQ(rank.net().irecv(link.recv, 1, datas, sizes, tags, mhs, &request), ncclSuccess);
       ASSERT_NE(request, nullptr);
-      while (extra == nullptr && sends.size() == m && !rank.expired()) {
+      while (extra == nullptr && sends.size() - tag9_sends == m && !rank.expired()) {
         int done = 0;
         ASSERT_EQ(rank.net().test(request, &done, nullptr), ncclSuccess);
         ASSERT_EQ(rank.net().isend(link.send, out.data() + m * kSmall, kSmall, 5, out_mh, &extra), ncclSuccess);
@@ -647,6 +661,10 @@ TEST(Eager, SmallMessagesLeaveBeforeTheirReceiveAndCreditsBoundThem) {
   }
   for (size_t m = 0; m <= kCredits; ++m) {
     EXPECT_EQ(find_pattern_mismatch(in.data() + m * kSmall, kSmall, 500 + m), SIZE_MAX) << "message " << m;
+  }
+  for (size_t m = 0; m < tag9_sends; ++m) {  // (none without eager messages)
+    EXPECT_EQ(receive_one(rank, link, in9.data() + m * kSmall, kSmall, 9, in9_mh, &f), static_cast<int>(kSmall));
+    EXPECT_EQ(find_pattern_mismatch(in9.data() + m * kSmall, kSmall, 900 + m), SIZE_MAX) << "tag 9 message " << m;
   }
   // The large message once its receive is announced; a small one into a large receive; an
   // empty one.
@@ -695,6 +713,8 @@ TEST(Eager, SmallMessagesLeaveBeforeTheirReceiveAndCreditsBoundThem) {
   }
   EXPECT_EQ(rank.net().dereg_mr(link.send, out_mh), ncclSuccess);
   EXPECT_EQ(rank.net().dereg_mr(link.recv, in_mh), ncclSuccess);
+  EXPECT_EQ(rank.net().dereg_mr(link.send, out9_mh), ncclSuccess);
+  EXPECT_EQ(rank.net().dereg_mr(link.recv, in9_mh), ncclSuccess);
   rank.close(&link, &f);
   EXPECT_EQ(rank.net().finalize(), ncclSuccess);
   EXPECT_TRUE(f.ok()) << f.text();
@@ -963,7 +983,7 @@ TEST(PeerDeath, ARankKilledAfterConnectingFailsTheOtherSidesCommsNeverHangs) {
     completed += done;
   }
   EXPECT_NE(rc, ncclSuccess) << "the send to a dead rank never failed";
-  EXPECT_LE(completed, 64) << "more eager sends completed than the receiver gave credits for";
+  EXPECT_LE(completed, 32) << "more eager sends completed than the receiver gave credits for";
   EXPECT_TRUE(warned_since(send_mark, "send comm failed")) << warnings_since(send_mark);
   // The receive: no data will ever come.
   const size_t recv_mark = log_mark();

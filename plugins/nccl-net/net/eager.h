@@ -21,7 +21,7 @@
 //
 // Flow control: a sender may have kEagerCreditsPerTag eager messages of one tag that the
 // receiver has not consumed; the receiver returns credits in batches (an eager_credit message
-// per half of them: one message back per 32 eager ones).  An unexpected message keeps its
+// per half of them: one message back per 16 eager ones).  An unexpected message keeps its
 // bounce buffer while more than kEagerBounceReserve others are posted, and is copied out to
 // the heap otherwise (a spill), so the messages one fast sender sent ahead can never take the
 // last bounce buffers from another sender of the same grouped receive, whose message the
@@ -34,7 +34,7 @@
 
 namespace hmr::nccl {
 
-inline constexpr uint32_t kEagerCreditsPerTag = 64;
+inline constexpr uint32_t kEagerCreditsPerTag = 32;
 // Bounce buffers a recv comm keeps posted beside its control receives (NCCL keeps 8 receives
 // posted per channel, so 40 cover its window several times over), and how many must stay
 // posted before an unexpected message is spilled instead of held.

@@ -48,7 +48,7 @@ ncclResult_t RecvComm::start(Device& device, const ConnectRequest& request,
     return fail(ncclSystemError, "accept: %s", why.c_str());
   }
   comm->bounces_posted_ = receives;
-  comm->unexpected_.reserve(receives);
+
   comm->control_->reorder_announcements(settings.reorder_announcements);
   if (!comm->endpoint_->insert(request.address, &comm->peer_, &why)) {
     return fail(ncclRemoteError, "accept: the connector's address is unusable: %s", why.c_str());
@@ -245,15 +245,18 @@ ncclResult_t RecvComm::on_eager(Operation& bounce, size_t len, uint64_t data) {
     return deliver_eager(*request, index, EagerPayload{&bounce, {}, len});
   }
   // Not posted yet, unless it was posted and filled already (a duplicate: a broken peer).
-  const Stream* stream = streams_.find(a.tag);
-  const bool filled = stream != nullptr && ordinal_before(a.ordinal, stream->next_ordinal);
-  const bool twice = std::any_of(unexpected_.begin(), unexpected_.end(), [&](const Unexpected& u) {
-    return u.address.tag == a.tag && u.address.ordinal == a.ordinal;
-  });
-  if (filled || twice) {
+  Stream& stream = streams_.at(a.tag);
+  uint16_t& early_at = stream.early_at[a.ordinal % kPostedBuffers];
+  if (ordinal_before(a.ordinal, stream.next_ordinal) || early_at != 0) {
     return fail_comm(ncclRemoteError, "the sender sent eager message " + std::to_string(a.ordinal) +
                                           " of tag " + std::to_string(a.tag) +
-                                          ", whose buffer is filled already");
+                                          ", whose buffer is filled already or has one waiting");
+  }
+  if (++stream.early > kEagerCreditsPerTag) {
+    return fail_comm(ncclRemoteError, "the sender sent more than " +
+                                          std::to_string(kEagerCreditsPerTag) +
+                                          " eager messages of tag " + std::to_string(a.tag) +
+                                          " ahead of their receives (its credits)");
   }
   Unexpected early{a, EagerPayload{&bounce, {}, len}};
   if (bounces_posted_ < kEagerBounceReserve) {
@@ -266,8 +269,26 @@ ncclResult_t RecvComm::on_eager(Operation& bounce, size_t len, uint64_t data) {
     if (!control_->repost(bounce, &why)) return fail_comm(ncclSystemError, why);
     ++bounces_posted_;
   }
-  unexpected_.push_back(std::move(early));
+  if (free_unexpected_.empty()) {
+    free_unexpected_.push_back(static_cast<uint16_t>(unexpected_.size()));
+    unexpected_.emplace_back();
+  }
+  const uint16_t at = free_unexpected_.back();
+  free_unexpected_.pop_back();
+  unexpected_[at] = std::move(early);
+  early_at = static_cast<uint16_t>(at + 1);
   return ncclSuccess;
+}
+
+std::optional<RecvComm::EagerPayload> RecvComm::take_early(Stream& stream, const EagerAddress& address) {
+  uint16_t& early_at = stream.early_at[address.ordinal % kPostedBuffers];
+  if (early_at == 0) return std::nullopt;
+  Unexpected& early = unexpected_[early_at - 1u];
+  if (early.address.tag != address.tag || early.address.ordinal != address.ordinal) return std::nullopt;
+  free_unexpected_.push_back(static_cast<uint16_t>(early_at - 1u));
+  early_at = 0;
+  --stream.early;
+  return std::move(early.payload);
 }
 
 ReceiveRequest* RecvComm::posted_for(const EagerAddress& address, size_t* index) {
@@ -456,21 +477,14 @@ ncclResult_t RecvComm::irecv(int n, void** data, const size_t* sizes, const int*
     if (!eager_only(sizes[i], *mhandles[i])) announce_now = true;
   }
   // Eager messages that came before this receive.
-  for (size_t u = 0; u < unexpected_.size();) {
-    size_t i = 0;
-    while (i < slot->count && !(slot->address[i].tag == unexpected_[u].address.tag &&
-                                slot->address[i].ordinal == unexpected_[u].address.ordinal)) {
-      ++i;
-    }
-    if (i == slot->count) {
-      ++u;
-      continue;
-    }
-    EagerPayload payload = std::move(unexpected_[u].payload);
-    unexpected_.erase(unexpected_.begin() + static_cast<std::ptrdiff_t>(u));
-    if (const ncclResult_t rc = deliver_eager(*slot, i, std::move(payload)); rc != ncclSuccess) {
-      slot->state = RequestState::idle;
-      return rc;
+  if (!unexpected_.empty()) {
+    for (size_t i = 0; i < slot->count; ++i) {
+      std::optional<EagerPayload> early = take_early(streams_.at(slot->address[i].tag), slot->address[i]);
+      if (!early) continue;
+      if (const ncclResult_t rc = deliver_eager(*slot, i, std::move(*early)); rc != ncclSuccess) {
+        slot->state = RequestState::idle;
+        return rc;
+      }
     }
   }
   slot->announced = false;

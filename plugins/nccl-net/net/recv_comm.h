@@ -12,12 +12,14 @@
 #include <array>
 #include <list>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "peer_watch.h"
 #include "../wire/control_message.h"
 #include "control_channel.h"
+#include "eager.h"
 #include "request.h"
 #include "tag_streams.h"
 
@@ -57,6 +59,12 @@ class RecvComm {
     // kMaxRecvs + index + 1 (0: none).  A tag has fewer than kPostedBuffers posted at once,
     // so an entry is the buffer's while it is posted; a stale one fails the match's checks.
     std::array<uint16_t, kPostedBuffers> posted_at{};
+    // Eager messages of ordinal k that came before their buffer was posted:
+    // early_at[k % kPostedBuffers] is the index in unexpected_ + 1 (0: none).  A sender has
+    // at most kEagerCreditsPerTag (< kPostedBuffers) of them unconsumed, so they never share
+    // an entry; `early` counts them.
+    std::array<uint16_t, kPostedBuffers> early_at{};
+    uint32_t early = 0;
   };
   // An eager message's bytes: in its bounce buffer (held, not yet reposted), or copied out to
   // the heap when too few bounce buffers were left posted (a spill).
@@ -79,6 +87,8 @@ class RecvComm {
     EagerAddress address;
     EagerPayload payload;
   };
+  // Takes the eager message that came early for `address`, if one did.
+  std::optional<EagerPayload> take_early(Stream& stream, const EagerAddress& address);
 
   explicit RecvComm(Device& device) : device_(&device) {}
   ncclResult_t progress();
@@ -115,7 +125,8 @@ class RecvComm {
   uint32_t eager_max_ = 0;  // agreed with the sender (0: every receive announced)
   bool eager_through_nic_ = false;
   TagStreams<Stream> streams_;
-  std::vector<Unexpected> unexpected_;
+  std::vector<Unexpected> unexpected_;   // indexed by Stream::early_at
+  std::vector<uint16_t> free_unexpected_;  // entries of unexpected_ not in use
   size_t bounces_posted_ = 0;  // receive buffers the provider has (the rest are held)
   // Eager messages on their way into device memory (a list: the provider holds pointers to
   // them), and contexts to reuse.
