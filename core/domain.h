@@ -229,6 +229,11 @@ class Domain : public Tagged<ObjectClass::domain> {
   CachedMr* hit_from_hint(uintptr_t start, size_t len, uint64_t access, void* context,
                           const DeviceDeclaration& declared,
                           const RecentDeviceRanges::Identity& known, ThreadSlot slot);
+  // Whether the application promised to report the frees of this iface's memory
+  // (HMR_CUDA_FREES_REPORTED), so its hits may be served from a hint.
+  bool frees_reported_by_application(int iface) const {
+    return iface == HMR_HMEM_CUDA && environment_.cuda_frees_reported;
+  }
   // Records the calling thread's device hit on `entry` (found under `key`) as a hint.
   void remember_device_hit(ThreadSlot slot, const CacheEntry& entry, const CacheKey& key,
                            uint64_t generation);

@@ -174,9 +174,12 @@ CachedMr* Domain::try_device_hit(const void* buf, size_t len, uint64_t access, v
     if (handle) break;
   }
   if (!handle) return nullptr;
-  // Allocation id 0: memory whose runtime may report its free (ROCr), which a hint can then
-  // serve without this question.  Identified memory (CUDA's BUFFER_ID) needs none.
-  if (memory.alloc_id == 0) remember_device_hit(slot, *handle.entry, key, generation);
+  // Memory whose free is reported to hmr — by its runtime (ROCr, allocation id 0), or by the
+  // application where it promised so (HMR_CUDA_FREES_REPORTED) — a hint can then serve
+  // without this question.
+  if (memory.alloc_id == 0 || frees_reported_by_application(memory.iface)) {
+    remember_device_hit(slot, *handle.entry, key, generation);
+  }
   return claim_hit(*device_cache_, handle, start, len, access, context, slot);
 }
 
@@ -187,17 +190,20 @@ void Domain::remember_device_hit(ThreadSlot slot, const CacheEntry& entry, const
   identity.export_mode = key.export_mode;
   identity.device = static_cast<uint32_t>(key.device);
   identity.generation = generation;
+  identity.alloc_id = key.alloc_id;
   RecentDeviceRanges::Identity known;
   if (recent_device_.contains(slot, entry.start, entry.length, &known) &&
       known.iface == identity.iface && known.export_mode == identity.export_mode &&
-      known.device == identity.device && known.generation == generation) {
+      known.device == identity.device && known.generation == generation &&
+      known.alloc_id == identity.alloc_id) {
     return;  // (already so: no lock taken below)
   }
-  // Trusted without the runtime later only where the runtime reports this allocation's free
-  // (its entries are filed under allocation id 0, so the key names no allocation itself), and
-  // only for a thread's own slot (recent_device_ranges.h).
+  // Trusted without the runtime later only where this allocation's free is reported (by the
+  // runtime's callback, or by the application that promised it), and only for a thread's
+  // own slot (recent_device_ranges.h).
   identity.frees_reported =
-      slot.exclusive && DeviceMonitor::instance().frees_reported(entry.start, entry.length);
+      slot.exclusive && (frees_reported_by_application(key.iface) ||
+                         DeviceMonitor::instance().frees_reported(entry.start, entry.length));
   recent_device_.remember(slot, entry.start, entry.end(), identity);
 }
 
@@ -216,7 +222,7 @@ CachedMr* Domain::hit_from_hint(uintptr_t start, size_t len, uint64_t access, vo
     return nullptr;
   }
   CachedMr::reserve();
-  CacheKey key = device_hit_key(access, declared, known.iface, known.device, /*alloc_id=*/0);
+  CacheKey key = device_hit_key(access, declared, known.iface, known.device, known.alloc_id);
   key.export_mode = known.export_mode;
   RegistrationCache::Probe probed = RegistrationCache::Probe::not_done;
   const CacheHandle handle = device_cache_->find(start, len, key, slot, probed);

@@ -1,13 +1,15 @@
-// Per thread, its last two device hits of memory whose runtime may report its free, and what
-// they were: the entry's range and cache key (iface, device, export path; such memory is filed
-// under allocation id 0, so the key names no allocation itself).  A hint is trusted — the
-// registration served with no question to the runtime (Domain::hit_from_hint) — only when the
-// runtime reports this allocation's free (ROCr's deallocation callback registered for it:
-// DeviceMonitor::frees_reported) and DeviceMonitor::generation() still has the value it had
-// when the hint was taken: every reported free moves it, so a trusted hint names an allocation
-// that has not been freed since, and a registration still cached under its key is that
-// allocation's (the callback drops them when it is freed).  Anything else asks the runtime as
-// before, and refreshes the hint.  Host hits never look here.
+// Per thread, its last two device hits of memory whose frees are reported to hmr, and what
+// they were: the entry's range and cache key (iface, device, export path, allocation id:
+// 0 for ROCr memory, whose entries name no allocation; CUDA's BUFFER_ID).  A hint is trusted
+// — the registration served with no question to the runtime (Domain::hit_from_hint) — only
+// when this allocation's free is reported (ROCr's deallocation callback registered for it:
+// DeviceMonitor::frees_reported; CUDA memory in a process that set HMR_CUDA_FREES_REPORTED,
+// whose application reports each free through hmr_mem_invalidate or hmr_mem_free) and
+// DeviceMonitor::generation() still has the value it had when the hint was taken: every
+// reported free moves it, so a trusted hint names an allocation that has not been freed
+// since, and a registration still cached under its key is that allocation's (the report
+// drops them when it is freed).  Anything else asks the runtime as before, and refreshes the
+// hint.  Host hits never look here.
 //
 // Slots follow util/thread_slot.h.  Fields are relaxed atomics so threads sharing a slot do
 // not race; fields from two different writers would make a wrong hint, which is why a shared
@@ -28,16 +30,18 @@ class RecentDeviceRanges {
     uint8_t iface = 0;
     uint8_t export_mode = 0;
     uint32_t device = 0;
-    bool frees_reported = false;  // the runtime reports this allocation's free
+    bool frees_reported = false;  // this allocation's free is reported to hmr
     uint64_t generation = 0;      // DeviceMonitor::generation() when this was learned
+    uint64_t alloc_id = 0;        // the cache key's allocation id (0: none)
 
     uint64_t packed() const {
       return uint64_t{iface} | uint64_t{export_mode} << 8 | uint64_t{device} << 16 |
              uint64_t{frees_reported} << 48;
     }
-    static Identity unpacked(uint64_t bits, uint64_t generation) {
+    static Identity unpacked(uint64_t bits, uint64_t generation, uint64_t alloc_id) {
       return Identity{static_cast<uint8_t>(bits), static_cast<uint8_t>(bits >> 8),
-                      static_cast<uint32_t>(bits >> 16), ((bits >> 48) & 1) != 0, generation};
+                      static_cast<uint32_t>(bits >> 16), ((bits >> 48) & 1) != 0, generation,
+                      alloc_id};
     }
   };
 
@@ -50,7 +54,8 @@ class RecentDeviceRanges {
       const uintptr_t end = mine.end[i].load(std::memory_order_relaxed);
       if (start >= first && start < end && len <= end - start) {
         *found = Identity::unpacked(mine.identity[i].load(std::memory_order_relaxed),
-                                    mine.generation[i].load(std::memory_order_relaxed));
+                                    mine.generation[i].load(std::memory_order_relaxed),
+                                    mine.alloc_id[i].load(std::memory_order_relaxed));
         return true;
       }
     }
@@ -82,6 +87,7 @@ class RecentDeviceRanges {
     mine.end[at].store(end, std::memory_order_relaxed);
     mine.identity[at].store(identity.packed(), std::memory_order_relaxed);
     mine.generation[at].store(identity.generation, std::memory_order_relaxed);
+    mine.alloc_id[at].store(identity.alloc_id, std::memory_order_relaxed);
   }
  private:
   // Two: a transport alternating between a send and a receive buffer on one device.
@@ -91,6 +97,7 @@ class RecentDeviceRanges {
     std::atomic<uintptr_t> end[kPerThread] = {};
     std::atomic<uint64_t> identity[kPerThread] = {};
     std::atomic<uint64_t> generation[kPerThread] = {};
+    std::atomic<uint64_t> alloc_id[kPerThread] = {};
     std::atomic<uint8_t> next{0};
   };
   Ranges slots_[kThreadSlots];

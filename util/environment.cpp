@@ -71,6 +71,9 @@ Result<Environment> read_environment() {
       environment.device_cache[iface] = *cached;
     }
   }
+  Result<bool> cuda_frees_reported = env_bool("HMR_CUDA_FREES_REPORTED", false);
+  if (!cuda_frees_reported.ok()) return cuda_frees_reported.status();
+  environment.cuda_frees_reported = *cuda_frees_reported;
   Result<uint64_t> max_count = env_unsigned("FI_MR_CACHE_MAX_COUNT", 1024);
   if (!max_count.ok()) return max_count.status();
   environment.cache_max_count = *max_count;

@@ -25,6 +25,11 @@ struct Environment {
   // that iface's memory are cached.  Neuron and SynapseAI have no variable (they are cached,
   // with explicit invalidation as their monitor).  Default yes.
   std::array<bool, HMR_HMEM_IFACE_COUNT> device_cache{true, true, true, true, true, true};
+  // HMR_CUDA_FREES_REPORTED: the application reports every free of CUDA memory it registered
+  // (hmr_mem_invalidate or hmr_mem_free before the memory goes), so a cached hit of CUDA
+  // memory may be served without asking the driver (core/recent_device_ranges.h).  Default no:
+  // each hit asks for the allocation's identity once.
+  bool cuda_frees_reported = false;
   // Registration cache defaults for domains that do not set their own.
   uint64_t cache_max_count = 1024;       // FI_MR_CACHE_MAX_COUNT (0 disables caching)
   uint64_t cache_max_size = 0;           // FI_MR_CACHE_MAX_SIZE (0 disables caching)

@@ -66,6 +66,73 @@ TEST(DeviceHitPath, AHitAsksTheDriverOnceAndTheNicNever) {
   EXPECT_EQ(hmr_mr_close(mr), 0);
 }
 
+// HMR_CUDA_FREES_REPORTED: the application promises to report every free of CUDA memory it
+// registered (hmr_mem_invalidate or hmr_mem_free first).  Then a thread's repeated hit asks
+// the driver nothing (core/recent_device_ranges.h), and a reported free and reallocation at
+// the same address still never hits the old registration.  Without the promise each hit asks
+// once (AHitAsksTheDriverOnceAndTheNicNever).
+TEST(DeviceHitPath, WithFreesReportedByTheApplicationAHitAsksTheDriverNothing) {
+  setenv("HMR_CUDA_FREES_REPORTED", "1", 1);
+  auto domain = open_domain(nullptr);
+  unsetenv("HMR_CUDA_FREES_REPORTED");  // read at the domain's open
+  ASSERT_TRUE(domain);
+  for (int round = 0; round < 3; ++round) {
+    SCOPED_TRACE(round);
+    FakeAllocation device(0, kAlloc);
+    const uint64_t key = reg_key_close(domain.get(), device.get(), 8192);  // the miss
+    EXPECT_EQ(reg_key_close(domain.get(), device.get(), 8192), key);     // asks once, remembers
+    const hmr_domain_stats before = stats_of(domain.get());
+    const int calls_before = driver_calls();
+    constexpr int kHits = 100;
+    for (int i = 0; i < kHits; ++i) {
+      EXPECT_EQ(reg_key_close(domain.get(), at(device.get(), (i % 4) * 1024), 4096), key);
+    }
+    EXPECT_EQ(driver_calls() - calls_before, 0) << "driver calls in " << kHits << " hits";
+    const hmr_domain_stats after = stats_of(domain.get());
+    EXPECT_EQ(after.cache_hits, before.cache_hits + kHits);
+    EXPECT_EQ(after.nic_registrations, before.nic_registrations);
+    // The free, reported as promised, and an allocation at the same address.
+    void* const address = device.get();
+    ASSERT_EQ(hmr_mem_invalidate(domain.get(), address, kAlloc), 0) << hmr_last_error();
+    device.free_now();
+    FakeAllocation again(0, kAlloc);
+    ASSERT_EQ(again.get(), address) << "the fake hands a freed address out first";
+    const uint64_t new_key = reg_key_close(domain.get(), again.get(), 8192);
+    EXPECT_NE(new_key, key) << "STALE HIT: the freed allocation's registration";
+    EXPECT_EQ(reg_key_close(domain.get(), again.get(), 8192), new_key);
+    const int calls_again = driver_calls();
+    EXPECT_EQ(reg_key_close(domain.get(), again.get(), 4096), new_key);
+    EXPECT_EQ(driver_calls() - calls_again, 0) << "the new allocation's hits ask the driver";
+  }
+}
+
+// The same promise with three threads hitting one allocation while another registers, hits,
+// reports the free of and frees allocation after allocation at one address: nobody ever gets
+// a registration of memory other than their own.
+TEST(DeviceHitPath, WithFreesReportedThreadsHitWhileAnotherFreesAndReallocates) {
+  setenv("HMR_CUDA_FREES_REPORTED", "1", 1);
+  auto domain = open_domain(nullptr);
+  unsetenv("HMR_CUDA_FREES_REPORTED");
+  ASSERT_TRUE(domain);
+  FakeAllocation stable(0, kAlloc);
+  const uint64_t stable_key = reg_key_close(domain.get(), stable.get(), 4096);
+  HittingThreads hitters(domain.get(), stable.get(), 4096, stable_key);
+  int wrong = 0;
+  uint64_t last_key = HMR_KEY_NOTAVAIL;
+  for (int round = 0; round < 50; ++round) {
+    FakeAllocation churn(0, kAlloc);
+    const uint64_t key = reg_key_close(domain.get(), churn.get(), 4096);
+    if (key == last_key) ++wrong;  // the previous allocation's registration
+    for (int i = 0; i < 3; ++i) {
+      if (reg_key_close(domain.get(), churn.get(), 4096) != key) ++wrong;
+    }
+    EXPECT_EQ(hmr_mem_invalidate(domain.get(), churn.get(), kAlloc), 0) << hmr_last_error();
+    last_key = key;
+  }
+  EXPECT_EQ(wrong + hitters.stop(), 0);
+  EXPECT_EQ(stats_of(domain.get()).mr_open, 0u);
+}
+
 // A host miss in a process whose device cache is empty asks nothing more than before; a host
 // hit asks nothing at all (DeviceCache.HostHitsDoNotAskTheLoadedDeviceRuntime).
 TEST(DeviceHitPath, NothingCachedOnTheDeviceNothingAsked) {
