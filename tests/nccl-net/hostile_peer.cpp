@@ -94,9 +94,13 @@ class Hostile {
         return std::nullopt;
       }
       for (int i = 0; i < n; ++i) {
+        const bool remote_write = (completions[i].flags & FI_REMOTE_CQ_DATA) && !(completions[i].flags & FI_RECV);
+        if (remote_write) {  // (its context is the provider's: not looked at)
+          ++writes_landed_;
+          continue;
+        }
         auto* op = static_cast<Operation*>(completions[i].context);
-        if (completions[i].flags & FI_REMOTE_CQ_DATA) ++writes_landed_;
-        if (op == nullptr || op->kind == OperationKind::data_write) continue;  // CQ data, raw send
+        if (op == nullptr || op->kind == OperationKind::data_write) continue;  // raw send
         if (op->kind == OperationKind::control_send) {
           control_->sent(*op);
           continue;

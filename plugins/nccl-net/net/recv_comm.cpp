@@ -138,15 +138,14 @@ ncclResult_t RecvComm::progress() {
     }
     for (int i = 0; i < n; ++i) {
       const Completion& c = completions[i];
-      auto* op = static_cast<Operation*>(c.context);
-      if (op == nullptr || !(c.flags & FI_RECV)) {
-        // A remote write's CQ data comes with no operation of ours.
-        if (c.flags & FI_REMOTE_CQ_DATA) {
-          if (const ncclResult_t rc = on_write(c.data); rc != ncclSuccess) return rc;
-          continue;
-        }
-        if (op == nullptr) continue;
+      if ((c.flags & FI_REMOTE_CQ_DATA) && !(c.flags & FI_RECV)) {
+        // A remote write's CQ data comes with no operation of ours (its context is whatever
+        // the provider left there: shm 1.17 gives 0x1), so it is not looked at.
+        if (const ncclResult_t rc = on_write(c.data); rc != ncclSuccess) return rc;
+        continue;
       }
+      auto* op = static_cast<Operation*>(c.context);
+      if (op == nullptr) continue;
       switch (op->kind) {
         case OperationKind::control_receive: {
           if (c.flags & FI_REMOTE_CQ_DATA) {  // an eager message (net/eager.h)
