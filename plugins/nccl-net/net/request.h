@@ -12,6 +12,7 @@
 #include "../wire/limits.h"
 #include "../wire/write_completion.h"
 #include "operation.h"
+#include "sampled_wait.h"
 
 namespace hmr::nccl {
 
@@ -40,10 +41,8 @@ struct SendRequest : Request {
   // An eager send held back by HMR_NCCL_TEST_REORDER_ANNOUNCEMENTS, posted later.
   const void* held_data = nullptr;
   void* held_desc = nullptr;
-  // For HMR_NCCL_WRITE_TIMEOUT: tests that found it pending, and when the clock was first
-  // read for it (SendComm::test reads it every kTestsPerClockRead tests, not per message).
-  uint32_t pending_tests = 0;
-  std::chrono::steady_clock::time_point first_looked;
+  // For HMR_NCCL_WRITE_TIMEOUT: how long tests have found it pending.
+  SampledWait<64> pending;
 };
 
 struct ReceiveRequest : Request {

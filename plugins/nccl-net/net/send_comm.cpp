@@ -328,16 +328,12 @@ ncclResult_t SendComm::isend(void* data, size_t size, int tag, MemoryHandle* mha
 void SendComm::note_refusal(Stream& stream) {
   // Not an error: NCCL may wait for a receive as long as it likes.  But a tag the receiver
   // never posts a buffer for (a mismatched tag) would otherwise wait in silence.
-  if (stream.warned || ++stream.refusals % kRefusalsPerClockRead != 0) return;
-  const auto now = std::chrono::steady_clock::now();
-  if (stream.refusals == kRefusalsPerClockRead) {
-    stream.refused_since = now;
-  } else if (now - stream.refused_since > write_timeout_) {
-    stream.warned = true;
-    log_warn("isend with tag %d has found no buffer of the receiver's for %.1f s (HMR_NCCL_WRITE_TIMEOUT): "
-             "no receive posted with that tag since its buffer %u", stream.tag,
-             std::chrono::duration<double>(now - stream.refused_since).count(), stream.next_ordinal);
-  }
+  std::chrono::steady_clock::duration waited;
+  if (stream.warned || !stream.refused.count(&waited) || waited <= write_timeout_) return;
+  stream.warned = true;
+  log_warn("isend with tag %d has found no buffer of the receiver's for %.1f s (HMR_NCCL_WRITE_TIMEOUT): "
+           "no receive posted with that tag since its buffer %u", stream.tag,
+           std::chrono::duration<double>(waited).count(), stream.next_ordinal);
 }
 
 ncclResult_t SendComm::write_announced(void* data, size_t size, Stream& stream, size_t slot,
@@ -366,11 +362,11 @@ ncclResult_t SendComm::write_announced(void* data, size_t size, Stream& stream, 
                 device_->libfabric().describe(rc).c_str());
   }
   ++stream.next_ordinal;
-  stream.refusals = 0;
+  stream.refused.reset();
   stream.warned = false;
   use_buffer(slot, index);
   req->state = RequestState::pending;
-  req->pending_tests = 0;
+  req->pending.reset();
   req->size = size;
   req->eager = false;
   req->target = where;
@@ -406,10 +402,10 @@ ncclResult_t SendComm::send_eagerly(void* data, size_t size, Stream& stream,
   }
   ++stream.next_ordinal;
   ++stream.eager_sent;
-  stream.refusals = 0;
+  stream.refused.reset();
   stream.warned = false;
   req->state = RequestState::pending;
-  req->pending_tests = 0;
+  req->pending.reset();
   req->error = ncclSuccess;
   *request = req;
   return ncclSuccess;
@@ -436,16 +432,9 @@ ncclResult_t SendComm::release_held_eager() {
 }
 
 bool SendComm::write_timed_out(SendRequest& request) const {
-  // The clock is read only by writes that stay pending over kTestsPerClockRead tests (most
-  // complete well before): a clock read per message was a measurable part of a small one.
-  // So the timeout counts from a few tests after the post, microseconds late at most.
-  if (++request.pending_tests % kTestsPerClockRead != 0) return false;
-  const auto now = std::chrono::steady_clock::now();
-  if (request.pending_tests == kTestsPerClockRead) {
-    request.first_looked = now;
-    return false;
-  }
-  return now - request.first_looked > write_timeout_;
+  // (Most writes complete before the clock is ever read for them: sampled_wait.h.)
+  std::chrono::steady_clock::duration waited;
+  return request.pending.count(&waited) && waited > write_timeout_;
 }
 
 ncclResult_t SendComm::test(SendRequest* request, int* done, int* size) {

@@ -56,10 +56,9 @@ class SendComm {
     uint32_t next_ordinal = 0;   // the buffer of this tag the next isend fills
     uint32_t eager_sent = 0;     // eager messages sent (a running count, wrapping)
     uint32_t eager_consumed = 0; // of which the receiver said it consumed (eager_credit)
-    // isends of this tag refused in a row (no buffer announced, no credit), and since when
-    // (read every kRefusalsPerClockRead), for the warning of a tag that is never received.
-    uint32_t refusals = 0;
-    std::chrono::steady_clock::time_point refused_since;
+    // How long isends of this tag have been refused in a row (no buffer announced, no
+    // credit), for the warning of a tag that is never received.
+    SampledWait<1024> refused;
     bool warned = false;
   };
 
@@ -93,8 +92,6 @@ class SendComm {
   void use_buffer(size_t slot, size_t index);
   // For a request test() found pending: whether it has been so longer than write_timeout_.
   bool write_timed_out(SendRequest& request) const;
-  static constexpr uint32_t kTestsPerClockRead = 64;
-  static constexpr uint32_t kRefusalsPerClockRead = 1024;
   // Logs once when a tag's isends have been refused for longer than write_timeout_.
   void note_refusal(Stream& stream);
 
