@@ -105,12 +105,12 @@ ncclResult_t RecvComm::progress() {
   }
   std::string why;
   if (!control_->flush(&why)) return fail_comm(ncclSystemError, why);
-  if (copies_waiting_ != 0) {
-    for (auto it = copies_.begin(); it != copies_.end();) {
-      EagerCopy& copy = *it++;  // (a copy that fails moves to spare_copies_)
-      if (!copy.posted) {
-        if (const ncclResult_t rc = post_copy(copy); rc != ncclSuccess) return rc;
-      }
+  // Copies into device memory the provider could not take yet (copies_ is empty unless some
+  // eager message is on its way into device memory).
+  for (auto it = copies_.begin(); it != copies_.end();) {
+    EagerCopy& copy = *it++;  // (a copy that fails moves to spare_copies_)
+    if (!copy.posted) {
+      if (const ncclResult_t rc = post_copy(copy); rc != ncclSuccess) return rc;
     }
   }
   Completion completions[16];
@@ -317,9 +317,7 @@ ncclResult_t RecvComm::deliver_eager(ReceiveRequest& request, size_t index, Eage
   }
   const MemoryHandle& mh = *request.mhandle[index];
   if (len == 0 || (!mh.needs_flush && !eager_through_nic_)) {
-    const uint8_t* bytes = payload.bounce != nullptr ? control_->received(*payload.bounce, len).data()
-                                                     : payload.spill.data();
-    if (len != 0) std::memcpy(request.data[index], bytes, len);
+    if (len != 0) std::memcpy(request.data[index], bytes_of(payload), len);
     request.received[index] = len;
     request.done_mask |= static_cast<uint8_t>(1u << index);
     return consumed(payload, tag);
@@ -337,31 +335,31 @@ ncclResult_t RecvComm::deliver_eager(ReceiveRequest& request, size_t index, Eage
   copy.spill_mr = nullptr;
   copy.posted = false;
   request.copying_mask |= static_cast<uint8_t>(1u << index);
-  ++copies_waiting_;
   if (copy.payload.bounce == nullptr &&
       hmr_mr_reg(device_->registrations(), copy.payload.spill.data(), len, HMR_WRITE, 0, 0, 0,
                  &copy.spill_mr, nullptr) != 0) {
-    --copies_waiting_;
     return on_copied(copy, false, std::string("registering the spilled message: ") + hmr_last_error());
   }
   return post_copy(copy);
 }
 
+const uint8_t* RecvComm::bytes_of(const EagerPayload& payload) const {
+  return payload.bounce != nullptr ? control_->received(*payload.bounce, payload.len).data()
+                                   : payload.spill.data();
+}
+
 ncclResult_t RecvComm::post_copy(EagerCopy& copy) {
   std::string why;
   if (self_ == FI_ADDR_UNSPEC && !endpoint_->insert(endpoint_->address(), &self_, &why)) {
-    --copies_waiting_;
     return on_copied(copy, false, why);
   }
   ReceiveRequest& request = *copy.request;
   const MemoryHandle& mh = *request.mhandle[copy.index];
   const EagerPayload& p = copy.payload;
-  const void* source = p.bounce != nullptr ? control_->received(*p.bounce, p.len).data() : p.spill.data();
   void* desc = p.bounce != nullptr ? control_->desc() : hmr_mr_desc(copy.spill_mr);
-  const ssize_t rc = endpoint_->write(source, p.len, desc, self_,
+  const ssize_t rc = endpoint_->write(bytes_of(p), p.len, desc, self_,
                                       mh.rma_address(request.data[copy.index]), mh.key, &copy);
   if (rc == -FI_EAGAIN) return ncclSuccess;  // the next progress posts it
-  --copies_waiting_;
   if (rc != 0) return on_copied(copy, false, "fi_write: " + device_->libfabric().describe(rc));
   copy.posted = true;
   return ncclSuccess;

@@ -101,6 +101,8 @@ class RecvComm {
   // write through the NIC (device memory); its bounce buffer goes back to the provider and
   // the tag's credit to the sender once done.
   ncclResult_t deliver_eager(ReceiveRequest& request, size_t index, EagerPayload payload);
+  // Where an eager message's bytes are: its bounce buffer, or its spill.
+  const uint8_t* bytes_of(const EagerPayload& payload) const;
   ncclResult_t post_copy(EagerCopy& copy);
   ncclResult_t on_copied(EagerCopy& copy, bool ok, const std::string& reason);
   // An eager message of `tag` is consumed: its bounce buffer (if it still has one) is posted
@@ -132,7 +134,6 @@ class RecvComm {
   // them), and contexts to reuse.
   std::list<EagerCopy> copies_;
   std::list<EagerCopy> spare_copies_;
-  size_t copies_waiting_ = 0;  // copies the provider has not taken yet
   bool accept_sent_ = false;
   PeerWatch peer_watch_;  // the peer's process, on shm (peer_watch.h)
   std::string failure_;
