@@ -51,9 +51,13 @@ def best_ns(step, iterations):
 
 
 def sources():
+    """The objects measured; a CUDA tensor too where PyTorch sees a GPU (issue 27, item 7)."""
     import torch  # not in the profiled child, whose start-up would swamp the profile
-    return {"numpy": numpy.zeros(4096, dtype=numpy.uint8),
-            "torch_cpu": torch.zeros(1024, dtype=torch.float32)}
+    objects = {"numpy": numpy.zeros(4096, dtype=numpy.uint8),
+               "torch_cpu": torch.zeros(1024, dtype=torch.float32)}
+    if torch.cuda.is_available():
+        objects["torch_cuda"] = torch.zeros(1024, dtype=torch.float32, device="cuda")
+    return objects
 
 
 def package_steps(domain, objects):
@@ -64,16 +68,18 @@ def package_steps(domain, objects):
 def ctypes_steps(lib, domain, objects):
     """What a ctypes user writes: the address and length from the object, then reg + close."""
     access = hmr_ctypes.HMR_REMOTE_READ | hmr_ctypes.HMR_REMOTE_WRITE
-    array, tensor = objects["numpy"], objects["torch_cpu"]
+    array = objects["numpy"]
 
     def numpy_step():
         lib.mr_close(lib.mr_reg(domain, array.ctypes.data, array.nbytes, access))
 
-    def torch_step():
-        lib.mr_close(lib.mr_reg(domain, tensor.data_ptr(),
-                                tensor.numel() * tensor.element_size(), access))
+    def torch_step(tensor):
+        return lambda: lib.mr_close(lib.mr_reg(domain, tensor.data_ptr(),
+                                               tensor.numel() * tensor.element_size(), access))
 
-    return {"numpy": numpy_step, "torch_cpu": torch_step}
+    steps = {"numpy": numpy_step}
+    steps.update({name: torch_step(obj) for name, obj in objects.items() if name != "numpy"})
+    return steps
 
 
 def c_abi_ns(libhmr, iterations):

@@ -3,6 +3,12 @@ handed out as (address, length, packed rkey) descriptors, and a peer — another
 remote engine would be — writing into a block through the unpacked key.  The bytes are then
 checked.  CUDA memory when torch sees a GPU, host memory otherwise.
 
+The software NIC cannot reach GPU memory itself (it records the dma-buf hmr exports, as a NIC
+with GPUDirect would import it, but moves no device bytes), so on a GPU the pool is registered
+through a host shadow: the NIC reaches host memory that stands in for the block, and the
+owner's MemoryRegion.sync() moves the bytes to the GPU once a block was written.  Code written
+this way runs unchanged on a NIC that does reach the GPU: sync() then has nothing to copy.
+
     PYTHONPATH=build-py/python /usr/bin/python3 examples/python/kv_cache_pool.py [--cpu]
 
 (/usr/bin/python3: Debian's interpreter, which has torch.)  The NIC is hmr's software NIC
@@ -19,7 +25,7 @@ import hmr
 class BlockDescriptor(NamedTuple):
     """What the pool owner sends a peer for one block: plain bytes and integers."""
 
-    address: int  # where the block starts, as the peer addresses it
+    address: int  # where the block starts, as the peer addresses it (remote_address based)
     length: int
     rkey: bytes  # MemoryRegion.pack_rkey() of the pool
 
@@ -37,8 +43,14 @@ class KVCachePool:
 
     def allocate(self):
         block = self.free.pop()
-        return block, BlockDescriptor(self.region.address + block * self.block_bytes,
+        # A peer addresses what the NIC registered: the shadow, where there is one.
+        return block, BlockDescriptor(self.region.remote_address + block * self.block_bytes,
                                       self.block_bytes, self.rkey)
+
+    def written(self, index):
+        """Called when a peer's write into a block is known complete: copies the block from
+        a host shadow to the GPU (nothing to do when the NIC reaches the memory itself)."""
+        self.region.sync(hmr.SYNC_TO_DEVICE, index * self.block_bytes, self.block_bytes)
 
     def block(self, index):
         start = index * self.block_bytes
@@ -66,7 +78,11 @@ def main():
     device = "cuda" if torch.cuda.is_available() and not args.cpu else "cpu"
     print(f"pool on {device}: {args.blocks} blocks of {args.block_bytes} bytes")
 
-    with hmr.Domain("sim") as owner, hmr.Domain("sim") as peer:
+    # On a GPU: a software NIC without GPUDirect, as many machines have (dmabuf=0), and a
+    # domain that may register GPU memory through a host shadow.  With a real NIC only the
+    # Domain arguments change ("verbs" or "ofi", ...).
+    owner_options = {"nic_options": "dmabuf=0", "allow_hmem_copy": True} if device == "cuda" else {}
+    with hmr.Domain("sim", **owner_options) as owner, hmr.Domain("sim") as peer:
         pool = KVCachePool(owner, args.blocks, args.block_bytes, device)
         print(f"registered once: iface={pool.region.iface} path={pool.region.path} "
               f"key={pool.region.key:#x}, packed rkey {len(pool.rkey)} bytes")
@@ -74,6 +90,7 @@ def main():
         index, descriptor = pool.allocate()
         payload = bytes((index * 7 + i) % 251 for i in range(descriptor.length))
         peer_writes(peer, target, descriptor, payload)
+        pool.written(index)
         written = pool.block(index).cpu().numpy().tobytes()
         if written != payload:
             raise SystemExit("FAILED: the block does not hold what the peer wrote")

@@ -18,14 +18,16 @@ from ._types import MemoryInfo, Pointer
 from ._hmr import (COLLECTIVE, KEY_NOTAVAIL, MR_ALLOCATED, MR_BASIC, MR_COLLECTIVE,
                    MR_ENDPOINT, MR_HMEM, MR_LOCAL, MR_MMU_NOTIFY, MR_PROV_KEY, MR_RAW,
                    MR_RMA_EVENT, MR_SCALABLE, MR_UNSPEC, MR_VIRT_ADDR, READ, RECV,
-                   REMOTE_READ, REMOTE_WRITE, SEND, WRITE, Domain, Endpoint, MemoryRegion,
+                   REMOTE_READ, REMOTE_WRITE, SEND, SYNC_FROM_DEVICE, SYNC_TO_DEVICE, WRITE,
+                   Domain, Endpoint, MemoryRegion,
                    RemoteKey, __version__, query, strerror)
 
 __all__ = [
     "Domain", "MemoryRegion", "RemoteKey", "Endpoint", "Pointer", "MemoryInfo", "query",
     "strerror", "Error", "InvalidArgumentError", "AccessError", "BusyError", "ClosedError",
     "NotSupportedError", "ResourceError", "READ", "WRITE", "REMOTE_READ", "REMOTE_WRITE",
-    "SEND", "RECV", "COLLECTIVE", "KEY_NOTAVAIL", "MR_UNSPEC", "MR_BASIC", "MR_SCALABLE",
+    "SEND", "RECV", "COLLECTIVE", "SYNC_TO_DEVICE", "SYNC_FROM_DEVICE", "KEY_NOTAVAIL",
+    "MR_UNSPEC", "MR_BASIC", "MR_SCALABLE",
     "MR_LOCAL", "MR_RAW", "MR_VIRT_ADDR", "MR_ALLOCATED", "MR_PROV_KEY", "MR_MMU_NOTIFY",
     "MR_RMA_EVENT", "MR_ENDPOINT", "MR_HMEM", "MR_COLLECTIVE", "__version__",
 ]

@@ -103,11 +103,14 @@ static PyObject *domain_close(HmrPyDomain *self, PyObject *unused)
 
 static PyObject *domain_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
-	static char *names[] = {"nic", "mr_mode", "cache_monitor", "nic_options", "provider", NULL};
+	static char *names[] = {"nic",	    "mr_mode",	       "cache_monitor", "nic_options",
+				"provider", "allow_hmem_copy", NULL};
 	const char *nic = "sim", *cache_monitor = NULL, *nic_options = NULL, *provider = NULL;
 	PyObject *mr_mode_obj = Py_None;
-	if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|s$Ozzz:Domain", names, &nic, &mr_mode_obj,
-					 &cache_monitor, &nic_options, &provider))
+	int allow_hmem_copy = 0;
+	if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|s$Ozzzp:Domain", names, &nic, &mr_mode_obj,
+					 &cache_monitor, &nic_options, &provider,
+					 &allow_hmem_copy))
 		return NULL;
 	uint64_t mr_mode = HMR_MR_LOCAL | HMR_MR_VIRT_ADDR | HMR_MR_ALLOCATED | HMR_MR_PROV_KEY;
 	if (mr_mode_obj != Py_None) {
@@ -136,6 +139,9 @@ static PyObject *domain_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
 	attr.nic_options = nic_options;
 	attr.mr_mode = mr_mode;
 	attr.cache_monitor = cache_monitor;
+	/* Device memory the NIC cannot reach is registered through a host shadow
+	 * (MemoryRegion.sync moves the bytes); without it such a registration fails with why. */
+	attr.flags = allow_hmem_copy ? HMR_DOMAIN_ALLOW_HMEM_COPY : 0;
 	hmr_domain *handle = NULL;
 	int rc;
 	Py_BEGIN_ALLOW_THREADS

@@ -286,6 +286,78 @@ static PyObject *get_cached(HmrPyRegion *self, void *unused)
 	return PyBool_FromLong(self->info.cached);
 }
 
+/* The shadow's address of the first byte (HMR_MR_PATH_HOST_SHADOW), else None. */
+static PyObject *get_shadow(HmrPyRegion *self, void *unused)
+{
+	(void)unused;
+	if (query(self, "MemoryRegion.shadow") != 0)
+		return NULL;
+	if (!self->info.shadow)
+		Py_RETURN_NONE;
+	return PyLong_FromUnsignedLongLong((uintptr_t)self->info.shadow);
+}
+
+/* hmr_mr_raw_attr's base: what a peer targets for the first byte (the shadow's address for a
+ * host shadow, the region's own address otherwise, 0 where the domain has no VIRT_ADDR). */
+static PyObject *get_remote_address(HmrPyRegion *self, void *unused)
+{
+	(void)unused;
+	hmr_mr *mr = open_mr(self, "MemoryRegion.remote_address");
+	if (!mr)
+		return NULL;
+	uint64_t base = 0;
+	uint8_t raw[HMR_RKEY_RAW_MAX];
+	size_t raw_size = sizeof raw;
+	int rc = hmr_mr_raw_attr(mr, &base, raw, &raw_size, 0);
+	if (rc != 0)
+		return hmr_py_raise(rc, "hmr_mr_raw_attr");
+	return PyLong_FromUnsignedLongLong(base);
+}
+
+/* sync(direction, offset=0, length=None): hmr_mr_sync of [offset, offset + length) (None: to
+ * the end), without the GIL (a device copy).  length=0 copies nothing, as asked (hmr_mr_sync
+ * would read 0 as "to the end"). */
+static PyObject *region_sync(HmrPyRegion *self, PyObject *args, PyObject *kwargs)
+{
+	static char *names[] = {"direction", "offset", "length", NULL};
+	unsigned long long direction = 0, offset = 0;
+	PyObject *length_obj = Py_None;
+	if (!PyArg_ParseTupleAndKeywords(args, kwargs, "K|KO:sync", names, &direction, &offset,
+					 &length_obj))
+		return NULL;
+	hmr_mr *mr = open_mr(self, "MemoryRegion.sync");
+	if (!mr)
+		return NULL;
+	if (direction != HMR_SYNC_TO_DEVICE && direction != HMR_SYNC_FROM_DEVICE)
+		return hmr_py_raise_code(HMR_EINVAL, "MemoryRegion.sync",
+					 "direction must be hmr.SYNC_TO_DEVICE or "
+					 "hmr.SYNC_FROM_DEVICE, not %llu",
+					 direction);
+	size_t length = 0;
+	if (length_obj != Py_None) {
+		length = PyLong_AsSize_t(length_obj);
+		if (length == (size_t)-1 && PyErr_Occurred())
+			return NULL;
+	}
+	if (offset > self->source.length ||
+	    (length_obj != Py_None && length > self->source.length - offset))
+		return hmr_py_raise_code(HMR_EINVAL, "MemoryRegion.sync",
+					 "[%llu, +%zu) is not inside the region's %zu bytes", offset,
+					 length, self->source.length);
+	if (length_obj != Py_None && length == 0)
+		Py_RETURN_NONE;
+	HmrPyDomain *domain = self->domain;
+	int rc;
+	++domain->in_flight;
+	Py_BEGIN_ALLOW_THREADS
+	rc = hmr_mr_sync(mr, offset, length, direction);
+	Py_END_ALLOW_THREADS
+	--domain->in_flight;
+	if (rc != 0)
+		return hmr_py_raise(rc, "hmr_mr_sync");
+	Py_RETURN_NONE;
+}
+
 static PyObject *region_pack_rkey(HmrPyRegion *self, PyObject *unused)
 {
 	(void)unused;
@@ -321,6 +393,13 @@ static PyMethodDef region_methods[] = {
 	{"pack_rkey", (PyCFunction)region_pack_rkey, METH_NOARGS,
 	 "pack_rkey()\n--\n\nWhat a peer needs to reach this region, as bytes (hmr_rkey_pack):\n"
 	 "give them to the peer's Domain.unpack_rkey."},
+	{"sync", (PyCFunction)(void (*)(void))region_sync, METH_VARARGS | METH_KEYWORDS,
+	 "sync(direction, offset=0, length=None)\n--\n\n"
+	 "For a host-shadow region (path \"host_shadow\"): copies [offset, offset + length) of it\n"
+	 "between the shadow the NIC reaches and the device memory (hmr_mr_sync).\n"
+	 "hmr.SYNC_TO_DEVICE after the NIC wrote the shadow, hmr.SYNC_FROM_DEVICE before it\n"
+	 "reads it.  length None: to the end.  For any other region there is nothing to copy\n"
+	 "and it returns at once, so code may call it whatever the path."},
 	{"__enter__", hmr_py_enter_self, METH_NOARGS, NULL},
 	{"__exit__", region_exit, METH_VARARGS, NULL},
 	{NULL, NULL, 0, NULL},
@@ -342,6 +421,14 @@ static PyGetSetDef region_getset[] = {
 	 "How it reached the NIC: \"address\", \"dmabuf\", \"peer_direct\", \"host_shadow\".",
 	 NULL},
 	{"cached", (getter)get_cached, NULL, "True when it shares a cached registration.", NULL},
+	{"shadow", (getter)get_shadow, NULL,
+	 "For path \"host_shadow\": the address of the shadow's first byte (host memory the NIC\n"
+	 "registered in the device memory's place); None otherwise.",
+	 NULL},
+	{"remote_address", (getter)get_remote_address, NULL,
+	 "The address a peer targets for the first byte (hmr_mr_raw_attr's base): the shadow's\n"
+	 "for a host shadow, else the region's address (0 for a domain without MR_VIRT_ADDR).",
+	 NULL},
 	{"closed", (getter)get_closed, NULL, "True once closed.", NULL},
 	{"obj", (getter)get_obj, NULL, "The registered object (None once closed).", NULL},
 	{NULL, NULL, NULL, NULL, NULL},

@@ -9,7 +9,7 @@ bundle=${2:?bundle folder}
 rm -rf "$bundle"
 mkdir -p "$bundle/bin" "$bundle/lib" "$bundle/libstdcxx"
 for binary in tests/hmr_gpu_tests tools/hmr-info tools/hmr-perftest \
-  bench/hmr_device_registration_bench tests/nccl-net/hmr-nccl-net-soak; do
+  bench/hmr_device_registration_bench bench/hmr_device_hit_bench tests/nccl-net/hmr-nccl-net-soak; do
   strip --strip-debug -o "$bundle/bin/$(basename $binary)" "$build/$binary"
 done
 # The C-ABI bench against UCX's rcache (issue 9's figures), where the build has it, with UCX's
@@ -26,6 +26,23 @@ if [[ -x $build/bench/hmr_api_hit_vs_ucx ]]; then
       echo "make_bundle: $library not found; the bench will need it on the GPU machine" >&2
     fi
   done
+fi
+# The Python package as built (one abi3 extension: the GPU machine's Python 3.12 loads it; it
+# finds libhmr.so.0 through LD_LIBRARY_PATH=<bundle>/lib), and Debian's pytest with what it
+# imports, pure Python, for a GPU machine whose Python has no pytest (the session uses the
+# machine's own where it has one).
+if [[ -f $build/python/hmr/_hmr.abi3.so ]]; then
+  mkdir -p "$bundle/python" "$bundle/pytest"
+  cp -r "$build/python/hmr" "$bundle/python/"
+  strip --strip-debug "$bundle/python/hmr/_hmr.abi3.so"
+  for module in _pytest pytest pluggy iniconfig packaging attr attrs py py.py; do
+    if [[ -e /usr/lib/python3/dist-packages/$module ]]; then
+      cp -r "/usr/lib/python3/dist-packages/$module" "$bundle/pytest/"
+    fi
+  done
+  find "$bundle/pytest" -name __pycache__ -prune -exec rm -rf {} +
+else
+  echo "make_bundle: $build has no Python package (python3-dev missing?); the python step will fail" >&2
 fi
 strip --strip-debug -o "$bundle/lib/libhmr.so.0" "$build/libhmr.so.0"
 ln -s libhmr.so.0 "$bundle/lib/libhmr.so"

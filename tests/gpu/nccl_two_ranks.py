@@ -628,7 +628,9 @@ def register_phase(args, failures):
 
 def kill_phase(args, failures):
     write_timeout = 5.0
-    for transport in ("hmr-tcp", "socket"):
+    # (over shm nothing reports a dead peer: the plugin watches the peer's process,
+    # net/peer_watch.h; the ninth session's run hung there)
+    for transport in ("hmr-tcp", "hmr-shm", "socket"):
         extra = {"HMR_NCCL_WRITE_TIMEOUT": str(write_timeout)}
         procs, tag = launch_pair(args, "kill", transport, extra=extra)
         log1 = os.path.join(args.out, f"{tag}-rank1.log")

@@ -173,6 +173,37 @@ def test_cuda_tensor():
 
 
 @needs_cuda
+def test_cuda_tensor_through_a_host_shadow():
+    """A NIC without GPUDirect (the software NIC told to import no dma-buf): the tensor is
+    registered through a host shadow; a peer writes the shadow and sync() brings the bytes to
+    the GPU, then the GPU's bytes go back to the shadow for the peer to read."""
+    with hmr.Domain("sim", nic_options="dmabuf=0", allow_hmem_copy=True) as owner, \
+            hmr.Domain("sim") as peer:
+        tensor = torch.arange(1 << 20, dtype=torch.uint8, device="cuda")  # 0..255 repeated
+        region = owner.register(tensor)
+        assert (region.iface, region.path) == ("cuda", "host_shadow")
+        assert region.remote_address == region.shadow != region.address
+        target = owner.endpoint()
+        with peer.unpack_rkey(region.pack_rkey()) as rkey, peer.endpoint() as ep:
+            ep.connect(target)
+            seen = bytearray(256)
+            ep.read(seen, rkey.address + 4096, rkey.key)
+            assert bytes(seen) == bytes(range(256))
+            message = bytes(reversed(range(256))) * 4
+            ep.write(message, rkey.address + 1000, rkey.key)
+            region.sync(hmr.SYNC_TO_DEVICE, 1000, len(message))
+            assert tensor[1000:1000 + len(message)].cpu().numpy().tobytes() == message
+            tensor[500000:500016] = 7
+            torch.cuda.synchronize()
+            region.sync(hmr.SYNC_FROM_DEVICE, 500000, 16)
+            back = bytearray(16)
+            ep.read(back, rkey.address + 500000, rkey.key)
+            assert bytes(back) == bytes([7]) * 16
+        target.close()
+        region.close()
+
+
+@needs_cuda
 def test_cuda_tensor_through_dlpack_and_cai():
     with hmr.Domain("sim") as domain:
         tensor = torch.zeros(1 << 20, device="cuda")

@@ -1,0 +1,361 @@
+// The device hit path (core/hit_path.cpp) against the real driver, through the public API:
+// issue 26's "never stale" list on a GPU.  hmr_mr_reg detects the memory (nothing declared),
+// a repeated registration is a cache hit answered by one driver query (BUFFER_ID), and a
+// registration never names memory that is gone: cuMemFree and cuMemAlloc at the same
+// address, a VMM segment unmapped and mapped again with new physical memory, stream-ordered
+// pool memory freed, trimmed and handed out again, a forked child, threads hitting while
+// another frees, and HMR_CUDA_FREES_REPORTED (hits from hints, no driver query) with the
+// frees reported.  The call counts are asserted on the fake driver
+// (tests/hmem_api/device_hit_path_test.cpp); a real driver counts nothing, so here the cache's
+// statistics say hit or miss and the keys say whose registration it was.
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+#include <hmr/hmr.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "tests/api/test_support.h"
+#include "tests/gpu/gpu_lane.h"
+#include "tests/gpu/vmm_allocation.h"
+
+namespace hmr::cuda {
+namespace {
+
+using hmr::testing::as_device_pointer;
+using hmr::testing::CudaGpuLane;
+using hmr::testing::VmmAllocation;
+
+constexpr uint64_t kAccess = HMR_READ | HMR_WRITE | HMR_REMOTE_READ | HMR_REMOTE_WRITE;
+constexpr size_t kAlloc = 2 << 20;
+
+hmr_domain_stats stats_of(hmr_domain* domain) {
+  hmr_domain_stats stats;
+  std::memset(&stats, 0, sizeof stats);
+  stats.size = sizeof stats;
+  EXPECT_EQ(hmr_domain_query_stats(domain, &stats), 0) << hmr_last_error();
+  return stats;
+}
+
+// hmr_mr_reg + hmr_mr_key + hmr_mr_close, as a transport registers a buffer it was handed;
+// HMR_KEY_NOTAVAIL when the registration failed.
+uint64_t reg_key_close(hmr_domain* domain, CUdeviceptr address, size_t len) {
+  hmr_mr* mr = nullptr;
+  const int rc = hmr_mr_reg(domain, as_device_pointer(address), len, kAccess, 0, 0, 0, &mr,
+                            nullptr);
+  EXPECT_EQ(rc, 0) << hmr_last_error();
+  if (rc != 0) return HMR_KEY_NOTAVAIL;
+  const uint64_t key = hmr_mr_key(mr);
+  EXPECT_EQ(hmr_mr_close(mr), 0) << hmr_last_error();
+  return key;
+}
+
+// A domain on the sim NIC, which records a device registration's dma-buf and never touches
+// it; null (and the test skipped by the caller) where device 0 exports no dma-buf.
+class CudaHitPath : public CudaGpuLane {
+ protected:
+  void SetUp() override {
+    CudaGpuLane::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    Result<hmem::DeviceCapabilities> caps = iface().capabilities(hmem::DeviceId{0});
+    ASSERT_TRUE(caps.ok()) << caps.status().reason();
+    if (!caps->dmabuf.supported) GTEST_SKIP() << "device 0: " << caps->dmabuf.reason;
+  }
+
+  hmr_test::DomainPtr open_domain() {
+    hmr_domain_attr attr =
+        hmr_test::domain_attr(HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR | HMR_MR_LOCAL, nullptr);
+    hmr_domain* opened = nullptr;
+    EXPECT_EQ(hmr_domain_open(&attr, &opened), 0) << hmr_last_error();
+    return hmr_test::DomainPtr(opened);
+  }
+
+  // An allocation of kAlloc bytes, after `previous` was freed: whether the driver handed the
+  // same address out again (what the staleness checks need; printed when it did not).
+  bool allocate_again(CUdeviceptr previous, CUdeviceptr* again) {
+    if (driver().cuMemAlloc(again, kAlloc) != CUDA_SUCCESS) {
+      ADD_FAILURE() << "cuMemAlloc";
+      return false;
+    }
+    if (*again == previous) return true;
+    std::printf("note: the driver did not hand 0x%llx out again (got 0x%llx)\n", previous, *again);
+    return false;
+  }
+};
+
+TEST_F(CudaHitPath, RepeatedRegistrationsOfDetectedCudaMemoryAreHitsThatReachNoNic) {
+  auto domain = open_domain();
+  ASSERT_TRUE(domain);
+  CUdeviceptr memory = 0;
+  HMR_CU_ASSERT(driver().cuMemAlloc(&memory, kAlloc));
+  const uint64_t key = reg_key_close(domain.get(), memory, 65536);  // the miss
+  const hmr_domain_stats before = stats_of(domain.get());
+  constexpr int kHits = 1000;
+  for (int i = 0; i < kHits; ++i) {
+    // Ranges inside the registered one, as a transport's slices of a buffer.
+    ASSERT_EQ(reg_key_close(domain.get(), memory + (i % 4) * 4096, 4096), key) << i;
+  }
+  const hmr_domain_stats after = stats_of(domain.get());
+  EXPECT_EQ(after.cache_hits, before.cache_hits + kHits);
+  EXPECT_EQ(after.nic_registrations, before.nic_registrations);
+  EXPECT_EQ(after.mr_open, 0u);
+
+  hmr_mr* mr = nullptr;
+  ASSERT_EQ(hmr_mr_reg(domain.get(), as_device_pointer(memory), 4096, kAccess, 0, 0, 0, &mr,
+                       nullptr),
+            0)
+      << hmr_last_error();
+  hmr_mr_info info;
+  std::memset(&info, 0, sizeof info);
+  info.size = sizeof info;
+  ASSERT_EQ(hmr_mr_query(mr, &info), 0) << hmr_last_error();
+  EXPECT_EQ(info.iface, HMR_HMEM_CUDA);
+  EXPECT_EQ(info.kind, HMR_MEM_DEVICE_ONLY);
+  EXPECT_EQ(info.cached, 1);
+  EXPECT_EQ(info.path, HMR_MR_PATH_DMABUF);
+  EXPECT_EQ(hmr_mr_close(mr), 0);
+  domain.reset();
+  HMR_CU_ASSERT(driver().cuMemFree(memory));
+}
+
+TEST_F(CudaHitPath, FreeAndAllocationAtTheSameAddressNeverHitsTheOldRegistration) {
+  auto domain = open_domain();
+  ASSERT_TRUE(domain);
+  int checked = 0;
+  for (int round = 0; round < 3; ++round) {
+    SCOPED_TRACE(round);
+    CUdeviceptr memory = 0;
+    HMR_CU_ASSERT(driver().cuMemAlloc(&memory, kAlloc));
+    const uint64_t key = reg_key_close(domain.get(), memory, 4096);
+    EXPECT_EQ(reg_key_close(domain.get(), memory, 4096), key) << "not a hit";
+    HMR_CU_ASSERT(driver().cuMemFree(memory));
+    CUdeviceptr again = 0;
+    const bool same = allocate_again(memory, &again);
+    if (same) {
+      ++checked;
+      const hmr_domain_stats before = stats_of(domain.get());
+      const uint64_t new_key = reg_key_close(domain.get(), again, 4096);
+      const hmr_domain_stats after = stats_of(domain.get());
+      EXPECT_NE(new_key, key) << "STALE HIT: the freed allocation's registration";
+      EXPECT_EQ(after.cache_hits, before.cache_hits);
+      EXPECT_EQ(after.cache_misses, before.cache_misses + 1);
+      EXPECT_EQ(reg_key_close(domain.get(), again, 4096), new_key) << "the new one hits";
+    }
+    HMR_CU_ASSERT(driver().cuMemFree(again));
+  }
+  if (checked == 0) GTEST_SKIP() << "the driver never handed a freed address out again";
+}
+
+// A VMM segment unmapped and mapped again with new physical memory at the same address
+// (PyTorch's expandable segments shrink and grow this way): the old mapping's registration,
+// whose dma-buf still holds the old pages, is never the answer.
+TEST_F(CudaHitPath, AVmmSegmentMappedAgainNeverHitsTheOldMappingsRegistration) {
+  bool rdma = false;
+  if (!vmm_supported(0, &rdma)) GTEST_SKIP() << "device 0 has no VMM support";
+  if (!rdma) GTEST_SKIP() << "device 0's VMM memory cannot be GPUDirect RDMA capable";
+  Result<VmmAllocation> created = VmmAllocation::create(driver(), 0, 1, 1, 1, rdma);
+  ASSERT_TRUE(created.ok()) << created.status().reason();
+  VmmAllocation& memory = *created;
+  auto domain = open_domain();
+  ASSERT_TRUE(domain);
+  const uint64_t key = reg_key_close(domain.get(), memory.base(), 8192);
+  EXPECT_EQ(reg_key_close(domain.get(), memory.base(), 8192), key) << "not a hit";
+  ASSERT_TRUE(memory.unmap_segment(0).ok());
+  ASSERT_TRUE(memory.map_segment(0).ok());
+  const hmr_domain_stats before = stats_of(domain.get());
+  const uint64_t new_key = reg_key_close(domain.get(), memory.base(), 8192);
+  const hmr_domain_stats after = stats_of(domain.get());
+  EXPECT_NE(new_key, key) << "STALE HIT: the unmapped segment's registration";
+  EXPECT_EQ(after.cache_hits, before.cache_hits);
+  EXPECT_EQ(reg_key_close(domain.get(), memory.base(), 8192), new_key) << "the new one hits";
+}
+
+// Stream-ordered pool memory (cuMemAllocAsync: PyTorch's cudaMallocAsync backend).  Handed
+// out again from the pool, an address keeps its physical memory, so a hit is not stale either
+// way (printed: whether the driver gave the new allocation a new BUFFER_ID).  Trimmed
+// (cuMemPoolTrimTo releases the pool's unused memory) and allocated again, the address has new
+// memory: the old registration must never be the answer.
+TEST_F(CudaHitPath, PoolMemoryTrimmedAndHandedOutAgainNeverHitsTheOldRegistration) {
+  void* library = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  ASSERT_NE(library, nullptr) << dlerror();
+  using AllocAsync = CUresult (*)(CUdeviceptr*, size_t, void*);
+  using FreeAsync = CUresult (*)(CUdeviceptr, void*);
+  using Synchronize = CUresult (*)(void*);
+  using DefaultPool = CUresult (*)(void**, int);
+  using TrimTo = CUresult (*)(void*, size_t);
+  auto alloc_async = reinterpret_cast<AllocAsync>(dlsym(library, "cuMemAllocAsync"));
+  auto free_async = reinterpret_cast<FreeAsync>(dlsym(library, "cuMemFreeAsync"));
+  auto synchronize = reinterpret_cast<Synchronize>(dlsym(library, "cuStreamSynchronize"));
+  auto default_pool = reinterpret_cast<DefaultPool>(dlsym(library, "cuDeviceGetDefaultMemPool"));
+  auto trim_to = reinterpret_cast<TrimTo>(dlsym(library, "cuMemPoolTrimTo"));
+  dlclose(library);  // (RTLD_NOLOAD: the driver stays loaded)
+  if (!alloc_async || !free_async || !synchronize || !default_pool || !trim_to) {
+    GTEST_SKIP() << "the driver has no stream-ordered allocator";
+  }
+  void* pool = nullptr;
+  HMR_CU_ASSERT(default_pool(&pool, 0));
+  auto domain = open_domain();
+  ASSERT_TRUE(domain);
+  auto allocate = [&](CUdeviceptr* memory) {
+    HMR_CU_ASSERT(alloc_async(memory, kAlloc, nullptr));
+    HMR_CU_ASSERT(synchronize(nullptr));
+  };
+  auto release = [&](CUdeviceptr memory, bool trim) {
+    HMR_CU_ASSERT(free_async(memory, nullptr));
+    HMR_CU_ASSERT(synchronize(nullptr));
+    if (trim) {
+      HMR_CU_ASSERT(trim_to(pool, 0));
+    }
+  };
+  CUdeviceptr first = 0;
+  ASSERT_NO_FATAL_FAILURE(allocate(&first));
+  const uint64_t key = reg_key_close(domain.get(), first, 4096);
+  EXPECT_EQ(reg_key_close(domain.get(), first, 4096), key) << "not a hit";
+
+  ASSERT_NO_FATAL_FAILURE(release(first, false));
+  CUdeviceptr reused = 0;
+  ASSERT_NO_FATAL_FAILURE(allocate(&reused));
+  const hmr_domain_stats before_reuse = stats_of(domain.get());
+  const uint64_t reused_key = reg_key_close(domain.get(), reused, 4096);
+  const bool reuse_hit = stats_of(domain.get()).cache_hits > before_reuse.cache_hits;
+  std::printf("pool memory handed out again %s: %s\n",
+              reused == first ? "at the same address" : "elsewhere",
+              reuse_hit ? "a hit (the driver kept its BUFFER_ID)"
+                        : "a miss (a new BUFFER_ID)");
+  EXPECT_EQ(reuse_hit, reused_key == key);
+
+  ASSERT_NO_FATAL_FAILURE(release(reused, true));
+  CUdeviceptr fresh = 0;
+  ASSERT_NO_FATAL_FAILURE(allocate(&fresh));
+  if (fresh == first) {
+    const hmr_domain_stats before = stats_of(domain.get());
+    const uint64_t fresh_key = reg_key_close(domain.get(), fresh, 4096);
+    EXPECT_NE(fresh_key, key) << "STALE HIT: trimmed pool memory's old registration";
+    EXPECT_NE(fresh_key, reused_key) << "STALE HIT: trimmed pool memory's old registration";
+    EXPECT_EQ(stats_of(domain.get()).cache_hits, before.cache_hits);
+  } else {
+    std::printf("note: after the trim the pool handed out 0x%llx, not 0x%llx\n", fresh, first);
+  }
+  ASSERT_NO_FATAL_FAILURE(release(fresh, true));
+}
+
+// A child forked from a process that uses the driver cannot use it (CUDA's rule: the driver
+// answers CUDA_ERROR_NOT_INITIALIZED there); an inherited domain stops caching in the child,
+// so the parent's device registration is never the child's answer, and nothing hangs.
+TEST_F(CudaHitPath, AForkedChildNeverGetsTheParentsDeviceRegistration) {
+  auto domain = open_domain();
+  ASSERT_TRUE(domain);
+  CUdeviceptr memory = 0;
+  HMR_CU_ASSERT(driver().cuMemAlloc(&memory, kAlloc));
+  const uint64_t key = reg_key_close(domain.get(), memory, 4096);
+  ASSERT_EQ(reg_key_close(domain.get(), memory, 4096), key);
+  hmr_domain* const inherited = domain.get();
+  const int stale = hmr_test::run_forked([&] {
+    hmr_mr* mr = nullptr;
+    if (hmr_mr_reg(inherited, as_device_pointer(memory), 4096, kAccess, 0, 0, 0, &mr,
+                   nullptr) != 0) {
+      std::printf("in the forked child: %s\n", hmr_last_error());
+      return 0;  // refused, with a reason: not a stale answer
+    }
+    const bool parents = hmr_mr_key(mr) == key;
+    hmr_mr_close(mr);
+    return parents ? 1 : 0;
+  });
+  EXPECT_EQ(stale, 0) << (stale < 0 ? "the child died of a signal (or its 20 s alarm)"
+                                    : "the child got the parent's cached device registration");
+  domain.reset();
+  HMR_CU_ASSERT(driver().cuMemFree(memory));
+}
+
+// Three threads hit one allocation while this one allocates, registers, hits and frees
+// allocation after allocation (the driver hands freed addresses out again): every key anyone
+// got was the registration of the allocation it asked about.
+TEST_F(CudaHitPath, ThreadsHitWhileAnotherFreesAndAllocatesAgain) {
+  auto domain = open_domain();
+  ASSERT_TRUE(domain);
+  CUdeviceptr stable = 0;
+  HMR_CU_ASSERT(driver().cuMemAlloc(&stable, kAlloc));
+  const uint64_t stable_key = reg_key_close(domain.get(), stable, 4096);
+  std::atomic<bool> stop{false};
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> hitters;
+  for (int t = 0; t < 3; ++t) {
+    hitters.emplace_back([&] {
+      // (no current context: hmr's queries do not need one)
+      while (!stop.load(std::memory_order_relaxed)) {
+        hmr_mr* mr = nullptr;
+        if (hmr_mr_reg(domain.get(), as_device_pointer(stable), 4096, kAccess, 0, 0, 0, &mr,
+                       nullptr) != 0 ||
+            hmr_mr_key(mr) != stable_key) {
+          wrong.fetch_add(1);
+        }
+        if (mr != nullptr) hmr_mr_close(mr);
+      }
+    });
+  }
+  int stale = 0;
+  uint64_t last_key = HMR_KEY_NOTAVAIL;
+  CUdeviceptr last = 0;
+  for (int round = 0; round < 50; ++round) {
+    CUdeviceptr churn = 0;
+    HMR_CU_ASSERT(driver().cuMemAlloc(&churn, kAlloc));
+    const uint64_t key = reg_key_close(domain.get(), churn, 4096);
+    if (churn == last && key == last_key) ++stale;
+    for (int i = 0; i < 3; ++i) {
+      if (reg_key_close(domain.get(), churn, 4096) != key) ++stale;
+    }
+    HMR_CU_ASSERT(driver().cuMemFree(churn));
+    last = churn;
+    last_key = key;
+  }
+  stop = true;
+  for (std::thread& hitter : hitters) hitter.join();
+  EXPECT_EQ(stale, 0) << "registrations of freed allocations handed out";
+  EXPECT_EQ(wrong.load(), 0) << "hits on the stable allocation answered wrong";
+  EXPECT_EQ(stats_of(domain.get()).mr_open, 0u);
+  domain.reset();
+  HMR_CU_ASSERT(driver().cuMemFree(stable));
+}
+
+// HMR_CUDA_FREES_REPORTED=1: the application promises to report every free of CUDA memory it
+// registered (here hmr_mem_invalidate before cuMemFree), and hits are served from per-thread
+// hints without a driver query.  A reported free and an allocation at the same address must
+// still miss, and the new allocation's hits must be its own.
+TEST_F(CudaHitPath, WithFreesReportedAReportedFreeAndAllocationAtTheSameAddressMisses) {
+  setenv("HMR_CUDA_FREES_REPORTED", "1", 1);
+  auto domain = open_domain();
+  unsetenv("HMR_CUDA_FREES_REPORTED");  // read at the domain's open
+  ASSERT_TRUE(domain);
+  int checked = 0;
+  for (int round = 0; round < 3; ++round) {
+    SCOPED_TRACE(round);
+    CUdeviceptr memory = 0;
+    HMR_CU_ASSERT(driver().cuMemAlloc(&memory, kAlloc));
+    const uint64_t key = reg_key_close(domain.get(), memory, 8192);
+    const hmr_domain_stats before = stats_of(domain.get());
+    for (int i = 0; i < 100; ++i) {
+      ASSERT_EQ(reg_key_close(domain.get(), memory + (i % 4) * 1024, 4096), key) << i;
+    }
+    EXPECT_EQ(stats_of(domain.get()).cache_hits, before.cache_hits + 100);
+    ASSERT_EQ(hmr_mem_invalidate(domain.get(), as_device_pointer(memory), kAlloc), 0)
+        << hmr_last_error();
+    HMR_CU_ASSERT(driver().cuMemFree(memory));
+    CUdeviceptr again = 0;
+    if (allocate_again(memory, &again)) {
+      ++checked;
+      const uint64_t new_key = reg_key_close(domain.get(), again, 8192);
+      EXPECT_NE(new_key, key) << "STALE HIT: the freed allocation's registration";
+      EXPECT_EQ(reg_key_close(domain.get(), again, 4096), new_key) << "the new one hits";
+    }
+    ASSERT_EQ(hmr_mem_invalidate(domain.get(), as_device_pointer(again), kAlloc), 0);
+    HMR_CU_ASSERT(driver().cuMemFree(again));
+  }
+  if (checked == 0) GTEST_SKIP() << "the driver never handed a freed address out again";
+}
+
+}  // namespace
+}  // namespace hmr::cuda
