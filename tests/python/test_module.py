@@ -11,7 +11,7 @@ from conftest import header_defines, header_text
 def test_access_and_mr_mode_constants_match_the_header():
     defines = header_defines("")
     for name in ("READ", "WRITE", "REMOTE_READ", "REMOTE_WRITE", "SEND", "RECV",
-                 "COLLECTIVE"):
+                 "COLLECTIVE", "SYNC_TO_DEVICE", "SYNC_FROM_DEVICE"):
         assert getattr(hmr, name) == defines[name], name
     mr_bits = {k: v for k, v in header_defines("MR_").items()
                if k in ("MR_UNSPEC", "MR_BASIC", "MR_SCALABLE", "MR_LOCAL", "MR_RAW",
