@@ -54,6 +54,16 @@ struct allocation {
   unsigned long long buffer_id;
   char *alias; /* the bytes, GRANULE-rounded */
   int pooled;  /* from fake_cuda_alloc_pooled: cuMemAllocAsync's stream-ordered pool */
+  /* Once exported through CUDA IPC (and in the importer), the bytes are a memfd mapped
+   * shared at alias, so both processes reach them (fake_cuda_ipc.c); -1 before.  Only then:
+   * a real allocation holds no file descriptor of the process, and tests count those. */
+  int fd;
+  /* cuIpcOpenMemHandle: the exporter's allocation mapped here; closed (not freed) with
+   * cuIpcCloseMemHandle once each open is closed. */
+  int imported;
+  int import_opens;
+  int import_pid;
+  unsigned long long import_buffer_id; /* the exporter's BUFFER_ID, which names the handle */
 };
 
 /* cuMemCreate: physical memory with no address until mapped. */
@@ -145,6 +155,10 @@ void fake_locate(CUdeviceptr ptr, struct located *out);
 /* The device of the calling thread's current, live primary context, or -1. */
 int fake_current_device(void);
 CUresult fake_allocate(int device, size_t size, int memory, int context, CUdeviceptr *out);
+/* Gives `size` bytes whose bytes are already at `alias` (GRANULE-rounded, with `fd` behind it
+ * or -1) an address on `device` and records the allocation; its index in *index. */
+CUresult fake_place_allocation(int device, size_t size, int memory, int context, char *alias,
+                               int fd, CUdeviceptr *out, int *index);
 void fake_release_allocation(struct allocation *a);
 void fake_free_context_allocations(int device);
 void fake_reset_memory(void);

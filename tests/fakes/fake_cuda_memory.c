@@ -70,7 +70,8 @@ static void locate(CUdeviceptr ptr, struct located *out) {
 }
 
 /* Lock held. */
-CUresult fake_allocate(int device, size_t size, int memory, int context, CUdeviceptr *out) {
+CUresult fake_place_allocation(int device, size_t size, int memory, int context, char *alias,
+                               int fd, CUdeviceptr *out, int *index) {
   if (device < 0 || device >= FAKE_CUDA_DEVICE_COUNT) return INVALID_DEVICE;
   if (size == 0 || size > REGION_SIZE - GRANULE || out == NULL) return INVALID_VALUE;
   if (regions[device] == NULL) {
@@ -99,24 +100,38 @@ CUresult fake_allocate(int device, size_t size, int memory, int context, CUdevic
   if (candidate + span > region_end) return OUT_OF_MEMORY;
   for (int i = 0; i < MAX_ALLOCATIONS; ++i) {
     if (allocations[i].live) continue;
-    char *alias;
-    if (cpu_accessible(memory)) {
-      /* The CPU may touch it, so its own address is the alias. */
+    if (alias == NULL) {
+      /* CPU-accessible memory: its own address is the alias. */
       if (mprotect((void *)(uintptr_t)candidate, span, PROT_READ | PROT_WRITE) != 0) {
         return OUT_OF_MEMORY;
       }
       alias = (char *)(uintptr_t)candidate;
-    } else {
-      alias = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                   -1, 0);
-      if (alias == MAP_FAILED) return OUT_OF_MEMORY;
     }
-    allocations[i] =
-        (struct allocation){1, device, memory, context, candidate, size, fake_next_id(), alias, 0};
+    allocations[i] = (struct allocation){.live = 1, .device = device, .memory = memory,
+                                         .context = context, .base = candidate, .size = size,
+                                         .buffer_id = fake_next_id(), .alias = alias, .fd = fd};
     *out = candidate;
+    if (index != NULL) *index = i;
     return SUCCESS;
   }
   return OUT_OF_MEMORY;
+}
+
+/* Lock held. */
+CUresult fake_allocate(int device, size_t size, int memory, int context, CUdeviceptr *out) {
+  if (cpu_accessible(memory)) {
+    return fake_place_allocation(device, size, memory, context, NULL, -1, out, NULL);
+  }
+  if (size == 0 || size > REGION_SIZE - GRANULE) return INVALID_VALUE;
+  /* Device memory: private bytes only the fake touches (cuIpcGetMemHandle moves them to a
+   * memfd when the allocation is exported, fake_cuda_ipc.c). */
+  const size_t span = fake_round_up(size, GRANULE);
+  char *alias =
+      mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (alias == MAP_FAILED) return OUT_OF_MEMORY;
+  const CUresult result = fake_place_allocation(device, size, memory, context, alias, -1, out, NULL);
+  if (result != SUCCESS) munmap(alias, span);
+  return result;
 }
 
 /* Lock held.  The bytes go away, as freed device memory does. */
@@ -133,6 +148,7 @@ void fake_release_allocation(struct allocation *a) {
   } else {
     munmap(a->alias, span);
   }
+  if (a->fd >= 0) close(a->fd);
   memset(a, 0, sizeof *a);
 }
 
@@ -152,11 +168,12 @@ void fake_reset_memory(void) {
 }
 
 /* Frees the allocation starting exactly at ptr: host memory only through cuMemFreeHost, other
- * memory only through cuMemFree. */
+ * memory only through cuMemFree, and never memory mapped by cuIpcOpenMemHandle ("must be freed
+ * with cuIpcCloseMemHandle", cuda.h). */
 static CUresult free_allocation(CUdeviceptr ptr, int host) {
   for (int i = 0; i < MAX_ALLOCATIONS; ++i) {
     struct allocation *a = &allocations[i];
-    if (a->live && a->base == ptr && (a->memory == FAKE_CUDA_MEM_HOST) == host) {
+    if (a->live && a->base == ptr && !a->imported && (a->memory == FAKE_CUDA_MEM_HOST) == host) {
       fake_release_allocation(a);
       return SUCCESS;
     }

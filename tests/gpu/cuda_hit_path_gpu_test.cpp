@@ -3,9 +3,10 @@
 // a repeated registration is a cache hit answered by one driver query (BUFFER_ID), and a
 // registration never names memory that is gone: cuMemFree and cuMemAlloc at the same
 // address, a VMM segment unmapped and mapped again with new physical memory, stream-ordered
-// pool memory freed, trimmed and handed out again, a forked child, threads hitting while
-// another frees, and HMR_CUDA_FREES_REPORTED (hits from hints, no driver query) with the
-// frees reported.  The call counts are asserted on the fake driver
+// pool memory freed, trimmed and handed out again, memory imported from another process
+// (CUDA IPC) and imported again after the exporter freed it, a forked child, threads hitting
+// while another frees, and HMR_CUDA_FREES_REPORTED (hits from hints, no driver query) with
+// the frees reported.  The call counts are asserted on the fake driver
 // (tests/hmem_api/device_hit_path_test.cpp); a real driver counts nothing, so here the cache's
 // statistics say hit or miss and the keys say whose registration it was.
 #include <dlfcn.h>
@@ -19,8 +20,13 @@
 #include <thread>
 #include <vector>
 
+#include <unistd.h>
+
+#include <string>
+
 #include "tests/api/test_support.h"
 #include "tests/gpu/gpu_lane.h"
+#include "tests/gpu/ipc_exporter.h"
 #include "tests/gpu/vmm_allocation.h"
 
 namespace hmr::cuda {
@@ -355,6 +361,96 @@ TEST_F(CudaHitPath, WithFreesReportedAReportedFreeAndAllocationAtTheSameAddressM
     HMR_CU_ASSERT(driver().cuMemFree(again));
   }
   if (checked == 0) GTEST_SKIP() << "the driver never handed a freed address out again";
+}
+
+// tests/gpu/cuda_ipc_exporter.c: beside this binary (the bundle carries both), else where the
+// build put it.
+std::string exporter_program() {
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n > 0) {
+    std::string beside(self, static_cast<size_t>(n));
+    beside = beside.substr(0, beside.rfind('/') + 1) + "hmr_cuda_ipc_exporter";
+    if (access(beside.c_str(), X_OK) == 0) return beside;
+  }
+  return HMR_CUDA_IPC_EXPORTER_PATH;
+}
+
+// CUDA IPC: another process's allocation mapped here (cuIpcOpenMemHandle), as NCCL's and vLLM's
+// peers share buffers.  Cached hits while the import is open; after it is closed and the
+// exporter freed and exported a new allocation, the new import (usually at the same address)
+// never hits the old one's registration.  Also printed: what the driver answers when the
+// exporting process opens its own handle (the fake driver assumes INVALID_CONTEXT, 201).
+TEST_F(CudaHitPath, IpcImportedMemoryNeverHitsAnEarlierImportsRegistration) {
+  void* library = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  ASSERT_NE(library, nullptr) << dlerror();
+  struct Handle {
+    char bytes[64];
+  };
+  using Open = CUresult (*)(CUdeviceptr*, Handle, unsigned);
+  using Close = CUresult (*)(CUdeviceptr);
+  auto open_handle = reinterpret_cast<Open>(dlsym(library, "cuIpcOpenMemHandle_v2"));
+  auto close_handle = reinterpret_cast<Close>(dlsym(library, "cuIpcCloseMemHandle"));
+  dlclose(library);
+  if (!open_handle || !close_handle) GTEST_SKIP() << "the driver has no CUDA IPC";
+  std::string why;
+  auto exporter = hmr::testing::IpcExporter::start(exporter_program(), "", &why);
+  ASSERT_TRUE(exporter) << why;
+  auto first = exporter->allocate(kAlloc, 0x11, &why);
+  ASSERT_TRUE(first) << why;
+  auto import = [&](const hmr::testing::IpcExporter::Export& exported, CUdeviceptr* out) {
+    Handle handle;
+    std::memcpy(handle.bytes, exported.handle.data(), sizeof handle.bytes);
+    return open_handle(out, handle, 1 /* CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS */);
+  };
+  CUdeviceptr imported = 0;
+  HMR_CU_ASSERT(import(*first, &imported));
+  uint8_t byte = 0;
+  HMR_CU_ASSERT(driver().cuMemcpyDtoH(&byte, imported + 100, 1));
+  EXPECT_EQ(byte, 0x11) << "not the exporter's bytes";
+
+  auto domain = open_domain();
+  ASSERT_TRUE(domain);
+  hmr_mr* mr = nullptr;
+  if (hmr_mr_reg(domain.get(), as_device_pointer(imported), 8192, kAccess, 0, 0, 0, &mr,
+                 nullptr) != 0) {
+    const std::string reason = hmr_last_error();
+    domain.reset();
+    EXPECT_EQ(close_handle(imported), CUDA_SUCCESS);
+    GTEST_SKIP() << "IPC-imported memory could not be registered: " << reason;
+  }
+  const uint64_t key = hmr_mr_key(mr);
+  ASSERT_EQ(hmr_mr_close(mr), 0);
+  const hmr_domain_stats before_hits = stats_of(domain.get());
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_EQ(reg_key_close(domain.get(), imported + (i % 4) * 1024, 4096), key) << i;
+  }
+  EXPECT_EQ(stats_of(domain.get()).cache_hits, before_hits.cache_hits + 10);
+
+  HMR_CU_ASSERT(close_handle(imported));
+  ASSERT_TRUE(exporter->free(&why)) << why;
+  auto second = exporter->allocate(kAlloc, 0x22, &why);
+  ASSERT_TRUE(second) << why;
+  CUdeviceptr again = 0;
+  HMR_CU_ASSERT(import(*second, &again));
+  if (again == imported) {
+    const hmr_domain_stats before = stats_of(domain.get());
+    const uint64_t new_key = reg_key_close(domain.get(), again, 8192);
+    EXPECT_NE(new_key, key) << "STALE HIT: the earlier import's registration";
+    EXPECT_EQ(stats_of(domain.get()).cache_hits, before.cache_hits);
+    EXPECT_EQ(reg_key_close(domain.get(), again, 4096), new_key) << "the new one hits";
+  } else {
+    std::printf("note: the second import is at 0x%llx, the first was at 0x%llx\n", again,
+                imported);
+  }
+  HMR_CU_ASSERT(driver().cuMemcpyDtoH(&byte, again + 100, 1));
+  EXPECT_EQ(byte, 0x22);
+  domain.reset();
+  HMR_CU_ASSERT(close_handle(again));
+  std::optional<int> self_open = exporter->open_in_exporter(&why);
+  ASSERT_TRUE(self_open) << why;
+  std::printf("the exporting process opening its own IPC handle: CUresult %d\n", *self_open);
+  EXPECT_NE(*self_open, 0);
 }
 
 }  // namespace

@@ -8,7 +8,7 @@ build=${1:?build directory}
 bundle=${2:?bundle folder}
 rm -rf "$bundle"
 mkdir -p "$bundle/bin" "$bundle/lib" "$bundle/libstdcxx"
-for binary in tests/hmr_gpu_tests tools/hmr-info tools/hmr-perftest \
+for binary in tests/hmr_gpu_tests tests/hmr_cuda_ipc_exporter tools/hmr-info tools/hmr-perftest \
   bench/hmr_device_registration_bench bench/hmr_device_hit_bench tests/nccl-net/hmr-nccl-net-soak; do
   strip --strip-debug -o "$bundle/bin/$(basename $binary)" "$build/$binary"
 done

@@ -2,17 +2,21 @@
 // CUDA memory through hmr_mr_reg takes one pass, like a host hit — one question to the driver
 // (cuPointerGetAttributes: the allocation's identity), a lock-free lookup, a pooled handle —
 // and never hands out a registration of memory that was freed: free and reallocation at the
-// same address, stream-ordered pool memory, a forked child.  Counted on the fake CUDA driver,
+// same address, stream-ordered pool memory, memory imported from another process (CUDA IPC),
+// a forked child.  Counted on the fake CUDA driver,
 // which counts every entry point.  (VMM unmap and remap: tests/hmem/cuda_vmm_range_test.cpp
 // checks that identify() sees it, which is all this path relies on.)
+#include <dlfcn.h>
 #include <sys/mman.h>
 
+#include <array>
 #include <atomic>
 #include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "tests/gpu/ipc_exporter.h"
 #include "tests/hmem_api/fake_cuda_driver.h"
 
 namespace hmr_hmem_test {
@@ -304,6 +308,127 @@ TEST(DeviceHitPath, AnHmemDomainNeverTakesUndeclaredDeviceMemoryForAHit) {
   hmr_mr* mr = nullptr;
   EXPECT_EQ(hmr_mr_reg(domain.get(), device.get(), 4096, kAccess, 0, 0, 0, &mr, nullptr),
             -HMR_EINVAL);
+}
+
+// CUDA IPC: device memory another process exported (cuIpcGetMemHandle) and this one mapped
+// (cuIpcOpenMemHandle), as NCCL's and vLLM's peers share buffers.  Its hits cost one driver
+// call like any device hit; once the import is closed and the exporter freed and exported
+// again, the new import, mapped at the same address, never hits the old one's registration.
+// The fake's IPC (tests/fakes/fake_cuda_ipc.c) is checked on the way: the bytes are the
+// exporter's, a second open of a handle is the same mapping, cuMemFree refuses imported
+// memory, a stale handle and a handle opened by its own exporter are refused.
+class FakeIpc {
+ public:
+  using Handle = std::array<char, 64>;
+  FakeIpc() {
+    library_ = dlopen(HMR_FAKE_CUDA_PATH, RTLD_NOW);  // the object hmr loads (HMR_CUDA_LIBRARY)
+    if (library_ == nullptr) return;
+    *reinterpret_cast<void**>(&retain_) = dlsym(library_, "cuDevicePrimaryCtxRetain");
+    *reinterpret_cast<void**>(&release_) = dlsym(library_, "cuDevicePrimaryCtxRelease_v2");
+    *reinterpret_cast<void**>(&set_current_) = dlsym(library_, "cuCtxSetCurrent");
+    *reinterpret_cast<void**>(&get_handle_) = dlsym(library_, "cuIpcGetMemHandle");
+    *reinterpret_cast<void**>(&open_) = dlsym(library_, "cuIpcOpenMemHandle_v2");
+    *reinterpret_cast<void**>(&close_) = dlsym(library_, "cuIpcCloseMemHandle");
+    *reinterpret_cast<void**>(&free_) = dlsym(library_, "cuMemFree_v2");
+    auto init = reinterpret_cast<int (*)(unsigned)>(dlsym(library_, "cuInit"));
+    void* context = nullptr;
+    ready_ = init && retain_ && release_ && set_current_ && get_handle_ && open_ && close_ &&
+             free_ && init(0) == 0 && retain_(&context, 0) == 0 && set_current_(context) == 0;
+  }
+  ~FakeIpc() {
+    if (ready_) {
+      set_current_(nullptr);
+      release_(0);
+    }
+    if (library_ != nullptr) dlclose(library_);
+  }
+  bool ready() const { return ready_; }
+  int open(const Handle& handle, unsigned long long* out) {
+    Bytes bytes;
+    std::memcpy(bytes.data, handle.data(), sizeof bytes.data);
+    return open_(out, bytes, 1);
+  }
+  int close(unsigned long long address) { return close_(address); }
+  int free(unsigned long long address) { return free_(address); }
+  int handle_of(unsigned long long address, Handle* out) {
+    Bytes bytes;
+    const int rc = get_handle_(&bytes, address);
+    std::memcpy(out->data(), bytes.data, out->size());
+    return rc;
+  }
+
+ private:
+  struct Bytes {
+    char data[64];
+  };
+  void* library_ = nullptr;
+  bool ready_ = false;
+  int (*retain_)(void**, int) = nullptr;
+  int (*release_)(int) = nullptr;
+  int (*set_current_)(void*) = nullptr;
+  int (*get_handle_)(Bytes*, unsigned long long) = nullptr;
+  int (*open_)(unsigned long long*, Bytes, unsigned) = nullptr;
+  int (*close_)(unsigned long long) = nullptr;
+  int (*free_)(unsigned long long) = nullptr;
+};
+
+TEST(DeviceHitPath, IpcImportedMemoryNeverHitsAnEarlierImportsRegistration) {
+  FakeIpc ipc;
+  ASSERT_TRUE(ipc.ready());
+  std::string why;
+  auto exporter =
+      hmr::testing::IpcExporter::start(HMR_CUDA_IPC_EXPORTER_PATH, HMR_FAKE_CUDA_PATH, &why);
+  ASSERT_TRUE(exporter) << why;
+  auto first = exporter->allocate(kAlloc, 0x11, &why);
+  ASSERT_TRUE(first) << why;
+  unsigned long long imported = 0;
+  ASSERT_EQ(ipc.open(first->handle, &imported), 0);
+  uint8_t byte = 0;
+  ASSERT_EQ(fake_cuda().peek(imported + 100, &byte, 1), 0);
+  EXPECT_EQ(byte, 0x11) << "not the exporter's bytes";
+  unsigned long long twice = 0;
+  EXPECT_EQ(ipc.open(first->handle, &twice), 0);
+  EXPECT_EQ(twice, imported) << "a second open of a handle is the same mapping (cuda.h)";
+  EXPECT_EQ(ipc.close(twice), 0);
+  EXPECT_EQ(ipc.free(imported), 1) << "cuMemFree of imported memory (INVALID_VALUE expected)";
+
+  auto domain = open_domain(nullptr);
+  ASSERT_TRUE(domain);
+  const uint64_t key = reg_key_close(domain.get(), as_pointer(imported), 8192);  // the miss
+  const int calls_before = driver_calls();
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_EQ(reg_key_close(domain.get(), as_pointer(imported + (i % 4) * 1024), 4096), key);
+  }
+  EXPECT_EQ(driver_calls() - calls_before, 10) << "driver calls per hit of imported memory";
+
+  // The importer lets go, the exporter frees and exports a new allocation.
+  ASSERT_EQ(ipc.close(imported), 0);
+  ASSERT_TRUE(exporter->free(&why)) << why;
+  auto second = exporter->allocate(kAlloc, 0x22, &why);
+  ASSERT_TRUE(second) << why;
+  unsigned long long stale = 0;
+  EXPECT_EQ(ipc.open(first->handle, &stale), 1) << "the freed allocation's handle opened";
+  unsigned long long again = 0;
+  ASSERT_EQ(ipc.open(second->handle, &again), 0);
+  ASSERT_EQ(again, imported) << "the fake maps the new import where the old one was";
+  const hmr_domain_stats before = stats_of(domain.get());
+  const uint64_t new_key = reg_key_close(domain.get(), as_pointer(again), 4096);
+  EXPECT_NE(new_key, key) << "STALE HIT: the earlier import's registration";
+  EXPECT_EQ(stats_of(domain.get()).cache_hits, before.cache_hits);
+  EXPECT_EQ(reg_key_close(domain.get(), as_pointer(again), 4096), new_key) << "the new one hits";
+  ASSERT_EQ(fake_cuda().peek(again + 100, &byte, 1), 0);
+  EXPECT_EQ(byte, 0x22);
+  domain.reset();
+  EXPECT_EQ(ipc.close(again), 0);
+  EXPECT_EQ(ipc.close(again), 1) << "a closed import closed again";
+
+  // This process's own allocation: exportable, but not openable here.
+  FakeAllocation own(0, kAlloc);
+  FakeIpc::Handle handle;
+  ASSERT_EQ(ipc.handle_of(own.address(), &handle), 0);
+  unsigned long long self = 0;
+  EXPECT_EQ(ipc.open(handle, &self), 201) << "a handle opened by its own exporter";
+  EXPECT_EQ(ipc.handle_of(own.address() + 4096, &handle), 1) << "a handle of a non-base address";
 }
 
 }  // namespace
