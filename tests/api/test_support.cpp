@@ -66,6 +66,14 @@ void Pages::unmap() {
   address_ = nullptr;
 }
 
+hmr_domain_stats domain_stats(hmr_domain* domain) {
+  hmr_domain_stats stats;
+  std::memset(&stats, 0, sizeof stats);
+  stats.size = sizeof stats;
+  EXPECT_EQ(hmr_domain_query_stats(domain, &stats), 0) << hmr_last_error();
+  return stats;
+}
+
 int run_self(const std::vector<std::string>& arguments, const std::vector<std::string>& environment) {
   std::vector<std::string> argv_storage{"/proc/self/exe"};
   argv_storage.insert(argv_storage.end(), arguments.begin(), arguments.end());

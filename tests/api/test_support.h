@@ -105,6 +105,9 @@ class Pages {
 // `environment` ("NAME=value") added to this process's environment; returns its exit status
 // (-1 when it could not run or died of a signal).  For tests whose effects must not outlive
 // them, such as a library that patches libc.
+// hmr_domain_query_stats, a test failure (and zeros) when it fails.
+hmr_domain_stats domain_stats(hmr_domain* domain);
+
 int run_self(const std::vector<std::string>& arguments, const std::vector<std::string>& environment);
 // Runs `body` in a child forked from this process as it is, without exec (for tests of what a
 // forked child inherits), and returns the status `body` returns, which the child exits with;

@@ -39,13 +39,7 @@ using hmr::testing::VmmAllocation;
 constexpr uint64_t kAccess = HMR_READ | HMR_WRITE | HMR_REMOTE_READ | HMR_REMOTE_WRITE;
 constexpr size_t kAlloc = 2 << 20;
 
-hmr_domain_stats stats_of(hmr_domain* domain) {
-  hmr_domain_stats stats;
-  std::memset(&stats, 0, sizeof stats);
-  stats.size = sizeof stats;
-  EXPECT_EQ(hmr_domain_query_stats(domain, &stats), 0) << hmr_last_error();
-  return stats;
-}
+using hmr_test::domain_stats;
 
 // hmr_mr_reg + hmr_mr_key + hmr_mr_close, as a transport registers a buffer it was handed;
 // HMR_KEY_NOTAVAIL when the registration failed.
@@ -99,13 +93,13 @@ TEST_F(CudaHitPath, RepeatedRegistrationsOfDetectedCudaMemoryAreHitsThatReachNoN
   CUdeviceptr memory = 0;
   HMR_CU_ASSERT(driver().cuMemAlloc(&memory, kAlloc));
   const uint64_t key = reg_key_close(domain.get(), memory, 65536);  // the miss
-  const hmr_domain_stats before = stats_of(domain.get());
+  const hmr_domain_stats before = domain_stats(domain.get());
   constexpr int kHits = 1000;
   for (int i = 0; i < kHits; ++i) {
     // Ranges inside the registered one, as a transport's slices of a buffer.
     ASSERT_EQ(reg_key_close(domain.get(), memory + (i % 4) * 4096, 4096), key) << i;
   }
-  const hmr_domain_stats after = stats_of(domain.get());
+  const hmr_domain_stats after = domain_stats(domain.get());
   EXPECT_EQ(after.cache_hits, before.cache_hits + kHits);
   EXPECT_EQ(after.nic_registrations, before.nic_registrations);
   EXPECT_EQ(after.mr_open, 0u);
@@ -143,9 +137,9 @@ TEST_F(CudaHitPath, FreeAndAllocationAtTheSameAddressNeverHitsTheOldRegistration
     const bool same = allocate_again(memory, &again);
     if (same) {
       ++checked;
-      const hmr_domain_stats before = stats_of(domain.get());
+      const hmr_domain_stats before = domain_stats(domain.get());
       const uint64_t new_key = reg_key_close(domain.get(), again, 4096);
-      const hmr_domain_stats after = stats_of(domain.get());
+      const hmr_domain_stats after = domain_stats(domain.get());
       EXPECT_NE(new_key, key) << "STALE HIT: the freed allocation's registration";
       EXPECT_EQ(after.cache_hits, before.cache_hits);
       EXPECT_EQ(after.cache_misses, before.cache_misses + 1);
@@ -172,9 +166,9 @@ TEST_F(CudaHitPath, AVmmSegmentMappedAgainNeverHitsTheOldMappingsRegistration) {
   EXPECT_EQ(reg_key_close(domain.get(), memory.base(), 8192), key) << "not a hit";
   ASSERT_TRUE(memory.unmap_segment(0).ok());
   ASSERT_TRUE(memory.map_segment(0).ok());
-  const hmr_domain_stats before = stats_of(domain.get());
+  const hmr_domain_stats before = domain_stats(domain.get());
   const uint64_t new_key = reg_key_close(domain.get(), memory.base(), 8192);
-  const hmr_domain_stats after = stats_of(domain.get());
+  const hmr_domain_stats after = domain_stats(domain.get());
   EXPECT_NE(new_key, key) << "STALE HIT: the unmapped segment's registration";
   EXPECT_EQ(after.cache_hits, before.cache_hits);
   EXPECT_EQ(reg_key_close(domain.get(), memory.base(), 8192), new_key) << "the new one hits";
@@ -225,9 +219,9 @@ TEST_F(CudaHitPath, PoolMemoryTrimmedAndHandedOutAgainNeverHitsTheOldRegistratio
   ASSERT_NO_FATAL_FAILURE(release(first, false));
   CUdeviceptr reused = 0;
   ASSERT_NO_FATAL_FAILURE(allocate(&reused));
-  const hmr_domain_stats before_reuse = stats_of(domain.get());
+  const hmr_domain_stats before_reuse = domain_stats(domain.get());
   const uint64_t reused_key = reg_key_close(domain.get(), reused, 4096);
-  const bool reuse_hit = stats_of(domain.get()).cache_hits > before_reuse.cache_hits;
+  const bool reuse_hit = domain_stats(domain.get()).cache_hits > before_reuse.cache_hits;
   std::printf("pool memory handed out again %s: %s\n",
               reused == first ? "at the same address" : "elsewhere",
               reuse_hit ? "a hit (the driver kept its BUFFER_ID)"
@@ -238,11 +232,11 @@ TEST_F(CudaHitPath, PoolMemoryTrimmedAndHandedOutAgainNeverHitsTheOldRegistratio
   CUdeviceptr fresh = 0;
   ASSERT_NO_FATAL_FAILURE(allocate(&fresh));
   if (fresh == first) {
-    const hmr_domain_stats before = stats_of(domain.get());
+    const hmr_domain_stats before = domain_stats(domain.get());
     const uint64_t fresh_key = reg_key_close(domain.get(), fresh, 4096);
     EXPECT_NE(fresh_key, key) << "STALE HIT: trimmed pool memory's old registration";
     EXPECT_NE(fresh_key, reused_key) << "STALE HIT: trimmed pool memory's old registration";
-    EXPECT_EQ(stats_of(domain.get()).cache_hits, before.cache_hits);
+    EXPECT_EQ(domain_stats(domain.get()).cache_hits, before.cache_hits);
   } else {
     std::printf("note: after the trim the pool handed out 0x%llx, not 0x%llx\n", fresh, first);
   }
@@ -322,7 +316,7 @@ TEST_F(CudaHitPath, ThreadsHitWhileAnotherFreesAndAllocatesAgain) {
   for (std::thread& hitter : hitters) hitter.join();
   EXPECT_EQ(stale, 0) << "registrations of freed allocations handed out";
   EXPECT_EQ(wrong.load(), 0) << "hits on the stable allocation answered wrong";
-  EXPECT_EQ(stats_of(domain.get()).mr_open, 0u);
+  EXPECT_EQ(domain_stats(domain.get()).mr_open, 0u);
   domain.reset();
   HMR_CU_ASSERT(driver().cuMemFree(stable));
 }
@@ -342,11 +336,11 @@ TEST_F(CudaHitPath, WithFreesReportedAReportedFreeAndAllocationAtTheSameAddressM
     CUdeviceptr memory = 0;
     HMR_CU_ASSERT(driver().cuMemAlloc(&memory, kAlloc));
     const uint64_t key = reg_key_close(domain.get(), memory, 8192);
-    const hmr_domain_stats before = stats_of(domain.get());
+    const hmr_domain_stats before = domain_stats(domain.get());
     for (int i = 0; i < 100; ++i) {
       ASSERT_EQ(reg_key_close(domain.get(), memory + (i % 4) * 1024, 4096), key) << i;
     }
-    EXPECT_EQ(stats_of(domain.get()).cache_hits, before.cache_hits + 100);
+    EXPECT_EQ(domain_stats(domain.get()).cache_hits, before.cache_hits + 100);
     ASSERT_EQ(hmr_mem_invalidate(domain.get(), as_device_pointer(memory), kAlloc), 0)
         << hmr_last_error();
     HMR_CU_ASSERT(driver().cuMemFree(memory));
@@ -421,11 +415,11 @@ TEST_F(CudaHitPath, IpcImportedMemoryNeverHitsAnEarlierImportsRegistration) {
   }
   const uint64_t key = hmr_mr_key(mr);
   ASSERT_EQ(hmr_mr_close(mr), 0);
-  const hmr_domain_stats before_hits = stats_of(domain.get());
+  const hmr_domain_stats before_hits = domain_stats(domain.get());
   for (int i = 0; i < 10; ++i) {
     EXPECT_EQ(reg_key_close(domain.get(), imported + (i % 4) * 1024, 4096), key) << i;
   }
-  EXPECT_EQ(stats_of(domain.get()).cache_hits, before_hits.cache_hits + 10);
+  EXPECT_EQ(domain_stats(domain.get()).cache_hits, before_hits.cache_hits + 10);
 
   HMR_CU_ASSERT(close_handle(imported));
   ASSERT_TRUE(exporter->free(&why)) << why;
@@ -434,10 +428,10 @@ TEST_F(CudaHitPath, IpcImportedMemoryNeverHitsAnEarlierImportsRegistration) {
   CUdeviceptr again = 0;
   HMR_CU_ASSERT(import(*second, &again));
   if (again == imported) {
-    const hmr_domain_stats before = stats_of(domain.get());
+    const hmr_domain_stats before = domain_stats(domain.get());
     const uint64_t new_key = reg_key_close(domain.get(), again, 8192);
     EXPECT_NE(new_key, key) << "STALE HIT: the earlier import's registration";
-    EXPECT_EQ(stats_of(domain.get()).cache_hits, before.cache_hits);
+    EXPECT_EQ(domain_stats(domain.get()).cache_hits, before.cache_hits);
     EXPECT_EQ(reg_key_close(domain.get(), again, 4096), new_key) << "the new one hits";
   } else {
     std::printf("note: the second import is at 0x%llx, the first was at 0x%llx\n", again,

@@ -33,13 +33,7 @@ int register_cuda(hmr_domain* domain, CUdeviceptr address, size_t len, hmr_mr** 
   return hmr_mr_regattr(domain, &attr, 0, mr);
 }
 
-hmr_domain_stats stats_of(hmr_domain* domain) {
-  hmr_domain_stats stats;
-  std::memset(&stats, 0, sizeof stats);
-  stats.size = sizeof stats;
-  EXPECT_EQ(hmr_domain_query_stats(domain, &stats), 0) << hmr_last_error();
-  return stats;
-}
+using hmr_test::domain_stats;
 
 TEST_F(CudaGpuLane, RegistrationAfterFreeAndReallocationIsNotAStaleHit) {
   Result<hmem::DeviceCapabilities> caps = iface().capabilities(hmem::DeviceId{0});
@@ -58,7 +52,7 @@ TEST_F(CudaGpuLane, RegistrationAfterFreeAndReallocationIsNotAStaleHit) {
   hmr_mr* mr = nullptr;
   ASSERT_EQ(register_cuda(domain.get(), first, 65536, &mr), 0) << hmr_last_error();
   ASSERT_EQ(hmr_mr_close(mr), 0) << hmr_last_error();  // its registration stays cached
-  const hmr_domain_stats before = stats_of(domain.get());
+  const hmr_domain_stats before = domain_stats(domain.get());
   HMR_CU_ASSERT(driver().cuMemFree(first));
 
   CUdeviceptr second = 0;
@@ -71,7 +65,7 @@ TEST_F(CudaGpuLane, RegistrationAfterFreeAndReallocationIsNotAStaleHit) {
   const int rc = register_cuda(domain.get(), second, 65536, &mr);
   hmr_test::MrPtr again(mr);
   EXPECT_EQ(rc, 0) << hmr_last_error();
-  const hmr_domain_stats after = stats_of(domain.get());
+  const hmr_domain_stats after = domain_stats(domain.get());
   EXPECT_EQ(after.cache_hits, before.cache_hits) << "a stale registration was handed out";
   EXPECT_EQ(after.cache_misses, before.cache_misses + 1);
 
@@ -79,7 +73,7 @@ TEST_F(CudaGpuLane, RegistrationAfterFreeAndReallocationIsNotAStaleHit) {
   mr = nullptr;
   EXPECT_EQ(register_cuda(domain.get(), second, 4096, &mr), 0) << hmr_last_error();
   hmr_test::MrPtr hit(mr);
-  EXPECT_EQ(stats_of(domain.get()).cache_hits, after.cache_hits + 1);
+  EXPECT_EQ(domain_stats(domain.get()).cache_hits, after.cache_hits + 1);
   hit.reset();
   again.reset();
   domain.reset();
