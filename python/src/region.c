@@ -227,11 +227,11 @@ static PyObject *get_obj(HmrPyRegion *self, void *unused)
 
 static int query(HmrPyRegion *self, const char *what)
 {
-	if (self->queried)
-		return 0;
-	hmr_mr *mr = open_mr(self, what);
+	hmr_mr *mr = open_mr(self, what); /* closed: ClosedError, asked before or not */
 	if (!mr)
 		return -1;
+	if (self->queried)
+		return 0;
 	memset(&self->info, 0, sizeof self->info);
 	self->info.size = sizeof self->info;
 	int rc = hmr_mr_query(mr, &self->info);

@@ -104,3 +104,40 @@ def test_endpoint_close_and_errors(domain):
         with pytest.raises(hmr.ClosedError):
             other.connect(ep)
     assert other.closed
+
+
+def test_host_memory_has_no_shadow_and_sync_has_nothing_to_copy(pair):
+    """remote_address is what a peer targets; for host memory that is the region's own address,
+    and sync() (for host shadows of device memory) checks its arguments and copies nothing."""
+    target, peer, ep = pair
+    memory = numpy.zeros(1 << 16, dtype=numpy.uint8)
+    region = target.register(memory)
+    assert region.path == "address" and region.shadow is None
+    assert region.remote_address == region.address
+    with peer.unpack_rkey(region.pack_rkey()) as rkey:
+        assert rkey.address == region.remote_address
+    region.sync(hmr.SYNC_TO_DEVICE)
+    region.sync(hmr.SYNC_FROM_DEVICE, 100, 200)
+    region.sync(hmr.SYNC_FROM_DEVICE, offset=len(memory), length=0)
+    for args in ((0,), (hmr.SYNC_TO_DEVICE | hmr.SYNC_FROM_DEVICE,), (hmr.SYNC_TO_DEVICE, 1 << 17),
+                 (hmr.SYNC_TO_DEVICE, 100, 1 << 16)):
+        with pytest.raises(hmr.InvalidArgumentError):
+            region.sync(*args)
+    with pytest.raises(TypeError):
+        region.sync()
+    with pytest.raises(TypeError):
+        region.sync("to device")
+    region.close()
+    # (path was read while open: what was asked before is not answered after close either)
+    for name in ("shadow", "remote_address", "path", "iface", "kind", "device", "cached"):
+        with pytest.raises(hmr.ClosedError):
+            getattr(region, name)
+    with pytest.raises(hmr.ClosedError):
+        region.sync(hmr.SYNC_TO_DEVICE)
+
+
+def test_allow_hmem_copy_changes_nothing_for_host_memory():
+    with hmr.Domain("sim", allow_hmem_copy=True) as domain:
+        memory = bytearray(8192)
+        with domain.register(memory) as region:
+            assert region.path == "address" and region.shadow is None
