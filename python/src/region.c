@@ -3,12 +3,14 @@
  * export's release; everything else a region can say (key, descriptor, what the memory is)
  * is asked of hmr only when read. */
 #include <string.h>
+#include <unistd.h>
 
 #include "hmr_py.h"
 
 typedef struct {
 	HMR_PY_CHILD_HEAD
 	hmr_mr *mr; /* NULL once closed */
+	Py_ssize_t in_flight; /* sync() calls running without the GIL: close() waits for none */
 	uint64_t access;
 	int queried; /* info below read (hmr_mr_query) */
 	struct hmr_mr_info info;
@@ -130,6 +132,13 @@ int hmr_py_region_close(PyObject *obj)
 	HmrPyRegion *self = (HmrPyRegion *)obj;
 	if (!self->mr)
 		return 0;
+	/* sync() uses the MR and the memory without the GIL; closing under it would free both.
+	 * (In a fork child the threads that were inside sync() in the parent do not exist.) */
+	if (self->in_flight > 0 && self->domain->pid == getpid()) {
+		hmr_py_raise_code(HMR_EBUSY, "MemoryRegion.close",
+				  "sync() of this region is running on another thread");
+		return -1;
+	}
 	int rc = hmr_mr_close(self->mr);
 	if (rc != 0) {
 		hmr_py_raise(rc, "hmr_mr_close");
@@ -320,10 +329,14 @@ static PyObject *get_remote_address(HmrPyRegion *self, void *unused)
 static PyObject *region_sync(HmrPyRegion *self, PyObject *args, PyObject *kwargs)
 {
 	static char *names[] = {"direction", "offset", "length", NULL};
-	unsigned long long direction = 0, offset = 0;
-	PyObject *length_obj = Py_None;
-	if (!PyArg_ParseTupleAndKeywords(args, kwargs, "K|KO:sync", names, &direction, &offset,
-					 &length_obj))
+	PyObject *direction_obj = NULL, *offset_obj = NULL, *length_obj = Py_None;
+	if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|OO:sync", names, &direction_obj,
+					 &offset_obj, &length_obj))
+		return NULL;
+	/* (not "K": it wraps a negative number round instead of refusing it) */
+	unsigned long long direction, offset = 0;
+	if (parse_unsigned(direction_obj, &direction) != 0 ||
+	    (offset_obj && parse_unsigned(offset_obj, &offset) != 0))
 		return NULL;
 	hmr_mr *mr = open_mr(self, "MemoryRegion.sync");
 	if (!mr)
@@ -349,9 +362,11 @@ static PyObject *region_sync(HmrPyRegion *self, PyObject *args, PyObject *kwargs
 	HmrPyDomain *domain = self->domain;
 	int rc;
 	++domain->in_flight;
+	++self->in_flight;
 	Py_BEGIN_ALLOW_THREADS
 	rc = hmr_mr_sync(mr, offset, length, direction);
 	Py_END_ALLOW_THREADS
+	--self->in_flight;
 	--domain->in_flight;
 	if (rc != 0)
 		return hmr_py_raise(rc, "hmr_mr_sync");

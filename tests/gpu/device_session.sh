@@ -23,6 +23,12 @@ if [[ $steps == pending ]]; then
   steps=lane,hitbench,python,tworanks
   two_ranks_args=(--phases bench,kill --budget 150)  # (registration per step is recorded)
 fi
+for name in ${steps//,/ }; do  # a misspelt step would run nothing and "pass"
+  case $name in
+    all|lane|info|perftest|regbench|hitbench|torch|python|nccl|tworanks|apibench) ;;
+    *) echo "device_session.sh: unknown step '$name'" >&2; exit 2 ;;
+  esac
+done
 mkdir -p "$out"
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source_tree=$(cd "$here/../.." && pwd)

@@ -1,9 +1,9 @@
 #include "tests/gpu/ipc_exporter.h"
 
-#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,21 +18,15 @@ namespace hmr::testing {
 
 std::optional<IpcExporter> IpcExporter::start(const std::string& program,
                                               const std::string& driver, std::string* why) {
-  int to[2], from[2];
-  if (pipe2(to, O_CLOEXEC) != 0) {
-    *why = std::string("pipe2: ") + std::strerror(errno);
-    return std::nullopt;
-  }
-  if (pipe2(from, O_CLOEXEC) != 0) {
-    *why = std::string("pipe2: ") + std::strerror(errno);
-    close(to[0]);
-    close(to[1]);
+  int ends[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ends) != 0) {
+    *why = std::string("socketpair: ") + std::strerror(errno);
     return std::nullopt;
   }
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, to[0], STDIN_FILENO);
-  posix_spawn_file_actions_adddup2(&actions, from[1], STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, ends[1], STDIN_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, ends[1], STDOUT_FILENO);
   std::vector<std::string> env_storage;
   for (char** variable = environ; *variable != nullptr; ++variable) {
     if (std::strncmp(*variable, "HMR_CUDA_LIBRARY=", 17) != 0) env_storage.emplace_back(*variable);
@@ -46,53 +40,59 @@ std::optional<IpcExporter> IpcExporter::start(const std::string& program,
   pid_t pid = -1;
   const int rc = posix_spawn(&pid, program.c_str(), &actions, nullptr, argv, envp.data());
   posix_spawn_file_actions_destroy(&actions);
-  close(to[0]);
-  close(from[1]);
+  close(ends[1]);
   if (rc != 0) {
     *why = "posix_spawn " + program + ": " + std::strerror(rc);
-    close(to[1]);
-    close(from[0]);
+    close(ends[0]);
     return std::nullopt;
   }
-  return IpcExporter(pid, to[1], from[0]);
+  return IpcExporter(pid, ends[0]);
 }
 
 IpcExporter::IpcExporter(IpcExporter&& other) noexcept
-    : pid_(other.pid_), to_(other.to_), from_(other.from_) {
+    : pid_(other.pid_), socket_(other.socket_), failed_(other.failed_) {
   other.pid_ = -1;
-  other.to_ = -1;
-  other.from_ = -1;
+  other.socket_ = -1;
 }
 
 IpcExporter::~IpcExporter() {
   if (pid_ < 0) return;
   static const char kQuit[] = "quit\n";
-  if (write(to_, kQuit, sizeof kQuit - 1) < 0) kill(pid_, SIGKILL);
-  close(to_);
-  close(from_);
+  if (failed_ || send(socket_, kQuit, sizeof kQuit - 1, MSG_NOSIGNAL) < 0) kill(pid_, SIGKILL);
+  close(socket_);
+  // At most 10 s for it to quit (it frees nothing itself: the driver does at exit), then
+  // killed: a test never waits on a stuck exporter.
   int status = 0;
-  while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+  for (int waited_ms = 0; waitpid(pid_, &status, WNOHANG) == 0; waited_ms += 10) {
+    if (waited_ms == 10000) {
+      kill(pid_, SIGKILL);
+      while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+      }
+      break;
+    }
+    usleep(10000);
   }
 }
 
 // One command, one answer line; a 30 s limit so a stuck exporter fails the test, not hangs it.
 std::optional<std::string> IpcExporter::ask(const std::string& command, std::string* why) {
   const std::string line = command + "\n";
-  if (write(to_, line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
-    *why = "the exporter is gone (write: " + std::string(std::strerror(errno)) + ")";
+  if (send(socket_, line.data(), line.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(line.size())) {
+    failed_ = true;
+    *why = "the exporter is gone (send: " + std::string(std::strerror(errno)) + ")";
     return std::nullopt;
   }
   std::string answer;
   char c = 0;
   while (true) {
-    pollfd ready{from_, POLLIN, 0};
-    const int polled = poll(&ready, 1, 30000);
-    if (polled <= 0) {
+    pollfd ready{socket_, POLLIN, 0};
+    if (poll(&ready, 1, 30000) <= 0) {
+      failed_ = true;
       *why = "no answer to '" + command + "' within 30 s";
       return std::nullopt;
     }
-    const ssize_t got = read(from_, &c, 1);
-    if (got <= 0) {
+    if (recv(socket_, &c, 1, 0) <= 0) {
+      failed_ = true;
       *why = "the exporter exited while answering '" + command + "': " + answer;
       return std::nullopt;
     }
@@ -120,7 +120,10 @@ std::optional<IpcExporter::Export> IpcExporter::allocate(size_t bytes, int fill,
   Export out{};
   for (size_t i = 0; i < out.handle.size(); ++i) {
     unsigned byte = 0;
-    std::sscanf(hex + 2 * i, "%2x", &byte);
+    if (std::sscanf(hex + 2 * i, "%2x", &byte) != 1) {
+      *why = "not a handle in hex: " + *answer;
+      return std::nullopt;
+    }
     out.handle[i] = static_cast<char>(byte);
   }
   out.address = address;

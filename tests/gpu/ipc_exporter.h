@@ -1,6 +1,8 @@
 // The test side of tests/gpu/cuda_ipc_exporter.c: a process of its own that allocates CUDA
 // memory and exports it (cuIpcGetMemHandle), so a test imports a peer's buffer as an
-// application does (cuIpcOpenMemHandle).  Talks to it over pipes, one line each way.
+// application does (cuIpcOpenMemHandle).  Talks to it over a Unix socket (its stdin and
+// stdout), one line each way: sends never raise SIGPIPE in the test when it died, every
+// answer is awaited at most 30 s, and a stuck or dead exporter is killed and reaped.
 #pragma once
 
 #include <sys/types.h>
@@ -38,12 +40,12 @@ class IpcExporter {
   std::optional<int> open_in_exporter(std::string* why);
 
  private:
-  IpcExporter(pid_t pid, int to, int from) : pid_(pid), to_(to), from_(from) {}
+  IpcExporter(pid_t pid, int socket) : pid_(pid), socket_(socket) {}
   std::optional<std::string> ask(const std::string& command, std::string* why);
 
   pid_t pid_ = -1;
-  int to_ = -1;    // its stdin
-  int from_ = -1;  // its stdout
+  int socket_ = -1;     // its stdin and stdout
+  bool failed_ = false;  // it stopped answering: killed at once on destruction
 };
 
 }  // namespace hmr::testing

@@ -343,6 +343,19 @@ class FakeIpc {
     if (library_ != nullptr) dlclose(library_);
   }
   bool ready() const { return ready_; }
+  // An open import, closed however the test leaves (an ASSERT returns early).
+  struct Import {
+    FakeIpc& ipc;
+    unsigned long long address = 0;
+    ~Import() {
+      if (address != 0) ipc.close(address);
+    }
+    int close_now() {
+      const int rc = ipc.close(address);
+      address = 0;
+      return rc;
+    }
+  };
   int open(const Handle& handle, unsigned long long* out) {
     Bytes bytes;
     std::memcpy(bytes.data, handle.data(), sizeof bytes.data);
@@ -381,15 +394,16 @@ TEST(DeviceHitPath, IpcImportedMemoryNeverHitsAnEarlierImportsRegistration) {
   ASSERT_TRUE(exporter) << why;
   auto first = exporter->allocate(kAlloc, 0x11, &why);
   ASSERT_TRUE(first) << why;
-  unsigned long long imported = 0;
-  ASSERT_EQ(ipc.open(first->handle, &imported), 0);
+  FakeIpc::Import first_import{ipc};
+  ASSERT_EQ(ipc.open(first->handle, &first_import.address), 0);
+  const unsigned long long imported = first_import.address;
   uint8_t byte = 0;
   ASSERT_EQ(fake_cuda().peek(imported + 100, &byte, 1), 0);
   EXPECT_EQ(byte, 0x11) << "not the exporter's bytes";
-  unsigned long long twice = 0;
-  EXPECT_EQ(ipc.open(first->handle, &twice), 0);
-  EXPECT_EQ(twice, imported) << "a second open of a handle is the same mapping (cuda.h)";
-  EXPECT_EQ(ipc.close(twice), 0);
+  FakeIpc::Import twice{ipc};
+  EXPECT_EQ(ipc.open(first->handle, &twice.address), 0);
+  EXPECT_EQ(twice.address, imported) << "a second open of a handle is the same mapping (cuda.h)";
+  EXPECT_EQ(twice.close_now(), 0);
   EXPECT_EQ(ipc.free(imported), 1) << "cuMemFree of imported memory (INVALID_VALUE expected)";
 
   auto domain = open_domain(nullptr);
@@ -402,14 +416,15 @@ TEST(DeviceHitPath, IpcImportedMemoryNeverHitsAnEarlierImportsRegistration) {
   EXPECT_EQ(driver_calls() - calls_before, 10) << "driver calls per hit of imported memory";
 
   // The importer lets go, the exporter frees and exports a new allocation.
-  ASSERT_EQ(ipc.close(imported), 0);
+  ASSERT_EQ(first_import.close_now(), 0);
   ASSERT_TRUE(exporter->free(&why)) << why;
   auto second = exporter->allocate(kAlloc, 0x22, &why);
   ASSERT_TRUE(second) << why;
   unsigned long long stale = 0;
   EXPECT_EQ(ipc.open(first->handle, &stale), 1) << "the freed allocation's handle opened";
-  unsigned long long again = 0;
-  ASSERT_EQ(ipc.open(second->handle, &again), 0);
+  FakeIpc::Import second_import{ipc};
+  ASSERT_EQ(ipc.open(second->handle, &second_import.address), 0);
+  const unsigned long long again = second_import.address;
   ASSERT_EQ(again, imported) << "the fake maps the new import where the old one was";
   const hmr_domain_stats before = stats_of(domain.get());
   const uint64_t new_key = reg_key_close(domain.get(), as_pointer(again), 4096);
@@ -419,7 +434,7 @@ TEST(DeviceHitPath, IpcImportedMemoryNeverHitsAnEarlierImportsRegistration) {
   ASSERT_EQ(fake_cuda().peek(again + 100, &byte, 1), 0);
   EXPECT_EQ(byte, 0x22);
   domain.reset();
-  EXPECT_EQ(ipc.close(again), 0);
+  EXPECT_EQ(second_import.close_now(), 0);
   EXPECT_EQ(ipc.close(again), 1) << "a closed import closed again";
 
   // This process's own allocation: exportable, but not openable here.

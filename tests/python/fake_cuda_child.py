@@ -8,6 +8,7 @@ allow_hmem_copy, and the dma-buf path the software NIC records but cannot move b
 Prints "ok" last; any failed check raises (exit status 1)."""
 import ctypes
 import os
+import threading
 
 import hmr
 
@@ -97,7 +98,33 @@ def main():
                 else:
                     raise AssertionError(f"sync{args} {kwargs} was accepted")
         target.close()
-        region.close()
+        # close() while another thread is inside sync() (which runs without the GIL) waits
+        # for it: BusyError, never a freed MR under a copy (ASan's lane would see one).
+        busy = 0
+        stop = threading.Event()
+
+        def syncing():
+            while not stop.is_set():
+                try:
+                    region.sync(hmr.SYNC_TO_DEVICE)
+                except hmr.ClosedError:
+                    return
+
+        worker = threading.Thread(target=syncing)
+        worker.start()
+        closed = False
+        for _ in range(200):  # (the worker holds the GIL only between its syncs)
+            try:
+                region.close()
+                closed = True
+                break
+            except hmr.BusyError:
+                busy += 1
+        stop.set()
+        worker.join()
+        if not closed:
+            region.close()
+        print(f"close() refused {busy} time(s) while sync() ran")
         try:
             region.sync(hmr.SYNC_TO_DEVICE)
         except hmr.ClosedError:
