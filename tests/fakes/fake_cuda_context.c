@@ -12,7 +12,11 @@ struct context {
 };
 
 static struct context contexts[FAKE_CUDA_DEVICE_COUNT];
-static __thread struct context *current;
+/* initial-exec: one pointer in the static TLS block glibc keeps spare for dlopened libraries,
+ * read without __tls_get_addr.  With the default (general-dynamic) model the dynamic TLS block
+ * made one clang-14 LeakSanitizer run crash at exit on a bogus DTLS range ("Tracer caught
+ * signal 11", DTLS of this library's module) in hmr_hmem_api_tests. */
+static __thread struct context *current __attribute__((tls_model("initial-exec")));
 
 static int is_context(const struct context *context) {
   return context >= &contexts[0] && context < &contexts[FAKE_CUDA_DEVICE_COUNT];
