@@ -11,6 +11,7 @@
 
 #include "hmem/page_range.h"
 #include "hmem/ze_device.h"
+#include "util/fork_generation.h"
 #include "util/log.h"
 #include "ze/ze_error.h"
 #include "ze/ze_export_base.h"
@@ -98,7 +99,7 @@ Status ZeIface::init() {
   }
 
   symbols_ = symbols;
-  init_pid_ = getpid();
+  init_fork_generation_ = fork_generation();
   drivers_ = std::move(drivers);
   devices_ = std::move(devices);
   version_ = std::move(version);
@@ -336,25 +337,17 @@ Result<ZeIface::Owner> ZeIface::owner_of(const void* ptr) const {
   return not_its_memory("not Level Zero memory");
 }
 
-Result<PointerInfo> ZeIface::query(const void* ptr, size_t len) {
-  HMR_RETURN_IF_ERROR(check_initialized());
-  const auto address = reinterpret_cast<uintptr_t>(ptr);
-  if (len == 0 || address + len < address) {
-    return make_error(HMR_EINVAL, "ze query of [%p, +%zu): empty or wrapping range", ptr, len);
-  }
-  Result<Owner> owner = owner_of(ptr);
-  if (!owner.ok()) return owner.status();
-
+Result<MemoryKind> ZeIface::kind_of(const Owner& owner, const void* ptr) const {
   MemoryKind kind = MemoryKind::device_only;
-  switch (owner->type) {
+  switch (owner.type) {
     case ZE_MEMORY_TYPE_HOST: kind = MemoryKind::host_alloc; break;
     case ZE_MEMORY_TYPE_DEVICE: kind = MemoryKind::device_only; break;
     case ZE_MEMORY_TYPE_SHARED: kind = MemoryKind::managed; break;
     default:
       return make_error(HMR_EOPNOTSUPP, "%p is Level Zero memory of type %d, which hmr does not "
-                        "know", ptr, owner->type);
+                        "know", ptr, owner.type);
   }
-  if (kind == MemoryKind::device_only && !owner->device.has_value()) {
+  if (kind == MemoryKind::device_only && !owner.device.has_value()) {
     return make_error(HMR_EIO, "%p is Level Zero device memory without a device", ptr);
   }
   // In a child forked from the process that initialised the driver, the Intel driver answers
@@ -364,13 +357,44 @@ Result<PointerInfo> ZeIface::query(const void* ptr, size_t len) {
   // the parent, which frees and reuses them without the child knowing.  Device memory is
   // never the child's to register.  Host and shared memory is mapped in the child, which
   // inherits those mappings, and registers as it does in the parent.
-  if (kind == MemoryKind::device_only && getpid() != init_pid_) {
+  if (kind == MemoryKind::device_only && fork_generation() != init_fork_generation_) {
     return make_error(HMR_EOPNOTSUPP, "%p is Level Zero device memory of the process this one "
                       "was forked from: the driver answers a forked child from the parent's "
                       "allocations as they were at fork() and shares the parent's buffer "
                       "handles, so hmr does not register it here; register it in the parent",
                       ptr);
   }
+  return kind;
+}
+
+DeviceId ZeIface::device_id_of(const Owner& owner) const {
+  // Host memory (and shared memory bound to no device) belongs to the driver, not a device:
+  // it reports the driver's device 0, as libfabric does.
+  return owner.device.has_value() ? devices_[*owner.device].info.device
+                                  : DeviceId{static_cast<uint64_t>(owner.driver) << 16};
+}
+
+Status ZeIface::identify(const void* ptr, size_t len, hmem::AllocationIdentity& out) {
+  HMR_RETURN_IF_ERROR(check_initialized());
+  (void)len;  // (the cache entry a hit is matched against was checked whole when it was made)
+  Result<Owner> owner = owner_of(ptr);
+  if (!owner.ok()) return owner.status();
+  Result<MemoryKind> kind = kind_of(*owner, ptr);
+  if (!kind.ok()) return kind.status();
+  out = {HMR_HMEM_ZE, device_id_of(*owner).value, owner->id, *kind};
+  return ok_status();
+}
+
+Result<PointerInfo> ZeIface::query(const void* ptr, size_t len) {
+  HMR_RETURN_IF_ERROR(check_initialized());
+  const auto address = reinterpret_cast<uintptr_t>(ptr);
+  if (len == 0 || address + len < address) {
+    return make_error(HMR_EINVAL, "ze query of [%p, +%zu): empty or wrapping range", ptr, len);
+  }
+  Result<Owner> owner = owner_of(ptr);
+  if (!owner.ok()) return owner.status();
+  Result<MemoryKind> kind = kind_of(*owner, ptr);
+  if (!kind.ok()) return kind.status();
 
   const Driver& driver = drivers_[owner->driver];
   void* base = nullptr;
@@ -395,16 +419,10 @@ Result<PointerInfo> ZeIface::query(const void* ptr, size_t len) {
   info.iface = HMR_HMEM_ZE;
   info.base = start;
   info.alloc_len = size;
-  info.kind = kind;
+  info.kind = *kind;
   info.alloc_id = owner->id;
-  if (owner->device.has_value()) {
-    info.device = devices_[*owner->device].info.device;
-    info.sys_dev = devices_[*owner->device].info.pci_bus_id;
-  } else {
-    // Host memory (and shared memory bound to no device) belongs to the driver, not a device:
-    // it reports the driver's device 0, as libfabric does.
-    info.device = DeviceId{static_cast<uint64_t>(owner->driver) << 16};
-  }
+  info.device = device_id_of(*owner);
+  if (owner->device.has_value()) info.sys_dev = devices_[*owner->device].info.pci_bus_id;
   return info;
 }
 

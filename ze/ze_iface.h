@@ -49,6 +49,9 @@ class ZeIface final : public hmem::Iface {
   Result<int> device_count() override;
   Result<std::vector<hmem::DeviceId>> device_ids() override;
   Result<hmem::PointerInfo> query(const void* ptr, size_t len) override;
+  // The device hit path's question: one zeMemGetAllocProperties (per driver until one owns
+  // the pointer) for the allocation's id, kind and device; no address range, no system call.
+  Status identify(const void* ptr, size_t len, hmem::AllocationIdentity& out) override;
   // Exports the whole allocation (Level Zero exports allocations, not ranges); the offset is
   // where the range starts in it.
   Result<hmem::DmabufExport> export_dmabuf(hmem::MemoryRange range) override;
@@ -108,6 +111,12 @@ class ZeIface final : public hmem::Iface {
   std::optional<size_t> device_of_handle(size_t driver, ze_device_handle_t handle) const;
   // Which driver owns ptr, or HMR_ENOENT; other failures are final.
   Result<Owner> owner_of(const void* ptr) const;
+  // What kind of memory an owner's pointer is, or why hmr does not take it (a type it does not
+  // know, device memory without a device, device memory in a forked child): query()'s and
+  // identify()'s common checks.
+  Result<hmem::MemoryKind> kind_of(const Owner& owner, const void* ptr) const;
+  // The device an owner's pointer belongs to, as PointerInfo::device names it.
+  hmem::DeviceId device_id_of(const Owner& owner) const;
   // `device_side` is whichever of dst and src is this iface's memory.
   Status copy(const void* device_side, void* dst, const void* src, size_t len, const char* what);
 
@@ -117,9 +126,9 @@ class ZeIface final : public hmem::Iface {
   std::vector<Device> devices_;
   std::string version_;
   std::unique_ptr<ZeCopyEngine> copies_;
-  // The process that initialised the driver: a child forked from it gets the parent's answers
-  // (query() refuses device memory there).
-  pid_t init_pid_ = 0;
+  // The fork generation (util/fork_generation.h) of the process that initialised the driver:
+  // a child forked from it gets the parent's answers (device memory is refused there).
+  uint64_t init_fork_generation_ = 0;
 };
 
 }  // namespace hmr::ze

@@ -162,6 +162,43 @@ TEST_F(ZeIfaceTest, HostAndSharedMemoryAreTold) {
   EXPECT_EQ(shared->device, kDriver0Device1);
 }
 
+// identify() (the device hit path's question) names the allocation as query() does, for each
+// kind of memory, with zeMemGetAllocProperties alone (one per driver until one owns the
+// pointer: two for driver 1's memory here) where query() also asks zeMemGetAddressRange.
+TEST_F(ZeIfaceTest, IdentifyAgreesWithQueryInOneDriverCall) {
+  init();
+  auto* device = static_cast<char*>(alloc(1, 0, 1 << 20));
+  void* host = alloc(0, 0, 4096, FAKE_ZE_MEM_HOST);
+  void* shared = alloc(0, 1, 4096, FAKE_ZE_MEM_SHARED);
+  for (const void* ptr : std::vector<const void*>{device + 4096, host, shared}) {
+    const int before_query = fake().call_count("*");
+    Result<PointerInfo> info = iface_->query(ptr, 64);
+    ASSERT_TRUE(info.ok()) << info.status().reason();
+    const int query_calls = fake().call_count("*") - before_query;
+    const int before = fake().call_count("*");
+    const int ranges = fake().call_count("zeMemGetAddressRange");
+    hmem::AllocationIdentity identity;
+    ASSERT_TRUE(iface_->identify(ptr, 64, identity).ok());
+    EXPECT_EQ(fake().call_count("*") - before, query_calls - 1) << "driver calls of identify()";
+    EXPECT_EQ(fake().call_count("zeMemGetAddressRange"), ranges);
+    EXPECT_EQ(identity.iface, HMR_HMEM_ZE);
+    EXPECT_EQ(identity.device, info->device.value);
+    EXPECT_EQ(identity.alloc_id, info->alloc_id);
+    EXPECT_EQ(identity.kind, info->kind);
+  }
+  std::vector<char> plain(4096);
+  hmem::AllocationIdentity identity;
+  EXPECT_EQ(iface_->identify(plain.data(), 64, identity).code(), HMR_ENOENT);
+  // Freed and allocated again at the same address: another identity.
+  hmem::AllocationIdentity before;
+  ASSERT_TRUE(iface_->identify(device, 64, before).ok());
+  free_allocation(device);
+  EXPECT_EQ(iface_->identify(device, 64, identity).code(), HMR_ENOENT);
+  ASSERT_EQ(alloc(1, 0, 1 << 20), device);
+  ASSERT_TRUE(iface_->identify(device, 64, identity).ok());
+  EXPECT_NE(identity.alloc_id, before.alloc_id);
+}
+
 TEST_F(ZeIfaceTest, HostPointerIsNotZeMemory) {
   init();
   std::vector<char> host(4096);
