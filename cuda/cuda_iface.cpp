@@ -9,6 +9,7 @@
 #include "cuda/cuda_mapped_range.h"
 #include "hmem/page_range.h"
 #include "hmem/peer_direct.h"
+#include "util/fork_generation.h"
 #include "util/log.h"
 
 namespace hmr::cuda {
@@ -56,7 +57,7 @@ Status CudaIface::init() {
   }
 
   symbols_ = symbols;
-  init_pid_ = getpid();
+  init_fork_generation_ = fork_generation();
   device_count_ = count;
   driver_version_ = version;
   bus_ids_.clear();
@@ -130,7 +131,7 @@ Status CudaIface::identity_at(const void* ptr, size_t len, Identity& found) {
     // A child forked from the process that initialised the driver (a data loader's worker):
     // the driver answers nothing there, and nothing in the child is CUDA memory it could
     // use, so every pointer is someone else's (host memory, to the system iface).
-    if (result == CUDA_ERROR_NOT_INITIALIZED && getpid() != init_pid_) {
+    if (result == CUDA_ERROR_NOT_INITIALIZED && fork_generation() != init_fork_generation_) {
       return not_its_memory("the CUDA driver belongs to the parent of this forked process");
     }
     // Otherwise fail closed: an unanswered question is not "host memory".

@@ -88,7 +88,7 @@ class CudaIface final : public hmem::Iface {
   int device_count_ = 0;
   // The process that initialised the driver: a child forked from it cannot use the driver
   // (every call answers NOT_INITIALIZED), and holds no CUDA memory of its own.
-  pid_t init_pid_ = 0;
+  uint64_t init_fork_generation_ = 0;  // util/fork_generation.h, at init
   std::vector<std::string> bus_ids_;  // per ordinal, read once at init (empty if unknown)
   // Whether the driver answers CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR/SIZE (cuda_mapped_range.h);
   // cleared for good at the first refusal.

@@ -10,6 +10,7 @@
 
 #include "hmem/page_range.h"
 #include "rocr/rocr_error.h"
+#include "util/fork_generation.h"
 #include "util/log.h"
 #include "util/mapped_range.h"
 
@@ -113,7 +114,7 @@ Status RocrIface::init() {
   }
 
   symbols_ = symbols;
-  init_pid_ = getpid();
+  init_fork_generation_ = fork_generation();
   cpu_agents_ = std::move(topology->cpu_agents);
   gpus_ = std::move(topology->gpus);
   system_pool_ = topology->system_pool;
@@ -288,7 +289,9 @@ Result<PointerInfo> RocrIface::query(const void* ptr, size_t len) {
                       describe_hsa_status(symbols_, status).c_str());
   }
   if (info.type == HSA_EXT_POINTER_TYPE_UNKNOWN) {
-    if (getpid() != init_pid_ && !core::range_mapped(ptr, len)) return unmapped_in_child(ptr, len);
+    if (fork_generation() != init_fork_generation_ && !core::range_mapped(ptr, len)) {
+      return unmapped_in_child(ptr, len);
+    }
     return not_its_memory("not ROCr memory");
   }
   if (info.size < offsetof(hsa_amd_pointer_info_t, global_flags)) {

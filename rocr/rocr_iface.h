@@ -114,7 +114,7 @@ class RocrIface final : public hmem::Iface {
   hmem::Capability runtime_dmabuf_;
   // The process that initialised the runtime: in a child forked from it ROCr knows no address
   // (query() then asks the kernel whether the address is mapped at all).
-  pid_t init_pid_ = 0;
+  uint64_t init_fork_generation_ = 0;  // util/fork_generation.h, at init
 
   // Heap-allocated: the runtime holds its address as callback user_data.
   std::unique_ptr<FreeWatchTable> watches_ = std::make_unique<FreeWatchTable>();
