@@ -2,7 +2,8 @@
  * between processes of one machine, following cuda.h's documentation of each:
  *  - cuIpcGetMemHandle "takes a pointer to the base of an existing device memory allocation
  *    created with cuMemAlloc"; anything else (host, managed, VMM, pool memory, an address
- *    inside an allocation) is INVALID_VALUE here.  The handle is 64 opaque bytes.
+ *    inside an allocation) is INVALID_VALUE here, and so is memory this process imported
+ *    itself (cuda.h does not say: assumed).  The handle is 64 opaque bytes.
  *  - cuIpcOpenMemHandle maps the exporter's memory into this process at an address of its
  *    own (here with a BUFFER_ID of its own, as every mapping has, fake_cuda.c).  Flags must be
  *    CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS (1).  "If the memory handle has already been opened by

@@ -13,16 +13,15 @@
 #include <gtest/gtest.h>
 #include <hmr/hmr.h>
 
+#include <unistd.h>
+
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <thread>
 #include <vector>
-
-#include <unistd.h>
-
-#include <string>
 
 #include "tests/api/test_support.h"
 #include "tests/gpu/gpu_lane.h"
@@ -54,8 +53,8 @@ uint64_t reg_key_close(hmr_domain* domain, CUdeviceptr address, size_t len) {
   return key;
 }
 
-// A domain on the sim NIC, which records a device registration's dma-buf and never touches
-// it; null (and the test skipped by the caller) where device 0 exports no dma-buf.
+// Tests on the sim NIC, which records a device registration's dma-buf and never touches it;
+// skipped where device 0 exports no dma-buf.
 class CudaHitPath : public CudaGpuLane {
  protected:
   void SetUp() override {
@@ -66,12 +65,8 @@ class CudaHitPath : public CudaGpuLane {
     if (!caps->dmabuf.supported) GTEST_SKIP() << "device 0: " << caps->dmabuf.reason;
   }
 
-  hmr_test::DomainPtr open_domain() {
-    hmr_domain_attr attr =
-        hmr_test::domain_attr(HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR | HMR_MR_LOCAL, nullptr);
-    hmr_domain* opened = nullptr;
-    EXPECT_EQ(hmr_domain_open(&attr, &opened), 0) << hmr_last_error();
-    return hmr_test::DomainPtr(opened);
+  static hmr_test::DomainPtr open_domain() {
+    return hmr_test::open_domain(HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR | HMR_MR_LOCAL);
   }
 
   // An allocation of kAlloc bytes, after `previous` was freed: whether the driver handed the

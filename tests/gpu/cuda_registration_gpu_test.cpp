@@ -40,11 +40,9 @@ TEST_F(CudaGpuLane, RegistrationAfterFreeAndReallocationIsNotAStaleHit) {
   ASSERT_TRUE(caps.ok()) << caps.status().reason();
   if (!caps->dmabuf.supported) GTEST_SKIP() << "device 0: " << caps->dmabuf.reason;
 
-  hmr_domain_attr attr =
-      hmr_test::domain_attr(HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR | HMR_MR_LOCAL, nullptr);
-  hmr_domain* opened = nullptr;
-  ASSERT_EQ(hmr_domain_open(&attr, &opened), 0) << hmr_last_error();
-  hmr_test::DomainPtr domain(opened);
+  hmr_test::DomainPtr domain =
+      hmr_test::open_domain(HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR | HMR_MR_LOCAL);
+  ASSERT_TRUE(domain);
 
   const size_t size = 2 << 20;
   CUdeviceptr first = 0;

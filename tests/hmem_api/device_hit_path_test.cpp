@@ -6,7 +6,6 @@
 // a forked child.  Counted on the fake CUDA driver,
 // which counts every entry point.  (VMM unmap and remap: tests/hmem/cuda_vmm_range_test.cpp
 // checks that identify() sees it, which is all this path relies on.)
-#include <dlfcn.h>
 #include <sys/mman.h>
 
 #include <array>
@@ -17,6 +16,7 @@
 #include <vector>
 
 #include "tests/gpu/ipc_exporter.h"
+#include "tests/hmem/fake_library.h"
 #include "tests/hmem_api/fake_cuda_driver.h"
 
 namespace hmr_hmem_test {
@@ -321,26 +321,25 @@ class FakeIpc {
  public:
   using Handle = std::array<char, 64>;
   FakeIpc() {
-    library_ = dlopen(HMR_FAKE_CUDA_PATH, RTLD_NOW);  // the object hmr loads (HMR_CUDA_LIBRARY)
-    if (library_ == nullptr) return;
-    *reinterpret_cast<void**>(&retain_) = dlsym(library_, "cuDevicePrimaryCtxRetain");
-    *reinterpret_cast<void**>(&release_) = dlsym(library_, "cuDevicePrimaryCtxRelease_v2");
-    *reinterpret_cast<void**>(&set_current_) = dlsym(library_, "cuCtxSetCurrent");
-    *reinterpret_cast<void**>(&get_handle_) = dlsym(library_, "cuIpcGetMemHandle");
-    *reinterpret_cast<void**>(&open_) = dlsym(library_, "cuIpcOpenMemHandle_v2");
-    *reinterpret_cast<void**>(&close_) = dlsym(library_, "cuIpcCloseMemHandle");
-    *reinterpret_cast<void**>(&free_) = dlsym(library_, "cuMemFree_v2");
-    auto init = reinterpret_cast<int (*)(unsigned)>(dlsym(library_, "cuInit"));
+    // The object hmr loads (HMR_CUDA_LIBRARY); its driver calls, as an application makes them.
+    const hmr::testing::FakeLibrary library("fake CUDA driver", HMR_FAKE_CUDA_PATH);
+    release_ = library.function<int (*)(int)>("cuDevicePrimaryCtxRelease_v2");
+    set_current_ = library.function<int (*)(void*)>("cuCtxSetCurrent");
+    get_handle_ = library.function<int (*)(Bytes*, unsigned long long)>("cuIpcGetMemHandle");
+    open_ = library.function<int (*)(unsigned long long*, Bytes, unsigned)>(
+        "cuIpcOpenMemHandle_v2");
+    close_ = library.function<int (*)(unsigned long long)>("cuIpcCloseMemHandle");
+    free_ = library.function<int (*)(unsigned long long)>("cuMemFree_v2");
+    auto init = library.function<int (*)(unsigned)>("cuInit");
+    auto retain = library.function<int (*)(void**, int)>("cuDevicePrimaryCtxRetain");
     void* context = nullptr;
-    ready_ = init && retain_ && release_ && set_current_ && get_handle_ && open_ && close_ &&
-             free_ && init(0) == 0 && retain_(&context, 0) == 0 && set_current_(context) == 0;
+    ready_ = init(0) == 0 && retain(&context, 0) == 0 && set_current_(context) == 0;
   }
   ~FakeIpc() {
     if (ready_) {
       set_current_(nullptr);
       release_(0);
     }
-    if (library_ != nullptr) dlclose(library_);
   }
   bool ready() const { return ready_; }
   // An open import, closed however the test leaves (an ASSERT returns early).
@@ -374,9 +373,7 @@ class FakeIpc {
   struct Bytes {
     char data[64];
   };
-  void* library_ = nullptr;
   bool ready_ = false;
-  int (*retain_)(void**, int) = nullptr;
   int (*release_)(int) = nullptr;
   int (*set_current_)(void*) = nullptr;
   int (*get_handle_)(Bytes*, unsigned long long) = nullptr;
