@@ -1,18 +1,25 @@
-// hmr-nccl-net-bench: bandwidth of libnccl-net-hmr.so against raw libfabric RMA on the same
-// provider, two processes on this host.
+// hmr-nccl-net-bench: libnccl-net-hmr.so against raw libfabric RMA on the same provider and
+// against NCCL's own socket transport (NCCL_NET=Socket), two processes on this host.
 //
-// Plugin: the receiver keeps `window` irecvs of `size` bytes posted (reposting each as it
-// completes), the sender keeps `window` isends in flight, both through ncclNetPlugin_v11, as
-// NCCL's proxy does for one channel.  Raw: the same two processes open their own libfabric
-// endpoint on the same provider, the receiver registers its buffers with fi_mr_reg and hands
-// the key over once, and the sender streams fi_writedata with remote CQ data at the same
-// window, with no per-message announcement: the ceiling the plugin is measured against.
-// Rounds alternate plugin and raw; each side's figure is the median of its rounds, timed on
-// the receiver from a shared start to the last byte's completion.
+// Plugin and Socket: the receiver keeps `window` irecvs of `size` bytes posted (reposting each
+// as it completes), the sender keeps `window` isends in flight, both through the v11 net table,
+// as NCCL's proxy does for one channel (NCCL's send/recv: 128 KiB chunks, 8 in flight).  Socket
+// is NCCL's built-in transport, loaded from libnccl.so (nccl_socket_reference.h) and driven by
+// the same loops: what NCCL would use between hosts without the plugin.  Raw: the same two
+// processes open their own libfabric endpoint on the same provider, the receiver registers its
+// buffers with fi_mr_reg and hands the key over once, and the sender streams fi_writedata with
+// remote CQ data at the same window, with no per-message announcement: the provider's ceiling.
+// Rounds rotate among them; each figure is the median of its rounds, timed on the receiver
+// from a shared start to the last byte's completion.  --latency: round trips of --size bytes
+// instead, each side keeping its next receive posted.
 //
 //   hmr-nccl-net-bench [--provider tcp|shm] [--size BYTES] [--messages N] [--window W]
-//                      [--rounds R]
+//                      [--rounds R] [--latency] [--no-socket] [--only plugin|raw|socket]
 // prints  RESULT metric=nccl_net_bw_1MiB provider=<p> plugin=<GB/s> raw=<GB/s> ratio=<r>
+//         RESULT metric=nccl_net_bw_1MiB_vs_socket provider=<p> plugin=<GB/s> socket=<GB/s> ratio=<r>
+// (with --latency: nccl_net_rtt_<size>B[_vs_socket], plugin_us, raw_us|socket_us, and a ratio
+// of times, so that there above 1 is slower).  Without libnccl the Socket line is left out
+// and the reason printed.
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
 #include <rdma/fi_domain.h>
@@ -23,11 +30,14 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
+#include <optional>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "nccl_socket_reference.h"
 #include "peer_process.h"
 #include "plugin_under_test.h"
 #include "rank.h"
@@ -41,8 +51,9 @@ struct Options {
   int messages = 256;
   int window = 8;
   int rounds = 7;
-  std::string only;  // "plugin" or "raw": run that one alone (for a profile of it), no RESULT
+  std::string only;  // "plugin", "raw" or "socket": run that one alone (for a profile), no RESULT
   bool latency = false;  // round trips of --size bytes instead of a stream
+  bool socket = true;    // NCCL's socket transport beside the plugin, where libnccl is found
 };
 
 [[noreturn]] void die(const std::string& what) {
@@ -223,38 +234,44 @@ double raw_round(RawFabric& raw, Channel& ch, bool receiver, const Options& o, u
   return 0;
 }
 
+// A stream of o.messages through `net`, as NCCL's proxy drives one channel (src/transport/net.cc,
+// sendProxyProgress and recvProxyProgress): up to `window` requests posted in order, each into
+// its own slot, and only the oldest one tested until it completes.  Testing out of order would
+// be no pattern NCCL makes, and NCCL's socket transport (whose test() moves a message's bytes
+// over the stream in the order it is called) delivers into the wrong buffer under it.  `who`
+// names the net in the messages of a failure.
 double plugin_round(Net& net, Channel& ch, bool receiver, const Options& o, void* comm,
-                    uint8_t* buffer, void* mh) {
+                    uint8_t* buffer, void* mh, const char* who) {
   std::vector<void*> requests(static_cast<size_t>(o.window), nullptr);
   ch.barrier();
   const auto start = Clock::now();
   int posted = 0, completed = 0;
   while (completed < o.messages) {
-    check_deadline(receiver ? "plugin receives" : "plugin sends");
-    for (int w = 0; w < o.window; ++w) {
-      void*& request = requests[static_cast<size_t>(w)];
-      void* data = buffer + static_cast<size_t>(w) * o.size;
-      if (request == nullptr && posted < o.messages) {
-        ncclResult_t rc;
-        if (receiver) {
-          size_t size = o.size;
-          int tag = 0;
-          void* mhs[1] = {mh};
-          rc = net.irecv(comm, 1, &data, &size, &tag, mhs, &request);
-        } else {
-          rc = net.isend(comm, data, o.size, 0, mh, &request);
-        }
-        check(rc == ncclSuccess, receiver ? "plugin: irecv failed" : "plugin: isend failed");
-        if (request != nullptr) ++posted;
+    check_deadline(receiver ? "receives" : "sends");
+    if (posted < o.messages && posted - completed < o.window) {
+      void*& request = requests[static_cast<size_t>(posted % o.window)];
+      void* data = buffer + static_cast<size_t>(posted % o.window) * o.size;
+      ncclResult_t rc;
+      if (receiver) {
+        size_t size = o.size;
+        int tag = 0;
+        void* mhs[1] = {mh};
+        rc = net.irecv(comm, 1, &data, &size, &tag, mhs, &request);
+      } else {
+        rc = net.isend(comm, data, o.size, 0, mh, &request);
       }
-      if (request != nullptr) {
-        int done = 0;
-        int sizes[1] = {0};
-        check(net.test(request, &done, sizes) == ncclSuccess, "plugin: test failed");
-        if (done) {
-          request = nullptr;
-          ++completed;
-        }
+      if (rc != ncclSuccess) die(std::string(who) + (receiver ? ": irecv failed" : ": isend failed"));
+      if (request != nullptr) ++posted;
+    }
+    if (completed < posted) {
+      void*& request = requests[static_cast<size_t>(completed % o.window)];
+      int done = 0;
+      int sizes[1] = {0};
+      if (net.test(request, &done, sizes) != ncclSuccess) die(std::string(who) + ": test failed");
+      if (done) {
+        if (receiver && sizes[0] != static_cast<int>(o.size)) die(std::string(who) + ": a receive reported the wrong size");
+        request = nullptr;
+        ++completed;
       }
     }
   }
@@ -276,42 +293,63 @@ double plugin_round_trips(Net& net, Channel& ch, bool first, const Options& o, v
     void* mhs[1] = {recv_mh};
     while (request == nullptr) {
       check(net.irecv(recv_comm, 1, &data, &size, &tag, mhs, &request) == ncclSuccess,
-            "plugin: irecv failed");
+            "irecv failed");
       check_deadline("a plugin receive to be posted");
     }
     return request;
-  };
-  auto wait = [&](void* request, const char* what) {
-    for (int done = 0; !done;) {
-      int sizes[1] = {0};
-      check(net.test(request, &done, sizes) == ncclSuccess, what);
-      check_deadline("a plugin round trip");
-    }
   };
   auto send = [&] {
     void* request = nullptr;
     while (request == nullptr) {
       check(net.isend(send_comm, buffer, o.size, 0, send_mh, &request) == ncclSuccess,
-            "plugin: isend failed");
+            "isend failed");
       check_deadline("a plugin send to be posted");
     }
     return request;
   };
-  // A send's completion is tested after the reply came, as NCCL's proxy tests every request
-  // it has posted in turn: waiting on it first would add the provider's delivery
-  // acknowledgement to every round trip, which raw writes (never waited for) do not pay.
+  // NCCL's proxy tests every operation it has posted in each pass of its progress loop, sends
+  // and receives alike, and waits on none.  So while the reply is awaited the last send is
+  // tested too, until it completes: waiting on it first would add the provider's delivery
+  // acknowledgement to every round trip (raw writes are never waited for), and never testing
+  // it until the reply came would deadlock NCCL's socket transport, whose test() is what moves
+  // a send's bytes.
+  void* sent = nullptr;
+  auto test_send = [&] {
+    if (sent == nullptr) return;
+    int done = 0;
+    check(net.test(sent, &done, nullptr) == ncclSuccess, "test of a send failed");
+    if (done) sent = nullptr;
+  };
+  auto wait_receive = [&](void* request) {
+    for (int done = 0; !done;) {
+      int sizes[1] = {0};
+      check(net.test(request, &done, sizes) == ncclSuccess, "test of a receive failed");
+      test_send();
+      check_deadline("a plugin round trip");
+    }
+  };
+  auto finish_send = [&] {
+    while (sent != nullptr) {
+      test_send();
+      check_deadline("a plugin send to complete");
+    }
+  };
   void* receive = post_receive();
   ch.barrier();
   const auto start = Clock::now();
-  void* sent = nullptr;  // tested once the next message came back
   for (int i = 0; i < o.messages; ++i) {
-    if (first) sent = send();
-    wait(receive, "plugin: test of a receive failed");
-    if (sent != nullptr) wait(sent, "plugin: test of a send failed");
+    if (first) {
+      finish_send();  // posted a round trip ago: done by now, or the next moment
+      sent = send();
+    }
+    wait_receive(receive);
     if (i + 1 < o.messages) receive = post_receive();
-    sent = first ? nullptr : send();
+    if (!first) {
+      finish_send();
+      sent = send();
+    }
   }
-  if (sent != nullptr) wait(sent, "plugin: test of a send failed");
+  finish_send();
   const double us = seconds_since(start) * 1e6 / o.messages;
   ch.barrier();
   return us;
@@ -345,25 +383,25 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// One plugin connection within 30 s: `listener` listens (its listen comm left in *listen)
+// One connection of `net` within 30 s: `listener` listens (its listen comm left in *listen)
 // and sends the handle over `ch`; the other connects with it.  The comm; `what` names it.
-void* connect_comm(Net& net, Channel& ch, bool listener, void** listen, const char* what) {
+void* connect_comm(Net& net, Channel& ch, bool listener, void** listen, const std::string& what) {
   void* comm = nullptr;
   const auto deadline = Clock::now() + std::chrono::seconds(30);
   if (listener) {
     uint8_t handle[NCCL_NET_HANDLE_MAXSIZE];
-    check(net.listen(0, handle, listen) == ncclSuccess, "plugin: listen failed");
+    check(net.listen(0, handle, listen) == ncclSuccess, what + ": listen failed");
     ch.send(std::vector<uint8_t>(handle, handle + sizeof handle));
     while (comm == nullptr && Clock::now() < deadline) {
-      check(net.accept(*listen, &comm) == ncclSuccess, "plugin: accept failed");
+      check(net.accept(*listen, &comm) == ncclSuccess, what + ": accept failed");
     }
   } else {
     std::vector<uint8_t> handle = ch.receive();
     while (comm == nullptr && Clock::now() < deadline) {
-      check(net.connect(0, handle.data(), &comm) == ncclSuccess, "plugin: connect failed");
+      check(net.connect(0, handle.data(), &comm) == ncclSuccess, what + ": connect failed");
     }
   }
-  check(comm != nullptr, std::string("plugin: no ") + what + " within 30 s");
+  check(comm != nullptr, what + ": no connection within 30 s");
   return comm;
 }
 
@@ -380,48 +418,94 @@ void exchange_raw_key(Channel& ch, RawFabric& raw, bool offering, uint8_t* buffe
   }
 }
 
-// --latency: a second connection the other way (the sender listens, the receiver connects),
-// raw keys both ways, then round trips, the receiver sending first; plugin and raw rounds
-// alternate, each figure the median.
-int latency_rounds(Net& net, Channel& ch, bool receiver, const Options& o, void* comm, void* mh,
-                   RawFabric& raw, uint8_t* buffer, uint64_t remote_base, uint64_t key) {
+// One NCCL net (the plugin, or NCCL's own socket transport) as the bench uses it: a connection
+// from the sender to the receiver with the buffer registered on it, and for --latency a second
+// one the other way (the sender listens, the receiver connects).
+struct NetSide {
+  const char* name;
+  Net* net;
   void* listen = nullptr;
-  void* back = connect_comm(net, ch, !receiver, &listen, "connection back");
-  const size_t bytes = o.size * static_cast<size_t>(o.window);
+  void* comm = nullptr;  // the receiver's recv comm, the sender's send comm
+  void* mh = nullptr;
+  void* back_listen = nullptr;
+  void* back = nullptr;  // the other direction: the receiver's send comm, the sender's recv comm
   void* back_mh = nullptr;
-  check(net.reg_mr(back, buffer, bytes, NCCL_PTR_HOST, &back_mh) == ncclSuccess, "plugin: regMr failed");
-  // The raw key the other way (the receiver's went to the sender already).
-  exchange_raw_key(ch, raw, !receiver, buffer, &remote_base, &key);
-  // The receiver sends on `back` and receives on `comm`; the sender the other way round.
-  void* send_comm = receiver ? back : comm;
-  void* send_mh = receiver ? back_mh : mh;
-  void* recv_comm = receiver ? comm : back;
-  void* recv_mh = receiver ? mh : back_mh;
-  (void)plugin_round_trips(net, ch, receiver, o, send_comm, send_mh, recv_comm, recv_mh, buffer);
-  (void)raw_round_trips(raw, ch, receiver, o, buffer, remote_base, key);
-  std::vector<double> plugin_us, raw_us;
-  for (int r = 0; r < o.rounds; ++r) {
-    if (r % 2 == 1) raw_us.push_back(raw_round_trips(raw, ch, receiver, o, buffer, remote_base, key));
-    plugin_us.push_back(
-        plugin_round_trips(net, ch, receiver, o, send_comm, send_mh, recv_comm, recv_mh, buffer));
-    if (r % 2 == 0) raw_us.push_back(raw_round_trips(raw, ch, receiver, o, buffer, remote_base, key));
-    if (receiver) {
-      std::printf("round %d: plugin %.2f us, raw %.2f us per round trip\n", r, plugin_us.back(),
-                  raw_us.back());
+};
+
+NetSide open_side(const char* name, Net& net, Channel& ch, bool receiver, const Options& o,
+                  uint8_t* buffer, size_t bytes) {
+  NetSide s{name, &net};
+  const std::string who = name;
+  check(net.init(nullptr) == ncclSuccess, who + ": init failed");
+  s.comm = connect_comm(net, ch, receiver, &s.listen, name);
+  check(net.reg_mr(s.comm, buffer, bytes, NCCL_PTR_HOST, &s.mh) == ncclSuccess, who + ": regMr failed");
+  if (o.latency) {
+    s.back = connect_comm(net, ch, !receiver, &s.back_listen, name);
+    check(net.reg_mr(s.back, buffer, bytes, NCCL_PTR_HOST, &s.back_mh) == ncclSuccess, who + ": regMr failed");
+  }
+  return s;
+}
+
+void close_side(NetSide& s, bool receiver) {
+  const std::string who = s.name;
+  Net& net = *s.net;
+  if (s.back != nullptr) {
+    check(net.dereg_mr(s.back, s.back_mh) == ncclSuccess, who + ": deregMr failed");
+    check((receiver ? net.close_send(s.back) : net.close_recv(s.back)) == ncclSuccess, who + ": close failed");
+  }
+  check(net.dereg_mr(s.comm, s.mh) == ncclSuccess, who + ": deregMr failed");
+  check((receiver ? net.close_recv(s.comm) : net.close_send(s.comm)) == ncclSuccess, who + ": close failed");
+  for (void* listen : {s.listen, s.back_listen}) {
+    if (listen != nullptr) check(net.close_listen(listen) == ncclSuccess, who + ": closeListen failed");
+  }
+  check(net.finalize() == ncclSuccess, who + ": finalize failed");
+}
+
+// A side's round: GB/s of a stream, or µs per round trip with --latency, on the receiver (the
+// sender's figure is not used).  Round trips start from the receiver, which sends on `back`.
+double side_round(NetSide& s, Channel& ch, bool receiver, const Options& o, uint8_t* buffer) {
+  if (o.latency) {
+    void* send_comm = receiver ? s.back : s.comm;
+    void* send_mh = receiver ? s.back_mh : s.mh;
+    void* recv_comm = receiver ? s.comm : s.back;
+    void* recv_mh = receiver ? s.mh : s.back_mh;
+    return plugin_round_trips(*s.net, ch, receiver, o, send_comm, send_mh, recv_comm, recv_mh, buffer);
+  }
+  const double t = plugin_round(*s.net, ch, receiver, o, s.comm, buffer, s.mh, s.name);
+  return receiver ? static_cast<double>(o.size) * o.messages / t / 1e9 : 0;
+}
+
+// One contender of the comparison and its figures, one per round.
+struct Contender {
+  std::string name;
+  std::function<double()> round;
+  std::vector<double> figures;
+};
+
+// A warm-up round of each, then `rounds` rounds in which every contender runs once, the first
+// of each round rotating, so that none always runs straight after the same other (a warm cache,
+// a core still busy with the other's helper threads).
+void alternate(std::vector<Contender>& contenders, int rounds, bool receiver, const char* unit) {
+  for (Contender& c : contenders) (void)c.round();
+  for (int r = 0; r < rounds; ++r) {
+    for (size_t i = 0; i < contenders.size(); ++i) {
+      Contender& c = contenders[(static_cast<size_t>(r) + i) % contenders.size()];
+      c.figures.push_back(c.round());
     }
+    if (!receiver) continue;
+    std::printf("round %d:", r);
+    for (const Contender& c : contenders) std::printf(" %s %.4g %s", c.name.c_str(), c.figures.back(), unit);
+    std::printf("\n");
   }
-  check(net.dereg_mr(back, back_mh) == ncclSuccess, "plugin: deregMr failed");
-  check(net.dereg_mr(comm, mh) == ncclSuccess, "plugin: deregMr failed");
-  check((receiver ? net.close_send(back) : net.close_recv(back)) == ncclSuccess, "plugin: close failed");
-  check((receiver ? net.close_recv(comm) : net.close_send(comm)) == ncclSuccess, "plugin: close failed");
-  if (listen != nullptr) check(net.close_listen(listen) == ncclSuccess, "plugin: closeListen failed");
-  check(net.finalize() == ncclSuccess, "plugin: finalize failed");
-  if (receiver) {
-    const double p = median(plugin_us), w = median(raw_us);
-    std::printf("RESULT metric=nccl_net_rtt_%zuB provider=%s plugin_us=%.3f raw_us=%.3f ratio=%.3f\n",
-                o.size, o.provider.c_str(), p, w, p / w);
-  }
-  return 0;
+}
+
+// Whether both processes have NCCL's socket transport: each says whether it loaded it, and it
+// takes part only where both did (same binary and environment, but a failed load on one side
+// must not leave the other waiting for a connection).
+bool both_have(Channel& ch, bool mine) {
+  ch.send({static_cast<uint8_t>(mine)});
+  const std::vector<uint8_t> theirs = ch.receive();
+  return mine && !theirs.empty() && theirs[0] != 0;
 }
 
 int run(bool receiver, const Options& o, OobChannel& oob) {
@@ -430,67 +514,80 @@ int run(bool receiver, const Options& o, OobChannel& oob) {
   std::string why;
   auto library = PluginLibrary::open(plugin_path(), &why);
   check(library != nullptr, why);
-  auto net = library->table(11, &why);
-  check(net != nullptr, why);
-  check(net->init(nullptr) == ncclSuccess, "plugin: init failed");
-
-  // The plugin's connection, receiver -> sender direction of the handle.
-  void* listen = nullptr;
-  void* comm = connect_comm(*net, ch, receiver, &listen, "connection");
-
-  // Raw libfabric on the same provider, in the same processes.
-  RawFabric raw(o.provider);
-  ch.send(raw.name());
-  raw.insert(ch.receive());
+  auto plugin = library->table(11, &why);
+  check(plugin != nullptr, why);
+  // NCCL's own socket transport, unless --no-socket; where it cannot be loaded, the run goes on
+  // without it and says why.
+  std::unique_ptr<Net> socket;
+  if (o.socket) {
+    socket = open_nccl_socket_transport(&why);
+    if (socket == nullptr && receiver) std::printf("NCCL's socket transport is not compared: %s\n", why.c_str());
+  }
+  const bool with_socket = both_have(ch, socket != nullptr);
 
   const size_t bytes = o.size * static_cast<size_t>(o.window);
   HostBuffer buffer(bytes);
   std::memset(buffer.data(), receiver ? 0 : 0x5a, bytes);
-  void* mh = nullptr;
-  check(net->reg_mr(comm, buffer.data(), bytes, NCCL_PTR_HOST, &mh) == ncclSuccess,
-        "plugin: regMr failed");
+  NetSide plugin_side = open_side("plugin", *plugin, ch, receiver, o, buffer.data(), bytes);
+  std::optional<NetSide> socket_side;
+  if (with_socket) socket_side = open_side("socket", *socket, ch, receiver, o, buffer.data(), bytes);
+
+  // Raw libfabric on the same provider, in the same processes, with keys both ways for
+  // --latency (the receiver's key goes to the sender, and the sender's back).
+  RawFabric raw(o.provider);
+  ch.send(raw.name());
+  raw.insert(ch.receive());
   raw.reg(buffer.data(), bytes);
   uint64_t remote_base = 0, key = 0;
   exchange_raw_key(ch, raw, receiver, buffer.data(), &remote_base, &key);
+  if (o.latency) exchange_raw_key(ch, raw, !receiver, buffer.data(), &remote_base, &key);
 
-  if (o.latency) {
-    return latency_rounds(*net, ch, receiver, o, comm, mh, raw, buffer.data(), remote_base, key);
+  std::vector<Contender> contenders;
+  contenders.push_back({"plugin", [&] { return side_round(plugin_side, ch, receiver, o, buffer.data()); }, {}});
+  contenders.push_back({"raw", [&] {
+                          if (o.latency) return raw_round_trips(raw, ch, receiver, o, buffer.data(), remote_base, key);
+                          const double t = raw_round(raw, ch, receiver, o, buffer.data(), remote_base, key);
+                          return receiver ? static_cast<double>(o.size) * o.messages / t / 1e9 : 0;
+                        }, {}});
+  if (socket_side) {
+    contenders.push_back({"socket", [&] { return side_round(*socket_side, ch, receiver, o, buffer.data()); }, {}});
   }
-  // A warm-up of each, then alternating rounds.
-  plugin_round(*net, ch, receiver, o, comm, buffer.data(), mh);
-  raw_round(raw, ch, receiver, o, buffer.data(), remote_base, key);
+  // --only: that contender alone (for a profile of it), no RESULT line, since a profile has no
+  // anchor beside it.
   if (!o.only.empty()) {
-    const double total = static_cast<double>(o.size) * o.messages;
-    for (int r = 0; r < o.rounds; ++r) {
-      const double t = o.only == "raw"
-                           ? raw_round(raw, ch, receiver, o, buffer.data(), remote_base, key)
-                           : plugin_round(*net, ch, receiver, o, comm, buffer.data(), mh);
-      if (receiver) std::printf("round %d: %s %.2f GB/s\n", r, o.only.c_str(), total / t / 1e9);
-    }
+    const auto it = std::find_if(contenders.begin(), contenders.end(),
+                                 [&](const Contender& c) { return c.name == o.only; });
+    check(it != contenders.end(), "--only " + o.only + ": not in this run");
+    contenders = {*it};
   }
-  // (No alternating rounds and no RESULT line after --only: a profile has no anchor beside it.)
-  const int rounds = o.only.empty() ? o.rounds : 0;
-  std::vector<double> plugin_bw, raw_bw;
-  const double total = static_cast<double>(o.size) * o.messages;
-  for (int r = 0; r < rounds; ++r) {
-    const bool raw_first = r % 2 == 1;
-    if (raw_first) raw_bw.push_back(total / raw_round(raw, ch, receiver, o, buffer.data(), remote_base, key) / 1e9);
-    plugin_bw.push_back(total / plugin_round(*net, ch, receiver, o, comm, buffer.data(), mh) / 1e9);
-    if (!raw_first) raw_bw.push_back(total / raw_round(raw, ch, receiver, o, buffer.data(), remote_base, key) / 1e9);
-    if (receiver) {
-      std::printf("round %d: plugin %.2f GB/s, raw %.2f GB/s\n", r, plugin_bw.back(), raw_bw.back());
-    }
+  alternate(contenders, o.rounds, receiver, o.latency ? "us" : "GB/s");
+
+  close_side(plugin_side, receiver);
+  if (socket_side) close_side(*socket_side, receiver);
+  if (!receiver || !o.only.empty()) return 0;
+  const double p = median(contenders[0].figures), w = median(contenders[1].figures);
+  // (The names of earlier sessions' records: MiB for a stream of whole MiB, else bytes.)
+  const std::string size_name = !o.latency && o.size % (1u << 20) == 0 ? std::to_string(o.size >> 20) + "MiB"
+                                                                       : std::to_string(o.size) + "B";
+  const std::string metric = (o.latency ? "nccl_net_rtt_" : "nccl_net_bw_") + size_name;
+  if (o.latency) {
+    std::printf("RESULT metric=%s provider=%s plugin_us=%.3f raw_us=%.3f ratio=%.3f\n", metric.c_str(),
+                o.provider.c_str(), p, w, p / w);
+  } else {
+    std::printf("RESULT metric=%s provider=%s plugin=%.4f raw=%.4f ratio=%.3f\n", metric.c_str(),
+                o.provider.c_str(), p, w, p / w);
   }
-  check(net->dereg_mr(comm, mh) == ncclSuccess, "plugin: deregMr failed");
-  check((receiver ? net->close_recv(comm) : net->close_send(comm)) == ncclSuccess, "plugin: close failed");
-  if (listen != nullptr) check(net->close_listen(listen) == ncclSuccess, "plugin: closeListen failed");
-  check(net->finalize() == ncclSuccess, "plugin: finalize failed");
-  if (receiver && !plugin_bw.empty()) {
-    const double p = median(plugin_bw), w = median(raw_bw);
-    std::string size_name = o.size % (1u << 20) == 0 ? std::to_string(o.size >> 20) + "MiB"
-                                                      : std::to_string(o.size) + "B";
-    std::printf("RESULT metric=nccl_net_bw_%s provider=%s plugin=%.3f raw=%.3f ratio=%.3f\n",
-                size_name.c_str(), o.provider.c_str(), p, w, p / w);
+  if (socket_side) {
+    // ratio: how many times the plugin is as good as Socket (bandwidth over bandwidth; time
+    // over time for round trips, so > 1 there means slower, as issue 30's "within 1.2x").
+    const double s = median(contenders[2].figures);
+    if (o.latency) {
+      std::printf("RESULT metric=%s_vs_socket provider=%s plugin_us=%.3f socket_us=%.3f ratio=%.3f\n",
+                  metric.c_str(), o.provider.c_str(), p, s, p / s);
+    } else {
+      std::printf("RESULT metric=%s_vs_socket provider=%s plugin=%.4f socket=%.4f ratio=%.3f\n", metric.c_str(),
+                  o.provider.c_str(), p, s, p / s);
+    }
   }
   return 0;
 }
@@ -515,10 +612,12 @@ int main(int argc, char** argv) {
     else if (arg == "--rounds") o.rounds = std::stoi(value());
     else if (arg == "--only") o.only = value();
     else if (arg == "--latency") o.latency = true;
+    else if (arg == "--no-socket") o.socket = false;
     else if (arg == "--peer") peer = true;
-    else die("unknown argument " + arg + " (--provider, --size, --messages, --window, --rounds, --only plugin|raw, --latency)");
+    else die("unknown argument " + arg + " (--provider, --size, --messages, --window, --rounds, --only plugin|raw|socket, --latency, --no-socket)");
   }
-  check(o.only.empty() || o.only == "plugin" || o.only == "raw", "--only plugin or --only raw");
+  check(o.only.empty() || o.only == "plugin" || o.only == "raw" || o.only == "socket",
+        "--only plugin, raw or socket");
   check(!o.latency || o.window >= 2, "--latency needs --window 2 or more (a send and a receive buffer)");
   check(o.size > 0 && o.messages > 0 && o.window > 0 && o.window <= 32 && o.rounds > 0, "bad options");
   if (peer) {
@@ -531,6 +630,7 @@ int main(int argc, char** argv) {
       "--messages", std::to_string(o.messages), "--window", std::to_string(o.window),
       "--rounds", std::to_string(o.rounds), "--only", o.only};
   if (o.latency) peer_args.push_back("--latency");
+  if (!o.socket) peer_args.push_back("--no-socket");
   auto sender = PeerProcess::start(peer_args, &why);
   check(sender.has_value(), why);
   const int rc = run(true, o, sender->channel());

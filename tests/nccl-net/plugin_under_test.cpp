@@ -62,11 +62,15 @@ class NetBase : public Net {
     if (rc == ncclSuccess) copy_common(p, out);
     return rc;
   }
+  // The plugin must say it has no device handle (NULL) even when handed garbage.  NCCL itself
+  // passes a NULL one, and its own socket transport leaves it as it was, so a built-in table
+  // (set_builtin) gets NULL.
   ncclResult_t accept(void* listen_comm, void** comm) override {
-    ncclNetDeviceHandle_t* dev_comm = reinterpret_cast<ncclNetDeviceHandle_t*>(0x1);
+    ncclNetDeviceHandle_t* dev_comm = builtin_ ? nullptr : reinterpret_cast<ncclNetDeviceHandle_t*>(0x1);
     const ncclResult_t rc = t_->accept(listen_comm, comm, &dev_comm);
     return rc == ncclSuccess && dev_comm != nullptr ? ncclInternalError : rc;
   }
+  void set_builtin() { builtin_ = true; }
   ncclResult_t reg_mr(void* comm, void* data, size_t size, int type, void** mh) override {
     return t_->regMr(comm, data, size, type, mh);
   }
@@ -86,6 +90,7 @@ class NetBase : public Net {
  protected:
   const Table* t_;
   int version_;
+  bool builtin_ = false;  // one of NCCL's own transports, not a plugin
 };
 
 class NetV8 final : public NetBase<ncclNet_v8_t, ncclNetProperties_v8_t> {
@@ -159,7 +164,8 @@ class NetV11 final : public NetBase<ncclNet_v11_t, ncclNetProperties_v11_t> {
     ncclNetCommConfig_t config{NCCL_NET_TRAFFIC_CLASS_UNDEF};
     if (ctx_ != nullptr) return ncclSuccess;
     const ncclResult_t rc = t_->init(&ctx_, 0x1234, &config, logger, nullptr);
-    if (rc == ncclSuccess) {
+    // NCCL's own socket transport leaves setNetAttr NULL, and NCCL calls it only where set.
+    if (rc == ncclSuccess && t_->setNetAttr != nullptr) {
       ncclNetAttr_v11_t attr;
       std::memset(&attr, 0xff, sizeof attr);  // -1: undefined, as NCCL passes it
       return t_->setNetAttr(ctx_, &attr);
@@ -192,24 +198,29 @@ class NetV11 final : public NetBase<ncclNet_v11_t, ncclNetProperties_v11_t> {
 };
 
 // NCCL refuses a table whose mandatory members are missing; so does the harness.
+// (`optional_net_attr`: NCCL's built-in tables, which may leave setNetAttr NULL.)
 template <typename Table>
-bool complete(const Table* t, std::string* why) {
+bool complete(const Table* t, std::string* why, bool optional_net_attr = false) {
   bool ok = t->name != nullptr && t->init != nullptr && t->devices != nullptr &&
             t->getProperties != nullptr && t->listen != nullptr && t->connect != nullptr &&
             t->accept != nullptr && t->regMr != nullptr && t->deregMr != nullptr &&
             t->isend != nullptr && t->irecv != nullptr && t->iflush != nullptr &&
             t->test != nullptr && t->closeSend != nullptr && t->closeRecv != nullptr &&
             t->closeListen != nullptr;
-  if constexpr (requires { t->finalize; }) ok = ok && t->finalize != nullptr && t->setNetAttr != nullptr;
+  if constexpr (requires { t->finalize; }) {
+    ok = ok && t->finalize != nullptr && (optional_net_attr || t->setNetAttr != nullptr);
+  }
   if (!ok) *why = "a mandatory member of the table is NULL";
   return ok;
 }
 
 template <typename Table, typename Wrapper>
-std::unique_ptr<Net> wrap(void* symbol, int version, std::string* why) {
+std::unique_ptr<Net> wrap(const void* symbol, int version, std::string* why, bool builtin = false) {
   const auto* t = static_cast<const Table*>(symbol);
-  if (!complete(t, why)) return nullptr;
-  return std::make_unique<Wrapper>(t, version);
+  if (!complete(t, why, builtin)) return nullptr;
+  auto net = std::make_unique<Wrapper>(t, version);
+  if (builtin) net->set_builtin();
+  return net;
 }
 
 }  // namespace
@@ -250,6 +261,10 @@ int PluginLibrary::query_stats(int dev, hmr_domain_stats* stats) const {
   if (query == nullptr) return -1;
   stats->size = sizeof *stats;
   return query(dev, stats);
+}
+
+std::unique_ptr<Net> wrap_v11_table(const void* table, std::string* why) {
+  return wrap<ncclNet_v11_t, NetV11>(table, 11, why, /*builtin=*/true);
 }
 
 std::string plugin_path() {

@@ -91,4 +91,9 @@ class PluginLibrary {
 // The built plugin: $HMR_NCCL_PLUGIN if set, else the path CMake compiled in.
 std::string plugin_path();
 
+// A v11 table found some other way (NCCL's own socket transport: nccl_socket_reference.h),
+// checked and wrapped as the plugin's are (setNetAttr may be NULL, as in NCCL's own tables);
+// nullptr and `why` when a mandatory member is NULL.
+std::unique_ptr<Net> wrap_v11_table(const void* table, std::string* why);
+
 }  // namespace hmr::nccl::test
