@@ -4,13 +4,15 @@
 # libraries, libstdcxx/ as a fallback for an older C++ runtime, python/ and pytest/).
 #   tests/gpu/device_session.sh <bundle> <output folder> [steps]
 # steps: a comma list of the steps below, "all" (the default) or "pending" (what the open
-# issues still need from a GPU: lane,hitbench,python,tworanks; about 5 minutes on an H200).
+# issues still need from a GPU: lane,hitbench,python,tworanks,netbench; about 6 minutes on an
+# H200).
 #   lane      the GPU lane (hmr_gpu_tests)            info      hmr-info
 #   perftest  hmr-perftest with CUDA memory           regbench  device registration bench
 #   hitbench  cached device hits (issue 26)           torch     a tensor through ctypes
 #   python    the package's tests, example and bench (issue 27)
 #   nccl      NCCL loads the plugin                   tworanks  two-rank NCCL (issue 30)
 #   apibench  host hits beside UCX's rcache
+#   netbench  the plugin beside NCCL's socket transport, through the net table (issue 30)
 # Each step's log goes to its own file in the output folder, and each runs under a time limit
 # (a stuck step fails, the session goes on); the script exits 1 at the end if any failed.
 set -uo pipefail
@@ -20,12 +22,12 @@ out=${2:?output folder}
 steps=${3:-all}
 two_ranks_args=()  # nccl_two_ranks.py's own defaults: every phase, a 240 s bench budget
 if [[ $steps == pending ]]; then
-  steps=lane,hitbench,python,tworanks
+  steps=lane,hitbench,python,tworanks,netbench
   two_ranks_args=(--phases bench,kill --budget 150)  # (registration per step is recorded)
 fi
 for name in ${steps//,/ }; do  # a misspelt step would run nothing and "pass"
   case $name in
-    all|lane|info|perftest|regbench|hitbench|torch|python|nccl|tworanks|apibench) ;;
+    all|lane|info|perftest|regbench|hitbench|torch|python|nccl|tworanks|apibench|netbench) ;;
     *) echo "device_session.sh: unknown step '$name'" >&2; exit 2 ;;
   esac
 done
@@ -171,6 +173,24 @@ fi
 # registration, and a rank killed mid-collective (tests/gpu/nccl_two_ranks.py, docs/gpu.md).
 wanted tworanks && step nccl_two_ranks.log env LD_LIBRARY_PATH="$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
   python3 -u "$here/nccl_two_ranks.py" --out "$out/nccl-two-ranks" "${two_ranks_args[@]}"
+
+# 6b. The plugin beside NCCL's own socket transport through the v11 net table, host memory,
+# two processes (tests/nccl-net/nccl_net_bench.cpp): NCCL's send/recv chunk (128 KiB, 8 in
+# flight), 1 MiB, and 8-byte round trips over tcp, with this machine's cores (Socket spreads
+# large messages over helper threads; the 2-core build machine cannot show what that buys).
+# The Socket table comes from the libnccl.so.2 PyTorch ships (nvidia-nccl), or $HMR_NCCL_LIBRARY.
+if wanted netbench; then
+  nccl_library=${HMR_NCCL_LIBRARY:-$(python3 -c 'import os, nvidia.nccl as n; print(os.path.join(list(n.__path__)[0], "lib", "libnccl.so.2"))' 2>/dev/null)}
+  net_bench() {
+    env HMR_NCCL_PLUGIN="$bundle/lib/libnccl-net-hmr.so" ${nccl_library:+HMR_NCCL_LIBRARY=$nccl_library} \
+      LD_LIBRARY_PATH=$HMR_LD_PATH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$bundle/bin/hmr-nccl-net-bench" "$@"
+  }
+  export -f net_bench
+  export bundle nccl_library
+  step nccl_net_bench.log net_bench --provider tcp --size 131072 --messages 2048 --rounds 7
+  step nccl_net_bench.log net_bench --provider tcp --size 1048576 --messages 512 --rounds 7
+  step nccl_net_bench.log net_bench --provider tcp --size 8 --messages 4000 --rounds 7 --latency
+fi
 
 # 7. What a caller pays for host registrations through the C ABI, beside UCX's rcache
 # (bench/api_hit_vs_ucx.cpp, docs/performance.md): once with host memory alone, as on a

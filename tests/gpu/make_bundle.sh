@@ -9,7 +9,8 @@ bundle=${2:?bundle folder}
 rm -rf "$bundle"
 mkdir -p "$bundle/bin" "$bundle/lib" "$bundle/libstdcxx"
 for binary in tests/hmr_gpu_tests tests/hmr_cuda_ipc_exporter tools/hmr-info tools/hmr-perftest \
-  bench/hmr_device_registration_bench bench/hmr_device_hit_bench tests/nccl-net/hmr-nccl-net-soak; do
+  bench/hmr_device_registration_bench bench/hmr_device_hit_bench tests/nccl-net/hmr-nccl-net-soak \
+  tests/nccl-net/hmr-nccl-net-bench; do
   strip --strip-debug -o "$bundle/bin/$(basename $binary)" "$build/$binary"
 done
 # The C-ABI bench against UCX's rcache (issue 9's figures), where the build has it, with UCX's
