@@ -23,8 +23,13 @@
 //   - hmr's open MRs before the comms and after they closed, and file descriptors before the
 //     first init and after finalize, must be equal.
 //
+// With --net socket the same run drives NCCL's own socket transport (nccl_socket_reference.h)
+// instead of the plugin: the pattern checked against the reference, so that what the soak
+// asks of the plugin is what NCCL's transports are asked.  There it leaves out what NCCL
+// would not do to a host-memory transport without flushes (iflush), and hmr's statistics.
+//
 //   hmr-nccl-net-soak [--provider tcp|shm] [--channels C] [--steps N] [--seconds S]
-//                     [--slot BYTES] [--seed N] [--reg-every K] [--group N]
+//                     [--slot BYTES] [--seed N] [--reg-every K] [--group N] [--net hmr|socket]
 // prints  RESULT metric=nccl_net_soak provider=<p> channels=<C> steps=<n> bytes=<b>
 //         seconds=<s> GBps=<g> errors=0      and exits 0, or names the first error and exits 1.
 #include <dirent.h>
@@ -38,6 +43,7 @@
 #include <string>
 #include <vector>
 
+#include "nccl_socket_reference.h"
 #include "peer_process.h"
 #include "plugin_under_test.h"
 #include "rank.h"
@@ -56,6 +62,7 @@ struct Options {
   uint64_t seed = 1;
   int reg_every = 16;
   int group = 1;  // buffers per receive (NCCL's grouped receives, up to maxRecvs)
+  std::string net = "hmr";  // or "socket": NCCL's own socket transport
 };
 
 [[noreturn]] void die(const std::string& what) {
@@ -154,11 +161,21 @@ class Soak {
     const int fds_before = count_own_fds(&eventfds_before);
     setenv("HMR_NCCL_PROVIDER", o_.provider.c_str(), 1);
     std::string why;
-    library_ = PluginLibrary::open(plugin_path(), &why);
-    check(library_ != nullptr, why);
-    net_ = library_->table(11, &why);
-    check(net_ != nullptr, why);
+    if (o_.net == "socket") {
+      net_ = open_nccl_socket_transport(&why);
+      check(net_ != nullptr, "NCCL's socket transport: " + why);
+    } else {
+      library_ = PluginLibrary::open(plugin_path(), &why);
+      check(library_ != nullptr, why);
+      net_ = library_->table(11, &why);
+      check(net_ != nullptr, why);
+    }
     check(net_->init(nullptr) == ncclSuccess, "init failed");
+    Properties properties;
+    check(net_->properties(0, &properties) == ncclSuccess, "getProperties failed");
+    check(o_.group <= properties.max_recvs, "--group " + std::to_string(o_.group) + ": " + net_->name() +
+                                                " takes at most " + std::to_string(properties.max_recvs) +
+                                                " buffers per receive (maxRecvs)");
     const hmr_domain_stats before = stats();
     connect();
     const long steps = agree_on_steps();
@@ -193,7 +210,7 @@ class Soak {
     for (const ChannelState& ch : channels_) received += ch.recv.done;
     std::printf("RESULT metric=nccl_net_soak provider=%s channels=%d steps=%ld bytes=%zu "
                 "seconds=%.2f GBps=%.3f errors=0\n",
-                o_.provider.c_str(), o_.channels, received, bytes, seconds, bytes / seconds / 1e9);
+                o_.net == "socket" ? "nccl-socket" : o_.provider.c_str(), o_.channels, received, bytes, seconds, bytes / seconds / 1e9);
     return 0;
   }
 
@@ -212,6 +229,7 @@ class Soak {
   hmr_domain_stats stats() const {
     hmr_domain_stats out{};
     out.size = sizeof out;
+    if (library_ == nullptr) return out;  // NCCL's socket transport: no hmr underneath
     check(library_->query_stats(0, &out) == 0, "hmr_nccl_net_query_stats failed");
     return out;
   }
@@ -437,6 +455,10 @@ class Soak {
   }
 
   void flush(int c, Direction& d, void* data, int size, long step) {
+    // NCCL flushes only GPU buffers written through GPUDirect; its socket transport takes host
+    // memory only and answers every iflush with an error (net_socket.cc: "We don't support
+    // CUDA pointers, so we don't need a flush operation").
+    if (library_ == nullptr) return;
     if (size == 0) return;
     void* request = nullptr;
     void* mh = d.mh;
@@ -513,10 +535,12 @@ int main(int argc, char** argv) {
     else if (arg == "--seed") o.seed = std::stoull(value);
     else if (arg == "--reg-every") o.reg_every = std::stoi(value);
     else if (arg == "--group") o.group = std::stoi(value);
-    else die("unknown argument " + arg + " (--provider, --channels, --steps, --seconds, --slot, --seed, --reg-every, --group)");
+    else if (arg == "--net") o.net = value;
+    else die("unknown argument " + arg + " (--provider, --channels, --steps, --seconds, --slot, --seed, --reg-every, --group, --net)");
   }
   check(o.channels > 0 && o.channels <= 64 && o.steps > 0 && o.slot > 0 && o.slot <= (64u << 20) &&
-            o.group >= 1 && o.group <= 8 && o.slot % static_cast<size_t>(o.group) == 0,
+            o.group >= 1 && o.group <= 8 && o.slot % static_cast<size_t>(o.group) == 0 &&
+            (o.net == "hmr" || o.net == "socket"),
         "bad options");
   if (o.seconds > 0) o.steps = 1L << 40;  // bounded by time; the ranks agree on the count
   if (peer) {
