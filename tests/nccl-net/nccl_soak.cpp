@@ -333,7 +333,7 @@ class Soak {
       if (Clock::now() >= deadline_) {
         std::string limits;
         for (int c = 0; c < o_.channels; ++c) {
-          limits += " " + std::to_string(limit[c]) + "/" + std::to_string(expect[c]);
+          limits.append(" ").append(std::to_string(limit[c])).append("/").append(std::to_string(expect[c]));
         }
         die("rank " + std::to_string(rank_) + ": the run's deadline passed: " + state() +
             "send/receive limits" + limits + (told ? ", told" : "") + (heard ? ", heard" : ""));

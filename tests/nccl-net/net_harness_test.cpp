@@ -434,7 +434,7 @@ TEST_P(AbiVersion, TwoProcessesMoveEveryByte) {
 }
 
 INSTANTIATE_TEST_SUITE_P(NcclNetPlugin, AbiVersion, ::testing::ValuesIn(kAbiVersions),
-                         [](const ::testing::TestParamInfo<int>& param) { return "v" + std::to_string(param.param); });
+                         [](const ::testing::TestParamInfo<int>& param) { return std::string("v").append(std::to_string(param.param)); });
 
 TEST(OneProcess, LoopbackConnection) {
   Failures f;
@@ -847,7 +847,7 @@ TEST(OneProcess, FlushesAreNeverDropped) {
 // connects, and the listener they were made from still works afterwards.
 TEST(BadInput, RandomTruncatedAndCorruptedHandles) {
   for (int version : {11, 8}) {
-    SCOPED_TRACE("v" + std::to_string(version));
+    SCOPED_TRACE(std::string("v").append(std::to_string(version)));
     Failures f;
     Rank rank(table(version), 0, kScenarioBudget);
     ASSERT_TRUE(rank.start(library(), &f)) << f.text();

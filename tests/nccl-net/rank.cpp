@@ -159,7 +159,9 @@ Rank::Rank(std::unique_ptr<Net> net, int id, Clock::duration budget)
     : net_(std::move(net)), id_(id), deadline_(Clock::now() + budget) {}
 
 bool Rank::start(const PluginLibrary& /*library*/, Failures* f) {
-  const std::string v = "v" + std::to_string(net_->version()) + ": ";
+  // (append, not "v" + ...: GCC 12 warns -Wrestrict falsely on a one-character literal + a
+  // temporary string at -O2, GCC bug 105651)
+  const std::string v = std::string("v").append(std::to_string(net_->version())).append(": ");
   if (!f->check(std::string(net_->name()) == "hmr", v + "the table's name is '" + net_->name() + "', not 'hmr'")) {
     return false;
   }
