@@ -176,14 +176,17 @@ wanted tworanks && step nccl_two_ranks.log env LD_LIBRARY_PATH="$bundle/lib${LD_
 
 # 6b. The plugin beside NCCL's own socket transport through the v11 net table, host memory,
 # two processes (tests/nccl-net/nccl_net_bench.cpp): NCCL's send/recv chunk (128 KiB, 8 in
-# flight), 1 MiB, and 8-byte round trips over tcp, with this machine's cores (Socket spreads
-# large messages over helper threads; the 2-core build machine cannot show what that buys).
-# The Socket table comes from the libnccl.so.2 PyTorch ships (nvidia-nccl), or $HMR_NCCL_LIBRARY.
+# flight), 1 MiB, and 8-byte round trips over tcp, on this machine's cores and NIC, where the
+# two-rank run put send/recv at 0.63-0.91x Socket.  NCCL's log (NET) records how many sockets
+# and threads Socket used.  The Socket table comes from the libnccl.so.2 PyTorch ships
+# (nvidia-nccl), or $HMR_NCCL_LIBRARY; --require-socket fails the step where it cannot.
 if wanted netbench; then
   nccl_library=${HMR_NCCL_LIBRARY:-$(python3 -c 'import os, nvidia.nccl as n; print(os.path.join(list(n.__path__)[0], "lib", "libnccl.so.2"))' 2>/dev/null)}
   net_bench() {
-    env HMR_NCCL_PLUGIN="$bundle/lib/libnccl-net-hmr.so" ${nccl_library:+HMR_NCCL_LIBRARY=$nccl_library} \
-      LD_LIBRARY_PATH=$HMR_LD_PATH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$bundle/bin/hmr-nccl-net-bench" "$@"
+    env HMR_NCCL_PLUGIN="$bundle/lib/libnccl-net-hmr.so" HMR_NCCL_LIBRARY="$nccl_library" \
+      NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=NET \
+      LD_LIBRARY_PATH=$HMR_LD_PATH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$bundle/bin/hmr-nccl-net-bench" \
+      --require-socket "$@"
   }
   export -f net_bench
   export bundle nccl_library

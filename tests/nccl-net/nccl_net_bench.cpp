@@ -14,7 +14,8 @@
 // instead, each side keeping its next receive posted.
 //
 //   hmr-nccl-net-bench [--provider tcp|shm] [--size BYTES] [--messages N] [--window W]
-//                      [--rounds R] [--latency] [--no-socket] [--only plugin|raw|socket]
+//                      [--rounds R] [--latency] [--no-socket | --require-socket]
+//                      [--only plugin|raw|socket]
 // prints  RESULT metric=nccl_net_bw_1MiB provider=<p> plugin=<GB/s> raw=<GB/s> ratio=<r>
 //         RESULT metric=nccl_net_bw_1MiB_vs_socket provider=<p> plugin=<GB/s> socket=<GB/s> ratio=<r>
 // (with --latency: nccl_net_rtt_<size>B[_vs_socket], plugin_us, raw_us|socket_us, and a ratio
@@ -54,6 +55,7 @@ struct Options {
   std::string only;  // "plugin", "raw" or "socket": run that one alone (for a profile), no RESULT
   bool latency = false;  // round trips of --size bytes instead of a stream
   bool socket = true;    // NCCL's socket transport beside the plugin, where libnccl is found
+  bool require_socket = false;  // and fail where it cannot be
 };
 
 [[noreturn]] void die(const std::string& what) {
@@ -284,7 +286,11 @@ double plugin_round(Net& net, Channel& ch, bool receiver, const Options& o, void
 // side keeps its next receive posted before it sends, as NCCL keeps receives posted ahead,
 // so a reply never waits for its receive to be announced.
 double plugin_round_trips(Net& net, Channel& ch, bool first, const Options& o, void* send_comm,
-                          void* send_mh, void* recv_comm, void* recv_mh, uint8_t* buffer) {
+                          void* send_mh, void* recv_comm, void* recv_mh, uint8_t* buffer,
+                          const char* who) {
+  auto ok = [who](bool good, const char* what) {
+    if (!good) die(std::string(who) + ": " + what);
+  };
   auto post_receive = [&] {
     void* request = nullptr;
     void* data = buffer + o.size;
@@ -292,18 +298,16 @@ double plugin_round_trips(Net& net, Channel& ch, bool first, const Options& o, v
     int tag = 0;
     void* mhs[1] = {recv_mh};
     while (request == nullptr) {
-      check(net.irecv(recv_comm, 1, &data, &size, &tag, mhs, &request) == ncclSuccess,
-            "irecv failed");
-      check_deadline("a plugin receive to be posted");
+      ok(net.irecv(recv_comm, 1, &data, &size, &tag, mhs, &request) == ncclSuccess, "irecv failed");
+      check_deadline("a receive to be posted");
     }
     return request;
   };
   auto send = [&] {
     void* request = nullptr;
     while (request == nullptr) {
-      check(net.isend(send_comm, buffer, o.size, 0, send_mh, &request) == ncclSuccess,
-            "isend failed");
-      check_deadline("a plugin send to be posted");
+      ok(net.isend(send_comm, buffer, o.size, 0, send_mh, &request) == ncclSuccess, "isend failed");
+      check_deadline("a send to be posted");
     }
     return request;
   };
@@ -317,21 +321,21 @@ double plugin_round_trips(Net& net, Channel& ch, bool first, const Options& o, v
   auto test_send = [&] {
     if (sent == nullptr) return;
     int done = 0;
-    check(net.test(sent, &done, nullptr) == ncclSuccess, "test of a send failed");
+    ok(net.test(sent, &done, nullptr) == ncclSuccess, "test of a send failed");
     if (done) sent = nullptr;
   };
   auto wait_receive = [&](void* request) {
     for (int done = 0; !done;) {
       int sizes[1] = {0};
-      check(net.test(request, &done, sizes) == ncclSuccess, "test of a receive failed");
+      ok(net.test(request, &done, sizes) == ncclSuccess, "test of a receive failed");
       test_send();
-      check_deadline("a plugin round trip");
+      check_deadline("a round trip");
     }
   };
   auto finish_send = [&] {
     while (sent != nullptr) {
       test_send();
-      check_deadline("a plugin send to complete");
+      check_deadline("a send to complete");
     }
   };
   void* receive = post_receive();
@@ -361,7 +365,10 @@ double raw_round_trips(RawFabric& raw, Channel& ch, bool first, const Options& o
   int sent = 0;
   auto send = [&] {
     fi_context2* context = &contexts[sent++ % 4];
-    while (!raw.write(buffer, o.size, 0, remote_base + o.size, key, context)) (void)raw.arrivals();
+    while (!raw.write(buffer, o.size, 0, remote_base + o.size, key, context)) {
+      (void)raw.arrivals();
+      check_deadline("a raw write to be posted");
+    }
   };
   auto wait = [&] {
     while (raw.arrivals() == 0) check_deadline("a raw round trip");
@@ -469,7 +476,7 @@ double side_round(NetSide& s, Channel& ch, bool receiver, const Options& o, uint
     void* send_mh = receiver ? s.back_mh : s.mh;
     void* recv_comm = receiver ? s.comm : s.back;
     void* recv_mh = receiver ? s.mh : s.back_mh;
-    return plugin_round_trips(*s.net, ch, receiver, o, send_comm, send_mh, recv_comm, recv_mh, buffer);
+    return plugin_round_trips(*s.net, ch, receiver, o, send_comm, send_mh, recv_comm, recv_mh, buffer, s.name);
   }
   const double t = plugin_round(*s.net, ch, receiver, o, s.comm, buffer, s.mh, s.name);
   return receiver ? static_cast<double>(o.size) * o.messages / t / 1e9 : 0;
@@ -483,13 +490,16 @@ struct Contender {
 };
 
 // A warm-up round of each, then `rounds` rounds in which every contender runs once, the first
-// of each round rotating, so that none always runs straight after the same other (a warm cache,
-// a core still busy with the other's helper threads).
+// of each round rotating and the order reversed every other round, so that each runs after
+// each of the others about as often (what one leaves behind, a warm cache or a socket still
+// draining, falls on all alike).
 void alternate(std::vector<Contender>& contenders, int rounds, bool receiver, const char* unit) {
   for (Contender& c : contenders) (void)c.round();
+  const size_t n = contenders.size();
   for (int r = 0; r < rounds; ++r) {
-    for (size_t i = 0; i < contenders.size(); ++i) {
-      Contender& c = contenders[(static_cast<size_t>(r) + i) % contenders.size()];
+    for (size_t i = 0; i < n; ++i) {
+      const size_t k = (static_cast<size_t>(r / 2) + i) % n;
+      Contender& c = contenders[r % 2 == 0 ? k : n - 1 - k];
       c.figures.push_back(c.round());
     }
     if (!receiver) continue;
@@ -521,9 +531,14 @@ int run(bool receiver, const Options& o, OobChannel& oob) {
   std::unique_ptr<Net> socket;
   if (o.socket) {
     socket = open_nccl_socket_transport(&why);
-    if (socket == nullptr && receiver) std::printf("NCCL's socket transport is not compared: %s\n", why.c_str());
+    if (socket == nullptr) {
+      std::printf("NCCL's socket transport is not compared (%s process): %s\n",
+                  receiver ? "receiving" : "sending", why.c_str());
+      std::fflush(stdout);
+    }
   }
   const bool with_socket = both_have(ch, socket != nullptr);
+  check(with_socket || !o.require_socket, "--require-socket: NCCL's socket transport could not be compared");
 
   const size_t bytes = o.size * static_cast<size_t>(o.window);
   HostBuffer buffer(bytes);
@@ -613,11 +628,13 @@ int main(int argc, char** argv) {
     else if (arg == "--only") o.only = value();
     else if (arg == "--latency") o.latency = true;
     else if (arg == "--no-socket") o.socket = false;
+    else if (arg == "--require-socket") o.require_socket = true;
     else if (arg == "--peer") peer = true;
-    else die("unknown argument " + arg + " (--provider, --size, --messages, --window, --rounds, --only plugin|raw|socket, --latency, --no-socket)");
+    else die("unknown argument " + arg + " (--provider, --size, --messages, --window, --rounds, --only plugin|raw|socket, --latency, --no-socket, --require-socket)");
   }
   check(o.only.empty() || o.only == "plugin" || o.only == "raw" || o.only == "socket",
         "--only plugin, raw or socket");
+  check(o.socket || !o.require_socket, "--no-socket and --require-socket together");
   check(!o.latency || o.window >= 2, "--latency needs --window 2 or more (a send and a receive buffer)");
   check(o.size > 0 && o.messages > 0 && o.window > 0 && o.window <= 32 && o.rounds > 0, "bad options");
   if (peer) {
@@ -631,6 +648,7 @@ int main(int argc, char** argv) {
       "--rounds", std::to_string(o.rounds), "--only", o.only};
   if (o.latency) peer_args.push_back("--latency");
   if (!o.socket) peer_args.push_back("--no-socket");
+  if (o.require_socket) peer_args.push_back("--require-socket");
   auto sender = PeerProcess::start(peer_args, &why);
   check(sender.has_value(), why);
   const int rc = run(true, o, sender->channel());

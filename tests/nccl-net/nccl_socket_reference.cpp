@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <optional>
 
 #include "abi/nccl_net_v11.h"
@@ -45,21 +46,26 @@ class MappedFile {
   }
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;
-  // `count` objects of T at `offset`, or nullptr where they would reach past the end.
+  // `count` objects of T at `offset`, or nullptr where they would reach past the end or would
+  // be misaligned (the mapping is page-aligned, so the offset decides).
   template <typename T>
   const T* at(uint64_t offset, uint64_t count = 1) const {
-    if (data_ == nullptr || offset > size_ || count > (size_ - offset) / sizeof(T)) return nullptr;
+    if (data_ == nullptr || offset > size_ || count > (size_ - offset) / sizeof(T) ||
+        offset % alignof(T) != 0) {
+      return nullptr;
+    }
     return reinterpret_cast<const T*>(data_ + offset);
   }
-  size_t size() const { return size_; }
 
  private:
   const unsigned char* data_ = nullptr;
   size_t size_ = 0;
 };
 
-// `name`'s value and size in the file's .symtab (local symbols included), or nullopt.
-std::optional<Elf64_Sym> find_symbol(const MappedFile& file, const char* name, std::string* why) {
+// The defined symbol `name` of ELF type `type` in the file's .symtab (local symbols included),
+// or nullopt and `why`.
+std::optional<Elf64_Sym> find_symbol(const MappedFile& file, const char* name, unsigned type,
+                                     std::string* why) {
   const auto* header = file.at<Elf64_Ehdr>(0);
   if (header == nullptr || std::memcmp(header->e_ident, ELFMAG, SELFMAG) != 0 ||
       header->e_ident[EI_CLASS] != ELFCLASS64 || header->e_shentsize != sizeof(Elf64_Shdr)) {
@@ -73,72 +79,117 @@ std::optional<Elf64_Sym> find_symbol(const MappedFile& file, const char* name, s
   }
   const size_t name_length = std::strlen(name);
   for (unsigned i = 0; i < header->e_shnum; ++i) {
-    if (sections[i].sh_type != SHT_SYMTAB || sections[i].sh_link >= header->e_shnum) continue;
+    if (sections[i].sh_type != SHT_SYMTAB || sections[i].sh_link >= header->e_shnum ||
+        sections[sections[i].sh_link].sh_type != SHT_STRTAB) {
+      continue;
+    }
     const Elf64_Shdr& strings = sections[sections[i].sh_link];
+    const uint64_t count = sections[i].sh_size / sizeof(Elf64_Sym);
     const auto* names = file.at<char>(strings.sh_offset, strings.sh_size);
-    const auto* symbols = file.at<Elf64_Sym>(sections[i].sh_offset, sections[i].sh_size / sizeof(Elf64_Sym));
+    const auto* symbols = file.at<Elf64_Sym>(sections[i].sh_offset, count);
     if (names == nullptr || symbols == nullptr) continue;
-    for (uint64_t s = 0; s < sections[i].sh_size / sizeof(Elf64_Sym); ++s) {
-      const uint64_t at = symbols[s].st_name;
-      if (at + name_length + 1 > strings.sh_size) continue;
-      if (std::memcmp(names + at, name, name_length + 1) == 0) return symbols[s];
+    for (uint64_t s = 0; s < count; ++s) {
+      const Elf64_Sym& symbol = symbols[s];
+      if (symbol.st_shndx == SHN_UNDEF || ELF64_ST_TYPE(symbol.st_info) != type) continue;
+      const uint64_t at = symbol.st_name;
+      if (at > strings.sh_size || name_length + 1 > strings.sh_size - at) continue;
+      if (std::memcmp(names + at, name, name_length + 1) == 0) return symbol;
     }
   }
   *why = std::string("no symbol table entry for ") + name + " (a stripped library?)";
   return std::nullopt;
 }
 
-// The one CUDA call of NCCL's socket transport, and a stand-in for it where there is no driver.
+// The protection of the loaded segment of `map`'s object that holds [address, address + length)
+// whole, or -1 where none does (a symbol table that does not describe the mapped file).
+int segment_protection(const link_map* map, uintptr_t address, size_t length) {
+  struct Search {
+    const link_map* map;
+    uintptr_t address;
+    size_t length;
+    int protection = -1;
+  } search{map, address, length};
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* data) {
+        auto* s = static_cast<Search*>(data);
+        if (info->dlpi_addr != s->map->l_addr || info->dlpi_name == nullptr ||
+            std::strcmp(info->dlpi_name, s->map->l_name) != 0) {
+          return 0;
+        }
+        for (int i = 0; i < info->dlpi_phnum; ++i) {
+          const ElfW(Phdr)& segment = info->dlpi_phdr[i];
+          if (segment.p_type != PT_LOAD) continue;
+          const uintptr_t start = info->dlpi_addr + segment.p_vaddr;
+          if (s->address < start || s->address - start > segment.p_memsz ||
+              s->length > segment.p_memsz - (s->address - start)) {
+            continue;
+          }
+          s->protection = ((segment.p_flags & PF_R) ? PROT_READ : 0) |
+                          ((segment.p_flags & PF_W) ? PROT_WRITE : 0) |
+                          ((segment.p_flags & PF_X) ? PROT_EXEC : 0);
+          return 1;
+        }
+        return 1;
+      },
+      &search);
+  return search.protection;
+}
+
+// The one CUDA call of NCCL's socket transport, and a stand-in for it where no driver answers.
 //
 // ncclNetSocketConnect and ncclNetSocketAccept (NCCL 2.28.9, src/transport/net_socket.cc) ask
 // `cudaGetDevice(&comm->cudaDev)` under CUDACHECK, and use the answer only to name their helper
-// threads ("NCCL Sock..." + cudaDev).  libnccl.so links the CUDA runtime statically; without a
-// driver that call fails ("CUDA driver version is insufficient"), and a fake libcuda.so.1
+// threads ("NCCL Sock..." + cudaDev); NCCL's logger (src/debug.cc) asks it too, for the device
+// it prints in each line.  libnccl.so links the CUDA runtime statically; without a working
+// driver the call fails ("CUDA driver version is insufficient"), and a fake libcuda.so.1
 // cannot satisfy it, because the static runtime first asks the driver for private export
-// tables (cuGetExportTable) that are documented nowhere.  So where no libcuda.so.1 can be
-// loaded, the runtime's `cudaGetDevice` inside libnccl (a local symbol of its .symtab) is
-// overwritten with "device 0 is current, cudaSuccess": what the driver would answer on a
-// machine with one GPU, as the GPU runs do.  Nothing else in the transport touches CUDA (the
-// same file: its only other CUDA mention is a comment), so the bytes moved are the real
-// transport's.  This is a fake of the driver's answer, confined to this test process.
-bool stand_in_for_cuda_get_device(uintptr_t load_address, const MappedFile& file, std::string* why) {
-  if (void* driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL); driver != nullptr) {
-    dlclose(driver);
-    return true;  // a real driver answers
-  }
-#if defined(__x86_64__)
+// tables (cuGetExportTable) that are documented nowhere.  So libnccl's own `cudaGetDevice` (a
+// local symbol of its .symtab) is called once, and only where it fails is it overwritten with
+// "device 0 is current, cudaSuccess": what the driver answers on a machine with one GPU, as
+// the GPU runs do.  Nothing else in the transport touches CUDA, so the bytes moved are the
+// real transport's.  This is a fake of the driver's answer, confined to this test process.
+bool stand_in_for_cuda_get_device(const link_map* map, const MappedFile& file, std::string* why) {
   std::string reason;
-  const std::optional<Elf64_Sym> symbol = find_symbol(file, "cudaGetDevice", &reason);
-  if (!symbol || ELF64_ST_TYPE(symbol->st_info) != STT_FUNC) {
-    *why = "no driver, and no cudaGetDevice in libnccl's symbol table to stand in for (" + reason + ")";
+  const std::optional<Elf64_Sym> symbol = find_symbol(file, "cudaGetDevice", STT_FUNC, &reason);
+  if (!symbol) {
+    *why = "no cudaGetDevice in libnccl's symbol table to ask or stand in for (" + reason + ")";
     return false;
   }
-  // int cudaGetDevice(int* device): *device = 0; return cudaSuccess (0).
   static constexpr unsigned char kDeviceZero[] = {
+      // int cudaGetDevice(int* device): *device = 0; return cudaSuccess (0).  x86-64.
       0xc7, 0x07, 0x00, 0x00, 0x00, 0x00,  // mov dword ptr [rdi], 0
       0x31, 0xc0,                          // xor eax, eax
       0xc3,                                // ret
   };
-  if (symbol->st_size < sizeof kDeviceZero) {
-    *why = "libnccl's cudaGetDevice is too short to stand in for";
+  const uintptr_t address = map->l_addr + symbol->st_value;
+  const int protection = segment_protection(map, address, sizeof kDeviceZero);
+  if (protection < 0 || (protection & PROT_EXEC) == 0 || symbol->st_size < sizeof kDeviceZero) {
+    *why = "libnccl's symbol table does not describe the cudaGetDevice it has loaded";
     return false;
   }
-  auto* code = reinterpret_cast<unsigned char*>(load_address + symbol->st_value);
+  // Once per process: a second caller finds the driver answering, or the stand-in in place.
+  static std::mutex mutex;
+  const std::lock_guard<std::mutex> lock(mutex);
+  int device = -1;
+  if (reinterpret_cast<int (*)(int*)>(address)(&device) == 0) return true;  // a driver answers
+#if defined(__x86_64__)
+  auto* code = reinterpret_cast<unsigned char*>(address);
   const uintptr_t page_size = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  const uintptr_t first = reinterpret_cast<uintptr_t>(code) & ~(page_size - 1);
-  const size_t span = reinterpret_cast<uintptr_t>(code) + sizeof kDeviceZero - first;
+  const uintptr_t first = address & ~(page_size - 1);
+  const size_t span = address + sizeof kDeviceZero - first;  // (mprotect rounds up to pages)
   auto* pages = reinterpret_cast<void*>(first);
-  if (mprotect(pages, span, PROT_READ | PROT_WRITE | PROT_EXEC) != 0) {
+  if (mprotect(pages, span, protection | PROT_WRITE) != 0) {
     *why = std::string("no driver, and libnccl's code cannot be made writable: ") + std::strerror(errno);
     return false;
   }
   std::memcpy(code, kDeviceZero, sizeof kDeviceZero);
   __builtin___clear_cache(reinterpret_cast<char*>(code), reinterpret_cast<char*>(code) + sizeof kDeviceZero);
-  mprotect(pages, span, PROT_READ | PROT_EXEC);
+  if (mprotect(pages, span, protection) != 0) {
+    *why = std::string("libnccl's code could not be made read-only again: ") + std::strerror(errno);
+    return false;
+  }
   return true;
 #else
-  (void)load_address;
-  (void)file;
   *why = "no driver, and the stand-in for cudaGetDevice is written for x86-64 only";
   return false;
 #endif
@@ -157,12 +208,10 @@ std::string nccl_library_path() {
 
 std::unique_ptr<Net> open_nccl_socket_transport(std::string* why) {
   const std::string path = nccl_library_path();
-  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);  // never closed: see the header
-  if (handle == nullptr) {
-    const char* error = dlerror();
-    *why = "dlopen(" + path + "): " + (error != nullptr ? error : "unknown");
-    return nullptr;
-  }
+  // (PluginLibrary never dlcloses: the library stays loaded, as the header says.)
+  const std::unique_ptr<PluginLibrary> library = PluginLibrary::open(path, why);
+  if (library == nullptr) return nullptr;
+  void* handle = library->handle();
   using GetVersion = int (*)(int*);
   auto get_version = reinterpret_cast<GetVersion>(dlsym(handle, "ncclGetVersion"));
   int version = 0;
@@ -183,22 +232,23 @@ std::unique_ptr<Net> open_nccl_socket_transport(std::string* why) {
   }
   MappedFile file(map->l_name);
   std::string reason;
-  const std::optional<Elf64_Sym> symbol = find_symbol(file, "ncclNetSocket", &reason);
+  const std::optional<Elf64_Sym> symbol = find_symbol(file, "ncclNetSocket", STT_OBJECT, &reason);
   if (!symbol) {
     *why = std::string(map->l_name) + ": " + reason;
     return nullptr;
   }
-  if (ELF64_ST_TYPE(symbol->st_info) != STT_OBJECT || symbol->st_size != sizeof(ncclNet_v11_t)) {
-    *why = std::string(map->l_name) + ": ncclNetSocket is not a " + std::to_string(sizeof(ncclNet_v11_t)) +
+  const uintptr_t address = map->l_addr + symbol->st_value;
+  if (symbol->st_size != sizeof(ncclNet_v11_t) || segment_protection(map, address, sizeof(ncclNet_v11_t)) < 0) {
+    *why = std::string(map->l_name) + ": ncclNetSocket is not a loaded " + std::to_string(sizeof(ncclNet_v11_t)) +
            "-byte object (" + std::to_string(symbol->st_size) + " bytes)";
     return nullptr;
   }
-  const auto* table = reinterpret_cast<const ncclNet_v11_t*>(map->l_addr + symbol->st_value);
+  const auto* table = reinterpret_cast<const ncclNet_v11_t*>(address);
   if (table->name == nullptr || std::strcmp(table->name, "Socket") != 0) {
     *why = std::string(map->l_name) + ": ncclNetSocket's name is not \"Socket\"";
     return nullptr;
   }
-  if (!stand_in_for_cuda_get_device(map->l_addr, file, why)) return nullptr;
+  if (!stand_in_for_cuda_get_device(map, file, why)) return nullptr;
   return wrap_v11_table(table, why);
 }
 

@@ -6,10 +6,13 @@
 // The socket transport's table is the local data symbol `ncclNetSocket` (an ncclNet_t, which
 // in NCCL 2.28 has the v11 layout: 22 pointers, `init(ctx, commId, config, log, prof)`), found
 // here in the library's ELF symbol table (.symtab, which NVIDIA's build keeps) and relocated by
-// the load address.  Nothing else of NCCL is called except ncclGetVersion, to refuse a version
-// whose internal table may have another shape.  The transport needs no GPU: it moves host
-// memory over the kernel's TCP sockets with its own helper threads (NCCL_SOCKET_NTHREADS,
-// NCCL_NSOCKS_PERTHREAD), exactly as it does for a real NCCL between hosts.
+// the load address (checked to lie in a loaded segment of that library).  Nothing else of
+// NCCL is called except ncclGetVersion, to refuse a version whose internal table may have
+// another shape, and the CUDA runtime's cudaGetDevice inside it (see the .cpp).  The transport
+// needs no GPU: it moves host memory over the kernel's TCP sockets exactly as it does for a
+// real NCCL between hosts.  By default (NCCL 2.28's ncclNetSocketGetNsockNthread) that is the
+// control socket alone, in the caller's thread; helper threads and extra data sockets come
+// only on AWS or GCP NICs or with NCCL_SOCKET_NTHREADS / NCCL_NSOCKS_PERTHREAD.
 #pragma once
 
 #include <memory>

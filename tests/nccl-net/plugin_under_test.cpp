@@ -76,6 +76,7 @@ class NetBase : public Net {
   }
   ncclResult_t reg_mr_dmabuf(void* comm, void* data, size_t size, int type, uint64_t offset,
                              int fd, void** mh) override {
+    if (t_->regMrDmaBuf == nullptr) return ncclInternalError;  // optional: NULL in NCCL's Socket
     return t_->regMrDmaBuf(comm, data, size, type, offset, fd, mh);
   }
   ncclResult_t dereg_mr(void* comm, void* mh) override { return t_->deregMr(comm, mh); }
@@ -158,12 +159,14 @@ class NetV11 final : public NetBase<ncclNet_v11_t, ncclNetProperties_v11_t> {
  public:
   using NetBase::NetBase;
   ~NetV11() override {
-    if (ctx_ != nullptr) t_->finalize(ctx_);
+    if (initialized_) t_->finalize(ctx_);
   }
   ncclResult_t init(ncclDebugLogger_t logger) override {
     ncclNetCommConfig_t config{NCCL_NET_TRAFFIC_CLASS_UNDEF};
-    if (ctx_ != nullptr) return ncclSuccess;
+    if (initialized_) return ncclSuccess;
+    // (A flag, not ctx_: NCCL's socket transport initialises without setting a context.)
     const ncclResult_t rc = t_->init(&ctx_, 0x1234, &config, logger, nullptr);
+    initialized_ = rc == ncclSuccess;
     // NCCL's own socket transport leaves setNetAttr NULL, and NCCL calls it only where set.
     if (rc == ncclSuccess && t_->setNetAttr != nullptr) {
       ncclNetAttr_v11_t attr;
@@ -175,6 +178,7 @@ class NetV11 final : public NetBase<ncclNet_v11_t, ncclNetProperties_v11_t> {
   ncclResult_t finalize() override {
     void* ctx = ctx_;
     ctx_ = nullptr;
+    initialized_ = false;
     return t_->finalize(ctx);
   }
   ncclResult_t listen(int dev, void* handle, void** comm) override {
@@ -195,6 +199,7 @@ class NetV11 final : public NetBase<ncclNet_v11_t, ncclNetProperties_v11_t> {
 
  private:
   void* ctx_ = nullptr;
+  bool initialized_ = false;
 };
 
 // NCCL refuses a table whose mandatory members are missing; so does the harness.
