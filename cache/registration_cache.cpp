@@ -476,9 +476,11 @@ void RegistrationCache::invalidate(uintptr_t start, uintptr_t end) {
 
 void RegistrationCache::flush() {
   // Invalidations already read by the monitor's thread are finished first, and what they left
-  // to deregister is deregistered here: after a flush nothing unused is registered.
+  // to deregister is deregistered here, or by the reaper thread that took it first, which is
+  // waited for: after a flush nothing unused is registered (CallbackNic.AFlushWaitsFor...).
   wait_for_monitor();
   finalize_deferred();
+  wait_for_finalizing();
   sweep_held();
   Retired retired;
   std::unique_lock<std::mutex> lock(writer_);

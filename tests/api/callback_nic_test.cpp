@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
@@ -34,6 +35,9 @@ struct ToyNic {
   uint64_t next_key = 100;
   int fail_reg = 0;    // a negative HMR code: reg_* fails with it
   int fail_dereg = 0;
+  // Non-zero: dereg takes this long (busy, like a NIC's round trip to firmware), which widens
+  // the time another thread may look while a deregistration is under way.
+  std::chrono::microseconds dereg_takes{0};
   uint64_t key_override = 0;  // non-zero: returned as the key
   // Called from inside reg_va, to show that hmr can be re-entered from a callback.
   void (*reenter)(ToyNic&) = nullptr;
@@ -70,6 +74,9 @@ int toy_register(void* context, const hmr_nic_reg_request* request, hmr_nic_mr* 
 
 int toy_deregister(void* context, const hmr_nic_mr* mr, char* reason, size_t reason_size) {
   auto& nic = *static_cast<ToyNic*>(context);
+  const auto until = std::chrono::steady_clock::now() + nic.dereg_takes;
+  while (std::chrono::steady_clock::now() < until) {
+  }
   nic.deregistrations.push_back(*mr);
   if (nic.fail_dereg != 0) {
     std::snprintf(reason, reason_size, "toy NIC lost handle %p", mr->handle);
@@ -172,6 +179,31 @@ TEST(CallbackNic, RegistersThroughTheCallbacksAndCachesWhatTheyReturn) {
   EXPECT_EQ(nic.deregistrations[0].key, 100u);
   EXPECT_EQ(nic.deregistrations[0].handle, reinterpret_cast<void*>(1));
   EXPECT_EQ(nic.deregistrations[0].desc, &nic);
+}
+
+// hmr_domain_cache_flush promises that nothing unused is registered when it returns.  Under
+// userfaultfd the registration of unmapped memory is dropped on hmr's own reaper thread (the
+// monitor's thread may not call the NIC), which may take it just before the flush looks.  The
+// flush must then wait for that deregistration to end, not return while it is in the NIC.  It
+// did return early: a ThreadSanitizer run of the test above caught the read of what the dereg
+// callback wrote with nothing ordering the two, and with a dereg as slow as this one's the
+// count below came up short.
+TEST(CallbackNic, AFlushWaitsForADeregistrationAnotherThreadIsMaking) {
+  ToyNic nic;
+  nic.dereg_takes = std::chrono::microseconds(300);
+  hmr_nic_callbacks callbacks = toy_callbacks(nic);
+  DomainPtr domain(open_callback_domain(callbacks, "userfaultfd"));
+  ASSERT_TRUE(domain);
+  for (size_t round = 1; round <= 50; ++round) {
+    Pages buffer(kPage);
+    MrPtr mr = reg(domain.get(), buffer.data(), kPage, kRemote);
+    ASSERT_TRUE(mr);
+    mr.reset();
+    buffer.unmap();
+    ASSERT_HMR_OK(hmr_domain_cache_flush(domain.get()));
+    ASSERT_EQ(nic.deregistrations.size(), round)
+        << "round " << round << ": the flush returned before the unmapped range's deregistration ended";
+  }
 }
 
 TEST(CallbackNic, FailuresReachTheCallerWithTheCallbacksReason) {
