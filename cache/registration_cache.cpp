@@ -40,6 +40,10 @@ void RegistrationCache::watch_lost_by_fork() {
   limits_.max_count = 0;  // what find() and get() look at first: no hit, no filing
   monitor_ = nullptr;     // which forgot us: no unsubscription, no removal at detach()
   attached_ = false;
+  // A thread of the parent's that was deregistering dead entries when another forked does
+  // not exist here, and never counts itself out: a flush, the statistics or the close would
+  // wait for it for ever (CallbackNic.AForkedChildClosesWhileItsParentDeregisters).
+  finalizing_.store(0, std::memory_order_relaxed);
 }
 
 void RegistrationCache::detach() {
@@ -480,7 +484,7 @@ void RegistrationCache::flush() {
   // waited for: after a flush nothing unused is registered (CallbackNic.AFlushWaitsFor...).
   wait_for_monitor();
   finalize_deferred();
-  wait_for_finalizing();
+  wait_for_finalizing();  // (before writer_: a dereg that unmaps needs invalidate(), which takes it)
   sweep_held();
   Retired retired;
   std::unique_lock<std::mutex> lock(writer_);

@@ -4,10 +4,12 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "memory_ops_support.h"
@@ -35,9 +37,11 @@ struct ToyNic {
   uint64_t next_key = 100;
   int fail_reg = 0;    // a negative HMR code: reg_* fails with it
   int fail_dereg = 0;
-  // Non-zero: dereg takes this long (busy, like a NIC's round trip to firmware), which widens
-  // the time another thread may look while a deregistration is under way.
+  // Non-zero: dereg takes this long (a NIC's round trip to its firmware), so that another
+  // thread may look while a deregistration is under way.
   std::chrono::microseconds dereg_takes{0};
+  std::atomic<int> deregs_started{0};
+  std::atomic<bool> hold_dereg{false};  // dereg waits while it is set
   uint64_t key_override = 0;  // non-zero: returned as the key
   // Called from inside reg_va, to show that hmr can be re-entered from a callback.
   void (*reenter)(ToyNic&) = nullptr;
@@ -74,9 +78,9 @@ int toy_register(void* context, const hmr_nic_reg_request* request, hmr_nic_mr* 
 
 int toy_deregister(void* context, const hmr_nic_mr* mr, char* reason, size_t reason_size) {
   auto& nic = *static_cast<ToyNic*>(context);
-  const auto until = std::chrono::steady_clock::now() + nic.dereg_takes;
-  while (std::chrono::steady_clock::now() < until) {
-  }
+  nic.deregs_started.fetch_add(1, std::memory_order_release);
+  while (nic.hold_dereg.load(std::memory_order_acquire)) std::this_thread::yield();
+  if (nic.dereg_takes.count() != 0) std::this_thread::sleep_for(nic.dereg_takes);
   nic.deregistrations.push_back(*mr);
   if (nic.fail_dereg != 0) {
     std::snprintf(reason, reason_size, "toy NIC lost handle %p", mr->handle);
@@ -181,29 +185,78 @@ TEST(CallbackNic, RegistersThroughTheCallbacksAndCachesWhatTheyReturn) {
   EXPECT_EQ(nic.deregistrations[0].desc, &nic);
 }
 
+// Until `count` deregistrations have begun (on whatever thread), for at most 10 s.
+bool wait_for_deregs(const ToyNic& nic, int count) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (nic.deregs_started.load(std::memory_order_acquire) < count) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
 // hmr_domain_cache_flush promises that nothing unused is registered when it returns.  Under
 // userfaultfd the registration of unmapped memory is dropped on hmr's own reaper thread (the
-// monitor's thread may not call the NIC), which may take it just before the flush looks.  The
-// flush must then wait for that deregistration to end, not return while it is in the NIC.  It
-// did return early: a ThreadSanitizer run of the test above caught the read of what the dereg
-// callback wrote with nothing ordering the two, and with a dereg as slow as this one's the
-// count below came up short.
+// monitor's thread may not call the NIC).  A flush called while that thread is inside the NIC's
+// dereg must wait for it to end, not return with the range still registered.  It did return:
+// a ThreadSanitizer run of the test above caught the read of what the dereg callback wrote
+// with nothing ordering the two.
 TEST(CallbackNic, AFlushWaitsForADeregistrationAnotherThreadIsMaking) {
   ToyNic nic;
   nic.dereg_takes = std::chrono::microseconds(300);
   hmr_nic_callbacks callbacks = toy_callbacks(nic);
   DomainPtr domain(open_callback_domain(callbacks, "userfaultfd"));
   ASSERT_TRUE(domain);
-  for (size_t round = 1; round <= 50; ++round) {
+  for (int round = 1; round <= 20; ++round) {
     Pages buffer(kPage);
     MrPtr mr = reg(domain.get(), buffer.data(), kPage, kRemote);
     ASSERT_TRUE(mr);
     mr.reset();
     buffer.unmap();
+    // The reaper thread is in the NIC with this round's range before the flush is called.
+    ASSERT_TRUE(wait_for_deregs(nic, round)) << "round " << round << ": no deregistration began";
     ASSERT_HMR_OK(hmr_domain_cache_flush(domain.get()));
-    ASSERT_EQ(nic.deregistrations.size(), round)
+    ASSERT_EQ(nic.deregistrations.size(), static_cast<size_t>(round))
         << "round " << round << ": the flush returned before the unmapped range's deregistration ended";
   }
+}
+
+// A thread that was deregistering a domain's dead entries when another thread called fork()
+// does not exist in the child, and never says it is done: the child's flush, statistics and
+// close of that domain must not wait for it.  (They waited for ever; the close did since the
+// flush waits for deregistrations in progress, the test above.)  Domain `first`'s dereg holds
+// hmr's reaper thread, so that the application's own flush of `second` takes that domain's
+// dead entry; the fork comes while that flush is inside `second`'s dereg.
+TEST(CallbackNic, AForkedChildClosesWhileItsParentDeregisters) {
+  ToyNic first_nic, second_nic;
+  hmr_nic_callbacks first_callbacks = toy_callbacks(first_nic);
+  hmr_nic_callbacks second_callbacks = toy_callbacks(second_nic);
+  DomainPtr first(open_callback_domain(first_callbacks, "userfaultfd"));
+  DomainPtr second(open_callback_domain(second_callbacks, "userfaultfd"));
+  ASSERT_TRUE(first && second);
+  Pages first_buffer(kPage), second_buffer(kPage);
+  ASSERT_TRUE(MrPtr(reg(first.get(), first_buffer.data(), kPage, kRemote)));
+  ASSERT_TRUE(MrPtr(reg(second.get(), second_buffer.data(), kPage, kRemote)));
+  first_nic.hold_dereg.store(true);
+  second_nic.hold_dereg.store(true);
+  first_buffer.unmap();
+  ASSERT_TRUE(wait_for_deregs(first_nic, 1)) << "the reaper thread never deregistered";
+  second_buffer.unmap();  // its dead entry waits: the reaper is held in the first domain
+  std::thread flusher([&] { EXPECT_EQ(hmr_domain_cache_flush(second.get()), 0) << hmr_last_error(); });
+  ASSERT_TRUE(wait_for_deregs(second_nic, 1)) << "the flush never deregistered";
+  first_nic.hold_dereg.store(false);  // (fork() waits for the reaper to finish its batch)
+  const int child = run_forked([&] {
+    second_nic.hold_dereg.store(false);  // the child's own copy
+    hmr_domain_stats stats{};
+    stats.size = sizeof stats;
+    if (hmr_domain_query_stats(second.get(), &stats) != 0) return 2;
+    if (hmr_domain_close(second.release()) != 0) return 3;
+    return 0;
+  });
+  second_nic.hold_dereg.store(false);
+  flusher.join();
+  EXPECT_EQ(child, 0) << "the child's statistics or close of the domain failed (2, 3) or hung "
+                         "until its alarm (-1)";
 }
 
 TEST(CallbackNic, FailuresReachTheCallerWithTheCallbacksReason) {
