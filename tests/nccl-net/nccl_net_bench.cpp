@@ -31,10 +31,10 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <functional>
-#include <optional>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -79,6 +79,11 @@ void check_deadline(const char* waiting_for) {
 }
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// A stream round's figure: GB/s on the receiver, whose clock times it (the sender's is not used).
+double stream_gbps(const Options& o, bool receiver, double seconds) {
+  return receiver ? static_cast<double>(o.size) * o.messages / seconds / 1e9 : 0;
+}
 
 // ------------------------------------------------------------------------------ raw libfabric
 class RawFabric {
@@ -478,8 +483,7 @@ double side_round(NetSide& s, Channel& ch, bool receiver, const Options& o, uint
     void* recv_mh = receiver ? s.mh : s.back_mh;
     return plugin_round_trips(*s.net, ch, receiver, o, send_comm, send_mh, recv_comm, recv_mh, buffer, s.name);
   }
-  const double t = plugin_round(*s.net, ch, receiver, o, s.comm, buffer, s.mh, s.name);
-  return receiver ? static_cast<double>(o.size) * o.messages / t / 1e9 : 0;
+  return stream_gbps(o, receiver, plugin_round(*s.net, ch, receiver, o, s.comm, buffer, s.mh, s.name));
 }
 
 // One contender of the comparison and its figures, one per round.
@@ -561,8 +565,7 @@ int run(bool receiver, const Options& o, OobChannel& oob) {
   contenders.push_back({"plugin", [&] { return side_round(plugin_side, ch, receiver, o, buffer.data()); }, {}});
   contenders.push_back({"raw", [&] {
                           if (o.latency) return raw_round_trips(raw, ch, receiver, o, buffer.data(), remote_base, key);
-                          const double t = raw_round(raw, ch, receiver, o, buffer.data(), remote_base, key);
-                          return receiver ? static_cast<double>(o.size) * o.messages / t / 1e9 : 0;
+                          return stream_gbps(o, receiver, raw_round(raw, ch, receiver, o, buffer.data(), remote_base, key));
                         }, {}});
   if (socket_side) {
     contenders.push_back({"socket", [&] { return side_round(*socket_side, ch, receiver, o, buffer.data()); }, {}});
@@ -580,30 +583,23 @@ int run(bool receiver, const Options& o, OobChannel& oob) {
   close_side(plugin_side, receiver);
   if (socket_side) close_side(*socket_side, receiver);
   if (!receiver || !o.only.empty()) return 0;
-  const double p = median(contenders[0].figures), w = median(contenders[1].figures);
   // (The names of earlier sessions' records: MiB for a stream of whole MiB, else bytes.)
   const std::string size_name = !o.latency && o.size % (1u << 20) == 0 ? std::to_string(o.size >> 20) + "MiB"
                                                                        : std::to_string(o.size) + "B";
   const std::string metric = (o.latency ? "nccl_net_rtt_" : "nccl_net_bw_") + size_name;
-  if (o.latency) {
-    std::printf("RESULT metric=%s provider=%s plugin_us=%.3f raw_us=%.3f ratio=%.3f\n", metric.c_str(),
-                o.provider.c_str(), p, w, p / w);
-  } else {
-    std::printf("RESULT metric=%s provider=%s plugin=%.4f raw=%.4f ratio=%.3f\n", metric.c_str(),
-                o.provider.c_str(), p, w, p / w);
-  }
-  if (socket_side) {
-    // ratio: how many times the plugin is as good as Socket (bandwidth over bandwidth; time
-    // over time for round trips, so > 1 there means slower, as issue 30's "within 1.2x").
-    const double s = median(contenders[2].figures);
-    if (o.latency) {
-      std::printf("RESULT metric=%s_vs_socket provider=%s plugin_us=%.3f socket_us=%.3f ratio=%.3f\n",
-                  metric.c_str(), o.provider.c_str(), p, s, p / s);
-    } else {
-      std::printf("RESULT metric=%s_vs_socket provider=%s plugin=%.4f socket=%.4f ratio=%.3f\n", metric.c_str(),
-                  o.provider.c_str(), p, s, p / s);
-    }
-  }
+  // The plugin's median beside an anchor's.  ratio: plugin over anchor, bandwidth over
+  // bandwidth, or time over time for round trips (so above 1 is slower there, as in issue 30's
+  // "within 1.2x").
+  const double mine = median(contenders[0].figures);
+  auto result = [&](const char* suffix, const Contender& anchor) {
+    const double other = median(anchor.figures);
+    const char* unit = o.latency ? "_us" : "";
+    const int digits = o.latency ? 3 : 4;
+    std::printf("RESULT metric=%s%s provider=%s plugin%s=%.*f %s%s=%.*f ratio=%.3f\n", metric.c_str(), suffix,
+                o.provider.c_str(), unit, digits, mine, anchor.name.c_str(), unit, digits, other, mine / other);
+  };
+  result("", contenders[1]);
+  if (socket_side) result("_vs_socket", contenders[2]);
   return 0;
 }
 

@@ -51,7 +51,8 @@ void copy_common(const P& p, Properties* out) {
 template <typename Table, typename Props>
 class NetBase : public Net {
  public:
-  NetBase(const Table* t, int v) : t_(t), version_(v) {}
+  // `builtin`: one of NCCL's own transports' tables, not a plugin's.
+  NetBase(const Table* t, int v, bool builtin = false) : t_(t), version_(v), builtin_(builtin) {}
   int version() const override { return version_; }
   const char* name() const override { return t_->name; }
   ncclResult_t devices(int* ndev) override { return t_->devices(ndev); }
@@ -64,13 +65,12 @@ class NetBase : public Net {
   }
   // The plugin must say it has no device handle (NULL) even when handed garbage.  NCCL itself
   // passes a NULL one, and its own socket transport leaves it as it was, so a built-in table
-  // (set_builtin) gets NULL.
+  // gets NULL.
   ncclResult_t accept(void* listen_comm, void** comm) override {
     ncclNetDeviceHandle_t* dev_comm = builtin_ ? nullptr : reinterpret_cast<ncclNetDeviceHandle_t*>(0x1);
     const ncclResult_t rc = t_->accept(listen_comm, comm, &dev_comm);
     return rc == ncclSuccess && dev_comm != nullptr ? ncclInternalError : rc;
   }
-  void set_builtin() { builtin_ = true; }
   ncclResult_t reg_mr(void* comm, void* data, size_t size, int type, void** mh) override {
     return t_->regMr(comm, data, size, type, mh);
   }
@@ -91,7 +91,7 @@ class NetBase : public Net {
  protected:
   const Table* t_;
   int version_;
-  bool builtin_ = false;  // one of NCCL's own transports, not a plugin
+  bool builtin_;
 };
 
 class NetV8 final : public NetBase<ncclNet_v8_t, ncclNetProperties_v8_t> {
@@ -223,9 +223,7 @@ template <typename Table, typename Wrapper>
 std::unique_ptr<Net> wrap(const void* symbol, int version, std::string* why, bool builtin = false) {
   const auto* t = static_cast<const Table*>(symbol);
   if (!complete(t, why, builtin)) return nullptr;
-  auto net = std::make_unique<Wrapper>(t, version);
-  if (builtin) net->set_builtin();
-  return net;
+  return std::make_unique<Wrapper>(t, version, builtin);
 }
 
 }  // namespace
