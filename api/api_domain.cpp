@@ -2,6 +2,7 @@
 #include <cstddef>
 
 #include "api/api_guard.h"
+#include "api/bad_handle.h"
 #include "api/extensible_struct.h"
 #include "core/domain.h"
 #include "core/event_queue.h"
@@ -40,7 +41,10 @@ HMR_API int hmr_domain_open(hmr_domain_attr* attr, hmr_domain** domain) {
 HMR_API int hmr_domain_close(hmr_domain* handle) {
   return hmr::guarded([&] {
     Domain* domain = from_handle<Domain>(handle);
-    if (domain == nullptr) return hmr::report_error(HMR_EINVAL, "not a domain handle");
+    if (domain == nullptr) {
+      if (hmr::close_inherited(handle)) return 0;  // a forked child lets go of its copy
+      return hmr::report_bad_handle(handle, "not a domain handle");
+    }
     hmr::Status status = domain->prepare_close();
     if (!status.ok()) return hmr::report(status);
     delete domain;
@@ -51,10 +55,10 @@ HMR_API int hmr_domain_close(hmr_domain* handle) {
 HMR_API int hmr_domain_bind(hmr_domain* handle, hmr_fid* eq_fid, uint64_t flags) {
   return hmr::guarded([&] {
     Domain* domain = from_handle<Domain>(handle);
-    if (domain == nullptr) return hmr::report_error(HMR_EINVAL, "not a domain handle");
+    if (domain == nullptr) return hmr::report_bad_handle(handle, "not a domain handle");
     EventQueue* queue = from_handle<EventQueue>(eq_fid);
     if (queue == nullptr) {
-      return hmr::report_error(HMR_EINVAL, "a domain binds an event queue (hmr_eq_fid(eq))");
+      return hmr::report_bad_handle(eq_fid, "a domain binds an event queue (hmr_eq_fid(eq))");
     }
     return hmr::report(domain->bind_event_queue(*queue, flags));
   });
@@ -63,7 +67,7 @@ HMR_API int hmr_domain_bind(hmr_domain* handle, hmr_fid* eq_fid, uint64_t flags)
 HMR_API int hmr_domain_query_stats(hmr_domain* handle, hmr_domain_stats* stats) {
   return hmr::guarded([&] {
     Domain* domain = from_handle<Domain>(handle);
-    if (domain == nullptr) return hmr::report_error(HMR_EINVAL, "not a domain handle");
+    if (domain == nullptr) return hmr::report_bad_handle(handle, "not a domain handle");
     // The first version ended before deregistration_ns.
     constexpr size_t kFirstVersionSize = offsetof(hmr_domain_stats, deregistration_ns);
     auto checked = hmr::core::read_extensible(stats, kFirstVersionSize, "hmr_domain_stats");
@@ -76,7 +80,7 @@ HMR_API int hmr_domain_query_stats(hmr_domain* handle, hmr_domain_stats* stats) 
 HMR_API int hmr_domain_cache_flush(hmr_domain* handle) {
   return hmr::guarded([&] {
     Domain* domain = from_handle<Domain>(handle);
-    if (domain == nullptr) return hmr::report_error(HMR_EINVAL, "not a domain handle");
+    if (domain == nullptr) return hmr::report_bad_handle(handle, "not a domain handle");
     domain->flush_cache();
     return 0;
   });

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "api/api_guard.h"
+#include "api/bad_handle.h"
 #include "api/extensible_struct.h"
 #include "api/mr_handle.h"
 #include "core/domain.h"
@@ -147,7 +148,7 @@ HMR_API int hmr_mem_invalidate(hmr_domain* handle, const void* addr, size_t len)
     Domain* domain = nullptr;
     if (handle != nullptr) {
       domain = from_handle<Domain>(handle);
-      if (domain == nullptr) return hmr::report_error(HMR_EINVAL, "not a domain handle");
+      if (domain == nullptr) return hmr::report_bad_handle(handle, "not a domain handle");
     }
     hmr::Status range = check_range(addr, len);
     if (!range.ok()) return hmr::report(range);

@@ -2,6 +2,7 @@
 #include <cstddef>
 
 #include "api/api_guard.h"
+#include "api/bad_handle.h"
 #include "api/extensible_struct.h"
 #include "core/domain.h"
 #include "core/packed_rkey.h"
@@ -58,7 +59,7 @@ extern "C" {
 HMR_API int hmr_md_query(hmr_domain* handle, hmr_md_attr* attr) {
   return hmr::guarded([&] {
     Domain* domain = from_handle<Domain>(handle);
-    if (domain == nullptr) return hmr::report_error(HMR_EINVAL, "not a domain handle");
+    if (domain == nullptr) return hmr::report_bad_handle(handle, "not a domain handle");
     // The first version ended before max_registrations.
     constexpr size_t kFirstVersionSize = offsetof(hmr_md_attr, max_registrations);
     auto checked = hmr::core::read_extensible(attr, kFirstVersionSize, "hmr_md_attr");

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "api/api_guard.h"
+#include "api/bad_handle.h"
 #include "api/extensible_struct.h"
 #include "api/mr_handle.h"
 #include "core/domain.h"
@@ -42,7 +43,7 @@ HMR_API int hmr_mr_rereg(hmr_mr* handle, uint64_t flags, const struct hmr_mr_rer
     const hmr::Status flags_ok = MemoryRegion::check_rereg_flags(flags);
     if (!flags_ok.ok()) return hmr::report(flags_ok);
     MemoryRegion* region = hmr::owned_memory_region(handle);
-    if (region == nullptr) return hmr::report_error(HMR_EINVAL, "not an MR handle");
+    if (region == nullptr) return hmr::report_bad_handle(handle, "not an MR handle");
     return hmr::report(region->rereg(flags, *copy));
   });
 }
@@ -60,7 +61,7 @@ HMR_API int hmr_mr_reg_indirect(hmr_domain* handle, const struct hmr_mr_segment*
                                 size_t count, uint64_t access, hmr_mr** mr) {
   return hmr::guarded([&] {
     Domain* domain = from_handle<Domain>(handle);
-    if (domain == nullptr) return hmr::report_error(HMR_EINVAL, "not a domain handle");
+    if (domain == nullptr) return hmr::report_bad_handle(handle, "not a domain handle");
     if (mr == nullptr) return hmr::report_error(HMR_EINVAL, "mr output pointer is NULL");
     if (segments == nullptr || count == 0) {
       return hmr::report_error(HMR_EINVAL, "an indirect key needs at least one segment");
@@ -91,7 +92,7 @@ HMR_API int hmr_mr_reg_indirect(hmr_domain* handle, const struct hmr_mr_segment*
 HMR_API int hmr_mw_alloc(hmr_domain* handle, enum hmr_mw_type type, hmr_mw** mw) {
   return hmr::guarded([&] {
     Domain* domain = from_handle<Domain>(handle);
-    if (domain == nullptr) return hmr::report_error(HMR_EINVAL, "not a domain handle");
+    if (domain == nullptr) return hmr::report_bad_handle(handle, "not a domain handle");
     if (mw == nullptr) return hmr::report_error(HMR_EINVAL, "mw output pointer is NULL");
     // The enum's bits, read as an int: a C caller may pass any value (util/enum_bits.h).
     hmr::Result<MemoryWindow*> window = MemoryWindow::allocate(*domain, hmr::core::enum_bits(type));
@@ -105,7 +106,7 @@ HMR_API int hmr_mw_bind(hmr_mw* handle, hmr_mr* mr, const void* addr, size_t len
                         uint64_t access, const struct hmr_mw_post* post, uint64_t* key) {
   return hmr::guarded([&] {
     MemoryWindow* window = from_handle<MemoryWindow>(handle);
-    if (window == nullptr) return hmr::report_error(HMR_EINVAL, "not a memory window handle");
+    if (window == nullptr) return hmr::report_bad_handle(handle, "not a memory window handle");
     if (key == nullptr) return hmr::report_error(HMR_EINVAL, "key output pointer is NULL");
     hmr_mw_post copy{};
     hmr::Result<const hmr_mw_post*> posting = read_post(post, copy);
@@ -125,7 +126,7 @@ HMR_API int hmr_mw_bind(hmr_mw* handle, hmr_mr* mr, const void* addr, size_t len
 HMR_API int hmr_mw_invalidate(hmr_mw* handle, const struct hmr_mw_post* post) {
   return hmr::guarded([&] {
     MemoryWindow* window = from_handle<MemoryWindow>(handle);
-    if (window == nullptr) return hmr::report_error(HMR_EINVAL, "not a memory window handle");
+    if (window == nullptr) return hmr::report_bad_handle(handle, "not a memory window handle");
     hmr_mw_post copy{};
     hmr::Result<const hmr_mw_post*> posting = read_post(post, copy);
     if (!posting.ok()) return hmr::report(posting.status());
@@ -136,7 +137,10 @@ HMR_API int hmr_mw_invalidate(hmr_mw* handle, const struct hmr_mw_post* post) {
 HMR_API int hmr_mw_close(hmr_mw* handle) {
   return hmr::guarded([&] {
     MemoryWindow* window = from_handle<MemoryWindow>(handle);
-    if (window == nullptr) return hmr::report_error(HMR_EINVAL, "not a memory window handle");
+    if (window == nullptr) {
+      if (hmr::close_inherited(handle)) return 0;  // a forked child lets go of its copy
+      return hmr::report_bad_handle(handle, "not a memory window handle");
+    }
     return hmr::report(window->close());
   });
 }
@@ -145,7 +149,7 @@ HMR_API int hmr_md_query_op(hmr_domain* handle, enum hmr_md_op op, char* reason,
                             size_t reason_size) {
   return hmr::guarded([&] {
     Domain* domain = from_handle<Domain>(handle);
-    if (domain == nullptr) return hmr::report_error(HMR_EINVAL, "not a domain handle");
+    if (domain == nullptr) return hmr::report_bad_handle(handle, "not a domain handle");
     const int op_bits = hmr::core::enum_bits(op);
     if (op_bits < 0 || op_bits >= HMR_MD_OP_COUNT) {
       return hmr::report_error(HMR_EINVAL, "operation %d: use an enum hmr_md_op value", op_bits);

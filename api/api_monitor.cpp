@@ -1,5 +1,6 @@
 // C ABI: monitors imported from the application.
 #include "api/api_guard.h"
+#include "api/bad_handle.h"
 #include "api/extensible_struct.h"
 #include "monitor/monitor_registry.h"
 
@@ -23,7 +24,7 @@ HMR_API int hmr_monitor_import(const hmr_monitor_ops* ops, hmr_monitor** monitor
 HMR_API int hmr_monitor_notify(hmr_monitor* handle, const void* addr, size_t len) {
   return hmr::guarded([&] {
     MonitorHandle* monitor = from_handle<MonitorHandle>(handle);
-    if (monitor == nullptr) return hmr::report_error(HMR_EINVAL, "not a monitor handle");
+    if (monitor == nullptr) return hmr::report_bad_handle(handle, "not a monitor handle");
     const auto start = reinterpret_cast<uintptr_t>(addr);
     if (len == 0 || start + len < start) {
       return hmr::report_error(HMR_EINVAL, "notify range [%p, +%zu) is empty or wraps", addr, len);
@@ -36,7 +37,10 @@ HMR_API int hmr_monitor_notify(hmr_monitor* handle, const void* addr, size_t len
 HMR_API int hmr_monitor_close(hmr_monitor* handle) {
   return hmr::guarded([&] {
     MonitorHandle* monitor = from_handle<MonitorHandle>(handle);
-    if (monitor == nullptr) return hmr::report_error(HMR_EINVAL, "not a monitor handle");
+    if (monitor == nullptr) {
+      if (hmr::close_inherited(handle)) return 0;  // a forked child lets go of its copy
+      return hmr::report_bad_handle(handle, "not a monitor handle");
+    }
     return hmr::report(hmr::core::close_imported_monitor(monitor));
   });
 }

@@ -1,5 +1,6 @@
 // C ABI: memory regions and keys.
 #include "api/api_guard.h"
+#include "api/bad_handle.h"
 #include "api/extensible_struct.h"
 #include "api/mr_handle.h"
 #include "core/counter.h"
@@ -22,7 +23,7 @@ namespace {
 int register_attr(hmr_domain* handle, const hmr_mr_attr& attr, uint64_t flags, hmr_mr** mr,
                   Probe probed = Probe::not_done) {
   Domain* domain = from_handle<Domain>(handle);
-  if (domain == nullptr) return hmr::report_error(HMR_EINVAL, "not a domain handle");
+  if (domain == nullptr) return hmr::report_bad_handle(handle, "not a domain handle");
   if (mr == nullptr) return hmr::report_error(HMR_EINVAL, "mr output pointer is NULL");
   auto registered = domain->register_memory(attr, flags, probed);
   if (!registered.ok()) return hmr::report(registered.status());
@@ -136,7 +137,8 @@ HMR_API int hmr_mr_close(hmr_mr* handle) {
     }
     MemoryRegion* region = from_handle<MemoryRegion>(handle);
     if (region == nullptr) {
-      return hmr::report_error(HMR_EINVAL, "not an MR handle: closed already (an MR is closed "
+      if (hmr::close_inherited(handle)) return 0;
+      return hmr::report_bad_handle(handle, "not an MR handle: closed already (an MR is closed "
                                "once), or never one");
     }
     return hmr::report(region->domain().close_memory_region(region));
@@ -147,7 +149,7 @@ HMR_API void* hmr_mr_desc(hmr_mr* handle) {
   if (const CachedMr* hit = from_handle<CachedMr>(handle)) return hit->desc();
   MemoryRegion* region = from_handle<MemoryRegion>(handle);
   if (region == nullptr) {
-    hmr::report_error(HMR_EINVAL, "not an MR handle");
+    hmr::report_bad_handle(handle, "not an MR handle");
     return nullptr;
   }
   return region->desc();
@@ -157,7 +159,7 @@ HMR_API uint64_t hmr_mr_key(hmr_mr* handle) {
   if (const CachedMr* hit = from_handle<CachedMr>(handle)) return hit->key();
   MemoryRegion* region = from_handle<MemoryRegion>(handle);
   if (region == nullptr) {
-    hmr::report_error(HMR_EINVAL, "not an MR handle");
+    hmr::report_bad_handle(handle, "not an MR handle");
     return HMR_KEY_NOTAVAIL;
   }
   return region->key();
@@ -178,7 +180,7 @@ HMR_API int hmr_mr_map_raw(hmr_domain* handle, uint64_t base_addr, const uint8_t
   (void)base_addr;  // the base travels with RMA addresses; a mapping needs only the key
   return hmr::guarded([&] {
     Domain* domain = from_handle<Domain>(handle);
-    if (domain == nullptr) return hmr::report_error(HMR_EINVAL, "not a domain handle");
+    if (domain == nullptr) return hmr::report_bad_handle(handle, "not a domain handle");
     if (flags != 0) return hmr::report_error(HMR_EBADFLAGS, "hmr_mr_map_raw takes flags 0");
     if (raw_key == nullptr || key == nullptr) {
       return hmr::report_error(HMR_EINVAL, "raw_key and key must not be NULL");
@@ -200,7 +202,7 @@ HMR_API int hmr_mr_map_raw(hmr_domain* handle, uint64_t base_addr, const uint8_t
 HMR_API int hmr_mr_unmap_key(hmr_domain* handle, uint64_t key) {
   return hmr::guarded([&] {
     Domain* domain = from_handle<Domain>(handle);
-    if (domain == nullptr) return hmr::report_error(HMR_EINVAL, "not a domain handle");
+    if (domain == nullptr) return hmr::report_bad_handle(handle, "not a domain handle");
     return hmr::report(domain->unmap_peer_key(key));
   });
 }
@@ -214,8 +216,8 @@ HMR_API int hmr_mr_bind(hmr_mr* handle, hmr_fid* bfid, uint64_t flags) {
       if (Counter* counter = from_handle<Counter>(bfid)) {
         return hmr::report(region.bind_counter(*counter, flags));
       }
-      return hmr::report_error(HMR_EINVAL,
-                               "an MR binds an endpoint or a counter (hmr_ep_fid / hmr_cntr_fid)");
+      return hmr::report_bad_handle(
+          bfid, "an MR binds an endpoint or a counter (hmr_ep_fid / hmr_cntr_fid)");
     });
   });
 }

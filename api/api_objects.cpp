@@ -1,5 +1,6 @@
 // C ABI: event queues, counters and endpoints.
 #include "api/api_guard.h"
+#include "api/bad_handle.h"
 #include "api/extensible_struct.h"
 #include "core/counter.h"
 #include "core/domain.h"
@@ -28,7 +29,7 @@ hmr::Status check_optional_attr(const Attr* attr, const char* name) {
 
 int rma(hmr_ep* handle, const hmr::core::RmaArguments& arguments) {
   Endpoint* endpoint = from_handle<Endpoint>(handle);
-  if (endpoint == nullptr) return hmr::report_error(HMR_EINVAL, "not an endpoint handle");
+  if (endpoint == nullptr) return hmr::report_bad_handle(handle, "not an endpoint handle");
   return hmr::report(endpoint->rma(arguments));
 }
 
@@ -49,7 +50,10 @@ HMR_API int hmr_eq_open(const hmr_eq_attr* attr, hmr_eq** eq) {
 HMR_API int hmr_eq_close(hmr_eq* handle) {
   return hmr::guarded([&] {
     EventQueue* queue = from_handle<EventQueue>(handle);
-    if (queue == nullptr) return hmr::report_error(HMR_EINVAL, "not an event queue handle");
+    if (queue == nullptr) {
+      if (hmr::close_inherited(handle)) return 0;  // a forked child lets go of its copy
+      return hmr::report_bad_handle(handle, "not an event queue handle");
+    }
     if (queue->has_bound_domains()) {
       return hmr::report_error(HMR_EBUSY, "a domain is bound to this event queue; close it first");
     }
@@ -66,7 +70,7 @@ HMR_API int hmr_eq_sread(hmr_eq* handle, uint32_t* event, hmr_eq_entry* entry, i
                          uint64_t flags) {
   return hmr::guarded([&] {
     EventQueue* queue = from_handle<EventQueue>(handle);
-    if (queue == nullptr) return hmr::report_error(HMR_EINVAL, "not an event queue handle");
+    if (queue == nullptr) return hmr::report_bad_handle(handle, "not an event queue handle");
     if (event == nullptr || entry == nullptr) {
       return hmr::report_error(HMR_EINVAL, "event and entry must not be NULL");
     }
@@ -85,7 +89,7 @@ HMR_API int hmr_eq_sread(hmr_eq* handle, uint32_t* event, hmr_eq_entry* entry, i
 HMR_API int hmr_eq_readerr(hmr_eq* handle, hmr_eq_err_entry* entry, uint64_t flags) {
   return hmr::guarded([&] {
     EventQueue* queue = from_handle<EventQueue>(handle);
-    if (queue == nullptr) return hmr::report_error(HMR_EINVAL, "not an event queue handle");
+    if (queue == nullptr) return hmr::report_bad_handle(handle, "not an event queue handle");
     if (entry == nullptr) return hmr::report_error(HMR_EINVAL, "entry must not be NULL");
     if (flags != 0) return hmr::report_error(HMR_EBADFLAGS, "hmr_eq_readerr takes flags 0");
     const int rc = queue->read_error(entry);
@@ -97,7 +101,7 @@ HMR_API int hmr_eq_readerr(hmr_eq* handle, hmr_eq_err_entry* entry, uint64_t fla
 HMR_API int hmr_cntr_open(hmr_domain* domain_handle, const hmr_cntr_attr* attr, hmr_cntr** cntr) {
   return hmr::guarded([&] {
     Domain* domain = from_handle<Domain>(domain_handle);
-    if (domain == nullptr) return hmr::report_error(HMR_EINVAL, "not a domain handle");
+    if (domain == nullptr) return hmr::report_bad_handle(domain_handle, "not a domain handle");
     if (cntr == nullptr) return hmr::report_error(HMR_EINVAL, "cntr output pointer is NULL");
     hmr::Status status = check_optional_attr(attr, "hmr_cntr_attr");
     if (!status.ok()) return hmr::report(status);
@@ -111,7 +115,10 @@ HMR_API int hmr_cntr_open(hmr_domain* domain_handle, const hmr_cntr_attr* attr, 
 HMR_API int hmr_cntr_close(hmr_cntr* handle) {
   return hmr::guarded([&] {
     Counter* counter = from_handle<Counter>(handle);
-    if (counter == nullptr) return hmr::report_error(HMR_EINVAL, "not a counter handle");
+    if (counter == nullptr) {
+      if (hmr::close_inherited(handle)) return 0;  // a forked child lets go of its copy
+      return hmr::report_bad_handle(handle, "not a counter handle");
+    }
     if (counter->has_bound_mrs()) {
       return hmr::report_error(HMR_EBUSY, "MRs are bound to this counter; close them first");
     }
@@ -124,7 +131,7 @@ HMR_API int hmr_cntr_close(hmr_cntr* handle) {
 HMR_API int hmr_cntr_read(hmr_cntr* handle, uint64_t* value) {
   return hmr::guarded([&] {
     Counter* counter = from_handle<Counter>(handle);
-    if (counter == nullptr) return hmr::report_error(HMR_EINVAL, "not a counter handle");
+    if (counter == nullptr) return hmr::report_bad_handle(handle, "not a counter handle");
     if (value == nullptr) return hmr::report_error(HMR_EINVAL, "value must not be NULL");
     *value = counter->value();
     return 0;
@@ -134,7 +141,7 @@ HMR_API int hmr_cntr_read(hmr_cntr* handle, uint64_t* value) {
 HMR_API int hmr_ep_open(hmr_domain* domain_handle, const hmr_ep_attr* attr, hmr_ep** ep) {
   return hmr::guarded([&] {
     Domain* domain = from_handle<Domain>(domain_handle);
-    if (domain == nullptr) return hmr::report_error(HMR_EINVAL, "not a domain handle");
+    if (domain == nullptr) return hmr::report_bad_handle(domain_handle, "not a domain handle");
     if (ep == nullptr) return hmr::report_error(HMR_EINVAL, "ep output pointer is NULL");
     hmr::Status status = check_optional_attr(attr, "hmr_ep_attr");
     if (!status.ok()) return hmr::report(status);
@@ -148,7 +155,10 @@ HMR_API int hmr_ep_open(hmr_domain* domain_handle, const hmr_ep_attr* attr, hmr_
 HMR_API int hmr_ep_close(hmr_ep* handle) {
   return hmr::guarded([&] {
     Endpoint* endpoint = from_handle<Endpoint>(handle);
-    if (endpoint == nullptr) return hmr::report_error(HMR_EINVAL, "not an endpoint handle");
+    if (endpoint == nullptr) {
+      if (hmr::close_inherited(handle)) return 0;  // a forked child lets go of its copy
+      return hmr::report_bad_handle(handle, "not an endpoint handle");
+    }
     hmr::Status status = endpoint->prepare_close();
     if (!status.ok()) return hmr::report(status);
     endpoint->domain().object_closed();
@@ -162,7 +172,8 @@ HMR_API int hmr_ep_connect(hmr_ep* handle, hmr_ep* peer_handle) {
     Endpoint* endpoint = from_handle<Endpoint>(handle);
     Endpoint* peer = from_handle<Endpoint>(peer_handle);
     if (endpoint == nullptr || peer == nullptr) {
-      return hmr::report_error(HMR_EINVAL, "hmr_ep_connect needs two endpoint handles");
+      return hmr::report_bad_handle(endpoint == nullptr ? handle : peer_handle,
+                                    "hmr_ep_connect needs two endpoint handles");
     }
     return hmr::report(Endpoint::connect(*endpoint, *peer));
   });

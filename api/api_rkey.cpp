@@ -1,6 +1,7 @@
 // C ABI: packed remote keys — hmr_rkey_pack on the MR's side, hmr_rkey_unpack / query /
 // release on the peer's (UCX's mkey_pack and rkey_unpack).
 #include "api/api_guard.h"
+#include "api/bad_handle.h"
 #include "api/extensible_struct.h"
 #include "api/mr_handle.h"
 #include "core/domain.h"
@@ -37,7 +38,7 @@ HMR_API int hmr_rkey_pack(hmr_mr* handle, void* buf, size_t* len) {
 HMR_API int hmr_rkey_unpack(hmr_domain* handle, const void* buf, size_t len, hmr_rkey** rkey) {
   return hmr::guarded([&] {
     Domain* domain = from_handle<Domain>(handle);
-    if (domain == nullptr) return hmr::report_error(HMR_EINVAL, "not a domain handle");
+    if (domain == nullptr) return hmr::report_bad_handle(handle, "not a domain handle");
     if (rkey == nullptr) return hmr::report_error(HMR_EINVAL, "rkey output pointer is NULL");
     if (buf == nullptr) return hmr::report_error(HMR_EINVAL, "buf is NULL");
     auto unpacked =
@@ -51,7 +52,7 @@ HMR_API int hmr_rkey_unpack(hmr_domain* handle, const void* buf, size_t len, hmr
 HMR_API int hmr_rkey_query(hmr_rkey* handle, hmr_rkey_info* info) {
   return hmr::guarded([&] {
     const RemoteKey* rkey = from_handle<RemoteKey>(handle);
-    if (rkey == nullptr) return hmr::report_error(HMR_EINVAL, "not an rkey handle");
+    if (rkey == nullptr) return hmr::report_bad_handle(handle, "not an rkey handle");
     auto copy = hmr::core::read_extensible(info, sizeof(hmr_rkey_info), "hmr_rkey_info");
     if (!copy.ok()) return hmr::report(copy.status());
     rkey->describe(*copy);
@@ -63,7 +64,10 @@ HMR_API int hmr_rkey_query(hmr_rkey* handle, hmr_rkey_info* info) {
 HMR_API int hmr_rkey_release(hmr_rkey* handle) {
   return hmr::guarded([&] {
     RemoteKey* rkey = from_handle<RemoteKey>(handle);
-    if (rkey == nullptr) return hmr::report_error(HMR_EINVAL, "not an rkey handle");
+    if (rkey == nullptr) {
+      if (hmr::close_inherited(handle)) return 0;  // a forked child lets go of its copy
+      return hmr::report_bad_handle(handle, "not an rkey handle");
+    }
     return hmr::report(rkey->release());
   });
 }

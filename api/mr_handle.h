@@ -6,6 +6,8 @@
 #pragma once
 
 #include "api/api_guard.h"
+#include "api/bad_handle.h"
+#include "api/bad_handle.h"
 #include "core/cached_mr.h"
 #include "core/domain.h"
 #include "core/memory_region.h"
@@ -22,7 +24,7 @@ int with_memory_region(hmr_mr* handle, Op&& op) {
     core::MemoryRegion view(*hit);
     return op(view);
   }
-  return report_error(HMR_EINVAL, "not an MR handle");
+  return report_bad_handle(handle, "not an MR handle");
 }
 
 // The MemoryRegion behind a handle for an operation that changes the MR or holds on to it

@@ -41,8 +41,9 @@ void RegistrationCache::watch_lost_by_fork() {
   monitor_ = nullptr;     // which forgot us: no unsubscription, no removal at detach()
   attached_ = false;
   // A thread of the parent's that was deregistering dead entries when another forked does
-  // not exist here, and never counts itself out: a flush, the statistics or the close would
-  // wait for it for ever (CallbackNic.AForkedChildClosesWhileItsParentDeregisters).
+  // not exist here, and never counts itself out: nothing may wait for it.  (The C ABI refuses
+  // a child its parent's domains, api/bad_handle.h, so only hmr itself may still reach this
+  // cache here.)
   finalizing_.store(0, std::memory_order_relaxed);
 }
 
@@ -478,6 +479,12 @@ void RegistrationCache::invalidate(uintptr_t start, uintptr_t end) {
   finish(retired);
 }
 
+namespace {
+// This thread is deregistering entries (a callback NIC's dereg may call hmr back): it must not
+// wait for deregistrations to end, its own among them.
+thread_local bool finalizing_here = false;
+}  // namespace
+
 void RegistrationCache::flush() {
   // Invalidations already read by the monitor's thread are finished first, and what they left
   // to deregister is deregistered here, or by the reaper thread that took it first, which is
@@ -502,13 +509,12 @@ void RegistrationCache::flush() {
   }
   lock.unlock();
   finish(retired);
+  // What another application thread took out of the index just before (its own flush, an
+  // eviction, an invalidation) is on its way out on that thread: waited for too, so that the
+  // NIC holds nothing unused when this returns (CallbackNic.AFlushWaitsForAnotherThreadsFlush).
+  // Not from inside a NIC's dereg: that thread's own deregistration is among them.
+  if (!finalizing_here) (void)wait_for_retired_in_transit();
 }
-
-namespace {
-// This thread is deregistering entries (a callback NIC's dereg may call hmr back): it must not
-// wait for deregistrations to end, its own among them.
-thread_local bool finalizing_here = false;
-}  // namespace
 
 void RegistrationCache::finalize(CacheEntry* entry) {
   if (entry->subscribed && monitor_ != nullptr) monitor_->unsubscribe(entry->start, entry->length);
@@ -592,6 +598,8 @@ size_t RegistrationCache::release_unused(size_t count) {
 }
 
 uint64_t RegistrationCache::retired_in_transit() {
+  // None retired and not yet deregistered, held or not: nothing to read under the mutex.
+  if (retired_registered_.load(std::memory_order_acquire) == 0) return 0;
   const std::lock_guard<std::mutex> lock(held_mutex_);  // held_count_ stays as it is
   // Read under the mutex: an entry leaves the held list (here, under it) before it is
   // deregistered, so the difference never goes below 0 but for a stale read, clamped.

@@ -1,5 +1,7 @@
 #include "core/cached_mr.h"
 
+#include <pthread.h>
+
 #include <cstddef>
 #include <memory>
 #include <mutex>
@@ -33,6 +35,9 @@ class SharedPool {
     std::lock_guard<std::mutex> lock(mutex_);
     batches_.push_back(batch);
   }
+  // fork(): held across it, as util/handle_storage.cpp holds its locks (the reason is there).
+  void lock() { mutex_.lock(); }
+  void unlock() { mutex_.unlock(); }
 
  private:
   std::mutex mutex_;
@@ -44,6 +49,13 @@ SharedPool& shared_pool() {
   static SharedPool* pool = new SharedPool;  // never destroyed: threads may exit after main
   return *pool;
 }
+
+// Registered when libhmr is loaded: see util/handle_storage.cpp.
+[[maybe_unused]] const bool fork_handlers_registered = [] {
+  (void)shared_pool();
+  return pthread_atfork([] { shared_pool().lock(); }, [] { shared_pool().unlock(); },
+                        [] { shared_pool().unlock(); }) == 0;
+}();
 
 // Unlinks up to kBatch handles from the head of `list`.
 Storage* split_batch(ThreadFreeList& list) {

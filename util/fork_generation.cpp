@@ -3,27 +3,21 @@
 #include <pthread.h>
 #include <unistd.h>
 
-#include <atomic>
+namespace hmr::fork_generation_detail {
 
-namespace hmr {
+std::atomic<uint64_t> counted{0};
+
 namespace {
-
-// Written only in a child's atfork handler, when the child has one thread; relaxed loads
-// elsewhere see it (the handler runs before fork() returns in the child).
-std::atomic<uint64_t> generation{0};
-
-void forked_child() { generation.fetch_add(1, std::memory_order_relaxed); }
-
-// Registered when libhmr is loaded.  pthread_atfork fails only for want of memory.
-const bool registered = [] { return pthread_atfork(nullptr, nullptr, &forked_child) == 0; }();
-
+void forked_child() { counted.fetch_add(1, std::memory_order_relaxed); }
 }  // namespace
 
-uint64_t fork_generation() {
+// Registered when libhmr is loaded.  pthread_atfork fails only for want of memory.
+const bool counting = [] { return pthread_atfork(nullptr, nullptr, &forked_child) == 0; }();
+
+uint64_t from_process_id() {
   // Without the handler (its registration failed, or a static initialiser asks before it
   // ran): the process id, marked so it never equals a counted generation.  Slow, still right.
-  if (!registered) return (uint64_t{1} << 63) | static_cast<uint64_t>(getpid());
-  return generation.load(std::memory_order_relaxed);
+  return (uint64_t{1} << 63) | static_cast<uint64_t>(getpid());
 }
 
-}  // namespace hmr
+}  // namespace hmr::fork_generation_detail

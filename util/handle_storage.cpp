@@ -1,5 +1,7 @@
 #include "util/handle_storage.h"
 
+#include <pthread.h>
+
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -11,6 +13,9 @@ namespace {
 
 constexpr size_t kStep = 64;
 constexpr size_t kClasses = 256;  // up to 16 KiB; larger objects share one map of lists
+// Size class i's list is guarded by stripe i % kStripes: few enough locks that fork() can
+// hold them all at once (below; ThreadSanitizer's deadlock detector allows a thread 64).
+constexpr size_t kStripes = 8;
 
 // A free block: the dead tag first (never overwritten), then the link.
 struct FreeBlock {
@@ -19,13 +24,9 @@ struct FreeBlock {
 };
 static_assert(sizeof(FreeBlock) <= kStep);
 
-struct SizeClass {
-  std::mutex mutex;
-  FreeBlock* head = nullptr;
-};
-
 struct Storage {
-  SizeClass classes[kClasses];
+  std::mutex stripes[kStripes];
+  FreeBlock* heads[kClasses] = {};  // heads[i] under stripes[i % kStripes]
   std::mutex large_mutex;
   std::map<size_t, FreeBlock*> large;  // rounded size -> free list
 };
@@ -36,13 +37,37 @@ Storage& storage() {
   return *instance;
 }
 
+// fork(): a parent's thread inside one of these locks at that moment does not exist in the
+// child, which would wait for the lock for ever at its first handle of that size
+// (ForkSafePools.HandleStorage...).  The locks are leaves (nothing else is taken under one but
+// malloc's, which glibc makes safe across fork itself), so fork() takes them all before the
+// process is copied, and parent and child let go after: the lists are whole on both sides.
+// Registered when libhmr is loaded, before any handler of hmr's that waits for a thread of its
+// own (the deferred reaper's), whose prepare step then runs first (prepare steps run in
+// reverse order of registration): that thread may still need these locks to finish.
+void lock_all_before_fork() {
+  Storage& all = storage();
+  for (std::mutex& stripe : all.stripes) stripe.lock();
+  all.large_mutex.lock();
+}
+void unlock_all_after_fork() {
+  Storage& all = storage();
+  all.large_mutex.unlock();
+  for (std::mutex& stripe : all.stripes) stripe.unlock();
+}
+[[maybe_unused]] const bool fork_handlers_registered = [] {
+  (void)storage();
+  return pthread_atfork(&lock_all_before_fork, &unlock_all_after_fork, &unlock_all_after_fork) ==
+         0;
+}();
+
 size_t rounded(size_t bytes) { return (bytes + kStep - 1) / kStep * kStep; }
 
 FreeBlock*& head_for(Storage& all, size_t size, std::unique_lock<std::mutex>& lock) {
   const size_t index = size / kStep - 1;
   if (index < kClasses) {
-    lock = std::unique_lock<std::mutex>(all.classes[index].mutex);
-    return all.classes[index].head;
+    lock = std::unique_lock<std::mutex>(all.stripes[index % kStripes]);
+    return all.heads[index];
   }
   lock = std::unique_lock<std::mutex>(all.large_mutex);
   return all.large[size];

@@ -4,8 +4,9 @@
 // ABI answers -HMR_EINVAL "not a ... handle" instead of reading freed memory — until the block
 // is reused for an object of the same size, as with any allocator.
 //
-// Blocks are kept per size class (64-byte steps), each with its own lock; the memory a
-// process's handles ever used at once stays with it (as UCX's memory pools do).
+// Blocks are kept per size class (64-byte steps), under 8 striped locks that fork() holds (so
+// a forked child never inherits one held); the memory a process's handles ever used at once
+// stays with it (as UCX's memory pools do).
 #pragma once
 
 #include <cstddef>

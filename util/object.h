@@ -1,10 +1,18 @@
 // Every public handle points at an object whose first bytes are an ObjectTag, so the C ABI
 // can refuse a NULL handle or a handle of the wrong type with an error instead of a crash.
+//
+// The tag also names the process that made the object: its magic is kLive plus the number of
+// forks that made that process (util/fork_generation.h).  In a forked child every handle its
+// parent made reads as dead to from_handle(), at no cost to the check: the locks inside such
+// an object may be held for ever by a parent's thread that does not exist in the child, and
+// its NIC resources are the parent's.  made_before_fork() tells those handles from garbage,
+// so that the C ABI can say why, and let the child close them (api/inherited_handle.h).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
+#include "util/fork_generation.h"
 #include "util/handle_storage.h"
 
 namespace hmr::core {
@@ -22,9 +30,12 @@ enum class ObjectClass : uint32_t {
 };
 
 struct ObjectTag {
-  static constexpr uint32_t kLive = 0x686d7221;  // "hmr!"
+  static constexpr uint32_t kLive = 0x686d7221;  // "hmr!", in the process that loaded hmr
   uint32_t magic;
   ObjectClass object_class;
+
+  // The magic of an object made in this process (a forked child's differs from its parent's).
+  static uint32_t live_here() { return kLive + forks_counted(); }
 };
 
 // Base of every handle type; non-polymorphic so the tag sits at offset 0.  Objects made with
@@ -50,7 +61,7 @@ class Tagged {
   ~Tagged() { tag_.magic = 0; }
 
  private:
-  ObjectTag tag_{ObjectTag::kLive, Class};
+  ObjectTag tag_{ObjectTag::live_here(), Class};
 };
 
 // The object behind a public handle, or nullptr when the handle is NULL or of another type.
@@ -58,9 +69,18 @@ template <typename T>
 T* from_handle(const void* handle) {
   if (handle == nullptr) return nullptr;
   const auto* tag = static_cast<const ObjectTag*>(handle);
-  if (tag->magic != ObjectTag::kLive || tag->object_class != T::kClass) return nullptr;
+  if (tag->magic != ObjectTag::live_here() || tag->object_class != T::kClass) return nullptr;
   return static_cast<T*>(const_cast<void*>(handle));
 }
+
+// Whether `handle` is an object of a known class that an ancestor of this process made before
+// it forked (and that was open then).  Only for a handle from_handle() refused.
+bool made_before_fork(const void* handle);
+// Its class, for messages ("domain", "MR", ...); only for a handle made_before_fork() named.
+const char* class_name(const void* handle);
+// Marks such a handle closed in this process, touching nothing else in it: later calls with
+// it are refused as not a handle, as after any close.
+void forget_inherited(void* handle);
 
 template <typename Handle, typename T>
 Handle* to_handle(T* object) {

@@ -284,6 +284,9 @@ struct hmr_nic_callbacks {
  * this flag such a registration fails, naming each path and why it was not possible. */
 #define HMR_DOMAIN_ALLOW_HMEM_COPY (1ULL << 0)
 
+/* After fork() a child cannot use any object its parent made (domains and everything opened
+ * on them): each call with one fails with -HMR_EBADF, and its close succeeds, touching only
+ * the child's copy.  A child opens domains of its own. */
 HMR_API int hmr_domain_open(struct hmr_domain_attr *attr, hmr_domain **domain);
 /* -HMR_EBUSY while anything opened on the domain is still open: MRs, memory windows
  * (hmr_mw_alloc), unpacked remote keys (hmr_rkey_unpack), endpoints or counters; close those
@@ -327,7 +330,8 @@ struct hmr_domain_stats {
 	uint64_t nic_registrations_held;   /* NIC registrations: open MRs' and idle cached ones */
 	uint64_t nic_pinned_bytes;         /* host bytes they pin (0 on a NIC that pins nothing) */
 };
-/* Deregisters every cached registration no MR holds. */
+/* Deregisters every cached registration no MR holds; returns once the NIC let go of each,
+ * those other threads are deregistering included. */
 HMR_API int hmr_domain_cache_flush(hmr_domain *domain);
 
 /* ---------------------------------------------------------------- custom monitors ------- */

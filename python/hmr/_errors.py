@@ -33,7 +33,8 @@ class BusyError(Error):
 
 
 class ClosedError(Error, ValueError):
-    """HMR_EBADF: the region, key, endpoint or domain was closed."""
+    """HMR_EBADF: the region, key, endpoint or domain was closed, or (in a forked child) is
+    its parent's, which the child can only close."""
 
 
 class NotSupportedError(Error):

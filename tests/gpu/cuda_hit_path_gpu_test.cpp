@@ -241,8 +241,9 @@ TEST_F(CudaHitPath, PoolMemoryTrimmedAndHandedOutAgainNeverHitsTheOldRegistratio
 }
 
 // A child forked from a process that uses the driver cannot use it (CUDA's rule: the driver
-// answers CUDA_ERROR_NOT_INITIALIZED there); an inherited domain stops caching in the child,
-// so the parent's device registration is never the child's answer, and nothing hangs.
+// answers CUDA_ERROR_NOT_INITIALIZED there), nor its parent's domain (HMR_EBADF): the
+// parent's device registration is never the child's answer, through the parent's domain or
+// one the child opens, and nothing hangs.
 TEST_F(CudaHitPath, AForkedChildNeverGetsTheParentsDeviceRegistration) {
   auto domain = open_domain();
   ASSERT_TRUE(domain);
@@ -254,16 +255,27 @@ TEST_F(CudaHitPath, AForkedChildNeverGetsTheParentsDeviceRegistration) {
   const int stale = hmr_test::run_forked([&] {
     hmr_mr* mr = nullptr;
     if (hmr_mr_reg(inherited, as_device_pointer(memory), 4096, kAccess, 0, 0, 0, &mr,
+                   nullptr) != -HMR_EBADF) {
+      return 2;  // the parent's domain served the child
+    }
+    auto own = open_domain();
+    if (!own) return 3;
+    if (hmr_mr_reg(own.get(), as_device_pointer(memory), 4096, kAccess, 0, 0, 0, &mr,
                    nullptr) != 0) {
       std::printf("in the forked child: %s\n", hmr_last_error());
       return 0;  // refused, with a reason: not a stale answer
     }
-    const bool parents = hmr_mr_key(mr) == key;
+    // A domain of the child's own numbers its keys afresh, so a key equal to the parent's
+    // says nothing there: the parent's registration would be CUDA memory's.
+    hmr_mr_info info{};
+    info.size = sizeof info;
+    const bool parents = hmr_mr_query(mr, &info) == 0 && info.iface == HMR_HMEM_CUDA;
     hmr_mr_close(mr);
     return parents ? 1 : 0;
   });
   EXPECT_EQ(stale, 0) << (stale < 0 ? "the child died of a signal (or its 20 s alarm)"
-                                    : "the child got the parent's cached device registration");
+                                    : "the child got the parent's cached device registration "
+                                      "(1), used the parent's domain (2) or opened none (3)");
   domain.reset();
   HMR_CU_ASSERT(driver().cuMemFree(memory));
 }

@@ -36,6 +36,8 @@ enum : int {
   kHostRegFailed = 32,       // hmr_mr_reg of host memory failed
   kDeviceStillMapped = 64,   // (ROCr) the parent's GPU memory is mapped in the child
   kNoReason = 128,           // the refusal's reason does not say it is the parent's memory
+  kInheritedUsed = 256,      // the parent's domain was not refused (HMR_EBADF), or not closed
+  kOwnDomainFailed = 512,    // the child could not open a domain of its own
 };
 
 std::string describe(int wrong) {
@@ -47,16 +49,29 @@ std::string describe(int wrong) {
                          "host memory was not system memory",
                          "registering host memory failed",
                          "the parent's ROCr GPU memory is mapped in the child",
-                         "the refusal does not say the memory is the parent's"};
-  for (int bit = 0; bit < 8; ++bit) {
+                         "the refusal does not say the memory is the parent's",
+                         "the parent's domain was not refused with HMR_EBADF, or not closed",
+                         "the child could not open a domain"};
+  for (int bit = 0; bit < 10; ++bit) {
     if ((wrong & (1 << bit)) != 0) text += std::string(names[bit]) + "; ";
   }
   return text;
 }
 
-// Runs in the child: the parent's `device` memory refused with -`code`, `host` registered.
-int check_in_child(hmr_domain* domain, void* device, void* host, int code) {
+// Runs in the child: the parent's domain refused and closed; in a domain the child opens with
+// `options`, the parent's `device` memory refused with -`code`, `host` registered.
+int check_in_child(hmr_domain* inherited, const char* options, void* device, void* host,
+                   int code) {
   int wrong = 0;
+  hmr_mr* inherited_mr = nullptr;
+  if (hmr_mr_reg(inherited, host, kHostLen, kAccess, 0, 0, 0, &inherited_mr, nullptr) !=
+          -HMR_EBADF ||
+      hmr_domain_close(inherited) != 0) {
+    wrong |= kInheritedUsed;
+  }
+  hmr_test::DomainPtr own = open_domain(options);
+  if (!own) return wrong | kOwnDomainFailed;
+  hmr_domain* domain = own.get();
   hmr_hmem_iface iface = HMR_HMEM_SYSTEM;
   hmr_mem_kind kind = HMR_MEM_HOST;
   const int detected = hmr_detect_memory_type(device, 4096, &iface, &kind);
@@ -116,7 +131,7 @@ TEST(ForkedChild, TheParentsRocrMemoryIsRefusedAndHostMemoryStillRegisters) {
 
   for (void* parents : {vram, system_pool}) {
     const int wrong = hmr_test::run_forked([&] {
-      int found = check_in_child(domain.get(), parents, host, HMR_EFAULT);
+      int found = check_in_child(domain.get(), "peer_direct=1", parents, host, HMR_EFAULT);
       if (msync(parents, 4096, MS_ASYNC) == 0) found |= kDeviceStillMapped;
       return found;
     });
@@ -161,7 +176,7 @@ TEST(ForkedChild, LevelZeroParentProcess) {
   expect_type(host, HMR_HMEM_SYSTEM, HMR_MEM_HOST);
 
   const int wrong = hmr_test::run_forked(
-      [&] { return check_in_child(domain.get(), device, host, HMR_EOPNOTSUPP); });
+      [&] { return check_in_child(domain.get(), "peer_direct=1", device, host, HMR_EOPNOTSUPP); });
   ASSERT_GE(wrong, 0) << "the child could not be forked, or died of a signal";
   EXPECT_EQ(wrong, 0) << describe(wrong);
   // The parent's driver still answers.
