@@ -80,6 +80,9 @@ HMR_API int hmr_mr_reg_indirect(hmr_domain* handle, const struct hmr_mr_segment*
     for (size_t i = 0; i < count; ++i) {
       // An unknown handle stays null here and is refused with its index by the domain.
       MemoryRegion* part = hmr::owned_memory_region(segments[i].mr);
+      if (part == nullptr && hmr::core::made_before_fork(segments[i].mr)) {
+        return hmr::report_bad_handle(segments[i].mr, "not an MR handle");
+      }
       pieces.push_back({part, reinterpret_cast<uintptr_t>(segments[i].addr), segments[i].len});
     }
     hmr::Result<MemoryRegion*> region = domain->register_indirect(pieces, access);

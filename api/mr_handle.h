@@ -7,7 +7,6 @@
 
 #include "api/api_guard.h"
 #include "api/bad_handle.h"
-#include "api/bad_handle.h"
 #include "core/cached_mr.h"
 #include "core/domain.h"
 #include "core/memory_region.h"

@@ -479,12 +479,6 @@ void RegistrationCache::invalidate(uintptr_t start, uintptr_t end) {
   finish(retired);
 }
 
-namespace {
-// This thread is deregistering entries (a callback NIC's dereg may call hmr back): it must not
-// wait for deregistrations to end, its own among them.
-thread_local bool finalizing_here = false;
-}  // namespace
-
 void RegistrationCache::flush() {
   // Invalidations already read by the monitor's thread are finished first, and what they left
   // to deregister is deregistered here, or by the reaper thread that took it first, which is
@@ -509,12 +503,13 @@ void RegistrationCache::flush() {
   }
   lock.unlock();
   finish(retired);
-  // What another application thread took out of the index just before (its own flush, an
-  // eviction, an invalidation) is on its way out on that thread: waited for too, so that the
-  // NIC holds nothing unused when this returns (CallbackNic.AFlushWaitsForAnotherThreadsFlush).
-  // Not from inside a NIC's dereg: that thread's own deregistration is among them.
-  if (!finalizing_here) (void)wait_for_retired_in_transit();
 }
+
+namespace {
+// This thread is deregistering entries (a callback NIC's dereg may call hmr back): it must not
+// wait for deregistrations to end, its own among them.
+thread_local bool finalizing_here = false;
+}  // namespace
 
 void RegistrationCache::finalize(CacheEntry* entry) {
   if (entry->subscribed && monitor_ != nullptr) monitor_->unsubscribe(entry->start, entry->length);

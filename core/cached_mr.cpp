@@ -1,12 +1,12 @@
 #include "core/cached_mr.h"
 
-#include <pthread.h>
-
 #include <cstddef>
 #include <memory>
 #include <mutex>
 #include <new>
 #include <vector>
+
+#include "util/fork_held_lock.h"
 
 namespace hmr::core::cached_mr_detail {
 namespace {
@@ -35,9 +35,10 @@ class SharedPool {
     std::lock_guard<std::mutex> lock(mutex_);
     batches_.push_back(batch);
   }
-  // fork(): held across it, as util/handle_storage.cpp holds its locks (the reason is there).
-  void lock() { mutex_.lock(); }
-  void unlock() { mutex_.unlock(); }
+  // Held across fork() (util/fork_held_lock.h).
+  void lock_for_fork() { mutex_.lock(); }
+  void unlock_after_fork() { mutex_.unlock(); }
+  void release_in_child() { mutex_.unlock(); }
 
  private:
   std::mutex mutex_;
@@ -50,12 +51,7 @@ SharedPool& shared_pool() {
   return *pool;
 }
 
-// Registered when libhmr is loaded: see util/handle_storage.cpp.
-[[maybe_unused]] const bool fork_handlers_registered = [] {
-  (void)shared_pool();
-  return pthread_atfork([] { shared_pool().lock(); }, [] { shared_pool().unlock(); },
-                        [] { shared_pool().unlock(); }) == 0;
-}();
+[[maybe_unused]] const bool fork_handlers_registered = hold_across_fork<&shared_pool>();
 
 // Unlinks up to kBatch handles from the head of `list`.
 Storage* split_batch(ThreadFreeList& list) {

@@ -1,11 +1,18 @@
 #include "hmem/dmabuf_share.h"
 
+#include "util/fork_held_lock.h"
+
 namespace hmr::core {
 
 DmabufShares& DmabufShares::instance() {
   static DmabufShares* shares = new DmabufShares();  // outlives every static cache
   return *shares;
 }
+
+namespace {
+[[maybe_unused]] const bool fork_handlers_registered =
+    hold_across_fork<&DmabufShares::instance>();
+}  // namespace
 
 Result<std::shared_ptr<const SharedExport>> DmabufShares::acquire(hmem::Iface& iface,
                                                                    const hmem::PointerInfo& memory) {

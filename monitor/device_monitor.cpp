@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "hmem/dmabuf_share.h"
+#include "util/fork_held_lock.h"
 #include "util/log.h"
 
 namespace hmr::core {
@@ -13,6 +14,11 @@ DeviceMonitor& DeviceMonitor::instance() {
   static DeviceMonitor* monitor = new DeviceMonitor();  // outlives every static cache
   return *monitor;
 }
+
+namespace {
+[[maybe_unused]] const bool fork_handlers_registered =
+    hold_across_fork<&DeviceMonitor::instance>();
+}  // namespace
 
 Status DeviceMonitor::subscribe(uintptr_t start, size_t len) {
   (void)start, (void)len;

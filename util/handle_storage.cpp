@@ -1,12 +1,12 @@
 #include "util/handle_storage.h"
 
-#include <pthread.h>
-
 #include <cstdint>
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <new>
+
+#include "util/fork_held_lock.h"
 
 namespace hmr {
 namespace {
@@ -37,29 +37,24 @@ Storage& storage() {
   return *instance;
 }
 
-// fork(): a parent's thread inside one of these locks at that moment does not exist in the
-// child, which would wait for the lock for ever at its first handle of that size
-// (ForkSafePools.HandleStorage...).  The locks are leaves (nothing else is taken under one but
-// malloc's, which glibc makes safe across fork itself), so fork() takes them all before the
-// process is copied, and parent and child let go after: the lists are whole on both sides.
-// Registered when libhmr is loaded, before any handler of hmr's that waits for a thread of its
-// own (the deferred reaper's), whose prepare step then runs first (prepare steps run in
-// reverse order of registration): that thread may still need these locks to finish.
-void lock_all_before_fork() {
-  Storage& all = storage();
-  for (std::mutex& stripe : all.stripes) stripe.lock();
-  all.large_mutex.lock();
-}
-void unlock_all_after_fork() {
-  Storage& all = storage();
-  all.large_mutex.unlock();
-  for (std::mutex& stripe : all.stripes) stripe.unlock();
-}
-[[maybe_unused]] const bool fork_handlers_registered = [] {
+// Held across fork() (util/fork_held_lock.h): all of them, then the large blocks' lock.
+struct ForkLocks {
+  void lock_for_fork() {
+    for (std::mutex& stripe : storage().stripes) stripe.lock();
+    storage().large_mutex.lock();
+  }
+  void unlock_after_fork() {
+    storage().large_mutex.unlock();
+    for (std::mutex& stripe : storage().stripes) stripe.unlock();
+  }
+  void release_in_child() { unlock_after_fork(); }
+};
+ForkLocks& fork_locks() {
+  static ForkLocks locks;
   (void)storage();
-  return pthread_atfork(&lock_all_before_fork, &unlock_all_after_fork, &unlock_all_after_fork) ==
-         0;
-}();
+  return locks;
+}
+[[maybe_unused]] const bool fork_handlers_registered = hold_across_fork<&fork_locks>();
 
 size_t rounded(size_t bytes) { return (bytes + kStep - 1) / kStep * kStep; }
 

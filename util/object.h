@@ -6,7 +6,7 @@
 // parent made reads as dead to from_handle(), at no cost to the check: the locks inside such
 // an object may be held for ever by a parent's thread that does not exist in the child, and
 // its NIC resources are the parent's.  made_before_fork() tells those handles from garbage,
-// so that the C ABI can say why, and let the child close them (api/inherited_handle.h).
+// so that the C ABI can say why, and let the child close them (api/bad_handle.h).
 #pragma once
 
 #include <cstddef>

@@ -330,8 +330,7 @@ struct hmr_domain_stats {
 	uint64_t nic_registrations_held;   /* NIC registrations: open MRs' and idle cached ones */
 	uint64_t nic_pinned_bytes;         /* host bytes they pin (0 on a NIC that pins nothing) */
 };
-/* Deregisters every cached registration no MR holds; returns once the NIC let go of each,
- * those other threads are deregistering included. */
+/* Deregisters every cached registration no MR holds. */
 HMR_API int hmr_domain_cache_flush(hmr_domain *domain);
 
 /* ---------------------------------------------------------------- custom monitors ------- */

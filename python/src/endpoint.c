@@ -103,6 +103,8 @@ static PyObject *transfer(HmrPyEndpoint *self, PyObject *args, int is_read)
 	hmr_mr *mr = hmr_py_region_mr(local);
 	PyObject *target = local;
 	if (mr) {
+		if (hmr_py_region_inherited(local))
+			return hmr_py_raise_inherited(what);
 		desc = hmr_mr_desc(mr);
 		PyObject *obj = PyObject_GetAttrString(local, "obj");
 		if (!obj)

@@ -52,6 +52,15 @@ PyObject *hmr_py_raise_closed(const char *what)
 	return hmr_py_raise_code(HMR_EBADF, what, "the object is closed");
 }
 
+pid_t hmr_py_this_process;
+
+PyObject *hmr_py_raise_inherited(const char *what)
+{
+	return hmr_py_raise_code(HMR_EBADF, what,
+				 "this object is the parent process's, made before fork(): a forked "
+				 "child cannot use it (it may close it); open a Domain in this process");
+}
+
 const char *hmr_py_iface_name(int iface)
 {
 	static const char *const names[HMR_HMEM_IFACE_COUNT] = {"system", "cuda", "rocr", "ze",

@@ -123,6 +123,11 @@ PyObject *hmr_py_raise(int rc, const char *what);
 PyObject *hmr_py_raise_code(int code, const char *what, const char *format, ...)
 	__attribute__((format(printf, 3, 4)));
 PyObject *hmr_py_raise_closed(const char *what);
+/* This process's id, kept by a fork handler (no system call per check), and ClosedError for
+ * an object of a domain the parent process opened before fork(): the C ABI refuses a forked
+ * child its parent's objects, and the package answers its own cached facts the same way. */
+extern pid_t hmr_py_this_process;
+PyObject *hmr_py_raise_inherited(const char *what);
 
 /* Names of enum hmr_hmem_iface and enum hmr_mem_kind values ("system", "host", ...). */
 const char *hmr_py_iface_name(int iface);
@@ -147,6 +152,8 @@ PyObject *hmr_py_remote_key_new(HmrPyDomain *domain, PyObject *blob);
 PyObject *hmr_py_endpoint_new(HmrPyDomain *domain);
 /* For Endpoint.write/read: the MR behind a region object (its descriptor), or NULL. */
 hmr_mr *hmr_py_region_mr(PyObject *obj);
+/* Whether a MemoryRegion belongs to a domain the parent process opened before fork(). */
+int hmr_py_region_inherited(PyObject *obj);
 /* The domain, checked open; NULL with hmr.ClosedError raised. */
 hmr_domain *hmr_py_domain_handle(HmrPyDomain *domain, const char *what);
 /* Makes the type of `spec`, keeps it in *type and adds it to `module` as `name`: 0, or -1

@@ -6,6 +6,9 @@
 
 #include "hmr_py.h"
 
+#include <pthread.h>
+#include <unistd.h>
+
 HmrPyState hmr_py;
 
 int hmr_py_add_type(PyObject *module, PyType_Spec *spec, const char *name, PyTypeObject **type)
@@ -153,8 +156,17 @@ static int init_state(void)
 	return 0;
 }
 
+static void note_forked_child(void) { hmr_py_this_process = getpid(); }
+
 PyMODINIT_FUNC PyInit__hmr(void)
 {
+	if (!hmr_py_this_process) {
+		hmr_py_this_process = getpid();
+		if (pthread_atfork(NULL, NULL, note_forked_child) != 0) {
+			PyErr_SetString(PyExc_MemoryError, "pthread_atfork failed");
+			return NULL;
+		}
+	}
 	/* Module state is process-wide (m_size -1): one hmr per process, and a second import in
 	 * a subinterpreter is refused by CPython for such modules. */
 	if (!hmr_py.error && init_state() != 0)

@@ -157,6 +157,12 @@ hmr_mr *hmr_py_region_mr(PyObject *obj)
 	return ((HmrPyRegion *)obj)->mr;
 }
 
+int hmr_py_region_inherited(PyObject *obj)
+{
+	return PyObject_TypeCheck(obj, hmr_py.region_type) &&
+	       ((HmrPyRegion *)obj)->domain->pid != hmr_py_this_process;
+}
+
 static PyObject *region_close(PyObject *self, PyObject *unused)
 {
 	(void)unused;
@@ -177,6 +183,8 @@ static hmr_mr *open_mr(HmrPyRegion *self, const char *what)
 {
 	if (!self->mr)
 		hmr_py_raise_closed(what);
+	else if (self->domain->pid != hmr_py_this_process)
+		return (hmr_mr *)hmr_py_raise_inherited(what);
 	return self->mr;
 }
 

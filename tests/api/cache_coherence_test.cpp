@@ -584,17 +584,7 @@ TEST_P(CacheCoherence, HeldRegistrationOutlivesItsMemoryUntilClose) {
 // a reason, never hand it what the parent cached for memory it has since replaced, and close
 // there without touching the parent's registrations; a domain the child opens must cache and
 // stay coherent; and the parent's cache must go on as before.
-#if defined(__SANITIZE_THREAD__)
-constexpr bool kUnderThreadSanitizer = true;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-constexpr bool kUnderThreadSanitizer = true;
-#else
-constexpr bool kUnderThreadSanitizer = false;
-#endif
-#else
-constexpr bool kUnderThreadSanitizer = false;
-#endif
+using hmr_test::kUnderThreadSanitizer;
 
 TEST_P(CacheCoherence, ForkedChildNeverHitsWhatItsParentCached) {
   void* p = map_anywhere(kPage);

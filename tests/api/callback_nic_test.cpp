@@ -221,41 +221,6 @@ TEST(CallbackNic, AFlushWaitsForADeregistrationAnotherThreadIsMaking) {
   }
 }
 
-// The same promise when the other thread is the application's own: thread B's flush took the
-// unused entry out of the cache and is inside the NIC's dereg when thread A flushes.  A finds
-// nothing left in the cache, but must still not return before B's deregistration ended (it
-// returned at once, with the range registered).  B's dereg is held until A returned or 1 s
-// passed: without the wait A returns within that bound and sees no deregistration.
-TEST(CallbackNic, AFlushWaitsForAnotherThreadsFlush) {
-  ToyNic nic;
-  hmr_nic_callbacks callbacks = toy_callbacks(nic);
-  DomainPtr domain(open_callback_domain(callbacks));
-  ASSERT_TRUE(domain);
-  Pages buffer(kPage);
-  ASSERT_TRUE(MrPtr(reg(domain.get(), buffer.data(), kPage, kRemote)));  // cached, unused
-  nic.hold_dereg.store(true);
-  std::thread b([&] { EXPECT_EQ(hmr_domain_cache_flush(domain.get()), 0) << hmr_last_error(); });
-  ASSERT_TRUE(wait_for_deregs(nic, 1)) << "thread B's flush never deregistered";
-  std::atomic<bool> a_returned{false};
-  size_t deregistered_when_a_returned = 0;
-  std::thread a([&] {
-    EXPECT_EQ(hmr_domain_cache_flush(domain.get()), 0) << hmr_last_error();
-    deregistered_when_a_returned = nic.deregistrations.size();
-    a_returned.store(true, std::memory_order_release);
-  });
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-  while (!a_returned.load(std::memory_order_acquire) &&
-         std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::yield();
-  }
-  nic.hold_dereg.store(false, std::memory_order_release);
-  a.join();
-  b.join();
-  EXPECT_EQ(deregistered_when_a_returned, 1u)
-      << "thread A's flush returned while thread B was still deregistering the cached range";
-  EXPECT_EQ(nic.deregistrations.size(), 1u);
-}
-
 // A thread that was deregistering a domain's dead entries when another thread called fork()
 // does not exist in the child, and never says it is done: the child's calls on that domain
 // must not wait for it.  (Its statistics and close waited for ever, when an inherited domain

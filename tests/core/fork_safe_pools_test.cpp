@@ -16,6 +16,8 @@
 #include <vector>
 
 #include "core/cached_mr.h"
+#include "hmem/dmabuf_share.h"
+#include "monitor/device_monitor.h"
 #include "util/handle_storage.h"
 
 namespace {
@@ -93,6 +95,34 @@ TEST(ForkSafePools, HitHandlesServeAChildForkedWhileAnotherThreadTradesBatches) 
     spill(free_list);
   };
   const std::string failure = fork_while(trade, trade);
+  EXPECT_EQ(failure, "");
+}
+
+// The locks are taken again in a child that forks in turn (a worker that starts workers).
+// A lock the child only seemed to release (glibc's rwlock, unlocked by another thread id, as
+// the child's thread is to the lock) hung that second fork in its prepare step.
+TEST(ForkSafePools, AChildForksAgainAndItsChildUsesThemToo) {
+  auto use_all = [] {
+    void* block = hmr::allocate_handle_storage(kSmall);
+    hmr::release_handle_storage(block, kSmall);
+    (void)hmr::core::DeviceMonitor::instance().frees_reported(0, 1);
+    (void)hmr::core::DmabufShares::instance().live_exports();
+  };
+  use_all();
+  const std::string failure = fork_while(use_all, [&] {
+    use_all();
+    const pid_t grandchild = fork();
+    if (grandchild < 0) _exit(2);
+    if (grandchild == 0) {
+      use_all();
+      _exit(0);
+    }
+    int status = 0;
+    while (waitpid(grandchild, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) _exit(3);
+    use_all();
+  });
   EXPECT_EQ(failure, "");
 }
 

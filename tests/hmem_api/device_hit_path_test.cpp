@@ -242,7 +242,7 @@ TEST(DeviceHitPath, AForkedChildNeverGetsTheParentsDeviceRegistration) {
         -HMR_EBADF) {
       return 2;  // the parent's domain served the child
     }
-    auto own = open_domain(nullptr);
+    auto own = open_child_domain(nullptr);
     if (!own) return 3;
     if (hmr_mr_reg(own.get(), device.get(), 4096, kAccess, 0, 0, 0, &mr, nullptr) != 0) {
       return 0;  // refused: not a stale answer

@@ -75,13 +75,25 @@ ScopedEnv::~ScopedEnv() {
   }
 }
 
-hmr_test::DomainPtr open_domain(const char* nic_options, uint64_t flags, uint64_t app_mode) {
-  hmr_domain_attr attr = hmr_test::domain_attr(app_mode, nic_options);
-  attr.flags = flags;
+namespace {
+hmr_test::DomainPtr open_with(hmr_domain_attr& attr) {
   hmr_domain* domain = nullptr;
   const int rc = hmr_domain_open(&attr, &domain);
   EXPECT_EQ(rc, 0) << hmr_last_error();
   return hmr_test::DomainPtr(rc == 0 ? domain : nullptr);
+}
+}  // namespace
+
+hmr_test::DomainPtr open_domain(const char* nic_options, uint64_t flags, uint64_t app_mode) {
+  hmr_domain_attr attr = hmr_test::domain_attr(app_mode, nic_options);
+  attr.flags = flags;
+  return open_with(attr);
+}
+
+hmr_test::DomainPtr open_child_domain(const char* nic_options) {
+  hmr_domain_attr attr = hmr_test::domain_attr(kSharingMode, nic_options);
+  attr.cache_monitor = "disabled";
+  return open_with(attr);
 }
 
 int register_attr(hmr_domain* domain, const void* ptr, size_t len, hmr_hmem_iface iface,

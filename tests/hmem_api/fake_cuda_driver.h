@@ -81,6 +81,9 @@ inline constexpr uint64_t kAccess = HMR_READ | HMR_WRITE | HMR_REMOTE_READ | HMR
 // A sim domain with `nic_options` and hmr_domain_attr.flags; null (and a test failure) on error.
 hmr_test::DomainPtr open_domain(const char* nic_options, uint64_t flags = 0,
                                 uint64_t app_mode = kSharingMode);
+// The same without a cache, for a forked child: a cache's monitor starts a thread, and
+// ThreadSanitizer's runtime ends a child of a multi-threaded process that starts one.
+hmr_test::DomainPtr open_child_domain(const char* nic_options);
 
 // hmr_mr_regattr of [ptr, +len) declaring `iface`/`device` (iface SYSTEM: nothing declared in
 // a domain without HMR_MR_HMEM).  Returns the rc; *mr set on success.

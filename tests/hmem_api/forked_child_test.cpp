@@ -69,7 +69,7 @@ int check_in_child(hmr_domain* inherited, const char* options, void* device, voi
       hmr_domain_close(inherited) != 0) {
     wrong |= kInheritedUsed;
   }
-  hmr_test::DomainPtr own = open_domain(options);
+  hmr_test::DomainPtr own = open_child_domain(options);
   if (!own) return wrong | kOwnDomainFailed;
   hmr_domain* domain = own.get();
   hmr_hmem_iface iface = HMR_HMEM_SYSTEM;

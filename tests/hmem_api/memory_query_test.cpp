@@ -72,7 +72,7 @@ TEST(MemoryQuery, AForkedChildOfTheDriversProcessStillRegistersHostMemory) {
     } else if (iface != HMR_HMEM_SYSTEM || kind != HMR_MEM_HOST) {
       wrong |= kNotSystem;
     }
-    hmr_test::DomainPtr own = open_domain(nullptr);
+    hmr_test::DomainPtr own = open_child_domain(nullptr);
     hmr_mr* mr = nullptr;
     if (!own || hmr_mr_reg(own.get(), host, kLen, kAccess, 0, 0, 0, &mr, nullptr) != 0) {
       wrong |= kRegFailed;

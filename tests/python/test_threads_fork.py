@@ -96,6 +96,12 @@ def test_fork_child_uses_a_new_domain(domain):
             except hmr.ClosedError as refused:
                 if refused.code != errno.EBADF or "fork()" not in refused.reason:
                     code = 5
+            try:  # the region's own facts too
+                parent_region.key
+                code = 6
+            except hmr.ClosedError as refused:
+                if "fork()" not in refused.reason:
+                    code = 7
             parent_region.close()
             domain.close()
         except BaseException as e:  # noqa: BLE001
