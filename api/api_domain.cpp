@@ -41,10 +41,7 @@ HMR_API int hmr_domain_open(hmr_domain_attr* attr, hmr_domain** domain) {
 HMR_API int hmr_domain_close(hmr_domain* handle) {
   return hmr::guarded([&] {
     Domain* domain = from_handle<Domain>(handle);
-    if (domain == nullptr) {
-      if (hmr::close_inherited(handle)) return 0;  // a forked child lets go of its copy
-      return hmr::report_bad_handle(handle, "not a domain handle");
-    }
+    if (domain == nullptr) return hmr::close_bad_handle(handle, "not a domain handle");
     hmr::Status status = domain->prepare_close();
     if (!status.ok()) return hmr::report(status);
     delete domain;

@@ -140,10 +140,7 @@ HMR_API int hmr_mw_invalidate(hmr_mw* handle, const struct hmr_mw_post* post) {
 HMR_API int hmr_mw_close(hmr_mw* handle) {
   return hmr::guarded([&] {
     MemoryWindow* window = from_handle<MemoryWindow>(handle);
-    if (window == nullptr) {
-      if (hmr::close_inherited(handle)) return 0;  // a forked child lets go of its copy
-      return hmr::report_bad_handle(handle, "not a memory window handle");
-    }
+    if (window == nullptr) return hmr::close_bad_handle(handle, "not a memory window handle");
     return hmr::report(window->close());
   });
 }

@@ -37,10 +37,7 @@ HMR_API int hmr_monitor_notify(hmr_monitor* handle, const void* addr, size_t len
 HMR_API int hmr_monitor_close(hmr_monitor* handle) {
   return hmr::guarded([&] {
     MonitorHandle* monitor = from_handle<MonitorHandle>(handle);
-    if (monitor == nullptr) {
-      if (hmr::close_inherited(handle)) return 0;  // a forked child lets go of its copy
-      return hmr::report_bad_handle(handle, "not a monitor handle");
-    }
+    if (monitor == nullptr) return hmr::close_bad_handle(handle, "not a monitor handle");
     return hmr::report(hmr::core::close_imported_monitor(monitor));
   });
 }

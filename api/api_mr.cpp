@@ -137,9 +137,8 @@ HMR_API int hmr_mr_close(hmr_mr* handle) {
     }
     MemoryRegion* region = from_handle<MemoryRegion>(handle);
     if (region == nullptr) {
-      if (hmr::close_inherited(handle)) return 0;
-      return hmr::report_bad_handle(handle, "not an MR handle: closed already (an MR is closed "
-                               "once), or never one");
+      return hmr::close_bad_handle(handle, "not an MR handle: closed already (an MR is closed "
+                                   "once), or never one");
     }
     return hmr::report(region->domain().close_memory_region(region));
   });

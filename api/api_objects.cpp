@@ -50,10 +50,7 @@ HMR_API int hmr_eq_open(const hmr_eq_attr* attr, hmr_eq** eq) {
 HMR_API int hmr_eq_close(hmr_eq* handle) {
   return hmr::guarded([&] {
     EventQueue* queue = from_handle<EventQueue>(handle);
-    if (queue == nullptr) {
-      if (hmr::close_inherited(handle)) return 0;  // a forked child lets go of its copy
-      return hmr::report_bad_handle(handle, "not an event queue handle");
-    }
+    if (queue == nullptr) return hmr::close_bad_handle(handle, "not an event queue handle");
     if (queue->has_bound_domains()) {
       return hmr::report_error(HMR_EBUSY, "a domain is bound to this event queue; close it first");
     }
@@ -115,10 +112,7 @@ HMR_API int hmr_cntr_open(hmr_domain* domain_handle, const hmr_cntr_attr* attr, 
 HMR_API int hmr_cntr_close(hmr_cntr* handle) {
   return hmr::guarded([&] {
     Counter* counter = from_handle<Counter>(handle);
-    if (counter == nullptr) {
-      if (hmr::close_inherited(handle)) return 0;  // a forked child lets go of its copy
-      return hmr::report_bad_handle(handle, "not a counter handle");
-    }
+    if (counter == nullptr) return hmr::close_bad_handle(handle, "not a counter handle");
     if (counter->has_bound_mrs()) {
       return hmr::report_error(HMR_EBUSY, "MRs are bound to this counter; close them first");
     }
@@ -155,10 +149,7 @@ HMR_API int hmr_ep_open(hmr_domain* domain_handle, const hmr_ep_attr* attr, hmr_
 HMR_API int hmr_ep_close(hmr_ep* handle) {
   return hmr::guarded([&] {
     Endpoint* endpoint = from_handle<Endpoint>(handle);
-    if (endpoint == nullptr) {
-      if (hmr::close_inherited(handle)) return 0;  // a forked child lets go of its copy
-      return hmr::report_bad_handle(handle, "not an endpoint handle");
-    }
+    if (endpoint == nullptr) return hmr::close_bad_handle(handle, "not an endpoint handle");
     hmr::Status status = endpoint->prepare_close();
     if (!status.ok()) return hmr::report(status);
     endpoint->domain().object_closed();

@@ -64,10 +64,7 @@ HMR_API int hmr_rkey_query(hmr_rkey* handle, hmr_rkey_info* info) {
 HMR_API int hmr_rkey_release(hmr_rkey* handle) {
   return hmr::guarded([&] {
     RemoteKey* rkey = from_handle<RemoteKey>(handle);
-    if (rkey == nullptr) {
-      if (hmr::close_inherited(handle)) return 0;  // a forked child lets go of its copy
-      return hmr::report_bad_handle(handle, "not an rkey handle");
-    }
+    if (rkey == nullptr) return hmr::close_bad_handle(handle, "not an rkey handle");
     return hmr::report(rkey->release());
   });
 }

@@ -19,10 +19,10 @@ int report_bad_handle(const void* handle, const char* what) {
   return report_error(HMR_EINVAL, "%s", what);
 }
 
-bool close_inherited(void* handle) {
-  if (!core::made_before_fork(handle)) return false;
-  core::forget_inherited(handle);
-  return true;
+int close_bad_handle(void* handle, const char* what) {
+  if (!core::made_before_fork(handle)) return report_bad_handle(handle, what);
+  core::forget_inherited(handle);  // a forked child lets go of its copy
+  return 0;
 }
 
 }  // namespace hmr

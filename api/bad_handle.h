@@ -11,8 +11,8 @@ namespace hmr {
 // with `what` ("not a domain handle"); recorded as the thread's last error either way.
 int report_bad_handle(const void* handle, const char* what);
 
-// For a close: true (the handle is now closed here, and the close succeeds) where `handle`
-// was made before this process forked; false for any other handle.
-bool close_inherited(void* handle);
+// For a close: 0 where `handle` was made before this process forked (it is now closed here;
+// nothing else of it is touched), else report_bad_handle(handle, what).
+int close_bad_handle(void* handle, const char* what);
 
 }  // namespace hmr

@@ -23,11 +23,11 @@ Imported& imported() {
 }
 
 // fork(): the registry's lock is held across it (util/fork_held_lock.h says why), and a child
-// forgets the monitors its parent imported.  Their only handles
-// are the parent's, which the child cannot use (util/object.h), so a domain of the child's
-// that took one by name would never be told of a change: a stale registration.  Forgotten,
-// the name is free for the child to import its own (the objects are left as they are, since
-// the parent's caches may point at them).
+// forgets the monitors its parent imported.  Their only handles are the parent's, which the
+// child cannot use (util/object.h), so a domain of the child's that took one by name would
+// never be told of a change: a stale registration.  Forgotten, the name is free for the child
+// to import its own (the objects are left as they are, since the parent's caches may point
+// at them).
 void lock_before_fork() { imported().mutex.lock(); }
 void unlock_in_parent() { imported().mutex.unlock(); }
 void forget_in_child() {

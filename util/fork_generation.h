@@ -19,18 +19,9 @@ namespace fork_generation_detail {
 // Written only in a child's atfork handler, when the child has one thread; relaxed loads
 // elsewhere see it (the handler runs before fork() returns in the child).
 extern std::atomic<uint64_t> counted;
-// Whether the handler was registered (false before the library's initialisers ran, and where
-// pthread_atfork failed for want of memory).
-extern const bool counting;
-uint64_t from_process_id();  // the fallback: the process id, marked so it is never a count
 }  // namespace fork_generation_detail
 
-inline uint64_t fork_generation() {
-  if (__builtin_expect(!fork_generation_detail::counting, 0)) {
-    return fork_generation_detail::from_process_id();
-  }
-  return fork_generation_detail::counted.load(std::memory_order_relaxed);
-}
+uint64_t fork_generation();
 
 // How many forks made this process, as counted so far: 0 until a child's handler ran, and
 // in a process whose handler could not be registered.  Constant-initialised, so right even
