@@ -12,6 +12,11 @@
 // the time from munmap's return until the NIC's deregistration callback ran is taken, with no
 // further hmr call (cache/deferred_reaper.h); the target is 100 ms:
 //         RESULT metric=freed_registration_released_us monitor=<m> median=<us> max=<us>
+// And what a refusal costs when every registration the NIC holds is in use by an open MR
+// (the caller gets -HMR_ENOSPC): with all of them on live memory, and with one of them on
+// memory freed while it stays open (its entry is out of the cache, kept by the MR; the
+// refusal must not wait for the application's close):
+//         RESULT metric=refusal_all_in_use_us monitor=<m> live=<us> one_freed=<us>
 #include <hmr/hmr.h>
 #include <sys/mman.h>
 
@@ -133,6 +138,46 @@ std::vector<double> release_after_free_us(const char* monitor, int rounds) {
   return samples;
 }
 
+// Median microseconds of a refused hmr_mr_reg on a NIC of 16 registrations, all held by open
+// MRs, the first of them on a buffer unmapped after its registration when `one_freed`.
+double refusal_all_in_use_us(const char* monitor, bool one_freed, int rounds) {
+  constexpr size_t kCapacity = 16;
+  Nic nic;
+  nic.capacity = kCapacity;
+  Domain domain(nic, false, monitor);
+  auto* mapping = static_cast<uint8_t*>(mmap(nullptr, 2 * (kCapacity + 1) * kPage,
+                                             PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                                             -1, 0));
+  std::memset(mapping, 1, 2 * (kCapacity + 1) * kPage);
+  std::vector<hmr_mr*> open;
+  for (size_t i = 0; i < kCapacity; ++i) {
+    hmr_mr* mr = nullptr;
+    if (hmr_mr_reg(domain.domain, mapping + 2 * i * kPage, kPage, kAccess, 0, 0, 0, &mr,
+                   nullptr) != 0) {
+      std::fprintf(stderr, "hmr_mr_reg: %s\n", hmr_last_error());
+      std::exit(1);
+    }
+    open.push_back(mr);
+  }
+  if (one_freed) munmap(mapping, kPage);
+  std::vector<double> samples;
+  for (int r = 0; r < rounds; ++r) {
+    hmr_mr* refused = nullptr;
+    const auto start = std::chrono::steady_clock::now();
+    const int rc = hmr_mr_reg(domain.domain, mapping + 2 * kCapacity * kPage, kPage, kAccess, 0,
+                              0, 0, &refused, nullptr);
+    samples.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() -
+                                                                start).count());
+    if (rc != -HMR_ENOSPC) {
+      std::fprintf(stderr, "expected a refusal, got %d: %s\n", rc, hmr_last_error());
+      std::exit(1);
+    }
+  }
+  for (hmr_mr* mr : open) hmr_mr_close(mr);
+  munmap(mapping, 2 * (kCapacity + 1) * kPage);
+  return median(samples);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -196,6 +241,12 @@ int main(int argc, char** argv) {
     const std::vector<double> us = release_after_free_us(monitor, 200);
     std::printf("RESULT metric=freed_registration_released_us monitor=%s median=%.1f max=%.1f\n",
                 monitor, median(us), *std::max_element(us.begin(), us.end()));
+  }
+  for (const char* monitor : {"memhooks", "userfaultfd"}) {
+    const double live = refusal_all_in_use_us(monitor, false, 25);
+    const double one_freed = refusal_all_in_use_us(monitor, true, 25);
+    std::printf("RESULT metric=refusal_all_in_use_us monitor=%s live=%.1f one_freed=%.1f\n",
+                monitor, live, one_freed);
   }
   return 0;
 }

@@ -88,8 +88,6 @@ struct CacheEntry {
   bool subscribed : 1 = false;    // its range is watched by the cache's monitor
   bool collected : 1 = false;     // on an invalidation's victim list (through `next`); these
                                   // bits change only before filing or under the exclusive lock
-  bool retired : 1 = false;       // taken out of the index (RegistrationCache::retire), not
-                                  // yet deregistered: counted in the cache's in-transit account
   // Set (never cleared while the entry lives) by a thread other than the owner before it
   // counts a reference in its own table: retirement must then read every thread's table.
   std::atomic<uint8_t> held_elsewhere{0};
@@ -227,7 +225,6 @@ struct CacheEntry {
     level = 0;
     subscribed = false;
     collected = false;
-    retired = false;
     base_at_start = false;
     long_record = false;
     held_elsewhere.store(0, std::memory_order_relaxed);

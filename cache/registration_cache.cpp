@@ -165,14 +165,14 @@ bool RegistrationCache::keep_while_counted(CacheEntry& entry,
   // Nobody else, or only shared references, whose last drop decides (none can be taken any
   // more: the entry is out of the index).
   const uint32_t left = entry.state.fetch_sub(1, std::memory_order_acq_rel) - 1;
-  if (CacheEntry::unreferenced(left, counted) && entry.claim_finalization(left)) {
+  if (CacheEntry::unreferenced(left, counted) && claim(entry, left)) {
     entry.next = dead;
     dead = &entry;
   }
   return false;
 }
 
-bool RegistrationCache::drop_shared(CacheEntry& entry, bool& sweep) const {
+bool RegistrationCache::drop_shared(CacheEntry& entry, bool& sweep) {
   const uint32_t seen = entry.state.fetch_sub(1, std::memory_order_acq_rel) - 1;
   bool still_held = false;
   if (claim_if_last(entry, seen, still_held)) return true;
@@ -192,12 +192,12 @@ bool RegistrationCache::claim_if_last(CacheEntry& entry, uint32_t seen, bool& st
   // without a table of its own and never held elsewhere): state says it all.  A thread that
   // marks it held elsewhere now would find it out of the index (retire() fences against that).
   if (entry.owner == 0 && entry.held_elsewhere.load(std::memory_order_acquire) == 0) {
-    return CacheEntry::unreferenced(seen, 0) && entry.claim_finalization(seen);
+    return CacheEntry::unreferenced(seen, 0) && claim(entry, seen);
   }
   // Threads store their counts behind a compiler barrier only: after this fence we see every
   // count each stored before it last looked at the slot or state, and it sees the entry gone.
   heavy_fence();
-  if (CacheEntry::unreferenced(seen, entry.thread_counts())) return entry.claim_finalization(seen);
+  if (CacheEntry::unreferenced(seen, entry.thread_counts())) return claim(entry, seen);
   still_held = true;
   return false;
 }
@@ -297,9 +297,6 @@ void RegistrationCache::retire(CacheEntry* entry, Retired& retired) {
   index_.erase(entry);
   count_.fetch_sub(1, std::memory_order_relaxed);
   bytes_ -= entry->length;
-  // Written before the state change below, whose acquiring claim orders it for the finalizer.
-  entry->retired = true;
-  retired_registered_.fetch_add(1, std::memory_order_relaxed);
   // Last touch while a holder may still be out there: from now on whoever drops the last
   // reference finalizes the entry, at any moment.  A reader that read its slot before the
   // erase may still count a reference, but sees the slot changed (or the entry not live) and
@@ -320,7 +317,7 @@ void RegistrationCache::retire(CacheEntry* entry, Retired& retired) {
     const ReadSection section(readers_);
     const uint32_t seen =
         entry->state.fetch_and(~CacheEntry::kLive, std::memory_order_acq_rel) & ~CacheEntry::kLive;
-    if (CacheEntry::unreferenced(seen, 0) && entry->claim_finalization(seen)) {
+    if (CacheEntry::unreferenced(seen, 0) && claim(*entry, seen)) {
       entry->next = retired.dead;
       retired.dead = entry;
     }
@@ -330,6 +327,8 @@ void RegistrationCache::retire(CacheEntry* entry, Retired& retired) {
   // after a heavy fence, one for all the entries this writer retires (finish()).  Until then
   // a shared reference of ours, taken with the same instruction, keeps anyone else from
   // finalizing it.
+  // In transit until settle() decides (a claim there counts it again first).
+  in_transit_.fetch_add(1, std::memory_order_relaxed);
   entry->state.fetch_sub(CacheEntry::kLive - 1, std::memory_order_acq_rel);
   entry->next = retired.unsettled;
   retired.unsettled = entry;
@@ -355,6 +354,7 @@ void RegistrationCache::settle(Retired& retired) {
         entry->next = listed;
         listed = entry;
       }
+      in_transit_.fetch_sub(1, std::memory_order_release);  // retire()'s count, decided
       entry = next;
     }
     retired.unsettled = nullptr;
@@ -366,11 +366,9 @@ void RegistrationCache::hold(CacheEntry* listed, const uint64_t (&marks)[kThread
   {
     const std::lock_guard<std::mutex> lock(held_mutex_);
     CacheEntry* last = listed;
-    size_t listed_count = 1;
-    for (; last->next != nullptr; last = last->next) ++listed_count;
+    while (last->next != nullptr) last = last->next;
     last->next = held_;
     held_ = listed;
-    held_count_ += listed_count;
     held_listed_.store(true, std::memory_order_relaxed);
     for (unsigned i = 0; i < kThreadSlots; ++i) {
       if (marks[i] != 0) held_marks_[i].fetch_or(marks[i], std::memory_order_relaxed);
@@ -401,7 +399,6 @@ void RegistrationCache::sweep_held() {
           link = &entry->next;
         } else {
           *link = after;
-          --held_count_;
         }
       }
       held_listed_.store(held_ != nullptr, std::memory_order_relaxed);
@@ -518,10 +515,9 @@ void RegistrationCache::finalize(CacheEntry* entry) {
   finalizing_here = true;
   backend_.deregister(registration, entry->start, entry->length);
   if (outer) finalizing_here = false;
-  if (entry->retired) {  // (after the NIC let go: in transit until then)
-    retired_deregistered_.fetch_add(1, std::memory_order_release);
-    retired_registered_.fetch_sub(1, std::memory_order_release);
-  }
+  // After the NIC let go: in transit until then (claim()).
+  finalized_.fetch_add(1, std::memory_order_release);
+  in_transit_.fetch_sub(1, std::memory_order_release);
   entry->drop_long_record();
   pool_.release(entry);
 }
@@ -585,39 +581,29 @@ size_t RegistrationCache::release_unused(size_t count) {
   // registered until that thread's put() (it was not idle after all) but leaves the cache.
   finish(retired);
   if (released != 0 || finalizing_here) return released;
-  // Nothing idle is left here, but what another thread retired may be on its way out (a
-  // flush, an invalidation or an eviction between retire() and finish(); a holder's put()
-  // that let go of an entry retired under it): those give their resources back without the
-  // application, so the caller's retry can succeed once they did.
-  return wait_for_retired_in_transit();
+  // Nothing idle is left here, but what another thread let go may be on its way out (a flush,
+  // an invalidation or an eviction between retire() and finish(); the put() that dropped the
+  // last reference of an entry retired under it): those give their resources back without
+  // the application, so the caller's retry can succeed once they did.  An entry an open MR
+  // keeps is not among them: only its close lets it go.
+  return wait_for_in_transit();
 }
 
-uint64_t RegistrationCache::retired_in_transit() {
-  // None retired and not yet deregistered, held or not: nothing to read under the mutex.
-  if (retired_registered_.load(std::memory_order_acquire) == 0) return 0;
-  const std::lock_guard<std::mutex> lock(held_mutex_);  // held_count_ stays as it is
-  // Read under the mutex: an entry leaves the held list (here, under it) before it is
-  // deregistered, so the difference never goes below 0 but for a stale read, clamped.
-  const uint64_t retired = retired_registered_.load(std::memory_order_acquire);
-  return retired > held_count_ ? retired - held_count_ : 0;
-}
-
-size_t RegistrationCache::wait_for_retired_in_transit() {
-  const uint64_t in_transit = retired_in_transit();
+size_t RegistrationCache::wait_for_in_transit() {
+  const uint64_t in_transit = in_transit_.load(std::memory_order_acquire);
   if (in_transit == 0) return 0;
-  // Until as many retired entries were deregistered as were in transit (by anyone: new
-  // retirements may keep the account above 0), or none is left.  Each is deregistered by a
-  // thread that needs nothing from us; a process forked while one was in transit never sees
-  // it end, hence the bound on rounds without progress (a safety net, not a timing rule).
-  const uint64_t deregistered = retired_deregistered_.load(std::memory_order_acquire);
+  // Until as many entries were deregistered as were in transit (by anyone: new ones may keep
+  // the account above 0), or none is left.  Each is deregistered, or handed to its holders, by
+  // a thread that needs nothing from us.  The bound on rounds without progress is a safety
+  // net, not a timing rule (a thread stopped in a debugger, say).
+  const uint64_t finalized = finalized_.load(std::memory_order_acquire);
   constexpr unsigned kRoundsWithoutProgress = 1u << 20;
-  uint64_t seen = deregistered;
+  uint64_t seen = finalized;
   for (unsigned idle_rounds = 0; idle_rounds < kRoundsWithoutProgress; ++idle_rounds) {
-    (void)finalize_deferred();
-    sweep_held();  // (may find a holder let go, and deregister it here)
-    const uint64_t now = retired_deregistered_.load(std::memory_order_acquire);
-    if (now - deregistered >= in_transit || retired_in_transit() == 0) {
-      return static_cast<size_t>(now - deregistered);
+    (void)finalize_deferred();  // (what a monitor's thread left, if the reaper is behind)
+    const uint64_t now = finalized_.load(std::memory_order_acquire);
+    if (now - finalized >= in_transit || in_transit_.load(std::memory_order_acquire) == 0) {
+      return static_cast<size_t>(now - finalized);
     }
     if (now != seen) {
       seen = now;
@@ -625,7 +611,7 @@ size_t RegistrationCache::wait_for_retired_in_transit() {
     }
     std::this_thread::yield();
   }
-  return static_cast<size_t>(seen - deregistered);
+  return static_cast<size_t>(seen - finalized);
 }
 
 CacheStatistics RegistrationCache::statistics() {

@@ -212,18 +212,24 @@ class RegistrationCache final : public InvalidationSink {
   // table, closed on another thread or repaid) is given back in state, below kZero if need be.
   // `sweep`: the entry is still referenced and the held list is not empty; the caller runs
   // sweep_held() once out of its section (the list may hold it for a debt nobody repays).
-  bool drop_shared(CacheEntry& entry, bool& sweep) const;
+  bool drop_shared(CacheEntry& entry, bool& sweep);
   // The decision after a reference of an entry was dropped (or a thread's count taken back),
   // with `seen` its state after that: true when the entry is out of the index, nobody
   // references it, and this caller won its finalization.  `still_held` when it is out of the
   // index, with no shared reference left, and threads' counts or a held list still hold it.
-  static bool claim_if_last(CacheEntry& entry, uint32_t seen, bool& still_held);
+  bool claim_if_last(CacheEntry& entry, uint32_t seen, bool& still_held);
+  // CacheEntry::claim_finalization(seen), and a won claim counted in transit until finalize().
+  bool claim(CacheEntry& entry, uint32_t seen) {
+    if (!entry.claim_finalization(seen)) return false;
+    in_transit_.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
   // A retired entry carrying a reference of ours (unsettled, or on the held list), after a
   // heavy fence: kept, with its holders' marks added to `marks`, while threads count it and
   // something besides us holds it; otherwise our reference is dropped, and the entry goes
   // onto `dead` (through next) if that was its last.
-  static bool keep_while_counted(CacheEntry& entry, uint64_t (&marks)[kThreadSlots],
-                                 CacheEntry*& dead);
+  bool keep_while_counted(CacheEntry& entry, uint64_t (&marks)[kThreadSlots],
+                          CacheEntry*& dead);
   // Thread `thread_id` takes one off its own count of `entry`, which it holds: whether the
   // count was there (else the caller drops a shared one) and, in `sweep`, whether its held
   // marks then say that a retirer may have listed this entry while it counted it
@@ -269,12 +275,11 @@ class RegistrationCache final : public InvalidationSink {
   size_t finalize_deferred();  // how many it deregistered
   // Returns once no other thread is deregistering entries taken from deferred_.
   void wait_for_finalizing() const;
-  // Retired entries that no thread's count keeps (those are on the held list) and that are
-  // still registered: another thread is between its retire() and its finish(), inside a put()
-  // that dropped the last reference, or sweeping.  Their NIC resources come back without the
-  // application; release_unused() waits for them rather than report nothing given back.
-  uint64_t retired_in_transit();
-  size_t wait_for_retired_in_transit();  // how many it waited for (0: none was in transit)
+  // Returns once the entries in transit when it was called (in_transit_) are deregistered,
+  // or none is left in transit: how many entries were deregistered meanwhile (0: none was in
+  // transit).  Their NIC resources come back without the application; release_unused() waits
+  // for them rather than report nothing given back.
+  size_t wait_for_in_transit();
 
   CacheEntryPool pool_{readers_};  // first member destroyed last: entries live in it
   CacheBackend& backend_;
@@ -309,11 +314,14 @@ class RegistrationCache final : public InvalidationSink {
 
   std::mutex held_mutex_;
   CacheEntry* held_ = nullptr;  // retired while threads counted them; through next
-  size_t held_count_ = 0;       // entries on held_; held_mutex_
-  // Entries retire() took out of the index and finalize() has not deregistered yet (held ones
-  // included), and how many retired entries were ever deregistered: retired_in_transit().
-  std::atomic<uint64_t> retired_registered_{0};
-  std::atomic<uint64_t> retired_deregistered_{0};
+  // Entries on their way out that nobody but hmr waits for: claimed for finalization and not
+  // deregistered yet (on a dead list, deferred_, or in finalize()), and retired ones a writer
+  // holds between retire() and settle().  Not those left to the application (an open MR's
+  // reference, counted or shared, keeps a retired entry registered until it is closed): a
+  // refusal under NIC pressure must not wait for the application (wait_for_in_transit()).
+  // Every claim adds one before its finalize() takes it off; settle() takes off its own.
+  std::atomic<uint64_t> in_transit_{0};
+  std::atomic<uint64_t> finalized_{0};  // entries ever deregistered (their NIC calls ended)
   std::atomic<bool> held_listed_{false};  // held_ is not empty, for drop_shared() to ask
   // Per thread (id - 1), the held_mark() of each entry on held_ it may still count: its put()
   // of such an entry sweeps, and its other puts do not.  Read by every put() of a counted

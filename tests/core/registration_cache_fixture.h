@@ -52,6 +52,10 @@ class RegistrationCacheTestPeer {
     if (hit.orphans != nullptr) cache.finalize_all(hit.orphans);
     if (hit.sweep) cache.sweep_held();
   }
+  // Entries on their way out without the application, which release_unused() waits for.
+  static uint64_t in_transit(const RegistrationCache& cache) {
+    return cache.in_transit_.load(std::memory_order_acquire);
+  }
 };
 
 namespace cache_test {
@@ -104,6 +108,7 @@ class FakeBackend final : public CacheBackend {
   }
   void deregister(nic::Registration& registration, uintptr_t, uint64_t) override {
     const auto id = reinterpret_cast<uint64_t>(registration.handle);
+    if (during_deregister) during_deregister(id);
     std::lock_guard<std::mutex> lock(mutex);
     EXPECT_EQ(live.erase(id), 1u) << "registration " << id << " deregistered twice or never made";
     deregistered.push_back(id);
@@ -128,6 +133,7 @@ class FakeBackend final : public CacheBackend {
   bool long_keys = false;  // 16-byte keys, as some RAW-key providers give
   bool odd_base = false;   // a base_addr that is neither the start nor 0
   std::function<void(uintptr_t, uint64_t)> during_register;
+  std::function<void(uint64_t)> during_deregister;  // with the registration's id, before it goes
 };
 
 class FakeMonitor final : public Monitor {

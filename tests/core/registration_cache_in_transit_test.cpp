@@ -1,0 +1,133 @@
+// What a registration refused under NIC pressure waits for (RegistrationCache::release_unused,
+// docs/semantics.md "Under pressure"): entries on their way out that nobody but hmr waits for
+// (a deregistration under way on another thread), and never an entry an open handle keeps —
+// only the application's close lets that one go.  Before, an invalidated entry that an open
+// MR kept counted as on its way out, and every refusal waited 2^20 rounds of membarrier for
+// it (1.2 s on this machine) before it failed.
+#include "tests/core/registration_cache_fixture.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdint>
+#include <thread>
+
+namespace hmr::core {
+namespace {
+
+using namespace cache_test;
+
+using Peer = RegistrationCacheTestPeer;
+
+// Entries invalidated while held, by each kind of reference a holder may have: the miss's own
+// (shared) reference, a hit counted in the owner's table, a hit counted in another thread's
+// table (which the invalidation settles onto the held list), and, invalidated by another
+// thread, a hit in the owner's table.  None is on its way out: nothing to wait for, nothing
+// given back, every registration still live for its holder.
+TEST_F(RegistrationCacheTest, AnEntryAHolderKeepsIsNotInTransit) {
+  RegistrationCache& cache = make(limits(16));
+  CacheHandle shared = get(page(0), kPage);
+  ASSERT_EQ(shared.counted_by, 0u) << "a miss hands out a shared reference";
+  const uint64_t counted_id = touch(page(2), kPage);
+  CacheHandle counted = get(page(2), kPage);
+  ASSERT_NE(counted.counted_by, 0u) << "a hit on the thread that filed it is counted";
+  const uint64_t elsewhere_id = touch(page(4), kPage);
+  CacheHandle elsewhere;
+  std::thread([&] { elsewhere = get(page(4), kPage); }).join();
+  ASSERT_TRUE(elsewhere);
+  const uint64_t remote_id = touch(page(6), kPage);
+  CacheHandle remote = get(page(6), kPage);
+
+  monitor_.notify(page(0), page(6));
+  std::thread([&] { monitor_.notify(page(6), page(7)); }).join();
+  EXPECT_EQ(cache.statistics().invalidations, 4u);
+  EXPECT_EQ(Peer::in_transit(cache), 0u) << "open handles' entries counted as on their way out";
+  EXPECT_EQ(cache.release_unused(4), 0u) << "nothing idle, nothing on its way out";
+  for (const uint64_t id : {FakeBackend::id_of(shared), counted_id, elsewhere_id, remote_id}) {
+    EXPECT_TRUE(backend_.is_live(id)) << "registration " << id << " went under its holder";
+  }
+
+  for (const CacheHandle* handle : {&shared, &counted, &elsewhere, &remote}) {
+    const uint64_t id = FakeBackend::id_of(*handle);
+    cache.put(*handle);
+    EXPECT_FALSE(backend_.is_live(id)) << "the holder's put was the last";
+    EXPECT_EQ(Peer::in_transit(cache), 0u);
+  }
+}
+
+// The last put of an invalidated entry, deregistering on another thread: on its way out (a
+// refusal's retry may succeed once it is done) until the NIC let go, and no longer after.
+TEST_F(RegistrationCacheTest, ADeregistrationUnderWayIsInTransitUntilTheNicLetsGo) {
+  RegistrationCache& cache = make(limits(16));
+  CacheHandle held = get(page(0), kPage);
+  const uint64_t id = FakeBackend::id_of(held);
+  monitor_.notify(page(0), page(1));
+  ASSERT_EQ(Peer::in_transit(cache), 0u);
+
+  std::atomic<bool> deregistering{false}, let_go{false};
+  backend_.during_deregister = [&](uint64_t) {
+    deregistering.store(true);
+    while (!let_go.load()) std::this_thread::yield();
+  };
+  std::thread closer([&] { cache.put(held); });
+  while (!deregistering.load()) std::this_thread::yield();
+  EXPECT_EQ(Peer::in_transit(cache), 1u);
+  EXPECT_TRUE(backend_.is_live(id));
+  let_go.store(true);
+  closer.join();
+  EXPECT_FALSE(backend_.is_live(id));
+  EXPECT_EQ(Peer::in_transit(cache), 0u);
+
+  // A flush's deregistration alike (retire(), then the finalize in its finish()).
+  backend_.during_deregister = nullptr;
+  const uint64_t idle = touch(page(2), kPage);
+  deregistering.store(false);
+  let_go.store(false);
+  backend_.during_deregister = [&](uint64_t) {
+    deregistering.store(true);
+    while (!let_go.load()) std::this_thread::yield();
+  };
+  std::thread flusher([&] { cache.flush(); });
+  while (!deregistering.load()) std::this_thread::yield();
+  EXPECT_EQ(Peer::in_transit(cache), 1u);
+  let_go.store(true);
+  flusher.join();
+  EXPECT_FALSE(backend_.is_live(idle));
+  EXPECT_EQ(Peer::in_transit(cache), 0u);
+  backend_.during_deregister = nullptr;
+}
+
+// Under threads: hits, closes on other threads, invalidations and evictions beside pressure
+// releases.  Once every thread has stopped and let go, nothing is in transit: every count a
+// claim or a retirement added was taken off again (an account that drifted upwards would make
+// every later refusal wait in vain; one that wrapped below 0 likewise).
+TEST_F(RegistrationCacheTest, TheInTransitAccountReturnsToZeroAfterChurn) {
+  RegistrationCache& cache = make(limits(24));
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 3; ++t) {
+    threads.emplace_back([&, t] {
+      Draws draws(t + 1);
+      CacheHandle kept[4];
+      for (int i = 0; i < 4000; ++i) {
+        const uint64_t draw = draws.next() >> 33;
+        CacheHandle& slot = kept[draw % 4];
+        if (slot) cache.put(slot);
+        slot = get_checked(draw % 48, wrong);
+        if (draw % 7 == 0) monitor_.notify(page(draw % 48), page(draw % 48 + 2));
+        if (draw % 29 == 0) (void)cache.release_unused(2);
+      }
+      for (CacheHandle& handle : kept) {
+        if (handle) cache.put(handle);
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(wrong.load(), 0);
+  cache.flush();
+  EXPECT_EQ(Peer::in_transit(cache), 0u);
+  EXPECT_EQ(backend_.live.size(), 0u) << "nothing held, nothing filed after the flush";
+}
+
+}  // namespace
+}  // namespace hmr::core
