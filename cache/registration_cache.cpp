@@ -342,6 +342,7 @@ void RegistrationCache::finish(Retired& retired) {
 
 void RegistrationCache::settle(Retired& retired) {
   CacheEntry* listed = nullptr;
+  uint64_t listed_count = 0;
   uint64_t marks[kThreadSlots] = {};
   {
     // Until our references are dropped below, nobody else finalizes these, so their `next` is
@@ -353,13 +354,22 @@ void RegistrationCache::settle(Retired& retired) {
       if (keep_while_counted(*entry, marks, retired.dead)) {  // onto the held list
         entry->next = listed;
         listed = entry;
+        ++listed_count;
+      } else {
+        // retire()'s count, decided: claimed (and counted again by claim()) or left to its
+        // holders.
+        in_transit_.fetch_sub(1, std::memory_order_release);
       }
-      in_transit_.fetch_sub(1, std::memory_order_release);  // retire()'s count, decided
       entry = next;
     }
     retired.unsettled = nullptr;
   }
-  if (listed != nullptr) hold(listed, marks);
+  if (listed == nullptr) return;
+  hold(listed, marks);
+  // Counted until the list's first sweep has looked: a holder that let go after our fence but
+  // before its mark was set did not sweep, and left the entry to that sweep, which claims it
+  // (counting it again) before this.
+  in_transit_.fetch_sub(listed_count, std::memory_order_release);
 }
 
 void RegistrationCache::hold(CacheEntry* listed, const uint64_t (&marks)[kThreadSlots]) {
@@ -590,13 +600,20 @@ size_t RegistrationCache::release_unused(size_t count) {
 }
 
 size_t RegistrationCache::wait_for_in_transit() {
+  const uint64_t finalized = finalized_.load(std::memory_order_acquire);
+  // A hit that took back a stale count of a held entry leaves it to the list alone until its
+  // own sweep, a moment later (lookup()): this sweep may claim it first.
+  if (held_listed_.load(std::memory_order_relaxed)) sweep_held();
   const uint64_t in_transit = in_transit_.load(std::memory_order_acquire);
-  if (in_transit == 0) return 0;
+  if (in_transit == 0) {
+    return static_cast<size_t>(finalized_.load(std::memory_order_acquire) - finalized);
+  }
   // Until as many entries were deregistered as were in transit (by anyone: new ones may keep
   // the account above 0), or none is left.  Each is deregistered, or handed to its holders, by
   // a thread that needs nothing from us.  The bound on rounds without progress is a safety
-  // net, not a timing rule (a thread stopped in a debugger, say).
-  const uint64_t finalized = finalized_.load(std::memory_order_acquire);
+  // net, not a timing rule: a process forked while an entry was in transit never sees it end
+  // (the thread that claimed it is not there), though a forked child cannot reach its
+  // parent's caches through the C ABI (api/bad_handle.h).
   constexpr unsigned kRoundsWithoutProgress = 1u << 20;
   uint64_t seen = finalized;
   for (unsigned idle_rounds = 0; idle_rounds < kRoundsWithoutProgress; ++idle_rounds) {
