@@ -5,6 +5,8 @@
 #include <new>
 #include <system_error>
 
+#include <pthread.h>
+
 namespace hmr::core {
 
 struct ThreadPool::Batch {
@@ -29,10 +31,41 @@ ThreadPool::~ThreadPool() {
   for (std::thread& thread : threads_) thread.join();
 }
 
+namespace {
+
+// The registration pool of this process, made on first use and never destroyed: workers may be
+// blocked on it while static destructors run.
+std::atomic<ThreadPool*> registration_pool_here{nullptr};
+// The pools forked children inherited from their ancestors, through ThreadPool::inherited_:
+// kept reachable (leak checkers), never used or destroyed again.
+ThreadPool* inherited_pools = nullptr;
+
+}  // namespace
+
+void ThreadPool::forget_parents_pool() {
+  // The child has only the thread that forked: the parent's workers are not here, and its
+  // lock and condition variable may be held by them for ever.  Destroying that condition
+  // variable waits for its waiters, so a child that returned from main hung in exit() (as
+  // joining threads that are not here would); the child makes a pool of its own on first use.
+  ThreadPool* parents = registration_pool_here.exchange(nullptr, std::memory_order_relaxed);
+  if (parents == nullptr) return;
+  parents->inherited_ = inherited_pools;
+  inherited_pools = parents;
+}
+
 ThreadPool& ThreadPool::registration_pool(size_t threads) {
-  // The caller is one of the threads, so the pool holds one fewer.
-  static ThreadPool pool(threads > 1 ? threads - 1 : 0, 64);
-  return pool;
+  [[maybe_unused]] static const bool forks_handled =
+      pthread_atfork(nullptr, nullptr, &forget_parents_pool) == 0;
+  ThreadPool* pool = registration_pool_here.load(std::memory_order_acquire);
+  if (pool != nullptr) return *pool;
+  // The caller is one of the threads, so the pool holds one fewer.  Until a batch starts one,
+  // a pool has no thread: a racer's spare is deleted at no cost.
+  auto made = std::make_unique<ThreadPool>(threads > 1 ? threads - 1 : 0, 64);
+  if (registration_pool_here.compare_exchange_strong(pool, made.get(),
+                                                     std::memory_order_acq_rel)) {
+    return *made.release();
+  }
+  return *pool;
 }
 
 size_t ThreadPool::started_workers() {

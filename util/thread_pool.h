@@ -25,12 +25,13 @@ class ThreadPool {
   // `workers` threads start lazily, on the first batch that can use them; at most
   // `queue_capacity` helper requests wait at once (more are dropped: the caller does the work).
   ThreadPool(size_t workers, size_t queue_capacity);
-  ~ThreadPool();  // joins every worker
+  ~ThreadPool();  // joins every worker (never called for the registration pool)
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   // The process-wide pool for registrations; `threads` (HMR_REG_THREADS, the caller included)
-  // fixes its size the first time it is asked for and is ignored afterwards.
+  // fixes its size the first time it is asked for (in this process: a forked child makes its
+  // own) and is ignored afterwards.  Never destroyed.
   static ThreadPool& registration_pool(size_t threads);
 
   // Runs every task and returns when all have finished.  After a task fails, tasks not yet
@@ -46,6 +47,9 @@ class ThreadPool {
   void start_workers_locked();
   void worker_loop();
 
+  // fork() child handler of registration_pool(): the parent's pool is left alone.
+  static void forget_parents_pool();
+
   const size_t worker_count_;
   const size_t queue_capacity_;
   std::mutex mutex_;
@@ -53,6 +57,7 @@ class ThreadPool {
   std::deque<std::shared_ptr<Batch>> queue_;
   std::vector<std::thread> threads_;
   bool stopping_ = false;
+  ThreadPool* inherited_ = nullptr;  // an older pool a forked child inherited (thread_pool.cpp)
 };
 
 }  // namespace hmr::core

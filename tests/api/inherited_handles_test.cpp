@@ -15,6 +15,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -339,6 +340,46 @@ TEST(InheritedHandles, AChildForkedWhileThreadsRegisterNeverHangs) {
               : "exited " + std::to_string(WEXITSTATUS(status_of_failed)))
       << " (1: the parent's domain was not refused; 2: its close failed; 3-5: the child's own "
          "domain failed)";
+  ASSERT_HMR_OK(hmr_domain_close(domain));
+}
+
+// A range of 64 MiB or more is pre-faulted by hmr's registration pool, whose worker threads
+// stay in the parent.  A child of such a process that ends through exit() — static
+// destructors, as a C or C++ program returning from main does — ends, with a large
+// registration of its own first (its own workers).  Before, it waited for ever in exit(),
+// destroying the pool's condition variable for the parent's workers.
+TEST(InheritedHandles, AChildOfAProcessThatRegisteredALargeRangeEndsThroughExit) {
+  constexpr size_t kLarge = size_t{64} << 20;  // HMR_REG_PREFAULT_MIN's default
+  hmr_domain_attr attr = hmr_test::domain_attr(kMode);
+  attr.cache_monitor = "disabled";
+  hmr_domain* domain = nullptr;
+  ASSERT_HMR_OK(hmr_domain_open(&attr, &domain));
+  Pages large(kLarge);
+  hmr_mr* mr = nullptr;
+  ASSERT_HMR_OK(hmr_mr_reg(domain, large.data(), kLarge, kRemote, 0, 0, 0, &mr, nullptr));
+  std::fflush(nullptr);  // so that the child's exit() writes nothing the parent had buffered
+  const pid_t child = fork();
+  ASSERT_GE(child, 0) << "fork: " << std::strerror(errno);
+  if (child == 0) {
+    alarm(10);
+    hmr_domain* own = open_child_domain();
+    if (own == nullptr) _exit(3);
+    // (ThreadSanitizer ends a forked child that starts a thread: one page there.)
+    const size_t length = hmr_test::kUnderThreadSanitizer ? kPage : kLarge;
+    hmr_mr* own_mr = nullptr;
+    if (hmr_mr_reg(own, large.data(), length, kRemote, 0, 0, 0, &own_mr, nullptr) != 0) _exit(4);
+    if (hmr_mr_close(own_mr) != 0 || hmr_domain_close(own) != 0) _exit(5);
+    exit(0);  // hung here, under its alarm
+  }
+  int status = 0;
+  while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << (WIFSIGNALED(status) ? (WTERMSIG(status) == SIGALRM
+                                     ? std::string("the child hung (its alarm)")
+                                     : "the child died of signal " + std::to_string(WTERMSIG(status)))
+                              : "the child exited " + std::to_string(WEXITSTATUS(status)));
+  ASSERT_HMR_OK(hmr_mr_close(mr));
   ASSERT_HMR_OK(hmr_domain_close(domain));
 }
 

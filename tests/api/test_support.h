@@ -12,22 +12,9 @@
 #include <string>
 #include <vector>
 
-namespace hmr_test {
+#include "../sanitizer_build.h"  // kUnderThreadSanitizer
 
-// Whether this is a ThreadSanitizer build, whose runtime ends a forked child of a
-// multi-threaded process that starts a thread (as a caching domain's monitor or hmr's
-// deferred-deregistration thread does): such children open domains without a cache.
-#if defined(__SANITIZE_THREAD__)
-constexpr bool kUnderThreadSanitizer = true;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-constexpr bool kUnderThreadSanitizer = true;
-#else
-constexpr bool kUnderThreadSanitizer = false;
-#endif
-#else
-constexpr bool kUnderThreadSanitizer = false;
-#endif
+namespace hmr_test {
 
 // Expects `call` to fail with -code and to leave a non-empty reason.
 #define EXPECT_HMR_ERROR(call, code)                                          \

@@ -11,6 +11,8 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <thread>
 #include <vector>
@@ -19,6 +21,8 @@
 #include "hmem/dmabuf_share.h"
 #include "monitor/device_monitor.h"
 #include "util/handle_storage.h"
+#include "util/thread_pool.h"
+#include "tests/sanitizer_build.h"
 
 namespace {
 
@@ -124,6 +128,53 @@ TEST(ForkSafePools, AChildForksAgainAndItsChildUsesThemToo) {
     use_all();
   });
   EXPECT_EQ(failure, "");
+}
+
+// The registration pool (util/thread_pool.h): its workers are not in a child, and its lock
+// and condition variable may be held by them.  A child of a process whose pool has started
+// its workers gets a pool of its own, which works, and it ends through exit() — static
+// destructors and all.  Before, the child's exit() waited for ever in the destruction of the
+// pool's condition variable, for waiters that are not there (any child of a process that had
+// registered 64 MiB or more, pre-faulted by the pool).  (One fork, no other thread of the
+// test's: LeakSanitizer checks the child at its exit, and what only a thread that is not in
+// the child refers to would look leaked.)
+TEST(ForkSafePools, AChildOfAProcessWithRegistrationWorkersHasItsOwnAndExits) {
+  using hmr::core::ThreadPool;
+  auto batch = [](ThreadPool& pool) {
+    std::atomic<size_t> ran{0};
+    std::vector<ThreadPool::Task> tasks(16, [&ran] {
+      ran.fetch_add(1, std::memory_order_relaxed);
+      return hmr::ok_status();
+    });
+    return pool.run_batch(tasks).ok() && ran.load() == tasks.size();
+  };
+  ThreadPool& parents = ThreadPool::registration_pool(3);
+  ASSERT_TRUE(batch(parents));
+  ASSERT_EQ(parents.started_workers(), 2u);
+  std::fflush(nullptr);  // so that the child's exit() writes nothing the parent had buffered
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    alarm(10);
+    ThreadPool& mine = ThreadPool::registration_pool(3);
+    if (&mine == &parents) _exit(2);
+    if (mine.started_workers() != 0 || mine.workers() != 2) _exit(3);
+    // (ThreadSanitizer ends a forked child that starts a thread.)
+    if (!hmr_test::kUnderThreadSanitizer && (!batch(mine) || mine.started_workers() != 2)) {
+      _exit(4);
+    }
+    exit(0);  // hung here, under its alarm
+  }
+  int status = 0;
+  while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << (WIFSIGNALED(status) ? "the child died of signal " + std::to_string(WTERMSIG(status)) +
+                                    (WTERMSIG(status) == SIGALRM ? " (hung: its alarm)" : "")
+                              : "the child exited " + std::to_string(WEXITSTATUS(status)) +
+                                    " (2: its pool is the parent's; 3, 4: its own does not work)");
+  EXPECT_EQ(&ThreadPool::registration_pool(3), &parents) << "the parent keeps its pool";
+  EXPECT_TRUE(batch(parents));
 }
 
 }  // namespace
