@@ -115,3 +115,37 @@ def test_fork_child_uses_a_new_domain(domain):
     domain.register(array).close()
     assert domain.stats()["cache_hits"] >= 1
     parent_region.close()
+
+
+
+# Run as a program of its own: the child must end as a Python program does, and pytest would
+# catch its SystemExit and go on with the session.
+_LARGE_REGISTRATION_THEN_FORK = """
+import mmap, os, signal, sys
+import hmr
+with hmr.Domain("sim") as domain:
+    large = mmap.mmap(-1, 64 << 20)
+    region = domain.register(large)
+    sys.stdout.flush()
+    pid = os.fork()
+    if pid == 0:
+        signal.alarm(10)  # a hang ends as SIGALRM
+        sys.exit(0)
+    _, status = os.waitpid(pid, 0)
+    print(os.waitstatus_to_exitcode(status))
+    region.close()
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+def test_fork_child_of_a_large_registration_ends_through_sys_exit():
+    """64 MiB is pre-faulted by hmr's registration pool, whose threads stay in the parent.  A
+    child that ends as Python programs do (sys.exit: interpreter teardown, then the C exit()
+    with its static destructors) ends.  Before, it waited for ever in exit() for the parent's
+    pool threads (its alarm: -14)."""
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-c", _LARGE_REGISTRATION_THEN_FORK],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "0", f"the child's exit code: {done.stdout!r} {done.stderr!r}"
