@@ -1,21 +1,29 @@
 #include "util/thread_pool.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <new>
 #include <system_error>
 
-#include <pthread.h>
+#include "util/log.h"
 
 namespace hmr::core {
 
+// One run_batch() call's work, on its caller's stack.  Workers reach it through queue_ and
+// tell the caller when they are done with it (helpers_inside), so it ends with the call: no
+// worker refers to it afterwards, which also keeps a forked child from finding a batch that
+// only a worker (not in the child) referred to.
 struct ThreadPool::Batch {
   std::span<const Task> tasks;
   std::atomic<size_t> next{0};
   std::atomic<bool> failed{false};
-  std::mutex mutex;  // the batch's own: guards finished and first_failure only
+  std::mutex mutex;  // the batch's own: guards finished, helpers_inside and first_failure
   std::condition_variable done;
   size_t finished = 0;
+  size_t helpers_inside = 0;  // workers that took it from the queue and have not let go
   Status first_failure;
 };
 
@@ -53,9 +61,19 @@ void ThreadPool::forget_parents_pool() {
   inherited_pools = parents;
 }
 
+// At load, so that no fork() finds the registration half done (a child would wait for ever
+// on a function-local static's guard copied "in progress").
+const bool ThreadPool::forks_handled_ = [] {
+  const int err = pthread_atfork(nullptr, nullptr, &ThreadPool::forget_parents_pool);
+  if (err != 0) {
+    log_message(LogLevel::warn, "pthread_atfork for the registration pool failed (%s): a forked "
+                "child of a process that registered 64 MiB or more may hang in exit()",
+                std::strerror(err));
+  }
+  return err == 0;
+}();
+
 ThreadPool& ThreadPool::registration_pool(size_t threads) {
-  [[maybe_unused]] static const bool forks_handled =
-      pthread_atfork(nullptr, nullptr, &forget_parents_pool) == 0;
   ThreadPool* pool = registration_pool_here.load(std::memory_order_acquire);
   if (pool != nullptr) return *pool;
   // The caller is one of the threads, so the pool holds one fewer.  Until a batch starts one,
@@ -102,33 +120,50 @@ void ThreadPool::start_workers_locked() {
 
 void ThreadPool::worker_loop() {
   for (;;) {
-    std::shared_ptr<Batch> batch;
+    Batch* batch;
     {
       std::unique_lock<std::mutex> lock(mutex_);
       wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
       if (queue_.empty()) return;  // stopping, nothing left
-      batch = std::move(queue_.front());
+      batch = queue_.front();
       queue_.pop_front();
+      // Counted before mutex_ is let go: a caller that withdraws its requests under mutex_
+      // then waits for us.  (Order: mutex_, then a batch's; never the other way.)
+      const std::lock_guard<std::mutex> inside(batch->mutex);
+      ++batch->helpers_inside;
     }
     work_through(*batch);
+    // The last touch: once we let go of its mutex the caller may return and the batch end.
+    const std::lock_guard<std::mutex> lock(batch->mutex);
+    if (--batch->helpers_inside == 0 && batch->finished == batch->tasks.size()) {
+      batch->done.notify_all();
+    }
   }
 }
 
 Status ThreadPool::run_batch(std::span<const Task> tasks) {
   if (tasks.empty()) return ok_status();
-  auto batch = std::make_shared<Batch>();
-  batch->tasks = tasks;
+  Batch batch;
+  batch.tasks = tasks;
   const size_t helpers = std::min(worker_count_, tasks.size() - 1);
   if (helpers > 0) {
     std::lock_guard<std::mutex> lock(mutex_);
     start_workers_locked();
-    for (size_t i = 0; i < helpers && queue_.size() < queue_capacity_; ++i) queue_.push_back(batch);
+    for (size_t i = 0; i < helpers && queue_.size() < queue_capacity_; ++i) queue_.push_back(&batch);
   }
   if (helpers > 0) wake_.notify_all();
-  work_through(*batch);
-  std::unique_lock<std::mutex> lock(batch->mutex);
-  batch->done.wait(lock, [&] { return batch->finished == batch->tasks.size(); });
-  return std::move(batch->first_failure);
+  work_through(batch);
+  if (helpers > 0) {
+    // Every task has been taken: requests no worker took are withdrawn, and those that took
+    // one are waited for below.
+    const std::lock_guard<std::mutex> lock(mutex_);
+    std::erase(queue_, &batch);
+  }
+  std::unique_lock<std::mutex> lock(batch.mutex);
+  batch.done.wait(lock, [&] {
+    return batch.finished == batch.tasks.size() && batch.helpers_inside == 0;
+  });
+  return std::move(batch.first_failure);
 }
 
 }  // namespace hmr::core

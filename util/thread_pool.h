@@ -8,7 +8,6 @@
 #include <cstddef>
 #include <deque>
 #include <functional>
-#include <memory>
 #include <mutex>
 #include <span>
 #include <thread>
@@ -49,12 +48,13 @@ class ThreadPool {
 
   // fork() child handler of registration_pool(): the parent's pool is left alone.
   static void forget_parents_pool();
+  static const bool forks_handled_;  // forget_parents_pool() registered (at load)
 
   const size_t worker_count_;
   const size_t queue_capacity_;
   std::mutex mutex_;
   std::condition_variable wake_;
-  std::deque<std::shared_ptr<Batch>> queue_;
+  std::deque<Batch*> queue_;  // helper requests: a batch, once per worker it may use
   std::vector<std::thread> threads_;
   bool stopping_ = false;
   ThreadPool* inherited_ = nullptr;  // an older pool a forked child inherited (thread_pool.cpp)

@@ -347,7 +347,9 @@ TEST(InheritedHandles, AChildForkedWhileThreadsRegisterNeverHangs) {
 // stay in the parent.  A child of such a process that ends through exit() — static
 // destructors, as a C or C++ program returning from main does — ends, with a large
 // registration of its own first (its own workers).  Before, it waited for ever in exit(),
-// destroying the pool's condition variable for the parent's workers.
+// destroying the pool's condition variable for the parent's workers.  (Where the pool has no
+// worker — HMR_REG_THREADS=1, or one CPU — there is nothing to leave behind and this passes
+// either way; tests/core/fork_safe_pools_test.cpp asks for one.)
 TEST(InheritedHandles, AChildOfAProcessThatRegisteredALargeRangeEndsThroughExit) {
   constexpr size_t kLarge = size_t{64} << 20;  // HMR_REG_PREFAULT_MIN's default
   hmr_domain_attr attr = hmr_test::domain_attr(kMode);

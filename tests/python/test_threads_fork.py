@@ -145,7 +145,9 @@ def test_fork_child_of_a_large_registration_ends_through_sys_exit():
     pool threads (its alarm: -14)."""
     import subprocess
 
-    done = subprocess.run([sys.executable, "-c", _LARGE_REGISTRATION_THEN_FORK],
+    # Pool workers even on a machine of one CPU (the default is one thread per CPU, up to 4).
+    env = dict(os.environ, HMR_REG_THREADS="4")
+    done = subprocess.run([sys.executable, "-c", _LARGE_REGISTRATION_THEN_FORK], env=env,
                           capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "0", f"the child's exit code: {done.stdout!r} {done.stderr!r}"
