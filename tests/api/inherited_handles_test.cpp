@@ -385,4 +385,57 @@ TEST(InheritedHandles, AChildOfAProcessThatRegisteredALargeRangeEndsThroughExit)
   ASSERT_HMR_OK(hmr_domain_close(domain));
 }
 
+// The links between the software NIC's endpoints are process-wide (core/endpoint.cpp): a
+// parent's thread connecting or closing endpoints at the fork held their lock, and a child
+// connecting endpoints of its own domain waited for it for ever.
+TEST(InheritedHandles, AChildConnectsItsOwnEndpointsWhileAParentThreadLinksOthers) {
+  hmr_domain* domain = open_child_domain();  // (no cache: no thread of hmr's)
+  ASSERT_NE(domain, nullptr) << hmr_last_error();
+  std::atomic<bool> stop{false};
+  std::thread linking([&] {
+    while (!stop.load(std::memory_order_relaxed)) {
+      hmr_ep* a = nullptr;
+      hmr_ep* b = nullptr;
+      if (hmr_ep_open(domain, nullptr, &a) != 0 || hmr_ep_open(domain, nullptr, &b) != 0) break;
+      for (int i = 0; i < 16; ++i) (void)hmr_ep_connect(a, b);
+      hmr_ep_close(a);
+      hmr_ep_close(b);
+    }
+  });
+  constexpr int kForks = 40;
+  int failed_child = -1, status_of_failed = 0;
+  for (int f = 0; f < kForks && failed_child < 0; ++f) {
+    const pid_t child = fork();
+    ASSERT_GE(child, 0) << "fork: " << std::strerror(errno);
+    if (child == 0) {
+      alarm(10);
+      hmr_domain* own = open_child_domain();
+      if (own == nullptr) _exit(3);
+      hmr_ep* a = nullptr;
+      hmr_ep* b = nullptr;
+      if (hmr_ep_open(own, nullptr, &a) != 0 || hmr_ep_open(own, nullptr, &b) != 0) _exit(4);
+      if (hmr_ep_connect(a, b) != 0) _exit(5);
+      if (hmr_ep_close(a) != 0 || hmr_ep_close(b) != 0 || hmr_domain_close(own) != 0) _exit(6);
+      _exit(0);
+    }
+    int status = 0;
+    while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      failed_child = f;
+      status_of_failed = status;
+    }
+  }
+  stop = true;
+  linking.join();
+  EXPECT_EQ(failed_child, -1)
+      << "child " << failed_child << " of " << kForks << " "
+      << (WIFSIGNALED(status_of_failed)
+              ? (WTERMSIG(status_of_failed) == SIGALRM ? std::string("hung (its alarm)")
+                                                       : "died of signal " +
+                                                             std::to_string(WTERMSIG(status_of_failed)))
+              : "exited " + std::to_string(WEXITSTATUS(status_of_failed)));
+  ASSERT_HMR_OK(hmr_domain_close(domain));
+}
+
 }  // namespace
