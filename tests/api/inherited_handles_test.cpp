@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -59,6 +60,34 @@ hmr_domain* open_child_domain() {
   attr.cache_monitor = "disabled";
   hmr_domain* domain = nullptr;
   return hmr_domain_open(&attr, &domain) == 0 ? domain : nullptr;
+}
+
+// How a child ended, from waitpid's status.
+std::string child_ending(int status) {
+  if (WIFEXITED(status)) return "exited " + std::to_string(WEXITSTATUS(status));
+  if (WTERMSIG(status) == SIGALRM) return "hung (its alarm)";
+  return "died of signal " + std::to_string(WTERMSIG(status));
+}
+
+// Forks `forks` children one after another; each runs `in_child` under a 10 s alarm and exits
+// with what it returns.  "" when every child exited 0, else how the first that did not ended.
+std::string fork_children(int forks, const std::function<int()>& in_child) {
+  for (int f = 0; f < forks; ++f) {
+    const pid_t child = fork();
+    if (child < 0) return std::string("fork: ") + std::strerror(errno);
+    if (child == 0) {
+      alarm(10);
+      _exit(in_child());
+    }
+    int status = 0;
+    while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      return "child " + std::to_string(f) + " of " + std::to_string(forks) + " " +
+             child_ending(status);
+    }
+  }
+  return "";
 }
 
 int no_monitor_start(void*) { return 0; }
@@ -298,48 +327,27 @@ TEST(InheritedHandles, AChildForkedWhileThreadsRegisterNeverHangs) {
     });
   }
   Pages child_pages(kPage);
-  constexpr int kForks = 40;
-  int failed_child = -1, status_of_failed = 0;
-  for (int f = 0; f < kForks && failed_child < 0; ++f) {
-    const pid_t child = fork();
-    ASSERT_GE(child, 0) << "fork: " << std::strerror(errno);
-    if (child == 0) {
-      alarm(10);
-      hmr_mr* mr = nullptr;
-      if (hmr_mr_reg(domain, child_pages.data(), kPage, kRemote, 0, 0, 0, &mr, nullptr) !=
-          -HMR_EBADF) {
-        _exit(1);
+  const std::string failure = fork_children(40, [&] {
+    hmr_mr* mr = nullptr;
+    if (hmr_mr_reg(domain, child_pages.data(), kPage, kRemote, 0, 0, 0, &mr, nullptr) !=
+        -HMR_EBADF) {
+      return 1;
+    }
+    if (hmr_domain_close(domain) != 0) return 2;
+    hmr_domain* own = open_child_domain();
+    if (own == nullptr) return 3;
+    for (int i = 0; i < 3; ++i) {
+      if (hmr_mr_reg(own, child_pages.data(), kPage, kRemote, 0, 0, 0, &mr, nullptr) != 0) {
+        return 4;
       }
-      if (hmr_domain_close(domain) != 0) _exit(2);
-      hmr_domain* own = open_child_domain();
-      if (own == nullptr) _exit(3);
-      for (int i = 0; i < 3; ++i) {
-        if (hmr_mr_reg(own, child_pages.data(), kPage, kRemote, 0, 0, 0, &mr, nullptr) != 0) {
-          _exit(4);
-        }
-        hmr_mr_close(mr);
-      }
-      _exit(hmr_domain_close(own) == 0 ? 0 : 5);
+      hmr_mr_close(mr);
     }
-    int status = 0;
-    while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
-    }
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-      failed_child = f;
-      status_of_failed = status;
-    }
-  }
+    return hmr_domain_close(own) == 0 ? 0 : 5;
+  });
   stop = true;
   for (std::thread& thread : threads) thread.join();
-  EXPECT_EQ(failed_child, -1)
-      << "child " << failed_child << " of " << kForks << " "
-      << (WIFSIGNALED(status_of_failed)
-              ? (WTERMSIG(status_of_failed) == SIGALRM ? std::string("hung (its alarm)")
-                                                       : "died of signal " +
-                                                             std::to_string(WTERMSIG(status_of_failed)))
-              : "exited " + std::to_string(WEXITSTATUS(status_of_failed)))
-      << " (1: the parent's domain was not refused; 2: its close failed; 3-5: the child's own "
-         "domain failed)";
+  EXPECT_EQ(failure, "") << "(1: the parent's domain was not refused; 2: its close failed; 3-5: "
+                            "the child's own domain failed)";
   ASSERT_HMR_OK(hmr_domain_close(domain));
 }
 
@@ -377,10 +385,7 @@ TEST(InheritedHandles, AChildOfAProcessThatRegisteredALargeRangeEndsThroughExit)
   while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
   }
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
-      << (WIFSIGNALED(status) ? (WTERMSIG(status) == SIGALRM
-                                     ? std::string("the child hung (its alarm)")
-                                     : "the child died of signal " + std::to_string(WTERMSIG(status)))
-                              : "the child exited " + std::to_string(WEXITSTATUS(status)));
+      << "the child " << child_ending(status);
   ASSERT_HMR_OK(hmr_mr_close(mr));
   ASSERT_HMR_OK(hmr_domain_close(domain));
 }
@@ -402,39 +407,19 @@ TEST(InheritedHandles, AChildConnectsItsOwnEndpointsWhileAParentThreadLinksOther
       hmr_ep_close(b);
     }
   });
-  constexpr int kForks = 40;
-  int failed_child = -1, status_of_failed = 0;
-  for (int f = 0; f < kForks && failed_child < 0; ++f) {
-    const pid_t child = fork();
-    ASSERT_GE(child, 0) << "fork: " << std::strerror(errno);
-    if (child == 0) {
-      alarm(10);
-      hmr_domain* own = open_child_domain();
-      if (own == nullptr) _exit(3);
-      hmr_ep* a = nullptr;
-      hmr_ep* b = nullptr;
-      if (hmr_ep_open(own, nullptr, &a) != 0 || hmr_ep_open(own, nullptr, &b) != 0) _exit(4);
-      if (hmr_ep_connect(a, b) != 0) _exit(5);
-      if (hmr_ep_close(a) != 0 || hmr_ep_close(b) != 0 || hmr_domain_close(own) != 0) _exit(6);
-      _exit(0);
-    }
-    int status = 0;
-    while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
-    }
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-      failed_child = f;
-      status_of_failed = status;
-    }
-  }
+  const std::string failure = fork_children(40, [] {
+    hmr_domain* own = open_child_domain();
+    if (own == nullptr) return 3;
+    hmr_ep* a = nullptr;
+    hmr_ep* b = nullptr;
+    if (hmr_ep_open(own, nullptr, &a) != 0 || hmr_ep_open(own, nullptr, &b) != 0) return 4;
+    if (hmr_ep_connect(a, b) != 0) return 5;
+    if (hmr_ep_close(a) != 0 || hmr_ep_close(b) != 0 || hmr_domain_close(own) != 0) return 6;
+    return 0;
+  });
   stop = true;
   linking.join();
-  EXPECT_EQ(failed_child, -1)
-      << "child " << failed_child << " of " << kForks << " "
-      << (WIFSIGNALED(status_of_failed)
-              ? (WTERMSIG(status_of_failed) == SIGALRM ? std::string("hung (its alarm)")
-                                                       : "died of signal " +
-                                                             std::to_string(WTERMSIG(status_of_failed)))
-              : "exited " + std::to_string(WEXITSTATUS(status_of_failed)));
+  EXPECT_EQ(failure, "") << "(3-6: the child's own domain or endpoints failed)";
   ASSERT_HMR_OK(hmr_domain_close(domain));
 }
 
