@@ -35,10 +35,8 @@ class SharedPool {
     std::lock_guard<std::mutex> lock(mutex_);
     batches_.push_back(batch);
   }
-  // Held across fork() (util/fork_held_lock.h).
-  void lock_for_fork() { mutex_.lock(); }
-  void unlock_after_fork() { mutex_.unlock(); }
-  void release_in_child() { mutex_.unlock(); }
+  // Its lock, held across fork() (util/fork_held_lock.h).
+  std::mutex& fork_lock() { return mutex_; }
 
  private:
   std::mutex mutex_;
@@ -51,7 +49,9 @@ SharedPool& shared_pool() {
   return *pool;
 }
 
-[[maybe_unused]] const bool fork_handlers_registered = hold_across_fork<&shared_pool>();
+std::mutex& shared_pool_lock() { return shared_pool().fork_lock(); }
+
+[[maybe_unused]] const bool fork_handlers_registered = hold_lock_across_fork<&shared_pool_lock>();
 
 // Unlinks up to kBatch handles from the head of `list`.
 Storage* split_batch(ThreadFreeList& list) {

@@ -1,6 +1,5 @@
 #include "core/endpoint.h"
 
-#include <new>
 #include <shared_mutex>
 
 #include "core/domain.h"
@@ -12,23 +11,12 @@ namespace {
 // Who is connected to whom, across every domain of the process: held across fork()
 // (util/fork_held_lock.h), or a child connecting endpoints of its own domain waited for ever
 // for a parent's thread that was connecting or closing endpoints at the fork.
-struct Links {
-  std::shared_mutex mutex;
-  void lock_for_fork() { mutex.lock(); }
-  void unlock_after_fork() { mutex.unlock(); }
-  // Made anew: glibc's rwlock takes an unlock by another thread id (the child's, as the lock
-  // sees it) for a reader's.
-  void release_in_child() { new (&mutex) std::shared_mutex(); }
-};
-
-Links& links() {
-  static Links* made = new Links;  // never destroyed: endpoints may outlive static destructors
-  return *made;
+std::shared_mutex& links_mutex() {
+  static auto* mutex = new std::shared_mutex;  // never destroyed: endpoints may outlive statics
+  return *mutex;
 }
 
-[[maybe_unused]] const bool fork_handlers_registered = hold_across_fork<&links>();
-
-std::shared_mutex& links_mutex() { return links().mutex; }
+[[maybe_unused]] const bool fork_handlers_registered = hold_lock_across_fork<&links_mutex>();
 
 }  // namespace
 

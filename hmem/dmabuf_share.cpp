@@ -11,7 +11,7 @@ DmabufShares& DmabufShares::instance() {
 
 namespace {
 [[maybe_unused]] const bool fork_handlers_registered =
-    hold_across_fork<&DmabufShares::instance>();
+    hold_lock_across_fork<&DmabufShares::fork_lock>();
 }  // namespace
 
 Result<std::shared_ptr<const SharedExport>> DmabufShares::acquire(hmem::Iface& iface,

@@ -46,10 +46,8 @@ class DmabufShares {
   void forget_range(uintptr_t start, uintptr_t end);
   // Allocations with a live export (for tests and diagnostics).
   size_t live_exports();
-  // Held across fork() (util/fork_held_lock.h).
-  void lock_for_fork() { mutex_.lock(); }
-  void unlock_after_fork() { mutex_.unlock(); }
-  void release_in_child() { mutex_.unlock(); }
+  // Its lock, held across fork() (util/fork_held_lock.h).
+  static std::mutex& fork_lock() { return instance().mutex_; }
 
  private:
   using Key = std::tuple<int, uint64_t, uint64_t>;  // iface, base, allocation id

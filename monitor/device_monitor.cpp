@@ -17,7 +17,7 @@ DeviceMonitor& DeviceMonitor::instance() {
 
 namespace {
 [[maybe_unused]] const bool fork_handlers_registered =
-    hold_across_fork<&DeviceMonitor::instance>();
+    hold_lock_across_fork<&DeviceMonitor::fork_lock>();
 }  // namespace
 
 Status DeviceMonitor::subscribe(uintptr_t start, size_t len) {

@@ -16,7 +16,6 @@
 #include <atomic>
 #include <cstdint>
 #include <map>
-#include <new>
 #include <shared_mutex>
 
 #include "hmem/iface.h"
@@ -49,10 +48,8 @@ class DeviceMonitor final : public Monitor {
   // taken under one value (core/recent_device_ranges.h) is trusted without asking the runtime
   // only while it still holds.
   uint64_t generation() const { return generation_.load(std::memory_order_acquire); }
-  // Held across fork() (util/fork_held_lock.h).
-  void lock_for_fork() { mutex_.lock(); }
-  void unlock_after_fork() { mutex_.unlock(); }
-  void release_in_child() { new (&mutex_) std::shared_mutex(); }  // (see there)
+  // Its lock, held across fork() (util/fork_held_lock.h).
+  static std::shared_mutex& fork_lock() { return instance().mutex_; }
 
  private:
   struct Known {

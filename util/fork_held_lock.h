@@ -12,6 +12,11 @@
 
 #include <pthread.h>
 
+#include <mutex>
+#include <new>
+#include <shared_mutex>
+#include <type_traits>
+
 namespace hmr {
 
 // `owner` returns the object whose lock_for_fork() takes the lock, unlock_after_fork() lets
@@ -26,6 +31,23 @@ bool hold_across_fork() {
   (void)owner();  // made now, not first inside a fork handler
   return pthread_atfork([] { owner().lock_for_fork(); }, [] { owner().unlock_after_fork(); },
                         [] { owner().release_in_child(); }) == 0;
+}
+
+// The same for one lock, a std::mutex or a std::shared_mutex, that `lock` returns: released
+// in the child as its type needs (above).
+template <auto lock>
+bool hold_lock_across_fork() {
+  using Mutex = std::remove_reference_t<decltype(lock())>;
+  static_assert(std::is_same_v<Mutex, std::mutex> || std::is_same_v<Mutex, std::shared_mutex>);
+  (void)lock();  // made now, not first inside a fork handler
+  return pthread_atfork([] { lock().lock(); }, [] { lock().unlock(); },
+                        [] {
+                          if constexpr (std::is_same_v<Mutex, std::shared_mutex>) {
+                            new (&lock()) std::shared_mutex();
+                          } else {
+                            lock().unlock();
+                          }
+                        }) == 0;
 }
 
 }  // namespace hmr
