@@ -86,6 +86,9 @@ Result<CacheHandle> RegistrationCache::register_and_insert(uintptr_t start, uint
   const uint64_t sequence = invalidation_sequence_.load(std::memory_order_acquire);
   bool subscribed = false;
   if (caching && monitor_ != nullptr) subscribed = monitor_->subscribe(start, len).ok();
+  // A range that is changing now (after subscribing: see monitor/changing_ranges.h) may be
+  // registered with its old pages: handed out, never filed.
+  const bool changing_at_start = subscribed && monitor_->changing(start, start + len);
   Result<nic::Registration> registered = backend_.register_range(start, len, key);
   if (!registered.ok()) {
     if (subscribed) monitor_->unsubscribe(start, len);
@@ -115,7 +118,11 @@ Result<CacheHandle> RegistrationCache::register_and_insert(uintptr_t start, uint
         capacity = 0;
       }
       if (capacity == 0) {
-        if (!invalidated_since(sequence, start, start + len) && make_room(len, retired)) {
+        // Not filed when the range changed since we looked, or was changing then or is now
+        // (a registration made meanwhile may be of the old pages); handed out uncached.
+        if (!invalidated_since(sequence, start, start + len) && !changing_at_start &&
+            (monitor_ == nullptr || !monitor_->changing(start, start + len)) &&
+            make_room(len, retired)) {
           // The thread that files an entry is the one likeliest to hit it again: its hits
           // count their references without locked instructions, and without marking the
           // entry held elsewhere (cache_entry.h).

@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "monitor/changing_ranges.h"
 #include "util/log.h"
 
 #ifndef MADV_DONTNEED_LOCKED
@@ -35,6 +36,7 @@ std::atomic<uint64_t> g_subscriptions{0};
 std::atomic<MemhooksMonitor*> g_monitor{nullptr};
 std::atomic<void**> g_curbrk{nullptr};  // glibc's __curbrk, kept by the brk hook
 constexpr uintptr_t kPage = 4096;       // the kernel's unit for every call hooked here
+constinit ChangingRanges g_changing;     // what hooked calls are changing now
 
 uintptr_t end_of(uintptr_t start, size_t length) {
   const uintptr_t rounded = (static_cast<uintptr_t>(length) + kPage - 1) & ~(kPage - 1);
@@ -42,8 +44,8 @@ uintptr_t end_of(uintptr_t start, size_t length) {
   return start + rounded;
 }
 
-// Tells the caches that [start, end) is about to change.  errno is the caller's: only the
-// syscall that follows may set it.
+// Tells the caches that [start, end) is about to change (ChangeScope).  errno is the
+// caller's: only the syscall that follows may set it.
 void report(uintptr_t start, uintptr_t end) {
   if (end <= start || g_subscriptions.load(std::memory_order_seq_cst) == 0) return;
   MemhooksMonitor* monitor = g_monitor.load(std::memory_order_acquire);
@@ -54,15 +56,14 @@ void report(uintptr_t start, uintptr_t end) {
   errno = saved_errno;
 }
 
-void report_length(const void* start, size_t length) {
-  const auto begin = reinterpret_cast<uintptr_t>(start);
-  report(begin, end_of(begin, length));
-}
-
-// Where the SysV segment attached at `start` ends: the run of mappings beginning there
-// with one inode.  `start` when no mapping begins there (shmdt then fails with EINVAL and
-// unmaps nothing); 0 when /proc/self/maps cannot be read.  Raw syscalls and a stack
-// buffer: nothing here may allocate or call a hooked function.
+// Where the SysV segment attached at `start` may end: the end of the last mapping at or
+// above `start` of the inode mapped there.  The kernel's shmdt unmaps every mapping of the
+// segment's file that lies within the segment's size from `start`, across holes and other
+// mappings between them (ipc/shm.c, ksys_shmdt); hmr does not know that size, so every later
+// mapping of the inode counts (a later attachment too: reporting too much costs misses only).
+// `start` when no mapping begins there (shmdt then fails with EINVAL and unmaps nothing); 0
+// when /proc/self/maps cannot be read.  Raw syscalls and a stack buffer: nothing here may
+// allocate or call a hooked function.
 uintptr_t shm_attachment_end(uintptr_t start) {
   const int fd = static_cast<int>(syscall(SYS_openat, AT_FDCWD, "/proc/self/maps",
                                           O_RDONLY | O_CLOEXEC));
@@ -88,13 +89,12 @@ uintptr_t shm_attachment_end(uintptr_t start) {
             in_run = true;
             end = high;
             run_inode = inode;
+            done = inode == 0;  // not a file's mapping: no segment
           } else if (low > start) {
             done = true;
           }
-        } else if (low == end && inode == run_inode && inode != 0) {
-          end = high;
-        } else {
-          done = true;
+        } else if (inode == run_inode) {
+          end = high;  // the lines are in address order
         }
         field = 0;
         after_dash = false;
@@ -125,10 +125,35 @@ uintptr_t shm_attachment_end(uintptr_t start) {
   return end;
 }
 
+// One hooked call's change of [start, end) (nothing when empty): marked as changing and
+// reported before the syscall, unmarked after it, so nothing registered while the call was
+// under way is filed (monitor/changing_ranges.h says why).  The mark is made even while
+// nothing is subscribed: a registration that subscribes meanwhile still sees it.
+class ChangeScope {
+ public:
+  ChangeScope(uintptr_t start, uintptr_t end) : start_(start), end_(end) {
+    if (end_ <= start_) return;
+    ticket_ = g_changing.begin_change(start_, end_);
+    report(start_, end_);
+  }
+  ~ChangeScope() {
+    if (end_ > start_) g_changing.end_change(ticket_);
+  }
+  ChangeScope(const ChangeScope&) = delete;
+  ChangeScope& operator=(const ChangeScope&) = delete;
+
+ private:
+  uintptr_t start_;
+  uintptr_t end_;
+  size_t ticket_ = 0;
+};
+
+uintptr_t start_of(const void* address) { return reinterpret_cast<uintptr_t>(address); }
+
 // ---- the hooks: each replaces its libc function entirely --------------------------------
 
 int munmap_hook(void* address, size_t length) {
-  report_length(address, length);
+  const ChangeScope change(start_of(address), end_of(start_of(address), length));
   return static_cast<int>(syscall(SYS_munmap, address, length));
 }
 
@@ -138,9 +163,9 @@ void* mmap_hook(void* address, size_t length, int prot, int flags, int fd, off_t
     return MAP_FAILED;
   }
   // MAP_FIXED replaces whatever was mapped there; MAP_FIXED_NOREPLACE fails instead.
-  if ((flags & MAP_FIXED) != 0 && (flags & MAP_FIXED_NOREPLACE) == 0) {
-    report_length(address, length);
-  }
+  const bool replaces = (flags & MAP_FIXED) != 0 && (flags & MAP_FIXED_NOREPLACE) == 0;
+  const ChangeScope change(start_of(address),
+                           replaces ? end_of(start_of(address), length) : 0);
   return reinterpret_cast<void*>(syscall(SYS_mmap, address, length, prot, flags, fd, offset));
 }
 
@@ -152,29 +177,38 @@ void* mremap_hook(void* old_address, size_t old_length, size_t new_length, int f
     new_address = va_arg(arguments, void*);
     va_end(arguments);
   }
-  const auto old_start = reinterpret_cast<uintptr_t>(old_address);
+  const uintptr_t old_start = start_of(old_address);
+  uintptr_t from = 0, to = 0;  // what of the old range may go
   if ((flags & MREMAP_MAYMOVE) != 0) {
     // Whether it moves is known only afterwards: the whole old range may go.
-    report(old_start, end_of(old_start, old_length));
+    from = old_start;
+    to = end_of(old_start, old_length);
   } else if (new_length < old_length) {
-    report(end_of(old_start, new_length), end_of(old_start, old_length));
+    from = end_of(old_start, new_length);
+    to = end_of(old_start, old_length);
   }  // growing in place keeps every old page where it was
-  if ((flags & MREMAP_FIXED) != 0) report_length(new_address, new_length);
+  const ChangeScope old_part(from, to);
+  const ChangeScope new_part(start_of(new_address), (flags & MREMAP_FIXED) != 0
+                                                        ? end_of(start_of(new_address), new_length)
+                                                        : 0);
   return reinterpret_cast<void*>(
       syscall(SYS_mremap, old_address, old_length, new_length, flags, new_address));
 }
 
 int madvise_hook(void* address, size_t length, int advice) {
+  bool drops_pages = false;
   switch (advice) {
     case MADV_DONTNEED:
     case MADV_DONTNEED_LOCKED:
     case MADV_FREE:
     case MADV_REMOVE:
-      report_length(address, length);
+      drops_pages = true;
       break;
     default:
       break;
   }
+  const ChangeScope change(start_of(address),
+                           drops_pages ? end_of(start_of(address), length) : 0);
   return static_cast<int>(syscall(SYS_madvise, address, length, advice));
 }
 
@@ -184,8 +218,12 @@ int brk_hook(void* address) {
   void** curbrk = g_curbrk.load(std::memory_order_relaxed);
   const auto wanted = reinterpret_cast<uintptr_t>(address);
   const uintptr_t current = reinterpret_cast<uintptr_t>(*curbrk);
-  if (wanted != 0 && current != 0 && wanted < current) report(wanted, end_of(current, 0));
-  const long now = syscall(SYS_brk, address);
+  const bool shrinks = wanted != 0 && current != 0 && wanted < current;
+  long now = 0;
+  {
+    const ChangeScope change(wanted, shrinks ? end_of(current, 0) : 0);
+    now = syscall(SYS_brk, address);
+  }
   *curbrk = reinterpret_cast<void*>(now);
   if (static_cast<uintptr_t>(now) < wanted) {
     errno = ENOMEM;
@@ -194,27 +232,33 @@ int brk_hook(void* address) {
   return 0;
 }
 
+// Where a change that starts at `start` ends when only the kernel knows: its segment's end
+// when someone is subscribed (worth reading /proc/self/maps for), else the top of the address
+// space (a mark that costs nothing to make; see ChangeScope).
 int shmdt_hook(const void* address) {
+  const uintptr_t start = start_of(address);
+  uintptr_t end = UINTPTR_MAX;
   if (g_subscriptions.load(std::memory_order_seq_cst) != 0) {
-    const auto start = reinterpret_cast<uintptr_t>(address);
-    const uintptr_t end = shm_attachment_end(start);
-    report(start, end == 0 ? UINTPTR_MAX : end);  // unreadable map: assume everything above
+    end = shm_attachment_end(start);
+    if (end == 0) end = UINTPTR_MAX;  // unreadable map: assume everything above
   }
+  const ChangeScope change(start, end);
   return static_cast<int>(syscall(SYS_shmdt, address));
 }
 
 void* shmat_hook(int id, const void* address, int flags) {
-  if ((flags & SHM_REMAP) != 0 && address != nullptr &&
-      g_subscriptions.load(std::memory_order_seq_cst) != 0) {
-    uintptr_t start = reinterpret_cast<uintptr_t>(address);
+  uintptr_t start = 0, end = 0;
+  if ((flags & SHM_REMAP) != 0 && address != nullptr) {
+    start = start_of(address);
     if ((flags & SHM_RND) != 0) start &= ~(static_cast<uintptr_t>(SHMLBA) - 1);
+    end = UINTPTR_MAX;
     shmid_ds segment{};
-    if (syscall(SYS_shmctl, id, IPC_STAT, &segment) == 0) {
-      report(start, end_of(start, segment.shm_segsz));
-    } else {
-      report(start, UINTPTR_MAX);
+    if (g_subscriptions.load(std::memory_order_seq_cst) != 0 &&
+        syscall(SYS_shmctl, id, IPC_STAT, &segment) == 0) {
+      end = end_of(start, segment.shm_segsz);
     }
   }
+  const ChangeScope change(start, end);
   return reinterpret_cast<void*>(syscall(SYS_shmat, id, address, flags));
 }
 
@@ -334,8 +378,16 @@ Status write_code(uint8_t* at, const uint8_t* bytes, size_t length, const char* 
   const size_t shift = reinterpret_cast<uintptr_t>(at) - word;
   if (shift + length <= 8) {
     store_code_word(word, shift, bytes, length);
+  } else if (shift + 2 <= 8) {
+    // Across two words (an endbr64 before the jump, or the 13-byte jump): a thread must never
+    // fetch half of it.  A 2-byte `jmp .` parks whoever arrives, the bytes behind it are
+    // written while nobody runs them, and the first word's store completes the jump.
+    static constexpr uint8_t kPark[2] = {0xeb, 0xfe};
+    store_code_word(word, shift, kPark, sizeof kPark);
+    copy_code(at + sizeof kPark, bytes + sizeof kPark, length - sizeof kPark);
+    store_code_word(word, shift, bytes, 8 - shift);
   } else {
-    copy_code(at, bytes, length);
+    copy_code(at, bytes, length);  // (an entry at the last byte of a word: not seen in glibc)
   }
   if (mprotect(reinterpret_cast<void*>(first), span, PROT_READ | PROT_EXEC) != 0) {
     const int err = errno;
@@ -558,6 +610,10 @@ void MemhooksMonitor::unsubscribe(uintptr_t start, size_t len) {
   while (count != 0 &&
          !g_subscriptions.compare_exchange_weak(count, count - 1, std::memory_order_seq_cst)) {
   }
+}
+
+bool MemhooksMonitor::changing(uintptr_t start, uintptr_t end) const {
+  return g_changing.overlaps(start, end);
 }
 
 bool MemhooksMonitor::original_code(const char* symbol, const uint8_t** entry, uint8_t* bytes,

@@ -7,12 +7,18 @@
 // Each hooked function's entry gets a 5-byte `jmp rel32` to a 16-byte slot in a page
 // mapped within reach of libc, which holds `movabs $hook, %r11; jmp *%r11`.  (Where no such
 // page can be mapped, the 13-byte absolute jump is written at the entry itself.)  A hook
-// replaces its function entirely: it tells the caches first and then performs the
-// operation with a raw syscall, so the original code is never run and needs no relocation;
-// its bytes are kept only to be put back by stop() and in a forked child.  Five bytes cover
-// exactly the `mov $nr, %eax` before the `syscall` of glibc's stubs, so a thread sleeping in
-// the kernel while the patch is written returns to untouched code, and the five bytes are
-// written with one aligned 8-byte store.
+// replaces its function entirely: it tells the caches and performs the operation with a raw
+// syscall, the range marked as changing meanwhile (ChangeScope), so the original code is
+// never run and needs no relocation; its bytes are kept only to be put back by stop() and in a forked child.  For
+// glibc's syscall stubs (munmap, madvise, brk, shmdt, shmat) five bytes cover exactly the
+// `mov $nr, %eax` before the `syscall`, so a thread sleeping in the kernel while the patch
+// is written returns to untouched code.  mmap and mremap are C functions whose first
+// instruction is shorter (3 and 4 bytes in Debian 12's glibc): a thread stopped right after
+// it while the patch is written would resume inside the jump.  Nothing in user space can
+// move such a thread; the window is one instruction, at the first memhooks domain's open.
+// Bytes that fit one aligned 8-byte word are written with one store; a patch across two
+// words (after an endbr64, or a 13-byte jump) parks arriving threads on a 2-byte `jmp .`
+// first and completes the jump with one store last (write_code).
 //
 // Hooked (x86-64 glibc only): munmap, mmap (MAP_FIXED over a range), mremap, madvise
 // (MADV_DONTNEED, MADV_DONTNEED_LOCKED, MADV_FREE, MADV_REMOVE), brk (and so sbrk and
@@ -21,7 +27,10 @@
 // of a library), io_uring and other processes.
 //
 // Caches are told before the memory goes away, so when the call returns no cache can hand
-// out the old registration.  Notifications are skipped while nothing is subscribed.
+// out the old registration; and the range stays marked as changing until the syscall has
+// returned (changing_ranges.h), so a registration another thread made of the old pages while
+// the call was under way is never filed.  Notifications are skipped while nothing is
+// subscribed; the marks are not.
 #pragma once
 
 #include <atomic>
@@ -48,6 +57,8 @@ class MemhooksMonitor final : public Monitor {
   void stop() override;
   Status subscribe(uintptr_t start, size_t len) override;
   void unsubscribe(uintptr_t start, size_t len) override;
+  // Whether a hooked call is changing part of [start, end) right now.
+  bool changing(uintptr_t start, uintptr_t end) const override;
 
   bool installed() const { return installed_.load(std::memory_order_acquire); }
 

@@ -46,6 +46,14 @@ class Monitor {
   // when checks_on_hit() is true.
   virtual bool valid(uintptr_t start, size_t len) { (void)start; (void)len; return true; }
   virtual bool checks_on_hit() const { return false; }
+  // Whether [start, end) may be changing right now, so that a registration of it made
+  // meanwhile could be of the old pages: a cache then hands it out without filing it.
+  // Monitors that see a change only after it (userfaultfd's UNMAP) answer no.
+  virtual bool changing(uintptr_t start, uintptr_t end) const {
+    (void)start;
+    (void)end;
+    return false;
+  }
 
   // The userfaultfd kernel releases an unmapping thread the moment its event is read, which
   // is before the caches are told.  A monitor with such a window raises `pending` before it

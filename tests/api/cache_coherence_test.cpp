@@ -522,6 +522,33 @@ TEST_P(CacheCoherence, ShmdtThenShmatMisses) {
   shmdt(q);
 }
 
+// The kernel's shmdt unmaps every mapping of the segment within its size, also those after
+// a hole the application punched into the attachment (ipc/shm.c, ksys_shmdt).
+TEST_P(CacheCoherence, ShmdtUnmapsWhatLiesBeyondAHoleInTheAttachment) {
+  const size_t len = 3 * kPage;
+  const int id = shmget(IPC_PRIVATE, len, IPC_CREAT | 0600);
+  if (id < 0) GTEST_SKIP() << "shmget: " << std::strerror(errno);
+  auto* p = static_cast<uint8_t*>(shmat(id, nullptr, 0));
+  shmctl(id, IPC_RMID, nullptr);
+  ASSERT_NE(p, reinterpret_cast<uint8_t*>(-1)) << std::strerror(errno);
+  ASSERT_EQ(munmap(p + kPage, kPage), 0);  // the hole
+  uint8_t* last = p + 2 * kPage;
+  std::memset(last, 0x73, kPage);
+  const uint64_t old_key = cache_range(last, kPage);
+  if (!cached_) {
+    shmdt(p);
+    GTEST_SKIP() << "the " << GetParam() << " monitor does not cache SysV shared memory";
+  }
+
+  const hmr_domain_stats before = domain_.stats();
+  ASSERT_EQ(shmdt(p), 0) << std::strerror(errno);
+  void* q = map_at(last, kPage);
+  ASSERT_NE(q, nullptr) << "shmdt left the page after the hole mapped: " << describe_mapping(last);
+  std::memset(q, 0x74, kPage);
+  expect_fresh_registration(q, kPage, old_key, before);
+  munmap(q, kPage);
+}
+
 // ---------------------------------------------------------------------- in use
 
 TEST_P(CacheCoherence, HeldRegistrationOutlivesItsMemoryUntilClose) {
