@@ -44,8 +44,9 @@ HMR_API int hmr_domain_close(hmr_domain* handle) {
     if (domain == nullptr) return hmr::close_bad_handle(handle, "not a domain handle");
     hmr::Status status = domain->prepare_close();
     if (!status.ok()) return hmr::report(status);
+    const hmr::Status left_open = domain->close_nic();  // reported, but the domain is closed
     delete domain;
-    return 0;
+    return left_open.ok() ? 0 : hmr::report(left_open);
   });
 }
 

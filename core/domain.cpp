@@ -373,6 +373,11 @@ Status Domain::prepare_close() {
   return ok_status();
 }
 
+Status Domain::close_nic() {
+  flush_cache();  // nothing of ours may be left registered on what the NIC closes
+  return nic_->close_native();
+}
+
 Status Domain::bind_event_queue(EventQueue& queue, uint64_t flags) {
   if (flags != HMR_REG_MR) {
     return make_error(HMR_EBADFLAGS, "bind an event queue with HMR_REG_MR (got %#llx)",

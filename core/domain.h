@@ -53,6 +53,10 @@ class Domain : public Tagged<ObjectClass::domain> {
 
   // HMR_EBUSY while objects of the domain are open; otherwise stops the async worker.
   Status prepare_close();
+  // After prepare_close(), before the domain is destroyed: the caches give back what they
+  // hold and the NIC closes what it opened itself; an error says what it had to leave open
+  // (Nic::close_native), and the domain is destroyed all the same.
+  Status close_nic();
   Status bind_event_queue(EventQueue& queue, uint64_t flags);
 
   // What a registration hands out: a MemoryRegion, or, for plain host memory that the cache

@@ -176,6 +176,12 @@ class Nic {
   // The NIC object registrations are made on (ofi: struct fid_domain*), written back to
   // hmr_domain_attr.nic_handle; null when the NIC has none to show.
   virtual void* native_handle() const { return nullptr; }
+  // Closes the native objects the NIC opened itself, once nothing of hmr's is registered on
+  // them (the domain's close; the NIC is destroyed next, whatever this returns).  An error
+  // (HMR_EBUSY: objects the application opened on native_handle() were still open) says what
+  // could not be closed and was left open.  Nothing to do for a NIC that opened nothing or
+  // wraps the application's objects.
+  virtual Status close_native() { return ok_status(); }
 
   // Re-reads the translation of [segments] after the application changed the pages.
   virtual Status refresh(Registration& registration, std::span<const iovec> segments);

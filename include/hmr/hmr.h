@@ -290,7 +290,10 @@ struct hmr_nic_callbacks {
 HMR_API int hmr_domain_open(struct hmr_domain_attr *attr, hmr_domain **domain);
 /* -HMR_EBUSY while anything opened on the domain is still open: MRs, memory windows
  * (hmr_mw_alloc), unpacked remote keys (hmr_rkey_unpack), endpoints or counters; close those
- * first (hmr_last_error() gives the counts). */
+ * first (hmr_last_error() gives the counts); the domain stays open and usable.  Close what
+ * you opened on a libfabric domain hmr opened for you (nic_handle: endpoints, CQs, AVs) before
+ * the hmr domain: libfabric refuses to close a domain under them, and hmr_domain_close then
+ * closes the hmr domain but says -HMR_EBUSY, leaving libfabric's domain open. */
 HMR_API int hmr_domain_close(hmr_domain *domain);
 /* Binds an event queue; with HMR_REG_MR every registration completes asynchronously on it. */
 HMR_API int hmr_domain_bind(hmr_domain *domain, hmr_fid *eq, uint64_t flags);

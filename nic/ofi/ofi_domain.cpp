@@ -125,6 +125,27 @@ Status OfiDomain::open_own() {
   return ok_status();
 }
 
+Status OfiDomain::close_own() {
+  if (!owned_domain_) return ok_status();
+  const int rc = fi_close(owned_domain_.release());
+  domain_ = nullptr;
+  if (rc != 0) {
+    (void)fabric_.release();  // the domain on it stays open: so must the fabric
+    return make_error(rc == -FI_EBUSY ? HMR_EBUSY : hmr_code_for_fi(rc),
+                      "%s: libfabric refused to close the domain hmr opened (fi_close: %s)%s; "
+                      "the hmr domain is closed, libfabric's domain and fabric are left open "
+                      "(libfabric cannot be asked to close a domain twice)",
+                      who_.c_str(), library_.describe(rc).c_str(),
+                      rc == -FI_EBUSY ? ": objects you opened on it through nic_handle "
+                                        "(endpoints, completion queues, address vectors, "
+                                        "counters, MRs) were still open; close them before "
+                                        "hmr_domain_close"
+                                      : "");
+  }
+  fabric_.reset();  // nothing of ours is left on it
+  return ok_status();
+}
+
 Status OfiDomain::wrap(void* handle) {
   if (options_.provider.empty() || !options_.mr_mode) {
     return make_error(HMR_EINVAL,

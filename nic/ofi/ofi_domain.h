@@ -47,6 +47,13 @@ class OfiDomain {
   // Whether the provider offers FI_HMEM at all (asks fi_getinfo; for reasons only).
   bool provider_offers_hmem() const;
 
+  // Closes the domain and fabric hmr opened (nothing for the application's own domain).
+  // HMR_EBUSY while objects the application opened on the domain are open: libfabric refuses
+  // to close it then (fi_domain(3), fi_close).  Both are then left open for good: libfabric
+  // 1.17's rxm has already closed its core domain when it refuses, and a second fi_close frees
+  // it again (seen: glibc's "double free" abort), so hmr never asks twice.
+  Status close_own();
+
  private:
   struct InfoDeleter {
     const OfiLibrary* library;

@@ -23,6 +23,7 @@ class OfiNic final : public Nic {
   Status deregister(Registration& registration) override;
   Status refresh(Registration& registration, std::span<const iovec> segments) override;
   void* native_handle() const override { return domain_->domain(); }
+  Status close_native() override { return domain_->close_own(); }
 
  private:
   OfiNic(const OfiLibrary& library, std::unique_ptr<OfiDomain> domain);

@@ -1205,7 +1205,8 @@ TEST(BadInput, ForeignHandlesAndArguments) {
 
 int main(int argc, char** argv) {
   // Connection attempts to a peer that went away give up after this long (the plugin's
-  // default, 30 s, is for real jobs; connecting takes ~0.1 s here); the child ranks inherit it.
+  // default is no deadline, as NCCL's own transports; connecting takes ~0.1 s here); the child
+  // ranks inherit it.
   setenv("HMR_NCCL_CONNECT_TIMEOUT", "3", 0);
   // A write that neither completes nor fails (a receiver that lied about its buffer, on a
   // provider that then loses the answer) fails the comm after this long (default 60 s).

@@ -42,8 +42,10 @@ ncclResult_t SendComm::start(Device& device, const ListenHandle& handle,
                 "on %s: %s", device.provider().c_str(), why.c_str());
   }
   comm->nonce_ = handle.nonce;
-  comm->deadline_ =
-      std::chrono::steady_clock::now() + std::chrono::milliseconds(settings.connect_timeout_ms);
+  comm->deadline_ = settings.connect_timeout_ms == 0
+                        ? std::chrono::steady_clock::time_point::max()
+                        : std::chrono::steady_clock::now() +
+                              std::chrono::milliseconds(settings.connect_timeout_ms);
   ConnectRequest request{handle.nonce, comm->endpoint_->address(), static_cast<uint32_t>(getpid()),
                          own_process_space()};
   request.eager_max = comm->offered_eager_max_;

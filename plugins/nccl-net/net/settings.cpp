@@ -9,15 +9,22 @@ namespace hmr::nccl {
 
 namespace {
 
-// A number of seconds (fractions allowed) in (0, 86400], as milliseconds.
-bool read_seconds(const char* name, int* out_ms, std::string* why) {
+// A number of seconds (fractions allowed) in (0, 86400], as milliseconds; with `zero_allowed`
+// also 0 (no deadline, stored as 0).
+bool read_seconds(const char* name, int* out_ms, std::string* why, bool zero_allowed = false) {
   const char* text = std::getenv(name);
   if (text == nullptr) return true;
   char* end = nullptr;
   const double seconds = std::strtod(text, &end);
-  if (end == text || *end != '\0' || !(seconds > 0) || seconds > 86400) {
+  if (end == text || *end != '\0' || !(seconds > 0 || (zero_allowed && seconds == 0)) ||
+      seconds > 86400) {
     *why = std::string(name) + "='" + text + "' is not a number of seconds between 0 and 86400";
+    if (zero_allowed) *why += " (0: no deadline)";
     return false;
+  }
+  if (seconds == 0) {
+    *out_ms = 0;
+    return true;
   }
   *out_ms = seconds * 1000 < 1 ? 1 : static_cast<int>(seconds * 1000);
   return true;
@@ -66,7 +73,8 @@ std::optional<Settings> read_settings(std::string* why) {
     settings.interfaces = InterfaceFilter::parse(interfaces, why);
     if (!settings.interfaces) return std::nullopt;
   }
-  if (!read_seconds("HMR_NCCL_CONNECT_TIMEOUT", &settings.connect_timeout_ms, why) ||
+  if (!read_seconds("HMR_NCCL_CONNECT_TIMEOUT", &settings.connect_timeout_ms, why,
+                    /*zero_allowed=*/true) ||
       !read_seconds("HMR_NCCL_WRITE_TIMEOUT", &settings.write_timeout_ms, why)) {
     return std::nullopt;
   }

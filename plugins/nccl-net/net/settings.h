@@ -14,7 +14,11 @@ struct Settings {
   // HMR_NCCL_IFNAME (NCCL_SOCKET_IFNAME's syntax); unset: lo and docker excluded where
   // anything else is left (nic_selection.h).
   std::optional<InterfaceFilter> interfaces;
-  int connect_timeout_ms = 30000;  // HMR_NCCL_CONNECT_TIMEOUT (seconds, may be fractional)
+  // HMR_NCCL_CONNECT_TIMEOUT (seconds, may be fractional); 0, the default: no deadline.
+  // NCCL calls connect until it returns a comm and its own transports set no deadline: the
+  // listener accepts only when its rank reaches the connection, which with NCCL's runtime
+  // connect (2.22 and later) may be at its first collective, any time later.
+  int connect_timeout_ms = 0;
   int write_timeout_ms = 60000;    // HMR_NCCL_WRITE_TIMEOUT (seconds, may be fractional)
   // HMR_NCCL_FORCE_FLUSH: NCCL is told forceFlush=1, so it calls iflush after receives into
   // memory the NIC wrote directly (NCCL 2.28 on sm90 and later calls it only then).
