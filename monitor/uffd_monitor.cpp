@@ -91,15 +91,39 @@ UffdMonitor::Block& UffdMonitor::state_of(uintptr_t block) {
   // Subscriptions come in runs inside one block (a pool being filled, a heap arena): the last
   // block answers most of them without a walk of the map.  Map nodes never move or go.
   if (block != last_block_ || last_state_ == nullptr) {
-    last_state_ = &blocks_[block];
+    last_state_ = &blocks_.find(block)->second;  // filed by file_blocks()
     last_block_ = block;
   }
   return *last_state_;
 }
 
+void UffdMonitor::file_blocks(uintptr_t start, uintptr_t end, std::unique_lock<std::mutex>& lock) {
+  const uintptr_t first = start & ~(kBlock - 1);
+  for (;;) {
+    size_t missing = 0;
+    for (uintptr_t block = first; block < end; block += kBlock) {
+      missing += (block == last_block_ && last_state_ != nullptr) || blocks_.contains(block) ? 0 : 1;
+    }
+    if (missing == 0) return;
+    // Nodes made and, if unused, freed with the lock released (the map is declared before the
+    // lock is taken again, so it is destroyed after it is let go).
+    lock.unlock();
+    std::map<uintptr_t, Block> fresh;
+    for (uintptr_t block = first; block < end; block += kBlock) fresh.try_emplace(block);
+    lock.lock();
+    for (uintptr_t block = first; block < end; block += kBlock) {
+      if (!blocks_.contains(block)) blocks_.insert(fresh.extract(block));
+    }
+    lock.unlock();  // `fresh` frees what another subscriber filed first
+    fresh.clear();
+    lock.lock();    // (and another thread cannot unfile a block: none is ever erased)
+  }
+}
+
 Status UffdMonitor::subscribe(uintptr_t start, size_t len) {
   if (!watcher_) return make_error(HMR_EINVAL, "userfaultfd monitor is not started");
-  std::lock_guard<std::mutex> lock(blocks_mutex_);
+  std::unique_lock<std::mutex> lock(blocks_mutex_);
+  file_blocks(start, start + len, lock);
   if (watcher_->knows_watched()) return subscribe_knowing(start, start + len);
   return subscribe_blind(start, start + len);
 }

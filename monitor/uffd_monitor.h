@@ -94,8 +94,16 @@ class UffdMonitor final : public Monitor {
   // Registers [from, to) within `block` (knowing): its mapping's part in the block when the
   // range lies in one mapping, else the exact pages; returns what it registered.
   Result<MappingQuery::Run> register_in_block(uintptr_t block, uintptr_t from, uintptr_t to);
-  // The block's state, created on first use (under blocks_mutex_).
+  // The block's state (under blocks_mutex_); it exists: subscribe() files every block of a
+  // range before it looks at any.
   Block& state_of(uintptr_t block);
+  // Files a state for each block of [start, end) that has none, under `lock` (of
+  // blocks_mutex_), whose map nodes are made with the lock released: nothing under
+  // blocks_mutex_ may allocate.  A thread that holds malloc's lock while it unmaps watched
+  // memory (free() trimming the heap) waits until our thread reads its event; had we waited
+  // for malloc under blocks_mutex_ while our thread waited for blocks_mutex_ (forget_blocks)
+  // before it read that event, all three would wait for ever.
+  void file_blocks(uintptr_t start, uintptr_t end, std::unique_lock<std::mutex>& lock);
   // Asks the kernel which pages of the mapping holding `address` in `block` are watched and
   // marks them.
   void scan(uintptr_t block, uintptr_t address, Block& state);
