@@ -48,4 +48,13 @@ bool ChangingRanges::overlaps(uintptr_t start, uintptr_t end) const {
   return false;
 }
 
+void ChangingRanges::forget_all_in_forked_child() {
+  for (Slot& slot : slots_) {
+    const uint64_t seen = slot.state.load(std::memory_order_relaxed);
+    if ((seen & kPhaseMask) != 0) slot.state.store((seen & ~kPhaseMask) + kNextVersion);
+  }
+  overflow_.store(0);
+  active_.store(0);
+}
+
 }  // namespace hmr::core

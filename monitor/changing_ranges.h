@@ -48,6 +48,10 @@ class ChangingRanges {
   // Whether any range marked now overlaps [start, end) (or could: see the invariants).
   bool overlaps(uintptr_t start, uintptr_t end) const;
 
+  // In a forked child, the only thread: marks of the parent's threads that were inside a
+  // hook at the fork would never end (their threads do not exist here).
+  void forget_all_in_forked_child();
+
  private:
   static constexpr uint64_t kPhaseMask = 3;
   static constexpr uint64_t kWriting = 1;

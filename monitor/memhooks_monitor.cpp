@@ -641,6 +641,7 @@ void MemhooksMonitor::after_fork_in_child() {
   // The parent's caches were told they lost their watch (Monitor's fork handler) and never
   // unsubscribe here; a cache the child opens installs the hooks again.
   g_subscriptions.store(0, std::memory_order_relaxed);
+  g_changing.forget_all_in_forked_child();
   start_mutex_.unlock();
 }
 
