@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <iterator>
+#include <thread>
 
 #include "util/environment.h"
 
@@ -252,7 +253,14 @@ void UffdMonitor::unsubscribe(uintptr_t start, size_t len) {
 void UffdMonitor::forget_blocks(uintptr_t start, uintptr_t end) {
   // Pages that went away took their registration with them: a new mapping there must be
   // registered again by the next subscriber.
-  std::lock_guard<std::mutex> lock(blocks_mutex_);
+  // The lock's holder, a subscriber, may wait for a thread that waits for us: one that holds
+  // malloc's lock while it unmaps watched memory (free() trimming the heap) waits until its
+  // event is read, and a subscriber's error path allocates.  So we read on while we wait.
+  std::unique_lock<std::mutex> lock(blocks_mutex_, std::try_to_lock);
+  while (!lock.owns_lock()) {
+    if (!watcher_->read_ahead()) std::this_thread::yield();
+    (void)lock.try_lock();
+  }
   auto it = blocks_.upper_bound(start & ~(kBlock - 1));
   if (it != blocks_.begin()) --it;
   for (; it != blocks_.end() && it->first < end; ++it) {

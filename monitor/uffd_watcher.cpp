@@ -38,19 +38,30 @@ UffdWatcher::~UffdWatcher() {
   thread_.join();
 }
 
+bool UffdWatcher::read_ahead() {
+  bool read = false;
+  while (queued_ < kQueue && uffd_.read_event(&queue_[(queue_head_ + queued_) % kQueue])) {
+    ++queued_;
+    read = true;
+  }
+  return read;
+}
+
 void UffdWatcher::run() {
   const Monitor::EventScope event_thread;
   pollfd fds[2] = {{uffd_.fd(), POLLIN, 0}, {wake_.get(), POLLIN, 0}};
-  constexpr size_t kBatch = 64;
-  AddressRangeEvent batch[kBatch];
   for (;;) {
     if (poll(fds, 2, -1) < 0 && errno != EINTR) break;
     // Events before a stop request: an unmapping thread may be blocked on one.
     if (fds[0].revents & POLLIN) {
       pending_.fetch_add(1, std::memory_order_seq_cst);
-      size_t count = 0;
-      while (count < kBatch && uffd_.read_event(&batch[count])) ++count;
-      for (size_t i = 0; i < count; ++i) on_change_(batch[i]);
+      read_ahead();
+      while (queued_ != 0) {
+        const AddressRangeEvent change = queue_[queue_head_];  // a copy: read_ahead() refills
+        queue_head_ = (queue_head_ + 1) % kQueue;
+        --queued_;
+        on_change_(change);
+      }
       pending_.fetch_sub(1, std::memory_order_seq_cst);
     }
     if (fds[1].revents & POLLIN) {

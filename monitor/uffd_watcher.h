@@ -5,7 +5,8 @@
 // told.  The owner's `pending` counter is raised before each read and lowered after the
 // callbacks for what was read, so an owner that waits while it is up never acts on pages
 // that changed without being told.  Events are read in a batch before any callback runs:
-// each read releases an unmapping thread, which may hold a lock a callback needs.  The
+// each read releases an unmapping thread, which may hold a lock a callback needs; and a
+// callback that waits reads on meanwhile (read_ahead).  The
 // thread counts as a monitor event thread (Monitor::on_event_thread), so caches never free
 // or unmap from it, and it closes the userfaultfd itself before exiting: its runtime may
 // unmap watched memory on the way out, and nobody would read that event.
@@ -56,6 +57,13 @@ class UffdWatcher {
     return uffd_.all_watched(start, end);
   }
 
+  // Only from an OnChange callback, on the watcher's thread: reads the events the kernel holds
+  // now into the watcher's queue (their callbacks run after the current one), which releases
+  // the threads that unmapped meanwhile.  A callback that has to wait for a lock calls it while
+  // it waits: the lock's holder may be waiting for such a thread (UffdMonitor::forget_blocks).
+  // Returns whether it read anything.
+  bool read_ahead();
+
  private:
   UffdWatcher(Userfaultfd uffd, UniqueFd wake, std::atomic<uint32_t>& pending,
               OnChange on_change);
@@ -65,6 +73,11 @@ class UffdWatcher {
   UniqueFd wake_;  // eventfd: tells the thread to stop
   std::atomic<uint32_t>& pending_;
   OnChange on_change_;
+  // Events read and not yet handed to on_change_, oldest at queue_head_: the thread's alone.
+  static constexpr size_t kQueue = 256;
+  AddressRangeEvent queue_[kQueue] = {};
+  size_t queue_head_ = 0;
+  size_t queued_ = 0;
   std::thread thread_;
 };
 

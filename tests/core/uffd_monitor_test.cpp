@@ -13,10 +13,13 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstdint>
 #include <mutex>
+#include <thread>
 
 namespace hmr::core {
 
@@ -215,6 +218,55 @@ TEST_F(UffdMonitorTest, PagesReplacedWhileBeingRegisteredAreNotTakenAsWatched) {
     EXPECT_NE(subscribed.reason().find("changed while"), std::string::npos)
         << subscribed.reason();
   }
+}
+
+// A subscriber holds the monitor's lock while it registers, and may wait there for a thread
+// that waits for the monitor's thread: one that holds malloc's lock while it unmaps watched
+// memory (free() trimming the heap) waits until its event is read, and a subscriber's error
+// path allocates.  The monitor's thread must read on while it waits for the lock.  Here the
+// subscriber (in the after-registration hook, under the lock) waits for a thread that unmaps
+// two watched pages: the first event sends the monitor's thread to the lock, the second must
+// still be read.  Before, the subscriber waited for ever (here: until its bound, below).
+namespace lock_holder {
+std::mutex mutex;
+std::condition_variable released;
+bool unmapped = false;
+bool gave_up = false;
+uintptr_t first = 0, second = 0;
+std::thread unmapper;
+}  // namespace lock_holder
+
+TEST_F(UffdMonitorTest, TheEventThreadReadsOnWhileASubscriberHoldsTheLock) {
+  auto* pages = static_cast<uint8_t*>(mmap(nullptr, 3 * kPage, PROT_READ | PROT_WRITE,
+                                           MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(pages, MAP_FAILED);
+  ASSERT_EQ(munmap(pages + kPage, kPage), 0);  // two mappings of their own
+  lock_holder::first = reinterpret_cast<uintptr_t>(pages);
+  lock_holder::second = reinterpret_cast<uintptr_t>(pages + 2 * kPage);
+  ASSERT_TRUE(subscribe(lock_holder::first).ok());
+  ASSERT_TRUE(subscribe(lock_holder::second).ok());
+  lock_holder::unmapped = false;
+  lock_holder::gave_up = false;
+  UffdMonitorTestPeer::after_registration(monitor_, [](uintptr_t) {
+    lock_holder::unmapper = std::thread([] {
+      munmap(reinterpret_cast<void*>(lock_holder::first), kPage);
+      munmap(reinterpret_cast<void*>(lock_holder::second), kPage);  // read by whom?
+      const std::lock_guard<std::mutex> lock(lock_holder::mutex);
+      lock_holder::unmapped = true;
+      lock_holder::released.notify_all();
+    });
+    std::unique_lock<std::mutex> lock(lock_holder::mutex);
+    // A bound for the failure, so that it is reported rather than hung: letting go of the
+    // monitor's lock lets its thread read the second event.
+    lock_holder::gave_up = !lock_holder::released.wait_for(
+        lock, std::chrono::seconds(10), [] { return lock_holder::unmapped; });
+  });
+  const Status subscribed = subscribe(page(12));  // the block's first: it registers
+  UffdMonitorTestPeer::after_registration(monitor_, nullptr);
+  lock_holder::unmapper.join();
+  EXPECT_TRUE(subscribed.ok()) << subscribed.reason();
+  EXPECT_FALSE(lock_holder::gave_up)
+      << "the second unmap was not read while a subscriber held the monitor's lock";
 }
 
 TEST_F(UffdMonitorTest, APendingEventMakesKnownPagesRegisterAgain) {
