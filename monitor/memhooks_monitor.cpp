@@ -136,6 +136,10 @@ class ChangeScope {
     ticket_ = g_changing.begin_change(start_, end_);
     report(start_, end_);
   }
+  // [address, address + length) rounded to pages, when `changes`.
+  ChangeScope(const void* address, size_t length, bool changes = true)
+      : ChangeScope(reinterpret_cast<uintptr_t>(address),
+                    changes ? end_of(reinterpret_cast<uintptr_t>(address), length) : 0) {}
   ~ChangeScope() {
     if (end_ > start_) g_changing.end_change(ticket_);
   }
@@ -148,12 +152,10 @@ class ChangeScope {
   size_t ticket_ = 0;
 };
 
-uintptr_t start_of(const void* address) { return reinterpret_cast<uintptr_t>(address); }
-
 // ---- the hooks: each replaces its libc function entirely --------------------------------
 
 int munmap_hook(void* address, size_t length) {
-  const ChangeScope change(start_of(address), end_of(start_of(address), length));
+  const ChangeScope change(address, length);
   return static_cast<int>(syscall(SYS_munmap, address, length));
 }
 
@@ -164,8 +166,7 @@ void* mmap_hook(void* address, size_t length, int prot, int flags, int fd, off_t
   }
   // MAP_FIXED replaces whatever was mapped there; MAP_FIXED_NOREPLACE fails instead.
   const bool replaces = (flags & MAP_FIXED) != 0 && (flags & MAP_FIXED_NOREPLACE) == 0;
-  const ChangeScope change(start_of(address),
-                           replaces ? end_of(start_of(address), length) : 0);
+  const ChangeScope change(address, length, replaces);
   return reinterpret_cast<void*>(syscall(SYS_mmap, address, length, prot, flags, fd, offset));
 }
 
@@ -177,7 +178,7 @@ void* mremap_hook(void* old_address, size_t old_length, size_t new_length, int f
     new_address = va_arg(arguments, void*);
     va_end(arguments);
   }
-  const uintptr_t old_start = start_of(old_address);
+  const auto old_start = reinterpret_cast<uintptr_t>(old_address);
   uintptr_t from = 0, to = 0;  // what of the old range may go
   if ((flags & MREMAP_MAYMOVE) != 0) {
     // Whether it moves is known only afterwards: the whole old range may go.
@@ -188,9 +189,7 @@ void* mremap_hook(void* old_address, size_t old_length, size_t new_length, int f
     to = end_of(old_start, old_length);
   }  // growing in place keeps every old page where it was
   const ChangeScope old_part(from, to);
-  const ChangeScope new_part(start_of(new_address), (flags & MREMAP_FIXED) != 0
-                                                        ? end_of(start_of(new_address), new_length)
-                                                        : 0);
+  const ChangeScope new_part(new_address, new_length, (flags & MREMAP_FIXED) != 0);
   return reinterpret_cast<void*>(
       syscall(SYS_mremap, old_address, old_length, new_length, flags, new_address));
 }
@@ -207,8 +206,7 @@ int madvise_hook(void* address, size_t length, int advice) {
     default:
       break;
   }
-  const ChangeScope change(start_of(address),
-                           drops_pages ? end_of(start_of(address), length) : 0);
+  const ChangeScope change(address, length, drops_pages);
   return static_cast<int>(syscall(SYS_madvise, address, length, advice));
 }
 
@@ -236,7 +234,7 @@ int brk_hook(void* address) {
 // when someone is subscribed (worth reading /proc/self/maps for), else the top of the address
 // space (a mark that costs nothing to make; see ChangeScope).
 int shmdt_hook(const void* address) {
-  const uintptr_t start = start_of(address);
+  const uintptr_t start = reinterpret_cast<uintptr_t>(address);
   uintptr_t end = UINTPTR_MAX;
   if (g_subscriptions.load(std::memory_order_seq_cst) != 0) {
     end = shm_attachment_end(start);
@@ -249,7 +247,7 @@ int shmdt_hook(const void* address) {
 void* shmat_hook(int id, const void* address, int flags) {
   uintptr_t start = 0, end = 0;
   if ((flags & SHM_REMAP) != 0 && address != nullptr) {
-    start = start_of(address);
+    start = reinterpret_cast<uintptr_t>(address);
     if ((flags & SHM_RND) != 0) start &= ~(static_cast<uintptr_t>(SHMLBA) - 1);
     end = UINTPTR_MAX;
     shmid_ds segment{};

@@ -98,33 +98,29 @@ UffdMonitor::Block& UffdMonitor::state_of(uintptr_t block) {
   return *last_state_;
 }
 
-void UffdMonitor::file_blocks(uintptr_t start, uintptr_t end, std::unique_lock<std::mutex>& lock) {
+void UffdMonitor::file_blocks(uintptr_t start, uintptr_t end, std::unique_lock<std::mutex>& lock,
+                              std::map<uintptr_t, Block>& spare) {
   const uintptr_t first = start & ~(kBlock - 1);
-  for (;;) {
-    size_t missing = 0;
-    for (uintptr_t block = first; block < end; block += kBlock) {
-      missing += (block == last_block_ && last_state_ != nullptr) || blocks_.contains(block) ? 0 : 1;
-    }
-    if (missing == 0) return;
-    // Nodes made and, if unused, freed with the lock released (the map is declared before the
-    // lock is taken again, so it is destroyed after it is let go).
-    lock.unlock();
-    std::map<uintptr_t, Block> fresh;
-    for (uintptr_t block = first; block < end; block += kBlock) fresh.try_emplace(block);
-    lock.lock();
-    for (uintptr_t block = first; block < end; block += kBlock) {
-      if (!blocks_.contains(block)) blocks_.insert(fresh.extract(block));
-    }
-    lock.unlock();  // `fresh` frees what another subscriber filed first
-    fresh.clear();
-    lock.lock();    // (and another thread cannot unfile a block: none is ever erased)
+  bool missing = false;
+  for (uintptr_t block = first; block < end && !missing; block += kBlock) {
+    missing = !(block == last_block_ && last_state_ != nullptr) && !blocks_.contains(block);
+  }
+  if (!missing) return;
+  lock.unlock();
+  for (uintptr_t block = first; block < end; block += kBlock) spare.try_emplace(block);
+  lock.lock();
+  // Blocks are never unfiled; one another subscriber filed meanwhile keeps its node in
+  // `spare`, freed by the caller after the lock is let go.
+  for (uintptr_t block = first; block < end; block += kBlock) {
+    if (!blocks_.contains(block)) blocks_.insert(spare.extract(block));
   }
 }
 
 Status UffdMonitor::subscribe(uintptr_t start, size_t len) {
   if (!watcher_) return make_error(HMR_EINVAL, "userfaultfd monitor is not started");
+  std::map<uintptr_t, Block> spare;  // declared first: destroyed after the lock is let go
   std::unique_lock<std::mutex> lock(blocks_mutex_);
-  file_blocks(start, start + len, lock);
+  file_blocks(start, start + len, lock, spare);
   if (watcher_->knows_watched()) return subscribe_knowing(start, start + len);
   return subscribe_blind(start, start + len);
 }

@@ -98,12 +98,14 @@ class UffdMonitor final : public Monitor {
   // range before it looks at any.
   Block& state_of(uintptr_t block);
   // Files a state for each block of [start, end) that has none, under `lock` (of
-  // blocks_mutex_), whose map nodes are made with the lock released: nothing under
-  // blocks_mutex_ may allocate.  A thread that holds malloc's lock while it unmaps watched
+  // blocks_mutex_), whose map nodes are made in `spare` with the lock released (the caller
+  // frees what is left of it after letting go of the lock): nothing under blocks_mutex_
+  // should allocate.  A thread that holds malloc's lock while it unmaps watched
   // memory (free() trimming the heap) waits until our thread reads its event; had we waited
   // for malloc under blocks_mutex_ while our thread waited for blocks_mutex_ (forget_blocks)
   // before it read that event, all three would wait for ever.
-  void file_blocks(uintptr_t start, uintptr_t end, std::unique_lock<std::mutex>& lock);
+  void file_blocks(uintptr_t start, uintptr_t end, std::unique_lock<std::mutex>& lock,
+                   std::map<uintptr_t, Block>& spare);
   // Asks the kernel which pages of the mapping holding `address` in `block` are watched and
   // marks them.
   void scan(uintptr_t block, uintptr_t address, Block& state);
