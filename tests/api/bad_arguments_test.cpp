@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "../scoped_env.h"
 #include "test_support.h"
 
 namespace {
@@ -26,6 +27,7 @@ namespace {
 using hmr_test::domain_attr;
 using hmr_test::open_sim_domain;
 using hmr_test::Pages;
+using hmr_test::ScopedEnv;
 
 constexpr size_t kPage = 4096;
 constexpr uint64_t kAllAccess = HMR_READ | HMR_WRITE | HMR_SEND | HMR_RECV | HMR_REMOTE_READ |
@@ -79,28 +81,6 @@ using Mr = Owned<hmr_mr_close, hmr_mr>;
 using Eq = Owned<hmr_eq_close, hmr_eq>;
 using Cntr = Owned<hmr_cntr_close, hmr_cntr>;
 using Ep = Owned<hmr_ep_close, hmr_ep>;
-
-// Sets an environment variable for one scope and restores the previous state after it.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      setenv(name_.c_str(), old_->c_str(), 1);
-    } else {
-      unsetenv(name_.c_str());
-    }
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  std::string name_;
-  std::optional<std::string> old_;
-};
 
 // Runs a registration `reg(hmr_mr** out)`, expects -code, a reason and *out untouched.  An
 // unexpected success is closed again so that the test itself does not leak.

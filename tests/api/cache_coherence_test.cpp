@@ -29,12 +29,14 @@
 #include <unordered_map>
 #include <vector>
 
+#include "../scoped_env.h"
 #include "test_support.h"
 
 namespace {
 
 using hmr_test::domain_attr;
 using hmr_test::Pages;
+using hmr_test::ScopedEnv;
 
 constexpr size_t kPage = 4096;
 constexpr uint64_t kCachedMode = HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR;
@@ -982,28 +984,6 @@ TEST(CacheLimits, SizeLimitKeepsCachedBytesWithinIt) {
   }
   EXPECT_GT(domain.stats().cache_evictions, 0u);
 }
-
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    const char* old = std::getenv(name);
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (had_) {
-      setenv(name_.c_str(), old_.c_str(), 1);
-    } else {
-      unsetenv(name_.c_str());
-    }
-  }
-
- private:
-  std::string name_;
-  std::string old_;
-  bool had_ = false;
-};
 
 void expect_no_caching(CachedDomain& domain) {
   EXPECT_EQ(domain.negotiated().cache_max_count, 0u);

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <vector>
 
+#include "../scoped_env.h"
 #include "test_support.h"
 
 namespace hmr_test {
@@ -189,17 +190,6 @@ TEST(MdQuery, RegistrationCostWithApplicationKeys) {
 }
 
 // ---- large registrations: pre-faulting by HMR_REG_PREFAULT_MIN (read at hmr_domain_open) ----
-
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
-  ~ScopedEnv() { unsetenv(name_); }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-};
 
 size_t resident_pages(const void* addr, size_t len) {
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));

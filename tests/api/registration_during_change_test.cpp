@@ -66,6 +66,36 @@ int pin_and_stamp(void*, const hmr_nic_reg_request* request, hmr_nic_mr* mr, cha
 
 int unpin(void*, const hmr_nic_mr*, char*, size_t) { return 0; }
 
+// A callback NIC registering with `reg_va`, and the domains opened on it.
+class CallbackNic {
+ public:
+  using RegVa = decltype(hmr_nic_callbacks::reg_va);
+  explicit CallbackNic(RegVa reg_va) {
+    callbacks_.size = sizeof callbacks_;
+    callbacks_.key_size = 8;
+    callbacks_.reg_va = reg_va;
+    callbacks_.dereg = unpin;
+  }
+  // hmr_domain_open's answer for a domain whose cache `monitor` watches.
+  int open(const char* monitor, hmr_domain** domain) {
+    hmr_domain_attr attr{};
+    attr.size = sizeof attr;
+    attr.nic = "callback";
+    attr.nic_handle = &callbacks_;
+    attr.mr_mode = HMR_MR_BASIC;
+    attr.cache_monitor = monitor;
+    return hmr_domain_open(&attr, domain);
+  }
+
+ private:
+  hmr_nic_callbacks callbacks_{};
+};
+
+uint8_t* map_page() {
+  void* page = mmap(nullptr, kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return page == MAP_FAILED ? nullptr : static_cast<uint8_t*>(page);
+}
+
 class RegistrationDuringChange : public ::testing::TestWithParam<Case> {};
 
 TEST_P(RegistrationDuringChange, IsNeverFiledForTheNewMemory) {
@@ -76,25 +106,14 @@ TEST_P(RegistrationDuringChange, IsNeverFiledForTheNewMemory) {
   mem_fd = open("/proc/self/mem", O_RDONLY | O_CLOEXEC);
   ASSERT_GE(mem_fd, 0) << std::strerror(errno);
 
-  hmr_nic_callbacks nic{};
-  nic.size = sizeof nic;
-  nic.key_size = 8;
-  nic.reg_va = pin_and_stamp;
-  nic.dereg = unpin;
-  hmr_domain_attr attr{};
-  attr.size = sizeof attr;
-  attr.nic = "callback";
-  attr.nic_handle = &nic;
-  attr.mr_mode = HMR_MR_BASIC;
-  attr.cache_monitor = test.monitor;
+  CallbackNic nic(pin_and_stamp);
   hmr_domain* domain = nullptr;
-  const int opened = hmr_domain_open(&attr, &domain);
+  const int opened = nic.open(test.monitor, &domain);
   if (opened == -HMR_ENOSYS) GTEST_SKIP() << test.monitor << ": " << hmr_last_error();
   ASSERT_EQ(opened, 0) << hmr_last_error();
 
-  auto* page = static_cast<uint8_t*>(
-      mmap(nullptr, kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
-  ASSERT_NE(page, MAP_FAILED);
+  uint8_t* page = map_page();
+  ASSERT_NE(page, nullptr);
   uint32_t stamp = 1;
   std::memcpy(page, &stamp, sizeof stamp);
 
@@ -177,22 +196,11 @@ int stamp_one(void*, const hmr_nic_reg_request*, hmr_nic_mr* mr, char*, size_t) 
 // forks the child never cached the page the parent's thread was dropping).
 TEST(RegistrationDuringChange, AForkedChildInheritsNoMarkOfItsParentsThreads) {
   if (hmr_test::kUnderThreadSanitizer) GTEST_SKIP() << "memhooks is not available under TSan";
-  hmr_nic_callbacks nic{};
-  nic.size = sizeof nic;
-  nic.key_size = 8;
-  nic.reg_va = stamp_one;
-  nic.dereg = unpin;
-  hmr_domain_attr attr{};
-  attr.size = sizeof attr;
-  attr.nic = "callback";
-  attr.nic_handle = &nic;
-  attr.mr_mode = HMR_MR_BASIC;
-  attr.cache_monitor = "memhooks";
+  CallbackNic nic(stamp_one);
   hmr_domain* parent = nullptr;
-  ASSERT_EQ(hmr_domain_open(&attr, &parent), 0) << hmr_last_error();
-  auto* page = static_cast<uint8_t*>(
-      mmap(nullptr, kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
-  ASSERT_NE(page, MAP_FAILED);
+  ASSERT_EQ(nic.open("memhooks", &parent), 0) << hmr_last_error();
+  uint8_t* page = map_page();
+  ASSERT_NE(page, nullptr);
   std::atomic<bool> stop{false};
   std::thread dropper([&] {
     while (!stop.load(std::memory_order_relaxed)) {
@@ -207,7 +215,7 @@ TEST(RegistrationDuringChange, AForkedChildInheritsNoMarkOfItsParentsThreads) {
     if (child == 0) {
       // The child's own domain: the second registration of the page is a hit.
       hmr_domain* domain = nullptr;
-      if (hmr_domain_open(&attr, &domain) != 0) _exit(3);
+      if (nic.open("memhooks", &domain) != 0) _exit(3);
       for (int round = 0; round < 2; ++round) {
         hmr_mr* mr = nullptr;
         if (hmr_mr_reg(domain, page, kPage, HMR_REMOTE_READ, 0, 0, 0, &mr, nullptr) != 0) _exit(4);

@@ -56,25 +56,6 @@ void FakeAllocation::free_now() {
   address_ = 0;
 }
 
-ScopedEnv::ScopedEnv(const char* name, const char* value) : name_(name) {
-  const char* old = std::getenv(name);
-  had_old_ = old != nullptr;
-  if (had_old_) old_ = old;
-  if (value != nullptr) {
-    setenv(name, value, 1);
-  } else {
-    unsetenv(name);
-  }
-}
-
-ScopedEnv::~ScopedEnv() {
-  if (had_old_) {
-    setenv(name_.c_str(), old_.c_str(), 1);
-  } else {
-    unsetenv(name_.c_str());
-  }
-}
-
 namespace {
 hmr_test::DomainPtr open_with(hmr_domain_attr& attr) {
   hmr_domain* domain = nullptr;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "tests/api/test_support.h"
+#include "tests/scoped_env.h"
 #include "tests/fakes/fake_cuda_control.h"
 #include "tests/hmem/fd_checks.h"
 
@@ -61,19 +62,7 @@ class FakeAllocation {
   size_t size_;
 };
 
-// Sets (or, with NULL, unsets) an environment variable for the life of the object.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value);
-  ~ScopedEnv();
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  std::string name_;
-  std::string old_;
-  bool had_old_;
-};
+using hmr_test::ScopedEnv;  // tests/scoped_env.h
 
 inline constexpr uint64_t kSharingMode = HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR | HMR_MR_LOCAL;
 inline constexpr uint64_t kAccess = HMR_READ | HMR_WRITE | HMR_REMOTE_READ | HMR_REMOTE_WRITE;

@@ -12,6 +12,7 @@
 #include "nic/nic.h"
 #include "ofi_test_fabric.h"
 #include "tests/api/test_support.h"
+#include "tests/scoped_env.h"
 
 namespace {
 
@@ -43,18 +44,6 @@ void expect_open_error(hmr_domain_attr attr, int code, const char* part) {
   EXPECT_NE(std::string(hmr_last_error()).find(part), std::string::npos)
       << "reason: " << hmr_last_error();
 }
-
-// Sets an environment variable for one scope.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
-  ~ScopedEnv() { unsetenv(name_); }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-};
 
 // ------------------------------------------------------- hmr opens the domain itself ----
 
