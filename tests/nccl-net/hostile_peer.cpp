@@ -1,17 +1,29 @@
-// A receiving rank that lies: it speaks the plugin's wire protocol with the plugin's own
-// transport pieces (a libfabric endpoint, a control channel) but announces buffers it never
-// registered, buffers larger than what it registered, and finally bytes that are no message
-// at all.  The harness (net_harness_test.cpp, HostilePeer.*) starts it as its peer and drives
-// a real send comm of the loaded plugin against it; this side reports over the out-of-band
-// channel whether the plugin told it what failed.
+// A rank that lies: it speaks the plugin's wire protocol with the plugin's own transport
+// pieces (a libfabric endpoint, a control channel).  As a receiver it announces buffers it
+// never registered, buffers larger than what it registered, and finally bytes that are no
+// message at all; as a sender it writes parts of messages that contradict each other and
+// eager messages that are none.  The harness (net_harness_test.cpp, HostilePeer.*) starts it
+// as its peer and drives a real send or recv comm of the loaded plugin against it; this side
+// reports over the out-of-band channel whether the plugin told it what failed.
 //
 // Steps, each started by the harness with "step <n>" and answered with "ok" or "fail: why":
 //   unregistered  announce 64 KiB at an address no registration covers, with a made-up key
 //   beyond        announce 1 MiB over a registration of 4 KiB (real key)
 //   too-small     announce a 4 KiB buffer honestly; the harness sends 8 KiB
 //   garbage       send 100 random bytes as a control message
+// Lying sends, each started with "send <n>" and then the harness's listen handle; this side
+// connects, waits for the announcement of the harness's 4 MiB receive, lies, and answers "ok"
+// (or "skip" where the provider cannot carry the lie) once the harness says "receiver-done"
+// (wire/write_completion.h, wire/eager_data.h):
+//   head-twice        two heads of 1 MiB, each saying a tail follows
+//   parts-overflow    a head of 4 MiB and a tail of 5 bytes into the 4 MiB buffer
+//   wide-cq-data      a write whose CQ data has bits above the 32 the plugin sends (only
+//                     where the provider carries 8 bytes: tcp, shm)
+//   eager-wide-data   an eager message whose CQ data has bits above the 32 (tcp, shm)
+//   eager-twice       two eager messages for the same buffer, one the harness has not posted
 #include <rdma/fi_errno.h>
 #include <rdma/fi_eq.h>
+#include <rdma/fi_rma.h>
 #include <poll.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -29,6 +41,8 @@
 #include "net/settings.h"
 #include "peer_process.h"
 #include "wire/control_message.h"
+#include "wire/eager_data.h"
+#include "wire/write_completion.h"
 #include "wire/listen_handle.h"
 
 namespace hmr::nccl::test {
@@ -84,7 +98,9 @@ class Hostile {
       std::string why;
       if (!control_->flush(&why)) die(why);
       CompletionError error;
-      const int n = endpoint_->poll(completions, &error);
+      // One completion at a time: this returns at the first message, and the rest of a batch
+      // (an announcement right behind the accept) would be lost.
+      const int n = endpoint_->poll(std::span<Completion>(completions, 1), &error);
       if (n < 0) {
         // What a refused write does to the connection is the provider's business (tcp tears
         // it down); it is counted, so a step can tell "the sender was refused" from silence.
@@ -186,6 +202,79 @@ class Hostile {
     return "the harness never said its send ended";
   }
 
+  // Connects to the listener of the harness's `handle` as a send comm would (eager max
+  // 8192 offered), and returns the accept.
+  ConnectAccept connect_to(const std::vector<uint8_t>& handle_bytes, Clock::time_point deadline) {
+    listen(0);  // a fresh endpoint
+    std::string why;
+    if (handle_bytes.size() != kHandleSize) die("the harness's handle is not 128 bytes");
+    auto handle = decode_listen_handle(std::span<const uint8_t, kHandleSize>(handle_bytes.data(), kHandleSize), &why);
+    if (!handle) die("the harness's handle: " + why);
+    fi_addr_t listener = FI_ADDR_UNSPEC;
+    if (!endpoint_->insert(handle->address, &listener, &why)) die(why);
+    ConnectRequest request{handle->nonce, endpoint_->address()};
+    request.eager_max = 8192;
+    if (!control_->send(request, listener, &why)) die(why);
+    for (;;) {
+      auto bytes = next_message(deadline);
+      if (!bytes && Clock::now() >= deadline) die("no accept before the deadline");
+      if (!bytes) continue;
+      auto message = decode_control_message(*bytes, &why);
+      const auto* accept = message ? std::get_if<ConnectAccept>(&*message) : nullptr;
+      if (accept == nullptr || accept->nonce != handle->nonce) continue;
+      if (!endpoint_->insert(accept->address, &peer_, &why)) die(why);
+      return *accept;
+    }
+  }
+
+  ReceiveAnnouncement wait_for_announcement(Clock::time_point deadline) {
+    for (;;) {
+      auto bytes = next_message(deadline);
+      if (!bytes && Clock::now() >= deadline) die("no receive announcement before the deadline");
+      if (!bytes) continue;
+      std::string why;
+      auto message = decode_control_message(*bytes, &why);
+      if (const auto* a = message ? std::get_if<ReceiveAnnouncement>(&*message) : nullptr) return *a;
+    }
+  }
+
+  // Posts an RMA write of `len` bytes from `source` with CQ data `data` into `target` at
+  // `offset`, and progresses until it completed or failed (its outcome does not matter: the
+  // lie is in the data).
+  void write(const void* source, void* desc, size_t len, uint64_t data, const AnnouncedBuffer& target,
+             uint64_t offset, Clock::time_point deadline) {
+    lie_.kind = OperationKind::data_write;
+    ssize_t rc;
+    while ((rc = fi_writedata(endpoint_->native(), source, len, desc, data, peer_, target.address + offset,
+                              target.key, &lie_)) == -FI_EAGAIN) {
+      if (Clock::now() > deadline) die("the lying write never went out");
+      next_message(Clock::now());
+    }
+    if (rc != 0) die("fi_writedata of the lie failed");
+  }
+  // An eager message of `len` bytes of `source`, with CQ data `data`.
+  void send_eager(const void* source, void* desc, size_t len, uint64_t data, Clock::time_point deadline) {
+    lie_.kind = OperationKind::data_write;
+    ssize_t rc;
+    while ((rc = fi_senddata(endpoint_->native(), source, len, desc, data, peer_, &lie_)) == -FI_EAGAIN) {
+      if (Clock::now() > deadline) die("the lying eager message never went out");
+      next_message(Clock::now());
+    }
+    if (rc != 0) die("fi_senddata of the lie failed");
+  }
+
+  // Progresses (tcp moves nothing without this side's progress) until the harness says
+  // something on `oob`: what it said.
+  std::optional<std::string> progress_until_the_harness_speaks(OobChannel& oob, Clock::time_point deadline) {
+    while (Clock::now() < deadline) {
+      pollfd p{oob.fd(), POLLIN, 0};
+      if (poll(&p, 1, 0) > 0) break;
+      next_message(Clock::now());
+    }
+    std::string why;
+    return oob.receive_text(deadline, &why);
+  }
+
   Device& device() { return *device_; }
 
  private:
@@ -194,6 +283,7 @@ class Hostile {
   std::unique_ptr<ControlChannel> control_;
   fi_addr_t peer_ = FI_ADDR_UNSPEC;
   Operation raw_send_;
+  Operation lie_;
   uint64_t writes_landed_ = 0;
   uint64_t endpoint_errors_ = 0;
 };
@@ -231,11 +321,59 @@ int run() {
   // write it copies across processes directly is not checked: there a lie may only make the
   // liar's own memory written.  Every other provider must refuse the write.
   const bool may_land = h.device().provider() == "shm";
+  // The lying sends' source bytes (what they carry does not matter; their CQ data does).
+  void* source = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (source == MAP_FAILED) die("mmap");
+  hmr_mr* source_mr = nullptr;
+  if (hmr_mr_reg(h.device().registrations(), source, 4096, HMR_WRITE | HMR_SEND, 0, 0, 0, &source_mr,
+                 nullptr) != 0) {
+    die(std::string("hmr_mr_reg: ") + hmr_last_error());
+  }
+  void* source_desc = hmr_mr_desc(source_mr);
 
   for (uint64_t nonce = 0x5eed0001;; ++nonce) {
     auto step = oob.receive_text(deadline, &why);
     if (!step) die(why);
     if (*step == "done") break;
+    if (step->rfind("send ", 0) == 0) {
+      const std::string lie = step->substr(5);
+      auto handle = oob.receive(deadline, &why);
+      if (!handle) die(why);
+      h.connect_to(*handle, deadline);
+      std::string answer = "ok";
+      auto part = [](const ReceiveAnnouncement& a, WritePart p, uint32_t value) {
+        return encode(WriteCompletion{a.slot, a.generation, 0, p, value});
+      };
+      if (lie == "eager-wide-data") {
+        if (h.device().info()->domain_attr->cq_data_size < 8) answer = "skip";  // see wide-cq-data
+        h.send_eager(source, source_desc, 64, encode(EagerAddress{5, 0}) | uint64_t{1} << 40, deadline);
+      } else if (lie == "eager-twice") {
+        // Buffer 1 of tag 5, which the harness never posts (its receive is buffer 0).
+        h.send_eager(source, source_desc, 64, encode(EagerAddress{5, 1}), deadline);
+        h.send_eager(source, source_desc, 64, encode(EagerAddress{5, 1}), deadline);
+      } else {
+        const ReceiveAnnouncement a = h.wait_for_announcement(deadline);
+        const AnnouncedBuffer& b = a.buffers[0];
+        if (lie == "head-twice") {
+          h.write(source, source_desc, 1, part(a, WritePart::head_then_tail, 1), b, 0, deadline);
+          h.write(source, source_desc, 1, part(a, WritePart::head_then_tail, 1), b, 0, deadline);
+        } else if (lie == "parts-overflow") {
+          h.write(source, source_desc, 1, part(a, WritePart::head_then_tail, 4), b, 0, deadline);
+          h.write(source, source_desc, 1, part(a, WritePart::tail, 5), b, 1, deadline);
+        } else if (lie == "wide-cq-data") {
+          // A provider that carries 32 bits drops the high ones (verbs' imm_data), and the
+          // write is an honest one of 1 byte: "skip".
+          if (h.device().info()->domain_attr->cq_data_size < 8) answer = "skip";
+          h.write(source, source_desc, 1, part(a, WritePart::whole, 1) | uint64_t{1} << 40, b, 0, deadline);
+        } else {
+          answer = "fail: unknown lie " + lie;
+        }
+      }
+      auto done = h.progress_until_the_harness_speaks(oob, deadline);
+      if (!done || *done != "receiver-done") die("expected receiver-done from the harness");
+      if (!oob.send(answer, &why)) die(why);
+      continue;
+    }
     // Each step on a connection of its own: the handle goes out, the harness connects.
     if (!oob.send(h.listen(nonce), &why)) die(why);
     std::string result;
@@ -251,12 +389,7 @@ int run() {
         credit.tags[0] = TagCredit{4, 5};
         h.send(credit);
       }
-      while (Clock::now() < deadline) {
-        pollfd p{oob.fd(), POLLIN, 0};
-        if (poll(&p, 1, 0) > 0) break;
-        h.next_message(Clock::now());
-      }
-      if (!oob.receive_text(deadline, &why)) die(why);  // sender-done
+      if (!h.progress_until_the_harness_speaks(oob, deadline)) die("no sender-done");
       if (!oob.send("ok", &why)) die(why);
       continue;
     }
@@ -283,13 +416,8 @@ int run() {
         for (size_t i = 0; i < 100; ++i) noise[i] = static_cast<uint8_t>(random());
         h.send_raw(noise, hmr_mr_desc(mr), 100, deadline);
       }
-      // Until the harness has seen it: tcp moves nothing without this side progressing.
-      while (Clock::now() < deadline) {
-        pollfd p{oob.fd(), POLLIN, 0};
-        if (poll(&p, 1, 0) > 0) break;
-        h.next_message(Clock::now());
-      }
-      if (!oob.receive_text(deadline, &why)) die(why);  // sender-done
+      // Until the harness has seen it.
+      if (!h.progress_until_the_harness_speaks(oob, deadline)) die("no sender-done");
     } else {
       result = "unknown step " + *step;
     }
@@ -300,7 +428,9 @@ int run() {
     if (!oob.send(answer, &why)) die(why);
   }
   hmr_mr_close(mr);
+  hmr_mr_close(source_mr);
   munmap(mapping, kMapping);
+  munmap(source, 4096);
   return 0;
 }
 

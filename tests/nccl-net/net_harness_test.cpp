@@ -214,12 +214,15 @@ void transfer_scenario(Rank& rank, OobChannel* oob, Failures* f) {
   phase("warm-up connection");
 
   if (!rank.connect_both(oob, &link, f)) return;
-  // The sizes NCCL moves, all in flight at once, each into a buffer at least as large.
-  const size_t sizes[] = {0, 1, 4096, kMiB, 64 * kMiB};
+  // The sizes NCCL moves, all in flight at once, each into a buffer at least as large: below
+  // 1 MiB one write; from 1 MiB on a head of whole MiB and, unless none is left, a tail
+  // (wire/write_completion.h), here into a buffer larger than the message.
+  const size_t sizes[] = {0, 1, 4096, kMiB - 1, kMiB, 3 * kMiB + 5, 64 * kMiB};
   std::vector<std::vector<MessageSpec>> groups;
   std::vector<MessageSpec> sends;
   for (size_t i = 0; i < std::size(sizes); ++i) {
-    const MessageSpec m{sizes[i], 10 + static_cast<int>(i), sizes[i] == 0 ? 4096 : sizes[i] == 1 ? 100 : sizes[i]};
+    const size_t buffer = sizes[i] == 0 ? 4096 : sizes[i] == 1 ? 100 : sizes[i] == 3 * kMiB + 5 ? 8 * kMiB : sizes[i];
+    const MessageSpec m{sizes[i], 10 + static_cast<int>(i), buffer};
     groups.push_back({m});
     sends.push_back(m);
   }
@@ -1002,13 +1005,22 @@ TEST(PeerDeath, ARankKilledAfterConnectingFailsTheOtherSidesCommsNeverHangs) {
 // side ("error processing command") and, depending on the protocol its peers settled on, may
 // never answer the sender, whose write then neither completes nor fails: the write timeout
 // (2 s, set by main()) is the plugin's answer to such a provider, and ends such a lie here.
-TEST(HostilePeer, LyingAnnouncementsAndGarbageAreErrorsOnBothSides) {
+// A rank of the loaded plugin and the hostile peer (tests/nccl-net/hostile_peer.cpp) beside it.
+class HostilePeer : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto started = PeerProcess::start({hostile_peer_path()}, &why);
+    ASSERT_TRUE(started) << why;
+    peer.emplace(std::move(*started));
+    ASSERT_TRUE(rank.start(library(), &f)) << f.text();
+  }
   std::string why;
-  auto peer = PeerProcess::start({hostile_peer_path()}, &why);
-  ASSERT_TRUE(peer) << why;
+  std::optional<PeerProcess> peer;
   Failures f;
-  Rank rank(table(11), 0, kScenarioBudget);
-  ASSERT_TRUE(rank.start(library(), &f)) << f.text();
+  Rank rank{table(11), 0, kScenarioBudget};
+};
+
+TEST_F(HostilePeer, LyingAnnouncementsAndGarbageAreErrorsOnBothSides) {
   HostBuffer buffer(kMiB);
   // Each step on a connection of its own (a provider may tear one down over a refused write).
   auto connect = [&](const char* step) -> void* {
@@ -1142,6 +1154,67 @@ TEST(HostilePeer, LyingAnnouncementsAndGarbageAreErrorsOnBothSides) {
   EXPECT_EQ(rank.net().finalize(), ncclSuccess);
 }
 
+// Lying senders (the hostile peer's "send" steps): parts of a message that contradict each
+// other or claim more than the buffer, CQ data wider than what the plugin sends, eager
+// messages that are none.  The recv comm's receive fails with ncclRemoteError and the reason;
+// it never completes with a made-up size.
+TEST_F(HostilePeer, LyingSendsFailTheReceiveWithTheReason) {
+  HostBuffer buffer(4 * kMiB);
+  struct Lie {
+    const char* step;
+    const char* reason;
+  };
+  for (const Lie& lie : {Lie{"head-twice", "a second head"}, Lie{"parts-overflow", "-byte posted buffer"},
+                         Lie{"wide-cq-data", "wider than the 32 bits"},
+                         Lie{"eager-wide-data", "wider than the 32 bits"},
+                         Lie{"eager-twice", "has one waiting"}}) {
+    SCOPED_TRACE(lie.step);
+    char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+    void* listen_comm = nullptr;
+    ASSERT_EQ(rank.net().listen(0, handle, &listen_comm), ncclSuccess);
+    ASSERT_TRUE(peer->channel().send(std::string("send ") + lie.step, &why)) << why;
+    ASSERT_TRUE(peer->channel().send(std::vector<uint8_t>(handle, handle + sizeof handle), &why)) << why;
+    void* recv = nullptr;
+    while (recv == nullptr && !rank.expired()) ASSERT_EQ(rank.net().accept(listen_comm, &recv), ncclSuccess);
+    ASSERT_NE(recv, nullptr) << "the lying sender never connected";
+    void* mh = nullptr;
+    ASSERT_EQ(rank.net().reg_mr(recv, buffer.data(), 4 * kMiB, NCCL_PTR_HOST, &mh), ncclSuccess);
+    const size_t mark = log_mark();
+    void* data[1] = {buffer.data()};
+    size_t sizes[1] = {4 * kMiB};
+    int tags[1] = {5};
+    void* mhs[1] = {mh};
+    void* request = nullptr;
+    ncclResult_t rc = ncclSuccess;
+    while (rc == ncclSuccess && request == nullptr && !rank.expired()) {
+      rc = rank.net().irecv(recv, 1, data, sizes, tags, mhs, &request);
+    }
+    int done = 0;
+    int received[1] = {-1};
+    while (rc == ncclSuccess && !done && !rank.expired()) rc = rank.net().test(request, &done, received);
+    ASSERT_TRUE(peer->channel().send(std::string("receiver-done"), &why)) << why;
+    auto answer = peer->channel().receive_text(rank.deadline(), &why);
+    ASSERT_TRUE(answer) << why;
+    if (*answer == "skip") {
+      // A provider with 4 bytes of CQ data kept the low 32 bits: an honest message into the
+      // posted buffer (1 byte written, or 64 sent eagerly).
+      EXPECT_EQ(rc, ncclSuccess);
+      const int size = std::string(lie.step) == "wide-cq-data" ? 1 : 64;
+      EXPECT_TRUE(done && received[0] == size) << "done " << done << ", size " << received[0];
+    } else {
+      EXPECT_EQ(*answer, "ok");
+      EXPECT_EQ(rc, ncclRemoteError) << "the receive " << (done ? "completed" : "neither completed nor failed")
+                                     << " (size " << received[0] << ")";
+      EXPECT_TRUE(warned_since(mark, lie.reason)) << warnings_since(mark);
+    }
+    EXPECT_EQ(rank.net().dereg_mr(recv, mh), ncclSuccess);
+    EXPECT_EQ(rank.net().close_recv(recv), ncclSuccess);
+    EXPECT_EQ(rank.net().close_listen(listen_comm), ncclSuccess);
+  }
+  ASSERT_TRUE(peer->channel().send(std::string("done"), &why)) << why;
+  EXPECT_EQ(peer->wait(Clock::now() + std::chrono::seconds(30)), std::optional<int>(0));
+  EXPECT_EQ(rank.net().finalize(), ncclSuccess);
+}
 
 TEST(BadInput, ForeignHandlesAndArguments) {
   Failures f;

@@ -44,15 +44,40 @@ std::string exercise_wire_parsers(const uint8_t* data, size_t size) {
     return "a handle was rejected without a reason";
   }
 
-  // Remote CQ data: any 64 bits split into fields that encode back to the same bits.
-  if (size >= 8) {
-    uint64_t cq_data = 0;
-    std::memcpy(&cq_data, data, 8);
-    const WriteCompletion c = decode_write_completion(cq_data);
-    if (encode(c) != cq_data) return "remote CQ data does not survive decode and encode";
-    if (c.size > kMaxMessageSize) return "remote CQ data decodes to a size over the limit";
-    if (encode(decode_eager_address(cq_data)) != cq_data) {
-      return "an eager message's CQ data does not survive decode and encode";
+  // Remote CQ data: any 32 bits split into fields that encode back to the same bits, and any
+  // run of them taken as parts of one buffer's message never claims more than the largest
+  // message, never completes twice, and takes nothing once refused or complete.
+  for (size_t at = 0; at + 4 <= size && at < 64; at += 4) {
+    uint32_t cq_data = 0;
+    std::memcpy(&cq_data, data + at, 4);
+    if (encode(decode_write_completion(cq_data)) != cq_data) {
+      return "remote CQ data does not survive decode and encode";
+    }
+  }
+  LandedParts landed;
+  for (size_t at = 0; at + 4 <= size && at < 64; at += 4) {
+    uint32_t cq_data = 0;
+    std::memcpy(&cq_data, data + at, 4);
+    const bool was_complete = landed.complete;
+    // A refusal fails the comm: nothing after it counts.
+    if (take_part(landed, decode_write_completion(cq_data)) != nullptr) break;
+    if (was_complete) return "a part was taken after its message was complete";
+    if (landed.bytes > kMaxMessageSize) return "parts add up to more than the largest message";
+  }
+
+  // An eager message's CQ data: any 32 bits name a tag the sender may use eagerly and an
+  // ordinal that encodes back to them, whatever the receiver's count.
+  if (size >= 4) {
+    uint32_t cq_data = 0;
+    std::memcpy(&cq_data, data, 4);
+    EagerAddress a = decode_eager_address(cq_data);
+    if (!eager_tag(a.tag)) return "an eager message's CQ data names a tag no sender sends eagerly";
+    uint32_t next = 0;
+    if (size >= 8) std::memcpy(&next, data + 4, 4);
+    a.ordinal = restore_ordinal(a.ordinal, next);
+    if (encode(a) != cq_data) return "an eager message's CQ data does not survive decode and encode";
+    if (a.ordinal - (next - kEagerOrdinalsBehind) >= (1u << kEagerOrdinalBits)) {
+      return "a restored ordinal lies outside its window";
     }
   }
   return {};

@@ -9,6 +9,9 @@
 #include <cstring>
 #include <cstdint>
 #include <random>
+#include <span>
+#include <string>
+#include <vector>
 
 #include "wire/control_message.h"
 #include "wire/eager_data.h"
@@ -228,24 +231,107 @@ TEST(ControlMessage, EveryTruncationIsRefused) {
 }
 
 TEST(EagerAddress, FieldsSurviveAndOrdinalsCompareAcrossTheWrap) {
-  for (const EagerAddress a : {EagerAddress{-1, 0}, EagerAddress{INT32_MIN, 0xffffffffu},
-                               EagerAddress{INT32_MAX, 12345}}) {
+  for (const EagerAddress a : {EagerAddress{0, 0}, EagerAddress{kMaxEagerTag, 0xffffffffu},
+                               EagerAddress{12345, 12345}}) {
     const EagerAddress b = decode_eager_address(encode(a));
     EXPECT_EQ(b.tag, a.tag);
-    EXPECT_EQ(b.ordinal, a.ordinal);
+    EXPECT_EQ(b.ordinal, a.ordinal & 0xfffu);
   }
+  EXPECT_TRUE(eager_tag(0));
+  EXPECT_TRUE(eager_tag(kMaxEagerTag));
+  EXPECT_FALSE(eager_tag(kMaxEagerTag + 1));
+  EXPECT_FALSE(eager_tag(-1));
   EXPECT_TRUE(ordinal_before(0xfffffffeu, 1));
   EXPECT_FALSE(ordinal_before(1, 0xfffffffeu));
   EXPECT_FALSE(ordinal_before(5, 5));
 }
 
-TEST(WriteCompletion, FieldsSurvive) {
-  const WriteCompletion c{31, 255, 7, kMaxMessageSize};
-  const WriteCompletion d = decode_write_completion(encode(c));
-  EXPECT_EQ(d.slot, 31);
-  EXPECT_EQ(d.generation, 255);
-  EXPECT_EQ(d.index, 7);
-  EXPECT_EQ(d.size, kMaxMessageSize);
+// The receiver restores every ordinal an eager message may name (posted up to 256 buffers
+// back, or up to the credits ahead of the tag's next posting), across the 32-bit wrap too.
+TEST(EagerAddress, TheReceiverRestoresEveryOrdinalOfItsWindow) {
+  for (const uint32_t next : {0u, 1u, 255u, 256u, 4095u, 4096u, 0x7fffffffu, 0xfffffff0u, 0xffffffffu}) {
+    for (uint32_t back = 1; back <= kEagerOrdinalsBehind; ++back) {
+      const uint32_t ordinal = next - back;
+      EXPECT_EQ(restore_ordinal(decode_eager_address(encode(EagerAddress{7, ordinal})).ordinal, next), ordinal) << next;
+    }
+    for (uint32_t ahead = 0; ahead < kEagerOrdinalsAhead; ++ahead) {
+      const uint32_t ordinal = next + ahead;
+      EXPECT_EQ(restore_ordinal(decode_eager_address(encode(EagerAddress{7, ordinal})).ordinal, next), ordinal) << next;
+    }
+  }
+}
+
+TEST(WriteCompletion, FieldsFillThirtyTwoBitsAndSurvive) {
+  for (const WritePart part : {WritePart::whole, WritePart::head_only, WritePart::head_then_tail, WritePart::tail}) {
+    const WriteCompletion c{31, 3, 7, part, static_cast<uint32_t>(kWholeWriteLimit - 1)};
+    const uint32_t bits = encode(c);
+    const WriteCompletion d = decode_write_completion(bits);
+    EXPECT_EQ(d.slot, 31);
+    EXPECT_EQ(d.generation, 3);
+    EXPECT_EQ(d.index, 7);
+    EXPECT_EQ(d.part, part);
+    EXPECT_EQ(d.value, kWholeWriteLimit - 1);
+  }
+  EXPECT_EQ(encode(WriteCompletion{31, 3, 7, WritePart::tail, static_cast<uint32_t>(kWholeWriteLimit - 1)}), 0xffffffffu);
+  // Only the generation's low bits travel: a receive two generations on does not match.
+  EXPECT_EQ(decode_write_completion(encode(WriteCompletion{0, 6, 0, WritePart::whole, 0})).generation, 2);
+}
+
+// The receiver's side of plan_writes: the parts of every size, in either order, add up to it,
+// and the message is complete only once all of them landed.
+TEST(WriteCompletion, PartsInAnyOrderAddUpToTheMessage) {
+  const uint64_t mib = kWholeWriteLimit;
+  for (const uint64_t size : {uint64_t{0}, uint64_t{1}, mib - 1, mib, mib + 1, 3 * mib + 5, 64 * mib,
+                              kMaxMessageSize - mib + 1, kMaxMessageSize}) {
+    const WritePlan plan = plan_writes(size);
+    std::vector<WriteCompletion> parts;
+    if (plan.head_bytes == 0) {
+      parts.push_back({1, 2, 3, WritePart::whole, static_cast<uint32_t>(size)});
+    } else {
+      EXPECT_EQ(plan.head_bytes % mib, 0u);
+      EXPECT_LT(plan.tail_bytes, mib);
+      EXPECT_EQ(plan.head_bytes + plan.tail_bytes, size);
+      parts.push_back({1, 2, 3, plan.tail_bytes ? WritePart::head_then_tail : WritePart::head_only,
+                       static_cast<uint32_t>(plan.head_bytes / mib)});
+      if (plan.tail_bytes) parts.push_back({1, 2, 3, WritePart::tail, static_cast<uint32_t>(plan.tail_bytes)});
+    }
+    for (bool reversed : {false, true}) {
+      LandedParts landed;
+      for (size_t i = 0; i < parts.size(); ++i) {
+        const WriteCompletion c = decode_write_completion(encode(parts[reversed ? parts.size() - 1 - i : i]));
+        ASSERT_EQ(take_part(landed, c), nullptr) << size;
+        EXPECT_EQ(landed.complete, i + 1 == parts.size()) << size << " after part " << i;
+      }
+      EXPECT_EQ(landed.bytes, size);
+      // Nothing more is taken once complete.
+      EXPECT_NE(take_part(landed, parts.front()), nullptr) << size;
+    }
+  }
+}
+
+TEST(WriteCompletion, PartsThatContradictEachOtherAreRefused) {
+  using P = WritePart;
+  struct Case {
+    std::vector<WriteCompletion> parts;  // the last one must be refused
+    const char* why;
+  };
+  const Case cases[] = {
+      {{{0, 0, 0, P::head_then_tail, 1}, {0, 0, 0, P::head_then_tail, 1}}, "second head"},
+      {{{0, 0, 0, P::tail, 5}, {0, 0, 0, P::tail, 5}}, "second tail"},
+      {{{0, 0, 0, P::head_only, 2}, {0, 0, 0, P::tail, 5}}, "already complete"},  // (the head said so)
+      {{{0, 0, 0, P::tail, 5}, {0, 0, 0, P::head_only, 2}}, "no tail"},
+      {{{0, 0, 0, P::tail, 0}}, "empty tail"},
+      {{{0, 0, 0, P::head_only, 0}}, "empty head"},
+      {{{0, 0, 0, P::head_then_tail, 3}, {0, 0, 0, P::whole, 7}}, "whole message after part"},
+      {{{0, 0, 0, P::whole, 7}, {0, 0, 0, P::whole, 7}}, "already complete"},
+  };
+  for (const Case& c : cases) {
+    LandedParts landed;
+    for (size_t i = 0; i + 1 < c.parts.size(); ++i) ASSERT_EQ(take_part(landed, c.parts[i]), nullptr) << c.why;
+    const char* refused = take_part(landed, c.parts.back());
+    ASSERT_NE(refused, nullptr) << c.why;
+    EXPECT_NE(std::string(refused).find(c.why), std::string::npos) << refused;
+  }
 }
 
 // The deterministic counterpart of the fuzzer: mutations of valid inputs (bit flips, byte

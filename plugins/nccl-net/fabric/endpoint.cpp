@@ -83,7 +83,7 @@ ssize_t Endpoint::send(const void* buf, size_t len, void* desc, fi_addr_t peer,
   return fi_send(ep_, buf, len, desc, peer, context);
 }
 
-ssize_t Endpoint::send_with_data(const void* buf, size_t len, void* desc, uint64_t data,
+ssize_t Endpoint::send_with_data(const void* buf, size_t len, void* desc, uint32_t data,
                                  fi_addr_t peer, OperationContext* context) {
   return fi_senddata(ep_, buf, len, desc, data, peer, context);
 }
@@ -93,7 +93,7 @@ ssize_t Endpoint::write(const void* buf, size_t len, void* desc, fi_addr_t peer,
   return fi_write(ep_, buf, len, desc, peer, remote_addr, key, context);
 }
 
-ssize_t Endpoint::write_with_data(const void* buf, size_t len, void* desc, uint64_t data,
+ssize_t Endpoint::write_with_data(const void* buf, size_t len, void* desc, uint32_t data,
                                   fi_addr_t peer, uint64_t remote_addr, uint64_t key,
                                   OperationContext* context) {
   return fi_writedata(ep_, buf, len, desc, data, peer, remote_addr, key, context);

@@ -51,11 +51,12 @@ class Endpoint {
   // Each returns 0, -FI_EAGAIN (progress and retry) or another negative FI_E* code.
   ssize_t post_receive(void* buf, size_t len, void* desc, OperationContext* context);
   ssize_t send(const void* buf, size_t len, void* desc, fi_addr_t peer, OperationContext* context);
-  ssize_t send_with_data(const void* buf, size_t len, void* desc, uint64_t data, fi_addr_t peer,
+  // `data`: 32 bits, what every provider the plugin selects carries (EFA and verbs no more).
+  ssize_t send_with_data(const void* buf, size_t len, void* desc, uint32_t data, fi_addr_t peer,
                          OperationContext* context);
   ssize_t write(const void* buf, size_t len, void* desc, fi_addr_t peer, uint64_t remote_addr,
                 uint64_t key, OperationContext* context);
-  ssize_t write_with_data(const void* buf, size_t len, void* desc, uint64_t data, fi_addr_t peer,
+  ssize_t write_with_data(const void* buf, size_t len, void* desc, uint32_t data, fi_addr_t peer,
                           uint64_t remote_addr, uint64_t key, OperationContext* context);
   ssize_t read(void* buf, size_t len, void* desc, fi_addr_t peer, uint64_t remote_addr,
                uint64_t key, OperationContext* context);
@@ -65,6 +66,9 @@ class Endpoint {
   int poll(std::span<Completion> out, CompletionError* error);
 
   const Libfabric& libfabric() const { return *libfabric_; }
+  // The libfabric endpoint itself, for what the plugin never posts (its tests' lying peer
+  // writes 64-bit CQ data with it).
+  fid_ep* native() const { return ep_; }
 
  private:
   explicit Endpoint(const Libfabric& libfabric) : libfabric_(&libfabric) {}

@@ -10,7 +10,10 @@
 namespace hmr::nccl {
 namespace {
 
-constexpr size_t kCqDataBytes = 8;
+// The remote CQ data the plugin's writes and eager sends carry (wire/write_completion.h,
+// wire/eager_data.h): 4 bytes, as EFA and verbs offer; a provider with more (tcp, shm: 8) is
+// as good.
+constexpr size_t kCqDataBytes = 4;
 constexpr size_t kQueueEntries = 256;
 
 bool same_provider(const std::string& wanted, const char* actual) {
@@ -52,7 +55,7 @@ std::optional<ProviderNics> query(const Libfabric& libfabric, const std::string&
   }
   if (rc != 0) {
     if (why != nullptr) {
-      *why = "provider '" + provider + "' offers no RDM endpoint with RMA and 8-byte CQ data: " +
+      *why = "provider '" + provider + "' offers no RDM endpoint with RMA and 4-byte CQ data: " +
              libfabric.describe(rc);
     }
     return std::nullopt;

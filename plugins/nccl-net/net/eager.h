@@ -4,8 +4,9 @@
 // smaller of their two, agreed at connect) whose buffer has not been announced yet is sent
 // straight away with fi_senddata from NCCL's registered buffer into one of the bounce buffers
 // the recv comm keeps posted (its control receive buffers, made as large as the eager max).
-// The CQ data names the buffer it is for by tag and ordinal (wire/eager_data.h): the k-th
-// isend of tag t fills the k-th posted buffer of tag t, whether it moves eagerly or by RMA.
+// The 4 bytes of CQ data name the buffer it is for by tag and ordinal (wire/eager_data.h: tags
+// 0 to 2^20 - 1, NCCL's ranks; others wait for announcements): the k-th isend of tag t fills
+// the k-th posted buffer of tag t, whether it moves eagerly or by RMA.
 //
 // The receiver matches the message to that buffer when it is posted, or holds the bounce
 // buffer until it is (an unexpected message), then copies the bytes into it (host memory) or

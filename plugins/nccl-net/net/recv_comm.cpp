@@ -8,6 +8,7 @@
 #include <climits>
 #include <cstring>
 
+#include "../wire/eager_data.h"
 #include "../wire/write_completion.h"
 #include "device.h"
 #include "eager.h"
@@ -177,10 +178,11 @@ ncclResult_t RecvComm::progress() {
   }
 }
 
-ReceiveRequest* RecvComm::posted(uint8_t slot, uint8_t generation, uint8_t index) {
+ReceiveRequest* RecvComm::posted(uint8_t slot, uint8_t index, uint8_t generation,
+                                 uint8_t generation_bits) {
   if (slot >= kMaxRequests) return nullptr;
   ReceiveRequest& request = receives_[slot];
-  if (request.state != RequestState::pending || request.generation != generation ||
+  if (request.state != RequestState::pending || (request.generation & generation_bits) != generation ||
       index >= request.count) {
     return nullptr;
   }
@@ -188,22 +190,35 @@ ReceiveRequest* RecvComm::posted(uint8_t slot, uint8_t generation, uint8_t index
 }
 
 ncclResult_t RecvComm::on_write(uint64_t data) {
-  const WriteCompletion c = decode_write_completion(data);
-  ReceiveRequest* request = posted(c.slot, c.generation, c.index);
-  if (request == nullptr || ((request->done_mask | request->copying_mask) & (1u << c.index))) {
-    return fail_comm(ncclRemoteError,
-                     "the sender completed slot " + std::to_string(c.slot) + " buffer " +
-                         std::to_string(c.index) + " (generation " + std::to_string(c.generation) +
-                         "), which is not a posted receive awaiting data");
+  if (data > UINT32_MAX) {
+    return fail_comm(ncclRemoteError, "the sender's write carried remote CQ data wider than the "
+                                      "32 bits the plugin sends");
   }
-  if (c.size > request->posted[c.index]) {
-    return fail_comm(ncclRemoteError, "the sender wrote " + std::to_string(c.size) +
+  const WriteCompletion c = decode_write_completion(static_cast<uint32_t>(data));
+  ReceiveRequest* request = posted(c.slot, c.index, c.generation, kWriteGenerationBits);
+  auto buffer = [&c] {  // (for errors only: no string is made per write)
+    return "slot " + std::to_string(c.slot) + " buffer " + std::to_string(c.index) +
+           " (generation " + std::to_string(c.generation) + ")";
+  };
+  if (request == nullptr || ((request->done_mask | request->copying_mask) & (1u << c.index))) {
+    return fail_comm(ncclRemoteError, "the sender completed " + buffer() +
+                                          ", which is not a posted receive awaiting data");
+  }
+  // Which parts of the message landed (wire/write_completion.h), in whichever order.
+  LandedParts& landed = request->parts[c.index];
+  if (const char* broken = take_part(landed, c)) {
+    return fail_comm(ncclRemoteError, std::string("the sender wrote ") + broken + " into " + buffer());
+  }
+  if (landed.bytes > request->posted[c.index]) {
+    return fail_comm(ncclRemoteError, "the sender wrote " + std::to_string(landed.bytes) +
                                           " bytes into a " +
                                           std::to_string(request->posted[c.index]) +
                                           "-byte posted buffer");
   }
-  request->received[c.index] = c.size;
-  request->done_mask |= static_cast<uint8_t>(1u << c.index);
+  if (landed.complete) {
+    request->received[c.index] = landed.bytes;
+    request->done_mask |= static_cast<uint8_t>(1u << c.index);
+  }
   return ncclSuccess;
 }
 
@@ -221,7 +236,7 @@ ncclResult_t RecvComm::on_message(std::span<const uint8_t> bytes) {
   if (notice == nullptr) {
     return fail_comm(ncclRemoteError, "the sender sent a message a recv comm never expects");
   }
-  ReceiveRequest* request = posted(notice->slot, notice->generation, notice->index);
+  ReceiveRequest* request = posted(notice->slot, notice->index, notice->generation, 0xff);
   if (request == nullptr) {
     return fail_comm(ncclRemoteError, "the sender reported a failure for a receive that is not posted");
   }
@@ -238,7 +253,13 @@ ncclResult_t RecvComm::on_eager(Operation& bounce, size_t len, uint64_t data) {
   if (eager_max_ == 0) {
     return fail_comm(ncclRemoteError, "the sender sent an eager message on a comm without them");
   }
-  const EagerAddress a = decode_eager_address(data);
+  if (data > UINT32_MAX) {
+    return fail_comm(ncclRemoteError, "the sender's eager message carried remote CQ data wider "
+                                      "than the 32 bits the plugin sends");
+  }
+  EagerAddress a = decode_eager_address(static_cast<uint32_t>(data));
+  const Stream* known = streams_.find(a.tag);
+  a.ordinal = restore_ordinal(a.ordinal, known != nullptr ? known->next_ordinal : 0);
   size_t index = 0;
   if (ReceiveRequest* request = posted_for(a, &index)) {
     return deliver_eager(*request, index, EagerPayload{&bounce, {}, len});
@@ -465,6 +486,7 @@ ncclResult_t RecvComm::irecv(int n, void** data, const size_t* sizes, const int*
   for (int i = 0; i < n; ++i) {
     slot->posted[i] = sizes[i];
     slot->received[i] = 0;
+    slot->parts[i] = LandedParts{};
     slot->data[i] = data[i];
     slot->mhandle[i] = mhandles[i];
     Stream& stream = streams_.at(tags[i]);

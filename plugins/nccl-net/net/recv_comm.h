@@ -112,7 +112,9 @@ class RecvComm {
   // Whether the sender may fill this buffer only eagerly (it is not announced).
   bool eager_only(size_t size, const MemoryHandle& mhandle) const;
   ncclResult_t fail_comm(ncclResult_t result, const std::string& reason);
-  ReceiveRequest* posted(uint8_t slot, uint8_t generation, uint8_t index);
+  // The pending receive in `slot` whose generation's `generation_bits` are `generation` and
+  // that has a buffer `index` (a write's CQ data carries 2 bits of it, a control message 8).
+  ReceiveRequest* posted(uint8_t slot, uint8_t index, uint8_t generation, uint8_t generation_bits);
   // Posts a flush's read-back: true once posted or failed, false when the provider is busy
   // (the request stays pending and test() tries again).
   bool post_flush(FlushRequest& request);

@@ -30,17 +30,32 @@ struct Request {
   explicit Request(RequestKind k) : kind(k) {}
 };
 
+// Which announced buffer a send writes: the receiver's slot, generation and buffer index.
+struct WriteTarget {
+  uint8_t slot = 0;
+  uint8_t generation = 0;
+  uint8_t index = 0;
+};
+
 struct SendRequest : Request {
   SendRequest() : Request(RequestKind::send) {}
   SendComm* comm = nullptr;
-  Operation write;  // the RMA write or the eager send
+  Operation write;       // the RMA write (the whole message, or its head) or the eager send
+  Operation tail_write;  // the tail of a message of 1 MiB or more (wire/write_completion.h)
+  uint8_t in_flight = 0;  // operations posted and neither completed nor failed
+  bool part_failed = false;  // one of them failed: the request fails once none is in flight
   size_t size = 0;
   bool eager = false;
-  WriteCompletion target;  // which announced buffer it writes, to name it if the write fails
+  WriteTarget target;  // which announced buffer it writes, to name it if the write fails
   EagerAddress eager_target;  // or which buffer it was sent eagerly for
-  // An eager send held back by HMR_NCCL_TEST_REORDER_ANNOUNCEMENTS, posted later.
-  const void* held_data = nullptr;
-  void* held_desc = nullptr;
+  // The message (NCCL's buffer and its descriptor), for what is posted later: an eager send
+  // held back by HMR_NCCL_TEST_REORDER_ANNOUNCEMENTS, or a tail the provider could not take
+  // when the head went (-FI_EAGAIN), with where it goes.
+  const void* data = nullptr;
+  void* desc = nullptr;
+  bool tail_unposted = false;
+  uint64_t remote_address = 0;
+  uint64_t remote_key = 0;
   // For HMR_NCCL_WRITE_TIMEOUT: how long tests have found it pending.
   SampledWait<64> pending;
 };
@@ -53,6 +68,8 @@ struct ReceiveRequest : Request {
   uint8_t count = 0;
   uint8_t done_mask = 0;
   uint8_t copying_mask = 0;  // buffers an eager message is being RMA-written into
+  // Per buffer, which parts of an RMA-written message landed (wire/write_completion.h).
+  LandedParts parts[kMaxRecvs];
   bool announced = false;
   uint32_t pending_tests = 0;  // tests that found it pending, while not announced
   size_t posted[kMaxRecvs] = {};

@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 
 #include "../wire/write_completion.h"
@@ -98,6 +99,7 @@ ncclResult_t SendComm::progress() {
   if (held_eager_ != nullptr && ++held_progress_ >= 2) {  // no eager send followed it
     if (const ncclResult_t rc = release_held_eager(); rc != ncclSuccess) return rc;
   }
+  post_unposted_tails();
   Completion completions[16];
   for (;;) {
     CompletionError error;
@@ -110,12 +112,11 @@ ncclResult_t SendComm::progress() {
         // registration), or the eager send failed: this message fails, and the receiver is
         // told which buffer.
         auto* request = static_cast<SendRequest*>(op->owner);
-        request->state = RequestState::failed;
-        request->error = fail(ncclRemoteError, "the %s of a %zu-byte message failed: %s",
-                              request->eager ? "eager send"
-                                             : "RMA write into the receiver's announced buffer",
-                              request->size, error.reason.c_str());
-        notify_failure(*request);
+        part_failed(*request, fail(ncclRemoteError, "the %s of a %zu-byte message failed: %s",
+                                   request->eager ? "eager send"
+                                                  : "RMA write into the receiver's announced buffer",
+                                   request->size, error.reason.c_str()));
+        part_ended(*request);
         continue;
       }
       if (op != nullptr && op->kind == OperationKind::control_send) control_->sent(*op);
@@ -135,9 +136,7 @@ ncclResult_t SendComm::progress() {
         }
         case OperationKind::control_send: control_->sent(*op); break;
         case OperationKind::data_write:
-        case OperationKind::eager_send:
-          static_cast<SendRequest*>(op->owner)->state = RequestState::done;
-          break;
+        case OperationKind::eager_send: part_ended(*static_cast<SendRequest*>(op->owner)); break;
         case OperationKind::eager_copy:
         case OperationKind::flush_read: break;
       }
@@ -342,7 +341,7 @@ ncclResult_t SendComm::write_announced(void* data, size_t size, Stream& stream, 
                                        size_t index, MemoryHandle* mhandle, void** request) {
   const ReceiveAnnouncement& m = announced_[slot]->message;
   const AnnouncedBuffer target = m.buffers[index];
-  const WriteCompletion where{m.slot, m.generation, static_cast<uint8_t>(index), size};
+  const WriteTarget where{m.slot, m.generation, static_cast<uint8_t>(index)};
   if (size > target.size) {
     ++stream.next_ordinal;
     reject_message(slot, index, SendFailureReason::too_large, size);
@@ -355,9 +354,27 @@ ncclResult_t SendComm::write_announced(void* data, size_t size, Stream& stream, 
   req->comm = this;
   req->write.kind = OperationKind::data_write;
   req->write.owner = req;
-  const ssize_t rc = endpoint_->write_with_data(data, size, mhandle ? mhandle->desc : nullptr,
-                                                encode(where), peer_, target.address, target.key,
-                                                &req->write);
+  req->tail_write.kind = OperationKind::data_write;
+  req->tail_write.owner = req;
+  req->data = data;
+  req->desc = mhandle ? mhandle->desc : nullptr;
+  req->remote_address = target.address;
+  req->remote_key = target.key;
+  req->size = size;
+  req->target = where;
+  // One write, or a head and a tail (wire/write_completion.h); the head first, and a tail the
+  // provider cannot take at once goes with the next progress.
+  const WritePlan plan = plan_writes(size);
+  const WriteCompletion first =
+      plan.head_bytes == 0
+          ? WriteCompletion{where.slot, where.generation, where.index, WritePart::whole,
+                            static_cast<uint32_t>(size)}
+          : WriteCompletion{where.slot, where.generation, where.index,
+                            plan.tail_bytes == 0 ? WritePart::head_only : WritePart::head_then_tail,
+                            static_cast<uint32_t>(plan.head_bytes >> kWriteValueBits)};
+  const ssize_t rc = endpoint_->write_with_data(data, plan.head_bytes == 0 ? size : plan.head_bytes,
+                                                req->desc, encode(first), peer_, target.address,
+                                                target.key, &req->write);
   if (rc == -FI_EAGAIN) return progress();  // no request: NCCL calls again
   if (rc != 0) {
     return fail(ncclSystemError, "fi_writedata of %zu bytes failed: %s", size,
@@ -369,12 +386,66 @@ ncclResult_t SendComm::write_announced(void* data, size_t size, Stream& stream, 
   use_buffer(slot, index);
   req->state = RequestState::pending;
   req->pending.reset();
-  req->size = size;
   req->eager = false;
-  req->target = where;
   req->error = ncclSuccess;
+  req->part_failed = false;
+  req->in_flight = 1;
+  req->tail_unposted = plan.tail_bytes != 0;
+  if (req->tail_unposted) post_tail(*req);
   *request = req;
   return ncclSuccess;
+}
+
+void SendComm::post_tail(SendRequest& request) {
+  const WritePlan plan = plan_writes(request.size);
+  const WriteCompletion tail{request.target.slot, request.target.generation, request.target.index,
+                             WritePart::tail, static_cast<uint32_t>(plan.tail_bytes)};
+  const ssize_t rc = endpoint_->write_with_data(
+      static_cast<const uint8_t*>(request.data) + plan.head_bytes, plan.tail_bytes, request.desc,
+      encode(tail), peer_, request.remote_address + plan.head_bytes, request.remote_key,
+      &request.tail_write);
+  if (rc == -FI_EAGAIN) {
+    if (std::find(unposted_tails_.begin(), unposted_tails_.end(), &request) == unposted_tails_.end()) {
+      unposted_tails_.push_back(&request);  // (reserved for every request: no allocation)
+    }
+    return;
+  }
+  request.tail_unposted = false;
+  if (rc == 0) {
+    ++request.in_flight;
+    return;
+  }
+  part_failed(request, fail(ncclSystemError, "fi_writedata of the last %llu bytes of a %zu-byte "
+                            "message failed: %s", static_cast<unsigned long long>(plan.tail_bytes),
+                            request.size, device_->libfabric().describe(rc).c_str()));
+  if (request.in_flight == 0) request.state = RequestState::failed;
+}
+
+void SendComm::post_unposted_tails() {
+  for (size_t i = 0; i < unposted_tails_.size();) {
+    SendRequest& request = *unposted_tails_[i];
+    post_tail(request);
+    if (request.tail_unposted) {
+      ++i;
+    } else {
+      unposted_tails_[i] = unposted_tails_.back();
+      unposted_tails_.pop_back();
+    }
+  }
+}
+
+void SendComm::part_failed(SendRequest& request, ncclResult_t error) {
+  if (request.part_failed) return;  // the receiver hears of a message once
+  request.part_failed = true;
+  request.error = error;
+  notify_failure(request);
+}
+
+void SendComm::part_ended(SendRequest& request) {
+  if (request.in_flight > 0) --request.in_flight;
+  if (request.in_flight == 0 && !request.tail_unposted) {
+    request.state = request.part_failed ? RequestState::failed : RequestState::done;
+  }
 }
 
 ncclResult_t SendComm::send_eagerly(void* data, size_t size, Stream& stream,
@@ -387,14 +458,16 @@ ncclResult_t SendComm::send_eagerly(void* data, size_t size, Stream& stream,
   req->size = size;
   req->eager = true;
   req->eager_target = EagerAddress{stream.tag, stream.next_ordinal};
-  void* desc = mhandle ? mhandle->desc : nullptr;
+  req->data = data;
+  req->desc = mhandle ? mhandle->desc : nullptr;
+  req->in_flight = 1;
+  req->part_failed = false;
+  req->tail_unposted = false;
   if (reorder_eager_ && held_eager_ == nullptr) {
     held_eager_ = req;
     held_progress_ = 0;
-    req->held_data = data;
-    req->held_desc = desc;
   } else {
-    const ssize_t rc = post_eager(*req, data, desc);
+    const ssize_t rc = post_eager(*req);
     if (rc == -FI_EAGAIN) return progress();
     if (rc != 0) {
       return fail(ncclSystemError, "fi_senddata of a %zu-byte eager message failed: %s", size,
@@ -413,22 +486,21 @@ ncclResult_t SendComm::send_eagerly(void* data, size_t size, Stream& stream,
   return ncclSuccess;
 }
 
-ssize_t SendComm::post_eager(SendRequest& request, const void* data, void* desc) {
-  return endpoint_->send_with_data(data, request.size, desc, encode(request.eager_target), peer_,
-                                   &request.write);
+ssize_t SendComm::post_eager(SendRequest& request) {
+  return endpoint_->send_with_data(request.data, request.size, request.desc,
+                                   encode(request.eager_target), peer_, &request.write);
 }
 
 ncclResult_t SendComm::release_held_eager() {
   if (held_eager_ == nullptr) return ncclSuccess;
-  const ssize_t rc = post_eager(*held_eager_, held_eager_->held_data, held_eager_->held_desc);
+  const ssize_t rc = post_eager(*held_eager_);
   if (rc == -FI_EAGAIN) return ncclSuccess;  // the next progress tries again
   SendRequest& held = *held_eager_;
   held_eager_ = nullptr;
   if (rc != 0) {
-    held.state = RequestState::failed;
-    held.error = fail(ncclSystemError, "fi_senddata of a %zu-byte eager message failed: %s",
-                      held.size, device_->libfabric().describe(rc).c_str());
-    notify_failure(held);
+    part_failed(held, fail(ncclSystemError, "fi_senddata of a %zu-byte eager message failed: %s",
+                           held.size, device_->libfabric().describe(rc).c_str()));
+    part_ended(held);
   }
   return ncclSuccess;
 }

@@ -75,11 +75,22 @@ class SendComm {
                                size_t index, MemoryHandle* mhandle, void** request);
   ncclResult_t send_eagerly(void* data, size_t size, Stream& stream, MemoryHandle* mhandle,
                             void** request);
+  // (Only tags the eager CQ data can name: wire/eager_data.h.)
   bool may_send_eagerly(size_t size, const Stream& stream) const {
-    return size <= eager_max_ && stream.eager_sent - stream.eager_consumed < eager_credits_;
+    return size <= eager_max_ && stream.eager_sent - stream.eager_consumed < eager_credits_ &&
+           eager_tag(stream.tag);
   }
   // Posts the eager send `request` describes; -FI_EAGAIN or another failure as fi_senddata.
-  ssize_t post_eager(SendRequest& request, const void* data, void* desc);
+  ssize_t post_eager(SendRequest& request);
+  // Posts the tail write of `request`'s message, or leaves it in unposted_tails_ when the
+  // provider is busy (progress tries again).
+  void post_tail(SendRequest& request);
+  void post_unposted_tails();
+  // One of `request`'s operations failed (`error`: its result); the receiver is told once.
+  void part_failed(SendRequest& request, ncclResult_t error);
+  // One of `request`'s operations completed or failed: the request is over once none is in
+  // flight or waiting to be posted.
+  void part_ended(SendRequest& request);
   // HMR_NCCL_TEST_REORDER_ANNOUNCEMENTS: posts the eager send held back, if any.
   ncclResult_t release_held_eager();
   // Tells the receiver that `request`'s message failed on this side.
@@ -125,6 +136,13 @@ class SendComm {
   // buffers each may be posted at once, and NCCL may fill all of them.
   std::array<SendRequest, kMaxRequests * kMaxRecvs> requests_;
   size_t next_free_ = 0;  // where free_request() looks first
+  // Requests whose tail write the provider did not take yet (capacity for all of them).
+  std::vector<SendRequest*> unposted_tails_ = reserved(kMaxRequests * kMaxRecvs);
+  static std::vector<SendRequest*> reserved(size_t n) {
+    std::vector<SendRequest*> v;
+    v.reserve(n);
+    return v;
+  }
 };
 
 }  // namespace hmr::nccl

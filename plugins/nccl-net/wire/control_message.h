@@ -24,7 +24,8 @@
 // the accept the one both use (the smaller; 0: none) and the credits per tag.
 // The pid and the process space (which host boot and pid namespace the pid belongs to) let a
 // peer on the same host notice that the other process exited although no operation of its
-// own fails (net/peer_watch.h); version 2 had neither.
+// own fails (net/peer_watch.h); version 2 had neither.  Version 5 changed the remote CQ
+// data to 4 bytes (wire/write_completion.h, wire/eager_data.h), so a version-4 peer is refused.
 // The peer is another process: decode() checks the magic, version, type, exact length and the
 // bounds of every field, and rejects the message as a whole with a reason.
 #pragma once
@@ -40,7 +41,7 @@
 
 namespace hmr::nccl {
 
-inline constexpr uint16_t kControlVersion = 4;
+inline constexpr uint16_t kControlVersion = 5;
 // Room for the largest message (an announcement of kMaxRecvs buffers, or an address).
 inline constexpr size_t kControlBufferSize = 512;
 

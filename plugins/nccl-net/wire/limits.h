@@ -10,8 +10,8 @@ namespace hmr::nccl {
 // grouped receive (the properties' maxRecvs).
 inline constexpr size_t kMaxRequests = 32;
 inline constexpr size_t kMaxRecvs = 8;
-// Largest message: the size rides in 40 bits of the remote CQ data (1 TiB - 1, NCCL's own
-// ceiling for maxP2pBytes).
+// Largest message: 1 TiB - 1, NCCL's own ceiling for maxP2pBytes; a message of 1 MiB or more
+// is written as a head counted in MiB and a tail (wire/write_completion.h).
 inline constexpr uint64_t kMaxMessageSize = (uint64_t{1} << 40) - 1;
 // Largest message sent eagerly (HMR_NCCL_EAGER_MAX's ceiling: the receiver keeps bounce buffers
 // of that size posted), and the most eager messages of one tag a receiver may be asked to hold.
