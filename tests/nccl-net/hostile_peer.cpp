@@ -21,6 +21,9 @@
 //                     where the provider carries 8 bytes: tcp, shm)
 //   eager-wide-data   an eager message whose CQ data has bits above the 32 (tcp, shm)
 //   eager-twice       two eager messages for the same buffer, one the harness has not posted
+//   eager-far-ahead   an eager message 100 buffers ahead of the harness's postings (its
+//                     credits are 32)
+//   eager-flood       one eager message for each of 2100 tags the harness never posts
 #include <rdma/fi_errno.h>
 #include <rdma/fi_eq.h>
 #include <rdma/fi_rma.h>
@@ -351,6 +354,12 @@ int run() {
         // Buffer 1 of tag 5, which the harness never posts (its receive is buffer 0).
         h.send_eager(source, source_desc, 64, encode(EagerAddress{5, 1}), deadline);
         h.send_eager(source, source_desc, 64, encode(EagerAddress{5, 1}), deadline);
+      } else if (lie == "eager-far-ahead") {
+        h.send_eager(source, source_desc, 64, encode(EagerAddress{5, 100}), deadline);
+      } else if (lie == "eager-flood") {
+        for (int32_t tag = 1000; tag < 3100; ++tag) {
+          h.send_eager(source, source_desc, 64, encode(EagerAddress{tag, 0}), deadline);
+        }
       } else {
         const ReceiveAnnouncement a = h.wait_for_announcement(deadline);
         const AnnouncedBuffer& b = a.buffers[0];

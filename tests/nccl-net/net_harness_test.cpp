@@ -1167,7 +1167,9 @@ TEST_F(HostilePeer, LyingSendsFailTheReceiveWithTheReason) {
   for (const Lie& lie : {Lie{"head-twice", "a second head"}, Lie{"parts-overflow", "-byte posted buffer"},
                          Lie{"wide-cq-data", "wider than the 32 bits"},
                          Lie{"eager-wide-data", "wider than the 32 bits"},
-                         Lie{"eager-twice", "has one waiting"}}) {
+                         Lie{"eager-twice", "has one waiting"},
+                         Lie{"eager-far-ahead", "credits ahead of buffer"},
+                         Lie{"eager-flood", "ahead of their receives, over all tags"}}) {
     SCOPED_TRACE(lie.step);
     char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
     void* listen_comm = nullptr;

@@ -41,5 +41,11 @@ inline constexpr uint32_t kEagerCreditsPerTag = 32;
 // posted before an unexpected message is spilled instead of held.
 inline constexpr size_t kEagerBounceBuffers = 40;
 inline constexpr size_t kEagerBounceReserve = 16;
+// The most eager messages a recv comm holds ahead of their receives, over all tags: the
+// credits of 64 senders sharing the comm (NCCL's tags are the ranks whose proxy shares it, a
+// node's worth).  A sender that sends more (new tags each time) is a broken peer: without it,
+// its messages would take the receiver's memory without end (up to 2 MiB of messages of up to
+// the default eager max, 128 MiB at 64 KiB, and the tags' counters).
+inline constexpr size_t kMaxEarlyMessages = 64 * kEagerCreditsPerTag;
 
 }  // namespace hmr::nccl

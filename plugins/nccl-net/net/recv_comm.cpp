@@ -265,12 +265,25 @@ ncclResult_t RecvComm::on_eager(Operation& bounce, size_t len, uint64_t data) {
     return deliver_eager(*request, index, EagerPayload{&bounce, {}, len});
   }
   // Not posted yet, unless it was posted and filled already (a duplicate: a broken peer).
+  // An honest sender is less than its credits ahead of the receiver's postings (every
+  // buffer between was sent eagerly and not consumed), and holds at most its credits of
+  // each tag, of a bounded number of tags, here.
+  if (unexpected_.size() - free_unexpected_.size() >= kMaxEarlyMessages) {
+    return fail_comm(ncclRemoteError, "the sender sent more than " + std::to_string(kMaxEarlyMessages) +
+                                          " eager messages ahead of their receives, over all tags");
+  }
   Stream& stream = streams_.at(a.tag);
   uint16_t& early_at = stream.early_at[a.ordinal % kPostedBuffers];
   if (ordinal_before(a.ordinal, stream.next_ordinal) || early_at != 0) {
     return fail_comm(ncclRemoteError, "the sender sent eager message " + std::to_string(a.ordinal) +
                                           " of tag " + std::to_string(a.tag) +
                                           ", whose buffer is filled already or has one waiting");
+  }
+  if (a.ordinal - stream.next_ordinal >= kEagerCreditsPerTag) {
+    return fail_comm(ncclRemoteError, "the sender sent eager message " + std::to_string(a.ordinal) +
+                                          " of tag " + std::to_string(a.tag) + ", more than its " +
+                                          std::to_string(kEagerCreditsPerTag) + " credits ahead of buffer " +
+                                          std::to_string(stream.next_ordinal));
   }
   if (++stream.early > kEagerCreditsPerTag) {
     return fail_comm(ncclRemoteError, "the sender sent more than " +
