@@ -24,6 +24,9 @@
 //   eager-far-ahead   an eager message 100 buffers ahead of the harness's postings (its
 //                     credits are 32)
 //   eager-flood       one eager message for each of 2100 tags the harness never posts
+// and one honest connection after a lie to the listener ("send oversize-then-connect": 1000
+// bytes, more than any control message, before the connect request; "skip" on shm, whose
+// 1.17 never lets a raw send of this endpoint go).
 #include <rdma/fi_errno.h>
 #include <rdma/fi_eq.h>
 #include <rdma/fi_rma.h>
@@ -34,6 +37,7 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <span>
 #include <string>
 
 #include "fabric/endpoint.h"
@@ -205,17 +209,25 @@ class Hostile {
     return "the harness never said its send ended";
   }
 
-  // Connects to the listener of the harness's `handle` as a send comm would (eager max
-  // 8192 offered), and returns the accept.
-  ConnectAccept connect_to(const std::vector<uint8_t>& handle_bytes, Clock::time_point deadline) {
-    listen(0);  // a fresh endpoint
+  // The listener the harness's `handle` names, reached from a fresh endpoint (the peer now).
+  std::pair<ListenHandle, fi_addr_t> reach(const std::vector<uint8_t>& handle_bytes) {
+    listen(0);
     std::string why;
     if (handle_bytes.size() != kHandleSize) die("the harness's handle is not 128 bytes");
     auto handle = decode_listen_handle(std::span<const uint8_t, kHandleSize>(handle_bytes.data(), kHandleSize), &why);
     if (!handle) die("the harness's handle: " + why);
     fi_addr_t listener = FI_ADDR_UNSPEC;
     if (!endpoint_->insert(handle->address, &listener, &why)) die(why);
-    ConnectRequest request{handle->nonce, endpoint_->address()};
+    peer_ = listener;  // (what send_raw sends to, until an accept names the recv comm)
+    return {*handle, listener};
+  }
+
+  // Connects to the listener of the harness's `handle` as a send comm would (eager max
+  // 8192 offered), and returns the accept.
+  ConnectAccept connect_to(const std::vector<uint8_t>& handle_bytes, Clock::time_point deadline) {
+    std::string why;
+    const auto [handle, listener] = reach(handle_bytes);
+    ConnectRequest request{handle.nonce, endpoint_->address()};
     request.eager_max = 8192;
     if (!control_->send(request, listener, &why)) die(why);
     for (;;) {
@@ -224,7 +236,7 @@ class Hostile {
       if (!bytes) continue;
       auto message = decode_control_message(*bytes, &why);
       const auto* accept = message ? std::get_if<ConnectAccept>(&*message) : nullptr;
-      if (accept == nullptr || accept->nonce != handle->nonce) continue;
+      if (accept == nullptr || accept->nonce != handle.nonce) continue;
       if (!endpoint_->insert(accept->address, &peer_, &why)) die(why);
       return *accept;
     }
@@ -338,6 +350,24 @@ int run() {
     auto step = oob.receive_text(deadline, &why);
     if (!step) die(why);
     if (*step == "done") break;
+    if (*step == "send oversize-then-connect") {
+      // The junk from one endpoint, and once the harness saw it dropped, the connection from
+      // another (what a provider does to the connection that carried junk is its business).
+      auto handle = oob.receive(deadline, &why);
+      if (!handle) die(why);
+      const bool skip = h.device().provider() == "shm";
+      if (!oob.send(skip ? "skip" : "junk", &why)) die(why);
+      if (!skip) {
+        h.reach(*handle);
+        h.send_raw(source, source_desc, 1000, deadline);
+        auto seen = h.progress_until_the_harness_speaks(oob, deadline);
+        if (!seen || *seen != "junk-seen") die("expected junk-seen from the harness");
+      }
+      h.connect_to(*handle, deadline);
+      if (!h.progress_until_the_harness_speaks(oob, deadline)) die("no receiver-done");
+      if (!oob.send("ok", &why)) die(why);
+      continue;
+    }
     if (step->rfind("send ", 0) == 0) {
       const std::string lie = step->substr(5);
       auto handle = oob.receive(deadline, &why);

@@ -72,7 +72,19 @@ ncclResult_t ListenComm::accept(std::unique_ptr<RecvComm>* out) {
     CompletionError error;
     const int n = endpoint_->poll(completions, &error);
     if (n == 0) break;
-    if (n < 0) return fail(ncclSystemError, "accept: the listening endpoint failed: %s", error.reason.c_str());
+    if (n < 0) {
+      auto* op = static_cast<Operation*>(error.context);
+      if (op != nullptr && op->kind == OperationKind::control_receive) {
+        // A message the listener could not take (longer than any connect request, so the
+        // provider truncated it): anyone may send to a listening address, and the next
+        // connector must still be accepted.
+        log_warn("accept: dropped a message the listening endpoint could not receive: %s",
+                 error.reason.c_str());
+        if (!control_->repost(*op, &why)) return fail(ncclSystemError, "accept: %s", why.c_str());
+        continue;
+      }
+      return fail(ncclSystemError, "accept: the listening endpoint failed: %s", error.reason.c_str());
+    }
     for (int i = 0; i < n; ++i) {
       auto* op = static_cast<Operation*>(completions[i].context);
       if (op == nullptr || op->kind != OperationKind::control_receive) continue;

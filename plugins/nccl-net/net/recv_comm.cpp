@@ -179,10 +179,10 @@ ncclResult_t RecvComm::progress() {
 }
 
 ReceiveRequest* RecvComm::posted(uint8_t slot, uint8_t index, uint8_t generation,
-                                 uint8_t generation_bits) {
+                                 uint8_t generation_mask) {
   if (slot >= kMaxRequests) return nullptr;
   ReceiveRequest& request = receives_[slot];
-  if (request.state != RequestState::pending || (request.generation & generation_bits) != generation ||
+  if (request.state != RequestState::pending || (request.generation & generation_mask) != generation ||
       index >= request.count) {
     return nullptr;
   }
@@ -195,7 +195,7 @@ ncclResult_t RecvComm::on_write(uint64_t data) {
                                       "32 bits the plugin sends");
   }
   const WriteCompletion c = decode_write_completion(static_cast<uint32_t>(data));
-  ReceiveRequest* request = posted(c.slot, c.index, c.generation, kWriteGenerationBits);
+  ReceiveRequest* request = posted(c.slot, c.index, c.generation, kWriteGenerationMask);
   auto buffer = [&c] {  // (for errors only: no string is made per write)
     return "slot " + std::to_string(c.slot) + " buffer " + std::to_string(c.index) +
            " (generation " + std::to_string(c.generation) + ")";
@@ -333,7 +333,7 @@ ReceiveRequest* RecvComm::posted_for(const EagerAddress& address, size_t* index)
   const size_t i = (at - 1u) % kMaxRecvs;
   if (request.state != RequestState::pending || i >= request.count ||
       request.address[i].tag != address.tag || request.address[i].ordinal != address.ordinal ||
-      ((request.done_mask | request.copying_mask) & (1u << i))) {
+      ((request.done_mask | request.copying_mask) & (1u << i)) || request.parts[i].seen != 0) {
     return nullptr;
   }
   *index = i;
@@ -438,8 +438,8 @@ ncclResult_t RecvComm::consumed(EagerPayload& payload, int32_t tag) {
   return ncclSuccess;
 }
 
-bool RecvComm::eager_only(size_t size, const MemoryHandle& mhandle) const {
-  return eager_max_ != 0 && size <= eager_max_ && !mhandle.needs_flush;
+bool RecvComm::eager_only(size_t size, const MemoryHandle& mhandle, int32_t tag) const {
+  return eager_max_ != 0 && size <= eager_max_ && !mhandle.needs_flush && eager_tag(tag);
 }
 
 ncclResult_t RecvComm::announce(ReceiveRequest& request) {
@@ -506,7 +506,7 @@ ncclResult_t RecvComm::irecv(int n, void** data, const size_t* sizes, const int*
     slot->address[i] = EagerAddress{tags[i], stream.next_ordinal++};
     stream.posted_at[slot->address[i].ordinal % kPostedBuffers] =
         static_cast<uint16_t>(slot->slot * kMaxRecvs + static_cast<size_t>(i) + 1);
-    if (!eager_only(sizes[i], *mhandles[i])) announce_now = true;
+    if (!eager_only(sizes[i], *mhandles[i], tags[i])) announce_now = true;
   }
   // Eager messages that came before this receive.
   if (!unexpected_.empty()) {

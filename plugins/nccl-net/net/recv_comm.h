@@ -109,12 +109,13 @@ class RecvComm {
   // again, and the sender gets credits back every half of them.
   ncclResult_t consumed(EagerPayload& payload, int32_t tag);
   ncclResult_t announce(ReceiveRequest& request);
-  // Whether the sender may fill this buffer only eagerly (it is not announced).
-  bool eager_only(size_t size, const MemoryHandle& mhandle) const;
+  // Whether the sender may fill this buffer only eagerly (it is not announced): small, in
+  // host memory, of a tag eager messages can name.
+  bool eager_only(size_t size, const MemoryHandle& mhandle, int32_t tag) const;
   ncclResult_t fail_comm(ncclResult_t result, const std::string& reason);
-  // The pending receive in `slot` whose generation's `generation_bits` are `generation` and
+  // The pending receive in `slot` whose generation's `generation_mask` are `generation` and
   // that has a buffer `index` (a write's CQ data carries 2 bits of it, a control message 8).
-  ReceiveRequest* posted(uint8_t slot, uint8_t index, uint8_t generation, uint8_t generation_bits);
+  ReceiveRequest* posted(uint8_t slot, uint8_t index, uint8_t generation, uint8_t generation_mask);
   // Posts a flush's read-back: true once posted or failed, false when the provider is busy
   // (the request stays pending and test() tries again).
   bool post_flush(FlushRequest& request);

@@ -397,6 +397,11 @@ ncclResult_t SendComm::write_announced(void* data, size_t size, Stream& stream, 
 }
 
 void SendComm::post_tail(SendRequest& request) {
+  if (request.part_failed) {  // the head failed: no more bytes of this message go
+    request.tail_unposted = false;
+    end_if_over(request);
+    return;
+  }
   const WritePlan plan = plan_writes(request.size);
   const WriteCompletion tail{request.target.slot, request.target.generation, request.target.index,
                              WritePart::tail, static_cast<uint32_t>(plan.tail_bytes)};
@@ -418,7 +423,7 @@ void SendComm::post_tail(SendRequest& request) {
   part_failed(request, fail(ncclSystemError, "fi_writedata of the last %llu bytes of a %zu-byte "
                             "message failed: %s", static_cast<unsigned long long>(plan.tail_bytes),
                             request.size, device_->libfabric().describe(rc).c_str()));
-  if (request.in_flight == 0) request.state = RequestState::failed;
+  end_if_over(request);
 }
 
 void SendComm::post_unposted_tails() {
@@ -435,17 +440,26 @@ void SendComm::post_unposted_tails() {
 }
 
 void SendComm::part_failed(SendRequest& request, ncclResult_t error) {
-  if (request.part_failed) return;  // the receiver hears of a message once
+  if (request.part_failed) return;  // the first failure is the one reported
   request.part_failed = true;
   request.error = error;
-  notify_failure(request);
 }
 
 void SendComm::part_ended(SendRequest& request) {
   if (request.in_flight > 0) --request.in_flight;
-  if (request.in_flight == 0 && !request.tail_unposted) {
-    request.state = request.part_failed ? RequestState::failed : RequestState::done;
+  end_if_over(request);
+}
+
+void SendComm::end_if_over(SendRequest& request) {
+  if (request.in_flight != 0 || request.tail_unposted) return;
+  if (!request.part_failed) {
+    request.state = RequestState::done;
+    return;
   }
+  // Told only now, once no part of the message can still land in the receiver's buffer (a
+  // late part would find its receive failed and fail the receiver's whole comm instead).
+  request.state = RequestState::failed;
+  notify_failure(request);
 }
 
 ncclResult_t SendComm::send_eagerly(void* data, size_t size, Stream& stream,

@@ -86,11 +86,13 @@ class SendComm {
   // provider is busy (progress tries again).
   void post_tail(SendRequest& request);
   void post_unposted_tails();
-  // One of `request`'s operations failed (`error`: its result); the receiver is told once.
+  // One of `request`'s operations failed (`error`: its result).
   void part_failed(SendRequest& request, ncclResult_t error);
-  // One of `request`'s operations completed or failed: the request is over once none is in
-  // flight or waiting to be posted.
+  // One of `request`'s operations completed or failed.
   void part_ended(SendRequest& request);
+  // The request is over once no operation of it is in flight or waiting to be posted: done,
+  // or failed, and then the receiver is told (once).
+  void end_if_over(SendRequest& request);
   // HMR_NCCL_TEST_REORDER_ANNOUNCEMENTS: posts the eager send held back, if any.
   ncclResult_t release_held_eager();
   // Tells the receiver that `request`'s message failed on this side.

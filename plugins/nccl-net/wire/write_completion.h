@@ -33,9 +33,9 @@ enum class WritePart : uint8_t {
 };
 
 inline constexpr unsigned kWriteValueBits = 20;
-// The bits of a receive's generation a completion carries (a write for the slot's previous
-// receive, late after a failure, cannot match).
-inline constexpr uint8_t kWriteGenerationBits = 3;
+// What a completion carries of a receive's generation: its low 2 bits (a write for the slot's
+// previous receive, late after a failure, cannot match).
+inline constexpr uint8_t kWriteGenerationMask = 3;
 inline constexpr uint64_t kWholeWriteLimit = uint64_t{1} << kWriteValueBits;  // 1 MiB
 static_assert(kMaxMessageSize >> kWriteValueBits < kWholeWriteLimit,
               "a head's MiB count must fit the value field");
@@ -52,13 +52,13 @@ struct WriteCompletion {
 inline uint32_t encode(const WriteCompletion& c) {
   const uint32_t value = c.value & static_cast<uint32_t>(kWholeWriteLimit - 1);
   return (uint32_t{c.slot} & 31u) | (uint32_t{c.index} & 7u) << 5 |
-         (uint32_t{c.generation} & kWriteGenerationBits) << 8 |
+         (uint32_t{c.generation} & kWriteGenerationMask) << 8 |
          uint32_t{static_cast<uint8_t>(c.part)} << 10 | value << 12;
 }
 
 inline WriteCompletion decode_write_completion(uint32_t data) {
   return WriteCompletion{static_cast<uint8_t>(data & 31u),
-                         static_cast<uint8_t>(data >> 8 & kWriteGenerationBits),
+                         static_cast<uint8_t>(data >> 8 & kWriteGenerationMask),
                          static_cast<uint8_t>(data >> 5 & 7u),
                          static_cast<WritePart>(data >> 10 & 3u), data >> 12};
 }
