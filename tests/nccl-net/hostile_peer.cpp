@@ -8,7 +8,7 @@
 //
 // Steps, each started by the harness with "step <n>" and answered with "ok" or "fail: why":
 //   unregistered  announce 64 KiB at an address no registration covers, with a made-up key
-//   beyond        announce 1 MiB over a registration of 4 KiB (real key)
+//   beyond        announce 4 MiB over a registration of 4 KiB (real key)
 //   too-small     announce a 4 KiB buffer honestly; the harness sends 8 KiB
 //   garbage       send 100 random bytes as a control message
 // Lying sends, each started with "send <n>" and then the harness's listen handle; this side
@@ -439,7 +439,8 @@ int run() {
       h.send(announce(0, rma_base + (size_t{2} << 20), 65536, key ^ 0x5a5a5a5a5a5aull, 1));
       result = h.expect_failure(0, SendFailureReason::write_failed, oob, deadline);
     } else if (*step == "step beyond") {
-      h.send(announce(1, rma_base, size_t{1} << 20, key, 2));
+      // (The harness sends 2 MiB + 5 bytes: a head and a tail, both refused, one notice.)
+      h.send(announce(1, rma_base, size_t{4} << 20, key, 2));
       result = h.expect_failure(1, SendFailureReason::write_failed, oob, deadline);
     } else if (*step == "step too-small") {
       h.send(announce(2, rma_base, 4096, key, 3));

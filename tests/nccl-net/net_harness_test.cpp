@@ -1072,7 +1072,7 @@ class HostilePeer : public ::testing::Test {
 };
 
 TEST_F(HostilePeer, LyingAnnouncementsAndGarbageAreErrorsOnBothSides) {
-  HostBuffer buffer(kMiB);
+  HostBuffer buffer(4 * kMiB);
   // Each step on a connection of its own (a provider may tear one down over a refused write).
   auto connect = [&](const char* step) -> void* {
     if (!peer->channel().send(std::string("step ") + step, &why)) return nullptr;
@@ -1102,7 +1102,7 @@ TEST_F(HostilePeer, LyingAnnouncementsAndGarbageAreErrorsOnBothSides) {
   }
   void* garbage_mh = nullptr;
   if (garbage_send != nullptr) {
-    ASSERT_EQ(rank.net().reg_mr(garbage_send, buffer.data(), kMiB, NCCL_PTR_HOST, &garbage_mh), ncclSuccess);
+    ASSERT_EQ(rank.net().reg_mr(garbage_send, buffer.data(), 4 * kMiB, NCCL_PTR_HOST, &garbage_mh), ncclSuccess);
     void* request = nullptr;
     while (rc == ncclSuccess && !rank.expired()) rc = rank.net().isend(garbage_send, buffer.data(), 64, 9, garbage_mh, &request);
   }
@@ -1129,13 +1129,13 @@ TEST_F(HostilePeer, LyingAnnouncementsAndGarbageAreErrorsOnBothSides) {
     size_t size;
     const char* reason;  // what this side must log
   };
-  for (const Lie& lie : {Lie{"unregistered", 1, 4096, "RMA write"}, Lie{"beyond", 2, 65536, "RMA write"},
+  for (const Lie& lie : {Lie{"unregistered", 1, 4096, "RMA write"}, Lie{"beyond", 2, 2 * kMiB + 5, "RMA write"},
                          Lie{"too-small", 3, 8192, "posted a buffer of only 4096 bytes"}}) {
     SCOPED_TRACE(lie.step);
     void* send = connect(lie.step);
     ASSERT_NE(send, nullptr) << "no connection to the hostile peer: " << why;
     void* mh = nullptr;
-    ASSERT_EQ(rank.net().reg_mr(send, buffer.data(), kMiB, NCCL_PTR_HOST, &mh), ncclSuccess);
+    ASSERT_EQ(rank.net().reg_mr(send, buffer.data(), 4 * kMiB, NCCL_PTR_HOST, &mh), ncclSuccess);
     const size_t mark = log_mark();
     const ncclResult_t lie_rc = send_to_the_end(rank, send, buffer.data(), lie.size, lie.tag, mh);
     EXPECT_NE(lie_rc, ncclInProgress) << "the send neither completed nor failed before the deadline";
@@ -1183,7 +1183,7 @@ TEST_F(HostilePeer, LyingAnnouncementsAndGarbageAreErrorsOnBothSides) {
     }
     void* mh = nullptr;
     if (send != nullptr) {
-      ASSERT_EQ(rank.net().reg_mr(send, buffer.data(), kMiB, NCCL_PTR_HOST, &mh), ncclSuccess);
+      ASSERT_EQ(rank.net().reg_mr(send, buffer.data(), 4 * kMiB, NCCL_PTR_HOST, &mh), ncclSuccess);
       rc = send_to_the_end(rank, send, buffer.data(), 64, 9, mh);
       while (rc == ncclSuccess && !rank.expired()) {
         rc = send_to_the_end(rank, send, buffer.data(), 64, 9, mh);
