@@ -30,10 +30,15 @@ Result<nic::LinearCost> Domain::registration_cost() {
       }
       request.requested_key = reserved;
     }
+    // Through the registrar, as every registration of the domain: within the NIC's mr_cnt and
+    // the pinned-byte bound, and with idle cached registrations given back when the NIC is
+    // full (a refusal the application's stated limits could have avoided is no measurement).
     const Stopwatch stopwatch;
-    Result<nic::Registration> registered = nic_->register_memory(request);
+    constexpr auto kTally = NicRegistrar::Tally::measurement;
+    Result<nic::Registration> registered = nic_registrar_.register_memory(request, kTally);
     const uint64_t elapsed = stopwatch.elapsed_ns();
-    Status status = registered.ok() ? nic_->deregister(*registered) : registered.status();
+    Status status = registered.ok() ? nic_registrar_.deregister_memory(*registered, kTally)
+                                    : registered.status();
     if (reserved) requested_keys_.release(*reserved);
     if (!status.ok()) return status;
     return elapsed;

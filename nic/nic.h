@@ -95,7 +95,8 @@ struct RegistrationRequest {
   size_t parallelism = 1;
 };
 
-// What a registration gives back; `handle` is the NIC's own record, opaque to the core.
+// What a registration gives back; `handle` is the NIC's own record, opaque to the core but
+// unique among the NIC's live registrations (the device cache keys what it holds by it).
 struct Registration {
   void* handle = nullptr;
   void* desc = nullptr;  // local descriptor

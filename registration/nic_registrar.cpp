@@ -118,7 +118,7 @@ Status NicRegistrar::refusal(const Status& cause, size_t released) {
 
 template <typename RegisterCall>
 Result<nic::Registration> NicRegistrar::under_pressure(uint64_t pinned,
-                                                       RegisterCall&& register_call) {
+                                                       RegisterCall&& register_call, Tally tally) {
   size_t released = 0;
   for (;;) {
     HMR_RETURN_IF_ERROR(reserve(pinned, &released));
@@ -134,8 +134,10 @@ Result<nic::Registration> NicRegistrar::under_pressure(uint64_t pinned,
     }();
     if (registered.ok()) {
       registered->pinned_bytes = pinned;
-      registrations_.fetch_add(1, std::memory_order_relaxed);
-      registration_ns_.fetch_add(stopwatch.elapsed_ns(), std::memory_order_relaxed);
+      if (tally == Tally::counted) {
+        registrations_.fetch_add(1, std::memory_order_relaxed);
+        registration_ns_.fetch_add(stopwatch.elapsed_ns(), std::memory_order_relaxed);
+      }
       return registered;
     }
     unreserve(pinned, /*at_nic=*/false);
@@ -146,7 +148,8 @@ Result<nic::Registration> NicRegistrar::under_pressure(uint64_t pinned,
   }
 }
 
-Result<nic::Registration> NicRegistrar::register_memory(const nic::RegistrationRequest& request) {
+Result<nic::Registration> NicRegistrar::register_memory(const nic::RegistrationRequest& request,
+                                                        Tally tally) {
   // Device addresses are not the CPU's to probe: the ALLOCATED check is for host memory.  An
   // ODP registration is the one a NIC makes over pages that need not exist yet.
   if (!(request.flags & HMR_HMEM_DEVICE_ONLY) && !request.on_demand_paging) {
@@ -158,7 +161,7 @@ Result<nic::Registration> NicRegistrar::register_memory(const nic::RegistrationR
   nic::RegistrationRequest parallel = request;
   parallel.parallelism = rules_.reg_threads;
   return under_pressure(pinned_bytes_of(request),
-                        [&] { return nic_.register_memory(parallel); });
+                        [&] { return nic_.register_memory(parallel); }, tally);
 }
 
 Result<nic::Registration> NicRegistrar::register_indirect(
@@ -167,14 +170,16 @@ Result<nic::Registration> NicRegistrar::register_indirect(
   return under_pressure(0, [&] { return nic_.register_indirect(segments, access); });
 }
 
-Status NicRegistrar::deregister_memory(nic::Registration& registration) {
+Status NicRegistrar::deregister_memory(nic::Registration& registration, Tally tally) {
   const uint64_t pinned = registration.pinned_bytes;  // (the NIC may clear the record)
   const Stopwatch stopwatch;
   Status status = nic_.deregister(registration);
   unreserve(pinned, /*at_nic=*/true);  // dropped either way (see the header)
   if (status.ok()) {
-    deregistrations_.fetch_add(1, std::memory_order_relaxed);
-    deregistration_ns_.fetch_add(stopwatch.elapsed_ns(), std::memory_order_relaxed);
+    if (tally == Tally::counted) {
+      deregistrations_.fetch_add(1, std::memory_order_relaxed);
+      deregistration_ns_.fetch_add(stopwatch.elapsed_ns(), std::memory_order_relaxed);
+    }
   } else {
     log_message(LogLevel::warn, "NIC deregistration failed, registration dropped: %s",
                 status.reason().c_str());

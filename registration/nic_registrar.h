@@ -56,8 +56,13 @@ class NicRegistrar final : public CacheBackend {
 
   // The NIC request for `segments` under the domain's addressing rules.
   nic::RegistrationRequest request_for(std::span<const iovec> segments, uint64_t access) const;
+  // Whether a registration counts in the domain's statistics (nic_registrations, their time):
+  // hmr_md_query's registration-cost measurement registers as every registration does, within
+  // the limits and with idle ones given back, but is no registration of the application's.
+  enum class Tally : bool { counted, measurement };
   // Registers on the NIC (after the ALLOCATED check and pre-faulting) and counts it.
-  Result<nic::Registration> register_memory(const nic::RegistrationRequest& request);
+  Result<nic::Registration> register_memory(const nic::RegistrationRequest& request,
+                                            Tally tally = Tally::counted);
   // An indirect key over pieces of registrations the NIC already holds; counted as one.
   Result<nic::Registration> register_indirect(std::span<const nic::IndirectSegment> segments,
                                               uint64_t access);
@@ -66,7 +71,7 @@ class NicRegistrar final : public CacheBackend {
   Status check_allocated(std::span<const iovec> segments) const;
   // A failure is logged (with the NIC's reason) and returned; the registration is dropped
   // either way, since hmr cannot make a NIC let go.
-  Status deregister_memory(nic::Registration& registration);
+  Status deregister_memory(nic::Registration& registration, Tally tally = Tally::counted);
   // After the NIC re-registered `registration` over `translation` (its pages replace the
   // old ones): the pinned bytes follow.  The NIC decided; no bound is checked here.
   void account_rereg(nic::Registration& registration, std::span<const iovec> translation);
@@ -84,7 +89,8 @@ class NicRegistrar final : public CacheBackend {
   // `register_call`'s answer (a NIC registration), after giving back idle registrations for
   // as long as the NIC refuses for resources and there are any; counted and timed.
   template <typename RegisterCall>
-  Result<nic::Registration> under_pressure(uint64_t pinned, RegisterCall&& register_call);
+  Result<nic::Registration> under_pressure(uint64_t pinned, RegisterCall&& register_call,
+                                           Tally tally = Tally::counted);
   // Counts one more registration held against limit_ and `pinned` bytes against max_pinned_,
   // giving back unused ones first when a bound would be passed; the refusal when none could
   // be given back.

@@ -164,8 +164,14 @@ Result<Registration> CallbackNic::register_memory(const RegistrationRequest& req
     callbacks_.dereg(callbacks_.context, &mr, ignored, sizeof ignored);
     return refused;
   }
+  auto* record = new (std::nothrow) CallbackRegistration{mr.handle};
+  if (record == nullptr) {
+    char ignored[kReasonSize] = {};
+    callbacks_.dereg(callbacks_.context, &mr, ignored, sizeof ignored);
+    return make_error(HMR_ENOMEM, "callback NIC: no memory for the registration's record");
+  }
   Registration registration;
-  registration.handle = mr.handle;
+  registration.handle = record;
   registration.desc = mr.desc;
   registration.key = KeyBytes::from_u64(mr.key, callbacks_.key_size);
   registration.base_addr = request.virt_addr ? reinterpret_cast<uint64_t>(call.addr) : 0;
@@ -177,14 +183,16 @@ Status CallbackNic::deregister(Registration& registration) {
   char reason[kReasonSize] = {};
   const int rc = callbacks_.dereg(callbacks_.context, &mr, reason, sizeof reason);
   reason[kReasonSize - 1] = '\0';
-  HMR_RETURN_IF_ERROR(callback_status(rc, "dereg", reason));
+  // The record goes whatever dereg said: hmr drops a registration whose deregistration failed
+  // (NicRegistrar::deregister_memory) and never asks again.
+  delete static_cast<CallbackRegistration*>(registration.handle);
   registration = Registration();
-  return ok_status();
+  return callback_status(rc, "dereg", reason);
 }
 
 hmr_nic_mr CallbackNic::as_callback_mr(const Registration& registration) {
   hmr_nic_mr mr{};
-  mr.handle = registration.handle;
+  mr.handle = static_cast<const CallbackRegistration*>(registration.handle)->handle;
   mr.desc = registration.desc;
   mr.key = registration.key.low_u64();
   return mr;
@@ -213,8 +221,9 @@ Status CallbackNic::rereg(Registration& registration, const ReregRequest& reques
   const int rc = callbacks_.rereg(callbacks_.context, &mr, &call, reason, sizeof reason);
   reason[kReasonSize - 1] = '\0';
   HMR_RETURN_IF_ERROR(callback_status(rc, "rereg", reason));
-  // What the callback wrote is what dereg must get back, whether or not hmr takes the key.
-  registration.handle = mr.handle;
+  // What the callback wrote is what dereg must get back, whether or not hmr takes the key
+  // (every copy of the registration shares the record).
+  static_cast<CallbackRegistration*>(registration.handle)->handle = mr.handle;
   registration.desc = mr.desc;
   if (callbacks_.key_size < sizeof(uint64_t) && (mr.key >> (8 * callbacks_.key_size)) != 0) {
     return make_error(HMR_EIO, "callback NIC: rereg returned key %#llx, wider than key_size %zu",

@@ -28,6 +28,13 @@ class CallbackNic final : public Nic {
   bool usable_after_failed_rereg(const Registration&) const override { return false; }
 
  private:
+  // What Registration::handle points to: the application's own handle (hmr_nic_mr.handle),
+  // which need not be unique or non-null, in a record of hmr's, so that every live
+  // registration has a handle of its own (the device cache keys what it holds by it:
+  // registration/device_registration.h).  Made at register_memory, freed at deregister.
+  struct CallbackRegistration {
+    void* handle;
+  };
   static hmr_nic_mr as_callback_mr(const Registration& registration);
   CallbackNic(const hmr_nic_callbacks& callbacks, void* user_handle);
 

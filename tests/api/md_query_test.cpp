@@ -162,7 +162,8 @@ TEST(MdQuery, RegistrationCostIsMeasuredOnceAndKept) {
   ASSERT_HMR_OK(hmr_md_query(domain.get(), &second));
   EXPECT_EQ(second.reg_cost.overhead_ns, first.reg_cost.overhead_ns);
   EXPECT_EQ(second.reg_cost.ns_per_byte, first.reg_cost.ns_per_byte);
-  // Measured on the NIC directly: no MR, no cache entry, no statistics left behind.
+  // A measurement, not a registration of the application's: no MR, no cache entry, no
+  // statistics left behind (it goes through the registrar for its limits only).
   hmr_domain_stats stats;
   std::memset(&stats, 0, sizeof stats);
   stats.size = sizeof stats;

@@ -220,6 +220,35 @@ TEST_P(NicPressure, IdleCachedRegistrationsAreGivenBackWhenTheNicRefuses) {
   }
 }
 
+// hmr_md_query's registration-cost measurement registers through the same door as every
+// registration: on a NIC whose stated mr_cnt is filled with idle cached entries it gets one
+// back, and never asks the NIC past its limit.  It registered on the NIC directly before, and
+// failed with HMR_ENOSPC here (found by a review).
+TEST_P(NicPressure, TheRegistrationCostMeasurementGetsAnIdleEntryBack) {
+  for (const bool stated : {true, false}) {
+    SCOPED_TRACE(stated ? "limit stated (mr_cnt)" : "limit learned from refusals");
+    BoundedNic nic;
+    nic.capacity = 4;
+    open(nic, stated);
+    if (HasFatalFailure() || IsSkipped()) return;
+    Buffers buffers(4);
+    for (size_t i = 0; i < 4; ++i) ASSERT_TRUE(reg(domain_->get(), buffers.at(i), kPage, kAccess));
+    ASSERT_EQ(nic.held.load(), 4u);
+    hmr_md_attr md;
+    std::memset(&md, 0, sizeof md);
+    md.size = sizeof md;
+    md.field_mask = HMR_MD_ATTR_REG_COST;
+    EXPECT_EQ(hmr_md_query(domain_->get(), &md), 0) << hmr_last_error();
+    EXPECT_LE(nic.most_held.load(), nic.capacity);
+    if (stated) {
+      EXPECT_EQ(nic.refused.load(), 0u) << "hmr asked the NIC beyond the mr_cnt it stated";
+    }
+    EXPECT_GE(domain_->stats().cache_pressure_evictions, 1u);
+    domain_.reset();
+    EXPECT_EQ(nic.held.load(), 0u);
+  }
+}
+
 // Everything in use: the caller gets the NIC's code, and a reason that says hmr holds the
 // registrations for open MRs and gave back what was idle.
 TEST_P(NicPressure, WithEveryRegistrationInUseTheRefusalReachesTheCallerWithAReason) {
