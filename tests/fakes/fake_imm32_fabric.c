@@ -60,8 +60,8 @@ static void load(void) {
 
 // Each wrapped ops table starts with the copy the object points to, followed by the real
 // provider's table, so a wrapper finds the original from the object alone.  One copy per
-// object opened (a handful per test process; never freed, like the objects' own tables are
-// static in the providers).
+// object opened; the object's own close (its fid ops, wrapped too) frees them after the real
+// close succeeded.
 struct msg_ops {
   struct fi_ops_msg ops;
   const struct fi_ops_msg* real;
@@ -78,6 +78,36 @@ struct fabric_ops {
   struct fi_ops_fabric ops;
   const struct fi_ops_fabric* real;
 };
+// An object's fid ops, with what was made for it: freed when the object closes.
+struct closing_ops {
+  struct fi_ops ops;
+  const struct fi_ops* real;
+  void* made[2];
+};
+
+static int close_and_free(struct fid* fid) {
+  struct closing_ops* wrap = (struct closing_ops*)fid->ops;
+  const int rc = wrap->real->close(fid);
+  if (rc == 0) {  // (the object is gone: only what was made for it is touched)
+    free(wrap->made[0]);
+    free(wrap->made[1]);
+    free(wrap);
+  }
+  return rc;
+}
+
+// Makes `fid`'s close free `first` and `second` too; false (nothing changed) without memory.
+static int free_at_close(struct fid* fid, void* first, void* second) {
+  struct closing_ops* wrap = malloc(sizeof *wrap);
+  if (wrap == NULL) return 0;
+  wrap->ops = *fid->ops;
+  wrap->real = fid->ops;
+  wrap->ops.close = close_and_free;
+  wrap->made[0] = first;
+  wrap->made[1] = second;
+  fid->ops = &wrap->ops;
+  return 1;
+}
 
 static uint64_t imm32(uint64_t data) { return (uint32_t)data; }
 
@@ -113,7 +143,7 @@ static int domain_endpoint(struct fid_domain* domain, struct fi_info* info, stru
   if (rc != 0) return rc;
   struct msg_ops* msg = malloc(sizeof *msg);
   struct rma_ops* rma = malloc(sizeof *rma);
-  if (msg == NULL || rma == NULL) {
+  if (msg == NULL || rma == NULL || !free_at_close(&(*ep)->fid, msg, rma)) {
     free(msg);
     free(rma);
     fi_close(&(*ep)->fid);
@@ -139,7 +169,8 @@ static int fabric_domain(struct fid_fabric* fabric, struct fi_info* info, struct
   const int rc = ((const struct fabric_ops*)fabric->ops)->real->domain(fabric, info, domain, context);
   if (rc != 0) return rc;
   struct domain_ops* ops = malloc(sizeof *ops);
-  if (ops == NULL) {
+  if (ops == NULL || !free_at_close(&(*domain)->fid, ops, NULL)) {
+    free(ops);
     fi_close(&(*domain)->fid);
     return -FI_ENOMEM;
   }
@@ -186,7 +217,8 @@ int fi_fabric(struct fi_fabric_attr* attr, struct fid_fabric** fabric, void* con
   const int rc = real.fabric(attr, fabric, context);
   if (rc != 0) return rc;
   struct fabric_ops* ops = malloc(sizeof *ops);
-  if (ops == NULL) {
+  if (ops == NULL || !free_at_close(&(*fabric)->fid, ops, NULL)) {
+    free(ops);
     fi_close(&(*fabric)->fid);
     return -FI_ENOMEM;
   }
