@@ -32,6 +32,10 @@ def cuda_array_interface(obj: Any) -> tuple[int, int, bool]:
         itemsize = int(typestr[2:])
     except (TypeError, ValueError):
         raise _invalid(f"__cuda_array_interface__ typestr {typestr!r} has no item size") from None
+    if itemsize <= 0:
+        raise _invalid(f"__cuda_array_interface__ typestr {typestr!r} has no item size")
+    if any(n < 0 for n in shape):
+        raise _invalid(f"__cuda_array_interface__ shape {shape} has a negative dimension")
     elements = math.prod(shape)
     if strides is not None and elements > 1:
         dims = sorted((s, n) for s, n in zip(strides, shape) if n != 1)
@@ -43,4 +47,10 @@ def cuda_array_interface(obj: Any) -> tuple[int, int, bool]:
             expected *= n
     if address is None:
         address = 0
-    return int(address), elements * itemsize, bool(readonly)
+    address = int(address)
+    length = elements * itemsize
+    # (C parses these as 64-bit numbers: anything larger, or negative, would wrap round.)
+    if address < 0 or length >= 1 << 64 or address + length > 1 << 64:
+        raise _invalid(f"__cuda_array_interface__ memory [{address:#x}, +{length}) is not in a "
+                       "64-bit address space")
+    return address, length, bool(readonly)

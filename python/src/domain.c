@@ -7,8 +7,10 @@
 
 hmr_domain *hmr_py_domain_handle(HmrPyDomain *domain, const char *what)
 {
-	if (!domain->handle)
+	if (!domain->handle || domain->closing) {
 		hmr_py_raise_closed(what);
+		return NULL;
+	}
 	return domain->handle;
 }
 
@@ -81,13 +83,26 @@ static PyObject *domain_close(HmrPyDomain *self, PyObject *unused)
 	(void)unused;
 	if (!self->handle)
 		Py_RETURN_NONE;
+	if (self->closing) /* a finaliser run by the close below called close() again */
+		return hmr_py_raise_code(HMR_EBUSY, "Domain.close", "the domain is being closed");
 	/* In a fork child the threads that were inside calls in the parent do not exist. */
-	if (self->in_flight > 0 && self->pid == getpid())
+	const int here = self->pid == getpid();
+	if (self->in_flight > 0 && here)
 		return hmr_py_raise_code(HMR_EBUSY, "Domain.close",
 					 "%zd call(s) into the domain are running on other threads",
 					 self->in_flight);
-	if (close_children(self) != 0)
+	/* Closing the children may run Python code (a DLPack deleter, a source's finaliser) that
+	 * lets other threads run: from here on no call into the domain starts, and one that
+	 * started before and let go of the GIL is waited for by the check after. */
+	self->closing = 1;
+	int closed = close_children(self);
+	self->closing = 0;
+	if (closed != 0)
 		return NULL;
+	if (self->in_flight > 0 && here)
+		return hmr_py_raise_code(HMR_EBUSY, "Domain.close",
+					 "%zd call(s) into the domain started on other threads while its "
+					 "regions were being closed", self->in_flight);
 	hmr_domain *handle = self->handle;
 	self->handle = NULL; /* no new call starts from here on */
 	int rc;
@@ -260,9 +275,11 @@ static PyObject *domain_md_query(HmrPyDomain *self, PyObject *args, PyObject *kw
 	attr.size = sizeof attr;
 	attr.field_mask = reg_cost ? HMR_MD_ATTR_REG_COST : 0;
 	int rc;
+	++self->in_flight; /* close() must wait for it */
 	Py_BEGIN_ALLOW_THREADS /* measuring the cost registers on the NIC */
 	rc = hmr_md_query(handle, &attr);
 	Py_END_ALLOW_THREADS
+	--self->in_flight;
 	if (rc != 0)
 		return hmr_py_raise(rc, "hmr_md_query");
 	PyObject *dict = PyDict_New();
@@ -305,9 +322,11 @@ static PyObject *domain_cache_flush(HmrPyDomain *self, PyObject *unused)
 	if (!handle)
 		return NULL;
 	int rc;
+	++self->in_flight; /* close() must wait for it */
 	Py_BEGIN_ALLOW_THREADS
 	rc = hmr_domain_cache_flush(handle);
 	Py_END_ALLOW_THREADS
+	--self->in_flight;
 	if (rc != 0)
 		return hmr_py_raise(rc, "hmr_domain_cache_flush");
 	Py_RETURN_NONE;

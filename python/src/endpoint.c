@@ -102,6 +102,8 @@ static PyObject *transfer(HmrPyEndpoint *self, PyObject *args, int is_read)
 	void *desc = NULL;
 	hmr_mr *mr = hmr_py_region_mr(local);
 	PyObject *target = local;
+	if (!mr && PyObject_TypeCheck(local, hmr_py.region_type))
+		return hmr_py_raise_closed(what); /* a MemoryRegion closed already */
 	if (mr) {
 		if (hmr_py_region_inherited(local))
 			return hmr_py_raise_inherited(what);
@@ -130,6 +132,16 @@ static PyObject *transfer(HmrPyEndpoint *self, PyObject *args, int is_read)
 			hmr_py_source_release(&source);
 			return NULL;
 		}
+	}
+	/* Reading the object ran Python code, which may have let another thread close the
+	 * endpoint or the region: both are looked at again (nothing lets go of the GIL from here
+	 * to the call). */
+	ep = open_ep(self, what);
+	if (!ep || (mr && hmr_py_region_mr(local) != mr)) {
+		if (ep)
+			hmr_py_raise_closed(what);
+		hmr_py_source_release(&source);
+		return NULL;
 	}
 	HmrPyDomain *domain = self->domain;
 	++domain->in_flight;

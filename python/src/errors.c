@@ -2,6 +2,7 @@
  * .code is the positive HMR_E* number, .reason hmr_last_error()'s text for this thread. */
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "hmr_py.h"
 
@@ -19,11 +20,20 @@ static PyObject *raise_with(int code, const char *what, const char *reason)
 	}
 	if (!cls)
 		cls = hmr_py.error;
-	PyObject *message = PyUnicode_FromFormat("%s: %s (%s)", what, hmr_strerror(code),
-						 reason[0] ? reason : "no reason given");
-	if (!message)
+	/* A reason cut to its buffer may end inside a UTF-8 character: it is decoded leniently,
+	 * so the caller gets hmr.Error and not UnicodeDecodeError. */
+	PyObject *text = PyUnicode_DecodeUTF8(reason, (Py_ssize_t)strlen(reason), "replace");
+	if (!text)
 		return NULL;
-	PyObject *error = PyObject_CallFunction(cls, "isO", code, reason, message);
+	PyObject *message = reason[0] ? PyUnicode_FromFormat("%s: %s (%U)", what, hmr_strerror(code), text)
+				      : PyUnicode_FromFormat("%s: %s (no reason given)", what,
+							     hmr_strerror(code));
+	if (!message) {
+		Py_DECREF(text);
+		return NULL;
+	}
+	PyObject *error = PyObject_CallFunction(cls, "iOO", code, text, message);
+	Py_DECREF(text);
 	Py_DECREF(message);
 	if (!error)
 		return NULL;
@@ -45,6 +55,37 @@ PyObject *hmr_py_raise_code(int code, const char *what, const char *format, ...)
 	vsnprintf(reason, sizeof reason, format, args);
 	va_end(args);
 	return raise_with(code, what, reason);
+}
+
+PyObject *hmr_py_raise_from_current(int code, const char *what, const char *context)
+{
+	PyObject *type, *value, *trace;
+	PyErr_Fetch(&type, &value, &trace);
+	PyErr_NormalizeException(&type, &value, &trace);
+	if (trace && value)
+		PyException_SetTraceback(value, trace);
+	/* "<type name>: <str(error)>", through the limited API */
+	PyObject *name = type ? PyObject_GetAttrString(type, "__name__") : NULL;
+	PyObject *text = value ? PyUnicode_FromFormat("%S: %S", name ? name : Py_None, value) : NULL;
+	const char *message = text ? PyUnicode_AsUTF8AndSize(text, NULL) : NULL;
+	if (!message)
+		PyErr_Clear();
+	hmr_py_raise_code(code, what, "%s: %s", context, message ? message : "(no message)");
+	Py_XDECREF(name);
+	Py_XDECREF(text);
+	if (value) {
+		PyObject *raised_type, *raised, *raised_trace;
+		PyErr_Fetch(&raised_type, &raised, &raised_trace);
+		PyErr_NormalizeException(&raised_type, &raised, &raised_trace);
+		if (raised)
+			PyException_SetCause(raised, value); /* steals value */
+		else
+			Py_DECREF(value);
+		PyErr_Restore(raised_type, raised, raised_trace);
+	}
+	Py_XDECREF(type);
+	Py_XDECREF(trace);
+	return NULL;
 }
 
 PyObject *hmr_py_raise_closed(const char *what)

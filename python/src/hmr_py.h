@@ -44,6 +44,7 @@ typedef struct {
 	hmr_domain *handle;      /* NULL once closed */
 	HmrPyLink children;      /* sentinel of the open regions, remote keys and endpoints */
 	Py_ssize_t in_flight;    /* calls into this domain running without the GIL */
+	int closing;             /* Domain.close is closing the children: no call starts */
 	pid_t pid;               /* the process that opened it (fork: see Domain.close) */
 	uint64_t mr_mode;        /* negotiated */
 	size_t key_size;
@@ -123,6 +124,9 @@ PyObject *hmr_py_raise(int rc, const char *what);
 PyObject *hmr_py_raise_code(int code, const char *what, const char *format, ...)
 	__attribute__((format(printf, 3, 4)));
 PyObject *hmr_py_raise_closed(const char *what);
+/* The Python error set now (an object's own method failed) as hmr.Error `code`, its reason
+ * "<context>: <type>: <message>" and the original as __cause__.  Returns NULL. */
+PyObject *hmr_py_raise_from_current(int code, const char *what, const char *context);
 /* This process's id, kept by a fork handler (no system call per check), and ClosedError for
  * an object of a domain the parent process opened before fork(): the C ABI refuses a forked
  * child its parent's objects, and the package answers its own cached facts the same way. */

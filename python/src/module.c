@@ -2,6 +2,7 @@
  * (domain.c, region.c, remote_key.c, endpoint.c).  The Python-level classes it raises and
  * returns (hmr.Error and subclasses, hmr.Pointer, hmr.MemoryInfo) live in the package's
  * Python files, imported here once. */
+#include <limits.h>
 #include <string.h>
 
 #include "hmr_py.h"
@@ -56,9 +57,12 @@ static PyObject *module_query(PyObject *module, PyObject *obj)
 static PyObject *module_strerror(PyObject *module, PyObject *code)
 {
 	(void)module;
-	long value = PyLong_AsLong(code);
+	int overflow = 0;
+	long value = PyLong_AsLongAndOverflow(code, &overflow);
 	if (value == -1 && PyErr_Occurred())
 		return NULL;
+	if (overflow || value > INT_MAX || value < -INT_MAX)
+		return PyUnicode_FromString("unknown error"); /* no HMR_E* code is that large */
 	return PyUnicode_FromString(hmr_strerror((int)value));
 }
 

@@ -25,10 +25,21 @@ static HmrPyHint *hint_slot(HmrPyDomain *domain, const void *address)
 	return &domain->hints[((a >> 6) ^ (a >> 17)) & (HMR_PY_HINT_SLOTS - 1)];
 }
 
-static int parse_unsigned(PyObject *value, unsigned long long *out)
+static int parse_unsigned_for(const char *what, PyObject *value, unsigned long long *out)
 {
 	*out = PyLong_AsUnsignedLongLong(value);
-	return *out == (unsigned long long)-1 && PyErr_Occurred() ? -1 : 0;
+	if (!(*out == (unsigned long long)-1 && PyErr_Occurred()))
+		return 0;
+	if (PyErr_ExceptionMatches(PyExc_OverflowError)) { /* negative, or over 64 bits */
+		PyErr_Clear();
+		hmr_py_raise_code(HMR_EINVAL, what, "its numbers run from 0 to 2**64 - 1");
+	}
+	return -1;
+}
+
+static int parse_unsigned(PyObject *value, unsigned long long *out)
+{
+	return parse_unsigned_for("Domain.register", value, out);
 }
 
 /* (obj, access=..., *, offset=0, length=None) without PyArg_Parse*: this is the hot path. */
@@ -96,6 +107,11 @@ PyObject *hmr_py_region_new(HmrPyDomain *domain, PyObject *const *args, Py_ssize
 			      &self->source) != 0)
 		goto fail;
 	if ((offset || length) && hmr_py_source_narrow(&self->source, offset, length) != 0)
+		goto fail;
+	/* Reading the object ran Python code, which may have let another thread close the domain:
+	 * the handle is looked at again (nothing lets go of the GIL from here to the call). */
+	handle = hmr_py_domain_handle(domain, "Domain.register");
+	if (!handle)
 		goto fail;
 	void *address = self->source.address;
 	size_t bytes = self->source.length;
@@ -343,8 +359,8 @@ static PyObject *region_sync(HmrPyRegion *self, PyObject *args, PyObject *kwargs
 		return NULL;
 	/* (not "K": it wraps a negative number round instead of refusing it) */
 	unsigned long long direction, offset = 0;
-	if (parse_unsigned(direction_obj, &direction) != 0 ||
-	    (offset_obj && parse_unsigned(offset_obj, &offset) != 0))
+	if (parse_unsigned_for("MemoryRegion.sync", direction_obj, &direction) != 0 ||
+	    (offset_obj && parse_unsigned_for("MemoryRegion.sync", offset_obj, &offset) != 0))
 		return NULL;
 	hmr_mr *mr = open_mr(self, "MemoryRegion.sync");
 	if (!mr)
@@ -356,9 +372,10 @@ static PyObject *region_sync(HmrPyRegion *self, PyObject *args, PyObject *kwargs
 					 direction);
 	size_t length = 0;
 	if (length_obj != Py_None) {
-		length = PyLong_AsSize_t(length_obj);
-		if (length == (size_t)-1 && PyErr_Occurred())
+		unsigned long long n;
+		if (parse_unsigned_for("MemoryRegion.sync", length_obj, &n) != 0)
 			return NULL;
+		length = n > SIZE_MAX ? SIZE_MAX : (size_t)n;
 	}
 	if (offset > self->source.length ||
 	    (length_obj != Py_None && length > self->source.length - offset))

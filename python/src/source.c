@@ -30,32 +30,33 @@ static int buffer_refused(PyObject *obj, int write)
 	PyObject *type, *value, *trace;
 	PyErr_Fetch(&type, &value, &trace);
 	Py_buffer view;
-	int readonly_ok = PyObject_GetBuffer(obj, &view, PyBUF_ANY_CONTIGUOUS) == 0;
-	if (readonly_ok) {
+	int code = 0;
+	const char *why = NULL;
+	if (PyObject_GetBuffer(obj, &view, PyBUF_ANY_CONTIGUOUS) == 0) {
 		PyBuffer_Release(&view);
-		Py_XDECREF(type);
-		Py_XDECREF(value);
-		Py_XDECREF(trace);
-		if (write) {
-			hmr_py_raise_code(HMR_EACCES, kWhat,
-					  "the buffer is read-only and the access asks for WRITE or "
-					  "REMOTE_WRITE");
-			return -1;
+		code = write ? HMR_EACCES : HMR_EINVAL;
+		why = write ? "the buffer is read-only and the access asks for WRITE or REMOTE_WRITE"
+			    : "the object refused its buffer, then gave it when asked again (an "
+			      "exporter that changes its mind cannot be registered)";
+	} else {
+		PyErr_Clear();
+		if (PyObject_GetBuffer(obj, &view, PyBUF_FULL_RO) == 0) {
+			PyBuffer_Release(&view);
+			code = HMR_EINVAL;
+			why = "the buffer is not contiguous: one registration covers one range of "
+			      "memory (register a contiguous copy, or each contiguous part)";
+		} else {
+			PyErr_Clear();
 		}
 	}
-	PyErr_Clear();
-	if (PyObject_GetBuffer(obj, &view, PyBUF_FULL_RO) == 0) {
-		PyBuffer_Release(&view);
-		Py_XDECREF(type);
-		Py_XDECREF(value);
-		Py_XDECREF(trace);
-		hmr_py_raise_code(HMR_EINVAL, kWhat,
-				  "the buffer is not contiguous: one registration covers one range "
-				  "of memory (register a contiguous copy, or each contiguous part)");
+	if (!why) {
+		PyErr_Restore(type, value, trace); /* the exporter's own error says it best */
 		return -1;
 	}
-	PyErr_Clear();
-	PyErr_Restore(type, value, trace); /* the exporter's own error says it best */
+	Py_XDECREF(type);
+	Py_XDECREF(value);
+	Py_XDECREF(trace);
+	hmr_py_raise_code(code, kWhat, "%s", why);
 	return -1;
 }
 
@@ -106,11 +107,35 @@ static int dlpack_dense(const DLTensor *t)
 	return 1;
 }
 
+/* The bytes a DLPack tensor's elements take (sub-byte types packed, as DLPack 1.1 lays out its
+ * 4- and 6-bit floats), or what makes it have no size (a reason). */
+static const char *dlpack_bytes(const DLTensor *t, size_t *out)
+{
+	if (t->ndim < 0)
+		return "a negative number of dimensions";
+	size_t elements = 1;
+	for (int i = 0; i < t->ndim; ++i) {
+		if (t->shape[i] < 0)
+			return "a negative dimension";
+		if (__builtin_mul_overflow(elements, (size_t)t->shape[i], &elements))
+			return "more elements than an address space holds";
+	}
+	size_t bits = (size_t)t->dtype.bits * t->dtype.lanes; /* (16 bits times 16 bits) */
+	if (bits == 0)
+		return "elements of 0 bits";
+	if (__builtin_mul_overflow(elements, bits, &bits))
+		return "more bytes than an address space holds";
+	*out = bits / 8 + (bits % 8 != 0);
+	return NULL;
+}
+
 static int from_dlpack(PyObject *obj, PyObject *method, HmrPySource *source)
 {
 	PyObject *capsule = PyObject_CallNoArgs(method);
-	if (!capsule)
+	if (!capsule) { /* (a tensor that needs grad, a conjugate view, a sparse layout, ...) */
+		hmr_py_raise_from_current(HMR_EINVAL, kWhat, "the object's __dlpack__() refused");
 		return -1;
+	}
 	DLManagedTensor *managed = PyCapsule_GetPointer(capsule, "dltensor");
 	if (!managed) {
 		Py_DECREF(capsule);
@@ -128,10 +153,14 @@ static int from_dlpack(PyObject *obj, PyObject *method, HmrPySource *source)
 	}
 	Py_DECREF(capsule);
 	const DLTensor *t = &managed->dl_tensor;
-	size_t elements = 1;
-	for (int i = 0; i < t->ndim; ++i)
-		elements *= t->shape[i] < 0 ? 0 : (size_t)t->shape[i];
-	size_t element_bytes = ((size_t)t->dtype.bits * t->dtype.lanes + 7) / 8;
+	size_t length = 0;
+	const char *no_size = dlpack_bytes(t, &length);
+	if (no_size) {
+		if (managed->deleter)
+			managed->deleter(managed);
+		hmr_py_raise_code(HMR_EINVAL, kWhat, "the DLPack tensor has %s", no_size);
+		return -1;
+	}
 	if (!dlpack_dense(t)) {
 		if (managed->deleter)
 			managed->deleter(managed);
@@ -143,7 +172,7 @@ static int from_dlpack(PyObject *obj, PyObject *method, HmrPySource *source)
 	source->kind = HMR_PY_SOURCE_DLPACK;
 	source->dl = managed;
 	source->address = (char *)t->data + t->byte_offset;
-	source->length = elements * element_bytes;
+	source->length = length;
 	source->readonly = 0; /* DLPack before 1.0 says nothing about it */
 	source->device_memory = t->device.device_type != HMR_DL_CPU;
 	Py_INCREF(obj);
@@ -341,8 +370,14 @@ int hmr_py_source_narrow(HmrPySource *source, unsigned long long offset, PyObjec
 		want = source->length - (size_t)offset;
 	} else {
 		unsigned long long n = PyLong_AsUnsignedLongLong(length);
-		if (n == (unsigned long long)-1 && PyErr_Occurred())
+		if (n == (unsigned long long)-1 && PyErr_Occurred()) {
+			if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
+				PyErr_Clear();
+				hmr_py_raise_code(HMR_EINVAL, kWhat,
+						  "length runs from 0 to 2**64 - 1");
+			}
 			return -1;
+		}
 		if (n > source->length - offset) {
 			hmr_py_raise_code(HMR_EINVAL, kWhat,
 					  "offset %llu + length %llu is past the object's %zu bytes",
@@ -358,6 +393,10 @@ int hmr_py_source_narrow(HmrPySource *source, unsigned long long offset, PyObjec
 
 void hmr_py_source_release(HmrPySource *source)
 {
+	/* Often on an error path: a deleter or finaliser that runs Python code must not find the
+	 * error set (CPython calls that a SystemError), and the error must survive it. */
+	PyObject *type, *value, *trace;
+	PyErr_Fetch(&type, &value, &trace);
 	switch (source->kind) {
 	case HMR_PY_SOURCE_BUFFER:
 		PyBuffer_Release(&source->view);
@@ -372,4 +411,5 @@ void hmr_py_source_release(HmrPySource *source)
 	}
 	source->kind = HMR_PY_SOURCE_NONE;
 	Py_CLEAR(source->owner);
+	PyErr_Restore(type, value, trace);
 }
