@@ -223,6 +223,25 @@ Result<ScopedCurrentContext> CudaIface::any_current_context(int ordinal) {
   return ScopedCurrentContext::ensure(symbols_, [&] { return contexts_.get(ordinal); });
 }
 
+void CudaIface::order_copies_for_nic(const PointerInfo& memory) {
+  if (symbols_.cuPointerSetAttribute == nullptr || memory.kind == MemoryKind::managed ||
+      !check_initialized().ok()) {
+    return;
+  }
+  const int ordinal = static_cast<int>(memory.device.value);
+  Result<ScopedCurrentContext> context = any_current_context(ordinal);  // (INVALID_CONTEXT else)
+  if (!context.ok()) return;
+  const unsigned int sync = 1;
+  const CUresult result = symbols_.cuPointerSetAttribute(
+      &sync, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, static_cast<CUdeviceptr>(memory.base));
+  if (result != CUDA_SUCCESS) {
+    log_message(LogLevel::debug,
+                "cuda: SYNC_MEMOPS not set on %p (%s): a synchronous copy into it may return "
+                "before its bytes are there for the NIC",
+                reinterpret_cast<void*>(memory.base), describe_cuda_error(symbols_, result).c_str());
+  }
+}
+
 Result<DmabufExport> CudaIface::export_dmabuf(MemoryRange range) {
   HMR_RETURN_IF_ERROR(check_initialized());
   if (symbols_.cuMemGetHandleForAddressRange == nullptr) {

@@ -40,6 +40,9 @@ class CudaIface final : public hmem::Iface {
   // One cuPointerGetAttributes: type, device, kind and the BUFFER_ID of the segment at ptr.
   Status identify(const void* ptr, size_t len, hmem::AllocationIdentity& out) override;
   Result<hmem::DmabufExport> export_dmabuf(hmem::MemoryRange range) override;
+  // cuPointerSetAttribute(SYNC_MEMOPS = 1) on the allocation, in its device's context when the
+  // thread has none; a refusal (NOT_SUPPORTED for VMM memory) is logged and left.
+  void order_copies_for_nic(const hmem::PointerInfo& memory) override;
   Result<hmem::DeviceCapabilities> capabilities(hmem::DeviceId device) override;
 
   // Copies, allocation and host registration run in the device's primary context, which the

@@ -52,6 +52,7 @@ inline constexpr CUdevice_attribute CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTE
 inline constexpr CUdevice_attribute CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED = 124;
 
 inline constexpr CUpointer_attribute CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2;     // unsigned int
+inline constexpr CUpointer_attribute CU_POINTER_ATTRIBUTE_SYNC_MEMOPS = 6;     // unsigned int (bool)
 inline constexpr CUpointer_attribute CU_POINTER_ATTRIBUTE_BUFFER_ID = 7;       // unsigned long long
 // IS_MANAGED is documented as a bool; hmr reads it into a zeroed unsigned int.
 inline constexpr CUpointer_attribute CU_POINTER_ATTRIBUTE_IS_MANAGED = 8;
@@ -134,6 +135,9 @@ inline constexpr unsigned long long CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE 
     (void* handle, CUdeviceptr ptr, size_t size, CUmemRangeHandleType type,                    \
      unsigned long long flags))                                                                \
   X(cuGetErrorString, "cuGetErrorString", optional, (CUresult error, const char** text))      \
+  /* SYNC_MEMOPS before the NIC reaches device memory (CudaIface::order_copies_for_nic). */     \
+  X(cuPointerSetAttribute, "cuPointerSetAttribute", optional,                                  \
+    (const void* value, CUpointer_attribute attribute, CUdeviceptr ptr))                       \
   /* Copies, allocation and host registration run in the device's primary context. */        \
   X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", required,                            \
     (CUcontext * context, CUdevice device))                                                    \

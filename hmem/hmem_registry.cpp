@@ -258,7 +258,11 @@ Result<PointerInfo> Registry::verify(int iface, uint64_t device, const void* ptr
                       ptr, len, iface_name(iface), static_cast<ull>(device), iface_name(iface),
                       actual.ok() ? iface_name(actual->iface) : "no");
   }
-  if (found->device.value != device) {
+  // Pinned host memory from the runtime (cuMemHostAlloc, cuMemHostRegister) is reachable from
+  // every device (portable, or under unified addressing); the ordinal it reports is only the
+  // device it was allocated or registered against (cuda.h, DEVICE_ORDINAL), so a declaration
+  // of another device is no contradiction (one staging pool shared by several GPUs).
+  if (found->device.value != device && found->kind != MemoryKind::host_alloc) {
     return make_error(HMR_EINVAL,
                       "[%p, +%zu) is declared %s device %llu memory, but it is on %s device %llu",
                       ptr, len, iface_name(iface), static_cast<ull>(device), iface_name(iface),

@@ -134,6 +134,13 @@ class Iface {
     return unsupported("dma-buf export");
   }
 
+  // Before the NIC reaches `memory` directly (dma-buf or peer-direct): asks the runtime to
+  // finish a synchronous copy into it before the copy returns, so bytes the application saw
+  // copied are there when a peer reads them (CUDA: CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, which the
+  // GPUDirect RDMA guide sets before pinning; otherwise such copies may return early).  Best
+  // effort: a runtime that cannot (CUDA's VMM memory) is left as it is.
+  virtual void order_copies_for_nic(const PointerInfo& memory) { (void)memory; }
+
   // Per device, never "device 0 for all": devices of one runtime differ.
   virtual Result<DeviceCapabilities> capabilities(DeviceId device) = 0;
 

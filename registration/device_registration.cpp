@@ -54,6 +54,8 @@ Result<nic::Registration> register_device_range(NicRegistrar& registrar, nic::Re
       break;
     }
   }
+  // Synchronous copies into memory the NIC reaches itself must be done when they return.
+  if (mode == ExportMode::dmabuf || mode == ExportMode::peer_direct) iface.order_copies_for_nic(memory);
   Result<nic::Registration> registered = registrar.register_memory(request);
   if (registered.ok()) {
     made.pinned_bytes = registered->pinned_bytes;

@@ -128,6 +128,9 @@ static CUresult pointer_attribute(void *data, int attribute, const struct locate
     case 2: /* MEMORY_TYPE: managed memory reads as device memory, told apart by IS_MANAGED */
       *(unsigned int *)data = at->memory == FAKE_CUDA_MEM_MANAGED ? 2u : (unsigned)at->memory;
       break;
+    case 6: /* SYNC_MEMOPS */
+      *(unsigned int *)data = at->place == PLACE_ALLOCATION && allocations[at->index].sync_memops;
+      break;
     case 7: *(unsigned long long *)data = at->buffer_id; break;
     case 8: *(unsigned int *)data = at->memory == FAKE_CUDA_MEM_MANAGED; break;
     case 9: *(int *)data = at->device; break;
@@ -152,6 +155,33 @@ static CUresult pointer_attribute(void *data, int attribute, const struct locate
     default: return INVALID_VALUE;
   }
   return SUCCESS;
+}
+
+/* cuPointerSetAttribute, as cuda.h documents it: SYNC_MEMOPS (6) is the only attribute it
+ * sets, a boolean read through `value`, on memory allocated by CUDA's allocation APIs
+ * (cuMemAlloc, cuMemAllocHost, cuMemHostAlloc, cuMemHostRegister in its \sa list); anything
+ * else is INVALID_VALUE.  VMM mappings answer NOT_SUPPORTED: assumed from public reports of
+ * cuPointerSetAttribute(SYNC_MEMOPS) on cuMemCreate memory (not documented in cuda.h). */
+EXPORT CUresult cuPointerSetAttribute(const void *value, int attribute, CUdeviceptr ptr) {
+  ENTER("cuPointerSetAttribute");
+  if (!fake_usable()) LEAVE(NOT_INITIALIZED);
+  REQUIRE_CONTEXT(); /* INVALID_CONTEXT is one of its documented returns */
+  if (value == NULL || attribute != 6) LEAVE(INVALID_VALUE);
+  struct located at;
+  fake_locate(ptr, &at);
+  if (at.place == PLACE_MAPPING) LEAVE(NOT_SUPPORTED);
+  if (at.place != PLACE_ALLOCATION) LEAVE(INVALID_VALUE);
+  allocations[at.index].sync_memops = *(const unsigned int *)value != 0;
+  LEAVE(SUCCESS);
+}
+
+EXPORT int fake_cuda_sync_memops(unsigned long long ptr) {
+  pthread_mutex_lock(&fake_lock);
+  struct located at;
+  fake_locate(ptr, &at);
+  const int value = at.place == PLACE_ALLOCATION ? (int)allocations[at.index].sync_memops : -1;
+  pthread_mutex_unlock(&fake_lock);
+  return value;
 }
 
 EXPORT CUresult cuPointerGetAttributes(unsigned int count, int *attributes, void **data,

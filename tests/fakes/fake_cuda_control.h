@@ -49,6 +49,8 @@ typedef int (*fake_cuda_peek_fn)(unsigned long long ptr, void *out, size_t len);
 typedef int (*fake_cuda_poke_fn)(unsigned long long ptr, const void *in, size_t len);
 /* How many cuMemHostRegister ranges are registered now. */
 typedef int (*fake_cuda_host_registration_count_fn)(void);
+/* CU_POINTER_ATTRIBUTE_SYNC_MEMOPS of the allocation at ptr (0 or 1), or -1 for none. */
+typedef int (*fake_cuda_sync_memops_fn)(unsigned long long ptr);
 /* The primary context's reference count on `device`; releasing the last one frees the memory
  * allocated in it (cuMemAlloc and friends), as a real driver does. */
 typedef int (*fake_cuda_primary_retains_fn)(int device);

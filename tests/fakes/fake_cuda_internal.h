@@ -64,6 +64,7 @@ struct allocation {
   int import_opens;
   int import_pid;
   unsigned long long import_buffer_id; /* the exporter's BUFFER_ID, which names the handle */
+  unsigned int sync_memops; /* CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, set by cuPointerSetAttribute */
 };
 
 /* cuMemCreate: physical memory with no address until mapped. */

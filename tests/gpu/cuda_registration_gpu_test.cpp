@@ -35,6 +35,31 @@ int register_cuda(hmr_domain* domain, CUdeviceptr address, size_t len, hmr_mr** 
 
 using hmr_test::domain_stats;
 
+// Memory the NIC reaches itself has CU_POINTER_ATTRIBUTE_SYNC_MEMOPS set once registered (the
+// GPUDirect RDMA guide's step before pinning; CudaIface::order_copies_for_nic), read back
+// from the real driver.
+TEST_F(CudaGpuLane, MemoryRegisteredForTheNicHasSyncMemopsSet) {
+  Result<hmem::DeviceCapabilities> caps = iface().capabilities(hmem::DeviceId{0});
+  ASSERT_TRUE(caps.ok()) << caps.status().reason();
+  if (!caps->dmabuf.supported) GTEST_SKIP() << "device 0: " << caps->dmabuf.reason;
+  hmr_test::DomainPtr domain =
+      hmr_test::open_domain(HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR | HMR_MR_LOCAL);
+  ASSERT_TRUE(domain);
+  CUdeviceptr memory = 0;
+  HMR_CU_ASSERT(driver().cuMemAlloc(&memory, 2 << 20));
+  hmr_mr* mr = nullptr;
+  ASSERT_EQ(register_cuda(domain.get(), memory, 65536, &mr), 0) << hmr_last_error();
+  hmr_test::MrPtr registered(mr);
+  unsigned int sync_memops = 0;
+  CUpointer_attribute attribute = CU_POINTER_ATTRIBUTE_SYNC_MEMOPS;
+  void* data[] = {&sync_memops};
+  HMR_CU_ASSERT(driver().cuPointerGetAttributes(1, &attribute, data, memory));
+  EXPECT_EQ(sync_memops, 1u);
+  registered.reset();
+  domain.reset();
+  HMR_CU_ASSERT(driver().cuMemFree(memory));
+}
+
 TEST_F(CudaGpuLane, RegistrationAfterFreeAndReallocationIsNotAStaleHit) {
   Result<hmem::DeviceCapabilities> caps = iface().capabilities(hmem::DeviceId{0});
   ASSERT_TRUE(caps.ok()) << caps.status().reason();

@@ -126,6 +126,20 @@ TEST(DeviceRegistration, MemoryTheCpuReachesIsRegisteredByAddress) {
   EXPECT_EQ(mr_info(migratable.get()).path, HMR_MR_PATH_ADDRESS);
 }
 
+// Pinned host memory from the runtime is reachable from every device; the ordinal CUDA reports
+// for it is only the device it was allocated against.  Declared as another device's memory
+// (one staging pool serving several GPUs), it is registered, not refused as a contradiction
+// (found by a review: it was refused with "on cuda device 0").  Device memory still is.
+TEST(DeviceRegistration, PinnedHostMemoryMayBeDeclaredForAnyDevice) {
+  FakeAllocation pinned(0, kAlloc, FAKE_CUDA_MEM_HOST);
+  auto domain = open_domain(nullptr);
+  ASSERT_TRUE(domain);
+  MrPtr other_device = register_ok(domain.get(), pinned.get(), 4096, HMR_HMEM_CUDA, 1);
+  ASSERT_TRUE(other_device);
+  EXPECT_EQ(mr_info(other_device.get()).kind, HMR_MEM_HOST_ALLOC);
+  EXPECT_EQ(mr_info(other_device.get()).path, HMR_MR_PATH_ADDRESS);
+}
+
 // NCCL allocates its network buffers with cuMemHostAlloc and regMr's them as NCCL_PTR_HOST.
 // A libfabric provider without FI_HMEM (Debian's tcp and shm) must take such memory as the
 // host memory it is: on an H200, NCCL's first collective through the net plugin failed with
@@ -172,6 +186,44 @@ TEST(DeviceRegistration, PeerDirectWhenTheDeviceCannotExportAndTheNicRegistersDe
   EXPECT_EQ(info.device, 1u);
   EXPECT_EQ(info.dmabuf_fd, -1);
   EXPECT_EQ(export_calls(), exports);
+}
+
+// Before the NIC reaches device memory itself (dma-buf, peer-direct), the allocation gets
+// CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, as the GPUDirect RDMA guide sets it before pinning: a
+// synchronous copy into it then returns only once its bytes are there (else it may return
+// early, and a peer reading after the application's signal reads old bytes).  A host shadow
+// needs none (hmr_mr_sync copies).  A driver that refuses it (NOT_SUPPORTED, as for VMM
+// memory) does not fail the registration.  Found by a review; never set before.
+TEST(DeviceRegistration, MemoryTheNicReachesDirectlyHasSynchronousCopiesMadeSynchronous) {
+  {
+    FakeAllocation device(0, kAlloc);
+    auto domain = open_domain(nullptr);
+    ASSERT_TRUE(domain);
+    EXPECT_EQ(fake_cuda().sync_memops(device.address()), 0);
+    MrPtr mr = register_ok(domain.get(), at(device.get(), 4096), 100);
+    ASSERT_TRUE(mr);
+    EXPECT_EQ(mr_info(mr.get()).path, HMR_MR_PATH_DMABUF);
+    EXPECT_EQ(fake_cuda().sync_memops(device.address()), 1);
+  }
+  {
+    FakeAllocation device(1, kAlloc);  // no dma-buf on the fake's device 1
+    auto domain = open_domain("peer_direct=1");
+    ASSERT_TRUE(domain);
+    MrPtr mr = register_ok(domain.get(), device.get(), 8192);
+    ASSERT_TRUE(mr);
+    EXPECT_EQ(mr_info(mr.get()).path, HMR_MR_PATH_PEER_DIRECT);
+    EXPECT_EQ(fake_cuda().sync_memops(device.address()), 1);
+  }
+  {
+    FakeAllocation device(0, kAlloc);
+    auto domain = open_domain(nullptr);
+    ASSERT_TRUE(domain);
+    fake_cuda().set_failure("cuPointerSetAttribute", 801);  // CUDA_ERROR_NOT_SUPPORTED
+    MrPtr mr = register_ok(domain.get(), device.get(), 8192);
+    fake_cuda().set_failure("cuPointerSetAttribute", 0);
+    ASSERT_TRUE(mr) << "a driver that cannot set SYNC_MEMOPS must not fail the registration";
+    EXPECT_EQ(fake_cuda().sync_memops(device.address()), 0);
+  }
 }
 
 TEST(DeviceRegistration, NicWithoutDmabufImportTakesPeerDirect) {

@@ -28,6 +28,7 @@ FakeCudaDriver load() {
   fake.last_export = library.function<fake_cuda_last_export_fn>("fake_cuda_last_export");
   fake.peek = library.function<fake_cuda_peek_fn>("fake_cuda_peek");
   fake.poke = library.function<fake_cuda_poke_fn>("fake_cuda_poke");
+  fake.sync_memops = library.function<fake_cuda_sync_memops_fn>("fake_cuda_sync_memops");
   return fake;
 }
 

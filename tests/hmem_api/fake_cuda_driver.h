@@ -29,6 +29,7 @@ struct FakeCudaDriver {
   fake_cuda_last_export_fn last_export = nullptr;
   fake_cuda_peek_fn peek = nullptr;
   fake_cuda_poke_fn poke = nullptr;
+  fake_cuda_sync_memops_fn sync_memops = nullptr;
 };
 const FakeCudaDriver& fake_cuda();
 
