@@ -1,5 +1,6 @@
 #include "nic/verbs/fork_protection.h"
 
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 
@@ -39,6 +40,13 @@ ForkProtection decide(const IbverbsSymbols& verbs, ForkPolicy policy, bool apply
                            "domain calls ibv_fork_init: registered ranges become MADV_DONTFORK "
                            "(a forked child has none of those pages)"};
   }
+  // With fork protection on, libibverbs MADV_DONTFORKs each registered range rounded to 4 KiB
+  // pages unless RDMAV_HUGEPAGES_SAFE is set, and the kernel refuses to split a hugetlb mapping
+  // there (EINVAL): part of a huge-page buffer could no longer be registered.  ibv_fork_init(3)
+  // asks for the variable where huge pages are used; it makes libibverbs round to the real page
+  // size of each range (rdma-core memory.c, read at ibv_fork_init).  An application's own value
+  // is kept.
+  setenv("RDMAV_HUGEPAGES_SAFE", "1", 0);
   const int err = verbs.fork_init();
   if (err != 0) {
     return {"failed", std::string("ibv_fork_init failed (") + std::strerror(err) +

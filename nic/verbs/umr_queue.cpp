@@ -116,9 +116,17 @@ Status UmrQueue::connect(bool reset) {
   ibv_gid gid{};
   const bool ethernet = port.link_layer == IBV_LINK_LAYER_ETHERNET;
   if (ethernet) {
-    if (const int err = verbs.query_gid(context_, kPort, 0, &gid); err != 0) {
+    // ibv_query_gid returns -1 and sets errno (rdma-core verbs.c), unlike most verbs calls.
+    if (verbs.query_gid(context_, kPort, 0, &gid) != 0) {
+      const int err = errno != 0 ? errno : EIO;
       return verbs_failure(err, "ibv_query_gid(%s, port %u, index 0) for the UMR queue failed",
                            device_.c_str(), kPort);
+    }
+    static const ibv_gid kNoGid{};
+    if (std::memcmp(&gid, &kNoGid, sizeof gid) == 0) {
+      return make_error(HMR_EIO, "%s port %u has no GID at index 0 (no IP address on its "
+                        "RoCE netdev?): the UMR queue's loopback connection cannot be made",
+                        device_.c_str(), kPort);
     }
   }
   struct Step {

@@ -197,7 +197,9 @@ EXPORT int ibv_query_gid(struct ibv_context *context, uint8_t port_num, int inde
   }
   if (err == 0) gid_of(fake_context_of(context)->device, gid);
   pthread_mutex_unlock(&fake_lock);
-  return err == 0 ? 0 : -1;
+  if (err == 0) return 0;
+  errno = err; /* -1 and errno, as rdma-core's verbs.c answers (not an errno return) */
+  return -1;
 }
 
 /* ------------------------------------------------------------ the UMR queue pair --------- */

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <string>
+#include <cstring>
 #include <vector>
 
 #include "tests/api/memory_ops_support.h"
@@ -232,6 +233,13 @@ TEST_F(VerbsIndirectKeyTest, FailuresReachTheCallerAndLeaveNothingBehind) {
   TwoPieces pieces;
   ASSERT_TRUE(register_pieces(pieces));
 
+  // The RoCE port's GID, which the queue's loopback connection needs: ibv_query_gid answers
+  // -1 and errno (not an errno return, as most verbs calls do); the reason named "-1" before.
+  fake().set_failure("ibv_query_gid", ENODEV);
+  expect_refused(pieces, HMR_EIO, "ibv_query_gid");
+  EXPECT_TRUE(contains(hmr_last_error(), std::strerror(ENODEV))) << hmr_last_error();
+  fake().set_failure("ibv_query_gid", 0);
+
   fake().set_failure("mlx5dv_create_qp", ENOMEM);
   expect_refused(pieces, HMR_ENOMEM, "mlx5dv_create_qp");
   fake().set_failure("mlx5dv_create_qp", 0);
@@ -240,6 +248,7 @@ TEST_F(VerbsIndirectKeyTest, FailuresReachTheCallerAndLeaveNothingBehind) {
   fake().set_failure("mlx5dv_create_mkey", ENOMEM);
   expect_refused(pieces, HMR_ENOMEM, "mlx5dv_create_mkey");
   fake().set_failure("mlx5dv_create_mkey", 0);
+
 
   fake().set_failure("wr_complete", EINVAL);
   expect_refused(pieces, HMR_EINVAL, "mlx5dv_wr_mr_list");
