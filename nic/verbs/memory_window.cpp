@@ -51,6 +51,13 @@ Status VerbsWindow::check_queue(void* queue) const {
     return make_error(HMR_EINVAL, "the QP %p belongs to another device context than the memory "
                       "window (%s)", queue, device_.c_str());
   }
+  // The IB spec's bind rule, which neither libibverbs nor mlx5 checks when posting (mlx5 only
+  // under MW_DEBUG): a bind from a QP of another protection domain completes in error and
+  // moves the application's QP to the error state.  Refused here with the reason instead.
+  if (qp_pd(static_cast<ibv_qp*>(queue)) != mw_->pd) {
+    return make_error(HMR_EINVAL, "the QP %p belongs to another protection domain than the "
+                      "memory window (%s)", queue, device_.c_str());
+  }
   return ok_status();
 }
 
@@ -69,6 +76,10 @@ Status VerbsWindow::bind(const VerbsRegistration& registration, const nic::Windo
                       "(register the MR with HMR_MW_BIND access)");
   }
   ibv_mr* mr = registration.chunk_holding(request.addr, request.len);
+  if (mr != nullptr && mr->pd != mw_->pd) {  // (a re-registration moved it to another PD)
+    return make_error(HMR_EINVAL, "the registration is in another protection domain than the "
+                      "memory window (%s): a window binds an MR of its own PD", device_.c_str());
+  }
   if (mr == nullptr) {
     return make_error(HMR_EINVAL,
                       "window range [%#llx, +%llu) is not inside one chunk of the registration "

@@ -28,9 +28,10 @@
 
 #include "fake_ibverbs_internal.h"
 
+/* A QP as applications and providers see one: a real struct ibv_qp (context first, then
+ * qp_context, then pd: rdma-core's verbs.h), whose public head hmr reads. */
 struct fake_qp {
-  struct ibv_context *context; /* where a provider's QP has it: first */
-  struct ibv_pd *pd;
+  struct ibv_qp qp;
 };
 
 struct fake_mw {
@@ -1029,8 +1030,8 @@ EXPORT void *fake_ibverbs_create_qp(void *pd_pointer) {
   if (has_object((void *const *)pds, pd)) {
     qp = calloc(1, sizeof *qp);
     if (qp != NULL && add_object((void **)qps, qp)) {
-      qp->context = pd->context;
-      qp->pd = pd;
+      qp->qp.context = pd->context;
+      qp->qp.pd = pd;
     } else {
       free(qp);
       qp = NULL;
