@@ -1,6 +1,5 @@
 #include "monitor/device_monitor.h"
 
-#include <algorithm>
 #include <mutex>
 #include <utility>
 #include <vector>
@@ -42,37 +41,7 @@ void DeviceMonitor::observe(hmem::Iface& iface, const hmem::PointerInfo& memory)
       return;
     }
   }
-  // New at this address: a known allocation it overlaps has been freed, unless the runtime
-  // still names it as it was.  Where allocations are told apart by id, two ranges of one VMM
-  // reservation overlap without either being freed: PyTorch's expandable segments give a buffer
-  // inside segment 0 and one across segments 0 and 1 the same base and different (length, id),
-  // and each registration of one dropped the other's cache entries and dma-buf, so both missed
-  // for ever.  Each overlapping entry is asked about once, outside the lock (a runtime call);
-  // what is still allocated as recorded stays, and the new range is then not recorded (the map
-  // holds one range per base; a hit verifies the id of what it serves anyway).
-  std::vector<uint64_t> alive;
-  if (!free_events) {
-    std::vector<std::pair<uint64_t, Known>> overlapping;
-    {
-      std::shared_lock<std::shared_mutex> lock(mutex_);
-      auto it = known_.lower_bound(memory.base);
-      if (it != known_.begin() && std::prev(it)->first + std::prev(it)->second.length > memory.base) {
-        it = std::prev(it);
-      }
-      for (; it != known_.end() && it->first < end; ++it) {
-        if (it->first + it->second.length > memory.base) overlapping.emplace_back(*it);
-      }
-    }
-    for (const auto& [base, known] : overlapping) {
-      if (known.iface != memory.iface) continue;
-      Result<hmem::PointerInfo> now =
-          iface.query(reinterpret_cast<const void*>(static_cast<uintptr_t>(base)), known.length);
-      if (now.ok() && now->base == base && now->alloc_len == known.length &&
-          now->alloc_id == known.alloc_id) {
-        alive.push_back(base);
-      }
-    }
-  }
+  // New at this address: whatever known allocation overlaps it has been freed.
   std::vector<std::pair<uint64_t, uint64_t>> stale;
   bool inserted = false;
   {
@@ -82,16 +51,10 @@ void DeviceMonitor::observe(hmem::Iface& iface, const hmem::PointerInfo& memory)
       auto before = std::prev(it);
       if (before->first + before->second.length > memory.base) it = before;
     }
-    bool kept = false;
     while (it != known_.end() && it->first < end) {
       if (it->first == memory.base && it->second.alloc_id == memory.alloc_id &&
           it->second.iface == memory.iface && it->second.length == memory.alloc_len) {
         ++it;  // another thread recorded this very allocation meanwhile
-        continue;
-      }
-      if (std::find(alive.begin(), alive.end(), it->first) != alive.end()) {
-        kept = true;  // still allocated as recorded (asked above): another view, not a free
-        ++it;
         continue;
       }
       if (it->first + it->second.length > memory.base) {
@@ -99,10 +62,8 @@ void DeviceMonitor::observe(hmem::Iface& iface, const hmem::PointerInfo& memory)
       }
       it = known_.erase(it);
     }
-    if (!kept) {
-      inserted = known_.emplace(memory.base, Known{memory.alloc_len, memory.alloc_id, memory.iface})
-                     .second;
-    }
+    inserted = known_.emplace(memory.base, Known{memory.alloc_len, memory.alloc_id, memory.iface})
+                   .second;
   }
   for (const auto& [start, stop] : stale) {
     generation_.fetch_add(1, std::memory_order_acq_rel);

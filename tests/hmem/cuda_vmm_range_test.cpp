@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "hmem/page_range.h"
-#include "monitor/device_monitor.h"
 #include "tests/gpu/vmm_allocation.h"
 #include "tests/hmem/fake_cuda_library.h"
 
@@ -235,39 +234,6 @@ TEST_F(CudaVmmRangeTest, CopiesCrossSegmentBoundaries) {
   // A copy that would run into the unmapped spare segment fails before moving anything.
   void* tail = const_cast<void*>(as_pointer(memory.segment(2) - 16));
   EXPECT_EQ(iface_.copy_to_device(tail, pattern.data(), 32).code(), HMR_EFAULT);
-}
-
-// Two views of one reservation with the same base (a buffer inside segment 0, one across
-// segments 0 and 1: PyTorch's expandable segments) are not a free of each other: the device
-// monitor used to take the other's (length, id) at a known base as one, so registering them in
-// turn dropped each other's cache entries and dma-buf every time (found by a review; the
-// generation counts every such drop).  A real remap of segment 0 is still a free.
-TEST_F(CudaVmmRangeTest, TwoViewsOfOneReservationAreNotAFreeOfEachOther) {
-  init();
-  VmmAllocation& memory = vmm(0, 2);
-  const size_t segment = memory.segment_size();
-  auto view = [&](unsigned long long address, size_t len) {
-    Result<PointerInfo> info = iface_.query(as_pointer(address), len);
-    EXPECT_TRUE(info.ok()) << info.status().reason();
-    return info.ok() ? *info : PointerInfo{};
-  };
-  const unsigned long long inside = memory.base() + 4096;
-  const unsigned long long across = memory.base() + segment - 8192;
-  core::DeviceMonitor& monitor = core::DeviceMonitor::instance();
-  monitor.observe(iface_, view(inside, 4096));
-  monitor.observe(iface_, view(across, 16384));
-  const uint64_t generation = monitor.generation();
-  for (int round = 0; round < 3; ++round) {
-    monitor.observe(iface_, view(inside, 4096));
-    monitor.observe(iface_, view(across, 16384));
-  }
-  EXPECT_EQ(monitor.generation(), generation) << "the two views dropped each other";
-
-  ASSERT_TRUE(memory.unmap_segment(0).ok());
-  ASSERT_TRUE(memory.map_segment(0).ok());
-  monitor.observe(iface_, view(inside, 4096));
-  EXPECT_GT(monitor.generation(), generation) << "segment 0's remap was not taken as a free";
-  monitor.invalidate_everywhere(memory.base(), memory.base() + 2 * segment);  // (global state)
 }
 
 }  // namespace
