@@ -40,13 +40,11 @@ ForkProtection decide(const IbverbsSymbols& verbs, ForkPolicy policy, bool apply
                            "domain calls ibv_fork_init: registered ranges become MADV_DONTFORK "
                            "(a forked child has none of those pages)"};
   }
-  // With fork protection on, libibverbs MADV_DONTFORKs each registered range rounded to 4 KiB
-  // pages unless RDMAV_HUGEPAGES_SAFE is set, and the kernel refuses to split a hugetlb mapping
-  // there (EINVAL): part of a huge-page buffer could no longer be registered.  ibv_fork_init(3)
-  // asks for the variable where huge pages are used; it makes libibverbs round to the real page
-  // size of each range (rdma-core memory.c, read at ibv_fork_init).  An application's own value
-  // is kept.
-  setenv("RDMAV_HUGEPAGES_SAFE", "1", 0);
+  // (With protection on, libibverbs MADV_DONTFORKs each registered range on 4 KiB bounds unless
+  // RDMAV_HUGEPAGES_SAFE is set, which the kernel refuses inside a hugetlb mapping.  hmr does
+  // not set it: it makes every registration of the process, the application's own included,
+  // read /proc/self/smaps (ibv_fork_init(3): "further overhead"); docs/api.md tells users of
+  // huge pages to set it.)
   const int err = verbs.fork_init();
   if (err != 0) {
     return {"failed", std::string("ibv_fork_init failed (") + std::strerror(err) +

@@ -79,6 +79,5 @@ int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
 }
 
 ibv_context* qp_context(ibv_qp* qp) { return reinterpret_cast<hmr_ibv_qp_head*>(qp)->context; }
-ibv_pd* qp_pd(ibv_qp* qp) { return reinterpret_cast<hmr_ibv_qp_head*>(qp)->pd; }
 
 }  // namespace hmr::verbs

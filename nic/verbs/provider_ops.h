@@ -34,6 +34,5 @@ int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr);
 
 // The context a QP was created in (the first member of every provider's QP).
 ibv_context* qp_context(ibv_qp* qp);
-ibv_pd* qp_pd(ibv_qp* qp);  // (the QP's protection domain, from the public head of struct ibv_qp)
 
 }  // namespace hmr::verbs

@@ -117,6 +117,7 @@ Status UmrQueue::connect(bool reset) {
   const bool ethernet = port.link_layer == IBV_LINK_LAYER_ETHERNET;
   if (ethernet) {
     // ibv_query_gid returns -1 and sets errno (rdma-core verbs.c), unlike most verbs calls.
+    errno = 0;  // (rdma-core may return -1 without setting it)
     if (verbs.query_gid(context_, kPort, 0, &gid) != 0) {
       const int err = errno != 0 ? errno : EIO;
       return verbs_failure(err, "ibv_query_gid(%s, port %u, index 0) for the UMR queue failed",

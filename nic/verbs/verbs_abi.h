@@ -319,8 +319,6 @@ struct ibv_mw {
 /* Only the head: the rest of a QP belongs to its provider. */
 struct hmr_ibv_qp_head {
   struct ibv_context* context;
-  void* qp_context;
-  struct ibv_pd* pd;
 };
 
 struct ibv_mw_bind_info {

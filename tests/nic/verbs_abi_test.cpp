@@ -97,7 +97,6 @@ HMR_SAME_LAYOUT(ibv_send_wr, invalidate_rkey);
 HMR_SAME_LAYOUT(ibv_send_wr, wr);
 HMR_SAME_LAYOUT(ibv_send_wr, bind_mw);
 static_assert(offsetof(::ibv_qp, context) == offsetof(ours::hmr_ibv_qp_head, context));
-static_assert(offsetof(::ibv_qp, pd) == offsetof(ours::hmr_ibv_qp_head, pd));
 
 HMR_SAME_VALUE(IBV_ACCESS_RELAXED_ORDERING);
 static_assert(kOurOptionalRange == ::IBV_ACCESS_OPTIONAL_RANGE);
