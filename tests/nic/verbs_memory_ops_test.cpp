@@ -273,6 +273,32 @@ TEST_F(VerbsMemoryOpsTest, ReregProtectionDomainTakesAPdOfTheSameDevice) {
   EXPECT_EQ(fake().dealloc_pd(other), 0) << "the MR was not deregistered from the new PD";
 }
 
+// A window binds an MR of its own protection domain: one a re-registration moved to another PD
+// is refused with the reason (the bind would complete in error and break the QP; neither
+// libibverbs nor mlx5 checks when posting).  Found by a review.
+TEST_F(VerbsMemoryOpsTest, AWindowDoesNotBindAnMrMovedToAnotherPd) {
+  verbs::ibv_pd* const pd_of_app = app_pd();
+  open_domain("relaxed_ordering=off", pd_of_app);
+  verbs::ibv_pd* other = fake().alloc_pd(pd_of_app->context);
+  ASSERT_NE(other, nullptr);
+  std::vector<char> buffer(kPage);
+  {
+    auto [mr, window] = window_on(buffer, HMR_MW_TYPE_1);
+    ASSERT_TRUE(mr && window);
+    hmr_mr_rereg_attr attr = rereg_attr();
+    attr.nic_pd = other;
+    ASSERT_HMR_OK(hmr_mr_rereg(mr.get(), HMR_MR_REREG_PD, &attr));
+    uint64_t key = kKeySentinel;
+    const hmr_mw_post request = post(5);
+    EXPECT_HMR_ERROR(hmr_mw_bind(window.get(), mr.get(), buffer.data(), 64, kRemote, &request, &key),
+                     HMR_EINVAL);
+    EXPECT_TRUE(contains(hmr_last_error(), "protection domain")) << hmr_last_error();
+    EXPECT_EQ(key, kKeySentinel);
+    EXPECT_EQ(fake().call_count("bind_mw"), 0);
+  }
+  EXPECT_EQ(fake().dealloc_pd(other), 0);
+}
+
 TEST_F(VerbsMemoryOpsTest, ReregArgumentErrorsNeverReachLibibverbs) {
   open_domain();
   std::vector<char> buffer(2 * kPage);
