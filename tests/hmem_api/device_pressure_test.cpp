@@ -50,15 +50,7 @@ int small_deregister(void* context, const hmr_nic_mr*, char*, size_t) {
 
 TEST(DevicePressure, IdleDeviceRegistrationsAreGivenBackWhenTheNicRefuses) {
   SmallNic nic;
-  hmr_nic_callbacks callbacks;
-  std::memset(&callbacks, 0, sizeof callbacks);
-  callbacks.size = sizeof callbacks;
-  callbacks.context = &nic;
-  callbacks.key_size = 8;
-  callbacks.caps = HMR_NIC_CB_DMABUF;
-  callbacks.reg_va = small_register;
-  callbacks.reg_dmabuf = small_register;
-  callbacks.dereg = small_deregister;
+  hmr_nic_callbacks callbacks = callback_nic(&nic, HMR_NIC_CB_DMABUF, small_register, small_deregister);
   hmr_domain_attr attr = hmr_test::domain_attr(kSharingMode);
   attr.nic = "callback";
   attr.nic_handle = &callbacks;

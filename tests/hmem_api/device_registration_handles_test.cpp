@@ -44,14 +44,9 @@ int null_handle_dereg(void* context, const hmr_nic_mr* mr, char*, size_t) {
 
 TEST(DeviceRegistrationHandles, TwoHostShadowsUnderOneNicHandleStayApart) {
   NullHandleNic nic;
-  hmr_nic_callbacks callbacks;
-  std::memset(&callbacks, 0, sizeof callbacks);
-  callbacks.size = sizeof callbacks;
-  callbacks.context = &nic;
-  callbacks.key_size = 8;
-  callbacks.caps = HMR_NIC_CB_PINS_HOST_MEMORY;  // no dma-buf, no peer-direct: host shadows
-  callbacks.reg_va = null_handle_reg;
-  callbacks.dereg = null_handle_dereg;
+  // No dma-buf, no peer-direct: host shadows.
+  hmr_nic_callbacks callbacks =
+      callback_nic(&nic, HMR_NIC_CB_PINS_HOST_MEMORY, null_handle_reg, null_handle_dereg);
   hmr_domain_attr attr = hmr_test::domain_attr(kSharingMode);
   attr.nic = "callback";
   attr.nic_handle = &callbacks;

@@ -162,15 +162,23 @@ class Hostile {
     std::string why;
     if (!control_->send(m, peer_, &why)) die(why);
   }
+  // Posts with `post` (which answers as fi_send does), progressing while the provider is busy;
+  // dies when `what` never goes out or fails to.
+  template <typename Post>
+  void post_until_taken(const char* what, Clock::time_point deadline, Post post) {
+    ssize_t rc;
+    while ((rc = post()) == -FI_EAGAIN) {
+      if (Clock::now() > deadline) die(std::string(what) + " never went out");
+      next_message(Clock::now());
+    }
+    if (rc != 0) die(std::string("posting ") + what + " failed");
+  }
+
   // Bytes that are no message at all, sent from `buffer` (registered, `desc`).
   void send_raw(void* buffer, void* desc, size_t len, Clock::time_point deadline) {
     raw_send_.kind = OperationKind::data_write;  // next_message() leaves it alone
-    ssize_t rc;
-    while ((rc = endpoint_->send(buffer, len, desc, peer_, &raw_send_)) == -FI_EAGAIN) {
-      if (Clock::now() > deadline) die("the raw send never went out");
-      next_message(Clock::now());
-    }
-    if (rc != 0) die("fi_send of the raw bytes failed");
+    post_until_taken("the raw send", deadline,
+                     [&] { return endpoint_->send(buffer, len, desc, peer_, &raw_send_); });
   }
 
   // Waits for the sender's failure notice for `slot` until the harness says its send ended
@@ -254,28 +262,21 @@ class Hostile {
   }
 
   // Posts an RMA write of `len` bytes from `source` with CQ data `data` into `target` at
-  // `offset`, and progresses until it completed or failed (its outcome does not matter: the
-  // lie is in the data).
+  // `offset` (its outcome does not matter: the lie is in the data).
   void write(const void* source, void* desc, size_t len, uint64_t data, const AnnouncedBuffer& target,
              uint64_t offset, Clock::time_point deadline) {
-    lie_.kind = OperationKind::data_write;
-    ssize_t rc;
-    while ((rc = fi_writedata(endpoint_->native(), source, len, desc, data, peer_, target.address + offset,
-                              target.key, &lie_)) == -FI_EAGAIN) {
-      if (Clock::now() > deadline) die("the lying write never went out");
-      next_message(Clock::now());
-    }
-    if (rc != 0) die("fi_writedata of the lie failed");
+    lie_.kind = OperationKind::data_write;  // next_message() leaves it alone
+    post_until_taken("the lying write", deadline, [&] {
+      return fi_writedata(endpoint_->native(), source, len, desc, data, peer_,
+                          target.address + offset, target.key, &lie_);
+    });
   }
   // An eager message of `len` bytes of `source`, with CQ data `data`.
   void send_eager(const void* source, void* desc, size_t len, uint64_t data, Clock::time_point deadline) {
     lie_.kind = OperationKind::data_write;
-    ssize_t rc;
-    while ((rc = fi_senddata(endpoint_->native(), source, len, desc, data, peer_, &lie_)) == -FI_EAGAIN) {
-      if (Clock::now() > deadline) die("the lying eager message never went out");
-      next_message(Clock::now());
-    }
-    if (rc != 0) die("fi_senddata of the lie failed");
+    post_until_taken("the lying eager message", deadline, [&] {
+      return fi_senddata(endpoint_->native(), source, len, desc, data, peer_, &lie_);
+    });
   }
 
   // Progresses (tcp moves nothing without this side's progress) until the harness says

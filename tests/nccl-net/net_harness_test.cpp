@@ -1065,6 +1065,25 @@ class HostilePeer : public ::testing::Test {
     peer.emplace(std::move(*started));
     ASSERT_TRUE(rank.start(library(), &f)) << f.text();
   }
+  // Listens on device 0 and hands the peer `step` and the handle, as a lying sender's
+  // steps begin: the listen comm, or nullptr (with a failure).
+  void* listen_for(const std::string& step) {
+    char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+    void* listen_comm = nullptr;
+    EXPECT_EQ(rank.net().listen(0, handle, &listen_comm), ncclSuccess);
+    if (listen_comm == nullptr || !peer->channel().send(step, &why) ||
+        !peer->channel().send(std::vector<uint8_t>(handle, handle + sizeof handle), &why)) {
+      ADD_FAILURE() << "listening for the hostile peer's step '" << step << "': " << why;
+      return nullptr;
+    }
+    return listen_comm;
+  }
+  // Ends the peer (its "done") and the rank.
+  void finish() {
+    ASSERT_TRUE(peer->channel().send(std::string("done"), &why)) << why;
+    EXPECT_EQ(peer->wait(Clock::now() + std::chrono::seconds(30)), std::optional<int>(0));
+    EXPECT_EQ(rank.net().finalize(), ncclSuccess);
+  }
   std::string why;
   std::optional<PeerProcess> peer;
   Failures f;
@@ -1200,9 +1219,7 @@ TEST_F(HostilePeer, LyingAnnouncementsAndGarbageAreErrorsOnBothSides) {
     }
   }
 
-  ASSERT_TRUE(peer->channel().send(std::string("done"), &why)) << why;
-  EXPECT_EQ(peer->wait(Clock::now() + std::chrono::seconds(30)), std::optional<int>(0));
-  EXPECT_EQ(rank.net().finalize(), ncclSuccess);
+  finish();
 }
 
 // Lying senders (the hostile peer's "send" steps): parts of a message that contradict each
@@ -1222,11 +1239,8 @@ TEST_F(HostilePeer, LyingSendsFailTheReceiveWithTheReason) {
                          Lie{"eager-far-ahead", "credits ahead of buffer"},
                          Lie{"eager-flood", "ahead of their receives, over all tags"}}) {
     SCOPED_TRACE(lie.step);
-    char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
-    void* listen_comm = nullptr;
-    ASSERT_EQ(rank.net().listen(0, handle, &listen_comm), ncclSuccess);
-    ASSERT_TRUE(peer->channel().send(std::string("send ") + lie.step, &why)) << why;
-    ASSERT_TRUE(peer->channel().send(std::vector<uint8_t>(handle, handle + sizeof handle), &why)) << why;
+    void* listen_comm = listen_for(std::string("send ") + lie.step);
+    ASSERT_NE(listen_comm, nullptr);
     void* recv = nullptr;
     while (recv == nullptr && !rank.expired()) ASSERT_EQ(rank.net().accept(listen_comm, &recv), ncclSuccess);
     ASSERT_NE(recv, nullptr) << "the lying sender never connected";
@@ -1264,20 +1278,15 @@ TEST_F(HostilePeer, LyingSendsFailTheReceiveWithTheReason) {
     EXPECT_EQ(rank.net().close_recv(recv), ncclSuccess);
     EXPECT_EQ(rank.net().close_listen(listen_comm), ncclSuccess);
   }
-  ASSERT_TRUE(peer->channel().send(std::string("done"), &why)) << why;
-  EXPECT_EQ(peer->wait(Clock::now() + std::chrono::seconds(30)), std::optional<int>(0));
-  EXPECT_EQ(rank.net().finalize(), ncclSuccess);
+  finish();
 }
 
 // A message to a listener larger than any it expects (truncated by the provider) is dropped
 // with a warning: accept goes on and the next connector is accepted.  It failed accept for
 // good before.
 TEST_F(HostilePeer, AMessageTooLargeForTheListenerIsDroppedAndTheNextConnectorAccepted) {
-  char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
-  void* listen_comm = nullptr;
-  ASSERT_EQ(rank.net().listen(0, handle, &listen_comm), ncclSuccess);
-  ASSERT_TRUE(peer->channel().send(std::string("send oversize-then-connect"), &why)) << why;
-  ASSERT_TRUE(peer->channel().send(std::vector<uint8_t>(handle, handle + sizeof handle), &why)) << why;
+  void* listen_comm = listen_for("send oversize-then-connect");
+  ASSERT_NE(listen_comm, nullptr);
   auto junk = peer->channel().receive_text(rank.deadline(), &why);
   ASSERT_TRUE(junk) << why;
   void* recv = nullptr;
@@ -1300,9 +1309,7 @@ TEST_F(HostilePeer, AMessageTooLargeForTheListenerIsDroppedAndTheNextConnectorAc
     EXPECT_EQ(rank.net().close_recv(recv), ncclSuccess);
   }
   EXPECT_EQ(rank.net().close_listen(listen_comm), ncclSuccess);
-  ASSERT_TRUE(peer->channel().send(std::string("done"), &why)) << why;
-  EXPECT_EQ(peer->wait(Clock::now() + std::chrono::seconds(30)), std::optional<int>(0));
-  EXPECT_EQ(rank.net().finalize(), ncclSuccess);
+  finish();
 }
 
 TEST(BadInput, ForeignHandlesAndArguments) {

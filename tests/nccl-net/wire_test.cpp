@@ -284,17 +284,26 @@ TEST(WriteCompletion, PartsInAnyOrderAddUpToTheMessage) {
   for (const uint64_t size : {uint64_t{0}, uint64_t{1}, mib - 1, mib, mib + 1, 3 * mib + 5, 64 * mib,
                               kMaxMessageSize - mib + 1, kMaxMessageSize}) {
     const WritePlan plan = plan_writes(size);
+    ASSERT_TRUE(plan.count == 1 || plan.count == 2) << size;
+    // The writes cover the message once, in order: a whole one under 1 MiB, else a head of
+    // whole MiB and a tail of less than 1 MiB.
+    uint64_t covered = 0;
     std::vector<WriteCompletion> parts;
-    if (plan.head_bytes == 0) {
-      parts.push_back({1, 2, 3, WritePart::whole, static_cast<uint32_t>(size)});
-    } else {
-      EXPECT_EQ(plan.head_bytes % mib, 0u);
-      EXPECT_LT(plan.tail_bytes, mib);
-      EXPECT_EQ(plan.head_bytes + plan.tail_bytes, size);
-      parts.push_back({1, 2, 3, plan.tail_bytes ? WritePart::head_then_tail : WritePart::head_only,
-                       static_cast<uint32_t>(plan.head_bytes / mib)});
-      if (plan.tail_bytes) parts.push_back({1, 2, 3, WritePart::tail, static_cast<uint32_t>(plan.tail_bytes)});
+    for (size_t i = 0; i < plan.count; ++i) {
+      const PlannedWrite& w = plan.writes[i];
+      EXPECT_EQ(w.offset, covered) << size;
+      covered += w.bytes;
+      if (w.part == WritePart::head_only || w.part == WritePart::head_then_tail) {
+        EXPECT_EQ(w.bytes % mib, 0u);
+        EXPECT_EQ(w.value, w.bytes / mib);
+      } else {
+        EXPECT_LT(w.bytes, mib);
+        EXPECT_EQ(w.value, w.bytes);
+      }
+      parts.push_back({1, 2, 3, w.part, w.value});
     }
+    EXPECT_EQ(covered, size);
+    EXPECT_EQ(plan.writes[0].part == WritePart::whole, size < mib) << size;
     for (bool reversed : {false, true}) {
       LandedParts landed;
       for (size_t i = 0; i < parts.size(); ++i) {

@@ -139,10 +139,14 @@ ncclResult_t RecvComm::progress() {
     }
     for (int i = 0; i < n; ++i) {
       const Completion& c = completions[i];
+      if ((c.flags & FI_REMOTE_CQ_DATA) && c.data > UINT32_MAX) {  // (tcp and shm carry 8 bytes)
+        return fail_comm(ncclRemoteError, "the sender's write or eager message carried remote CQ "
+                                          "data wider than the 32 bits the plugin sends");
+      }
       if ((c.flags & FI_REMOTE_CQ_DATA) && !(c.flags & FI_RECV)) {
         // A remote write's CQ data comes with no operation of ours (its context is whatever
         // the provider left there: shm 1.17 gives 0x1), so it is not looked at.
-        if (const ncclResult_t rc = on_write(c.data); rc != ncclSuccess) return rc;
+        if (const ncclResult_t rc = on_write(static_cast<uint32_t>(c.data)); rc != ncclSuccess) return rc;
         continue;
       }
       auto* op = static_cast<Operation*>(c.context);
@@ -150,7 +154,10 @@ ncclResult_t RecvComm::progress() {
       switch (op->kind) {
         case OperationKind::control_receive: {
           if (c.flags & FI_REMOTE_CQ_DATA) {  // an eager message (net/eager.h)
-            if (const ncclResult_t rc = on_eager(*op, c.len, c.data); rc != ncclSuccess) return rc;
+            if (const ncclResult_t rc = on_eager(*op, c.len, static_cast<uint32_t>(c.data));
+                rc != ncclSuccess) {
+              return rc;
+            }
             break;
           }
           const ncclResult_t rc = on_message(control_->received(*op, c.len));
@@ -189,12 +196,8 @@ ReceiveRequest* RecvComm::posted(uint8_t slot, uint8_t index, uint8_t generation
   return &request;
 }
 
-ncclResult_t RecvComm::on_write(uint64_t data) {
-  if (data > UINT32_MAX) {
-    return fail_comm(ncclRemoteError, "the sender's write carried remote CQ data wider than the "
-                                      "32 bits the plugin sends");
-  }
-  const WriteCompletion c = decode_write_completion(static_cast<uint32_t>(data));
+ncclResult_t RecvComm::on_write(uint32_t data) {
+  const WriteCompletion c = decode_write_completion(data);
   ReceiveRequest* request = posted(c.slot, c.index, c.generation, kWriteGenerationMask);
   auto buffer = [&c] {  // (for errors only: no string is made per write)
     return "slot " + std::to_string(c.slot) + " buffer " + std::to_string(c.index) +
@@ -248,16 +251,12 @@ ncclResult_t RecvComm::on_message(std::span<const uint8_t> bytes) {
   return ncclSuccess;
 }
 
-ncclResult_t RecvComm::on_eager(Operation& bounce, size_t len, uint64_t data) {
+ncclResult_t RecvComm::on_eager(Operation& bounce, size_t len, uint32_t data) {
   --bounces_posted_;
   if (eager_max_ == 0) {
     return fail_comm(ncclRemoteError, "the sender sent an eager message on a comm without them");
   }
-  if (data > UINT32_MAX) {
-    return fail_comm(ncclRemoteError, "the sender's eager message carried remote CQ data wider "
-                                      "than the 32 bits the plugin sends");
-  }
-  EagerAddress a = decode_eager_address(static_cast<uint32_t>(data));
+  EagerAddress a = decode_eager_address(data);
   const Stream* known = streams_.find(a.tag);
   a.ordinal = restore_ordinal(a.ordinal, known != nullptr ? known->next_ordinal : 0);
   size_t index = 0;

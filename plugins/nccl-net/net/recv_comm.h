@@ -92,9 +92,9 @@ class RecvComm {
 
   explicit RecvComm(Device& device) : device_(&device) {}
   ncclResult_t progress();
-  ncclResult_t on_write(uint64_t data);
+  ncclResult_t on_write(uint32_t data);
   ncclResult_t on_message(std::span<const uint8_t> bytes);
-  ncclResult_t on_eager(Operation& bounce, size_t len, uint64_t data);
+  ncclResult_t on_eager(Operation& bounce, size_t len, uint32_t data);
   // The posted, unfilled buffer an eager message names: its request and index, or nullptr.
   ReceiveRequest* posted_for(const EagerAddress& address, size_t* index);
   // Moves an eager message into buffer `index` of `request`: a copy (host memory) or an RMA

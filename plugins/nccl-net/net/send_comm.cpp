@@ -365,16 +365,11 @@ ncclResult_t SendComm::write_announced(void* data, size_t size, Stream& stream, 
   // One write, or a head and a tail (wire/write_completion.h); the head first, and a tail the
   // provider cannot take at once goes with the next progress.
   const WritePlan plan = plan_writes(size);
-  const WriteCompletion first =
-      plan.head_bytes == 0
-          ? WriteCompletion{where.slot, where.generation, where.index, WritePart::whole,
-                            static_cast<uint32_t>(size)}
-          : WriteCompletion{where.slot, where.generation, where.index,
-                            plan.tail_bytes == 0 ? WritePart::head_only : WritePart::head_then_tail,
-                            static_cast<uint32_t>(plan.head_bytes >> kWriteValueBits)};
-  const ssize_t rc = endpoint_->write_with_data(data, plan.head_bytes == 0 ? size : plan.head_bytes,
-                                                req->desc, encode(first), peer_, target.address,
-                                                target.key, &req->write);
+  const PlannedWrite& first = plan.writes[0];
+  const ssize_t rc = endpoint_->write_with_data(
+      data, first.bytes, req->desc,
+      encode(WriteCompletion{where.slot, where.generation, where.index, first.part, first.value}),
+      peer_, target.address, target.key, &req->write);
   if (rc == -FI_EAGAIN) return progress();  // no request: NCCL calls again
   if (rc != 0) {
     return fail(ncclSystemError, "fi_writedata of %zu bytes failed: %s", size,
@@ -390,7 +385,7 @@ ncclResult_t SendComm::write_announced(void* data, size_t size, Stream& stream, 
   req->error = ncclSuccess;
   req->part_failed = false;
   req->in_flight = 1;
-  req->tail_unposted = plan.tail_bytes != 0;
+  req->tail_unposted = plan.count == 2;
   if (req->tail_unposted) post_tail(*req);
   *request = req;
   return ncclSuccess;
@@ -402,13 +397,12 @@ void SendComm::post_tail(SendRequest& request) {
     end_if_over(request);
     return;
   }
-  const WritePlan plan = plan_writes(request.size);
-  const WriteCompletion tail{request.target.slot, request.target.generation, request.target.index,
-                             WritePart::tail, static_cast<uint32_t>(plan.tail_bytes)};
+  const PlannedWrite tail = plan_writes(request.size).writes[1];
+  const WriteTarget& where = request.target;
   const ssize_t rc = endpoint_->write_with_data(
-      static_cast<const uint8_t*>(request.data) + plan.head_bytes, plan.tail_bytes, request.desc,
-      encode(tail), peer_, request.remote_address + plan.head_bytes, request.remote_key,
-      &request.tail_write);
+      static_cast<const uint8_t*>(request.data) + tail.offset, tail.bytes, request.desc,
+      encode(WriteCompletion{where.slot, where.generation, where.index, tail.part, tail.value}),
+      peer_, request.remote_address + tail.offset, request.remote_key, &request.tail_write);
   if (rc == -FI_EAGAIN) {
     if (std::find(unposted_tails_.begin(), unposted_tails_.end(), &request) == unposted_tails_.end()) {
       unposted_tails_.push_back(&request);  // (reserved for every request: no allocation)
@@ -421,7 +415,7 @@ void SendComm::post_tail(SendRequest& request) {
     return;
   }
   part_failed(request, fail(ncclSystemError, "fi_writedata of the last %llu bytes of a %zu-byte "
-                            "message failed: %s", static_cast<unsigned long long>(plan.tail_bytes),
+                            "message failed: %s", static_cast<unsigned long long>(tail.bytes),
                             request.size, device_->libfabric().describe(rc).c_str()));
   end_if_over(request);
 }

@@ -63,17 +63,31 @@ inline WriteCompletion decode_write_completion(uint32_t data) {
                          static_cast<WritePart>(data >> 10 & 3u), data >> 12};
 }
 
-// How a message of `size` bytes (<= kMaxMessageSize) is written: one part, or a head of
-// head_bytes and a tail of size - head_bytes (none when that is 0).
+// One write of a message: `bytes` at `offset` in it, and the part and value its completion
+// carries.
+struct PlannedWrite {
+  uint64_t offset = 0;
+  uint64_t bytes = 0;
+  WritePart part = WritePart::whole;
+  uint32_t value = 0;
+};
+
+// How a message of `size` bytes (<= kMaxMessageSize) is written: writes[0] (whole, or the
+// head), and writes[1] (the tail) when count is 2.
 struct WritePlan {
-  uint64_t head_bytes = 0;  // 0: one `whole` write
-  uint64_t tail_bytes = 0;
+  PlannedWrite writes[2];
+  size_t count = 1;
 };
 
 inline WritePlan plan_writes(uint64_t size) {
-  if (size < kWholeWriteLimit) return WritePlan{0, 0};
+  if (size < kWholeWriteLimit) return WritePlan{{{0, size, WritePart::whole, static_cast<uint32_t>(size)}}, 1};
   const uint64_t head = size & ~(kWholeWriteLimit - 1);
-  return WritePlan{head, size - head};
+  const uint64_t tail = size - head;
+  const uint32_t mib = static_cast<uint32_t>(head >> kWriteValueBits);
+  if (tail == 0) return WritePlan{{{0, head, WritePart::head_only, mib}}, 1};
+  return WritePlan{{{0, head, WritePart::head_then_tail, mib},
+                    {head, tail, WritePart::tail, static_cast<uint32_t>(tail)}},
+                   2};
 }
 
 // What has landed of the message written into one buffer, part by part.
