@@ -1,5 +1,7 @@
 #include "monitor/device_monitor.h"
 
+#include <algorithm>
+#include <iterator>
 #include <mutex>
 #include <utility>
 #include <vector>
@@ -32,43 +34,81 @@ void DeviceMonitor::observe(hmem::Iface& iface, const hmem::PointerInfo& memory)
   // Without an id or free events there is nothing to compare or watch (memory that was only
   // declared, of runtimes that report nothing): explicit invalidation is its monitor.
   if (memory.alloc_id == 0 && !free_events) return;
+  const View view{memory.base, memory.alloc_len};
   const uint64_t end = memory.base + memory.alloc_len;
+  auto same = [&](const Known& known) {
+    return known.alloc_id == memory.alloc_id && known.iface == memory.iface;
+  };
+  // Which recorded views overlap it: a view at the same base and length under another id was
+  // freed (the runtime names the range differently now).  Any other overlapping view is
+  // either another view of live memory (segments of one VMM reservation) or was freed; the
+  // runtime is asked which, outside the lock (a driver call).  Runtimes that report frees
+  // (free_events) have reported any free already, and an allocation without an id cannot be
+  // told apart: there, an overlap is a free, as it always was.
+  std::vector<std::pair<View, Known>> overlapping;
   {
     std::shared_lock<std::shared_mutex> lock(mutex_);
-    auto found = known_.find(memory.base);
-    if (found != known_.end() && found->second.alloc_id == memory.alloc_id &&
-        found->second.iface == memory.iface && found->second.length == memory.alloc_len) {
-      return;
+    auto found = known_.find(view);
+    if (found != known_.end() && same(found->second)) return;  // the common case: known
+    for (auto it = first_overlapping(memory.base); it != known_.end() && it->first.first < end;
+         ++it) {
+      if (it->first != view && it->first.first + it->first.second > memory.base) {
+        overlapping.emplace_back(*it);
+      }
     }
   }
-  // New at this address: whatever known allocation overlaps it has been freed.
-  std::vector<std::pair<uint64_t, uint64_t>> stale;
+  std::vector<View> alive;
+  if (!free_events) {
+    for (const auto& [other, known] : overlapping) {
+      if (known.iface != memory.iface || known.alloc_id == 0) continue;
+      Result<hmem::PointerInfo> now =
+          iface.query(reinterpret_cast<const void*>(static_cast<uintptr_t>(other.first)),
+                      other.second);
+      if (now.ok() && now->base == other.first && now->alloc_len == other.second &&
+          now->alloc_id == known.alloc_id) {
+        alive.push_back(other);
+      }
+    }
+  }
+  auto asked = [&](const View& other, const Known& known) {
+    for (const auto& [seen, then] : overlapping) {
+      if (seen == other) return then.alloc_id == known.alloc_id;
+    }
+    return false;
+  };
+  // Under the lock again: drop what was found freed.  A view another thread recorded after
+  // the look above (not asked about) stays: its registration resolved it just now.  A stale
+  // view's range is dropped from every cache whole, which may take entries of a live view
+  // inside it too (never stale, one re-registration); its dma-bufs are forgotten likewise.
+  std::vector<View> stale;
   bool inserted = false;
   {
     std::unique_lock<std::shared_mutex> lock(mutex_);
-    auto it = known_.lower_bound(memory.base);
-    if (it != known_.begin()) {
-      auto before = std::prev(it);
-      if (before->first + before->second.length > memory.base) it = before;
-    }
-    while (it != known_.end() && it->first < end) {
-      if (it->first == memory.base && it->second.alloc_id == memory.alloc_id &&
-          it->second.iface == memory.iface && it->second.length == memory.alloc_len) {
-        ++it;  // another thread recorded this very allocation meanwhile
+    auto it = first_overlapping(memory.base);
+    while (it != known_.end() && it->first.first < end) {
+      const View other = it->first;
+      const bool overlaps = other.first + other.second > memory.base;
+      const bool freed =
+          overlaps && (other == view ? !same(it->second)
+                                     : asked(other, it->second) &&
+                                           std::find(alive.begin(), alive.end(), other) ==
+                                               alive.end());
+      if (!freed) {
+        ++it;
         continue;
       }
-      if (it->first + it->second.length > memory.base) {
-        stale.emplace_back(it->first, it->first + it->second.length);
-      }
-      it = known_.erase(it);
+      stale.push_back(other);
+      it = erase(it);
     }
-    inserted = known_.emplace(memory.base, Known{memory.alloc_len, memory.alloc_id, memory.iface})
-                   .second;
+    if (known_.find(view) == known_.end()) {
+      record(view, Known{memory.alloc_id, memory.iface});
+      inserted = true;
+    }
   }
-  for (const auto& [start, stop] : stale) {
+  for (const auto& [base, length] : stale) {
     generation_.fetch_add(1, std::memory_order_acq_rel);
-    DmabufShares::instance().forget_range(start, stop);
-    notify(start, stop);
+    DmabufShares::instance().forget_range(base, base + length);
+    notify(base, base + length);
   }
   if (inserted && free_events) {
     Status watched = iface.watch_free(memory, &DeviceMonitor::on_free, this);
@@ -80,20 +120,34 @@ void DeviceMonitor::observe(hmem::Iface& iface, const hmem::PointerInfo& memory)
       return;
     }
     std::unique_lock<std::shared_mutex> lock(mutex_);
-    auto found = known_.find(memory.base);
-    if (found != known_.end() && found->second.alloc_id == memory.alloc_id &&
-        found->second.length == memory.alloc_len) {
-      found->second.watched = true;
-    }
+    auto found = known_.find(view);
+    if (found != known_.end() && same(found->second)) found->second.watched = true;
   }
 }
 
 bool DeviceMonitor::frees_reported(uintptr_t start, size_t len) {
   std::shared_lock<std::shared_mutex> lock(mutex_);
-  auto it = known_.upper_bound(start);
-  if (it == known_.begin()) return false;
-  --it;
-  return it->second.watched && start + len <= it->first + it->second.length;
+  for (auto it = first_overlapping(start); it != known_.end() && it->first.first <= start;
+       ++it) {
+    if (it->second.watched && start + len <= it->first.first + it->first.second) return true;
+  }
+  return false;
+}
+
+DeviceMonitor::Views::iterator DeviceMonitor::first_overlapping(uint64_t start) {
+  const uint64_t longest = lengths_.empty() ? 0 : lengths_.rbegin()->first;
+  const uint64_t lowest = start >= longest ? start - longest + 1 : 0;
+  return known_.lower_bound(View{lowest, 0});
+}
+
+void DeviceMonitor::record(const View& view, const Known& known) {
+  if (known_.emplace(view, known).second) ++lengths_[view.second];
+}
+
+DeviceMonitor::Views::iterator DeviceMonitor::erase(Views::iterator view) {
+  auto length = lengths_.find(view->first.second);
+  if (length != lengths_.end() && --length->second == 0) lengths_.erase(length);
+  return known_.erase(view);
 }
 
 void DeviceMonitor::on_free(void* context, uint64_t base, size_t alloc_len) {
@@ -102,12 +156,10 @@ void DeviceMonitor::on_free(void* context, uint64_t base, size_t alloc_len) {
 
 void DeviceMonitor::forget(uintptr_t start, uintptr_t end) {
   std::unique_lock<std::shared_mutex> lock(mutex_);
-  auto it = known_.lower_bound(start);
-  if (it != known_.begin()) {
-    auto before = std::prev(it);
-    if (before->first + before->second.length > start) it = before;
+  auto it = first_overlapping(start);
+  while (it != known_.end() && it->first.first < end) {
+    it = it->first.first + it->first.second > start ? erase(it) : std::next(it);
   }
-  while (it != known_.end() && it->first < end) it = known_.erase(it);
 }
 
 void DeviceMonitor::invalidate_everywhere(uintptr_t start, uintptr_t end) {

@@ -169,6 +169,41 @@ TEST_F(CudaHitPath, AVmmSegmentMappedAgainNeverHitsTheOldMappingsRegistration) {
   EXPECT_EQ(reg_key_close(domain.get(), memory.base(), 8192), new_key) << "the new one hits";
 }
 
+// PyTorch's expandable segments hand out a buffer inside segment 0 and one across segments 0
+// and 1 of one reservation: two views with the same base.  Registered in turn, each is
+// registered once and then found in the cache (the device monitor took each for a free of the
+// other: every registration was a miss with a new export, ~35-50 us on the H100); a remap of
+// segment 1 then drops the view across it, and never serves its old registration.
+TEST_F(CudaHitPath, TwoViewsOfOneReservationRegisteredInTurnAreEachRegisteredOnce) {
+  bool rdma = false;
+  if (!vmm_supported(0, &rdma)) GTEST_SKIP() << "device 0 has no VMM support";
+  if (!rdma) GTEST_SKIP() << "device 0's VMM memory cannot be GPUDirect RDMA capable";
+  Result<VmmAllocation> created = VmmAllocation::create(driver(), 0, 2, 1, 1, rdma);
+  ASSERT_TRUE(created.ok()) << created.status().reason();
+  VmmAllocation& memory = *created;
+  const CUdeviceptr across = memory.base() + memory.segment_size() - 8192;
+  auto domain = open_domain();
+  ASSERT_TRUE(domain);
+  const uint64_t inside_key = reg_key_close(domain.get(), memory.base(), 8192);
+  const uint64_t across_key = reg_key_close(domain.get(), across, 16384);
+  const hmr_domain_stats before = domain_stats(domain.get());
+  constexpr int kRounds = 8;
+  for (int round = 0; round < kRounds; ++round) {
+    EXPECT_EQ(reg_key_close(domain.get(), memory.base(), 8192), inside_key) << round;
+    EXPECT_EQ(reg_key_close(domain.get(), across, 16384), across_key) << round;
+  }
+  const hmr_domain_stats after = domain_stats(domain.get());
+  EXPECT_EQ(after.cache_misses, before.cache_misses) << "the views dropped each other";
+  EXPECT_EQ(after.nic_registrations, before.nic_registrations);
+  EXPECT_EQ(after.cache_hits, before.cache_hits + 2 * kRounds);
+
+  ASSERT_TRUE(memory.unmap_segment(1).ok());
+  ASSERT_TRUE(memory.map_segment(1).ok());
+  EXPECT_NE(reg_key_close(domain.get(), across, 16384), across_key)
+      << "STALE HIT: the view across the remapped segment";
+  EXPECT_NE(reg_key_close(domain.get(), memory.base(), 8192), HMR_KEY_NOTAVAIL);
+}
+
 // Stream-ordered pool memory (cuMemAllocAsync: PyTorch's cudaMallocAsync backend).  Handed
 // out again from the pool, an address keeps its physical memory, so a hit is not stale either
 // way (printed: whether the driver gave the new allocation a new BUFFER_ID).  Trimmed

@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "hmem/page_range.h"
+#include "monitor/device_monitor.h"
+#include "monitor/monitor.h"
 #include "tests/gpu/vmm_allocation.h"
 #include "tests/hmem/fake_cuda_library.h"
 
@@ -234,6 +236,144 @@ TEST_F(CudaVmmRangeTest, CopiesCrossSegmentBoundaries) {
   // A copy that would run into the unmapped spare segment fails before moving anything.
   void* tail = const_cast<void*>(as_pointer(memory.segment(2) - 16));
   EXPECT_EQ(iface_.copy_to_device(tail, pattern.data(), 32).code(), HMR_EFAULT);
+}
+
+// What the device monitor drops, as a cache that listens to it sees it.
+class RecordingSink final : public core::InvalidationSink {
+ public:
+  RecordingSink() { EXPECT_TRUE(core::DeviceMonitor::instance().add_sink(this).ok()); }
+  ~RecordingSink() { core::DeviceMonitor::instance().remove_sink(this); }
+  void invalidate(uintptr_t start, uintptr_t end) override { dropped.emplace_back(start, end); }
+  std::vector<std::pair<uintptr_t, uintptr_t>> dropped;
+};
+
+// Views of one reservation as the device monitor is told of them (a full-path registration):
+// a buffer inside segment 0, one across segments 0 and 1 (same base: PyTorch's expandable
+// segments hand out both), one inside segment 1.
+class CudaVmmViewsTest : public CudaVmmRangeTest {
+ protected:
+  void SetUp() override {
+    CudaVmmRangeTest::SetUp();
+    init();
+    memory_ = &vmm(0, 2);
+    segment_ = memory_->segment_size();
+    inside_first_ = {memory_->base() + 4096, 4096};
+    across_ = {memory_->base() + segment_ - 8192, 16384};
+    inside_second_ = {memory_->segment(1) + 4096, 4096};
+  }
+  void TearDown() override {
+    // The monitor is the process's: what this test recorded goes with its memory.
+    monitor().invalidate_everywhere(memory_->base(), memory_->base() + 2 * segment_);
+    CudaVmmRangeTest::TearDown();
+  }
+  static core::DeviceMonitor& monitor() { return core::DeviceMonitor::instance(); }
+  // What a registration of `range` resolves to, told to the monitor.
+  void observe(std::pair<unsigned long long, size_t> range) {
+    Result<PointerInfo> info = iface_.query(as_pointer(range.first), range.second);
+    ASSERT_TRUE(info.ok()) << info.status().reason();
+    monitor().observe(iface_, *info);
+  }
+  int driver_calls() const {
+    return fake_cuda().call_count("cuPointerGetAttributes") +
+           fake_cuda().call_count("cuPointerGetAttribute") +
+           fake_cuda().call_count("cuMemGetAddressRange");
+  }
+  bool dropped(const RecordingSink& sink, unsigned long long address) const {
+    for (const auto& [start, end] : sink.dropped) {
+      if (start <= address && address < end) return true;
+    }
+    return false;
+  }
+
+  VmmAllocation* memory_ = nullptr;
+  size_t segment_ = 0;
+  std::pair<unsigned long long, size_t> inside_first_, across_, inside_second_;
+};
+
+// Registering views of live memory in turn never drops one for another (the monitor took a
+// different (length, id) at a base it knew as a free: both views missed for ever, each paying
+// the cold path, ~35-50 us on the H100), and once each is known, observing it again asks the
+// runtime nothing.
+TEST_F(CudaVmmViewsTest, ViewsOfLiveMemoryAreNotAFreeOfEachOther) {
+  RecordingSink sink;
+  observe(inside_first_);
+  observe(across_);
+  observe(inside_second_);
+  const uint64_t generation = monitor().generation();
+  for (int round = 0; round < 3; ++round) {
+    std::vector<PointerInfo> views;
+    for (const auto& [address, len] : {inside_first_, across_, inside_second_}) {
+      Result<PointerInfo> info = iface_.query(as_pointer(address), len);
+      ASSERT_TRUE(info.ok()) << info.status().reason();
+      views.push_back(*info);
+    }
+    const int calls = driver_calls();
+    for (const PointerInfo& view : views) monitor().observe(iface_, view);
+    EXPECT_EQ(driver_calls(), calls) << "round " << round
+                                     << ": the monitor asked the runtime about known views";
+  }
+  EXPECT_EQ(monitor().generation(), generation) << "the views dropped each other";
+  EXPECT_TRUE(sink.dropped.empty());
+}
+
+// A remapped segment is a free of every view that covers it, and of no other: segment 1
+// mapped again drops the view across both segments and the one inside segment 1 (whichever is
+// registered next), and leaves the view inside segment 0 as it was.
+TEST_F(CudaVmmViewsTest, ARemapDropsEveryViewOverItAndOnlyThose) {
+  observe(inside_first_);
+  observe(across_);
+  observe(inside_second_);
+  RecordingSink sink;
+  const uint64_t generation = monitor().generation();
+  ASSERT_TRUE(memory_->unmap_segment(1).ok());
+  ASSERT_TRUE(memory_->map_segment(1).ok());
+  observe(inside_second_);
+  EXPECT_GT(monitor().generation(), generation);
+  EXPECT_TRUE(dropped(sink, memory_->segment(1))) << "the old segment 1 was kept";
+  EXPECT_TRUE(dropped(sink, memory_->base())) << "the view across both segments was kept";
+
+  // The view inside segment 0 is still known: observing it asks nothing and drops nothing.
+  sink.dropped.clear();
+  const uint64_t after = monitor().generation();
+  Result<PointerInfo> first = iface_.query(as_pointer(inside_first_.first), 4096);
+  ASSERT_TRUE(first.ok());
+  const int calls = driver_calls();
+  monitor().observe(iface_, *first);
+  EXPECT_EQ(driver_calls(), calls);
+  EXPECT_EQ(monitor().generation(), after);
+  EXPECT_TRUE(sink.dropped.empty());
+}
+
+// The view registered first is dropped when a segment under it is remapped, even when the
+// next registration is of another view (the reverted first fix never recorded the second view
+// and so never dropped it; here each view is recorded and each is checked).
+TEST_F(CudaVmmViewsTest, AViewIsDroppedWhenTheNextRegistrationIsOfAnotherViewOverTheRemap) {
+  observe(across_);
+  observe(inside_first_);
+  RecordingSink sink;
+  ASSERT_TRUE(memory_->unmap_segment(0).ok());
+  ASSERT_TRUE(memory_->map_segment(0).ok());
+  observe(inside_second_);  // segment 1 is unchanged, but the view across both is not
+  EXPECT_TRUE(dropped(sink, memory_->segment(1)));
+  sink.dropped.clear();
+  observe(inside_first_);  // a new id at a known (base, length)
+  EXPECT_TRUE(dropped(sink, inside_first_.first));
+}
+
+// Freeing the whole allocation through hmr (hmr_mem_free's and hmr_mem_invalidate's path)
+// forgets every view of it, so a new allocation at the address is not compared with them.
+TEST_F(CudaVmmViewsTest, InvalidationForgetsEveryViewOfTheRange) {
+  observe(inside_first_);
+  observe(across_);
+  observe(inside_second_);
+  monitor().invalidate_everywhere(memory_->base(), memory_->base() + 2 * segment_);
+  RecordingSink sink;
+  Result<PointerInfo> across = iface_.query(as_pointer(across_.first), across_.second);
+  ASSERT_TRUE(across.ok());
+  const int calls = driver_calls();
+  monitor().observe(iface_, *across);
+  EXPECT_EQ(driver_calls(), calls) << "a forgotten view was asked about";
+  EXPECT_TRUE(sink.dropped.empty());
 }
 
 }  // namespace
