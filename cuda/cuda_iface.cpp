@@ -215,6 +215,7 @@ Result<PointerInfo> CudaIface::query(const void* ptr, size_t len) {
   info.alloc_len = mapped->length;
   info.kind = kind;
   info.alloc_id = mapped->alloc_id;
+  info.pieces = std::move(mapped->pieces);
   info.sys_dev = bus_ids_[static_cast<size_t>(ordinal)];
   return info;
 }

@@ -55,6 +55,7 @@ struct Walk {
   const FirstSegment& first;
   Reservation reservation;
   uint64_t identity;
+  std::vector<hmem::PointerInfo::Piece>& pieces;
 };
 
 // The end of the segment at `cursor`, which must start there and continue the first one.
@@ -120,6 +121,7 @@ Result<CUdeviceptr> next_segment_end(Walk& walk, CUdeviceptr cursor) {
                       lookup_name(walk.lookup), cursor, base, size);
   }
   walk.identity = combine(walk.identity, buffer_id);
+  walk.pieces.push_back({base, size, buffer_id});
   return base + size;
 }
 
@@ -170,7 +172,7 @@ Result<MappedRange> cover_requested_range(const CudaSymbols& symbols, SegmentLoo
                       first.base, first.size);
   }
   if (end <= first.base + first.size) {
-    return MappedRange{first.base, first.size, first.buffer_id, 1};
+    return MappedRange{first.base, first.size, first.buffer_id, 1, {}};
   }
 
   // Only VMM memory continues past its segment, and only inside its own reservation; for a
@@ -188,18 +190,22 @@ Result<MappedRange> cover_requested_range(const CudaSymbols& symbols, SegmentLoo
                       plain ? first.size : reservation->size);
   }
 
-  Walk walk{symbols, lookup, address, len, first, *reservation, mix(first.buffer_id)};
+  MappedRange range;
+  range.pieces.push_back({first.base, first.size, first.buffer_id});
+  Walk walk{symbols, lookup, address, len, first, *reservation, mix(first.buffer_id),
+            range.pieces};
   CUdeviceptr cursor = first.base + first.size;
-  size_t segments = 1;
   while (cursor < end) {
     Result<CUdeviceptr> next = next_segment_end(walk, cursor);
     if (!next.ok()) return next.status();
     cursor = *next;
-    ++segments;
   }
+  range.base = first.base;
+  range.length = static_cast<size_t>(cursor - first.base);
   // 0 reads as "no identity" elsewhere; a mix landing there is merely moved.
-  return MappedRange{first.base, static_cast<size_t>(cursor - first.base),
-                     walk.identity != 0 ? walk.identity : 1, segments};
+  range.alloc_id = walk.identity != 0 ? walk.identity : 1;
+  range.segments = range.pieces.size();
+  return range;
 }
 
 }  // namespace hmr::cuda

@@ -8,8 +8,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "cuda/cuda_symbols.h"
+#include "hmem/iface.h"
 #include "util/status.h"
 
 namespace hmr::cuda {
@@ -50,6 +52,8 @@ struct MappedRange {
   // reuses one, so unmapping and remapping any segment of the range changes this identity.
   uint64_t alloc_id = 0;
   size_t segments = 0;
+  // Each segment with its own BUFFER_ID, when there are several (PointerInfo::pieces).
+  std::vector<hmem::PointerInfo::Piece> pieces;
 };
 
 // Walks from `first` to the next address after each segment's end until [address, +len) is

@@ -43,6 +43,18 @@ struct PointerInfo {
   MemoryKind kind = MemoryKind::host;
   uint64_t alloc_id = 0;   // changes when the address is freed and reallocated: cache identity
   std::string sys_dev;     // where the memory sits: a PCI bus id ("0000:17:00.0") or NUMA node
+  // Where the range spans several separately allocated pieces (CUDA VMM segments mapped back
+  // to back in one reservation), each piece with its own identity, in address order; empty
+  // when one piece holds it (then the piece is [base, +alloc_len) with alloc_id).  Pieces of
+  // live memory never overlap, while the ranges registrations resolve to do (a buffer inside
+  // segment 0 and one across segments 0 and 1 have the same base): the device monitor
+  // records pieces, so that two such ranges are never taken for a free of each other.
+  struct Piece {
+    uint64_t base = 0;
+    uint64_t length = 0;
+    uint64_t alloc_id = 0;
+  };
+  std::vector<Piece> pieces;
 };
 
 // The part of PointerInfo that says which allocation a pointer is in (Iface::identify).

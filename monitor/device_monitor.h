@@ -52,32 +52,17 @@ class DeviceMonitor final : public Monitor {
   static std::shared_mutex& fork_lock() { return instance().mutex_; }
 
  private:
-  // What a runtime called the memory a registration resolved to: one allocation, or for CUDA
-  // VMM memory the segments that hold the registered range.  Several views of one reservation
-  // overlap while all of them are alive (PyTorch's expandable segments: a buffer inside
-  // segment 0 and one across segments 0 and 1 share a base), so a view is recorded by its
-  // base and length, and an overlapping one is only taken as freed when the runtime no longer
-  // names it as recorded (observe()).
-  using View = std::pair<uint64_t, uint64_t>;  // (base, length)
   struct Known {
+    uint64_t length = 0;
     uint64_t alloc_id = 0;
     int iface = 0;
     bool watched = false;  // its runtime calls on_free when it is freed
   };
-  using Views = std::map<View, Known>;
   static void on_free(void* context, uint64_t base, size_t alloc_len);
   void forget(uintptr_t start, uintptr_t end);
-  // With mutex_ held.  The first view in address order that may overlap [start, ...): no view
-  // is longer than the longest recorded, so none starting that far before `start` reaches it.
-  Views::iterator first_overlapping(uint64_t start);
-  // With mutex_ held exclusively: records a view, or erases one (returning the next).
-  void record(const View& view, const Known& known);
-  Views::iterator erase(Views::iterator view);
 
   std::shared_mutex mutex_;  // never held while notifying or calling a runtime
-  Views known_;              // every view seen and not known to be freed
-  std::map<uint64_t, size_t> lengths_;  // how many views of each length: the longest bounds
-                                        // the walk for overlaps
+  std::map<uint64_t, Known> known_;  // allocation pieces seen (PointerInfo::pieces), by base
   std::atomic<uint64_t> generation_{0};
 };
 

@@ -244,14 +244,22 @@ class RecordingSink final : public core::InvalidationSink {
   RecordingSink() { EXPECT_TRUE(core::DeviceMonitor::instance().add_sink(this).ok()); }
   ~RecordingSink() { core::DeviceMonitor::instance().remove_sink(this); }
   void invalidate(uintptr_t start, uintptr_t end) override { dropped.emplace_back(start, end); }
+  // Whether a cache entry of [start, +len) was dropped (a drop of any range overlapping it).
+  bool dropped_any_of(unsigned long long start, size_t len) const {
+    for (const auto& [from, to] : dropped) {
+      if (from < start + len && start < to) return true;
+    }
+    return false;
+  }
   std::vector<std::pair<uintptr_t, uintptr_t>> dropped;
 };
 
-// Views of one reservation as the device monitor is told of them (a full-path registration):
+// Ranges of one reservation as the device monitor is told of them (a full-path registration):
 // a buffer inside segment 0, one across segments 0 and 1 (same base: PyTorch's expandable
 // segments hand out both), one inside segment 1.
 class CudaVmmViewsTest : public CudaVmmRangeTest {
  protected:
+  using Range = std::pair<unsigned long long, size_t>;
   void SetUp() override {
     CudaVmmRangeTest::SetUp();
     init();
@@ -267,59 +275,56 @@ class CudaVmmViewsTest : public CudaVmmRangeTest {
     CudaVmmRangeTest::TearDown();
   }
   static core::DeviceMonitor& monitor() { return core::DeviceMonitor::instance(); }
-  // What a registration of `range` resolves to, told to the monitor.
-  void observe(std::pair<unsigned long long, size_t> range) {
+  PointerInfo resolve(Range range) {
     Result<PointerInfo> info = iface_.query(as_pointer(range.first), range.second);
-    ASSERT_TRUE(info.ok()) << info.status().reason();
-    monitor().observe(iface_, *info);
+    EXPECT_TRUE(info.ok()) << info.status().reason();
+    return info.ok() ? *info : PointerInfo{};
   }
-  int driver_calls() const {
-    return fake_cuda().call_count("cuPointerGetAttributes") +
-           fake_cuda().call_count("cuPointerGetAttribute") +
-           fake_cuda().call_count("cuMemGetAddressRange");
-  }
-  bool dropped(const RecordingSink& sink, unsigned long long address) const {
-    for (const auto& [start, end] : sink.dropped) {
-      if (start <= address && address < end) return true;
-    }
-    return false;
-  }
+  // What a registration of `range` resolves to, told to the monitor.
+  void observe(Range range) { monitor().observe(iface_, resolve(range)); }
+  static int driver_calls() { return fake_cuda().call_count("*"); }
 
   VmmAllocation* memory_ = nullptr;
   size_t segment_ = 0;
-  std::pair<unsigned long long, size_t> inside_first_, across_, inside_second_;
+  Range inside_first_, across_, inside_second_;
 };
 
-// Registering views of live memory in turn never drops one for another (the monitor took a
-// different (length, id) at a base it knew as a free: both views missed for ever, each paying
-// the cold path, ~35-50 us on the H100), and once each is known, observing it again asks the
-// runtime nothing.
-TEST_F(CudaVmmViewsTest, ViewsOfLiveMemoryAreNotAFreeOfEachOther) {
+// A range across segments resolves to each segment with its own identity, which is what the
+// monitor records.
+TEST_F(CudaVmmViewsTest, ARangeAcrossSegmentsNamesEachSegment) {
+  const PointerInfo across = resolve(across_);
+  ASSERT_EQ(across.pieces.size(), 2u);
+  EXPECT_EQ(across.pieces[0].base, memory_->base());
+  EXPECT_EQ(across.pieces[0].length, segment_);
+  EXPECT_EQ(across.pieces[0].alloc_id, resolve(inside_first_).alloc_id);
+  EXPECT_EQ(across.pieces[1].base, memory_->segment(1));
+  EXPECT_EQ(across.pieces[1].alloc_id, resolve(inside_second_).alloc_id);
+  EXPECT_TRUE(resolve(inside_first_).pieces.empty()) << "one segment: no pieces listed";
+}
+
+// Registering ranges of live memory in turn never drops one for another (the monitor took a
+// different (length, id) at a base it knew as a free: both missed for ever, each paying the
+// cold path, ~35-50 us on the H100), and observing what is known asks the runtime nothing.
+TEST_F(CudaVmmViewsTest, RangesOfLiveMemoryAreNotAFreeOfEachOther) {
   RecordingSink sink;
   observe(inside_first_);
   observe(across_);
   observe(inside_second_);
   const uint64_t generation = monitor().generation();
   for (int round = 0; round < 3; ++round) {
-    std::vector<PointerInfo> views;
-    for (const auto& [address, len] : {inside_first_, across_, inside_second_}) {
-      Result<PointerInfo> info = iface_.query(as_pointer(address), len);
-      ASSERT_TRUE(info.ok()) << info.status().reason();
-      views.push_back(*info);
-    }
+    const std::vector<PointerInfo> resolved = {resolve(inside_first_), resolve(across_),
+                                               resolve(inside_second_)};
     const int calls = driver_calls();
-    for (const PointerInfo& view : views) monitor().observe(iface_, view);
-    EXPECT_EQ(driver_calls(), calls) << "round " << round
-                                     << ": the monitor asked the runtime about known views";
+    for (const PointerInfo& info : resolved) monitor().observe(iface_, info);
+    EXPECT_EQ(driver_calls(), calls) << "round " << round;
   }
-  EXPECT_EQ(monitor().generation(), generation) << "the views dropped each other";
+  EXPECT_EQ(monitor().generation(), generation) << "the ranges dropped each other";
   EXPECT_TRUE(sink.dropped.empty());
 }
 
-// A remapped segment is a free of every view that covers it, and of no other: segment 1
-// mapped again drops the view across both segments and the one inside segment 1 (whichever is
-// registered next), and leaves the view inside segment 0 as it was.
-TEST_F(CudaVmmViewsTest, ARemapDropsEveryViewOverItAndOnlyThose) {
+// A remapped segment is a free of that segment: registering anything in it drops what covers
+// it (the range across both segments too) and leaves what lies only in the other segment.
+TEST_F(CudaVmmViewsTest, ARemapDropsWhatCoversTheSegmentAndNothingElse) {
   observe(inside_first_);
   observe(across_);
   observe(inside_second_);
@@ -329,51 +334,46 @@ TEST_F(CudaVmmViewsTest, ARemapDropsEveryViewOverItAndOnlyThose) {
   ASSERT_TRUE(memory_->map_segment(1).ok());
   observe(inside_second_);
   EXPECT_GT(monitor().generation(), generation);
-  EXPECT_TRUE(dropped(sink, memory_->segment(1))) << "the old segment 1 was kept";
-  EXPECT_TRUE(dropped(sink, memory_->base())) << "the view across both segments was kept";
+  EXPECT_TRUE(sink.dropped_any_of(inside_second_.first, inside_second_.second));
+  EXPECT_TRUE(sink.dropped_any_of(across_.first, across_.second))
+      << "the range across the remapped segment was kept";
+  EXPECT_FALSE(sink.dropped_any_of(inside_first_.first, inside_first_.second))
+      << "segment 0 was dropped, though only segment 1 was remapped";
 
-  // The view inside segment 0 is still known: observing it asks nothing and drops nothing.
+  // Segment 0 is still known: observing it drops nothing.
   sink.dropped.clear();
   const uint64_t after = monitor().generation();
-  Result<PointerInfo> first = iface_.query(as_pointer(inside_first_.first), 4096);
-  ASSERT_TRUE(first.ok());
-  const int calls = driver_calls();
-  monitor().observe(iface_, *first);
-  EXPECT_EQ(driver_calls(), calls);
+  observe(inside_first_);
   EXPECT_EQ(monitor().generation(), after);
   EXPECT_TRUE(sink.dropped.empty());
 }
 
-// The view registered first is dropped when a segment under it is remapped, even when the
-// next registration is of another view (the reverted first fix never recorded the second view
-// and so never dropped it; here each view is recorded and each is checked).
-TEST_F(CudaVmmViewsTest, AViewIsDroppedWhenTheNextRegistrationIsOfAnotherViewOverTheRemap) {
+// Whichever range is registered after a remap of segment 0, the range across both segments
+// goes once anything in segment 0 is registered again (the promise for every allocation:
+// dropped when its address is registered again, or at its free where the runtime reports it).
+TEST_F(CudaVmmViewsTest, ARangeAcrossARemappedSegmentGoesWhenTheSegmentIsRegisteredAgain) {
   observe(across_);
   observe(inside_first_);
   RecordingSink sink;
   ASSERT_TRUE(memory_->unmap_segment(0).ok());
   ASSERT_TRUE(memory_->map_segment(0).ok());
-  observe(inside_second_);  // segment 1 is unchanged, but the view across both is not
-  EXPECT_TRUE(dropped(sink, memory_->segment(1)));
-  sink.dropped.clear();
-  observe(inside_first_);  // a new id at a known (base, length)
-  EXPECT_TRUE(dropped(sink, inside_first_.first));
+  observe(inside_second_);  // segment 1 is unchanged
+  EXPECT_TRUE(sink.dropped.empty());
+  observe(inside_first_);  // a new identity in segment 0
+  EXPECT_TRUE(sink.dropped_any_of(across_.first, across_.second));
+  EXPECT_FALSE(sink.dropped_any_of(inside_second_.first, inside_second_.second));
 }
 
-// Freeing the whole allocation through hmr (hmr_mem_free's and hmr_mem_invalidate's path)
-// forgets every view of it, so a new allocation at the address is not compared with them.
-TEST_F(CudaVmmViewsTest, InvalidationForgetsEveryViewOfTheRange) {
-  observe(inside_first_);
+// Freeing through hmr (hmr_mem_free's and hmr_mem_invalidate's path) forgets every segment of
+// the range, so memory at the address later is not compared with them.
+TEST_F(CudaVmmViewsTest, InvalidationForgetsEverySegmentOfTheRange) {
   observe(across_);
-  observe(inside_second_);
   monitor().invalidate_everywhere(memory_->base(), memory_->base() + 2 * segment_);
   RecordingSink sink;
-  Result<PointerInfo> across = iface_.query(as_pointer(across_.first), across_.second);
-  ASSERT_TRUE(across.ok());
-  const int calls = driver_calls();
-  monitor().observe(iface_, *across);
-  EXPECT_EQ(driver_calls(), calls) << "a forgotten view was asked about";
-  EXPECT_TRUE(sink.dropped.empty());
+  ASSERT_TRUE(memory_->unmap_segment(1).ok());
+  ASSERT_TRUE(memory_->map_segment(1).ok());
+  observe(across_);
+  EXPECT_TRUE(sink.dropped.empty()) << "a forgotten segment was compared";
 }
 
 }  // namespace
