@@ -18,7 +18,8 @@ Result<nic::LinearCost> Domain::registration_cost() {
     request.enabled = !has_mode(HMR_MR_ENDPOINT);
     std::optional<uint64_t> reserved;
     if (!has_mode(HMR_MR_PROV_KEY)) {
-      const uint64_t top = rules_.key_size >= 8 ? UINT64_MAX
+      // (Below ~0 with 8-byte keys: that is FI_KEY_NOTAVAIL, which no registration answers.)
+      const uint64_t top = rules_.key_size >= 8 ? UINT64_MAX - 1
                                                 : (uint64_t{1} << (8 * rules_.key_size)) - 1;
       for (int i = 0; i < kKeyAttempts && !reserved; ++i) {
         if (requested_keys_.reserve(top - static_cast<uint64_t>(i)).ok()) {

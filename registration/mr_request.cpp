@@ -90,6 +90,12 @@ Status validate_keys(const hmr_mr_attr& attr, uint64_t flags, const DomainRules&
     return make_error(HMR_EKEYREJECTED, "requested key %#llx does not fit mr_key_size %zu bytes",
                       static_cast<ull>(attr.requested_key), rules.key_size);
   }
+  // ~0 is HMR_KEY_NOTAVAIL (FI_KEY_NOTAVAIL): hmr_mr_key could not tell it from "no key", and
+  // the ofi adapter treats a provider answering it as having given none.
+  if (attr.requested_key == HMR_KEY_NOTAVAIL) {
+    return make_error(HMR_EKEYREJECTED, "requested key %#llx is HMR_KEY_NOTAVAIL, which names no "
+                      "key: request another", static_cast<ull>(attr.requested_key));
+  }
   request.requested_key = attr.requested_key;
   return ok_status();
 }

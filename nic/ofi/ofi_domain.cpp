@@ -180,6 +180,20 @@ Status OfiDomain::wrap(void* handle) {
                       who_.c_str(), nic::mode_names(answered).c_str(),
                       nic::mode_names(stated).c_str());
   }
+  // Bits that change what keys and addresses mean must be the domain's own: hints with
+  // PROV_KEY to which the provider answered without it give a domain that takes requested
+  // keys, and hmr would hand it none (FI_ENOKEY from the second registration on) and give
+  // peers virtual addresses on an offset-addressed domain.
+  const uint64_t meaning = FI_MR_PROV_KEY | FI_MR_VIRT_ADDR | FI_MR_RAW;
+  if ((stated & ~answered & meaning) != 0) {
+    return make_error(HMR_EINVAL,
+                      "nic_options say the domain was opened with mr_mode %s, but %s, asked with "
+                      "that mode, answers %s: it does not use %s. Give mr_mode= the mode "
+                      "fi_getinfo answered (info->domain_attr->mr_mode), not the hints",
+                      nic::mode_names(stated).c_str(), who_.c_str(),
+                      nic::mode_names(answered).c_str(),
+                      nic::mode_names(stated & ~answered & meaning).c_str());
+  }
   domain_ = domain;
   mr_mode_ = stated;
   return ok_status();

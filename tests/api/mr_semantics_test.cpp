@@ -152,6 +152,19 @@ TEST(MrKeys, SmallerKeySizeCanBeAskedFor) {
   EXPECT_TRUE(fits);
 }
 
+// ~0 is HMR_KEY_NOTAVAIL: hmr_mr_key could not tell it from "no key".
+TEST(MrKeys, TheKeyThatMeansNoKeyCannotBeRequested) {
+  Pages pages(kPage);
+  DomainPtr domain = open_domain(0, nullptr);
+  ASSERT_TRUE(domain);
+  hmr_mr* mr = nullptr;
+  EXPECT_HMR_ERROR(hmr_mr_reg(domain.get(), pages.data(), kPage, kRemote, 0, HMR_KEY_NOTAVAIL, 0,
+                              &mr, nullptr),
+                   HMR_EKEYREJECTED);
+  EXPECT_EQ(mr, nullptr);
+  EXPECT_TRUE(reg(domain.get(), pages.data(), kPage, kRemote, HMR_KEY_NOTAVAIL - 1));
+}
+
 TEST(MrKeys, RequestedKeyIgnoredUnderProvKey) {
   Pages pages(2 * kPage);
   hmr_domain_attr attr;

@@ -164,6 +164,10 @@ std::vector<Call> calls(const Arena& arena, size_t iov_limit, bool provider_keys
       call.name = "requested_key_duplicate";
       call.after_key_in_use = true;
       add(call);
+      call.name = "requested_key_notavail";  // ~0: FI_KEY_NOTAVAIL, HMR_KEY_NOTAVAIL
+      call.after_key_in_use = false;
+      call.requested_key = ~uint64_t{0};
+      add(call);
     }
   }
   return out;

@@ -186,6 +186,39 @@ TEST(OfiWrappedDomain, ApplicationMustSupportWhatItsDomainRequires) {
                     "VIRT_ADDR");
 }
 
+// A mode stated with bits the provider does not use (the hints, not fi_getinfo's answer) is
+// refused: hmr would believe the provider chooses keys and hand it none (found by a review:
+// the second registration failed with FI_ENOKEY).
+TEST(OfiWrappedDomain, AModeTheProviderDoesNotUseIsRefused) {
+  AppDomain app(hmr_ofi_test::tcp_loopback());
+  ASSERT_TRUE(app);
+  const std::string hints = std::string(hmr_ofi_test::tcp_loopback().provider) +
+                            ";mr_mode=" + std::to_string(FI_MR_PROV_KEY | FI_MR_VIRT_ADDR);
+  hmr_ofi_test::InfoPtr info = hmr_ofi_test::find_info(hmr_ofi_test::tcp_loopback());
+  ASSERT_TRUE(info);
+  if ((info->domain_attr->mr_mode & FI_MR_PROV_KEY) != 0) {
+    GTEST_SKIP() << "this libfabric's tcp uses provider keys";
+  }
+  expect_open_error(ofi_attr(("provider=" + hints).c_str(), kAppMode, app.domain()), HMR_EINVAL,
+                    "not the hints");
+}
+
+// hmr_md_query's registration cost on a domain of requested keys: the measurement's key is
+// never ~0, which is FI_KEY_NOTAVAIL (the adapter took it for "no key" and failed, -HMR_EIO).
+TEST(OfiOwnDomain, RegistrationCostWithRequestedKeys) {
+  hmr_domain_attr attr = ofi_attr(kTcpLoopback, HMR_MR_VIRT_ADDR | HMR_MR_ALLOCATED);
+  hmr_domain* raw = nullptr;
+  ASSERT_HMR_OK(hmr_domain_open(&attr, &raw));
+  DomainPtr domain(raw);
+  if (attr.mr_mode & HMR_MR_PROV_KEY) GTEST_SKIP() << "provider keys: no key is requested";
+  hmr_md_attr cost;
+  std::memset(&cost, 0, sizeof cost);
+  cost.size = sizeof cost;
+  cost.field_mask = HMR_MD_ATTR_REG_COST;
+  ASSERT_HMR_OK(hmr_md_query(domain.get(), &cost));
+  EXPECT_EQ(cost.reg_cost_measured, 1);
+}
+
 TEST(OfiWrappedDomain, HmrNeverClosesTheApplicationsDomain) {
   AppDomain app(hmr_ofi_test::shm_choice(0));
   ASSERT_TRUE(app);
