@@ -445,6 +445,7 @@ Result<Domain::Registered> Domain::register_memory(const hmr_mr_attr& attr, uint
     std::lock_guard<std::mutex> lock(bind_mutex_);
     if (registrar_) {
       stats_.record_mr_open(length);
+      region->mark_submitted();
       registrar_->submit(region.get());
       return Registered{region.release(), nullptr};
     }
@@ -475,7 +476,7 @@ Status Domain::unmap_peer_key(uint64_t key) {
 
 Status Domain::close_memory_region(MemoryRegion* region) {
   HMR_RETURN_IF_ERROR(region->check_unused());  // windows or indirect keys still use it
-  if (event_queue_ != nullptr) region->settle_async_registration();
+  if (region->submitted()) region->settle_async_registration();
   Status deregistered = region->release();
   if (region->request().requested_key) requested_keys_.release(*region->request().requested_key);
   stats_.record_mr_close(region->request().counted_bytes());

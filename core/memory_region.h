@@ -50,6 +50,9 @@ class MemoryRegion : public Tagged<ObjectClass::memory_region> {
   // Run by the async worker: registers, posts the completion, then lets close() proceed.
   void complete_async_registration();
   // Waits for (or cancels) a pending asynchronous registration and withdraws its event.
+  // Before it is handed to the asynchronous registrar (under the domain's bind lock).
+  void mark_submitted() { submitted_ = true; }
+  bool submitted() const { return submitted_; }
   void settle_async_registration();
   // Deregisters and releases bindings; the object is deleted by the domain afterwards.
   Status release();  // the NIC's deregistration failure, if any (the MR is released anyway)
@@ -126,6 +129,10 @@ class MemoryRegion : public Tagged<ObjectClass::memory_region> {
   std::mutex mutex_;  // bindings, enable state, async completion
   std::condition_variable async_done_cv_;
   bool async_done_ = false;
+  // Handed to the domain's asynchronous registrar (mark_submitted): only such an MR has a
+  // completion to settle at close.  An indirect key registers at once even in a domain bound
+  // to an event queue, and waiting for a completion it never gets hung its close.
+  bool submitted_ = false;
   bool enabled_ = false;
   Endpoint* endpoint_ = nullptr;
   struct CounterBinding {

@@ -8,6 +8,9 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <cstdlib>
+#include <cstdio>
+#include <future>
 #include <memory>
 #include <string>
 #include <thread>
@@ -307,6 +310,39 @@ TEST(AsyncRegistration, CompletedButUnreadEventIsWithdrawnOnClose) {
   ASSERT_EQ(hmr_eq_sread(async.eq.get(), &event, &entry, kTimeoutMs, 0), 1) << hmr_last_error();
   EXPECT_EQ(entry.context, &later_context) << "event of a closed MR was delivered";
   EXPECT_EQ(entry.fid, reinterpret_cast<hmr_fid*>(later.get()));
+  expect_no_event(async.eq.get());
+}
+
+// An indirect key registers at once, even in a domain bound to an event queue: it has no
+// completion, and its close must not wait for one (it hung for ever, and the domain could never
+// close: found by a review).  The close runs on a thread of its own so that the test fails
+// instead of hanging.
+TEST(AsyncRegistration, AnIndirectKeyClosesWithoutACompletion) {
+  Pages pages(4 * kPage);
+  AsyncDomain async = open_async_domain();
+  ASSERT_TRUE(async);
+  hmr_mr* mr = nullptr;
+  ASSERT_HMR_OK(hmr_mr_reg(async.domain.get(), pages.data(), pages.size(), kRemote, 0, 0, 0,
+                           &mr, nullptr));
+  MrPtr owned(mr);
+  uint32_t event = 0;
+  struct hmr_eq_entry entry = empty_entry();
+  ASSERT_EQ(hmr_eq_sread(async.eq.get(), &event, &entry, kTimeoutMs, 0), 1) << hmr_last_error();
+  struct hmr_mr_segment segment = {mr, pages.data(), kPage};
+  hmr_mr* indirect = nullptr;
+  const int rc = hmr_mr_reg_indirect(async.domain.get(), &segment, 1, HMR_REMOTE_READ, &indirect);
+  if (rc == -HMR_ENOSYS) GTEST_SKIP() << hmr_last_error();
+  ASSERT_HMR_OK(rc);
+  std::promise<int> closed;
+  std::future<int> result = closed.get_future();
+  std::thread closer([&closed, indirect] { closed.set_value(hmr_mr_close(indirect)); });
+  if (result.wait_for(std::chrono::milliseconds(kTimeoutMs)) != std::future_status::ready) {
+    std::fprintf(stderr, "hmr_mr_close of an indirect key in an asynchronous domain did not "
+                         "return within %d ms\n", kTimeoutMs);
+    std::_Exit(1);
+  }
+  closer.join();
+  EXPECT_EQ(result.get(), 0) << hmr_last_error();
   expect_no_event(async.eq.get());
 }
 
