@@ -55,7 +55,7 @@ void RegistrationCache::detach() {
 }
 
 Result<CacheHandle> RegistrationCache::get(uintptr_t start, uint64_t len, const CacheKey& key,
-                                           Probe probed) {
+                                           Probe probed, std::optional<uint64_t> since) {
   bool saturated = false;
   const ThreadSlot slot = this_thread_slot();
   if (limits_.max_count != 0 && probed != Probe::absent) {
@@ -69,11 +69,12 @@ Result<CacheHandle> RegistrationCache::get(uintptr_t start, uint64_t len, const 
   }
   lookups_.add(slot, kMiss, 1);
   finalize_deferred();
-  return register_and_insert(start, len, key, /*may_cache=*/!saturated);
+  return register_and_insert(start, len, key, /*may_cache=*/!saturated, since);
 }
 
 Result<CacheHandle> RegistrationCache::register_and_insert(uintptr_t start, uint64_t len,
-                                                           const CacheKey& key, bool may_cache) {
+                                                           const CacheKey& key, bool may_cache,
+                                                           std::optional<uint64_t> since) {
   // Claimed, with our reference; returned to the pool unless it is handed out below.
   std::unique_ptr<CacheEntry, PoolDeleter> entry(pool_.allocate(), PoolDeleter{&pool_});
   entry->start = start;
@@ -83,7 +84,7 @@ Result<CacheHandle> RegistrationCache::register_and_insert(uintptr_t start, uint
 
   const bool caching = may_cache && limits_.max_count != 0 && BlockIndex::indexable(start, len) &&
                        BlockIndex::fileable(entry.get());
-  const uint64_t sequence = invalidation_sequence_.load(std::memory_order_acquire);
+  const uint64_t sequence = since.value_or(invalidation_sequence_.load(std::memory_order_acquire));
   bool subscribed = false;
   if (caching && monitor_ != nullptr) subscribed = monitor_->subscribe(start, len).ok();
   // A range that is changing now (after subscribing: see monitor/changing_ranges.h) may be

@@ -29,6 +29,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <mutex>
 
 #include "cache/block_index.h"
@@ -94,8 +95,16 @@ class RegistrationCache final : public InvalidationSink {
   // it never closed it).  A saturated entry is not `absent`: get() must look to learn that.
   enum class Probe : uint8_t { not_done, absent };
   // A reference to an entry containing [start, start+len); release it with put().
+  // A registration it makes is not filed when the range was invalidated meanwhile: since the
+  // call, or since `since`, an invalidation_sequence() the caller read earlier, when what it
+  // did before (learning that the memory is what it is) must count too.
   Result<CacheHandle> get(uintptr_t start, uint64_t len, const CacheKey& key,
-                          Probe probed = Probe::not_done);
+                          Probe probed = Probe::not_done,
+                          std::optional<uint64_t> since = std::nullopt);
+  // How many invalidations the cache has had: for get()'s `since`.
+  uint64_t invalidation_sequence() const {
+    return invalidation_sequence_.load(std::memory_order_acquire);
+  }
   // The same when it is a hit; an empty handle (nothing registered, no miss counted) when it
   // is not.  The C ABI's hit path asks this first and leaves a miss to the domain's full path.
   // The key comes by value, in registers: the caller builds it from the domain's key and the
@@ -171,7 +180,7 @@ class RegistrationCache final : public InvalidationSink {
   };
   // `may_cache` false: register and hand out uncached (a saturated slot).
   Result<CacheHandle> register_and_insert(uintptr_t start, uint64_t len, const CacheKey& key,
-                                          bool may_cache);
+                                          bool may_cache, std::optional<uint64_t> since);
   bool invalidated_since(uint64_t sequence, uintptr_t start, uintptr_t end) const;
   bool make_room(uint64_t bytes, Retired& retired);
   CacheEntry* clock_victim();

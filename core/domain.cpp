@@ -174,7 +174,7 @@ Status Domain::open_device_cache(const CacheLimits& limits) {
 // Every export path is cached, a host shadow too: one shadow per device range, shared by every
 // MR inside it (hmr_mr_sync of any of them copies its part), freed with the entry.
 bool Domain::device_cacheable(const MrRequest& request) const {
-  if (device_cache_ == nullptr) return false;
+  if (device_cache_ == nullptr || request.free_unheard) return false;
   if (!has_mode(HMR_MR_PROV_KEY) || has_mode(HMR_MR_ENDPOINT) || request.dmabuf ||
       request.length() == 0 || (request.flags & ~(HMR_HMEM_DEVICE_ONLY | HMR_HMEM_HOST_ALLOC)) != 0 ||
       (request.access & ~kCacheableAccess) != 0) {
@@ -237,7 +237,15 @@ Status Domain::resolve(MrRequest& request) {
   HMR_RETURN_IF_ERROR(resolve_memory(request, declares_memory_, registry));
   if (request.device_memory() && !request.dmabuf) {
     Result<hmem::Iface*> iface = registry.loaded_iface(request.memory.iface);
-    if (iface.ok()) DeviceMonitor::instance().observe(**iface, request.memory);
+    if (iface.ok()) {
+      DeviceMonitor& monitor = DeviceMonitor::instance();
+      monitor.observe(**iface, request.memory);
+      // Before the free watch is set: a free reported from here on (ROCr's callback may fire
+      // the moment it is set) keeps the registration out of the cache, or the next
+      // allocation at the address would be served it.
+      if (device_cache_) request.device_cache_sequence = device_cache_->invalidation_sequence();
+      request.free_unheard = !monitor.watch(**iface, request.memory);
+    }
   }
   return ok_status();
 }

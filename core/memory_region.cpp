@@ -119,7 +119,8 @@ Status MemoryRegion::register_device() {
     if (domain_.device_cacheable(request_)) {
       Result<CacheHandle> handle = domain_.device_cache()->get(
           reinterpret_cast<uintptr_t>(segment.iov_base), segment.iov_len,
-          domain_.device_cache_key(request_, mode));
+          domain_.device_cache_key(request_, mode), RegistrationCache::Probe::not_done,
+          request_.device_cache_sequence);
       if (handle.ok()) {
         cache_handle_ = *handle;
         handle_cache_ = domain_.device_cache();

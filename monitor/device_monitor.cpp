@@ -28,6 +28,14 @@ Status DeviceMonitor::subscribe(uintptr_t start, size_t len) {
 
 void DeviceMonitor::unsubscribe(uintptr_t start, size_t len) { (void)start, (void)len; }
 
+namespace {
+using Piece = hmem::PointerInfo::Piece;
+}  // namespace
+
+bool DeviceMonitor::recorded(const Known& known, const Piece& piece, int iface) {
+  return known.alloc_id == piece.alloc_id && known.iface == iface && known.length == piece.length;
+}
+
 void DeviceMonitor::observe(hmem::Iface& iface, const hmem::PointerInfo& memory) {
   const bool free_events = iface.free_tracking() == hmem::Iface::FreeTracking::free_events;
   // Without an id or free events there is nothing to compare or watch (memory that was only
@@ -38,28 +46,22 @@ void DeviceMonitor::observe(hmem::Iface& iface, const hmem::PointerInfo& memory)
   // was freed.  (Ranges do overlap while alive: a buffer inside CUDA VMM segment 0 and one
   // across segments 0 and 1 share a base, and taking one for a free of the other dropped both
   // sides' registrations at every registration of PyTorch's expandable segments.)
-  using Piece = hmem::PointerInfo::Piece;
   const Piece whole{memory.base, memory.alloc_len, memory.alloc_id};
   const std::span<const Piece> pieces =
       memory.pieces.empty() ? std::span<const Piece>(&whole, 1) : std::span<const Piece>(memory.pieces);
-  auto recorded = [&](const Known& known, const Piece& piece) {
-    return known.alloc_id == piece.alloc_id && known.iface == memory.iface &&
-           known.length == piece.length;
-  };
+  bool all_known = true;
   {
     std::shared_lock<std::shared_mutex> lock(mutex_);
-    bool all_known = true;
     for (const Piece& piece : pieces) {
       auto found = known_.find(piece.base);
-      if (found == known_.end() || !recorded(found->second, piece)) {
+      if (found == known_.end() || !recorded(found->second, piece, memory.iface)) {
         all_known = false;
         break;
       }
     }
-    if (all_known) return;  // the common case: nothing new
   }
+  if (all_known) return;  // the common case: nothing new
   std::vector<std::pair<uint64_t, uint64_t>> stale;
-  bool inserted = false;
   {
     std::unique_lock<std::shared_mutex> lock(mutex_);
     for (const Piece& piece : pieces) {
@@ -70,7 +72,7 @@ void DeviceMonitor::observe(hmem::Iface& iface, const hmem::PointerInfo& memory)
         if (before->first + before->second.length > piece.base) it = before;
       }
       while (it != known_.end() && it->first < end) {
-        if (it->first == piece.base && recorded(it->second, piece)) {
+        if (it->first == piece.base && recorded(it->second, piece, memory.iface)) {
           ++it;  // known already (or another thread recorded it meanwhile)
           continue;
         }
@@ -79,8 +81,7 @@ void DeviceMonitor::observe(hmem::Iface& iface, const hmem::PointerInfo& memory)
         }
         it = known_.erase(it);
       }
-      inserted |=
-          known_.emplace(piece.base, Known{piece.length, piece.alloc_id, memory.iface}).second;
+      known_.emplace(piece.base, Known{piece.length, piece.alloc_id, memory.iface});
     }
   }
   for (const auto& [start, stop] : stale) {
@@ -88,20 +89,37 @@ void DeviceMonitor::observe(hmem::Iface& iface, const hmem::PointerInfo& memory)
     DmabufShares::instance().forget_range(start, stop);
     notify(start, stop);
   }
-  // Runtimes that report frees report them per allocation: one piece.
-  if (inserted && free_events && memory.pieces.empty()) {
-    Status watched = iface.watch_free(memory, &DeviceMonitor::on_free, this);
-    if (!watched.ok()) {
-      log_message(LogLevel::warn, "%s memory at 0x%llx: no free notification (%s); its cached "
-                  "registrations are dropped when the address is registered again",
-                  iface.name(), static_cast<unsigned long long>(memory.base),
-                  watched.reason().c_str());
-      return;
-    }
-    std::unique_lock<std::shared_mutex> lock(mutex_);
+}
+
+bool DeviceMonitor::watch(hmem::Iface& iface, const hmem::PointerInfo& memory) {
+  if (iface.free_tracking() != hmem::Iface::FreeTracking::free_events) return true;
+  // Only memory told apart by nothing but its free report depends on the watch.
+  const bool needs_watch = memory.alloc_id == 0 && memory.pieces.empty();
+  const Piece whole{memory.base, memory.alloc_len, memory.alloc_id};
+  {
+    std::shared_lock<std::shared_mutex> lock(mutex_);
     auto found = known_.find(memory.base);
-    if (found != known_.end() && recorded(found->second, whole)) found->second.watched = true;
+    if (found != known_.end() && recorded(found->second, whole, memory.iface) &&
+        found->second.watched) {
+      return true;  // the common case: watched already
+    }
   }
+  // Asked again while the record is not watched (a refusal may have been passing), never
+  // while it is: the iface keeps one runtime registration per allocation.
+  Status watched = iface.watch_free(memory, &DeviceMonitor::on_free, this);
+  if (!watched.ok()) {
+    log_message(LogLevel::warn, "%s memory at 0x%llx: no free notification (%s); it is "
+                "registered without the cache", iface.name(),
+                static_cast<unsigned long long>(memory.base), watched.reason().c_str());
+    return !needs_watch;
+  }
+  std::unique_lock<std::shared_mutex> lock(mutex_);
+  auto found = known_.find(memory.base);
+  if (found == known_.end() || !recorded(found->second, whole, memory.iface)) {
+    return !needs_watch;  // freed (and forgotten) since it was observed
+  }
+  found->second.watched = true;
+  return true;
 }
 
 bool DeviceMonitor::frees_reported(uintptr_t start, size_t len) {

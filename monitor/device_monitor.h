@@ -33,10 +33,17 @@ class DeviceMonitor final : public Monitor {
   Status subscribe(uintptr_t start, size_t len) override;
   void unsubscribe(uintptr_t start, size_t len) override;
 
-  // Called for each device allocation a registration resolved to.
-  // Drops cached registrations of an older allocation that overlapped it, and arranges free
-  // notifications for runtimes that deliver them.  Cheap when the allocation is known.
+  // Called for each device allocation a registration resolved to: records it and drops
+  // cached registrations of an older allocation that overlapped it.  Cheap when it is known.
   void observe(hmem::Iface& iface, const hmem::PointerInfo& memory);
+  // Then, for runtimes that deliver free notifications (free_events), arranges one for it.
+  // False when the memory's free would go unheard: it is identified by nothing else
+  // (alloc_id 0) and the watch could not be set (refused, or the memory freed meanwhile).
+  // Such memory must not be cached: a free and an allocation at the same address would look
+  // the same.  (Two steps, so that a caller can note what its cache had seen between them:
+  // observe()'s own drops are no reason to keep a registration out of the cache, a free
+  // reported once the watch is set is.)
+  [[nodiscard]] bool watch(hmem::Iface& iface, const hmem::PointerInfo& memory);
   // Drops [start, end) from every cache that listens here and forgets its allocations.
   void invalidate_everywhere(uintptr_t start, uintptr_t end);
 
@@ -59,6 +66,7 @@ class DeviceMonitor final : public Monitor {
     bool watched = false;  // its runtime calls on_free when it is freed
   };
   static void on_free(void* context, uint64_t base, size_t alloc_len);
+  static bool recorded(const Known& known, const hmem::PointerInfo::Piece& piece, int iface);
   void forget(uintptr_t start, uintptr_t end);
 
   std::shared_mutex mutex_;  // never held while notifying or calling a runtime

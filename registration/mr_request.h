@@ -50,6 +50,12 @@ struct MrRequest {
   // What the memory is, once resolved (core/memory_resolution.h): iface and device then
   // agree with it.  Host memory until then.
   hmem::PointerInfo memory;
+  // Device memory whose free hmr would not hear (DeviceMonitor::observe said so): registered
+  // without the cache.
+  bool free_unheard = false;
+  // The device cache's invalidation_sequence() before the memory was observed: a registration
+  // of it is not filed if the range was invalidated since (RegistrationCache::get's `since`).
+  std::optional<uint64_t> device_cache_sequence;
 
   uint64_t length() const;
   // What the MR adds to hmr_domain_stats.mr_bytes: its length, 0 for implicit ODP (which

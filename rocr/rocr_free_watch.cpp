@@ -29,13 +29,37 @@ bool FreeWatchTable::add_if_registered(uint64_t base, size_t len, FreeCallback o
   return true;
 }
 
-void FreeWatchTable::add_registered(uint64_t base, size_t len, FreeCallback on_free,
-                                    void* context) {
+uint64_t FreeWatchTable::add_pending(uint64_t base, size_t len, FreeCallback on_free,
+                                     void* context) {
   std::lock_guard lock(mutex_);
   Allocation& allocation = allocations_[base];
+  if (allocation.token == 0) allocation.token = ++next_token_;
   allocation.len = len;
-  allocation.registrations++;
+  allocation.pending++;
   upsert(allocation, on_free, context);
+  return allocation.token;
+}
+
+bool FreeWatchTable::confirm(uint64_t base, uint64_t token) {
+  std::lock_guard lock(mutex_);
+  auto found = allocations_.find(base);
+  if (found == allocations_.end() || found->second.token != token) return false;  // freed
+  found->second.pending--;
+  found->second.registrations++;
+  return true;
+}
+
+void FreeWatchTable::abandon(uint64_t base, uint64_t token, void* context) {
+  std::lock_guard lock(mutex_);
+  auto found = allocations_.find(base);
+  if (found == allocations_.end() || found->second.token != token) return;  // freed meanwhile
+  Allocation& allocation = found->second;
+  allocation.pending--;
+  // The watcher stays where another registration (made, or being made) can deliver to it.
+  if (allocation.registrations > 0 || allocation.pending > 0) return;
+  std::erase_if(allocation.watchers,
+                [context](const Watcher& watcher) { return watcher.context == context; });
+  if (allocation.watchers.empty()) allocations_.erase(found);
 }
 
 void FreeWatchTable::remove(uint64_t base, void* context) {
@@ -63,7 +87,7 @@ std::vector<std::pair<uint64_t, int>> FreeWatchTable::take_registrations() {
   std::vector<std::pair<uint64_t, int>> registrations;
   registrations.reserve(allocations_.size());
   for (const auto& [base, allocation] : allocations_) {
-    registrations.emplace_back(base, allocation.registrations);
+    registrations.emplace_back(base, allocation.registrations + allocation.pending);
   }
   allocations_.clear();
   return registrations;

@@ -29,10 +29,21 @@ class FreeWatchTable {
   // Adds (or replaces the callback of) watcher `context` on `base` when the runtime already
   // calls the trampoline for `base`; false means the caller must register first.
   bool add_if_registered(uint64_t base, size_t len, FreeCallback on_free, void* context);
-  // After the caller registered the trampoline for `base` once more: records that and adds the
-  // watcher.  Two threads may both register a new base; the second trampoline call finds
-  // nothing left to deliver, and shutdown deregisters both.
-  void add_registered(uint64_t base, size_t len, FreeCallback on_free, void* context);
+  // Registering the trampoline for `base` once more takes three steps, because the runtime may
+  // call it (a free on another thread) before its registration call returns, and a free
+  // delivered to nobody would leave the table believing in a registration the runtime has
+  // already dropped (every later allocation at the address would then count as watched, and
+  // its free would never be heard: a stale registration served).  So:
+  //   add_pending   before the runtime is asked: the watcher is in the table, and a free
+  //                 arriving meanwhile reaches it; returns the token of this allocation's entry;
+  //   confirm       after the runtime took it: false when the allocation was freed meanwhile
+  //                 (its entry is gone or is another allocation's), so the watch is not in place;
+  //   abandon       after the runtime refused.
+  // Two threads may both register a new base; the second trampoline call finds nothing left
+  // to deliver, and shutdown deregisters both.
+  uint64_t add_pending(uint64_t base, size_t len, FreeCallback on_free, void* context);
+  bool confirm(uint64_t base, uint64_t token);
+  void abandon(uint64_t base, uint64_t token, void* context);
   void remove(uint64_t base, void* context);
 
   // Every base with how often the trampoline is registered on it; empties the table.
@@ -44,8 +55,10 @@ class FreeWatchTable {
     void* context;
   };
   struct Allocation {
+    uint64_t token = 0;     // which allocation at this base the entry is (add_pending's answer)
     size_t len = 0;
-    int registrations = 0;
+    int registrations = 0;  // confirmed by the runtime
+    int pending = 0;        // asked of the runtime, not answered yet
     std::vector<Watcher> watchers;
   };
 
@@ -55,6 +68,7 @@ class FreeWatchTable {
 
   std::mutex mutex_;
   std::unordered_map<uint64_t, Allocation> allocations_;
+  uint64_t next_token_ = 0;
 };
 
 }  // namespace hmr::rocr

@@ -610,15 +610,23 @@ Status RocrIface::watch_free(const PointerInfo& info, FreeCallback on_free, void
   // Memory ROCr reports no free of has a new identity on every query instead: nothing to watch.
   if (info.alloc_id != 0) return ok_status();
   if (watches_->add_if_registered(info.base, info.alloc_len, on_free, context)) return ok_status();
+  // In the table before the runtime is asked: ROCr calls the callbacks of a free after
+  // releasing its lock (Runtime::FreeMemory), so a free on another thread may call the
+  // trampoline before this call returns (rocr_free_watch.h).
+  const uint64_t token = watches_->add_pending(info.base, info.alloc_len, on_free, context);
   const hsa_status_t status = symbols_.hsa_amd_register_deallocation_callback(
       reinterpret_cast<void*>(static_cast<uintptr_t>(info.base)), &FreeWatchTable::trampoline,
       watches_.get());
   if (status != HSA_STATUS_SUCCESS) {
+    watches_->abandon(info.base, token, context);
     return make_error(hmr_code_for(status),
                       "hsa_amd_register_deallocation_callback(0x%" PRIx64 ") failed: %s",
                       info.base, describe_hsa_status(symbols_, status).c_str());
   }
-  watches_->add_registered(info.base, info.alloc_len, on_free, context);
+  if (!watches_->confirm(info.base, token)) {
+    return make_error(HMR_EAGAIN, "rocr memory at 0x%" PRIx64 " was freed while hmr asked to be "
+                      "told of its free", info.base);
+  }
   return ok_status();
 }
 

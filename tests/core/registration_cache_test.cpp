@@ -262,6 +262,31 @@ TEST_F(RegistrationCacheTest, InvalidationDuringRegistrationIsNotCached) {
   cache.put(next);
 }
 
+// The caller learned what the memory is before it called get() (a device registration: the
+// runtime's answer, then its free watch set); an invalidation of the range in between — the
+// memory freed the moment the watch was set — keeps the registration out of the index as one
+// during get() does (found by a review: ROCr pool memory freed there was served to the next
+// allocation at its address).
+TEST_F(RegistrationCacheTest, InvalidationSinceTheCallersSequenceIsNotCached) {
+  RegistrationCache& cache = make(limits(16));
+  const uint64_t since = cache.invalidation_sequence();
+  monitor_.notify(page(5), page(6));  // another range: no reason not to file
+  monitor_.notify(page(0), page(1));
+  Result<CacheHandle> raced = cache.get(page(0), kPage, access_key(), RegistrationCache::Probe::not_done,
+                                        since);
+  ASSERT_TRUE(raced.ok());
+  EXPECT_EQ(cache.statistics().cached_regions, 0u) << "an entry invalidated before get() was cached";
+  cache.put(*raced);
+
+  const uint64_t later = cache.invalidation_sequence();
+  monitor_.notify(page(5), page(6));
+  Result<CacheHandle> filed = cache.get(page(0), kPage, access_key(), RegistrationCache::Probe::not_done,
+                                        later);
+  ASSERT_TRUE(filed.ok());
+  EXPECT_EQ(cache.statistics().cached_regions, 1u) << "another range's invalidation kept it out";
+  cache.put(*filed);
+}
+
 TEST_F(RegistrationCacheTest, InvalidationOfAnotherRangeDuringRegistrationStillCaches) {
   RegistrationCache& cache = make(limits(16));
   backend_.during_register = [&](uintptr_t start, uint64_t len) {

@@ -124,6 +124,7 @@ static struct allocation allocations[MAX_ALLOCATIONS];
 static struct fake_calls calls = FAKE_CALLS_INITIALIZER;
 static int runtime_crashes; /* calls the real runtime would have crashed in */
 static const void *last_export_ptr;
+static uintptr_t free_after_next_notifier; /* fake_hsa_free_after_next_notifier */
 static size_t last_export_size;
 
 #define ENTER(name)                                       \
@@ -521,10 +522,25 @@ EXPORT hsa_status_t hsa_amd_register_deallocation_callback(void *ptr,
   for (int i = 0; i < MAX_NOTIFIERS; ++i) {
     if (a->notifiers[i].callback == NULL) {
       a->notifiers[i] = (struct notifier){ptr, callback, user_data};
+      if (free_after_next_notifier != 0 && a->base == free_after_next_notifier) {
+        /* Another thread's hsa_amd_memory_pool_free landing between the runtime's registration
+         * and this call's return: Runtime::FreeMemory takes the notifiers under its lock and
+         * runs them after releasing it (runtime.cpp), so the caller's callback may run before
+         * the caller learns its registration succeeded. */
+        free_after_next_notifier = 0;
+        free_and_notify(a);
+        return SUCCESS;
+      }
       LEAVE(SUCCESS);
     }
   }
   LEAVE(OUT_OF_RESOURCES);
+}
+
+EXPORT void fake_hsa_free_after_next_notifier(void *ptr) {
+  pthread_mutex_lock(&lock);
+  free_after_next_notifier = (uintptr_t)ptr;
+  pthread_mutex_unlock(&lock);
 }
 
 EXPORT hsa_status_t hsa_amd_deregister_deallocation_callback(void *ptr,
@@ -580,6 +596,7 @@ EXPORT void fake_hsa_reset(void) {
   last_export_ptr = NULL;
   last_export_size = 0;
   runtime_crashes = 0;
+  free_after_next_notifier = 0;
   pthread_mutex_unlock(&lock);
 }
 

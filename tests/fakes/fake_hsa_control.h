@@ -37,6 +37,10 @@ typedef void (*fake_hsa_set_failure_fn)(const char *name, int status);
 typedef int (*fake_hsa_call_count_fn)(const char *name);
 /* hsa_init calls not yet balanced by hsa_shut_down. */
 typedef int (*fake_hsa_init_count_fn)(void);
+/* The next hsa_amd_register_deallocation_callback on the allocation at `ptr` registers, then
+ * frees the allocation (running its callbacks, the new one included) before it returns
+ * SUCCESS: a free on another thread racing the registration. */
+typedef void (*fake_hsa_free_after_next_notifier_fn)(void *ptr);
 /* Deallocation callbacks registered and not yet fired or deregistered, over all allocations. */
 typedef int (*fake_hsa_notifier_count_fn)(void);
 /* How many GPU agents hsa_iterate_agents reports (0..FAKE_HSA_GPU_COUNT). */
