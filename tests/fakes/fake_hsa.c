@@ -548,14 +548,17 @@ EXPORT hsa_status_t hsa_amd_deregister_deallocation_callback(void *ptr,
   ENTER_INITIALIZED("hsa_amd_deregister_deallocation_callback");
   struct allocation *a = find_allocation((uintptr_t)ptr);
   if (a == NULL) LEAVE(INVALID_ARGUMENT);
-  /* Like the runtime: the first notifier with this (ptr, callback), whatever its user data. */
+  /* Like the runtime (Runtime::DeregisterReleaseNotifier walks the allocation's notifier map
+   * and erases every entry with this callback, whatever its user data): all of them at once;
+   * INVALID_ARGUMENT when there was none. */
+  int removed = 0;
   for (int i = 0; i < MAX_NOTIFIERS; ++i) {
     if (a->notifiers[i].ptr == ptr && a->notifiers[i].callback == callback) {
       memset(&a->notifiers[i], 0, sizeof a->notifiers[i]);
-      LEAVE(SUCCESS);
+      ++removed;
     }
   }
-  LEAVE(INVALID_ARGUMENT);
+  LEAVE(removed > 0 ? SUCCESS : INVALID_ARGUMENT);
 }
 
 #ifndef FAKE_HSA_ROCM_5_2
