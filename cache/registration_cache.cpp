@@ -541,14 +541,18 @@ void RegistrationCache::finalize(CacheEntry* entry) {
 }
 
 size_t RegistrationCache::finalize_all(CacheEntry* dead) {
-  if (dead != nullptr && Monitor::on_event_thread()) {
+  const bool event_thread = Monitor::on_event_thread();
+  if (dead != nullptr && (event_thread || Monitor::deferring_to_caller())) {
     CacheEntry* tail = dead;
     while (tail->next != nullptr) tail = tail->next;
     tail->next = deferred_.load(std::memory_order_relaxed);
     while (!deferred_.compare_exchange_weak(tail->next, dead, std::memory_order_release,
                                             std::memory_order_relaxed)) {
     }
-    DeferredReaper::instance().wake();  // deregistered by its thread, not at our next call
+    // An event thread's are deregistered by the reaper's thread, not at our next call; a
+    // notifying application thread does its own once it released the monitor's lock
+    // (finish_invalidations()).
+    if (event_thread) DeferredReaper::instance().wake();
     return 0;
   }
   size_t finalized = 0;

@@ -86,6 +86,11 @@ class RegistrationCache final : public InvalidationSink {
   // A forked child's copy of the cache: nothing watches its memory any more, so it hands out
   // nothing it holds and files nothing new; registrations go uncached (InvalidationSink).
   void watch_lost_by_fork() override;
+  // Monitor::notify's second half on an application's thread: what invalidate() deferred.
+  bool has_deferred() const override {
+    return deferred_.load(std::memory_order_acquire) != nullptr;
+  }
+  void finish_invalidations() override { finalize_deferred(); }
 
   // What a caller already knows of [start, start+len) when it calls get() after find() in the
   // same request.  `absent`: find() met no entry that could serve it (none, or only dead ones

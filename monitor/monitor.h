@@ -25,6 +25,11 @@ class InvalidationSink {
   // holds can no longer be trusted.  The monitor has already forgotten the sink.  Called from
   // the fork handler on the child's only thread: plain stores, no lock, nothing allocated.
   virtual void watch_lost_by_fork() {}
+  // After invalidate() in a DeferScope (Monitor::notify on an application's thread), with no
+  // monitor lock held: the deregistrations it deferred, done before notify() returns.
+  // Whether invalidate() deferred any is what has_deferred() says.
+  virtual bool has_deferred() const { return false; }
+  virtual void finish_invalidations() {}
 
  protected:
   ~InvalidationSink() = default;
@@ -71,6 +76,10 @@ class Monitor {
   // running in the application's thread, possibly under glibc's malloc lock.  Work there must not free
   // or unmap anything: it could wait for itself.  Caches defer their deregistrations.
   static bool on_event_thread();
+  // True inside a DeferScope: notify() on an application's thread, while it holds the sinks'
+  // lock.  Caches keep their deregistrations for finish_invalidations(), which notify() calls
+  // after releasing the lock (no hmr lock is held while a NIC deregisters: docs/semantics.md).
+  static bool deferring_to_caller();
 
   class EventScope {
    public:
@@ -78,6 +87,13 @@ class Monitor {
     ~EventScope();
     EventScope(const EventScope&) = delete;
     EventScope& operator=(const EventScope&) = delete;
+  };
+  class DeferScope {
+   public:
+    DeferScope();
+    ~DeferScope();
+    DeferScope(const DeferScope&) = delete;
+    DeferScope& operator=(const DeferScope&) = delete;
   };
 
  protected:
@@ -98,13 +114,24 @@ class Monitor {
   Monitor& operator=(const Monitor&) = delete;
   void forget_sinks_in_forked_child();
 
+  // The second half of notify() on an application's thread: each pinned sink's deferred
+  // deregistrations, with no lock held.
+  void finish_pinned(const unsigned* slots, InvalidationSink* const* sinks, size_t count);
+
   std::atomic<uint32_t> pending_{0};
-  static constexpr unsigned kMaxSinks = 256;
+  // Two per cached domain (its host and device caches) on the device monitor, which every
+  // domain joins.
+  static constexpr unsigned kMaxSinks = 4096;
   // Recursive: a sink's invalidation may unmap (a dead dma-buf mapping), and a memory hook
   // then notifies again on the same thread.  Other threads wait, so remove_sink() returns
   // only when no notification is inside the sink.
   std::recursive_mutex sinks_mutex_;
   InvalidationSink* sinks_[kMaxSinks] = {};
+  unsigned sinks_end_ = 0;  // one past the highest slot ever used: where notify() stops
+  // Per slot, the notifications between their two halves that will still call its sink's
+  // finish_invalidations(): remove_sink() waits for them (the sink must outlive them), except
+  // on the thread that holds one (a NIC callback that closes a domain), which cannot.
+  std::atomic<uint32_t> pins_[kMaxSinks] = {};
 };
 
 }  // namespace hmr::core

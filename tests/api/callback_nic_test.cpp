@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
+#include <future>
 #include <thread>
 #include <vector>
 
@@ -219,6 +220,47 @@ TEST(CallbackNic, AFlushWaitsForADeregistrationAnotherThreadIsMaking) {
     ASSERT_EQ(nic.deregistrations.size(), static_cast<size_t>(round))
         << "round " << round << ": the flush returned before the unmapped range's deregistration ended";
   }
+}
+
+// "No hmr lock is held during a callback" (docs/semantics.md), also when an invalidation on
+// the application's thread deregisters: hmr_mem_invalidate used to call dereg while holding
+// the monitor's lock, which every domain open, domain close and device registration takes.
+// A dereg that waits for the application's own lock then deadlocked with a thread that held
+// that lock while it opened a domain (found by a review).  The invalidating thread's dereg
+// waits here, on a flag, until the main thread has opened and closed a second domain.
+TEST(CallbackNic, ADeregistrationAnInvalidationMakesHoldsNoHmrLock) {
+  ToyNic nic;
+  nic.hold_dereg.store(true);
+  hmr_nic_callbacks callbacks = toy_callbacks(nic);
+  DomainPtr domain(open_callback_domain(callbacks));
+  ASSERT_TRUE(domain);
+  Pages buffer(kPage);
+  ASSERT_TRUE(reg(domain.get(), buffer.data(), kPage, kRemote));  // closed at once: cached, idle
+  std::promise<int> invalidated;
+  std::future<int> result = invalidated.get_future();
+  std::thread invalidator([&] {
+    invalidated.set_value(hmr_mem_invalidate(nullptr, buffer.data(), kPage));
+  });
+  ASSERT_TRUE(wait_for_deregs(nic, 1)) << "the invalidation never reached dereg";
+  // The invalidating thread is inside dereg now.  Opening and closing another domain must
+  // not wait for it.
+  std::promise<int> opened;
+  std::future<int> open_result = opened.get_future();
+  std::thread opener([&] {
+    ToyNic other_nic;
+    hmr_nic_callbacks other_callbacks = toy_callbacks(other_nic);
+    hmr_domain* other = open_callback_domain(other_callbacks);
+    opened.set_value(other != nullptr ? hmr_domain_close(other) : -1);
+  });
+  const bool open_returned =
+      open_result.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+  nic.hold_dereg.store(false);  // let the deregistration finish either way
+  opener.join();
+  invalidator.join();
+  EXPECT_TRUE(open_returned) << "hmr_domain_open waited for a callback NIC's dereg";
+  EXPECT_EQ(open_result.get(), 0);
+  EXPECT_EQ(result.get(), 0) << hmr_last_error();
+  EXPECT_EQ(nic.deregistrations.size(), 1u) << "hmr_mem_invalidate returned before its dereg";
 }
 
 // A thread that was deregistering a domain's dead entries when another thread called fork()

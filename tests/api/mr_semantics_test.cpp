@@ -152,6 +152,29 @@ TEST(MrKeys, SmallerKeySizeCanBeAskedFor) {
   EXPECT_TRUE(fits);
 }
 
+// Each cached domain joins the device monitor with two caches; it served 256 caches, so the
+// 129th domain open failed with -HMR_ENOSPC (found by a review).  300 open at once, each
+// registering, and all closed.
+TEST(Domains, ManyCachedDomainsMayBeOpenAtOnce) {
+  Pages pages(kPage);
+  std::vector<DomainPtr> domains;
+  for (int i = 0; i < 300; ++i) {
+    DomainPtr domain = open_domain(HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR, nullptr);
+    ASSERT_TRUE(domain) << "domain " << i << ": " << hmr_last_error();
+    ASSERT_TRUE(reg(domain.get(), pages.data(), kPage, kRemote));
+    domains.push_back(std::move(domain));
+  }
+  // An invalidation reaches every one of them.
+  ASSERT_HMR_OK(hmr_mem_invalidate(nullptr, pages.data(), kPage));
+  for (DomainPtr& domain : domains) {
+    hmr_domain_stats stats;
+    std::memset(&stats, 0, sizeof stats);
+    stats.size = sizeof stats;
+    ASSERT_HMR_OK(hmr_domain_query_stats(domain.get(), &stats));
+    EXPECT_EQ(stats.cache_regions, 0u);
+  }
+}
+
 // ~0 is HMR_KEY_NOTAVAIL: hmr_mr_key could not tell it from "no key".
 TEST(MrKeys, TheKeyThatMeansNoKeyCannotBeRequested) {
   Pages pages(kPage);
