@@ -64,6 +64,15 @@ Result<std::unique_ptr<Domain>> Domain::open(const hmr_domain_attr& attr,
     return make_error(HMR_EINVAL, "mr_key_size %zu: RAW keys of this NIC are %zu bytes",
                       *key_size, caps.key_size);
   }
+  // A narrower key size bounds the keys the application requests.  Keys chosen for it (by the
+  // NIC, or by hmr under PROV_KEY) would not keep to it: key 70000 needs 3 bytes, and peers
+  // would be sent keys wider than the domain says (a review found packed keys and
+  // hmr_rkey_unpack failing on a 2-byte domain's own keys).
+  if (*key_size < caps.key_size && (*mode & HMR_MR_PROV_KEY)) {
+    return make_error(HMR_EINVAL, "mr_key_size %zu: under HMR_MR_PROV_KEY keys are chosen for you, "
+                      "%zu bytes on this NIC; a narrower size is for keys you request (a "
+                      "domain without HMR_MR_PROV_KEY)", *key_size, caps.key_size);
+  }
   Result<size_t> iov_limit = narrow_limit("mr_iov_limit", attr.mr_iov_limit, caps.iov_limit);
   if (!iov_limit.ok()) return iov_limit.status();
   Result<size_t> mr_cnt = narrow_limit("mr_cnt", attr.mr_cnt, caps.mr_cnt);
@@ -336,6 +345,7 @@ NicRules nic_rules(const DomainRules& rules, const Environment& environment) {
   nic.check_allocated = (rules.mr_mode & HMR_MR_ALLOCATED) != 0;
   nic.prefault = {environment.reg_prefault_min, environment.reg_threads};
   nic.reg_threads = environment.reg_threads;
+  nic.key_size = (rules.mr_mode & HMR_MR_RAW) ? 0 : rules.key_size;
   return nic;
 }
 }  // namespace

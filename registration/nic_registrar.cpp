@@ -160,14 +160,32 @@ Result<nic::Registration> NicRegistrar::register_memory(const nic::RegistrationR
                             nic_.capabilities().on_demand_paging || request.on_demand_paging);
   nic::RegistrationRequest parallel = request;
   parallel.parallelism = rules_.reg_threads;
-  return under_pressure(pinned_bytes_of(request),
-                        [&] { return nic_.register_memory(parallel); }, tally);
+  Result<nic::Registration> registered = under_pressure(
+      pinned_bytes_of(request), [&] { return nic_.register_memory(parallel); }, tally);
+  if (registered.ok()) HMR_RETURN_IF_ERROR(fit_key(*registered, tally));
+  return registered;
+}
+
+Status NicRegistrar::fit_key(nic::Registration& registration, Tally tally) {
+  const size_t size = rules_.key_size;
+  if (size == 0 || registration.key.size <= size) return ok_status();
+  const uint64_t key = registration.key.low_u64();
+  if (registration.key.size <= sizeof(uint64_t) && (size >= 8 || (key >> (8 * size)) == 0)) {
+    registration.key = KeyBytes::from_u64(key, size);
+    return ok_status();
+  }
+  (void)deregister_memory(registration, tally);
+  return make_error(HMR_EKEYREJECTED, "the NIC gave key %#llx, wider than the domain's "
+                    "mr_key_size of %zu bytes", static_cast<unsigned long long>(key), size);
 }
 
 Result<nic::Registration> NicRegistrar::register_indirect(
     std::span<const nic::IndirectSegment> segments, uint64_t access) {
   // An indirect key points into registrations the NIC holds: it pins nothing more.
-  return under_pressure(0, [&] { return nic_.register_indirect(segments, access); });
+  Result<nic::Registration> registered =
+      under_pressure(0, [&] { return nic_.register_indirect(segments, access); });
+  if (registered.ok()) HMR_RETURN_IF_ERROR(fit_key(*registered, Tally::counted));
+  return registered;
 }
 
 Status NicRegistrar::deregister_memory(nic::Registration& registration, Tally tally) {

@@ -27,6 +27,9 @@ struct NicRules {
   bool check_allocated = false;    // HMR_MR_ALLOCATED: every page must be mapped
   PrefaultSettings prefault;
   size_t reg_threads = 1;          // HMR_REG_THREADS
+  // The domain's mr_key_size, where keys are integers (0 for RAW keys): a registration's key is
+  // carried at that size, and a key wider than it is refused.
+  size_t key_size = 0;
 };
 
 struct NicCounters {
@@ -85,6 +88,9 @@ class NicRegistrar final : public CacheBackend {
   NicCounters counters() const;
 
  private:
+  // A registration's key at the domain's mr_key_size (NicRules::key_size), or the
+  // registration given back and HMR_EKEYREJECTED when the key is wider.
+  Status fit_key(nic::Registration& registration, Tally tally);
 
   // `register_call`'s answer (a NIC registration), after giving back idle registrations for
   // as long as the NIC refuses for resources and there are any; counted and timed.

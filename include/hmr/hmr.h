@@ -176,7 +176,9 @@ struct hmr_domain_attr {
 	 * (LOCAL and HMEM).  A bit the NIC needs and the application lacks fails with
 	 * -HMR_ENODATA and says which. */
 	uint64_t mr_mode;
-	/* In: 0 for the NIC's size, or a smaller size in bytes.  Out: the key size in use. */
+	/* In: 0 for the NIC's size, or a smaller size in bytes (for keys you request: refused
+	 * with -HMR_EINVAL under HMR_MR_PROV_KEY).  Out: the key size in use; every key of the
+	 * domain is carried at it (raw keys, packed keys). */
 	size_t mr_key_size;
 	/* In: 0 for the NIC's limit, or a smaller limit.  Out: the limit in force. */
 	size_t mr_iov_limit;

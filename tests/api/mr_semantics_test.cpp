@@ -188,6 +188,57 @@ TEST(MrKeys, TheKeyThatMeansNoKeyCannotBeRequested) {
   EXPECT_TRUE(reg(domain.get(), pages.data(), kPage, kRemote, HMR_KEY_NOTAVAIL - 1));
 }
 
+// A 2-byte domain's keys are carried as 2 bytes: its raw key, its packed key (of
+// rkey_packed_size bytes) and their way back through hmr_rkey_unpack and hmr_mr_map_raw.
+// They were carried at the NIC's 8 bytes, so packing into rkey_packed_size bytes failed and
+// the domain refused its own keys (found by a review).
+TEST(MrKeys, ANarrowerKeySizeIsTheSizeOfEveryKeyOfTheDomain) {
+  Pages pages(kPage);
+  hmr_domain_attr attr = domain_attr(HMR_MR_VIRT_ADDR, nullptr);
+  attr.mr_key_size = 2;
+  hmr_domain* raw_domain = nullptr;
+  ASSERT_HMR_OK(hmr_domain_open(&attr, &raw_domain));
+  DomainPtr domain(raw_domain);
+  MrPtr mr = reg(domain.get(), pages.data(), kPage, kRemote, 0x1234);
+  ASSERT_TRUE(mr);
+  uint64_t base = 0;
+  uint8_t raw_key[16];
+  size_t raw_size = sizeof raw_key;
+  ASSERT_HMR_OK(hmr_mr_raw_attr(mr.get(), &base, raw_key, &raw_size, 0));
+  EXPECT_EQ(raw_size, 2u);
+  uint64_t mapped = 0;
+  ASSERT_HMR_OK(hmr_mr_map_raw(domain.get(), base, raw_key, raw_size, &mapped, 0));
+  EXPECT_EQ(mapped, 0x1234u);
+
+  hmr_md_attr md;
+  std::memset(&md, 0, sizeof md);
+  md.size = sizeof md;
+  ASSERT_HMR_OK(hmr_md_query(domain.get(), &md));
+  std::vector<uint8_t> packed(md.rkey_packed_size);
+  size_t packed_len = packed.size();
+  ASSERT_HMR_OK(hmr_rkey_pack(mr.get(), packed.data(), &packed_len));
+  EXPECT_EQ(packed_len, md.rkey_packed_size);
+  hmr_rkey* rkey = nullptr;
+  ASSERT_HMR_OK(hmr_rkey_unpack(domain.get(), packed.data(), packed_len, &rkey));
+  hmr_rkey_info info;
+  std::memset(&info, 0, sizeof info);
+  info.size = sizeof info;
+  EXPECT_EQ(hmr_rkey_query(rkey, &info), 0) << hmr_last_error();
+  EXPECT_EQ(info.key, 0x1234u);
+  EXPECT_EQ(hmr_rkey_release(rkey), 0) << hmr_last_error();
+}
+
+// Keys chosen for the application (HMR_MR_PROV_KEY) keep to the NIC's size, not a narrower
+// one: refused at open with the reason.
+TEST(MrKeys, ANarrowerKeySizeIsRefusedWhereKeysAreChosenForYou) {
+  hmr_domain_attr attr = domain_attr(HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR, nullptr);
+  attr.mr_key_size = 2;
+  hmr_domain* raw_domain = nullptr;
+  EXPECT_HMR_ERROR(hmr_domain_open(&attr, &raw_domain), HMR_EINVAL);
+  EXPECT_EQ(raw_domain, nullptr);
+  EXPECT_NE(std::string(hmr_last_error()).find("PROV_KEY"), std::string::npos) << hmr_last_error();
+}
+
 TEST(MrKeys, RequestedKeyIgnoredUnderProvKey) {
   Pages pages(2 * kPage);
   hmr_domain_attr attr;
