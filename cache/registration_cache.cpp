@@ -521,18 +521,31 @@ void RegistrationCache::flush() {
 }
 
 namespace {
-// This thread is deregistering entries (a callback NIC's dereg may call hmr back): it must not
-// wait for deregistrations to end, its own among them.
-thread_local bool finalizing_here = false;
+// The caches whose entries this thread is deregistering, innermost first (a callback NIC's
+// dereg may call hmr back, and close or flush another domain): it must not wait for a
+// cache's deregistrations to end where its own are among them, and must wait for another
+// cache's (another thread may be in that cache's NIC, which its close is about to close).
+struct FinalizingFrame {
+  const RegistrationCache* cache;
+  const FinalizingFrame* outer;
+};
+thread_local const FinalizingFrame* finalizing_here = nullptr;
+
+bool finalizing_on_this_thread(const RegistrationCache* cache) {
+  for (const FinalizingFrame* frame = finalizing_here; frame != nullptr; frame = frame->outer) {
+    if (frame->cache == cache) return true;
+  }
+  return false;
+}
 }  // namespace
 
 void RegistrationCache::finalize(CacheEntry* entry) {
   if (entry->subscribed && monitor_ != nullptr) monitor_->unsubscribe(entry->start, entry->length);
   nic::Registration registration = entry->registration();
-  const bool outer = !finalizing_here;
-  finalizing_here = true;
+  const FinalizingFrame frame{this, finalizing_here};
+  finalizing_here = &frame;
   backend_.deregister(registration, entry->start, entry->length);
-  if (outer) finalizing_here = false;
+  finalizing_here = frame.outer;
   // After the NIC let go: in transit until then (claim()).
   finalized_.fetch_add(1, std::memory_order_release);
   in_transit_.fetch_sub(1, std::memory_order_release);
@@ -578,7 +591,7 @@ size_t RegistrationCache::finalize_deferred() {
 void RegistrationCache::wait_for_finalizing() const {
   // Another thread (hmr's deferred reaper, or a caller) took the dead entries and is
   // deregistering them: what it releases counts as released once it is done.
-  if (finalizing_here) return;
+  if (finalizing_on_this_thread(this)) return;
   while (finalizing_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
 }
 
@@ -602,7 +615,7 @@ size_t RegistrationCache::release_unused(size_t count) {
   // Deregistered here, with the mutex released; an entry a thread still counts stays
   // registered until that thread's put() (it was not idle after all) but leaves the cache.
   finish(retired);
-  if (released != 0 || finalizing_here) return released;
+  if (released != 0 || finalizing_here != nullptr) return released;
   // Nothing idle is left here, but what another thread let go may be on its way out (a flush,
   // an invalidation or an eviction between retire() and finish(); the put() that dropped the
   // last reference of an entry retired under it): those give their resources back without

@@ -1,5 +1,7 @@
 #include "monitor/monitor.h"
 
+#include "util/fork_generation.h"
+
 #include <pthread.h>
 
 #include <algorithm>
@@ -15,9 +17,21 @@ namespace {
 // malloc, and this is read inside memory hooks that can run under malloc's own lock.
 __attribute__((tls_model("initial-exec"))) thread_local unsigned event_scopes = 0;
 __attribute__((tls_model("initial-exec"))) thread_local unsigned defer_scopes = 0;
-// The pins this thread holds (notify()'s second half): remove_sink() on this thread cannot wait
-// for them.
-__attribute__((tls_model("initial-exec"))) thread_local unsigned pins_held = 0;
+}  // namespace
+
+// The pins this thread holds, one frame per notify() in its second half (nested when a NIC
+// callback notifies again): remove_sink() on this thread waits for the other threads' pins of
+// a slot, never for its own, which would be waiting for itself.
+struct Monitor::PinFrame {
+  const Monitor* monitor;
+  const std::vector<Pinned>* pinned;
+  size_t next;  // pinned[next..] are still held
+  uint32_t forks;  // forks_counted() when they were taken: a forked child holds none
+  const PinFrame* outer;
+};
+namespace {
+__attribute__((tls_model("initial-exec"))) thread_local const Monitor::PinFrame* pin_frames =
+    nullptr;
 }  // namespace
 
 // Every monitor of the process, so that a forked child can tell their sinks that nothing
@@ -112,7 +126,9 @@ Status Monitor::add_sink(InvalidationSink* sink) {
   }
   std::lock_guard<std::recursive_mutex> lock(sinks_mutex_);
   for (unsigned slot = 0; slot < kMaxSinks; ++slot) {
-    if (sinks_[slot] == nullptr) {
+    // Not a slot whose last sink is still being finished: its remover waits for those pins,
+    // and must not wait for this sink's too.
+    if (sinks_[slot] == nullptr && pins_[slot].load(std::memory_order_acquire) == 0) {
       sinks_[slot] = sink;
       sinks_end_ = std::max(sinks_end_, slot + 1);
       return ok_status();
@@ -121,6 +137,13 @@ Status Monitor::add_sink(InvalidationSink* sink) {
   return make_error(HMR_ENOSPC, "monitor %s already serves %u caches (each domain with a cache "
                     "has two on the device monitor): close domains you no longer use",
                     name(), kMaxSinks);
+}
+
+unsigned Monitor::sink_count() {
+  std::lock_guard<std::recursive_mutex> lock(sinks_mutex_);
+  unsigned count = 0;
+  for (unsigned slot = 0; slot < sinks_end_; ++slot) count += sinks_[slot] != nullptr ? 1 : 0;
+  return count;
 }
 
 void Monitor::remove_sink(InvalidationSink* sink) {
@@ -134,11 +157,18 @@ void Monitor::remove_sink(InvalidationSink* sink) {
       }
     }
   }
-  // A notification between its two halves still calls the sink: it must outlive that.  (Not
-  // on a thread that holds pins itself, a NIC callback closing a domain: it would wait for
-  // itself.  Its own notification looks again before each sink, finish_pinned().)
-  if (removed == kMaxSinks || pins_held != 0) return;
-  while (pins_[removed].load(std::memory_order_acquire) != 0) std::this_thread::yield();
+  // A notification between its two halves still calls the sink: it must outlive that.  The
+  // pins this thread holds itself are not waited for (a NIC callback closing a domain would
+  // wait for itself); its own notification looks again before each sink (finish_pinned()).
+  if (removed == kMaxSinks) return;
+  uint32_t own = 0;
+  for (const PinFrame* frame = pin_frames; frame != nullptr; frame = frame->outer) {
+    if (frame->monitor != this || frame->forks != forks_counted()) continue;
+    for (size_t i = frame->next; i < frame->pinned->size(); ++i) {
+      own += (*frame->pinned)[i].slot == removed ? 1 : 0;
+    }
+  }
+  while (pins_[removed].load(std::memory_order_acquire) > own) std::this_thread::yield();
 }
 
 void Monitor::notify(uintptr_t start, uintptr_t end) {
@@ -151,15 +181,18 @@ void Monitor::notify(uintptr_t start, uintptr_t end) {
     }
     return;
   }
+  notify_from_application(start, end);
+}
+
+void Monitor::notify_from_application(uintptr_t start, uintptr_t end) {
   // An application's thread (hmr_mem_invalidate, a runtime's free callback, a device
-  // allocation seen replacing another): the sinks drop the range under the lock and keep
-  // their deregistrations, which run after it is released.  Under the lock each ran on the
-  // NIC, so a callback NIC's dereg that waits for the application's own lock deadlocked with
-  // a thread holding that lock while it opened or closed a domain (add_sink, remove_sink) or
-  // registered device memory (found by a review).
-  unsigned slots[kMaxSinks];
-  InvalidationSink* pinned[kMaxSinks];
-  size_t count = 0;
+  // allocation seen replacing another), never a memory hook (those are event threads): the
+  // sinks drop the range under the lock and keep their deregistrations, which run after it
+  // is released.  Under the lock each ran on the NIC, so a callback NIC's dereg that waits
+  // for the application's own lock deadlocked with a thread holding that lock while it
+  // opened or closed a domain (add_sink, remove_sink) or registered device memory (found by
+  // a review).  (A function of its own, so that the hot event path keeps a small frame.)
+  std::vector<Pinned> pinned;
   {
     std::lock_guard<std::recursive_mutex> lock(sinks_mutex_);
     const DeferScope defer;
@@ -169,30 +202,33 @@ void Monitor::notify(uintptr_t start, uintptr_t end) {
       sink->invalidate(start, end);
       if (!sink->has_deferred()) continue;
       pins_[slot].fetch_add(1, std::memory_order_relaxed);  // (the unlock publishes it)
-      slots[count] = slot;
-      pinned[count] = sink;
-      ++count;
+      pinned.push_back(Pinned{slot, sink});
     }
   }
-  finish_pinned(slots, pinned, count);
+  if (!pinned.empty()) finish_pinned(pinned);
 }
 
-void Monitor::finish_pinned(const unsigned* slots, InvalidationSink* const* sinks, size_t count) {
-  pins_held += static_cast<unsigned>(count);
-  for (size_t i = 0; i < count; ++i) {
+void Monitor::finish_pinned(const std::vector<Pinned>& pinned) {
+  PinFrame frame{this, &pinned, 0, forks_counted(), pin_frames};
+  pin_frames = &frame;
+  for (; frame.next < pinned.size(); ++frame.next) {
+    // A NIC callback forked: the child holds no pins (forget_sinks_in_forked_child cleared
+    // them) and finishes nothing of its parent's.
+    if (frame.forks != forks_counted()) break;
+    const Pinned& pin = pinned[frame.next];
     // Still attached?  Another thread's remove_sink() waits for the pin, so a sink it removed
-    // is still there to finish, but it will flush itself anyway; this thread may have removed
-    // one itself (a NIC callback of an earlier deregistration closing a domain), without
-    // waiting, and that one may be gone.  Either way: not ours to finish any more.
+    // is still there, but it flushes itself; this thread may have removed one itself (a NIC
+    // callback of an earlier deregistration closing a domain), without waiting for its own
+    // pin, and that one may be gone.  Either way: not ours to finish any more.
     bool attached = false;
     {
       std::lock_guard<std::recursive_mutex> lock(sinks_mutex_);
-      attached = sinks_[slots[i]] == sinks[i];
+      attached = sinks_[pin.slot] == pin.sink;
     }
-    if (attached) sinks[i]->finish_invalidations();
-    pins_[slots[i]].fetch_sub(1, std::memory_order_release);
-    --pins_held;
+    if (attached) pin.sink->finish_invalidations();
+    pins_[pin.slot].fetch_sub(1, std::memory_order_release);
   }
+  pin_frames = frame.outer;
 }
 
 }  // namespace hmr::core

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include <mutex>
+#include <vector>
 
 #include "util/status.h"
 
@@ -69,6 +70,8 @@ class Monitor {
 
   Status add_sink(InvalidationSink* sink);
   void remove_sink(InvalidationSink* sink);
+  // How many sinks (caches) it serves now.
+  unsigned sink_count();
   // Delivers an invalidation to every sink; safe from any thread, including the monitor's.
   void notify(uintptr_t start, uintptr_t end);
 
@@ -108,15 +111,24 @@ class Monitor {
   virtual void after_fork_in_parent() {}
   virtual void after_fork_in_child() {}
 
+ public:
+  struct PinFrame;  // (monitor.cpp: the pins a thread holds)
+
  private:
   friend struct MonitorForkHandlers;
   Monitor(const Monitor&) = delete;
   Monitor& operator=(const Monitor&) = delete;
   void forget_sinks_in_forked_child();
 
-  // The second half of notify() on an application's thread: each pinned sink's deferred
-  // deregistrations, with no lock held.
-  void finish_pinned(const unsigned* slots, InvalidationSink* const* sinks, size_t count);
+  // notify() on an application's thread, in two halves: under the lock, the sinks drop the
+  // range and those with deregistrations left are pinned; then, with no lock held, each pinned
+  // sink's deferred deregistrations.
+  struct Pinned {
+    unsigned slot;
+    InvalidationSink* sink;
+  };
+  [[gnu::noinline]] void notify_from_application(uintptr_t start, uintptr_t end);
+  void finish_pinned(const std::vector<Pinned>& pinned);
 
   std::atomic<uint32_t> pending_{0};
   // Two per cached domain (its host and device caches) on the device monitor, which every

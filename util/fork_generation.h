@@ -5,7 +5,8 @@
 // process" on every call (util/object.h).
 //
 // Counted by a pthread_atfork child handler, registered when libhmr is loaded: glibc runs it in
-// every child of fork() (and of posix_spawn/vfork, which exec at once).  A child made by a raw
+// every child of fork().  (Not in a child of posix_spawn or vfork, which share the parent's
+// memory until they exec: an increment there would land in the parent's counter.)  A child made by a raw
 // clone() system call that skips glibc's fork handlers is not counted; getpid() is the answer
 // there, and hmr's callers are libraries and runtimes that fork through glibc.
 #pragma once

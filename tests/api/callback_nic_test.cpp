@@ -1,6 +1,7 @@
 // nic = "callback": the application's own registration functions behind hmr's detection,
 // cache and monitors — every call recorded, every failure carried back with its reason, and
 // callbacks that call hmr themselves (hmr holds no lock while it calls back).
+#include <pthread.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -261,6 +262,113 @@ TEST(CallbackNic, ADeregistrationAnInvalidationMakesHoldsNoHmrLock) {
   EXPECT_EQ(open_result.get(), 0);
   EXPECT_EQ(result.get(), 0) << hmr_last_error();
   EXPECT_EQ(nic.deregistrations.size(), 1u) << "hmr_mem_invalidate returned before its dereg";
+}
+
+// Domains X and Y, each with dead entries to deregister: thread E is inside Y's dereg (an
+// invalidation's second half) when this thread's invalidation reaches X's dereg, which closes
+// Y.  The close must wait until E is out of Y's NIC: it returned at once, and E went on in a
+// freed cache (found by a review: a thread inside any deregistration skipped every wait).
+struct ClosingNics {
+  std::atomic<bool> e_inside{false};
+  std::atomic<bool> closing{false};
+  std::atomic<bool> y_closed{false};
+  std::atomic<bool> closed_while_inside{false};
+  int close_rc = -1;
+  hmr_domain* y = nullptr;
+};
+ClosingNics closing_nics;
+int closing_reg(void*, const hmr_nic_reg_request*, hmr_nic_mr* mr, char*, size_t) {
+  static std::atomic<uint64_t> next_key{1};
+  mr->handle = nullptr;
+  mr->desc = nullptr;
+  mr->key = next_key.fetch_add(1);
+  return 0;
+}
+int dereg_of_y(void*, const hmr_nic_mr*, char*, size_t) {
+  ClosingNics& nics = closing_nics;
+  nics.e_inside.store(true);
+  // Until X's dereg closes Y, and then a while longer: a close that does not wait for this
+  // dereg returns meanwhile.  (A bound, not a measurement: a close that waits makes it run
+  // out, and the test passes the same.)
+  while (!nics.closing.load()) std::this_thread::yield();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  while (!nics.y_closed.load() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::yield();
+  }
+  nics.closed_while_inside.store(nics.y_closed.load());
+  return 0;
+}
+int dereg_of_x(void*, const hmr_nic_mr*, char*, size_t) {
+  ClosingNics& nics = closing_nics;
+  if (nics.e_inside.load() && !nics.closing.exchange(true)) {
+    nics.close_rc = hmr_domain_close(nics.y);
+    nics.y_closed.store(true);
+  }
+  return 0;
+}
+
+TEST(CallbackNic, ADomainClosedInADeregWaitsForAnotherThreadInItsNic) {
+  ToyNic unused;  // (the callbacks below take no context)
+  hmr_nic_callbacks x_callbacks = toy_callbacks(unused);
+  x_callbacks.reg_va = closing_reg;
+  x_callbacks.dereg = dereg_of_x;
+  hmr_nic_callbacks y_callbacks = x_callbacks;
+  y_callbacks.dereg = dereg_of_y;
+  DomainPtr x(open_callback_domain(x_callbacks));
+  closing_nics.y = open_callback_domain(y_callbacks);
+  ASSERT_TRUE(x && closing_nics.y);
+  Pages a(kPage);
+  Pages b(kPage);
+  ASSERT_TRUE(reg(x.get(), a.data(), kPage, kRemote));  // closed at once: cached, idle
+  ASSERT_TRUE(reg(closing_nics.y, b.data(), kPage, kRemote));
+  std::thread e([&] { EXPECT_EQ(hmr_mem_invalidate(nullptr, b.data(), kPage), 0); });
+  while (!closing_nics.e_inside.load()) std::this_thread::yield();
+  EXPECT_EQ(hmr_mem_invalidate(nullptr, a.data(), kPage), 0) << hmr_last_error();
+  e.join();
+  EXPECT_TRUE(closing_nics.y_closed.load()) << "X's dereg did not close Y";
+  EXPECT_EQ(closing_nics.close_rc, 0);
+  EXPECT_FALSE(closing_nics.closed_while_inside.load())
+      << "hmr_domain_close(Y) returned while another thread was inside Y's dereg";
+}
+
+// Memory hooks run in whatever thread unmaps, small stacks included: a notification there must
+// take little stack.  It took 48 KiB (two arrays of one entry per possible sink) in every
+// munmap of a process with a cached registration, so a thread with a 64 KiB stack that had used
+// 12 KiB died in munmap (found by a review).
+struct SmallStackUnmap {
+  void* buffer = nullptr;
+  size_t len = 0;
+  int rc = -1;
+};
+void* unmap_deep_in_a_small_stack(void* argument) {
+  auto* unmap = static_cast<SmallStackUnmap*>(argument);
+  volatile char used[20 * 1024];  // part of the stack, as the thread's own frames might be
+  used[0] = 1;
+  used[sizeof used - 1] = 1;
+  unmap->rc = munmap(unmap->buffer, unmap->len) + used[0] - 1;
+  return nullptr;
+}
+
+TEST(CallbackNic, AMemoryHookInAThreadWithASmallStackReturns) {
+  ToyNic nic;
+  hmr_nic_callbacks callbacks = toy_callbacks(nic);
+  DomainPtr domain(open_callback_domain(callbacks, "memhooks"));
+  if (!domain) GTEST_SKIP() << "memhooks cannot start in this process";
+  void* buffer = mmap(nullptr, 4 * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                      -1, 0);
+  ASSERT_NE(buffer, MAP_FAILED);
+  ASSERT_TRUE(reg(domain.get(), buffer, 4 * kPage, kRemote));  // cached, idle: watched
+  SmallStackUnmap unmap{buffer, 4 * kPage};
+  pthread_attr_t attr;
+  ASSERT_EQ(pthread_attr_init(&attr), 0);
+  ASSERT_EQ(pthread_attr_setstacksize(&attr, 64 * 1024), 0);
+  pthread_t thread;
+  ASSERT_EQ(pthread_create(&thread, &attr, unmap_deep_in_a_small_stack, &unmap), 0);
+  ASSERT_EQ(pthread_join(thread, nullptr), 0);
+  pthread_attr_destroy(&attr);
+  EXPECT_EQ(unmap.rc, 0);
+  ASSERT_HMR_OK(hmr_domain_cache_flush(domain.get()));
+  EXPECT_EQ(nic.deregistrations.size(), 1u) << "the unmapped range is still registered";
 }
 
 // A thread that was deregistering a domain's dead entries when another thread called fork()
