@@ -467,12 +467,31 @@ Result<DmabufExport> ZeIface::export_dmabuf(MemoryRange range) {
     return make_error(HMR_EIO, "zeMemGetAllocProperties(%p) succeeded but exported fd %d", base,
                       export_fd.fd);
   }
-  // The fd is the driver's: it caches one per buffer, hands the same number to every export and
-  // closes it when the memory is freed (compute-runtime: peekInternalHandle, the IPC handle
-  // map).  hmr holds a descriptor of its own, so closing it (or a caller closing it) leaves the
-  // driver's open; the driver's is never closed nor handed out.
+  // Whose the fd is depends on the driver.  compute-runtime 22.49 and later cache one per
+  // buffer, hand the same number to every export and close it when the memory is freed
+  // (DrmAllocation::peekInternalHandle's handles[]): hmr takes a descriptor of its own and
+  // never closes the driver's.  Before 22.49 every export made a new fd (a PRIME handle-to-fd
+  // each call) that nobody else closes: taken as hmr's, since a duplicate leaked it and the
+  // buffer behind it for ever (found by a review).  Asked once: a second export gives the
+  // same number only where the driver keeps it.
+  ExportedFdOwner fd_owner = exported_fd_owner_.load(std::memory_order_acquire);
+  if (fd_owner == ExportedFdOwner::unknown) {
+    ze_external_memory_export_fd_t again = export_fd;
+    again.fd = -1;
+    ze_memory_allocation_properties_t asked_again = properties;
+    asked_again.pNext = &again;
+    if (symbols_.zeMemGetAllocProperties(context, base, &asked_again, nullptr) ==
+            ZE_RESULT_SUCCESS &&
+        again.fd >= 0) {
+      fd_owner = again.fd == export_fd.fd ? ExportedFdOwner::driver : ExportedFdOwner::caller;
+      if (fd_owner == ExportedFdOwner::caller) ::close(again.fd);
+      exported_fd_owner_.store(fd_owner, std::memory_order_release);
+    }
+  }
   DmabufExport exported;
-  exported.fd = DmabufFd(fcntl(export_fd.fd, F_DUPFD_CLOEXEC, 0));
+  exported.fd = fd_owner == ExportedFdOwner::caller
+                    ? DmabufFd(export_fd.fd)
+                    : DmabufFd(fcntl(export_fd.fd, F_DUPFD_CLOEXEC, 0));
   if (!exported.fd.valid()) {
     const int error = errno;
     return make_error(error == EMFILE || error == ENFILE ? HMR_ENOMEM : HMR_EIO,

@@ -8,6 +8,7 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
@@ -126,6 +127,10 @@ class ZeIface final : public hmem::Iface {
   std::vector<Device> devices_;
   std::string version_;
   std::unique_ptr<ZeCopyEngine> copies_;
+  // Whose the fd of a dma-buf export is, learned at the first export (ze_iface.cpp): the
+  // driver's (one per buffer, compute-runtime 22.49 and later) or the caller's (one per export).
+  enum class ExportedFdOwner : int { unknown, driver, caller };
+  std::atomic<ExportedFdOwner> exported_fd_owner_{ExportedFdOwner::unknown};
   // The fork generation (util/fork_generation.h) of the process that initialised the driver:
   // a child forked from it gets the parent's answers (device memory is refused there).
   uint64_t init_fork_generation_ = 0;

@@ -206,6 +206,7 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static int initialized;
 static unsigned last_init_flags;
 static int driver_count = FAKE_ZE_DRIVER_COUNT;
+static int fd_per_export; /* fake_ze_set_fd_per_export */
 static void *regions[FAKE_ZE_DEVICE_COUNT];
 static struct fake_context contexts[MAX_CONTEXTS];
 static struct fake_list lists[MAX_LISTS];
@@ -638,12 +639,20 @@ EXPORT ze_result_t zeMemGetAllocProperties(const void *context, const void *ptr,
       LEAVE(UNSUPPORTED_FEATURE);
     }
     /* The dma-buf is the whole buffer (for pooled memory, the pool), made on the first export
-     * and the same fd on every later one: the driver's, closed when the buffer is freed. */
-    if (buffer->export_fd < 0) {
-      buffer->export_fd = fcntl(buffer->memfd, F_DUPFD_CLOEXEC, 0);
-      if (buffer->export_fd < 0) LEAVE(OUT_OF_HOST_MEMORY);
+     * and the same fd on every later one: the driver's, closed when the buffer is freed.
+     * compute-runtime before 22.49 (DrmAllocation::peekInternalHandle called obtainFdFromHandle,
+     * a DRM_IOCTL_PRIME_HANDLE_TO_FD, on every call; commit 623c9afdfa cached it) made a new fd
+     * on every export, which was the caller's to close: fake_ze_set_fd_per_export. */
+    if (fd_per_export) {
+      export_fd->fd = fcntl(buffer->memfd, F_DUPFD_CLOEXEC, 0);
+      if (export_fd->fd < 0) LEAVE(OUT_OF_HOST_MEMORY);
+    } else {
+      if (buffer->export_fd < 0) {
+        buffer->export_fd = fcntl(buffer->memfd, F_DUPFD_CLOEXEC, 0);
+        if (buffer->export_fd < 0) LEAVE(OUT_OF_HOST_MEMORY);
+      }
+      export_fd->fd = buffer->export_fd;
     }
-    export_fd->fd = buffer->export_fd;
   }
   properties->type = buffer != NULL ? buffer->type : TYPE_UNKNOWN;
   properties->id = buffer != NULL ? buffer->id : 0;
@@ -803,7 +812,14 @@ EXPORT void fake_ze_reset(void) {
   initialized = 0;
   last_init_flags = 0;
   driver_count = FAKE_ZE_DRIVER_COUNT;
+  fd_per_export = 0;
   /* Allocation ids keep growing: ids are never reused, across resets too. */
+  pthread_mutex_unlock(&lock);
+}
+
+EXPORT void fake_ze_set_fd_per_export(int on) {
+  pthread_mutex_lock(&lock);
+  fd_per_export = on;
   pthread_mutex_unlock(&lock);
 }
 

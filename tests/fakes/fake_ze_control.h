@@ -49,6 +49,9 @@ typedef void (*fake_ze_set_failure_fn)(const char *name, int result);
 typedef int (*fake_ze_call_count_fn)(const char *name);
 /* How many drivers zeDriverGet reports (0..FAKE_ZE_DRIVER_COUNT). */
 typedef void (*fake_ze_set_driver_count_fn)(int count);
+/* Non-zero: every dma-buf export makes a new fd that the caller must close, as compute-runtime
+ * before 22.49 did; 0 (after reset): one fd per buffer, the driver's. */
+typedef void (*fake_ze_set_fd_per_export_fn)(int on);
 typedef int (*fake_ze_live_contexts_fn)(void);
 typedef int (*fake_ze_live_command_lists_fn)(void);
 /* The export types the allocation holding ptr was created with (ze_external_memory_export_desc_t

@@ -16,6 +16,8 @@ FakeZe load(const char* path) {
   fake.set_failure = library.function<fake_ze_set_failure_fn>("fake_ze_set_failure");
   fake.call_count = library.function<fake_ze_call_count_fn>("fake_ze_call_count");
   fake.set_driver_count = library.function<fake_ze_set_driver_count_fn>("fake_ze_set_driver_count");
+  fake.set_fd_per_export =
+      library.function<fake_ze_set_fd_per_export_fn>("fake_ze_set_fd_per_export");
   fake.live_contexts = library.function<fake_ze_live_contexts_fn>("fake_ze_live_contexts");
   fake.live_command_lists =
       library.function<fake_ze_live_command_lists_fn>("fake_ze_live_command_lists");

@@ -17,6 +17,7 @@ struct FakeZe {
   fake_ze_set_failure_fn set_failure = nullptr;
   fake_ze_call_count_fn call_count = nullptr;
   fake_ze_set_driver_count_fn set_driver_count = nullptr;
+  fake_ze_set_fd_per_export_fn set_fd_per_export = nullptr;
   fake_ze_live_contexts_fn live_contexts = nullptr;
   fake_ze_live_command_lists_fn live_command_lists = nullptr;
   fake_ze_export_flags_fn export_flags = nullptr;

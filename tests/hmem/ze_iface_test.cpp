@@ -305,6 +305,21 @@ TEST_F(ZeIfaceTest, ExportsLeakNoFd) {
   EXPECT_EQ(open_fd_count(), before);
 }
 
+// compute-runtime before 22.49 made a new dma-buf fd on every export, the caller's to close;
+// hmr duplicated it as if it were the driver's, and every export leaked an fd and the buffer
+// behind it (found by a review).  hmr asks at its first export whether the driver keeps the
+// fd, and takes it as its own where it does not.
+TEST_F(ZeIfaceTest, ExportsOfADriverThatMakesAnFdPerExportLeakNoFd) {
+  fake().set_fd_per_export(1);
+  init();
+  auto* base = static_cast<char*>(alloc(1, 0, 1 << 20));
+  const int before = open_fd_count();
+  ASSERT_TRUE(iface_->export_dmabuf({base, 4096}).ok());
+  EXPECT_EQ(open_fd_count(), before) << "the first export (and its probe) left an fd";
+  ASSERT_NO_FATAL_FAILURE(expect_exports_leak_no_fd(*iface_, base, 4096));
+  EXPECT_EQ(open_fd_count(), before);
+}
+
 TEST_F(ZeIfaceTest, CapabilitiesArePerDeviceAndSayWhy) {
   init();
   Result<DeviceCapabilities> first = iface_->capabilities(kDriver0Device0);
