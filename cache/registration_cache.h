@@ -88,7 +88,7 @@ class RegistrationCache final : public InvalidationSink {
   void watch_lost_by_fork() override;
   // Monitor::notify's second half on an application's thread: what invalidate() deferred.
   bool has_deferred() const override {
-    return deferred_.load(std::memory_order_acquire) != nullptr;
+    return !application_calls_only_ && deferred_.load(std::memory_order_acquire) != nullptr;
   }
   void finish_invalidations() override { finalize_deferred(); }
 
@@ -140,7 +140,14 @@ class RegistrationCache final : public InvalidationSink {
   // CLOCK hand of the limits).  How many it dropped or deregistered; 0: nothing idle is left.
   size_t release_unused(size_t count);
   // Deregisters what monitor events left dead (DeferredReaper's thread calls it).
-  void reap_deferred() { (void)finalize_deferred(); }
+  void reap_deferred() {
+    if (!application_calls_only_) (void)finalize_deferred();
+  }
+  // Its NIC may be called only inside the application's own calls on the domain
+  // (nic::Capabilities::serialized_by_application): dead entries then wait for the domain's
+  // next miss, flush, release under pressure or close, never for hmr's reaper thread or
+  // another thread's invalidation.  Set before the cache is shared.
+  void deregister_in_application_calls_only() { application_calls_only_ = true; }
   CacheStatistics statistics();
   // Nothing is filed (a hint, read without the writer mutex: an entry may be filed or leave
   // at any moment).  The device hit path asks it before it asks a runtime anything.
@@ -324,6 +331,7 @@ class RegistrationCache final : public InvalidationSink {
   ShardedCounters<2> lookups_;
   std::atomic<uint64_t> invalidations_{0}, evictions_{0}, uncached_{0}, pressure_evictions_{0};
   std::atomic<CacheEntry*> deferred_{nullptr};  // dead entries left by a monitor thread
+  bool application_calls_only_ = false;  // deregister_in_application_calls_only()
   std::atomic<uint32_t> finalizing_{0};  // threads deregistering entries taken from deferred_
 
   std::mutex held_mutex_;

@@ -157,6 +157,7 @@ Status Domain::open_host_cache(const char* monitor_name, const CacheLimits& limi
   Result<Monitor*> monitor = acquire_monitor(monitor_name);
   if (!monitor.ok()) return monitor.status();
   auto cache = std::make_unique<RegistrationCache>(nic_registrar_, limits, *monitor);
+  if (nic_->capabilities().serialized_by_application) cache->deregister_in_application_calls_only();
   Status attached = cache->attach();
   if (attached.ok()) {
     // Explicit invalidation (hmr_mem_invalidate with no domain) reaches host entries too.
@@ -175,6 +176,7 @@ Status Domain::open_host_cache(const char* monitor_name, const CacheLimits& limi
 Status Domain::open_device_cache(const CacheLimits& limits) {
   auto cache = std::make_unique<RegistrationCache>(device_backend_, limits,
                                                    &DeviceMonitor::instance());
+  if (nic_->capabilities().serialized_by_application) cache->deregister_in_application_calls_only();
   HMR_RETURN_IF_ERROR(cache->attach());
   device_cache_ = std::move(cache);
   return ok_status();
@@ -400,6 +402,11 @@ Status Domain::bind_event_queue(EventQueue& queue, uint64_t flags) {
   if (flags != HMR_REG_MR) {
     return make_error(HMR_EBADFLAGS, "bind an event queue with HMR_REG_MR (got %#llx)",
                       static_cast<unsigned long long>(flags));
+  }
+  if (nic_->capabilities().serialized_by_application) {
+    return make_error(HMR_EOPNOTSUPP, "%s is serialized by the application (threading=domain): "
+                      "asynchronous registration would call it from hmr's own thread",
+                      nic_->capabilities().name.c_str());
   }
   std::lock_guard<std::mutex> lock(bind_mutex_);
   if (event_queue_ != nullptr) return make_error(HMR_EBUSY, "domain is already bound to an event queue");

@@ -66,6 +66,10 @@ struct Capabilities {
   bool auth_keys = false;
   bool persistent_memory = false;
   bool rma = false;               // can move bytes through hmr endpoints (sim only)
+  // Every call on the NIC must come from a thread that calls hmr on its domain: the
+  // application serializes its calls (a wrapped libfabric domain opened FI_THREAD_DOMAIN), so
+  // hmr's own threads (the deferred reaper, the asynchronous registrar) must not call it.
+  bool serialized_by_application = false;
   // The registration cost when the NIC knows it (a vendor figure); empty: hmr measures it on
   // the first hmr_md_query of a domain (core/registration_cost.h).
   std::optional<LinearCost> reg_cost;

@@ -41,6 +41,12 @@ class OfiDomain {
   const fi_info& info() const { return *info_; }
   // The mr_mode in force on the domain (libfabric's bits).
   uint64_t mr_mode() const { return mr_mode_; }
+  // Whether the application serializes every call on the domain (a domain it opened with
+  // FI_THREAD_DOMAIN and wraps, saying so with threading=): then no thread of hmr's own may
+  // call it.  hmr's own domains are FI_THREAD_SAFE.
+  bool serialized_by_application() const {
+    return options_.threading.has_value() && *options_.threading == FI_THREAD_DOMAIN;
+  }
   // "libfabric 1.17 provider tcp;ofi_rxm", for reasons.
   const std::string& who() const { return who_; }
 

@@ -120,6 +120,7 @@ Status OfiNic::describe() {
   capabilities_.persistent_memory = (info.caps & FI_RMA_PMEM) != 0;
   capabilities_.auth_keys = false;  // fi_mr_attr.auth_key is not passed (yet)
   capabilities_.rma = false;        // bytes move through the application's own endpoints
+  capabilities_.serialized_by_application = domain_->serialized_by_application();
   // libfabric's fi_mr has none of verbs' memory operations: say so per operation.
   const std::string& name = capabilities_.name;
   nic::MemoryOperations& ops = capabilities_.operations;

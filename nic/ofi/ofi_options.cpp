@@ -1,5 +1,6 @@
 #include "nic/ofi/ofi_options.h"
 
+#include <rdma/fabric.h>
 #include <strings.h>
 
 #include <cctype>
@@ -42,6 +43,37 @@ Result<bool> parse_switch(const std::string& name, const std::string& value) {
   if (value == "1" || strcasecmp(value.c_str(), "yes") == 0) return true;
   if (value == "0" || strcasecmp(value.c_str(), "no") == 0) return false;
   return make_error(HMR_EINVAL, "ofi option %s='%s' is not 1/0/yes/no", name.c_str(),
+                    value.c_str());
+}
+
+
+// fi_threading by its name in fi_domain(3) ("safe", "domain", "completion", "endpoint",
+// "fid", "unspec", with or without FI_THREAD_) or its number, as an application prints
+// info->domain_attr->threading.
+Result<int> parse_threading(const std::string& value) {
+  struct Level {
+    const char* name;
+    int value;
+  };
+  static constexpr Level kLevels[] = {
+      {"unspec", FI_THREAD_UNSPEC},     {"safe", FI_THREAD_SAFE},
+      {"fid", FI_THREAD_FID},           {"domain", FI_THREAD_DOMAIN},
+      {"completion", FI_THREAD_COMPLETION}, {"endpoint", FI_THREAD_ENDPOINT}};
+  std::string name = value;
+  for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (name.rfind("fi_thread_", 0) == 0) name = name.substr(10);
+  for (const Level& level : kLevels) {
+    if (name == level.name) return level.value;
+  }
+  char* end = nullptr;
+  const long number = std::strtol(value.c_str(), &end, 0);
+  if (!value.empty() && end != nullptr && *end == '\0') {
+    for (const Level& level : kLevels) {
+      if (number == level.value) return level.value;
+    }
+  }
+  return make_error(HMR_EINVAL, "ofi option threading=%s: not a libfabric threading level "
+                    "(safe, domain, completion, endpoint, fid, unspec, or its number)",
                     value.c_str());
 }
 
@@ -94,10 +126,14 @@ Result<OfiOptions> parse_ofi_options(const char* text) {
       Result<bool> hmem = parse_switch(name, value);
       if (!hmem.ok()) return hmem.status();
       options.hmem = *hmem;
+    } else if (name == "threading") {
+      Result<int> threading = parse_threading(value);
+      if (!threading.ok()) return threading.status();
+      options.threading = *threading;
     } else {
       return make_error(HMR_EINVAL,
                         "unknown ofi option '%s' (known: provider, ep_type, domain, fabric, "
-                        "mr_mode, hmem)",
+                        "mr_mode, hmem, threading)",
                         name.c_str());
     }
   }

@@ -24,9 +24,13 @@ struct OfiOptions {
   std::optional<uint64_t> mr_mode;
   // The domain has (or is to be opened with) the FI_HMEM capability.
   bool hmem = false;
+  // Wrapping a domain: the threading level it was opened with (its
+  // info->domain_attr->threading, an enum fi_threading value); absent: FI_THREAD_SAFE.
+  std::optional<int> threading;
 };
 
-// Parses "provider=tcp;ofi_rxm;ep_type=rdm;domain=lo;mr_mode=VIRT_ADDR|PROV_KEY;hmem=1".
+// Parses "provider=tcp;ofi_rxm;ep_type=rdm;domain=lo;mr_mode=VIRT_ADDR|PROV_KEY;hmem=1;
+// threading=domain".
 // A provider name may contain ';' as libfabric's layered names do: an item without '='
 // right after provider= continues the name.  mr_mode takes mode names joined by '|' or a
 // number (0x10), so an application can print info->domain_attr->mr_mode as it is.

@@ -287,6 +287,24 @@ TEST_F(RegistrationCacheTest, InvalidationSinceTheCallersSequenceIsNotCached) {
   cache.put(*filed);
 }
 
+// A cache whose NIC the application serializes (a wrapped FI_THREAD_DOMAIN libfabric domain)
+// leaves what a monitor's event killed for its own next call: hmr's reaper thread does not
+// deregister it, and the next miss does.
+TEST_F(RegistrationCacheTest, ACacheOfASerializedNicDeregistersOnlyInItsOwnCalls) {
+  RegistrationCache& cache = make(limits(16));
+  cache.deregister_in_application_calls_only();
+  const uint64_t id = touch(page(0), kPage);
+  {
+    const Monitor::EventScope event_thread;  // as the userfaultfd thread reports an unmap
+    monitor_.notify(page(0), page(1));
+  }
+  EXPECT_FALSE(cache.has_deferred()) << "a notification's second half would deregister it";
+  cache.reap_deferred();  // what the reaper thread does when woken
+  EXPECT_TRUE(backend_.is_live(id)) << "deregistered by the reaper's thread";
+  touch(page(4), kPage);  // a miss: the application's own call
+  EXPECT_FALSE(backend_.is_live(id));
+}
+
 TEST_F(RegistrationCacheTest, InvalidationOfAnotherRangeDuringRegistrationStillCaches) {
   RegistrationCache& cache = make(limits(16));
   backend_.during_register = [&](uintptr_t start, uint64_t len) {

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "nic/nic.h"
@@ -217,6 +218,65 @@ TEST(OfiOwnDomain, RegistrationCostWithRequestedKeys) {
   cost.field_mask = HMR_MD_ATTR_REG_COST;
   ASSERT_HMR_OK(hmr_md_query(domain.get(), &cost));
   EXPECT_EQ(cost.reg_cost_measured, 1);
+}
+
+// A domain the application opened FI_THREAD_DOMAIN (threading= in nic_options) is called only
+// from the application's own calls on it: fi_domain(3) makes the application serialize every
+// call on such a domain, and hmr's reaper thread (or another thread's hmr_mem_invalidate)
+// closing an MR there raced the application's own calls (found by a review).  The dead
+// registration waits for the domain's next miss; asynchronous registration is refused.
+TEST(OfiWrappedDomain, ADomainTheApplicationSerializesIsCalledOnlyFromItsCalls) {
+  AppDomain app(hmr_ofi_test::tcp_loopback(), FI_THREAD_DOMAIN);
+  ASSERT_TRUE(app);
+  const std::string options = app.wrap_options();
+  ASSERT_NE(options.find("threading=" + std::to_string(FI_THREAD_DOMAIN)), std::string::npos);
+  hmr_domain_attr attr = ofi_attr(options.c_str(), kAppMode, app.domain());
+  hmr_domain* raw = nullptr;
+  ASSERT_HMR_OK(hmr_domain_open(&attr, &raw));
+  DomainPtr domain(raw);
+  // Whether the key is still registered on the application's domain: tcp refuses a requested
+  // key in use (-FI_ENOKEY).  (Asking hmr would be a call on the domain, which may deregister.)
+  Pages probe(kPage);
+  auto key_in_use = [&](uint64_t key) {
+    fid_mr* mr = nullptr;
+    const int rc = fi_mr_reg(app.domain(), probe.data(), kPage, FI_REMOTE_READ, 0, key, 0, &mr,
+                             nullptr);
+    if (rc == 0) {
+      EXPECT_EQ(fi_close(&mr->fid), 0);
+    }
+    EXPECT_TRUE(rc == 0 || rc == -FI_ENOKEY) << fi_strerror(-rc);
+    return rc == -FI_ENOKEY;
+  };
+  Pages first(kPage);
+  Pages second(kPage);
+  uint64_t key = HMR_KEY_NOTAVAIL;
+  {
+    MrPtr mr = reg(domain.get(), first.data(), kPage, HMR_REMOTE_READ);  // cached once closed
+    ASSERT_TRUE(mr);
+    key = hmr_mr_key(mr.get());
+  }
+  ASSERT_TRUE(key_in_use(key));
+  // Another thread drops it: the deregistration is left for this domain's next call.
+  std::thread other([&] { EXPECT_EQ(hmr_mem_invalidate(nullptr, first.data(), kPage), 0); });
+  other.join();
+  EXPECT_TRUE(key_in_use(key)) << "another thread closed an MR of the serialized domain";
+  ASSERT_TRUE(reg(domain.get(), second.data(), kPage, HMR_REMOTE_READ));  // a call on it
+  EXPECT_FALSE(key_in_use(key)) << "the domain's next call did not deregister what was left";
+
+  hmr_eq* eq = nullptr;
+  ASSERT_HMR_OK(hmr_eq_open(nullptr, &eq));
+  EXPECT_HMR_ERROR(hmr_domain_bind(domain.get(), hmr_eq_fid(eq), HMR_REG_MR), HMR_EOPNOTSUPP);
+  EXPECT_NE(std::string(hmr_last_error()).find("serialized"), std::string::npos)
+      << hmr_last_error();
+  EXPECT_EQ(hmr_eq_close(eq), 0) << hmr_last_error();
+}
+
+TEST(OfiWrappedDomain, AThreadingLevelLibfabricDoesNotKnowIsRefused) {
+  AppDomain app(hmr_ofi_test::tcp_loopback());
+  ASSERT_TRUE(app);
+  const std::string options = app.wrap_options() + ";threading=sometimes";
+  expect_open_error(ofi_attr(options.c_str(), kAppMode, app.domain()), HMR_EINVAL,
+                    "not a libfabric threading level");
 }
 
 TEST(OfiWrappedDomain, HmrNeverClosesTheApplicationsDomain) {

@@ -56,8 +56,10 @@ InfoPtr find_info(const ProviderChoice& choice) {
   return nullptr;
 }
 
-AppDomain::AppDomain(const ProviderChoice& choice) : info_(find_info(choice)) {
+AppDomain::AppDomain(const ProviderChoice& choice, fi_threading threading)
+    : info_(find_info(choice)) {
   if (!info_) return;
+  info_->domain_attr->threading = threading;
   int rc = fi_fabric(info_->fabric_attr, &fabric_, nullptr);
   if (rc != 0) {
     ADD_FAILURE() << "fi_fabric: " << fi_strerror(-rc);
@@ -81,8 +83,9 @@ AppDomain::~AppDomain() {
 
 std::string AppDomain::wrap_options() const {
   char text[160];
-  std::snprintf(text, sizeof text, "provider=%s;mr_mode=%#x", info_->fabric_attr->prov_name,
-                static_cast<unsigned>(info_->domain_attr->mr_mode));
+  std::snprintf(text, sizeof text, "provider=%s;mr_mode=%#x;threading=%d",
+                info_->fabric_attr->prov_name, static_cast<unsigned>(info_->domain_attr->mr_mode),
+                static_cast<int>(info_->domain_attr->threading));
   return text;
 }
 

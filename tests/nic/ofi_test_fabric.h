@@ -45,13 +45,16 @@ using FidPtr = std::unique_ptr<fid, FidCloser>;
 // A fabric and a domain the test opened, as an application opens its own.
 class AppDomain {
  public:
-  explicit AppDomain(const ProviderChoice& choice);
+  // `threading`: the level the domain is opened with (fi_domain with the answer's threading
+  // set to it, as an application that serializes its calls asks for FI_THREAD_DOMAIN).
+  explicit AppDomain(const ProviderChoice& choice, fi_threading threading = FI_THREAD_SAFE);
   ~AppDomain();
   explicit operator bool() const { return domain_ != nullptr; }
   fid_domain* domain() const { return domain_; }
   fid_fabric* fabric() const { return fabric_; }
   const fi_info* info() const { return info_.get(); }
-  // "provider=<prov_name>;mr_mode=<mr_mode>", what hmr needs to wrap this domain.
+  // "provider=<prov_name>;mr_mode=<mr_mode>;threading=<threading>", what hmr needs to wrap
+  // this domain.
   std::string wrap_options() const;
 
  private:
