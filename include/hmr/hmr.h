@@ -739,7 +739,8 @@ HMR_API int hmr_eq_close(hmr_eq *eq);
 /* Returns 1 and fills the entry; -HMR_EAGAIN when empty; -HMR_EAVAIL when an error entry is
  * next (read it with hmr_eq_readerr). */
 HMR_API int hmr_eq_read(hmr_eq *eq, uint32_t *event, struct hmr_eq_entry *entry, uint64_t flags);
-/* As hmr_eq_read, waiting up to timeout_ms (-1 forever); -HMR_ETIMEDOUT when none came. */
+/* As hmr_eq_read, waiting up to timeout_ms (any negative value: forever, as libfabric's
+ * fi_eq_sread takes -1); -HMR_ETIMEDOUT when none came. */
 HMR_API int hmr_eq_sread(hmr_eq *eq, uint32_t *event, struct hmr_eq_entry *entry, int timeout_ms,
 			 uint64_t flags);
 /* Returns 1 and fills the entry; -HMR_EAGAIN when no error entry is next. */

@@ -173,7 +173,10 @@ class EventQueue {
     if (rc == -HMR_EAVAIL) {
       hmr_eq_err_entry err;
       std::memset(&err, 0, sizeof err);
-      detail::check(hmr_eq_readerr(get(), &err, 0), "hmr_eq_readerr");
+      const int err_rc = hmr_eq_readerr(get(), &err, 0);
+      // Another thread read the error entry first: there is no event for this call.
+      if (err_rc == -HMR_EAGAIN) return std::nullopt;
+      detail::check(err_rc, "hmr_eq_readerr");
       event.mr = reinterpret_cast<hmr_mr*>(err.fid);
       event.context = err.context;
       event.data = err.data;
