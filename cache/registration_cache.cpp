@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "cache/deferred_reaper.h"
+#include "util/fork_generation.h"
 
 namespace hmr::core {
 namespace {
@@ -539,6 +540,10 @@ bool finalizing_on_this_thread(const RegistrationCache* cache) {
 }
 }  // namespace
 
+bool RegistrationCache::deregistering_on_this_thread() const {
+  return finalizing_on_this_thread(this);
+}
+
 void RegistrationCache::finalize(CacheEntry* entry) {
   if (entry->subscribed && monitor_ != nullptr) monitor_->unsubscribe(entry->start, entry->length);
   nic::Registration registration = entry->registration();
@@ -569,7 +574,11 @@ size_t RegistrationCache::finalize_all(CacheEntry* dead) {
     return 0;
   }
   size_t finalized = 0;
+  const uint32_t forks = forks_counted();
   while (dead != nullptr) {
+    // A NIC callback forked: the child deregisters nothing of its parent's (its copy of the
+    // NIC's state is not the parent's NIC).
+    if (forks_counted() != forks) break;
     CacheEntry* next = dead->next;
     finalize(dead);
     ++finalized;

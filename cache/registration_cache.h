@@ -90,7 +90,12 @@ class RegistrationCache final : public InvalidationSink {
   bool has_deferred() const override {
     return !application_calls_only_ && deferred_.load(std::memory_order_acquire) != nullptr;
   }
-  void finish_invalidations() override { finalize_deferred(); }
+  // (And waits for deregistrations the reaper took first: the caller's invalidation returns
+  // only when the NIC let go of what it dropped.)
+  void finish_invalidations() override {
+    finalize_deferred();
+    wait_for_finalizing();
+  }
 
   // What a caller already knows of [start, start+len) when it calls get() after find() in the
   // same request.  `absent`: find() met no entry that could serve it (none, or only dead ones
@@ -140,6 +145,9 @@ class RegistrationCache final : public InvalidationSink {
   // CLOCK hand of the limits).  How many it dropped or deregistered; 0: nothing idle is left.
   size_t release_unused(size_t count);
   // Deregisters what monitor events left dead (DeferredReaper's thread calls it).
+  // Whether this thread is inside the NIC's deregistration of one of this cache's entries (a
+  // callback NIC's dereg calling hmr back): the cache must not be destroyed under it.
+  bool deregistering_on_this_thread() const;
   void reap_deferred() {
     if (!application_calls_only_) (void)finalize_deferred();
   }

@@ -380,6 +380,15 @@ Domain::~Domain() {
 }
 
 Status Domain::prepare_close() {
+  // From inside the NIC's deregistration of one of this domain's registrations (a callback
+  // NIC's dereg, on the application's thread or hmr's reaper): the cache would be freed under
+  // the deregistration that is running (found by a review: a crash, or the reaper waiting for
+  // itself for ever).
+  if ((cache_ && cache_->deregistering_on_this_thread()) ||
+      (device_cache_ && device_cache_->deregistering_on_this_thread())) {
+    return make_error(HMR_EBUSY, "hmr_domain_close from inside the domain's own NIC "
+                      "deregistration (a dereg callback): close it after the callback returns");
+  }
   const int64_t open_mrs = open_mr_count();
   if (open_mrs != 0 || open_objects_.load() != 0) {
     return make_error(HMR_EBUSY, "domain has %lld MRs and %d counters/endpoints/rkeys/windows "

@@ -134,6 +134,7 @@ Status MemoryRegion::rereg(uint64_t flags, const hmr_mr_rereg_attr& attr) {
     nic::Registration copy = *own;
     if (in_place.protection_domain != nullptr) {
       Status changed = domain_.nic().rereg(copy, *request);
+      if (changed.ok()) changed = domain_.nic_registrar().narrow_key(copy);
       if (!changed.ok()) {
         (void)domain_.nic_registrar().deregister_memory(copy);
         return changed;
@@ -146,6 +147,16 @@ Status MemoryRegion::rereg(uint64_t flags, const hmr_mr_rereg_attr& attr) {
     registration_ = copy;
   } else {
     Status changed = domain_.nic().rereg(registration_, *request);
+    if (changed.ok()) {
+      // A key wider than the domain's: the MR is registered under a key no peer of this
+      // domain can be given, so it cannot be used any more.
+      changed = domain_.nic_registrar().narrow_key(registration_);
+      if (!changed.ok()) {
+        state_.store(State::unusable, std::memory_order_release);
+        publish_to_hit();
+        return changed;
+      }
+    }
     if (!changed.ok()) {
       if (!domain_.nic().usable_after_failed_rereg(registration_)) {
         state_.store(State::unusable, std::memory_order_release);

@@ -35,6 +35,11 @@ Result<MemoryWindow*> MemoryWindow::allocate(Domain& domain, int type) {
   }
   const nic::Support available = domain.operation_support(HMR_MD_OP_MEMORY_WINDOWS);
   if (!available.available) return make_error(HMR_ENOSYS, "%s", available.reason.c_str());
+  const size_t nic_key_size = domain.nic().capabilities().key_size;
+  if (domain.rules().key_size < nic_key_size) {
+    return make_error(HMR_EINVAL, "a window's key is the NIC's choice, %zu bytes, and this "
+                      "domain's mr_key_size is %zu", nic_key_size, domain.rules().key_size);
+  }
   Result<nic::MemoryWindow> window = domain.nic().alloc_window(
       type == HMR_MW_TYPE_1 ? nic::WindowType::type1 : nic::WindowType::type2);
   if (!window.ok()) return window.status();

@@ -201,8 +201,8 @@ void Monitor::notify_from_application(uintptr_t start, uintptr_t end) {
       if (sink == nullptr) continue;
       sink->invalidate(start, end);
       if (!sink->has_deferred()) continue;
+      pinned.push_back(Pinned{slot, sink});  // (first: a pin is never taken and then lost)
       pins_[slot].fetch_add(1, std::memory_order_relaxed);  // (the unlock publishes it)
-      pinned.push_back(Pinned{slot, sink});
     }
   }
   if (!pinned.empty()) finish_pinned(pinned);
@@ -211,6 +211,21 @@ void Monitor::notify_from_application(uintptr_t start, uintptr_t end) {
 void Monitor::finish_pinned(const std::vector<Pinned>& pinned) {
   PinFrame frame{this, &pinned, 0, forks_counted(), pin_frames};
   pin_frames = &frame;
+  // However this ends (an exception from a sink, which hmr's API guard catches, and the
+  // thread lives on): the pins not yet given back are, and the frame leaves the thread's list.
+  struct Unwind {
+    Monitor& monitor;
+    PinFrame& frame;
+    ~Unwind() {
+      // (Not in a forked child: the fork handler cleared the counts this thread took.)
+      if (frame.forks == forks_counted()) {
+        for (size_t i = frame.next; i < frame.pinned->size(); ++i) {
+          monitor.pins_[(*frame.pinned)[i].slot].fetch_sub(1, std::memory_order_release);
+        }
+      }
+      pin_frames = frame.outer;
+    }
+  } unwind{*this, frame};
   for (; frame.next < pinned.size(); ++frame.next) {
     // A NIC callback forked: the child holds no pins (forget_sinks_in_forked_child cleared
     // them) and finishes nothing of its parent's.
@@ -226,9 +241,9 @@ void Monitor::finish_pinned(const std::vector<Pinned>& pinned) {
       attached = sinks_[pin.slot] == pin.sink;
     }
     if (attached) pin.sink->finish_invalidations();
+    if (frame.forks != forks_counted()) break;  // (forked inside: the child's count is 0)
     pins_[pin.slot].fetch_sub(1, std::memory_order_release);
   }
-  pin_frames = frame.outer;
 }
 
 }  // namespace hmr::core

@@ -166,7 +166,7 @@ Result<nic::Registration> NicRegistrar::register_memory(const nic::RegistrationR
   return registered;
 }
 
-Status NicRegistrar::fit_key(nic::Registration& registration, Tally tally) {
+Status NicRegistrar::narrow_key(nic::Registration& registration) const {
   const size_t size = rules_.key_size;
   if (size == 0 || registration.key.size <= size) return ok_status();
   const uint64_t key = registration.key.low_u64();
@@ -174,9 +174,14 @@ Status NicRegistrar::fit_key(nic::Registration& registration, Tally tally) {
     registration.key = KeyBytes::from_u64(key, size);
     return ok_status();
   }
-  (void)deregister_memory(registration, tally);
   return make_error(HMR_EKEYREJECTED, "the NIC gave key %#llx, wider than the domain's "
                     "mr_key_size of %zu bytes", static_cast<unsigned long long>(key), size);
+}
+
+Status NicRegistrar::fit_key(nic::Registration& registration, Tally tally) {
+  Status narrowed = narrow_key(registration);
+  if (!narrowed.ok()) (void)deregister_memory(registration, tally);
+  return narrowed;
 }
 
 Result<nic::Registration> NicRegistrar::register_indirect(

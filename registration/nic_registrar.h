@@ -87,9 +87,12 @@ class NicRegistrar final : public CacheBackend {
   nic::Nic& nic() const { return nic_; }
   NicCounters counters() const;
 
+  // A registration's key at the domain's mr_key_size (NicRules::key_size); HMR_EKEYREJECTED
+  // when the NIC's key is wider (what a re-registration gave back, for one).
+  Status narrow_key(nic::Registration& registration) const;
+
  private:
-  // A registration's key at the domain's mr_key_size (NicRules::key_size), or the
-  // registration given back and HMR_EKEYREJECTED when the key is wider.
+  // narrow_key, with the registration given back when the key does not fit.
   Status fit_key(nic::Registration& registration, Tally tally);
 
   // `register_call`'s answer (a NIC registration), after giving back idle registrations for

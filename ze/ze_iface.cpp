@@ -1,6 +1,7 @@
 #include "ze/ze_iface.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -100,6 +101,8 @@ Status ZeIface::init() {
 
   symbols_ = symbols;
   init_fork_generation_ = fork_generation();
+  exported_fd_owners_ = std::make_unique<std::atomic<ExportedFdOwner>[]>(drivers.size());
+  for (size_t i = 0; i < drivers.size(); ++i) exported_fd_owners_[i] = ExportedFdOwner::unknown;
   drivers_ = std::move(drivers);
   devices_ = std::move(devices);
   version_ = std::move(version);
@@ -472,9 +475,13 @@ Result<DmabufExport> ZeIface::export_dmabuf(MemoryRange range) {
   // (DrmAllocation::peekInternalHandle's handles[]): hmr takes a descriptor of its own and
   // never closes the driver's.  Before 22.49 every export made a new fd (a PRIME handle-to-fd
   // each call) that nobody else closes: taken as hmr's, since a duplicate leaked it and the
-  // buffer behind it for ever (found by a review).  Asked once: a second export gives the
-  // same number only where the driver keeps it.
-  ExportedFdOwner fd_owner = exported_fd_owner_.load(std::memory_order_acquire);
+  // buffer behind it for ever (found by a review).  Asked once per driver: a second export
+  // gives the same number where the driver keeps it, and another fd of the same dma-buf (the
+  // same inode) where each export is a new one.  Anything else (the buffer freed and another
+  // exported in between) decides nothing, and the fd is duplicated as before.
+  std::atomic<ExportedFdOwner>& known_owner =
+      exported_fd_owners_[static_cast<size_t>(owner.info.driver_index)];
+  ExportedFdOwner fd_owner = known_owner.load(std::memory_order_acquire);
   if (fd_owner == ExportedFdOwner::unknown) {
     ze_external_memory_export_fd_t again = export_fd;
     again.fd = -1;
@@ -483,9 +490,18 @@ Result<DmabufExport> ZeIface::export_dmabuf(MemoryRange range) {
     if (symbols_.zeMemGetAllocProperties(context, base, &asked_again, nullptr) ==
             ZE_RESULT_SUCCESS &&
         again.fd >= 0) {
-      fd_owner = again.fd == export_fd.fd ? ExportedFdOwner::driver : ExportedFdOwner::caller;
-      if (fd_owner == ExportedFdOwner::caller) ::close(again.fd);
-      exported_fd_owner_.store(fd_owner, std::memory_order_release);
+      struct stat first {};
+      struct stat second {};
+      if (again.fd == export_fd.fd) {
+        fd_owner = ExportedFdOwner::driver;
+      } else if (fstat(export_fd.fd, &first) == 0 && fstat(again.fd, &second) == 0 &&
+                 first.st_dev == second.st_dev && first.st_ino == second.st_ino) {
+        fd_owner = ExportedFdOwner::caller;
+      }
+      if (again.fd != export_fd.fd) ::close(again.fd);  // another export's: never the driver's
+      if (fd_owner != ExportedFdOwner::unknown) {
+        known_owner.store(fd_owner, std::memory_order_release);
+      }
     }
   }
   DmabufExport exported;

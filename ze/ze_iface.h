@@ -127,10 +127,11 @@ class ZeIface final : public hmem::Iface {
   std::vector<Device> devices_;
   std::string version_;
   std::unique_ptr<ZeCopyEngine> copies_;
-  // Whose the fd of a dma-buf export is, learned at the first export (ze_iface.cpp): the
-  // driver's (one per buffer, compute-runtime 22.49 and later) or the caller's (one per export).
+  // Whose the fd of a dma-buf export is, per driver, learned at its first export
+  // (ze_iface.cpp): the driver's (one per buffer, compute-runtime 22.49 and later) or the
+  // caller's (one per export).
   enum class ExportedFdOwner : int { unknown, driver, caller };
-  std::atomic<ExportedFdOwner> exported_fd_owner_{ExportedFdOwner::unknown};
+  std::unique_ptr<std::atomic<ExportedFdOwner>[]> exported_fd_owners_;  // one per drivers_
   // The fork generation (util/fork_generation.h) of the process that initialised the driver:
   // a child forked from it gets the parent's answers (device memory is refused there).
   uint64_t init_fork_generation_ = 0;

@@ -103,6 +103,10 @@ Status OfiDomain::find_info(uint64_t mode_hints, uint64_t extra_caps, fi_threadi
 }
 
 Status OfiDomain::open_own() {
+  if (options_.threading) {
+    return make_error(HMR_EINVAL, "ofi option threading= describes a domain you opened and wrap "
+                      "(nic_handle); the domain hmr opens is FI_THREAD_SAFE");
+  }
   // hmr registers from any thread that calls it (and from its asynchronous worker).
   HMR_RETURN_IF_ERROR(find_info(options_.mr_mode.value_or(kDefaultModeHints),
                                 options_.hmem ? FI_HMEM : 0, FI_THREAD_SAFE));

@@ -331,6 +331,37 @@ TEST(CallbackNic, ADomainClosedInADeregWaitsForAnotherThreadInItsNic) {
       << "hmr_domain_close(Y) returned while another thread was inside Y's dereg";
 }
 
+// A dereg callback that closes its own domain: the cache would be freed under the
+// deregistration that is running (a crash), or on hmr's reaper thread the close waited for
+// itself for ever (found by a review).  It is refused with -HMR_EBUSY and the reason.
+struct SelfClosingNic {
+  hmr_domain* domain = nullptr;
+  int close_rc = 1;
+  int deregs = 0;
+};
+SelfClosingNic self_closing;
+int self_closing_dereg(void*, const hmr_nic_mr*, char*, size_t) {
+  if (self_closing.deregs++ == 0) self_closing.close_rc = hmr_domain_close(self_closing.domain);
+  return 0;
+}
+
+TEST(CallbackNic, ADomainCannotBeClosedFromItsOwnDereg) {
+  ToyNic unused;  // (the callbacks below take no context)
+  hmr_nic_callbacks callbacks = toy_callbacks(unused);
+  callbacks.reg_va = closing_reg;
+  callbacks.dereg = self_closing_dereg;
+  DomainPtr domain(open_callback_domain(callbacks));
+  ASSERT_TRUE(domain);
+  self_closing.domain = domain.get();
+  Pages pages(4 * kPage);
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(reg(domain.get(), pages.data() + i * kPage, kPage, kRemote));  // cached, idle
+  }
+  EXPECT_EQ(hmr_mem_invalidate(nullptr, pages.data(), 4 * kPage), 0) << hmr_last_error();
+  EXPECT_EQ(self_closing.deregs, 4);
+  EXPECT_EQ(self_closing.close_rc, -HMR_EBUSY);
+}
+
 // Memory hooks run in whatever thread unmaps, small stacks included: a notification there must
 // take little stack.  It took 48 KiB (two arrays of one entry per possible sink) in every
 // munmap of a process with a cached registration, so a thread with a 64 KiB stack that had used

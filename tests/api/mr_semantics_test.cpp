@@ -228,6 +228,38 @@ TEST(MrKeys, ANarrowerKeySizeIsTheSizeOfEveryKeyOfTheDomain) {
   EXPECT_EQ(hmr_rkey_release(rkey), 0) << hmr_last_error();
 }
 
+// A re-registration's key is carried at the domain's size too (it came back at the NIC's 8
+// bytes, and the domain refused its own key: found by a review); a window, whose key the NIC
+// chooses, cannot be allocated in such a domain.
+TEST(MrKeys, ANarrowerKeySizeHoldsAfterAReregistration) {
+  Pages pages(2 * kPage);
+  hmr_domain_attr attr = domain_attr(HMR_MR_VIRT_ADDR, nullptr);
+  attr.mr_key_size = 2;
+  hmr_domain* raw_domain = nullptr;
+  ASSERT_HMR_OK(hmr_domain_open(&attr, &raw_domain));
+  DomainPtr domain(raw_domain);
+  MrPtr mr = reg(domain.get(), pages.data(), kPage, kRemote, 0x1234);
+  ASSERT_TRUE(mr);
+  hmr_mr_rereg_attr rereg;
+  std::memset(&rereg, 0, sizeof rereg);
+  rereg.size = sizeof rereg;
+  const iovec moved = {pages.data() + kPage, kPage};
+  rereg.mr_iov = &moved;
+  rereg.iov_count = 1;
+  ASSERT_HMR_OK(hmr_mr_rereg(mr.get(), HMR_MR_REREG_TRANSLATION, &rereg));
+  uint64_t base = 0;
+  uint8_t raw_key[16];
+  size_t raw_size = sizeof raw_key;
+  ASSERT_HMR_OK(hmr_mr_raw_attr(mr.get(), &base, raw_key, &raw_size, 0));
+  EXPECT_EQ(raw_size, 2u);
+  uint64_t mapped = 0;
+  EXPECT_EQ(hmr_mr_map_raw(domain.get(), base, raw_key, raw_size, &mapped, 0), 0) << hmr_last_error();
+
+  hmr_mw* mw = nullptr;
+  EXPECT_HMR_ERROR(hmr_mw_alloc(domain.get(), HMR_MW_TYPE_1, &mw), HMR_EINVAL);
+  EXPECT_EQ(mw, nullptr);
+}
+
 // Keys chosen for the application (HMR_MR_PROV_KEY) keep to the NIC's size, not a narrower
 // one: refused at open with the reason.
 TEST(MrKeys, ANarrowerKeySizeIsRefusedWhereKeysAreChosenForYou) {

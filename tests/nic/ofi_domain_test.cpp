@@ -271,6 +271,11 @@ TEST(OfiWrappedDomain, ADomainTheApplicationSerializesIsCalledOnlyFromItsCalls) 
   EXPECT_EQ(hmr_eq_close(eq), 0) << hmr_last_error();
 }
 
+TEST(OfiOwnDomain, ThreadingIsForADomainYouWrap) {
+  expect_open_error(ofi_attr((std::string(kTcpLoopback) + ";threading=domain").c_str()),
+                    HMR_EINVAL, "nic_handle");
+}
+
 TEST(OfiWrappedDomain, AThreadingLevelLibfabricDoesNotKnowIsRefused) {
   AppDomain app(hmr_ofi_test::tcp_loopback());
   ASSERT_TRUE(app);
