@@ -383,8 +383,15 @@ void* unmap_deep_in_a_small_stack(void* argument) {
 TEST(CallbackNic, AMemoryHookInAThreadWithASmallStackReturns) {
   ToyNic nic;
   hmr_nic_callbacks callbacks = toy_callbacks(nic);
-  DomainPtr domain(open_callback_domain(callbacks, "memhooks"));
-  if (!domain) GTEST_SKIP() << "memhooks cannot start in this process";
+  hmr_domain_attr hooked = domain_attr(HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR);
+  hooked.nic = "callback";
+  hooked.nic_handle = &callbacks;
+  hooked.cache_monitor = "memhooks";
+  hmr_domain* raw = nullptr;
+  if (hmr_domain_open(&hooked, &raw) != 0) {
+    GTEST_SKIP() << "memhooks cannot start in this process: " << hmr_last_error();
+  }
+  DomainPtr domain(raw);
   void* buffer = mmap(nullptr, 4 * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
                       -1, 0);
   ASSERT_NE(buffer, MAP_FAILED);
