@@ -153,11 +153,18 @@ Status Domain::open_cache(const hmr_domain_attr& attr, hmr_domain_attr* negotiat
   return ok_status();
 }
 
+std::unique_ptr<RegistrationCache> Domain::new_cache(CacheBackend& backend,
+                                                     const CacheLimits& limits,
+                                                     Monitor* monitor) const {
+  auto cache = std::make_unique<RegistrationCache>(backend, limits, monitor);
+  if (nic_->capabilities().serialized_by_application) cache->deregister_in_application_calls_only();
+  return cache;
+}
+
 Status Domain::open_host_cache(const char* monitor_name, const CacheLimits& limits) {
   Result<Monitor*> monitor = acquire_monitor(monitor_name);
   if (!monitor.ok()) return monitor.status();
-  auto cache = std::make_unique<RegistrationCache>(nic_registrar_, limits, *monitor);
-  if (nic_->capabilities().serialized_by_application) cache->deregister_in_application_calls_only();
+  std::unique_ptr<RegistrationCache> cache = new_cache(nic_registrar_, limits, *monitor);
   Status attached = cache->attach();
   if (attached.ok()) {
     // Explicit invalidation (hmr_mem_invalidate with no domain) reaches host entries too.
@@ -174,9 +181,8 @@ Status Domain::open_host_cache(const char* monitor_name, const CacheLimits& limi
 }
 
 Status Domain::open_device_cache(const CacheLimits& limits) {
-  auto cache = std::make_unique<RegistrationCache>(device_backend_, limits,
-                                                   &DeviceMonitor::instance());
-  if (nic_->capabilities().serialized_by_application) cache->deregister_in_application_calls_only();
+  std::unique_ptr<RegistrationCache> cache =
+      new_cache(device_backend_, limits, &DeviceMonitor::instance());
   HMR_RETURN_IF_ERROR(cache->attach());
   device_cache_ = std::move(cache);
   return ok_status();

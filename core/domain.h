@@ -153,6 +153,10 @@ class Domain : public Tagged<ObjectClass::domain> {
   Domain(std::unique_ptr<nic::Nic> nic, const DomainRules& rules, const Environment& environment);
   Status open_cache(const hmr_domain_attr& attr, hmr_domain_attr* negotiated);
   // The host cache under one monitor; leaves cache_ and monitor_ unset when it cannot start.
+  // A cache of this domain's NIC (kept off hmr's own threads where the application
+  // serializes the NIC's calls), not yet attached.
+  std::unique_ptr<RegistrationCache> new_cache(CacheBackend& backend, const CacheLimits& limits,
+                                               Monitor* monitor) const;
   Status open_host_cache(const char* monitor_name, const CacheLimits& limits);
   Status open_device_cache(const CacheLimits& limits);
   // HMR_ENOSYS, with the NIC's reason, for an ODP request the NIC cannot serve.

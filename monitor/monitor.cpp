@@ -1,7 +1,5 @@
 #include "monitor/monitor.h"
 
-#include "util/fork_generation.h"
-
 #include <pthread.h>
 
 #include <algorithm>
@@ -9,6 +7,8 @@
 #include <new>
 #include <thread>
 #include <vector>
+
+#include "util/fork_generation.h"
 
 namespace hmr::core {
 
@@ -227,9 +227,6 @@ void Monitor::finish_pinned(const std::vector<Pinned>& pinned) {
     }
   } unwind{*this, frame};
   for (; frame.next < pinned.size(); ++frame.next) {
-    // A NIC callback forked: the child holds no pins (forget_sinks_in_forked_child cleared
-    // them) and finishes nothing of its parent's.
-    if (frame.forks != forks_counted()) break;
     const Pinned& pin = pinned[frame.next];
     // Still attached?  Another thread's remove_sink() waits for the pin, so a sink it removed
     // is still there, but it flushes itself; this thread may have removed one itself (a NIC
@@ -241,7 +238,9 @@ void Monitor::finish_pinned(const std::vector<Pinned>& pinned) {
       attached = sinks_[pin.slot] == pin.sink;
     }
     if (attached) pin.sink->finish_invalidations();
-    if (frame.forks != forks_counted()) break;  // (forked inside: the child's count is 0)
+    // A NIC callback forked: the child holds no pins (forget_sinks_in_forked_child cleared
+    // them) and finishes nothing more of its parent's.
+    if (frame.forks != forks_counted()) break;
     pins_[pin.slot].fetch_sub(1, std::memory_order_release);
   }
 }

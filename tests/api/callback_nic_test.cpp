@@ -284,6 +284,16 @@ int closing_reg(void*, const hmr_nic_reg_request*, hmr_nic_mr* mr, char*, size_t
   mr->key = next_key.fetch_add(1);
   return 0;
 }
+// Callbacks keyed by closing_reg's counter, with `dereg`: for the tests whose NICs keep their
+// state in globals (a dereg that closes domains needs no context).
+hmr_nic_callbacks counter_key_callbacks(decltype(hmr_nic_callbacks::dereg) dereg) {
+  ToyNic unused;
+  hmr_nic_callbacks callbacks = toy_callbacks(unused);
+  callbacks.context = nullptr;
+  callbacks.reg_va = closing_reg;
+  callbacks.dereg = dereg;
+  return callbacks;
+}
 int dereg_of_y(void*, const hmr_nic_mr*, char*, size_t) {
   ClosingNics& nics = closing_nics;
   nics.e_inside.store(true);
@@ -308,12 +318,8 @@ int dereg_of_x(void*, const hmr_nic_mr*, char*, size_t) {
 }
 
 TEST(CallbackNic, ADomainClosedInADeregWaitsForAnotherThreadInItsNic) {
-  ToyNic unused;  // (the callbacks below take no context)
-  hmr_nic_callbacks x_callbacks = toy_callbacks(unused);
-  x_callbacks.reg_va = closing_reg;
-  x_callbacks.dereg = dereg_of_x;
-  hmr_nic_callbacks y_callbacks = x_callbacks;
-  y_callbacks.dereg = dereg_of_y;
+  hmr_nic_callbacks x_callbacks = counter_key_callbacks(dereg_of_x);
+  hmr_nic_callbacks y_callbacks = counter_key_callbacks(dereg_of_y);
   DomainPtr x(open_callback_domain(x_callbacks));
   closing_nics.y = open_callback_domain(y_callbacks);
   ASSERT_TRUE(x && closing_nics.y);
@@ -346,10 +352,7 @@ int self_closing_dereg(void*, const hmr_nic_mr*, char*, size_t) {
 }
 
 TEST(CallbackNic, ADomainCannotBeClosedFromItsOwnDereg) {
-  ToyNic unused;  // (the callbacks below take no context)
-  hmr_nic_callbacks callbacks = toy_callbacks(unused);
-  callbacks.reg_va = closing_reg;
-  callbacks.dereg = self_closing_dereg;
+  hmr_nic_callbacks callbacks = counter_key_callbacks(self_closing_dereg);
   DomainPtr domain(open_callback_domain(callbacks));
   ASSERT_TRUE(domain);
   self_closing.domain = domain.get();

@@ -188,27 +188,38 @@ TEST(MrKeys, TheKeyThatMeansNoKeyCannotBeRequested) {
   EXPECT_TRUE(reg(domain.get(), pages.data(), kPage, kRemote, HMR_KEY_NOTAVAIL - 1));
 }
 
+// A sim domain of requested keys with mr_key_size 2; null (and a test failure) on error.
+DomainPtr open_two_byte_key_domain() {
+  hmr_domain_attr attr = domain_attr(HMR_MR_VIRT_ADDR, nullptr);
+  attr.mr_key_size = 2;
+  hmr_domain* domain = nullptr;
+  EXPECT_EQ(hmr_domain_open(&attr, &domain), 0) << hmr_last_error();
+  return DomainPtr(domain);
+}
+
+// `mr`'s raw key is 2 bytes, and the domain maps it back to `key`.
+void expect_two_byte_key(hmr_domain* domain, hmr_mr* mr, uint64_t key) {
+  uint64_t base = 0;
+  uint8_t raw_key[16];
+  size_t raw_size = sizeof raw_key;
+  ASSERT_HMR_OK(hmr_mr_raw_attr(mr, &base, raw_key, &raw_size, 0));
+  EXPECT_EQ(raw_size, 2u);
+  uint64_t mapped = 0;
+  ASSERT_HMR_OK(hmr_mr_map_raw(domain, base, raw_key, raw_size, &mapped, 0));
+  EXPECT_EQ(mapped, key);
+}
+
 // A 2-byte domain's keys are carried as 2 bytes: its raw key, its packed key (of
 // rkey_packed_size bytes) and their way back through hmr_rkey_unpack and hmr_mr_map_raw.
 // They were carried at the NIC's 8 bytes, so packing into rkey_packed_size bytes failed and
 // the domain refused its own keys (found by a review).
 TEST(MrKeys, ANarrowerKeySizeIsTheSizeOfEveryKeyOfTheDomain) {
   Pages pages(kPage);
-  hmr_domain_attr attr = domain_attr(HMR_MR_VIRT_ADDR, nullptr);
-  attr.mr_key_size = 2;
-  hmr_domain* raw_domain = nullptr;
-  ASSERT_HMR_OK(hmr_domain_open(&attr, &raw_domain));
-  DomainPtr domain(raw_domain);
+  DomainPtr domain = open_two_byte_key_domain();
+  ASSERT_TRUE(domain);
   MrPtr mr = reg(domain.get(), pages.data(), kPage, kRemote, 0x1234);
   ASSERT_TRUE(mr);
-  uint64_t base = 0;
-  uint8_t raw_key[16];
-  size_t raw_size = sizeof raw_key;
-  ASSERT_HMR_OK(hmr_mr_raw_attr(mr.get(), &base, raw_key, &raw_size, 0));
-  EXPECT_EQ(raw_size, 2u);
-  uint64_t mapped = 0;
-  ASSERT_HMR_OK(hmr_mr_map_raw(domain.get(), base, raw_key, raw_size, &mapped, 0));
-  EXPECT_EQ(mapped, 0x1234u);
+  expect_two_byte_key(domain.get(), mr.get(), 0x1234);
 
   hmr_md_attr md;
   std::memset(&md, 0, sizeof md);
@@ -233,11 +244,8 @@ TEST(MrKeys, ANarrowerKeySizeIsTheSizeOfEveryKeyOfTheDomain) {
 // chooses, cannot be allocated in such a domain.
 TEST(MrKeys, ANarrowerKeySizeHoldsAfterAReregistration) {
   Pages pages(2 * kPage);
-  hmr_domain_attr attr = domain_attr(HMR_MR_VIRT_ADDR, nullptr);
-  attr.mr_key_size = 2;
-  hmr_domain* raw_domain = nullptr;
-  ASSERT_HMR_OK(hmr_domain_open(&attr, &raw_domain));
-  DomainPtr domain(raw_domain);
+  DomainPtr domain = open_two_byte_key_domain();
+  ASSERT_TRUE(domain);
   MrPtr mr = reg(domain.get(), pages.data(), kPage, kRemote, 0x1234);
   ASSERT_TRUE(mr);
   hmr_mr_rereg_attr rereg;
@@ -247,13 +255,7 @@ TEST(MrKeys, ANarrowerKeySizeHoldsAfterAReregistration) {
   rereg.mr_iov = &moved;
   rereg.iov_count = 1;
   ASSERT_HMR_OK(hmr_mr_rereg(mr.get(), HMR_MR_REREG_TRANSLATION, &rereg));
-  uint64_t base = 0;
-  uint8_t raw_key[16];
-  size_t raw_size = sizeof raw_key;
-  ASSERT_HMR_OK(hmr_mr_raw_attr(mr.get(), &base, raw_key, &raw_size, 0));
-  EXPECT_EQ(raw_size, 2u);
-  uint64_t mapped = 0;
-  EXPECT_EQ(hmr_mr_map_raw(domain.get(), base, raw_key, raw_size, &mapped, 0), 0) << hmr_last_error();
+  expect_two_byte_key(domain.get(), mr.get(), 0x1234);
 
   hmr_mw* mw = nullptr;
   EXPECT_HMR_ERROR(hmr_mw_alloc(domain.get(), HMR_MW_TYPE_1, &mw), HMR_EINVAL);

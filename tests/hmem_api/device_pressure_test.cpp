@@ -51,12 +51,8 @@ int small_deregister(void* context, const hmr_nic_mr*, char*, size_t) {
 TEST(DevicePressure, IdleDeviceRegistrationsAreGivenBackWhenTheNicRefuses) {
   SmallNic nic;
   hmr_nic_callbacks callbacks = callback_nic(&nic, HMR_NIC_CB_DMABUF, small_register, small_deregister);
-  hmr_domain_attr attr = hmr_test::domain_attr(kSharingMode);
-  attr.nic = "callback";
-  attr.nic_handle = &callbacks;
-  hmr_domain* raw = nullptr;
-  ASSERT_EQ(hmr_domain_open(&attr, &raw), 0) << hmr_last_error();
-  DomainPtr domain(raw);
+  DomainPtr domain = open_callback_domain(callbacks);
+  ASSERT_TRUE(domain);
 
   // 24 device allocations, each registered (exported as a dma-buf) and closed: idle in the
   // device cache, 8 of them at a time at most.

@@ -47,13 +47,8 @@ TEST(DeviceRegistrationHandles, TwoHostShadowsUnderOneNicHandleStayApart) {
   // No dma-buf, no peer-direct: host shadows.
   hmr_nic_callbacks callbacks =
       callback_nic(&nic, HMR_NIC_CB_PINS_HOST_MEMORY, null_handle_reg, null_handle_dereg);
-  hmr_domain_attr attr = hmr_test::domain_attr(kSharingMode);
-  attr.nic = "callback";
-  attr.nic_handle = &callbacks;
-  attr.flags = HMR_DOMAIN_ALLOW_HMEM_COPY;
-  hmr_domain* raw = nullptr;
-  ASSERT_EQ(hmr_domain_open(&attr, &raw), 0) << hmr_last_error();
-  DomainPtr domain(raw);
+  DomainPtr domain = open_callback_domain(callbacks, HMR_DOMAIN_ALLOW_HMEM_COPY);
+  ASSERT_TRUE(domain);
 
   auto a = std::make_unique<FakeAllocation>(0, 65536);
   auto b = std::make_unique<FakeAllocation>(0, 65536);

@@ -72,6 +72,14 @@ hmr_test::DomainPtr open_domain(const char* nic_options, uint64_t flags, uint64_
   return open_with(attr);
 }
 
+hmr_test::DomainPtr open_callback_domain(hmr_nic_callbacks& callbacks, uint64_t flags) {
+  hmr_domain_attr attr = hmr_test::domain_attr(kSharingMode);
+  attr.nic = "callback";
+  attr.nic_handle = &callbacks;
+  attr.flags = flags;
+  return open_with(attr);
+}
+
 hmr_test::DomainPtr open_child_domain(const char* nic_options) {
   hmr_domain_attr attr = hmr_test::domain_attr(kSharingMode, nic_options);
   attr.cache_monitor = "disabled";

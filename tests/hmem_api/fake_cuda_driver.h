@@ -93,6 +93,9 @@ hmr_test::DomainPtr open_domain(const char* nic_options, uint64_t flags = 0,
 // The same without a cache, for a forked child: a cache's monitor starts a thread, and
 // ThreadSanitizer's runtime ends a child of a multi-threaded process that starts one.
 hmr_test::DomainPtr open_child_domain(const char* nic_options);
+// A domain on the callback NIC `callbacks` (which must outlive it) with hmr_domain_attr.flags
+// `flags`; null (and a test failure) on error.
+hmr_test::DomainPtr open_callback_domain(hmr_nic_callbacks& callbacks, uint64_t flags = 0);
 
 // hmr_mr_regattr of [ptr, +len) declaring `iface`/`device` (iface SYSTEM: nothing declared in
 // a domain without HMR_MR_HMEM).  Returns the rc; *mr set on success.
