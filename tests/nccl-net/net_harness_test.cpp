@@ -1239,11 +1239,12 @@ TEST_F(HostilePeer, LyingSendsFailTheReceiveWithTheReason) {
                          Lie{"eager-far-ahead", "credits ahead of buffer"},
                          Lie{"eager-flood", "ahead of their receives, over all tags"}}) {
     SCOPED_TRACE(lie.step);
+    const size_t connect_mark = log_mark();
     void* listen_comm = listen_for(std::string("send ") + lie.step);
     ASSERT_NE(listen_comm, nullptr);
     void* recv = nullptr;
     while (recv == nullptr && !rank.expired()) ASSERT_EQ(rank.net().accept(listen_comm, &recv), ncclSuccess);
-    ASSERT_NE(recv, nullptr) << "the lying sender never connected";
+    ASSERT_NE(recv, nullptr) << "the lying sender never connected:" << warnings_since(connect_mark);
     void* mh = nullptr;
     ASSERT_EQ(rank.net().reg_mr(recv, buffer.data(), 4 * kMiB, NCCL_PTR_HOST, &mh), ncclSuccess);
     const size_t mark = log_mark();

@@ -115,7 +115,7 @@ int Endpoint::poll(std::span<Completion> out, CompletionError* error) {
     }
     return static_cast<int>(n);
   }
-  if (n == -FI_EAGAIN) return 0;
+  if (n == 0 || n == -FI_EAGAIN) return 0;  // (0: a read of none, see poll's comment)
   if (n == -FI_EAVAIL) {
     fi_cq_err_entry entry{};
     if (fi_cq_readerr(cq_, &entry, 0) < 0) {

@@ -62,7 +62,8 @@ class Endpoint {
                uint64_t key, OperationContext* context);
 
   // Reads up to out.size() completions: how many (0 when none), or -1 with `error` filled for
-  // a failed operation (its context, libfabric's code and text).
+  // a failed operation (its context, libfabric's code and text).  An empty `out` only drives
+  // the provider's progress (libfabric's util CQ progresses before it reads, none here).
   int poll(std::span<Completion> out, CompletionError* error);
 
   const Libfabric& libfabric() const { return *libfabric_; }

@@ -93,7 +93,16 @@ ncclResult_t RecvComm::fail_comm(ncclResult_t result, const std::string& reason)
 
 ncclResult_t RecvComm::poll_accepted(bool* accepted) {
   *accepted = false;
-  if (const ncclResult_t rc = progress(); rc != ncclSuccess) return rc;
+  const ncclResult_t rc = progress();
+  // The accept's send completion and the connector's first messages can come in one batch
+  // (tcp;ofi_rxm posts a send deferred for the connection in one progress call and reports
+  // it in the next): a comm its connector broke at once is failed before it was ever seen
+  // accepted.  Dropping it would leave NCCL's accept waiting for that peer for ever.
+  if (rc != ncclSuccess) {
+    if (!connector_spoke_) return rc;
+    *accepted = true;
+    return ncclSuccess;
+  }
   *accepted = accept_sent_ && !control_->busy();
   return ncclSuccess;
 }
@@ -139,6 +148,7 @@ ncclResult_t RecvComm::progress() {
     }
     for (int i = 0; i < n; ++i) {
       const Completion& c = completions[i];
+      if (c.flags & (FI_RECV | FI_REMOTE_CQ_DATA)) connector_spoke_ = true;
       if ((c.flags & FI_REMOTE_CQ_DATA) && c.data > UINT32_MAX) {  // (tcp and shm carry 8 bytes)
         return fail_comm(ncclRemoteError, "the sender's write or eager message carried remote CQ "
                                           "data wider than the 32 bits the plugin sends");

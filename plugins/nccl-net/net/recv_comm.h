@@ -36,7 +36,11 @@ class RecvComm {
                             std::unique_ptr<RecvComm>* out);
   ~RecvComm();
 
-  // True once the accept has gone out, so the comm can be handed to NCCL.
+  // True once the accept has gone out, so the comm can be handed to NCCL; also (and
+  // ncclSuccess) when the comm failed after its connector spoke on it: that connector has the
+  // accept and believes itself connected, so the comm is the caller's and its first irecv
+  // reports the failure.  An error only for a comm that failed before a word from its
+  // connector (one that went away): the listener drops it.
   ncclResult_t poll_accepted(bool* accepted);
 
   ncclResult_t irecv(int n, void** data, const size_t* sizes, const int* tags,
@@ -48,6 +52,10 @@ class RecvComm {
   Device& device() const { return *device_; }
 
  private:
+  // Tests that drive the comm's provider without the comm taking what arrives
+  // (tests/nccl-net/accept_race_test.cpp).
+  friend struct RecvCommProbe;
+
   // Posted buffers a comm may have at once (NCCL_NET_MAX_REQUESTS receives of maxRecvs).
   static constexpr size_t kPostedBuffers = kMaxRequests * kMaxRecvs;
   struct Stream {
@@ -138,6 +146,7 @@ class RecvComm {
   std::list<EagerCopy> copies_;
   std::list<EagerCopy> spare_copies_;
   bool accept_sent_ = false;
+  bool connector_spoke_ = false;  // a message or write of the connector's arrived here
   PeerWatch peer_watch_;  // the peer's process, on shm (peer_watch.h)
   std::string failure_;
   ncclResult_t failure_result_ = ncclSuccess;

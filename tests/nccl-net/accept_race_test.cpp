@@ -1,0 +1,199 @@
+// A recv comm that its connector breaks before accept() has handed it out.  The connector
+// learns the recv comm's address from the accept and may send at once; when the accept's send
+// completion and the connector's first messages reach the listener in one progress call, the
+// comm is already failed the first time accept() looks at it.  The comm is the caller's all
+// the same (the connector believes itself connected and NCCL accepts for that peer): accept()
+// hands it out and its first irecv fails with the reason.  It was dropped as "a connection
+// whose accept could not be delivered", and NCCL's accept loop then waited for ever.
+//
+// The interleaving is forced here, in one process: the connector is made of the plugin's
+// transport pieces, and the recv comm's provider is progressed with polls that take no
+// completion (libfabric's util CQ progresses before it reads), so the accept goes out, the
+// connector answers with its lies and they arrive, all before the comm reads its queue once.
+// With tcp;ofi_rxm the accept is a send deferred until the connection is made: rxm posts it
+// in one progress call and reports its completion in a later one, which is how the batch
+// above happens between two processes too (HostilePeer.LyingSends... hung on it in CI).
+#include <gtest/gtest.h>
+
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_errno.h>
+
+#include <chrono>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "fabric/endpoint.h"
+#include "fabric/libfabric.h"
+#include "fabric/provider_nics.h"
+#include "net/control_channel.h"
+#include "net/device.h"
+#include "net/log.h"
+#include "net/operation.h"
+#include "net/recv_comm.h"
+#include "net/settings.h"
+#include "wire/control_message.h"
+#include "wire/eager_data.h"
+
+namespace hmr::nccl {
+
+// The recv comm's insides the test drives: its control channel's queued sends go out and its
+// provider progresses (a poll of no completions), while what arrives stays in its queue.
+struct RecvCommProbe {
+  static void progress_without_taking(RecvComm& comm) {
+    std::string why;
+    EXPECT_TRUE(comm.control_->flush(&why)) << why;
+    CompletionError error;
+    EXPECT_EQ(comm.endpoint_->poll(std::span<Completion>(), &error), 0) << error.reason;
+  }
+};
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::mutex warnings_lock;
+std::vector<std::string> warnings;
+
+void capture(ncclDebugLogLevel level, unsigned long, const char*, int, const char* fmt, ...) {
+  if (level != NCCL_LOG_WARN) return;
+  char line[1024];
+  va_list args;
+  va_start(args, fmt);
+  std::vsnprintf(line, sizeof line, fmt, args);
+  va_end(args);
+  std::lock_guard<std::mutex> hold(warnings_lock);
+  warnings.emplace_back(line);
+}
+
+bool warned(const std::string& text) {
+  std::lock_guard<std::mutex> hold(warnings_lock);
+  for (const std::string& w : warnings) {
+    if (w.find(text) != std::string::npos) return true;
+  }
+  return false;
+}
+
+// The connector: the plugin's own transport pieces, on the device's domain.
+struct Connector {
+  std::unique_ptr<Endpoint> endpoint;
+  std::unique_ptr<ControlChannel> control;
+  fi_addr_t recv_comm = FI_ADDR_UNSPEC;
+  Operation lie;
+};
+
+class AcceptRace : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    set_logger(capture);
+    apply_libfabric_defaults();
+    std::string why;
+    const Libfabric* lf = load_libfabric(&why);
+    ASSERT_NE(lf, nullptr) << why;
+    auto nics = find_provider_nics(*lf, "tcp", &why);
+    if (!nics) GTEST_SKIP() << "no tcp provider: " << why;
+    device = Device::open(*lf, std::move(nics->nics.front()), nics->provider, Settings{}, &why);
+    ASSERT_NE(device, nullptr) << why;
+  }
+  void TearDown() override { set_logger(nullptr); }
+
+  // Polls the connector's endpoint once: a control message's bytes, if one came.
+  std::optional<std::vector<uint8_t>> poll_connector(Connector& c) {
+    Completion completions[8];
+    CompletionError error;
+    std::string why;
+    EXPECT_TRUE(c.control->flush(&why)) << why;
+    const int n = c.endpoint->poll(completions, &error);
+    EXPECT_GE(n, 0) << error.reason;
+    std::optional<std::vector<uint8_t>> message;
+    for (int i = 0; i < n; ++i) {
+      auto* op = static_cast<Operation*>(completions[i].context);
+      if (op == nullptr || op->kind == OperationKind::data_write) continue;
+      if (op->kind == OperationKind::control_send) {
+        c.control->sent(*op);
+        continue;
+      }
+      auto span = c.control->received(*op, completions[i].len);
+      message.emplace(span.begin(), span.end());
+      EXPECT_TRUE(c.control->repost(*op, &why)) << why;
+    }
+    return message;
+  }
+
+  std::unique_ptr<Device> device;
+};
+
+TEST_F(AcceptRace, ACommBrokenBeforeAcceptLooksAtItIsHandedOutAndFailsWithTheReason) {
+  std::string why;
+  Connector c;
+  c.endpoint = Endpoint::open(device->libfabric(), device->info(), device->domain(), &why);
+  ASSERT_NE(c.endpoint, nullptr) << why;
+  c.control = ControlChannel::open(*device, *c.endpoint, 8, kControlBufferSize, 8, &why);
+  ASSERT_TRUE(c.control && c.control->post_receives(&why)) << why;
+
+  ConnectRequest request{0x5eed, c.endpoint->address()};
+  request.eager_max = 8192;
+  std::unique_ptr<RecvComm> comm;
+  ASSERT_EQ(RecvComm::start(*device, request, &comm), ncclSuccess);
+
+  // Both sides progress; only the connector takes its completions.
+  auto progress_comm = [&] { RecvCommProbe::progress_without_taking(*comm); };
+  const auto deadline = Clock::now() + std::chrono::seconds(20);
+  std::optional<ConnectAccept> accept;
+  while (!accept && Clock::now() < deadline) {
+    progress_comm();
+    auto bytes = poll_connector(c);
+    if (!bytes) continue;
+    auto message = decode_control_message(*bytes, &why);
+    if (message && std::holds_alternative<ConnectAccept>(*message)) accept = std::get<ConnectAccept>(*message);
+  }
+  ASSERT_TRUE(accept) << "the connector never got the accept";
+  ASSERT_TRUE(c.endpoint->insert(accept->address, &c.recv_comm, &why)) << why;
+
+  // Two eager messages for buffer 1 of tag 5 (no receive posted): the second breaks the comm
+  // (recv_comm.cpp: "has one waiting").
+  void* source = nullptr;
+  ASSERT_EQ(posix_memalign(&source, 4096, 4096), 0);
+  hmr_mr* mr = nullptr;
+  ASSERT_EQ(hmr_mr_reg(device->registrations(), source, 4096, HMR_SEND, 0, 0, 0, &mr, nullptr), 0)
+      << hmr_last_error();
+  c.lie.kind = OperationKind::data_write;
+  for (int i = 0; i < 2; ++i) {
+    ssize_t rc;
+    while ((rc = fi_senddata(c.endpoint->native(), source, 64, hmr_mr_desc(mr), encode(EagerAddress{5, 1}),
+                             c.recv_comm, &c.lie)) == -FI_EAGAIN &&
+           Clock::now() < deadline) {
+      progress_comm();
+      poll_connector(c);
+    }
+    ASSERT_EQ(rc, 0);
+  }
+  // Rounds of both sides' progress carry the lies into the recv comm's queue (the comm's
+  // failure below names the second one: it arrived).
+  for (int round = 0; round < 200; ++round) {
+    progress_comm();
+    poll_connector(c);
+  }
+
+  bool accepted = false;
+  EXPECT_EQ(comm->poll_accepted(&accepted), ncclSuccess) << "the comm was dropped";
+  EXPECT_TRUE(accepted);
+  EXPECT_TRUE(warned("has one waiting")) << "the lie was not what broke the comm";
+  void* receive = nullptr;
+  EXPECT_EQ(comm->irecv(0, nullptr, nullptr, nullptr, nullptr, &receive), ncclRemoteError);
+  EXPECT_TRUE(warned("irecv on a recv comm that failed earlier")) << "the failure was not reported";
+
+  comm.reset();
+  hmr_mr_close(mr);
+  c.control.reset();
+  c.endpoint.reset();
+  std::free(source);
+}
+
+}  // namespace
+}  // namespace hmr::nccl
