@@ -79,7 +79,7 @@ setup(
             "hmr._hmr",
             sources=[f"src/{name}.c" for name in
                      ("module", "errors", "source", "domain", "region", "remote_key",
-                      "endpoint")],
+                      "endpoint", "numbers")],
             include_dirs=include_dirs,
             library_dirs=library_dirs,
             runtime_library_dirs=library_dirs,

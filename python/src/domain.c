@@ -32,6 +32,15 @@ void hmr_py_unlink_child(HmrPyChild *child)
 	child->link.next = child->link.prev = NULL;
 }
 
+void hmr_py_close_in_dealloc(PyObject *child, int (*close)(PyObject *))
+{
+	PyObject *type, *value, *trace; /* (an exception on its way stays as it was) */
+	PyErr_Fetch(&type, &value, &trace);
+	if (close(child) != 0)
+		PyErr_WriteUnraisable(child);
+	PyErr_Restore(type, value, trace);
+}
+
 void hmr_py_child_free(HmrPyChild *child)
 {
 	PyTypeObject *type = Py_TYPE((PyObject *)child);
@@ -123,15 +132,18 @@ static PyObject *domain_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
 	const char *nic = "sim", *cache_monitor = NULL, *nic_options = NULL, *provider = NULL;
 	PyObject *mr_mode_obj = Py_None;
 	int allow_hmem_copy = 0;
+	if (hmr_py_main_interpreter_only("Domain") != 0)
+		return NULL;
 	if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|s$Ozzzp:Domain", names, &nic, &mr_mode_obj,
 					 &cache_monitor, &nic_options, &provider,
 					 &allow_hmem_copy))
 		return NULL;
 	uint64_t mr_mode = HMR_MR_LOCAL | HMR_MR_VIRT_ADDR | HMR_MR_ALLOCATED | HMR_MR_PROV_KEY;
 	if (mr_mode_obj != Py_None) {
-		mr_mode = PyLong_AsUnsignedLongLong(mr_mode_obj);
-		if (mr_mode == (uint64_t)-1 && PyErr_Occurred())
+		unsigned long long bits;
+		if (hmr_py_unsigned("Domain", "mr_mode", mr_mode_obj, &bits) != 0)
 			return NULL;
+		mr_mode = bits;
 	}
 	PyObject *options = NULL;
 	if (provider) {
@@ -189,12 +201,19 @@ static void domain_dealloc(HmrPyDomain *self)
 	PyTypeObject *type = Py_TYPE((PyObject *)self);
 	/* Children hold a reference to their domain, so none is open here. */
 	if (self->handle) {
-		int rc = hmr_domain_close(self->handle);
+		PyObject *error_type, *error, *trace; /* (an exception on its way stays as it was) */
+		PyErr_Fetch(&error_type, &error, &trace);
+		hmr_domain *handle = self->handle;
 		self->handle = NULL;
+		int rc;
+		Py_BEGIN_ALLOW_THREADS /* as Domain.close: it may wait for the NIC */
+		rc = hmr_domain_close(handle);
+		Py_END_ALLOW_THREADS
 		if (rc != 0) {
 			hmr_py_raise(rc, "hmr_domain_close (Domain collected)");
 			PyErr_WriteUnraisable((PyObject *)self);
 		}
+		PyErr_Restore(error_type, error, trace);
 	}
 	Py_XDECREF(self->nic);
 	Py_XDECREF(self->cache_monitor);

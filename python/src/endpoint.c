@@ -1,12 +1,17 @@
 /* hmr.Endpoint: the software NIC's RMA (hmr_ep_*), for examples and tests: a peer's region is
  * written and read through its unpacked key, as a transport would over a real NIC. */
 #include <string.h>
+#include <unistd.h>
 
 #include "hmr_py.h"
 
 typedef struct {
 	HMR_PY_CHILD_HEAD
-	hmr_ep *ep;     /* NULL once closed */
+	hmr_ep *ep;           /* NULL once closed */
+	Py_ssize_t in_flight; /* write/read calls running without the GIL: close() refuses */
+	PyObject *peer;       /* the Endpoint connected to, kept alive (hmr_ep_close of a peer
+			       * disconnects it); NULL when none.  Two endpoints connected to each
+			       * other are a cycle: the type takes part in Python's GC. */
 } HmrPyEndpoint;
 
 PyObject *hmr_py_endpoint_new(HmrPyDomain *domain)
@@ -36,12 +41,20 @@ int hmr_py_endpoint_close(PyObject *obj)
 	HmrPyEndpoint *self = (HmrPyEndpoint *)obj;
 	if (!self->ep)
 		return 0;
+	/* A write or read runs in the endpoint without the GIL; closing under it would free it.
+	 * (In a fork child the threads that were inside it in the parent do not exist.) */
+	if (self->in_flight > 0 && self->domain->pid == getpid()) {
+		hmr_py_raise_code(HMR_EBUSY, "Endpoint.close",
+				  "a write or read of this endpoint is running on another thread");
+		return -1;
+	}
 	int rc = hmr_ep_close(self->ep);
 	if (rc != 0) {
 		hmr_py_raise(rc, "hmr_ep_close");
 		return -1;
 	}
 	self->ep = NULL;
+	Py_CLEAR(self->peer);
 	hmr_py_unlink_child((HmrPyChild *)self);
 	return 0;
 }
@@ -61,10 +74,25 @@ static PyObject *ep_close(PyObject *self, PyObject *unused)
 	Py_RETURN_NONE;
 }
 
+static int ep_traverse(HmrPyEndpoint *self, visitproc visit, void *arg)
+{
+	Py_VISIT(Py_TYPE((PyObject *)self)); /* heap types: each instance holds its type */
+	Py_VISIT(self->peer);
+	return 0;
+}
+
+static int ep_clear(HmrPyEndpoint *self)
+{
+	Py_CLEAR(self->peer);
+	return 0;
+}
+
 static void ep_dealloc(HmrPyEndpoint *self)
 {
-	if (self->ep && hmr_py_endpoint_close((PyObject *)self) != 0)
-		PyErr_WriteUnraisable((PyObject *)self);
+	PyObject_GC_UnTrack((PyObject *)self);
+	if (self->ep)
+		hmr_py_close_in_dealloc((PyObject *)self, hmr_py_endpoint_close);
+	Py_CLEAR(self->peer);
 	hmr_py_child_free((HmrPyChild *)self);
 }
 
@@ -83,6 +111,10 @@ static PyObject *ep_connect(HmrPyEndpoint *self, PyObject *other)
 	int rc = hmr_ep_connect(ep, peer);
 	if (rc != 0)
 		return hmr_py_raise(rc, "hmr_ep_connect");
+	PyObject *before = self->peer; /* (Py_XSETREF is not in the limited API) */
+	Py_INCREF(other);
+	self->peer = other;
+	Py_XDECREF(before);
 	Py_RETURN_NONE;
 }
 
@@ -91,9 +123,13 @@ static PyObject *ep_connect(HmrPyEndpoint *self, PyObject *other)
 static PyObject *transfer(HmrPyEndpoint *self, PyObject *args, int is_read)
 {
 	const char *what = is_read ? "Endpoint.read" : "Endpoint.write";
-	PyObject *local;
+	PyObject *local, *address_obj, *key_obj;
 	unsigned long long address, key;
-	if (!PyArg_ParseTuple(args, is_read ? "OKK:read" : "OKK:write", &local, &address, &key))
+	/* (not "K": it wraps a negative number round instead of refusing it) */
+	if (!PyArg_ParseTuple(args, is_read ? "OOO:read" : "OOO:write", &local, &address_obj,
+			      &key_obj) ||
+	    hmr_py_unsigned(what, "address", address_obj, &address) != 0 ||
+	    hmr_py_unsigned(what, "key", key_obj, &key) != 0)
 		return NULL;
 	hmr_ep *ep = open_ep(self, what);
 	if (!ep)
@@ -145,12 +181,18 @@ static PyObject *transfer(HmrPyEndpoint *self, PyObject *args, int is_read)
 	}
 	HmrPyDomain *domain = self->domain;
 	++domain->in_flight;
+	++self->in_flight;
+	if (mr)
+		hmr_py_region_hold(local, +1); /* its descriptor is in use */
 	Py_BEGIN_ALLOW_THREADS /* a copy of up to the whole buffer */
 	if (is_read)
 		rc = hmr_ep_read(ep, source.address, source.length, desc, address, key);
 	else
 		rc = hmr_ep_write(ep, source.address, source.length, desc, address, key);
 	Py_END_ALLOW_THREADS
+	if (mr)
+		hmr_py_region_hold(local, -1);
+	--self->in_flight;
 	--domain->in_flight;
 	hmr_py_source_release(&source);
 	if (rc != 0)
@@ -183,7 +225,8 @@ static PyObject *ep_exit(PyObject *self, PyObject *args)
 static PyMethodDef ep_methods[] = {
 	{"connect", (PyCFunction)ep_connect, METH_O,
 	 "connect(other)\n--\n\nMakes other (an Endpoint, of any domain on the same kind of NIC)\n"
-	 "the target of this endpoint's write and read."},
+	 "the target of this endpoint's write and read; this endpoint keeps other alive until\n"
+	 "it is closed or connected elsewhere."},
 	{"write", (PyCFunction)ep_write, METH_VARARGS,
 	 "write(data, address, key)\n--\n\nRMA write of data's bytes to the peer's memory at\n"
 	 "(address, key), e.g. a RemoteKey's address + offset and key."},
@@ -215,6 +258,8 @@ static PyType_Slot ep_slots[] = {
 	{Py_tp_doc, "An RMA endpoint of the software NIC (Domain.endpoint); a context manager."},
 	{Py_tp_new, ep_no_new},
 	{Py_tp_dealloc, ep_dealloc},
+	{Py_tp_traverse, ep_traverse},
+	{Py_tp_clear, ep_clear},
 	{Py_tp_methods, ep_methods},
 	{Py_tp_getset, ep_getset},
 	{0, NULL},
@@ -223,7 +268,7 @@ static PyType_Slot ep_slots[] = {
 static PyType_Spec ep_spec = {
 	.name = "hmr.Endpoint",
 	.basicsize = sizeof(HmrPyEndpoint),
-	.flags = Py_TPFLAGS_DEFAULT,
+	.flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
 	.slots = ep_slots,
 };
 

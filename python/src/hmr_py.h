@@ -28,8 +28,8 @@ typedef struct HmrPyLink {
 	struct HmrPyLink *prev, *next;
 } HmrPyLink;
 
-/* Registrations the domain has made, by address and length: a hint that a registration will
- * be a cache hit, which is then made with the GIL held (releasing and retaking it costs more
+/* Registrations the domain has made and its cache kept, by address and length: a hint that
+ * a registration will be a cache hit, which is then made with the GIL held (releasing and retaking it costs more
  * than the hit, and under contention it can wait a whole switch interval).  An unseen range
  * is probably a miss, which may block: that one runs without the GIL.  A wrong hint costs
  * only that choice, never correctness. */
@@ -119,6 +119,11 @@ extern HmrPyState hmr_py;
 
 /* errors.c: raise hmr.Error (or the subclass for the code) for a negative HMR_E* return,
  * with hmr_last_error()'s reason; `what` names the call.  Returns NULL. */
+/* An unsigned 64-bit number (`name` in `what`'s error): any integer or __index__ object;
+ * negative or over 64 bits raises hmr.InvalidArgumentError (numbers.c).  0, or -1 raised. */
+int hmr_py_unsigned(const char *what, const char *name, PyObject *value, unsigned long long *out);
+/* 0 in the main interpreter; else -1 with ImportError raised (module.c). */
+int hmr_py_main_interpreter_only(const char *what);
 PyObject *hmr_py_raise(int rc, const char *what);
 /* The same for an error found here: code is a positive HMR_E* number. */
 PyObject *hmr_py_raise_code(int code, const char *what, const char *format, ...)
@@ -144,6 +149,9 @@ int hmr_py_remote_key_init_type(PyObject *module);
 int hmr_py_endpoint_init_type(PyObject *module);
 void hmr_py_link_child(HmrPyDomain *domain, HmrPyChild *child);
 void hmr_py_unlink_child(HmrPyChild *child);
+/* A dealloc's close of a child: a failure is reported as unraisable, and an exception
+ * already on its way is left as it was. */
+void hmr_py_close_in_dealloc(PyObject *child, int (*close)(PyObject *));
 /* The end of every child's dealloc, once it is closed: unlinked, its domain let go, freed. */
 void hmr_py_child_free(HmrPyChild *child);
 PyObject *hmr_py_region_new(HmrPyDomain *domain, PyObject *const *args, Py_ssize_t nargs,
@@ -158,6 +166,8 @@ PyObject *hmr_py_endpoint_new(HmrPyDomain *domain);
 hmr_mr *hmr_py_region_mr(PyObject *obj);
 /* Whether a MemoryRegion belongs to a domain the parent process opened before fork(). */
 int hmr_py_region_inherited(PyObject *obj);
+/* A MemoryRegion in use without the GIL (+1 before, -1 after): its close() refuses meanwhile. */
+void hmr_py_region_hold(PyObject *region, int delta);
 /* The domain, checked open; NULL with hmr.ClosedError raised. */
 hmr_domain *hmr_py_domain_handle(HmrPyDomain *domain, const char *what);
 /* Makes the type of `spec`, keeps it in *type and adds it to `module` as `name`: 0, or -1

@@ -32,6 +32,8 @@ PyObject *hmr_py_enter_self(PyObject *self, PyObject *unused)
 static PyObject *module_query(PyObject *module, PyObject *obj)
 {
 	(void)module;
+	if (hmr_py_main_interpreter_only("hmr.query") != 0)
+		return NULL;
 	HmrPySource source;
 	if (hmr_py_source_get(obj, 0, &source) != 0)
 		return NULL;
@@ -162,6 +164,17 @@ static int init_state(void)
 
 static void note_forked_child(void) { hmr_py_this_process = getpid(); }
 
+int hmr_py_main_interpreter_only(const char *what)
+{
+	if (PyInterpreterState_GetID(PyInterpreterState_Get()) == 0)
+		return 0;
+	PyErr_Format(PyExc_ImportError,
+		     "%s: hmr serves the main interpreter only (its state is process-wide), "
+		     "not a subinterpreter",
+		     what);
+	return -1;
+}
+
 PyMODINIT_FUNC PyInit__hmr(void)
 {
 	if (!hmr_py_this_process) {
@@ -171,8 +184,13 @@ PyMODINIT_FUNC PyInit__hmr(void)
 			return NULL;
 		}
 	}
-	/* Module state is process-wide (m_size -1): one hmr per process, and a second import in
-	 * a subinterpreter is refused by CPython for such modules. */
+	/* Module state is process-wide (m_size -1): one hmr per process, for the main
+	 * interpreter.  CPython 3.11 lets a subinterpreter import such a module (it copies the
+	 * first import's dict, sharing its types and exception classes, so `except hmr.Error`
+	 * there would not catch hmr's errors): entering from one is refused here and in every
+	 * entry point that makes an object (Domain, query). */
+	if (hmr_py_main_interpreter_only("import hmr") != 0)
+		return NULL;
 	if (!hmr_py.error && init_state() != 0)
 		return NULL;
 	PyObject *module = PyModule_Create(&module_def);

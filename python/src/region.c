@@ -10,7 +10,8 @@
 typedef struct {
 	HMR_PY_CHILD_HEAD
 	hmr_mr *mr; /* NULL once closed */
-	Py_ssize_t in_flight; /* sync() calls running without the GIL: close() waits for none */
+	Py_ssize_t in_flight; /* sync() and Endpoint transfers using it, running without the
+			       * GIL: close() refuses while any runs (it would free the MR) */
 	uint64_t access;
 	int queried; /* info below read (hmr_mr_query) */
 	struct hmr_mr_info info;
@@ -25,23 +26,6 @@ static HmrPyHint *hint_slot(HmrPyDomain *domain, const void *address)
 	return &domain->hints[((a >> 6) ^ (a >> 17)) & (HMR_PY_HINT_SLOTS - 1)];
 }
 
-static int parse_unsigned_for(const char *what, PyObject *value, unsigned long long *out)
-{
-	*out = PyLong_AsUnsignedLongLong(value);
-	if (!(*out == (unsigned long long)-1 && PyErr_Occurred()))
-		return 0;
-	if (PyErr_ExceptionMatches(PyExc_OverflowError)) { /* negative, or over 64 bits */
-		PyErr_Clear();
-		hmr_py_raise_code(HMR_EINVAL, what, "its numbers run from 0 to 2**64 - 1");
-	}
-	return -1;
-}
-
-static int parse_unsigned(PyObject *value, unsigned long long *out)
-{
-	return parse_unsigned_for("Domain.register", value, out);
-}
-
 /* (obj, access=..., *, offset=0, length=None) without PyArg_Parse*: this is the hot path. */
 static int parse_register(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
 			  uint64_t *access, unsigned long long *offset, PyObject **length)
@@ -54,7 +38,7 @@ static int parse_register(PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
 	}
 	unsigned long long value;
 	if (nargs == 2) {
-		if (parse_unsigned(args[1], &value) != 0)
+		if (hmr_py_unsigned("Domain.register", "access", args[1], &value) != 0)
 			return -1;
 		*access = value;
 	}
@@ -66,11 +50,11 @@ static int parse_register(PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
 		    (nargs < 2 && PyUnicode_Compare(name, hmr_py.s_access) == 0)) {
 			if (nargs == 2)
 				goto twice;
-			if (parse_unsigned(arg, &value) != 0)
+			if (hmr_py_unsigned("Domain.register", "access", arg, &value) != 0)
 				return -1;
 			*access = value;
 		} else if (name == hmr_py.s_offset || PyUnicode_Compare(name, hmr_py.s_offset) == 0) {
-			if (parse_unsigned(arg, offset) != 0)
+			if (hmr_py_unsigned("Domain.register", "offset", arg, offset) != 0)
 				return -1;
 		} else if (name == hmr_py.s_length || PyUnicode_Compare(name, hmr_py.s_length) == 0) {
 			*length = arg;
@@ -126,7 +110,13 @@ PyObject *hmr_py_region_new(HmrPyDomain *domain, PyObject *const *args, Py_ssize
 		rc = hmr_mr_reg(handle, address, bytes, access, 0, 0, 0, &self->mr, NULL);
 		Py_END_ALLOW_THREADS
 		--domain->in_flight;
-		if (rc == 0) {
+		/* Hinted only when the cache kept it: a registration it does not keep (a domain
+		 * without a cache, memory it cannot watch) is a NIC registration every time, and
+		 * must never run with the GIL held. */
+		struct hmr_mr_info info;
+		memset(&info, 0, sizeof info);
+		info.size = sizeof info;
+		if (rc == 0 && hmr_mr_query(self->mr, &info) == 0 && info.cached) {
 			hint->address = (uintptr_t)address;
 			hint->length = bytes;
 		}
@@ -152,7 +142,8 @@ int hmr_py_region_close(PyObject *obj)
 	 * (In a fork child the threads that were inside sync() in the parent do not exist.) */
 	if (self->in_flight > 0 && self->domain->pid == getpid()) {
 		hmr_py_raise_code(HMR_EBUSY, "MemoryRegion.close",
-				  "sync() of this region is running on another thread");
+				  "sync() of this region, or an Endpoint's write or read from it, "
+				  "is running on another thread");
 		return -1;
 	}
 	int rc = hmr_mr_close(self->mr);
@@ -173,6 +164,11 @@ hmr_mr *hmr_py_region_mr(PyObject *obj)
 	return ((HmrPyRegion *)obj)->mr;
 }
 
+void hmr_py_region_hold(PyObject *obj, int delta)
+{
+	((HmrPyRegion *)obj)->in_flight += delta;
+}
+
 int hmr_py_region_inherited(PyObject *obj)
 {
 	return PyObject_TypeCheck(obj, hmr_py.region_type) &&
@@ -189,8 +185,8 @@ static PyObject *region_close(PyObject *self, PyObject *unused)
 
 static void region_dealloc(HmrPyRegion *self)
 {
-	if (self->mr && hmr_py_region_close((PyObject *)self) != 0)
-		PyErr_WriteUnraisable((PyObject *)self);
+	if (self->mr)
+		hmr_py_close_in_dealloc((PyObject *)self, hmr_py_region_close);
 	hmr_py_source_release(&self->source);
 	hmr_py_child_free((HmrPyChild *)self);
 }
@@ -359,8 +355,8 @@ static PyObject *region_sync(HmrPyRegion *self, PyObject *args, PyObject *kwargs
 		return NULL;
 	/* (not "K": it wraps a negative number round instead of refusing it) */
 	unsigned long long direction, offset = 0;
-	if (parse_unsigned_for("MemoryRegion.sync", direction_obj, &direction) != 0 ||
-	    (offset_obj && parse_unsigned_for("MemoryRegion.sync", offset_obj, &offset) != 0))
+	if (hmr_py_unsigned("MemoryRegion.sync", "direction", direction_obj, &direction) != 0 ||
+	    (offset_obj && hmr_py_unsigned("MemoryRegion.sync", "offset", offset_obj, &offset) != 0))
 		return NULL;
 	hmr_mr *mr = open_mr(self, "MemoryRegion.sync");
 	if (!mr)
@@ -373,7 +369,7 @@ static PyObject *region_sync(HmrPyRegion *self, PyObject *args, PyObject *kwargs
 	size_t length = 0;
 	if (length_obj != Py_None) {
 		unsigned long long n;
-		if (parse_unsigned_for("MemoryRegion.sync", length_obj, &n) != 0)
+		if (hmr_py_unsigned("MemoryRegion.sync", "length", length_obj, &n) != 0)
 			return NULL;
 		length = n > SIZE_MAX ? SIZE_MAX : (size_t)n;
 	}

@@ -67,8 +67,8 @@ static PyObject *rkey_release(PyObject *self, PyObject *unused)
 
 static void rkey_dealloc(HmrPyRemoteKey *self)
 {
-	if (self->rkey && hmr_py_remote_key_close((PyObject *)self) != 0)
-		PyErr_WriteUnraisable((PyObject *)self);
+	if (self->rkey)
+		hmr_py_close_in_dealloc((PyObject *)self, hmr_py_remote_key_close);
 	hmr_py_child_free((HmrPyChild *)self);
 }
 

@@ -276,11 +276,22 @@ static int is_torch_tensor(PyObject *obj)
 	return PyObject_TypeCheck(obj, (PyTypeObject *)hmr_py.torch_tensor_type);
 }
 
+/* A Pointer's attribute, which the caller may have changed since the Pointer checked it. */
+static int pointer_field(PyObject *obj, PyObject *name, const char *text, unsigned long long *out)
+{
+	PyObject *value = PyObject_GetAttr(obj, name);
+	if (!value)
+		return -1;
+	const int rc = hmr_py_unsigned(kWhat, text, value, out);
+	Py_DECREF(value);
+	return rc;
+}
+
 static int from_pointer(PyObject *obj, HmrPySource *source)
 {
 	unsigned long long address, length;
-	if (unsigned_attr(obj, hmr_py.s_address, &address) != 0 ||
-	    unsigned_attr(obj, hmr_py.s_length, &length) != 0)
+	if (pointer_field(obj, hmr_py.s_address, "a Pointer's address", &address) != 0 ||
+	    pointer_field(obj, hmr_py.s_length, "a Pointer's length", &length) != 0)
 		return -1;
 	source->kind = HMR_PY_SOURCE_OBJECT;
 	source->address = (void *)(uintptr_t)address;
@@ -369,15 +380,9 @@ int hmr_py_source_narrow(HmrPySource *source, unsigned long long offset, PyObjec
 	if (!length || length == Py_None) {
 		want = source->length - (size_t)offset;
 	} else {
-		unsigned long long n = PyLong_AsUnsignedLongLong(length);
-		if (n == (unsigned long long)-1 && PyErr_Occurred()) {
-			if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
-				PyErr_Clear();
-				hmr_py_raise_code(HMR_EINVAL, kWhat,
-						  "length runs from 0 to 2**64 - 1");
-			}
+		unsigned long long n;
+		if (hmr_py_unsigned(kWhat, "length", length, &n) != 0)
 			return -1;
-		}
 		if (n > source->length - offset) {
 			hmr_py_raise_code(HMR_EINVAL, kWhat,
 					  "offset %llu + length %llu is past the object's %zu bytes",
