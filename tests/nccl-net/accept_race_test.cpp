@@ -60,6 +60,8 @@ using Clock = std::chrono::steady_clock;
 std::mutex warnings_lock;
 std::vector<std::string> warnings;
 
+void capture(ncclDebugLogLevel level, unsigned long, const char*, int, const char* fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 void capture(ncclDebugLogLevel level, unsigned long, const char*, int, const char* fmt, ...) {
   if (level != NCCL_LOG_WARN) return;
   char line[1024];
