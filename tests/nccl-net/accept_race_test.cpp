@@ -18,6 +18,9 @@
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_errno.h>
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdarg>
 #include <cstdio>
@@ -33,12 +36,14 @@
 #include "fabric/provider_nics.h"
 #include "net/control_channel.h"
 #include "net/device.h"
+#include "net/listen_comm.h"
 #include "net/log.h"
 #include "net/operation.h"
 #include "net/recv_comm.h"
 #include "net/settings.h"
 #include "wire/control_message.h"
 #include "wire/eager_data.h"
+#include "wire/listen_handle.h"
 
 namespace hmr::nccl {
 
@@ -48,6 +53,13 @@ struct RecvCommProbe {
   static void progress_without_taking(RecvComm& comm) {
     std::string why;
     EXPECT_TRUE(comm.control_->flush(&why)) << why;
+    CompletionError error;
+    EXPECT_EQ(comm.endpoint_->poll(std::span<Completion>(), &error), 0) << error.reason;
+  }
+};
+
+struct ListenCommProbe {
+  static void progress_without_taking(ListenComm& comm) {
     CompletionError error;
     EXPECT_EQ(comm.endpoint_->poll(std::span<Completion>(), &error), 0) << error.reason;
   }
@@ -195,6 +207,66 @@ TEST_F(AcceptRace, ACommBrokenBeforeAcceptLooksAtItIsHandedOutAndFailsWithTheRea
   c.control.reset();
   c.endpoint.reset();
   std::free(source);
+}
+
+// A connect request the listener cannot answer for a reason of its own (here no file
+// descriptor left for the recv comm's endpoint: a container's RLIMIT_NOFILE, as memlock
+// would refuse its registrations) fails accept() with the reason.  It was logged and dropped:
+// accept() returned no comm for ever, and the connector (whose connect has no deadline by
+// default) waited for ever too.
+TEST_F(AcceptRace, ARequestTheListenerCannotAnswerFailsAccept) {
+  std::string why;
+  std::array<uint8_t, kHandleSize> handle_bytes{};
+  std::unique_ptr<ListenComm> listener;
+  ASSERT_EQ(ListenComm::open(*device, handle_bytes, &listener), ncclSuccess);
+  auto handle = decode_listen_handle(handle_bytes, &why);
+  ASSERT_TRUE(handle) << why;
+
+  Connector c;
+  c.endpoint = Endpoint::open(device->libfabric(), device->info(), device->domain(), &why);
+  ASSERT_NE(c.endpoint, nullptr) << why;
+  c.control = ControlChannel::open(*device, *c.endpoint, 8, kControlBufferSize, 8, &why);
+  ASSERT_TRUE(c.control && c.control->post_receives(&why)) << why;
+  fi_addr_t listen_address = FI_ADDR_UNSPEC;
+  ASSERT_TRUE(c.endpoint->insert(handle->address, &listen_address, &why)) << why;
+  ConnectRequest request{handle->nonce, c.endpoint->address()};
+  request.eager_max = 8192;
+  ASSERT_TRUE(c.control->send(request, listen_address, &why)) << why;
+
+  // The request reaches the listener's queue (the connection made, its bytes read) while
+  // descriptors are still there to make the connection with.
+  const auto deadline = Clock::now() + std::chrono::seconds(20);
+  while (c.control->busy() && Clock::now() < deadline) {
+    ListenCommProbe::progress_without_taking(*listener);
+    poll_connector(c);
+  }
+  ASSERT_FALSE(c.control->busy()) << "the connect request never left";
+  for (int round = 0; round < 200; ++round) {
+    ListenCommProbe::progress_without_taking(*listener);
+    poll_connector(c);
+  }
+
+  // No descriptor left: the soft limit at the lowest free one.
+  rlimit before{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &before), 0);
+  const int lowest_free = dup(0);
+  ASSERT_GE(lowest_free, 0);
+  close(lowest_free);
+  rlimit lowered = before;
+  lowered.rlim_cur = static_cast<rlim_t>(lowest_free);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &lowered), 0);
+  std::unique_ptr<RecvComm> recv;
+  ncclResult_t rc = ncclSuccess;
+  for (int call = 0; call < 1000 && rc == ncclSuccess && !recv; ++call) rc = listener->accept(&recv);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &before), 0);
+
+  EXPECT_EQ(recv, nullptr);
+  EXPECT_EQ(rc, ncclSystemError) << "accept neither failed nor handed out a comm";
+  EXPECT_TRUE(warned("accept: ")) << "no reason logged";
+  recv.reset();
+  listener.reset();
+  c.control.reset();
+  c.endpoint.reset();
 }
 
 }  // namespace

@@ -785,6 +785,35 @@ TEST_F(Eager, SmallMessagesLeaveBeforeTheirReceiveAndCreditsBoundThem) {
   }
 }
 
+// A receiving rank that is late (busy elsewhere: NCCL lets it take as long as it likes) does
+// not fail an eager send that completes only with its progress (shm above 4 KiB, ofi_rxm
+// above 16 KiB): the send comm alone is tested for longer than HMR_NCCL_WRITE_TIMEOUT (2 s,
+// set by main()), then the receive is posted and both complete.  The send comm failed with
+// "did not complete within HMR_NCCL_WRITE_TIMEOUT" on shm at the default eager max.
+TEST_F(Eager, ASendToALateReceiverWaitsPastTheWriteTimeout) {
+  if (!eager_on()) GTEST_SKIP() << "eager messages are off (HMR_NCCL_EAGER_MAX=0)";
+  constexpr size_t kSize = 8192;  // the default eager max
+  HostBuffer out(kSize), in(kSize);
+  fill_pattern(out.data(), kSize, 77);
+  std::memset(in.data(), 0, kSize);
+  void* const out_mh = reg(out, true);
+  void* const in_mh = reg(in, false);
+  void* request = nullptr;
+  ASSERT_EQ(rank.net().isend(link.send, out.data(), kSize, 11, out_mh, &request), ncclSuccess);
+  ASSERT_NE(request, nullptr) << "an eager-size message did not leave before its receive";
+  const auto past_the_timeout = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  int done = 0;
+  int size = -1;
+  while (!done && std::chrono::steady_clock::now() < past_the_timeout) {
+    ASSERT_EQ(rank.net().test(request, &done, &size), ncclSuccess) << "the send failed while the receiver was late";
+  }
+  EXPECT_EQ(receive_one(rank, link, in.data(), kSize, 11, in_mh, &f), static_cast<int>(kSize));
+  if (!done) {
+    EXPECT_EQ(complete(rank, request, &f), static_cast<int>(kSize));
+  }
+  EXPECT_EQ(find_pattern_mismatch(in.data(), kSize, 77), SIZE_MAX);
+}
+
 // A tag the receiver never posts a buffer for (a mismatched tag) does not wait in silence:
 // once its isends have been refused for HMR_NCCL_WRITE_TIMEOUT (2 s, set by main()) the
 // plugin says so, once; the send still goes when the receive comes.

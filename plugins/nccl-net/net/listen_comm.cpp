@@ -42,27 +42,34 @@ ListenComm::~ListenComm() {
   control_.reset();
 }
 
-void ListenComm::on_message(std::span<const uint8_t> bytes) {
+ncclResult_t ListenComm::on_message(std::span<const uint8_t> bytes) {
   std::string why;
   std::optional<ControlMessage> message = decode_control_message(bytes, &why);
   if (!message) {
     log_warn("accept: dropped a connect request: %s", why.c_str());
-    return;
+    return ncclSuccess;
   }
   const auto* request = std::get_if<ConnectRequest>(&*message);
   if (request == nullptr) {
     log_warn("accept: dropped a message that is not a connect request");
-    return;
+    return ncclSuccess;
   }
   if (request->nonce != nonce_) {
     log_warn("accept: dropped a connect request made from another listen handle");
-    return;
+    return ncclSuccess;
   }
   log_info("accept: connect request received (nonce %#llx)", static_cast<unsigned long long>(nonce_));
   std::unique_ptr<RecvComm> comm;
-  if (RecvComm::start(*device_, *request, &comm) == ncclSuccess) {
+  const ncclResult_t rc = RecvComm::start(*device_, *request, &comm);
+  if (rc == ncclSuccess) {
     accepting_.push_back(std::move(comm));
+    return ncclSuccess;
   }
+  // What the connector got wrong (an address that cannot be used, logged by start()) is
+  // its own: the listener goes on.  What this side lacks (an endpoint, a registration: a
+  // file or memlock limit) is NCCL's to hear: dropped, the request would leave the
+  // connector waiting for an answer, and this accept for a connector, for ever.
+  return rc == ncclRemoteError ? ncclSuccess : rc;
 }
 
 ncclResult_t ListenComm::accept(std::unique_ptr<RecvComm>* out) {
@@ -88,8 +95,9 @@ ncclResult_t ListenComm::accept(std::unique_ptr<RecvComm>* out) {
     for (int i = 0; i < n; ++i) {
       auto* op = static_cast<Operation*>(completions[i].context);
       if (op == nullptr || op->kind != OperationKind::control_receive) continue;
-      on_message(control_->received(*op, completions[i].len));
+      const ncclResult_t rc = on_message(control_->received(*op, completions[i].len));
       if (!control_->repost(*op, &why)) return fail(ncclSystemError, "accept: %s", why.c_str());
+      if (rc != ncclSuccess) return rc;
     }
   }
   for (auto it = accepting_.begin(); it != accepting_.end(); ++it) {

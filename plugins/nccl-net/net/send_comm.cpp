@@ -514,6 +514,12 @@ ncclResult_t SendComm::release_held_eager() {
 }
 
 bool SendComm::write_timed_out(SendRequest& request) const {
+  // An eager send is not timed: it may complete only with the receiver's progress (shm above
+  // 4 KiB, ofi_rxm above 16 KiB, delivery-complete on EFA), and NCCL lets a receiving rank be
+  // late for as long as it likes (a rank busy elsewhere; NCCL's own transports wait).  A
+  // receiver that died is reported by the provider (its connection fails) or, on the same
+  // host, by the peer watch.  An RMA write goes into a buffer the receiver announced.
+  if (request.eager) return false;
   // (Most writes complete before the clock is ever read for them: sampled_wait.h.)
   std::chrono::steady_clock::duration waited;
   return request.pending.count(&waited) && waited > write_timeout_;
@@ -534,8 +540,7 @@ ncclResult_t SendComm::test(SendRequest* request, int* done, int* size) {
     // slot can never be reused: the whole comm fails, as NCCL would abort it anyway.
     notify_failure(*request);
     return fail_comm(ncclRemoteError,
-                     std::string(request->eager ? "the eager send" : "the RMA write") + " of a " +
-                         std::to_string(request->size) + "-byte message did " +
+                     "the RMA write of a " + std::to_string(request->size) + "-byte message did " +
                          "not complete within HMR_NCCL_WRITE_TIMEOUT (" +
                          std::to_string(write_timeout_.count() / 1000.0).substr(0, 5) +
                          " s): the receiver's process or NIC may have failed");
