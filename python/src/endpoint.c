@@ -54,8 +54,11 @@ int hmr_py_endpoint_close(PyObject *obj)
 		return -1;
 	}
 	self->ep = NULL;
-	Py_CLEAR(self->peer);
+	/* Unlinked before the peer is let go: dropping it can run any code (its domain's
+	 * dealloc releases the GIL), and Domain.close on another thread must not find a closed
+	 * endpoint on its list (it looped for ever, or took a dying one for alive). */
 	hmr_py_unlink_child((HmrPyChild *)self);
+	Py_CLEAR(self->peer);
 	return 0;
 }
 

@@ -358,6 +358,15 @@ static PyObject *region_sync(HmrPyRegion *self, PyObject *args, PyObject *kwargs
 	if (hmr_py_unsigned("MemoryRegion.sync", "direction", direction_obj, &direction) != 0 ||
 	    (offset_obj && hmr_py_unsigned("MemoryRegion.sync", "offset", offset_obj, &offset) != 0))
 		return NULL;
+	size_t length = 0;
+	if (length_obj != Py_None) {
+		unsigned long long n;
+		if (hmr_py_unsigned("MemoryRegion.sync", "length", length_obj, &n) != 0)
+			return NULL;
+		length = n > SIZE_MAX ? SIZE_MAX : (size_t)n;
+	}
+	/* After every number: reading one may run Python code (__index__) that closes this
+	 * region, and nothing from here to the call lets go of the GIL. */
 	hmr_mr *mr = open_mr(self, "MemoryRegion.sync");
 	if (!mr)
 		return NULL;
@@ -366,13 +375,6 @@ static PyObject *region_sync(HmrPyRegion *self, PyObject *args, PyObject *kwargs
 					 "direction must be hmr.SYNC_TO_DEVICE or "
 					 "hmr.SYNC_FROM_DEVICE, not %llu",
 					 direction);
-	size_t length = 0;
-	if (length_obj != Py_None) {
-		unsigned long long n;
-		if (hmr_py_unsigned("MemoryRegion.sync", "length", length_obj, &n) != 0)
-			return NULL;
-		length = n > SIZE_MAX ? SIZE_MAX : (size_t)n;
-	}
 	if (offset > self->source.length ||
 	    (length_obj != Py_None && length > self->source.length - offset))
 		return hmr_py_raise_code(HMR_EINVAL, "MemoryRegion.sync",

@@ -256,3 +256,58 @@ def test_a_subinterpreter_is_refused():
                                              "sys.hmr_outcome\n")
     finally:
         interpreters.destroy(interpreter)
+
+
+_CLOSE_WHILE_THE_PEER_GOES = """
+import faulthandler, sys, threading
+import hmr
+faulthandler.dump_traceback_later(30, exit=True)
+d1 = hmr.Domain("sim")
+d2 = hmr.Domain("sim")
+e1 = d1.endpoint()
+e1.connect(d2.endpoint())  # the peer's only reference is e1's, d2's only the peer's
+del d2
+ready = threading.Event()
+out = []
+def closer():
+    ready.wait()
+    d1.close()  # waits for the GIL: it runs when d2's dealloc lets go of it
+    out.append("d1 closed")
+thread = threading.Thread(target=closer)
+thread.start()
+sys.setswitchinterval(1000)  # the GIL changes hands only where C code lets it go
+ready.set()
+for _ in range(2_000_000):
+    pass  # (the closer is now waiting for the GIL)
+%s  # -> the peer let go -> d2's dealloc releases the GIL -> d1.close() runs
+thread.join()
+print(out[0])
+"""
+
+
+@pytest.mark.parametrize("how", ["e1.close()", "del e1"])
+def test_domain_close_while_an_endpoint_lets_go_of_its_peer(how):
+    # The endpoint was still on its domain's list while it let go of its peer, whose domain's
+    # dealloc releases the GIL: Domain.close on another thread then looped for ever on the
+    # closed endpoint (e1.close()), or took the dying one for alive and freed it twice (del).
+    import os
+    import subprocess
+    result = subprocess.run([sys.executable, "-c", _CLOSE_WHILE_THE_PEER_GOES % how],
+                            env=dict(os.environ), capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "d1 closed"
+
+
+def test_sync_reads_its_numbers_before_it_looks_at_the_region():
+    # __index__ is Python code: one that closes the region ran before sync's call, which then
+    # passed a closed handle to hmr (another MR's, once the handle was reused).
+    with hmr.Domain("sim") as domain:
+        region = domain.register(bytearray(4096))
+
+        class ClosesTheRegion:
+            def __index__(self):
+                region.close()
+                return 16
+
+        with pytest.raises(hmr.ClosedError):
+            region.sync(hmr.SYNC_TO_DEVICE, 0, ClosesTheRegion())

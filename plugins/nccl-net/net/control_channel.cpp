@@ -114,6 +114,7 @@ ssize_t ControlChannel::post_free_buffer(size_t size, fi_addr_t peer, std::strin
     free_sends_.pop_back();
     ++sends_in_flight_;
   } else if (rc != -FI_EAGAIN) {
+    last_send_error_ = rc;
     *why = "sending a control message failed: " + endpoint_->libfabric().describe(rc);
   }
   return rc;

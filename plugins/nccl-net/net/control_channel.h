@@ -38,6 +38,9 @@ class ControlChannel {
   bool send(const ControlMessage& message, fi_addr_t peer, std::string* why);
   // Posts queued sends while buffers and the provider allow.
   bool flush(std::string* why);
+  // The provider's code of the last send it refused (a negative FI_E*), 0 before any: what
+  // tells this side's want of resources from a peer's bad address.
+  ssize_t last_send_error() const { return last_send_error_; }
   // Sends queued or not yet completed.
   bool busy() const { return !queued_.empty() || held_.has_value() || sends_in_flight_ != 0; }
   // Fault injection for tests (HMR_NCCL_TEST_REORDER_ANNOUNCEMENTS): each receive
@@ -80,6 +83,7 @@ class ControlChannel {
   std::vector<uint32_t> free_sends_;   // indices of idle send slots
   std::deque<Queued> queued_;
   size_t sends_in_flight_ = 0;
+  ssize_t last_send_error_ = 0;
   bool reorder_ = false;
   std::optional<Queued> held_;  // the announcement held back (reorder_ only)
   int held_flushes_ = 0;        // flushes since it was held

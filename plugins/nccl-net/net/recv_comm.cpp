@@ -60,7 +60,13 @@ ncclResult_t RecvComm::start(Device& device, const ConnectRequest& request,
   accept.eager_max = comm->eager_max_;
   accept.eager_credits = eager ? kEagerCreditsPerTag : 0;
   if (!comm->control_->send(accept, comm->peer_, &why)) {
-    return fail(ncclRemoteError, "accept: %s", why.c_str());
+    // Refused for want of this side's resources (ofi_rxm opens the connection's socket here:
+    // a file limit shows now) is the listener's failure; anything else is about the
+    // connector's address (ListenComm drops that request and goes on listening).
+    const ssize_t code = comm->control_->last_send_error();
+    const bool ours = code == -FI_EMFILE || code == -FI_ENOMEM || code == -FI_ENOSPC ||
+                      code == -FI_ENOBUFS || code == -ENFILE;
+    return fail(ours ? ncclSystemError : ncclRemoteError, "accept: %s", why.c_str());
   }
   comm->accept_sent_ = true;
   for (size_t i = 0; i < kMaxRequests; ++i) {
