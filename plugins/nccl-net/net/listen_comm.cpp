@@ -92,13 +92,17 @@ ncclResult_t ListenComm::accept(std::unique_ptr<RecvComm>* out) {
       }
       return fail(ncclSystemError, "accept: the listening endpoint failed: %s", error.reason.c_str());
     }
+    // (A request this side could not answer fails accept, after the rest of the batch is
+    // taken and its buffers posted again.)
+    ncclResult_t failed = ncclSuccess;
     for (int i = 0; i < n; ++i) {
       auto* op = static_cast<Operation*>(completions[i].context);
       if (op == nullptr || op->kind != OperationKind::control_receive) continue;
       const ncclResult_t rc = on_message(control_->received(*op, completions[i].len));
       if (!control_->repost(*op, &why)) return fail(ncclSystemError, "accept: %s", why.c_str());
-      if (rc != ncclSuccess) return rc;
+      if (failed == ncclSuccess) failed = rc;
     }
+    if (failed != ncclSuccess) return failed;
   }
   for (auto it = accepting_.begin(); it != accepting_.end(); ++it) {
     bool accepted = false;
