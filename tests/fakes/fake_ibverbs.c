@@ -273,6 +273,12 @@ static int charge_pinned(uint64_t pages) {
 }
 
 /* The shared part of every registration; the caller holds the lock. */
+/* ib_access_writable (include/rdma/ib_verbs.h): what makes ib_umem_get pin with FOLL_WRITE. */
+static int access_writable(unsigned int access) {
+  return (access & (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC |
+                    IBV_ACCESS_MW_BIND)) != 0;
+}
+
 static struct ibv_mr *make_mr(const char *entry, struct ibv_pd *pd, void *addr, size_t length,
                               uint64_t iova, unsigned int access, int fd, uint64_t offset) {
   if (!has_object((void *const *)pds, pd) || length == 0 || !access_valid(access)) {
@@ -338,6 +344,7 @@ static struct ibv_mr *make_mr(const char *entry, struct ibv_pd *pd, void *addr, 
     }
   }
   mr->pinned_pages = pinned;
+  mr->writable = access_writable(access) || (addr == NULL && (access & IBV_ACCESS_ON_DEMAND));
   mr->mr.context = pd->context;
   mr->mr.pd = pd;
   mr->mr.addr = addr;
@@ -835,6 +842,14 @@ EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *a
              ((flags & IBV_REREG_MR_CHANGE_ACCESS) && !access_valid((unsigned int)access))) {
     result = IBV_REREG_MR_ERR_INPUT;
     err = EINVAL;
+  } else if ((flags & IBV_REREG_MR_CHANGE_ACCESS) && !(flags & IBV_REREG_MR_CHANGE_TRANSLATION) &&
+             access_writable((unsigned int)access) && !fake->writable) {
+    /* ib_umem_check_rereg (drivers/infiniband/core/umem.c; "RDMA: During rereg_mr ensure that
+     * REREG_ACCESS is compatible", upstream and stable since June 2026), called by mlx5, rxe,
+     * hns and the rest before they change anything: memory pinned read-only cannot become
+     * writable without being pinned again (CHANGE_TRANSLATION): -EACCES, the MR untouched. */
+    result = IBV_REREG_MR_ERR_CMD;
+    err = EACCES;
   } else if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) &&
              !((flags & IBV_REREG_MR_CHANGE_ACCESS ? (unsigned int)access : fake->access) &
                IBV_ACCESS_ON_DEMAND) &&
@@ -854,6 +869,9 @@ EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *a
       fake->mr.addr = addr;
       fake->mr.length = length;
       fake->iova = (uintptr_t)addr;
+      /* a new umem, pinned for the access it is given now */
+      fake->writable = access_writable(flags & IBV_REREG_MR_CHANGE_ACCESS ? (unsigned int)access
+                                                                          : fake->access);
     }
     if (flags & IBV_REREG_MR_CHANGE_PD) fake->mr.pd = pd;
     if (flags & IBV_REREG_MR_CHANGE_ACCESS) fake->access = (unsigned int)access;
