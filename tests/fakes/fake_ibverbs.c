@@ -196,6 +196,31 @@ static int range_mapped(uint64_t addr, uint64_t length) {
   return msync((void *)(uintptr_t)page, length + (addr - page), MS_ASYNC) == 0;
 }
 
+/* Whether ib_umem_get could pin [addr, addr + length): every page mapped, and readable, or
+ * writable where the access makes the kernel pin for writing (FOLL_WRITE, without FOLL_FORCE
+ * since "RDMA/umem: remove FOLL_FORCE usage"): get_user_pages fails with -EFAULT on a
+ * PROT_NONE page, and for writing on a read-only one (a mapped file opened O_RDONLY,
+ * .rodata).  The protections come from /proc/self/maps. */
+static int range_pinnable(uint64_t addr, uint64_t length, int for_writing) {
+  if (!range_mapped(addr, length)) return 0;
+  FILE *maps = fopen("/proc/self/maps", "re");
+  if (maps == NULL) return 1; /* (cannot tell: as before) */
+  uint64_t covered = addr & ~(uint64_t)4095;
+  const uint64_t end = addr + length;
+  char line[512];
+  int ok = 1;
+  while (ok && covered < end && fgets(line, sizeof line, maps) != NULL) {
+    unsigned long long first = 0, last = 0;
+    char perms[5] = {0};
+    if (sscanf(line, "%llx-%llx %4s", &first, &last, perms) != 3) continue;
+    if (last <= covered || first >= end) continue;
+    if (perms[0] != 'r' || (for_writing && perms[1] != 'w')) ok = 0;
+    covered = last;
+  }
+  fclose(maps);
+  return ok;
+}
+
 static int access_valid(unsigned int access) {
   if (access & ~(unsigned int)KNOWN_ACCESS) return 0;
   /* The kernel refuses remote writes or atomics into memory the HCA may not write locally. */
@@ -302,7 +327,8 @@ static struct ibv_mr *make_mr(const char *entry, struct ibv_pd *pd, void *addr, 
     errno = EOPNOTSUPP;
     return NULL;
   }
-  if (fd < 0 && !(access & IBV_ACCESS_ON_DEMAND) && !range_mapped((uintptr_t)addr, length)) {
+  if (fd < 0 && !(access & IBV_ACCESS_ON_DEMAND) &&
+      !range_pinnable((uintptr_t)addr, length, access_writable(access))) {
     errno = EFAULT;
     return NULL;
   }
@@ -853,7 +879,9 @@ EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *a
   } else if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) &&
              !((flags & IBV_REREG_MR_CHANGE_ACCESS ? (unsigned int)access : fake->access) &
                IBV_ACCESS_ON_DEMAND) &&
-             !range_mapped((uintptr_t)addr, length)) {
+             !range_pinnable((uintptr_t)addr, length,
+                             access_writable(flags & IBV_REREG_MR_CHANGE_ACCESS ? (unsigned int)access
+                                                                                 : fake->access))) {
     result = IBV_REREG_MR_ERR_CMD;
     err = EFAULT;
   } else if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && fake->pinned_pages != 0 &&

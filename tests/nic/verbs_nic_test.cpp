@@ -320,6 +320,35 @@ TEST_F(VerbsNicTest, RequestsTheAdapterCannotHonourAreRefused) {
   EXPECT_EQ(fake().call_count("ibv_reg_mr_iova2"), 0);
 }
 
+// Read-only memory (a file mapped read-only, .rodata) can be registered for what reads it,
+// not for what writes into it: the kernel pins for writing whatever access lets the NIC
+// write (ib_access_writable), and get_user_pages refuses that on a read-only page (EFAULT);
+// PROT_NONE cannot be pinned at all.  The fake pinned all three.
+TEST_F(VerbsNicTest, ReadOnlyMemoryIsRegisteredOnlyForReading) {
+  open();
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  void* memory = mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(memory, MAP_FAILED);
+  static_cast<char*>(memory)[0] = 1;
+  ASSERT_EQ(mprotect(memory, page, PROT_READ), 0);
+  ASSERT_EQ(mprotect(static_cast<char*>(memory) + page, page, PROT_NONE), 0);
+  const iovec read_only{memory, page};
+  const iovec no_access{static_cast<char*>(memory) + page, page};
+
+  Result<nic::Registration> readable = nic_->register_memory(host_request(read_only, HMR_REMOTE_READ));
+  ASSERT_TRUE(readable.ok()) << readable.status().reason();
+  EXPECT_TRUE(nic_->deregister(*readable).ok());
+  for (const uint64_t access : {uint64_t{HMR_REMOTE_WRITE}, uint64_t{HMR_READ}}) {
+    Result<nic::Registration> writable = nic_->register_memory(host_request(read_only, access));
+    ASSERT_FALSE(writable.ok()) << "access " << access;
+    EXPECT_EQ(writable.status().code(), HMR_EFAULT) << writable.status().reason();
+  }
+  Result<nic::Registration> none = nic_->register_memory(host_request(no_access, HMR_REMOTE_READ));
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().code(), HMR_EFAULT) << none.status().reason();
+  ASSERT_EQ(munmap(memory, 2 * page), 0);
+}
+
 TEST_F(VerbsNicTest, VerbFailuresBecomeClearErrors) {
   open();
   // Unmapped memory cannot be pinned.
