@@ -519,11 +519,17 @@ Result<nic::Registration> VerbsNic::register_implicit(const nic::RegistrationReq
   // The whole address space is the CPU's own memory: the host rules apply.
   layout.ibv_access = ibv_access_for(request.access,
                                      access_extras(/*on_demand=*/true, /*system_memory=*/true));
+  // Through ibv_reg_mr_iova2 where there is one, as every other registration: it drops the
+  // optional access bits (relaxed ordering) a kernel lacks, where the exported ibv_reg_mr of
+  // rdma-core 28-31 passed them as given (it goes through iova2 only from rdma-core 32).
+  const IbverbsSymbols& verbs = library_->symbols();
   errno = 0;
-  ibv_mr* mr = library_->symbols().reg_mr(device_.pd(), nullptr, SIZE_MAX,
-                                          static_cast<int>(layout.ibv_access));
+  ibv_mr* mr = verbs.reg_mr_iova2 != nullptr
+                   ? verbs.reg_mr_iova2(device_.pd(), nullptr, SIZE_MAX, 0, layout.ibv_access)
+                   : verbs.reg_mr(device_.pd(), nullptr, SIZE_MAX, static_cast<int>(layout.ibv_access));
   if (mr == nullptr) {
-    return verbs_failure(errno, "implicit ODP ibv_reg_mr(NULL, SIZE_MAX, access %#x) on %s failed",
+    return verbs_failure(errno, "implicit ODP %s(NULL, SIZE_MAX, access %#x) on %s failed",
+                         verbs.reg_mr_iova2 != nullptr ? "ibv_reg_mr_iova2" : "ibv_reg_mr",
                          layout.ibv_access, probe_.name.c_str());
   }
   auto record = std::make_unique<VerbsRegistration>(library_->symbols(), layout);
