@@ -31,11 +31,13 @@ Status verbs_failure(int err, const char* format, ...) {
   std::vsnprintf(what, sizeof what, format, args);
   va_end(args);
   // ENOMEM from a registration is either side of the kernel: pinning past RLIMIT_MEMLOCK
-  // (ib_umem_get) or the device out of memory keys or translation tables (max_mr).
+  // (ib_umem_get) or the device out of memory keys or translation tables (max_mr); or, before
+  // the kernel, fork protection's madvise of a range that is not all mapped.
   const char* hint = err == ENOMEM
                          ? " (the kernel could not pin the pages — RLIMIT_MEMLOCK, ulimit -l, "
                            "unless the process has CAP_IPC_LOCK — or the device is out of "
-                           "memory keys or translation entries: close MRs)"
+                           "memory keys or translation entries: close MRs; under fork "
+                           "protection, part of the range may not be mapped)"
                          : "";
   return make_error(hmr_code_for_errno(err), "%s: %s%s", what,
                     err != 0 ? std::strerror(err) : "failed without errno", hint);

@@ -323,6 +323,13 @@ static struct ibv_mr *make_mr(const char *entry, struct ibv_pd *pd, void *addr, 
     errno = EINVAL;
     return NULL;
   }
+  /* libibverbs' ibv_dontfork_range runs before the kernel (ODP aside): with fork protection
+   * on, its madvise refuses a range with a hole (ENOMEM), and ibv_reg_mr fails so. */
+  if (fd < 0 && addr != NULL && !(access & IBV_ACCESS_ON_DEMAND) && fork_enabled &&
+      !range_mapped((uintptr_t)addr, length)) {
+    errno = ENOMEM;
+    return NULL;
+  }
   if ((access & IBV_ACCESS_ON_DEMAND) && !(config->odp_general_caps & IBV_ODP_SUPPORT)) {
     errno = EOPNOTSUPP;
     return NULL;
@@ -357,9 +364,10 @@ static struct ibv_mr *make_mr(const char *entry, struct ibv_pd *pd, void *addr, 
     errno = ENOMEM;
     return NULL;
   }
-  if (fd < 0 && addr != NULL) {
+  if (fd < 0 && addr != NULL && !(access & IBV_ACCESS_ON_DEMAND)) {
     /* ibv_dontfork_range: with protection on, the pages go MADV_DONTFORK; without, a later
-     * ibv_fork_init is too late. */
+     * ibv_fork_init is too late.  ibv_reg_mr_iova2 (libibverbs/verbs.c) skips it for ODP,
+     * which pins nothing. */
     if (fork_enabled) {
       const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
       const uintptr_t first = (uintptr_t)addr & ~(page - 1);

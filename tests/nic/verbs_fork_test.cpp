@@ -72,7 +72,8 @@ struct Outcome {
 
 class VerbsForkTest : public VerbsTest {
  protected:
-  Outcome run(int kernel_copies, const char* options, bool register_first_outside = false) {
+  enum class Outside { nothing, pinned, on_demand };
+  Outcome run(int kernel_copies, const char* options, Outside register_first_outside = Outside::nothing) {
     Outcome outcome;
     int pipe_fds[2];
     if (pipe(pipe_fds) != 0) return outcome;
@@ -85,11 +86,14 @@ class VerbsForkTest : public VerbsTest {
       CHILD_CHECK(page != MAP_FAILED);
       std::memset(page, 7, kPage);
       AppPd* outside = nullptr;
-      if (register_first_outside) {
+      if (register_first_outside != Outside::nothing) {
         // The application registered memory itself before hmr's first domain.
         outside = new AppPd(fake(), 0);
         static std::vector<char> mine(kPage);
-        CHILD_CHECK(fake().reg_mr(outside->pd(), mine.data(), kPage, 0) != nullptr);
+        const int access = register_first_outside == Outside::on_demand
+                               ? verbs::IBV_ACCESS_ON_DEMAND | verbs::IBV_ACCESS_LOCAL_WRITE
+                               : 0;
+        CHILD_CHECK(fake().reg_mr(outside->pd(), mine.data(), kPage, access) != nullptr);
       }
       hmr_domain_attr attr{};
       attr.size = sizeof attr;
@@ -168,9 +172,17 @@ TEST_F(VerbsForkTest, TheOptionDecides) {
 // Memory the application registered before hmr's first domain makes ibv_fork_init too late
 // (EINVAL): hmr says so, and goes on.
 TEST_F(VerbsForkTest, TooLateIsSaidNotFatal) {
-  const Outcome outcome = run(0, kFakeConnectX, /*register_first_outside=*/true);
+  const Outcome outcome = run(0, kFakeConnectX, Outside::pinned);
   ASSERT_EQ(outcome.code, 0);
   EXPECT_EQ(state, "failed");
+}
+
+// An ODP registration pins nothing, and libibverbs does not mark its range DONTFORK: it does
+// not make ibv_fork_init too late (the fake said it did).
+TEST_F(VerbsForkTest, AnEarlierOdpRegistrationIsNotTooLate) {
+  const Outcome outcome = run(0, kFakeConnectX, Outside::on_demand);
+  ASSERT_EQ(outcome.code, 0);
+  EXPECT_EQ(state, "initialized");
 }
 
 TEST_F(VerbsForkTest, BadOptionValueIsRefused) {
