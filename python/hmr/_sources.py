@@ -11,7 +11,7 @@ _EINVAL = 22
 
 
 def _invalid(reason: str) -> InvalidArgumentError:
-    return InvalidArgumentError(_EINVAL, reason, f"hmr register: Invalid argument ({reason})")
+    return InvalidArgumentError(_EINVAL, reason, f"hmr (the object's memory): Invalid argument ({reason})")
 
 
 def cuda_array_interface(obj: Any) -> tuple[int, int, bool]:

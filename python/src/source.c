@@ -6,7 +6,9 @@
 
 #include "hmr_py.h"
 
-static const char kWhat[] = "hmr register";
+/* What an error about the object says it was about: register, query and the endpoint's
+ * write and read all read an object's memory here. */
+static const char kWhat[] = "hmr (the object's memory)";
 
 static int no_memory(PyObject *obj)
 {
