@@ -30,13 +30,6 @@ constexpr uint64_t kMaxKlmEntry = uint64_t{1} << 30;
 // register_indirect).
 constexpr uint64_t kMaxIndirectLength = (uint64_t{1} << 31) - 1;
 
-// ib_access_writable (include/rdma/ib_verbs.h): access for which the kernel pins pages for
-// writing (FOLL_WRITE).
-bool pins_writable(unsigned int ibv_access) {
-  return (ibv_access & (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-                        IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND)) != 0;
-}
-
 VerbsRegistration* record_of(const nic::Registration& registration) {
   return static_cast<VerbsRegistration*>(registration.handle);
 }
@@ -619,21 +612,6 @@ Status VerbsNic::rereg(nic::Registration& registration, const nic::ReregRequest&
     access = ibv_access_for(*request.access, extras);
     layout.ibv_access = access;
     flags |= IBV_REREG_MR_CHANGE_ACCESS;
-    // Memory pinned read-only cannot be made writable in place: the kernel refuses it with
-    // EACCES unless the range is pinned again (ib_umem_check_rereg, drivers/infiniband/core/
-    // umem.c, upstream and stable since June 2026; before it the old pin was kept and the NIC
-    // could write pages the process never got for writing).  So a widening to writable
-    // access gives the same range as a new translation, as a registration would have pinned
-    // it.  (Not for ODP, which pins nothing, nor where the iova is not the address: the
-    // kernel's EACCES then says so, with the registration unchanged.)
-    const bool widens_to_writable =
-        !pins_writable(old_layout.ibv_access) && pins_writable(access) && !on_demand;
-    if (widens_to_writable && !(flags & IBV_REREG_MR_CHANGE_TRANSLATION) &&
-        old_layout.iova == old_layout.start) {
-      flags |= IBV_REREG_MR_CHANGE_TRANSLATION;
-      addr = reinterpret_cast<void*>(old_layout.start);
-      length = old_layout.length;
-    }
   }
   if (flags == 0) {
     return make_error(HMR_EINVAL, "re-registration changes nothing: give a translation, a "
@@ -655,12 +633,24 @@ Status VerbsNic::rereg(nic::Registration& registration, const nic::ReregRequest&
     registration.base_addr = layout.iova;
     return ok_status();
   }
+  // Memory pinned read-only cannot be made writable in place: kernels with
+  // ib_umem_check_rereg (drivers/infiniband/core/umem.c, upstream commit badad6fad60d, June
+  // 2026) refuse it with EACCES, which mlx5, mlx4, hns, irdma and rxe check before they change
+  // anything.  hmr does not re-pin on its own (a new translation may revoke the MR, change its
+  // key, or on mlx4 and hns destroy it when the pin fails): the caller may give the range.
+  if (err == EACCES && (flags & IBV_REREG_MR_CHANGE_ACCESS) &&
+      !(flags & IBV_REREG_MR_CHANGE_TRANSLATION)) {
+    return verbs_failure(err, "ibv_rereg_mr(flags %#x) on %s: the pages were pinned read-only, "
+                         "and the kernel does not make them writable in place; the "
+                         "registration is unchanged (give its range again as a new "
+                         "translation to pin it for writing, or close it and register again)",
+                         static_cast<unsigned>(flags), probe_.name.c_str());
+  }
   // EOPNOTSUPP is answered before anything changes, whatever the result code: by libibverbs'
   // dummy op of a provider without rereg_mr (IBV_REREG_MR_ERR_INPUT), or by the kernel's flag
-  // check (ib_uverbs_rereg_mr) before it touches the MR (IBV_REREG_MR_ERR_CMD).  So is EACCES:
-  // the drivers' ib_umem_check_rereg runs first.
+  // check (ib_uverbs_rereg_mr) before it touches the MR (IBV_REREG_MR_ERR_CMD).
   if (result == IBV_REREG_MR_ERR_INPUT || result == IBV_REREG_MR_ERR_DONT_FORK_NEW ||
-      err == EOPNOTSUPP || err == EACCES) {
+      err == EOPNOTSUPP) {
     return verbs_failure(err, "ibv_rereg_mr(flags %#x) on %s failed (result %d); the "
                          "registration is unchanged", static_cast<unsigned>(flags),
                          probe_.name.c_str(), result);

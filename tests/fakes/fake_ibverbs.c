@@ -367,7 +367,7 @@ static struct ibv_mr *make_mr(const char *entry, struct ibv_pd *pd, void *addr, 
   if (fd < 0 && addr != NULL && !(access & IBV_ACCESS_ON_DEMAND)) {
     /* ibv_dontfork_range: with protection on, the pages go MADV_DONTFORK; without, a later
      * ibv_fork_init is too late.  ibv_reg_mr_iova2 (libibverbs/verbs.c) skips it for ODP,
-     * which pins nothing. */
+     * which pins nothing (rdma-core 32 on; 28-31 advised ODP ranges too). */
     if (fork_enabled) {
       const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
       const uintptr_t first = (uintptr_t)addr & ~(page - 1);
@@ -378,7 +378,8 @@ static struct ibv_mr *make_mr(const char *entry, struct ibv_pd *pd, void *addr, 
     }
   }
   mr->pinned_pages = pinned;
-  mr->writable = access_writable(access) || (addr == NULL && (access & IBV_ACCESS_ON_DEMAND));
+  /* (implicit ODP too: ib_umem_odp_alloc_implicit sets writable from the access) */
+  mr->writable = access_writable(access);
   mr->mr.context = pd->context;
   mr->mr.pd = pd;
   mr->mr.addr = addr;

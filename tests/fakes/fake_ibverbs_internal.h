@@ -35,8 +35,8 @@ struct fake_mr {
   unsigned int access;
   uint64_t pinned_pages; /* charged to the process's pinned_vm (0: ODP or dma-buf) */
   int dontfork;          /* its pages were madvise(MADV_DONTFORK)'d (fork protection on) */
-  int writable;          /* its umem was pinned for writing (ib_umem's `writable`); implicit
-                          * ODP has no umem to check: 1 */
+  int writable;          /* its umem was pinned for writing (ib_umem's `writable`, kept by a
+                          * change of access alone, set anew by a new translation) */
 };
 
 /* The one lock of the fake, and its call counts and injected failures. */

@@ -72,7 +72,8 @@ TEST_F(VerbsReregTest, AccessAndProtectionDomainChange) {
   ASSERT_NE(other, nullptr);
   std::vector<char> buffer(4096);
   const iovec segment{buffer.data(), buffer.size()};
-  Result<nic::Registration> registered = nic_->register_memory(host_request(segment, HMR_SEND));
+  // (HMR_RECV: pinned for writing, so remote writes need no new pin)
+  Result<nic::Registration> registered = nic_->register_memory(host_request(segment, HMR_RECV));
   ASSERT_TRUE(registered.ok());
 
   nic::ReregRequest request;
@@ -81,19 +82,17 @@ TEST_F(VerbsReregTest, AccessAndProtectionDomainChange) {
   ASSERT_TRUE(nic_->rereg(*registered, request).ok());
   fake_ibverbs_rereg call{};
   fake().last_rereg(&call);
-  // Read-only to writable: the same range goes along as a new translation, pinned again for
-  // writing (the kernel refuses the access alone: ib_umem_check_rereg).
-  EXPECT_EQ(call.flags, verbs::IBV_REREG_MR_CHANGE_ACCESS | verbs::IBV_REREG_MR_CHANGE_PD |
-                            verbs::IBV_REREG_MR_CHANGE_TRANSLATION);
-  EXPECT_EQ(call.addr, reinterpret_cast<uintptr_t>(buffer.data()));
-  EXPECT_EQ(call.length, buffer.size());
+  EXPECT_EQ(call.flags, verbs::IBV_REREG_MR_CHANGE_ACCESS | verbs::IBV_REREG_MR_CHANGE_PD);
   EXPECT_EQ(call.pd, static_cast<void*>(other));
   EXPECT_EQ(call.access, verbs::IBV_ACCESS_LOCAL_WRITE | verbs::IBV_ACCESS_REMOTE_WRITE);
   EXPECT_EQ(chunk_of(*registered, 0)->pd, other);
 
-  // Writable to read-only keeps the pin: the access alone.
-  request.access = HMR_REMOTE_READ;
+  // Narrowed and widened again in place: the pin stays writable (the kernel's umem keeps
+  // `writable` through a change of access alone).
   request.protection_domain = nullptr;
+  request.access = HMR_SEND;
+  ASSERT_TRUE(nic_->rereg(*registered, request).ok());
+  request.access = HMR_REMOTE_WRITE;
   ASSERT_TRUE(nic_->rereg(*registered, request).ok());
   fake().last_rereg(&call);
   EXPECT_EQ(call.flags, verbs::IBV_REREG_MR_CHANGE_ACCESS);
@@ -101,17 +100,16 @@ TEST_F(VerbsReregTest, AccessAndProtectionDomainChange) {
   EXPECT_EQ(fake().dealloc_pd(other), 0);
 }
 
-// An offset-addressed registration cannot take a new translation (ibv_rereg_mr would make
-// its iova the address), so read-only to writable is the access alone, which the kernel
-// refuses (EACCES, ib_umem_check_rereg) before it changes anything: the registration stays as
-// it was and usable.  It was marked unusable, a valid MR lost.
-TEST_F(VerbsReregTest, ReadOnlyToWritableWhereThePagesCannotBePinnedAgainLeavesItUsable) {
+// Memory pinned read-only (registered for sending) cannot be made writable in place: the
+// kernel refuses the change of access alone with EACCES (ib_umem_check_rereg) before it
+// changes anything, so the registration stays as it was and usable, and the reason says how
+// to pin it for writing: the range again, as a new translation.  It was marked unusable, a
+// valid MR lost.
+TEST_F(VerbsReregTest, ReadOnlyPinnedMemoryIsMadeWritableOnlyWithItsRangeAgain) {
   open("relaxed_ordering=off");
   std::vector<char> buffer(4096);
   const iovec segment{buffer.data(), buffer.size()};
-  nic::RegistrationRequest registration_request = host_request(segment, HMR_SEND);
-  registration_request.virt_addr = false;
-  Result<nic::Registration> registered = nic_->register_memory(registration_request);
+  Result<nic::Registration> registered = nic_->register_memory(host_request(segment, HMR_SEND));
   ASSERT_TRUE(registered.ok()) << registered.status().reason();
   const KeyBytes key = registered->key;
 
@@ -120,11 +118,15 @@ TEST_F(VerbsReregTest, ReadOnlyToWritableWhereThePagesCannotBePinnedAgainLeavesI
   const Status widened = nic_->rereg(*registered, request);
   EXPECT_EQ(widened.code(), HMR_EACCES) << widened.reason();
   EXPECT_NE(widened.reason().find("unchanged"), std::string::npos) << widened.reason();
+  EXPECT_NE(widened.reason().find("new translation"), std::string::npos) << widened.reason();
   EXPECT_TRUE(nic_->usable_after_failed_rereg(*registered));
   EXPECT_TRUE(registered->key == key);
 
-  request.access = HMR_REMOTE_READ;  // what the pin allows still works
-  EXPECT_TRUE(nic_->rereg(*registered, request).ok());
+  request.translation = {segment};  // pinned again, for writing
+  ASSERT_TRUE(nic_->rereg(*registered, request).ok());
+  fake_ibverbs_rereg call{};
+  fake().last_rereg(&call);
+  EXPECT_EQ(call.flags, verbs::IBV_REREG_MR_CHANGE_ACCESS | verbs::IBV_REREG_MR_CHANGE_TRANSLATION);
   EXPECT_TRUE(nic_->deregister(*registered).ok());
 }
 
