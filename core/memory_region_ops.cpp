@@ -120,6 +120,8 @@ Status MemoryRegion::rereg(uint64_t flags, const hmr_mr_rereg_attr& attr) {
   // No lock of hmr's is held across the NIC's call (a callback NIC may call hmr back); calls
   // on this same MR during a rereg are the caller's race, as with ibv_rereg_mr.
   HMR_RETURN_IF_ERROR(check_unused());
+  const bool pins_pages =
+      !(request_.on_demand_paging() || domain_.nic().capabilities().on_demand_paging);
   if (cache_handle_) {
     // Other MRs share this registration: change a copy of the MR's own instead, and keep the
     // shared one until the copy succeeded, so a failure leaves this MR as it was.
@@ -133,20 +135,19 @@ Status MemoryRegion::rereg(uint64_t flags, const hmr_mr_rereg_attr& attr) {
     if (!own.ok()) return own.status();
     nic::Registration copy = *own;
     if (in_place.protection_domain != nullptr) {
-      Status changed = domain_.nic().rereg(copy, *request);
+      Status changed = domain_.nic_registrar().rereg(copy, *request, pins_pages);
       if (changed.ok()) changed = domain_.nic_registrar().narrow_key(copy);
       if (!changed.ok()) {
         (void)domain_.nic_registrar().deregister_memory(copy);
         return changed;
       }
-      domain_.nic_registrar().account_rereg(copy, request->translation);
     }
     handle_cache_->put_and_drop_if_unused(cache_handle_);
     cache_handle_ = CacheHandle();
     handle_cache_ = nullptr;
     registration_ = copy;
   } else {
-    Status changed = domain_.nic().rereg(registration_, *request);
+    Status changed = domain_.nic_registrar().rereg(registration_, *request, pins_pages);
     if (changed.ok()) {
       // A key wider than the domain's: the MR is registered under a key no peer of this
       // domain can be given, so it cannot be used any more.
@@ -164,7 +165,6 @@ Status MemoryRegion::rereg(uint64_t flags, const hmr_mr_rereg_attr& attr) {
       }
       return changed;
     }
-    domain_.nic_registrar().account_rereg(registration_, request->translation);
   }
   apply_rereg(*request);
   publish_to_hit();

@@ -82,12 +82,46 @@ void NicRegistrar::unreserve(uint64_t pinned, bool at_nic) {
   if (at_nic) returned_to_nic_.fetch_add(1, std::memory_order_release);
 }
 
+namespace {
+
+// The give_back frames of this thread, innermost last: a NIC's dereg run by a give_back may
+// register on the same domain (a callback NIC may call hmr), and that registration's own
+// give_back must not wait for the frame it runs inside.
+struct GivingBackFrame {
+  const void* registrar;
+  GivingBackFrame* outer;
+};
+thread_local GivingBackFrame* giving_back_here = nullptr;
+
+size_t frames_of(const void* registrar) {
+  size_t count = 0;
+  for (const GivingBackFrame* f = giving_back_here; f != nullptr; f = f->outer) {
+    count += f->registrar == registrar ? 1 : 0;
+  }
+  return count;
+}
+
+}  // namespace
+
 bool NicRegistrar::give_back(size_t* released, const std::atomic<uint64_t>& generation,
                              uint64_t before) {
   if (relief_ == nullptr) return false;
   giving_back_.fetch_add(1, std::memory_order_acq_rel);
-  const size_t given = relief_->release_unused(kReleasedPerRefusal);
-  giving_back_.fetch_sub(1, std::memory_order_acq_rel);
+  GivingBackFrame frame{this, giving_back_here};
+  giving_back_here = &frame;
+  struct PopFrame {
+    GivingBackFrame* outer;
+    std::atomic<uint32_t>* count;
+    ~PopFrame() {
+      giving_back_here = outer;
+      count->fetch_sub(1, std::memory_order_acq_rel);
+    }
+  };
+  size_t given = 0;
+  {
+    const PopFrame pop{frame.outer, &giving_back_};
+    given = relief_->release_unused(kReleasedPerRefusal);
+  }
   if (given != 0) {
     *released += given;
     return true;
@@ -99,8 +133,10 @@ bool NicRegistrar::give_back(size_t* released, const std::atomic<uint64_t>& gene
   // attempt and this look).  Otherwise two threads at the bound would fail where one alone
   // succeeds.  Every retry follows a deregistration someone else made, so threads that all
   // meet a full NIC end with its refusal.  (Every release_unused call ends, so the wait
-  // does; a hit never comes here.)
-  while (giving_back_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+  // does; a hit never comes here.)  This thread's own outer frames, whose deregistration it
+  // runs inside, are not waited for: they end only after it returns.
+  const size_t own = frames_of(this);
+  while (giving_back_.load(std::memory_order_acquire) > own) std::this_thread::yield();
   return generation.load(std::memory_order_acquire) != before;
 }
 
@@ -211,13 +247,36 @@ Status NicRegistrar::deregister_memory(nic::Registration& registration, Tally ta
 }
 
 void NicRegistrar::account_rereg(nic::Registration& registration,
-                                 std::span<const iovec> translation) {
-  // (A registration that pinned nothing, ODP or device memory, pins nothing after.)
-  if (translation.empty() || registration.pinned_bytes == 0) return;
+                                 std::span<const iovec> translation, bool pins) {
+  // (`pins`, not pinned_bytes != 0: a registration of zero bytes pinned nothing before and
+  // pins its new range after.)
+  if (translation.empty() || !pins || !nic_.capabilities().pins_host_memory) return;
   const uint64_t pinned = nic::pinned_bytes_of(translation);
   pinned_.fetch_add(pinned, std::memory_order_relaxed);
   pinned_.fetch_sub(registration.pinned_bytes, std::memory_order_relaxed);
   registration.pinned_bytes = pinned;
+}
+
+Status NicRegistrar::rereg(nic::Registration& registration, const nic::ReregRequest& request,
+                           bool pins) {
+  size_t released = 0;
+  for (;;) {
+    const uint64_t returned = returned_to_nic_.load(std::memory_order_acquire);
+    Status changed = nic_.rereg(registration, request);
+    if (changed.ok()) {
+      account_rereg(registration, request.translation, pins);
+      return ok_status();
+    }
+    // Refused for resources with the registration as it was: what is idle goes back and the
+    // NIC is asked again, as for a registration.  A refusal that cost the registration (the
+    // NIC's answer) is the caller's to see at once.
+    if (!is_resource_refusal(changed.code()) || relief_ == nullptr ||
+        !nic_.usable_after_failed_rereg(registration)) {
+      return changed;
+    }
+    if (!give_back(&released, returned_to_nic_, returned)) return refusal(changed, released);
+    refusal_retries_.fetch_add(1, std::memory_order_relaxed);
+  }
 }
 
 Result<nic::Registration> NicRegistrar::register_range(uintptr_t start, uint64_t len,

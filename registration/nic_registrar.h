@@ -75,9 +75,13 @@ class NicRegistrar final : public CacheBackend {
   // A failure is logged (with the NIC's reason) and returned; the registration is dropped
   // either way, since hmr cannot make a NIC let go.
   Status deregister_memory(nic::Registration& registration, Tally tally = Tally::counted);
-  // After the NIC re-registered `registration` over `translation` (its pages replace the
-  // old ones): the pinned bytes follow.  The NIC decided; no bound is checked here.
-  void account_rereg(nic::Registration& registration, std::span<const iovec> translation);
+  // Re-registers `registration` in place on the NIC (new range, protection domain and/or
+  // access), giving back idle registrations while the NIC refuses for resources and leaves the
+  // registration as it was (a new key, more pinned pages); then its pinned bytes follow (its
+  // key is the caller's to narrow_key).  `pins`: whether it pins host pages (not ODP; a
+  // zero-byte one does, once it has a range).  On failure the NIC's answer decides whether it
+  // is usable.
+  Status rereg(nic::Registration& registration, const nic::ReregRequest& request, bool pins);
 
   // CacheBackend: a host-memory cache miss.
   Result<nic::Registration> register_range(uintptr_t start, uint64_t len,
@@ -113,6 +117,9 @@ class NicRegistrar final : public CacheBackend {
   // that attempt and this look is not missed.
   bool give_back(size_t* released, const std::atomic<uint64_t>& generation, uint64_t before);
   Status refusal(const Status& cause, size_t released);
+  // After the NIC re-registered `registration` over `translation` (its pages replace the
+  // old ones): the pinned bytes follow.  The NIC decided; no bound is checked here.
+  void account_rereg(nic::Registration& registration, std::span<const iovec> translation, bool pins);
   uint64_t pinned_bytes_of(const nic::RegistrationRequest& request) const;
 
   nic::Nic& nic_;
