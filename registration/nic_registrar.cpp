@@ -84,22 +84,11 @@ void NicRegistrar::unreserve(uint64_t pinned, bool at_nic) {
 
 namespace {
 
-// The give_back frames of this thread, innermost last: a NIC's dereg run by a give_back may
-// register on the same domain (a callback NIC may call hmr), and that registration's own
-// give_back must not wait for the frame it runs inside.
-struct GivingBackFrame {
-  const void* registrar;
-  GivingBackFrame* outer;
-};
-thread_local GivingBackFrame* giving_back_here = nullptr;
-
-size_t frames_of(const void* registrar) {
-  size_t count = 0;
-  for (const GivingBackFrame* f = giving_back_here; f != nullptr; f = f->outer) {
-    count += f->registrar == registrar ? 1 : 0;
-  }
-  return count;
-}
+// NIC deregistrations this thread is inside (through any domain's door): a callback NIC's
+// dereg may call hmr back, and a registration it makes must not wait for other threads'
+// giving back, which may wait for this very deregistration to end (its cache's finalizing),
+// or run a callback that waits the same way for this thread's.
+thread_local unsigned deregistering_here = 0;
 
 }  // namespace
 
@@ -107,19 +96,13 @@ bool NicRegistrar::give_back(size_t* released, const std::atomic<uint64_t>& gene
                              uint64_t before) {
   if (relief_ == nullptr) return false;
   giving_back_.fetch_add(1, std::memory_order_acq_rel);
-  GivingBackFrame frame{this, giving_back_here};
-  giving_back_here = &frame;
-  struct PopFrame {
-    GivingBackFrame* outer;
+  struct Uncount {
     std::atomic<uint32_t>* count;
-    ~PopFrame() {
-      giving_back_here = outer;
-      count->fetch_sub(1, std::memory_order_acq_rel);
-    }
+    ~Uncount() { count->fetch_sub(1, std::memory_order_acq_rel); }
   };
   size_t given = 0;
   {
-    const PopFrame pop{frame.outer, &giving_back_};
+    const Uncount uncount{&giving_back_};
     given = relief_->release_unused(kReleasedPerRefusal);
   }
   if (given != 0) {
@@ -133,10 +116,12 @@ bool NicRegistrar::give_back(size_t* released, const std::atomic<uint64_t>& gene
   // attempt and this look).  Otherwise two threads at the bound would fail where one alone
   // succeeds.  Every retry follows a deregistration someone else made, so threads that all
   // meet a full NIC end with its refusal.  (Every release_unused call ends, so the wait
-  // does; a hit never comes here.)  This thread's own outer frames, whose deregistration it
-  // runs inside, are not waited for: they end only after it returns.
-  const size_t own = frames_of(this);
-  while (giving_back_.load(std::memory_order_acquire) > own) std::this_thread::yield();
+  // does; a hit never comes here.)  Not from inside a NIC deregistration (a callback NIC's
+  // dereg registering): the giving back it runs inside, or another thread's waiting for it,
+  // ends only after it returns, so it takes the NIC's refusal instead (two threads each in
+  // such a dereg waited for each other for ever).
+  if (deregistering_here != 0) return generation.load(std::memory_order_acquire) != before;
+  while (giving_back_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
   return generation.load(std::memory_order_acquire) != before;
 }
 
@@ -232,7 +217,13 @@ Result<nic::Registration> NicRegistrar::register_indirect(
 Status NicRegistrar::deregister_memory(nic::Registration& registration, Tally tally) {
   const uint64_t pinned = registration.pinned_bytes;  // (the NIC may clear the record)
   const Stopwatch stopwatch;
-  Status status = nic_.deregister(registration);
+  ++deregistering_here;
+  Status status = [&] {
+    struct Leave {
+      ~Leave() { --deregistering_here; }
+    } leave;
+    return nic_.deregister(registration);
+  }();
   unreserve(pinned, /*at_nic=*/true);  // dropped either way (see the header)
   if (status.ok()) {
     if (tally == Tally::counted) {
@@ -259,6 +250,18 @@ void NicRegistrar::account_rereg(nic::Registration& registration,
 
 Status NicRegistrar::rereg(nic::Registration& registration, const nic::ReregRequest& request,
                            bool pins) {
+  using ull = unsigned long long;
+  // A new range over the pinned-byte bound on its own: nothing given back could make room.
+  const uint64_t pinned = pins && nic_.capabilities().pins_host_memory && !request.translation.empty()
+                              ? nic::pinned_bytes_of(request.translation) : 0;
+  if (max_pinned_ != 0 && pinned > max_pinned_) {
+    refusals_.fetch_add(1, std::memory_order_relaxed);
+    return make_error(HMR_ENOMEM, "the re-registration would pin %llu bytes, more than the %llu "
+                      "bytes hmr may hold pinned at the NIC '%s' (RLIMIT_MEMLOCK or the NIC's "
+                      "bound: hmr_md_query max_pinned_bytes); the MR is unchanged",
+                      static_cast<ull>(pinned), static_cast<ull>(max_pinned_),
+                      nic_.capabilities().name.c_str());
+  }
   size_t released = 0;
   for (;;) {
     const uint64_t returned = returned_to_nic_.load(std::memory_order_acquire);

@@ -696,6 +696,116 @@ TEST_P(NicPressure, ARegistrationInADeregDuringAGiveBackReturns) {
   domain_.reset();  // before `nic`, whose callbacks the domain's close still calls
 }
 
+// The same from two threads at once, each refused and each inside a dereg that registers:
+// each registration waited for the other thread's giving back, which waited for it, for
+// ever.  A registration from inside a NIC deregistration now never waits for another
+// thread's giving back: it takes the NIC's refusal, or succeeds.
+struct TwoDeregsThatRegister {
+  static constexpr size_t kCapacity = 16;
+  std::atomic<size_t> held{0};
+  std::atomic<uint64_t> next_key{1};
+  std::atomic<bool> armed{false};
+  std::atomic<int> inside{0};
+  std::atomic<int> nested[2] = {{1}, {1}};
+  hmr_domain* domain = nullptr;
+  uint8_t* spare = nullptr;  // pages for the nested registrations
+};
+thread_local int two_deregs_worker = -1;
+thread_local bool two_deregs_done = false;
+
+int two_deregs_register(void* context, const hmr_nic_reg_request* request, hmr_nic_mr* mr,
+                        char* reason, size_t reason_size) {
+  auto& t = *static_cast<TwoDeregsThatRegister*>(context);
+  size_t now = t.held.load();
+  do {
+    if (now >= TwoDeregsThatRegister::kCapacity) {
+      std::snprintf(reason, reason_size, "full");
+      return -HMR_ENOSPC;
+    }
+  } while (!t.held.compare_exchange_weak(now, now + 1));
+  mr->handle = const_cast<void*>(request->addr);
+  mr->key = t.next_key.fetch_add(1);
+  return 0;
+}
+
+int two_deregs_deregister(void* context, const hmr_nic_mr*, char*, size_t) {
+  auto& t = *static_cast<TwoDeregsThatRegister*>(context);
+  const int worker = two_deregs_worker;
+  if (t.armed.load() && worker >= 0 && !two_deregs_done) {
+    two_deregs_done = true;
+    // Both workers inside a dereg before either registers (a bounded wait: one alone shows
+    // nothing, it does not fail).
+    t.inside.fetch_add(1);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (t.inside.load() < 2 && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+    hmr_mr* mr = nullptr;
+    const int rc = hmr_mr_reg(t.domain, t.spare + static_cast<size_t>(worker) * 2 * kPage, kPage,
+                              kAccess, 0, 0, 0, &mr, nullptr);
+    t.nested[worker].store(rc);
+    if (rc == 0) hmr_mr_close(mr);
+  }
+  t.held.fetch_sub(1);
+  return 0;
+}
+
+TEST_P(NicPressure, TwoThreadsRegisteringInsideDeregsDuringGivingBackReturn) {
+  TwoDeregsThatRegister t;
+  hmr_nic_callbacks callbacks;
+  std::memset(&callbacks, 0, sizeof callbacks);
+  callbacks.size = sizeof callbacks;
+  callbacks.context = &t;
+  callbacks.key_size = 8;
+  callbacks.reg_va = two_deregs_register;
+  callbacks.dereg = two_deregs_deregister;
+  hmr_domain_attr attr = domain_attr(HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR);
+  attr.nic = "callback";
+  attr.nic_handle = &callbacks;
+  attr.cache_monitor = GetParam();
+  attr.cache_max_count = 100000;
+  hmr_domain* raw = nullptr;
+  const int opened = hmr_domain_open(&attr, &raw);
+  if (opened != 0 && std::string(hmr_last_error()).find("monitor") != std::string::npos) {
+    GTEST_SKIP() << GetParam() << " cannot start here: " << hmr_last_error();
+  }
+  ASSERT_EQ(opened, 0) << hmr_last_error();
+  DomainPtr domain(raw);
+  t.domain = domain.get();
+  Buffers buffers(40);
+  t.spare = buffers.at(30);
+  for (size_t i = 0; i < TwoDeregsThatRegister::kCapacity; ++i) {
+    ASSERT_TRUE(reg(domain.get(), buffers.at(i), kPage, kAccess));  // idle once closed
+  }
+  t.armed.store(true);
+  std::atomic<int> outer[2] = {{1}, {1}};
+  std::vector<std::thread> workers;
+  for (int w = 0; w < 2; ++w) {
+    workers.emplace_back([&, w] {
+      two_deregs_worker = w;
+      hmr_mr* mr = nullptr;
+      const int rc = hmr_mr_reg(domain.get(), buffers.at(20 + static_cast<size_t>(w)), kPage,
+                                kAccess, 0, 0, 0, &mr, nullptr);
+      if (rc == 0) hmr_mr_close(mr);
+      outer[w].store(rc);
+    });
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while ((outer[0].load() == 1 || outer[1].load() == 1) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::yield();
+  }
+  if (outer[0].load() == 1 || outer[1].load() == 1) {
+    ADD_FAILURE() << "the registrations never returned: each dereg's registration waited for "
+                     "the other thread's giving back";
+    std::fflush(nullptr);
+    std::_Exit(1);
+  }
+  for (std::thread& w : workers) w.join();
+  t.armed.store(false);
+  EXPECT_EQ(outer[0].load(), 0);
+  EXPECT_EQ(outer[1].load(), 0);
+  for (const auto& rc : t.nested) EXPECT_TRUE(rc.load() == 0 || rc.load() == -HMR_ENOSPC) << rc.load();
+  domain.reset();  // before `t`, whose callbacks the close still calls
+}
+
 // A re-registration the NIC refuses for resources (a new key, more pinned pages) gets idle
 // registrations back and is tried again, as a registration is; it failed while idle cached
 // ones held exactly what the NIC lacked.  (The software NIC with 1-byte keys: 256 in all.)
@@ -736,6 +846,36 @@ TEST_P(NicPressure, AReregistrationRefusedForResourcesGetsIdleRegistrationsBack)
   after.size = sizeof after;
   ASSERT_EQ(hmr_domain_query_stats(domain.get(), &after), 0);
   EXPECT_GT(after.cache_pressure_evictions, before.cache_pressure_evictions);
+}
+
+// A re-registration whose new range alone is over the pinned-byte bound fails at once, as
+// such a registration does, and gives back nothing (the whole idle cache went for nothing).
+TEST_P(NicPressure, AHopelessReregistrationLeavesTheCacheAsItIs) {
+  hmr_domain_attr attr = domain_attr(HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR, "max_pinned=65536");
+  attr.cache_monitor = GetParam();
+  hmr_domain* raw = nullptr;
+  const int opened = hmr_domain_open(&attr, &raw);
+  if (opened != 0 && std::string(hmr_last_error()).find("monitor") != std::string::npos) {
+    GTEST_SKIP() << GetParam() << " cannot start here: " << hmr_last_error();
+  }
+  ASSERT_EQ(opened, 0) << hmr_last_error();
+  DomainPtr domain(raw);
+  Buffers buffers(40);
+  MrPtr own = reg(domain.get(), buffers.at(0), kPage, kAccess | HMR_MW_BIND);  // uncached
+  ASSERT_TRUE(own);
+  for (size_t i = 1; i <= 8; ++i) ASSERT_TRUE(reg(domain.get(), buffers.at(i), kPage, kAccess));
+  iovec too_big{buffers.at(10), 32 * kPage};  // 128 KiB, over the 64 KiB bound alone
+  hmr_mr_rereg_attr rereg{};
+  rereg.size = sizeof rereg;
+  rereg.mr_iov = &too_big;
+  rereg.iov_count = 1;
+  EXPECT_EQ(hmr_mr_rereg(own.get(), HMR_MR_REREG_TRANSLATION, &rereg), -HMR_ENOMEM);
+  EXPECT_NE(std::string(hmr_last_error()).find("65536 bytes"), std::string::npos) << hmr_last_error();
+  hmr_domain_stats s{};
+  s.size = sizeof s;
+  ASSERT_EQ(hmr_domain_query_stats(domain.get(), &s), 0);
+  EXPECT_EQ(s.cache_regions, 8u);
+  EXPECT_EQ(s.cache_pressure_evictions, 0u);
 }
 
 // A registration of zero bytes pins nothing; re-registered onto pages, it pins them, and the
