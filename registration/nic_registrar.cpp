@@ -252,8 +252,9 @@ Status NicRegistrar::rereg(nic::Registration& registration, const nic::ReregRequ
                            bool pins) {
   using ull = unsigned long long;
   // A new range over the pinned-byte bound on its own: nothing given back could make room.
-  const uint64_t pinned = pins && nic_.capabilities().pins_host_memory && !request.translation.empty()
-                              ? nic::pinned_bytes_of(request.translation) : 0;
+  const bool pins_pages = pins && nic_.capabilities().pins_host_memory;
+  const uint64_t pinned =
+      pins_pages && !request.translation.empty() ? nic::pinned_bytes_of(request.translation) : 0;
   if (max_pinned_ != 0 && pinned > max_pinned_) {
     refusals_.fetch_add(1, std::memory_order_relaxed);
     return make_error(HMR_ENOMEM, "the re-registration would pin %llu bytes, more than the %llu "

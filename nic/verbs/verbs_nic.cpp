@@ -517,9 +517,10 @@ Result<nic::Registration> VerbsNic::register_implicit(const nic::RegistrationReq
   // rdma-core 28-31 passed them as given (it goes through iova2 only from rdma-core 32).
   const IbverbsSymbols& verbs = library_->symbols();
   errno = 0;
+  const unsigned int access = layout.ibv_access;
   ibv_mr* mr = verbs.reg_mr_iova2 != nullptr
-                   ? verbs.reg_mr_iova2(device_.pd(), nullptr, SIZE_MAX, 0, layout.ibv_access)
-                   : verbs.reg_mr(device_.pd(), nullptr, SIZE_MAX, static_cast<int>(layout.ibv_access));
+                   ? verbs.reg_mr_iova2(device_.pd(), nullptr, SIZE_MAX, 0, access)
+                   : verbs.reg_mr(device_.pd(), nullptr, SIZE_MAX, static_cast<int>(access));
   if (mr == nullptr) {
     return verbs_failure(errno, "implicit ODP %s(NULL, SIZE_MAX, access %#x) on %s failed",
                          verbs.reg_mr_iova2 != nullptr ? "ibv_reg_mr_iova2" : "ibv_reg_mr",
