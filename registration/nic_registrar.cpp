@@ -45,16 +45,21 @@ uint64_t NicRegistrar::pinned_bytes_of(const nic::RegistrationRequest& request) 
   return nic_.capabilities().pins_host_memory ? nic::pinned_bytes_of(request) : 0;
 }
 
+Status NicRegistrar::over_pinned_bound(uint64_t pinned, const char* what, const char* advice) {
+  if (max_pinned_ == 0 || pinned <= max_pinned_) return ok_status();
+  refusals_.fetch_add(1, std::memory_order_relaxed);
+  return make_error(HMR_ENOMEM, "the %s would pin %llu bytes, more than the %llu bytes hmr may "
+                    "hold pinned at the NIC '%s' (RLIMIT_MEMLOCK or the NIC's bound: "
+                    "hmr_md_query max_pinned_bytes; %s)",
+                    what, static_cast<unsigned long long>(pinned),
+                    static_cast<unsigned long long>(max_pinned_), nic_.capabilities().name.c_str(),
+                    advice);
+}
+
 Status NicRegistrar::reserve(uint64_t pinned, size_t* released) {
   using ull = unsigned long long;
-  if (max_pinned_ != 0 && pinned > max_pinned_) {  // no eviction can make room for it
-    refusals_.fetch_add(1, std::memory_order_relaxed);
-    return make_error(HMR_ENOMEM, "the registration would pin %llu bytes, more than the %llu "
-                      "bytes hmr may hold pinned at the NIC '%s' (RLIMIT_MEMLOCK or the NIC's "
-                      "bound: hmr_md_query max_pinned_bytes; raise ulimit -l)",
-                      static_cast<ull>(pinned), static_cast<ull>(max_pinned_),
-                      nic_.capabilities().name.c_str());
-  }
+  // (no eviction can make room for a registration over the bound on its own)
+  HMR_RETURN_IF_ERROR(over_pinned_bound(pinned, "registration", "raise ulimit -l"));
   for (;;) {
     const uint64_t lowered = lowered_.load(std::memory_order_acquire);
     const bool counted = take(held_, 1, limit_);
@@ -250,19 +255,11 @@ void NicRegistrar::account_rereg(nic::Registration& registration,
 
 Status NicRegistrar::rereg(nic::Registration& registration, const nic::ReregRequest& request,
                            bool pins) {
-  using ull = unsigned long long;
   // A new range over the pinned-byte bound on its own: nothing given back could make room.
   const bool pins_pages = pins && nic_.capabilities().pins_host_memory;
   const uint64_t pinned =
       pins_pages && !request.translation.empty() ? nic::pinned_bytes_of(request.translation) : 0;
-  if (max_pinned_ != 0 && pinned > max_pinned_) {
-    refusals_.fetch_add(1, std::memory_order_relaxed);
-    return make_error(HMR_ENOMEM, "the re-registration would pin %llu bytes, more than the %llu "
-                      "bytes hmr may hold pinned at the NIC '%s' (RLIMIT_MEMLOCK or the NIC's "
-                      "bound: hmr_md_query max_pinned_bytes); the MR is unchanged",
-                      static_cast<ull>(pinned), static_cast<ull>(max_pinned_),
-                      nic_.capabilities().name.c_str());
-  }
+  HMR_RETURN_IF_ERROR(over_pinned_bound(pinned, "re-registration", "the MR is unchanged"));
   size_t released = 0;
   for (;;) {
     const uint64_t returned = returned_to_nic_.load(std::memory_order_acquire);

@@ -108,6 +108,9 @@ class NicRegistrar final : public CacheBackend {
   // giving back unused ones first when a bound would be passed; the refusal when none could
   // be given back.
   Status reserve(uint64_t pinned, size_t* released);
+  // HMR_ENOMEM (counted as a refusal) when `pinned` bytes alone pass max_pinned_: no giving
+  // back could make room for `what`.
+  Status over_pinned_bound(uint64_t pinned, const char* what, const char* advice);
   // Lowers the accounts; `at_nic`: a registration the NIC held was let go (not a reservation
   // whose NIC call failed).
   void unreserve(uint64_t pinned, bool at_nic);

@@ -182,6 +182,25 @@ struct Buffers {
 
 class NicPressure : public ::testing::TestWithParam<const char*> {
  public:
+  // A domain of the test's own with the monitor under test: the software NIC with
+  // `nic_options`, or the callback NIC of `callbacks`.  Left null when the monitor cannot
+  // start here (the test is skipped) or the open failed (the test fails).
+  void open_own(DomainPtr* out, const char* nic_options, hmr_nic_callbacks* callbacks = nullptr) {
+    hmr_domain_attr attr = domain_attr(HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR, nic_options);
+    if (callbacks != nullptr) {
+      attr.nic = "callback";
+      attr.nic_handle = callbacks;
+    }
+    attr.cache_monitor = GetParam();
+    attr.cache_max_count = 100000;  // the NIC, not the cache's own count, is the bound here
+    hmr_domain* raw = nullptr;
+    const int opened = hmr_domain_open(&attr, &raw);
+    if (opened != 0 && std::string(hmr_last_error()).find("monitor") != std::string::npos) {
+      GTEST_SKIP() << GetParam() << " cannot start here: " << hmr_last_error();
+    }
+    ASSERT_EQ(opened, 0) << hmr_last_error();
+    out->reset(raw);
+  }
   void open(BoundedNic& nic, bool stated) {
     domain_ = std::make_unique<PressureDomain>(nic, stated, GetParam());
     if (domain_->open_rc() != 0) {
@@ -584,17 +603,9 @@ TEST_P(NicPressure, FreedMemoryIsUnpinnedWithoutAnotherCall) {
 // HMR_ENOMEM, as a kernel past RLIMIT_MEMLOCK does.  Distinct buffers registered and closed
 // never fail; idle ones are given back; a re-registration moves the account with its pages.
 TEST_P(NicPressure, PinnedBytesAreBoundedAndFollowReregistration) {
-  hmr_domain_attr attr = domain_attr(HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR, "max_pinned=65536");
-  attr.cache_monitor = GetParam();
-  attr.cache_max_count = 100000;
-  hmr_domain* raw = nullptr;
-  const int opened = hmr_domain_open(&attr, &raw);
-  if (opened != 0 && std::string(hmr_last_error()).find("monitor") != std::string::npos) {
-    GTEST_SKIP() << GetParam() << " cannot start here: " << hmr_last_error();
-  }
-  ASSERT_EQ(opened, 0) << hmr_last_error();
-  ASSERT_EQ(opened, 0) << hmr_last_error();
-  DomainPtr domain(raw);
+  DomainPtr domain;
+  open_own(&domain, "max_pinned=65536");
+  if (!domain) return;
   hmr_md_attr md{};
   md.size = sizeof md;
   ASSERT_EQ(hmr_md_query(domain.get(), &md), 0) << hmr_last_error();
@@ -757,18 +768,9 @@ TEST_P(NicPressure, TwoThreadsRegisteringInsideDeregsDuringGivingBackReturn) {
   callbacks.key_size = 8;
   callbacks.reg_va = two_deregs_register;
   callbacks.dereg = two_deregs_deregister;
-  hmr_domain_attr attr = domain_attr(HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR);
-  attr.nic = "callback";
-  attr.nic_handle = &callbacks;
-  attr.cache_monitor = GetParam();
-  attr.cache_max_count = 100000;
-  hmr_domain* raw = nullptr;
-  const int opened = hmr_domain_open(&attr, &raw);
-  if (opened != 0 && std::string(hmr_last_error()).find("monitor") != std::string::npos) {
-    GTEST_SKIP() << GetParam() << " cannot start here: " << hmr_last_error();
-  }
-  ASSERT_EQ(opened, 0) << hmr_last_error();
-  DomainPtr domain(raw);
+  DomainPtr domain;
+  open_own(&domain, nullptr, &callbacks);
+  if (!domain) return;
   t.domain = domain.get();
   Buffers buffers(40);
   t.spare = buffers.at(30);
@@ -810,16 +812,9 @@ TEST_P(NicPressure, TwoThreadsRegisteringInsideDeregsDuringGivingBackReturn) {
 // registrations back and is tried again, as a registration is; it failed while idle cached
 // ones held exactly what the NIC lacked.  (The software NIC with 1-byte keys: 256 in all.)
 TEST_P(NicPressure, AReregistrationRefusedForResourcesGetsIdleRegistrationsBack) {
-  hmr_domain_attr attr = domain_attr(HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR, "key_size=1");
-  attr.cache_monitor = GetParam();
-  attr.cache_max_count = 100000;
-  hmr_domain* raw = nullptr;
-  const int opened = hmr_domain_open(&attr, &raw);
-  if (opened != 0 && std::string(hmr_last_error()).find("monitor") != std::string::npos) {
-    GTEST_SKIP() << GetParam() << " cannot start here: " << hmr_last_error();
-  }
-  ASSERT_EQ(opened, 0) << hmr_last_error();
-  DomainPtr domain(raw);
+  DomainPtr domain;
+  open_own(&domain, "key_size=1");
+  if (!domain) return;
   Buffers buffers(300);
   // An MR of its own (uncached: memory-window binding), then every key left taken by open
   // registrations (until the NIC refuses), which then go idle in the cache.
@@ -851,15 +846,9 @@ TEST_P(NicPressure, AReregistrationRefusedForResourcesGetsIdleRegistrationsBack)
 // A re-registration whose new range alone is over the pinned-byte bound fails at once, as
 // such a registration does, and gives back nothing (the whole idle cache went for nothing).
 TEST_P(NicPressure, AHopelessReregistrationLeavesTheCacheAsItIs) {
-  hmr_domain_attr attr = domain_attr(HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR, "max_pinned=65536");
-  attr.cache_monitor = GetParam();
-  hmr_domain* raw = nullptr;
-  const int opened = hmr_domain_open(&attr, &raw);
-  if (opened != 0 && std::string(hmr_last_error()).find("monitor") != std::string::npos) {
-    GTEST_SKIP() << GetParam() << " cannot start here: " << hmr_last_error();
-  }
-  ASSERT_EQ(opened, 0) << hmr_last_error();
-  DomainPtr domain(raw);
+  DomainPtr domain;
+  open_own(&domain, "max_pinned=65536");
+  if (!domain) return;
   Buffers buffers(40);
   MrPtr own = reg(domain.get(), buffers.at(0), kPage, kAccess | HMR_MW_BIND);  // uncached
   ASSERT_TRUE(own);
@@ -881,15 +870,9 @@ TEST_P(NicPressure, AHopelessReregistrationLeavesTheCacheAsItIs) {
 // A registration of zero bytes pins nothing; re-registered onto pages, it pins them, and the
 // account (and the bound) must see them.  It read 0 bytes pinned while 64 KiB were.
 TEST_P(NicPressure, AZeroByteRegistrationMovedOntoPagesCountsThem) {
-  hmr_domain_attr attr = domain_attr(HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR, "max_pinned=65536");
-  attr.cache_monitor = GetParam();
-  hmr_domain* raw = nullptr;
-  const int opened = hmr_domain_open(&attr, &raw);
-  if (opened != 0 && std::string(hmr_last_error()).find("monitor") != std::string::npos) {
-    GTEST_SKIP() << GetParam() << " cannot start here: " << hmr_last_error();
-  }
-  ASSERT_EQ(opened, 0) << hmr_last_error();
-  DomainPtr domain(raw);
+  DomainPtr domain;
+  open_own(&domain, "max_pinned=65536");
+  if (!domain) return;
   Buffers buffers(20);
   hmr_mr* empty = nullptr;
   ASSERT_EQ(hmr_mr_reg(domain.get(), buffers.at(0), 0, kAccess, 0, 0, 0, &empty, nullptr), 0)
