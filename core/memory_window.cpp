@@ -40,7 +40,8 @@ Result<MemoryWindow*> MemoryWindow::allocate(Domain& domain, int type) {
     return make_error(HMR_EINVAL, "a window's key is the NIC's choice, %zu bytes, and this "
                       "domain's mr_key_size is %zu", nic_key_size, domain.rules().key_size);
   }
-  Result<nic::MemoryWindow> window = domain.nic().alloc_window(
+  // (through the registrar: the window's key may come from the registrations' table)
+  Result<nic::MemoryWindow> window = domain.nic_registrar().alloc_window(
       type == HMR_MW_TYPE_1 ? nic::WindowType::type1 : nic::WindowType::type2);
   if (!window.ok()) return window.status();
   domain.object_opened();

@@ -253,6 +253,21 @@ void NicRegistrar::account_rereg(nic::Registration& registration,
   registration.pinned_bytes = pinned;
 }
 
+template <typename NicCall, typename Usable>
+Status NicRegistrar::retry_after_giving_back(NicCall&& nic_call, Usable&& still_usable) {
+  size_t released = 0;
+  for (;;) {
+    const uint64_t returned = returned_to_nic_.load(std::memory_order_acquire);
+    Status answer = nic_call();
+    if (answer.ok() || !is_resource_refusal(answer.code()) || relief_ == nullptr ||
+        !still_usable()) {
+      return answer;
+    }
+    if (!give_back(&released, returned_to_nic_, returned)) return refusal(answer, released);
+    refusal_retries_.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
 Status NicRegistrar::rereg(nic::Registration& registration, const nic::ReregRequest& request,
                            bool pins) {
   // A new range over the pinned-byte bound on its own: nothing given back could make room.
@@ -260,24 +275,27 @@ Status NicRegistrar::rereg(nic::Registration& registration, const nic::ReregRequ
   const uint64_t pinned =
       pins_pages && !request.translation.empty() ? nic::pinned_bytes_of(request.translation) : 0;
   HMR_RETURN_IF_ERROR(over_pinned_bound(pinned, "re-registration", "the MR is unchanged"));
-  size_t released = 0;
-  for (;;) {
-    const uint64_t returned = returned_to_nic_.load(std::memory_order_acquire);
-    Status changed = nic_.rereg(registration, request);
-    if (changed.ok()) {
-      account_rereg(registration, request.translation, pins);
-      return ok_status();
-    }
-    // Refused for resources with the registration as it was: what is idle goes back and the
-    // NIC is asked again, as for a registration.  A refusal that cost the registration (the
-    // NIC's answer) is the caller's to see at once.
-    if (!is_resource_refusal(changed.code()) || relief_ == nullptr ||
-        !nic_.usable_after_failed_rereg(registration)) {
-      return changed;
-    }
-    if (!give_back(&released, returned_to_nic_, returned)) return refusal(changed, released);
-    refusal_retries_.fetch_add(1, std::memory_order_relaxed);
-  }
+  // Refused for resources with the registration as it was: what is idle goes back and the NIC
+  // is asked again, as for a registration.  A refusal that cost the registration (the NIC's
+  // answer) is the caller's to see at once.
+  HMR_RETURN_IF_ERROR(retry_after_giving_back(
+      [&] { return nic_.rereg(registration, request); },
+      [&] { return nic_.usable_after_failed_rereg(registration); }));
+  account_rereg(registration, request.translation, pins);
+  return ok_status();
+}
+
+Result<nic::MemoryWindow> NicRegistrar::alloc_window(nic::WindowType type) {
+  nic::MemoryWindow window;
+  HMR_RETURN_IF_ERROR(retry_after_giving_back(
+      [&]() -> Status {
+        Result<nic::MemoryWindow> allocated = nic_.alloc_window(type);
+        if (!allocated.ok()) return allocated.status();
+        window = *allocated;
+        return ok_status();
+      },
+      [] { return true; }));
+  return window;
 }
 
 Result<nic::Registration> NicRegistrar::register_range(uintptr_t start, uint64_t len,

@@ -82,6 +82,12 @@ class NicRegistrar final : public CacheBackend {
   // zero-byte one does, once it has a range).  On failure the NIC's answer decides whether it
   // is usable.
   Status rereg(nic::Registration& registration, const nic::ReregRequest& request, bool pins);
+  // A memory window at the NIC.  Where windows take their keys from the table registrations
+  // use (mlx5's mkeys: one table of 1 << log_max_mkey), a refusal for resources gives back
+  // idle registrations and tries again, as a registration does.  Binding is not retried:
+  // verbs takes no key there (ibv_bind_mw changes the window key's tag), and a bind refused
+  // with ENOMEM is a full send queue, which no giving back cures.
+  Result<nic::MemoryWindow> alloc_window(nic::WindowType type);
 
   // CacheBackend: a host-memory cache miss.
   Result<nic::Registration> register_range(uintptr_t start, uint64_t len,
@@ -108,6 +114,12 @@ class NicRegistrar final : public CacheBackend {
   // giving back unused ones first when a bound would be passed; the refusal when none could
   // be given back.
   Status reserve(uint64_t pinned, size_t* released);
+  // `nic_call`'s answer (a Status, for a NIC call that reserves nothing here: a
+  // re-registration, a window), after giving back idle registrations for as long as the NIC
+  // refuses for resources, `still_usable()` holds (what was refused is as it was) and
+  // something was given back; the refusal with hmr's account when nothing idle is left.
+  template <typename NicCall, typename Usable>
+  Status retry_after_giving_back(NicCall&& nic_call, Usable&& still_usable);
   // HMR_ENOMEM (counted as a refusal) when `pinned` bytes alone pass max_pinned_: no giving
   // back could make room for `what`.
   Status over_pinned_bound(uint64_t pinned, const char* what, const char* advice);

@@ -112,6 +112,24 @@ const struct fake_ibverbs_device_config *config_of(struct ibv_context *context) 
                       ->device];
 }
 
+/* Whether `context`'s device has no key left for one more MR (window: 0) or memory window
+ * (1).  mlx5 makes MRs, memory windows and indirect mkeys from one table of
+ * 1 << log_max_mkey mkeys: mlx5_ib_query_device reports that size as both max_mr and max_mw
+ * (drivers/infiniband/hw/mlx5/main.c), and mlx5_ib_alloc_mw, like mlx5_ib_reg_user_mr,
+ * fails with -ENOMEM when the firmware has none free.  Elsewhere each kind has its own
+ * bound. */
+int mkeys_full(struct ibv_context *context, int window) {
+  const struct fake_ibverbs_device_config *config = config_of(context);
+  int mr_count = 0;
+  int window_count = 0;
+  for (int i = 0; i < MAX_OBJECTS; ++i) {
+    if (mrs[i] != NULL && mrs[i]->mr.context == context) ++mr_count;
+    if (mws[i] != NULL && mws[i]->mw.context == context) ++window_count;
+  }
+  if (config->mlx5) return mr_count + window_count + umr_mkeys_of(context) >= config->max_mr;
+  return window ? window_count >= config->max_mw : mr_count >= config->max_mr;
+}
+
 static void default_config(int index, struct fake_ibverbs_device_config *config) {
   memset(config, 0, sizeof *config);
   config->query_device_ex = 1;
@@ -119,7 +137,7 @@ static void default_config(int index, struct fake_ibverbs_device_config *config)
     strcpy(config->name, "fake_mlx5_0");
     config->max_mr_size = 1ull << 46;
     config->max_mr = 1 << 20;
-    config->max_mw = 1 << 16;
+    config->max_mw = 1 << 20; /* mlx5: both are 1 << log_max_mkey (see mkeys_full) */
     config->device_cap_flags = IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
     config->atomic_cap = IBV_ATOMIC_HCA;
     config->dmabuf_errno = EBADF;
@@ -339,14 +357,10 @@ static struct ibv_mr *make_mr(const char *entry, struct ibv_pd *pd, void *addr, 
     errno = EFAULT;
     return NULL;
   }
-  /* A device holds at most max_mr registrations (ibv_query_device).  mlx5 takes an mkey per
-   * MR from a table of that size; with none free, mlx5_ib_reg_user_mr fails with -ENOMEM,
-   * which uverbs passes up and ibv_reg_mr reports as NULL with errno ENOMEM. */
-  int live = 0;
-  for (int i = 0; i < MAX_OBJECTS; ++i) {
-    if (mrs[i] != NULL && mrs[i]->mr.context == pd->context) ++live;
-  }
-  if (live >= config->max_mr) {
+  /* A device holds at most max_mr registrations (ibv_query_device); on mlx5 windows and
+   * indirect mkeys count too (mkeys_full).  With none free, mlx5_ib_reg_user_mr fails with
+   * -ENOMEM, which uverbs passes up and ibv_reg_mr reports as NULL with errno ENOMEM. */
+  if (mkeys_full(pd->context, 0)) {
     errno = ENOMEM;
     return NULL;
   }
@@ -549,6 +563,8 @@ static struct ibv_mw *fake_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type) {
       err = EINVAL;
     } else if (!(config->device_cap_flags & needed)) {
       err = EOPNOTSUPP;
+    } else if (mkeys_full(pd->context, 1)) {
+      err = ENOMEM;
     }
   }
   if (err == 0) {

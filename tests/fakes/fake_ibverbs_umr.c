@@ -66,6 +66,14 @@ int umr_live(const char *kind) {
   return -1;
 }
 
+int umr_mkeys_of(struct ibv_context *context) {
+  int count = 0;
+  for (int i = 0; i < MAX_OBJECTS; ++i) {
+    if (mkeys[i] != NULL && mkeys[i]->pd->context == context) ++count;
+  }
+  return count;
+}
+
 EXPORT void fake_ibverbs_last_umr(struct fake_ibverbs_umr *out) {
   pthread_mutex_lock(&fake_lock);
   *out = last_umr;
@@ -481,6 +489,7 @@ static struct mlx5dv_mkey *mlx5_create_mkey(struct mlx5dv_mkey_init_attr *attr) 
   /* An indirect mkey is a DEVX object: on a context opened without DEVX the kernel refuses it
    * with EINVAL (drivers/infiniband/hw/mlx5/devx.c, devx_get_uid: no DEVX uid). */
   if (err == 0 && !fake_context_of(attr->pd->context)->devx) err = EINVAL;
+  if (err == 0 && mkeys_full(attr->pd->context, 0)) err = ENOMEM; /* the shared mkey table */
   struct fake_mkey *mkey = NULL;
   if (err == 0) {
     mkey = calloc(1, sizeof *mkey);

@@ -181,6 +181,55 @@ TEST_F(VerbsDomainTest, AFullDeviceGetsIdleRegistrationsBack) {
   munmap(mapping, 2 * kBuffers * 4096);
 }
 
+// A memory window on mlx5 takes an mkey from the table the MRs use (max_mr == max_mw ==
+// 1 << log_max_mkey).  With every mkey held by idle cached registrations, hmr_mw_alloc gives
+// some back and succeeds, as a registration does; it failed with ENOMEM.  With every mkey in
+// use by open MRs it fails with the device's code and hmr's account of what it holds.
+TEST_F(VerbsDomainTest, AWindowOnAFullDeviceGetsIdleRegistrationsBack) {
+  fake_ibverbs_device_config config{};
+  fake().get_device(0, &config);
+  config.max_mr = 16;
+  config.max_mw = 16;
+  fake().set_device(0, &config);
+  if (!open_cached_domain(kBasicMode)) {
+    ASSERT_NE(domain_, nullptr);
+    GTEST_SKIP() << "no cache monitor can start here: " << hmr_last_error();
+  }
+  constexpr size_t kBuffers = 16;
+  auto* mapping = static_cast<uint8_t*>(mmap(nullptr, 2 * kBuffers * 4096, PROT_READ | PROT_WRITE,
+                                             MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(mapping, MAP_FAILED);
+  std::memset(mapping, 1, 2 * kBuffers * 4096);
+  std::vector<hmr_test::MrPtr> open;
+  for (size_t i = 0; i < kBuffers; ++i) {
+    open.push_back(reg(mapping + 2 * i * 4096, 4096, HMR_REMOTE_READ));
+    ASSERT_TRUE(open.back()) << "buffer " << i;
+  }
+  // Every mkey in use: the device's refusal, with what hmr holds.
+  hmr_mw* window = nullptr;
+  EXPECT_EQ(hmr_mw_alloc(domain_, HMR_MW_TYPE_1, &window), -HMR_ENOMEM);
+  EXPECT_NE(std::string(hmr_last_error()).find("in use by an open MR"), std::string::npos)
+      << hmr_last_error();
+  // Every mkey idle in the cache: one goes back and the window is made.
+  open.clear();
+  EXPECT_EQ(fake().live("mrs"), 16);
+  ASSERT_EQ(hmr_mw_alloc(domain_, HMR_MW_TYPE_1, &window), 0) << hmr_last_error();
+  EXPECT_LE(fake().live("mrs") + fake().live("mws"), 16);
+  hmr_domain_stats stats{};
+  stats.size = sizeof stats;
+  ASSERT_EQ(hmr_domain_query_stats(domain_, &stats), 0);
+  EXPECT_GE(stats.cache_pressure_evictions, 1u);
+  EXPECT_GE(stats.nic_refusal_retries, 1u);
+  // A registration beside the window, with the table full again, still gets one back.
+  for (size_t i = 0; i < kBuffers; ++i) {
+    EXPECT_TRUE(reg(mapping + 2 * i * 4096 + 4096, 1, HMR_REMOTE_READ)) << "buffer " << i;
+  }
+  ASSERT_EQ(hmr_mw_close(window), 0) << hmr_last_error();
+  ASSERT_EQ(hmr_domain_close(domain_), 0) << hmr_last_error();
+  domain_ = nullptr;
+  munmap(mapping, 2 * kBuffers * 4096);
+}
+
 // Zero bytes and no access (docs/semantics.md): access 0 reaches ibv_reg_mr as access 0 (local
 // read only); zero bytes reach it too, and the kernel refuses a registration of no pages
 // (ib_umem_get: npages == 0 is -EINVAL), which the caller gets with the device's words.
