@@ -33,7 +33,14 @@ struct Plugin {
   size_t contexts = 0;
   std::vector<std::unique_ptr<Device>> devices;  // each keeps the settings read at init
   LiveObjects live_contexts, listen_comms, send_comms, recv_comms, mhandles;
-  std::unordered_map<uint64_t, std::unique_ptr<SendComm>> connecting;
+  // Connections in progress, by the id written into NCCL's handle, each with the context
+  // that started it (nullptr for v8-v10).  NCCL calls connect() until it returns a comm; one
+  // it stops calling (an abort while connecting) ends with its context's finalize.
+  struct Connecting {
+    void* ctx = nullptr;
+    std::unique_ptr<SendComm> comm;
+  };
+  std::unordered_map<uint64_t, Connecting> connecting;
   uint64_t next_connect_id = 1;
 };
 
@@ -183,6 +190,11 @@ ncclResult_t finalize(void* ctx) {
   Plugin& p = plugin();
   std::lock_guard lock(p.mutex);
   if (!p.live_contexts.remove(ctx)) return fail(ncclInvalidUsage, "finalize of a context not initialized");
+  // Connections the context started and NCCL stopped calling connect() for (an abort while
+  // connecting): nothing will ask for them again, and each holds an endpoint.
+  const size_t abandoned =
+      std::erase_if(p.connecting, [ctx](const auto& entry) { return entry.second.ctx == ctx; });
+  if (abandoned != 0) log_info("finalize: %zu connection(s) never finished were closed", abandoned);
   delete static_cast<Context*>(ctx);
   if (--p.contexts == 0 && !p.legacy) close_devices(p);
   return ncclSuccess;
@@ -273,19 +285,24 @@ ncclResult_t connect(void* ctx, int dev, void* handle, void** send_comm,
       return rc;
     }
     id = p.next_connect_id++;
-    p.connecting.emplace(id, std::move(comm));
+    p.connecting.emplace(id, Plugin::Connecting{ctx, std::move(comm)});
     write_connect_state(bytes, id);
   }
   auto it = p.connecting.find(id);
   if (it == p.connecting.end()) {
     if (!decode_listen_handle(bytes, &why)) return fail(ncclInvalidArgument, "connect: %s", why.c_str());
     return fail(ncclInvalidArgument, "connect: the handle's connect state names no connection in "
-                "progress (a corrupted handle, or one whose connect already finished)");
+                "progress (a corrupted handle, one whose connect already finished, or one whose "
+                "context was finalized)");
+  }
+  if (it->second.ctx != ctx) {
+    return fail(ncclInvalidArgument, "connect: the handle's connection in progress was started "
+                "by another context (communicator)");
   }
   bool connected = false;
-  const ncclResult_t rc = it->second->poll_connected(&connected);
+  const ncclResult_t rc = it->second.comm->poll_connected(&connected);
   if (rc != ncclSuccess || connected) {
-    std::unique_ptr<SendComm> comm = std::move(it->second);
+    std::unique_ptr<SendComm> comm = std::move(it->second.comm);
     p.connecting.erase(it);
     write_connect_state(bytes, 0);
     if (rc != ncclSuccess) return rc;

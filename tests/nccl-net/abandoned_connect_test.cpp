@@ -1,0 +1,138 @@
+// A connection NCCL starts and stops asking for.  NCCL calls connect() again and again until
+// it returns a send comm; a communicator aborted while connecting (a peer that never
+// accepts, ncclCommAbort on a timeout) never calls it again for that handle, and finalizes its
+// context.  The plugin kept the half-made send comm (an endpoint, its sockets and buffers)
+// until the last context of the process went: a job that aborts and re-creates
+// communicators (elastic training's restarts) leaked one per abandoned connection.  Now the
+// context's finalize closes what it started.
+//
+// Through the plugin's own entry points (net/net_api.h), in one process over libfabric's tcp
+// provider: a second context keeps the devices open, as another communicator does.
+#include <gtest/gtest.h>
+
+#include <dirent.h>
+
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "net/net_api.h"
+
+namespace hmr::nccl {
+namespace {
+
+std::mutex messages_lock;
+std::vector<std::string> messages;
+
+void capture(ncclDebugLogLevel, unsigned long, const char*, int, const char* fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+void capture(ncclDebugLogLevel, unsigned long, const char*, int, const char* fmt, ...) {
+  char line[1024];
+  va_list args;
+  va_start(args, fmt);
+  std::vsnprintf(line, sizeof line, fmt, args);
+  va_end(args);
+  std::lock_guard<std::mutex> hold(messages_lock);
+  messages.emplace_back(line);
+}
+
+bool logged(const std::string& text) {
+  std::lock_guard<std::mutex> hold(messages_lock);
+  for (const std::string& m : messages) {
+    if (m.find(text) != std::string::npos) return true;
+  }
+  return false;
+}
+
+// The process's open file descriptors: each endpoint of the tcp provider holds sockets and
+// its progress's wait objects.
+int open_descriptors() {
+  DIR* dir = opendir("/proc/self/fd");
+  if (dir == nullptr) return -1;
+  int count = 0;
+  while (readdir(dir) != nullptr) ++count;
+  closedir(dir);
+  return count;
+}
+
+class AbandonedConnect : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    setenv("HMR_NCCL_PROVIDER", "tcp", 1);
+    ASSERT_EQ(api::init_context(&keeper_, 1, nullptr, capture), ncclSuccess);
+    int ndev = 0;
+    ASSERT_EQ(api::devices(&ndev), ncclSuccess);
+    ASSERT_GT(ndev, 0);
+    // A listener nobody accepts on: every connect to it stays in progress.
+    ASSERT_EQ(api::listen(keeper_, 0, handle_, &listen_comm_), ncclSuccess);
+  }
+  void TearDown() override {
+    if (listen_comm_ != nullptr) {
+      EXPECT_EQ(api::close_listen(listen_comm_), ncclSuccess);
+    }
+    if (keeper_ != nullptr) {
+      EXPECT_EQ(api::finalize(keeper_), ncclSuccess);
+    }
+  }
+
+  // A context (communicator) that starts a connection, calls connect() a few times as NCCL
+  // does, and is finalized with the connection still in progress.  The handle is NCCL's copy
+  // for that communicator.
+  void abandon_one_connection(uint64_t comm_id, char* handle) {
+    void* ctx = nullptr;
+    ASSERT_EQ(api::init_context(&ctx, comm_id, nullptr, capture), ncclSuccess);
+    void* send_comm = nullptr;
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_EQ(api::connect(ctx, 0, handle, &send_comm, nullptr), ncclSuccess);
+      ASSERT_EQ(send_comm, nullptr) << "connected to a listener that never accepted";
+    }
+    ASSERT_EQ(api::finalize(ctx), ncclSuccess);
+  }
+
+  void* keeper_ = nullptr;
+  void* listen_comm_ = nullptr;
+  char handle_[NCCL_NET_HANDLE_MAXSIZE] = {};
+};
+
+TEST_F(AbandonedConnect, AContextsFinalizeClosesTheConnectionsItNeverFinished) {
+  // The first round may open what the device keeps for good (the provider's lazily made
+  // progress objects); later rounds must leave nothing behind.
+  char first[NCCL_NET_HANDLE_MAXSIZE];
+  std::memcpy(first, handle_, sizeof first);
+  abandon_one_connection(2, first);
+  ASSERT_FALSE(HasFatalFailure());
+  EXPECT_TRUE(logged("never finished were closed")) << "finalize said nothing of the connection";
+  const int after_first = open_descriptors();
+  for (uint64_t round = 0; round < 4; ++round) {
+    char copy[NCCL_NET_HANDLE_MAXSIZE];
+    std::memcpy(copy, handle_, sizeof copy);
+    abandon_one_connection(3 + round, copy);
+    ASSERT_FALSE(HasFatalFailure());
+  }
+  EXPECT_EQ(open_descriptors(), after_first)
+      << "abandoned connections kept their endpoints after their contexts were finalized";
+  // The finalized context's handle names nothing any more, for any context.
+  void* send_comm = nullptr;
+  EXPECT_EQ(api::connect(keeper_, 0, first, &send_comm, nullptr), ncclInvalidArgument);
+  EXPECT_EQ(send_comm, nullptr);
+}
+
+TEST_F(AbandonedConnect, AConnectionInProgressIsNotContinuedByAnotherContext) {
+  void* other = nullptr;
+  ASSERT_EQ(api::init_context(&other, 9, nullptr, capture), ncclSuccess);
+  char copy[NCCL_NET_HANDLE_MAXSIZE];
+  std::memcpy(copy, handle_, sizeof copy);
+  void* send_comm = nullptr;
+  ASSERT_EQ(api::connect(other, 0, copy, &send_comm, nullptr), ncclSuccess);
+  ASSERT_EQ(send_comm, nullptr);
+  EXPECT_EQ(api::connect(keeper_, 0, copy, &send_comm, nullptr), ncclInvalidArgument);
+  EXPECT_TRUE(logged("started by another context"));
+  EXPECT_EQ(api::finalize(other), ncclSuccess);
+}
+
+}  // namespace
+}  // namespace hmr::nccl
