@@ -112,8 +112,23 @@ Status MemoryRegion::register_device() {
   nic_request.page_size = request_.page_size;
   nic_request.enabled = starts_enabled();
 
+  // Each path is tried in the plan's order until one registers.  The answer when none does is
+  // the code of the first path tried (the best one the plan found usable: a later path's
+  // failure, a shadow that cannot copy this memory, must not hide why it failed).  A refusal
+  // for resources (the NIC after giving back what was idle, a device cache entry freed and
+  // reallocated meanwhile) ends the search with its code: it is the caller's to retry, and a
+  // worse path taken for a moment's want (a host shadow, which copies) would stay cached.
   std::array<std::string, kExportModes> failures;
-  int last_code = HMR_EOPNOTSUPP;
+  int first_code = 0;
+  auto refused_for_resources = [&](ExportMode mode, const Status& failure) {
+    failures[static_cast<size_t>(mode)] = failure.reason();
+    if (first_code == 0) first_code = failure.code();
+    return is_resource_refusal(failure.code());
+  };
+  auto refused_on = [](ExportMode mode, const Status& failure) {
+    return make_error(failure.code(), "%s (the %s path; no other path was tried)",
+                      failure.reason().c_str(), export_mode_name(mode));
+  };
   for (size_t i = 0; i < plan.count; ++i) {
     const ExportMode mode = plan.order[i];
     if (domain_.device_cacheable(request_)) {
@@ -130,8 +145,7 @@ Status MemoryRegion::register_device() {
         state_.store(State::registered, std::memory_order_release);
         return ok_status();
       }
-      failures[static_cast<size_t>(mode)] = handle.status().reason();
-      last_code = handle.status().code();
+      if (refused_for_resources(mode, handle.status())) return refused_on(mode, handle.status());
       continue;
     }
     DeviceHold hold;
@@ -145,14 +159,16 @@ Status MemoryRegion::register_device() {
       state_.store(State::registered, std::memory_order_release);
       return ok_status();
     }
-    failures[static_cast<size_t>(mode)] = registered.status().reason();
-    last_code = registered.status().code();
+    if (refused_for_resources(mode, registered.status())) {
+      return refused_on(mode, registered.status());
+    }
   }
+  const int code = first_code != 0 ? first_code : HMR_EOPNOTSUPP;  // (0: no path was usable)
   if (memory.kind != hmem::MemoryKind::device_only) {
     // Memory the CPU reaches has one path; its failure is the answer.
-    return make_error(last_code, "%s", failures[static_cast<size_t>(ExportMode::host_va)].c_str());
+    return make_error(code, "%s", failures[static_cast<size_t>(ExportMode::host_va)].c_str());
   }
-  return make_error(last_code, "%s", describe_no_path(inputs, plan, failures).c_str());
+  return make_error(code, "%s", describe_no_path(inputs, plan, failures).c_str());
 }
 
 Status MemoryRegion::sync(uint64_t offset, size_t len, uint64_t flags) {

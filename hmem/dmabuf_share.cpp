@@ -16,7 +16,7 @@ namespace {
 
 Result<std::shared_ptr<const SharedExport>> DmabufShares::acquire(hmem::Iface& iface,
                                                                    const hmem::PointerInfo& memory) {
-  const Key key{memory.iface, memory.base, memory.alloc_id};
+  const Key key{memory.iface, memory.base, memory.alloc_id, memory.alloc_len};
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto found = exports_.find(key);

@@ -50,7 +50,10 @@ class DmabufShares {
   static std::mutex& fork_lock() { return instance().mutex_; }
 
  private:
-  using Key = std::tuple<int, uint64_t, uint64_t>;  // iface, base, allocation id
+  // iface, base, allocation id, allocation length.  The length too: declared memory (Neuron
+  // tensors the application allocated) has no id and its "allocation" is the range declared,
+  // so a longer range at the same start must not get the shorter range's export.
+  using Key = std::tuple<int, uint64_t, uint64_t, uint64_t>;
   void forget(const Key& key);
 
   std::mutex mutex_;

@@ -29,6 +29,16 @@ Result<nic::Registration> register_device_range(NicRegistrar& registrar, nic::Re
       if (!share.ok()) return share.status();
       made.dmabuf = std::move(*share);
       made.dmabuf_offset = made.dmabuf->offset_of(reinterpret_cast<uintptr_t>(segment.iov_base));
+      // The NIC maps [offset, offset + len) of the fd; past its end a real NIC refuses
+      // (ib_umem_dmabuf_get: -EINVAL) and a mapping faults.
+      if (made.dmabuf_offset > made.dmabuf->exported_len() ||
+          segment.iov_len > made.dmabuf->exported_len() - made.dmabuf_offset) {
+        return make_error(HMR_EINVAL, "[%p, +%zu) is not inside the %s dma-buf export it belongs "
+                          "to (offset %llu, %zu bytes exported)", segment.iov_base,
+                          segment.iov_len, hmem::iface_name(memory.iface),
+                          static_cast<unsigned long long>(made.dmabuf_offset),
+                          made.dmabuf->exported_len());
+      }
       dmabuf.fd = made.dmabuf->fd();
       dmabuf.offset = made.dmabuf_offset;
       dmabuf.len = segment.iov_len;

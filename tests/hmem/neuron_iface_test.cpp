@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "hmem/dmabuf_share.h"
 #include "tests/hmem/export_checks.h"
 #include "tests/hmem/neuron_fake_library.h"
 
@@ -396,6 +397,41 @@ TEST_F(NeuronIfaceTest, V1ExportOfDeclaredMemoryNeedsTheAllocationStart) {
   EXPECT_TRUE(has(inside.status().reason(), "nrt_get_dmabuf_fd_v2")) << inside.status().reason();
   EXPECT_TRUE(has(inside.status().reason(), "start"));
   EXPECT_EQ(open_fd_count(), fds);
+  testing::app_tensor_free(fake(), tensor);
+}
+
+// Declared memory (a tensor the application allocated) has no allocation id, and its
+// "allocation" is the range declared.  A longer range from the same start got the shorter
+// range's shared export, and the NIC was handed [offset, offset + len) past the end of the
+// dma-buf (a real NIC refuses it; a mapping of it faults).  The export share is keyed by the
+// length too.
+TEST_F(NeuronIfaceTest, ALongerDeclaredRangeGetsAnExportThatCoversIt) {
+  use(fake_nrt_v1_path());
+  init();
+  void* tensor = nullptr;
+  void* app = testing::app_tensor_allocate(fake(), 0, 8 * kPage, &tensor);
+  ASSERT_NE(app, nullptr);
+  auto declared = [&](size_t len) {
+    PointerInfo info;
+    info.iface = HMR_HMEM_NEURON;
+    info.base = reinterpret_cast<uintptr_t>(app);
+    info.alloc_len = len;
+    info.kind = MemoryKind::device_only;
+    return info;
+  };
+  auto short_one = core::DmabufShares::instance().acquire(iface_, declared(2 * kPage));
+  ASSERT_TRUE(short_one.ok()) << short_one.status().reason();
+  auto long_one = core::DmabufShares::instance().acquire(iface_, declared(8 * kPage));
+  ASSERT_TRUE(long_one.ok()) << long_one.status().reason();
+  EXPECT_EQ((*short_one)->exported_len(), 2 * kPage);
+  EXPECT_EQ((*long_one)->exported_len(), 8 * kPage) << "the longer range got the shorter export";
+  EXPECT_EQ(fd_size((*long_one)->fd()), 8 * kPage);
+  auto again = core::DmabufShares::instance().acquire(iface_, declared(2 * kPage));
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->get(), short_one->get()) << "the same declared range is shared";
+  short_one->reset();
+  long_one->reset();
+  again->reset();
   testing::app_tensor_free(fake(), tensor);
 }
 

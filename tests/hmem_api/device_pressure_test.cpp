@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "tests/hmem_api/fake_cuda_driver.h"
@@ -84,6 +85,83 @@ TEST(DevicePressure, IdleDeviceRegistrationsAreGivenBackWhenTheNicRefuses) {
   open.clear();
   domain.reset();
   EXPECT_EQ(nic.held.load(), 0u) << "registrations left at the NIC after the domain closed";
+}
+
+// A NIC that refuses the first dma-buf registration for a moment's want (EAGAIN) and takes
+// everything after.
+struct HiccupNic {
+  std::atomic<int> dmabuf_calls{0}, va_calls{0};
+  std::atomic<uint64_t> next_key{1};
+};
+
+int hiccup_register(void* context, const hmr_nic_reg_request* request, hmr_nic_mr* mr,
+                    char* reason, size_t reason_size) {
+  auto& nic = *static_cast<HiccupNic*>(context);
+  if (request->dmabuf_fd >= 0) {
+    if (nic.dmabuf_calls.fetch_add(1) == 0) {
+      std::snprintf(reason, reason_size, "hiccup NIC: try again");
+      return -HMR_EAGAIN;
+    }
+  } else {
+    nic.va_calls.fetch_add(1);
+  }
+  mr->handle = nullptr;
+  mr->desc = nullptr;
+  mr->key = nic.next_key.fetch_add(1);
+  return 0;
+}
+
+int hiccup_deregister(void*, const hmr_nic_mr*, char*, size_t) { return 0; }
+
+// A refusal for resources on the dma-buf path is the caller's answer, with its code, even
+// where copies are allowed: the search does not go on to a host shadow.  It did, and the
+// shadow (a copy of the memory, pinned, moved only by hmr_mr_sync) was cached: every later
+// registration of the range got the shadow, long after the NIC had recovered.
+TEST(DevicePressure, ARefusalForResourcesIsNotAnsweredWithAHostShadow) {
+  HiccupNic nic;
+  hmr_nic_callbacks callbacks =
+      callback_nic(&nic, HMR_NIC_CB_DMABUF, hiccup_register, hiccup_deregister);
+  DomainPtr domain = open_callback_domain(callbacks, HMR_DOMAIN_ALLOW_HMEM_COPY);
+  ASSERT_TRUE(domain);
+  FakeAllocation allocation(0, 65536);
+  hmr_mr* first = nullptr;
+  EXPECT_EQ(register_attr(domain.get(), allocation.get(), 65536, HMR_HMEM_SYSTEM, 0, 0, &first),
+            -HMR_EAGAIN);
+  EXPECT_EQ(first, nullptr);
+  EXPECT_NE(std::string(hmr_last_error()).find("dma-buf"), std::string::npos) << hmr_last_error();
+  EXPECT_EQ(nic.va_calls.load(), 0) << "a host shadow was registered";
+  for (int i = 0; i < 3; ++i) {
+    MrPtr mr = register_ok(domain.get(), allocation.get(), 65536);
+    ASSERT_TRUE(mr);
+    EXPECT_EQ(mr_info(mr.get()).path, HMR_MR_PATH_DMABUF) << "registration " << i;
+  }
+  EXPECT_EQ(nic.va_calls.load(), 0);
+}
+
+int broken_register(void*, const hmr_nic_reg_request* request, hmr_nic_mr*, char* reason,
+                    size_t reason_size) {
+  const bool dmabuf = request->dmabuf_fd >= 0;
+  std::snprintf(reason, reason_size, "%s", dmabuf ? "the dma-buf import broke" : "no host pages");
+  return dmabuf ? -HMR_EIO : -HMR_EINVAL;
+}
+
+// When every path fails for reasons of its own, the code is the first path's (the best the
+// plan found): a later fallback's failure (here the host shadow's) said why the fallback
+// failed, not why the memory could not be registered as it should.  Every reason is listed.
+TEST(DevicePressure, WhenEveryPathFailsTheCodeIsTheFirstPaths) {
+  int unused = 0;
+  hmr_nic_callbacks callbacks =
+      callback_nic(&unused, HMR_NIC_CB_DMABUF, broken_register, hiccup_deregister);
+  DomainPtr domain = open_callback_domain(callbacks, HMR_DOMAIN_ALLOW_HMEM_COPY);
+  ASSERT_TRUE(domain);
+  FakeAllocation allocation(0, 65536);
+  hmr_mr* mr = nullptr;
+  EXPECT_EQ(register_attr(domain.get(), allocation.get(), 65536, HMR_HMEM_SYSTEM, 0, 0, &mr),
+            -HMR_EIO);
+  EXPECT_EQ(mr, nullptr);
+  const std::string reason = hmr_last_error();
+  EXPECT_NE(reason.find("the dma-buf import broke"), std::string::npos) << reason;
+  EXPECT_NE(reason.find("no host pages"), std::string::npos) << reason;
 }
 
 }  // namespace
