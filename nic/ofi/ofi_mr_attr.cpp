@@ -1,6 +1,11 @@
 #include "nic/ofi/ofi_mr_attr.h"
 
+#include <cstddef>
+
 namespace hmr::nic::ofi {
+
+static_assert(offsetof(MrAttr, newer_members) == sizeof(fi_mr_attr),
+              "the zeros a newer provider reads as fi_mr_attr's appended members must follow it");
 
 // hmr's constants are libfabric's numbers: access, flags and ifaces pass through unchanged.
 static_assert(HMR_READ == FI_READ && HMR_WRITE == FI_WRITE && HMR_SEND == FI_SEND);

@@ -34,13 +34,22 @@
 
 namespace hmr::nic::ofi {
 
-// What fi_mr_regattr is called with.  Not copyable: attr may point at dmabuf.
+// What fi_mr_regattr is called with.  Not copyable: attr may point at dmabuf.  attr comes
+// first, and newer_members right after it (checked where it is filled).
 struct MrAttr {
   MrAttr() = default;
   MrAttr(const MrAttr&) = delete;
   MrAttr& operator=(const MrAttr&) = delete;
 
   fi_mr_attr attr{};
+  // Zeros right after attr, for the members newer libfabrics append (1.19 hmem_data, 1.22
+  // page_size, 2.0 base_mr and sub_mr_cnt).  A provider reads fi_mr_attr as long as its
+  // fabric's API version says (libfabric's ofi_mr_update_attr copies by
+  // domain->fabric->api_version), and the fabric of a domain the application opened and hmr
+  // wraps may speak a newer version than the headers hmr was built with: without this, such
+  // a provider read `flags` below as hmem_data and the stack beyond as page_size.  Zero is
+  // each new member's "not given".
+  unsigned char newer_members[128]{};
   uint64_t flags = 0;
 #if HMR_OFI_HAS_DMABUF
   fi_mr_dmabuf dmabuf{};

@@ -303,6 +303,61 @@ TEST(OfiWrappedDomain, HmrNeverClosesTheApplicationsDomain) {
   }
 }
 
+// A provider reads fi_mr_attr as long as its fabric's API version says (libfabric's
+// ofi_mr_update_attr copies by domain->fabric->api_version), and an application's domain
+// may speak a newer version than the headers hmr was built with.  What such a provider reads
+// past this build's fi_mr_attr (1.19 hmem_data, 1.22 page_size, 2.0 base_mr, sub_mr_cnt) must
+// be zero, "not given": it was hmr's own flags (a pointer, to the provider) and then the
+// stack.  The provider's regattr is interposed on the application's domain to see the bytes.
+std::vector<unsigned char> bytes_past_mr_attr;
+fi_ops_mr provider_mr_ops;
+
+int regattr_reading_past_the_struct(fid* domain, const fi_mr_attr* attr, uint64_t flags,
+                                    fid_mr** mr) {
+  const auto* past = reinterpret_cast<const unsigned char*>(attr) + sizeof(fi_mr_attr);
+  bytes_past_mr_attr.assign(past, past + 64);
+  return provider_mr_ops.regattr(domain, attr, flags, mr);
+}
+
+TEST(OfiWrappedDomain, WhatANewerProviderReadsPastTheMrAttrIsZero) {
+  AppDomain app(hmr_ofi_test::tcp_loopback());
+  ASSERT_TRUE(app);
+  fi_ops_mr* const original = app.domain()->mr;
+  provider_mr_ops = *original;
+  fi_ops_mr interposed = *original;
+  interposed.regattr = regattr_reading_past_the_struct;
+  app.domain()->mr = &interposed;
+  const std::string options = app.wrap_options();
+  hmr_domain_attr attr = ofi_attr(options.c_str(), kAppMode, app.domain());
+  attr.cache_monitor = "disabled";
+  hmr_domain* raw = nullptr;
+  ASSERT_HMR_OK(hmr_domain_open(&attr, &raw));
+  DomainPtr domain(raw);
+  Pages page(kPage);
+  // Flags that reach fi_mr_regattr (HMR_RMA_PMEM passes through): hmr's flags word followed
+  // the struct.  Whether tcp takes them does not matter here, only what it was given.
+  for (uint64_t flags : {uint64_t{0}, uint64_t{HMR_RMA_PMEM}}) {
+    bytes_past_mr_attr.clear();
+    const iovec segment = {page.data(), kPage};
+    hmr_mr_attr mr_attr{};
+    mr_attr.size = sizeof mr_attr;
+    mr_attr.mr_iov = &segment;
+    mr_attr.iov_count = 1;
+    mr_attr.access = HMR_REMOTE_READ;
+    hmr_mr* mr = nullptr;
+    const int rc = hmr_mr_regattr(domain.get(), &mr_attr, flags, &mr);
+    if (rc == 0) {
+      EXPECT_EQ(hmr_mr_close(mr), 0) << hmr_last_error();
+    }
+    ASSERT_EQ(bytes_past_mr_attr.size(), 64u) << "the provider's regattr was not called";
+    for (size_t i = 0; i < bytes_past_mr_attr.size(); ++i) {
+      EXPECT_EQ(bytes_past_mr_attr[i], 0) << "byte " << i << " past fi_mr_attr, flags " << flags;
+    }
+  }
+  domain.reset();
+  app.domain()->mr = original;
+}
+
 // ------------------------------------------------------------------- the library ----
 
 TEST(OfiLibrary, MissingLibraryIsAClearNoSys) {
