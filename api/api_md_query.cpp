@@ -49,6 +49,9 @@ uint64_t md_flags(Domain& domain) {
     if (domain.operation_support(op).available) flags |= flag;
   }
   if (caps.on_demand_paging) flags |= HMR_MD_FLAG_ODP;
+  // LOCAL is emulated for hmr's own endpoints only (core/mr_mode.h); where the application's
+  // own transfers move the bytes, it is told that the NIC wants local descriptors.
+  if ((caps.required_mr_mode & HMR_MR_LOCAL) && !caps.rma) flags |= HMR_MD_FLAG_LOCAL_DESCRIPTORS;
   return flags;
 }
 

@@ -377,6 +377,11 @@ HMR_API int hmr_domain_query_stats(hmr_domain *domain, struct hmr_domain_stats *
 #define HMR_MD_FLAG_ADVISE (1ULL << 8)         /* hmr_mem_advise prefetches ODP MRs */
 #define HMR_MD_FLAG_REREG (1ULL << 9)          /* hmr_mr_rereg works */
 #define HMR_MD_FLAG_INDIRECT (1ULL << 10)      /* hmr_mr_reg_indirect works */
+/* Your own data transfers on this NIC (verbs work requests, libfabric calls on its domain)
+ * need a descriptor for each local buffer: pass hmr_mr_desc of an MR covering it.  The NIC
+ * requires MR_LOCAL; hmr clears HMR_MR_LOCAL from the domain's mode because it registers what
+ * its own endpoints use, but it does not move your bytes. */
+#define HMR_MD_FLAG_LOCAL_DESCRIPTORS (1ULL << 11)
 /* Registration time as a linear function of size: overhead_ns + ns_per_byte * len. */
 struct hmr_linear_cost {
 	double overhead_ns;

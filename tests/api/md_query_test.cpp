@@ -86,6 +86,16 @@ TEST(MdQuery, DescribesTheSimNic) {
   EXPECT_GT(other.max_reg, 1048576u);  // the sim NIC's default
 }
 
+// A NIC that requires MR_LOCAL but whose bytes hmr's own endpoints move (the software NIC):
+// hmr registers what they use, so the application is not asked for local descriptors.
+TEST(MdQuery, LocalDescriptorsAreAskedForOnlyWhereTheApplicationMovesTheBytes) {
+  DomainPtr domain = open_domain(HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR, "require=LOCAL");
+  ASSERT_TRUE(domain);
+  hmr_md_attr attr = md_attr();
+  ASSERT_HMR_OK(hmr_md_query(domain.get(), &attr));
+  EXPECT_EQ(attr.flags & HMR_MD_FLAG_LOCAL_DESCRIPTORS, 0u);
+}
+
 // The bound on registrations hmr holds at the NIC, idle cached ones included (docs/
 // semantics.md, "Under pressure"), and where it comes from.
 TEST(MdQuery, SaysHowManyRegistrationsTheNicHoldsAndWhoSaidSo) {

@@ -230,6 +230,18 @@ TEST_F(VerbsDomainTest, AWindowOnAFullDeviceGetsIdleRegistrationsBack) {
   munmap(mapping, 2 * kBuffers * 4096);
 }
 
+// Verbs requires MR_LOCAL (every work request names its local buffers by lkey), and the
+// application posts its own work requests: hmr clears LOCAL from the domain's mode, as for
+// every NIC, and hmr_md_query tells the application it must pass local descriptors.
+TEST_F(VerbsDomainTest, MdQuerySaysLocalBuffersNeedDescriptors) {
+  ASSERT_EQ(open_domain(kFakeConnectX, nullptr, kVerbsBasicMode), 0) << hmr_last_error();
+  EXPECT_EQ(attr_.mr_mode & HMR_MR_LOCAL, 0u);
+  hmr_md_attr md{};
+  md.size = sizeof md;
+  ASSERT_EQ(hmr_md_query(domain_, &md), 0) << hmr_last_error();
+  EXPECT_NE(md.flags & HMR_MD_FLAG_LOCAL_DESCRIPTORS, 0u);
+}
+
 // Zero bytes and no access (docs/semantics.md): access 0 reaches ibv_reg_mr as access 0 (local
 // read only); zero bytes reach it too, and the kernel refuses a registration of no pages
 // (ib_umem_get: npages == 0 is -EINVAL), which the caller gets with the device's words.
