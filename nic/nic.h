@@ -66,6 +66,9 @@ struct Capabilities {
   bool auth_keys = false;
   bool persistent_memory = false;
   bool rma = false;               // can move bytes through hmr endpoints (sim only)
+  // A memory window takes its key from the table registrations use (mlx5's mkeys), so idle
+  // registrations given back make room for one (NicRegistrar::alloc_window).
+  bool windows_take_registration_keys = false;
   // Every call on the NIC must come from a thread that calls hmr on its domain: the
   // application serializes its calls (a wrapped libfabric domain opened FI_THREAD_DOMAIN), so
   // hmr's own threads (the deferred reaper, the asynchronous registrar) must not call it.

@@ -286,6 +286,7 @@ Status NicRegistrar::rereg(nic::Registration& registration, const nic::ReregRequ
 }
 
 Result<nic::MemoryWindow> NicRegistrar::alloc_window(nic::WindowType type) {
+  if (!nic_.capabilities().windows_take_registration_keys) return nic_.alloc_window(type);
   nic::MemoryWindow window;
   HMR_RETURN_IF_ERROR(retry_after_giving_back(
       [&]() -> Status {

@@ -83,8 +83,9 @@ class NicRegistrar final : public CacheBackend {
   // is usable.
   Status rereg(nic::Registration& registration, const nic::ReregRequest& request, bool pins);
   // A memory window at the NIC.  Where windows take their keys from the table registrations
-  // use (mlx5's mkeys: one table of 1 << log_max_mkey), a refusal for resources gives back
-  // idle registrations and tries again, as a registration does.  Binding is not retried:
+  // use (Capabilities::windows_take_registration_keys: mlx5's mkeys), a refusal for resources
+  // gives back idle registrations and tries again, as a registration does; elsewhere it is
+  // the caller's at once (giving back could not help, and would empty the cache).  Binding is not retried:
   // verbs takes no key there (ibv_bind_mw changes the window key's tag), and a bind refused
   // with ENOMEM is a full send queue, which no giving back cures.
   Result<nic::MemoryWindow> alloc_window(nic::WindowType type);

@@ -27,13 +27,13 @@ constexpr bool kUnderThreadSanitizer = false;
 // SizeClassAllocator64::GetFromAllocator (gdb).  Later compiler-rt
 // takes those locks around fork itself (asan_posix.cpp, InstallAtForkHandler, from LLVM 18);
 // hmr cannot, from outside the runtime.  GCC's libasan is counted as such a runtime up to
-// GCC 13 (it carries compiler-rt of LLVM 17 or older).
+// GCC 14 (its libsanitizer was merged from compiler-rt before that change; GCC 15's has it).
 #if defined(__SANITIZE_ADDRESS__)
 constexpr bool kAddressSanitizerMayHangForkedChildren =
 #if defined(__clang__)
     __clang_major__ < 18;
 #else
-    __GNUC__ < 14;
+    __GNUC__ < 15;
 #endif
 #elif defined(__has_feature)
 #if __has_feature(address_sanitizer)

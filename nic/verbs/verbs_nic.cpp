@@ -176,6 +176,11 @@ Status VerbsNic::apply_options() {
   if (!probe_.offset_addressing.supported) capabilities_.required_mr_mode |= HMR_MR_VIRT_ADDR;
   if (options_.raw_keys) capabilities_.required_mr_mode |= HMR_MR_RAW;
   capabilities_.key_size = options_.raw_keys ? kRawKeySize : sizeof(uint32_t);
+  // mlx5 makes MRs, windows and indirect mkeys from one table (mlx5_ib_query_device reports
+  // 1 << log_max_mkey as both max_mr and max_mw); known by Mellanox's vendor id.  Other
+  // devices are not known to, so a window they refuse gives nothing back (it would empty the
+  // cache for nothing).
+  capabilities_.windows_take_registration_keys = probe_.mellanox();
   capabilities_.iov_limit = 1;
   capabilities_.mr_cnt = probe_.max_mr > 0 ? static_cast<size_t>(probe_.max_mr) : 0;
   capabilities_.max_mr_size =

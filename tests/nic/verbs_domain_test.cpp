@@ -230,6 +230,40 @@ TEST_F(VerbsDomainTest, AWindowOnAFullDeviceGetsIdleRegistrationsBack) {
   munmap(mapping, 2 * kBuffers * 4096);
 }
 
+// A device whose windows have a pool of their own (not Mellanox's shared mkey table): a window
+// it refuses is the caller's at once, and the idle cache stays as it was (giving back could
+// not make room, and emptied the cache for nothing).
+TEST_F(VerbsDomainTest, AWindowRefusedByADeviceWithItsOwnPoolGivesNothingBack) {
+  fake_ibverbs_device_config config{};
+  fake().get_device(0, &config);
+  config.mlx5 = 0;
+  config.vendor_id = 0x8086;  // Intel (irdma)
+  config.max_mw = 1;
+  fake().set_device(0, &config);
+  if (!open_cached_domain(kBasicMode)) {
+    ASSERT_NE(domain_, nullptr);
+    GTEST_SKIP() << "no cache monitor can start here: " << hmr_last_error();
+  }
+  constexpr size_t kBuffers = 8;
+  auto* mapping = static_cast<uint8_t*>(mmap(nullptr, 2 * kBuffers * 4096, PROT_READ | PROT_WRITE,
+                                             MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(mapping, MAP_FAILED);
+  std::memset(mapping, 1, 2 * kBuffers * 4096);
+  for (size_t i = 0; i < kBuffers; ++i) {
+    ASSERT_TRUE(reg(mapping + 2 * i * 4096, 4096, HMR_REMOTE_READ)) << "buffer " << i;
+  }
+  EXPECT_EQ(fake().live("mrs"), 8);
+  hmr_mw* first = nullptr;
+  ASSERT_EQ(hmr_mw_alloc(domain_, HMR_MW_TYPE_1, &first), 0) << hmr_last_error();
+  hmr_mw* second = nullptr;
+  EXPECT_EQ(hmr_mw_alloc(domain_, HMR_MW_TYPE_1, &second), -HMR_ENOMEM);
+  EXPECT_EQ(fake().live("mrs"), 8) << "idle registrations were given back for nothing";
+  ASSERT_EQ(hmr_mw_close(first), 0) << hmr_last_error();
+  ASSERT_EQ(hmr_domain_close(domain_), 0) << hmr_last_error();
+  domain_ = nullptr;
+  munmap(mapping, 2 * kBuffers * 4096);
+}
+
 // Verbs requires MR_LOCAL (every work request names its local buffers by lkey), and the
 // application posts its own work requests: hmr clears LOCAL from the domain's mode, as for
 // every NIC, and hmr_md_query tells the application it must pass local descriptors.

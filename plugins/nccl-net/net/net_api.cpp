@@ -188,15 +188,30 @@ ncclResult_t finalize(void* ctx) {
   // NULL is the context of an init that failed (NCCL cleans up after it): nothing to end.
   if (ctx == nullptr) return ncclSuccess;
   Plugin& p = plugin();
-  std::lock_guard lock(p.mutex);
-  if (!p.live_contexts.remove(ctx)) return fail(ncclInvalidUsage, "finalize of a context not initialized");
   // Connections the context started and NCCL stopped calling connect() for (an abort while
-  // connecting): nothing will ask for them again, and each holds an endpoint.
-  const size_t abandoned =
-      std::erase_if(p.connecting, [ctx](const auto& entry) { return entry.second.ctx == ctx; });
-  if (abandoned != 0) log_info("finalize: %zu connection(s) never finished were closed", abandoned);
+  // connecting): nothing will ask for them again, and each holds an endpoint.  Closed after
+  // the plugin's lock is let go (closing an endpoint is the provider's business, and other
+  // communicators' calls need the lock meanwhile).
+  std::vector<std::unique_ptr<SendComm>> abandoned;
+  std::unique_lock lock(p.mutex);
+  if (!p.live_contexts.remove(ctx)) return fail(ncclInvalidUsage, "finalize of a context not initialized");
+  for (auto it = p.connecting.begin(); it != p.connecting.end();) {
+    if (it->second.ctx == ctx) {
+      abandoned.push_back(std::move(it->second.comm));
+      it = p.connecting.erase(it);
+    } else {
+      ++it;
+    }
+  }
   delete static_cast<Context*>(ctx);
-  if (--p.contexts == 0 && !p.legacy) close_devices(p);
+  const size_t closed = abandoned.size();
+  if (--p.contexts == 0 && !p.legacy) {
+    abandoned.clear();  // before their devices close
+    close_devices(p);
+  }
+  lock.unlock();
+  abandoned.clear();
+  if (closed != 0) log_info("finalize: %zu connection(s) never finished were closed", closed);
   return ncclSuccess;
 }
 
