@@ -85,9 +85,9 @@ class NicRegistrar final : public CacheBackend {
   // A memory window at the NIC.  Where windows take their keys from the table registrations
   // use (Capabilities::windows_take_registration_keys: mlx5's mkeys), a refusal for resources
   // gives back idle registrations and tries again, as a registration does; elsewhere it is
-  // the caller's at once (giving back could not help, and would empty the cache).  Binding is not retried:
-  // verbs takes no key there (ibv_bind_mw changes the window key's tag), and a bind refused
-  // with ENOMEM is a full send queue, which no giving back cures.
+  // the caller's at once (giving back could not help, and would empty the cache).  Binding
+  // is not retried: verbs takes no key there (ibv_bind_mw changes the window key's tag), and
+  // a bind refused with ENOMEM is a full send queue, which no giving back cures.
   Result<nic::MemoryWindow> alloc_window(nic::WindowType type);
 
   // CacheBackend: a host-memory cache miss.

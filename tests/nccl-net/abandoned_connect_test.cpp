@@ -10,8 +10,6 @@
 // provider: a second context keeps the devices open, as another communicator does.
 #include <gtest/gtest.h>
 
-#include <dirent.h>
-
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
@@ -21,6 +19,7 @@
 #include <vector>
 
 #include "net/net_api.h"
+#include "tests/hmem/fd_checks.h"
 
 namespace hmr::nccl {
 namespace {
@@ -46,17 +45,6 @@ bool logged(const std::string& text) {
     if (m.find(text) != std::string::npos) return true;
   }
   return false;
-}
-
-// The process's open file descriptors: each endpoint of the tcp provider holds sockets and
-// its progress's wait objects.
-int open_descriptors() {
-  DIR* dir = opendir("/proc/self/fd");
-  if (dir == nullptr) return -1;
-  int count = 0;
-  while (readdir(dir) != nullptr) ++count;
-  closedir(dir);
-  return count;
 }
 
 class AbandonedConnect : public ::testing::Test {
@@ -106,14 +94,14 @@ TEST_F(AbandonedConnect, AContextsFinalizeClosesTheConnectionsItNeverFinished) {
   abandon_one_connection(2, first);
   ASSERT_FALSE(HasFatalFailure());
   EXPECT_TRUE(logged("never finished were closed")) << "finalize said nothing of the connection";
-  const int after_first = open_descriptors();
+  const int after_first = hmr::testing::open_fd_count();
   for (uint64_t round = 0; round < 4; ++round) {
     char copy[NCCL_NET_HANDLE_MAXSIZE];
     std::memcpy(copy, handle_, sizeof copy);
     abandon_one_connection(3 + round, copy);
     ASSERT_FALSE(HasFatalFailure());
   }
-  EXPECT_EQ(open_descriptors(), after_first)
+  EXPECT_EQ(hmr::testing::open_fd_count(), after_first)
       << "abandoned connections kept their endpoints after their contexts were finalized";
   // The finalized context's handle names nothing any more, for any context.
   void* send_comm = nullptr;

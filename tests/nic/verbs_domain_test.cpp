@@ -140,33 +140,62 @@ TEST_F(VerbsDomainTest, CachedRegistrationsAreSharedAndDeregisteredOnce) {
 namespace hmr::testing {
 namespace {
 
+// Page buffers with a gap page after each (no registration's range touches another's), in
+// one mapping, written to, unmapped at the end.
+class SpacedPages {
+ public:
+  explicit SpacedPages(size_t count) : bytes_(2 * count * 4096) {
+    void* mapped =
+        mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mapped != MAP_FAILED) {
+      base_ = static_cast<uint8_t*>(mapped);
+      std::memset(base_, 1, bytes_);
+    }
+  }
+  ~SpacedPages() {
+    if (base_ != nullptr) munmap(base_, bytes_);
+  }
+  SpacedPages(const SpacedPages&) = delete;
+  SpacedPages& operator=(const SpacedPages&) = delete;
+  explicit operator bool() const { return base_ != nullptr; }
+  uint8_t* at(size_t i) const { return base_ + 2 * i * 4096; }
+
+ private:
+  size_t bytes_;
+  uint8_t* base_ = nullptr;
+};
+
+// The fake's device 0 as `change` leaves it.
+template <typename Change>
+void change_device0(const FakeIbverbs& fake, Change&& change) {
+  fake_ibverbs_device_config config{};
+  fake.get_device(0, &config);
+  change(config);
+  fake.set_device(0, &config);
+}
+
 // Under pressure on verbs (docs/semantics.md): a device that holds 16 MRs (max_mr, which the
 // fake now enforces as mlx5 does, with ENOMEM).  hmr takes max_mr as the domain's mr_cnt and
 // gives back idle cached registrations before it would pass it; a refusal the limit did not
 // foresee (ENOMEM injected) gives back and retries too.
 TEST_F(VerbsDomainTest, AFullDeviceGetsIdleRegistrationsBack) {
-  fake_ibverbs_device_config config{};
-  fake().get_device(0, &config);
-  config.max_mr = 16;
-  fake().set_device(0, &config);
+  change_device0(fake(), [](fake_ibverbs_device_config& config) { config.max_mr = 16; });
   if (!open_cached_domain(kBasicMode)) {
     ASSERT_NE(domain_, nullptr);
     GTEST_SKIP() << "no cache monitor can start here: " << hmr_last_error();
   }
   EXPECT_EQ(attr_.mr_cnt, 16u) << "the device's max_mr";
   constexpr size_t kBuffers = 48;
-  auto* mapping = static_cast<uint8_t*>(mmap(nullptr, 2 * kBuffers * 4096, PROT_READ | PROT_WRITE,
-                                             MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
-  ASSERT_NE(mapping, MAP_FAILED);
-  std::memset(mapping, 1, 2 * kBuffers * 4096);
+  SpacedPages buffers(kBuffers);
+  ASSERT_TRUE(buffers);
   for (size_t i = 0; i < kBuffers; ++i) {
-    hmr_test::MrPtr mr = reg(mapping + 2 * i * 4096, 4096, HMR_REMOTE_READ);
+    hmr_test::MrPtr mr = reg(buffers.at(i), 4096, HMR_REMOTE_READ);
     ASSERT_TRUE(mr) << "buffer " << i;
     EXPECT_LE(fake().live("mrs"), 16);
   }
   // A refusal no limit foresaw: the next ibv_reg_mr fails with ENOMEM once.
   fake().set_failure("ibv_reg_mr_iova2#1", ENOMEM);
-  hmr_test::MrPtr after_refusal = reg(mapping, 4096 * 2 - 1, HMR_REMOTE_WRITE);
+  hmr_test::MrPtr after_refusal = reg(buffers.at(0), 4096 * 2 - 1, HMR_REMOTE_WRITE);
   EXPECT_TRUE(after_refusal);
   fake().set_failure("ibv_reg_mr_iova2", 0);
   hmr_domain_stats stats{};
@@ -178,7 +207,6 @@ TEST_F(VerbsDomainTest, AFullDeviceGetsIdleRegistrationsBack) {
   after_refusal.reset();
   ASSERT_EQ(hmr_domain_close(domain_), 0) << hmr_last_error();
   domain_ = nullptr;
-  munmap(mapping, 2 * kBuffers * 4096);
 }
 
 // A memory window on mlx5 takes an mkey from the table the MRs use (max_mr == max_mw ==
@@ -186,23 +214,18 @@ TEST_F(VerbsDomainTest, AFullDeviceGetsIdleRegistrationsBack) {
 // some back and succeeds, as a registration does; it failed with ENOMEM.  With every mkey in
 // use by open MRs it fails with the device's code and hmr's account of what it holds.
 TEST_F(VerbsDomainTest, AWindowOnAFullDeviceGetsIdleRegistrationsBack) {
-  fake_ibverbs_device_config config{};
-  fake().get_device(0, &config);
-  config.max_mr = 16;
-  config.max_mw = 16;
-  fake().set_device(0, &config);
+  change_device0(fake(),
+                 [](fake_ibverbs_device_config& config) { config.max_mr = config.max_mw = 16; });
   if (!open_cached_domain(kBasicMode)) {
     ASSERT_NE(domain_, nullptr);
     GTEST_SKIP() << "no cache monitor can start here: " << hmr_last_error();
   }
   constexpr size_t kBuffers = 16;
-  auto* mapping = static_cast<uint8_t*>(mmap(nullptr, 2 * kBuffers * 4096, PROT_READ | PROT_WRITE,
-                                             MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
-  ASSERT_NE(mapping, MAP_FAILED);
-  std::memset(mapping, 1, 2 * kBuffers * 4096);
+  SpacedPages buffers(kBuffers);
+  ASSERT_TRUE(buffers);
   std::vector<hmr_test::MrPtr> open;
   for (size_t i = 0; i < kBuffers; ++i) {
-    open.push_back(reg(mapping + 2 * i * 4096, 4096, HMR_REMOTE_READ));
+    open.push_back(reg(buffers.at(i), 4096, HMR_REMOTE_READ));
     ASSERT_TRUE(open.back()) << "buffer " << i;
   }
   // Every mkey in use: the device's refusal, with what hmr holds.
@@ -222,35 +245,31 @@ TEST_F(VerbsDomainTest, AWindowOnAFullDeviceGetsIdleRegistrationsBack) {
   EXPECT_GE(stats.nic_refusal_retries, 1u);
   // A registration beside the window, with the table full again, still gets one back.
   for (size_t i = 0; i < kBuffers; ++i) {
-    EXPECT_TRUE(reg(mapping + 2 * i * 4096 + 4096, 1, HMR_REMOTE_READ)) << "buffer " << i;
+    EXPECT_TRUE(reg(buffers.at(i) + 4096, 1, HMR_REMOTE_READ)) << "buffer " << i;
   }
   ASSERT_EQ(hmr_mw_close(window), 0) << hmr_last_error();
   ASSERT_EQ(hmr_domain_close(domain_), 0) << hmr_last_error();
   domain_ = nullptr;
-  munmap(mapping, 2 * kBuffers * 4096);
 }
 
 // A device whose windows have a pool of their own (not Mellanox's shared mkey table): a window
 // it refuses is the caller's at once, and the idle cache stays as it was (giving back could
 // not make room, and emptied the cache for nothing).
 TEST_F(VerbsDomainTest, AWindowRefusedByADeviceWithItsOwnPoolGivesNothingBack) {
-  fake_ibverbs_device_config config{};
-  fake().get_device(0, &config);
-  config.mlx5 = 0;
-  config.vendor_id = 0x8086;  // Intel (irdma)
-  config.max_mw = 1;
-  fake().set_device(0, &config);
+  change_device0(fake(), [](fake_ibverbs_device_config& config) {
+    config.mlx5 = 0;
+    config.vendor_id = 0x8086;  // Intel (irdma)
+    config.max_mw = 1;
+  });
   if (!open_cached_domain(kBasicMode)) {
     ASSERT_NE(domain_, nullptr);
     GTEST_SKIP() << "no cache monitor can start here: " << hmr_last_error();
   }
   constexpr size_t kBuffers = 8;
-  auto* mapping = static_cast<uint8_t*>(mmap(nullptr, 2 * kBuffers * 4096, PROT_READ | PROT_WRITE,
-                                             MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
-  ASSERT_NE(mapping, MAP_FAILED);
-  std::memset(mapping, 1, 2 * kBuffers * 4096);
+  SpacedPages buffers(kBuffers);
+  ASSERT_TRUE(buffers);
   for (size_t i = 0; i < kBuffers; ++i) {
-    ASSERT_TRUE(reg(mapping + 2 * i * 4096, 4096, HMR_REMOTE_READ)) << "buffer " << i;
+    ASSERT_TRUE(reg(buffers.at(i), 4096, HMR_REMOTE_READ)) << "buffer " << i;
   }
   EXPECT_EQ(fake().live("mrs"), 8);
   hmr_mw* first = nullptr;
@@ -261,7 +280,6 @@ TEST_F(VerbsDomainTest, AWindowRefusedByADeviceWithItsOwnPoolGivesNothingBack) {
   ASSERT_EQ(hmr_mw_close(first), 0) << hmr_last_error();
   ASSERT_EQ(hmr_domain_close(domain_), 0) << hmr_last_error();
   domain_ = nullptr;
-  munmap(mapping, 2 * kBuffers * 4096);
 }
 
 // Verbs requires MR_LOCAL (every work request names its local buffers by lkey), and the
