@@ -190,11 +190,18 @@ Status Domain::open_device_cache(const CacheLimits& limits) {
 
 // Every export path is cached, a host shadow too: one shadow per device range, shared by every
 // MR inside it (hmr_mr_sync of any of them copies its part), freed with the entry.
+// hmem_data and page_size ask the NIC for something particular (libfabric's fi_mr_attr
+// members of 1.19 and 1.22); a cache entry's registration is made without them, so such a
+// request is never shared (the hit path turns it away too: api/api_mr.cpp).
+static bool asks_for_particulars(const MrRequest& request) {
+  return request.hmem_data != nullptr || request.page_size != 0;
+}
+
 bool Domain::device_cacheable(const MrRequest& request) const {
   if (device_cache_ == nullptr || request.free_unheard) return false;
   if (!has_mode(HMR_MR_PROV_KEY) || has_mode(HMR_MR_ENDPOINT) || request.dmabuf ||
       request.length() == 0 || (request.flags & ~(HMR_HMEM_DEVICE_ONLY | HMR_HMEM_HOST_ALLOC)) != 0 ||
-      (request.access & ~kCacheableAccess) != 0) {
+      (request.access & ~kCacheableAccess) != 0 || asks_for_particulars(request)) {
     return false;
   }
   const int iface = request.memory.iface;
@@ -281,7 +288,7 @@ bool Domain::cacheable(const MrRequest& request) const {
   return cache_ != nullptr && has_mode(HMR_MR_PROV_KEY) && !has_mode(HMR_MR_ENDPOINT) &&
          request.segments.size() == 1 && request.segments[0].iov_len != 0 && request.flags == 0 &&
          request.iface == HMR_HMEM_SYSTEM &&
-         (request.access & ~kCacheableAccess) == 0;
+         (request.access & ~kCacheableAccess) == 0 && !asks_for_particulars(request);
 }
 
 // CacheKey keeps access in 16 bits; only cacheable requests get a key.
