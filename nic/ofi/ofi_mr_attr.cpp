@@ -94,6 +94,12 @@ Status fill_hmem_extras(const RegistrationRequest& request, uint32_t api_version
 
 }  // namespace
 
+uint64_t chosen_key(uint64_t count, size_t key_size) {
+  if (key_size >= sizeof(uint64_t)) return count == 0 ? 1 : count;
+  const uint64_t keys = (uint64_t{1} << (8 * key_size)) - 1;  // 1 .. 2^bits - 1
+  return 1 + (count == 0 ? 0 : count - 1) % keys;
+}
+
 Status build_mr_attr(const RegistrationRequest& request, uint64_t key, uint32_t api_version,
                      const std::string& who, MrAttr& out) {
   if (request.flags & HMR_RMA_EVENT) {

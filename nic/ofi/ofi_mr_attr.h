@@ -56,6 +56,13 @@ struct MrAttr {
 #endif
 };
 
+// The key hmr asks for when it chooses one, from the process's running count (1, 2, ...): a
+// number a key of `key_size` bytes holds, never 0.  The count wraps within that range, so a
+// provider of narrow keys (opx: 2 bytes, requested keys past its table refused with
+// -FI_EKEYREJECTED) gets keys released long ago again instead of numbers it cannot hold, and
+// keys still in use are skipped by the provider's -FI_ENOKEY.
+uint64_t chosen_key(uint64_t count, size_t key_size);
+
 // Fills `out` from `request` with `key` as requested_key.  `api_version` is the version the
 // domain's fabric speaks; `who` names libfabric and the provider in reasons.  Fails with
 // HMR_ENOSYS for a dma-buf, hmem_data or page_size this build or runtime cannot carry, and

@@ -187,7 +187,8 @@ Result<Registration> OfiNic::register_memory(const RegistrationRequest& request)
   uint64_t stride = 1;
   for (int attempt = 1;; ++attempt, stride *= 2) {
     if (choose_key) {
-      attr.attr.requested_key = next_chosen_key.fetch_add(stride, std::memory_order_relaxed);
+      attr.attr.requested_key = chosen_key(
+          next_chosen_key.fetch_add(stride, std::memory_order_relaxed), capabilities_.key_size);
     }
     rc = fi_mr_regattr(domain_->domain(), &attr.attr, attr.flags, &mr);
     if (!(choose_key && rc == -FI_ENOKEY && attempt < kKeyAttempts)) break;
@@ -239,7 +240,15 @@ Result<Registration> OfiNic::describe_registration(const RegistrationRequest& re
     return make_error(HMR_EIO, "%s gave no key for %s (FI_KEY_NOTAVAIL)", domain_->who().c_str(),
                       describe_memory(request).c_str());
   }
-  registration.key = KeyBytes::from_u64(key, capabilities_.key_size);
+  const size_t key_size = capabilities_.key_size;
+  if (key_size < sizeof(uint64_t) && (key >> (8 * key_size)) != 0) {
+    // Cut to the provider's key size, peers would be sent another key.
+    (void)fi_close(&mr->fid);
+    return make_error(HMR_EKEYREJECTED, "%s gave key %#llx for %s, wider than its %zu-byte keys "
+                      "(mr_key_size)", domain_->who().c_str(), static_cast<ull>(key),
+                      describe_memory(request).c_str(), key_size);
+  }
+  registration.key = KeyBytes::from_u64(key, key_size);
   if (virt_addr_) {
     registration.base_addr = reinterpret_cast<uint64_t>(
         request.dmabuf != nullptr ? request.dmabuf->base_addr : request.segments[0].iov_base);

@@ -27,6 +27,26 @@ void expect_refused(const RegistrationRequest& request, uint32_t api, int code,
   EXPECT_NE(status.reason().find(kWho), std::string::npos) << status.reason();
 }
 
+// The keys hmr chooses stay within the provider's key size and come round again: a 2-byte
+// provider (opx) refuses requested keys past its table, and after 65535 registrations in the
+// process every registration failed.
+TEST(OfiChosenKey, StaysWithinTheKeySizeAndComesRound) {
+  EXPECT_EQ(chosen_key(1, 8), 1u);
+  EXPECT_EQ(chosen_key(70000, 8), 70000u);
+  EXPECT_EQ(chosen_key(1, 2), 1u);
+  EXPECT_EQ(chosen_key(65535, 2), 65535u);
+  EXPECT_EQ(chosen_key(65536, 2), 1u) << "key 0 and 65536 are not 2-byte keys";
+  EXPECT_EQ(chosen_key(70000, 2), 70000u - 65535u);
+  EXPECT_EQ(chosen_key(256, 1), 1u);
+  for (uint64_t count : {uint64_t{0}, uint64_t{1} << 40, ~uint64_t{0}}) {
+    for (size_t size : {1, 2, 4}) {
+      const uint64_t key = chosen_key(count, size);
+      EXPECT_GE(key, 1u);
+      EXPECT_EQ(key >> (8 * size), 0u) << count << " at " << size << " bytes";
+    }
+  }
+}
+
 TEST(OfiMrAttr, HostSegmentsAccessAndKeyPassThrough) {
   char buffer[256];
   const iovec segments[2] = {{buffer, 100}, {buffer + 128, 64}};
