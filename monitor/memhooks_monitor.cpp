@@ -194,6 +194,11 @@ void* mremap_hook(void* old_address, size_t old_length, size_t new_length, int f
       syscall(SYS_mremap, old_address, old_length, new_length, flags, new_address));
 }
 
+// MADV_GUARD_INSTALL (Linux 6.13, include/uapi/asm-generic/mman-common.h): guard markers
+// replace the range's pages, which are gone; MADV_GUARD_REMOVE later leaves fresh zero pages.
+// Debian 12's headers predate it.  (userfaultfd reports no event for it: docs/semantics.md.)
+constexpr int kMadvGuardInstall = 102;
+
 int madvise_hook(void* address, size_t length, int advice) {
   bool drops_pages = false;
   switch (advice) {
@@ -201,6 +206,7 @@ int madvise_hook(void* address, size_t length, int advice) {
     case MADV_DONTNEED_LOCKED:
     case MADV_FREE:
     case MADV_REMOVE:
+    case kMadvGuardInstall:
       drops_pages = true;
       break;
     default:

@@ -354,7 +354,11 @@ struct hmr_monitor_ops {
 	int (*valid)(void *context, const void *addr, size_t len);
 };
 HMR_API int hmr_monitor_import(const struct hmr_monitor_ops *ops, hmr_monitor **monitor);
-/* Every cached registration overlapping [addr, addr+len) is dropped before this returns. */
+/* Every cached registration overlapping [addr, addr+len) is dropped before this returns.
+ * Call it after the change (before the call that made it returns to its caller), from an
+ * ordinary thread: idle registrations of the range are deregistered on the NIC before it
+ * returns, so not from inside a memory hook that holds the allocator's lock, nor from a
+ * signal handler. */
 HMR_API int hmr_monitor_notify(hmr_monitor *monitor, const void *addr, size_t len);
 /* -HMR_EBUSY while a domain uses it. */
 HMR_API int hmr_monitor_close(hmr_monitor *monitor);
