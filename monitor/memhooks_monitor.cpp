@@ -6,6 +6,7 @@
 #include <sys/mman.h>
 #include <sys/shm.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
+#include <utility>
 
 #include "monitor/changing_ranges.h"
 #include "util/log.h"
@@ -199,21 +201,65 @@ void* mremap_hook(void* old_address, size_t old_length, size_t new_length, int f
 // Debian 12's headers predate it.  (userfaultfd reports no event for it: docs/semantics.md.)
 constexpr int kMadvGuardInstall = 102;
 
-int madvise_hook(void* address, size_t length, int advice) {
-  bool drops_pages = false;
+bool advice_drops_pages(int advice) {
   switch (advice) {
     case MADV_DONTNEED:
     case MADV_DONTNEED_LOCKED:
     case MADV_FREE:
     case MADV_REMOVE:
     case kMadvGuardInstall:
-      drops_pages = true;
-      break;
+      return true;
     default:
-      break;
+      return false;
   }
-  const ChangeScope change(address, length, drops_pages);
+}
+
+int madvise_hook(void* address, size_t length, int advice) {
+  const ChangeScope change(address, length, advice_drops_pages(advice));
   return static_cast<int>(syscall(SYS_madvise, address, length, advice));
+}
+
+// The span from the lowest start to the highest end of `count` ranges at `ranges` (the
+// caller's, unchecked), read through process_vm_readv so that a bad pointer is the kernel's
+// EFAULT to report, not a fault in the hook.  Empty when it cannot be read.
+std::pair<uintptr_t, uintptr_t> span_of(const iovec* ranges, size_t count) {
+  struct KeepErrno {  // errno is the caller's: only the hooked call's own syscall sets it
+    int saved = errno;
+    ~KeepErrno() { errno = saved; }
+  } keep_errno;
+  uintptr_t low = UINTPTR_MAX, high = 0;
+  iovec chunk[64];
+  for (size_t done = 0; done < count;) {
+    const size_t n = std::min(count - done, sizeof chunk / sizeof chunk[0]);
+    const iovec local = {chunk, n * sizeof(iovec)};
+    const iovec remote = {const_cast<iovec*>(ranges + done), n * sizeof(iovec)};
+    if (syscall(SYS_process_vm_readv, getpid(), &local, 1UL, &remote, 1UL, 0UL) !=
+        static_cast<long>(n * sizeof(iovec))) {
+      return {0, 0};
+    }
+    for (size_t i = 0; i < n; ++i) {
+      const auto start = reinterpret_cast<uintptr_t>(chunk[i].iov_base);
+      if (chunk[i].iov_len == 0) continue;
+      low = std::min(low, start);
+      high = std::max(high, end_of(start, chunk[i].iov_len));
+    }
+    done += n;
+  }
+  return low < high ? std::pair{low, high} : std::pair<uintptr_t, uintptr_t>{0, 0};
+}
+
+// process_madvise(2) (glibc 2.36; on Linux 6.13 and later any advice on the caller's own
+// pidfd): advice that drops pages is reported over the whole span of its ranges, whatever
+// process the pidfd names (telling the caller's own apart is a syscall of its own, and
+// reporting what did not change costs only misses).  More ranges than the kernel takes
+// (UIO_MAXIOV) fail there with EINVAL, so they are not read.
+ssize_t process_madvise_hook(int pidfd, const iovec* ranges, size_t count, int advice,
+                             unsigned int flags) {
+  constexpr size_t kMaxRanges = 1024;  // UIO_MAXIOV
+  std::pair<uintptr_t, uintptr_t> span{0, 0};
+  if (advice_drops_pages(advice) && count <= kMaxRanges) span = span_of(ranges, count);
+  const ChangeScope change(span.first, span.second);
+  return static_cast<ssize_t>(syscall(SYS_process_madvise, pidfd, ranges, count, advice, flags));
 }
 
 int brk_hook(void* address) {
@@ -271,6 +317,7 @@ void* shmat_hook(int id, const void* address, int flags) {
 struct Patch {
   const char* symbol;
   uintptr_t hook;
+  bool optional = false;  // a libc without it is hooked without it (process_madvise: 2.36)
   uint8_t* at = nullptr;  // where the jump is written: the entry, or just after endbr64
   size_t length = 0;      // 0: not written
   uint8_t original[MemhooksMonitor::kMaxPatch] = {};
@@ -284,6 +331,7 @@ Patch g_patches[] = {
     {"brk", reinterpret_cast<uintptr_t>(&brk_hook)},
     {"shmdt", reinterpret_cast<uintptr_t>(&shmdt_hook)},
     {"shmat", reinterpret_cast<uintptr_t>(&shmat_hook)},
+    {"process_madvise", reinterpret_cast<uintptr_t>(&process_madvise_hook), true},
 };
 constexpr size_t kPatches = sizeof g_patches / sizeof g_patches[0];
 constexpr size_t kSlot = 16;        // trampoline bytes per hook
@@ -488,6 +536,7 @@ Status MemhooksMonitor::install() {
   Status found;
   for (size_t i = 0; i < kPatches && found.ok(); ++i) {
     void* function = dlsym(libc, g_patches[i].symbol);
+    if (function == nullptr && g_patches[i].optional) continue;  // (entries[i] stays null)
     if (function == nullptr) {
       found = make_error(HMR_EOPNOTSUPP, "memhooks: libc exports no %s", g_patches[i].symbol);
       break;
@@ -508,6 +557,7 @@ Status MemhooksMonitor::install() {
   if (g_trampolines == nullptr) {
     uintptr_t low = UINTPTR_MAX, high = 0;
     for (uint8_t* entry : entries) {
+      if (entry == nullptr) continue;
       low = std::min(low, reinterpret_cast<uintptr_t>(entry));
       high = std::max(high, reinterpret_cast<uintptr_t>(entry));
     }
@@ -527,6 +577,7 @@ Status MemhooksMonitor::install() {
   size_t lengths[kPatches] = {};
   uint8_t* targets[kPatches] = {};
   for (size_t i = 0; i < kPatches; ++i) {
+    if (entries[i] == nullptr) continue;  // an optional function this libc lacks
     const size_t skip = has_endbr64(entries[i]) ? 4 : 0;
     uint8_t* at = entries[i] + skip;
     const uint8_t* slot = g_trampolines != nullptr ? g_trampolines + i * kSlot : nullptr;
@@ -554,6 +605,7 @@ Status MemhooksMonitor::install() {
   g_monitor.store(this, std::memory_order_release);
   for (size_t i = 0; i < kPatches; ++i) {
     Patch& patch = g_patches[i];
+    if (targets[i] == nullptr) continue;
     patch.at = targets[i];
     copy_code(patch.original, targets[i], lengths[i]);
     Status written = write_code(targets[i], code[i], lengths[i], patch.symbol);
@@ -564,8 +616,10 @@ Status MemhooksMonitor::install() {
     patch.length = lengths[i];
   }
   installed_.store(true, std::memory_order_release);
-  log_message(LogLevel::debug, "memhooks: libc's munmap, mmap, mremap, madvise, brk, shmdt and "
-              "shmat are hooked (%s jumps)", g_trampolines != nullptr ? "5-byte" : "13-byte");
+  log_message(LogLevel::debug, "memhooks: libc's munmap, mmap, mremap, madvise, brk, shmdt, "
+              "shmat%s are hooked (%s jumps)",
+              targets[kPatches - 1] != nullptr ? " and process_madvise" : " (no process_madvise)",
+              g_trampolines != nullptr ? "5-byte" : "13-byte");
   return ok_status();
 #endif
 }
