@@ -14,7 +14,8 @@
 // `mov $nr, %eax` before the `syscall`, so a thread sleeping in the kernel while the patch
 // is written returns to untouched code.  mmap and mremap are C functions whose first
 // instruction is shorter (3 and 4 bytes in Debian 12's glibc): a thread stopped right after
-// it while the patch is written would resume inside the jump.  Nothing in user space can
+// it while the patch is written would resume inside the jump (process_madvise's stub too: a
+// 3-byte `mov %rcx, %r10` comes first).  Nothing in user space can
 // move such a thread; the window is one instruction, at the first memhooks domain's open.
 // Bytes that fit one aligned 8-byte word are written with one store; a patch across two
 // words (after an endbr64, or a 13-byte jump) parks arriving threads on a 2-byte `jmp .`
@@ -22,7 +23,8 @@
 //
 // Hooked (x86-64 glibc only): munmap, mmap (MAP_FIXED over a range), mremap, madvise
 // (MADV_DONTNEED, MADV_DONTNEED_LOCKED, MADV_FREE, MADV_REMOVE), brk (and so sbrk and
-// malloc's trimming, which reach the break only through brk), shmdt, shmat (SHM_REMAP).
+// malloc's trimming, which reach the break only through brk), shmdt, shmat (SHM_REMAP),
+// process_madvise (where libc has it, 2.36: the span of its ranges, for any pidfd).
 // Not seen: raw syscall(2) or inline syscalls in other code, ld.so's private munmap (dlclose
 // of a library), io_uring and other processes.
 //
