@@ -114,20 +114,22 @@ Status MemoryRegion::register_device() {
 
   // Each path is tried in the plan's order until one registers.  The answer when none does is
   // the code of the first path tried (the best one the plan found usable: a later path's
-  // failure, a shadow that cannot copy this memory, must not hide why it failed).  A refusal
-  // for resources (the NIC after giving back what was idle, a device cache entry freed and
-  // reallocated meanwhile) ends the search with its code: it is the caller's to retry, and a
-  // worse path taken for a moment's want (a host shadow, which copies) would stay cached.
+  // failure, a shadow that cannot copy this memory, must not hide why it failed).  The NIC's
+  // refusal for resources, after giving back what was idle (Status::nic_refusal), ends the
+  // search with its code: it is the caller's to retry, and a worse path taken for a moment's
+  // want (a host shadow, which copies) would stay cached.  A driver's export failing with the
+  // same code does not: another path may not need the export.
   std::array<std::string, kExportModes> failures;
   int first_code = 0;
   auto refused_for_resources = [&](ExportMode mode, const Status& failure) {
     failures[static_cast<size_t>(mode)] = failure.reason();
     if (first_code == 0) first_code = failure.code();
-    return is_resource_refusal(failure.code());
+    return failure.nic_refusal();
   };
   auto refused_on = [](ExportMode mode, const Status& failure) {
-    return make_error(failure.code(), "%s (the %s path; no other path was tried)",
-                      failure.reason().c_str(), export_mode_name(mode));
+    Status refused = make_error(failure.code(), "%s (the %s path; no other path was tried)",
+                                failure.reason().c_str(), export_mode_name(mode));
+    return refused.mark_nic_refusal();
   };
   for (size_t i = 0; i < plan.count; ++i) {
     const ExportMode mode = plan.order[i];

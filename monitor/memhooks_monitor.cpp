@@ -19,6 +19,10 @@
 #include "monitor/changing_ranges.h"
 #include "util/log.h"
 
+#ifndef SYS_process_madvise
+#define SYS_process_madvise 440  // x86-64 (memhooks is x86-64 only); kernel headers before 5.10
+#endif
+
 #ifndef MADV_DONTNEED_LOCKED
 #define MADV_DONTNEED_LOCKED 24
 #endif
@@ -221,7 +225,10 @@ int madvise_hook(void* address, size_t length, int advice) {
 
 // The span from the lowest start to the highest end of `count` ranges at `ranges` (the
 // caller's, unchecked), read through process_vm_readv so that a bad pointer is the kernel's
-// EFAULT to report, not a fault in the hook.  Empty when it cannot be read.
+// EFAULT to report, not a fault in the hook: empty then (the kernel refuses the call too).
+// Where the read is refused for another reason (a seccomp filter that denies
+// process_vm_readv, a kernel without CONFIG_CROSS_MEMORY_ATTACH), the whole address space,
+// as shmdt's hook does when it cannot read the maps: misses, never a stale hit.
 std::pair<uintptr_t, uintptr_t> span_of(const iovec* ranges, size_t count) {
   struct KeepErrno {  // errno is the caller's: only the hooked call's own syscall sets it
     int saved = errno;
@@ -233,10 +240,9 @@ std::pair<uintptr_t, uintptr_t> span_of(const iovec* ranges, size_t count) {
     const size_t n = std::min(count - done, sizeof chunk / sizeof chunk[0]);
     const iovec local = {chunk, n * sizeof(iovec)};
     const iovec remote = {const_cast<iovec*>(ranges + done), n * sizeof(iovec)};
-    if (syscall(SYS_process_vm_readv, getpid(), &local, 1UL, &remote, 1UL, 0UL) !=
-        static_cast<long>(n * sizeof(iovec))) {
-      return {0, 0};
-    }
+    const long read = syscall(SYS_process_vm_readv, getpid(), &local, 1UL, &remote, 1UL, 0UL);
+    if (read < 0 && errno != EFAULT) return {0, UINTPTR_MAX};
+    if (read != static_cast<long>(n * sizeof(iovec))) return {0, 0};
     for (size_t i = 0; i < n; ++i) {
       const auto start = reinterpret_cast<uintptr_t>(chunk[i].iov_base);
       if (chunk[i].iov_len == 0) continue;
@@ -334,6 +340,14 @@ Patch g_patches[] = {
     {"process_madvise", reinterpret_cast<uintptr_t>(&process_madvise_hook), true},
 };
 constexpr size_t kPatches = sizeof g_patches / sizeof g_patches[0];
+
+// Whether `symbol` is patched now (an optional one may be missing from libc).
+bool hooked(const char* symbol) {
+  for (const Patch& patch : g_patches) {
+    if (patch.length != 0 && std::strcmp(patch.symbol, symbol) == 0) return true;
+  }
+  return false;
+}
 constexpr size_t kSlot = 16;        // trampoline bytes per hook
 constexpr size_t kRelativeJump = 5;  // e9 rel32
 constexpr size_t kAbsoluteJump = 13;  // movabs $hook, %r11; jmp *%r11
@@ -618,7 +632,7 @@ Status MemhooksMonitor::install() {
   installed_.store(true, std::memory_order_release);
   log_message(LogLevel::debug, "memhooks: libc's munmap, mmap, mremap, madvise, brk, shmdt, "
               "shmat%s are hooked (%s jumps)",
-              targets[kPatches - 1] != nullptr ? " and process_madvise" : " (no process_madvise)",
+              hooked("process_madvise") ? " and process_madvise" : " (no process_madvise)",
               g_trampolines != nullptr ? "5-byte" : "13-byte");
   return ok_status();
 #endif

@@ -138,6 +138,26 @@ TEST(DevicePressure, ARefusalForResourcesIsNotAnsweredWithAHostShadow) {
   EXPECT_EQ(nic.va_calls.load(), 0);
 }
 
+// The driver's export failing with a code that reads as "out of resources" (CUDA's
+// OUT_OF_MEMORY here; ROCr reports every failed export as OUT_OF_RESOURCES) is not the NIC's
+// refusal: another path may not need the export, so the search goes on (here to the host
+// shadow copies are allowed for).  A second review found the first fix ended it there.
+TEST(DevicePressure, ADriversExportOutOfMemoryStillTriesTheOtherPaths) {
+  HiccupNic nic;
+  nic.dmabuf_calls = 1;  // no hiccup: the NIC takes everything
+  hmr_nic_callbacks callbacks =
+      callback_nic(&nic, HMR_NIC_CB_DMABUF, hiccup_register, hiccup_deregister);
+  DomainPtr domain = open_callback_domain(callbacks, HMR_DOMAIN_ALLOW_HMEM_COPY);
+  ASSERT_TRUE(domain);
+  FakeAllocation allocation(0, 65536);
+  fake_cuda().set_failure("cuMemGetHandleForAddressRange", 2);  // CUDA_ERROR_OUT_OF_MEMORY
+  MrPtr mr = register_ok(domain.get(), allocation.get(), 65536);
+  fake_cuda().set_failure("cuMemGetHandleForAddressRange", 0);
+  ASSERT_TRUE(mr);
+  EXPECT_EQ(mr_info(mr.get()).path, HMR_MR_PATH_HOST_SHADOW);
+  EXPECT_EQ(nic.va_calls.load(), 1);
+}
+
 int broken_register(void*, const hmr_nic_reg_request* request, hmr_nic_mr*, char* reason,
                     size_t reason_size) {
   const bool dmabuf = request->dmabuf_fd >= 0;
