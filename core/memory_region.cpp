@@ -126,12 +126,14 @@ Status MemoryRegion::register_device() {
     if (first_code == 0) first_code = failure.code();
     return failure.nic_refusal();
   };
-  auto refused_on = [](ExportMode mode, const Status& failure) {
-    Status refused = make_error(failure.code(), "%s (the %s path; no other path was tried)",
-                                failure.reason().c_str(), export_mode_name(mode));
+  size_t i = 0;
+  auto refused_on = [&](ExportMode mode, const Status& failure) {
+    Status refused = make_error(failure.code(), "%s (the %s path%s)", failure.reason().c_str(),
+                                export_mode_name(mode),
+                                i + 1 < plan.count ? "; the paths after it were not tried" : "");
     return refused.mark_nic_refusal();
   };
-  for (size_t i = 0; i < plan.count; ++i) {
+  for (; i < plan.count; ++i) {
     const ExportMode mode = plan.order[i];
     if (domain_.device_cacheable(request_)) {
       Result<CacheHandle> handle = domain_.device_cache()->get(
