@@ -70,14 +70,8 @@ Result<nic::Registration> register_device_range(NicRegistrar& registrar, nic::Re
   if (registered.ok()) {
     made.pinned_bytes = registered->pinned_bytes;
     hold = std::move(made);
-    return registered;
   }
-  // The NIC's own refusal for resources (after the registrar gave back what was idle), told
-  // apart from a driver's export failing with the same code (ROCr reports any failed export
-  // as out of resources), which another path may still get past.
-  if (!is_resource_refusal(registered.status().code())) return registered;
-  Status refused = registered.status();
-  return refused.mark_nic_refusal();
+  return registered;  // (a NIC's refusal for resources comes marked: Status::nic_refusal)
 }
 
 Result<nic::Registration> DeviceCacheBackend::register_range(uintptr_t start, uint64_t len,

@@ -39,6 +39,13 @@ bool take(std::atomic<uint64_t>& account, uint64_t amount, uint64_t bound) {
   return true;
 }
 
+// A failure leaving the registrar: a refusal for resources is marked as the NIC's
+// (Status::nic_refusal), told apart from a driver's failure with the same code.
+Status marked(Status status) {
+  if (is_resource_refusal(status.code())) status.mark_nic_refusal();
+  return status;
+}
+
 }  // namespace
 
 uint64_t NicRegistrar::pinned_bytes_of(const nic::RegistrationRequest& request) const {
@@ -147,7 +154,8 @@ Result<nic::Registration> NicRegistrar::under_pressure(uint64_t pinned,
                                                        RegisterCall&& register_call, Tally tally) {
   size_t released = 0;
   for (;;) {
-    HMR_RETURN_IF_ERROR(reserve(pinned, &released));
+    Status reserved = reserve(pinned, &released);
+    if (!reserved.ok()) return marked(std::move(reserved));
     const uint64_t returned = returned_to_nic_.load(std::memory_order_acquire);
     const Stopwatch stopwatch;
     Result<nic::Registration> registered = [&] {
@@ -168,8 +176,8 @@ Result<nic::Registration> NicRegistrar::under_pressure(uint64_t pinned,
     }
     unreserve(pinned, /*at_nic=*/false);
     const Status& cause = registered.status();
-    if (!is_resource_refusal(cause.code()) || relief_ == nullptr) return registered;
-    if (!give_back(&released, returned_to_nic_, returned)) return refusal(cause, released);
+    if (!is_resource_refusal(cause.code()) || relief_ == nullptr) return marked(cause);
+    if (!give_back(&released, returned_to_nic_, returned)) return marked(refusal(cause, released));
     refusal_retries_.fetch_add(1, std::memory_order_relaxed);
   }
 }
@@ -261,9 +269,9 @@ Status NicRegistrar::retry_after_giving_back(NicCall&& nic_call, Usable&& still_
     Status answer = nic_call();
     if (answer.ok() || !is_resource_refusal(answer.code()) || relief_ == nullptr ||
         !still_usable()) {
-      return answer;
+      return marked(std::move(answer));
     }
-    if (!give_back(&released, returned_to_nic_, returned)) return refusal(answer, released);
+    if (!give_back(&released, returned_to_nic_, returned)) return marked(refusal(answer, released));
     refusal_retries_.fetch_add(1, std::memory_order_relaxed);
   }
 }

@@ -3,7 +3,8 @@
 // check, pre-faulting of large host ranges, the call itself, its time and its count.  It is
 // also the backend of the domain's host-memory cache (a miss registers through it).  A NIC
 // refusal for resources gives back idle registrations (NicPressureRelief) and tries again,
-// until the NIC takes it or nothing idle is left.
+// until the NIC takes it or nothing idle is left; such a refusal leaves it marked as the NIC's
+// (Status::nic_refusal), so a caller can tell it from a driver's failure with the same code.
 #pragma once
 
 #include <sys/uio.h>
