@@ -121,20 +121,9 @@ Status MemoryRegion::register_device() {
   // same code does not: another path may not need the export.
   std::array<std::string, kExportModes> failures;
   int first_code = 0;
-  auto refused_for_resources = [&](ExportMode mode, const Status& failure) {
-    failures[static_cast<size_t>(mode)] = failure.reason();
-    if (first_code == 0) first_code = failure.code();
-    return failure.nic_refusal();
-  };
-  size_t i = 0;
-  auto refused_on = [&](ExportMode mode, const Status& failure) {
-    Status refused = make_error(failure.code(), "%s (the %s path%s)", failure.reason().c_str(),
-                                export_mode_name(mode),
-                                i + 1 < plan.count ? "; the paths after it were not tried" : "");
-    return refused.mark_nic_refusal();
-  };
-  for (; i < plan.count; ++i) {
+  for (size_t i = 0; i < plan.count; ++i) {
     const ExportMode mode = plan.order[i];
+    Status failure;
     if (domain_.device_cacheable(request_)) {
       Result<CacheHandle> handle = domain_.device_cache()->get(
           reinterpret_cast<uintptr_t>(segment.iov_base), segment.iov_len,
@@ -149,22 +138,28 @@ Status MemoryRegion::register_device() {
         state_.store(State::registered, std::memory_order_release);
         return ok_status();
       }
-      if (refused_for_resources(mode, handle.status())) return refused_on(mode, handle.status());
-      continue;
+      failure = handle.status();
+    } else {
+      DeviceHold hold;
+      Result<nic::Registration> registered = register_device_range(
+          domain_.nic_registrar(), nic_request, memory, **iface, segment, mode, hold);
+      if (registered.ok()) {
+        registration_ = *registered;
+        device_hold_ = std::move(hold);
+        export_mode_ = mode;
+        enabled_ = nic_request.enabled;
+        state_.store(State::registered, std::memory_order_release);
+        return ok_status();
+      }
+      failure = registered.status();
     }
-    DeviceHold hold;
-    Result<nic::Registration> registered =
-        register_device_range(domain_.nic_registrar(), nic_request, memory, **iface, segment, mode, hold);
-    if (registered.ok()) {
-      registration_ = *registered;
-      device_hold_ = std::move(hold);
-      export_mode_ = mode;
-      enabled_ = nic_request.enabled;
-      state_.store(State::registered, std::memory_order_release);
-      return ok_status();
-    }
-    if (refused_for_resources(mode, registered.status())) {
-      return refused_on(mode, registered.status());
+    failures[static_cast<size_t>(mode)] = failure.reason();
+    if (first_code == 0) first_code = failure.code();
+    if (failure.nic_refusal()) {
+      Status refused = make_error(failure.code(), "%s (the %s path%s)", failure.reason().c_str(),
+                                  export_mode_name(mode),
+                                  i + 1 < plan.count ? "; the paths after it were not tried" : "");
+      return refused.mark_nic_refusal();
     }
   }
   const int code = first_code != 0 ? first_code : HMR_EOPNOTSUPP;  // (0: no path was usable)
