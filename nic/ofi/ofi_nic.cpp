@@ -240,15 +240,10 @@ Result<Registration> OfiNic::describe_registration(const RegistrationRequest& re
     return make_error(HMR_EIO, "%s gave no key for %s (FI_KEY_NOTAVAIL)", domain_->who().c_str(),
                       describe_memory(request).c_str());
   }
-  const size_t key_size = capabilities_.key_size;
-  if (key_size < sizeof(uint64_t) && (key >> (8 * key_size)) != 0) {
-    // Cut to the provider's key size, peers would be sent another key.
-    (void)fi_close(&mr->fid);
-    return make_error(HMR_EKEYREJECTED, "%s gave key %#llx for %s, wider than its %zu-byte keys "
-                      "(mr_key_size)", domain_->who().c_str(), static_cast<ull>(key),
-                      describe_memory(request).c_str(), key_size);
-  }
-  registration.key = KeyBytes::from_u64(key, key_size);
+  // At full width: the registrar narrows it to the domain's key size, which is at most the
+  // provider's, and refuses a key wider than that (NicRegistrar::narrow_key) instead of
+  // cutting it, which would send peers another key.
+  registration.key = KeyBytes::from_u64(key, sizeof(uint64_t));
   if (virt_addr_) {
     registration.base_addr = reinterpret_cast<uint64_t>(
         request.dmabuf != nullptr ? request.dmabuf->base_addr : request.segments[0].iov_base);
