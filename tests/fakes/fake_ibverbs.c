@@ -112,12 +112,13 @@ const struct fake_ibverbs_device_config *config_of(struct ibv_context *context) 
                       ->device];
 }
 
-/* Whether `context`'s device has no key left for one more MR (window: 0) or memory window
- * (1).  mlx5 makes MRs, memory windows and indirect mkeys from one table of
- * 1 << log_max_mkey mkeys: mlx5_ib_query_device reports that size as both max_mr and max_mw
+/* Whether `context` has no key left for one more MR (`window` 0) or memory window (1).
+ * mlx5 makes MRs, memory windows and indirect mkeys from one table of 1 << log_max_mkey
+ * mkeys: mlx5_ib_query_device reports that size as both max_mr and max_mw
  * (drivers/infiniband/hw/mlx5/main.c), and mlx5_ib_alloc_mw, like mlx5_ib_reg_user_mr,
- * fails with -ENOMEM when the firmware has none free.  Elsewhere each kind has its own
- * bound. */
+ * fails with -ENOMEM when the firmware has none free.  Elsewhere each kind has the bound
+ * ibv_query_device(3) states for it (max_mr, max_mw).  Counted per context: the real table
+ * is the device's, shared by every context and process, which the fake does not model. */
 int mkeys_full(struct ibv_context *context, int window) {
   const struct fake_ibverbs_device_config *config = config_of(context);
   int mr_count = 0;

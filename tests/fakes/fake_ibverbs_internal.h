@@ -68,7 +68,7 @@ void umr_install_context_ops(struct fake_context *context);
 extern const struct fake_mlx5_ops fake_mlx5_ops;
 int umr_live(const char *kind); /* -1 for a kind it does not keep */
 int umr_mkeys_of(struct ibv_context *context); /* indirect mkeys made on `context` */
-/* Whether `context`'s device has no key left for one more MR (window 0) or window (1). */
+/* Whether `context` has no key left for one more MR (`window` 0) or memory window (1). */
 int mkeys_full(struct ibv_context *context, int window);
 
 #endif
