@@ -130,14 +130,9 @@ class PressureDomain {
  public:
   // `stated`: the NIC tells hmr its limit (mr_cnt); otherwise hmr learns it from refusals.
   PressureDomain(BoundedNic& nic, bool stated, const char* monitor) {
-    std::memset(&callbacks_, 0, sizeof callbacks_);
-    callbacks_.size = sizeof callbacks_;
-    callbacks_.context = &nic;
-    callbacks_.key_size = 8;
+    callbacks_ = callback_nic(&nic, nic.byte_capacity != 0 ? HMR_NIC_CB_PINS_HOST_MEMORY : 0,
+                              bounded_register, bounded_deregister);
     callbacks_.mr_cnt = stated ? nic.capacity : 0;
-    if (nic.byte_capacity != 0) callbacks_.caps |= HMR_NIC_CB_PINS_HOST_MEMORY;
-    callbacks_.reg_va = bounded_register;
-    callbacks_.dereg = bounded_deregister;
     hmr_domain_attr attr = domain_attr(HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR);
     attr.nic = "callback";
     attr.nic_handle = &callbacks_;
@@ -761,13 +756,7 @@ int two_deregs_deregister(void* context, const hmr_nic_mr*, char*, size_t) {
 
 TEST_P(NicPressure, TwoThreadsRegisteringInsideDeregsDuringGivingBackReturn) {
   TwoDeregsThatRegister t;
-  hmr_nic_callbacks callbacks;
-  std::memset(&callbacks, 0, sizeof callbacks);
-  callbacks.size = sizeof callbacks;
-  callbacks.context = &t;
-  callbacks.key_size = 8;
-  callbacks.reg_va = two_deregs_register;
-  callbacks.dereg = two_deregs_deregister;
+  hmr_nic_callbacks callbacks = callback_nic(&t, 0, two_deregs_register, two_deregs_deregister);
   DomainPtr domain;
   open_own(&domain, nullptr, &callbacks);
   if (!domain) return;

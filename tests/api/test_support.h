@@ -30,6 +30,23 @@ namespace hmr_test {
     ASSERT_EQ(hmr_rc_, 0) << #call << ": " << hmr_last_error();               \
   } while (0)
 
+// A callback NIC over `context` with key_size 8 and `caps`: `reg` registers by address, and by
+// dma-buf too where `caps` has HMR_NIC_CB_DMABUF.
+inline hmr_nic_callbacks callback_nic(void* context, uint64_t caps,
+                                      decltype(hmr_nic_callbacks::reg_va) reg,
+                                      decltype(hmr_nic_callbacks::dereg) dereg) {
+  hmr_nic_callbacks callbacks;
+  std::memset(&callbacks, 0, sizeof callbacks);
+  callbacks.size = sizeof callbacks;
+  callbacks.context = context;
+  callbacks.key_size = 8;
+  callbacks.caps = caps;
+  callbacks.reg_va = reg;
+  if (caps & HMR_NIC_CB_DMABUF) callbacks.reg_dmabuf = reg;
+  callbacks.dereg = dereg;
+  return callbacks;
+}
+
 // An attr with size set and everything else zero.
 inline hmr_domain_attr domain_attr(uint64_t app_mode, const char* nic_options = nullptr) {
   hmr_domain_attr attr;

@@ -44,22 +44,7 @@ inline void* as_pointer(unsigned long long address) {
   return reinterpret_cast<void*>(static_cast<uintptr_t>(address));
 }
 
-// A callback NIC over `context` with key_size 8 and `caps`: `reg` registers by address, and by
-// dma-buf too where `caps` has HMR_NIC_CB_DMABUF.
-inline hmr_nic_callbacks callback_nic(void* context, uint64_t caps,
-                                      decltype(hmr_nic_callbacks::reg_va) reg,
-                                      decltype(hmr_nic_callbacks::dereg) dereg) {
-  hmr_nic_callbacks callbacks;
-  std::memset(&callbacks, 0, sizeof callbacks);
-  callbacks.size = sizeof callbacks;
-  callbacks.context = context;
-  callbacks.key_size = 8;
-  callbacks.caps = caps;
-  callbacks.reg_va = reg;
-  if (caps & HMR_NIC_CB_DMABUF) callbacks.reg_dmabuf = reg;
-  callbacks.dereg = dereg;
-  return callbacks;
-}
+using hmr_test::callback_nic;  // tests/api/test_support.h
 
 // The address `offset` bytes into `base`.
 inline uint8_t* at(void* base, size_t offset) { return static_cast<uint8_t*>(base) + offset; }
