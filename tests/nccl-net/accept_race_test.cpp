@@ -240,7 +240,7 @@ class AcceptWithFewDescriptors : public AcceptRace, public ::testing::WithParamI
     EXPECT_TRUE(c.control && c.endpoint->insert(handle->address, &listen_address, &why)) << why;
     ConnectRequest request{handle->nonce, c.endpoint ? c.endpoint->address() : std::vector<uint8_t>{}};
     request.eager_max = 8192;
-    EXPECT_TRUE(c.control && c.control->send(request, listen_address, &why)) << why;
+    EXPECT_TRUE(c.control && c.control->send(request, listen_address, 0, &why)) << why;
     if (!c.control) return AcceptOutcome::silent;
 
     // The request reaches the listener's queue (the connection made, its bytes read) while

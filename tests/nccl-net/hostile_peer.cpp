@@ -10,7 +10,8 @@
 //   unregistered  announce 64 KiB at an address no registration covers, with a made-up key
 //   beyond        announce 4 MiB over a registration of 4 KiB (real key)
 //   too-small     announce a 4 KiB buffer honestly; the harness sends 8 KiB
-//   garbage       send 100 random bytes as a control message
+//   garbage       send 100 random bytes as a control message, then 100 behind a header naming
+//                 the send comm's port
 // Lying sends, each started with "send <n>" and then the harness's listen handle; this side
 // connects, waits for the announcement of the harness's 4 MiB receive, lies, and answers "ok"
 // (or "skip" where the provider cannot carry the lie) once the harness says "receiver-done"
@@ -150,6 +151,7 @@ class Hostile {
       const auto* request = message ? std::get_if<ConnectRequest>(&*message) : nullptr;
       if (request == nullptr || request->nonce != nonce) continue;
       if (!endpoint_->insert(request->address, &peer_, &why)) die(why);
+      peer_port_ = request->port;
       ConnectAccept accept{nonce, endpoint_->address()};
       accept.eager_max = eager_max;
       accept.eager_credits = credits;
@@ -160,8 +162,10 @@ class Hostile {
 
   void send(const ControlMessage& m) {
     std::string why;
-    if (!control_->send(m, peer_, &why)) die(why);
+    if (!control_->send(m, peer_, peer_port_, &why)) die(why);
   }
+  // The send comm's port on its endpoint (where its messages must be addressed).
+  uint32_t peer_port() const { return peer_port_; }
   // Posts with `post` (which answers as fi_send does), progressing while the provider is busy;
   // dies when `what` never goes out or fails to.
   template <typename Post>
@@ -237,7 +241,7 @@ class Hostile {
     const auto [handle, listener] = reach(handle_bytes);
     ConnectRequest request{handle.nonce, endpoint_->address()};
     request.eager_max = 8192;
-    if (!control_->send(request, listener, &why)) die(why);
+    if (!control_->send(request, listener, 0, &why)) die(why);
     for (;;) {
       auto bytes = next_message(deadline);
       if (!bytes && Clock::now() >= deadline) die("no accept before the deadline");
@@ -298,6 +302,7 @@ class Hostile {
   std::unique_ptr<Endpoint> endpoint_;
   std::unique_ptr<ControlChannel> control_;
   fi_addr_t peer_ = FI_ADDR_UNSPEC;
+  uint32_t peer_port_ = 0;
   Operation raw_send_;
   Operation lie_;
   uint64_t writes_landed_ = 0;
@@ -452,10 +457,22 @@ int run() {
         // nonsense is a well-formed message no send comm ever expects.
         h.send(ConnectRequest{nonce, std::vector<uint8_t>(16, 0x42)});
       } else {
+        // First noise that names no comm (the shared endpoint drops it, with a warning), then
+        // noise behind a header naming the send comm's port (its comm fails).
         std::mt19937_64 random(7);
         uint8_t* noise = base + 2048;
         for (size_t i = 0; i < 100; ++i) noise[i] = static_cast<uint8_t>(random());
+        noise[0] = 0;  // (not the magic's first byte)
         h.send_raw(noise, hmr_mr_desc(mr), 100, deadline);
+        uint8_t* headed = base + 3072;
+        for (size_t i = 0; i < 100; ++i) headed[i] = static_cast<uint8_t>(random());
+        const uint32_t port = h.peer_port();
+        const uint8_t header[12] = {'H', 'M', 'R', 'C', static_cast<uint8_t>(kControlVersion),
+                                    static_cast<uint8_t>(kControlVersion >> 8), 0x77, 0x77,
+                                    static_cast<uint8_t>(port), static_cast<uint8_t>(port >> 8),
+                                    static_cast<uint8_t>(port >> 16), static_cast<uint8_t>(port >> 24)};
+        std::memcpy(headed, header, sizeof header);
+        h.send_raw(headed, hmr_mr_desc(mr), 100, deadline);
       }
       // Until the harness has seen it.
       if (!h.progress_until_the_harness_speaks(oob, deadline)) die("no sender-done");

@@ -16,10 +16,13 @@ namespace hmr::nccl::test {
 std::string exercise_wire_parsers(const uint8_t* data, size_t size) {
   const std::span<const uint8_t> bytes(data, size);
 
-  // A control message of any length.
+  // A control message of any length: one decode accepts names a port (the shared endpoint's
+  // router reads only that), and re-encodes to its bytes with it.
   std::string why;
+  const std::optional<uint32_t> port = control_message_port(bytes);
   if (auto message = decode_control_message(bytes, &why)) {
-    const std::vector<uint8_t> again = encode(*message);
+    if (!port) return "an accepted control message names no port";
+    const std::vector<uint8_t> again = encode(*message, *port);
     if (!std::equal(again.begin(), again.end(), bytes.begin(), bytes.end())) {
       return "an accepted control message does not re-encode to its bytes";
     }

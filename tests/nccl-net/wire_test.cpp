@@ -47,7 +47,7 @@ std::vector<std::vector<uint8_t>> valid_messages() {
   ReceiveAnnouncement one;
   one.count = 1;
   one.buffers[0] = AnnouncedBuffer{0, 0, 0, 0, 0};
-  ConnectAccept accept{9, address(kMaxFabricAddress), 1234, 0x55aa};
+  ConnectAccept accept{9, address(kMaxFabricAddress), 77, 1234, 0x55aa};
   accept.eager_max = kMaxEagerSize;
   accept.eager_credits = kMaxEagerCredits;
   EagerCredit credit;
@@ -143,12 +143,45 @@ TEST(ControlMessage, EncodedIntoABufferAsIntoAVector) {
     auto decoded = decode_control_message(bytes, &why);
     ASSERT_TRUE(decoded) << why;
     std::vector<uint8_t> buffer(kControlBufferSize + 8, 0xee);
-    ASSERT_EQ(encode_into(*decoded, {buffer.data(), kControlBufferSize}), bytes.size());
+    ASSERT_EQ(encode_into(*decoded, 0, {buffer.data(), kControlBufferSize}), bytes.size());
     EXPECT_TRUE(std::equal(bytes.begin(), bytes.end(), buffer.begin()));
     std::vector<uint8_t> short_buffer(bytes.size(), 0xee);
-    EXPECT_EQ(encode_into(*decoded, {short_buffer.data(), bytes.size() - 1}), 0u);
+    EXPECT_EQ(encode_into(*decoded, 0, {short_buffer.data(), bytes.size() - 1}), 0u);
     EXPECT_EQ(short_buffer.back(), 0xee) << "wrote past the buffer it was given";
   }
+}
+
+// The header's port (which comm of a shared endpoint a message is for) is what the router
+// reads without decoding the body; a header of another version or magic, or a short one,
+// names no port.  A connect request's and an accept's own ports round-trip.
+TEST(ControlMessage, TheHeaderNamesThePortAndConnectionsTheirOwn) {
+  for (const auto& bytes : valid_messages()) {
+    std::string why;
+    auto decoded = decode_control_message(bytes, &why);
+    ASSERT_TRUE(decoded) << why;
+    const auto addressed = encode(*decoded, 0xdeadbeefu);
+    EXPECT_EQ(control_message_port(addressed), 0xdeadbeefu);
+    EXPECT_TRUE(decode_control_message(addressed, &why)) << why;
+    std::vector<uint8_t> into(kControlBufferSize);
+    ASSERT_EQ(encode_into(*decoded, 0xdeadbeefu, into), addressed.size());
+    EXPECT_TRUE(std::equal(addressed.begin(), addressed.end(), into.begin()));
+    for (size_t at : {0u, 4u}) {  // magic, version
+      auto bad = addressed;
+      bad[at] ^= 0x40;
+      EXPECT_FALSE(control_message_port(bad)) << at;
+    }
+    EXPECT_FALSE(control_message_port(std::span(addressed).first(11)));
+  }
+  ConnectRequest request{7, address(16), 0x01020304u, 99, 5};
+  std::string why;
+  auto decoded = decode_control_message(encode(request, 0), &why);
+  ASSERT_TRUE(decoded) << why;
+  EXPECT_EQ(std::get<ConnectRequest>(*decoded).port, 0x01020304u);
+  EXPECT_EQ(std::get<ConnectRequest>(*decoded).pid, 99u);
+  ConnectAccept accept{7, address(16), 0xa0b0c0d0u, 98, 6};
+  decoded = decode_control_message(encode(accept, 0), &why);
+  ASSERT_TRUE(decoded) << why;
+  EXPECT_EQ(std::get<ConnectAccept>(*decoded).port, 0xa0b0c0d0u);
 }
 
 TEST(ControlMessage, FieldsOutOfRangeAreRefusedWithTheirName) {
@@ -166,11 +199,11 @@ TEST(ControlMessage, FieldsOutOfRangeAreRefusedWithTheirName) {
   ReceiveAnnouncement wraps = a;
   wraps.buffers[0] = AnnouncedBuffer{~0ull - 10, 100, 0, 0};
   auto nine = with(a);
-  nine[10] = 9;  // the count byte (after the header, slot and generation)
+  nine[14] = 9;  // the count byte (after the 12-byte header, slot and generation)
   auto zero = with(a);
-  zero[10] = 0;
+  zero[14] = 0;
   auto reason = encode(SendFailure{});
-  reason[11] = 99;  // the reason's low byte
+  reason[15] = 99;  // the reason's low byte
   ConnectRequest eager_over{1, address(4)};
   eager_over.eager_max = kMaxEagerSize + 1;
   ConnectAccept credits_over{1, address(4)};
@@ -179,9 +212,9 @@ TEST(ControlMessage, FieldsOutOfRangeAreRefusedWithTheirName) {
   EagerCredit credit_nine;
   credit_nine.count = 1;
   auto nine_tags = encode(credit_nine);
-  nine_tags[8] = 9;  // the count byte, right after the header
+  nine_tags[12] = 9;  // the count byte, right after the header
   auto eager_reason = encode(EagerFailure{});
-  eager_reason[16] = 2;  // the reason's low byte (after tag and ordinal)
+  eager_reason[20] = 2;  // the reason's low byte (after tag and ordinal)
   EagerFailure eager_size;
   eager_size.size = kMaxEagerSize + 1;
   const std::vector<Case> cases = {

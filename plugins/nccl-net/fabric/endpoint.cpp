@@ -74,6 +74,8 @@ bool Endpoint::insert(std::span<const uint8_t> address, fi_addr_t* peer, std::st
   return true;
 }
 
+void Endpoint::remove(fi_addr_t peer) { (void)fi_av_remove(av_, &peer, 1, 0); }
+
 ssize_t Endpoint::post_receive(void* buf, size_t len, void* desc, OperationContext* context) {
   return fi_recv(ep_, buf, len, desc, FI_ADDR_UNSPEC, context);
 }

@@ -47,6 +47,8 @@ class Endpoint {
   // fi_getname: what a peer inserts to reach this endpoint.
   std::vector<uint8_t> address() const { return address_; }
   bool insert(std::span<const uint8_t> address, fi_addr_t* peer, std::string* why);
+  // fi_av_remove: the provider closes its connection to the peer (ofi_rxm: its socket).
+  void remove(fi_addr_t peer);
 
   // Each returns 0, -FI_EAGAIN (progress and retry) or another negative FI_E* code.
   ssize_t post_receive(void* buf, size_t len, void* desc, OperationContext* context);

@@ -13,7 +13,20 @@ namespace hmr::nccl {
 std::unique_ptr<ControlChannel> ControlChannel::open(Device& device, Endpoint& endpoint,
                                                      size_t receives, size_t receive_size,
                                                      size_t sends, std::string* why) {
-  std::unique_ptr<ControlChannel> channel(new ControlChannel(endpoint));
+  return make(device, std::unique_ptr<ControlChannel>(new ControlChannel(&endpoint, nullptr)),
+              receives, receive_size, sends, why);
+}
+
+std::unique_ptr<ControlChannel> ControlChannel::open_on(Device& device, SharedEndpoint::Port& port,
+                                                        size_t sends, std::string* why) {
+  return make(device, std::unique_ptr<ControlChannel>(new ControlChannel(nullptr, &port)), 0,
+              kControlBufferSize, sends, why);
+}
+
+std::unique_ptr<ControlChannel> ControlChannel::make(Device& device,
+                                                     std::unique_ptr<ControlChannel> channel,
+                                                     size_t receives, size_t receive_size,
+                                                     size_t sends, std::string* why) {
   const size_t count = receives + sends;
   if (receive_size < kControlBufferSize) receive_size = kControlBufferSize;
   const size_t bytes =
@@ -66,19 +79,20 @@ bool ControlChannel::repost(Operation& op, std::string* why) {
   const ssize_t rc = endpoint_->post_receive(buffer(op.index), receive_size_, desc_, &op);
   if (rc != 0) {
     // Receive queues are sized for every buffer a comm posts, so EAGAIN here is a fault too.
-    *why = "posting a control receive buffer failed: " + endpoint_->libfabric().describe(rc);
+    *why = "posting a control receive buffer failed: " + libfabric().describe(rc);
     return false;
   }
   return true;
 }
 
-bool ControlChannel::send(const ControlMessage& message, fi_addr_t peer, std::string* why) {
+bool ControlChannel::send(const ControlMessage& message, fi_addr_t peer, uint32_t peer_port,
+                          std::string* why) {
   // The common case, once per receive: nothing queued ahead and a send buffer free, so the
   // message is encoded straight into that registered buffer and posted (no allocation, no
   // copy); it joins the queue only when the provider is busy.
   if (!reorder_ && queued_.empty() && !free_sends_.empty()) {
     uint8_t* const into = buffer(free_sends_.back());
-    const size_t size = encode_into(message, {into, kControlBufferSize});
+    const size_t size = encode_into(message, peer_port, {into, kControlBufferSize});
     if (size != 0) {
       const ssize_t rc = post_free_buffer(size, peer, why);
       if (rc != -FI_EAGAIN) return rc == 0;
@@ -87,7 +101,7 @@ bool ControlChannel::send(const ControlMessage& message, fi_addr_t peer, std::st
       return flush(why);
     }
   }
-  std::vector<uint8_t> bytes = encode(message);
+  std::vector<uint8_t> bytes = encode(message, peer_port);
   if (bytes.size() > kControlBufferSize) {
     *why = "a control message of " + std::to_string(bytes.size()) + " bytes does not fit a buffer";
     return false;
@@ -109,13 +123,14 @@ bool ControlChannel::send(const ControlMessage& message, fi_addr_t peer, std::st
 
 ssize_t ControlChannel::post_free_buffer(size_t size, fi_addr_t peer, std::string* why) {
   const uint32_t index = free_sends_.back();
-  const ssize_t rc = endpoint_->send(buffer(index), size, desc_, peer, &slots_[index]);
+  const ssize_t rc = port_ != nullptr ? port_->send(buffer(index), size, desc_, peer, &slots_[index])
+                                      : endpoint_->send(buffer(index), size, desc_, peer, &slots_[index]);
   if (rc == 0) {
     free_sends_.pop_back();
     ++sends_in_flight_;
   } else if (rc != -FI_EAGAIN) {
     last_send_error_ = rc;
-    *why = "sending a control message failed: " + endpoint_->libfabric().describe(rc);
+    *why = "sending a control message failed: " + libfabric().describe(rc);
   }
   return rc;
 }

@@ -1,6 +1,8 @@
 // A comm's control messages (connection set-up, receive announcements, send failures, eager
 // credits): a few small buffers registered once through hmr, receive buffers kept posted, and
 // sends that queue when the provider or the buffers are busy and go out on the next progress.
+// A send comm's channel has send buffers only and posts through its port on the device's
+// shared endpoint (net/shared_endpoint.h), whose own channel has the receive buffers.
 // A recv comm's receive buffers also take the sender's eager messages (net/eager.h), so they
 // are as large as the eager max, and one may be held (not reposted) until its receive is posted.
 #pragma once
@@ -17,6 +19,7 @@
 
 #include "../wire/control_message.h"
 #include "operation.h"
+#include "shared_endpoint.h"
 
 namespace hmr::nccl {
 
@@ -28,14 +31,17 @@ class ControlChannel {
   static std::unique_ptr<ControlChannel> open(Device& device, Endpoint& endpoint,
                                               size_t receives, size_t receive_size, size_t sends,
                                               std::string* why);
+  // `sends` buffers posted through `port`, and no receive buffers.
+  static std::unique_ptr<ControlChannel> open_on(Device& device, SharedEndpoint::Port& port,
+                                                 size_t sends, std::string* why);
   ~ControlChannel();
   ControlChannel(const ControlChannel&) = delete;
   ControlChannel& operator=(const ControlChannel&) = delete;
 
   // Posts every receive buffer (once, after open).
   bool post_receives(std::string* why);
-  // Sends `message` to `peer` now, or queues it for flush().
-  bool send(const ControlMessage& message, fi_addr_t peer, std::string* why);
+  // Sends `message` to the comm on port `peer_port` of `peer` now, or queues it for flush().
+  bool send(const ControlMessage& message, fi_addr_t peer, uint32_t peer_port, std::string* why);
   // Posts queued sends while buffers and the provider allow.
   bool flush(std::string* why);
   // The provider's code of the last send it refused (a negative FI_E*), 0 before any: what
@@ -59,7 +65,11 @@ class ControlChannel {
   void* desc() const { return desc_; }
 
  private:
-  explicit ControlChannel(Endpoint& endpoint) : endpoint_(&endpoint) {}
+  ControlChannel(Endpoint* endpoint, SharedEndpoint::Port* port) : endpoint_(endpoint), port_(port) {}
+  static std::unique_ptr<ControlChannel> make(Device& device, std::unique_ptr<ControlChannel> channel,
+                                              size_t receives, size_t receive_size, size_t sends,
+                                              std::string* why);
+  const Libfabric& libfabric() const { return port_ != nullptr ? port_->libfabric() : endpoint_->libfabric(); }
   uint8_t* buffer(size_t index) const {
     return index < receives_ ? memory_ + index * receive_size_
                              : memory_ + receives_ * receive_size_ + (index - receives_) * kControlBufferSize;
@@ -73,7 +83,8 @@ class ControlChannel {
     fi_addr_t peer;
   };
 
-  Endpoint* endpoint_;
+  Endpoint* endpoint_;            // an endpoint of the comm's own, or
+  SharedEndpoint::Port* port_;    // its port on the device's shared endpoint (sends only)
   uint8_t* memory_ = nullptr;
   hmr_mr* mr_ = nullptr;
   void* desc_ = nullptr;

@@ -5,6 +5,7 @@
 #include "../wire/limits.h"
 #include "nic_selection.h"
 #include "nic_sysfs.h"
+#include "shared_endpoint.h"
 
 namespace hmr::nccl {
 namespace {
@@ -44,9 +45,10 @@ std::unique_ptr<Device> Device::open(const Libfabric& libfabric, InfoPtr info,
   p.ptr_support = device->query_ptr_support();
   p.max_message = fi->ep_attr->max_msg_size < kMaxMessageSize ? fi->ep_attr->max_msg_size
                                                               : kMaxMessageSize;
-  // Every comm (listen, send, recv) opens an endpoint of its own (and a CQ and an AV): as
-  // many as the domain supports endpoints (fi_domain(3) ep_cnt; 0: no limit).  Not cq_cnt,
-  // which fi_domain(3) calls the optimal number, not a maximum (tcp reports 256).
+  // Every listen and recv comm opens an endpoint of its own (and a CQ and an AV), the send
+  // comms one between them: as many as the domain supports endpoints (fi_domain(3) ep_cnt; 0:
+  // no limit).  Not cq_cnt, which fi_domain(3) calls the optimal number, not a maximum (tcp
+  // reports 256).
   const size_t endpoints = fi->domain_attr->ep_cnt;
   p.max_comms = static_cast<int>(endpoints != 0 && endpoints < 65536 ? endpoints : 65536);
   return device;
@@ -90,7 +92,36 @@ int Device::query_ptr_support() const {
   return support;
 }
 
+std::unique_ptr<SharedEndpoint::Port> Device::attach_send_comm(SharedEndpoint** shared,
+                                                               std::string* why) {
+  std::lock_guard hold(shared_mutex_);
+  if (shared_ && shared_->stalled()) draining_.push_back(std::move(shared_));
+  if (!shared_) shared_ = SharedEndpoint::open(*this, why);
+  if (!shared_) return nullptr;
+  *shared = shared_.get();
+  return shared_->attach();
+}
+
+void Device::release_unused_shared_endpoints() {
+  std::lock_guard hold(shared_mutex_);
+  if (shared_ && shared_->idle()) shared_.reset();
+  std::erase_if(draining_, [](const std::unique_ptr<SharedEndpoint>& e) { return e->idle(); });
+}
+
 bool Device::close(std::string* why) {
+  {
+    std::lock_guard hold(shared_mutex_);
+    size_t open = shared_ ? shared_->open_ports() : 0;
+    for (const auto& e : draining_) open += e->open_ports();
+    if (open != 0) {
+      *why = std::to_string(open) + " send comm(s) still open";
+      return false;
+    }
+    // (Their control buffers are registered in the hmr domain; comms retired with operations
+    // that never ended go with them, after the provider's endpoint.)
+    shared_.reset();
+    draining_.clear();
+  }
   if (hmr_ != nullptr) {
     const int rc = hmr_domain_close(hmr_);
     if (rc != 0) {

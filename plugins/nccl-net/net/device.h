@@ -1,6 +1,7 @@
-// One NCCL device: a NIC of the chosen provider, with the libfabric fabric and domain every comm
-// on it opens its endpoint in, and the hmr domain layered on that libfabric domain, which does
-// all of the device's memory registration (detection, dma-buf export, caching, invalidation).
+// One NCCL device: a NIC of the chosen provider, with the libfabric fabric and domain its comms'
+// endpoints are opened in (the send comms share one: net/shared_endpoint.h), and the hmr domain
+// layered on that libfabric domain, which does all of the device's memory registration
+// (detection, dma-buf export, caching, invalidation).
 #pragma once
 
 #include <hmr/hmr.h>
@@ -8,11 +9,14 @@
 #include <rdma/fi_domain.h>
 
 #include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "../fabric/libfabric.h"
 #include "../fabric/provider_nics.h"
 #include "settings.h"
+#include "shared_endpoint.h"
 
 namespace hmr::nccl {
 
@@ -46,7 +50,14 @@ class Device {
   // Whether peers address registered memory by virtual address (else by offset into the
   // registration).
   bool virtual_addressing() const { return (info_->domain_attr->mr_mode & FI_MR_VIRT_ADDR) != 0; }
-  // Closes the hmr domain first; false (and the device kept) while memory is still registered.
+  // A port for a new send comm on the endpoint every send comm of the device posts on (opened
+  // for the first one, and `*shared` set to it); nullptr with `why` when it cannot be opened.
+  std::unique_ptr<SharedEndpoint::Port> attach_send_comm(SharedEndpoint** shared, std::string* why);
+  // Closes the shared endpoints no send comm uses any more (a destroyed send comm calls this),
+  // so what comms leave behind is nothing, and the next connect opens a fresh one.
+  void release_unused_shared_endpoints();
+  // Closes the shared endpoint, then the hmr domain; false (and the device kept) while a send
+  // comm is open or memory is still registered.
   bool close(std::string* why);
 
  private:
@@ -60,6 +71,10 @@ class Device {
   fid_fabric* fabric_ = nullptr;
   fid_domain* domain_ = nullptr;
   hmr_domain* hmr_ = nullptr;
+  std::mutex shared_mutex_;
+  std::unique_ptr<SharedEndpoint> shared_;  // where new send comms go
+  // Stalled ones (SharedEndpoint::stalled), kept for the comms still on them.
+  std::vector<std::unique_ptr<SharedEndpoint>> draining_;
   DeviceProperties properties_;
   Settings settings_;
 };

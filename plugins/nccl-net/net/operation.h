@@ -21,6 +21,10 @@ struct Operation : OperationContext {
   OperationKind kind = OperationKind::control_receive;
   void* owner = nullptr;  // the control slot's channel or the request
   uint32_t index = 0;     // which control slot
+  // On a shared endpoint (net/shared_endpoint.h), the port of the comm that posted it, whose
+  // poll its completion goes to; 0 on an endpoint of the comm's own, and for the shared
+  // endpoint's own receive buffers.
+  uint32_t port = 0;
 };
 
 }  // namespace hmr::nccl

@@ -54,12 +54,14 @@ ncclResult_t RecvComm::start(Device& device, const ConnectRequest& request,
   if (!comm->endpoint_->insert(request.address, &comm->peer_, &why)) {
     return fail(ncclRemoteError, "accept: the connector's address is unusable: %s", why.c_str());
   }
+  comm->peer_port_ = request.port;
   comm->peer_watch_ = PeerWatch::of(request.pid, request.process_space);
-  ConnectAccept accept{request.nonce, comm->endpoint_->address(), static_cast<uint32_t>(getpid()),
+  // Port 0: the comm takes everything that arrives on its endpoint.
+  ConnectAccept accept{request.nonce, comm->endpoint_->address(), 0, static_cast<uint32_t>(getpid()),
                        own_process_space()};
   accept.eager_max = comm->eager_max_;
   accept.eager_credits = eager ? kEagerCreditsPerTag : 0;
-  if (!comm->control_->send(accept, comm->peer_, &why)) {
+  if (!comm->control_->send(accept, comm->peer_, comm->peer_port_, &why)) {
     // Refused for want of this side's resources (ofi_rxm opens the connection's socket here:
     // a file limit shows now) is the listener's failure; anything else is about the
     // connector's address (ListenComm drops that request and goes on listening).
@@ -449,7 +451,7 @@ ncclResult_t RecvComm::consumed(EagerPayload& payload, int32_t tag) {
   credit.count = 1;
   credit.tags[0] = TagCredit{tag, stream.consumed};
   stream.reported = stream.consumed;
-  if (!control_->send(credit, peer_, &why)) return fail_comm(ncclSystemError, why);
+  if (!control_->send(credit, peer_, peer_port_, &why)) return fail_comm(ncclSystemError, why);
   return ncclSuccess;
 }
 
@@ -470,7 +472,7 @@ ncclResult_t RecvComm::announce(ReceiveRequest& request) {
   }
   request.announced = true;
   std::string why;
-  if (!control_->send(announcement, peer_, &why)) return fail_comm(ncclSystemError, why);
+  if (!control_->send(announcement, peer_, peer_port_, &why)) return fail_comm(ncclSystemError, why);
   return ncclSuccess;
 }
 

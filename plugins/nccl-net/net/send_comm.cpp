@@ -15,8 +15,7 @@
 namespace hmr::nccl {
 namespace {
 
-// Announcements (2 per posted receive at most in flight, with slack) and the accept.
-constexpr size_t kControlReceives = 2 * kMaxRequests + 2;
+// Failure notices to the receiver (its messages arrive on the shared endpoint's buffers).
 constexpr size_t kControlSends = 8;
 // How long closeSend lets a queued failure notice reach the receiver.
 constexpr auto kDrainTime = std::chrono::seconds(2);
@@ -31,14 +30,13 @@ ncclResult_t SendComm::start(Device& device, const ListenHandle& handle,
   comm->offered_eager_max_ = settings.eager_max;
   comm->reorder_eager_ = settings.reorder_announcements;
   std::string why;
-  comm->endpoint_ = Endpoint::open(device.libfabric(), device.info(), device.domain(), &why);
-  if (!comm->endpoint_) return fail(ncclSystemError, "connect: %s", why.c_str());
-  comm->control_ = ControlChannel::open(device, *comm->endpoint_, kControlReceives,
-                                        kControlBufferSize, kControlSends, &why);
-  if (!comm->control_ || !comm->control_->post_receives(&why)) {
-    return fail(ncclSystemError, "connect: %s", why.c_str());
-  }
-  if (!comm->endpoint_->insert(handle.address, &comm->listener_, &why)) {
+  auto port = device.attach_send_comm(&comm->shared_, &why);
+  if (!port) return fail(ncclSystemError, "connect: %s", why.c_str());
+  comm->posted_ = std::make_unique<Posted>();
+  comm->posted_->on = std::move(port);
+  comm->posted_->control = ControlChannel::open_on(device, comm->port(), kControlSends, &why);
+  if (!comm->posted_->control) return fail(ncclSystemError, "connect: %s", why.c_str());
+  if (!comm->port().insert(handle.address, &comm->listener_, &why)) {
     return fail(ncclRemoteError, "connect: the listener's address from the handle is unusable "
                 "on %s: %s", device.provider().c_str(), why.c_str());
   }
@@ -47,10 +45,10 @@ ncclResult_t SendComm::start(Device& device, const ListenHandle& handle,
                         ? std::chrono::steady_clock::time_point::max()
                         : std::chrono::steady_clock::now() +
                               std::chrono::milliseconds(settings.connect_timeout_ms);
-  ConnectRequest request{handle.nonce, comm->endpoint_->address(), static_cast<uint32_t>(getpid()),
-                         own_process_space()};
+  ConnectRequest request{handle.nonce, comm->port().address(), comm->port().id(),
+                         static_cast<uint32_t>(getpid()), own_process_space()};
   request.eager_max = comm->offered_eager_max_;
-  if (!comm->control_->send(request, comm->listener_, &why)) {
+  if (!comm->control().send(request, comm->listener_, 0, &why)) {
     return fail(ncclRemoteError, "connect: %s", why.c_str());
   }
   *out = std::move(comm);
@@ -58,10 +56,10 @@ ncclResult_t SendComm::start(Device& device, const ListenHandle& handle,
 }
 
 SendComm::~SendComm() {
-  // The endpoint first: closing it ends every operation that still points into the control
-  // buffers and the requests.
-  endpoint_.reset();
-  control_.reset();
+  // What its operations point into stays until they ended (an aborted comm's may not have).
+  if (!posted_) return;
+  shared_->retire(std::move(posted_));
+  device_->release_unused_shared_endpoints();
 }
 
 ncclResult_t SendComm::fail_comm(ncclResult_t result, const std::string& reason) {
@@ -95,7 +93,7 @@ ncclResult_t SendComm::progress() {
                                           std::to_string(peer_watch_.pid()) + ") exited");
   }
   std::string why;
-  if (!control_->flush(&why)) return fail_comm(ncclSystemError, why);
+  if (!control().flush(&why)) return fail_comm(ncclSystemError, why);
   if (held_eager_ != nullptr && ++held_progress_ >= 2) {  // no eager send followed it
     if (const ncclResult_t rc = release_held_eager(); rc != ncclSuccess) return rc;
   }
@@ -103,8 +101,7 @@ ncclResult_t SendComm::progress() {
   Completion completions[16];
   for (;;) {
     CompletionError error;
-    const int n = endpoint_->poll(completions, &error);
-    if (n == 0) return ncclSuccess;
+    const int n = port().poll(completions, &error);
     if (n < 0) {
       auto* op = static_cast<Operation*>(error.context);
       if (op != nullptr && (op->kind == OperationKind::data_write || op->kind == OperationKind::eager_send)) {
@@ -119,7 +116,7 @@ ncclResult_t SendComm::progress() {
         part_ended(*request);
         continue;
       }
-      if (op != nullptr && op->kind == OperationKind::control_send) control_->sent(*op);
+      if (op != nullptr && op->kind == OperationKind::control_send) control().sent(*op);
       return fail_comm(ncclRemoteError, (connected_ ? "" : "connect: ") +
                                             std::string("control message to the peer failed: ") +
                                             error.reason);
@@ -128,18 +125,19 @@ ncclResult_t SendComm::progress() {
       auto* op = static_cast<Operation*>(completions[i].context);
       if (op == nullptr) continue;  // nothing writes into a send comm's memory with CQ data
       switch (op->kind) {
-        case OperationKind::control_receive: {
-          const ncclResult_t rc = on_message(control_->received(*op, completions[i].len));
-          if (!control_->repost(*op, &why)) return fail_comm(ncclSystemError, why);
-          if (rc != ncclSuccess) return rc;
-          break;
-        }
-        case OperationKind::control_send: control_->sent(*op); break;
+        case OperationKind::control_send: control().sent(*op); break;
         case OperationKind::data_write:
         case OperationKind::eager_send: part_ended(*static_cast<SendRequest*>(op->owner)); break;
+        case OperationKind::control_receive:  // (the shared endpoint's, never a port's)
         case OperationKind::eager_copy:
         case OperationKind::flush_read: break;
       }
+    }
+    // The receiver's messages, which the shared endpoint sorted to this comm's port (this
+    // poll or another comm's).
+    uint8_t message[kControlBufferSize];
+    while (const size_t len = port().take_message(message)) {
+      if (const ncclResult_t rc = on_message({message, len}); rc != ncclSuccess) return rc;
     }
     // A short batch emptied the queue: another read now would only take the provider's locks
     // again (its progress runs on the next call).
@@ -168,7 +166,8 @@ ncclResult_t SendComm::on_message(std::span<const uint8_t> bytes) {
     }
     eager_max_ = accept->eager_max;
     eager_credits_ = accept->eager_credits;
-    if (!endpoint_->insert(accept->address, &peer_, &why)) {
+    peer_port_ = accept->port;
+    if (!port().insert(accept->address, &peer_, &why)) {
       return fail_comm(ncclRemoteError, "connect: the receiver's address is unusable: " + why);
     }
     connected_ = true;
@@ -228,11 +227,12 @@ ncclResult_t SendComm::on_credit(const EagerCredit& credit) {
 SendRequest* SendComm::free_request() {
   // From where the last search ended: requests complete about in the order they were posted,
   // so the next idle one is usually the first looked at.
-  for (size_t i = 0; i < requests_.size(); ++i) {
-    const size_t at = (next_free_ + i) % requests_.size();
-    if (requests_[at].state == RequestState::idle) {
+  auto& all = requests();
+  for (size_t i = 0; i < all.size(); ++i) {
+    const size_t at = (next_free_ + i) % all.size();
+    if (all[at].state == RequestState::idle) {
       next_free_ = at + 1;
-      return &requests_[at];
+      return &all[at];
     }
   }
   return nullptr;
@@ -269,20 +269,20 @@ void SendComm::reject_message(size_t slot, size_t index, SendFailureReason reaso
   const SendFailure notice{m.slot, m.generation, static_cast<uint8_t>(index), reason, size};
   use_buffer(slot, index);  // (m is gone after this when it was the last buffer)
   std::string why;
-  if (!control_->send(notice, peer_, &why)) log_warn("could not tell the receiver: %s", why.c_str());
+  if (!control().send(notice, peer_, peer_port_, &why)) log_warn("could not tell the receiver: %s", why.c_str());
 }
 
 void SendComm::notify_failure(const SendRequest& request) {
   std::string why;
   const bool told =
       request.eager
-          ? control_->send(EagerFailure{request.eager_target.tag, request.eager_target.ordinal,
+          ? control().send(EagerFailure{request.eager_target.tag, request.eager_target.ordinal,
                                         EagerFailureReason::send_failed, request.size},
-                           peer_, &why)
-          : control_->send(SendFailure{request.target.slot, request.target.generation,
+                           peer_, peer_port_, &why)
+          : control().send(SendFailure{request.target.slot, request.target.generation,
                                        request.target.index, SendFailureReason::write_failed,
                                        request.size},
-                           peer_, &why);
+                           peer_, peer_port_, &why);
   if (!told) log_warn("could not tell the receiver: %s", why.c_str());
 }
 
@@ -366,7 +366,7 @@ ncclResult_t SendComm::write_announced(void* data, size_t size, Stream& stream, 
   // provider cannot take at once goes with the next progress.
   const WritePlan plan = plan_writes(size);
   const PlannedWrite& first = plan.writes[0];
-  const ssize_t rc = endpoint_->write_with_data(
+  const ssize_t rc = port().write_with_data(
       data, first.bytes, req->desc,
       encode(WriteCompletion{where.slot, where.generation, where.index, first.part, first.value}),
       peer_, target.address, target.key, &req->write);
@@ -399,7 +399,7 @@ void SendComm::post_tail(SendRequest& request) {
   }
   const PlannedWrite tail = plan_writes(request.size).writes[1];
   const WriteTarget& where = request.target;
-  const ssize_t rc = endpoint_->write_with_data(
+  const ssize_t rc = port().write_with_data(
       static_cast<const uint8_t*>(request.data) + tail.offset, tail.bytes, request.desc,
       encode(WriteCompletion{where.slot, where.generation, where.index, tail.part, tail.value}),
       peer_, request.remote_address + tail.offset, request.remote_key, &request.tail_write);
@@ -495,8 +495,8 @@ ncclResult_t SendComm::send_eagerly(void* data, size_t size, Stream& stream,
 }
 
 ssize_t SendComm::post_eager(SendRequest& request) {
-  return endpoint_->send_with_data(request.data, request.size, request.desc,
-                                   encode(request.eager_target), peer_, &request.write);
+  return port().send_with_data(request.data, request.size, request.desc,
+                               encode(request.eager_target), peer_, &request.write);
 }
 
 ncclResult_t SendComm::release_held_eager() {
@@ -560,7 +560,7 @@ ncclResult_t SendComm::test(SendRequest* request, int* done, int* size) {
 
 void SendComm::drain() {
   const auto deadline = std::chrono::steady_clock::now() + kDrainTime;
-  while (control_ && control_->busy() && std::chrono::steady_clock::now() < deadline) {
+  while (posted_ && control().busy() && std::chrono::steady_clock::now() < deadline) {
     if (progress() != ncclSuccess) return;
   }
 }

@@ -6,6 +6,8 @@
 // how many bytes.  A message of up to the eager max goes without waiting for it (net/eager.h).
 // Otherwise isend returns no request and NCCL asks again.  Announcements are kept by the
 // receiver's slot, so the order the fabric delivers them in does not matter.
+// Every send comm of a device posts on the device's one shared endpoint, through a port of its
+// own (net/shared_endpoint.h): the receiver addresses its messages to that port.
 #pragma once
 
 #include <rdma/fabric.h>
@@ -22,6 +24,7 @@
 #include "../wire/listen_handle.h"
 #include "control_channel.h"
 #include "request.h"
+#include "shared_endpoint.h"
 #include "tag_streams.h"
 
 namespace hmr::nccl {
@@ -62,7 +65,23 @@ class SendComm {
     bool warned = false;
   };
 
+  // What the provider may still point into while an operation of the comm is in flight: the
+  // requests, the control channel's buffers, and the port their completions go to.  The comm
+  // hands it to the shared endpoint when it is destroyed, which frees it once nothing is in
+  // flight (at once, unless the comm was aborted mid-operation).
+  struct Posted : SharedEndpoint::Tenant {
+    std::unique_ptr<SharedEndpoint::Port> on;
+    std::unique_ptr<ControlChannel> control;
+    // One request per message in flight: NCCL_NET_MAX_REQUESTS receives of up to maxRecvs
+    // buffers each may be posted at once, and NCCL may fill all of them.
+    std::array<SendRequest, kMaxRequests * kMaxRecvs> requests;
+    SharedEndpoint::Port& port() override { return *on; }
+  };
+
   explicit SendComm(Device& device) : device_(&device) {}
+  SharedEndpoint::Port& port() const { return *posted_->on; }
+  ControlChannel& control() const { return *posted_->control; }
+  std::array<SendRequest, kMaxRequests * kMaxRecvs>& requests() const { return posted_->requests; }
   ncclResult_t progress();
   ncclResult_t on_message(std::span<const uint8_t> bytes);
   ncclResult_t on_announcement(const ReceiveAnnouncement& announcement);
@@ -109,10 +128,11 @@ class SendComm {
   void note_refusal(Stream& stream);
 
   Device* device_;
-  std::unique_ptr<Endpoint> endpoint_;
-  std::unique_ptr<ControlChannel> control_;
+  SharedEndpoint* shared_ = nullptr;
+  std::unique_ptr<Posted> posted_;
   fi_addr_t listener_ = FI_ADDR_UNSPEC;
   fi_addr_t peer_ = FI_ADDR_UNSPEC;  // the recv comm, once it accepted
+  uint32_t peer_port_ = 0;           // and its port there
   uint64_t nonce_ = 0;
   std::chrono::steady_clock::time_point deadline_;
   std::chrono::milliseconds write_timeout_{60000};
@@ -134,9 +154,6 @@ class SendComm {
   bool reorder_eager_ = false;
   SendRequest* held_eager_ = nullptr;
   int held_progress_ = 0;
-  // One request per message in flight: NCCL_NET_MAX_REQUESTS receives of up to maxRecvs
-  // buffers each may be posted at once, and NCCL may fill all of them.
-  std::array<SendRequest, kMaxRequests * kMaxRecvs> requests_;
   size_t next_free_ = 0;  // where free_request() looks first
   // Requests whose tail write the provider did not take yet (capacity for all of them).
   std::vector<SendRequest*> unposted_tails_ = reserved(kMaxRequests * kMaxRecvs);

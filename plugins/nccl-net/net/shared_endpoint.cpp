@@ -1,0 +1,335 @@
+#include "shared_endpoint.h"
+
+#include <rdma/fi_errno.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "control_channel.h"
+#include "device.h"
+#include "log.h"
+
+namespace hmr::nccl {
+namespace {
+
+// Receive buffers for the control messages of every send comm of the device (receive
+// announcements, credits, accepts).  Each is copied to its comm's queue and reposted as soon
+// as it is read, so these only absorb what arrives between two polls; beyond them the
+// provider keeps messages as unexpected (a reliable-datagram endpoint drops none).
+constexpr size_t kSharedReceives = 256;
+// Control messages one comm may have waiting unread.  A receiver announces each receive it
+// posts once (at most kMaxRequests at a time) and returns credits in batches, and the comm
+// reads its queue at every progress: many times that is a broken peer, and its comm fails.
+constexpr size_t kMaxQueuedMessages = 8 * kMaxRequests;
+constexpr size_t kFirstMessageRing = 16;
+// How many batches one look at a retired comm reads before it is looked at again later.
+constexpr int kDiscardRounds = 64;
+
+// Reads and drops what is `port`'s (the comm is closed): its completions are only counted.
+void discard(SharedEndpoint::Port& port) {
+  Completion completions[16];
+  uint8_t message[kControlBufferSize];
+  for (int round = 0; round < kDiscardRounds; ++round) {
+    CompletionError error;
+    const int n = port.poll(completions, &error);
+    while (port.take_message(message) != 0) {
+    }
+    if (n == 0) return;
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<SharedEndpoint> SharedEndpoint::open(Device& device, std::string* why) {
+  std::unique_ptr<SharedEndpoint> shared(new SharedEndpoint());
+  shared->endpoint_ = Endpoint::open(device.libfabric(), device.info(), device.domain(), why);
+  if (!shared->endpoint_) return nullptr;
+  shared->receives_ = ControlChannel::open(device, *shared->endpoint_, kSharedReceives,
+                                           kControlBufferSize, 0, why);
+  if (!shared->receives_ || !shared->receives_->post_receives(why)) return nullptr;
+  shared->address_ = shared->endpoint_->address();
+  return shared;
+}
+
+SharedEndpoint::~SharedEndpoint() {
+  // The provider's endpoint first: once it is closed, no operation points into a retired
+  // comm or a receive buffer, and the retired comms can go (their ports find no endpoint to
+  // remove peers from).
+  endpoint_.reset();
+  std::vector<std::unique_ptr<Tenant>> retired;
+  {
+    std::lock_guard hold(retired_mutex_);
+    retired.swap(retired_);
+  }
+  retired.clear();
+  receives_.reset();
+}
+
+std::unique_ptr<SharedEndpoint::Port> SharedEndpoint::attach() {
+  sweep();
+  std::lock_guard hold(mutex_);
+  uint32_t id = 0;
+  do {
+    id = next_id_++;
+  } while (id == 0 || ports_.count(id) != 0);  // 0 is no port; ids wrap after 2^32 comms
+  std::unique_ptr<Port> port(new Port(*this, id));
+  ports_.emplace(id, port.get());
+  return port;
+}
+
+void SharedEndpoint::retire(std::unique_ptr<Tenant> tenant) {
+  if (tenant) {
+    discard(tenant->port());
+    if (tenant->port().in_flight() == 0) {
+      tenant.reset();
+    } else {
+      log_info("a closed send comm has %zu operation(s) in flight: kept until they end, and "
+               "later comms get another endpoint", tenant->port().in_flight());
+      stalled_.store(true, std::memory_order_release);
+      std::lock_guard hold(retired_mutex_);
+      retired_.push_back(std::move(tenant));
+    }
+  }
+  sweep();
+}
+
+void SharedEndpoint::sweep() {
+  std::vector<std::unique_ptr<Tenant>> ended;
+  {
+    std::lock_guard hold(retired_mutex_);
+    for (auto it = retired_.begin(); it != retired_.end();) {
+      discard((*it)->port());
+      if ((*it)->port().in_flight() == 0) {
+        ended.push_back(std::move(*it));
+        it = retired_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  // (Freed here, outside the lock: each closes its control buffers' registration.)
+}
+
+size_t SharedEndpoint::open_ports() const {
+  size_t retired = 0;
+  {
+    std::lock_guard hold(retired_mutex_);
+    retired = retired_.size();
+  }
+  std::lock_guard hold(mutex_);
+  return ports_.size() - std::min(retired, ports_.size());
+}
+
+bool SharedEndpoint::idle() {
+  sweep();
+  {
+    std::lock_guard hold(retired_mutex_);
+    if (!retired_.empty()) return false;
+  }
+  std::lock_guard hold(mutex_);
+  return ports_.empty();
+}
+
+void SharedEndpoint::detach(Port& port) {
+  std::lock_guard hold(mutex_);
+  ports_.erase(port.id_);
+  for (const fi_addr_t address : port.peers_) {
+    const auto name = peer_names_.find(address);
+    if (name == peer_names_.end()) continue;
+    const auto peer = peers_.find(*name->second);
+    if (--peer->second.uses != 0) continue;
+    // The last comm that used the peer is gone: so is the provider's connection to it.
+    if (endpoint_) endpoint_->remove(address);
+    peer_names_.erase(name);
+    peers_.erase(peer);
+  }
+}
+
+int SharedEndpoint::read_queue(Port& reader, std::span<Completion> out) {
+  Completion batch[16];
+  const size_t want = std::min(out.size(), std::size(batch));
+  CompletionError failure;
+  const int n = endpoint_->poll(std::span<Completion>(batch, want), &failure);
+  if (n < 0) {
+    route_failure(failure);
+    return 0;
+  }
+  size_t mine = 0;
+  for (int i = 0; i < n; ++i) {
+    const Completion& c = batch[i];
+    auto* op = static_cast<Operation*>(c.context);
+    // Remote CQ data: nothing writes into a send comm's memory.
+    if (op == nullptr) continue;
+    if (op->port == 0) {
+      if (op->kind == OperationKind::control_receive) route_message(*op, c.len);
+      continue;
+    }
+    if (op->port == reader.id_) {
+      reader.in_flight_.fetch_sub(1, std::memory_order_acq_rel);
+      out[mine++] = c;
+      continue;
+    }
+    // A port goes only once none of its operations is in flight (retire()), so the port of
+    // any completion is here.
+    const auto owner = ports_.find(op->port);
+    if (owner == ports_.end()) continue;
+    owner->second->in_flight_.fetch_sub(1, std::memory_order_acq_rel);
+    owner->second->routed_.push_back(Port::Routed{c, false, {}});
+  }
+  return static_cast<int>(mine);
+}
+
+void SharedEndpoint::route_failure(const CompletionError& failure) {
+  auto* op = static_cast<Operation*>(failure.context);
+  if (op == nullptr) {
+    // The provider names no operation: every comm on the endpoint may be affected.
+    for (auto& [id, port] : ports_) port->routed_.push_back(Port::Routed{{}, true, failure});
+    return;
+  }
+  if (op->port == 0) {
+    // One of the receive buffers: a message too long for it (FI_ETRUNC), which no comm can
+    // be named for, or the endpoint closing.
+    if (failure.error == FI_ECANCELED) return;
+    log_warn("dropped a control message: %s", failure.reason.c_str());
+    std::string why;
+    if (!receives_->repost(*op, &why)) log_warn("%s", why.c_str());
+    return;
+  }
+  const auto owner = ports_.find(op->port);
+  if (owner == ports_.end()) return;
+  owner->second->in_flight_.fetch_sub(1, std::memory_order_acq_rel);
+  owner->second->routed_.push_back(Port::Routed{{}, true, failure});
+}
+
+void SharedEndpoint::route_message(const Operation& receive, size_t len) {
+  const std::span<const uint8_t> bytes = receives_->received(receive, len);
+  const std::optional<uint32_t> port = control_message_port(bytes);
+  if (!port) {
+    log_warn("dropped a %zu-byte control message that names no comm (not a version-%u header)",
+             bytes.size(), static_cast<unsigned>(kControlVersion));
+  } else if (const auto to = ports_.find(*port); to != ports_.end()) {
+    to->second->queue_message(bytes);
+  } else {
+    // A comm that closed (its peer's last credits or notices may still come).
+    log_info("dropped a control message for send comm port %u, which is closed", *port);
+  }
+  std::string why;
+  if (!receives_->repost(const_cast<Operation&>(receive), &why)) log_warn("%s", why.c_str());
+}
+
+SharedEndpoint::Port::~Port() { shared_->detach(*this); }
+
+bool SharedEndpoint::Port::insert(std::span<const uint8_t> address, fi_addr_t* peer,
+                                  std::string* why) {
+  std::lock_guard hold(shared_->mutex_);
+  std::vector<uint8_t> name(address.begin(), address.end());
+  auto known = shared_->peers_.find(name);
+  if (known == shared_->peers_.end()) {
+    fi_addr_t inserted = FI_ADDR_UNSPEC;
+    if (!shared_->endpoint_->insert(address, &inserted, why)) return false;
+    known = shared_->peers_.emplace(std::move(name), Peer{inserted, 0}).first;
+    shared_->peer_names_[inserted] = &known->first;
+  }
+  ++known->second.uses;
+  peers_.push_back(known->second.address);
+  *peer = known->second.address;
+  return true;
+}
+
+void SharedEndpoint::Port::posting(Operation* op) {
+  op->port = id_;
+  in_flight_.fetch_add(1, std::memory_order_acq_rel);
+}
+
+void SharedEndpoint::Port::posted(ssize_t rc) {
+  if (rc != 0) in_flight_.fetch_sub(1, std::memory_order_acq_rel);
+}
+
+ssize_t SharedEndpoint::Port::send(const void* buf, size_t len, void* desc, fi_addr_t peer,
+                                   Operation* op) {
+  posting(op);
+  const ssize_t rc = shared_->endpoint_->send(buf, len, desc, peer, op);
+  posted(rc);
+  return rc;
+}
+
+ssize_t SharedEndpoint::Port::send_with_data(const void* buf, size_t len, void* desc,
+                                             uint32_t data, fi_addr_t peer, Operation* op) {
+  posting(op);
+  const ssize_t rc = shared_->endpoint_->send_with_data(buf, len, desc, data, peer, op);
+  posted(rc);
+  return rc;
+}
+
+ssize_t SharedEndpoint::Port::write_with_data(const void* buf, size_t len, void* desc,
+                                              uint32_t data, fi_addr_t peer, uint64_t remote_addr,
+                                              uint64_t key, Operation* op) {
+  posting(op);
+  const ssize_t rc =
+      shared_->endpoint_->write_with_data(buf, len, desc, data, peer, remote_addr, key, op);
+  posted(rc);
+  return rc;
+}
+
+int SharedEndpoint::Port::poll(std::span<Completion> out, CompletionError* error) {
+  std::lock_guard hold(shared_->mutex_);
+  if (overflowed_) {
+    overflowed_ = false;  // said once; the comm fails with it
+    error->context = nullptr;
+    error->error = FI_EOVERFLOW;
+    error->reason = "more than " + std::to_string(kMaxQueuedMessages) +
+                    " control messages for this comm arrived unread (a broken peer)";
+    return -1;
+  }
+  if (routed_head_ == routed_.size()) {
+    const int n = shared_->read_queue(*this, out);
+    if (n > 0) return n;
+  }
+  size_t n = 0;
+  while (routed_head_ < routed_.size() && n < out.size()) {
+    Routed& next = routed_[routed_head_];
+    if (next.failed) {
+      if (n > 0) break;  // the failure on the next call, after what came before it
+      *error = std::move(next.error);
+      ++routed_head_;
+      if (routed_head_ == routed_.size()) routed_.clear(), routed_head_ = 0;
+      return -1;
+    }
+    out[n++] = next.completion;
+    ++routed_head_;
+  }
+  if (routed_head_ == routed_.size()) routed_.clear(), routed_head_ = 0;
+  return static_cast<int>(n);
+}
+
+void SharedEndpoint::Port::queue_message(std::span<const uint8_t> bytes) {
+  if (message_count_ == messages_.size()) {
+    if (messages_.size() >= kMaxQueuedMessages) {
+      overflowed_ = true;
+      return;
+    }
+    // Grown in order, so the ring's oldest message is first again.
+    std::vector<Message> grown(std::max(kFirstMessageRing, 2 * messages_.size()));
+    for (size_t i = 0; i < message_count_; ++i) {
+      grown[i] = messages_[(message_head_ + i) % messages_.size()];
+    }
+    messages_ = std::move(grown);
+    message_head_ = 0;
+  }
+  Message& m = messages_[(message_head_ + message_count_) % messages_.size()];
+  m.length = static_cast<uint16_t>(std::min(bytes.size(), sizeof m.bytes));
+  std::memcpy(m.bytes, bytes.data(), m.length);
+  ++message_count_;
+}
+
+size_t SharedEndpoint::Port::take_message(std::span<uint8_t, kControlBufferSize> into) {
+  std::lock_guard hold(shared_->mutex_);
+  if (message_count_ == 0) return 0;
+  const Message& m = messages_[message_head_];
+  std::memcpy(into.data(), m.bytes, m.length);
+  message_head_ = (message_head_ + 1) % messages_.size();
+  --message_count_;
+  return m.length;
+}
+
+}  // namespace hmr::nccl

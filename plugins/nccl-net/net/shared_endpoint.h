@@ -1,0 +1,176 @@
+// One libfabric endpoint per device that every send comm of the device posts on, so a comm
+// costs a port (an id, a few queues) instead of an endpoint of its own: with ofi_rxm an
+// endpoint holds ~47 MB of buffer pools, which made 32 channels take 3 GB per process
+// (docs/nccl-plugin.md, "One endpoint per device").
+//
+// What arrives on it is sorted per port:
+//  - completions of a comm's own operations (each Operation carries its comm's port id,
+//    stamped by the Port when it posts) go to that comm's poll;
+//  - control messages land in the endpoint's own receive buffers and go, by the port their
+//    header names (wire/control_message.h), to that comm's message queue; the buffer is
+//    reposted at once (a comm that does not poll never holds another's buffers);
+//  - a failure no operation owns goes to every port (each comm fails with it).
+// Whichever comm polls reads the completion queue for all of them, under the endpoint's lock:
+// NCCL drives comms of different communicators from different proxy threads, and a comm's
+// state is touched only by its own thread, so another comm's completions are queued, never
+// handled, by the thread that read them.
+//
+// Lifetimes: an operation's context points into its comm, so a comm may be freed only once
+// none of its operations is in flight.  A comm closed with some still in flight (an abort)
+// hands what they point into to the endpoint (retire()); it is freed once they ended, found
+// when a later comm is retired or the endpoint closes (after the provider's endpoint, so
+// nothing points into it any more).  Peer addresses are inserted once per endpoint and
+// removed when the last port using them goes, so a closed comm's connection is closed too.
+#pragma once
+
+#include <rdma/fabric.h>
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "../fabric/endpoint.h"
+#include "../wire/control_message.h"
+#include "operation.h"
+
+namespace hmr::nccl {
+
+class ControlChannel;
+class Device;
+
+class SharedEndpoint {
+ public:
+  class Port;
+  // What a closed comm leaves for the provider to finish: the memory its operations point
+  // into, with its port.
+  class Tenant {
+   public:
+    virtual ~Tenant() = default;
+    virtual Port& port() = 0;
+  };
+
+  static std::unique_ptr<SharedEndpoint> open(Device& device, std::string* why);
+  // Closes the provider's endpoint first, then frees what retired comms left.
+  ~SharedEndpoint();
+  SharedEndpoint(const SharedEndpoint&) = delete;
+  SharedEndpoint& operator=(const SharedEndpoint&) = delete;
+
+  // A port with an id no other port of this endpoint has had.
+  std::unique_ptr<Port> attach();
+  // Frees `tenant` now if none of its operations is in flight, else once they ended; frees
+  // the earlier ones whose operations ended meanwhile.
+  void retire(std::unique_ptr<Tenant> tenant);
+  // Ports of comms still open (retired ones not counted).
+  size_t open_ports() const;
+  // No comm is open on it and every retired one was freed (looked at first).
+  bool idle();
+  // A comm was retired with operations in flight: the endpoint may carry an operation that
+  // never ends (a peer that died mid-message), and on some providers that holds back what
+  // comes after it on the same endpoint (shm 1.17 was seen to: a write to a dead peer kept
+  // every later completion of the endpoint from being reported).  New comms get another
+  // endpoint (Device::attach_send_comm).
+  bool stalled() const { return stalled_.load(std::memory_order_acquire); }
+  const std::vector<uint8_t>& address() const { return address_; }
+
+  class Port {
+   public:
+    ~Port();
+    Port(const Port&) = delete;
+    Port& operator=(const Port&) = delete;
+
+    uint32_t id() const { return id_; }
+    // The endpoint's address: what a peer inserts to reach this port (with the id).
+    const std::vector<uint8_t>& address() const { return shared_->address(); }
+    const Libfabric& libfabric() const { return shared_->endpoint_->libfabric(); }
+    // A peer's address, inserted once per endpoint however many ports use it.
+    bool insert(std::span<const uint8_t> address, fi_addr_t* peer, std::string* why);
+
+    // As Endpoint's, with the operation stamped with this port and counted in flight.
+    ssize_t send(const void* buf, size_t len, void* desc, fi_addr_t peer, Operation* op);
+    ssize_t send_with_data(const void* buf, size_t len, void* desc, uint32_t data, fi_addr_t peer,
+                           Operation* op);
+    ssize_t write_with_data(const void* buf, size_t len, void* desc, uint32_t data, fi_addr_t peer,
+                            uint64_t remote_addr, uint64_t key, Operation* op);
+
+    // This port's completions, as Endpoint::poll: how many, or -1 with `error` filled (an
+    // operation of this port that failed, a failure no operation owns, or more control
+    // messages for this port than it can hold).  Reads the endpoint's queue when none is
+    // waiting here.
+    int poll(std::span<Completion> out, CompletionError* error);
+    // The next control message for this port, copied into `into`: its length, 0 when none.
+    size_t take_message(std::span<uint8_t, kControlBufferSize> into);
+    // Operations posted through this port whose completion has not been read yet.
+    size_t in_flight() const { return in_flight_.load(std::memory_order_acquire); }
+
+   private:
+    friend class SharedEndpoint;
+    Port(SharedEndpoint& shared, uint32_t id) : shared_(&shared), id_(id) {}
+    // Before posting `op`: the completion may be read by another thread before the post
+    // returns, so the count goes up first.
+    void posting(Operation* op);
+    void posted(ssize_t rc);
+    // Under the endpoint's lock: a control message for this port.
+    void queue_message(std::span<const uint8_t> bytes);
+
+    struct Routed {
+      Completion completion{};
+      bool failed = false;
+      CompletionError error;
+    };
+    struct Message {
+      uint16_t length = 0;
+      uint8_t bytes[kControlBufferSize];
+    };
+
+    SharedEndpoint* shared_;
+    const uint32_t id_;
+    std::atomic<size_t> in_flight_{0};
+    // Under the endpoint's lock: completions read by other ports' polls, messages for this
+    // port (a ring, grown on demand up to kMaxQueuedMessages), and the peers it inserted.
+    std::vector<Routed> routed_;
+    size_t routed_head_ = 0;
+    std::vector<Message> messages_;
+    size_t message_head_ = 0;
+    size_t message_count_ = 0;
+    bool overflowed_ = false;
+    std::vector<fi_addr_t> peers_;
+  };
+
+ private:
+  SharedEndpoint() = default;
+  // Under mutex_: reads one batch of the endpoint's queue (at most out.size() entries): the
+  // completions of `reader`'s operations go to `out` (how many is the result), the rest, and
+  // every failure, to the queues of the ports they are for.
+  int read_queue(Port& reader, std::span<Completion> out);
+  void route_message(const Operation& receive, size_t len);
+  void route_failure(const CompletionError& error);
+  void detach(Port& port);
+  // Frees retired comms whose operations ended.
+  void sweep();
+
+  std::unique_ptr<Endpoint> endpoint_;
+  std::unique_ptr<ControlChannel> receives_;  // the control messages' buffers
+  std::vector<uint8_t> address_;
+
+  mutable std::mutex mutex_;  // the completion queue, the ports and their queues, peers_
+  std::unordered_map<uint32_t, Port*> ports_;
+  uint32_t next_id_ = 1;
+  struct Peer {
+    fi_addr_t address = FI_ADDR_UNSPEC;
+    size_t uses = 0;
+  };
+  std::map<std::vector<uint8_t>, Peer> peers_;
+  std::unordered_map<fi_addr_t, const std::vector<uint8_t>*> peer_names_;
+
+  mutable std::mutex retired_mutex_;
+  std::vector<std::unique_ptr<Tenant>> retired_;
+  std::atomic<bool> stalled_{false};
+};
+
+}  // namespace hmr::nccl
