@@ -108,6 +108,19 @@ void Device::release_unused_shared_endpoints() {
   std::erase_if(draining_, [](const std::unique_ptr<SharedEndpoint>& e) { return e->idle(); });
 }
 
+Device::SendEndpoints Device::send_endpoints() {
+  std::lock_guard hold(shared_mutex_);
+  SendEndpoints counts;
+  auto count = [&counts](const SharedEndpoint& e) {
+    ++counts.endpoints;
+    counts.open_comms += e.open_ports();
+    counts.peers += e.peers();
+  };
+  if (shared_) count(*shared_);
+  for (const auto& e : draining_) count(*e);
+  return counts;
+}
+
 bool Device::close(std::string* why) {
   {
     std::lock_guard hold(shared_mutex_);

@@ -56,6 +56,14 @@ class Device {
   // Closes the shared endpoints no send comm uses any more (a destroyed send comm calls this),
   // so what comms leave behind is nothing, and the next connect opens a fresh one.
   void release_unused_shared_endpoints();
+  // The endpoints the device's send comms share now (one, more while stalled ones drain, 0
+  // with no send comm), and the send comms open on them: what tests look at.
+  struct SendEndpoints {
+    size_t endpoints = 0;
+    size_t open_comms = 0;
+    size_t peers = 0;  // addresses inserted in them
+  };
+  SendEndpoints send_endpoints();
   // Closes the shared endpoint, then the hmr domain; false (and the device kept) while a send
   // comm is open or memory is still registered.
   bool close(std::string* why);

@@ -120,6 +120,11 @@ size_t SharedEndpoint::open_ports() const {
   return ports_.size() - std::min(retired, ports_.size());
 }
 
+size_t SharedEndpoint::peers() const {
+  std::lock_guard hold(mutex_);
+  return peers_.size();
+}
+
 bool SharedEndpoint::idle() {
   sweep();
   {

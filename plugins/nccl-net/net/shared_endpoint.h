@@ -68,6 +68,8 @@ class SharedEndpoint {
   void retire(std::unique_ptr<Tenant> tenant);
   // Ports of comms still open (retired ones not counted).
   size_t open_ports() const;
+  // Peer addresses inserted (each once, however many ports use it).
+  size_t peers() const;
   // No comm is open on it and every retired one was freed (looked at first).
   bool idle();
   // A comm was retired with operations in flight: the endpoint may carry an operation that

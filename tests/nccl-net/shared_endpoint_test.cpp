@@ -1,0 +1,251 @@
+// The send comms of a device share one libfabric endpoint (plugins/nccl-net/net/
+// shared_endpoint.h).  Through the plugin's own entry points (net/net_api.h), in one process
+// over libfabric's tcp provider:
+//  - every send comm of a device is a port on one endpoint, and closing the last one closes
+//    it, leaving nothing behind;
+//  - a closed comm's peers are removed from the endpoint's address vector (and with them the
+//    provider's connections), so comms made and closed beside a long-lived one leave nothing;
+//  - comms driven from two threads at once each get their own completions and messages,
+//    whichever thread read them off the shared queue;
+//  - a comm closed while a write of it is still in flight stays (its memory is what the
+//    provider points into) until the write ends, and new comms get another endpoint.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "net/device.h"
+#include "net/net_api.h"
+#include "net/send_comm.h"
+#include "tests/hmem/fd_checks.h"
+
+namespace hmr::nccl {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+void quiet(ncclDebugLogLevel, unsigned long, const char*, int, const char*, ...) {}
+
+struct Pair {
+  void* listen = nullptr;
+  void* send = nullptr;
+  void* recv = nullptr;
+};
+
+class SharedSendEndpoint : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    setenv("HMR_NCCL_PROVIDER", "tcp", 1);
+    ASSERT_EQ(api::init_context(&ctx_, 1, nullptr, quiet), ncclSuccess);
+  }
+  void TearDown() override {
+    if (ctx_ != nullptr) {
+      EXPECT_EQ(api::finalize(ctx_), ncclSuccess);
+    }
+  }
+
+  // A connected send and recv comm on device 0, both in this process.
+  Pair connect() {
+    Pair p;
+    char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+    EXPECT_EQ(api::listen(ctx_, 0, handle, &p.listen), ncclSuccess);
+    const auto deadline = Clock::now() + std::chrono::seconds(20);
+    while ((p.send == nullptr || p.recv == nullptr) && Clock::now() < deadline) {
+      if (p.send == nullptr) {
+        EXPECT_EQ(api::connect(ctx_, 0, handle, &p.send, nullptr), ncclSuccess);
+      }
+      if (p.recv == nullptr) {
+        EXPECT_EQ(api::accept(p.listen, &p.recv, nullptr), ncclSuccess);
+      }
+    }
+    EXPECT_TRUE(p.send != nullptr && p.recv != nullptr) << "not connected before the deadline";
+    return p;
+  }
+  void close(Pair& p) {
+    if (p.send != nullptr) {
+      EXPECT_EQ(api::close_send(p.send), ncclSuccess);
+    }
+    if (p.recv != nullptr) {
+      EXPECT_EQ(api::close_recv(p.recv), ncclSuccess);
+    }
+    if (p.listen != nullptr) {
+      EXPECT_EQ(api::close_listen(p.listen), ncclSuccess);
+    }
+    p = Pair{};
+  }
+  Device& device(const Pair& p) { return static_cast<SendComm*>(p.send)->device(); }
+
+  void* ctx_ = nullptr;
+};
+
+// Moves `count` messages of `size` bytes with `tag` from p.send to p.recv, each filled with
+// its own pattern and checked on arrival: "" or what went wrong.
+std::string move_messages(const Pair& p, int tag, size_t size, int count) {
+  std::vector<uint8_t> out(size), in(size);
+  void* out_mh = nullptr;
+  void* in_mh = nullptr;
+  if (api::reg_mr(p.send, out.data(), size, NCCL_PTR_HOST, &out_mh) != ncclSuccess ||
+      api::reg_mr(p.recv, in.data(), size, NCCL_PTR_HOST, &in_mh) != ncclSuccess) {
+    return "regMr failed";
+  }
+  std::string failure;
+  const auto deadline = Clock::now() + std::chrono::seconds(60);
+  for (int i = 0; i < count && failure.empty(); ++i) {
+    for (size_t b = 0; b < size; ++b) out[b] = static_cast<uint8_t>(b * 7 + static_cast<size_t>(i) + static_cast<size_t>(tag));
+    std::memset(in.data(), 0, size);
+    void* recv_request = nullptr;
+    void* send_request = nullptr;
+    void* data = in.data();
+    size_t sizes = size;
+    int tags = tag;
+    while (recv_request == nullptr && Clock::now() < deadline) {
+      if (api::irecv(p.recv, 1, &data, &sizes, &tags, &in_mh, &recv_request) != ncclSuccess) return "irecv failed";
+    }
+    int send_done = 0;
+    int recv_done = 0;
+    while ((!send_done || !recv_done) && Clock::now() < deadline) {
+      if (send_request == nullptr) {
+        if (api::isend(p.send, out.data(), size, tag, out_mh, &send_request) != ncclSuccess) return "isend failed";
+      } else if (!send_done && api::test(send_request, &send_done, nullptr) != ncclSuccess) {
+        return "test of the send failed";
+      }
+      if (recv_request != nullptr && !recv_done) {
+        int received = 0;
+        if (api::test(recv_request, &recv_done, &received) != ncclSuccess) return "test of the receive failed";
+        if (recv_done && received != static_cast<int>(size)) failure = "a message of the wrong size arrived";
+      }
+    }
+    if (!send_done || !recv_done) failure = "message " + std::to_string(i) + " did not arrive before the deadline";
+    else if (in != out) failure = "message " + std::to_string(i) + " arrived with other bytes";
+  }
+  api::dereg_mr(p.send, out_mh);
+  api::dereg_mr(p.recv, in_mh);
+  return failure;
+}
+
+TEST_F(SharedSendEndpoint, EverySendCommOfADeviceIsAPortOnOneEndpoint) {
+  std::vector<Pair> pairs;
+  for (int i = 0; i < 6; ++i) {
+    pairs.push_back(connect());
+    ASSERT_FALSE(HasFailure());
+  }
+  Device& dev = device(pairs.front());
+  EXPECT_EQ(dev.send_endpoints().endpoints, 1u);
+  EXPECT_EQ(dev.send_endpoints().open_comms, 6u);
+  // Each moves its own bytes (small ones eagerly, large ones by RMA write).
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    EXPECT_EQ(move_messages(pairs[i], static_cast<int>(i), i % 2 ? 100 : 200000, 3), "") << "pair " << i;
+  }
+  for (Pair& p : pairs) close(p);
+  EXPECT_EQ(dev.send_endpoints().endpoints, 0u) << "the last send comm closed, and its endpoint stayed";
+}
+
+TEST_F(SharedSendEndpoint, ACommClosedBesideALongLivedOneLeavesNoConnectionBehind) {
+  Pair keeper = connect();
+  ASSERT_FALSE(HasFailure());
+  // The first round may open what the provider keeps for good; later ones must not grow.
+  Pair first = connect();
+  ASSERT_EQ(move_messages(first, 1, 4096, 1), "");
+  close(first);
+  const int after_first = hmr::testing::open_fd_count();
+  const size_t peers = device(keeper).send_endpoints().peers;
+  EXPECT_EQ(peers, 2u) << "the keeper's listener and recv comm";
+  for (int round = 0; round < 5; ++round) {
+    Pair p = connect();
+    ASSERT_FALSE(HasFailure());
+    ASSERT_EQ(move_messages(p, 1, 4096, 1), "");
+    close(p);
+  }
+  EXPECT_EQ(hmr::testing::open_fd_count(), after_first)
+      << "closed send comms left their connections on the shared endpoint";
+  EXPECT_EQ(device(keeper).send_endpoints().endpoints, 1u);
+  EXPECT_EQ(device(keeper).send_endpoints().peers, peers) << "closed comms' peers are still inserted";
+  EXPECT_EQ(move_messages(keeper, 2, 65536, 2), "") << "the long-lived comm no longer works";
+  close(keeper);
+}
+
+TEST_F(SharedSendEndpoint, CommsDrivenFromTwoThreadsEachGetTheirOwnCompletions) {
+  constexpr int kThreads = 3;
+  std::array<Pair, kThreads> pairs;
+  for (Pair& p : pairs) {
+    p = connect();
+    ASSERT_FALSE(HasFailure());
+  }
+  EXPECT_EQ(device(pairs[0]).send_endpoints().open_comms, static_cast<size_t>(kThreads));
+  std::array<std::string, kThreads> failures;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      // Eager (100 B), one RMA write (64 KiB), a head and a tail (1 MiB + 3).
+      for (size_t size : {size_t{100}, size_t{65536}, (size_t{1} << 20) + 3}) {
+        if (failures[t].empty()) failures[t] = move_messages(pairs[t], 10 + t, size, 40);
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  for (int t = 0; t < kThreads; ++t) EXPECT_EQ(failures[t], "") << "thread " << t;
+  for (Pair& p : pairs) close(p);
+}
+
+TEST_F(SharedSendEndpoint, ACommClosedWithAWriteInFlightStaysUntilItEndsAndNewCommsGoElsewhere) {
+  Pair p = connect();
+  ASSERT_FALSE(HasFailure());
+  Device& dev = device(p);
+  // A receive of 64 MiB announced, then never progressed again: tcp moves nothing without
+  // the receiving endpoint's progress, so the write stays in flight.
+  constexpr size_t kSize = size_t{64} << 20;
+  std::vector<uint8_t> out(kSize, 0x5a), in(kSize);
+  void* out_mh = nullptr;
+  void* in_mh = nullptr;
+  ASSERT_EQ(api::reg_mr(p.send, out.data(), kSize, NCCL_PTR_HOST, &out_mh), ncclSuccess);
+  ASSERT_EQ(api::reg_mr(p.recv, in.data(), kSize, NCCL_PTR_HOST, &in_mh), ncclSuccess);
+  void* data = in.data();
+  size_t size = kSize;
+  int tag = 5;
+  void* recv_request = nullptr;
+  const auto deadline = Clock::now() + std::chrono::seconds(20);
+  while (recv_request == nullptr && Clock::now() < deadline) {
+    ASSERT_EQ(api::irecv(p.recv, 1, &data, &size, &tag, &in_mh, &recv_request), ncclSuccess);
+  }
+  void* send_request = nullptr;
+  while (send_request == nullptr && Clock::now() < deadline) {
+    ASSERT_EQ(api::isend(p.send, out.data(), kSize, tag, out_mh, &send_request), ncclSuccess);
+  }
+  ASSERT_NE(send_request, nullptr);
+  int done = 0;
+  ASSERT_EQ(api::test(send_request, &done, nullptr), ncclSuccess);
+  ASSERT_EQ(done, 0) << "64 MiB went out with no progress of the receiver";
+  // An abort: the comm is closed with its write in flight.
+  ASSERT_EQ(api::close_send(p.send), ncclSuccess);
+  p.send = nullptr;
+  EXPECT_EQ(dev.send_endpoints().endpoints, 1u) << "the endpoint went while a write on it was in flight";
+  EXPECT_EQ(dev.send_endpoints().open_comms, 0u);
+  // A new comm gets another endpoint, and works.
+  Pair next = connect();
+  ASSERT_FALSE(HasFailure());
+  EXPECT_EQ(dev.send_endpoints().endpoints, 2u) << "a new comm was put on the stalled endpoint";
+  EXPECT_EQ(move_messages(next, 1, 8192, 2), "");
+  // The receiver goes: the write ends (in error), and the stalled endpoint with it.
+  api::dereg_mr(p.recv, in_mh);
+  ASSERT_EQ(api::close_recv(p.recv), ncclSuccess);
+  p.recv = nullptr;
+  while (dev.send_endpoints().endpoints != 1 && Clock::now() < deadline) {
+    dev.release_unused_shared_endpoints();
+  }
+  EXPECT_EQ(dev.send_endpoints().endpoints, 1u) << "the stalled endpoint stayed after its write ended";
+  api::dereg_mr(nullptr, out_mh);
+  close(next);
+  close(p);
+  EXPECT_EQ(dev.send_endpoints().endpoints, 0u);
+}
+
+}  // namespace
+}  // namespace hmr::nccl
