@@ -165,7 +165,7 @@ class Hostile {
     if (!control_->send(m, peer_, peer_port_, &why)) die(why);
   }
   // The send comm's port on its endpoint (where its messages must be addressed).
-  uint32_t peer_port() const { return peer_port_; }
+  uint64_t peer_port() const { return peer_port_; }
   // Posts with `post` (which answers as fi_send does), progressing while the provider is busy;
   // dies when `what` never goes out or fails to.
   template <typename Post>
@@ -302,7 +302,7 @@ class Hostile {
   std::unique_ptr<Endpoint> endpoint_;
   std::unique_ptr<ControlChannel> control_;
   fi_addr_t peer_ = FI_ADDR_UNSPEC;
-  uint32_t peer_port_ = 0;
+  uint64_t peer_port_ = 0;
   Operation raw_send_;
   Operation lie_;
   uint64_t writes_landed_ = 0;
@@ -466,11 +466,9 @@ int run() {
         h.send_raw(noise, hmr_mr_desc(mr), 100, deadline);
         uint8_t* headed = base + 3072;
         for (size_t i = 0; i < 100; ++i) headed[i] = static_cast<uint8_t>(random());
-        const uint32_t port = h.peer_port();
-        const uint8_t header[12] = {'H', 'M', 'R', 'C', static_cast<uint8_t>(kControlVersion),
-                                    static_cast<uint8_t>(kControlVersion >> 8), 0x77, 0x77,
-                                    static_cast<uint8_t>(port), static_cast<uint8_t>(port >> 8),
-                                    static_cast<uint8_t>(port >> 16), static_cast<uint8_t>(port >> 24)};
+        uint8_t header[16] = {'H', 'M', 'R', 'C', static_cast<uint8_t>(kControlVersion),
+                              static_cast<uint8_t>(kControlVersion >> 8), 0x77, 0x77};
+        for (int i = 0; i < 8; ++i) header[8 + i] = static_cast<uint8_t>(h.peer_port() >> (8 * i));
         std::memcpy(headed, header, sizeof header);
         h.send_raw(headed, hmr_mr_desc(mr), 100, deadline);
       }

@@ -19,7 +19,7 @@ std::string exercise_wire_parsers(const uint8_t* data, size_t size) {
   // A control message of any length: one decode accepts names a port (the shared endpoint's
   // router reads only that), and re-encodes to its bytes with it.
   std::string why;
-  const std::optional<uint32_t> port = control_message_port(bytes);
+  const std::optional<uint64_t> port = control_message_port(bytes);
   if (auto message = decode_control_message(bytes, &why)) {
     if (!port) return "an accepted control message names no port";
     const std::vector<uint8_t> again = encode(*message, *port);

@@ -159,29 +159,29 @@ TEST(ControlMessage, TheHeaderNamesThePortAndConnectionsTheirOwn) {
     std::string why;
     auto decoded = decode_control_message(bytes, &why);
     ASSERT_TRUE(decoded) << why;
-    const auto addressed = encode(*decoded, 0xdeadbeefu);
-    EXPECT_EQ(control_message_port(addressed), 0xdeadbeefu);
+    const auto addressed = encode(*decoded, 0xfeedfacedeadbeefull);
+    EXPECT_EQ(control_message_port(addressed), 0xfeedfacedeadbeefull);
     EXPECT_TRUE(decode_control_message(addressed, &why)) << why;
     std::vector<uint8_t> into(kControlBufferSize);
-    ASSERT_EQ(encode_into(*decoded, 0xdeadbeefu, into), addressed.size());
+    ASSERT_EQ(encode_into(*decoded, 0xfeedfacedeadbeefull, into), addressed.size());
     EXPECT_TRUE(std::equal(addressed.begin(), addressed.end(), into.begin()));
     for (size_t at : {0u, 4u}) {  // magic, version
       auto bad = addressed;
       bad[at] ^= 0x40;
       EXPECT_FALSE(control_message_port(bad)) << at;
     }
-    EXPECT_FALSE(control_message_port(std::span(addressed).first(11)));
+    EXPECT_FALSE(control_message_port(std::span(addressed).first(15)));
   }
-  ConnectRequest request{7, address(16), 0x01020304u, 99, 5};
+  ConnectRequest request{7, address(16), 0x0102030405060708ull, 99, 5};
   std::string why;
   auto decoded = decode_control_message(encode(request, 0), &why);
   ASSERT_TRUE(decoded) << why;
-  EXPECT_EQ(std::get<ConnectRequest>(*decoded).port, 0x01020304u);
+  EXPECT_EQ(std::get<ConnectRequest>(*decoded).port, 0x0102030405060708ull);
   EXPECT_EQ(std::get<ConnectRequest>(*decoded).pid, 99u);
-  ConnectAccept accept{7, address(16), 0xa0b0c0d0u, 98, 6};
+  ConnectAccept accept{7, address(16), 0xa0b0c0d0e0f00011ull, 98, 6};
   decoded = decode_control_message(encode(accept, 0), &why);
   ASSERT_TRUE(decoded) << why;
-  EXPECT_EQ(std::get<ConnectAccept>(*decoded).port, 0xa0b0c0d0u);
+  EXPECT_EQ(std::get<ConnectAccept>(*decoded).port, 0xa0b0c0d0e0f00011ull);
 }
 
 TEST(ControlMessage, FieldsOutOfRangeAreRefusedWithTheirName) {
@@ -199,11 +199,11 @@ TEST(ControlMessage, FieldsOutOfRangeAreRefusedWithTheirName) {
   ReceiveAnnouncement wraps = a;
   wraps.buffers[0] = AnnouncedBuffer{~0ull - 10, 100, 0, 0};
   auto nine = with(a);
-  nine[14] = 9;  // the count byte (after the 12-byte header, slot and generation)
+  nine[18] = 9;  // the count byte (after the 16-byte header, slot and generation)
   auto zero = with(a);
-  zero[14] = 0;
+  zero[18] = 0;
   auto reason = encode(SendFailure{});
-  reason[15] = 99;  // the reason's low byte
+  reason[19] = 99;  // the reason's low byte
   ConnectRequest eager_over{1, address(4)};
   eager_over.eager_max = kMaxEagerSize + 1;
   ConnectAccept credits_over{1, address(4)};
@@ -212,9 +212,9 @@ TEST(ControlMessage, FieldsOutOfRangeAreRefusedWithTheirName) {
   EagerCredit credit_nine;
   credit_nine.count = 1;
   auto nine_tags = encode(credit_nine);
-  nine_tags[12] = 9;  // the count byte, right after the header
+  nine_tags[16] = 9;  // the count byte, right after the header
   auto eager_reason = encode(EagerFailure{});
-  eager_reason[20] = 2;  // the reason's low byte (after tag and ordinal)
+  eager_reason[24] = 2;  // the reason's low byte (after tag and ordinal)
   EagerFailure eager_size;
   eager_size.size = kMaxEagerSize + 1;
   const std::vector<Case> cases = {

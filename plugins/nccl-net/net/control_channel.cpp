@@ -85,7 +85,7 @@ bool ControlChannel::repost(Operation& op, std::string* why) {
   return true;
 }
 
-bool ControlChannel::send(const ControlMessage& message, fi_addr_t peer, uint32_t peer_port,
+bool ControlChannel::send(const ControlMessage& message, fi_addr_t peer, uint64_t peer_port,
                           std::string* why) {
   // The common case, once per receive: nothing queued ahead and a send buffer free, so the
   // message is encoded straight into that registered buffer and posted (no allocation, no

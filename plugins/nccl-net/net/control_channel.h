@@ -41,7 +41,7 @@ class ControlChannel {
   // Posts every receive buffer (once, after open).
   bool post_receives(std::string* why);
   // Sends `message` to the comm on port `peer_port` of `peer` now, or queues it for flush().
-  bool send(const ControlMessage& message, fi_addr_t peer, uint32_t peer_port, std::string* why);
+  bool send(const ControlMessage& message, fi_addr_t peer, uint64_t peer_port, std::string* why);
   // Posts queued sends while buffers and the provider allow.
   bool flush(std::string* why);
   // The provider's code of the last send it refused (a negative FI_E*), 0 before any: what

@@ -24,7 +24,7 @@ struct Operation : OperationContext {
   // On a shared endpoint (net/shared_endpoint.h), the port of the comm that posted it, whose
   // poll its completion goes to; 0 on an endpoint of the comm's own, and for the shared
   // endpoint's own receive buffers.
-  uint32_t port = 0;
+  uint64_t port = 0;
 };
 
 }  // namespace hmr::nccl

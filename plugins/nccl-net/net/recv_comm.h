@@ -132,7 +132,7 @@ class RecvComm {
   std::unique_ptr<Endpoint> endpoint_;
   std::unique_ptr<ControlChannel> control_;
   fi_addr_t peer_ = FI_ADDR_UNSPEC;
-  uint32_t peer_port_ = 0;  // the send comm's port on its endpoint (net/shared_endpoint.h)
+  uint64_t peer_port_ = 0;  // the send comm's port on its endpoint (net/shared_endpoint.h)
   fi_addr_t self_ = FI_ADDR_UNSPEC;  // for iflush's read-back through the NIC
   bool flush_host_memory_ = false;
   int flush_eagain_ = 0;

@@ -132,7 +132,7 @@ class SendComm {
   std::unique_ptr<Posted> posted_;
   fi_addr_t listener_ = FI_ADDR_UNSPEC;
   fi_addr_t peer_ = FI_ADDR_UNSPEC;  // the recv comm, once it accepted
-  uint32_t peer_port_ = 0;           // and its port there
+  uint64_t peer_port_ = 0;           // and its port there
   uint64_t nonce_ = 0;
   std::chrono::steady_clock::time_point deadline_;
   std::chrono::milliseconds write_timeout_{60000};

@@ -68,10 +68,10 @@ SharedEndpoint::~SharedEndpoint() {
 std::unique_ptr<SharedEndpoint::Port> SharedEndpoint::attach() {
   sweep();
   std::lock_guard hold(mutex_);
-  uint32_t id = 0;
+  uint64_t id = 0;
   do {
-    id = next_id_++;
-  } while (id == 0 || ports_.count(id) != 0);  // 0 is no port; ids wrap after 2^32 comms
+    id = ids_();
+  } while (id == 0 || ports_.count(id) != 0);  // (0 is no port)
   std::unique_ptr<Port> port(new Port(*this, id));
   ports_.emplace(id, port.get());
   return port;
@@ -208,7 +208,7 @@ void SharedEndpoint::route_failure(const CompletionError& failure) {
 
 void SharedEndpoint::route_message(const Operation& receive, size_t len) {
   const std::span<const uint8_t> bytes = receives_->received(receive, len);
-  const std::optional<uint32_t> port = control_message_port(bytes);
+  const std::optional<uint64_t> port = control_message_port(bytes);
   if (!port) {
     log_warn("dropped a %zu-byte control message that names no comm (not a version-%u header)",
              bytes.size(), static_cast<unsigned>(kControlVersion));
@@ -216,7 +216,8 @@ void SharedEndpoint::route_message(const Operation& receive, size_t len) {
     to->second->queue_message(bytes);
   } else {
     // A comm that closed (its peer's last credits or notices may still come).
-    log_info("dropped a control message for send comm port %u, which is closed", *port);
+    log_info("dropped a control message for send comm port %#llx, which is closed (or never "
+             "was)", static_cast<unsigned long long>(*port));
   }
   std::string why;
   if (!receives_->repost(const_cast<Operation&>(receive), &why)) log_warn("%s", why.c_str());

@@ -30,6 +30,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -61,7 +62,7 @@ class SharedEndpoint {
   SharedEndpoint(const SharedEndpoint&) = delete;
   SharedEndpoint& operator=(const SharedEndpoint&) = delete;
 
-  // A port with an id no other port of this endpoint has had.
+  // A port with a fresh random id (a 64-bit key: a peer learns only its own comm's).
   std::unique_ptr<Port> attach();
   // Frees `tenant` now if none of its operations is in flight, else once they ended; frees
   // the earlier ones whose operations ended meanwhile.
@@ -86,7 +87,7 @@ class SharedEndpoint {
     Port(const Port&) = delete;
     Port& operator=(const Port&) = delete;
 
-    uint32_t id() const { return id_; }
+    uint64_t id() const { return id_; }
     // The endpoint's address: what a peer inserts to reach this port (with the id).
     const std::vector<uint8_t>& address() const { return shared_->address(); }
     const Libfabric& libfabric() const { return shared_->endpoint_->libfabric(); }
@@ -112,7 +113,7 @@ class SharedEndpoint {
 
    private:
     friend class SharedEndpoint;
-    Port(SharedEndpoint& shared, uint32_t id) : shared_(&shared), id_(id) {}
+    Port(SharedEndpoint& shared, uint64_t id) : shared_(&shared), id_(id) {}
     // Before posting `op`: the completion may be read by another thread before the post
     // returns, so the count goes up first.
     void posting(Operation* op);
@@ -131,7 +132,7 @@ class SharedEndpoint {
     };
 
     SharedEndpoint* shared_;
-    const uint32_t id_;
+    const uint64_t id_;
     std::atomic<size_t> in_flight_{0};
     // Under the endpoint's lock: completions read by other ports' polls, messages for this
     // port (a ring, grown on demand up to kMaxQueuedMessages), and the peers it inserted.
@@ -161,8 +162,8 @@ class SharedEndpoint {
   std::vector<uint8_t> address_;
 
   mutable std::mutex mutex_;  // the completion queue, the ports and their queues, peers_
-  std::unordered_map<uint32_t, Port*> ports_;
-  uint32_t next_id_ = 1;
+  std::unordered_map<uint64_t, Port*> ports_;
+  std::mt19937_64 ids_{std::random_device{}()};
   struct Peer {
     fi_addr_t address = FI_ADDR_UNSPEC;
     size_t uses = 0;

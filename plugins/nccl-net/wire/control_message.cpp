@@ -8,7 +8,7 @@ namespace hmr::nccl {
 namespace {
 
 constexpr uint8_t kMagic[4] = {'H', 'M', 'R', 'C'};
-constexpr size_t kHeaderSize = 12;
+constexpr size_t kHeaderSize = 16;
 
 // The variant's index is the type on the wire, plus one (0 is never a valid type).
 uint16_t type_of(const ControlMessage& message) { return static_cast<uint16_t>(message.index() + 1); }
@@ -17,7 +17,7 @@ template <typename Connection>
 void write_connection(wire::ByteWriter& w, const Connection& m) {
   w.u64(m.nonce);
   w.str(m.address);
-  w.u32(m.port);
+  w.u64(m.port);
   w.u32(m.pid);
   w.u64(m.process_space);
   w.u32(m.eager_max);
@@ -63,7 +63,7 @@ Connection read_connection(wire::ByteReader& r) {
   Connection m;
   m.nonce = r.u64("nonce");
   m.address = r.bytes("address", kMaxFabricAddress);
-  m.port = r.u32("port");
+  m.port = r.u64("port");
   m.pid = r.u32("pid");
   m.process_space = r.u64("process space");
   m.eager_max = r.u32("eager max");
@@ -149,23 +149,23 @@ EagerFailure read_eager_failure(wire::ByteReader& r) {
 
 namespace {
 
-void write_message(wire::ByteWriter& w, const ControlMessage& message, uint32_t port) {
+void write_message(wire::ByteWriter& w, const ControlMessage& message, uint64_t port) {
   w.raw(kMagic);
   w.u16(kControlVersion);
   w.u16(type_of(message));
-  w.u32(port);
+  w.u64(port);
   std::visit([&w](const auto& m) { write_body(w, m); }, message);
 }
 
 }  // namespace
 
-std::vector<uint8_t> encode(const ControlMessage& message, uint32_t port) {
+std::vector<uint8_t> encode(const ControlMessage& message, uint64_t port) {
   wire::ByteWriter w;
   write_message(w, message, port);
   return w.take();
 }
 
-size_t encode_into(const ControlMessage& message, uint32_t port, std::span<uint8_t> out) {
+size_t encode_into(const ControlMessage& message, uint64_t port, std::span<uint8_t> out) {
   wire::ByteWriter w(out);
   write_message(w, message, port);
   return w.fits() ? w.size() : 0;
@@ -182,7 +182,7 @@ std::optional<ControlMessage> decode_control_message(std::span<const uint8_t> by
   wire::ByteReader r(bytes.subspan(sizeof kMagic));
   const uint16_t version = r.u16("version");
   const uint16_t type = r.u16("type");
-  (void)r.u32("port");  // where the message was routed to: control_message_port()
+  (void)r.u64("port");  // where the message was routed to: control_message_port()
   if (version != kControlVersion) {
     return reject("version " + std::to_string(version) + ", this plugin speaks " +
                   std::to_string(kControlVersion));
@@ -202,14 +202,14 @@ std::optional<ControlMessage> decode_control_message(std::span<const uint8_t> by
   return message;
 }
 
-std::optional<uint32_t> control_message_port(std::span<const uint8_t> bytes) {
+std::optional<uint64_t> control_message_port(std::span<const uint8_t> bytes) {
   if (bytes.size() < kHeaderSize || std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0) {
     return std::nullopt;
   }
   wire::ByteReader r(bytes.subspan(sizeof kMagic, kHeaderSize - sizeof kMagic));
   if (r.u16("version") != kControlVersion) return std::nullopt;
   (void)r.u16("type");
-  return r.u32("port");
+  return r.u64("port");
 }
 
 const char* describe(SendFailureReason reason) {

@@ -1,7 +1,7 @@
 // The messages a send comm and a recv comm exchange over the fabric, besides the data itself:
 //
-//   header:               "HMRC" | u16 version | u16 type | u32 port  (the body is the rest)
-//   connect_request:      u64 nonce | str address | u32 port | u32 pid | u64 process space |
+//   header:               "HMRC" | u16 version | u16 type | u64 port  (the body is the rest)
+//   connect_request:      u64 nonce | str address | u64 port | u32 pid | u64 process space |
 //                         u32 eager max | u32 eager credits     connector -> listener
 //   connect_accept:       (the same fields)                     new recv comm -> connector
 //   receive_announcement: u8 slot | u8 generation | u8 count | count x
@@ -30,7 +30,8 @@
 // share one endpoint per device (net/shared_endpoint.h), whose receive buffers take the
 // messages of all of them.  A connect request names the connector's port (where the accept and
 // every later message to it go), an accept the new recv comm's (0 while each recv comm has an
-// endpoint of its own); a listener's port is 0.  Version 6 added the ports.
+// endpoint of its own); a listener's port is 0.  A port is a random 64-bit key, told only to
+// the comm's peer, so a peer can address no comm but its own.  Version 6 added the ports.
 // The peer is another process: decode() checks the magic, version, type, exact length and the
 // bounds of every field, and rejects the message as a whole with a reason.
 #pragma once
@@ -53,7 +54,7 @@ inline constexpr size_t kControlBufferSize = 512;
 struct ConnectRequest {
   uint64_t nonce = 0;
   std::vector<uint8_t> address;
-  uint32_t port = 0;           // the connector's port on that address
+  uint64_t port = 0;           // the connector's port on that address
   uint32_t pid = 0;            // the sending process (0: not told)
   uint64_t process_space = 0;  // where that pid means something (0: unknown)
   uint32_t eager_max = 0;      // the largest message the connector would send eagerly
@@ -62,7 +63,7 @@ struct ConnectRequest {
 struct ConnectAccept {
   uint64_t nonce = 0;
   std::vector<uint8_t> address;
-  uint32_t port = 0;           // the recv comm's port on that address
+  uint64_t port = 0;           // the recv comm's port on that address
   uint32_t pid = 0;
   uint64_t process_space = 0;
   uint32_t eager_max = 0;      // the eager max both ends use (0: every message announced)
@@ -116,15 +117,15 @@ using ControlMessage = std::variant<ConnectRequest, ConnectAccept, ReceiveAnnoun
                                     EagerCredit, EagerFailure>;
 
 // `port`: the receiving comm's port on its endpoint (the header's).
-std::vector<uint8_t> encode(const ControlMessage& message, uint32_t port = 0);
+std::vector<uint8_t> encode(const ControlMessage& message, uint64_t port = 0);
 // The same bytes written into `out` (a registered send buffer, with no allocation); their
 // length, or 0 when they do not fit.
-size_t encode_into(const ControlMessage& message, uint32_t port, std::span<uint8_t> out);
+size_t encode_into(const ControlMessage& message, uint64_t port, std::span<uint8_t> out);
 std::optional<ControlMessage> decode_control_message(std::span<const uint8_t> bytes,
                                                      std::string* why);
 // The port a message is for: its header's, when the header is this version's (magic, version,
 // length); nullopt otherwise (the body is not looked at).
-std::optional<uint32_t> control_message_port(std::span<const uint8_t> bytes);
+std::optional<uint64_t> control_message_port(std::span<const uint8_t> bytes);
 const char* describe(SendFailureReason reason);
 const char* describe(EagerFailureReason reason);
 
