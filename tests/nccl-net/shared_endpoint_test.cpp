@@ -5,8 +5,9 @@
 //    it, leaving nothing behind;
 //  - a closed comm's peers are removed from the endpoint's address vector (and with them the
 //    provider's connections), so comms made and closed beside a long-lived one leave nothing;
-//  - comms driven from two threads at once each get their own completions and messages,
-//    whichever thread read them off the shared queue;
+//  - comms driven from several threads at once each get their own completions and messages,
+//    whichever thread read them off the shared queue, and comms closed from several threads
+//    at once close the endpoint once;
 //  - a comm closed while a write of it is still in flight stays (its memory is what the
 //    provider points into) until the write ends, and new comms get another endpoint.
 #include <gtest/gtest.h>
@@ -172,7 +173,7 @@ TEST_F(SharedSendEndpoint, ACommClosedBesideALongLivedOneLeavesNoConnectionBehin
   close(keeper);
 }
 
-TEST_F(SharedSendEndpoint, CommsDrivenFromTwoThreadsEachGetTheirOwnCompletions) {
+TEST_F(SharedSendEndpoint, CommsDrivenFromThreeThreadsEachGetTheirOwnCompletions) {
   constexpr int kThreads = 3;
   std::array<Pair, kThreads> pairs;
   for (Pair& p : pairs) {
@@ -193,6 +194,36 @@ TEST_F(SharedSendEndpoint, CommsDrivenFromTwoThreadsEachGetTheirOwnCompletions) 
   for (std::thread& th : threads) th.join();
   for (int t = 0; t < kThreads; ++t) EXPECT_EQ(failures[t], "") << "thread " << t;
   for (Pair& p : pairs) close(p);
+}
+
+// NCCL's proxy threads close their communicators' comms at the same time: each close
+// retires a port of the same endpoint, and the last one closes the endpoint, which must not
+// be freed under another close still working on it (run under ASan and TSan in CI).
+TEST_F(SharedSendEndpoint, SendCommsClosedFromSeveralThreadsAtOnce) {
+  constexpr int kThreads = 4;
+  for (int round = 0; round < 5; ++round) {
+    std::array<Pair, 2 * kThreads> pairs;
+    for (Pair& p : pairs) {
+      p = connect();
+      ASSERT_FALSE(HasFailure());
+    }
+    Device& dev = device(pairs[0]);
+    ASSERT_EQ(dev.send_endpoints().open_comms, pairs.size());
+    std::atomic<int> ready{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        ready.fetch_add(1);
+        while (ready.load() < kThreads) {
+        }
+        for (int i = 0; i < 2; ++i) EXPECT_EQ(api::close_send(pairs[2 * t + i].send), ncclSuccess);
+      });
+    }
+    for (std::thread& th : threads) th.join();
+    for (Pair& p : pairs) p.send = nullptr;
+    EXPECT_EQ(dev.send_endpoints().endpoints, 0u) << "round " << round;
+    for (Pair& p : pairs) close(p);
+  }
 }
 
 TEST_F(SharedSendEndpoint, ACommClosedWithAWriteInFlightStaysUntilItEndsAndNewCommsGoElsewhere) {

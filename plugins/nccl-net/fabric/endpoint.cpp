@@ -10,10 +10,6 @@
 namespace hmr::nccl {
 namespace {
 
-// Enough for NCCL_NET_MAX_REQUESTS receives, their announcements and writes in both
-// directions, with room to spare.
-constexpr size_t kQueueDepth = 1024;
-
 bool failed(const Libfabric& libfabric, std::string* why, const char* call, int64_t rc) {
   if (why != nullptr) *why = std::string(call) + " failed: " + libfabric.describe(rc);
   return false;
@@ -22,11 +18,12 @@ bool failed(const Libfabric& libfabric, std::string* why, const char* call, int6
 }  // namespace
 
 std::unique_ptr<Endpoint> Endpoint::open(const Libfabric& libfabric, fi_info* info,
-                                         fid_domain* domain, std::string* why) {
+                                         fid_domain* domain, std::string* why,
+                                         size_t queue_depth) {
   std::unique_ptr<Endpoint> endpoint(new Endpoint(libfabric));
   fi_cq_attr cq_attr{};
   cq_attr.format = FI_CQ_FORMAT_DATA;
-  cq_attr.size = kQueueDepth;
+  cq_attr.size = queue_depth;
   int rc = fi_cq_open(domain, &cq_attr, &endpoint->cq_, nullptr);
   if (rc != 0) return failed(libfabric, why, "fi_cq_open", rc), nullptr;
   fi_av_attr av_attr{};

@@ -37,9 +37,14 @@ struct CompletionError {
 
 class Endpoint {
  public:
-  // Opens an endpoint of `info`'s kind on `domain` (which the caller keeps open longer).
+  // Opens an endpoint of `info`'s kind on `domain` (which the caller keeps open longer), with a
+  // completion queue of `queue_depth` entries.
   static std::unique_ptr<Endpoint> open(const Libfabric& libfabric, fi_info* info,
-                                        fid_domain* domain, std::string* why);
+                                        fid_domain* domain, std::string* why,
+                                        size_t queue_depth = kQueueDepth);
+  // Enough for NCCL_NET_MAX_REQUESTS receives, their announcements and writes in both
+  // directions, with room to spare: one comm's.
+  static constexpr size_t kQueueDepth = 1024;
   ~Endpoint();
   Endpoint(const Endpoint&) = delete;
   Endpoint& operator=(const Endpoint&) = delete;

@@ -95,6 +95,7 @@ int Device::query_ptr_support() const {
 std::unique_ptr<SharedEndpoint::Port> Device::attach_send_comm(SharedEndpoint** shared,
                                                                std::string* why) {
   std::lock_guard hold(shared_mutex_);
+  release_unused_locked();
   if (shared_ && shared_->stalled()) draining_.push_back(std::move(shared_));
   if (!shared_) shared_ = SharedEndpoint::open(*this, why);
   if (!shared_) return nullptr;
@@ -102,8 +103,19 @@ std::unique_ptr<SharedEndpoint::Port> Device::attach_send_comm(SharedEndpoint** 
   return shared_->attach();
 }
 
+void Device::retire_send_comm(SharedEndpoint& shared,
+                              std::unique_ptr<SharedEndpoint::Tenant> tenant) {
+  std::lock_guard hold(shared_mutex_);
+  shared.retire(std::move(tenant));
+  release_unused_locked();
+}
+
 void Device::release_unused_shared_endpoints() {
   std::lock_guard hold(shared_mutex_);
+  release_unused_locked();
+}
+
+void Device::release_unused_locked() {
   if (shared_ && shared_->idle()) shared_.reset();
   std::erase_if(draining_, [](const std::unique_ptr<SharedEndpoint>& e) { return e->idle(); });
 }

@@ -53,8 +53,12 @@ class Device {
   // A port for a new send comm on the endpoint every send comm of the device posts on (opened
   // for the first one, and `*shared` set to it); nullptr with `why` when it cannot be opened.
   std::unique_ptr<SharedEndpoint::Port> attach_send_comm(SharedEndpoint** shared, std::string* why);
-  // Closes the shared endpoints no send comm uses any more (a destroyed send comm calls this),
-  // so what comms leave behind is nothing, and the next connect opens a fresh one.
+  // A destroyed send comm's end: `tenant` (what its operations point into) is retired on
+  // `shared`, under the device's lock, so no other comm's close frees that endpoint meanwhile;
+  // then the endpoints no send comm uses any more are closed (what comms leave behind is
+  // nothing, and the next connect opens a fresh one).
+  void retire_send_comm(SharedEndpoint& shared, std::unique_ptr<SharedEndpoint::Tenant> tenant);
+  // Closes the shared endpoints no send comm uses any more, looking at retired comms first.
   void release_unused_shared_endpoints();
   // The endpoints the device's send comms share now (one, more while stalled ones drain, 0
   // with no send comm), and the send comms open on them: what tests look at.
@@ -71,6 +75,7 @@ class Device {
  private:
   Device(const Libfabric& libfabric, InfoPtr info) : libfabric_(&libfabric), info_(std::move(info)) {}
   bool open_registrations(std::string* why);
+  void release_unused_locked();  // (under shared_mutex_)
   int query_ptr_support() const;
 
   const Libfabric* libfabric_;

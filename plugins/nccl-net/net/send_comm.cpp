@@ -57,9 +57,7 @@ ncclResult_t SendComm::start(Device& device, const ListenHandle& handle,
 
 SendComm::~SendComm() {
   // What its operations point into stays until they ended (an aborted comm's may not have).
-  if (!posted_) return;
-  shared_->retire(std::move(posted_));
-  device_->release_unused_shared_endpoints();
+  if (posted_) device_->retire_send_comm(*shared_, std::move(posted_));
 }
 
 ncclResult_t SendComm::fail_comm(ncclResult_t result, const std::string& reason) {

@@ -1,9 +1,12 @@
 #include "shared_endpoint.h"
 
 #include <rdma/fi_errno.h>
+#include <sys/random.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <random>
 
 #include "control_channel.h"
 #include "device.h"
@@ -24,6 +27,20 @@ constexpr size_t kMaxQueuedMessages = 8 * kMaxRequests;
 constexpr size_t kFirstMessageRing = 16;
 // How many batches one look at a retired comm reads before it is looked at again later.
 constexpr int kDiscardRounds = 64;
+// How long a closing comm's operations are polled for before it is retired with them in
+// flight: what was posted just before (a failure notice) ends within this on a live peer.
+constexpr auto kRetireGrace = std::chrono::milliseconds(200);
+// The completion queue: one comm's depth for each of the first several comms (libfabric's
+// common CQ code keeps what does not fit in an overflow list besides).
+constexpr size_t kSharedQueueDepth = 8 * Endpoint::kQueueDepth;
+
+// 64 random bits from the kernel (std::random_device where getrandom is refused).
+uint64_t random_id() {
+  uint64_t id = 0;
+  if (getrandom(&id, sizeof id, 0) == static_cast<ssize_t>(sizeof id)) return id;
+  std::random_device device;
+  return uint64_t{device()} << 32 | device();
+}
 
 // Reads and drops what is `port`'s (the comm is closed): its completions are only counted.
 void discard(SharedEndpoint::Port& port) {
@@ -42,7 +59,8 @@ void discard(SharedEndpoint::Port& port) {
 
 std::unique_ptr<SharedEndpoint> SharedEndpoint::open(Device& device, std::string* why) {
   std::unique_ptr<SharedEndpoint> shared(new SharedEndpoint());
-  shared->endpoint_ = Endpoint::open(device.libfabric(), device.info(), device.domain(), why);
+  shared->endpoint_ = Endpoint::open(device.libfabric(), device.info(), device.domain(), why,
+                                     kSharedQueueDepth);
   if (!shared->endpoint_) return nullptr;
   shared->receives_ = ControlChannel::open(device, *shared->endpoint_, kSharedReceives,
                                            kControlBufferSize, 0, why);
@@ -70,7 +88,7 @@ std::unique_ptr<SharedEndpoint::Port> SharedEndpoint::attach() {
   std::lock_guard hold(mutex_);
   uint64_t id = 0;
   do {
-    id = ids_();
+    id = random_id();
   } while (id == 0 || ports_.count(id) != 0);  // (0 is no port)
   std::unique_ptr<Port> port(new Port(*this, id));
   ports_.emplace(id, port.get());
@@ -79,13 +97,19 @@ std::unique_ptr<SharedEndpoint::Port> SharedEndpoint::attach() {
 
 void SharedEndpoint::retire(std::unique_ptr<Tenant> tenant) {
   if (tenant) {
-    discard(tenant->port());
-    if (tenant->port().in_flight() == 0) {
+    Port& port = tenant->port();
+    const auto grace = std::chrono::steady_clock::now() + kRetireGrace;
+    do {
+      discard(port);
+    } while (port.in_flight() != 0 && std::chrono::steady_clock::now() < grace);
+    if (port.in_flight() == 0) {
       tenant.reset();
     } else {
+      // (Its peers stay in the address vector until it is freed: removing a peer with an
+      // operation towards it in flight did not end the operation on tcp;ofi_rxm 1.17, and
+      // fi_av(3) promises nothing of it.)
       log_info("a closed send comm has %zu operation(s) in flight: kept until they end, and "
-               "later comms get another endpoint", tenant->port().in_flight());
-      stalled_.store(true, std::memory_order_release);
+               "later comms get another endpoint", port.in_flight());
       std::lock_guard hold(retired_mutex_);
       retired_.push_back(std::move(tenant));
     }
@@ -125,6 +149,11 @@ size_t SharedEndpoint::peers() const {
   return peers_.size();
 }
 
+bool SharedEndpoint::stalled() const {
+  std::lock_guard hold(retired_mutex_);
+  return !retired_.empty();
+}
+
 bool SharedEndpoint::idle() {
   sweep();
   {
@@ -138,6 +167,10 @@ bool SharedEndpoint::idle() {
 void SharedEndpoint::detach(Port& port) {
   std::lock_guard hold(mutex_);
   ports_.erase(port.id_);
+  release_peers(port);
+}
+
+void SharedEndpoint::release_peers(Port& port) {
   for (const fi_addr_t address : port.peers_) {
     const auto name = peer_names_.find(address);
     if (name == peer_names_.end()) continue;
@@ -148,6 +181,7 @@ void SharedEndpoint::detach(Port& port) {
     peer_names_.erase(name);
     peers_.erase(peer);
   }
+  port.peers_.clear();
 }
 
 int SharedEndpoint::read_queue(Port& reader, std::span<Completion> out) {
@@ -188,7 +222,7 @@ void SharedEndpoint::route_failure(const CompletionError& failure) {
   auto* op = static_cast<Operation*>(failure.context);
   if (op == nullptr) {
     // The provider names no operation: every comm on the endpoint may be affected.
-    for (auto& [id, port] : ports_) port->routed_.push_back(Port::Routed{{}, true, failure});
+    fail_every_port(failure);
     return;
   }
   if (op->port == 0) {
@@ -196,8 +230,7 @@ void SharedEndpoint::route_failure(const CompletionError& failure) {
     // be named for, or the endpoint closing.
     if (failure.error == FI_ECANCELED) return;
     log_warn("dropped a control message: %s", failure.reason.c_str());
-    std::string why;
-    if (!receives_->repost(*op, &why)) log_warn("%s", why.c_str());
+    repost(*op);
     return;
   }
   const auto owner = ports_.find(op->port);
@@ -206,12 +239,34 @@ void SharedEndpoint::route_failure(const CompletionError& failure) {
   owner->second->routed_.push_back(Port::Routed{{}, true, failure});
 }
 
+void SharedEndpoint::fail_every_port(const CompletionError& failure) {
+  for (auto& [id, port] : ports_) {
+    // (One unread failure is enough: a comm that failed polls no more, and its queue would
+    // only grow.)
+    if (!port->routed_.empty() && port->routed_.back().failed) continue;
+    port->routed_.push_back(Port::Routed{{}, true, failure});
+  }
+}
+
+void SharedEndpoint::repost(const Operation& receive) {
+  std::string why;
+  if (receives_->repost(const_cast<Operation&>(receive), &why)) return;
+  // A buffer the provider will not take back is one fewer for every comm's messages, which
+  // would stop coming without a word: the comms fail instead.
+  fail_every_port(CompletionError{nullptr, FI_EIO, "a receive buffer of the shared endpoint "
+                                                  "could not be posted again (" + why + ")"});
+}
+
 void SharedEndpoint::route_message(const Operation& receive, size_t len) {
   const std::span<const uint8_t> bytes = receives_->received(receive, len);
   const std::optional<uint64_t> port = control_message_port(bytes);
   if (!port) {
-    log_warn("dropped a %zu-byte control message that names no comm (not a version-%u header)",
-             bytes.size(), static_cast<unsigned>(kControlVersion));
+    // (Rationed: a broken peer could otherwise fill the log, under the endpoint's lock.)
+    if (++unaddressed_ <= 8 || unaddressed_ % 1024 == 0) {
+      log_warn("dropped a %zu-byte control message that names no comm (not a version-%u "
+               "header; %llu so far)", bytes.size(), static_cast<unsigned>(kControlVersion),
+               static_cast<unsigned long long>(unaddressed_));
+    }
   } else if (const auto to = ports_.find(*port); to != ports_.end()) {
     to->second->queue_message(bytes);
   } else {
@@ -219,8 +274,7 @@ void SharedEndpoint::route_message(const Operation& receive, size_t len) {
     log_info("dropped a control message for send comm port %#llx, which is closed (or never "
              "was)", static_cast<unsigned long long>(*port));
   }
-  std::string why;
-  if (!receives_->repost(const_cast<Operation&>(receive), &why)) log_warn("%s", why.c_str());
+  repost(receive);
 }
 
 SharedEndpoint::Port::~Port() { shared_->detach(*this); }
@@ -233,8 +287,15 @@ bool SharedEndpoint::Port::insert(std::span<const uint8_t> address, fi_addr_t* p
   if (known == shared_->peers_.end()) {
     fi_addr_t inserted = FI_ADDR_UNSPEC;
     if (!shared_->endpoint_->insert(address, &inserted, why)) return false;
-    known = shared_->peers_.emplace(std::move(name), Peer{inserted, 0}).first;
-    shared_->peer_names_[inserted] = &known->first;
+    if (const auto alias = shared_->peer_names_.find(inserted); alias != shared_->peer_names_.end()) {
+      // Other bytes for a peer already inserted (the provider read only part of them: a peer
+      // that padded its address).  Counted with the first; the provider may keep its entry
+      // until the endpoint closes.
+      known = shared_->peers_.find(*alias->second);
+    } else {
+      known = shared_->peers_.emplace(std::move(name), Peer{inserted, 0}).first;
+      shared_->peer_names_[inserted] = &known->first;
+    }
   }
   ++known->second.uses;
   peers_.push_back(known->second.address);

@@ -9,7 +9,8 @@
 //  - control messages land in the endpoint's own receive buffers and go, by the port their
 //    header names (wire/control_message.h), to that comm's message queue; the buffer is
 //    reposted at once (a comm that does not poll never holds another's buffers);
-//  - a failure no operation owns goes to every port (each comm fails with it).
+//  - a failure no operation owns goes to every port (each comm fails with it), and so does a
+//    receive buffer the provider refuses to take back (the comms' messages would stop).
 // Whichever comm polls reads the completion queue for all of them, under the endpoint's lock:
 // NCCL drives comms of different communicators from different proxy threads, and a comm's
 // state is touched only by its own thread, so another comm's completions are queued, never
@@ -18,9 +19,14 @@
 // Lifetimes: an operation's context points into its comm, so a comm may be freed only once
 // none of its operations is in flight.  A comm closed with some still in flight (an abort)
 // hands what they point into to the endpoint (retire()); it is freed once they ended, found
-// when a later comm is retired or the endpoint closes (after the provider's endpoint, so
-// nothing points into it any more).  Peer addresses are inserted once per endpoint and
-// removed when the last port using them goes, so a closed comm's connection is closed too.
+// when a later comm connects or is retired, or when the endpoint closes (after the provider's
+// endpoint, so nothing points into it any more).  Until then the provider may go on with
+// those operations as the endpoint progresses for other comms, reading buffers NCCL freed
+// before it closed the comm (docs/nccl-plugin.md: on tcp the kernel's copy fails with EFAULT,
+// or sends what was mapped there since; on an RDMA NIC the registration's invalidation ends
+// it).  Peer addresses are inserted once per endpoint and removed when the last port using
+// them goes, so a closed comm's connection is closed too.  The endpoint's own state is guarded by its mutex; the
+// endpoint itself is freed by its Device, which retires comms under its own lock.
 #pragma once
 
 #include <rdma/fabric.h>
@@ -30,7 +36,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <random>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -62,23 +67,26 @@ class SharedEndpoint {
   SharedEndpoint(const SharedEndpoint&) = delete;
   SharedEndpoint& operator=(const SharedEndpoint&) = delete;
 
-  // A port with a fresh random id (a 64-bit key: a peer learns only its own comm's).
+  // A port with a fresh random id (a 64-bit key from getrandom: a peer learns only its own
+  // comm's, and cannot work out another's from it).
   std::unique_ptr<Port> attach();
-  // Frees `tenant` now if none of its operations is in flight, else once they ended; frees
-  // the earlier ones whose operations ended meanwhile.
+  // Frees `tenant` now if none of its operations is in flight (after polling for them a
+  // little), else once they ended; frees the earlier ones whose operations ended meanwhile.
   void retire(std::unique_ptr<Tenant> tenant);
+  // Frees retired comms whose operations ended.
+  void sweep();
   // Ports of comms still open (retired ones not counted).
   size_t open_ports() const;
   // Peer addresses inserted (each once, however many ports use it).
   size_t peers() const;
   // No comm is open on it and every retired one was freed (looked at first).
   bool idle();
-  // A comm was retired with operations in flight: the endpoint may carry an operation that
-  // never ends (a peer that died mid-message), and on some providers that holds back what
-  // comes after it on the same endpoint (shm 1.17 was seen to: a write to a dead peer kept
-  // every later completion of the endpoint from being reported).  New comms get another
-  // endpoint (Device::attach_send_comm).
-  bool stalled() const { return stalled_.load(std::memory_order_acquire); }
+  // A retired comm's operations have not ended (as of the last sweep): the endpoint may carry
+  // an operation that never ends (a peer that died mid-message), and on some providers that
+  // holds back what comes after it on the same endpoint (shm 1.17 was seen to: a write to a
+  // dead peer kept every later completion of the endpoint from being reported).  New comms
+  // get another endpoint (Device::attach_send_comm).
+  bool stalled() const;
   const std::vector<uint8_t>& address() const { return address_; }
 
   class Port {
@@ -153,9 +161,12 @@ class SharedEndpoint {
   int read_queue(Port& reader, std::span<Completion> out);
   void route_message(const Operation& receive, size_t len);
   void route_failure(const CompletionError& error);
+  // A failure for every port (at most one unread each).
+  void fail_every_port(const CompletionError& error);
+  void repost(const Operation& receive);
   void detach(Port& port);
-  // Frees retired comms whose operations ended.
-  void sweep();
+  // Under mutex_: the port no longer uses its peers; those no other port uses are removed.
+  void release_peers(Port& port);
 
   std::unique_ptr<Endpoint> endpoint_;
   std::unique_ptr<ControlChannel> receives_;  // the control messages' buffers
@@ -163,7 +174,7 @@ class SharedEndpoint {
 
   mutable std::mutex mutex_;  // the completion queue, the ports and their queues, peers_
   std::unordered_map<uint64_t, Port*> ports_;
-  std::mt19937_64 ids_{std::random_device{}()};
+  uint64_t unaddressed_ = 0;  // messages that named no port (their warnings are rationed)
   struct Peer {
     fi_addr_t address = FI_ADDR_UNSPEC;
     size_t uses = 0;
@@ -173,7 +184,6 @@ class SharedEndpoint {
 
   mutable std::mutex retired_mutex_;
   std::vector<std::unique_ptr<Tenant>> retired_;
-  std::atomic<bool> stalled_{false};
 };
 
 }  // namespace hmr::nccl
