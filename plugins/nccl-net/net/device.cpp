@@ -105,6 +105,7 @@ std::unique_ptr<SharedEndpoint::Port> Device::attach_send_comm(SharedEndpoint** 
 
 void Device::retire_send_comm(SharedEndpoint& shared,
                               std::unique_ptr<SharedEndpoint::Tenant> tenant) {
+  shared.settle(tenant->port());  // (without the lock: other comms connect and close meanwhile)
   std::lock_guard hold(shared_mutex_);
   shared.retire(std::move(tenant));
   release_unused_locked();
@@ -116,8 +117,15 @@ void Device::release_unused_shared_endpoints() {
 }
 
 void Device::release_unused_locked() {
-  if (shared_ && shared_->idle()) shared_.reset();
-  std::erase_if(draining_, [](const std::unique_ptr<SharedEndpoint>& e) { return e->idle(); });
+  // An endpoint no open comm uses is closed, even with retired comms' operations in flight:
+  // closing the provider's endpoint ends them (nothing else would progress them), and then
+  // they are freed.
+  auto unused = [](const std::unique_ptr<SharedEndpoint>& e) {
+    e->sweep();
+    return e->open_ports() == 0;
+  };
+  if (shared_ && unused(shared_)) shared_.reset();
+  std::erase_if(draining_, unused);
 }
 
 Device::SendEndpoints Device::send_endpoints() {
@@ -127,6 +135,7 @@ Device::SendEndpoints Device::send_endpoints() {
     ++counts.endpoints;
     counts.open_comms += e.open_ports();
     counts.peers += e.peers();
+    counts.stalled += e.stalled() ? 1 : 0;
   };
   if (shared_) count(*shared_);
   for (const auto& e : draining_) count(*e);
@@ -161,7 +170,13 @@ bool Device::close(std::string* why) {
 
 Device::~Device() {
   std::string ignored;
-  if (!close(&ignored)) return;  // still in use: the libfabric domain must stay with it
+  if (!close(&ignored)) {
+    // Still in use: the libfabric domain must stay with it, and so must the endpoints of
+    // comms still open.
+    (void)shared_.release();
+    for (auto& e : draining_) (void)e.release();
+    return;
+  }
   if (domain_ != nullptr) fi_close(&domain_->fid);
   if (fabric_ != nullptr) fi_close(&fabric_->fid);
 }

@@ -58,7 +58,8 @@ class Device {
   // then the endpoints no send comm uses any more are closed (what comms leave behind is
   // nothing, and the next connect opens a fresh one).
   void retire_send_comm(SharedEndpoint& shared, std::unique_ptr<SharedEndpoint::Tenant> tenant);
-  // Closes the shared endpoints no send comm uses any more, looking at retired comms first.
+  // Closes the shared endpoints no open send comm uses any more (ending what retired comms
+  // left on them).
   void release_unused_shared_endpoints();
   // The endpoints the device's send comms share now (one, more while stalled ones drain, 0
   // with no send comm), and the send comms open on them: what tests look at.
@@ -66,6 +67,7 @@ class Device {
     size_t endpoints = 0;
     size_t open_comms = 0;
     size_t peers = 0;  // addresses inserted in them
+    size_t stalled = 0;  // of the endpoints (SharedEndpoint::stalled)
   };
   SendEndpoints send_endpoints();
   // Closes the shared endpoint, then the hmr domain; false (and the device kept) while a send

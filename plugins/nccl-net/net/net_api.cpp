@@ -320,7 +320,11 @@ ncclResult_t connect(void* ctx, int dev, void* handle, void** send_comm,
     std::unique_ptr<SendComm> comm = std::move(it->second.comm);
     p.connecting.erase(it);
     write_connect_state(bytes, 0);
-    if (rc != ncclSuccess) return rc;
+    if (rc != ncclSuccess) {
+      lock.unlock();  // (closing it may wait for its operations a moment)
+      comm.reset();
+      return rc;
+    }
     p.send_comms.add(comm.get());
     *send_comm = comm.release();
   }

@@ -34,6 +34,9 @@ constexpr auto kRetireGrace = std::chrono::milliseconds(200);
 // common CQ code keeps what does not fit in an overflow list besides).
 constexpr size_t kSharedQueueDepth = 8 * Endpoint::kQueueDepth;
 
+// Whether the count-th warning of a kind is logged.
+bool rationed(uint64_t& count) { return ++count <= 8 || count % 1024 == 0; }
+
 // 64 random bits from the kernel (std::random_device where getrandom is refused).
 uint64_t random_id() {
   uint64_t id = 0;
@@ -95,13 +98,18 @@ std::unique_ptr<SharedEndpoint::Port> SharedEndpoint::attach() {
   return port;
 }
 
+void SharedEndpoint::settle(Port& port) {
+  if (stalled()) return;  // (one wait per abort is enough)
+  const auto grace = std::chrono::steady_clock::now() + kRetireGrace;
+  do {
+    discard(port);
+  } while (port.in_flight() != 0 && std::chrono::steady_clock::now() < grace);
+}
+
 void SharedEndpoint::retire(std::unique_ptr<Tenant> tenant) {
   if (tenant) {
     Port& port = tenant->port();
-    const auto grace = std::chrono::steady_clock::now() + kRetireGrace;
-    do {
-      discard(port);
-    } while (port.in_flight() != 0 && std::chrono::steady_clock::now() < grace);
+    discard(port);
     if (port.in_flight() == 0) {
       tenant.reset();
     } else {
@@ -150,18 +158,9 @@ size_t SharedEndpoint::peers() const {
 }
 
 bool SharedEndpoint::stalled() const {
+  if (broken_.load(std::memory_order_acquire)) return true;
   std::lock_guard hold(retired_mutex_);
   return !retired_.empty();
-}
-
-bool SharedEndpoint::idle() {
-  sweep();
-  {
-    std::lock_guard hold(retired_mutex_);
-    if (!retired_.empty()) return false;
-  }
-  std::lock_guard hold(mutex_);
-  return ports_.empty();
 }
 
 void SharedEndpoint::detach(Port& port) {
@@ -229,7 +228,10 @@ void SharedEndpoint::route_failure(const CompletionError& failure) {
     // One of the receive buffers: a message too long for it (FI_ETRUNC), which no comm can
     // be named for, or the endpoint closing.
     if (failure.error == FI_ECANCELED) return;
-    log_warn("dropped a control message: %s", failure.reason.c_str());
+    if (rationed(truncated_)) {
+      log_warn("dropped a control message (%llu so far): %s",
+               static_cast<unsigned long long>(truncated_), failure.reason.c_str());
+    }
     repost(*op);
     return;
   }
@@ -252,7 +254,8 @@ void SharedEndpoint::repost(const Operation& receive) {
   std::string why;
   if (receives_->repost(const_cast<Operation&>(receive), &why)) return;
   // A buffer the provider will not take back is one fewer for every comm's messages, which
-  // would stop coming without a word: the comms fail instead.
+  // would stop coming without a word: the comms fail instead, and new ones go elsewhere.
+  broken_.store(true, std::memory_order_release);
   fail_every_port(CompletionError{nullptr, FI_EIO, "a receive buffer of the shared endpoint "
                                                   "could not be posted again (" + why + ")"});
 }
@@ -262,7 +265,7 @@ void SharedEndpoint::route_message(const Operation& receive, size_t len) {
   const std::optional<uint64_t> port = control_message_port(bytes);
   if (!port) {
     // (Rationed: a broken peer could otherwise fill the log, under the endpoint's lock.)
-    if (++unaddressed_ <= 8 || unaddressed_ % 1024 == 0) {
+    if (rationed(unaddressed_)) {
       log_warn("dropped a %zu-byte control message that names no comm (not a version-%u "
                "header; %llu so far)", bytes.size(), static_cast<unsigned>(kControlVersion),
                static_cast<unsigned long long>(unaddressed_));
@@ -271,8 +274,10 @@ void SharedEndpoint::route_message(const Operation& receive, size_t len) {
     to->second->queue_message(bytes);
   } else {
     // A comm that closed (its peer's last credits or notices may still come).
-    log_info("dropped a control message for send comm port %#llx, which is closed (or never "
-             "was)", static_cast<unsigned long long>(*port));
+    if (rationed(unaddressed_)) {
+      log_info("dropped a control message for send comm port %#llx, which is closed (or never "
+               "was)", static_cast<unsigned long long>(*port));
+    }
   }
   repost(receive);
 }

@@ -70,8 +70,13 @@ class SharedEndpoint {
   // A port with a fresh random id (a 64-bit key from getrandom: a peer learns only its own
   // comm's, and cannot work out another's from it).
   std::unique_ptr<Port> attach();
-  // Frees `tenant` now if none of its operations is in flight (after polling for them a
-  // little), else once they ended; frees the earlier ones whose operations ended meanwhile.
+  // Polls for the operations of a closing comm's `port` for a short while (none when the
+  // endpoint is stalled already), so that what was posted just before (a failure notice) ends
+  // and the comm need not be retired.  Called without the device's lock: the port is still
+  // open, so the endpoint stays.
+  void settle(Port& port);
+  // Frees `tenant` now if none of its operations is in flight, else once they ended; frees
+  // the earlier ones whose operations ended meanwhile.
   void retire(std::unique_ptr<Tenant> tenant);
   // Frees retired comms whose operations ended.
   void sweep();
@@ -79,13 +84,13 @@ class SharedEndpoint {
   size_t open_ports() const;
   // Peer addresses inserted (each once, however many ports use it).
   size_t peers() const;
-  // No comm is open on it and every retired one was freed (looked at first).
-  bool idle();
   // A retired comm's operations have not ended (as of the last sweep): the endpoint may carry
   // an operation that never ends (a peer that died mid-message), and on some providers that
   // holds back what comes after it on the same endpoint (shm 1.17 was seen to: a write to a
-  // dead peer kept every later completion of the endpoint from being reported).  New comms
-  // get another endpoint (Device::attach_send_comm).
+  // dead peer kept every later completion of the endpoint from being reported).  Or a receive
+  // buffer could not be posted again.  New comms get another endpoint
+  // (Device::attach_send_comm); this one is closed when its last open comm goes, which ends
+  // what the retired ones left.
   bool stalled() const;
   const std::vector<uint8_t>& address() const { return address_; }
 
@@ -174,7 +179,11 @@ class SharedEndpoint {
 
   mutable std::mutex mutex_;  // the completion queue, the ports and their queues, peers_
   std::unordered_map<uint64_t, Port*> ports_;
-  uint64_t unaddressed_ = 0;  // messages that named no port (their warnings are rationed)
+  // Warnings a peer can cause, one per message, are rationed (the first 8, then one in 1024):
+  // messages that named no port, and those that did not fit a receive buffer.
+  uint64_t unaddressed_ = 0;
+  uint64_t truncated_ = 0;
+  std::atomic<bool> broken_{false};  // a receive buffer was not taken back
   struct Peer {
     fi_addr_t address = FI_ADDR_UNSPEC;
     size_t uses = 0;
