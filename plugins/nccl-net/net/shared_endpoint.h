@@ -1,7 +1,7 @@
 // One libfabric endpoint per device that every send comm of the device posts on, so a comm
-// costs a port (an id, a few queues) instead of an endpoint of its own: with ofi_rxm an
-// endpoint holds ~47 MB of buffer pools, which made 32 channels take 3 GB per process
-// (docs/nccl-plugin.md, "One endpoint per device").
+// costs a port (a random 64-bit key, a few queues) instead of an endpoint of its own: with
+// ofi_rxm an endpoint holds ~47 MB of buffer pools (docs/nccl-plugin.md, "One endpoint for
+// the send comms of a device").
 //
 // What arrives on it is sorted per port:
 //  - completions of a comm's own operations (each Operation carries its comm's port id,
@@ -18,15 +18,16 @@
 //
 // Lifetimes: an operation's context points into its comm, so a comm may be freed only once
 // none of its operations is in flight.  A comm closed with some still in flight (an abort)
-// hands what they point into to the endpoint (retire()); it is freed once they ended, found
-// when a later comm connects or is retired, or when the endpoint closes (after the provider's
-// endpoint, so nothing points into it any more).  Until then the provider may go on with
-// those operations as the endpoint progresses for other comms, reading buffers NCCL freed
-// before it closed the comm (docs/nccl-plugin.md: on tcp the kernel's copy fails with EFAULT,
-// or sends what was mapped there since; on an RDMA NIC the registration's invalidation ends
-// it).  Peer addresses are inserted once per endpoint and removed when the last port using
-// them goes, so a closed comm's connection is closed too.  The endpoint's own state is guarded by its mutex; the
-// endpoint itself is freed by its Device, which retires comms under its own lock.
+// hands what they point into to the endpoint (retire()); it is freed once they ended (found
+// when a later comm connects or is retired) or when the endpoint closes, after the provider's
+// endpoint, so nothing points into it any more.  Its Device closes the endpoint when no open
+// comm is left on it, and retires comms under its own lock, so two closes never free it under
+// each other.  Until then the provider may go on with a retired comm's operations as the
+// endpoint progresses for other comms, reading buffers NCCL freed before it closed the comm
+// (on tcp the kernel's copy fails with EFAULT, or sends what was mapped there since; on an
+// RDMA NIC the registration's invalidation ends it).  Peer addresses are inserted once per
+// endpoint and removed when the last port using them goes, which closes the provider's
+// connection to the peer.  The endpoint's state is guarded by its mutex.
 #pragma once
 
 #include <rdma/fabric.h>
@@ -146,6 +147,11 @@ class SharedEndpoint {
 
     SharedEndpoint* shared_;
     const uint64_t id_;
+    // Invariant: at least the number of this port's operations the provider may still
+    // report.  It goes up before a post (the completion may be read by another thread before
+    // the post returns), down when the post is refused, and down when a completion or
+    // failure naming the port is read (under the endpoint's lock).  So 0 means no completion
+    // will name the port again, and its memory may go.
     std::atomic<size_t> in_flight_{0};
     // Under the endpoint's lock: completions read by other ports' polls, messages for this
     // port (a ring, grown on demand up to kMaxQueuedMessages), and the peers it inserted.
