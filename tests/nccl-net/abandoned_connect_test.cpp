@@ -14,7 +14,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <array>
+#include <atomic>
 #include <mutex>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -120,6 +123,49 @@ TEST_F(AbandonedConnect, AConnectionInProgressIsNotContinuedByAnotherContext) {
   EXPECT_EQ(api::connect(keeper_, 0, copy, &send_comm, nullptr), ncclInvalidArgument);
   EXPECT_TRUE(logged("started by another context"));
   EXPECT_EQ(api::finalize(other), ncclSuccess);
+}
+
+// Two communicators finalized at once, the other one with connections it never finished,
+// this one the last: the devices close once every abandoned connection is closed, and none
+// is kept open for a comm that was on its way out (before, the last finalize could find the
+// other's comms still open and keep the device, its endpoints and domain, for good).
+TEST_F(AbandonedConnect, TheLastFinalizeBesideAnotherClosesTheDevices) {
+  {
+    std::lock_guard<std::mutex> hold(messages_lock);
+    messages.clear();
+  }
+  // (32 connections each: closing them takes long enough that, without the fix, the other
+  // finalize came in between in most runs.)
+  for (int round = 0; round < 10; ++round) {
+    void* other = nullptr;
+    ASSERT_EQ(api::init_context(&other, 100 + round, nullptr, capture), ncclSuccess);
+    std::vector<std::array<char, NCCL_NET_HANDLE_MAXSIZE>> handles(32);
+    for (auto& handle : handles) {
+      std::memcpy(handle.data(), handle_, handle.size());
+      void* send_comm = nullptr;
+      ASSERT_EQ(api::connect(other, 0, handle.data(), &send_comm, nullptr), ncclSuccess);
+      ASSERT_EQ(send_comm, nullptr);
+    }
+    ASSERT_EQ(api::close_listen(listen_comm_), ncclSuccess);
+    listen_comm_ = nullptr;
+    std::atomic<int> ready{0};
+    std::thread a([&] {
+      ready.fetch_add(1);
+      while (ready.load() < 2) {
+      }
+      EXPECT_EQ(api::finalize(other), ncclSuccess);
+    });
+    ready.fetch_add(1);
+    while (ready.load() < 2) {
+    }
+    EXPECT_EQ(api::finalize(keeper_), ncclSuccess);
+    a.join();
+    keeper_ = nullptr;
+    EXPECT_FALSE(logged("kept open")) << "round " << round << ": a device was kept open";
+    // The next round, as the fixture starts.
+    ASSERT_EQ(api::init_context(&keeper_, 1, nullptr, capture), ncclSuccess);
+    ASSERT_EQ(api::listen(keeper_, 0, handle_, &listen_comm_), ncclSuccess);
+  }
 }
 
 }  // namespace

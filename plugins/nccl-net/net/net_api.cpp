@@ -189,9 +189,11 @@ ncclResult_t finalize(void* ctx) {
   if (ctx == nullptr) return ncclSuccess;
   Plugin& p = plugin();
   // Connections the context started and NCCL stopped calling connect() for (an abort while
-  // connecting): nothing will ask for them again, and each holds an endpoint.  Closed after
-  // the plugin's lock is let go (closing an endpoint is the provider's business, and other
-  // communicators' calls need the lock meanwhile).
+  // connecting): nothing will ask for them again, and each holds a port on its device's
+  // shared endpoint.  Closed after the plugin's lock is let go (a close may wait a moment for
+  // the connect request in flight, and other communicators' calls need the lock meanwhile),
+  // and before the context stops counting: the devices close when the last context goes, and
+  // a device with a comm still open on it would be kept open for good.
   std::vector<std::unique_ptr<SendComm>> abandoned;
   std::unique_lock lock(p.mutex);
   if (!p.live_contexts.remove(ctx)) return fail(ncclInvalidUsage, "finalize of a context not initialized");
@@ -205,13 +207,13 @@ ncclResult_t finalize(void* ctx) {
   }
   delete static_cast<Context*>(ctx);
   const size_t closed = abandoned.size();
-  if (--p.contexts == 0 && !p.legacy) {
-    abandoned.clear();  // before their devices close
-    close_devices(p);
+  if (closed != 0) {
+    lock.unlock();
+    abandoned.clear();
+    lock.lock();
+    log_info("finalize: %zu connection(s) never finished were closed", closed);
   }
-  lock.unlock();
-  abandoned.clear();
-  if (closed != 0) log_info("finalize: %zu connection(s) never finished were closed", closed);
+  if (--p.contexts == 0 && !p.legacy) close_devices(p);
   return ncclSuccess;
 }
 
