@@ -12,6 +12,7 @@
 //   too-small     announce a 4 KiB buffer honestly; the harness sends 8 KiB
 //   garbage       send 100 random bytes as a control message, then 100 behind a header naming
 //                 the send comm's port
+//   flood         send 400 eager credits to the send comm, more than it may hold unread
 // Lying sends, each started with "send <n>" and then the harness's listen handle; this side
 // connects, waits for the announcement of the harness's 4 MiB receive, lies, and answers "ok"
 // (or "skip" where the provider cannot carry the lie) once the harness says "receiver-done"
@@ -163,6 +164,13 @@ class Hostile {
   void send(const ControlMessage& m) {
     std::string why;
     if (!control_->send(m, peer_, peer_port_, &why)) die(why);
+  }
+  // Progresses until every queued control message went out.
+  void flush_sends(Clock::time_point deadline) {
+    while (control_->busy()) {
+      if (Clock::now() > deadline) die("the control messages never went out");
+      next_message(Clock::now());
+    }
   }
   // The send comm's port on its endpoint (where its messages must be addressed).
   uint64_t peer_port() const { return peer_port_; }
@@ -422,6 +430,24 @@ int run() {
     // Each step on a connection of its own: the handle goes out, the harness connects.
     if (!oob.send(h.listen(nonce), &why)) die(why);
     std::string result;
+    if (*step == "step flood") {
+      // More control messages for the harness's send comm than it may hold unread (the
+      // harness lets another comm read them off the shared endpoint meanwhile); "flooded"
+      // once all went out.
+      h.accept_connection(nonce, deadline);
+      // Once the harness's connect returned (before, its connect's progress would read them).
+      auto connected = h.progress_until_the_harness_speaks(oob, deadline);
+      if (!connected || *connected != "connected") die("expected connected from the harness");
+      EagerCredit credit;
+      credit.count = 1;
+      credit.tags[0] = TagCredit{7, 0};
+      for (int i = 0; i < 400; ++i) h.send(credit);
+      h.flush_sends(deadline);
+      if (!oob.send(std::string("flooded"), &why)) die(why);
+      if (!h.progress_until_the_harness_speaks(oob, deadline)) die("no sender-done");
+      if (!oob.send("ok", &why)) die(why);
+      continue;
+    }
     if (*step == "step eager-over-offer" || *step == "step credits-never-owed") {
       // Eager lies: an accept allowing more than the sender offered, or credits returned for
       // a tag the sender never sent eagerly on.  The sender's comm fails with the reason;

@@ -9,6 +9,7 @@
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <hmr/hmr.h>
+#include <poll.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -1322,6 +1323,60 @@ TEST_F(HostilePeer, LyingSendsFailTheReceiveWithTheReason) {
 // A message to a listener larger than any it expects (truncated by the provider) is dropped
 // with a warning: accept goes on and the next connector is accepted.  It failed accept for
 // good before.
+// Send comms share an endpoint, whose polls sort control messages to each comm's queue: a
+// peer that sends its comm more than the comm may hold unread, while only another comm
+// polls, fails its own comm with the reason, and the other comm goes on.
+TEST_F(HostilePeer, MoreControlMessagesThanACommMayHoldUnreadFailIt) {
+  // First another comm of this process on the same device, which polls the shared endpoint:
+  // isend with nothing announced (and over the eager max) progresses once and returns no
+  // request.
+  Failures f2;
+  Link link;
+  ASSERT_TRUE(rank.connect_both(nullptr, &link, &f2)) << f2.text();
+  HostBuffer buffer(kMiB);
+  void* mh = nullptr;
+  ASSERT_EQ(rank.net().reg_mr(link.send, buffer.data(), kMiB, NCCL_PTR_HOST, &mh), ncclSuccess);
+  auto poll_other = [&] {
+    void* request = nullptr;
+    EXPECT_EQ(rank.net().isend(link.send, buffer.data(), 65536, 99, mh, &request), ncclSuccess);
+    EXPECT_EQ(request, nullptr);
+  };
+  ASSERT_TRUE(peer->channel().send(std::string("step flood"), &why)) << why;
+  auto handle = peer->channel().receive(rank.deadline(), &why);
+  ASSERT_TRUE(handle && handle->size() == NCCL_NET_HANDLE_MAXSIZE) << why;
+  void* flooded = nullptr;
+  ncclResult_t rc = ncclSuccess;
+  while (rc == ncclSuccess && flooded == nullptr && !rank.expired()) {
+    rc = rank.net().connect(0, handle->data(), &flooded);
+  }
+  ASSERT_NE(flooded, nullptr) << "no connection to the hostile peer";
+  // From here on only the other comm polls (shm delivers the flood only as it does).
+  ASSERT_TRUE(peer->channel().send(std::string("connected"), &why)) << why;
+  for (;;) {
+    pollfd p{peer->channel().fd(), POLLIN, 0};
+    if (::poll(&p, 1, 0) > 0) break;
+    ASSERT_FALSE(rank.expired()) << "the hostile peer never said it flooded";
+    poll_other();
+  }
+  auto said = peer->channel().receive_text(rank.deadline(), &why);
+  ASSERT_TRUE(said && *said == "flooded") << why;
+  for (int i = 0; i < 2000; ++i) poll_other();
+  const size_t mark = log_mark();
+  void* request = nullptr;
+  EXPECT_EQ(rank.net().isend(flooded, nullptr, 0, 1, nullptr, &request), ncclRemoteError);
+  EXPECT_TRUE(warned_since(mark, "arrived unread")) << warnings_since(mark);
+  // The other comm is unharmed.
+  rank.exchange(link, {{{4096, 3, 4096}}}, {{4096, 3, 4096}}, 5, 5, &f2);
+  EXPECT_TRUE(f2.ok()) << f2.text();
+  ASSERT_TRUE(peer->channel().send(std::string("sender-done"), &why)) << why;
+  auto answer = peer->channel().receive_text(rank.deadline(), &why);
+  EXPECT_TRUE(answer && *answer == "ok") << why;
+  EXPECT_EQ(rank.net().dereg_mr(link.send, mh), ncclSuccess);
+  EXPECT_EQ(rank.net().close_send(flooded), ncclSuccess);
+  rank.close(&link, &f2);
+  finish();
+}
+
 TEST_F(HostilePeer, AMessageTooLargeForTheListenerIsDroppedAndTheNextConnectorAccepted) {
   void* listen_comm = listen_for("send oversize-then-connect");
   ASSERT_NE(listen_comm, nullptr);

@@ -115,9 +115,11 @@ ncclResult_t SendComm::progress() {
         continue;
       }
       if (op != nullptr && op->kind == OperationKind::control_send) control().sent(*op);
-      return fail_comm(ncclRemoteError, (connected_ ? "" : "connect: ") +
-                                            std::string("control message to the peer failed: ") +
-                                            error.reason);
+      // (No operation: the shared endpoint's own failure, which says what it is.)
+      return fail_comm(ncclRemoteError,
+                       (connected_ ? "" : "connect: ") +
+                           std::string(op != nullptr ? "control message to the peer failed: " : "") +
+                           error.reason);
     }
     for (int i = 0; i < n; ++i) {
       auto* op = static_cast<Operation*>(completions[i].context);
