@@ -92,19 +92,19 @@ int Device::query_ptr_support() const {
   return support;
 }
 
-std::unique_ptr<SharedEndpoint::Port> Device::attach_send_comm(SharedEndpoint** shared,
-                                                               std::string* why) {
+std::unique_ptr<SharedEndpoint::Port> Device::attach_send_comm(std::string* why) {
   std::lock_guard hold(shared_mutex_);
   release_unused_locked();
-  if (shared_ && shared_->stalled()) draining_.push_back(std::move(shared_));
-  if (!shared_) shared_ = SharedEndpoint::open(*this, why);
-  if (!shared_) return nullptr;
-  *shared = shared_.get();
-  return shared_->attach();
+  if (send_endpoints_.empty() || send_endpoints_.back()->stalled()) {
+    std::unique_ptr<SharedEndpoint> fresh = SharedEndpoint::open(*this, why);
+    if (!fresh) return nullptr;
+    send_endpoints_.push_back(std::move(fresh));
+  }
+  return send_endpoints_.back()->attach();
 }
 
-void Device::retire_send_comm(SharedEndpoint& shared,
-                              std::unique_ptr<SharedEndpoint::Tenant> tenant) {
+void Device::retire_send_comm(std::unique_ptr<SharedEndpoint::Tenant> tenant) {
+  SharedEndpoint& shared = tenant->port().endpoint();
   shared.settle(tenant->port());  // (without the lock: other comms connect and close meanwhile)
   std::lock_guard hold(shared_mutex_);
   shared.retire(std::move(tenant));
@@ -120,41 +120,36 @@ void Device::release_unused_locked() {
   // An endpoint no open comm uses is closed, even with retired comms' operations in flight:
   // closing the provider's endpoint ends them (nothing else would progress them), and then
   // they are freed.
-  auto unused = [](const std::unique_ptr<SharedEndpoint>& e) {
+  std::erase_if(send_endpoints_, [](const std::unique_ptr<SharedEndpoint>& e) {
     e->sweep();
     return e->open_ports() == 0;
-  };
-  if (shared_ && unused(shared_)) shared_.reset();
-  std::erase_if(draining_, unused);
+  });
 }
 
 Device::SendEndpoints Device::send_endpoints() {
   std::lock_guard hold(shared_mutex_);
   SendEndpoints counts;
-  auto count = [&counts](const SharedEndpoint& e) {
+  for (const auto& e : send_endpoints_) {
     ++counts.endpoints;
-    counts.open_comms += e.open_ports();
-    counts.peers += e.peers();
-    counts.stalled += e.stalled() ? 1 : 0;
-  };
-  if (shared_) count(*shared_);
-  for (const auto& e : draining_) count(*e);
+    counts.open_comms += e->open_ports();
+    counts.peers += e->peers();
+    counts.stalled += e->stalled() ? 1 : 0;
+  }
   return counts;
 }
 
 bool Device::close(std::string* why) {
   {
     std::lock_guard hold(shared_mutex_);
-    size_t open = shared_ ? shared_->open_ports() : 0;
-    for (const auto& e : draining_) open += e->open_ports();
+    size_t open = 0;
+    for (const auto& e : send_endpoints_) open += e->open_ports();
     if (open != 0) {
       *why = std::to_string(open) + " send comm(s) still open";
       return false;
     }
     // (Their control buffers are registered in the hmr domain; comms retired with operations
     // that never ended go with them, after the provider's endpoint.)
-    shared_.reset();
-    draining_.clear();
+    send_endpoints_.clear();
   }
   if (hmr_ != nullptr) {
     const int rc = hmr_domain_close(hmr_);
@@ -173,8 +168,7 @@ Device::~Device() {
   if (!close(&ignored)) {
     // Still in use: the libfabric domain must stay with it, and so must the endpoints of
     // comms still open.
-    (void)shared_.release();
-    for (auto& e : draining_) (void)e.release();
+    for (auto& e : send_endpoints_) (void)e.release();
     return;
   }
   if (domain_ != nullptr) fi_close(&domain_->fid);

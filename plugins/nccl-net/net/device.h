@@ -51,13 +51,13 @@ class Device {
   // registration).
   bool virtual_addressing() const { return (info_->domain_attr->mr_mode & FI_MR_VIRT_ADDR) != 0; }
   // A port for a new send comm on the endpoint every send comm of the device posts on (opened
-  // for the first one, and `*shared` set to it); nullptr with `why` when it cannot be opened.
-  std::unique_ptr<SharedEndpoint::Port> attach_send_comm(SharedEndpoint** shared, std::string* why);
-  // A destroyed send comm's end: `tenant` (what its operations point into) is retired on
-  // `shared`, under the device's lock, so no other comm's close frees that endpoint meanwhile;
-  // then the endpoints no send comm uses any more are closed (what comms leave behind is
-  // nothing, and the next connect opens a fresh one).
-  void retire_send_comm(SharedEndpoint& shared, std::unique_ptr<SharedEndpoint::Tenant> tenant);
+  // for the first one); nullptr with `why` when it cannot be opened.
+  std::unique_ptr<SharedEndpoint::Port> attach_send_comm(std::string* why);
+  // A destroyed send comm's end: `tenant` (what its operations point into) is retired on its
+  // port's endpoint, under the device's lock, so no other comm's close frees that endpoint
+  // meanwhile; then the endpoints no send comm uses any more are closed (what comms leave
+  // behind is nothing, and the next connect opens a fresh one).
+  void retire_send_comm(std::unique_ptr<SharedEndpoint::Tenant> tenant);
   // Closes the shared endpoints no open send comm uses any more (ending what retired comms
   // left on them).
   void release_unused_shared_endpoints();
@@ -87,9 +87,10 @@ class Device {
   fid_domain* domain_ = nullptr;
   hmr_domain* hmr_ = nullptr;
   std::mutex shared_mutex_;
-  std::unique_ptr<SharedEndpoint> shared_;  // where new send comms go
-  // Stalled ones (SharedEndpoint::stalled), kept for the comms still on them.
-  std::vector<std::unique_ptr<SharedEndpoint>> draining_;
+  // The send comms' endpoints: new comms go to the last, unless it is stalled
+  // (SharedEndpoint::stalled), when a fresh one is opened; the ones before it were stalled
+  // and are kept for the comms still on them.
+  std::vector<std::unique_ptr<SharedEndpoint>> send_endpoints_;
   DeviceProperties properties_;
   Settings settings_;
 };

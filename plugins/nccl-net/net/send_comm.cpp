@@ -30,7 +30,7 @@ ncclResult_t SendComm::start(Device& device, const ListenHandle& handle,
   comm->offered_eager_max_ = settings.eager_max;
   comm->reorder_eager_ = settings.reorder_announcements;
   std::string why;
-  auto port = device.attach_send_comm(&comm->shared_, &why);
+  auto port = device.attach_send_comm(&why);
   if (!port) return fail(ncclSystemError, "connect: %s", why.c_str());
   comm->posted_ = std::make_unique<Posted>();
   comm->posted_->on = std::move(port);
@@ -57,7 +57,7 @@ ncclResult_t SendComm::start(Device& device, const ListenHandle& handle,
 
 SendComm::~SendComm() {
   // What its operations point into stays until they ended (an aborted comm's may not have).
-  if (posted_) device_->retire_send_comm(*shared_, std::move(posted_));
+  if (posted_) device_->retire_send_comm(std::move(posted_));
 }
 
 ncclResult_t SendComm::fail_comm(ncclResult_t result, const std::string& reason) {

@@ -128,7 +128,6 @@ class SendComm {
   void note_refusal(Stream& stream);
 
   Device* device_;
-  SharedEndpoint* shared_ = nullptr;
   std::unique_ptr<Posted> posted_;
   fi_addr_t listener_ = FI_ADDR_UNSPEC;
   fi_addr_t peer_ = FI_ADDR_UNSPEC;  // the recv comm, once it accepted

@@ -87,7 +87,6 @@ SharedEndpoint::~SharedEndpoint() {
 }
 
 std::unique_ptr<SharedEndpoint::Port> SharedEndpoint::attach() {
-  sweep();
   std::lock_guard hold(mutex_);
   uint64_t id = 0;
   do {
@@ -122,7 +121,6 @@ void SharedEndpoint::retire(std::unique_ptr<Tenant> tenant) {
       retired_.push_back(std::move(tenant));
     }
   }
-  sweep();
 }
 
 void SharedEndpoint::sweep() {
@@ -166,10 +164,6 @@ bool SharedEndpoint::stalled() const {
 void SharedEndpoint::detach(Port& port) {
   std::lock_guard hold(mutex_);
   ports_.erase(port.id_);
-  release_peers(port);
-}
-
-void SharedEndpoint::release_peers(Port& port) {
   for (const fi_addr_t address : port.peers_) {
     const auto name = peer_names_.find(address);
     if (name == peer_names_.end()) continue;
@@ -180,7 +174,6 @@ void SharedEndpoint::release_peers(Port& port) {
     peer_names_.erase(name);
     peers_.erase(peer);
   }
-  port.peers_.clear();
 }
 
 int SharedEndpoint::read_queue(Port& reader, std::span<Completion> out) {
@@ -308,39 +301,32 @@ bool SharedEndpoint::Port::insert(std::span<const uint8_t> address, fi_addr_t* p
   return true;
 }
 
-void SharedEndpoint::Port::posting(Operation* op) {
+template <typename Post>
+ssize_t SharedEndpoint::Port::counted(Operation* op, Post post) {
   op->port = id_;
+  // Up before the post: its completion may be read by another thread before it returns.
   in_flight_.fetch_add(1, std::memory_order_acq_rel);
-}
-
-void SharedEndpoint::Port::posted(ssize_t rc) {
+  const ssize_t rc = post(*shared_->endpoint_);
   if (rc != 0) in_flight_.fetch_sub(1, std::memory_order_acq_rel);
+  return rc;
 }
 
 ssize_t SharedEndpoint::Port::send(const void* buf, size_t len, void* desc, fi_addr_t peer,
                                    Operation* op) {
-  posting(op);
-  const ssize_t rc = shared_->endpoint_->send(buf, len, desc, peer, op);
-  posted(rc);
-  return rc;
+  return counted(op, [&](Endpoint& e) { return e.send(buf, len, desc, peer, op); });
 }
 
 ssize_t SharedEndpoint::Port::send_with_data(const void* buf, size_t len, void* desc,
                                              uint32_t data, fi_addr_t peer, Operation* op) {
-  posting(op);
-  const ssize_t rc = shared_->endpoint_->send_with_data(buf, len, desc, data, peer, op);
-  posted(rc);
-  return rc;
+  return counted(op, [&](Endpoint& e) { return e.send_with_data(buf, len, desc, data, peer, op); });
 }
 
 ssize_t SharedEndpoint::Port::write_with_data(const void* buf, size_t len, void* desc,
                                               uint32_t data, fi_addr_t peer, uint64_t remote_addr,
                                               uint64_t key, Operation* op) {
-  posting(op);
-  const ssize_t rc =
-      shared_->endpoint_->write_with_data(buf, len, desc, data, peer, remote_addr, key, op);
-  posted(rc);
-  return rc;
+  return counted(op, [&](Endpoint& e) {
+    return e.write_with_data(buf, len, desc, data, peer, remote_addr, key, op);
+  });
 }
 
 int SharedEndpoint::Port::poll(std::span<Completion> out, CompletionError* error) {
@@ -357,21 +343,25 @@ int SharedEndpoint::Port::poll(std::span<Completion> out, CompletionError* error
     const int n = shared_->read_queue(*this, out);
     if (n > 0) return n;
   }
-  size_t n = 0;
-  while (routed_head_ < routed_.size() && n < out.size()) {
+  int result = 0;
+  while (routed_head_ < routed_.size() && static_cast<size_t>(result) < out.size()) {
     Routed& next = routed_[routed_head_];
     if (next.failed) {
-      if (n > 0) break;  // the failure on the next call, after what came before it
-      *error = std::move(next.error);
-      ++routed_head_;
-      if (routed_head_ == routed_.size()) routed_.clear(), routed_head_ = 0;
-      return -1;
+      if (result == 0) {  // (else on the next call, after what came before it)
+        *error = std::move(next.error);
+        ++routed_head_;
+        result = -1;
+      }
+      break;
     }
-    out[n++] = next.completion;
+    out[result++] = next.completion;
     ++routed_head_;
   }
-  if (routed_head_ == routed_.size()) routed_.clear(), routed_head_ = 0;
-  return static_cast<int>(n);
+  if (routed_head_ == routed_.size()) {
+    routed_.clear();
+    routed_head_ = 0;
+  }
+  return result;
 }
 
 void SharedEndpoint::Port::queue_message(std::span<const uint8_t> bytes) {

@@ -76,10 +76,10 @@ class SharedEndpoint {
   // and the comm need not be retired.  Called without the device's lock: the port is still
   // open, so the endpoint stays.
   void settle(Port& port);
-  // Frees `tenant` now if none of its operations is in flight, else once they ended; frees
-  // the earlier ones whose operations ended meanwhile.
+  // Frees `tenant` now if none of its operations is in flight, else keeps it for sweep().
   void retire(std::unique_ptr<Tenant> tenant);
-  // Frees retired comms whose operations ended.
+  // Frees retired comms whose operations ended (the Device calls it before it looks at the
+  // endpoint: when a comm connects or closes).
   void sweep();
   // Ports of comms still open (retired ones not counted).
   size_t open_ports() const;
@@ -102,6 +102,7 @@ class SharedEndpoint {
     Port& operator=(const Port&) = delete;
 
     uint64_t id() const { return id_; }
+    SharedEndpoint& endpoint() const { return *shared_; }
     // The endpoint's address: what a peer inserts to reach this port (with the id).
     const std::vector<uint8_t>& address() const { return shared_->address(); }
     const Libfabric& libfabric() const { return shared_->endpoint_->libfabric(); }
@@ -128,10 +129,9 @@ class SharedEndpoint {
    private:
     friend class SharedEndpoint;
     Port(SharedEndpoint& shared, uint64_t id) : shared_(&shared), id_(id) {}
-    // Before posting `op`: the completion may be read by another thread before the post
-    // returns, so the count goes up first.
-    void posting(Operation* op);
-    void posted(ssize_t rc);
+    // Posts `op` with `post` (an Endpoint call), counted in flight while it is.
+    template <typename Post>
+    ssize_t counted(Operation* op, Post post);
     // Under the endpoint's lock: a control message for this port.
     void queue_message(std::span<const uint8_t> bytes);
 
@@ -175,9 +175,8 @@ class SharedEndpoint {
   // A failure for every port (at most one unread each).
   void fail_every_port(const CompletionError& error);
   void repost(const Operation& receive);
+  // The port is gone, and with it its uses of peers: those no other port uses are removed.
   void detach(Port& port);
-  // Under mutex_: the port no longer uses its peers; those no other port uses are removed.
-  void release_peers(Port& port);
 
   std::unique_ptr<Endpoint> endpoint_;
   std::unique_ptr<ControlChannel> receives_;  // the control messages' buffers
