@@ -384,6 +384,12 @@ size_t Domain::CachePressureRelief::release_unused(size_t count) {
   return released;
 }
 
+size_t Domain::CachePressureRelief::release_unused_exports(size_t count) {
+  // Only device registrations hold exports; the host cache's entries would go for nothing.
+  // (Other domains' idle registrations hold exports too: each domain gives back its own.)
+  return domain_.device_cache_ ? domain_.device_cache_->release_unused(count) : 0;
+}
+
 Domain::~Domain() {
   nic_registrar_.set_pressure_relief(nullptr);  // the caches go first
   if (cache_) DeviceMonitor::instance().remove_sink(cache_.get());

@@ -247,11 +247,13 @@ class Domain : public Tagged<ObjectClass::domain> {
                            uint64_t generation);
 
   // Gives back the caches' unused registrations, host and device, when the NIC refuses one
-  // for resources (registration/nic_pressure.h); the registrar asks it.
+  // for resources, and the device cache's when a dma-buf export finds no file descriptor
+  // (registration/nic_pressure.h); the registrar asks it.
   class CachePressureRelief final : public NicPressureRelief {
    public:
     explicit CachePressureRelief(Domain& domain) : domain_(domain) {}
     size_t release_unused(size_t count) override;
+    size_t release_unused_exports(size_t count) override;
 
    private:
     Domain& domain_;

@@ -2,6 +2,8 @@
 
 #include "util/fork_held_lock.h"
 
+#include <thread>
+
 namespace hmr::core {
 
 DmabufShares& DmabufShares::instance() {
@@ -31,7 +33,9 @@ Result<std::shared_ptr<const SharedExport>> DmabufShares::acquire(hmem::Iface& i
   std::shared_ptr<const SharedExport> made(
       new SharedExport(std::move(*exported), memory.base), [this, key](const SharedExport* dying) {
         forget(key);
+        closes_begun_.fetch_add(1, std::memory_order_acq_rel);
         delete dying;  // closes the fd, outside the lock
+        closes_finished_.fetch_add(1, std::memory_order_acq_rel);
       });
 
   std::lock_guard<std::mutex> lock(mutex_);
@@ -56,6 +60,14 @@ void DmabufShares::forget_range(uintptr_t start, uintptr_t end) {
     const uint64_t base = std::get<1>(entry.first);
     return base >= start && base < end;
   });
+}
+
+uint64_t DmabufShares::settled_closed_exports() const {
+  for (;;) {
+    const uint64_t finished = closes_finished_.load(std::memory_order_acquire);
+    if (closes_begun_.load(std::memory_order_acquire) == finished) return finished;
+    std::this_thread::yield();  // a close between its two counts: a few instructions
+  }
 }
 
 size_t DmabufShares::live_exports() {

@@ -7,6 +7,7 @@
 // allocation goes.  Process-wide: registrations in different domains share it too.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -46,6 +47,12 @@ class DmabufShares {
   void forget_range(uintptr_t start, uintptr_t end);
   // Allocations with a live export (for tests and diagnostics).
   size_t live_exports();
+  // Exports whose fd was closed so far: a caller whose export failed for want of file
+  // descriptors tries again when this moved since its attempt began.
+  uint64_t closed_exports() const { return closes_finished_.load(std::memory_order_acquire); }
+  // closed_exports() once no close is under way: an fd closed but not yet counted would let
+  // a caller find the table with room and take its failure for the driver's.
+  uint64_t settled_closed_exports() const;
   // Its lock, held across fork() (util/fork_held_lock.h).
   static std::mutex& fork_lock() { return instance().mutex_; }
 
@@ -58,6 +65,9 @@ class DmabufShares {
 
   std::mutex mutex_;
   std::map<Key, std::weak_ptr<const SharedExport>> exports_;
+  // Closes of exports begun and finished (begun before the fd is closed, finished after).
+  std::atomic<uint64_t> closes_begun_{0};
+  std::atomic<uint64_t> closes_finished_{0};
 };
 
 }  // namespace hmr::core

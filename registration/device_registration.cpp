@@ -1,8 +1,59 @@
 #include "registration/device_registration.h"
 
 #include "hmem/hmem_registry.h"
+#include "util/descriptor_table.h"
 
 namespace hmr::core {
+namespace {
+
+// Idle device registrations given back at a time while an export finds the descriptor table
+// full (as many as for a NIC's refusal).
+constexpr size_t kExportsReleasedPerTry = 8;
+
+// The export of the allocation `memory` describes (shared with every registration inside
+// it), giving back idle device registrations while the driver cannot make it for want of
+// file descriptors: each cached dma-buf registration keeps its allocation's export, an fd,
+// open, and a KV-cache or NCCL buffer pool of many allocations can fill a 1024-entry table.
+// Whether the table is full is asked of the table (util/descriptor_table.h), not read from
+// the driver's code: CUDA's export has no documented code for it (the fake says out of
+// memory, as the ifaces that dup an fd say for EMFILE).  Tried again when anything was given
+// back, or when an export was closed since this attempt began (another thread's giving back:
+// two threads at the limit must not both fail where one would not); with nothing left to
+// give, a resource refusal that says how many exports registrations in use hold.
+Result<std::shared_ptr<const SharedExport>> acquire_export(NicRegistrar& registrar,
+                                                           hmem::Iface& iface,
+                                                           const hmem::PointerInfo& memory) {
+  DmabufShares& shares = DmabufShares::instance();
+  size_t released = 0;
+  for (;;) {
+    const uint64_t closed = shares.closed_exports();
+    Result<std::shared_ptr<const SharedExport>> share = shares.acquire(iface, memory);
+    if (share.ok()) return share;
+    if (shares.settled_closed_exports() != closed) continue;
+    if (!descriptor_table_full()) {
+      // (An export closed between the check above and the question is no driver's failure.)
+      if (shares.settled_closed_exports() != closed) continue;
+      return share;  // the driver's own failure
+    }
+    const size_t given = registrar.give_back_exports(kExportsReleasedPerTry);
+    if (given != 0) {
+      released += given;
+      continue;
+    }
+    if (shares.settled_closed_exports() != closed) continue;
+    Status refused = make_error(
+        share.status().code(),
+        "%s: the process has no file descriptor left (RLIMIT_NOFILE %llu); hmr holds %zu "
+        "dma-buf exports, one per allocation with a registration, and gave back %zu idle "
+        "device registrations for this one with none left: close MRs of other allocations, "
+        "or raise the limit (ulimit -n)",
+        share.status().reason().c_str(), static_cast<unsigned long long>(descriptor_limit()),
+        shares.live_exports(), released);
+    return refused.mark_resource_refusal();
+  }
+}
+
+}  // namespace
 
 Result<nic::Registration> register_device_range(NicRegistrar& registrar, nic::RegistrationRequest request,
                                                 const hmem::PointerInfo& memory,
@@ -24,8 +75,7 @@ Result<nic::Registration> register_device_range(NicRegistrar& registrar, nic::Re
       if (memory.kind == hmem::MemoryKind::host_alloc) request.flags |= HMR_HMEM_HOST_ALLOC;
       break;
     case ExportMode::dmabuf: {
-      Result<std::shared_ptr<const SharedExport>> share =
-          DmabufShares::instance().acquire(iface, memory);
+      Result<std::shared_ptr<const SharedExport>> share = acquire_export(registrar, iface, memory);
       if (!share.ok()) return share.status();
       made.dmabuf = std::move(*share);
       made.dmabuf_offset = made.dmabuf->offset_of(reinterpret_cast<uintptr_t>(segment.iov_base));
@@ -71,7 +121,7 @@ Result<nic::Registration> register_device_range(NicRegistrar& registrar, nic::Re
     made.pinned_bytes = registered->pinned_bytes;
     hold = std::move(made);
   }
-  return registered;  // (a NIC's refusal for resources comes marked: Status::nic_refusal)
+  return registered;  // (a NIC's refusal for resources comes marked: Status::resource_refusal)
 }
 
 Result<nic::Registration> DeviceCacheBackend::register_range(uintptr_t start, uint64_t len,

@@ -17,6 +17,10 @@ class NicPressureRelief {
   // Deregisters up to `count` registrations no MR uses, least recently used first, and any
   // whose memory was freed; how many it gave back (0: nothing idle is left).
   virtual size_t release_unused(size_t count) = 0;
+  // Deregisters up to `count` idle device registrations (the device cache's), whose holds keep
+  // their allocations' dma-buf exports open, a file descriptor each: for an export refused
+  // for want of descriptors.  How many it gave back.
+  virtual size_t release_unused_exports(size_t count) = 0;
 
  protected:
   ~NicPressureRelief() = default;

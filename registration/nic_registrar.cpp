@@ -40,9 +40,9 @@ bool take(std::atomic<uint64_t>& account, uint64_t amount, uint64_t bound) {
 }
 
 // A failure leaving the registrar: a refusal for resources is marked as the NIC's
-// (Status::nic_refusal), told apart from a driver's failure with the same code.
+// (Status::resource_refusal), told apart from a driver's failure with the same code.
 Status marked(Status status) {
-  if (is_resource_refusal(status.code())) status.mark_nic_refusal();
+  if (is_resource_refusal(status.code())) status.mark_resource_refusal();
   return status;
 }
 

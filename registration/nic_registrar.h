@@ -4,7 +4,7 @@
 // also the backend of the domain's host-memory cache (a miss registers through it).  A NIC
 // refusal for resources gives back idle registrations (NicPressureRelief) and tries again,
 // until the NIC takes it or nothing idle is left; such a refusal leaves it marked as the NIC's
-// (Status::nic_refusal), so a caller can tell it from a driver's failure with the same code.
+// (Status::resource_refusal), so a caller can tell it from a driver's failure with the same code.
 #pragma once
 
 #include <sys/uio.h>
@@ -57,6 +57,13 @@ class NicRegistrar final : public CacheBackend {
   // The most host bytes hmr may hold pinned at the NIC (the smaller of the NIC's own bound and
   // RLIMIT_MEMLOCK, read at domain open); 0: no bound.  Counted like registrations.
   void set_pinned_limit(uint64_t bytes) { max_pinned_ = bytes; }
+
+  // Gives back up to `count` idle device registrations, which keep dma-buf exports (file
+  // descriptors) open: for an export the driver could not make with the process's table full
+  // (registration/device_registration.cpp).  How many; 0 without a relief.
+  size_t give_back_exports(size_t count) {
+    return relief_ != nullptr ? relief_->release_unused_exports(count) : 0;
+  }
 
   // The NIC request for `segments` under the domain's addressing rules.
   nic::RegistrationRequest request_for(std::span<const iovec> segments, uint64_t access) const;

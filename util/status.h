@@ -23,19 +23,21 @@ class [[nodiscard]] Status {
   int code() const { return code_; }
   const std::string& reason() const { return reason_; }
 
-  // Marks a NIC's refusal for resources (out of keys, of pinnable memory), where the NIC was
-  // called: a caller choosing among ways to register (device memory's export paths) stops
-  // there instead of taking a worse way for a moment's want.  A driver's failure with the
-  // same code is not marked.  The mark travels with the Status, unchanged, as the code does.
-  Status& mark_nic_refusal() {
-    nic_refusal_ = true;
+  // Marks a refusal for resources that giving back idle registrations could not cure: the
+  // NIC's (out of keys, of pinnable memory), where the NIC was called, or the process's file
+  // descriptor table, full when a dma-buf export needed one.  A caller choosing among ways to
+  // register (device memory's export paths) stops there instead of taking a worse way for a
+  // moment's want.  A driver's failure with the same code is not marked.  The mark travels
+  // with the Status, unchanged, as the code does.
+  Status& mark_resource_refusal() {
+    resource_refusal_ = true;
     return *this;
   }
-  bool nic_refusal() const { return nic_refusal_; }
+  bool resource_refusal() const { return resource_refusal_; }
 
  private:
   int code_ = HMR_SUCCESS;
-  bool nic_refusal_ = false;
+  bool resource_refusal_ = false;
   std::string reason_;
 };
 

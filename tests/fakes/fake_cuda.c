@@ -252,6 +252,9 @@ EXPORT CUresult cuMemGetHandleForAddressRange(void *handle, CUdeviceptr ptr, siz
       size % page != 0 || !exportable(ptr, size, page)) {
     LEAVE(INVALID_VALUE);
   }
+  /* A real fd, so RLIMIT_NOFILE limits exports as it limits the driver's dma-buf fds
+   * (dma_buf_fd in the kernel).  CUDA documents no code for a full table; hmr asks the table
+   * itself (registration/device_registration.cpp), so this one serves as any would. */
   int fd = memfd_create("fake-cuda-dmabuf", MFD_CLOEXEC);
   if (fd < 0) LEAVE(OUT_OF_MEMORY);
   if (ftruncate(fd, (off_t)size) != 0) {

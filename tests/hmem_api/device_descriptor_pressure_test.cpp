@@ -1,0 +1,237 @@
+// Device memory when the process runs out of file descriptors (docs/semantics.md, "Under
+// pressure"): every cached dma-buf registration keeps its allocation's export open, an fd, so
+// a pool of many allocations can fill the table (1024 entries by default).  A driver's export
+// that then fails is answered by giving back idle device registrations and trying again; with
+// every export held by an MR in use, the registration fails with the reason, and no host
+// shadow (a copy that would stay cached) is taken instead.  The fake CUDA driver makes each
+// export with memfd_create, which fails with EMFILE at RLIMIT_NOFILE as the real driver's fd
+// does; hmr does not rely on the code the driver gives for it.
+#include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/hmem_api/fake_cuda_driver.h"
+
+namespace hmr_hmem_test {
+namespace {
+
+using hmr_test::DomainPtr;
+using hmr_test::MrPtr;
+
+// The process's descriptor table made full, with `spare` numbers left free: the soft
+// RLIMIT_NOFILE is lowered to one past the highest open fd, and the holes below it are taken
+// by eventfds, `spare` of which are closed again.  Restored (fillers closed, limit back) when
+// it goes.  Nothing else in the process opens descriptors meanwhile (these tests' threads
+// only register).
+class FullDescriptorTable {
+ public:
+  explicit FullDescriptorTable(size_t spare) {
+    EXPECT_EQ(getrlimit(RLIMIT_NOFILE, &before_), 0);
+    int highest = 0;
+    for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+      highest = std::max(highest, std::stoi(entry.path().filename().string()));
+    }
+    rlimit lowered = before_;
+    lowered.rlim_cur = static_cast<rlim_t>(highest) + 1;
+    EXPECT_EQ(setrlimit(RLIMIT_NOFILE, &lowered), 0);
+    for (;;) {
+      const int filler = eventfd(0, EFD_CLOEXEC);
+      if (filler < 0) {
+        EXPECT_EQ(errno, EMFILE);
+        break;
+      }
+      fillers_.push_back(filler);
+    }
+    for (size_t i = 0; i < spare; ++i) {
+      if (fillers_.empty()) {
+        lowered.rlim_cur += 1;  // no hole to give back: one more number instead
+        EXPECT_EQ(setrlimit(RLIMIT_NOFILE, &lowered), 0);
+        continue;
+      }
+      ::close(fillers_.back());
+      fillers_.pop_back();
+    }
+  }
+  ~FullDescriptorTable() {
+    for (int fd : fillers_) ::close(fd);
+    EXPECT_EQ(setrlimit(RLIMIT_NOFILE, &before_), 0);
+  }
+  FullDescriptorTable(const FullDescriptorTable&) = delete;
+  FullDescriptorTable& operator=(const FullDescriptorTable&) = delete;
+
+  // Whether another descriptor could be opened now.
+  static bool room() {
+    const int probe = eventfd(0, EFD_CLOEXEC);
+    if (probe < 0) return false;
+    ::close(probe);
+    return true;
+  }
+
+ private:
+  rlimit before_{};
+  std::vector<int> fillers_;
+};
+
+// A NIC that imports every dma-buf it is given (checking the fd is one, as a real import's
+// dma_buf_get does) and registers host memory too, counting both.
+struct ImportingNic {
+  std::atomic<int> dmabuf_calls{0}, bad_fds{0}, va_calls{0};
+  std::atomic<uint64_t> next_key{1};
+};
+
+int importing_register(void* context, const hmr_nic_reg_request* request, hmr_nic_mr* mr,
+                       char* reason, size_t reason_size) {
+  auto& nic = *static_cast<ImportingNic*>(context);
+  if (request->dmabuf_fd >= 0) {
+    struct stat st {};
+    if (fstat(request->dmabuf_fd, &st) != 0) {
+      nic.bad_fds.fetch_add(1);
+      std::snprintf(reason, reason_size, "importing NIC: fd %d is not open", request->dmabuf_fd);
+      return -HMR_EBADF;
+    }
+    nic.dmabuf_calls.fetch_add(1);
+  } else {
+    nic.va_calls.fetch_add(1);
+  }
+  mr->handle = nullptr;
+  mr->desc = nullptr;
+  mr->key = nic.next_key.fetch_add(1);
+  return 0;
+}
+
+int importing_deregister(void*, const hmr_nic_mr*, char*, size_t) { return 0; }
+
+constexpr size_t kAllocationSize = 65536;
+
+std::vector<std::unique_ptr<FakeAllocation>> allocations(size_t count) {
+  std::vector<std::unique_ptr<FakeAllocation>> made;
+  for (size_t i = 0; i < count; ++i) made.push_back(std::make_unique<FakeAllocation>(0, kAllocationSize));
+  return made;
+}
+
+TEST(DeviceDescriptorPressure, IdleExportsAreGivenBackWhenTheTableIsFull) {
+  ImportingNic nic;
+  hmr_nic_callbacks callbacks =
+      callback_nic(&nic, HMR_NIC_CB_DMABUF, importing_register, importing_deregister);
+  DomainPtr domain = open_callback_domain(callbacks);
+  ASSERT_TRUE(domain);
+  auto memory = allocations(25);
+  // 24 of them registered and closed: idle in the device cache, an export (an fd) each.
+  const int fds_before = open_fd_count();
+  for (size_t i = 0; i < 24; ++i) {
+    MrPtr mr = register_ok(domain.get(), memory[i]->get(), kAllocationSize);
+    ASSERT_TRUE(mr);
+    EXPECT_EQ(mr_info(mr.get()).path, HMR_MR_PATH_DMABUF);
+  }
+  EXPECT_EQ(open_fd_count(), fds_before + 24) << "the idle registrations do not hold an export each";
+  const uint64_t evictions_before = stats_of(domain.get()).cache_pressure_evictions;
+  {
+    const FullDescriptorTable full(0);
+    ASSERT_FALSE(FullDescriptorTable::room()) << "the table is not full: the test proves nothing";
+    // The 25th needs an export of its own: idle ones go back to make room.  Then every one
+    // again, twice, each needing an export the table has no room for until another goes.
+    for (int round = 0; round < 3; ++round) {
+      for (size_t i = round == 0 ? 24 : 0; i < memory.size(); ++i) {
+        hmr_mr* mr = nullptr;
+        ASSERT_EQ(register_attr(domain.get(), memory[i]->get(), kAllocationSize, HMR_HMEM_SYSTEM,
+                                0, 0, &mr),
+                  0)
+            << "allocation " << i << " (round " << round << "): " << hmr_last_error();
+        EXPECT_EQ(mr_info(mr).path, HMR_MR_PATH_DMABUF);
+        EXPECT_EQ(hmr_mr_close(mr), 0);
+      }
+    }
+  }
+  EXPECT_GT(stats_of(domain.get()).cache_pressure_evictions, evictions_before);
+  EXPECT_EQ(nic.bad_fds.load(), 0);
+  EXPECT_EQ(nic.va_calls.load(), 0);
+}
+
+// Every export held by an open MR: nothing to give back, so the registration fails with the
+// code and a reason that names the cause and what to do, and no host shadow is registered in
+// its place although copies are allowed.  Once one MR closes, its idle registration goes back
+// for the next.
+TEST(DeviceDescriptorPressure, ExportsAllInUseFailWithTheReasonAndNoShadow) {
+  ImportingNic nic;
+  hmr_nic_callbacks callbacks =
+      callback_nic(&nic, HMR_NIC_CB_DMABUF, importing_register, importing_deregister);
+  DomainPtr domain = open_callback_domain(callbacks, HMR_DOMAIN_ALLOW_HMEM_COPY);
+  ASSERT_TRUE(domain);
+  auto memory = allocations(9);
+  std::vector<MrPtr> open;
+  for (size_t i = 0; i < 8; ++i) open.push_back(register_ok(domain.get(), memory[i]->get(), kAllocationSize));
+  {
+    const FullDescriptorTable full(0);
+    hmr_mr* ninth = nullptr;
+    EXPECT_EQ(register_attr(domain.get(), memory[8]->get(), kAllocationSize, HMR_HMEM_SYSTEM, 0, 0,
+                            &ninth),
+              -HMR_ENOMEM);
+    EXPECT_EQ(ninth, nullptr);
+    const std::string reason = hmr_last_error();
+    EXPECT_NE(reason.find("no file descriptor left"), std::string::npos) << reason;
+    EXPECT_NE(reason.find("cuMemGetHandleForAddressRange"), std::string::npos) << reason;
+    EXPECT_NE(reason.find("ulimit -n"), std::string::npos) << reason;
+    EXPECT_EQ(nic.va_calls.load(), 0) << "a host shadow was registered instead";
+
+    open.pop_back();  // idle now, its export still open
+    MrPtr mr = register_ok(domain.get(), memory[8]->get(), kAllocationSize);
+    ASSERT_TRUE(mr);
+    EXPECT_EQ(mr_info(mr.get()).path, HMR_MR_PATH_DMABUF);
+  }
+  EXPECT_EQ(nic.va_calls.load(), 0);
+}
+
+// Four threads registering and closing 48 allocations in turn with room for four exports in
+// the table: each thread holds one MR at a time, so there is always an idle export to give
+// back, and no registration may fail; another thread's giving back between one's failed
+// export and its look at the table must not read as the driver's failure.
+TEST(DeviceDescriptorPressure, ThreadsAtTheLimitAllRegister) {
+  ImportingNic nic;
+  hmr_nic_callbacks callbacks =
+      callback_nic(&nic, HMR_NIC_CB_DMABUF, importing_register, importing_deregister);
+  DomainPtr domain = open_callback_domain(callbacks);
+  ASSERT_TRUE(domain);
+  auto memory = allocations(48);
+  constexpr size_t kThreads = 4;
+  std::atomic<int> failures{0};
+  std::string first_failure;
+  std::atomic<bool> reported{false};
+  {
+    const FullDescriptorTable full(kThreads);
+    std::vector<std::thread> threads;
+    for (size_t t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        for (size_t round = 0; round < 6; ++round) {
+          for (size_t i = t; i < memory.size(); i += kThreads / 2) {
+            hmr_mr* mr = nullptr;
+            if (register_attr(domain.get(), memory[i]->get(), kAllocationSize, HMR_HMEM_SYSTEM, 0,
+                              0, &mr) != 0) {
+              if (!reported.exchange(true)) first_failure = hmr_last_error();
+              failures.fetch_add(1);
+              continue;
+            }
+            hmr_mr_close(mr);
+          }
+        }
+      });
+    }
+    for (std::thread& thread : threads) thread.join();
+  }
+  EXPECT_EQ(failures.load(), 0) << first_failure;
+  EXPECT_EQ(nic.bad_fds.load(), 0);
+  EXPECT_GT(stats_of(domain.get()).cache_pressure_evictions, 0u)
+      << "the table never filled: the test proves nothing";
+}
+
+}  // namespace
+}  // namespace hmr_hmem_test
