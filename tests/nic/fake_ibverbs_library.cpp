@@ -52,6 +52,7 @@ FakeIbverbs load(const char* path) {
   must_find(handle, path, "ibv_alloc_pd", "IBVERBS_1.1", fake.alloc_pd);
   must_find(handle, path, "ibv_dealloc_pd", "IBVERBS_1.1", fake.dealloc_pd);
   must_find(handle, path, "ibv_reg_mr", "IBVERBS_1.1", fake.reg_mr);
+  must_find(handle, path, "ibv_dereg_mr", "IBVERBS_1.1", fake.dereg_mr);
   return fake;  // the handle stays open for the life of the process, on purpose
 }
 

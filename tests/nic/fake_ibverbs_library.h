@@ -37,6 +37,7 @@ struct FakeIbverbs {
   verbs::ibv_pd* (*alloc_pd)(verbs::ibv_context*) = nullptr;
   int (*dealloc_pd)(verbs::ibv_pd*) = nullptr;
   verbs::ibv_mr* (*reg_mr)(verbs::ibv_pd*, void*, size_t, int) = nullptr;
+  int (*dereg_mr)(verbs::ibv_mr*) = nullptr;
 
   // Sets a field of one device's configuration (the others keep theirs).
   template <typename Change>

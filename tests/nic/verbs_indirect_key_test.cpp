@@ -6,6 +6,7 @@
 // the operation is unavailable where it is (no DEVX, no mlx5 device, no libmlx5, an
 // rdma-core without ibv_qp_to_qp_ex).
 #include <hmr/hmr.h>
+#include <dlfcn.h>
 #include <sys/mman.h>
 
 #include <cerrno>
@@ -321,6 +322,60 @@ TEST_F(VerbsIndirectKeyTest, ApplicationContextWithoutDevxSaysWhy) {
   expect_refused(pieces, HMR_ENOSYS, "DEVX");
   EXPECT_EQ(fake().call_count("mlx5dv_open_device"), 0);
   EXPECT_EQ(fake().live("mkeys"), 0);
+}
+
+// The application's context opened with DEVX (mlx5dv_open_device, as a program that makes
+// its own indirect keys does), on a device whose mkey table (shared by every context and
+// process) is full when hmr opens the domain: the probe's ENOMEM says nothing of DEVX, so
+// indirect keys stay offered, and one works once the table has room.  Before, any failure of
+// the probe read as "no DEVX" and the domain refused indirect keys for good.
+TEST_F(VerbsIndirectKeyTest, AFullMkeyTableAtOpenDoesNotReadAsNoDevx) {
+  void* mlx5 = dlopen(HMR_FAKE_MLX5_PATH, RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(mlx5, nullptr) << dlerror();
+  using OpenDevice = verbs::ibv_context* (*)(verbs::ibv_device*, verbs::mlx5dv_context_attr*);
+  auto open_devx = reinterpret_cast<OpenDevice>(dlsym(mlx5, "mlx5dv_open_device"));
+  ASSERT_NE(open_devx, nullptr);
+  int count = 0;
+  verbs::ibv_device** list = fake().get_device_list(&count);
+  ASSERT_GE(count, 1);
+  verbs::mlx5dv_context_attr devx{};
+  devx.flags = verbs::MLX5DV_CONTEXT_FLAGS_DEVX;
+  verbs::ibv_context* context = open_devx(list[0], &devx);
+  fake().free_device_list(list);
+  ASSERT_NE(context, nullptr);
+  verbs::ibv_pd* pd = fake().alloc_pd(context);
+  ASSERT_NE(pd, nullptr);
+  {
+    // Four mkeys on the device, all taken by the application's own registrations.
+    constexpr int kMkeys = 4;
+    fake().configure(0, [](fake_ibverbs_device_config& config) { config.max_mr = kMkeys; });
+    std::vector<char> theirs(kMkeys * kPage);
+    std::vector<verbs::ibv_mr*> taken;
+    for (int i = 0; i < kMkeys; ++i) {
+      taken.push_back(fake().reg_mr(pd, theirs.data() + i * kPage, kPage, IBV_ACCESS_LOCAL_WRITE));
+      ASSERT_NE(taken.back(), nullptr);
+    }
+    open_domain("relaxed_ordering=off", pd);
+    EXPECT_EQ(fake().call_count("mlx5dv_create_mkey"), 1) << "no probe was made";
+    const OpAnswer answer = query_op(domain_, HMR_MD_OP_INDIRECT);
+    EXPECT_EQ(answer.rc, 1) << answer.reason;
+
+    // Room again (the application let go of its registrations): hmr's registrations and an
+    // indirect key over them fit.
+    for (verbs::ibv_mr* mr : taken) ASSERT_EQ(fake().dereg_mr(mr), 0);
+    TwoPieces pieces;
+    ASSERT_TRUE(register_pieces(pieces));
+    hmr_mr* key = nullptr;
+    EXPECT_EQ(indirect(pieces, &key), 0) << hmr_last_error();
+    EXPECT_EQ(fake().live("mkeys"), 1);
+    if (key != nullptr) ASSERT_HMR_OK(hmr_mr_close(key));
+    pieces = TwoPieces();
+    ASSERT_HMR_OK(hmr_domain_close(domain_));
+    domain_ = nullptr;
+  }
+  EXPECT_EQ(fake().dealloc_pd(pd), 0);
+  EXPECT_EQ(fake().close_device(context), 0);
+  dlclose(mlx5);
 }
 
 TEST_F(VerbsIndirectKeyTest, DevxRefusedLeavesTheDeviceOpenWithoutIndirectKeys) {
