@@ -11,6 +11,7 @@
 #include "core/mr_mode.h"
 #include "monitor/device_monitor.h"
 #include "monitor/monitor_registry.h"
+#include "registration/export_holders.h"
 #include "registration/memory_resolution.h"
 #include "util/enum_bits.h"
 #include "util/log.h"
@@ -185,6 +186,11 @@ Status Domain::open_device_cache(const CacheLimits& limits) {
       new_cache(device_backend_, limits, &DeviceMonitor::instance());
   HMR_RETURN_IF_ERROR(cache->attach());
   device_cache_ = std::move(cache);
+  // Its idle registrations may keep exports another domain needs room for (their fds).
+  if (!nic_->capabilities().serialized_by_application) {
+    ExportHolders::instance().add(pressure_relief_);
+    listed_as_export_holder_ = true;
+  }
   return ok_status();
 }
 
@@ -386,11 +392,12 @@ size_t Domain::CachePressureRelief::release_unused(size_t count) {
 
 size_t Domain::CachePressureRelief::release_unused_exports(size_t count) {
   // Only device registrations hold exports; the host cache's entries would go for nothing.
-  // (Other domains' idle registrations hold exports too: each domain gives back its own.)
   return domain_.device_cache_ ? domain_.device_cache_->release_unused(count) : 0;
 }
 
 Domain::~Domain() {
+  // First: another domain's registration may be giving back this one's idle registrations.
+  if (listed_as_export_holder_) ExportHolders::instance().remove(pressure_relief_);
   nic_registrar_.set_pressure_relief(nullptr);  // the caches go first
   if (cache_) DeviceMonitor::instance().remove_sink(cache_.get());
   device_cache_.reset();

@@ -259,6 +259,7 @@ class Domain : public Tagged<ObjectClass::domain> {
     Domain& domain_;
   };
   CachePressureRelief pressure_relief_{*this};
+  bool listed_as_export_holder_ = false;  // in ExportHolders, for other domains' exports
 
   friend class MemoryRegion;
 };

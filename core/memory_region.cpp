@@ -115,14 +115,24 @@ Status MemoryRegion::register_device() {
   // Each path is tried in the plan's order until one registers.  The answer when none does is
   // the code of the first path tried (the best one the plan found usable: a later path's
   // failure, a shadow that cannot copy this memory, must not hide why it failed).  The NIC's
-  // refusal for resources, after giving back what was idle (Status::resource_refusal), ends the
+  // refusal for resources, after giving back what was idle (Status::nic_refusal), ends the
   // search with its code: it is the caller's to retry, and a worse path taken for a moment's
   // want (a host shadow, which copies) would stay cached.  A driver's export failing with the
-  // same code does not: another path may not need the export.
+  // same code does not: another path may not need the export.  Nor does an export that
+  // found the descriptor table full with nothing idle to give back (Status::descriptor_shortage):
+  // peer-direct needs no descriptor and is still tried, but a host shadow is not, for the same
+  // reason as above.
   std::array<std::string, kExportModes> failures;
   int first_code = 0;
+  bool descriptors_short = false;
   for (size_t i = 0; i < plan.count; ++i) {
     const ExportMode mode = plan.order[i];
+    if (mode == ExportMode::host_shadow && descriptors_short) {
+      failures[static_cast<size_t>(mode)] =
+          "not tried: the process is short of file descriptors for a moment, and a copy taken "
+          "for that would stay";
+      continue;
+    }
     Status failure;
     if (domain_.device_cacheable(request_)) {
       Result<CacheHandle> handle = domain_.device_cache()->get(
@@ -155,11 +165,12 @@ Status MemoryRegion::register_device() {
     }
     failures[static_cast<size_t>(mode)] = failure.reason();
     if (first_code == 0) first_code = failure.code();
-    if (failure.resource_refusal()) {
+    if (failure.descriptor_shortage()) descriptors_short = true;
+    if (failure.nic_refusal()) {
       Status refused = make_error(failure.code(), "%s (the %s path%s)", failure.reason().c_str(),
                                   export_mode_name(mode),
                                   i + 1 < plan.count ? "; the paths after it were not tried" : "");
-      return refused.mark_resource_refusal();
+      return refused.mark_nic_refusal();
     }
   }
   const int code = first_code != 0 ? first_code : HMR_EOPNOTSUPP;  // (0: no path was usable)

@@ -1,6 +1,9 @@
 #include "hmem/dmabuf_share.h"
 
+#include "util/descriptor_table.h"
 #include "util/fork_held_lock.h"
+
+#include <pthread.h>
 
 #include <thread>
 
@@ -11,9 +14,16 @@ DmabufShares& DmabufShares::instance() {
   return *shares;
 }
 
+void settle_closes_in_child() {
+  DmabufShares& shares = DmabufShares::instance();
+  shares.closes_begun_.store(shares.closes_finished_.load(std::memory_order_relaxed),
+                             std::memory_order_relaxed);
+}
+
 namespace {
 [[maybe_unused]] const bool fork_handlers_registered =
-    hold_lock_across_fork<&DmabufShares::fork_lock>();
+    hold_lock_across_fork<&DmabufShares::fork_lock>() &&
+    pthread_atfork(nullptr, nullptr, &settle_closes_in_child) == 0;
 }  // namespace
 
 Result<std::shared_ptr<const SharedExport>> DmabufShares::acquire(hmem::Iface& iface,
@@ -62,12 +72,27 @@ void DmabufShares::forget_range(uintptr_t start, uintptr_t end) {
   });
 }
 
-uint64_t DmabufShares::settled_closed_exports() const {
+uint64_t DmabufShares::settled_closed_descriptors() const {
   for (;;) {
     const uint64_t finished = closes_finished_.load(std::memory_order_acquire);
     if (closes_begun_.load(std::memory_order_acquire) == finished) return finished;
-    std::this_thread::yield();  // a close between its two counts: a few instructions
+    // A close under way: the last reference to a dma-buf runs its exporter's release in the
+    // driver, which is short but not a few instructions.
+    std::this_thread::yield();
   }
+}
+
+int DmabufShares::descriptor_shortage() {
+  closes_begun_.fetch_add(1, std::memory_order_acq_rel);
+  const int shortage = hmr::descriptor_shortage();
+  if (shortage == 0) {
+    closes_finished_.fetch_add(1, std::memory_order_acq_rel);  // its probe held a slot
+  } else {
+    // Nothing was opened: no one's export failed for it, and counting it would have threads
+    // that all find the table full retry on each other's questions for ever.
+    closes_begun_.fetch_sub(1, std::memory_order_acq_rel);
+  }
+  return shortage;
 }
 
 size_t DmabufShares::live_exports() {

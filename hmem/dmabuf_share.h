@@ -47,12 +47,17 @@ class DmabufShares {
   void forget_range(uintptr_t start, uintptr_t end);
   // Allocations with a live export (for tests and diagnostics).
   size_t live_exports();
-  // Exports whose fd was closed so far: a caller whose export failed for want of file
-  // descriptors tries again when this moved since its attempt began.
-  uint64_t closed_exports() const { return closes_finished_.load(std::memory_order_acquire); }
-  // closed_exports() once no close is under way: an fd closed but not yet counted would let
-  // a caller find the table with room and take its failure for the driver's.
-  uint64_t settled_closed_exports() const;
+  // Descriptors hmr let go of so far, exports' and probes' (below): a caller whose export
+  // failed for want of descriptors tries again when this moved since its attempt began.
+  uint64_t closed_descriptors() const {
+    return closes_finished_.load(std::memory_order_acquire);
+  }
+  // closed_descriptors() once no close is under way: an fd closed but not yet counted would
+  // let a caller find the table with room and take its failure for the driver's.
+  uint64_t settled_closed_descriptors() const;
+  // util/descriptor_table.h's answer, its probe counted as a close: for the moment it holds a
+  // slot, another thread's export can fail for want of it.
+  int descriptor_shortage();
   // Its lock, held across fork() (util/fork_held_lock.h).
   static std::mutex& fork_lock() { return instance().mutex_; }
 
@@ -65,9 +70,12 @@ class DmabufShares {
 
   std::mutex mutex_;
   std::map<Key, std::weak_ptr<const SharedExport>> exports_;
-  // Closes of exports begun and finished (begun before the fd is closed, finished after).
+  // Closes begun and finished (begun before the fd is opened or closed, finished after).
+  // Invariant: begun >= finished, equal when no close is under way.  A child of fork() may
+  // inherit a close under way in another thread: its handler makes them equal again.
   std::atomic<uint64_t> closes_begun_{0};
   std::atomic<uint64_t> closes_finished_{0};
+  friend void settle_closes_in_child();
 };
 
 }  // namespace hmr::core

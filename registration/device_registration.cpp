@@ -7,32 +7,40 @@ namespace hmr::core {
 namespace {
 
 // Idle device registrations given back at a time while an export finds the descriptor table
-// full (as many as for a NIC's refusal).
+// full (as many as for a NIC's refusal), and how often an export failing with room in the
+// table is tried again because descriptors were let go meanwhile (which may have been why).
 constexpr size_t kExportsReleasedPerTry = 8;
+constexpr int kRetriesAfterOthersCloses = 8;
 
 // The export of the allocation `memory` describes (shared with every registration inside
 // it), giving back idle device registrations while the driver cannot make it for want of
 // file descriptors: each cached dma-buf registration keeps its allocation's export, an fd,
 // open, and a KV-cache or NCCL buffer pool of many allocations can fill a 1024-entry table.
 // Whether the table is full is asked of the table (util/descriptor_table.h), not read from
-// the driver's code: CUDA's export has no documented code for it (the fake says out of
-// memory, as the ifaces that dup an fd say for EMFILE).  Tried again when anything was given
-// back, or when an export was closed since this attempt began (another thread's giving back:
-// two threads at the limit must not both fail where one would not); with nothing left to
-// give, a resource refusal that says how many exports registrations in use hold.
+// the driver's code: CUDA documents none for it (the fake says out of memory; the ifaces
+// that dup an fd say so for EMFILE).  A failure with room in the table is the driver's,
+// unless descriptors were let go since the attempt began (another thread's giving back, or
+// its probe of the table holding a slot for a moment): then it is tried again, a few times.
+// With the table full, idle registrations are given back and the export tried again as long
+// as any were, or as another thread closed an export meanwhile; with neither, HMR_ENOMEM
+// marked as a descriptor shortage, which still lets peer-direct be tried but no host shadow
+// (core/memory_region.cpp).
 Result<std::shared_ptr<const SharedExport>> acquire_export(NicRegistrar& registrar,
                                                            hmem::Iface& iface,
                                                            const hmem::PointerInfo& memory) {
   DmabufShares& shares = DmabufShares::instance();
   size_t released = 0;
+  int retries_after_others = 0;
   for (;;) {
-    const uint64_t closed = shares.closed_exports();
+    const uint64_t closed = shares.closed_descriptors();
     Result<std::shared_ptr<const SharedExport>> share = shares.acquire(iface, memory);
     if (share.ok()) return share;
-    if (shares.settled_closed_exports() != closed) continue;
-    if (!descriptor_table_full()) {
-      // (An export closed between the check above and the question is no driver's failure.)
-      if (shares.settled_closed_exports() != closed) continue;
+    const int shortage = shares.descriptor_shortage();
+    if (shortage == 0) {
+      if (shares.settled_closed_descriptors() != closed &&
+          ++retries_after_others <= kRetriesAfterOthersCloses) {
+        continue;
+      }
       return share;  // the driver's own failure
     }
     const size_t given = registrar.give_back_exports(kExportsReleasedPerTry);
@@ -40,16 +48,14 @@ Result<std::shared_ptr<const SharedExport>> acquire_export(NicRegistrar& registr
       released += given;
       continue;
     }
-    if (shares.settled_closed_exports() != closed) continue;
+    // (Only exports' closes move the count while the table is full: each retry follows one.)
+    if (shares.settled_closed_descriptors() != closed) continue;
     Status refused = make_error(
-        share.status().code(),
-        "%s: the process has no file descriptor left (RLIMIT_NOFILE %llu); hmr holds %zu "
-        "dma-buf exports, one per allocation with a registration, and gave back %zu idle "
-        "device registrations for this one with none left: close MRs of other allocations, "
-        "or raise the limit (ulimit -n)",
-        share.status().reason().c_str(), static_cast<unsigned long long>(descriptor_limit()),
+        HMR_ENOMEM, "%s: %s; hmr holds %zu dma-buf exports (one per allocation registered) and "
+        "gave back %zu idle device registrations for this one, with none left: close MRs",
+        share.status().reason().c_str(), describe_descriptor_shortage(shortage).c_str(),
         shares.live_exports(), released);
-    return refused.mark_resource_refusal();
+    return refused.mark_descriptor_shortage();
   }
 }
 
@@ -121,7 +127,7 @@ Result<nic::Registration> register_device_range(NicRegistrar& registrar, nic::Re
     made.pinned_bytes = registered->pinned_bytes;
     hold = std::move(made);
   }
-  return registered;  // (a NIC's refusal for resources comes marked: Status::resource_refusal)
+  return registered;  // (a NIC's refusal for resources comes marked: Status::nic_refusal)
 }
 
 Result<nic::Registration> DeviceCacheBackend::register_range(uintptr_t start, uint64_t len,

@@ -1,5 +1,7 @@
 #include "registration/nic_registrar.h"
 
+#include "registration/export_holders.h"
+
 #include <sys/mman.h>
 
 #include <cerrno>
@@ -40,9 +42,9 @@ bool take(std::atomic<uint64_t>& account, uint64_t amount, uint64_t bound) {
 }
 
 // A failure leaving the registrar: a refusal for resources is marked as the NIC's
-// (Status::resource_refusal), told apart from a driver's failure with the same code.
+// (Status::nic_refusal), told apart from a driver's failure with the same code.
 Status marked(Status status) {
-  if (is_resource_refusal(status.code())) status.mark_resource_refusal();
+  if (is_resource_refusal(status.code())) status.mark_nic_refusal();
   return status;
 }
 
@@ -135,6 +137,12 @@ bool NicRegistrar::give_back(size_t* released, const std::atomic<uint64_t>& gene
   if (deregistering_here != 0) return generation.load(std::memory_order_acquire) != before;
   while (giving_back_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
   return generation.load(std::memory_order_acquire) != before;
+}
+
+size_t NicRegistrar::give_back_exports(size_t count) {
+  const size_t given = relief_ != nullptr ? relief_->release_unused_exports(count) : 0;
+  if (given != 0) return given;
+  return ExportHolders::instance().release_unused_elsewhere(count, relief_);
 }
 
 Status NicRegistrar::refusal(const Status& cause, size_t released) {

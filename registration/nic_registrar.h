@@ -4,7 +4,7 @@
 // also the backend of the domain's host-memory cache (a miss registers through it).  A NIC
 // refusal for resources gives back idle registrations (NicPressureRelief) and tries again,
 // until the NIC takes it or nothing idle is left; such a refusal leaves it marked as the NIC's
-// (Status::resource_refusal), so a caller can tell it from a driver's failure with the same code.
+// (Status::nic_refusal), so a caller can tell it from a driver's failure with the same code.
 #pragma once
 
 #include <sys/uio.h>
@@ -60,10 +60,9 @@ class NicRegistrar final : public CacheBackend {
 
   // Gives back up to `count` idle device registrations, which keep dma-buf exports (file
   // descriptors) open: for an export the driver could not make with the process's table full
-  // (registration/device_registration.cpp).  How many; 0 without a relief.
-  size_t give_back_exports(size_t count) {
-    return relief_ != nullptr ? relief_->release_unused_exports(count) : 0;
-  }
+  // (registration/device_registration.cpp).  This domain's first; with none idle here, other
+  // domains' (registration/export_holders.h: exports are shared by every domain).  How many.
+  size_t give_back_exports(size_t count);
 
   // The NIC request for `segments` under the domain's addressing rules.
   nic::RegistrationRequest request_for(std::span<const iovec> segments, uint64_t access) const;

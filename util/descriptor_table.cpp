@@ -8,19 +8,24 @@
 
 namespace hmr {
 
-bool descriptor_table_full() {
+int descriptor_shortage() {
   const int probe = eventfd(0, EFD_CLOEXEC);
   if (probe >= 0) {
     ::close(probe);
-    return false;
+    return 0;
   }
-  return errno == EMFILE || errno == ENFILE;
+  return errno == EMFILE || errno == ENFILE ? errno : 0;
 }
 
-uint64_t descriptor_limit() {
+std::string describe_descriptor_shortage(int shortage) {
+  if (shortage == ENFILE) return "the system's file table is full (raise fs.file-max)";
   rlimit limit{};
-  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return 0;
-  return static_cast<uint64_t>(limit.rlim_cur);
+  std::string bound = "RLIMIT_NOFILE";
+  if (getrlimit(RLIMIT_NOFILE, &limit) == 0) {
+    bound += limit.rlim_cur == RLIM_INFINITY ? std::string(" unlimited")
+                                              : " " + std::to_string(limit.rlim_cur);
+  }
+  return "the process has no file descriptor left (" + bound + ": raise ulimit -n)";
 }
 
 }  // namespace hmr

@@ -3,17 +3,18 @@
 // out of memory), so hmr asks the table itself instead of trusting the code.
 #pragma once
 
-#include <cstdint>
+#include <string>
 
 namespace hmr {
 
-// True when no descriptor can be opened now (EMFILE: the process is at RLIMIT_NOFILE, or
-// ENFILE: the system's table is full).  Opens and closes one eventfd to find out: no file
-// system is touched.  Another thread may close one a moment later; callers retry on what
-// they can observe (their own closes), not on this answer alone.
-bool descriptor_table_full();
+// EMFILE when the process is at its RLIMIT_NOFILE, ENFILE when the system's file table is
+// full, 0 when a descriptor could be opened now.  Opens and closes one eventfd to find out
+// (no file system is touched): for a moment that takes a slot another thread may have
+// wanted, which a caller that counts its own closes must count too (hmem/dmabuf_share.h).
+int descriptor_shortage();
 
-// The soft RLIMIT_NOFILE (for reasons given to the user), or 0 when it cannot be read.
-uint64_t descriptor_limit();
+// What to tell the user of a shortage descriptor_shortage() reported: which table is full and
+// its bound, and how to raise it.
+std::string describe_descriptor_shortage(int shortage);
 
 }  // namespace hmr

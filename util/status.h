@@ -23,21 +23,28 @@ class [[nodiscard]] Status {
   int code() const { return code_; }
   const std::string& reason() const { return reason_; }
 
-  // Marks a refusal for resources that giving back idle registrations could not cure: the
-  // NIC's (out of keys, of pinnable memory), where the NIC was called, or the process's file
-  // descriptor table, full when a dma-buf export needed one.  A caller choosing among ways to
-  // register (device memory's export paths) stops there instead of taking a worse way for a
-  // moment's want.  A driver's failure with the same code is not marked.  The mark travels
-  // with the Status, unchanged, as the code does.
-  Status& mark_resource_refusal() {
-    resource_refusal_ = true;
+  // Marks a NIC's refusal for resources (out of keys, of pinnable memory), where the NIC was
+  // called: a caller choosing among ways to register (device memory's export paths) stops
+  // there instead of taking a worse way for a moment's want.  A driver's failure with the
+  // same code is not marked.  The mark travels with the Status, unchanged, as the code does.
+  Status& mark_nic_refusal() {
+    nic_refusal_ = true;
     return *this;
   }
-  bool resource_refusal() const { return resource_refusal_; }
+  bool nic_refusal() const { return nic_refusal_; }
+  // Marks a dma-buf export that found the descriptor table full with nothing idle left to give
+  // back: a caller choosing among export paths may still take one that needs no descriptor
+  // (peer-direct), but not a host shadow, a copy that would stay cached for a moment's want.
+  Status& mark_descriptor_shortage() {
+    descriptor_shortage_ = true;
+    return *this;
+  }
+  bool descriptor_shortage() const { return descriptor_shortage_; }
 
  private:
   int code_ = HMR_SUCCESS;
-  bool resource_refusal_ = false;
+  bool nic_refusal_ = false;
+  bool descriptor_shortage_ = false;
   std::string reason_;
 };
 

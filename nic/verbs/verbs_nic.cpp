@@ -122,9 +122,10 @@ Result<DeviceHandle> VerbsNic::open_device(const std::shared_ptr<const IbverbsLi
 // The application's context may or may not have been opened with DEVX, and nothing public
 // says which: an indirect mkey made and destroyed at once settles it, so hmr_md_query_op tells
 // the truth.  (On a context without DEVX the kernel answers EINVAL: mlx5's devx_get_uid, before
-// anything else.)  A probe refused for resources (ENOMEM: the device's mkey table, shared with
-// every process, is full for the moment; EAGAIN) settles nothing: the context may well have
-// DEVX, so indirect keys stay offered and each key's own creation says what fails then.
+// anything else; EOPNOTSUPP and EPERM where DEVX is not allowed at all.)  Any other failure
+// settles nothing (ENOMEM: the device's mkey table, shared with every process, is full for
+// the moment; EAGAIN, EBUSY, a firmware syndrome): the context may well have DEVX, so
+// indirect keys stay offered and each key's own creation says what fails then.
 void VerbsNic::probe_borrowed_devx(const DeviceHandle& device, Mlx5Access& mlx5) {
   if (mlx5.library == nullptr || !mlx5.library->symbols().is_supported(device.context()->device)) {
     return;  // indirect_support() says why
@@ -132,10 +133,11 @@ void VerbsNic::probe_borrowed_devx(const DeviceHandle& device, Mlx5Access& mlx5)
   Result<std::unique_ptr<IndirectMkey>> probe =
       IndirectMkey::create(mlx5.library, device.pd(), 1, 0, "the application's device");
   if (probe.ok()) return;  // (destroyed here)
-  if (probe.status().code() == HMR_ENOMEM || probe.status().code() == HMR_EAGAIN) {
+  const int code = probe.status().code();  // (EPERM is HMR_EACCES: verbs_error.cpp)
+  if (code != HMR_EINVAL && code != HMR_EOPNOTSUPP && code != HMR_EACCES) {
     log_message(LogLevel::info,
-                "the application's device: the probe of DEVX was refused for resources (%s); "
-                "indirect keys stay offered",
+                "the application's device: the probe of DEVX failed for another reason than "
+                "DEVX (%s); indirect keys stay offered",
                 probe.status().reason().c_str());
     return;
   }

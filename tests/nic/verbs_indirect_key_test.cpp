@@ -357,6 +357,7 @@ TEST_F(VerbsIndirectKeyTest, AFullMkeyTableAtOpenDoesNotReadAsNoDevx) {
     }
     open_domain("relaxed_ordering=off", pd);
     EXPECT_EQ(fake().call_count("mlx5dv_create_mkey"), 1) << "no probe was made";
+    EXPECT_EQ(fake().call_count("mlx5dv_destroy_mkey"), 0) << "the probe was not refused";
     const OpAnswer answer = query_op(domain_, HMR_MD_OP_INDIRECT);
     EXPECT_EQ(answer.rc, 1) << answer.reason;
 
