@@ -8,6 +8,8 @@
 //  - comms driven from several threads at once each get their own completions and messages,
 //    whichever thread read them off the shared queue, and comms closed from several threads
 //    at once close the endpoint once;
+//  - a failure the provider names no operation for fails every comm on the endpoint, and new
+//    comms go to another;
 //  - a comm closed while a write of it is still in flight stays (its memory is what the
 //    provider points into); new comms get another endpoint, and the stalled one closes with
 //    the last comm open on it, which ends the write.
@@ -27,9 +29,22 @@
 #include "net/device.h"
 #include "net/net_api.h"
 #include "net/send_comm.h"
+#include "net/shared_endpoint.h"
 #include "tests/hmem/fd_checks.h"
 
 namespace hmr::nccl {
+
+// Reports a failure on a device's newest send endpoint as its provider would, through the
+// endpoint's own routing (under its lock, as a poll does).
+struct SharedEndpointProbe {
+  static void provider_failure(Device& device, const CompletionError& failure) {
+    std::lock_guard device_lock(device.shared_mutex_);
+    SharedEndpoint& endpoint = *device.send_endpoints_.back();
+    std::lock_guard lock(endpoint.mutex_);
+    endpoint.route_failure(failure);
+  }
+};
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -225,6 +240,35 @@ TEST_F(SharedSendEndpoint, SendCommsClosedFromSeveralThreadsAtOnce) {
     EXPECT_EQ(dev.send_endpoints().endpoints, 0u) << "round " << round;
     for (Pair& p : pairs) close(p);
   }
+}
+
+// A failure the provider reports without naming an operation (an endpoint-wide error) may
+// concern any comm on the endpoint: each fails with it at its next call, and since nobody can
+// say what state the endpoint is in, a new comm gets another one, which works.
+TEST_F(SharedSendEndpoint, AFailureThatNamesNoOperationFailsEveryCommOnTheEndpoint) {
+  std::array<Pair, 3> pairs;
+  for (Pair& p : pairs) {
+    p = connect();
+    ASSERT_FALSE(HasFailure());
+  }
+  Device& dev = device(pairs[0]);
+  ASSERT_EQ(dev.send_endpoints().endpoints, 1u);
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    ASSERT_EQ(move_messages(pairs[i], 1, 4096, 1), "") << "comm " << i << " before the failure";
+  }
+  SharedEndpointProbe::provider_failure(dev, CompletionError{nullptr, FI_EIO, "injected: endpoint-wide"});
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    EXPECT_NE(move_messages(pairs[i], 1, 4096, 1), "") << "comm " << i << " did not fail";
+  }
+  Pair next = connect();
+  ASSERT_FALSE(HasFailure());
+  EXPECT_EQ(dev.send_endpoints().endpoints, 2u) << "a new comm was put on the failed endpoint";
+  EXPECT_EQ(dev.send_endpoints().stalled, 1u);
+  EXPECT_EQ(move_messages(next, 2, 100000, 2), "");
+  for (Pair& p : pairs) close(p);
+  EXPECT_EQ(dev.send_endpoints().endpoints, 1u) << "the failed endpoint stayed after its last comm";
+  close(next);
+  EXPECT_EQ(dev.send_endpoints().endpoints, 0u);
 }
 
 TEST_F(SharedSendEndpoint, ACommClosedWithAWriteInFlightStallsItsEndpointUntilTheLastCommOnItGoes) {

@@ -75,6 +75,7 @@ class Device {
   bool close(std::string* why);
 
  private:
+  friend struct SharedEndpointProbe;  // tests/nccl-net/shared_endpoint_test.cpp
   Device(const Libfabric& libfabric, InfoPtr info) : libfabric_(&libfabric), info_(std::move(info)) {}
   bool open_registrations(std::string* why);
   void release_unused_locked();  // (under shared_mutex_)

@@ -213,7 +213,9 @@ int SharedEndpoint::read_queue(Port& reader, std::span<Completion> out) {
 void SharedEndpoint::route_failure(const CompletionError& failure) {
   auto* op = static_cast<Operation*>(failure.context);
   if (op == nullptr) {
-    // The provider names no operation: every comm on the endpoint may be affected.
+    // The provider names no operation: every comm on the endpoint may be affected, and what
+    // state the endpoint is in nobody can say, so new comms go to another.
+    broken_.store(true, std::memory_order_release);
     fail_every_port(failure);
     return;
   }

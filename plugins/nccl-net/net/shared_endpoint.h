@@ -10,7 +10,8 @@
 //    header names (wire/control_message.h), to that comm's message queue; the buffer is
 //    reposted at once (a comm that does not poll never holds another's buffers);
 //  - a failure no operation owns goes to every port (each comm fails with it), and so does a
-//    receive buffer the provider refuses to take back (the comms' messages would stop).
+//    receive buffer the provider refuses to take back (the comms' messages would stop); after
+//    either, new comms go to another endpoint.
 // Whichever comm polls reads the completion queue for all of them, under the endpoint's lock:
 // NCCL drives comms of different communicators from different proxy threads, and a comm's
 // state is touched only by its own thread, so another comm's completions are queued, never
@@ -89,11 +90,14 @@ class SharedEndpoint {
   // an operation that never ends (a peer that died mid-message), and on some providers that
   // holds back what comes after it on the same endpoint (shm 1.17 was seen to: a write to a
   // dead peer kept every later completion of the endpoint from being reported).  Or a receive
-  // buffer could not be posted again.  New comms get another endpoint
+  // buffer could not be posted again, or the provider reported a failure that names no
+  // operation (the endpoint's state is unknown).  New comms get another endpoint
   // (Device::attach_send_comm); this one is closed when its last open comm goes, which ends
   // what the retired ones left.
   bool stalled() const;
   const std::vector<uint8_t>& address() const { return address_; }
+  // Tests that inject what the provider reports (tests/nccl-net/shared_endpoint_test.cpp).
+  friend struct SharedEndpointProbe;
 
   class Port {
    public:
