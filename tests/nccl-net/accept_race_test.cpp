@@ -48,13 +48,15 @@
 namespace hmr::nccl {
 
 // The recv comm's insides the test drives: its control channel's queued sends go out and its
-// provider progresses (a poll of no completions), while what arrives stays in its queue.
+// provider progresses (a poll of no completions: its own endpoint, and the shared one its
+// sends go through), while what arrives stays in its queue.
 struct RecvCommProbe {
   static void progress_without_taking(RecvComm& comm) {
     std::string why;
-    EXPECT_TRUE(comm.control_->flush(&why)) << why;
+    EXPECT_TRUE(comm.control_out().flush(&why)) << why;
     CompletionError error;
     EXPECT_EQ(comm.endpoint_->poll(std::span<Completion>(), &error), 0) << error.reason;
+    EXPECT_EQ(comm.port().poll(std::span<Completion>(), &error), 0) << error.reason;
   }
 };
 

@@ -141,8 +141,9 @@ class Hostile {
 
   // `eager_max` and `credits`: what the accept says of eager messages (net/eager.h); 0 keeps
   // every message of the plugin's sender on announcements, which the lies below need.
+  // `await_ready`: false where the accept is a lie the sender refuses (it says no ready then).
   void accept_connection(uint64_t nonce, Clock::time_point deadline, uint32_t eager_max = 0,
-                         uint32_t credits = 0) {
+                         uint32_t credits = 0, bool await_ready = true) {
     for (;;) {
       auto bytes = next_message(deadline);
       if (!bytes && Clock::now() >= deadline) die("no connect request before the deadline");
@@ -157,7 +158,17 @@ class Hostile {
       accept.eager_max = eager_max;
       accept.eager_credits = credits;
       send(accept);
-      return;
+      break;
+    }
+    // As a recv comm does, the connection is made once the sender's ready came.
+    while (await_ready) {
+      auto bytes = next_message(deadline);
+      if (!bytes && Clock::now() >= deadline) die("no ready from the sender before the deadline");
+      if (!bytes) continue;
+      std::string why;
+      auto message = decode_control_message(*bytes, &why);
+      const auto* ready = message ? std::get_if<ConnectReady>(&*message) : nullptr;
+      if (ready != nullptr && ready->nonce == nonce) return;
     }
   }
 
@@ -258,6 +269,8 @@ class Hostile {
       const auto* accept = message ? std::get_if<ConnectAccept>(&*message) : nullptr;
       if (accept == nullptr || accept->nonce != handle.nonce) continue;
       if (!endpoint_->insert(accept->address, &peer_, &why)) die(why);
+      // (As a send comm does: the recv comm is handed to NCCL once this arrived.)
+      if (!control_->send(ConnectReady{handle.nonce}, peer_, accept->port, &why)) die(why);
       return *accept;
     }
   }
@@ -453,7 +466,7 @@ int run() {
       // a tag the sender never sent eagerly on.  The sender's comm fails with the reason;
       // nothing here is answered.
       const bool over = *step == "step eager-over-offer";
-      h.accept_connection(nonce, deadline, over ? kMaxEagerSize : 1024, 16);
+      h.accept_connection(nonce, deadline, over ? kMaxEagerSize : 1024, 16, /*await_ready=*/!over);
       if (!over) {
         EagerCredit credit;
         credit.count = 1;

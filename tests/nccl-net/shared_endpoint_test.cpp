@@ -28,6 +28,7 @@
 
 #include "net/device.h"
 #include "net/net_api.h"
+#include "net/recv_comm.h"
 #include "net/send_comm.h"
 #include "net/shared_endpoint.h"
 #include "tests/hmem/fd_checks.h"
@@ -39,7 +40,7 @@ namespace hmr::nccl {
 struct SharedEndpointProbe {
   static void provider_failure(Device& device, const CompletionError& failure) {
     std::lock_guard device_lock(device.shared_mutex_);
-    SharedEndpoint& endpoint = *device.send_endpoints_.back();
+    SharedEndpoint& endpoint = *device.shared_endpoints_.back();
     std::lock_guard lock(endpoint.mutex_);
     endpoint.route_failure(failure);
   }
@@ -155,14 +156,14 @@ TEST_F(SharedSendEndpoint, EverySendCommOfADeviceIsAPortOnOneEndpoint) {
     ASSERT_FALSE(HasFailure());
   }
   Device& dev = device(pairs.front());
-  EXPECT_EQ(dev.send_endpoints().endpoints, 1u);
-  EXPECT_EQ(dev.send_endpoints().open_comms, 6u);
+  EXPECT_EQ(dev.shared_endpoints().endpoints, 1u);
+  EXPECT_EQ(dev.shared_endpoints().open_comms, 12u) << "6 send comms and 6 recv comms, a port each";
   // Each moves its own bytes (small ones eagerly, large ones by RMA write).
   for (size_t i = 0; i < pairs.size(); ++i) {
     EXPECT_EQ(move_messages(pairs[i], static_cast<int>(i), i % 2 ? 100 : 200000, 3), "") << "pair " << i;
   }
   for (Pair& p : pairs) close(p);
-  EXPECT_EQ(dev.send_endpoints().endpoints, 0u) << "the last send comm closed, and its endpoint stayed";
+  EXPECT_EQ(dev.shared_endpoints().endpoints, 0u) << "the last send comm closed, and its endpoint stayed";
 }
 
 TEST_F(SharedSendEndpoint, ACommClosedBesideALongLivedOneLeavesNoConnectionBehind) {
@@ -173,8 +174,9 @@ TEST_F(SharedSendEndpoint, ACommClosedBesideALongLivedOneLeavesNoConnectionBehin
   ASSERT_EQ(move_messages(first, 1, 4096, 1), "");
   close(first);
   const int after_first = hmr::testing::open_fd_count();
-  const size_t peers = device(keeper).send_endpoints().peers;
-  EXPECT_EQ(peers, 2u) << "the keeper's listener and recv comm";
+  const size_t peers = device(keeper).shared_endpoints().peers;
+  EXPECT_EQ(peers, 3u) << "the keeper's listener and recv comm's endpoint, and the shared endpoint "
+                          "itself (the keeper's recv comm's sender)";
   for (int round = 0; round < 5; ++round) {
     Pair p = connect();
     ASSERT_FALSE(HasFailure());
@@ -183,8 +185,8 @@ TEST_F(SharedSendEndpoint, ACommClosedBesideALongLivedOneLeavesNoConnectionBehin
   }
   EXPECT_EQ(hmr::testing::open_fd_count(), after_first)
       << "closed send comms left their connections on the shared endpoint";
-  EXPECT_EQ(device(keeper).send_endpoints().endpoints, 1u);
-  EXPECT_EQ(device(keeper).send_endpoints().peers, peers) << "closed comms' peers are still inserted";
+  EXPECT_EQ(device(keeper).shared_endpoints().endpoints, 1u);
+  EXPECT_EQ(device(keeper).shared_endpoints().peers, peers) << "closed comms' peers are still inserted";
   EXPECT_EQ(move_messages(keeper, 2, 65536, 2), "") << "the long-lived comm no longer works";
   close(keeper);
 }
@@ -196,7 +198,7 @@ TEST_F(SharedSendEndpoint, CommsDrivenFromThreeThreadsEachGetTheirOwnCompletions
     p = connect();
     ASSERT_FALSE(HasFailure());
   }
-  EXPECT_EQ(device(pairs[0]).send_endpoints().open_comms, static_cast<size_t>(kThreads));
+  EXPECT_EQ(device(pairs[0]).shared_endpoints().open_comms, static_cast<size_t>(2 * kThreads));
   std::array<std::string, kThreads> failures;
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
@@ -224,7 +226,7 @@ TEST_F(SharedSendEndpoint, SendCommsClosedFromSeveralThreadsAtOnce) {
       ASSERT_FALSE(HasFailure());
     }
     Device& dev = device(pairs[0]);
-    ASSERT_EQ(dev.send_endpoints().open_comms, pairs.size());
+    ASSERT_EQ(dev.shared_endpoints().open_comms, 2 * pairs.size());
     std::atomic<int> ready{0};
     std::vector<std::thread> threads;
     for (int t = 0; t < kThreads; ++t) {
@@ -237,9 +239,28 @@ TEST_F(SharedSendEndpoint, SendCommsClosedFromSeveralThreadsAtOnce) {
     }
     for (std::thread& th : threads) th.join();
     for (Pair& p : pairs) p.send = nullptr;
-    EXPECT_EQ(dev.send_endpoints().endpoints, 0u) << "round " << round;
+    EXPECT_EQ(dev.shared_endpoints().open_comms, pairs.size()) << "the recv comms; round " << round;
     for (Pair& p : pairs) close(p);
+    EXPECT_EQ(dev.shared_endpoints().endpoints, 0u) << "round " << round;
   }
+}
+
+// A recv comm posts through its port on the shared endpoint (its control messages; also flush
+// read-backs and eager copies, run by the harness's flush and eager-through-NIC tests), and
+// its own endpoint only receives: its address vector stays empty, since nothing can be sent
+// from an RDM endpoint without a peer's address, so ofi_rxm never makes that endpoint's
+// transmit pool (~16.5 MB of its ~37 MB on tcp).
+TEST_F(SharedSendEndpoint, ARecvCommsOwnEndpointNeverSends) {
+  Pair p = connect();
+  ASSERT_FALSE(HasFailure());
+  // Eager (100 B), announced and written (200 000 B), and a head and a tail (1 MiB + 3).
+  for (size_t size : {size_t{100}, size_t{200000}, (size_t{1} << 20) + 3}) {
+    EXPECT_EQ(move_messages(p, 3, size, 20), "") << size << " bytes";
+  }
+  const RecvComm& recv = *static_cast<RecvComm*>(p.recv);
+  EXPECT_EQ(recv.own_endpoint().addresses(), 0u) << "the recv comm sent from its own endpoint";
+  EXPECT_EQ(device(p).shared_endpoints().open_comms, 2u) << "the send comm and the recv comm";
+  close(p);
 }
 
 // A failure the provider reports without naming an operation (an endpoint-wide error) may
@@ -252,7 +273,7 @@ TEST_F(SharedSendEndpoint, AFailureThatNamesNoOperationFailsEveryCommOnTheEndpoi
     ASSERT_FALSE(HasFailure());
   }
   Device& dev = device(pairs[0]);
-  ASSERT_EQ(dev.send_endpoints().endpoints, 1u);
+  ASSERT_EQ(dev.shared_endpoints().endpoints, 1u);
   for (size_t i = 0; i < pairs.size(); ++i) {
     ASSERT_EQ(move_messages(pairs[i], 1, 4096, 1), "") << "comm " << i << " before the failure";
   }
@@ -262,13 +283,13 @@ TEST_F(SharedSendEndpoint, AFailureThatNamesNoOperationFailsEveryCommOnTheEndpoi
   }
   Pair next = connect();
   ASSERT_FALSE(HasFailure());
-  EXPECT_EQ(dev.send_endpoints().endpoints, 2u) << "a new comm was put on the failed endpoint";
-  EXPECT_EQ(dev.send_endpoints().stalled, 1u);
+  EXPECT_EQ(dev.shared_endpoints().endpoints, 2u) << "a new comm was put on the failed endpoint";
+  EXPECT_EQ(dev.shared_endpoints().stalled, 1u);
   EXPECT_EQ(move_messages(next, 2, 100000, 2), "");
   for (Pair& p : pairs) close(p);
-  EXPECT_EQ(dev.send_endpoints().endpoints, 1u) << "the failed endpoint stayed after its last comm";
+  EXPECT_EQ(dev.shared_endpoints().endpoints, 1u) << "the failed endpoint stayed after its last comm";
   close(next);
-  EXPECT_EQ(dev.send_endpoints().endpoints, 0u);
+  EXPECT_EQ(dev.shared_endpoints().endpoints, 0u);
 }
 
 TEST_F(SharedSendEndpoint, ACommClosedWithAWriteInFlightStallsItsEndpointUntilTheLastCommOnItGoes) {
@@ -276,9 +297,11 @@ TEST_F(SharedSendEndpoint, ACommClosedWithAWriteInFlightStallsItsEndpointUntilTh
   Pair p = connect();
   ASSERT_FALSE(HasFailure());
   Device& dev = device(p);
-  // A receive of 64 MiB announced, then never progressed again: tcp moves nothing without
-  // the receiving endpoint's progress (tried: still in flight 5 s later), so the write stays
-  // in flight.
+  // A receive of 64 MiB announced, and progressed only until the sender's write is posted (the
+  // sender's first write sets up the provider's connection to the recv comm's own endpoint,
+  // which takes the receiver's progress), then never again: tcp moves nothing without the
+  // receiving endpoint's progress (tried: still in flight 5 s later), so the write stays in
+  // flight.
   constexpr size_t kSize = size_t{64} << 20;
   std::vector<uint8_t> out(kSize, 0x5a), in(kSize);
   void* out_mh = nullptr;
@@ -296,6 +319,10 @@ TEST_F(SharedSendEndpoint, ACommClosedWithAWriteInFlightStallsItsEndpointUntilTh
   void* send_request = nullptr;
   while (send_request == nullptr && Clock::now() < deadline) {
     ASSERT_EQ(api::isend(p.send, out.data(), kSize, tag, out_mh, &send_request), ncclSuccess);
+    int received = 0;
+    if (send_request == nullptr) {
+      ASSERT_EQ(api::test(recv_request, &received, nullptr), ncclSuccess);
+    }
   }
   ASSERT_NE(send_request, nullptr);
   int done = 0;
@@ -304,28 +331,34 @@ TEST_F(SharedSendEndpoint, ACommClosedWithAWriteInFlightStallsItsEndpointUntilTh
   // An abort: the comm is closed with its write in flight.
   ASSERT_EQ(api::close_send(p.send), ncclSuccess);
   p.send = nullptr;
-  if (dev.send_endpoints().stalled == 0) {
+  if (dev.shared_endpoints().stalled == 0) {
     GTEST_SKIP() << "the provider finished the write without the receiver's progress";
   }
-  EXPECT_EQ(dev.send_endpoints().endpoints, 1u);
-  EXPECT_EQ(dev.send_endpoints().open_comms, 1u) << "the keeper";
+  EXPECT_EQ(dev.shared_endpoints().endpoints, 1u);
+  EXPECT_EQ(dev.shared_endpoints().open_comms, 3u) << "the keeper's comms and the aborted one's recv comm";
   // A new comm gets another endpoint, and works.
   Pair next = connect();
   ASSERT_FALSE(HasFailure());
-  EXPECT_EQ(dev.send_endpoints().endpoints, 2u) << "a new comm was put on the stalled endpoint";
+  EXPECT_EQ(dev.shared_endpoints().endpoints, 2u) << "a new comm was put on the stalled endpoint";
   EXPECT_EQ(move_messages(next, 1, 8192, 2), "");
-  // The last open comm of the stalled endpoint goes: the endpoint closes at once (which ends
-  // the aborted write), with nothing else polling it and the receiver never told.
+  // The last open comms of the stalled endpoint go (the keeper's, and the aborted comm's recv
+  // comm, whose control messages it carried): the endpoint closes at once (which ends the
+  // aborted write), with nothing else polling it and the receiver never told.
   EXPECT_EQ(api::close_send(keeper.send), ncclSuccess);
   keeper.send = nullptr;
-  EXPECT_EQ(dev.send_endpoints().endpoints, 1u) << "the stalled endpoint stayed after its last comm";
-  EXPECT_EQ(dev.send_endpoints().stalled, 0u);
+  EXPECT_EQ(api::close_recv(keeper.recv), ncclSuccess);
+  keeper.recv = nullptr;
+  EXPECT_EQ(dev.shared_endpoints().endpoints, 2u) << "the stalled endpoint closed under an open comm";
+  EXPECT_EQ(api::close_recv(p.recv), ncclSuccess);
+  p.recv = nullptr;
+  EXPECT_EQ(dev.shared_endpoints().endpoints, 1u) << "the stalled endpoint stayed after its last comm";
+  EXPECT_EQ(dev.shared_endpoints().stalled, 0u);
   api::dereg_mr(nullptr, out_mh);
   api::dereg_mr(nullptr, in_mh);
   close(next);
   close(keeper);
   close(p);
-  EXPECT_EQ(dev.send_endpoints().endpoints, 0u);
+  EXPECT_EQ(dev.shared_endpoints().endpoints, 0u);
 }
 
 }  // namespace

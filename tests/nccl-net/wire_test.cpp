@@ -60,7 +60,8 @@ std::vector<std::vector<uint8_t>> valid_messages() {
           encode(SendFailure{3, 4, 5, SendFailureReason::too_large, 1 << 20}),
           encode(SendFailure{0, 0, 0, SendFailureReason::write_failed, 0}),
           encode(credit),
-          encode(EagerFailure{-7, 0xffffffffu, EagerFailureReason::send_failed, kMaxEagerSize})};
+          encode(EagerFailure{-7, 0xffffffffu, EagerFailureReason::send_failed, kMaxEagerSize}),
+          encode(ConnectReady{0x8877665544332211ull})};
 }
 
 void expect_invariants(const std::vector<uint8_t>& bytes, const std::string& what) {
@@ -233,6 +234,7 @@ TEST(ControlMessage, FieldsOutOfRangeAreRefusedWithTheirName) {
       {nine_tags, "count"},
       {eager_reason, "reason"},
       {encode(eager_size), "size"},
+      {encode(ConnectReady{0}), "nonce"},
   };
   for (const Case& c : cases) {
     std::string why;

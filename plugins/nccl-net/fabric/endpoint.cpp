@@ -68,10 +68,13 @@ bool Endpoint::insert(std::span<const uint8_t> address, fi_addr_t* peer, std::st
   const int rc = fi_av_insert(av_, address.data(), 1, &inserted, 0, nullptr);
   if (rc != 1) return failed(*libfabric_, why, "fi_av_insert of the peer's address", rc < 0 ? rc : -FI_EINVAL);
   *peer = inserted;
+  addresses_.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 
-void Endpoint::remove(fi_addr_t peer) { (void)fi_av_remove(av_, &peer, 1, 0); }
+void Endpoint::remove(fi_addr_t peer) {
+  if (fi_av_remove(av_, &peer, 1, 0) == 0) addresses_.fetch_sub(1, std::memory_order_relaxed);
+}
 
 ssize_t Endpoint::post_receive(void* buf, size_t len, void* desc, OperationContext* context) {
   return fi_recv(ep_, buf, len, desc, FI_ADDR_UNSPEC, context);

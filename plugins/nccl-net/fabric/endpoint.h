@@ -7,6 +7,7 @@
 #include <rdma/fabric.h>
 #include <rdma/fi_domain.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -54,6 +55,9 @@ class Endpoint {
   bool insert(std::span<const uint8_t> address, fi_addr_t* peer, std::string* why);
   // fi_av_remove: the provider closes its connection to the peer (ofi_rxm: its socket).
   void remove(fi_addr_t peer);
+  // Addresses in the endpoint's address vector: 0 for an endpoint that never sends (nothing
+  // can be posted towards a peer without one), which is what tests check of a recv comm's.
+  size_t addresses() const { return addresses_.load(std::memory_order_relaxed); }
 
   // Each returns 0, -FI_EAGAIN (progress and retry) or another negative FI_E* code.
   ssize_t post_receive(void* buf, size_t len, void* desc, OperationContext* context);
@@ -86,6 +90,7 @@ class Endpoint {
   fid_cq* cq_ = nullptr;
   fid_av* av_ = nullptr;
   std::vector<uint8_t> address_;
+  std::atomic<size_t> addresses_{0};
 };
 
 }  // namespace hmr::nccl

@@ -49,6 +49,8 @@ class ControlChannel {
   ssize_t last_send_error() const { return last_send_error_; }
   // Sends queued or not yet completed.
   bool busy() const { return !queued_.empty() || held_.has_value() || sends_in_flight_ != 0; }
+  // Sends queued (waiting for a free buffer or the provider), not posted yet.
+  bool waiting() const { return !queued_.empty() || held_.has_value(); }
   // Fault injection for tests (HMR_NCCL_TEST_REORDER_ANNOUNCEMENTS): each receive
   // announcement is held back until the next one has gone out, or for two flushes when none
   // follows, so a peer sees them in another order than they were sent.

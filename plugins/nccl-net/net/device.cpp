@@ -92,18 +92,18 @@ int Device::query_ptr_support() const {
   return support;
 }
 
-std::unique_ptr<SharedEndpoint::Port> Device::attach_send_comm(std::string* why) {
+std::unique_ptr<SharedEndpoint::Port> Device::attach_comm(std::string* why) {
   std::lock_guard hold(shared_mutex_);
   release_unused_locked();
-  if (send_endpoints_.empty() || send_endpoints_.back()->stalled()) {
+  if (shared_endpoints_.empty() || shared_endpoints_.back()->stalled()) {
     std::unique_ptr<SharedEndpoint> fresh = SharedEndpoint::open(*this, why);
     if (!fresh) return nullptr;
-    send_endpoints_.push_back(std::move(fresh));
+    shared_endpoints_.push_back(std::move(fresh));
   }
-  return send_endpoints_.back()->attach();
+  return shared_endpoints_.back()->attach();
 }
 
-void Device::retire_send_comm(std::unique_ptr<SharedEndpoint::Tenant> tenant) {
+void Device::retire_comm(std::unique_ptr<SharedEndpoint::Tenant> tenant) {
   SharedEndpoint& shared = tenant->port().endpoint();
   shared.settle(tenant->port());  // (without the lock: other comms connect and close meanwhile)
   std::lock_guard hold(shared_mutex_);
@@ -120,16 +120,16 @@ void Device::release_unused_locked() {
   // An endpoint no open comm uses is closed, even with retired comms' operations in flight:
   // closing the provider's endpoint ends them (nothing else would progress them), and then
   // they are freed.
-  std::erase_if(send_endpoints_, [](const std::unique_ptr<SharedEndpoint>& e) {
+  std::erase_if(shared_endpoints_, [](const std::unique_ptr<SharedEndpoint>& e) {
     e->sweep();
     return e->open_ports() == 0;
   });
 }
 
-Device::SendEndpoints Device::send_endpoints() {
+Device::SharedEndpoints Device::shared_endpoints() {
   std::lock_guard hold(shared_mutex_);
-  SendEndpoints counts;
-  for (const auto& e : send_endpoints_) {
+  SharedEndpoints counts;
+  for (const auto& e : shared_endpoints_) {
     ++counts.endpoints;
     counts.open_comms += e->open_ports();
     counts.peers += e->peers();
@@ -142,14 +142,14 @@ bool Device::close(std::string* why) {
   {
     std::lock_guard hold(shared_mutex_);
     size_t open = 0;
-    for (const auto& e : send_endpoints_) open += e->open_ports();
+    for (const auto& e : shared_endpoints_) open += e->open_ports();
     if (open != 0) {
-      *why = std::to_string(open) + " send comm(s) still open";
+      *why = std::to_string(open) + " comm(s) still open on the shared endpoints";
       return false;
     }
     // (Their control buffers are registered in the hmr domain; comms retired with operations
     // that never ended go with them, after the provider's endpoint.)
-    send_endpoints_.clear();
+    shared_endpoints_.clear();
   }
   if (hmr_ != nullptr) {
     const int rc = hmr_domain_close(hmr_);
@@ -168,7 +168,7 @@ Device::~Device() {
   if (!close(&ignored)) {
     // Still in use: the libfabric domain must stay with it, and so must the endpoints of
     // comms still open.
-    for (auto& e : send_endpoints_) (void)e.release();
+    for (auto& e : shared_endpoints_) (void)e.release();
     return;
   }
   if (domain_ != nullptr) fi_close(&domain_->fid);

@@ -1,5 +1,6 @@
 // One NCCL device: a NIC of the chosen provider, with the libfabric fabric and domain its comms'
-// endpoints are opened in (the send comms share one: net/shared_endpoint.h), and the hmr domain
+// endpoints are opened in (send comms, and what recv comms post, share one:
+// net/shared_endpoint.h), and the hmr domain
 // layered on that libfabric domain, which does all of the device's memory registration
 // (detection, dma-buf export, caching, invalidation).
 #pragma once
@@ -50,28 +51,30 @@ class Device {
   // Whether peers address registered memory by virtual address (else by offset into the
   // registration).
   bool virtual_addressing() const { return (info_->domain_attr->mr_mode & FI_MR_VIRT_ADDR) != 0; }
-  // A port for a new send comm on the endpoint every send comm of the device posts on (opened
-  // for the first one); nullptr with `why` when it cannot be opened.
-  std::unique_ptr<SharedEndpoint::Port> attach_send_comm(std::string* why);
-  // A destroyed send comm's end: `tenant` (what its operations point into) is retired on its
+  // A port for a new comm on the endpoint every comm of the device posts on (opened for the
+  // first one): a send comm's operations, and a recv comm's control messages, flush reads and
+  // eager copies (its receives stay on its own endpoint).  nullptr with `why` when it cannot
+  // be opened.
+  std::unique_ptr<SharedEndpoint::Port> attach_comm(std::string* why);
+  // A destroyed comm's end: `tenant` (what its operations point into) is retired on its
   // port's endpoint, under the device's lock, so no other comm's close frees that endpoint
-  // meanwhile; then the endpoints no send comm uses any more are closed (what comms leave
-  // behind is nothing, and the next connect opens a fresh one).
-  void retire_send_comm(std::unique_ptr<SharedEndpoint::Tenant> tenant);
-  // Closes the shared endpoints no open send comm uses any more (ending what retired comms
-  // left on them).
+  // meanwhile; then the endpoints no comm uses any more are closed (what comms leave behind
+  // is nothing, and the next comm opens a fresh one).
+  void retire_comm(std::unique_ptr<SharedEndpoint::Tenant> tenant);
+  // Closes the shared endpoints no open comm uses any more (ending what retired comms left on
+  // them).
   void release_unused_shared_endpoints();
-  // The endpoints the device's send comms share now (one, more while stalled ones drain, 0
-  // with no send comm), and the send comms open on them: what tests look at.
-  struct SendEndpoints {
+  // The endpoints the device's comms share now (one, more while stalled ones drain, 0 with no
+  // comm), and the comms open on them (send and recv): what tests look at.
+  struct SharedEndpoints {
     size_t endpoints = 0;
     size_t open_comms = 0;
     size_t peers = 0;  // addresses inserted in them
     size_t stalled = 0;  // of the endpoints (SharedEndpoint::stalled)
   };
-  SendEndpoints send_endpoints();
-  // Closes the shared endpoint, then the hmr domain; false (and the device kept) while a send
-  // comm is open or memory is still registered.
+  SharedEndpoints shared_endpoints();
+  // Closes the shared endpoints, then the hmr domain; false (and the device kept) while a comm
+  // is open on them or memory is still registered.
   bool close(std::string* why);
 
  private:
@@ -88,10 +91,10 @@ class Device {
   fid_domain* domain_ = nullptr;
   hmr_domain* hmr_ = nullptr;
   std::mutex shared_mutex_;
-  // The send comms' endpoints: new comms go to the last, unless it is stalled
+  // The comms' shared endpoints: new comms go to the last, unless it is stalled
   // (SharedEndpoint::stalled), when a fresh one is opened; the ones before it were stalled
   // and are kept for the comms still on them.
-  std::vector<std::unique_ptr<SharedEndpoint>> send_endpoints_;
+  std::vector<std::unique_ptr<SharedEndpoint>> shared_endpoints_;
   DeviceProperties properties_;
   Settings settings_;
 };

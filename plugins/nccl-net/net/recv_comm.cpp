@@ -41,31 +41,38 @@ ncclResult_t RecvComm::start(Device& device, const ConnectRequest& request,
   std::string why;
   comm->endpoint_ = Endpoint::open(device.libfabric(), device.info(), device.domain(), &why);
   if (!comm->endpoint_) return fail(ncclSystemError, "accept: %s", why.c_str());
+  auto port = device.attach_comm(&why);
+  if (!port) return fail(ncclSystemError, "accept: %s", why.c_str());
+  comm->posted_ = std::make_unique<Posted>();
+  comm->posted_->on = std::move(port);
   const size_t receives = kControlReceives + (eager ? kEagerBounceBuffers : 0);
-  comm->control_ = ControlChannel::open(device, *comm->endpoint_, receives,
-                                        eager ? comm->eager_max_ : kControlBufferSize,
-                                        kControlSends, &why);
-  if (!comm->control_ || !comm->control_->post_receives(&why)) {
+  comm->posted_->control_in = ControlChannel::open(
+      device, *comm->endpoint_, receives, eager ? comm->eager_max_ : kControlBufferSize, 0, &why);
+  if (!comm->posted_->control_in || !comm->control_in().post_receives(&why)) {
     return fail(ncclSystemError, "accept: %s", why.c_str());
   }
   comm->bounces_posted_ = receives;
+  comm->posted_->control_out = ControlChannel::open_on(device, comm->port(), kControlSends, &why);
+  if (!comm->posted_->control_out) return fail(ncclSystemError, "accept: %s", why.c_str());
 
-  comm->control_->reorder_announcements(settings.reorder_announcements);
-  if (!comm->endpoint_->insert(request.address, &comm->peer_, &why)) {
+  comm->control_out().reorder_announcements(settings.reorder_announcements);
+  if (!comm->port().insert(request.address, &comm->peer_, &why)) {
     return fail(ncclRemoteError, "accept: the connector's address is unusable: %s", why.c_str());
   }
   comm->peer_port_ = request.port;
+  comm->nonce_ = request.nonce;
   comm->peer_watch_ = PeerWatch::of(request.pid, request.process_space);
-  // Port 0: the comm takes everything that arrives on its endpoint.
+  // Port 0: everything for the comm goes to its own endpoint (the address below), whose
+  // receive buffers are all its own.
   ConnectAccept accept{request.nonce, comm->endpoint_->address(), 0, static_cast<uint32_t>(getpid()),
                        own_process_space()};
   accept.eager_max = comm->eager_max_;
   accept.eager_credits = eager ? kEagerCreditsPerTag : 0;
-  if (!comm->control_->send(accept, comm->peer_, comm->peer_port_, &why)) {
+  if (!comm->control_out().send(accept, comm->peer_, comm->peer_port_, &why)) {
     // Refused for want of this side's resources (ofi_rxm opens the connection's socket here:
     // a file limit shows now) is the listener's failure; anything else is about the
     // connector's address (ListenComm drops that request and goes on listening).
-    const ssize_t code = comm->control_->last_send_error();
+    const ssize_t code = comm->control_out().last_send_error();
     const bool ours = code == -FI_EMFILE || code == -FI_ENOMEM || code == -FI_ENOSPC ||
                       code == -FI_ENOBUFS || code == -ENFILE;
     return fail(ours ? ncclSystemError : ncclRemoteError, "accept: %s", why.c_str());
@@ -74,20 +81,26 @@ ncclResult_t RecvComm::start(Device& device, const ConnectRequest& request,
   for (size_t i = 0; i < kMaxRequests; ++i) {
     comm->receives_[i].comm = comm.get();
     comm->receives_[i].slot = static_cast<uint8_t>(i);
-    comm->flushes_[i].comm = comm.get();
-    comm->flushes_[i].read.kind = OperationKind::flush_read;
-    comm->flushes_[i].read.owner = &comm->flushes_[i];
+    FlushRequest& flush = comm->posted_->flushes[i];
+    flush.comm = comm.get();
+    flush.read.kind = OperationKind::flush_read;
+    flush.read.owner = &flush;
   }
   *out = std::move(comm);
   return ncclSuccess;
 }
 
-RecvComm::~RecvComm() {
-  endpoint_.reset();  // first: it ends every operation still pointing into our buffers
-  for (EagerCopy& copy : copies_) {
+RecvComm::Posted::~Posted() {
+  // Nothing is in flight any more (the endpoint frees a retired comm only then).
+  for (EagerCopy& copy : copies) {
     if (copy.spill_mr != nullptr) hmr_mr_close(copy.spill_mr);
   }
-  control_.reset();
+}
+
+RecvComm::~RecvComm() {
+  endpoint_.reset();  // first: it ends every receive still pointing into our buffers
+  // What was posted through the port stays until it ended (an aborted comm's may not have).
+  if (posted_) device_->retire_comm(std::move(posted_));
 }
 
 ncclResult_t RecvComm::fail_comm(ncclResult_t result, const std::string& reason) {
@@ -111,7 +124,8 @@ ncclResult_t RecvComm::poll_accepted(bool* accepted) {
     *accepted = true;
     return ncclSuccess;
   }
-  *accepted = accept_sent_ && !control_->busy();
+  // (The connector's ready: the provider's connection to this comm's endpoint is up.)
+  *accepted = accept_sent_ && !control_out().busy() && connector_ready_;
   return ncclSuccess;
 }
 
@@ -122,36 +136,40 @@ ncclResult_t RecvComm::progress() {
                                           std::to_string(peer_watch_.pid()) + ") exited");
   }
   std::string why;
-  if (!control_->flush(&why)) return fail_comm(ncclSystemError, why);
-  // Copies into device memory the provider could not take yet (copies_ is empty unless some
+  if (!control_out().flush(&why)) return fail_comm(ncclSystemError, why);
+  // Copies into device memory the provider could not take yet (copies() is empty unless some
   // eager message is on its way into device memory).
-  for (auto it = copies_.begin(); it != copies_.end();) {
-    EagerCopy& copy = *it++;  // (a copy that fails moves to spare_copies_)
+  for (auto it = copies().begin(); it != copies().end();) {
+    EagerCopy& copy = *it++;  // (a copy that fails moves to the spare ones)
     if (!copy.posted) {
       if (const ncclResult_t rc = post_copy(copy); rc != ncclSuccess) return rc;
     }
   }
+  // The shared endpoint's queue only while something of this comm's is on it: reading it
+  // takes its lock and, on tcp, the provider's progress (about 1 us a call).  Flush reads and
+  // eager copies are waited for by NCCL: at once.  Control messages (an announcement per
+  // receive) only need their buffers back: while more wait for one, or when nothing arrived
+  // here this time (the comm is waiting anyway), so the read of what arrives is not delayed.
+  const bool awaited = !copies().empty() || flush_reads_posted_ != 0;
+  if (awaited || control_out().waiting()) {
+    if (const ncclResult_t rc = progress_posted(); rc != ncclSuccess) return rc;
+  }
+  size_t taken = 0;
+  if (const ncclResult_t rc = progress_received(&taken); rc != ncclSuccess) return rc;
+  if (taken == 0 && !awaited && control_out().busy()) return progress_posted();
+  return ncclSuccess;
+}
+
+ncclResult_t RecvComm::progress_received(size_t* taken) {
+  std::string why;
   Completion completions[16];
   for (;;) {
     CompletionError error;
     const int n = endpoint_->poll(completions, &error);
     if (n == 0) return ncclSuccess;
+    *taken += static_cast<size_t>(n > 0 ? n : 0);
     if (n < 0) {
-      auto* op = static_cast<Operation*>(error.context);
-      if (op != nullptr && op->kind == OperationKind::flush_read) {
-        auto* request = static_cast<FlushRequest*>(op->owner);
-        request->state = RequestState::failed;
-        request->error = fail(ncclSystemError, "iflush's read-back failed: %s", error.reason.c_str());
-        continue;
-      }
-      if (op != nullptr && op->kind == OperationKind::eager_copy) {
-        if (const ncclResult_t rc = on_copied(static_cast<EagerCopy&>(*op), false, error.reason);
-            rc != ncclSuccess) {
-          return rc;
-        }
-        continue;
-      }
-      if (op != nullptr && op->kind == OperationKind::control_send) control_->sent(*op);
+      // (Only receives are posted here: one that fails is the connection's end.)
       return fail_comm(ncclRemoteError, "the connection to the sender failed: " + error.reason);
     }
     for (int i = 0; i < n; ++i) {
@@ -178,13 +196,58 @@ ncclResult_t RecvComm::progress() {
             }
             break;
           }
-          const ncclResult_t rc = on_message(control_->received(*op, c.len));
-          if (!control_->repost(*op, &why)) return fail_comm(ncclSystemError, why);
+          const ncclResult_t rc = on_message(control_in().received(*op, c.len));
+          if (!control_in().repost(*op, &why)) return fail_comm(ncclSystemError, why);
           if (rc != ncclSuccess) return rc;
           break;
         }
-        case OperationKind::control_send: control_->sent(*op); break;
+        case OperationKind::control_send:  // (posted through the port: progress_posted)
         case OperationKind::flush_read:
+        case OperationKind::eager_copy:
+        case OperationKind::data_write:
+        case OperationKind::eager_send: break;
+      }
+    }
+    // A short batch emptied the queue: another read now would only take the provider's locks
+    // again (its progress runs on the next call).
+    if (n < static_cast<int>(std::size(completions))) return ncclSuccess;
+  }
+}
+
+ncclResult_t RecvComm::progress_posted() {
+  Completion completions[16];
+  for (;;) {
+    CompletionError error;
+    const int n = port().poll(completions, &error);
+    if (n < 0) {
+      auto* op = static_cast<Operation*>(error.context);
+      if (op != nullptr && op->kind == OperationKind::flush_read) {
+        --flush_reads_posted_;
+        auto* request = static_cast<FlushRequest*>(op->owner);
+        request->state = RequestState::failed;
+        request->error = fail(ncclSystemError, "iflush's read-back failed: %s", error.reason.c_str());
+        continue;
+      }
+      if (op != nullptr && op->kind == OperationKind::eager_copy) {
+        if (const ncclResult_t rc = on_copied(static_cast<EagerCopy&>(*op), false, error.reason);
+            rc != ncclSuccess) {
+          return rc;
+        }
+        continue;
+      }
+      if (op != nullptr && op->kind == OperationKind::control_send) control_out().sent(*op);
+      // (No operation: the shared endpoint's own failure, which says what it is.)
+      return fail_comm(ncclRemoteError,
+                       std::string(op != nullptr ? "a control message to the sender failed: " : "") +
+                           error.reason);
+    }
+    for (int i = 0; i < n; ++i) {
+      auto* op = static_cast<Operation*>(completions[i].context);
+      if (op == nullptr) continue;
+      switch (op->kind) {
+        case OperationKind::control_send: control_out().sent(*op); break;
+        case OperationKind::flush_read:
+          --flush_reads_posted_;
           static_cast<FlushRequest*>(op->owner)->state = RequestState::done;
           break;
         case OperationKind::eager_copy:
@@ -193,12 +256,16 @@ ncclResult_t RecvComm::progress() {
             return rc;
           }
           break;
+        case OperationKind::control_receive:  // (the shared endpoint's, never a port's)
         case OperationKind::data_write:
         case OperationKind::eager_send: break;
       }
     }
-    // A short batch emptied the queue: another read now would only take the provider's locks
-    // again (its progress runs on the next call).
+    // Nobody is told this port's id, so no message is addressed to it: any that came is
+    // dropped.
+    uint8_t message[kControlBufferSize];
+    while (port().take_message(message) != 0) {
+    }
     if (n < static_cast<int>(std::size(completions))) return ncclSuccess;
   }
 }
@@ -252,6 +319,13 @@ ncclResult_t RecvComm::on_message(std::span<const uint8_t> bytes) {
                                           " of tag " + std::to_string(eager->tag) + " (" +
                                           std::to_string(eager->size) + " bytes) failed on its side: " +
                                           describe(eager->reason));
+  }
+  if (const auto* ready = std::get_if<ConnectReady>(&*message)) {
+    if (connector_ready_ || ready->nonce != nonce_) {
+      return fail_comm(ncclRemoteError, "the sender said ready twice, or for another connection");
+    }
+    connector_ready_ = true;
+    return ncclSuccess;
   }
   const auto* notice = std::get_if<SendFailure>(&*message);
   if (notice == nullptr) {
@@ -312,11 +386,11 @@ ncclResult_t RecvComm::on_eager(Operation& bounce, size_t len, uint32_t data) {
   if (bounces_posted_ < kEagerBounceReserve) {
     // Few bounce buffers left: this one goes back now and the bytes wait on the heap, so a
     // sender that is ahead cannot take the buffers another sender's message needs.
-    const uint8_t* bytes = control_->received(bounce, len).data();
+    const uint8_t* bytes = control_in().received(bounce, len).data();
     early.payload.spill.assign(bytes, bytes + len);
     early.payload.bounce = nullptr;
     std::string why;
-    if (!control_->repost(bounce, &why)) return fail_comm(ncclSystemError, why);
+    if (!control_in().repost(bounce, &why)) return fail_comm(ncclSystemError, why);
     ++bounces_posted_;
   }
   if (free_unexpected_.empty()) {
@@ -374,9 +448,10 @@ ncclResult_t RecvComm::deliver_eager(ReceiveRequest& request, size_t index, Eage
     return consumed(payload, tag);
   }
   // Device memory: the CPU cannot copy into it, the NIC can.
-  if (spare_copies_.empty()) spare_copies_.emplace_back();
-  copies_.splice(copies_.end(), spare_copies_, spare_copies_.begin());
-  EagerCopy& copy = copies_.back();
+  std::list<EagerCopy>& spare = posted_->spare_copies;
+  if (spare.empty()) spare.emplace_back();
+  copies().splice(copies().end(), spare, spare.begin());
+  EagerCopy& copy = copies().back();
   copy.kind = OperationKind::eager_copy;
   copy.owner = this;
   copy.request = &request;
@@ -395,21 +470,21 @@ ncclResult_t RecvComm::deliver_eager(ReceiveRequest& request, size_t index, Eage
 }
 
 const uint8_t* RecvComm::bytes_of(const EagerPayload& payload) const {
-  return payload.bounce != nullptr ? control_->received(*payload.bounce, payload.len).data()
+  return payload.bounce != nullptr ? control_in().received(*payload.bounce, payload.len).data()
                                    : payload.spill.data();
 }
 
 ncclResult_t RecvComm::post_copy(EagerCopy& copy) {
   std::string why;
-  if (self_ == FI_ADDR_UNSPEC && !endpoint_->insert(endpoint_->address(), &self_, &why)) {
+  if (self_ == FI_ADDR_UNSPEC && !port().insert(port().address(), &self_, &why)) {
     return on_copied(copy, false, why);
   }
   ReceiveRequest& request = *copy.request;
   const MemoryHandle& mh = *request.mhandle[copy.index];
   const EagerPayload& p = copy.payload;
-  void* desc = p.bounce != nullptr ? control_->desc() : hmr_mr_desc(copy.spill_mr);
-  const ssize_t rc = endpoint_->write(bytes_of(p), p.len, desc, self_,
-                                      mh.rma_address(request.data[copy.index]), mh.key, &copy);
+  void* desc = p.bounce != nullptr ? control_in().desc() : hmr_mr_desc(copy.spill_mr);
+  const ssize_t rc = port().write(bytes_of(p), p.len, desc, self_,
+                                  mh.rma_address(request.data[copy.index]), mh.key, &copy);
   if (rc == -FI_EAGAIN) return ncclSuccess;  // the next progress posts it
   if (rc != 0) return on_copied(copy, false, "fi_write: " + device_->libfabric().describe(rc));
   copy.posted = true;
@@ -432,15 +507,15 @@ ncclResult_t RecvComm::on_copied(EagerCopy& copy, bool ok, const std::string& re
   copy.spill_mr = nullptr;
   const ncclResult_t rc = consumed(copy.payload, copy.tag);
   copy.payload.spill.clear();
-  auto it = std::find_if(copies_.begin(), copies_.end(), [&](const EagerCopy& c) { return &c == &copy; });
-  spare_copies_.splice(spare_copies_.end(), copies_, it);
+  auto it = std::find_if(copies().begin(), copies().end(), [&](const EagerCopy& c) { return &c == &copy; });
+  posted_->spare_copies.splice(posted_->spare_copies.end(), copies(), it);
   return rc;
 }
 
 ncclResult_t RecvComm::consumed(EagerPayload& payload, int32_t tag) {
   std::string why;
   if (payload.bounce != nullptr) {
-    if (!control_->repost(*payload.bounce, &why)) return fail_comm(ncclSystemError, why);
+    if (!control_in().repost(*payload.bounce, &why)) return fail_comm(ncclSystemError, why);
     payload.bounce = nullptr;
     ++bounces_posted_;
   }
@@ -451,7 +526,7 @@ ncclResult_t RecvComm::consumed(EagerPayload& payload, int32_t tag) {
   credit.count = 1;
   credit.tags[0] = TagCredit{tag, stream.consumed};
   stream.reported = stream.consumed;
-  if (!control_->send(credit, peer_, peer_port_, &why)) return fail_comm(ncclSystemError, why);
+  if (!control_out().send(credit, peer_, peer_port_, &why)) return fail_comm(ncclSystemError, why);
   return ncclSuccess;
 }
 
@@ -472,7 +547,7 @@ ncclResult_t RecvComm::announce(ReceiveRequest& request) {
   }
   request.announced = true;
   std::string why;
-  if (!control_->send(announcement, peer_, peer_port_, &why)) return fail_comm(ncclSystemError, why);
+  if (!control_out().send(announcement, peer_, peer_port_, &why)) return fail_comm(ncclSystemError, why);
   return ncclSuccess;
 }
 
@@ -569,11 +644,11 @@ ncclResult_t RecvComm::iflush(int n, void** data, const int* sizes, MemoryHandle
   }
   if (last < 0) return ncclSuccess;  // host memory: nothing to flush, no request
   std::string why;
-  if (self_ == FI_ADDR_UNSPEC && !endpoint_->insert(endpoint_->address(), &self_, &why)) {
+  if (self_ == FI_ADDR_UNSPEC && !port().insert(port().address(), &self_, &why)) {
     return fail(ncclSystemError, "iflush: %s", why.c_str());
   }
   FlushRequest* slot = nullptr;
-  for (FlushRequest& candidate : flushes_) {
+  for (FlushRequest& candidate : posted_->flushes) {
     if (candidate.state == RequestState::idle) {
       slot = &candidate;
       break;
@@ -582,7 +657,7 @@ ncclResult_t RecvComm::iflush(int n, void** data, const int* sizes, MemoryHandle
   if (slot == nullptr) {
     // No request would read as "flushed" to NCCL: refuse instead, loudly.
     return fail(ncclInternalError, "iflush: all %zu flush requests of this comm are in flight "
-                "(more than NCCL_NET_MAX_REQUESTS); test them first", flushes_.size());
+                "(more than NCCL_NET_MAX_REQUESTS); test them first", posted_->flushes.size());
   }
   const MemoryHandle* mh = mhandles[last];
   slot->address = mh->rma_address(data[last]);
@@ -605,8 +680,8 @@ bool RecvComm::post_flush(FlushRequest& request) {
   if (request.eagain_left > 0) {
     --request.eagain_left;
   } else {
-    rc = endpoint_->read(control_->scratch(), 1, control_->desc(), self_, request.address,
-                         request.key, &request.read);
+    rc = port().read(control_out().scratch(), 1, control_out().desc(), self_, request.address,
+                     request.key, &request.read);
   }
   if (rc == -FI_EAGAIN) return false;
   if (rc != 0) {
@@ -616,6 +691,7 @@ bool RecvComm::post_flush(FlushRequest& request) {
     return true;
   }
   request.read_posted = true;
+  ++flush_reads_posted_;
   return true;
 }
 

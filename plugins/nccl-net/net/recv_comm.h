@@ -5,6 +5,12 @@
 // (net/eager.h), and a receive only such messages can fill is not announced.  Nothing it is
 // told is trusted: a write completion, eager message or failure notice that names no posted
 // receive, or one already filled, fails the comm with the reason.
+//
+// What arrives comes to an endpoint of the comm's own (the remote CQ data of a write names no
+// comm, so it cannot share one yet); what the comm posts (its control messages, iflush's
+// read-backs, eager copies into device memory) goes through its port on the device's shared
+// endpoint (net/shared_endpoint.h), so its own endpoint never sends and ofi_rxm never makes
+// that endpoint's transmit pool.
 #pragma once
 
 #include <rdma/fabric.h>
@@ -21,6 +27,7 @@
 #include "control_channel.h"
 #include "eager.h"
 #include "request.h"
+#include "shared_endpoint.h"
 #include "tag_streams.h"
 
 namespace hmr::nccl {
@@ -50,6 +57,8 @@ class RecvComm {
   ncclResult_t test(ReceiveRequest* request, int* done, int* sizes);
   ncclResult_t test(FlushRequest* request, int* done);
   Device& device() const { return *device_; }
+  // The endpoint what arrives for the comm comes to (which never sends: tests check it).
+  const Endpoint& own_endpoint() const { return *endpoint_; }
 
  private:
   // Tests that drive the comm's provider without the comm taking what arrives
@@ -98,7 +107,33 @@ class RecvComm {
   // Takes the eager message that came early for `address`, if one did.
   std::optional<EagerPayload> take_early(Stream& stream, const EagerAddress& address);
 
+  // What the provider may still point into while an operation the comm posted through its
+  // port is in flight: the port, the control channels (the bounce buffers an eager copy reads
+  // from are the receive channel's; its own endpoint is closed first), the flush requests and
+  // the eager copies.  Handed to the shared endpoint when the comm is destroyed, which frees
+  // it once nothing is in flight (at once, unless the comm was aborted mid-operation).
+  struct Posted : SharedEndpoint::Tenant {
+    std::unique_ptr<SharedEndpoint::Port> on;
+    std::unique_ptr<ControlChannel> control_out;  // through the port
+    std::unique_ptr<ControlChannel> control_in;   // on the comm's own endpoint; eager bounces too
+    std::array<FlushRequest, kMaxRequests> flushes;
+    // Eager messages on their way into device memory (a list: the provider holds pointers to
+    // them), and contexts to reuse.
+    std::list<EagerCopy> copies;
+    std::list<EagerCopy> spare_copies;
+    ~Posted() override;
+    SharedEndpoint::Port& port() override { return *on; }
+  };
+
   explicit RecvComm(Device& device) : device_(&device) {}
+  SharedEndpoint::Port& port() const { return *posted_->on; }
+  ControlChannel& control_out() const { return *posted_->control_out; }
+  ControlChannel& control_in() const { return *posted_->control_in; }
+  std::list<EagerCopy>& copies() const { return posted_->copies; }
+  // Reads what the comm posted through its port has done; ncclSuccess, or the comm's failure.
+  ncclResult_t progress_posted();
+  // Reads what arrived at the comm's own endpoint (`taken`: how many completions).
+  ncclResult_t progress_received(size_t* taken);
   ncclResult_t progress();
   ncclResult_t on_write(uint32_t data);
   ncclResult_t on_message(std::span<const uint8_t> bytes);
@@ -129,12 +164,14 @@ class RecvComm {
   bool post_flush(FlushRequest& request);
 
   Device* device_;
-  std::unique_ptr<Endpoint> endpoint_;
-  std::unique_ptr<ControlChannel> control_;
-  fi_addr_t peer_ = FI_ADDR_UNSPEC;
+  std::unique_ptr<Endpoint> endpoint_;  // what arrives
+  std::unique_ptr<Posted> posted_;      // what the comm posts
+  fi_addr_t peer_ = FI_ADDR_UNSPEC;     // the send comm, as the port's endpoint reaches it
   uint64_t peer_port_ = 0;  // the send comm's port on its endpoint (net/shared_endpoint.h)
-  fi_addr_t self_ = FI_ADDR_UNSPEC;  // for iflush's read-back through the NIC
+  // The port's endpoint itself, for iflush's read-backs and eager copies through the NIC.
+  fi_addr_t self_ = FI_ADDR_UNSPEC;
   bool flush_host_memory_ = false;
+  size_t flush_reads_posted_ = 0;
   int flush_eagain_ = 0;
   uint32_t eager_max_ = 0;  // agreed with the sender (0: every receive announced)
   bool eager_through_nic_ = false;
@@ -142,17 +179,14 @@ class RecvComm {
   std::vector<Unexpected> unexpected_;   // indexed by Stream::early_at
   std::vector<uint16_t> free_unexpected_;  // entries of unexpected_ not in use
   size_t bounces_posted_ = 0;  // receive buffers the provider has (the rest are held)
-  // Eager messages on their way into device memory (a list: the provider holds pointers to
-  // them), and contexts to reuse.
-  std::list<EagerCopy> copies_;
-  std::list<EagerCopy> spare_copies_;
+  uint64_t nonce_ = 0;  // the listener's, which the connector's ready repeats
   bool accept_sent_ = false;
+  bool connector_ready_ = false;  // its ready came (wire/control_message.h)
   bool connector_spoke_ = false;  // a message or write of the connector's arrived here
   PeerWatch peer_watch_;  // the peer's process, on shm (peer_watch.h)
   std::string failure_;
   ncclResult_t failure_result_ = ncclSuccess;
   std::array<ReceiveRequest, kMaxRequests> receives_;
-  std::array<FlushRequest, kMaxRequests> flushes_;
 };
 
 }  // namespace hmr::nccl

@@ -30,7 +30,7 @@ ncclResult_t SendComm::start(Device& device, const ListenHandle& handle,
   comm->offered_eager_max_ = settings.eager_max;
   comm->reorder_eager_ = settings.reorder_announcements;
   std::string why;
-  auto port = device.attach_send_comm(&why);
+  auto port = device.attach_comm(&why);
   if (!port) return fail(ncclSystemError, "connect: %s", why.c_str());
   comm->posted_ = std::make_unique<Posted>();
   comm->posted_->on = std::move(port);
@@ -57,7 +57,7 @@ ncclResult_t SendComm::start(Device& device, const ListenHandle& handle,
 
 SendComm::~SendComm() {
   // What its operations point into stays until they ended (an aborted comm's may not have).
-  if (posted_) device_->retire_send_comm(std::move(posted_));
+  if (posted_) device_->retire_comm(std::move(posted_));
 }
 
 ncclResult_t SendComm::fail_comm(ncclResult_t result, const std::string& reason) {
@@ -72,7 +72,10 @@ ncclResult_t SendComm::fail_comm(ncclResult_t result, const std::string& reason)
 ncclResult_t SendComm::poll_connected(bool* connected) {
   *connected = false;
   if (const ncclResult_t rc = progress(); rc != ncclSuccess) return rc;
-  if (connected_) {
+  // Connected once the accept came and the ready went out (control().busy(): its send has
+  // not completed), so the provider's connection to the recv comm's endpoint is up before
+  // NCCL's first isend, which may be eager.
+  if (connected_ && !control().busy()) {
     *connected = true;
     return ncclSuccess;
   }
@@ -169,6 +172,10 @@ ncclResult_t SendComm::on_message(std::span<const uint8_t> bytes) {
     peer_port_ = accept->port;
     if (!port().insert(accept->address, &peer_, &why)) {
       return fail_comm(ncclRemoteError, "connect: the receiver's address is unusable: " + why);
+    }
+    // The first message to the recv comm's own endpoint (wire/control_message.h, version 7).
+    if (!control().send(ConnectReady{nonce_}, peer_, peer_port_, &why)) {
+      return fail_comm(ncclRemoteError, "connect: " + why);
     }
     connected_ = true;
     log_info("connect: connected (listener nonce %#llx, eager max %u)",

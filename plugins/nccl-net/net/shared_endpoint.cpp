@@ -331,6 +331,16 @@ ssize_t SharedEndpoint::Port::write_with_data(const void* buf, size_t len, void*
   });
 }
 
+ssize_t SharedEndpoint::Port::write(const void* buf, size_t len, void* desc, fi_addr_t peer,
+                                    uint64_t remote_addr, uint64_t key, Operation* op) {
+  return counted(op, [&](Endpoint& e) { return e.write(buf, len, desc, peer, remote_addr, key, op); });
+}
+
+ssize_t SharedEndpoint::Port::read(void* buf, size_t len, void* desc, fi_addr_t peer,
+                                   uint64_t remote_addr, uint64_t key, Operation* op) {
+  return counted(op, [&](Endpoint& e) { return e.read(buf, len, desc, peer, remote_addr, key, op); });
+}
+
 int SharedEndpoint::Port::poll(std::span<Completion> out, CompletionError* error) {
   std::lock_guard hold(shared_->mutex_);
   if (overflowed_) {

@@ -1,7 +1,10 @@
 // One libfabric endpoint per device that every send comm of the device posts on, so a comm
 // costs a port (a random 64-bit key, a few queues) instead of an endpoint of its own: with
 // ofi_rxm an endpoint holds ~47 MB of buffer pools (docs/nccl-plugin.md, "One endpoint for
-// the send comms of a device").
+// the send comms of a device").  A recv comm posts here too (its control messages, flush
+// reads and eager copies), through a port whose id it tells nobody: its receives stay on an
+// endpoint of its own, which then never sends, and so never makes ofi_rxm's transmit pool
+// (~16.5 MB of its ~37 MB).
 //
 // What arrives on it is sorted per port:
 //  - completions of a comm's own operations (each Operation carries its comm's port id,
@@ -92,7 +95,7 @@ class SharedEndpoint {
   // dead peer kept every later completion of the endpoint from being reported).  Or a receive
   // buffer could not be posted again, or the provider reported a failure that names no
   // operation (the endpoint's state is unknown).  New comms get another endpoint
-  // (Device::attach_send_comm); this one is closed when its last open comm goes, which ends
+  // (Device::attach_comm); this one is closed when its last open comm goes, which ends
   // what the retired ones left.
   bool stalled() const;
   const std::vector<uint8_t>& address() const { return address_; }
@@ -119,6 +122,10 @@ class SharedEndpoint {
                            Operation* op);
     ssize_t write_with_data(const void* buf, size_t len, void* desc, uint32_t data, fi_addr_t peer,
                             uint64_t remote_addr, uint64_t key, Operation* op);
+    ssize_t write(const void* buf, size_t len, void* desc, fi_addr_t peer, uint64_t remote_addr,
+                  uint64_t key, Operation* op);
+    ssize_t read(void* buf, size_t len, void* desc, fi_addr_t peer, uint64_t remote_addr,
+                 uint64_t key, Operation* op);
 
     // This port's completions, as Endpoint::poll: how many, or -1 with `error` filled (an
     // operation of this port that failed, a failure no operation owns, or more control

@@ -58,6 +58,8 @@ void write_body(wire::ByteWriter& w, const EagerFailure& m) {
   w.u64(m.size);
 }
 
+void write_body(wire::ByteWriter& w, const ConnectReady& m) { w.u64(m.nonce); }
+
 template <typename Connection>
 Connection read_connection(wire::ByteReader& r) {
   Connection m;
@@ -145,6 +147,13 @@ EagerFailure read_eager_failure(wire::ByteReader& r) {
   return m;
 }
 
+ConnectReady read_ready(wire::ByteReader& r) {
+  ConnectReady m;
+  m.nonce = r.u64("nonce");
+  if (m.nonce == 0) r.fail("nonce", "is 0");
+  return m;
+}
+
 }  // namespace
 
 namespace {
@@ -195,6 +204,7 @@ std::optional<ControlMessage> decode_control_message(std::span<const uint8_t> by
     case 4: message = read_failure(r); break;
     case 5: message = read_credit(r); break;
     case 6: message = read_eager_failure(r); break;
+    case 7: message = read_ready(r); break;
     default: return reject("unknown type " + std::to_string(type));
   }
   std::string reason;

@@ -11,6 +11,7 @@
 //                                                           sender -> receiver
 //   eager_credit:         u8 count | count x (u32 tag | u32 consumed)   receiver -> sender
 //   eager_failure:        u32 tag | u32 ordinal | u32 reason | u64 size sender -> receiver
+//   connect_ready:        u64 nonce                                 connector -> new recv comm
 //
 // A receive announcement is what NCCL's IB transport calls a clear-to-send: per posted buffer,
 // where it is (the address RMA uses), how large, its hmr key, the tag a send must carry, and
@@ -32,6 +33,11 @@
 // every later message to it go), an accept the new recv comm's (0 while each recv comm has an
 // endpoint of its own); a listener's port is 0.  A port is a random 64-bit key, told only to
 // the comm's peer, so a peer can address no comm but its own.  Version 6 added the ports.
+// Version 7 added connect_ready, the connector's first message to the new recv comm's own
+// endpoint: a recv comm sends from the shared endpoint and never from its own, so nothing
+// else would set up the provider's connection to that endpoint before the first message (an
+// eager one, which must leave while the receiver is not progressing: net/eager.h), and accept
+// hands the comm to NCCL once it arrived.
 // The peer is another process: decode() checks the magic, version, type, exact length and the
 // bounds of every field, and rejects the message as a whole with a reason.
 #pragma once
@@ -47,7 +53,7 @@
 
 namespace hmr::nccl {
 
-inline constexpr uint16_t kControlVersion = 6;
+inline constexpr uint16_t kControlVersion = 7;
 // Room for the largest message (an announcement of kMaxRecvs buffers, or an address).
 inline constexpr size_t kControlBufferSize = 512;
 
@@ -113,8 +119,13 @@ struct EagerFailure {
   uint64_t size = 0;
 };
 
+// The connector got the accept: its first message to the new recv comm's own endpoint.
+struct ConnectReady {
+  uint64_t nonce = 0;  // the listener's, as in the request
+};
+
 using ControlMessage = std::variant<ConnectRequest, ConnectAccept, ReceiveAnnouncement, SendFailure,
-                                    EagerCredit, EagerFailure>;
+                                    EagerCredit, EagerFailure, ConnectReady>;
 
 // `port`: the receiving comm's port on its endpoint (the header's).
 std::vector<uint8_t> encode(const ControlMessage& message, uint64_t port = 0);
