@@ -2,6 +2,7 @@
 
 #include <rdma/fi_errno.h>
 
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -26,6 +27,25 @@ constexpr size_t kControlSends = kMaxRequests + 4;
 // message may be one the sender cannot send eagerly (larger than the buffer and the eager
 // max), and the sender's refusal must reach both ends.  Harmless when it was only slow.
 constexpr uint32_t kTestsBeforeLateAnnouncement = 1u << 14;
+// Descriptors the provider's connection to a recv comm's endpoint takes when it is accepted
+// (ofi_rxm over tcp: the socket and its bookkeeping; measured by Spare/AcceptWithFewDescriptors,
+// with room to spare).
+constexpr int kDescriptorsForAConnection = 4;
+
+// Whether `count` more descriptors can be opened now (they are opened and closed again).
+bool descriptors_to_spare(int count) {
+  int opened[8];
+  int made = 0;
+  for (; made < count && made < 8; ++made) {
+    opened[made] = eventfd(0, EFD_CLOEXEC);
+    if (opened[made] < 0) break;
+  }
+  const bool enough = made == count;
+  for (int i = 0; i < made && i < 8; ++i) {
+    if (opened[i] >= 0) close(opened[i]);
+  }
+  return enough;
+}
 
 }  // namespace
 
@@ -35,6 +55,8 @@ ncclResult_t RecvComm::start(Device& device, const ConnectRequest& request,
   const Settings& settings = device.settings();
   comm->flush_host_memory_ = settings.flush_host_memory;
   comm->flush_eagain_ = settings.flush_eagain;
+  comm->ready_timeout_ms_ =
+      settings.connect_timeout_ms != 0 ? settings.connect_timeout_ms : settings.write_timeout_ms;
   comm->eager_max_ = std::min(settings.eager_max, request.eager_max);
   comm->eager_through_nic_ = settings.eager_through_nic;
   const bool eager = comm->eager_max_ > 0;
@@ -56,12 +78,22 @@ ncclResult_t RecvComm::start(Device& device, const ConnectRequest& request,
   if (!comm->posted_->control_out) return fail(ncclSystemError, "accept: %s", why.c_str());
 
   comm->control_out().reorder_announcements(settings.reorder_announcements);
-  if (!comm->port().insert(request.address, &comm->peer_, &why)) {
+  // (The connector's address is its device's shared endpoint: PeerKind says why it stays.)
+  if (!comm->port().insert(request.address, &comm->peer_, &why,
+                           SharedEndpoint::Port::PeerKind::shared_endpoint)) {
     return fail(ncclRemoteError, "accept: the connector's address is unusable: %s", why.c_str());
   }
   comm->peer_port_ = request.port;
   comm->nonce_ = request.nonce;
   comm->peer_watch_ = PeerWatch::of(request.pid, request.process_space);
+  // The connector's connection to this comm's endpoint is accepted in its progress, which
+  // takes descriptors (ofi_rxm's socket for it): too few left, and the connection would be
+  // dropped by the provider without a word, the ready never coming.  Refused here instead,
+  // as this side's want of resources.
+  if (!descriptors_to_spare(kDescriptorsForAConnection)) {
+    return fail(ncclSystemError, "accept: fewer than %d file descriptors left for the "
+                "connector's connection (RLIMIT_NOFILE)", kDescriptorsForAConnection);
+  }
   // Port 0: everything for the comm goes to its own endpoint (the address below), whose
   // receive buffers are all its own.
   ConnectAccept accept{request.nonce, comm->endpoint_->address(), 0, static_cast<uint32_t>(getpid()),
@@ -115,17 +147,37 @@ ncclResult_t RecvComm::fail_comm(ncclResult_t result, const std::string& reason)
 ncclResult_t RecvComm::poll_accepted(bool* accepted) {
   *accepted = false;
   const ncclResult_t rc = progress();
-  // The accept's send completion and the connector's first messages can come in one batch
-  // (tcp;ofi_rxm posts a send deferred for the connection in one progress call and reports
-  // it in the next): a comm its connector broke at once is failed before it was ever seen
-  // accepted.  Dropping it would leave NCCL's accept waiting for that peer for ever.
+  // The accept left (its send completed): the connector may be about to say ready, or may
+  // already believe itself connected.
+  const bool answered = accept_sent_ && !control_out().busy();
+  // A comm that failed once its accept left, or once its connector spoke, is NCCL's: its
+  // first irecv reports the failure (dropping it would leave NCCL's accept waiting for that
+  // peer for ever).  The connector's first messages can even come in one batch with the
+  // accept's send completion (tcp;ofi_rxm posts a send deferred for the connection in one
+  // progress call and reports it in the next).  Only a comm that failed before either (its
+  // accept could not be sent: the connector went away) is dropped by the listener.
   if (rc != ncclSuccess) {
-    if (!connector_spoke_) return rc;
+    if (!answered && !connector_spoke_) return rc;
     *accepted = true;
     return ncclSuccess;
   }
+  if (answered && !connector_ready_) {
+    // The connector says ready as soon as the accept reaches it (NCCL calls connect until it
+    // returns the comm), so its absence past the deadline means it went away, or its
+    // connection to this comm's endpoint could not be made (this process out of descriptors).
+    if (ready_deadline_ == std::chrono::steady_clock::time_point{}) {
+      ready_deadline_ = std::chrono::steady_clock::now() + std::chrono::milliseconds(ready_timeout_ms_);
+    } else if (std::chrono::steady_clock::now() > ready_deadline_) {
+      fail_comm(ncclRemoteError, "accept: the connector said no ready within " +
+                                     std::to_string(ready_timeout_ms_) +
+                                     " ms of the accept (HMR_NCCL_CONNECT_TIMEOUT, else "
+                                     "HMR_NCCL_WRITE_TIMEOUT); it may have gone away");
+      *accepted = true;
+      return ncclSuccess;
+    }
+  }
   // (The connector's ready: the provider's connection to this comm's endpoint is up.)
-  *accepted = accept_sent_ && !control_out().busy() && connector_ready_;
+  *accepted = answered && connector_ready_;
   return ncclSuccess;
 }
 
@@ -476,7 +528,8 @@ const uint8_t* RecvComm::bytes_of(const EagerPayload& payload) const {
 
 ncclResult_t RecvComm::post_copy(EagerCopy& copy) {
   std::string why;
-  if (self_ == FI_ADDR_UNSPEC && !port().insert(port().address(), &self_, &why)) {
+  if (self_ == FI_ADDR_UNSPEC &&
+      !port().insert(port().address(), &self_, &why, SharedEndpoint::Port::PeerKind::shared_endpoint)) {
     return on_copied(copy, false, why);
   }
   ReceiveRequest& request = *copy.request;
@@ -574,7 +627,9 @@ ncclResult_t RecvComm::irecv(int n, void** data, const size_t* sizes, const int*
   // an announcement that finds no free send buffer goes out with the next progress.
   ReceiveRequest* slot = nullptr;
   for (ReceiveRequest& candidate : receives_) {
-    if (candidate.state == RequestState::idle) {
+    // (Not one whose failed receive still has an eager copy in flight: its end would mark
+    // the new receive's buffer.)
+    if (candidate.state == RequestState::idle && candidate.copying_mask == 0) {
       slot = &candidate;
       break;
     }
@@ -644,7 +699,8 @@ ncclResult_t RecvComm::iflush(int n, void** data, const int* sizes, MemoryHandle
   }
   if (last < 0) return ncclSuccess;  // host memory: nothing to flush, no request
   std::string why;
-  if (self_ == FI_ADDR_UNSPEC && !port().insert(port().address(), &self_, &why)) {
+  if (self_ == FI_ADDR_UNSPEC &&
+      !port().insert(port().address(), &self_, &why, SharedEndpoint::Port::PeerKind::shared_endpoint)) {
     return fail(ncclSystemError, "iflush: %s", why.c_str());
   }
   FlushRequest* slot = nullptr;
@@ -735,7 +791,14 @@ ncclResult_t RecvComm::test(FlushRequest* request, int* done) {
     if (!request->read_posted) request->state = RequestState::idle;
     return failure_result_;
   }
-  if (request->state == RequestState::pending && !request->read_posted) post_flush(*request);
+  if (request->state == RequestState::pending && !request->read_posted) {
+    post_flush(*request);
+    // Still not taken (the provider was busy): its progress, the shared endpoint's, frees
+    // what it lacked, and nothing else of this comm's may be there to call for it.
+    if (request->state == RequestState::pending && !request->read_posted) {
+      if (const ncclResult_t rc = progress_posted(); rc != ncclSuccess) return rc;
+    }
+  }
   if (request->state == RequestState::pending) {
     if (const ncclResult_t rc = progress(); rc != ncclSuccess) {
       if (!request->read_posted) request->state = RequestState::idle;

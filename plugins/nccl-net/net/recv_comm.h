@@ -16,6 +16,7 @@
 #include <rdma/fabric.h>
 
 #include <array>
+#include <chrono>
 #include <list>
 #include <memory>
 #include <optional>
@@ -43,11 +44,12 @@ class RecvComm {
                             std::unique_ptr<RecvComm>* out);
   ~RecvComm();
 
-  // True once the accept has gone out, so the comm can be handed to NCCL; also (and
-  // ncclSuccess) when the comm failed after its connector spoke on it: that connector has the
-  // accept and believes itself connected, so the comm is the caller's and its first irecv
-  // reports the failure.  An error only for a comm that failed before a word from its
-  // connector (one that went away): the listener drops it.
+  // True once the accept has gone out and the connector's ready came, so the comm can be
+  // handed to NCCL; also (and ncclSuccess) when the comm failed after its accept left or its
+  // connector spoke on it (the connector may believe itself connected, so the comm is the
+  // caller's and its first irecv reports the failure), or when no ready came within
+  // HMR_NCCL_CONNECT_TIMEOUT (else HMR_NCCL_WRITE_TIMEOUT) after the accept left.  An error only for a comm that failed
+  // before its accept left (its connector went away): the listener drops it.
   ncclResult_t poll_accepted(bool* accepted);
 
   ncclResult_t irecv(int n, void** data, const size_t* sizes, const int* tags,
@@ -180,6 +182,8 @@ class RecvComm {
   std::vector<uint16_t> free_unexpected_;  // entries of unexpected_ not in use
   size_t bounces_posted_ = 0;  // receive buffers the provider has (the rest are held)
   uint64_t nonce_ = 0;  // the listener's, which the connector's ready repeats
+  int ready_timeout_ms_ = 60000;  // how long the ready may take after the accept left
+  std::chrono::steady_clock::time_point ready_deadline_{};  // set once the accept left
   bool accept_sent_ = false;
   bool connector_ready_ = false;  // its ready came (wire/control_message.h)
   bool connector_spoke_ = false;  // a message or write of the connector's arrived here

@@ -115,7 +115,7 @@ void SharedEndpoint::retire(std::unique_ptr<Tenant> tenant) {
       // (Its peers stay in the address vector until it is freed: removing a peer with an
       // operation towards it in flight did not end the operation on tcp;ofi_rxm 1.17, and
       // fi_av(3) promises nothing of it.)
-      log_info("a closed send comm has %zu operation(s) in flight: kept until they end, and "
+      log_info("a closed comm has %zu operation(s) in flight: kept until they end, and "
                "later comms get another endpoint", port.in_flight());
       std::lock_guard hold(retired_mutex_);
       retired_.push_back(std::move(tenant));
@@ -168,7 +168,7 @@ void SharedEndpoint::detach(Port& port) {
     const auto name = peer_names_.find(address);
     if (name == peer_names_.end()) continue;
     const auto peer = peers_.find(*name->second);
-    if (--peer->second.uses != 0) continue;
+    if (--peer->second.uses != 0 || peer->second.kept) continue;
     // The last comm that used the peer is gone: so is the provider's connection to it.
     if (endpoint_) endpoint_->remove(address);
     peer_names_.erase(name);
@@ -270,7 +270,7 @@ void SharedEndpoint::route_message(const Operation& receive, size_t len) {
   } else {
     // A comm that closed (its peer's last credits or notices may still come).
     if (rationed(unaddressed_)) {
-      log_info("dropped a control message for send comm port %#llx, which is closed (or never "
+      log_info("dropped a control message for comm port %#llx, which is closed (or never "
                "was)", static_cast<unsigned long long>(*port));
     }
   }
@@ -280,7 +280,7 @@ void SharedEndpoint::route_message(const Operation& receive, size_t len) {
 SharedEndpoint::Port::~Port() { shared_->detach(*this); }
 
 bool SharedEndpoint::Port::insert(std::span<const uint8_t> address, fi_addr_t* peer,
-                                  std::string* why) {
+                                  std::string* why, PeerKind kind) {
   std::lock_guard hold(shared_->mutex_);
   std::vector<uint8_t> name(address.begin(), address.end());
   auto known = shared_->peers_.find(name);
@@ -298,6 +298,7 @@ bool SharedEndpoint::Port::insert(std::span<const uint8_t> address, fi_addr_t* p
     }
   }
   ++known->second.uses;
+  if (kind == PeerKind::shared_endpoint) known->second.kept = true;
   peers_.push_back(known->second.address);
   *peer = known->second.address;
   return true;

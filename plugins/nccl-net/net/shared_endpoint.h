@@ -113,8 +113,15 @@ class SharedEndpoint {
     // The endpoint's address: what a peer inserts to reach this port (with the id).
     const std::vector<uint8_t>& address() const { return shared_->address(); }
     const Libfabric& libfabric() const { return shared_->endpoint_->libfabric(); }
+    // Whose address it is: a comm's own endpoint or a listener's (the provider's connection
+    // to it carries only this comm's traffic, and goes with the last port that uses it), or
+    // a shared endpoint (another process's, or this one: its connection also carries what
+    // the comms on that endpoint send here, in the other direction, which no port counts),
+    // kept until the endpoint closes (one per peer process and device).
+    enum class PeerKind : bool { comm, shared_endpoint };
     // A peer's address, inserted once per endpoint however many ports use it.
-    bool insert(std::span<const uint8_t> address, fi_addr_t* peer, std::string* why);
+    bool insert(std::span<const uint8_t> address, fi_addr_t* peer, std::string* why,
+                PeerKind kind = PeerKind::comm);
 
     // As Endpoint's, with the operation stamped with this port and counted in flight.
     ssize_t send(const void* buf, size_t len, void* desc, fi_addr_t peer, Operation* op);
@@ -199,10 +206,13 @@ class SharedEndpoint {
   // messages that named no port, and those that did not fit a receive buffer.
   uint64_t unaddressed_ = 0;
   uint64_t truncated_ = 0;
-  std::atomic<bool> broken_{false};  // a receive buffer was not taken back
+  // A receive buffer was not taken back, or the provider reported a failure naming no
+  // operation: new comms go to another endpoint.
+  std::atomic<bool> broken_{false};
   struct Peer {
     fi_addr_t address = FI_ADDR_UNSPEC;
     size_t uses = 0;
+    bool kept = false;  // a shared endpoint's: not removed when no port uses it
   };
   std::map<std::vector<uint8_t>, Peer> peers_;
   std::unordered_map<fi_addr_t, const std::vector<uint8_t>*> peer_names_;
