@@ -32,19 +32,24 @@ constexpr uint32_t kTestsBeforeLateAnnouncement = 1u << 14;
 // with room to spare).
 constexpr int kDescriptorsForAConnection = 4;
 
-// Whether `count` more descriptors can be opened now (they are opened and closed again).
-bool descriptors_to_spare(int count) {
+static_assert(kDescriptorsForAConnection <= 8, "descriptors_short() opens at most 8");
+
+// 0 when `count` more descriptors can be opened now (they are opened and closed again), else
+// EMFILE (the process's RLIMIT_NOFILE) or ENFILE (the system's table).  Any other failure of
+// the probe says nothing of descriptors: 0.
+int descriptors_short(int count) {
   int opened[8];
   int made = 0;
-  for (; made < count && made < 8; ++made) {
+  int error = 0;
+  for (; made < count; ++made) {
     opened[made] = eventfd(0, EFD_CLOEXEC);
-    if (opened[made] < 0) break;
+    if (opened[made] < 0) {
+      error = errno;
+      break;
+    }
   }
-  const bool enough = made == count;
-  for (int i = 0; i < made && i < 8; ++i) {
-    if (opened[i] >= 0) close(opened[i]);
-  }
-  return enough;
+  for (int i = 0; i < made; ++i) close(opened[i]);
+  return error == EMFILE || error == ENFILE ? error : 0;
 }
 
 }  // namespace
@@ -90,9 +95,11 @@ ncclResult_t RecvComm::start(Device& device, const ConnectRequest& request,
   // takes descriptors (ofi_rxm's socket for it): too few left, and the connection would be
   // dropped by the provider without a word, the ready never coming.  Refused here instead,
   // as this side's want of resources.
-  if (!descriptors_to_spare(kDescriptorsForAConnection)) {
+  if (const int short_of = descriptors_short(kDescriptorsForAConnection)) {
     return fail(ncclSystemError, "accept: fewer than %d file descriptors left for the "
-                "connector's connection (RLIMIT_NOFILE)", kDescriptorsForAConnection);
+                "connector's connection (%s)", kDescriptorsForAConnection,
+                short_of == EMFILE ? "the process's RLIMIT_NOFILE: raise ulimit -n"
+                                   : "the system's file table is full: raise fs.file-max");
   }
   // Port 0: everything for the comm goes to its own endpoint (the address below), whose
   // receive buffers are all its own.
@@ -110,6 +117,8 @@ ncclResult_t RecvComm::start(Device& device, const ConnectRequest& request,
     return fail(ours ? ncclSystemError : ncclRemoteError, "accept: %s", why.c_str());
   }
   comm->accept_sent_ = true;
+  comm->ready_deadline_ =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(comm->ready_timeout_ms_);
   for (size_t i = 0; i < kMaxRequests; ++i) {
     comm->receives_[i].comm = comm.get();
     comm->receives_[i].slot = static_cast<uint8_t>(i);
@@ -147,37 +156,38 @@ ncclResult_t RecvComm::fail_comm(ncclResult_t result, const std::string& reason)
 ncclResult_t RecvComm::poll_accepted(bool* accepted) {
   *accepted = false;
   const ncclResult_t rc = progress();
-  // The accept left (its send completed): the connector may be about to say ready, or may
-  // already believe itself connected.
-  const bool answered = accept_sent_ && !control_out().busy();
-  // A comm that failed once its accept left, or once its connector spoke, is NCCL's: its
-  // first irecv reports the failure (dropping it would leave NCCL's accept waiting for that
-  // peer for ever).  The connector's first messages can even come in one batch with the
-  // accept's send completion (tcp;ofi_rxm posts a send deferred for the connection in one
-  // progress call and reports it in the next).  Only a comm that failed before either (its
-  // accept could not be sent: the connector went away) is dropped by the listener.
+  // A failed comm is NCCL's (its first irecv reports the failure; dropped, it would leave
+  // NCCL's accept waiting for that peer for ever), unless its accept could not be delivered
+  // and nothing came from the connector: that one went away before it heard back, and the
+  // listener drops it and goes on.  (A connector may have the accept and believe itself
+  // connected, or die right after, before this side read the accept's completion: such
+  // comms are handed out.)
   if (rc != ncclSuccess) {
-    if (!answered && !connector_spoke_) return rc;
+    if (accept_undeliverable_) return rc;
     *accepted = true;
     return ncclSuccess;
   }
-  if (answered && !connector_ready_) {
+  if (!connector_ready_) {
     // The connector says ready as soon as the accept reaches it (NCCL calls connect until it
-    // returns the comm), so its absence past the deadline means it went away, or its
-    // connection to this comm's endpoint could not be made (this process out of descriptors).
-    if (ready_deadline_ == std::chrono::steady_clock::time_point{}) {
-      ready_deadline_ = std::chrono::steady_clock::now() + std::chrono::milliseconds(ready_timeout_ms_);
-    } else if (std::chrono::steady_clock::now() > ready_deadline_) {
-      fail_comm(ncclRemoteError, "accept: the connector said no ready within " +
-                                     std::to_string(ready_timeout_ms_) +
-                                     " ms of the accept (HMR_NCCL_CONNECT_TIMEOUT, else "
-                                     "HMR_NCCL_WRITE_TIMEOUT); it may have gone away");
-      *accepted = true;
-      return ncclSuccess;
+    // returns the comm), so its absence past the deadline (from when the accept was posted)
+    // means it went away, or its connection to this comm's endpoint could not be made.  Only
+    // once a call found it past already: what came meanwhile is read by this call's progress.
+    if (std::chrono::steady_clock::now() > ready_deadline_) {
+      if (ready_overdue_) {
+        fail_comm(ncclRemoteError, "accept: the connector said no ready within " +
+                                       std::to_string(ready_timeout_ms_) +
+                                       " ms of the accept (HMR_NCCL_CONNECT_TIMEOUT, else "
+                                       "HMR_NCCL_WRITE_TIMEOUT); it may have gone away");
+        *accepted = true;
+        return ncclSuccess;
+      }
+      ready_overdue_ = true;
     }
+    return ncclSuccess;
   }
-  // (The connector's ready: the provider's connection to this comm's endpoint is up.)
-  *accepted = answered && connector_ready_;
+  // The accept left (its send completed) and the ready came: the provider's connection to
+  // this comm's endpoint is up.
+  *accepted = accept_sent_ && !control_out().busy();
   return ncclSuccess;
 }
 
@@ -287,10 +297,17 @@ ncclResult_t RecvComm::progress_posted() {
         }
         continue;
       }
-      if (op != nullptr && op->kind == OperationKind::control_send) control_out().sent(*op);
+      const bool control = op != nullptr && op->kind == OperationKind::control_send;
+      if (control) control_out().sent(*op);
+      // This side's want of resources (ofi_rxm opens the connection's socket when the first
+      // message goes: a file limit shows then) is not the connector's doing.
+      const bool ours = error.error == FI_EMFILE || error.error == FI_ENOMEM ||
+                        error.error == FI_ENOSPC || error.error == FI_ENOBUFS || error.error == ENFILE;
+      // Before the ready, the one control message out is the accept.
+      if (control && !ours && !connector_ready_ && !connector_spoke_) accept_undeliverable_ = true;
       // (No operation: the shared endpoint's own failure, which says what it is.)
-      return fail_comm(ncclRemoteError,
-                       std::string(op != nullptr ? "a control message to the sender failed: " : "") +
+      return fail_comm(ours ? ncclSystemError : ncclRemoteError,
+                       std::string(control ? "a control message to the sender failed: " : "") +
                            error.reason);
     }
     for (int i = 0; i < n; ++i) {
@@ -634,7 +651,15 @@ ncclResult_t RecvComm::irecv(int n, void** data, const size_t* sizes, const int*
       break;
     }
   }
-  if (slot == nullptr) return ncclSuccess;  // all NCCL_NET_MAX_REQUESTS in use: NCCL retries
+  if (slot == nullptr) {
+    // All NCCL_NET_MAX_REQUESTS in use (NCCL retries), or some idle only until their eager
+    // copies end, which only progress reads: a caller that tests nothing else must not wait
+    // for ever.
+    for (const ReceiveRequest& r : receives_) {
+      if (r.state == RequestState::idle) return progress();
+    }
+    return ncclSuccess;
+  }
   ++slot->generation;  // a late completion for the slot's previous receive cannot match
   slot->count = static_cast<uint8_t>(n);
   slot->done_mask = 0;
@@ -796,7 +821,10 @@ ncclResult_t RecvComm::test(FlushRequest* request, int* done) {
     // Still not taken (the provider was busy): its progress, the shared endpoint's, frees
     // what it lacked, and nothing else of this comm's may be there to call for it.
     if (request->state == RequestState::pending && !request->read_posted) {
-      if (const ncclResult_t rc = progress_posted(); rc != ncclSuccess) return rc;
+      if (const ncclResult_t rc = progress_posted(); rc != ncclSuccess) {
+        request->state = RequestState::idle;  // (never posted: nothing will write into it)
+        return rc;
+      }
     }
   }
   if (request->state == RequestState::pending) {

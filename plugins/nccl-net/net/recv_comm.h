@@ -45,11 +45,11 @@ class RecvComm {
   ~RecvComm();
 
   // True once the accept has gone out and the connector's ready came, so the comm can be
-  // handed to NCCL; also (and ncclSuccess) when the comm failed after its accept left or its
-  // connector spoke on it (the connector may believe itself connected, so the comm is the
-  // caller's and its first irecv reports the failure), or when no ready came within
-  // HMR_NCCL_CONNECT_TIMEOUT (else HMR_NCCL_WRITE_TIMEOUT) after the accept left.  An error only for a comm that failed
-  // before its accept left (its connector went away): the listener drops it.
+  // handed to NCCL; also (and ncclSuccess) when the comm failed (the connector may believe
+  // itself connected, so the comm is the caller's and its first irecv reports the failure),
+  // no ready having come within HMR_NCCL_CONNECT_TIMEOUT (else HMR_NCCL_WRITE_TIMEOUT) of the
+  // accept included.  An error only for a comm whose accept could not be delivered, with no
+  // word from its connector (it went away): the listener drops it.
   ncclResult_t poll_accepted(bool* accepted);
 
   ncclResult_t irecv(int n, void** data, const size_t* sizes, const int* tags,
@@ -183,7 +183,11 @@ class RecvComm {
   size_t bounces_posted_ = 0;  // receive buffers the provider has (the rest are held)
   uint64_t nonce_ = 0;  // the listener's, which the connector's ready repeats
   int ready_timeout_ms_ = 60000;  // how long the ready may take after the accept left
-  std::chrono::steady_clock::time_point ready_deadline_{};  // set once the accept left
+  std::chrono::steady_clock::time_point ready_deadline_{};  // from when the accept was posted
+  bool ready_overdue_ = false;   // a call found the deadline past
+  // The accept's send failed for the connector's reasons, before a word from it: the
+  // listener drops the comm (RecvComm::poll_accepted).
+  bool accept_undeliverable_ = false;
   bool accept_sent_ = false;
   bool connector_ready_ = false;  // its ready came (wire/control_message.h)
   bool connector_spoke_ = false;  // a message or write of the connector's arrived here

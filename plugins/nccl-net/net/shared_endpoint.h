@@ -31,7 +31,7 @@
 // (on tcp the kernel's copy fails with EFAULT, or sends what was mapped there since; on an
 // RDMA NIC the registration's invalidation ends it).  Peer addresses are inserted once per
 // endpoint and removed when the last port using them goes, which closes the provider's
-// connection to the peer.  The endpoint's state is guarded by its mutex.
+// connection to the peer; another shared endpoint's are kept (Port::PeerKind).  The endpoint's state is guarded by its mutex.
 #pragma once
 
 #include <rdma/fabric.h>
@@ -117,7 +117,8 @@ class SharedEndpoint {
     // to it carries only this comm's traffic, and goes with the last port that uses it), or
     // a shared endpoint (another process's, or this one: its connection also carries what
     // the comms on that endpoint send here, in the other direction, which no port counts),
-    // kept until the endpoint closes (one per peer process and device).
+    // kept until the endpoint closes (one per peer endpoint ever seen: a peer's replaces its
+    // own after a stall).
     enum class PeerKind : bool { comm, shared_endpoint };
     // A peer's address, inserted once per endpoint however many ports use it.
     bool insert(std::span<const uint8_t> address, fi_addr_t* peer, std::string* why,
