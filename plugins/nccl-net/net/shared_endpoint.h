@@ -31,7 +31,8 @@
 // (on tcp the kernel's copy fails with EFAULT, or sends what was mapped there since; on an
 // RDMA NIC the registration's invalidation ends it).  Peer addresses are inserted once per
 // endpoint and removed when the last port using them goes, which closes the provider's
-// connection to the peer; another shared endpoint's are kept (Port::PeerKind).  The endpoint's state is guarded by its mutex.
+// connection to the peer; another shared endpoint's are kept (Port::PeerKind).  The
+// endpoint's state is guarded by its mutex.
 #pragma once
 
 #include <rdma/fabric.h>
