@@ -5,6 +5,7 @@
 #include <hmr/hmr.h>
 #include <sys/mman.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstring>
 #include <functional>
@@ -29,6 +30,15 @@ namespace hmr_test {
     const int hmr_rc_ = (call);                                               \
     ASSERT_EQ(hmr_rc_, 0) << #call << ": " << hmr_last_error();               \
   } while (0)
+
+// What a test NIC's registration hands back when it keeps no handle or descriptor: the next
+// key of `next_key`, and 0 (success).
+inline int hand_out_key(hmr_nic_mr* mr, std::atomic<uint64_t>& next_key) {
+  mr->handle = nullptr;
+  mr->desc = nullptr;
+  mr->key = next_key.fetch_add(1);
+  return 0;
+}
 
 // A callback NIC over `context` with key_size 8 and `caps`: `reg` registers by address, and by
 // dma-buf too where `caps` has HMR_NIC_CB_DMABUF.

@@ -33,10 +33,7 @@ int take(SmallNic& nic, hmr_nic_mr* mr, char* reason, size_t reason_size) {
     }
   } while (!nic.held.compare_exchange_weak(now, now + 1));
   if (now + 1 > nic.most_held.load()) nic.most_held.store(now + 1);
-  mr->handle = nullptr;
-  mr->desc = nullptr;
-  mr->key = nic.next_key.fetch_add(1);
-  return 0;
+  return hmr_test::hand_out_key(mr, nic.next_key);
 }
 
 int small_register(void* context, const hmr_nic_reg_request*, hmr_nic_mr* mr, char* reason,
@@ -105,10 +102,7 @@ int hiccup_register(void* context, const hmr_nic_reg_request* request, hmr_nic_m
   } else {
     nic.va_calls.fetch_add(1);
   }
-  mr->handle = nullptr;
-  mr->desc = nullptr;
-  mr->key = nic.next_key.fetch_add(1);
-  return 0;
+  return hmr_test::hand_out_key(mr, nic.next_key);
 }
 
 int hiccup_deregister(void*, const hmr_nic_mr*, char*, size_t) { return 0; }

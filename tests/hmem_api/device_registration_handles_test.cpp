@@ -30,10 +30,7 @@ int null_handle_reg(void* context, const hmr_nic_reg_request* request, hmr_nic_m
   auto& nic = *static_cast<NullHandleNic*>(context);
   nic.registered.push_back(const_cast<void*>(request->addr));
   nic.held.fetch_add(1);
-  mr->handle = nullptr;
-  mr->desc = nullptr;
-  mr->key = nic.next_key.fetch_add(1);
-  return 0;
+  return hmr_test::hand_out_key(mr, nic.next_key);
 }
 
 int null_handle_dereg(void* context, const hmr_nic_mr* mr, char*, size_t) {

@@ -116,7 +116,6 @@ ncclResult_t RecvComm::start(Device& device, const ConnectRequest& request,
                       code == -FI_ENOBUFS || code == -ENFILE;
     return fail(ours ? ncclSystemError : ncclRemoteError, "accept: %s", why.c_str());
   }
-  comm->accept_sent_ = true;
   comm->ready_deadline_ =
       std::chrono::steady_clock::now() + std::chrono::milliseconds(comm->ready_timeout_ms_);
   for (size_t i = 0; i < kMaxRequests; ++i) {
@@ -185,9 +184,9 @@ ncclResult_t RecvComm::poll_accepted(bool* accepted) {
     }
     return ncclSuccess;
   }
-  // The accept left (its send completed) and the ready came: the provider's connection to
-  // this comm's endpoint is up.
-  *accepted = accept_sent_ && !control_out().busy();
+  // The accept left (its send completed; start() posted it) and the ready came: the
+  // provider's connection to this comm's endpoint is up.
+  *accepted = !control_out().busy();
   return ncclSuccess;
 }
 
@@ -229,11 +228,11 @@ ncclResult_t RecvComm::progress_received(size_t* taken) {
     CompletionError error;
     const int n = endpoint_->poll(completions, &error);
     if (n == 0) return ncclSuccess;
-    *taken += static_cast<size_t>(n > 0 ? n : 0);
     if (n < 0) {
       // (Only receives are posted here: one that fails is the connection's end.)
       return fail_comm(ncclRemoteError, "the connection to the sender failed: " + error.reason);
     }
+    *taken += static_cast<size_t>(n);
     for (int i = 0; i < n; ++i) {
       const Completion& c = completions[i];
       if (c.flags & (FI_RECV | FI_REMOTE_CQ_DATA)) connector_spoke_ = true;

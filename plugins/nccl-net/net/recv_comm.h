@@ -188,7 +188,6 @@ class RecvComm {
   // The accept's send failed for the connector's reasons, before a word from it: the
   // listener drops the comm (RecvComm::poll_accepted).
   bool accept_undeliverable_ = false;
-  bool accept_sent_ = false;
   bool connector_ready_ = false;  // its ready came (wire/control_message.h)
   bool connector_spoke_ = false;  // a message or write of the connector's arrived here
   PeerWatch peer_watch_;  // the peer's process, on shm (peer_watch.h)
