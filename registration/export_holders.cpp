@@ -28,7 +28,11 @@ void ExportHolders::remove(NicPressureRelief& holder) {
   const auto found = std::find_if(holders_.begin(), holders_.end(),
                                   [&](const Holder& h) { return h.relief == &holder; });
   if (found == holders_.end()) return;
-  calls_ended_.wait(lock, [&] { return found->calls == 0; });
+  // Calls counted by the parent of a forked child were the parent's threads', which do not
+  // exist here and will never uncount them; no call in this process asks such a holder.
+  if (found->fork_generation == fork_generation()) {
+    calls_ended_.wait(lock, [&] { return found->calls == 0; });
+  }
   holders_.erase(found);
 }
 

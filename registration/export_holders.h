@@ -22,7 +22,8 @@ class ExportHolders {
   static ExportHolders& instance();
 
   void add(NicPressureRelief& holder);
-  // Waits until no giving back runs in `holder` (a domain calls it before its caches go).
+  // Waits until no giving back runs in `holder` (a domain calls it before its caches go); in
+  // a forked child, for none of the parent's (they never end there).
   void remove(NicPressureRelief& holder);
   // Asks the holders other than `except`, each in turn until `count` are given back, for
   // their idle device registrations (NicPressureRelief::release_unused_exports); how many.
