@@ -443,7 +443,7 @@ void RegistrationCache::add_marks(uint64_t (&marks)[kThreadSlots], uint64_t thre
   }
 }
 
-CacheEntry* RegistrationCache::clock_victim() {
+CacheEntry* RegistrationCache::clock_victim(const VictimFilter* wanted) {
   // The hand judges an entry at its first slot.  Three passes at most: two bring any
   // recency to 0, the third finds an unused entry if there is one.
   const size_t capacity = index_.capacity();
@@ -453,6 +453,7 @@ CacheEntry* RegistrationCache::clock_victim() {
     if (first.empty() || first.delta() != 0) continue;
     CacheEntry* entry = first.entry();
     if (entry->references() != 0) continue;
+    if (wanted != nullptr && !(*wanted)(entry->registration())) continue;
     if (!index_.take_recency(first)) return entry;  // no recency left
   }
   return nullptr;
@@ -604,7 +605,7 @@ void RegistrationCache::wait_for_finalizing() const {
   while (finalizing_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
 }
 
-size_t RegistrationCache::release_unused(size_t count) {
+size_t RegistrationCache::release_unused(size_t count, const VictimFilter* wanted) {
   // What memory that went away left registered goes first: it helps nobody.
   wait_for_monitor();
   size_t released = finalize_deferred();
@@ -615,8 +616,8 @@ size_t RegistrationCache::release_unused(size_t count) {
   {
     const std::lock_guard<std::mutex> lock(writer_);
     for (; released < count; ++released) {
-      CacheEntry* victim = clock_victim();
-      if (victim == nullptr) break;  // every entry is in use
+      CacheEntry* victim = clock_victim(wanted);
+      if (victim == nullptr) break;  // every entry (`wanted`) is in use
       retire(victim, retired);
       pressure_evictions_.fetch_add(1, std::memory_order_relaxed);
     }

@@ -29,6 +29,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <mutex>
 
@@ -143,7 +144,13 @@ class RegistrationCache final : public InvalidationSink {
   // Under NIC pressure (registration/nic_pressure.h): deregisters what invalidations left
   // to deregister, then drops up to `count` unused entries, least recently used first (the
   // CLOCK hand of the limits).  How many it dropped or deregistered; 0: nothing idle is left.
-  size_t release_unused(size_t count);
+  size_t release_unused(size_t count) { return release_unused(count, nullptr); }
+  // The same, dropping only unused entries whose registration `wanted` says giving back
+  // helps (a want the NIC's refusal does not name: registration/nic_pressure.h), in CLOCK
+  // order among them; the hand passes the others by and leaves their recency as it was.
+  // `wanted` is called under the cache's writer lock: it must not call back into the cache.
+  using VictimFilter = std::function<bool(const nic::Registration&)>;
+  size_t release_unused(size_t count, const VictimFilter* wanted);
   // Deregisters what monitor events left dead (DeferredReaper's thread calls it).
   // Whether this thread is inside the NIC's deregistration of one of this cache's entries (a
   // callback NIC's dereg calling hmr back): the cache must not be destroyed under it.
@@ -203,7 +210,7 @@ class RegistrationCache final : public InvalidationSink {
                                           bool may_cache, std::optional<uint64_t> since);
   bool invalidated_since(uint64_t sequence, uintptr_t start, uintptr_t end) const;
   bool make_room(uint64_t bytes, Retired& retired);
-  CacheEntry* clock_victim();
+  CacheEntry* clock_victim(const VictimFilter* wanted = nullptr);
   // A hit served by `slot` (read as `word` and `meta` in `table`) for thread `thread_id`,
   // whose request's key has the slot's exact tag `exact`: a reference counted in the thread's
   // own table, kept only if the slot still files the entry once the count is visible.  Fills

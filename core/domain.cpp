@@ -390,9 +390,17 @@ size_t Domain::CachePressureRelief::release_unused(size_t count) {
   return released;
 }
 
-size_t Domain::CachePressureRelief::release_unused_exports(size_t count) {
+size_t Domain::CachePressureRelief::release_unused_exports(size_t count, ExportRelief which) {
   // Only device registrations hold exports; the host cache's entries would go for nothing.
-  return domain_.device_cache_ ? domain_.device_cache_->release_unused(count) : 0;
+  if (!domain_.device_cache_) return 0;
+  DeviceCacheBackend& backend = domain_.device_backend_;
+  const RegistrationCache::VictimFilter wanted = [&backend, which](const nic::Registration& r) {
+    const DeviceCacheBackend::ExportHolding holding = backend.export_holding(r);
+    return which == ExportRelief::sole_holders
+               ? holding == DeviceCacheBackend::ExportHolding::sole
+               : holding != DeviceCacheBackend::ExportHolding::none;
+  };
+  return domain_.device_cache_->release_unused(count, &wanted);
 }
 
 Domain::~Domain() {

@@ -169,6 +169,14 @@ void DeviceCacheBackend::deregister(nic::Registration& registration, uintptr_t /
   (void)registrar_.deregister_memory(registration);  // logged there
 }
 
+DeviceCacheBackend::ExportHolding DeviceCacheBackend::export_holding(
+    const nic::Registration& registration) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto found = holds_.find(registration.handle);
+  if (found == holds_.end() || !found->second.dmabuf) return ExportHolding::none;
+  return found->second.dmabuf.use_count() == 1 ? ExportHolding::sole : ExportHolding::shared;
+}
+
 std::optional<DeviceCacheBackend::ExportView> DeviceCacheBackend::view(
     const nic::Registration& registration) {
   std::lock_guard<std::mutex> lock(mutex_);

@@ -57,6 +57,13 @@ class DeviceCacheBackend final : public CacheBackend {
   };
   std::optional<ExportView> view(const nic::Registration& registration);
 
+  // Whether a cached registration holds a dma-buf export, and whether alone: what giving it
+  // back does for the file descriptor table (ExportRelief).  "Alone" counts every holder of
+  // the export in the process (other entries, other domains, a registration in progress), a
+  // moment's answer that only orders the giving back.
+  enum class ExportHolding { none, sole, shared };
+  ExportHolding export_holding(const nic::Registration& registration);
+
  private:
   NicRegistrar& registrar_;
   std::mutex mutex_;  // holds_ only; never held across a NIC or driver call

@@ -36,7 +36,8 @@ void ExportHolders::remove(NicPressureRelief& holder) {
   holders_.erase(found);
 }
 
-size_t ExportHolders::release_unused_elsewhere(size_t count, const NicPressureRelief* except) {
+size_t ExportHolders::release_unused_elsewhere(size_t count, const NicPressureRelief* except,
+                                               ExportRelief which) {
   // The holders to ask, each counted as in use so that none goes meanwhile.
   std::vector<std::list<Holder>::iterator> asked;
   {
@@ -59,7 +60,7 @@ size_t ExportHolders::release_unused_elsewhere(size_t count, const NicPressureRe
   } uncount{*this, asked};
   size_t released = 0;
   for (auto it : asked) {
-    if (released < count) released += it->relief->release_unused_exports(count - released);
+    if (released < count) released += it->relief->release_unused_exports(count - released, which);
   }
   return released;
 }

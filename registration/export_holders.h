@@ -26,10 +26,12 @@ class ExportHolders {
   // a forked child, for none of the parent's (they never end there).
   void remove(NicPressureRelief& holder);
   // Asks the holders other than `except`, each in turn until `count` are given back, for
-  // their idle device registrations (NicPressureRelief::release_unused_exports); how many.
+  // their idle device registrations `which` names (NicPressureRelief::release_unused_exports);
+  // how many.
   // Holders listed by the parent of a forked child are not asked in the child (their NIC is
   // the parent's).  No lock is held while a holder gives back.
-  size_t release_unused_elsewhere(size_t count, const NicPressureRelief* except);
+  size_t release_unused_elsewhere(size_t count, const NicPressureRelief* except,
+                                  ExportRelief which);
 
   // Its lock, held across fork() (util/fork_held_lock.h).
   static std::mutex& fork_lock() { return instance().mutex_; }

@@ -12,15 +12,23 @@
 
 namespace hmr::core {
 
+// Which idle device registrations a want of file descriptors gives back.  Each dma-buf
+// registration holds its allocation's export, shared by every registration of that
+// allocation in any domain (hmem/dmabuf_share.h), and the export's fd closes only with its
+// last holder: so first the registrations that hold an export alone (each gives back an fd),
+// then any that hold one (a shared export closes once all of its idle holders went).  A host
+// shadow or peer-direct registration holds no fd and is never given back for one.
+enum class ExportRelief { sole_holders, any_holders };
+
 class NicPressureRelief {
  public:
   // Deregisters up to `count` registrations no MR uses, least recently used first, and any
   // whose memory was freed; how many it gave back (0: nothing idle is left).
   virtual size_t release_unused(size_t count) = 0;
-  // Deregisters up to `count` idle device registrations (the device cache's), whose holds keep
-  // their allocations' dma-buf exports open, a file descriptor each: for an export refused
-  // for want of descriptors.  How many it gave back.
-  virtual size_t release_unused_exports(size_t count) = 0;
+  // Deregisters up to `count` idle device registrations (the device cache's) that hold their
+  // allocations' dma-buf exports open, as `which` says: for an export refused for want of
+  // descriptors.  How many it gave back.
+  virtual size_t release_unused_exports(size_t count, ExportRelief which) = 0;
 
  protected:
   ~NicPressureRelief() = default;

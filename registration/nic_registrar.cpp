@@ -140,9 +140,12 @@ bool NicRegistrar::give_back(size_t* released, const std::atomic<uint64_t>& gene
 }
 
 size_t NicRegistrar::give_back_exports(size_t count) {
-  const size_t given = relief_ != nullptr ? relief_->release_unused_exports(count) : 0;
-  if (given != 0) return given;
-  return ExportHolders::instance().release_unused_elsewhere(count, relief_);
+  for (const ExportRelief which : {ExportRelief::sole_holders, ExportRelief::any_holders}) {
+    size_t given = relief_ != nullptr ? relief_->release_unused_exports(count, which) : 0;
+    if (given == 0) given = ExportHolders::instance().release_unused_elsewhere(count, relief_, which);
+    if (given != 0) return given;
+  }
+  return 0;
 }
 
 Status NicRegistrar::refusal(const Status& cause, size_t released) {

@@ -60,8 +60,9 @@ class NicRegistrar final : public CacheBackend {
 
   // Gives back up to `count` idle device registrations, which keep dma-buf exports (file
   // descriptors) open: for an export the driver could not make with the process's table full
-  // (registration/device_registration.cpp).  This domain's first; with none idle here, other
-  // domains' (registration/export_holders.h: exports are shared by every domain).  How many.
+  // (registration/device_registration.cpp).  Those holding an export alone first, then any
+  // holding one (ExportRelief); of each kind this domain's first, then other domains'
+  // (registration/export_holders.h: exports are shared by every domain).  How many.
   size_t give_back_exports(size_t count);
 
   // The NIC request for `segments` under the domain's addressing rules.

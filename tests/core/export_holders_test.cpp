@@ -20,7 +20,7 @@ namespace {
 class BlockingHolder final : public hmr::core::NicPressureRelief {
  public:
   size_t release_unused(size_t) override { return 0; }
-  size_t release_unused_exports(size_t count) override {
+  size_t release_unused_exports(size_t count, hmr::core::ExportRelief) override {
     entered.store(true);
     while (!let_go.load()) std::this_thread::yield();
     return count;
@@ -34,7 +34,7 @@ TEST(ExportHolders, AForkedChildRemovesAHolderTheParentWasAskingWithoutWaiting) 
   BlockingHolder holder;
   holders.add(holder);
   size_t released = 0;
-  std::thread asking([&] { released = holders.release_unused_elsewhere(3, nullptr); });
+  std::thread asking([&] { released = holders.release_unused_elsewhere(3, nullptr, hmr::core::ExportRelief::any_holders); });
   while (!holder.entered.load()) std::this_thread::yield();
 
   const pid_t child = fork();
@@ -61,7 +61,7 @@ TEST(ExportHolders, RemoveWaitsForACallRunningInTheHolder) {
   auto& holders = hmr::core::ExportHolders::instance();
   BlockingHolder holder;
   holders.add(holder);
-  std::thread asking([&] { holders.release_unused_elsewhere(1, nullptr); });
+  std::thread asking([&] { holders.release_unused_elsewhere(1, nullptr, hmr::core::ExportRelief::any_holders); });
   while (!holder.entered.load()) std::this_thread::yield();
   std::atomic<bool> removed{false};
   std::thread removing([&] {
