@@ -453,7 +453,7 @@ CacheEntry* RegistrationCache::clock_victim(const VictimFilter* wanted) {
     if (first.empty() || first.delta() != 0) continue;
     CacheEntry* entry = first.entry();
     if (entry->references() != 0) continue;
-    if (wanted != nullptr && !(*wanted)(entry->registration())) continue;
+    if (wanted != nullptr && !(*wanted)(*entry)) continue;
     if (!index_.take_recency(first)) return entry;  // no recency left
   }
   return nullptr;
@@ -608,7 +608,9 @@ void RegistrationCache::wait_for_finalizing() const {
 size_t RegistrationCache::release_unused(size_t count, const VictimFilter* wanted) {
   // What memory that went away left registered goes first: it helps nobody.
   wait_for_monitor();
-  size_t released = finalize_deferred();
+  const size_t deferred = finalize_deferred();
+  // (A filtered call counts only what it chose: those may be of any kind.)
+  size_t released = wanted == nullptr ? deferred : 0;
   wait_for_finalizing();  // (its deregistrations lower the NIC's accounts too)
   sweep_held();
   if (released >= count) return released;
@@ -625,7 +627,7 @@ size_t RegistrationCache::release_unused(size_t count, const VictimFilter* wante
   // Deregistered here, with the mutex released; an entry a thread still counts stays
   // registered until that thread's put() (it was not idle after all) but leaves the cache.
   finish(retired);
-  if (released != 0 || finalizing_here != nullptr) return released;
+  if (released != 0 || finalizing_here != nullptr || wanted != nullptr) return released;
   // Nothing idle is left here, but what another thread let go may be on its way out (a flush,
   // an invalidation or an eviction between retire() and finish(); the put() that dropped the
   // last reference of an entry retired under it): those give their resources back without

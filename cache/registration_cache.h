@@ -145,11 +145,14 @@ class RegistrationCache final : public InvalidationSink {
   // to deregister, then drops up to `count` unused entries, least recently used first (the
   // CLOCK hand of the limits).  How many it dropped or deregistered; 0: nothing idle is left.
   size_t release_unused(size_t count) { return release_unused(count, nullptr); }
-  // The same, dropping only unused entries whose registration `wanted` says giving back
-  // helps (a want the NIC's refusal does not name: registration/nic_pressure.h), in CLOCK
-  // order among them; the hand passes the others by and leaves their recency as it was.
-  // `wanted` is called under the cache's writer lock: it must not call back into the cache.
-  using VictimFilter = std::function<bool(const nic::Registration&)>;
+  // The same, dropping only unused entries that `wanted` says giving back helps (a want the
+  // NIC's refusal does not name: registration/nic_pressure.h), in CLOCK order among them; the
+  // hand passes the others by and leaves their recency as it was.  How many of those it
+  // dropped: what invalidations left is deregistered first as always, but not counted, and
+  // what others have in transit not waited for (it may be of any kind).  `wanted` is called
+  // under the cache's writer lock, for each unused entry the hand meets: it must be cheap and
+  // must not call back into the cache.
+  using VictimFilter = std::function<bool(const CacheEntry&)>;
   size_t release_unused(size_t count, const VictimFilter* wanted);
   // Deregisters what monitor events left dead (DeferredReaper's thread calls it).
   // Whether this thread is inside the NIC's deregistration of one of this cache's entries (a

@@ -394,8 +394,10 @@ size_t Domain::CachePressureRelief::release_unused_exports(size_t count, ExportR
   // Only device registrations hold exports; the host cache's entries would go for nothing.
   if (!domain_.device_cache_) return 0;
   DeviceCacheBackend& backend = domain_.device_backend_;
-  const RegistrationCache::VictimFilter wanted = [&backend, which](const nic::Registration& r) {
-    const DeviceCacheBackend::ExportHolding holding = backend.export_holding(r);
+  const RegistrationCache::VictimFilter wanted = [&backend, which](const CacheEntry& entry) {
+    // (The key says the export mode without a lock; only dma-buf entries hold an export.)
+    if (static_cast<ExportMode>(entry.key.export_mode) != ExportMode::dmabuf) return false;
+    const DeviceCacheBackend::ExportHolding holding = backend.export_holding(entry.registration());
     return which == ExportRelief::sole_holders
                ? holding == DeviceCacheBackend::ExportHolding::sole
                : holding != DeviceCacheBackend::ExportHolding::none;

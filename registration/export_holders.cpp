@@ -1,6 +1,9 @@
 #include "registration/export_holders.h"
 
+#include <pthread.h>
+
 #include <algorithm>
+#include <new>
 #include <vector>
 
 #include "util/fork_generation.h"
@@ -16,6 +19,17 @@ ExportHolders& ExportHolders::instance() {
 namespace {
 [[maybe_unused]] const bool fork_handlers_registered =
     hold_lock_across_fork<&ExportHolders::fork_lock>();
+}  // namespace
+
+// A parent's thread may have been waiting in remove() at the fork: the child's copy of the
+// condition variable would count a waiter that is not there, and glibc's notify may then wait
+// for it for ever.  The child starts with a new one (nobody in the child waits on it yet).
+void ExportHolders::renew_after_fork_in_child() {
+  new (&instance().calls_ended_) std::condition_variable();
+}
+namespace {
+[[maybe_unused]] const bool renewed_in_child =
+    pthread_atfork(nullptr, nullptr, &ExportHolders::renew_after_fork_in_child) == 0;
 }  // namespace
 
 void ExportHolders::add(NicPressureRelief& holder) {

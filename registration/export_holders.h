@@ -35,6 +35,8 @@ class ExportHolders {
 
   // Its lock, held across fork() (util/fork_held_lock.h).
   static std::mutex& fork_lock() { return instance().mutex_; }
+  // In a forked child (pthread_atfork): its condition variable made anew.
+  static void renew_after_fork_in_child();
 
  private:
   struct Holder {

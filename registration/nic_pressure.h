@@ -16,7 +16,8 @@ namespace hmr::core {
 // registration holds its allocation's export, shared by every registration of that
 // allocation in any domain (hmem/dmabuf_share.h), and the export's fd closes only with its
 // last holder: so first the registrations that hold an export alone (each gives back an fd),
-// then any that hold one (a shared export closes once all of its idle holders went).  A host
+// then any that hold one (a shared export closes once all of its holders, open MRs included,
+// are gone; so some of these may give back nothing).  A host
 // shadow or peer-direct registration holds no fd and is never given back for one.
 enum class ExportRelief { sole_holders, any_holders };
 

@@ -38,7 +38,12 @@ TEST(ExportHolders, AForkedChildRemovesAHolderTheParentWasAskingWithoutWaiting) 
   while (!holder.entered.load()) std::this_thread::yield();
 
   const pid_t child = fork();
-  ASSERT_GE(child, 0);
+  if (child < 0) {
+    holder.let_go.store(true);
+    asking.join();
+    holders.remove(holder);
+    FAIL() << "fork failed";
+  }
   if (child == 0) {
     alarm(10);  // a hang is the failure
     holders.remove(holder);
@@ -63,14 +68,17 @@ TEST(ExportHolders, RemoveWaitsForACallRunningInTheHolder) {
   holders.add(holder);
   std::thread asking([&] { holders.release_unused_elsewhere(1, nullptr, hmr::core::ExportRelief::any_holders); });
   while (!holder.entered.load()) std::this_thread::yield();
+  std::atomic<bool> removing_started{false};
   std::atomic<bool> removed{false};
   std::thread removing([&] {
+    removing_started.store(true);
     holders.remove(holder);
     removed.store(true);
   });
-  // remove() cannot return while the call runs: it is let go only after this check, so a
-  // remove() that did not wait would have set `removed` before (or never be caught: the
-  // order is what the check proves, not a time).
+  while (!removing_started.load()) std::this_thread::yield();
+  // The call runs until it is let go below, so `removed` must still be false here whatever
+  // the timing: this cannot fail wrongly.  A remove() that did not wait would most likely
+  // have returned within these yields, but could be missed (this catches, it cannot prove).
   for (int i = 0; i < 1000; ++i) std::this_thread::yield();
   EXPECT_FALSE(removed.load());
   holder.let_go.store(true);

@@ -210,9 +210,9 @@ TEST(DeviceDescriptorPressure, PeerDirectIsStillTriedWhenNoExportCanBeMade) {
 
 // Registrations of parts of one allocation share its export: giving back one of them frees
 // no descriptor while the others stay.  So for a want of descriptors the idle registrations
-// that hold an export alone go first, one at a time as needed, before any of the many that
-// share one: here one such registration goes for the new export, and the sixteen parts of the
-// pool stay cached (before, eight went at a time in CLOCK order, whoever held what).
+// that hold an export alone go first (up to 8 a try), before any of the many that share one:
+// here the one such registration goes for the new export, and the sixteen parts of the pool
+// stay cached (before, eight went at a time in CLOCK order, whoever held what).
 TEST(DeviceDescriptorPressure, ARegistrationHoldingAnExportAloneGoesBeforeSharedOnes) {
   ImportingNic nic;
   hmr_nic_callbacks callbacks =

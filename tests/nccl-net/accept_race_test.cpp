@@ -40,6 +40,7 @@
 #include "net/log.h"
 #include "net/operation.h"
 #include "net/recv_comm.h"
+#include "net/send_comm.h"
 #include "net/settings.h"
 #include "wire/control_message.h"
 #include "wire/eager_data.h"
@@ -58,6 +59,10 @@ struct RecvCommProbe {
     EXPECT_EQ(comm.endpoint_->poll(std::span<Completion>(), &error), 0) << error.reason;
     EXPECT_EQ(comm.port().poll(std::span<Completion>(), &error), 0) << error.reason;
   }
+};
+
+struct SendCommProbe {
+  static bool request_left(SendComm& comm) { return !comm.control().busy(); }
 };
 
 struct ListenCommProbe {
@@ -230,7 +235,9 @@ TEST_F(AcceptRace, ACommBrokenBeforeAcceptLooksAtItIsHandedOutAndFailsWithTheRea
 // comm's endpoint (0), then ofi_rxm's socket for the connection, opened when the accept is
 // sent (about 8; it was still dropped there), then none (the comm is handed out).  The limit
 // holds only inside accept(); the connector (in this process, standing for another host)
-// progresses with descriptors to spare.
+// progresses with descriptors to spare.  When accept fails, the connector has been told why
+// (a connect_refused naming the listener's nonce and its reason), so its connect fails too
+// instead of waiting for an accept.
 enum class AcceptOutcome { failed, handed_out, silent };
 
 class AcceptWithFewDescriptors : public AcceptRace, public ::testing::WithParamInterface<int> {
@@ -278,18 +285,40 @@ class AcceptWithFewDescriptors : public AcceptRace, public ::testing::WithParamI
     lowered.rlim_cur = static_cast<rlim_t>(lowest_free + spare);
     std::unique_ptr<RecvComm> recv;
     ncclResult_t rc = ncclSuccess;
+    std::optional<ConnectRefused> refused;
+    auto take_connector_message = [&] {
+      auto bytes = poll_connector(c);
+      if (!bytes) return;
+      say_ready(c, *bytes, handle->nonce);
+      auto message = decode_control_message(*bytes, &why);
+      if (message && std::holds_alternative<ConnectRefused>(*message)) {
+        EXPECT_FALSE(refused) << "refused twice";
+        refused = std::get<ConnectRefused>(*message);
+      }
+    };
     // (A comm handed out takes the connection's round trips: tens of milliseconds here.)
     const auto answer_deadline = Clock::now() + std::chrono::seconds(10);
     while (rc == ncclSuccess && !recv && Clock::now() < answer_deadline) {
       EXPECT_EQ(setrlimit(RLIMIT_NOFILE, &lowered), 0);
       rc = listener->accept(&recv);
       EXPECT_EQ(setrlimit(RLIMIT_NOFILE, &before), 0);
-      if (auto bytes = poll_connector(c)) say_ready(c, *bytes, handle->nonce);
+      take_connector_message();
     }
     const AcceptOutcome outcome = rc != ncclSuccess ? AcceptOutcome::failed
                                   : recv             ? AcceptOutcome::handed_out
                                                      : AcceptOutcome::silent;
     EXPECT_TRUE(rc == ncclSuccess || rc == ncclSystemError) << rc;
+    if (outcome == AcceptOutcome::failed) {
+      // accept() failed once the refusal's send completed: it is on its way or here.
+      while (!refused && Clock::now() < answer_deadline) take_connector_message();
+      EXPECT_TRUE(refused) << "the connector was not told";
+      if (refused) {
+        EXPECT_EQ(refused->nonce, handle->nonce);
+        EXPECT_EQ(refused->reason.rfind("accept: ", 0), 0u) << refused->reason;
+      }
+    } else {
+      EXPECT_FALSE(refused) << "refused, yet " << (recv ? "handed out" : "silent");
+    }
     recv.reset();
     listener.reset();
     c.control.reset();
@@ -315,6 +344,62 @@ TEST_P(AcceptWithFewDescriptors, ARequestTheListenerCannotAnswerFailsAccept) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Spare, AcceptWithFewDescriptors, ::testing::Range(0, 48));
+
+// The same through the plugin's own send comm: a listener with no descriptor left fails its
+// accept, and the connector's connect fails with the listener's reason (by default it has no
+// deadline, and waited for an accept that never came).
+TEST_F(AcceptRace, ARefusedConnectFailsTheConnectorWithTheListenersReason) {
+  warnings.clear();
+  std::string why;
+  std::array<uint8_t, kHandleSize> handle_bytes{};
+  std::unique_ptr<ListenComm> listener;
+  ASSERT_EQ(ListenComm::open(*device, handle_bytes, &listener), ncclSuccess);
+  auto handle = decode_listen_handle(handle_bytes, &why);
+  ASSERT_TRUE(handle) << why;
+  std::unique_ptr<SendComm> send;
+  ASSERT_EQ(SendComm::start(*device, *handle, &send), ncclSuccess);
+  // The request reaches the listener's queue while descriptors are there for the provider to
+  // take the connection with (as in accept_with_descriptors_left).
+  bool connected_comm = false;
+  const auto deadline = Clock::now() + std::chrono::seconds(20);
+  while (!SendCommProbe::request_left(*send) && Clock::now() < deadline) {
+    ListenCommProbe::progress_without_taking(*listener);
+    ASSERT_EQ(send->poll_connected(&connected_comm), ncclSuccess);
+  }
+  ASSERT_TRUE(SendCommProbe::request_left(*send)) << "the connect request never left";
+  for (int round = 0; round < 200; ++round) {
+    ListenCommProbe::progress_without_taking(*listener);
+    ASSERT_EQ(send->poll_connected(&connected_comm), ncclSuccess);
+  }
+
+  rlimit before{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &before), 0);
+  const int lowest_free = dup(0);
+  ASSERT_GE(lowest_free, 0);
+  close(lowest_free);
+  rlimit lowered = before;
+  lowered.rlim_cur = static_cast<rlim_t>(lowest_free);  // none to spare inside accept()
+  std::unique_ptr<RecvComm> recv;
+  ncclResult_t accepted = ncclSuccess, connected = ncclSuccess;
+  while ((accepted == ncclSuccess || connected == ncclSuccess) && Clock::now() < deadline) {
+    if (accepted == ncclSuccess) {
+      ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &lowered), 0);
+      accepted = listener->accept(&recv);
+      ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &before), 0);
+      ASSERT_FALSE(recv) << "handed out a comm with no descriptor to spare";
+    }
+    if (connected == ncclSuccess) {
+      connected = send->poll_connected(&connected_comm);
+      ASSERT_FALSE(connected_comm);
+    }
+  }
+  EXPECT_EQ(accepted, ncclSystemError);
+  EXPECT_EQ(connected, ncclRemoteError) << "the connector was never told";
+  EXPECT_TRUE(warned("the listener could not make the connection for want of its own resources, "
+                     "and said: \"accept: "));
+  send.reset();
+  listener.reset();
+}
 
 }  // namespace
 }  // namespace hmr::nccl

@@ -61,7 +61,9 @@ std::vector<std::vector<uint8_t>> valid_messages() {
           encode(SendFailure{0, 0, 0, SendFailureReason::write_failed, 0}),
           encode(credit),
           encode(EagerFailure{-7, 0xffffffffu, EagerFailureReason::send_failed, kMaxEagerSize}),
-          encode(ConnectReady{0x8877665544332211ull})};
+          encode(ConnectReady{0x8877665544332211ull}),
+          encode(ConnectRefused{0x8877665544332212ull, std::string(kMaxRefusalReason, '~')}),
+          encode(ConnectRefused{3, ""})};
 }
 
 void expect_invariants(const std::vector<uint8_t>& bytes, const std::string& what) {
@@ -185,6 +187,18 @@ TEST(ControlMessage, TheHeaderNamesThePortAndConnectionsTheirOwn) {
   EXPECT_EQ(std::get<ConnectAccept>(*decoded).port, 0xa0b0c0d0e0f00011ull);
 }
 
+TEST(ControlMessage, ARefusalsReasonIsMadePrintableAndCut) {
+  const std::string sent = std::string("no fd\x01\n\xff left ") + std::string(2 * kMaxRefusalReason, 'z');
+  std::string why;
+  auto decoded = decode_control_message(encode(ConnectRefused{42, sent}), &why);
+  ASSERT_TRUE(decoded) << why;
+  const std::string& reason = std::get<ConnectRefused>(*decoded).reason;
+  EXPECT_EQ(reason.size(), kMaxRefusalReason);
+  EXPECT_EQ(reason.substr(0, 14), "no fd??? left ");
+  EXPECT_EQ(refusal_reason(sent), reason);
+  EXPECT_EQ(std::get<ConnectRefused>(*decoded).nonce, 42u);
+}
+
 TEST(ControlMessage, FieldsOutOfRangeAreRefusedWithTheirName) {
   struct Case {
     std::vector<uint8_t> bytes;
@@ -218,6 +232,14 @@ TEST(ControlMessage, FieldsOutOfRangeAreRefusedWithTheirName) {
   eager_reason[24] = 2;  // the reason's low byte (after tag and ordinal)
   EagerFailure eager_size;
   eager_size.size = kMaxEagerSize + 1;
+  // A refusal's reason is printed by the connector: a control byte, or one more than the
+  // limit, refuses the message (encode itself never writes either: refusal_reason()).
+  auto unprintable_reason = encode(ConnectRefused{1, "out of fds"});
+  unprintable_reason.back() = '\n';
+  auto long_reason = encode(ConnectRefused{1, std::string(kMaxRefusalReason, 'a')});
+  long_reason[24] = static_cast<uint8_t>(kMaxRefusalReason + 1);  // the length's low byte
+  long_reason[25] = static_cast<uint8_t>((kMaxRefusalReason + 1) >> 8);
+  long_reason.push_back('a');
   const std::vector<Case> cases = {
       {with(slot), "slot"},
       {with(too_big), "buffer size"},
@@ -235,6 +257,9 @@ TEST(ControlMessage, FieldsOutOfRangeAreRefusedWithTheirName) {
       {eager_reason, "reason"},
       {encode(eager_size), "size"},
       {encode(ConnectReady{0}), "nonce"},
+      {encode(ConnectRefused{0, "x"}), "nonce"},
+      {unprintable_reason, "printable"},
+      {long_reason, "allowed"},
   };
   for (const Case& c : cases) {
     std::string why;

@@ -3,9 +3,15 @@
 // Requests that do not carry the nonce (another handle, a stale connection, random bytes), and
 // connectors whose address is unusable, are logged and dropped, and the listener keeps
 // listening; a request this side cannot answer (no endpoint or registration left: a file or
-// memlock limit) fails accept(), or both ranks would wait for ever.
+// memlock limit) fails accept(), or both ranks would wait for ever, and the connector is told
+// why (a connect_refused from the listening endpoint, over the provider's connection the
+// request came by where the provider can tell it is that connector's), so its connect fails
+// too, with the reason, instead of waiting for an accept (by default without a deadline);
+// later requests are refused as well.  accept() returns that failure once the
+// refusal's send completed, or after kRefusalDrainTime.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <span>
 #include <string>
@@ -32,9 +38,14 @@ class ListenComm {
 
  private:
   explicit ListenComm(Device& device) : device_(&device) {}
-  // ncclSuccess for a message answered or dropped; the error of a request this side could
-  // not answer.
-  ncclResult_t on_message(std::span<const uint8_t> bytes);
+  // Answers, refuses or drops one message; a request this side cannot answer leaves the
+  // failure for accept() to return (failure_), and every later request is refused too.
+  void on_message(std::span<const uint8_t> bytes);
+  // Tells the connector of `request` that this side could not answer, and why (best effort:
+  // what cannot be sent is logged).
+  void refuse(const ConnectRequest& request, const std::string& reason);
+  // What accept() returns once a refusal went out: ncclSuccess while none is due.
+  ncclResult_t due_failure();
   // Tests that drive the listener's provider without taking what arrives
   // (tests/nccl-net/accept_race_test.cpp).
   friend struct ListenCommProbe;
@@ -44,6 +55,11 @@ class ListenComm {
   std::unique_ptr<Endpoint> endpoint_;
   std::unique_ptr<ControlChannel> control_;
   std::vector<std::unique_ptr<RecvComm>> accepting_;  // accept sent, not yet handed out
+  // The first request this side could not answer: accept()'s result once the refusal left.
+  ncclResult_t failure_ = ncclSuccess;
+  std::string failure_reason_;  // what start() logged for it: the connectors are told
+  std::chrono::steady_clock::time_point failure_due_{};
+  int refusals_ = 0;            // sent (kMaxRefusals at most)
 };
 
 }  // namespace hmr::nccl

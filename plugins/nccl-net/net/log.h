@@ -14,5 +14,10 @@ void log_warn(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 
 // Logs a warning and returns `result`, so a failure is one line: return fail(code, "...", ...).
 ncclResult_t fail(ncclResult_t result, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+// The text of this thread's last fail() ("" before any): what a listener that cannot answer a
+// connect request tells the connector (ListenComm).  Copy it before the next fail() (never
+// pass it to fail() itself: the buffer would be formatted over its own argument).
+const char* last_failure();
+void forget_last_failure();
 
 }  // namespace hmr::nccl

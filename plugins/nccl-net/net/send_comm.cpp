@@ -182,6 +182,16 @@ ncclResult_t SendComm::on_message(std::span<const uint8_t> bytes) {
              static_cast<unsigned long long>(nonce_), eager_max_);
     return ncclSuccess;
   }
+  if (auto* refused = std::get_if<ConnectRefused>(&*message)) {
+    if (connected_ || refused->nonce != nonce_) {
+      log_warn("connect: ignored a refusal for another connection (nonce %#llx)",
+               static_cast<unsigned long long>(refused->nonce));
+      return ncclSuccess;
+    }
+    return fail_comm(ncclRemoteError, "connect: the listener could not make the connection "
+                                      "for want of its own resources, and said: \"" +
+                                          refused->reason + "\"");
+  }
   if (auto* announcement = std::get_if<ReceiveAnnouncement>(&*message)) return on_announcement(*announcement);
   if (auto* credit = std::get_if<EagerCredit>(&*message)) return on_credit(*credit);
   return fail_comm(ncclRemoteError, "the receiver sent a message a send comm never expects");

@@ -50,6 +50,8 @@ class SendComm {
   Device& device() const { return *device_; }
 
  private:
+  // Tests that wait for the connect request to leave (tests/nccl-net/accept_race_test.cpp).
+  friend struct SendCommProbe;
   struct Announcement {
     ReceiveAnnouncement message;
     uint8_t used_mask = 0;  // buffers filled (by RMA, eagerly, or refused)

@@ -59,6 +59,10 @@ void write_body(wire::ByteWriter& w, const EagerFailure& m) {
 }
 
 void write_body(wire::ByteWriter& w, const ConnectReady& m) { w.u64(m.nonce); }
+void write_body(wire::ByteWriter& w, const ConnectRefused& m) {
+  w.u64(m.nonce);
+  w.str(refusal_reason(m.reason));  // (what decode accepts, whoever filled it)
+}
 
 template <typename Connection>
 Connection read_connection(wire::ByteReader& r) {
@@ -154,6 +158,14 @@ ConnectReady read_ready(wire::ByteReader& r) {
   return m;
 }
 
+ConnectRefused read_refused(wire::ByteReader& r) {
+  ConnectRefused m;
+  m.nonce = r.u64("nonce");
+  m.reason = r.name("reason", kMaxRefusalReason);
+  if (m.nonce == 0) r.fail("nonce", "is 0");
+  return m;
+}
+
 }  // namespace
 
 namespace {
@@ -205,6 +217,7 @@ std::optional<ControlMessage> decode_control_message(std::span<const uint8_t> by
     case 5: message = read_credit(r); break;
     case 6: message = read_eager_failure(r); break;
     case 7: message = read_ready(r); break;
+    case 8: message = read_refused(r); break;
     default: return reject("unknown type " + std::to_string(type));
   }
   std::string reason;
@@ -220,6 +233,14 @@ std::optional<uint64_t> control_message_port(std::span<const uint8_t> bytes) {
   if (r.u16("version") != kControlVersion) return std::nullopt;
   (void)r.u16("type");
   return r.u64("port");
+}
+
+std::string refusal_reason(const std::string& text) {
+  std::string fit = text.substr(0, kMaxRefusalReason);
+  for (char& c : fit) {
+    if (c < 0x20 || c > 0x7e) c = '?';
+  }
+  return fit;
 }
 
 const char* describe(SendFailureReason reason) {

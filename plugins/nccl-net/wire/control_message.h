@@ -12,6 +12,7 @@
 //   eager_credit:         u8 count | count x (u32 tag | u32 consumed)   receiver -> sender
 //   eager_failure:        u32 tag | u32 ordinal | u32 reason | u64 size sender -> receiver
 //   connect_ready:        u64 nonce                                 connector -> new recv comm
+//   connect_refused:      u64 nonce | str reason                    listener -> connector
 //
 // A receive announcement is what NCCL's IB transport calls a clear-to-send: per posted buffer,
 // where it is (the address RMA uses), how large, its hmr key, the tag a send must carry, and
@@ -38,6 +39,11 @@
 // else would set up the provider's connection to that endpoint before the first message (an
 // eager one, which must leave while the receiver is not progressing: net/eager.h), and accept
 // hands the comm to NCCL once it arrived.
+// Version 8 added connect_refused: a listener that cannot make the connection for want of its
+// own resources (file descriptors, memory, registrations) says why, from the listening
+// endpoint, whose provider connection to the connector already exists (the request came over
+// it), so a connector does not wait for an accept that will never come.  The reason is what the
+// listener logged, printable ASCII of at most kMaxRefusalReason bytes, for the connector's log.
 // The peer is another process: decode() checks the magic, version, type, exact length and the
 // bounds of every field, and rejects the message as a whole with a reason.
 #pragma once
@@ -53,9 +59,11 @@
 
 namespace hmr::nccl {
 
-inline constexpr uint16_t kControlVersion = 7;
+inline constexpr uint16_t kControlVersion = 8;
 // Room for the largest message (an announcement of kMaxRecvs buffers, or an address).
 inline constexpr size_t kControlBufferSize = 512;
+// The longest reason a refusal carries (longer ones are cut: refusal_reason()).
+inline constexpr size_t kMaxRefusalReason = 320;
 
 struct ConnectRequest {
   uint64_t nonce = 0;
@@ -124,8 +132,17 @@ struct ConnectReady {
   uint64_t nonce = 0;  // the listener's, as in the request
 };
 
+// The listener could not answer a connect request for want of its own resources.
+struct ConnectRefused {
+  uint64_t nonce = 0;  // the listener's, as in the request
+  std::string reason;  // printable ASCII, at most kMaxRefusalReason bytes
+};
+// `text` made fit for a refusal: bytes that are not printable ASCII become '?', and it is cut
+// to kMaxRefusalReason bytes.
+std::string refusal_reason(const std::string& text);
+
 using ControlMessage = std::variant<ConnectRequest, ConnectAccept, ReceiveAnnouncement, SendFailure,
-                                    EagerCredit, EagerFailure, ConnectReady>;
+                                    EagerCredit, EagerFailure, ConnectReady, ConnectRefused>;
 
 // `port`: the receiving comm's port on its endpoint (the header's).
 std::vector<uint8_t> encode(const ControlMessage& message, uint64_t port = 0);
