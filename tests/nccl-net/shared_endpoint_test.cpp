@@ -26,6 +26,9 @@
 #include <thread>
 #include <vector>
 
+#include <rdma/fi_endpoint.h>
+
+#include "fabric/endpoint.h"
 #include "net/device.h"
 #include "net/net_api.h"
 #include "net/recv_comm.h"
@@ -43,6 +46,10 @@ struct SharedEndpointProbe {
     SharedEndpoint& endpoint = *device.shared_endpoints_.back();
     std::lock_guard lock(endpoint.mutex_);
     endpoint.route_failure(failure);
+  }
+  static std::vector<uint8_t> address(Device& device) {
+    std::lock_guard device_lock(device.shared_mutex_);
+    return device.shared_endpoints_.back()->address();
   }
 };
 
@@ -353,6 +360,57 @@ TEST_F(SharedSendEndpoint, ACommClosedWithAWriteInFlightStallsItsEndpointUntilTh
   close(keeper);
   close(p);
   EXPECT_EQ(dev.shared_endpoints().endpoints, 0u);
+}
+
+// Anyone who has its address may send the shared endpoint a message longer than its receive
+// buffers (a broken peer, or another protocol): the provider reports the buffer truncated,
+// and ofi_rxm refuses to take it back (EAGAIN) until it has progressed.  That was taken for a
+// buffer lost for good, and every comm on the endpoint failed; it is posted again later, and
+// the comms go on.
+TEST_F(SharedSendEndpoint, AMessageTooLongForItsBuffersFailsNoComm) {
+  Pair p = connect();
+  ASSERT_FALSE(HasFailure());
+  Device& dev = device(p);
+  std::string why;
+  auto stranger = Endpoint::open(dev.libfabric(), dev.info(), dev.domain(), &why);
+  ASSERT_NE(stranger, nullptr) << why;
+  fi_addr_t shared = FI_ADDR_UNSPEC;
+  ASSERT_TRUE(stranger->insert(SharedEndpointProbe::address(dev), &shared, &why)) << why;
+  std::vector<uint8_t> junk(4 * kControlBufferSize, 0xab);
+  hmr_mr* mr = nullptr;
+  ASSERT_EQ(hmr_mr_reg(dev.registrations(), junk.data(), junk.size(), HMR_SEND, 0, 0, 0, &mr, nullptr), 0)
+      << hmr_last_error();
+  Operation sent;
+  sent.kind = OperationKind::control_send;
+  for (int i = 0; i < 3; ++i) {
+    const auto deadline = Clock::now() + std::chrono::seconds(20);
+    bool done = false;
+    ssize_t rc;
+    while ((rc = fi_send(stranger->native(), junk.data(), junk.size(), hmr_mr_desc(mr), shared, &sent)) ==
+               -FI_EAGAIN &&
+           Clock::now() < deadline) {
+      Completion c[4];
+      CompletionError error;
+      stranger->poll(c, &error);
+      // (The shared endpoint takes the stranger's connection in its progress.)
+      ASSERT_EQ(move_messages(p, 3, 8, 1), "") << "message " << i;
+    }
+    ASSERT_EQ(rc, 0);
+    // Until the stranger's send completed (the endpoint took it in), both sides progressing.
+    while (!done && Clock::now() < deadline) {
+      Completion c[4];
+      CompletionError error;
+      const int n = stranger->poll(c, &error);
+      done = n != 0;
+      EXPECT_EQ(move_messages(p, 1, 100, 1), "") << "message " << i;
+    }
+    ASSERT_TRUE(done) << "the stranger's send never completed";
+  }
+  EXPECT_EQ(dev.shared_endpoints().stalled, 0u) << "the endpoint was taken for broken";
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(move_messages(p, 2, 4096, 4), "") << "round " << i;
+  stranger.reset();
+  hmr_mr_close(mr);
+  close(p);
 }
 
 }  // namespace

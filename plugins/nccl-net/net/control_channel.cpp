@@ -76,13 +76,14 @@ bool ControlChannel::post_receives(std::string* why) {
 }
 
 bool ControlChannel::repost(Operation& op, std::string* why) {
+  // A comm's receive queue is sized for every buffer it posts, so EAGAIN here is a fault too.
+  return try_repost(op, why) == 0;
+}
+
+ssize_t ControlChannel::try_repost(Operation& op, std::string* why) {
   const ssize_t rc = endpoint_->post_receive(buffer(op.index), receive_size_, desc_, &op);
-  if (rc != 0) {
-    // Receive queues are sized for every buffer a comm posts, so EAGAIN here is a fault too.
-    *why = "posting a control receive buffer failed: " + libfabric().describe(rc);
-    return false;
-  }
-  return true;
+  if (rc != 0) *why = "posting a control receive buffer failed: " + libfabric().describe(rc);
+  return rc;
 }
 
 bool ControlChannel::send(const ControlMessage& message, fi_addr_t peer, uint64_t peer_port,

@@ -60,6 +60,8 @@ class ControlChannel {
   std::span<const uint8_t> received(const Operation& op, size_t len) const;
   size_t receive_size() const { return receive_size_; }
   bool repost(Operation& op, std::string* why);
+  // The same, with the provider's code (0, -FI_EAGAIN, or a failure described in `why`).
+  ssize_t try_repost(Operation& op, std::string* why);
   // For a completed (or failed) control_send operation.
   void sent(const Operation& op);
   // A registered buffer of kControlBufferSize bytes no message uses (iflush reads into it).

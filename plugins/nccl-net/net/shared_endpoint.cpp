@@ -177,6 +177,11 @@ void SharedEndpoint::detach(Port& port) {
 }
 
 int SharedEndpoint::read_queue(Port& reader, std::span<Completion> out) {
+  if (!unposted_.empty()) {
+    std::vector<Operation*> waiting;
+    waiting.swap(unposted_);
+    for (Operation* receive : waiting) repost(*receive);  // (back to unposted_ if refused again)
+  }
   Completion batch[16];
   const size_t want = std::min(out.size(), std::size(batch));
   CompletionError failure;
@@ -247,7 +252,15 @@ void SharedEndpoint::fail_every_port(const CompletionError& failure) {
 
 void SharedEndpoint::repost(const Operation& receive) {
   std::string why;
-  if (receives_->repost(const_cast<Operation&>(receive), &why)) return;
+  const ssize_t rc = receives_->try_repost(const_cast<Operation&>(receive), &why);
+  if (rc == 0) return;
+  if (rc == -FI_EAGAIN) {
+    // Its queue holds exactly these buffers, and ofi_rxm takes one back only after it
+    // reported it: one that failed (a message too long for it) is refused this way until the
+    // provider progresses.  Posted again at the next read of the queue.
+    unposted_.push_back(&const_cast<Operation&>(receive));
+    return;
+  }
   // A buffer the provider will not take back is one fewer for every comm's messages, which
   // would stop coming without a word: the comms fail instead, and new ones go elsewhere.
   broken_.store(true, std::memory_order_release);

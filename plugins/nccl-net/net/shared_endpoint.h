@@ -200,6 +200,7 @@ class SharedEndpoint {
 
   std::unique_ptr<Endpoint> endpoint_;
   std::unique_ptr<ControlChannel> receives_;  // the control messages' buffers
+  std::vector<Operation*> unposted_;          // of them, refused with EAGAIN: posted later
   std::vector<uint8_t> address_;
 
   mutable std::mutex mutex_;  // the completion queue, the ports and their queues, peers_
