@@ -68,7 +68,7 @@ struct SendCommProbe {
 struct ListenCommProbe {
   static void progress_without_taking(ListenComm& comm) {
     CompletionError error;
-    EXPECT_EQ(comm.endpoint_->poll(std::span<Completion>(), &error), 0) << error.reason;
+    EXPECT_EQ(comm.port().poll(std::span<Completion>(), &error), 0) << error.reason;
   }
 };
 
@@ -260,7 +260,7 @@ class AcceptWithFewDescriptors : public AcceptRace, public ::testing::WithParamI
     EXPECT_TRUE(c.control && c.endpoint->insert(handle->address, &listen_address, &why)) << why;
     ConnectRequest request{handle->nonce, c.endpoint ? c.endpoint->address() : std::vector<uint8_t>{}};
     request.eager_max = 8192;
-    EXPECT_TRUE(c.control && c.control->send(request, listen_address, 0, &why)) << why;
+    EXPECT_TRUE(c.control && c.control->send(request, listen_address, handle->port, &why)) << why;
     if (!c.control) return AcceptOutcome::silent;
 
     // The request reaches the listener's queue (the connection made, its bytes read) while

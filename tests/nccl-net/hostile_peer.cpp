@@ -93,7 +93,8 @@ class Hostile {
   std::vector<uint8_t> handle(uint64_t nonce) {
     std::array<uint8_t, kHandleSize> out{};
     std::string why;
-    if (!encode(ListenHandle{nonce, provider_tag(device_->provider()), endpoint_->address()}, out, &why)) die(why);
+    // (Any port: this endpoint's buffers take every message, whatever its header names.)
+    if (!encode(ListenHandle{nonce, provider_tag(device_->provider()), endpoint_->address(), 1}, out, &why)) die(why);
     return std::vector<uint8_t>(out.begin(), out.end());
   }
 
@@ -260,7 +261,7 @@ class Hostile {
     const auto [handle, listener] = reach(handle_bytes);
     ConnectRequest request{handle.nonce, endpoint_->address()};
     request.eager_max = 8192;
-    if (!control_->send(request, listener, 0, &why)) die(why);
+    if (!control_->send(request, listener, handle.port, &why)) die(why);
     for (;;) {
       auto bytes = next_message(deadline);
       if (!bytes && Clock::now() >= deadline) die("no accept before the deadline");

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -182,6 +183,47 @@ int count_open_fds() {
   while (readdir(dir) != nullptr) ++n;
   closedir(dir);
   return n - 3;  // ".", ".." and the directory's own fd
+}
+
+namespace {
+// "socket:[inode]" -> the tcp socket's "local->remote state" from /proc/net/tcp{,6}, if any.
+std::string tcp_socket_of(const std::string& target) {
+  const size_t open = target.find('['), close = target.find(']');
+  if (target.rfind("socket:", 0) != 0 || open == std::string::npos || close == std::string::npos) return "";
+  const std::string inode = target.substr(open + 1, close - open - 1);
+  for (const char* table : {"/proc/self/net/tcp", "/proc/self/net/tcp6"}) {
+    FILE* file = std::fopen(table, "r");
+    if (file == nullptr) continue;
+    char line[512];
+    while (std::fgets(line, sizeof line, file) != nullptr) {
+      char local[64], remote[64], state[8];
+      unsigned long long node = 0;
+      if (std::sscanf(line, "%*d: %63s %63s %7s %*s %*s %*s %*s %*s %llu", local, remote, state, &node) == 4 &&
+          std::to_string(node) == inode) {
+        std::fclose(file);
+        return std::string("(") + local + "->" + remote + " st " + state + ")";
+      }
+    }
+    std::fclose(file);
+  }
+  return "";
+}
+}  // namespace
+
+std::string describe_open_fds() {
+  DIR* dir = opendir("/proc/self/fd");
+  if (dir == nullptr) return "(no /proc/self/fd)";
+  std::string all;
+  while (const dirent* entry = readdir(dir)) {
+    if (entry->d_name[0] == '.') continue;
+    char target[256] = {};
+    const std::string path = std::string("/proc/self/fd/") + entry->d_name;
+    const ssize_t n = readlink(path.c_str(), target, sizeof target - 1);
+    const std::string what = n > 0 ? std::string(target, static_cast<size_t>(n)) : "?";
+    all += std::string(entry->d_name) + ":" + what + tcp_socket_of(what) + " ";
+  }
+  closedir(dir);
+  return all;
 }
 
 }  // namespace hmr::nccl::test

@@ -62,6 +62,10 @@ inline constexpr int kPeerChannelFd = 3;
 
 // Open file descriptors of this process (/proc/self/fd), for leak checks.
 int count_open_fds();
+// Each open descriptor and what it is ("5:socket:[1234](local->remote st 01) 6:anon_inode:
+// [eventfd] ..."; a tcp socket with its addresses and state from /proc/net/tcp, hex), for a
+// failure's message.
+std::string describe_open_fds();
 
 // This program's own path (/proc/self/exe), to start its peer rank with.
 std::string self_executable();

@@ -31,7 +31,8 @@ std::vector<uint8_t> address(size_t n) {
 std::array<uint8_t, kHandleSize> valid_handle(size_t address_size = 16) {
   std::array<uint8_t, kHandleSize> out{};
   std::string why;
-  EXPECT_TRUE(encode(ListenHandle{0x1122334455667788ull, provider_tag("tcp;ofi_rxm"), address(address_size)}, out, &why)) << why;
+  EXPECT_TRUE(encode(ListenHandle{0x1122334455667788ull, provider_tag("tcp;ofi_rxm"), address(address_size),
+                                  0x0f1e2d3c4b5a6978ull}, out, &why)) << why;
   return out;
 }
 
@@ -79,12 +80,15 @@ TEST(ListenHandle, RoundTripsEveryAddressLength) {
     EXPECT_EQ(decoded->address, address(n));
     EXPECT_EQ(decoded->nonce, 0x1122334455667788ull);
     EXPECT_EQ(decoded->provider_tag, provider_tag("tcp;ofi_rxm"));
+    EXPECT_EQ(decoded->port, 0x0f1e2d3c4b5a6978ull);
   }
   std::array<uint8_t, kHandleSize> out{};
   std::string why;
-  EXPECT_FALSE(encode(ListenHandle{1, 0, {}}, out, &why));
-  EXPECT_FALSE(encode(ListenHandle{1, 0, address(kMaxHandleAddress + 1)}, out, &why));
-  EXPECT_NE(why.find("88"), std::string::npos) << why;
+  EXPECT_FALSE(encode(ListenHandle{1, 0, {}, 5}, out, &why));
+  EXPECT_FALSE(encode(ListenHandle{1, 0, address(kMaxHandleAddress + 1), 5}, out, &why));
+  EXPECT_NE(why.find("80"), std::string::npos) << why;
+  EXPECT_FALSE(encode(ListenHandle{1, 0, address(16), 0}, out, &why));
+  EXPECT_NE(why.find("port"), std::string::npos) << why;
 }
 
 TEST(ListenHandle, EveryTruncationAndEverySingleByteChangeIsRefused) {
@@ -408,7 +412,7 @@ TEST(WriteCompletion, PartsThatContradictEachOtherAreRefused) {
 TEST(WireParsers, SurviveMutatedAndRandomInput) {
   std::mt19937_64 random(20240611);
   std::vector<std::vector<uint8_t>> seeds = valid_messages();
-  for (size_t n : {1u, 16u, 28u, 88u}) {
+  for (size_t n : {size_t{1}, size_t{16}, size_t{28}, kMaxHandleAddress}) {
     const auto h = valid_handle(n);
     seeds.emplace_back(h.begin(), h.end());
   }

@@ -8,7 +8,6 @@
 namespace hmr::nccl {
 namespace {
 
-constexpr size_t kControlReceives = 16;
 // Refusals in flight at once (more queue in the channel).
 constexpr size_t kControlSends = 2;
 // How long accept() lets a refusal reach its connector before it fails, and the most
@@ -29,15 +28,18 @@ ncclResult_t ListenComm::open(Device& device, std::span<uint8_t, kHandleSize> ha
                               std::unique_ptr<ListenComm>* out) {
   std::unique_ptr<ListenComm> comm(new ListenComm(device));
   std::string why;
-  comm->endpoint_ = Endpoint::open(device.libfabric(), device.info(), device.domain(), &why);
-  if (!comm->endpoint_) return fail(ncclSystemError, "listen: %s", why.c_str());
-  comm->control_ = ControlChannel::open(device, *comm->endpoint_, kControlReceives,
-                                       kControlBufferSize, kControlSends, &why);
-  if (!comm->control_ || !comm->control_->post_receives(&why)) {
-    return fail(ncclSystemError, "listen: %s", why.c_str());
-  }
+  // A port on the device's shared endpoint, whose receive buffers take the connect requests
+  // addressed to it: no endpoint of its own (ofi_rxm's ~20 MB each, for every channel's
+  // listener while NCCL connects).
+  auto port = device.attach_comm(&why);
+  if (!port) return fail(ncclSystemError, "listen: %s", why.c_str());
+  comm->posted_ = std::make_unique<Posted>();
+  comm->posted_->on = std::move(port);
+  comm->posted_->control = ControlChannel::open_on(device, comm->port(), kControlSends, &why);
+  if (!comm->posted_->control) return fail(ncclSystemError, "listen: %s", why.c_str());
   comm->nonce_ = fresh_nonce();
-  const ListenHandle contents{comm->nonce_, provider_tag(device.provider()), comm->endpoint_->address()};
+  const ListenHandle contents{comm->nonce_, provider_tag(device.provider()), comm->port().address(),
+                              comm->port().id()};
   if (!encode(contents, handle, &why)) return fail(ncclInternalError, "listen: %s", why.c_str());
   *out = std::move(comm);
   return ncclSuccess;
@@ -45,8 +47,8 @@ ncclResult_t ListenComm::open(Device& device, std::span<uint8_t, kHandleSize> ha
 
 ListenComm::~ListenComm() {
   accepting_.clear();
-  endpoint_.reset();
-  control_.reset();
+  // A refusal still in flight points into the control channel: it stays until it ended.
+  if (posted_) device_->retire_comm(std::move(posted_));
 }
 
 void ListenComm::on_message(std::span<const uint8_t> bytes) {
@@ -95,9 +97,11 @@ void ListenComm::on_message(std::span<const uint8_t> bytes) {
 void ListenComm::refuse(const ConnectRequest& request, const std::string& reason) {
   std::string why = "more than " + std::to_string(kMaxRefusals) + " refused";
   fi_addr_t connector = FI_ADDR_UNSPEC;
-  // (The address stays in the listening endpoint's vector until the listener closes.)
-  if (refusals_ >= kMaxRefusals || !endpoint_->insert(request.address, &connector, &why) ||
-      !control_->send(ConnectRefused{nonce_, refusal_reason(reason)}, connector, request.port,
+  // (The connector's address is its device's shared endpoint: PeerKind says why it stays.)
+  if (refusals_ >= kMaxRefusals ||
+      !port().insert(request.address, &connector, &why,
+                     SharedEndpoint::Port::PeerKind::shared_endpoint) ||
+      !control().send(ConnectRefused{nonce_, refusal_reason(reason)}, connector, request.port,
                       &why)) {
     log_warn("accept: could not tell the connector its request was refused: %s", why.c_str());
     return;
@@ -107,13 +111,13 @@ void ListenComm::refuse(const ConnectRequest& request, const std::string& reason
 
 ncclResult_t ListenComm::due_failure() {
   if (failure_ == ncclSuccess) return ncclSuccess;
-  if (control_->busy() && std::chrono::steady_clock::now() < failure_due_) return ncclSuccess;
+  if (control().busy() && std::chrono::steady_clock::now() < failure_due_) return ncclSuccess;
   return failure_;
 }
 
 ncclResult_t ListenComm::accept(std::unique_ptr<RecvComm>* out) {
   std::string why;
-  if (!control_->flush(&why)) {
+  if (!control().flush(&why)) {
     // A queued refusal the provider will not take (it stays queued): accept fails now.
     if (failure_due_ > std::chrono::steady_clock::now()) {
       log_warn("accept: a refusal could not be sent: %s", why.c_str());
@@ -123,34 +127,27 @@ ncclResult_t ListenComm::accept(std::unique_ptr<RecvComm>* out) {
   Completion completions[16];
   for (;;) {
     CompletionError error;
-    const int n = endpoint_->poll(completions, &error);
-    if (n == 0) break;
+    const int n = port().poll(completions, &error);
     if (n < 0) {
       auto* op = static_cast<Operation*>(error.context);
       if (op != nullptr && op->kind == OperationKind::control_send) {
-        control_->sent(*op);  // (a connector that went away: nobody left to tell)
+        control().sent(*op);  // (a connector that went away: nobody left to tell)
         log_warn("accept: a refusal did not reach its connector: %s", error.reason.c_str());
         continue;
       }
-      if (op != nullptr && op->kind == OperationKind::control_receive) {
-        // A message the listener could not take (longer than any connect request, so the
-        // provider truncated it): anyone may send to a listening address, and the next
-        // connector must still be accepted.
-        log_warn("accept: dropped a message the listening endpoint could not receive: %s",
-                 error.reason.c_str());
-        if (!control_->repost(*op, &why)) return fail(ncclSystemError, "accept: %s", why.c_str());
-        continue;
-      }
-      return fail(ncclSystemError, "accept: the listening endpoint failed: %s", error.reason.c_str());
+      // More connect requests than the port holds unread (a peer with the handle flooding
+      // it), or the shared endpoint's own failure, which says what it is.
+      return fail(ncclSystemError, "accept: the listener's endpoint failed: %s", error.reason.c_str());
     }
-    // (A request this side could not answer fails accept once its refusal left: due_failure.)
     for (int i = 0; i < n; ++i) {
       auto* op = static_cast<Operation*>(completions[i].context);
-      if (op != nullptr && op->kind == OperationKind::control_send) control_->sent(*op);
-      if (op == nullptr || op->kind != OperationKind::control_receive) continue;
-      on_message(control_->received(*op, completions[i].len));
-      if (!control_->repost(*op, &why)) return fail(ncclSystemError, "accept: %s", why.c_str());
+      if (op != nullptr && op->kind == OperationKind::control_send) control().sent(*op);
     }
+    // The requests the shared endpoint sorted to this port (this poll or another comm's).  A
+    // request this side could not answer fails accept once its refusal left (due_failure).
+    uint8_t message[kControlBufferSize];
+    while (const size_t len = port().take_message(message)) on_message({message, len});
+    if (n < static_cast<int>(std::size(completions))) break;
   }
   if (const ncclResult_t rc = due_failure(); rc != ncclSuccess) return rc;
   for (auto it = accepting_.begin(); it != accepting_.end(); ++it) {

@@ -1,10 +1,12 @@
-// A listening endpoint: listen() writes its address and a fresh nonce into NCCL's handle;
-// accept() takes connect requests carrying that nonce and answers each from a new recv comm.
+// A listener: a port on the device's shared endpoint (net/shared_endpoint.h), whose receive
+// buffers take the connect requests addressed to it.  listen() writes the endpoint's address,
+// the port and a fresh nonce into NCCL's handle; accept() takes connect requests carrying that
+// nonce and answers each from a new recv comm.
 // Requests that do not carry the nonce (another handle, a stale connection, random bytes), and
 // connectors whose address is unusable, are logged and dropped, and the listener keeps
 // listening; a request this side cannot answer (no endpoint or registration left: a file or
 // memlock limit) fails accept(), or both ranks would wait for ever, and the connector is told
-// why (a connect_refused from the listening endpoint, over the provider's connection the
+// why (a connect_refused from the shared endpoint, over the provider's connection the
 // request came by where the provider can tell it is that connector's), so its connect fails
 // too, with the reason, instead of waiting for an accept (by default without a deadline);
 // later requests are refused as well.  accept() returns that failure once the
@@ -46,14 +48,23 @@ class ListenComm {
   void refuse(const ConnectRequest& request, const std::string& reason);
   // What accept() returns once a refusal went out: ncclSuccess while none is due.
   ncclResult_t due_failure();
-  // Tests that drive the listener's provider without taking what arrives
+  // Tests that drive the shared endpoint's provider without taking what arrives
   // (tests/nccl-net/accept_race_test.cpp).
   friend struct ListenCommProbe;
 
+  // What the listener posts through its port, retired to the endpoint when it closes with a
+  // refusal still in flight.
+  struct Posted : SharedEndpoint::Tenant {
+    std::unique_ptr<SharedEndpoint::Port> on;
+    std::unique_ptr<ControlChannel> control;  // refusals (sends only)
+    SharedEndpoint::Port& port() override { return *on; }
+  };
+  SharedEndpoint::Port& port() const { return *posted_->on; }
+  ControlChannel& control() const { return *posted_->control; }
+
   Device* device_;
   uint64_t nonce_ = 0;
-  std::unique_ptr<Endpoint> endpoint_;
-  std::unique_ptr<ControlChannel> control_;
+  std::unique_ptr<Posted> posted_;
   std::vector<std::unique_ptr<RecvComm>> accepting_;  // accept sent, not yet handed out
   // The first request this side could not answer: accept()'s result once the refusal left.
   ncclResult_t failure_ = ncclSuccess;

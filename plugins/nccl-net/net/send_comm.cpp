@@ -36,7 +36,9 @@ ncclResult_t SendComm::start(Device& device, const ListenHandle& handle,
   comm->posted_->on = std::move(port);
   comm->posted_->control = ControlChannel::open_on(device, comm->port(), kControlSends, &why);
   if (!comm->posted_->control) return fail(ncclSystemError, "connect: %s", why.c_str());
-  if (!comm->port().insert(handle.address, &comm->listener_, &why)) {
+  // (The listener's address is its device's shared endpoint: PeerKind says why it stays.)
+  if (!comm->port().insert(handle.address, &comm->listener_, &why,
+                           SharedEndpoint::Port::PeerKind::shared_endpoint)) {
     return fail(ncclRemoteError, "connect: the listener's address from the handle is unusable "
                 "on %s: %s", device.provider().c_str(), why.c_str());
   }
@@ -48,7 +50,7 @@ ncclResult_t SendComm::start(Device& device, const ListenHandle& handle,
   ConnectRequest request{handle.nonce, comm->port().address(), comm->port().id(),
                          static_cast<uint32_t>(getpid()), own_process_space()};
   request.eager_max = comm->offered_eager_max_;
-  if (!comm->control().send(request, comm->listener_, 0, &why)) {
+  if (!comm->control().send(request, comm->listener_, handle.port, &why)) {
     return fail(ncclRemoteError, "connect: %s", why.c_str());
   }
   *out = std::move(comm);

@@ -2,13 +2,16 @@
 // the listener, and a nonce so the listener accepts only connections made from this handle.
 //
 //   0   "HMRN"           4   u16 version       6   u16 address length
-//   8   u64 nonce        16  u32 provider tag  20  u32 checksum (bytes 0-19 and the address)
-//   24  address, zero-padded to byte 112
+//   8   u64 nonce        16  u32 provider tag  20  u32 checksum (bytes 0-19, port, address)
+//   24  u64 port         32  address, zero-padded to byte 112
 //   112 connect state: 16 bytes that belong to the connecting side (NCCL calls connect() again
 //       with the same buffer until it returns a comm, and this is where the plugin finds its
 //       connection in progress: a u64 id, then 8 reserved bytes); zero in a handle fresh from
 //       listen(), outside the checksum, and checked to be zero when a connect starts.
 //
+// The address is the listener's device's shared endpoint (net/shared_endpoint.h) and the port
+// the listener's on it, where connect requests go (version 2; version 1 named an endpoint of
+// the listener's own).
 // The handle comes from another process over NCCL's bootstrap: decode() checks every field and
 // says what is wrong; nothing of a rejected handle is used.
 #pragma once
@@ -22,15 +25,17 @@
 namespace hmr::nccl {
 
 inline constexpr size_t kHandleSize = 128;
-inline constexpr uint16_t kHandleVersion = 1;
-inline constexpr size_t kHandleAddressOffset = 24;
+inline constexpr uint16_t kHandleVersion = 2;
+inline constexpr size_t kHandlePortOffset = 24;
+inline constexpr size_t kHandleAddressOffset = 32;
 inline constexpr size_t kConnectStateOffset = 112;
-inline constexpr size_t kMaxHandleAddress = kConnectStateOffset - kHandleAddressOffset;  // 88
+inline constexpr size_t kMaxHandleAddress = kConnectStateOffset - kHandleAddressOffset;  // 80
 
 struct ListenHandle {
   uint64_t nonce = 0;
   uint32_t provider_tag = 0;  // provider_tag() of the listener's provider
   std::vector<uint8_t> address;
+  uint64_t port = 0;          // the listener's port on that address (never 0)
 };
 
 // A short fingerprint of a provider name, so a handle from a tcp rank is refused by an shm one.
