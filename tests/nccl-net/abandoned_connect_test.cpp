@@ -96,7 +96,7 @@ TEST_F(AbandonedConnect, AContextsFinalizeClosesTheConnectionsItNeverFinished) {
   std::memcpy(first, handle_, sizeof first);
   abandon_one_connection(2, first);
   ASSERT_FALSE(HasFatalFailure());
-  EXPECT_TRUE(logged("never finished were closed")) << "finalize said nothing of the connection";
+  EXPECT_TRUE(logged("1 connection(s) never finished")) << "finalize said nothing of the connection";
   const int after_first = hmr::testing::open_fd_count();
   for (uint64_t round = 0; round < 4; ++round) {
     char copy[NCCL_NET_HANDLE_MAXSIZE];
@@ -166,6 +166,35 @@ TEST_F(AbandonedConnect, TheLastFinalizeBesideAnotherClosesTheDevices) {
     ASSERT_EQ(api::init_context(&keeper_, 1, nullptr, capture), ncclSuccess);
     ASSERT_EQ(api::listen(keeper_, 0, handle_, &listen_comm_), ncclSuccess);
   }
+}
+
+// NCCL closes a listener only once its accept returned a comm: a communicator aborted while
+// connecting, or whose accept failed, leaves its listeners open.  Each is a port on its
+// device's shared endpoint, which it would keep open (with every peer address the endpoint
+// keeps) for good, and the devices with it: the context's finalize closes them.
+TEST_F(AbandonedConnect, AContextsFinalizeClosesTheListenersNcclLeftOpen) {
+  {
+    std::lock_guard<std::mutex> hold(messages_lock);
+    messages.clear();
+  }
+  void* other = nullptr;
+  ASSERT_EQ(api::init_context(&other, 50, nullptr, capture), ncclSuccess);
+  std::array<void*, 3> left{};
+  for (void*& listener : left) {
+    char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+    ASSERT_EQ(api::listen(other, 0, handle, &listener), ncclSuccess);
+  }
+  ASSERT_EQ(api::close_listen(listen_comm_), ncclSuccess);  // (the keeper's own, as NCCL would)
+  listen_comm_ = nullptr;
+  EXPECT_EQ(api::finalize(other), ncclSuccess);
+  EXPECT_TRUE(logged("3 listener(s) left open were closed")) << "finalize said nothing of them";
+  EXPECT_EQ(api::close_listen(left[0]), ncclInvalidUsage) << "a listener finalize closed is still open";
+  EXPECT_EQ(api::finalize(keeper_), ncclSuccess);
+  keeper_ = nullptr;
+  EXPECT_FALSE(logged("kept open")) << "a listener left open kept its device open";
+  // As the fixture starts, for TearDown.
+  ASSERT_EQ(api::init_context(&keeper_, 1, nullptr, capture), ncclSuccess);
+  ASSERT_EQ(api::listen(keeper_, 0, handle_, &listen_comm_), ncclSuccess);
 }
 
 }  // namespace

@@ -45,7 +45,7 @@ std::unique_ptr<Device> Device::open(const Libfabric& libfabric, InfoPtr info,
   p.ptr_support = device->query_ptr_support();
   p.max_message = fi->ep_attr->max_msg_size < kMaxMessageSize ? fi->ep_attr->max_msg_size
                                                               : kMaxMessageSize;
-  // Every listen and recv comm opens an endpoint of its own (and a CQ and an AV), the send
+  // Every recv comm opens an endpoint of its own (and a CQ and an AV), the send and listen
   // comms one between them: as many as the domain supports endpoints (fi_domain(3) ep_cnt; 0:
   // no limit).  Not cq_cnt, which fi_domain(3) calls the optimal number, not a maximum (tcp
   // reports 256).

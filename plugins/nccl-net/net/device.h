@@ -1,5 +1,5 @@
 // One NCCL device: a NIC of the chosen provider, with the libfabric fabric and domain its comms'
-// endpoints are opened in (send comms, and what recv comms post, share one:
+// endpoints are opened in (send and listen comms, and what recv comms post, share one:
 // net/shared_endpoint.h), and the hmr domain
 // layered on that libfabric domain, which does all of the device's memory registration
 // (detection, dma-buf export, caching, invalidation).
@@ -52,8 +52,9 @@ class Device {
   // registration).
   bool virtual_addressing() const { return (info_->domain_attr->mr_mode & FI_MR_VIRT_ADDR) != 0; }
   // A port for a new comm on the endpoint every comm of the device posts on (opened for the
-  // first one): a send comm's operations, and a recv comm's control messages, flush reads and
-  // eager copies (its receives stay on its own endpoint).  nullptr with `why` when it cannot
+  // first one): a send comm's operations, a listener's connect requests and refusals, and a
+  // recv comm's control messages, flush reads and eager copies (its receives stay on its own
+  // endpoint).  nullptr with `why` when it cannot
   // be opened.
   std::unique_ptr<SharedEndpoint::Port> attach_comm(std::string* why);
   // A destroyed comm's end: `tenant` (what its operations point into) is retired on its
@@ -65,7 +66,7 @@ class Device {
   // them).
   void release_unused_shared_endpoints();
   // The endpoints the device's comms share now (one, more while stalled ones drain, 0 with no
-  // comm), and the comms open on them (send and recv): what tests look at.
+  // comm), and the comms open on them (send, recv and listen): what tests look at.
   struct SharedEndpoints {
     size_t endpoints = 0;
     size_t open_comms = 0;

@@ -136,8 +136,16 @@ ncclResult_t ListenComm::accept(std::unique_ptr<RecvComm>* out) {
         continue;
       }
       // More connect requests than the port holds unread (a peer with the handle flooding
-      // it), or the shared endpoint's own failure, which says what it is.
-      return fail(ncclSystemError, "accept: the listener's endpoint failed: %s", error.reason.c_str());
+      // it), or the shared endpoint's own failure, which says what it is.  The port reports
+      // it once; the listener stays failed (what it lost cannot be asked for again).
+      const ncclResult_t rc =
+          fail(ncclSystemError, "accept: the listener's endpoint failed: %s", error.reason.c_str());
+      if (failure_ == ncclSuccess) {
+        failure_ = rc;
+        failure_reason_ = last_failure();
+      }
+      failure_due_ = std::chrono::steady_clock::now();
+      return rc;
     }
     for (int i = 0; i < n; ++i) {
       auto* op = static_cast<Operation*>(completions[i].context);

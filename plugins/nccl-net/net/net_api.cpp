@@ -42,6 +42,11 @@ struct Plugin {
   };
   std::unordered_map<uint64_t, Connecting> connecting;
   uint64_t next_connect_id = 1;
+  // The open listen comms of v11 contexts, with their context.  NCCL closes a listener only
+  // after its accept returned a comm (an abort while connecting, or a failed accept, leaves it
+  // open), and a listener holds a port on its device's shared endpoint, which then stays open
+  // with every peer address it keeps: the context's finalize closes them.
+  std::unordered_map<void*, void*> listening;
 };
 
 Plugin& plugin() {
@@ -195,6 +200,7 @@ ncclResult_t finalize(void* ctx) {
   // and before the context stops counting: the devices close when the last context goes, and
   // a device with a comm still open on it would be kept open for good.
   std::vector<std::unique_ptr<SendComm>> abandoned;
+  std::vector<std::unique_ptr<ListenComm>> left_listening;
   std::unique_lock lock(p.mutex);
   if (!p.live_contexts.remove(ctx)) return fail(ncclInvalidUsage, "finalize of a context not initialized");
   for (auto it = p.connecting.begin(); it != p.connecting.end();) {
@@ -205,13 +211,23 @@ ncclResult_t finalize(void* ctx) {
       ++it;
     }
   }
+  for (auto it = p.listening.begin(); it != p.listening.end();) {
+    if (it->second == ctx && p.listen_comms.remove(it->first)) {
+      left_listening.emplace_back(static_cast<ListenComm*>(it->first));
+      it = p.listening.erase(it);
+    } else {
+      ++it;
+    }
+  }
   delete static_cast<Context*>(ctx);
-  const size_t closed = abandoned.size();
-  if (closed != 0) {
+  const size_t closed = abandoned.size(), listeners = left_listening.size();
+  if (closed != 0 || listeners != 0) {
     lock.unlock();
     abandoned.clear();
+    left_listening.clear();
     lock.lock();
-    log_info("finalize: %zu connection(s) never finished were closed", closed);
+    log_info("finalize: %zu connection(s) never finished and %zu listener(s) left open were "
+             "closed", closed, listeners);
   }
   if (--p.contexts == 0 && !p.legacy) close_devices(p);
   return ncclSuccess;
@@ -270,7 +286,12 @@ ncclResult_t listen(void* ctx, int dev, void* handle, void** listen_comm) {
       rc != ncclSuccess) {
     return rc;
   }
-  plugin().listen_comms.add(comm.get());
+  Plugin& p = plugin();
+  p.listen_comms.add(comm.get());
+  if (ctx != nullptr) {
+    std::lock_guard lock(p.mutex);
+    p.listening.emplace(comm.get(), ctx);
+  }
   *listen_comm = comm.release();
   return ncclSuccess;
 }
@@ -481,8 +502,13 @@ ncclResult_t close_recv(void* recv_comm) {
 }
 
 ncclResult_t close_listen(void* listen_comm) {
-  if (!plugin().listen_comms.remove(listen_comm)) {
+  Plugin& p = plugin();
+  if (!p.listen_comms.remove(listen_comm)) {
     return fail(ncclInvalidUsage, "closeListen of a listen comm that is not open");
+  }
+  {
+    std::lock_guard lock(p.mutex);
+    p.listening.erase(listen_comm);
   }
   delete static_cast<ListenComm*>(listen_comm);
   return ncclSuccess;

@@ -4,7 +4,8 @@
 // the send comms of a device").  A recv comm posts here too (its control messages, flush
 // reads and eager copies), through a port whose id it tells nobody: its receives stay on an
 // endpoint of its own, which then never sends, and so never makes ofi_rxm's transmit pool
-// (~16.5 MB of its ~37 MB).
+// (~16.5 MB of its ~37 MB).  A listen comm is a port too: its handle names the endpoint's
+// address and the port, and connect requests arrive in the endpoint's buffers.
 //
 // What arrives on it is sorted per port:
 //  - completions of a comm's own operations (each Operation carries its comm's port id,
@@ -114,9 +115,10 @@ class SharedEndpoint {
     // The endpoint's address: what a peer inserts to reach this port (with the id).
     const std::vector<uint8_t>& address() const { return shared_->address(); }
     const Libfabric& libfabric() const { return shared_->endpoint_->libfabric(); }
-    // Whose address it is: a comm's own endpoint or a listener's (the provider's connection
-    // to it carries only this comm's traffic, and goes with the last port that uses it), or
-    // a shared endpoint (another process's, or this one: its connection also carries what
+    // Whose address it is: a recv comm's own endpoint (the provider's connection to it
+    // carries only this comm's traffic, and goes with the last port that uses it), or a
+    // shared endpoint, a listener's included (another process's, or this one: its
+    // connection also carries what
     // the comms on that endpoint send here, in the other direction, which no port counts),
     // kept until the endpoint closes (one per peer endpoint ever seen: a peer's replaces its
     // own after a stall).

@@ -32,8 +32,10 @@
 // share one endpoint per device (net/shared_endpoint.h), whose receive buffers take the
 // messages of all of them.  A connect request names the connector's port (where the accept and
 // every later message to it go), an accept the new recv comm's (0 while each recv comm has an
-// endpoint of its own); a listener's port is 0.  A port is a random 64-bit key, told only to
-// the comm's peer, so a peer can address no comm but its own.  Version 6 added the ports.
+// endpoint of its own); a request goes to the listener's port, which its listen handle names
+// (wire/listen_handle.h, version 2).  A port is a random 64-bit key, told only to the comm's
+// peer (a listener's: to whoever NCCL gives its handle), so a peer can address no comm but
+// its own.  Version 6 added the ports.
 // Version 7 added connect_ready, the connector's first message to the new recv comm's own
 // endpoint: a recv comm sends from the shared endpoint and never from its own, so nothing
 // else would set up the provider's connection to that endpoint before the first message (an
