@@ -208,72 +208,84 @@ TEST(DeviceDescriptorPressure, PeerDirectIsStillTriedWhenNoExportCanBeMade) {
   EXPECT_EQ(nic.va_calls.load(), 1);
 }
 
+// A domain on the importing NIC, and one allocation of kParts parts that the tests register
+// apart: each part's registration holds the allocation's one export.
+struct PartsOfOneExport {
+  static constexpr size_t kParts = 16;
+  ImportingNic nic;
+  hmr_nic_callbacks callbacks =
+      callback_nic(&nic, HMR_NIC_CB_DMABUF, importing_register, importing_deregister);
+  DomainPtr domain = open_callback_domain(callbacks);
+  FakeAllocation pool{0, kParts * kAllocationSize};
+  void* part(size_t i) const { return static_cast<char*>(pool.get()) + i * kAllocationSize; }
+  // Each part registered and closed (idle, cached); false at the first that fails.
+  bool register_parts() {
+    for (size_t i = 0; i < kParts; ++i) {
+      if (!register_ok(domain.get(), part(i), kAllocationSize)) return false;
+    }
+    return true;
+  }
+};
+
 // Registrations of parts of one allocation share its export: giving back one of them frees
 // no descriptor while the others stay.  So for a want of descriptors the idle registrations
 // that hold an export alone go first (up to 8 a try), before any of the many that share one:
 // here the one such registration goes for the new export, and the sixteen parts of the pool
 // stay cached (before, eight went at a time in CLOCK order, whoever held what).
 TEST(DeviceDescriptorPressure, ARegistrationHoldingAnExportAloneGoesBeforeSharedOnes) {
-  ImportingNic nic;
-  hmr_nic_callbacks callbacks =
-      callback_nic(&nic, HMR_NIC_CB_DMABUF, importing_register, importing_deregister);
-  DomainPtr domain = open_callback_domain(callbacks);
-  ASSERT_TRUE(domain);
-  constexpr size_t kParts = 16;
-  FakeAllocation pool(0, kParts * kAllocationSize);
-  auto part = [&](size_t i) { return static_cast<char*>(pool.get()) + i * kAllocationSize; };
+  PartsOfOneExport parts;
+  ASSERT_TRUE(parts.domain);
   auto single = allocations(2);
   const int fds_before = open_fd_count();
-  for (size_t i = 0; i < kParts; ++i) ASSERT_TRUE(register_ok(domain.get(), part(i), kAllocationSize));
-  ASSERT_TRUE(register_ok(domain.get(), single[0]->get(), kAllocationSize));
+  ASSERT_TRUE(parts.register_parts());
+  ASSERT_TRUE(register_ok(parts.domain.get(), single[0]->get(), kAllocationSize));
   ASSERT_EQ(open_fd_count(), fds_before + 2) << "one export for the pool, one for the single";
-  const hmr_domain_stats before = stats_of(domain.get());
+  const hmr_domain_stats before = stats_of(parts.domain.get());
   {
     const FullDescriptorTable full(0);
-    MrPtr fresh = register_ok(domain.get(), single[1]->get(), kAllocationSize);
+    MrPtr fresh = register_ok(parts.domain.get(), single[1]->get(), kAllocationSize);
     ASSERT_TRUE(fresh) << hmr_last_error();
-    EXPECT_EQ(stats_of(domain.get()).cache_pressure_evictions - before.cache_pressure_evictions, 1u)
+    const hmr_domain_stats after = stats_of(parts.domain.get());
+    EXPECT_EQ(after.cache_pressure_evictions - before.cache_pressure_evictions, 1u)
         << "more was given back than the one registration whose export closes";
   }
-  const int dmabuf_calls = nic.dmabuf_calls.load();
-  for (size_t i = 0; i < kParts; ++i) ASSERT_TRUE(register_ok(domain.get(), part(i), kAllocationSize));
-  EXPECT_EQ(nic.dmabuf_calls.load(), dmabuf_calls) << "a part of the pool had been given back";
+  const int dmabuf_calls = parts.nic.dmabuf_calls.load();
+  ASSERT_TRUE(parts.register_parts());
+  EXPECT_EQ(parts.nic.dmabuf_calls.load(), dmabuf_calls)
+      << "a part of the pool had been given back";
 }
 
 // With every idle export shared, those holding one go (a shared export closes with its last
 // idle holder), never a registration that holds no descriptor: here the pinned host memory
 // of the runtime (registered by address) stays cached.
 TEST(DeviceDescriptorPressure, SharedExportsGoWhenNoneIsHeldAloneAndHostMemoryStays) {
-  ImportingNic nic;
-  hmr_nic_callbacks callbacks =
-      callback_nic(&nic, HMR_NIC_CB_DMABUF, importing_register, importing_deregister);
-  DomainPtr domain = open_callback_domain(callbacks);
-  ASSERT_TRUE(domain);
-  constexpr size_t kParts = 16;
-  FakeAllocation pool(0, kParts * kAllocationSize);
-  auto part = [&](size_t i) { return static_cast<char*>(pool.get()) + i * kAllocationSize; };
+  PartsOfOneExport parts;
+  ASSERT_TRUE(parts.domain);
   std::vector<std::unique_ptr<FakeAllocation>> pinned;
   for (size_t i = 0; i < 8; ++i) {
     pinned.push_back(std::make_unique<FakeAllocation>(0, kAllocationSize, FAKE_CUDA_MEM_HOST));
-    MrPtr mr = register_ok(domain.get(), pinned.back()->get(), kAllocationSize);
+    MrPtr mr = register_ok(parts.domain.get(), pinned.back()->get(), kAllocationSize);
     ASSERT_TRUE(mr);
     ASSERT_NE(mr_info(mr.get()).path, HMR_MR_PATH_DMABUF);
   }
-  for (size_t i = 0; i < kParts; ++i) ASSERT_TRUE(register_ok(domain.get(), part(i), kAllocationSize));
+  ASSERT_TRUE(parts.register_parts());
   auto fresh_memory = allocations(1);
-  const hmr_domain_stats before = stats_of(domain.get());
-  const int va_calls = nic.va_calls.load();
+  const hmr_domain_stats before = stats_of(parts.domain.get());
+  const int va_calls = parts.nic.va_calls.load();
   {
     const FullDescriptorTable full(0);
-    MrPtr fresh = register_ok(domain.get(), fresh_memory[0]->get(), kAllocationSize);
+    MrPtr fresh = register_ok(parts.domain.get(), fresh_memory[0]->get(), kAllocationSize);
     ASSERT_TRUE(fresh) << hmr_last_error();
     EXPECT_EQ(mr_info(fresh.get()).path, HMR_MR_PATH_DMABUF);
-    EXPECT_EQ(stats_of(domain.get()).cache_pressure_evictions - before.cache_pressure_evictions,
-              kParts)
+    const hmr_domain_stats after = stats_of(parts.domain.get());
+    EXPECT_EQ(after.cache_pressure_evictions - before.cache_pressure_evictions,
+              PartsOfOneExport::kParts)
         << "the pool's export closes only when all of its sixteen idle parts went";
   }
-  for (auto& memory : pinned) ASSERT_TRUE(register_ok(domain.get(), memory->get(), kAllocationSize));
-  EXPECT_EQ(nic.va_calls.load(), va_calls) << "host memory was given back for a descriptor";
+  for (auto& memory : pinned) {
+    ASSERT_TRUE(register_ok(parts.domain.get(), memory->get(), kAllocationSize));
+  }
+  EXPECT_EQ(parts.nic.va_calls.load(), va_calls) << "host memory was given back for a descriptor";
 }
 
 // Exports are shared by every domain of the process: two domains (a domain per NIC) holding

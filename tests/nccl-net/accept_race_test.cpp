@@ -76,6 +76,18 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// The process's RLIMIT_NOFILE now (`before`), and one that leaves `spare` descriptors above
+// the lowest free one: what accept() runs under in the tests below.
+rlimit limit_leaving(int spare, rlimit* before) {
+  EXPECT_EQ(getrlimit(RLIMIT_NOFILE, before), 0);
+  const int lowest_free = dup(0);
+  EXPECT_GE(lowest_free, 0);
+  close(lowest_free);
+  rlimit lowered = *before;
+  lowered.rlim_cur = static_cast<rlim_t>(lowest_free + spare);
+  return lowered;
+}
+
 std::mutex warnings_lock;
 std::vector<std::string> warnings;
 
@@ -155,6 +167,18 @@ class AcceptRace : public ::testing::Test {
     if (accept == nullptr || c.recv_comm != FI_ADDR_UNSPEC) return;
     ASSERT_TRUE(c.endpoint->insert(accept->address, &c.recv_comm, &why)) << why;
     EXPECT_TRUE(c.control->send(ConnectReady{nonce}, c.recv_comm, accept->port, &why)) << why;
+  }
+
+  // A listener on the device and its handle decoded, as a connector reads it; null (and a
+  // test failure) when either fails.
+  std::unique_ptr<ListenComm> listen(std::optional<ListenHandle>* handle) {
+    std::string why;
+    std::array<uint8_t, kHandleSize> handle_bytes{};
+    std::unique_ptr<ListenComm> listener;
+    EXPECT_EQ(ListenComm::open(*device, handle_bytes, &listener), ncclSuccess);
+    *handle = decode_listen_handle(handle_bytes, &why);
+    EXPECT_TRUE(*handle) << why;
+    return *handle ? std::move(listener) : nullptr;
   }
 
   std::unique_ptr<Device> device;
@@ -244,12 +268,9 @@ class AcceptWithFewDescriptors : public AcceptRace, public ::testing::WithParamI
  protected:
   AcceptOutcome accept_with_descriptors_left(int spare) {
     std::string why;
-    std::array<uint8_t, kHandleSize> handle_bytes{};
-    std::unique_ptr<ListenComm> listener;
-    EXPECT_EQ(ListenComm::open(*device, handle_bytes, &listener), ncclSuccess);
-    auto handle = decode_listen_handle(handle_bytes, &why);
-    EXPECT_TRUE(handle) << why;
-    if (!listener || !handle) return AcceptOutcome::silent;
+    std::optional<ListenHandle> handle;
+    std::unique_ptr<ListenComm> listener = listen(&handle);
+    if (!listener) return AcceptOutcome::silent;
 
     Connector c;
     c.endpoint = Endpoint::open(device->libfabric(), device->info(), device->domain(), &why);
@@ -277,12 +298,7 @@ class AcceptWithFewDescriptors : public AcceptRace, public ::testing::WithParamI
     }
 
     rlimit before{};
-    EXPECT_EQ(getrlimit(RLIMIT_NOFILE, &before), 0);
-    const int lowest_free = dup(0);
-    EXPECT_GE(lowest_free, 0);
-    close(lowest_free);
-    rlimit lowered = before;
-    lowered.rlim_cur = static_cast<rlim_t>(lowest_free + spare);
+    const rlimit lowered = limit_leaving(spare, &before);
     std::unique_ptr<RecvComm> recv;
     ncclResult_t rc = ncclSuccess;
     std::optional<ConnectRefused> refused;
@@ -350,12 +366,9 @@ INSTANTIATE_TEST_SUITE_P(Spare, AcceptWithFewDescriptors, ::testing::Range(0, 48
 // deadline, and waited for an accept that never came).
 TEST_F(AcceptRace, ARefusedConnectFailsTheConnectorWithTheListenersReason) {
   warnings.clear();
-  std::string why;
-  std::array<uint8_t, kHandleSize> handle_bytes{};
-  std::unique_ptr<ListenComm> listener;
-  ASSERT_EQ(ListenComm::open(*device, handle_bytes, &listener), ncclSuccess);
-  auto handle = decode_listen_handle(handle_bytes, &why);
-  ASSERT_TRUE(handle) << why;
+  std::optional<ListenHandle> handle;
+  std::unique_ptr<ListenComm> listener = listen(&handle);
+  ASSERT_TRUE(listener);
   std::unique_ptr<SendComm> send;
   ASSERT_EQ(SendComm::start(*device, *handle, &send), ncclSuccess);
   // The request reaches the listener's queue while descriptors are there for the provider to
@@ -373,12 +386,7 @@ TEST_F(AcceptRace, ARefusedConnectFailsTheConnectorWithTheListenersReason) {
   }
 
   rlimit before{};
-  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &before), 0);
-  const int lowest_free = dup(0);
-  ASSERT_GE(lowest_free, 0);
-  close(lowest_free);
-  rlimit lowered = before;
-  lowered.rlim_cur = static_cast<rlim_t>(lowest_free);  // none to spare inside accept()
+  const rlimit lowered = limit_leaving(0, &before);  // none to spare inside accept()
   std::unique_ptr<RecvComm> recv;
   ncclResult_t accepted = ncclSuccess, connected = ncclSuccess;
   while ((accepted == ncclSuccess || connected == ncclSuccess) && Clock::now() < deadline) {
