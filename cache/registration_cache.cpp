@@ -605,12 +605,14 @@ void RegistrationCache::wait_for_finalizing() const {
   while (finalizing_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
 }
 
-size_t RegistrationCache::release_unused(size_t count, const VictimFilter* wanted) {
+size_t RegistrationCache::release_unused(size_t count, const VictimFilter* wanted,
+                                         bool then_wait_for_others) {
   // What memory that went away left registered goes first: it helps nobody.
   wait_for_monitor();
   const size_t deferred = finalize_deferred();
-  // (A filtered call counts only what it chose: those may be of any kind.)
-  size_t released = wanted == nullptr ? deferred : 0;
+  // (A filtered call counts only what it chose, those being of any kind, but in its last pass.)
+  const bool count_others = wanted == nullptr || then_wait_for_others;
+  size_t released = count_others ? deferred : 0;
   wait_for_finalizing();  // (its deregistrations lower the NIC's accounts too)
   sweep_held();
   if (released >= count) return released;
@@ -627,7 +629,7 @@ size_t RegistrationCache::release_unused(size_t count, const VictimFilter* wante
   // Deregistered here, with the mutex released; an entry a thread still counts stays
   // registered until that thread's put() (it was not idle after all) but leaves the cache.
   finish(retired);
-  if (released != 0 || finalizing_here != nullptr || wanted != nullptr) return released;
+  if (released != 0 || finalizing_here != nullptr || !count_others) return released;
   // Nothing idle is left here, but what another thread let go may be on its way out (a flush,
   // an invalidation or an eviction between retire() and finish(); the put() that dropped the
   // last reference of an entry retired under it): those give their resources back without

@@ -149,11 +149,14 @@ class RegistrationCache final : public InvalidationSink {
   // NIC's refusal does not name: registration/nic_pressure.h), in CLOCK order among them; the
   // hand passes the others by and leaves their recency as it was.  How many of those it
   // dropped: what invalidations left is deregistered first as always, but not counted, and
-  // what others have in transit not waited for (it may be of any kind).  `wanted` is called
-  // under the cache's writer lock, for each unused entry the hand meets: it must be cheap and
-  // must not call back into the cache.
+  // what others have in transit not waited for (it may be of any kind), unless
+  // `then_wait_for_others` (the caller's last pass: what others let go may be what it needs,
+  // and counts as given back, as in release_unused(count)).  `wanted` is called under the
+  // cache's writer lock, for each unused entry the hand meets: it must be cheap and must not
+  // call back into the cache.
   using VictimFilter = std::function<bool(const CacheEntry&)>;
-  size_t release_unused(size_t count, const VictimFilter* wanted);
+  size_t release_unused(size_t count, const VictimFilter* wanted,
+                        bool then_wait_for_others = false);
   // Deregisters what monitor events left dead (DeferredReaper's thread calls it).
   // Whether this thread is inside the NIC's deregistration of one of this cache's entries (a
   // callback NIC's dereg calling hmr back): the cache must not be destroyed under it.

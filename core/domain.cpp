@@ -402,7 +402,11 @@ size_t Domain::CachePressureRelief::release_unused_exports(size_t count, ExportR
                ? holding == DeviceCacheBackend::ExportHolding::sole
                : holding != DeviceCacheBackend::ExportHolding::none;
   };
-  return domain_.device_cache_->release_unused(count, &wanted);
+  // (The last pass also waits for what other threads let go: an entry evicted or closed
+  // under this one may be on its way out with the export it holds, which nothing else would
+  // count: DeviceDescriptorPressure.ThreadsAtTheLimitAllRegister under TSan.)
+  return domain_.device_cache_->release_unused(count, &wanted,
+                                               which == ExportRelief::any_holders);
 }
 
 Domain::~Domain() {
