@@ -87,11 +87,17 @@ void ListenComm::on_message(std::span<const uint8_t> bytes) {
   // would leave the connector waiting for an answer, and this accept for a connector, for
   // ever.  accept() fails once the connector was told (due_failure()).
   if (rc == ncclRemoteError) return;
-  failure_ = rc;
-  failure_reason_ = last_failure();
-  if (failure_reason_.empty()) failure_reason_ = "the listener could not answer";
-  failure_due_ = std::chrono::steady_clock::now() + kRefusalDrainTime;
+  fail_listener(rc, std::chrono::steady_clock::now() + kRefusalDrainTime);
   refuse(*request, failure_reason_);
+}
+
+void ListenComm::fail_listener(ncclResult_t rc, std::chrono::steady_clock::time_point due) {
+  if (failure_ == ncclSuccess) {
+    failure_ = rc;
+    failure_reason_ = last_failure();
+    if (failure_reason_.empty()) failure_reason_ = "the listener could not answer";
+  }
+  failure_due_ = due;
 }
 
 void ListenComm::refuse(const ConnectRequest& request, const std::string& reason) {
@@ -140,11 +146,7 @@ ncclResult_t ListenComm::accept(std::unique_ptr<RecvComm>* out) {
       // it once; the listener stays failed (what it lost cannot be asked for again).
       const ncclResult_t rc =
           fail(ncclSystemError, "accept: the listener's endpoint failed: %s", error.reason.c_str());
-      if (failure_ == ncclSuccess) {
-        failure_ = rc;
-        failure_reason_ = last_failure();
-      }
-      failure_due_ = std::chrono::steady_clock::now();
+      fail_listener(rc, std::chrono::steady_clock::now());
       return rc;
     }
     for (int i = 0; i < n; ++i) {

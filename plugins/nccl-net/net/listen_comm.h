@@ -46,6 +46,9 @@ class ListenComm {
   // Tells the connector of `request` that this side could not answer, and why (best effort:
   // what cannot be sent is logged).
   void refuse(const ConnectRequest& request, const std::string& reason);
+  // The listener fails with `rc` and the reason this thread's last fail() logged (a first
+  // failure and its reason stay), accept() returning it from `due` on (due_failure()).
+  void fail_listener(ncclResult_t rc, std::chrono::steady_clock::time_point due);
   // What accept() returns once a refusal went out: ncclSuccess while none is due.
   ncclResult_t due_failure();
   // Tests that drive the shared endpoint's provider without taking what arrives

@@ -42,9 +42,9 @@
 // eager one, which must leave while the receiver is not progressing: net/eager.h), and accept
 // hands the comm to NCCL once it arrived.
 // Version 8 added connect_refused: a listener that cannot make the connection for want of its
-// own resources (file descriptors, memory, registrations) says why, from the listening
-// endpoint, whose provider connection to the connector already exists (the request came over
-// it), so a connector does not wait for an accept that will never come.  The reason is what the
+// own resources (file descriptors, memory, registrations) says why, through its port on the
+// shared endpoint, whose provider connection to the connector already exists (the request
+// came over it), so a connector does not wait for an accept that will never come.  The reason is what the
 // listener logged, printable ASCII of at most kMaxRefusalReason bytes, for the connector's log.
 // The peer is another process: decode() checks the magic, version, type, exact length and the
 // bounds of every field, and rejects the message as a whole with a reason.
