@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdio>
+#include <cstring>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -17,12 +19,38 @@
 namespace hmr::core {
 namespace {
 
+// Whether the kernel task `tid` of this process has begun to exit. A thread another one has
+// joined can still be listed in /proc/self/task for a moment: pthread_join returns when the
+// kernel clears the thread's tid (in do_exit's exit_mm), before the task is released. do_exit
+// sets PF_EXITING (0x4, include/linux/sched.h) earlier than that, and /proc/<tid>/stat shows
+// the task's flags as its ninth field (proc(5)).
+bool exiting(const char* tid) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/self/task/%s/stat", tid);
+  FILE* file = std::fopen(path, "r");
+  if (file == nullptr) return true;  // released since readdir: gone
+  char line[1024];
+  const bool read = std::fgets(line, sizeof line, file) != nullptr;
+  std::fclose(file);
+  if (!read) return true;
+  // The command name (field 2) may hold spaces and parentheses: fields 3 on follow the last ')'.
+  const char* rest = std::strrchr(line, ')');
+  char state = 0;
+  unsigned long long flags = 0;
+  if (rest == nullptr ||
+      std::sscanf(rest + 1, " %c %*d %*d %*d %*d %*d %llu", &state, &flags) != 2) {
+    return false;
+  }
+  return (flags & 0x4) != 0;
+}
+
+// The threads of this process that are not on their way out.
 size_t thread_count() {
   DIR* dir = opendir("/proc/self/task");
   if (dir == nullptr) return 0;
   size_t count = 0;
   while (dirent* entry = readdir(dir)) {
-    if (entry->d_name[0] != '.') ++count;
+    if (entry->d_name[0] != '.' && !exiting(entry->d_name)) ++count;
   }
   closedir(dir);
   return count;

@@ -2,9 +2,11 @@
 lifetime; the errors the issue names (non-contiguous, read-only with REMOTE_WRITE, no
 memory)."""
 import array as pyarray
+import ctypes
 import errno
 import gc
 import mmap
+import os
 import weakref
 
 import numpy
@@ -115,16 +117,60 @@ def test_pointer(domain):
         assert region.obj is pointer
 
 
+def _libc():
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                          ctypes.c_int, ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    libc.msync.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    return libc
+
+
+def _unmapped_page_once(domain, libc):
+    """Registers the middle page of three, lets the region go (the cache keeps it), unmaps
+    that page and registers it again. Returns the error, or None when the registration
+    succeeded while the page was unmapped; raises LookupError when another thread mapped
+    something at the address first (then nothing can be concluded)."""
+    page = 4096
+    base = libc.mmap(None, 3 * page, mmap.PROT_READ | mmap.PROT_WRITE,
+                     mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
+    assert base not in (None, ctypes.c_void_p(-1).value), os.strerror(ctypes.get_errno())
+    middle = base + page
+    try:
+        with domain.register(hmr.Pointer(middle, page)) as region:
+            assert region.address == middle
+        # A hole of one page between two mapped ones: only a one-page mapping of another
+        # thread can fill it (a page unmapped at the edge of the free area is taken by the
+        # next mapping of any size, as Python's own arenas are).
+        assert libc.munmap(middle, page) == 0
+        try:
+            domain.register(hmr.Pointer(middle, page)).close()
+        except hmr.Error as error:
+            return error
+        if libc.msync(middle, page, 4) == 0:  # MS_SYNC: mapped again, by someone else
+            raise LookupError("the page was mapped again")
+        return None
+    finally:
+        libc.munmap(base, 3 * page)
+
+
 def test_pointer_to_unmapped_memory_is_refused():
-    # A domain whose NIC requires HMR_MR_ALLOCATED checks that every page is mapped.
+    # A domain whose NIC requires HMR_MR_ALLOCATED checks that every page is mapped; the
+    # cache must not answer with the registration it kept of the page before the munmap.
+    libc = _libc()
     with hmr.Domain(nic_options="require=ALLOCATED|PROV_KEY|VIRT_ADDR") as domain:
-        page = mmap.mmap(-1, 4096)
-        with domain.register(page) as region:
-            address = region.address
-        page.close()
-        with pytest.raises(hmr.InvalidArgumentError, match="mapped") as caught:
-            domain.register(hmr.Pointer(address, 4096))
-        assert caught.value.code == errno.EFAULT
+        for _ in range(10):
+            try:
+                error = _unmapped_page_once(domain, libc)
+            except LookupError:
+                continue
+            assert error is not None, "an unmapped page was registered"
+            assert isinstance(error, hmr.InvalidArgumentError)
+            assert "mapped" in str(error)
+            assert error.code == errno.EFAULT
+            return
+        pytest.fail("another thread mapped the freed page ten times in a row")
 
 
 def test_second_close_and_closed_region(domain):
