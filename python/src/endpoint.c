@@ -8,7 +8,9 @@
 typedef struct {
 	HMR_PY_CHILD_HEAD
 	hmr_ep *ep;           /* NULL once closed */
-	Py_ssize_t in_flight; /* write/read calls running without the GIL: close() refuses */
+	Py_ssize_t in_flight; /* write/read/connect calls running without the GIL: close()
+			       * refuses */
+	int closing;          /* close() is in hmr_ep_close without the GIL: no call starts */
 	PyObject *peer;       /* the Endpoint connected to, kept alive (hmr_ep_close of a peer
 			       * disconnects it); NULL when none.  Two endpoints connected to each
 			       * other are a cycle: the type takes part in Python's GC. */
@@ -48,7 +50,20 @@ int hmr_py_endpoint_close(PyObject *obj)
 				  "a write or read of this endpoint is running on another thread");
 		return -1;
 	}
-	int rc = hmr_ep_close(self->ep);
+	if (self->closing) /* another thread is closing it: it is as good as closed */
+		return 0;
+	/* hmr_ep_close waits for every RMA in the process to leave the links (a write holds them
+	 * for its whole copy): without the GIL, and with this endpoint and its domain marked so
+	 * that nothing starts on them meanwhile (Domain.close refuses while it runs). */
+	HmrPyDomain *domain = self->domain;
+	self->closing = 1;
+	++domain->in_flight;
+	int rc;
+	Py_BEGIN_ALLOW_THREADS
+	rc = hmr_ep_close(self->ep);
+	Py_END_ALLOW_THREADS
+	--domain->in_flight;
+	self->closing = 0;
 	if (rc != 0) {
 		hmr_py_raise(rc, "hmr_ep_close");
 		return -1;
@@ -64,8 +79,10 @@ int hmr_py_endpoint_close(PyObject *obj)
 
 static hmr_ep *open_ep(HmrPyEndpoint *self, const char *what)
 {
-	if (!self->ep)
-		hmr_py_raise_closed(what);
+	if (!self->ep || self->closing)
+		return (hmr_ep *)hmr_py_raise_closed(what);
+	if (self->domain->closing)
+		return (hmr_ep *)hmr_py_raise_domain_closing(what);
 	return self->ep;
 }
 
@@ -108,10 +125,24 @@ static PyObject *ep_connect(HmrPyEndpoint *self, PyObject *other)
 		PyErr_SetString(PyExc_TypeError, "connect() takes another hmr.Endpoint");
 		return NULL;
 	}
-	hmr_ep *peer = open_ep((HmrPyEndpoint *)other, "Endpoint.connect (peer)");
+	HmrPyEndpoint *target = (HmrPyEndpoint *)other;
+	hmr_ep *peer = open_ep(target, "Endpoint.connect (peer)");
 	if (!peer)
 		return NULL;
-	int rc = hmr_ep_connect(ep, peer);
+	/* hmr_ep_connect waits for every RMA in the process to leave the links, as close does:
+	 * without the GIL, both endpoints and their domains held open meanwhile. */
+	++self->in_flight;
+	++target->in_flight;
+	++self->domain->in_flight;
+	++target->domain->in_flight;
+	int rc;
+	Py_BEGIN_ALLOW_THREADS
+	rc = hmr_ep_connect(ep, peer);
+	Py_END_ALLOW_THREADS
+	--target->domain->in_flight;
+	--self->domain->in_flight;
+	--target->in_flight;
+	--self->in_flight;
 	if (rc != 0)
 		return hmr_py_raise(rc, "hmr_ep_connect");
 	PyObject *before = self->peer; /* (Py_XSETREF is not in the limited API) */
@@ -197,10 +228,18 @@ static PyObject *transfer(HmrPyEndpoint *self, PyObject *args, int is_read)
 		hmr_py_region_hold(local, -1);
 	--self->in_flight;
 	--domain->in_flight;
+	/* The error is made before the source is let go: releasing it may run Python code (a
+	 * DLPack deleter, a finaliser) whose own hmr calls would replace hmr_last_error(). */
+	if (rc == 0) {
+		hmr_py_source_release(&source);
+		Py_RETURN_NONE;
+	}
+	hmr_py_raise(rc, is_read ? "hmr_ep_read" : "hmr_ep_write");
+	PyObject *type, *value, *trace; /* (no Python code runs with an exception set) */
+	PyErr_Fetch(&type, &value, &trace);
 	hmr_py_source_release(&source);
-	if (rc != 0)
-		return hmr_py_raise(rc, is_read ? "hmr_ep_read" : "hmr_ep_write");
-	Py_RETURN_NONE;
+	PyErr_Restore(type, value, trace);
+	return NULL;
 }
 
 static PyObject *ep_write(HmrPyEndpoint *self, PyObject *args)

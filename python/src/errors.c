@@ -93,6 +93,13 @@ PyObject *hmr_py_raise_closed(const char *what)
 	return hmr_py_raise_code(HMR_EBADF, what, "the object is closed");
 }
 
+PyObject *hmr_py_raise_domain_closing(const char *what)
+{
+	return hmr_py_raise_code(HMR_EBADF, what,
+				 "its domain is being closed (Domain.close is closing its regions, "
+				 "keys and endpoints)");
+}
+
 pid_t hmr_py_this_process;
 
 PyObject *hmr_py_raise_inherited(const char *what)

@@ -28,7 +28,8 @@ typedef struct HmrPyLink {
 	struct HmrPyLink *prev, *next;
 } HmrPyLink;
 
-/* Registrations the domain has made and its cache kept, by address and length: a hint that
+/* Registrations the domain has made and its cache kept, by address, length and access (the
+ * cache's key: the same range with another access is another entry): a hint that
  * a registration will be a cache hit, which is then made with the GIL held (releasing and retaking it costs more
  * than the hit, and under contention it can wait a whole switch interval).  An unseen range
  * is probably a miss, which may block: that one runs without the GIL.  A wrong hint costs
@@ -37,6 +38,7 @@ typedef struct HmrPyLink {
 typedef struct {
 	uintptr_t address;
 	size_t length;
+	uint64_t access; /* part of the cache's key: another access is another entry */
 } HmrPyHint;
 
 typedef struct {
@@ -105,15 +107,16 @@ typedef struct {
 	int torch_has_nbytes;
 	/* torch.Tensor's own methods, taken from the type once: an exact torch.Tensor is asked
 	 * through them, with no attribute lookup and no bound method made per question. */
-	PyObject *torch_is_contiguous, *torch_data_ptr, *torch_numel, *torch_element_size;
+	PyObject *torch_is_contiguous, *torch_is_conj, *torch_is_neg, *torch_data_ptr, *torch_numel,
+		*torch_element_size;
 	PyTypeObject *domain_type;
 	PyTypeObject *region_type;
 	PyTypeObject *remote_key_type;
 	PyTypeObject *endpoint_type;
 	/* Interned names, compared by pointer first. */
 	PyObject *s_access, *s_offset, *s_length, *s_dlpack, *s_cuda_array_interface, *s_data_ptr,
-		*s_nbytes, *s_numel, *s_element_size, *s_is_contiguous, *s_address, *s_keepalive,
-		*s_torch, *s_tensor;
+		*s_nbytes, *s_numel, *s_element_size, *s_is_contiguous, *s_is_conj, *s_is_neg,
+		*s_address, *s_keepalive, *s_torch, *s_tensor;
 } HmrPyState;
 extern HmrPyState hmr_py;
 
@@ -129,6 +132,9 @@ PyObject *hmr_py_raise(int rc, const char *what);
 PyObject *hmr_py_raise_code(int code, const char *what, const char *format, ...)
 	__attribute__((format(printf, 3, 4)));
 PyObject *hmr_py_raise_closed(const char *what);
+/* ClosedError for a call on a child while Domain.close closes the children (a DLPack deleter
+ * or a finaliser it runs, or another thread meanwhile): no call into the domain starts. */
+PyObject *hmr_py_raise_domain_closing(const char *what);
 /* The Python error set now (an object's own method failed) as hmr.Error `code`, its reason
  * "<context>: <type>: <message>" and the original as __cause__.  Returns NULL. */
 PyObject *hmr_py_raise_from_current(int code, const char *what, const char *context);

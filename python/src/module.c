@@ -147,6 +147,7 @@ static int init_state(void)
 	    intern(&hmr_py.s_data_ptr, "data_ptr") || intern(&hmr_py.s_nbytes, "nbytes") ||
 	    intern(&hmr_py.s_numel, "numel") || intern(&hmr_py.s_element_size, "element_size") ||
 	    intern(&hmr_py.s_is_contiguous, "is_contiguous") ||
+	    intern(&hmr_py.s_is_conj, "is_conj") || intern(&hmr_py.s_is_neg, "is_neg") ||
 	    intern(&hmr_py.s_address, "address") || intern(&hmr_py.s_keepalive, "keepalive") ||
 	    intern(&hmr_py.s_torch, "torch") || intern(&hmr_py.s_tensor, "Tensor"))
 		return -1;

@@ -101,7 +101,7 @@ PyObject *hmr_py_region_new(HmrPyDomain *domain, PyObject *const *args, Py_ssize
 	size_t bytes = self->source.length;
 	HmrPyHint *hint = hint_slot(domain, address);
 	int rc;
-	if (hint->address == (uintptr_t)address && hint->length == bytes) {
+	if (hint->address == (uintptr_t)address && hint->length == bytes && hint->access == access) {
 		rc = hmr_mr_reg(handle, address, bytes, access, 0, 0, 0, &self->mr, NULL);
 	} else {
 		/* Probably a miss: the NIC registers, which may take long. */
@@ -119,6 +119,7 @@ PyObject *hmr_py_region_new(HmrPyDomain *domain, PyObject *const *args, Py_ssize
 		if (rc == 0 && hmr_mr_query(self->mr, &info) == 0 && info.cached) {
 			hint->address = (uintptr_t)address;
 			hint->length = bytes;
+			hint->access = access;
 		}
 	}
 	if (rc != 0) {
@@ -197,6 +198,8 @@ static hmr_mr *open_mr(HmrPyRegion *self, const char *what)
 		hmr_py_raise_closed(what);
 	else if (self->domain->pid != hmr_py_this_process)
 		return (hmr_mr *)hmr_py_raise_inherited(what);
+	else if (self->domain->closing)
+		return (hmr_mr *)hmr_py_raise_domain_closing(what);
 	return self->mr;
 }
 

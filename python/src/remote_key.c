@@ -11,12 +11,18 @@ typedef struct {
 
 PyObject *hmr_py_remote_key_new(HmrPyDomain *domain, PyObject *blob)
 {
-	hmr_domain *handle = hmr_py_domain_handle(domain, "Domain.unpack_rkey");
-	if (!handle)
+	if (!hmr_py_domain_handle(domain, "Domain.unpack_rkey"))
 		return NULL;
 	Py_buffer view;
 	if (PyObject_GetBuffer(blob, &view, PyBUF_SIMPLE) != 0)
 		return NULL;
+	/* The export may have run Python code (a class's __buffer__) that closed the domain: the
+	 * handle is looked at again (nothing lets go of the GIL from here to the call). */
+	hmr_domain *handle = hmr_py_domain_handle(domain, "Domain.unpack_rkey");
+	if (!handle) {
+		PyBuffer_Release(&view);
+		return NULL;
+	}
 	hmr_rkey *rkey = NULL;
 	int rc = hmr_rkey_unpack(handle, view.buf, (size_t)view.len, &rkey);
 	PyBuffer_Release(&view);
@@ -72,12 +78,18 @@ static void rkey_dealloc(HmrPyRemoteKey *self)
 	hmr_py_child_free((HmrPyChild *)self);
 }
 
+/* Its cached facts are refused once released, and in a forked child (as the C calls are). */
 static int check_open(HmrPyRemoteKey *self, const char *what)
 {
-	if (self->rkey)
-		return 0;
-	hmr_py_raise_closed(what);
-	return -1;
+	if (!self->rkey) {
+		hmr_py_raise_closed(what);
+		return -1;
+	}
+	if (self->domain->pid != hmr_py_this_process) {
+		hmr_py_raise_inherited(what);
+		return -1;
+	}
+	return 0;
 }
 
 static PyObject *get_address(HmrPyRemoteKey *self, void *unused)

@@ -213,20 +213,63 @@ static int tensor_unsigned(PyObject *obj, PyObject *method, PyObject *name,
 	return *out == (unsigned long long)-1 && PyErr_Occurred() ? -1 : 0;
 }
 
-/* torch.Tensor: 1 when served, 0 when not contiguous (the DLPack route then says why or
- * serves a dense permuted layout), -1 on error. */
+/* Whether the tensor's `method` (a yes-or-no question torch.Tensor has) answers yes: 1, 0,
+ * or -1 on error.  A torch without the method answers no. */
+static int tensor_says(PyObject *obj, PyObject *method, PyObject *name)
+{
+	if (!method)
+		return 0;
+	PyObject *answer = ask_tensor(obj, method, name);
+	if (!answer)
+		return -1;
+	const int yes = PyObject_IsTrue(answer);
+	Py_DECREF(answer);
+	return yes;
+}
+
+/* A torch question that failed with RuntimeError (what torch raises for a tensor the question
+ * does not fit): 0 and the error cleared, so the DLPack route says why with torch's reason;
+ * any other error: -1. */
+static int torch_cannot(void)
+{
+	if (!PyErr_ExceptionMatches(PyExc_RuntimeError))
+		return -1;
+	PyErr_Clear();
+	return 0;
+}
+
+/* torch.Tensor: 1 when served, 0 when the DLPack route must serve it or say why (not
+ * contiguous: it serves a dense permuted layout; no storage, as a sparse tensor has: its
+ * __dlpack__ refuses with torch's reason), -1 on error.  A conjugate or negative view
+ * (x.conj(), torch._neg_view(x), x.conj().imag), contiguous or not, is refused here: its
+ * bytes are x's, its values their conjugate or negation, and a peer would read the bytes
+ * (torch 1.13's __dlpack__ exports a negative view as it is). */
 static int from_torch(PyObject *obj, HmrPySource *source)
 {
+	const int conjugate = tensor_says(obj, hmr_py.torch_is_conj, hmr_py.s_is_conj);
+	const int negative =
+		conjugate != 0 ? 0 : tensor_says(obj, hmr_py.torch_is_neg, hmr_py.s_is_neg);
+	if (conjugate < 0 || negative < 0)
+		return -1;
+	if (conjugate || negative) {
+		hmr_py_raise_code(HMR_EINVAL, kWhat,
+				  "the tensor is a %s view: its memory holds the values before the "
+				  "%s, which is what a peer would read; register "
+				  "tensor.resolve_%s() (a copy with the values)",
+				  conjugate ? "conjugate" : "negative",
+				  conjugate ? "conjugation" : "negation", conjugate ? "conj" : "neg");
+		return -1;
+	}
 	PyObject *contiguous = ask_tensor(obj, hmr_py.torch_is_contiguous, hmr_py.s_is_contiguous);
 	if (!contiguous)
-		return -1;
+		return torch_cannot();
 	int yes = PyObject_IsTrue(contiguous);
 	Py_DECREF(contiguous);
 	if (yes <= 0)
 		return yes;
 	unsigned long long address, length;
 	if (tensor_unsigned(obj, hmr_py.torch_data_ptr, hmr_py.s_data_ptr, &address) != 0)
-		return -1;
+		return torch_cannot();
 	if (hmr_py.torch_has_nbytes) {
 		if (unsigned_attr(obj, hmr_py.s_nbytes, &length) != 0)
 			return -1;
@@ -270,6 +313,8 @@ static int is_torch_tensor(PyObject *obj)
 		}
 		hmr_py.torch_has_nbytes = PyObject_HasAttr(tensor, hmr_py.s_nbytes);
 		hmr_py.torch_is_contiguous = tensor_method(tensor, hmr_py.s_is_contiguous);
+		hmr_py.torch_is_conj = tensor_method(tensor, hmr_py.s_is_conj);
+		hmr_py.torch_is_neg = tensor_method(tensor, hmr_py.s_is_neg);
 		hmr_py.torch_data_ptr = tensor_method(tensor, hmr_py.s_data_ptr);
 		hmr_py.torch_numel = tensor_method(tensor, hmr_py.s_numel);
 		hmr_py.torch_element_size = tensor_method(tensor, hmr_py.s_element_size);

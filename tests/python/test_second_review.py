@@ -259,7 +259,7 @@ def test_a_subinterpreter_is_refused():
 
 
 _CLOSE_WHILE_THE_PEER_GOES = """
-import faulthandler, sys, threading
+import faulthandler, sys, threading, time
 import hmr
 faulthandler.dump_traceback_later(30, exit=True)
 d1 = hmr.Domain("sim")
@@ -271,7 +271,12 @@ ready = threading.Event()
 out = []
 def closer():
     ready.wait()
-    d1.close()  # waits for the GIL: it runs when d2's dealloc lets go of it
+    while True:  # waits for the GIL: it runs when d2's dealloc lets go of it
+        try:
+            d1.close()
+            break
+        except hmr.BusyError:  # e1.close() is inside hmr_ep_close, without the GIL
+            time.sleep(0)  # (lets go of the GIL)
     out.append("d1 closed")
 thread = threading.Thread(target=closer)
 thread.start()

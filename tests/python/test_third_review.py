@@ -1,0 +1,232 @@
+"""What the twenty-sixth session's review of the package found, each a test that failed before
+its fix: torch's conjugate and negative views registered as their raw bytes, a sparse tensor's
+RuntimeError escaping, a seen range with another access registered with the GIL held, the
+domain's handle used after a buffer export that closed it, Endpoint.close() and connect()
+holding the GIL while they wait for another thread's copy, calls on children let in while
+Domain.close() closes them, a RemoteKey's facts answered in a forked child, and a transfer's
+error reason replaced by what its source's release did.  Run with Debian's interpreter
+(conftest.py)."""
+import ctypes
+import errno
+import os
+import sys
+import threading
+
+import numpy
+import pytest
+import torch
+
+import hmr
+from test_review_findings import DLPackProducer, _DELETER, _Managed
+from test_second_review import _peer_and_key
+
+
+def _lets_other_threads_run(call):
+    """Whether another Python thread ran while call() was inside hmr (the switch interval is an
+    hour, so the GIL changes hands only where C code lets it go)."""
+    ran = []
+    go = threading.Lock()
+    go.acquire()
+
+    def helper():
+        with go:
+            ran.append(True)
+
+    thread = threading.Thread(target=helper)
+    thread.start()
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(3600)
+    try:
+        go.release()
+        call()
+        happened = bool(ran)
+    finally:
+        sys.setswitchinterval(before)
+    thread.join()
+    return happened
+
+
+@pytest.mark.parametrize("make, which", [
+    (lambda: torch.tensor([1 + 2j, 3 + 4j], dtype=torch.complex64).conj(), "conjugate"),
+    (lambda: torch._neg_view(torch.arange(8.0)), "negative"),
+    (lambda: torch._neg_view(torch.arange(16.0).reshape(4, 4).t()), "negative"),
+], ids=["conj", "neg", "neg-permuted"])
+def test_conjugate_and_negative_views_are_refused(domain, make, which):
+    # Their memory holds the values before the conjugation or negation (torch applies it when
+    # it reads them): a peer reading the region would get other numbers than the tensor's.
+    tensor = make()
+    with pytest.raises(hmr.InvalidArgumentError, match=which + " view") as caught:
+        domain.register(tensor)
+    assert "resolve_" in str(caught.value)
+    # What the message says works.
+    resolved = tensor.resolve_conj() if which == "conjugate" else tensor.resolve_neg()
+    if resolved.is_contiguous():
+        with domain.register(resolved) as region:
+            assert region.length == resolved.numel() * resolved.element_size()
+
+
+def test_a_sparse_tensor_is_refused_as_an_hmr_error(domain):
+    # Its is_contiguous() says True, and its data_ptr() raised torch's RuntimeError through
+    # register(); the DLPack route now refuses it with torch's reason as the cause.
+    sparse = torch.sparse_coo_tensor([[0, 2]], [1.0, 2.0], (4,))
+    with pytest.raises(hmr.InvalidArgumentError) as caught:
+        domain.register(sparse)
+    assert isinstance(caught.value.__cause__, RuntimeError)
+
+
+def test_a_seen_range_with_another_access_is_registered_without_the_gil():
+    # The cache's key holds the access: the same range with another access is a miss (a NIC
+    # registration), which must not run with the GIL held because the range was seen before.
+    big = numpy.zeros(64 << 20, numpy.uint8)
+    with hmr.Domain("sim") as domain:
+        assert _lets_other_threads_run(lambda: domain.register(big).close())  # a miss
+        assert not _lets_other_threads_run(lambda: domain.register(big).close())  # a hit
+        assert _lets_other_threads_run(lambda: domain.register(big, hmr.REMOTE_READ).close())
+        assert domain.stats()["nic_registrations"] == 2
+        assert not _lets_other_threads_run(lambda: domain.register(big, hmr.REMOTE_READ).close())
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="a class's __buffer__ is Python code "
+                    "from CPython 3.12 on; before, no buffer export runs Python code")
+def test_unpack_rkey_finds_the_domain_closed_by_the_blobs_buffer_export():
+    owner = hmr.Domain("sim")
+    region = owner.register(bytearray(4096))
+    blob = region.pack_rkey()
+    victim = hmr.Domain("sim")
+
+    class ClosesTheDomain:
+        def __buffer__(self, flags):
+            victim.close()
+            return memoryview(blob)
+
+    with pytest.raises(hmr.ClosedError):
+        victim.unpack_rkey(ClosesTheDomain())
+    region.close()
+    owner.close()
+
+
+def _during_a_write(call):
+    """Whether other Python threads ran while call() waited for a 256 MiB write on another
+    thread (hmr_ep_close and hmr_ep_connect wait for every RMA of the process to leave the
+    endpoints' links, which a write holds for its whole copy).  call() is made once the copy
+    has begun (its first byte landed) and before it ended (its last byte had not); a round
+    whose copy ended first is tried again."""
+    size = 256 << 20
+    owner, peer, memory, region, key = _peer_and_key(size)
+    target = owner.endpoint()
+    ep = peer.endpoint()
+    ep.connect(target)
+    try:
+        for value in range(1, 6):
+            data = bytearray([value]) * size
+            writer = threading.Thread(target=lambda: ep.write(data, key.address, key.key))
+            writer.start()
+            while memory[0] != value:  # (the writer lets go of the GIL for its copy)
+                pass
+            in_time = memory[-1] != value
+            ran = _lets_other_threads_run(lambda: call(peer))
+            writer.join()
+            assert memory[0] == value and memory[-1] == value
+            if in_time:
+                return ran
+        pytest.fail("every write ended before the call")
+    finally:
+        ep.close()
+        target.close()
+        key.release()
+        region.close()
+        owner.close()
+        peer.close()
+
+
+def test_endpoint_close_and_connect_let_go_of_the_gil_while_they_wait_for_a_write():
+    # With the GIL held, every Python thread waited for the other thread's copy to end.
+    assert _during_a_write(lambda domain: domain.endpoint().close())
+    assert _during_a_write(lambda domain: domain.endpoint().connect(domain.endpoint()))
+
+
+def test_calls_on_children_while_domain_close_closes_them_are_refused():
+    # A DLPack deleter runs while Domain.close() closes its region: a call on another child of
+    # the domain then must not start (docs/python.md: it raises ClosedError).
+    domain = hmr.Domain("sim")
+    other = domain.register(bytearray(4096))
+    endpoint = domain.endpoint()
+    seen = []
+
+    @_DELETER
+    def deleter(managed):
+        for name, call in (("pack_rkey", other.pack_rkey), ("key", lambda: other.key),
+                           ("write", lambda: endpoint.write(b"x", 0, 0))):
+            try:
+                call()
+                seen.append((name, None))
+            except hmr.Error as error:
+                seen.append((name, error))
+
+    buffer = (ctypes.c_uint8 * 4096)()
+    producer = DLPackProducer(buffer, (4096,))
+    producer.managed.deleter = deleter
+    held = domain.register(producer)  # newest first: closed before `other`
+    domain.close()
+    assert [name for name, _ in seen] == ["pack_rkey", "key", "write"]
+    for name, error in seen:
+        assert isinstance(error, hmr.ClosedError), (name, error)
+        assert "being closed" in error.reason, (name, error.reason)
+    assert held.closed and other.closed and endpoint.closed
+
+
+def test_a_remote_keys_facts_are_refused_in_a_forked_child():
+    owner = hmr.Domain("sim")
+    region = owner.register(bytearray(4096))
+    rkey = owner.unpack_rkey(region.pack_rkey())
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            for name in ("address", "length", "key", "raw_key", "iface", "device"):
+                try:
+                    getattr(rkey, name)
+                    code = 2
+                except hmr.ClosedError as refused:
+                    if refused.code != errno.EBADF or "fork()" not in refused.reason:
+                        code = 3
+            rkey.release()
+            region.close()
+            owner.close()
+        except BaseException as e:  # noqa: BLE001
+            sys.stderr.write(f"child failed: {e!r}\n")
+            code = 1
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert rkey.key == region.key  # the parent's still answers
+    rkey.release()
+    region.close()
+    owner.close()
+
+
+def test_a_failed_transfer_keeps_its_reason_when_its_sources_release_calls_hmr():
+    # The source's DLPack deleter makes a failing hmr call of its own; the write's error must
+    # still carry the write's reason.
+    domain = hmr.Domain("sim")
+    target = domain.endpoint()
+    ep = domain.endpoint()
+    ep.connect(target)
+
+    @_DELETER
+    def deleter(managed):
+        try:
+            domain.unpack_rkey(b"\x00" * 7)
+        except hmr.Error:
+            pass
+
+    buffer = (ctypes.c_uint8 * 64)()
+    producer = DLPackProducer(buffer, (64,))
+    producer.managed.deleter = deleter
+    with pytest.raises(hmr.Error) as caught:
+        ep.write(producer, 0x1000, 0xDEAD)
+    assert "hmr_ep_write" in str(caught.value)
+    assert "rkey" not in caught.value.reason, caught.value.reason
+    ep.close()
+    target.close()
+    domain.close()
