@@ -41,6 +41,7 @@
 #include "net/operation.h"
 #include "net/recv_comm.h"
 #include "net/send_comm.h"
+#include "send_comm_probe.h"
 #include "net/settings.h"
 #include "wire/control_message.h"
 #include "wire/eager_data.h"
@@ -59,10 +60,6 @@ struct RecvCommProbe {
     EXPECT_EQ(comm.endpoint_->poll(std::span<Completion>(), &error), 0) << error.reason;
     EXPECT_EQ(comm.port().poll(std::span<Completion>(), &error), 0) << error.reason;
   }
-};
-
-struct SendCommProbe {
-  static bool request_left(SendComm& comm) { return !comm.control().busy(); }
 };
 
 struct ListenCommProbe {

@@ -13,6 +13,9 @@
 //   garbage       send 100 random bytes as a control message, then 100 behind a header naming
 //                 the send comm's port
 //   flood         send 400 eager credits to the send comm, more than it may hold unread
+//   stale-credits once the harness sent 16 eager messages of tag 4 (all its credits), return
+//                 them with two credits in the order a fabric that does not order messages
+//                 may deliver them: "16 consumed", then the older "8 consumed"
 // Lying sends, each started with "send <n>" and then the harness's listen handle; this side
 // connects, waits for the announcement of the harness's 4 MiB receive, lies, and answers "ok"
 // (or "skip" where the provider cannot carry the lie) once the harness says "receiver-done"
@@ -458,6 +461,22 @@ int run() {
       for (int i = 0; i < 400; ++i) h.send(credit);
       h.flush_sends(deadline);
       if (!oob.send(std::string("flooded"), &why)) die(why);
+      if (!h.progress_until_the_harness_speaks(oob, deadline)) die("no sender-done");
+      if (!oob.send("ok", &why)) die(why);
+      continue;
+    }
+    if (*step == "step stale-credits") {
+      h.accept_connection(nonce, deadline, 1024, 16);
+      auto sent = h.progress_until_the_harness_speaks(oob, deadline);
+      if (!sent || *sent != "sent") die("expected sent from the harness");
+      for (const uint32_t consumed : {16u, 8u}) {
+        EagerCredit credit;
+        credit.count = 1;
+        credit.tags[0] = TagCredit{4, consumed};
+        h.send(credit);
+      }
+      h.flush_sends(deadline);
+      if (!oob.send(std::string("credited"), &why)) die(why);
       if (!h.progress_until_the_harness_speaks(oob, deadline)) die("no sender-done");
       if (!oob.send("ok", &why)) die(why);
       continue;

@@ -1266,6 +1266,64 @@ TEST_F(HostilePeer, LyingAnnouncementsAndGarbageAreErrorsOnBothSides) {
   finish();
 }
 
+// Credits are running counts, and a fabric that does not order messages (EFA's SRD) may
+// deliver an older one after a newer one: the older is stale, not a lie.  The send comm
+// failed ("returned eager credits ... it was never sent messages for"): its unsigned
+// difference wrapped round.
+TEST_F(HostilePeer, ACreditOlderThanOneAlreadyTakenIsIgnored) {
+  HostBuffer buffer(64 * 1024);
+  ASSERT_TRUE(peer->channel().send(std::string("step stale-credits"), &why)) << why;
+  auto handle = peer->channel().receive(rank.deadline(), &why);
+  ASSERT_TRUE(handle && handle->size() == NCCL_NET_HANDLE_MAXSIZE) << why;
+  void* send = nullptr;
+  while (send == nullptr && !rank.expired()) {
+    ASSERT_EQ(rank.net().connect(0, handle->data(), &send), ncclSuccess);
+  }
+  ASSERT_NE(send, nullptr);
+  void* mh = nullptr;
+  ASSERT_EQ(rank.net().reg_mr(send, buffer.data(), buffer.size(), NCCL_PTR_HOST, &mh), ncclSuccess);
+  constexpr int kCredits = 16;  // what the hostile peer's accept grants
+  std::vector<void*> requests;
+  for (int m = 0; m < kCredits; ++m) {
+    void* request = nullptr;
+    ASSERT_EQ(rank.net().isend(send, buffer.data() + m * 64, 64, 4, mh, &request), ncclSuccess);
+    ASSERT_NE(request, nullptr) << "eager message " << m << " did not leave";
+    requests.push_back(request);
+  }
+  void* extra = nullptr;
+  ASSERT_EQ(rank.net().isend(send, buffer.data(), 64, 4, mh, &extra), ncclSuccess);
+  ASSERT_EQ(extra, nullptr) << "a 17th eager message left with 16 unconsumed";
+  for (void* request : requests) {
+    int done = 0;
+    while (!done && !rank.expired()) ASSERT_EQ(rank.net().test(request, &done, nullptr), ncclSuccess);
+  }
+  ASSERT_TRUE(peer->channel().send(std::string("sent"), &why)) << why;
+  auto credited = peer->channel().receive_text(rank.deadline(), &why);
+  ASSERT_TRUE(credited && *credited == "credited") << why;
+  // Both credits arrive; the comm stays sound and has its 16 credits back (not 8, not more).
+  for (int m = 0; m < kCredits; ++m) {
+    void* request = nullptr;
+    while (request == nullptr && !rank.expired()) {
+      ASSERT_EQ(rank.net().isend(send, buffer.data() + m * 64, 64, 4, mh, &request), ncclSuccess)
+          << "the stale credit failed the comm";
+    }
+    ASSERT_NE(request, nullptr) << "credit " << m << " never came back";
+    int done = 0;
+    while (!done && !rank.expired()) ASSERT_EQ(rank.net().test(request, &done, nullptr), ncclSuccess);
+  }
+  extra = nullptr;
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_EQ(rank.net().isend(send, buffer.data(), 64, 4, mh, &extra), ncclSuccess);
+    ASSERT_EQ(extra, nullptr) << "more credits came back than were returned";
+  }
+  ASSERT_TRUE(peer->channel().send(std::string("sender-done"), &why)) << why;
+  auto answer = peer->channel().receive_text(rank.deadline(), &why);
+  EXPECT_TRUE(answer && *answer == "ok") << why;
+  EXPECT_EQ(rank.net().dereg_mr(send, mh), ncclSuccess);
+  EXPECT_EQ(rank.net().close_send(send), ncclSuccess);
+  finish();
+}
+
 // Lying senders (the hostile peer's "send" steps): parts of a message that contradict each
 // other or claim more than the buffer, CQ data wider than what the plugin sends, eager
 // messages that are none.  The recv comm's receive fails with ncclRemoteError and the reason;

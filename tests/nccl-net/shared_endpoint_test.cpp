@@ -27,6 +27,7 @@
 #include <vector>
 
 #include <rdma/fi_endpoint.h>
+#include <sys/mman.h>
 
 #include "fabric/endpoint.h"
 #include "net/device.h"
@@ -35,6 +36,7 @@
 #include "net/recv_comm.h"
 #include "net/send_comm.h"
 #include "net/shared_endpoint.h"
+#include "send_comm_probe.h"
 #include "tests/hmem/fd_checks.h"
 
 namespace hmr::nccl {
@@ -386,6 +388,27 @@ TEST_F(SharedSendEndpoint, ACommClosedWithAWriteInFlightStallsItsEndpointUntilTh
   close(keeper);
   close(p);
   EXPECT_EQ(dev.shared_endpoints().endpoints, 0u);
+}
+
+// NCCL deregisters and frees a send comm's buffers before closeSend (sendProxyFree).  A tail
+// the provider refused with -FI_EAGAIN, still waiting when the comm closes with a failure
+// notice to let go, must not be posted by the close: drain()'s progress posted it, from
+// freed memory (on tcp the kernel's copy fails or sends what was mapped there since).
+TEST_F(SharedSendEndpoint, AClosingCommPostsNothingFromNcclsBuffers) {
+  Pair p = connect();
+  ASSERT_FALSE(HasFailure());
+  auto& comm = *static_cast<SendComm*>(p.send);
+  constexpr size_t kSize = (size_t{2} << 20) + 5;
+  void* freed = mmap(nullptr, kSize, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(freed, MAP_FAILED);
+  SendCommProbe::leave_tail_unposted(comm, freed, kSize);
+  std::string why;
+  ASSERT_TRUE(SendCommProbe::queue_failure_notice(comm, &why)) << why;
+  comm.drain();
+  EXPECT_EQ(SendCommProbe::unposted_tails(comm), 1u) << "the close posted a write from NCCL's freed buffer";
+  SendCommProbe::forget_unposted_tails(comm);
+  close(p);
+  munmap(freed, kSize);
 }
 
 // Anyone who has its address may send the shared endpoint a message longer than its receive

@@ -107,7 +107,8 @@ bool ControlChannel::send(const ControlMessage& message, fi_addr_t peer, uint64_
     *why = "a control message of " + std::to_string(bytes.size()) + " bytes does not fit a buffer";
     return false;
   }
-  if (reorder_ && std::holds_alternative<ReceiveAnnouncement>(message)) {
+  if (reorder_ && (std::holds_alternative<ReceiveAnnouncement>(message) ||
+                   std::holds_alternative<EagerCredit>(message))) {
     if (!held_) {
       held_ = Queued{std::move(bytes), peer};
       held_flushes_ = 0;

@@ -52,8 +52,8 @@ class ControlChannel {
   // Sends queued (waiting for a free buffer or the provider), not posted yet.
   bool waiting() const { return !queued_.empty() || held_.has_value(); }
   // Fault injection for tests (HMR_NCCL_TEST_REORDER_ANNOUNCEMENTS): each receive
-  // announcement is held back until the next one has gone out, or for two flushes when none
-  // follows, so a peer sees them in another order than they were sent.
+  // announcement or eager credit is held back until the next one has gone out, or for two
+  // flushes when none follows, so a peer sees them in another order than they were sent.
   void reorder_announcements(bool on) { reorder_ = on; }
 
   // For a completed control_receive operation: the bytes received, and then its repost.
@@ -100,7 +100,7 @@ class ControlChannel {
   size_t sends_in_flight_ = 0;
   ssize_t last_send_error_ = 0;
   bool reorder_ = false;
-  std::optional<Queued> held_;  // the announcement held back (reorder_ only)
+  std::optional<Queued> held_;  // the announcement or credit held back (reorder_ only)
   int held_flushes_ = 0;        // flushes since it was held
 };
 

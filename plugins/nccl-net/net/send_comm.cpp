@@ -97,10 +97,14 @@ ncclResult_t SendComm::progress() {
   }
   std::string why;
   if (!control().flush(&why)) return fail_comm(ncclSystemError, why);
-  if (held_eager_ != nullptr && ++held_progress_ >= 2) {  // no eager send followed it
-    if (const ncclResult_t rc = release_held_eager(); rc != ncclSuccess) return rc;
+  // Nothing of NCCL's buffers goes out once the comm is closing: NCCL deregisters and frees
+  // them before closeSend (sendProxyFree), and drain() only lets control messages go.
+  if (!closing_) {
+    if (held_eager_ != nullptr && ++held_progress_ >= 2) {  // no eager send followed it
+      if (const ncclResult_t rc = release_held_eager(); rc != ncclSuccess) return rc;
+    }
+    post_unposted_tails();
   }
-  post_unposted_tails();
   Completion completions[16];
   for (;;) {
     CompletionError error;
@@ -232,8 +236,15 @@ ncclResult_t SendComm::on_announcement(const ReceiveAnnouncement& announcement) 
 ncclResult_t SendComm::on_credit(const EagerCredit& credit) {
   for (size_t i = 0; i < credit.count; ++i) {
     Stream* stream = streams_.find(credit.tags[i].tag);
-    const uint32_t returned = stream ? credit.tags[i].consumed - stream->eager_consumed : 0;
-    if (stream == nullptr || returned > stream->eager_sent - stream->eager_consumed) {
+    // A credit is the receiver's running count of the tag's eager messages it consumed, so
+    // one that arrives after a newer one (a fabric that does not order messages, EFA's SRD:
+    // the credits at 16 and 32 in flight at once) counts fewer than already returned: stale,
+    // and ignored.  (Counts wrap; two less than 2^31 apart compare by their difference.)
+    const auto returned = static_cast<int32_t>(
+        stream ? credit.tags[i].consumed - stream->eager_consumed : 0);
+    if (stream != nullptr && returned <= 0) continue;
+    if (stream == nullptr ||
+        static_cast<uint32_t>(returned) > stream->eager_sent - stream->eager_consumed) {
       return fail_comm(ncclRemoteError, "the receiver returned eager credits for tag " +
                                             std::to_string(credit.tags[i].tag) +
                                             " it was never sent messages for");
@@ -578,6 +589,7 @@ ncclResult_t SendComm::test(SendRequest* request, int* done, int* size) {
 }
 
 void SendComm::drain() {
+  closing_ = true;
   const auto deadline = std::chrono::steady_clock::now() + kDrainTime;
   while (posted_ && control().busy() && std::chrono::steady_clock::now() < deadline) {
     if (progress() != ncclSuccess) return;

@@ -45,7 +45,9 @@ class SendComm {
 
   ncclResult_t isend(void* data, size_t size, int tag, MemoryHandle* mhandle, void** request);
   ncclResult_t test(SendRequest* request, int* done, int* size);
-  // Lets queued control messages (a failure notice to the receiver) go out, for a short while.
+  // Lets queued control messages (a failure notice to the receiver) go out, for a short while;
+  // from then on no byte of NCCL's buffers is posted (a held eager send, a tail the provider
+  // refused with -FI_EAGAIN): NCCL freed them before closing the comm.
   void drain();
   Device& device() const { return *device_; }
 
@@ -138,6 +140,7 @@ class SendComm {
   std::chrono::steady_clock::time_point deadline_;
   std::chrono::milliseconds write_timeout_{60000};
   bool connected_ = false;
+  bool closing_ = false;  // drain() began: nothing but control messages is posted
   PeerWatch peer_watch_;  // the peer's process, on shm (peer_watch.h)
   std::string failure_;  // why the comm can no longer be used; empty while it can
   ncclResult_t failure_result_ = ncclSuccess;

@@ -33,8 +33,9 @@ struct Settings {
   // write through the NIC, as they must reach device memory, instead of a copy.
   bool eager_through_nic = false;
   // HMR_NCCL_TEST_REORDER_ANNOUNCEMENTS: fault injection for tests. Each recv comm sends
-  // every other receive announcement after the one that follows it, as a fabric that does
-  // not order messages may deliver them (the plugin must not depend on the order).
+  // every other receive announcement or eager credit after the one that follows it, and each
+  // send comm every other eager message, as a fabric that does not order messages (EFA's
+  // SRD) may deliver them (the plugin must not depend on the order).
   bool reorder_announcements = false;
   // HMR_NCCL_TEST_FLUSH_EAGAIN=N: fault injection for tests. The first N attempts to post
   // each iflush's read-back act as if the provider said -FI_EAGAIN.
