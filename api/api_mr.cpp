@@ -111,7 +111,9 @@ HMR_API int hmr_mr_regattr(hmr_domain* domain, const hmr_mr_attr* attr, uint64_t
     if (target != nullptr && mr != nullptr && (flags & ~HMR_MR_REPORTED_BASE) == 0 &&
         a.mr_iov != nullptr && a.iov_count == 1 && a.offset == 0 && a.dmabuf == nullptr &&
         a.auth_key_size == 0 && a.hmem_data == nullptr && a.page_size == 0 && iface >= 0 &&
-        iface < HMR_HMEM_IFACE_COUNT) {
+        iface < HMR_HMEM_IFACE_COUNT &&
+        // (SYSTEM with a device is refused by the full path: a hit must not let it in)
+        (iface != HMR_HMEM_SYSTEM || a.device.reserved == 0)) {
       hmr::core::DeviceDeclaration declared;
       declared.iface = iface;
       declared.device = a.device.reserved;

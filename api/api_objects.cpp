@@ -54,6 +54,7 @@ HMR_API int hmr_eq_close(hmr_eq* handle) {
     if (queue->has_bound_domains()) {
       return hmr::report_error(HMR_EBUSY, "a domain is bound to this event queue; close it first");
     }
+    queue->wake_waiters_for_close();  // a reader blocked in hmr_eq_sread returns -HMR_EBADF
     delete queue;
     return 0;
   });
@@ -76,6 +77,10 @@ HMR_API int hmr_eq_sread(hmr_eq* handle, uint32_t* event, hmr_eq_entry* entry, i
                                    : queue->wait_and_read(event, entry, timeout_ms);
     if (rc == -HMR_EAGAIN) return hmr::report_error(HMR_EAGAIN, "no event");
     if (rc == -HMR_ETIMEDOUT) return hmr::report_error(HMR_ETIMEDOUT, "no event in %d ms", timeout_ms);
+    if (rc == -HMR_EBADF) {
+      return hmr::report_error(HMR_EBADF, "the event queue was closed (hmr_eq_close) while this "
+                               "call waited");
+    }
     if (rc == -HMR_EAVAIL) {
       return hmr::report_error(HMR_EAVAIL, "an error entry is next: read it with hmr_eq_readerr");
     }

@@ -556,7 +556,12 @@ Status Domain::close_memory_region(MemoryRegion* region) {
   stats_.record_mr_close(region->request().counted_bytes());
   release_mr_slot();
   delete region;
-  return deregistered;  // the MR is closed either way; the caller learns the NIC failed
+  // The MR is closed either way; the caller learns the NIC failed.  Not as -HMR_EBUSY (a dereg
+  // callback may answer that), which from a close says nothing was closed (hmr.h).
+  if (deregistered.code() == HMR_EBUSY) {
+    return make_error(HMR_EIO, "the MR is closed, but %s", deregistered.reason().c_str());
+  }
+  return deregistered;
 }
 
 }  // namespace hmr::core

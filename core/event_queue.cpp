@@ -43,13 +43,24 @@ int EventQueue::read(uint32_t* event, hmr_eq_entry* entry) {
 
 int EventQueue::wait_and_read(uint32_t* event, hmr_eq_entry* entry, int timeout_ms) {
   std::unique_lock<std::mutex> lock(mutex_);
-  auto ready = [this] { return !events_.empty(); };
-  if (timeout_ms < 0) {
-    arrived_.wait(lock, ready);
-  } else if (!arrived_.wait_for(lock, std::chrono::milliseconds(timeout_ms), ready)) {
-    return -HMR_ETIMEDOUT;
-  }
+  if (closing_) return -HMR_EBADF;
+  ++waiters_;
+  auto ready = [this] { return !events_.empty() || closing_; };
+  const bool woken = timeout_ms < 0
+                         ? (arrived_.wait(lock, ready), true)
+                         : arrived_.wait_for(lock, std::chrono::milliseconds(timeout_ms), ready);
+  // Leaving: a closing queue is freed once the last waiter has let go of its mutex.
+  if (--waiters_ == 0 && closing_) waiter_left_.notify_all();
+  if (closing_) return -HMR_EBADF;
+  if (!woken) return -HMR_ETIMEDOUT;
   return read_locked(event, entry);
+}
+
+void EventQueue::wake_waiters_for_close() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  closing_ = true;
+  arrived_.notify_all();
+  waiter_left_.wait(lock, [this] { return waiters_ == 0; });
 }
 
 int EventQueue::read_error(hmr_eq_err_entry* entry) {

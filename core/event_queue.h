@@ -25,7 +25,11 @@ class EventQueue : public Tagged<ObjectClass::event_queue> {
 
   // 1 and the entry; -HMR_EAGAIN when empty; -HMR_EAVAIL when an error entry is next.
   int read(uint32_t* event, hmr_eq_entry* entry);
+  // -HMR_EBADF when the queue was closed while it waited.
   int wait_and_read(uint32_t* event, hmr_eq_entry* entry, int timeout_ms);
+  // hmr_eq_close: wakes every thread waiting in wait_and_read (each returns -HMR_EBADF) and
+  // returns once none is inside, so the queue may be freed.
+  void wake_waiters_for_close();
   int read_error(hmr_eq_err_entry* entry);
 
   void bind_domain() { bound_domains_.fetch_add(1); }
@@ -44,6 +48,9 @@ class EventQueue : public Tagged<ObjectClass::event_queue> {
 
   std::mutex mutex_;
   std::condition_variable arrived_;
+  std::condition_variable waiter_left_;
+  int waiters_ = 0;       // threads inside wait_and_read (under mutex_)
+  bool closing_ = false;  // hmr_eq_close began (under mutex_)
   std::deque<Event> events_;
   std::atomic<int> bound_domains_{0};
 };

@@ -285,22 +285,23 @@ void MemoryRegion::settle_async_registration() {
 }
 
 Status MemoryRegion::release() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (endpoint_ != nullptr) endpoint_->unbind_mr();
-    for (const CounterBinding& binding : counters_) binding.counter->unbind_mr();
-    endpoint_ = nullptr;
-    counters_.clear();
-  }
-  if (state() != State::registered && state() != State::unusable) return ok_status();
-  if (cache_handle_) {
+  Status deregistered = ok_status();
+  if (cache_handle_ && (state() == State::registered || state() == State::unusable)) {
     handle_cache_->put(cache_handle_);  // the cache deregisters when the entry dies
-    return ok_status();
+  } else if (state() == State::registered || state() == State::unusable) {
+    deregistered = domain_.nic_registrar().deregister_memory(registration_);
+    device_hold_ = DeviceHold();  // after the NIC let go: closes the export, unmaps the shadow
+    for (MemoryRegion* part : indirect_parts_) part->drop_user();  // after the key is gone
+    indirect_parts_.clear();
   }
-  Status deregistered = domain_.nic_registrar().deregister_memory(registration_);
-  device_hold_ = DeviceHold();  // after the NIC let go: closes the export, unmaps the shadow
-  for (MemoryRegion* part : indirect_parts_) part->drop_user();  // after the key is gone
-  indirect_parts_.clear();
+  // Unbound once the NIC let go: until then a remote access in progress may still count into
+  // a bound counter (the sim NIC's deregistration waits for it), and a counter no MR is bound
+  // to may close (hmr_cntr_close), its storage then the next object's.
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (endpoint_ != nullptr) endpoint_->unbind_mr();
+  for (const CounterBinding& binding : counters_) binding.counter->unbind_mr();
+  endpoint_ = nullptr;
+  counters_.clear();
   return deregistered;
 }
 

@@ -44,8 +44,15 @@ Result<MemoryWindow*> MemoryWindow::allocate(Domain& domain, int type) {
   Result<nic::MemoryWindow> window = domain.nic_registrar().alloc_window(
       type == HMR_MW_TYPE_1 ? nic::WindowType::type1 : nic::WindowType::type2);
   if (!window.ok()) return window.status();
+  MemoryWindow* made = nullptr;
+  try {
+    made = new MemoryWindow(domain, *window);
+  } catch (...) {  // (no memory for the object: the NIC's window goes back, nothing is counted)
+    (void)domain.nic().dealloc_window(*window);
+    throw;
+  }
   domain.object_opened();
-  return new MemoryWindow(domain, *window);
+  return made;
 }
 
 Status MemoryWindow::close() {

@@ -100,8 +100,10 @@ Result<PackedRkey> PackedRkey::decode(std::span<const uint8_t> bytes) {
   rkey.device = get(in + 16, 8);
   rkey.addr = get(in + 24, 8);
   rkey.length = get(in + 32, 8);
-  if (rkey.length == 0 || rkey.addr + rkey.length < rkey.addr) {
-    return make_error(HMR_EINVAL, "packed rkey range [%#llx, +%llu) is empty or wraps",
+  // (Empty is a zero-byte MR's, which registers and packs: a peer's RMA of any byte through
+  // it is outside the range.)
+  if (rkey.addr + rkey.length < rkey.addr) {
+    return make_error(HMR_EINVAL, "packed rkey range [%#llx, +%llu) wraps",
                       static_cast<unsigned long long>(rkey.addr),
                       static_cast<unsigned long long>(rkey.length));
   }

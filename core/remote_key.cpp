@@ -27,8 +27,15 @@ Result<RemoteKey*> RemoteKey::unpack(Domain& domain, std::span<const uint8_t> by
   }
   Result<uint64_t> key = domain.map_peer_key(packed->key);
   if (!key.ok()) return key.status();
+  RemoteKey* made = nullptr;
+  try {
+    made = new RemoteKey(domain, *packed, *key);
+  } catch (...) {  // (no memory for the object: the mapping goes back, nothing is counted)
+    (void)domain.unmap_peer_key(*key);
+    throw;
+  }
   domain.object_opened();
-  return new RemoteKey(domain, *packed, *key);
+  return made;
 }
 
 Status RemoteKey::release() {

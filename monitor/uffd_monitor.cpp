@@ -145,8 +145,12 @@ Status UffdMonitor::subscribe_knowing(uintptr_t start, uintptr_t end) {
     }
   }
   // Checked after the marks: an event read before they were looked at is either applied
-  // (marks cleared under this lock) or still pending here.
-  if (known && !has_pending()) {
+  // (marks cleared under this lock) or still pending here.  One the kernel holds unread is
+  // neither: another thread may have mapped the range again after an unmap whose event is
+  // not read yet (the kernel raises it once the unmapper has let go of the address space),
+  // and trusting the old marks would file the new mapping unwatched.  (Between the unmapper
+  // letting go and the kernel queueing its event nothing tells: docs/semantics.md.)
+  if (known && !has_pending() && !watcher_->event_waiting()) {
     ++counts_.known;
     return ok_status();
   }

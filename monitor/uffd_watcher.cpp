@@ -4,6 +4,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -38,11 +39,30 @@ UffdWatcher::~UffdWatcher() {
   thread_.join();
 }
 
+bool UffdWatcher::event_waiting() const {
+  pollfd ready{uffd_.fd(), POLLIN, 0};
+  return poll(&ready, 1, 0) > 0 && (ready.revents & POLLIN) != 0;
+}
+
 bool UffdWatcher::read_ahead() {
   bool read = false;
-  while (queued_ < kQueue && uffd_.read_event(&queue_[(queue_head_ + queued_) % kQueue])) {
-    ++queued_;
+  AddressRangeEvent event;
+  while (uffd_.read_event(&event)) {
     read = true;
+    if (queued_ < kQueue) {
+      queue_[(queue_head_ + queued_) % kQueue] = event;
+      ++queued_;
+      continue;
+    }
+    // Full (as many threads unmapping at once as the queue holds, while a callback waits for
+    // a lock): the newest queued event widens to cover this one, as an unmap.  An event left
+    // unread keeps its unmapper waiting, and the lock's holder may wait for that thread (a
+    // deadlock: UffdMonitor::forget_blocks); telling the caches of more than changed only
+    // costs them entries, and the watcher must not allocate (an unmapper may hold malloc's
+    // lock).
+    AddressRangeEvent& newest = queue_[(queue_head_ + queued_ - 1) % kQueue];
+    newest = {AddressRangeEvent::Kind::unmap, std::min(newest.start, event.start),
+              std::max(newest.end, event.end)};
   }
   return read;
 }

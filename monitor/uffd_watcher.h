@@ -45,6 +45,9 @@ class UffdWatcher {
 
   Status watch(uintptr_t start, size_t len) { return uffd_.watch(start, len); }
   bool knows_watched() const { return uffd_.knows_watched(); }
+  // Whether the kernel holds an event the watcher's thread has not read yet (a poll, no
+  // wait): an unmap it holds is not yet in Monitor::has_pending().
+  bool event_waiting() const;
   const std::string& why_not_knowing() const { return uffd_.why_not_knowing(); }
   Result<MappingQuery::Run> watch_mapping_part(uintptr_t address, uintptr_t lo, uintptr_t hi) {
     return uffd_.watch_mapping_part(address, lo, hi);
@@ -74,6 +77,7 @@ class UffdWatcher {
   std::atomic<uint32_t>& pending_;
   OnChange on_change_;
   // Events read and not yet handed to on_change_, oldest at queue_head_: the thread's alone.
+  // When it is full the newest widens to cover what more is read (read_ahead).
   static constexpr size_t kQueue = 256;
   AddressRangeEvent queue_[kQueue] = {};
   size_t queue_head_ = 0;

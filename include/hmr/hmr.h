@@ -295,7 +295,12 @@ HMR_API int hmr_domain_open(struct hmr_domain_attr *attr, hmr_domain **domain);
  * first (hmr_last_error() gives the counts); the domain stays open and usable.  Close what
  * you opened on a libfabric domain hmr opened for you (nic_handle: endpoints, CQs, AVs) before
  * the hmr domain: libfabric refuses to close a domain under them, and hmr_domain_close then
- * closes the hmr domain but says -HMR_EBUSY, leaving libfabric's domain open. */
+ * closes the hmr domain but says -HMR_EIO, leaving libfabric's domain open.
+ * Of every close: -HMR_EBUSY means nothing was closed (the handle is still yours); other
+ * failures say what went wrong while the object went all the same (a bad handle aside),
+ * except hmr_mw_close's, whose window stays open when the NIC refuses to free it;
+ * hmr_rkey_release frees the key whatever it returns.  A freed handle's storage may hold the
+ * next object made: never close it again. */
 HMR_API int hmr_domain_close(hmr_domain *domain);
 /* Binds an event queue; with HMR_REG_MR every registration completes asynchronously on it. */
 HMR_API int hmr_domain_bind(hmr_domain *domain, hmr_fid *eq, uint64_t flags);
@@ -744,12 +749,15 @@ struct hmr_eq_err_entry {
 	char reason[192];
 };
 HMR_API int hmr_eq_open(const struct hmr_eq_attr *attr, hmr_eq **eq);
+/* -HMR_EBUSY while a domain is bound to it.  Threads waiting in hmr_eq_sread on it are woken
+ * and return -HMR_EBADF before the queue goes (a reader thread may be stopped so). */
 HMR_API int hmr_eq_close(hmr_eq *eq);
 /* Returns 1 and fills the entry; -HMR_EAGAIN when empty; -HMR_EAVAIL when an error entry is
  * next (read it with hmr_eq_readerr). */
 HMR_API int hmr_eq_read(hmr_eq *eq, uint32_t *event, struct hmr_eq_entry *entry, uint64_t flags);
 /* As hmr_eq_read, waiting up to timeout_ms (any negative value: forever, as libfabric's
- * fi_eq_sread takes -1); -HMR_ETIMEDOUT when none came. */
+ * fi_eq_sread takes -1); -HMR_ETIMEDOUT when none came; -HMR_EBADF when the queue was closed
+ * meanwhile. */
 HMR_API int hmr_eq_sread(hmr_eq *eq, uint32_t *event, struct hmr_eq_entry *entry, int timeout_ms,
 			 uint64_t flags);
 /* Returns 1 and fills the entry; -HMR_EAGAIN when no error entry is next. */

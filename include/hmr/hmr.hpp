@@ -64,8 +64,19 @@ inline int check(int rc, const char* call) {
   return rc;
 }
 
-// Owns one C handle; `Close` is the hmr_*_close function of its type.
-template <typename T, int (*Close)(T*)>
+// What a failed close leaves (hmr.h): -HMR_EBUSY closed nothing (objects still open on it,
+// bound to it, or using it); any other failure of a close let the object go all the same,
+// except hmr_mw_close's (a window the NIC refused to free stays open); hmr_rkey_release frees
+// the key whatever it returns.  Keeping a handle its
+// close freed would close it again from the destructor: the storage of a freed handle is the
+// next object of its size, which that second close would close.
+inline bool open_if_busy(int rc) noexcept { return rc == -HMR_EBUSY; }
+inline bool never_open(int) noexcept { return false; }
+inline bool open_unless_not_a_handle(int rc) noexcept { return rc != -HMR_EINVAL; }
+
+// Owns one C handle; `Close` is the hmr_*_close function of its type, `StillOpen` says whether
+// a failure of it left the object open.
+template <typename T, int (*Close)(T*), bool (*StillOpen)(int) = open_if_busy>
 class Handle {
  public:
   Handle() noexcept = default;
@@ -88,11 +99,14 @@ class Handle {
   void reset() noexcept {
     if (handle_ != nullptr) (void)Close(std::exchange(handle_, nullptr));
   }
-  // Closes and throws on failure; on failure the handle stays owned (so it can be retried).
+  // Closes and throws on failure; a failure that left the object open leaves the handle owned
+  // (so the close can be retried), any other lets go of it.
   void close(const char* call) {
     if (handle_ == nullptr) return;
-    check(Close(handle_), call);
+    const int rc = Close(handle_);
+    if (rc < 0 && StillOpen(rc)) throw_error(rc, call);
     handle_ = nullptr;
+    check(rc, call);
   }
 
  private:
@@ -615,7 +629,7 @@ class MemoryWindow {
     detail::require_open(domain.get(), "hmr_mw_alloc");
     hmr_mw* mw = nullptr;
     detail::check(hmr_mw_alloc(domain.get(), type, &mw), "hmr_mw_alloc");
-    handle_ = detail::Handle<hmr_mw, hmr_mw_close>(mw);
+    handle_ = detail::Handle<hmr_mw, hmr_mw_close, detail::open_unless_not_a_handle>(mw);
   }
   // Adopts a window allocated through the C ABI.
   explicit MemoryWindow(hmr_mw* mw) noexcept : handle_(mw) {}
@@ -643,7 +657,7 @@ class MemoryWindow {
   explicit operator bool() const noexcept { return get() != nullptr; }
 
  private:
-  detail::Handle<hmr_mw, hmr_mw_close> handle_;
+  detail::Handle<hmr_mw, hmr_mw_close, detail::open_unless_not_a_handle> handle_;
 };
 
 // ------------------------------------------------------------------------------ remote keys
@@ -675,7 +689,7 @@ class RemoteKey {
 
  private:
   explicit RemoteKey(hmr_rkey* rkey) noexcept : handle_(rkey) {}
-  detail::Handle<hmr_rkey, hmr_rkey_release> handle_;
+  detail::Handle<hmr_rkey, hmr_rkey_release, detail::never_open> handle_;
 };
 
 inline RemoteKey RemoteKey::unpack(Domain& domain, const void* bytes, size_t len) {

@@ -37,7 +37,10 @@ Result<std::unique_ptr<Nic>> CallbackNic::open(const char* options, void* handle
     return make_error(HMR_EINVAL, "nic \"callback\" needs nic_handle = a struct "
                       "hmr_nic_callbacks *");
   }
-  if (user->size < kFirstVersionSize) {
+  // A size no struct of this ABI will reach is garbage, not a newer caller: refused rather
+  // than read that far past the caller's struct (the C ABI's other structs are bounded so).
+  constexpr size_t kLargestPlausible = 4096;
+  if (user->size < kFirstVersionSize || user->size > kLargestPlausible) {
     return make_error(HMR_EINVAL, "hmr_nic_callbacks.size is %zu; set it to sizeof(struct "
                       "hmr_nic_callbacks) (%zu)", user->size, sizeof(hmr_nic_callbacks));
   }

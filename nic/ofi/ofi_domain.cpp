@@ -135,7 +135,9 @@ Status OfiDomain::close_own() {
   domain_ = nullptr;
   if (rc != 0) {
     (void)fabric_.release();  // the domain on it stays open: so must the fabric
-    return make_error(rc == -FI_EBUSY ? HMR_EBUSY : hmr_code_for_fi(rc),
+    // Not EBUSY whatever libfabric said: the hmr domain is gone, and -HMR_EBUSY from a close
+    // means that nothing was closed (a caller would close the freed handle again).
+    return make_error(HMR_EIO,
                       "%s: libfabric refused to close the domain hmr opened (fi_close: %s)%s; "
                       "the hmr domain is closed, libfabric's domain and fabric are left open "
                       "(libfabric cannot be asked to close a domain twice)",

@@ -5,6 +5,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -378,3 +379,55 @@ TEST(AsyncRegistration, BindRules) {
 }
 
 }  // namespace
+
+namespace {
+
+// The state letter of this process's task `tid` (proc(5): the field after the command name).
+char task_state(pid_t tid) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/self/task/%d/stat", static_cast<int>(tid));
+  FILE* file = std::fopen(path, "r");
+  if (file == nullptr) return '?';
+  char line[512] = {};
+  const bool read = std::fgets(line, sizeof line, file) != nullptr;
+  std::fclose(file);
+  const char* end = read ? std::strrchr(line, ')') : nullptr;
+  return end != nullptr && end[1] == ' ' ? end[2] : '?';
+}
+
+}  // namespace
+
+// A reader thread blocked in hmr_eq_sread is how an application waits for registrations;
+// closing the queue must wake it with an error, not leave it waiting for ever (with a timeout
+// it woke on the freed queue's mutex).
+TEST(AsyncRegistration, ClosingTheQueueWakesAReaderWaitingOnIt) {
+  for (const int timeout_ms : {-1, 60000}) {
+    SCOPED_TRACE(timeout_ms);
+    hmr_eq_attr eq_attr{};
+    eq_attr.size = sizeof eq_attr;
+    hmr_eq* queue = nullptr;
+    ASSERT_EQ(hmr_eq_open(&eq_attr, &queue), 0) << hmr_last_error();
+    std::atomic<pid_t> reader_tid{0};
+    std::promise<std::pair<int, std::string>> outcome;
+    std::thread reader([&] {
+      reader_tid.store(static_cast<pid_t>(gettid()));
+      uint32_t event = 0;
+      hmr_eq_entry entry{};
+      const int rc = hmr_eq_sread(queue, &event, &entry, timeout_ms, 0);
+      outcome.set_value({rc, hmr_last_error()});
+    });
+    // Once the reader sleeps (in the queue's wait: nothing else in hmr_eq_sread sleeps).
+    while (reader_tid.load() == 0 || task_state(reader_tid.load()) != 'S') std::this_thread::yield();
+    ASSERT_EQ(hmr_eq_close(queue), 0) << hmr_last_error();
+    auto result = outcome.get_future();
+    if (result.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
+      ADD_FAILURE() << "the reader still waits on the closed queue";
+      std::fflush(nullptr);
+      std::_Exit(1);  // (it cannot be joined, and the test binary must not hang)
+    }
+    reader.join();
+    const auto [rc, reason] = result.get();
+    EXPECT_EQ(rc, -HMR_EBADF);
+    EXPECT_NE(reason.find("closed"), std::string::npos) << reason;
+  }
+}

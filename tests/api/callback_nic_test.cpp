@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <future>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -671,6 +672,23 @@ TEST(CallbackNic, BadCallbackStructsAreRefused) {
   bad = good;
   bad.advise = toy_advise;
   expect_refused(bad, HMR_EINVAL, "advise without ODP (advice is for ODP registrations)");
+  {
+    // A garbage size, with the struct at the end of the last readable page: refused without a
+    // read past it (it read up to `size`, and crashed).
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    auto* pages = static_cast<uint8_t*>(mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE,
+                                             MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    ASSERT_NE(pages, MAP_FAILED);
+    ASSERT_EQ(mprotect(pages + page, page, PROT_NONE), 0);
+    auto* at_the_edge = reinterpret_cast<hmr_nic_callbacks*>(pages + page - sizeof(hmr_nic_callbacks));
+    *at_the_edge = good;
+    at_the_edge->size = 2 * page;
+    attr.nic_handle = at_the_edge;
+    EXPECT_HMR_ERROR(hmr_domain_open(&attr, &domain), HMR_EINVAL);
+    EXPECT_NE(std::string(hmr_last_error()).find("size"), std::string::npos) << hmr_last_error();
+    attr.nic_handle = nullptr;
+    munmap(pages, 2 * page);
+  }
   attr.nic_handle = &good;
   attr.nic_options = "key_size=4";
   EXPECT_HMR_ERROR(hmr_domain_open(&attr, &domain), HMR_EINVAL);  // options belong to the struct

@@ -4,6 +4,7 @@
 #include <hmr/hmr.hpp>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -675,3 +676,46 @@ TEST(CppWrapper, OdpMrIsAdvisedIntoMemoryAndImplicitOdpCoversAnyBuffer) {
 }
 
 }  // namespace
+
+// A NIC whose deregistrations fail: hmr_mr_close then reports the failure but the MR is gone
+// (docs/semantics.md, "the MR is closed either way").
+int keyed_registration(void*, const hmr_nic_reg_request*, hmr_nic_mr* mr, char*, size_t) {
+  static uint64_t next_key = 1000;
+  mr->handle = reinterpret_cast<void*>(uintptr_t{1});
+  mr->key = next_key++;
+  return 0;
+}
+int failing_deregistration(void*, const hmr_nic_mr*, char* reason, size_t reason_size) {
+  std::snprintf(reason, reason_size, "the test's NIC refuses every deregistration");
+  return -HMR_EIO;
+}
+
+// The wrapper kept the handle of an MR whose close failed but freed it, and its destructor
+// closed it again: the freed handle's storage was by then the next MR's (handle storage is a
+// free list, last freed first reused), so an unrelated MR was closed under its owner.
+TEST(CppWrapper, AFailedCloseThatFreedTheObjectLetsGoOfTheHandle) {
+  hmr_nic_callbacks callbacks;
+  std::memset(&callbacks, 0, sizeof callbacks);
+  callbacks.size = sizeof callbacks;
+  callbacks.key_size = 8;
+  callbacks.reg_va = keyed_registration;
+  callbacks.dereg = failing_deregistration;
+  hmr_domain_attr attr;
+  std::memset(&attr, 0, sizeof attr);
+  attr.size = sizeof attr;
+  attr.nic = "callback";
+  attr.nic_handle = &callbacks;
+  attr.cache_monitor = "disabled";  // every close deregisters
+  attr.mr_mode = HMR_MR_PROV_KEY;    // keys the NIC chooses
+  hmr::Domain domain(attr);
+  Pages pages(2 * 4096);
+  auto first = hmr::MemoryRegion::reg(domain, pages.data(), 4096, HMR_REMOTE_READ);
+  EXPECT_THROW(first.close(), hmr::Error);
+  EXPECT_FALSE(first) << "the handle of a closed MR was kept";
+  auto second = hmr::MemoryRegion::reg(domain, pages.data() + 4096, 4096, HMR_REMOTE_READ);
+  const uint64_t key = second.key();
+  { hmr::MemoryRegion gone = std::move(first); }  // its destructor
+  EXPECT_EQ(hmr_mr_key(second.get()), key) << "another MR's destructor closed this one";
+  EXPECT_THROW(second.close(), hmr::Error);  // (its deregistration fails too)
+  EXPECT_FALSE(second);
+}

@@ -11,6 +11,8 @@
 #include <memory>
 #include <string>
 #include <vector>
+#include <atomic>
+#include <thread>
 
 #include "test_support.h"
 
@@ -814,3 +816,51 @@ TEST(RmaMmuNotify, RefreshRangeMustBeInsideAndMapped) {
 }
 
 }  // namespace
+
+// A counter may close once no MR is bound to it.  An MR being closed while a remote write into
+// it still ran let go of its counters before the NIC let go of the MR: the counter closed
+// meanwhile, and the write then counted into freed memory (or the next object made there).
+TEST(RmaEvent, ACounterStaysBoundUntilTheNicLetGoOfTheMrBeingClosed) {
+  constexpr size_t kSize = size_t{256} << 20;
+  Pages target(kSize);
+  Pages source(kSize);
+  std::memset(source.data(), 0x5a, kSize);
+  hmr_domain_attr attr;
+  DomainPtr domain = open_domain(HMR_MR_RMA_EVENT, "require=RMA_EVENT", &attr);
+  ASSERT_TRUE(domain);
+  Link link = connect(domain.get(), domain.get());
+  ASSERT_TRUE(link);
+  hmr_cntr* writes = nullptr;
+  ASSERT_HMR_OK(hmr_cntr_open(domain.get(), nullptr, &writes));
+  hmr_mr* mr = nullptr;
+  ASSERT_HMR_OK(hmr_mr_reg(domain.get(), target.data(), kSize, kRemote, 0, 1, HMR_RMA_EVENT, &mr,
+                           nullptr));
+  ASSERT_HMR_OK(hmr_mr_bind(mr, hmr_cntr_fid(writes), HMR_REMOTE_WRITE));
+  ASSERT_HMR_OK(hmr_mr_enable(mr));
+  std::atomic<int> write_rc{1};
+  std::thread writer([&] {
+    write_rc = hmr_ep_write(link.initiator.get(), source.data(), kSize, nullptr, 0, 1);
+  });
+  // Once the copy has begun (its first byte landed), the MR is closed on another thread: its
+  // deregistration waits for the write.
+  while (reinterpret_cast<volatile uint8_t*>(target.data())[0] != 0x5a) std::this_thread::yield();
+  std::thread closer([&] { EXPECT_EQ(hmr_mr_close(mr), 0) << hmr_last_error(); });
+  // The counter's close is refused while the MR is bound to it; once it succeeds a new
+  // counter is opened at once (handle storage: the last freed is the first reused), which no
+  // MR is bound to: nothing may count into it.
+  hmr_cntr* fresh = nullptr;
+  for (;;) {
+    const int rc = hmr_cntr_close(writes);
+    if (rc == 0) break;
+    ASSERT_EQ(rc, -HMR_EBUSY) << hmr_last_error();
+    std::this_thread::yield();
+  }
+  ASSERT_HMR_OK(hmr_cntr_open(domain.get(), nullptr, &fresh));
+  closer.join();
+  writer.join();
+  EXPECT_EQ(write_rc.load(), 0);
+  uint64_t counted = UINT64_MAX;
+  ASSERT_HMR_OK(hmr_cntr_read(fresh, &counted));
+  ASSERT_HMR_OK(hmr_cntr_close(fresh));
+  EXPECT_EQ(counted, 0u) << "the write counted into a counter closed while the NIC still held the MR";
+}

@@ -59,6 +59,20 @@ TEST(ZeroBytesAndNoAccess, RegisterOnTheSimNicCachedOrNot) {
                 -HMR_EACCES)
           << hmr_last_error();
       EXPECT_EQ(pages.data()[0], 0) << "a byte reached an MR that grants nothing";
+
+      // Its packed key unpacks (an exchange of every rank's keys includes it): a key of zero
+      // bytes.  Unpacking refused the packed range as empty.
+      std::vector<uint8_t> blob(HMR_RKEY_PACKED_MAX);
+      size_t blob_size = blob.size();
+      ASSERT_EQ(hmr_rkey_pack(empty.get(), blob.data(), &blob_size), 0) << hmr_last_error();
+      hmr_rkey* rkey = nullptr;
+      ASSERT_EQ(hmr_rkey_unpack(domain.get(), blob.data(), blob_size, &rkey), 0) << hmr_last_error();
+      hmr_rkey_info rinfo{};
+      rinfo.size = sizeof rinfo;
+      ASSERT_EQ(hmr_rkey_query(rkey, &rinfo), 0) << hmr_last_error();
+      EXPECT_EQ(rinfo.length, 0u);
+      EXPECT_EQ(rinfo.key, hmr_mr_key(empty.get()));
+      EXPECT_EQ(hmr_rkey_release(rkey), 0) << hmr_last_error();
     }
     const hmr_domain_stats stats = stats_of(domain.get());
     EXPECT_EQ(stats.mr_open, 0u);

@@ -20,6 +20,8 @@
 #include <cstdint>
 #include <mutex>
 #include <thread>
+#include <cstring>
+#include <vector>
 
 namespace hmr::core {
 
@@ -267,6 +269,56 @@ TEST_F(UffdMonitorTest, TheEventThreadReadsOnWhileASubscriberHoldsTheLock) {
   EXPECT_TRUE(subscribed.ok()) << subscribed.reason();
   EXPECT_FALSE(lock_holder::gave_up)
       << "the second unmap was not read while a subscriber held the monitor's lock";
+}
+
+// The same, with more threads unmapping at once than the monitor's thread queues events: it
+// stopped reading once its queue was full, and the threads past it (and the subscriber waiting
+// for them) waited for ever.  Past the queue's size the newest queued event now widens.
+namespace crowd {
+constexpr size_t kThreads = 300;  // more than UffdWatcher's queue of 256
+std::mutex mutex;
+std::condition_variable released;
+size_t unmapped = 0;
+size_t unmapped_when_given_up = 0;
+bool gave_up = false;
+uint8_t* pages = nullptr;
+std::vector<std::thread> unmappers;
+}  // namespace crowd
+
+TEST_F(UffdMonitorTest, TheEventThreadReadsOnPastItsQueueWhileASubscriberHoldsTheLock) {
+  crowd::pages = static_cast<uint8_t*>(mmap(nullptr, crowd::kThreads * kPage,
+                                            PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                                            -1, 0));
+  ASSERT_NE(crowd::pages, MAP_FAILED);
+  std::memset(crowd::pages, 1, crowd::kThreads * kPage);
+  ASSERT_TRUE(monitor_.subscribe(reinterpret_cast<uintptr_t>(crowd::pages), crowd::kThreads * kPage).ok());
+  crowd::unmapped = 0;
+  crowd::gave_up = false;
+  UffdMonitorTestPeer::after_registration(monitor_, [](uintptr_t) {
+    for (size_t i = 0; i < crowd::kThreads; ++i) {
+      crowd::unmappers.emplace_back([i] {
+        munmap(crowd::pages + i * kPage, kPage);
+        const std::lock_guard<std::mutex> lock(crowd::mutex);
+        ++crowd::unmapped;
+        crowd::released.notify_all();
+      });
+    }
+    std::unique_lock<std::mutex> lock(crowd::mutex);
+    crowd::gave_up = !crowd::released.wait_for(lock, std::chrono::seconds(20), [] {
+      return crowd::unmapped == crowd::kThreads;
+    });
+    crowd::unmapped_when_given_up = crowd::unmapped;
+  });
+  const Status subscribed = subscribe(page(12));  // the block's first: it registers
+  UffdMonitorTestPeer::after_registration(monitor_, nullptr);
+  for (std::thread& unmapper : crowd::unmappers) unmapper.join();
+  crowd::unmappers.clear();
+  monitor_.unsubscribe(reinterpret_cast<uintptr_t>(crowd::pages), crowd::kThreads * kPage);
+  monitor_.wait_pending();
+  EXPECT_TRUE(subscribed.ok()) << subscribed.reason();
+  EXPECT_FALSE(crowd::gave_up) << "only " << crowd::unmapped_when_given_up << " of "
+                               << crowd::kThreads
+                               << " unmaps were read while a subscriber held the monitor's lock";
 }
 
 TEST_F(UffdMonitorTest, APendingEventMakesKnownPagesRegisterAgain) {

@@ -218,7 +218,9 @@ TEST_F(SharedSendEndpoint, ACommClosedBesideALongLivedOneLeavesNoConnectionBehin
     ASSERT_EQ(move_messages(p, 1, 4096, 1), "");
     close(p);
   }
-  EXPECT_EQ(hmr::testing::open_fd_count(), after_first)
+  // (Fewer is fine: a connection the provider was still closing when the first round was
+  // counted may have gone since; ASan's CI run saw 30 after 31.)
+  EXPECT_LE(hmr::testing::open_fd_count(), after_first)
       << "closed send comms left their connections on the shared endpoint";
   EXPECT_EQ(device(keeper).shared_endpoints().endpoints, 1u);
   EXPECT_EQ(device(keeper).shared_endpoints().peers, peers) << "closed comms' peers are still inserted";
