@@ -63,7 +63,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   hmr_rkey_info info;
   std::memset(&info, 0, sizeof info);
   info.size = sizeof info;
-  if (hmr_rkey_query(rkey, &info) != 0 || info.length == 0 ||
+  // (A length of 0 is a zero-byte MR's key; a range that wraps is never let in.)
+  if (hmr_rkey_query(rkey, &info) != 0 || info.addr + info.length < info.addr ||
       info.raw_key_size > HMR_RKEY_RAW_MAX) {
     std::abort();
   }
