@@ -115,10 +115,10 @@ def test_a_region_is_not_closed_under_a_write_from_it_on_another_thread():
     peer.close()
 
 
-def _registered_with_the_gil_released(domain, obj):
-    """Whether another Python thread ran while domain.register(obj) was inside hmr: with a
-    switch interval of an hour this interpreter hands the GIL over only where C code lets it
-    go, so the helper runs only if the registration released it."""
+def _lets_other_threads_run(call):
+    """Whether another Python thread ran while call() was inside hmr: with a switch interval of
+    an hour this interpreter hands the GIL over only where C code lets it go, so the helper
+    runs only if the call released it."""
     ran = []
     go = threading.Lock()
     go.acquire()
@@ -133,12 +133,19 @@ def _registered_with_the_gil_released(domain, obj):
     sys.setswitchinterval(3600)
     try:
         go.release()
-        region = domain.register(obj)
+        call()
         happened = bool(ran)
     finally:
         sys.setswitchinterval(before)
     thread.join()
-    region.close()
+    return happened
+
+
+def _registered_with_the_gil_released(domain, obj):
+    """Whether domain.register(obj) let other threads run (_lets_other_threads_run)."""
+    regions = []
+    happened = _lets_other_threads_run(lambda: regions.append(domain.register(obj)))
+    regions[0].close()
     return happened
 
 

@@ -18,32 +18,7 @@ import torch
 
 import hmr
 from test_review_findings import DLPackProducer, _DELETER, _Managed
-from test_second_review import _peer_and_key
-
-
-def _lets_other_threads_run(call):
-    """Whether another Python thread ran while call() was inside hmr (the switch interval is an
-    hour, so the GIL changes hands only where C code lets it go)."""
-    ran = []
-    go = threading.Lock()
-    go.acquire()
-
-    def helper():
-        with go:
-            ran.append(True)
-
-    thread = threading.Thread(target=helper)
-    thread.start()
-    before = sys.getswitchinterval()
-    sys.setswitchinterval(3600)
-    try:
-        go.release()
-        call()
-        happened = bool(ran)
-    finally:
-        sys.setswitchinterval(before)
-    thread.join()
-    return happened
+from test_second_review import _lets_other_threads_run, _peer_and_key
 
 
 @pytest.mark.parametrize("make, which", [
