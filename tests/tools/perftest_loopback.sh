@@ -63,4 +63,31 @@ wait "$server" && { echo "FAILED: the server accepted a client of another provid
   { echo "FAILED: the client does not show the server's reason: $why" >&2; exit 1; }
 echo "ok: a bad provider fails at once; a mismatch is explained on both sides"
 
+# A client killed in the middle of a write_lat block: the server ends with a reason instead of
+# spinning for ever on a ping that cannot come.  (On tcp the provider reports the dead peer
+# too; a client that gives up mid-block, alive, is seen only by the socket check the server's
+# wait now makes.)
+port=$((port_base + 92))
+"$perftest" --server --provider tcp --port $port --quiet --timeout 10 2>/dev/null &
+server=$!
+"$perftest" 127.0.0.1 --provider tcp --port $port --quiet --timeout 10 --test write_lat \
+  --size 2 --iters 16000000 >/dev/null 2>&1 &
+client=$!
+for _ in $(seq 1 400); do  # until the two are connected (the block follows at once)
+  ss -Htn state established "( sport = :$port )" 2>/dev/null | grep -q . && break
+  sleep 0.05
+done
+kill -9 "$client"
+wait "$client" 2>/dev/null || true
+for _ in $(seq 1 600); do kill -0 "$server" 2>/dev/null || break; sleep 0.05; done
+if kill -0 "$server" 2>/dev/null; then
+  kill -9 "$server"
+  echo "FAILED: the server still runs 30 s after its write_lat client was killed" >&2
+  exit 1
+fi
+status=0
+wait "$server" || status=$?
+[[ $status -ne 0 ]] || { echo "FAILED: the server of a killed client exited 0" >&2; exit 1; }
+echo "ok: a server whose client died mid-block ends (exit $status)"
+
 echo "hmr-perftest loopback: all runs passed"

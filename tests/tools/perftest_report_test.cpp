@@ -29,6 +29,13 @@ RunInfo tcp_run() {
   return run;
 }
 
+TEST(PerftestReport, TheMedianOfAnEvenCountIsTheMeanOfTheMiddleTwo) {
+  // write_lat's t_typical took the upper middle sample of its default 1000.
+  EXPECT_EQ(hmr::perftest::median({4, 1, 3, 2}), 2.5);
+  EXPECT_EQ(hmr::perftest::median({3, 1, 2}), 2.0);
+  EXPECT_EQ(hmr::perftest::median({}), 0.0);
+}
+
 TEST(PerftestReport, OneRoundIsASmokeRun) {
   const std::string result =
       format_results(tcp_run(), {at_1mib(RegMode::once, 2.0), at_1mib(RegMode::raw, 2.5)});

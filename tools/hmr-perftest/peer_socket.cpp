@@ -1,6 +1,7 @@
 #include "peer_socket.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -43,10 +44,38 @@ bool wait_for(int fd, short events, Clock::time_point deadline, const char* what
   }
 }
 
+// Connects `fd` (a fresh socket) to `address` before `deadline`: a blocking connect() waits
+// as long as the kernel retries a SYN nobody answers (about two minutes), whatever --timeout
+// said.  0, or the errno that ended it (ETIMEDOUT at the deadline).
+int connect_before(int fd, const sockaddr* address, socklen_t length, Clock::time_point deadline) {
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0) return errno;
+  int error = 0;
+  if (::connect(fd, address, length) != 0) {
+    error = errno;
+    if (error == EINPROGRESS) {
+      std::string ignored;
+      if (!wait_for(fd, POLLOUT, deadline, "the connection", &ignored)) {
+        error = ETIMEDOUT;
+      } else {
+        socklen_t size = sizeof error;
+        if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &size) != 0) error = errno;
+      }
+    }
+  }
+  // (The rest of the protocol polls before each read and write, on a blocking socket.)
+  if (error == 0 && ::fcntl(fd, F_SETFL, flags) != 0) error = errno;
+  return error;
+}
+
 }  // namespace
 
 std::optional<PeerSocket> PeerSocket::listen(uint16_t port, std::string* why) {
-  const int fd = ::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  // IPv6 for clients of both families; IPv4 alone where the host has no IPv6 (ipv6.disable=1,
+  // common on clusters).
+  int fd = ::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const bool v6 = fd >= 0;
+  if (!v6 && errno == EAFNOSUPPORT) fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) {
     set_why(why, errno_text("socket"));
     return std::nullopt;
@@ -55,12 +84,23 @@ std::optional<PeerSocket> PeerSocket::listen(uint16_t port, std::string* why) {
   socket.listen_fd_ = fd;
   const int on = 1, off = 0;
   ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
-  ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof off);  // IPv4 clients too
-  sockaddr_in6 address{};
-  address.sin6_family = AF_INET6;
-  address.sin6_addr = in6addr_any;
-  address.sin6_port = htons(port);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
+  sockaddr_storage address{};
+  socklen_t length = 0;
+  if (v6) {
+    ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof off);  // IPv4 clients too
+    auto* in6 = reinterpret_cast<sockaddr_in6*>(&address);
+    in6->sin6_family = AF_INET6;
+    in6->sin6_addr = in6addr_any;
+    in6->sin6_port = htons(port);
+    length = sizeof *in6;
+  } else {
+    auto* in4 = reinterpret_cast<sockaddr_in*>(&address);
+    in4->sin_family = AF_INET;
+    in4->sin_addr.s_addr = htonl(INADDR_ANY);
+    in4->sin_port = htons(port);
+    length = sizeof *in4;
+  }
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&address), length) != 0) {
     set_why(why, errno_text(("bind to port " + std::to_string(port)).c_str()));
     return std::nullopt;
   }
@@ -68,9 +108,10 @@ std::optional<PeerSocket> PeerSocket::listen(uint16_t port, std::string* why) {
     set_why(why, errno_text("listen"));
     return std::nullopt;
   }
-  socklen_t length = sizeof address;
+  length = sizeof address;
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
-  socket.port_ = ntohs(address.sin6_port);
+  socket.port_ = v6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&address)->sin6_port)
+                    : ntohs(reinterpret_cast<sockaddr_in*>(&address)->sin_port);
   return socket;
 }
 
@@ -106,13 +147,14 @@ std::optional<PeerSocket> PeerSocket::connect(const std::string& host, uint16_t 
     for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
       const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
       if (fd < 0) continue;
-      if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
+      const int error = connect_before(fd, a->ai_addr, a->ai_addrlen, deadline);
+      if (error == 0) {
         ::freeaddrinfo(found);
         const int on = 1;
         ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
         return PeerSocket(fd);
       }
-      last_error = errno_text(("connect to " + host + ":" + service).c_str());
+      last_error = "connect to " + host + ":" + service + ": " + std::strerror(error);
       ::close(fd);
     }
     if (milliseconds_left(deadline) == 0) break;

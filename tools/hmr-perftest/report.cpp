@@ -22,6 +22,13 @@ std::string rule() { return std::string(96, '-') + "\n"; }
 
 }  // namespace
 
+double median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
 std::string format_table(const RunInfo& run, const std::vector<Measurement>& rows) {
   std::string out = rule();
   const std::string served =
@@ -137,11 +144,6 @@ std::string format_results(const RunInfo& run, const std::vector<Measurement>& r
     low = i == 0 ? ratio : std::min(low, ratio);
     high = i == 0 ? ratio : std::max(high, ratio);
   }
-  auto median = [](std::vector<double> values) {
-    std::sort(values.begin(), values.end());
-    const size_t n = values.size();
-    return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
-  };
   const double hmr = median(through_hmr);
   const double baseline = median(raw);
   if (baseline <= 0) return {};

@@ -34,6 +34,10 @@ struct RunInfo {
   uint64_t mr_mode = 0;
 };
 
+// The median of `values` (the mean of the two middle ones when there are an even number);
+// 0 for none.
+double median(std::vector<double> values);
+
 std::string format_table(const RunInfo& run, const std::vector<Measurement>& rows);
 std::string format_json(const RunInfo& run, const std::vector<Measurement>& rows);
 // What each column means, for the end of the table (and --help).
