@@ -518,6 +518,12 @@ Result<Domain::Registered> Domain::register_memory(const hmr_mr_attr& attr, uint
   {
     std::lock_guard<std::mutex> lock(bind_mutex_);
     if (registrar_) {
+      if (Status kept = region->keep_caller_dmabuf(); !kept.ok()) {
+        if (key) requested_keys_.release(*key);
+        release_mr_slot();
+        stats_.record_registration(false);
+        return kept;
+      }
       stats_.record_mr_open(length);
       region->mark_submitted();
       registrar_->submit(region.get());
@@ -556,12 +562,16 @@ Status Domain::close_memory_region(MemoryRegion* region) {
   stats_.record_mr_close(region->request().counted_bytes());
   release_mr_slot();
   delete region;
-  // The MR is closed either way; the caller learns the NIC failed.  Not as -HMR_EBUSY (a dereg
-  // callback may answer that), which from a close says nothing was closed (hmr.h).
-  if (deregistered.code() == HMR_EBUSY) {
-    return make_error(HMR_EIO, "the MR is closed, but %s", deregistered.reason().c_str());
+  return closed_anyway(std::move(deregistered));  // the caller learns the NIC failed
+}
+
+Status closed_anyway(Status failure) {
+  // Not as -HMR_EBUSY (a dereg callback or verbs may answer that): from a close it says that
+  // nothing was closed (hmr.h), and a caller would close the freed handle again.
+  if (failure.code() == HMR_EBUSY) {
+    return make_error(HMR_EIO, "the MR is closed, but %s", failure.reason().c_str());
   }
-  return deregistered;
+  return failure;
 }
 
 }  // namespace hmr::core

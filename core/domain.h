@@ -44,6 +44,10 @@ struct DeviceDeclaration {
   bool reported_base = false;
 };
 
+// What an MR's close returns when the NIC failed to deregister: the MR is closed all the same,
+// so the failure is never -HMR_EBUSY, which from a close means nothing was closed (hmr.h).
+Status closed_anyway(Status failure);
+
 class Domain : public Tagged<ObjectClass::domain> {
  public:
   // `attr` is the caller's request, already read; on success `negotiated` holds the result.

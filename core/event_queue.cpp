@@ -56,6 +56,11 @@ int EventQueue::wait_and_read(uint32_t* event, hmr_eq_entry* entry, int timeout_
   return read_locked(event, entry);
 }
 
+int EventQueue::waiters() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return waiters_;
+}
+
 void EventQueue::wake_waiters_for_close() {
   std::unique_lock<std::mutex> lock(mutex_);
   closing_ = true;

@@ -30,6 +30,8 @@ class EventQueue : public Tagged<ObjectClass::event_queue> {
   // hmr_eq_close: wakes every thread waiting in wait_and_read (each returns -HMR_EBADF) and
   // returns once none is inside, so the queue may be freed.
   void wake_waiters_for_close();
+  // Threads inside wait_and_read now (for tests that must know a reader is waiting).
+  int waiters();
   int read_error(hmr_eq_err_entry* entry);
 
   void bind_domain() { bound_domains_.fetch_add(1); }

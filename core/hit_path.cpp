@@ -311,7 +311,7 @@ Status Domain::close_promoted(CachedMr* hit) {
   const ThreadSlot slot = this_thread_slot();
   mr_credits_.give(slot);
   close_shared(slot, length);
-  return released;
+  return closed_anyway(std::move(released));
 }
 
 int64_t Domain::open_mr_count() const {

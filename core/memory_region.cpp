@@ -1,5 +1,8 @@
 #include "core/memory_region.h"
 
+#include <fcntl.h>
+
+#include <cerrno>
 #include <cstring>
 
 #include "core/async_registrar.h"
@@ -282,6 +285,20 @@ void MemoryRegion::settle_async_registration() {
     async_done_cv_.wait(lock, [this] { return async_done_; });
   }
   domain_.event_queue()->withdraw(to_handle<hmr_fid>(this));
+}
+
+Status MemoryRegion::keep_caller_dmabuf() {
+  if (!request_.dmabuf) return ok_status();
+  const int copy = fcntl(request_.dmabuf->fd, F_DUPFD_CLOEXEC, 0);
+  if (copy < 0) {
+    const int err = errno;
+    return make_error(err == EMFILE || err == ENFILE ? HMR_ENOMEM : HMR_EINVAL,
+                      "the dma-buf fd %d could not be kept for the asynchronous registration "
+                      "(fcntl F_DUPFD_CLOEXEC: %s)", request_.dmabuf->fd, std::strerror(err));
+  }
+  kept_dmabuf_.reset(copy);
+  request_.dmabuf->fd = copy;
+  return ok_status();
 }
 
 Status MemoryRegion::release() {

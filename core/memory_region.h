@@ -19,6 +19,7 @@
 #include "registration/mr_request.h"
 #include "util/object.h"
 #include "util/status.h"
+#include "util/unique_fd.h"
 
 namespace hmr::core {
 
@@ -52,6 +53,12 @@ class MemoryRegion : public Tagged<ObjectClass::memory_region> {
   // Waits for (or cancels) a pending asynchronous registration and withdraws its event.
   // Before it is handed to the asynchronous registrar (under the domain's bind lock).
   void mark_submitted() { submitted_ = true; }
+  // Before submitting: the caller's dma-buf (HMR_MR_DMABUF) is registered later, on the
+  // worker's thread, after hmr_mr_regattr returned and the caller may have closed its fd (as
+  // it may after a synchronous call, and as libfabric's verbs and EFA register at once even
+  // under FI_REG_MR).  The MR keeps a duplicate, closed with it.  EMFILE and the like: the
+  // registration fails now.
+  Status keep_caller_dmabuf();
   bool submitted() const { return submitted_; }
   void settle_async_registration();
   // Deregisters and releases bindings; the object is deleted by the domain afterwards.
@@ -125,6 +132,7 @@ class MemoryRegion : public Tagged<ObjectClass::memory_region> {
   RegistrationCache* handle_cache_ = nullptr;  // the domain cache cache_handle_ came from
   ExportMode export_mode_ = ExportMode::host_va;
   DeviceHold device_hold_;  // an uncached device registration's export or shadow
+  UniqueFd kept_dmabuf_;    // keep_caller_dmabuf's duplicate of the caller's dma-buf fd
 
   std::mutex mutex_;  // bindings, enable state, async completion
   std::condition_variable async_done_cv_;

@@ -150,7 +150,10 @@ Status UffdMonitor::subscribe_knowing(uintptr_t start, uintptr_t end) {
   // not read yet (the kernel raises it once the unmapper has let go of the address space),
   // and trusting the old marks would file the new mapping unwatched.  (Between the unmapper
   // letting go and the kernel queueing its event nothing tells: docs/semantics.md.)
-  if (known && !has_pending() && !watcher_->event_waiting()) {
+  // The kernel's queue first: the watcher raises the pending count before it reads, and
+  // cannot lower it for an unmap while this lock is held, so one of the two sees an event
+  // that was already raised (the other order missed one read between the two looks).
+  if (known && !watcher_->event_waiting() && !has_pending()) {
     ++counts_.known;
     return ok_status();
   }

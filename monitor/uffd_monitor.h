@@ -14,16 +14,18 @@
 //   which another thread may fill right after) and marks them.  The next subscription
 //   that is not known and falls inside what was registered there since the last scan asks
 //   the kernel which pages of its mapping in the block are watched (one PROCMAP_QUERY, one
-//   PAGEMAP_SCAN) and marks them; a subscription of marked pages makes no system call.  A
-//   mark is cleared by the first event about its page: pages leave a watched mapping only by
-//   UNMAP or REMAP, since such a userfaultfd watches private anonymous and hugetlb mappings
-//   only (a SysV segment leaves silently, by shmdt).
+//   PAGEMAP_SCAN) and marks them; a subscription of marked pages makes one poll of the
+//   userfaultfd and no registration.  A mark is cleared by the first event about its page:
+//   pages leave a watched mapping by UNMAP or REMAP, since such a userfaultfd watches private
+//   anonymous and hugetlb mappings only (a SysV segment leaves silently, by shmdt, and
+//   shmat(SHM_REMAP) over a watched mapping replaces it with no event: docs/semantics.md).
 // - Blind (older kernels).  Each subscription registers its 2 MiB-aligned blocks once, then
 //   its exact pages, which is correct whatever the block holds.
 //
 // An event the thread has read but not yet applied leaves the unmapping thread free to map
-// and register the same pages again before the marks are cleared: while one is pending
-// (Monitor::has_pending), marked pages are registered anyway.
+// and register the same pages again before the marks are cleared, and one the kernel holds
+// unread leaves another thread free to: while one is pending (Monitor::has_pending) or
+// waiting in the kernel (UffdWatcher::event_waiting), marked pages are registered anyway.
 //
 // Deadlock rules: the thread reads every queued event (which releases the unmapping
 // threads) before it takes any lock, and no lock it takes is ever held by a thread while

@@ -57,9 +57,10 @@ bool UffdWatcher::read_ahead() {
     // Full (as many threads unmapping at once as the queue holds, while a callback waits for
     // a lock): the newest queued event widens to cover this one, as an unmap.  An event left
     // unread keeps its unmapper waiting, and the lock's holder may wait for that thread (a
-    // deadlock: UffdMonitor::forget_blocks); telling the caches of more than changed only
-    // costs them entries, and the watcher must not allocate (an unmapper may hold malloc's
-    // lock).
+    // deadlock: UffdMonitor::forget_blocks); telling the caches of more than changed costs
+    // them entries, and the sim NIC's MMU-notifier emulation marks registrations in the wider
+    // range stale (an RMA through them fails until hmr_mr_refresh, as after a real
+    // invalidation); the watcher must not allocate (an unmapper may hold malloc's lock).
     AddressRangeEvent& newest = queue_[(queue_head_ + queued_ - 1) % kQueue];
     newest = {AddressRangeEvent::Kind::unmap, std::min(newest.start, event.start),
               std::max(newest.end, event.end)};

@@ -57,7 +57,11 @@ Status fill_memory(const RegistrationRequest& request, uint32_t api_version,
     out.dmabuf.fd = request.dmabuf->fd;
     out.dmabuf.offset = request.dmabuf->offset;
     out.dmabuf.len = request.dmabuf->len;
-    out.dmabuf.base_addr = request.dmabuf->base_addr;
+    // libfabric's base_addr is the address of the dma-buf's byte 0 (its util code and EFA
+    // take base_addr + offset for the range: ofi_mr_get_iov_from_dmabuf); hmr's is the
+    // address of the range's own first byte (hmr.h), what peers are told.
+    out.dmabuf.base_addr = reinterpret_cast<void*>(
+        reinterpret_cast<uintptr_t>(request.dmabuf->base_addr) - request.dmabuf->offset);
     out.attr.dmabuf = &out.dmabuf;
     out.attr.iov_count = 1;
     out.flags |= FI_MR_DMABUF;

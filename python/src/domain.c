@@ -74,6 +74,12 @@ static int close_children(HmrPyDomain *self)
 			link = link->next;
 			if ((pass == 0) != (child->kind != HMR_PY_ENDPOINT))
 				continue;
+			/* An endpoint another thread (or its dealloc) is closing without the GIL stays
+			 * linked until that close ends: passed by, neither taken back to life nor
+			 * restarted onto (Domain.close looped on it for ever); the in-flight count it
+			 * holds makes close() raise BusyError after the loop. */
+			if (child->kind == HMR_PY_ENDPOINT && hmr_py_endpoint_closing((PyObject *)child))
+				continue;
 			/* Closing may run Python code (a DLPack deleter, a source's finaliser) that
 			 * closes other children: start again from the head each time. */
 			Py_INCREF((PyObject *)child);

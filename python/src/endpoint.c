@@ -10,7 +10,9 @@ typedef struct {
 	hmr_ep *ep;           /* NULL once closed */
 	Py_ssize_t in_flight; /* write/read/connect calls running without the GIL: close()
 			       * refuses */
-	int closing;          /* close() is in hmr_ep_close without the GIL: no call starts */
+	int closing;          /* close() is in hmr_ep_close without the GIL: no call starts,
+			       * and Domain.close passes it by (domain.c) */
+	int connecting;       /* connect() is in hmr_ep_connect without the GIL */
 	PyObject *peer;       /* the Endpoint connected to, kept alive (hmr_ep_close of a peer
 			       * disconnects it); NULL when none.  Two endpoints connected to each
 			       * other are a cycle: the type takes part in Python's GC. */
@@ -50,8 +52,10 @@ int hmr_py_endpoint_close(PyObject *obj)
 				  "a write or read of this endpoint is running on another thread");
 		return -1;
 	}
-	if (self->closing) /* another thread is closing it: it is as good as closed */
-		return 0;
+	if (self->closing) { /* another thread is inside its close, which may yet fail */
+		hmr_py_raise_code(HMR_EBUSY, "Endpoint.close", "another thread is closing this endpoint");
+		return -1;
+	}
 	/* hmr_ep_close waits for every RMA in the process to leave the links (a write holds them
 	 * for its whole copy): without the GIL, and with this endpoint and its domain marked so
 	 * that nothing starts on them meanwhile (Domain.close refuses while it runs). */
@@ -75,6 +79,11 @@ int hmr_py_endpoint_close(PyObject *obj)
 	hmr_py_unlink_child((HmrPyChild *)self);
 	Py_CLEAR(self->peer);
 	return 0;
+}
+
+int hmr_py_endpoint_closing(PyObject *obj)
+{
+	return ((HmrPyEndpoint *)obj)->closing;
 }
 
 static hmr_ep *open_ep(HmrPyEndpoint *self, const char *what)
@@ -129,6 +138,12 @@ static PyObject *ep_connect(HmrPyEndpoint *self, PyObject *other)
 	hmr_ep *peer = open_ep(target, "Endpoint.connect (peer)");
 	if (!peer)
 		return NULL;
+	/* Two connects of one endpoint at once would leave it holding whichever peer's object
+	 * came back last, not the one hmr connected it to last. */
+	if (self->connecting)
+		return hmr_py_raise_code(HMR_EBUSY, "Endpoint.connect",
+					 "another thread is connecting this endpoint");
+	self->connecting = 1;
 	/* hmr_ep_connect waits for every RMA in the process to leave the links, as close does:
 	 * without the GIL, both endpoints and their domains held open meanwhile. */
 	++self->in_flight;
@@ -143,6 +158,7 @@ static PyObject *ep_connect(HmrPyEndpoint *self, PyObject *other)
 	--self->domain->in_flight;
 	--target->in_flight;
 	--self->in_flight;
+	self->connecting = 0;
 	if (rc != 0)
 		return hmr_py_raise(rc, "hmr_ep_connect");
 	PyObject *before = self->peer; /* (Py_XSETREF is not in the limited API) */
@@ -235,10 +251,7 @@ static PyObject *transfer(HmrPyEndpoint *self, PyObject *args, int is_read)
 		Py_RETURN_NONE;
 	}
 	hmr_py_raise(rc, is_read ? "hmr_ep_read" : "hmr_ep_write");
-	PyObject *type, *value, *trace; /* (no Python code runs with an exception set) */
-	PyErr_Fetch(&type, &value, &trace);
-	hmr_py_source_release(&source);
-	PyErr_Restore(type, value, trace);
+	hmr_py_source_release(&source); /* (keeps the exception aside while it runs) */
 	return NULL;
 }
 

@@ -166,6 +166,8 @@ PyObject *hmr_py_region_new(HmrPyDomain *domain, PyObject *const *args, Py_ssize
 int hmr_py_region_close(PyObject *region);
 int hmr_py_remote_key_close(PyObject *rkey);
 int hmr_py_endpoint_close(PyObject *endpoint);
+/* Whether another thread (or a dealloc) is inside the endpoint's close, without the GIL. */
+int hmr_py_endpoint_closing(PyObject *endpoint);
 PyObject *hmr_py_remote_key_new(HmrPyDomain *domain, PyObject *blob);
 PyObject *hmr_py_endpoint_new(HmrPyDomain *domain);
 /* For Endpoint.write/read: the MR behind a region object (its descriptor), or NULL. */

@@ -148,14 +148,18 @@ int hmr_py_region_close(PyObject *obj)
 		return -1;
 	}
 	int rc = hmr_mr_close(self->mr);
-	if (rc != 0) {
+	if (rc == -HMR_EBUSY) { /* nothing was closed (hmr.h): still open, still ours */
 		hmr_py_raise(rc, "hmr_mr_close");
 		return -1;
 	}
+	/* Any other failure closed the MR all the same (hmr.h): the handle is let go, or a later
+	 * close would close the next object made in its storage. */
+	if (rc != 0)
+		hmr_py_raise(rc, "hmr_mr_close");
 	self->mr = NULL;
 	hmr_py_unlink_child((HmrPyChild *)self);
-	hmr_py_source_release(&self->source);
-	return 0;
+	hmr_py_source_release(&self->source); /* (keeps an exception set aside while it runs) */
+	return rc != 0 ? -1 : 0;
 }
 
 hmr_mr *hmr_py_region_mr(PyObject *obj)

@@ -53,13 +53,14 @@ int hmr_py_remote_key_close(PyObject *obj)
 	HmrPyRemoteKey *self = (HmrPyRemoteKey *)obj;
 	if (!self->rkey)
 		return 0;
+	/* Released whatever it returns (hmr.h): the handle is let go either way. */
 	int rc = hmr_rkey_release(self->rkey);
+	self->rkey = NULL;
+	hmr_py_unlink_child((HmrPyChild *)self);
 	if (rc != 0) {
 		hmr_py_raise(rc, "hmr_rkey_release");
 		return -1;
 	}
-	self->rkey = NULL;
-	hmr_py_unlink_child((HmrPyChild *)self);
 	return 0;
 }
 

@@ -119,6 +119,9 @@ TEST(OfiMrAttr, DmabufWhenHeadersAndRuntimeHaveIt) {
   EXPECT_EQ(attr.dmabuf.fd, 5);
   EXPECT_EQ(attr.dmabuf.offset, 4096u);
   EXPECT_EQ(attr.dmabuf.len, 8192u);
+  // libfabric's base_addr names the dma-buf's byte 0, hmr's the range's first byte.
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(attr.dmabuf.base_addr) + attr.dmabuf.offset,
+            reinterpret_cast<uintptr_t>(buffer));
   EXPECT_EQ(attr.flags & FI_MR_DMABUF, FI_MR_DMABUF);
 }
 #else

@@ -97,7 +97,7 @@ def _during_a_write(call):
             writer = threading.Thread(target=lambda: ep.write(data, key.address, key.key))
             writer.start()
             while memory[0] != value:  # (the writer lets go of the GIL for its copy)
-                pass
+                assert writer.is_alive() or memory[0] == value, "the write failed"
             in_time = memory[-1] != value
             ran = _lets_other_threads_run(lambda: call(peer))
             writer.join()
@@ -205,3 +205,58 @@ def test_a_failed_transfer_keeps_its_reason_when_its_sources_release_calls_hmr()
     ep.close()
     target.close()
     domain.close()
+
+
+def test_domain_close_beside_an_endpoint_closing_on_another_thread_ends():
+    # An endpoint's close lets go of the GIL while it waits for a write's copy, and stays on
+    # its domain's list until it ends: Domain.close on another thread restarted onto it for
+    # ever (its close answered "closed" at once), or took a dying one back to life.
+    size = 256 << 20
+    owner, peer, memory, region, key = _peer_and_key(size)
+    target = owner.endpoint()
+    ep = peer.endpoint()
+    ep.connect(target)
+    closing = peer.endpoint()
+    data = bytearray(b"\x77") * size
+    writer = threading.Thread(target=lambda: ep.write(data, key.address, key.key))
+    writer.start()
+    while memory[0] != 0x77:
+        assert writer.is_alive() or memory[0] == 0x77, "the write failed"
+    outcomes = []
+
+    def close_the_endpoint():
+        try:
+            closing.close()
+            outcomes.append("closed")
+        except hmr.BusyError:
+            outcomes.append("busy")
+
+    closer = threading.Thread(target=close_the_endpoint)
+    closer.start()
+    finished = threading.Event()
+    domain_outcome = []
+
+    def close_the_domain():
+        try:
+            peer.close()
+            domain_outcome.append("closed")
+        except hmr.BusyError:
+            domain_outcome.append("busy")
+        finally:
+            finished.set()
+
+    domain_closer = threading.Thread(target=close_the_domain)
+    domain_closer.start()
+    assert finished.wait(120), "Domain.close never ended beside an endpoint closing elsewhere"
+    domain_closer.join()
+    closer.join()
+    writer.join()
+    assert outcomes and domain_outcome
+    if domain_outcome == ["busy"]:  # (the endpoint's close was in flight: try again now)
+        ep.close()
+        peer.close()
+    assert closing.closed
+    target.close()
+    key.release()
+    region.close()
+    owner.close()
