@@ -90,4 +90,30 @@ wait "$server" || status=$?
 [[ $status -ne 0 ]] || { echo "FAILED: the server of a killed client exited 0" >&2; exit 1; }
 echo "ok: a server whose client died mid-block ends (exit $status)"
 
+# A server with device memory (the fake CUDA driver) against a host client: the server never
+# sees --test, so it refuses write_lat (it polled device memory with the CPU) and read_bw
+# (its pattern cannot be in device memory, and the client's check failed) itself, with the
+# reason on both sides; write_bw runs (the client compared a checksum the server cannot take).
+if [[ -n "${HMR_PERFTEST_FAKE_CUDA:-}" ]]; then
+  for test in write_lat read_bw write_bw; do
+    port=$((port + 1))
+    HMR_CUDA_LIBRARY=$HMR_PERFTEST_FAKE_CUDA "$perftest" --server --provider tcp --port $port \
+      --quiet --timeout 20 --mem cuda:0 >/dev/null 2>&1 &
+    server=$!
+    status=0
+    said=$("$perftest" 127.0.0.1 --provider tcp --port $port --timeout 20 --quiet --size 4K \
+           --iters 10 --test $test 2>&1) || status=$?
+    server_status=0
+    wait "$server" || server_status=$?
+    if [[ $test == write_bw ]]; then
+      [[ $status -eq 0 && $server_status -eq 0 ]] ||
+        { echo "FAILED: write_bw to a cuda:0 server (client $status, server $server_status): $said" >&2; exit 1; }
+    else
+      [[ $status -ne 0 && $server_status -ne 0 ]] && grep -q "the peer stopped: server: .*--mem host" <<<"$said" ||
+        { echo "FAILED: a cuda:0 server did not refuse $test with its reason: $said" >&2; exit 1; }
+    fi
+  done
+  echo "ok: a cuda:0 server refuses write_lat and a host client's read_bw, and takes write_bw"
+fi
+
 echo "hmr-perftest loopback: all runs passed"
