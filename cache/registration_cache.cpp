@@ -613,7 +613,12 @@ size_t RegistrationCache::release_unused(size_t count, const VictimFilter* wante
   // (A filtered call counts only what it chose, those being of any kind, but in its last pass.)
   const bool count_others = wanted == nullptr || then_wait_for_others;
   size_t released = count_others ? deferred : 0;
-  wait_for_finalizing();  // (its deregistrations lower the NIC's accounts too)
+  // Its deregistrations lower the NIC's accounts too, but not from inside a deregistration
+  // of any cache (a registration a dereg callback makes): the other thread may be inside a
+  // dereg callback itself, registering in a cache this thread is finalizing, and each would
+  // wait for the other for ever (docs/semantics.md: such a registration never waits for a
+  // giving back).  wait_for_in_transit below keeps to the same rule.
+  if (finalizing_here == nullptr) wait_for_finalizing();
   sweep_held();
   if (released >= count) return released;
   Retired retired;

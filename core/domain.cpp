@@ -443,6 +443,14 @@ Status Domain::prepare_close() {
 }
 
 Status Domain::close_nic() {
+  // Off the list first: another domain's registration may be giving back this one's idle
+  // device registrations, retired here and deregistered on that thread after this cache's
+  // lock (its flush below does not see them); remove() waits for that call to end.  Before,
+  // the NIC was closed under that deregistration (ofi: fi_close of the domain met the MR).
+  if (listed_as_export_holder_) {
+    ExportHolders::instance().remove(pressure_relief_);
+    listed_as_export_holder_ = false;
+  }
   flush_cache();  // nothing of ours may be left registered on what the NIC closes
   return nic_->close_native();
 }

@@ -52,31 +52,47 @@ void ExportHolders::remove(NicPressureRelief& holder) {
 
 size_t ExportHolders::release_unused_elsewhere(size_t count, const NicPressureRelief* except,
                                                ExportRelief which) {
-  // The holders to ask, each counted as in use so that none goes meanwhile.
-  std::vector<std::list<Holder>::iterator> asked;
+  // One holder counted at a time, from just before its call to just after: a callback NIC's
+  // dereg run by a giving back may close another domain, whose remove() waits for its count
+  // (counting every holder up front made that wait for this very thread, for ever).  The next
+  // holder is found and counted while the current one still is, so neither leaves the list
+  // under its iterator.
+  const uint64_t generation = fork_generation();
+  auto eligible = [&](std::list<Holder>::iterator it) {
+    return it->relief != except && it->fork_generation == generation;
+  };
+  std::list<Holder>::iterator current;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    const uint64_t generation = fork_generation();
-    for (auto it = holders_.begin(); it != holders_.end(); ++it) {
-      if (it->relief == except || it->fork_generation != generation) continue;
-      ++it->calls;
-      asked.push_back(it);
-    }
+    current = holders_.begin();
+    while (current != holders_.end() && !eligible(current)) ++current;
+    if (current == holders_.end()) return 0;
+    ++current->calls;
   }
-  struct Uncount {  // (also when a giving back throws: remove() would wait for ever)
-    ExportHolders& holders;
-    std::vector<std::list<Holder>::iterator>& asked;
-    ~Uncount() {
-      std::lock_guard<std::mutex> lock(holders.mutex_);
-      for (auto it : asked) --it->calls;
-      holders.calls_ended_.notify_all();
-    }
-  } uncount{*this, asked};
   size_t released = 0;
-  for (auto it : asked) {
-    if (released < count) released += it->relief->release_unused_exports(count - released, which);
+  for (;;) {
+    struct Uncount {  // (also when a giving back throws: remove() would wait for ever)
+      ExportHolders& holders;
+      std::list<Holder>::iterator& it;
+      bool armed = true;
+      ~Uncount() {
+        if (!armed) return;
+        std::lock_guard<std::mutex> lock(holders.mutex_);
+        --it->calls;
+        holders.calls_ended_.notify_all();
+      }
+    } uncount{*this, current};
+    if (released < count) released += current->relief->release_unused_exports(count - released, which);
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto next = std::next(current);
+    while (next != holders_.end() && !eligible(next)) ++next;
+    if (released < count && next != holders_.end()) ++next->calls;
+    --current->calls;
+    uncount.armed = false;
+    calls_ended_.notify_all();
+    if (released >= count || next == holders_.end()) return released;
+    current = next;
   }
-  return released;
 }
 
 }  // namespace hmr::core

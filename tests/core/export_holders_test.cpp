@@ -8,6 +8,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cerrno>
 #include <thread>
 
@@ -85,6 +88,57 @@ TEST(ExportHolders, RemoveWaitsForACallRunningInTheHolder) {
   asking.join();
   removing.join();
   EXPECT_TRUE(removed.load());
+}
+
+// A holder whose giving back removes another holder from the list, as a callback NIC's dereg
+// that closes another domain does (its ~Domain removes it, waiting for calls on it to end).
+class RemovingHolder final : public hmr::core::NicPressureRelief {
+ public:
+  explicit RemovingHolder(hmr::core::NicPressureRelief* other) : other_(other) {}
+  size_t release_unused(size_t) override { return 0; }
+  size_t release_unused_exports(size_t, hmr::core::ExportRelief) override {
+    if (other_ != nullptr) {
+      hmr::core::ExportHolders::instance().remove(*other_);
+      removed.store(true);
+      other_ = nullptr;
+    }
+    return 0;
+  }
+  std::atomic<bool> removed{false};
+
+ private:
+  hmr::core::NicPressureRelief* other_;
+};
+
+class IdleHolder final : public hmr::core::NicPressureRelief {
+ public:
+  size_t release_unused(size_t) override { return 0; }
+  size_t release_unused_exports(size_t, hmr::core::ExportRelief) override { return 0; }
+};
+
+// Every holder was counted as in use before the first was asked: the second holder's remove(),
+// run from inside the first's giving back on the same thread, waited for this very call.
+TEST(ExportHolders, AGivingBackThatRemovesAnotherHolderDoesNotWaitForItself) {
+  auto& holders = hmr::core::ExportHolders::instance();
+  IdleHolder other;
+  RemovingHolder first(&other);
+  holders.add(first);
+  holders.add(other);
+  std::atomic<bool> done{false};
+  std::thread asking([&] {
+    holders.release_unused_elsewhere(8, nullptr, hmr::core::ExportRelief::any_holders);
+    done.store(true);
+  });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!done.load() && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  if (!done.load()) {
+    ADD_FAILURE() << "the giving back waited for itself in the other holder's remove()";
+    std::fflush(nullptr);
+    std::_Exit(1);  // (the thread cannot be joined, and the test binary must not hang)
+  }
+  asking.join();
+  EXPECT_TRUE(first.removed.load());
+  holders.remove(first);
 }
 
 }  // namespace
