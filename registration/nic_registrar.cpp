@@ -3,13 +3,13 @@
 #include "registration/export_holders.h"
 
 #include <sys/mman.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <string>
 #include <thread>
 
+#include "hmem/page_range.h"
 #include "util/log.h"
 #include "util/stopwatch.h"
 
@@ -355,8 +355,7 @@ Status NicRegistrar::check_allocated(std::span<const iovec> segments) const {
     const auto start = reinterpret_cast<uintptr_t>(segment.iov_base);
     // msync wants an address on a page boundary: the kernel's page (64 KiB on some aarch64
     // kernels, where 4 KiB rounding failed with EINVAL for most buffers).
-    static const uintptr_t page_size = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-    const uintptr_t page = start & ~(page_size - 1);
+    const uintptr_t page = start & ~(uintptr_t{hmem::host_page_size()} - 1);
     // msync fails with ENOMEM exactly when part of the range is not mapped; it touches nothing.
     if (msync(reinterpret_cast<void*>(page), segment.iov_len + (start - page), MS_ASYNC) != 0) {
       // (msync's ENOMEM means "not mapped" here, not out of memory: not shown.)

@@ -22,11 +22,15 @@ std::string rule() { return std::string(96, '-') + "\n"; }
 
 }  // namespace
 
+double median_of_sorted(const std::vector<double>& sorted) {
+  const size_t n = sorted.size();
+  if (n == 0) return 0;
+  return n % 2 == 1 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
+}
+
 double median(std::vector<double> values) {
-  if (values.empty()) return 0;
   std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+  return median_of_sorted(values);
 }
 
 std::string format_table(const RunInfo& run, const std::vector<Measurement>& rows) {

@@ -37,6 +37,8 @@ struct RunInfo {
 // The median of `values` (the mean of the two middle ones when there are an even number);
 // 0 for none.
 double median(std::vector<double> values);
+// The same of values already in ascending order (no copy: write_lat keeps up to 16M samples).
+double median_of_sorted(const std::vector<double>& sorted);
 
 std::string format_table(const RunInfo& run, const std::vector<Measurement>& rows);
 std::string format_json(const RunInfo& run, const std::vector<Measurement>& rows);
