@@ -25,7 +25,7 @@ export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:supp
 # run_build TITLE DIR [cmake options...] [-- target...]: configures, builds the targets (all
 # when none are named) and runs the ctest entries of the same names (all when none).
 run_build() {
-  local title=$1 dir=$2
+  local title=$1 dir=$2 stage_start=$SECONDS
   shift 2
   local options=() targets=()
   while (($#)) && [[ $1 != -- ]]; do options+=("$1"); shift; done
@@ -45,9 +45,10 @@ run_build() {
     filter=(-R "^($(IFS='|'; echo "${targets[*]}"))\$")
   fi
   cmake --build "$dir" -j "$jobs" "${target_args[@]}"
-  echo "== $title: running the tests (ctest in $dir/)"
+  echo "== $title: built in $((SECONDS - stage_start)) s; running the tests (ctest in $dir/)"
+  local test_start=$SECONDS
   (cd "$dir" && ctest --output-on-failure "${filter[@]}")
-  echo "== $title: all tests passed"
+  echo "== $title: all tests passed (tests $((SECONDS - test_start)) s, stage $((SECONDS - stage_start)) s)"
 }
 
 # Options are given explicitly so a build folder configured by hand earlier cannot change them.
@@ -78,7 +79,9 @@ run_build "ThreadSanitizer build, clang (RelWithDebInfo)" build-clang-tsan \
 # /usr, packaged with CPack, checked with lintian, unpacked and used.
 echo
 echo "== Release build with default options and the Debian packages: build-release/"
+release_start=$SECONDS
 bash tests/install/run_package_test.sh build-release
+echo "== Release build and packages: $((SECONDS - release_start)) s"
 
 echo
 echo "== all three builds passed their tests, and the packages work ($((SECONDS - start)) s)"
