@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <new>
 #include <thread>
 #include <utility>
 
@@ -139,7 +140,14 @@ Result<CacheHandle> RegistrationCache::register_and_insert(uintptr_t start, uint
         break;
       }
       lock.unlock();
-      spare = BlockIndex::make_table(capacity);
+      // Out of memory for a larger table: the registration is made and valid, so it is handed
+      // out uncached rather than lost (the exception left its NIC registration and its
+      // subscription behind, and the caller got ENOMEM for a range the NIC held).
+      try {
+        spare = BlockIndex::make_table(capacity);
+      } catch (const std::bad_alloc&) {
+        break;
+      }
     }
   }
   if (grown) readers_.wait_for_readers();  // then the old table may go

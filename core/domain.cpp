@@ -380,14 +380,22 @@ Domain::Domain(std::unique_ptr<nic::Nic> nic, const DomainRules& rules,
   nic_registrar_.set_pressure_relief(&pressure_relief_);
 }
 
-size_t Domain::CachePressureRelief::release_unused(size_t count) {
-  // The host cache first (its entries are the cheapest to make again), then the device
-  // cache's exports and shadows.
+size_t Domain::CachePressureRelief::release_unused(size_t count, Shortage shortage) {
+  // The host cache first (its entries are the cheapest to make again, and each pins host
+  // pages on a NIC that pins), then the device cache's exports and shadows: past the pinned
+  // bound only those that pin host pages (a dma-buf registration given back for it made room
+  // for nothing, and its next user paid a new export and registration).
   size_t released = domain_.cache_ ? domain_.cache_->release_unused(count) : 0;
-  if (released < count && domain_.device_cache_) {
-    released += domain_.device_cache_->release_unused(count - released);
+  if (released >= count || !domain_.device_cache_) return released;
+  if (shortage == Shortage::any) {
+    return released + domain_.device_cache_->release_unused(count - released);
   }
-  return released;
+  DeviceCacheBackend& backend = domain_.device_backend_;
+  const RegistrationCache::VictimFilter pins = [&backend](const CacheEntry& entry) {
+    return backend.pins_host_memory(entry.registration());
+  };
+  return released + domain_.device_cache_->release_unused(count - released, &pins,
+                                                         /*then_wait_for_others=*/true);
 }
 
 size_t Domain::CachePressureRelief::release_unused_exports(size_t count, ExportRelief which) {
@@ -512,39 +520,40 @@ Result<Domain::Registered> Domain::register_memory(const hmr_mr_attr& attr, uint
     stats_.record_registration(false);
     return status;
   }
-  std::optional<uint64_t> key = request->requested_key;
-  if (key) {
-    status = requested_keys_.reserve(*key);
-    if (!status.ok()) {
-      release_mr_slot();
-      stats_.record_registration(false);
-      return status;
+  // The slot, and a requested key once reserved, go back unless the MR is handed out: on any
+  // return below, and when a step throws (out of memory: the slot stayed taken, and the
+  // domain, counting an MR nobody could close, never closed).
+  struct Reservation {
+    Domain& domain;
+    std::optional<uint64_t> key;
+    bool handed_out = false;
+    ~Reservation() {
+      if (handed_out) return;
+      if (key) domain.requested_keys_.release(*key);
+      domain.release_mr_slot();
+      domain.stats_.record_registration(false);
     }
+  } reservation{*this, std::nullopt};
+  if (request->requested_key) {
+    HMR_RETURN_IF_ERROR(requested_keys_.reserve(*request->requested_key));
+    reservation.key = request->requested_key;
   }
   const uint64_t length = request->counted_bytes();
   auto region = std::make_unique<MemoryRegion>(*this, std::move(*request));
   {
     std::lock_guard<std::mutex> lock(bind_mutex_);
     if (registrar_) {
-      if (Status kept = region->keep_caller_dmabuf(); !kept.ok()) {
-        if (key) requested_keys_.release(*key);
-        release_mr_slot();
-        stats_.record_registration(false);
-        return kept;
-      }
-      stats_.record_mr_open(length);
+      HMR_RETURN_IF_ERROR(region->keep_caller_dmabuf());
       region->mark_submitted();
       registrar_->submit(region.get());
+      reservation.handed_out = true;
+      stats_.record_mr_open(length);
       return Registered{region.release(), nullptr};
     }
   }
-  status = region->register_now();
-  stats_.record_registration(status.ok());
-  if (!status.ok()) {
-    if (key) requested_keys_.release(*key);
-    release_mr_slot();
-    return status;
-  }
+  HMR_RETURN_IF_ERROR(region->register_now());
+  reservation.handed_out = true;
+  stats_.record_registration(true);
   stats_.record_mr_open(length);
   return Registered{region.release(), nullptr};
 }

@@ -256,7 +256,7 @@ class Domain : public Tagged<ObjectClass::domain> {
   class CachePressureRelief final : public NicPressureRelief {
    public:
     explicit CachePressureRelief(Domain& domain) : domain_(domain) {}
-    size_t release_unused(size_t count) override;
+    size_t release_unused(size_t count, Shortage shortage) override;
     size_t release_unused_exports(size_t count, ExportRelief which) override;
 
    private:

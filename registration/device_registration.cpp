@@ -1,5 +1,7 @@
 #include "registration/device_registration.h"
 
+#include <new>
+
 #include "hmem/hmem_registry.h"
 #include "util/descriptor_table.h"
 
@@ -148,8 +150,15 @@ Result<nic::Registration> DeviceCacheBackend::register_range(uintptr_t start, ui
       register_device_range(registrar_, registrar_.request_for({&segment, 1}, key.access), *memory,
                             **iface, segment, static_cast<ExportMode>(key.export_mode), hold);
   if (!registered.ok()) return registered;
-  std::lock_guard<std::mutex> lock(mutex_);
-  holds_.emplace(registered->handle, std::move(hold));
+  try {
+    std::lock_guard<std::mutex> lock(mutex_);
+    holds_.emplace(registered->handle, std::move(hold));
+  } catch (const std::bad_alloc&) {
+    // No memory for the record: the NIC lets go now (an exception out of here left the
+    // registration at the NIC, with nothing left to deregister it).
+    (void)registrar_.deregister_memory(*registered);
+    return make_error(HMR_ENOMEM, "no memory for the record of a device registration");
+  }
   return registered;
 }
 
@@ -175,6 +184,12 @@ DeviceCacheBackend::ExportHolding DeviceCacheBackend::export_holding(
   auto found = holds_.find(registration.handle);
   if (found == holds_.end() || !found->second.dmabuf) return ExportHolding::none;
   return found->second.dmabuf.use_count() == 1 ? ExportHolding::sole : ExportHolding::shared;
+}
+
+bool DeviceCacheBackend::pins_host_memory(const nic::Registration& registration) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto found = holds_.find(registration.handle);
+  return found != holds_.end() && found->second.pinned_bytes != 0;
 }
 
 std::optional<DeviceCacheBackend::ExportView> DeviceCacheBackend::view(

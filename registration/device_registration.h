@@ -63,6 +63,10 @@ class DeviceCacheBackend final : public CacheBackend {
   // moment's answer that only orders the giving back.
   enum class ExportHolding { none, sole, shared };
   ExportHolding export_holding(const nic::Registration& registration);
+  // Whether a cached registration pins host pages (a host shadow, or device memory the NIC
+  // reaches by address as host memory): what giving it back does for the pinned-byte bound
+  // (Shortage::pinned_host_memory).
+  bool pins_host_memory(const nic::Registration& registration);
 
  private:
   NicRegistrar& registrar_;

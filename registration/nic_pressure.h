@@ -21,11 +21,19 @@ namespace hmr::core {
 // shadow or peer-direct registration holds no fd and is never given back for one.
 enum class ExportRelief { sole_holders, any_holders };
 
+// What a refusal ran short of, as far as hmr can tell.  hmr's own bound on pinned bytes
+// (RLIMIT_MEMLOCK, the NIC's max_pinned) is cured only by registrations that pin host pages: a
+// dma-buf or peer-direct registration of device memory pins none, and giving one back would
+// cost its next user a new export and registration for nothing.  Anything else (the NIC's own
+// refusal, which names no resource; hmr's count of registrations) is cured by any of them.
+enum class Shortage { any, pinned_host_memory };
+
 class NicPressureRelief {
  public:
-  // Deregisters up to `count` registrations no MR uses, least recently used first, and any
-  // whose memory was freed; how many it gave back (0: nothing idle is left).
-  virtual size_t release_unused(size_t count) = 0;
+  // Deregisters up to `count` registrations no MR uses whose giving back can cure `shortage`,
+  // least recently used first, and any whose memory was freed; how many it gave back (0:
+  // nothing idle is left).
+  virtual size_t release_unused(size_t count, Shortage shortage) = 0;
   // Deregisters up to `count` idle device registrations (the device cache's) that hold their
   // allocations' dma-buf exports open, as `which` says: for an export refused for want of
   // descriptors.  How many it gave back.

@@ -76,8 +76,12 @@ Status NicRegistrar::reserve(uint64_t pinned, size_t* released) {
     if (counted && take(pinned_, pinned, max_pinned_)) return ok_status();
     if (counted) held_.fetch_sub(1, std::memory_order_relaxed);
     // At a bound: what is idle goes back (its deregistration lowers the accounts) before the
-    // NIC is asked for more than it, or the process's limit, allows.
-    if (give_back(released, lowered_, lowered)) continue;
+    // NIC is asked for more than it, or the process's limit, allows.  Past the pinned bound
+    // only what pins host pages can make room.
+    if (give_back(released, lowered_, lowered,
+                  counted ? Shortage::pinned_host_memory : Shortage::any)) {
+      continue;
+    }
     return refusal(counted ? make_error(HMR_ENOMEM, "pinning %llu more bytes would pass the "
                                         "%llu bytes hmr may hold pinned at the NIC '%s' "
                                         "(RLIMIT_MEMLOCK or the NIC's bound)",
@@ -108,7 +112,7 @@ thread_local unsigned deregistering_here = 0;
 }  // namespace
 
 bool NicRegistrar::give_back(size_t* released, const std::atomic<uint64_t>& generation,
-                             uint64_t before) {
+                             uint64_t before, Shortage shortage) {
   if (relief_ == nullptr) return false;
   giving_back_.fetch_add(1, std::memory_order_acq_rel);
   struct Uncount {
@@ -118,7 +122,7 @@ bool NicRegistrar::give_back(size_t* released, const std::atomic<uint64_t>& gene
   size_t given = 0;
   {
     const Uncount uncount{&giving_back_};
-    given = relief_->release_unused(kReleasedPerRefusal);
+    given = relief_->release_unused(kReleasedPerRefusal, shortage);
   }
   if (given != 0) {
     *released += given;

@@ -135,11 +135,12 @@ class NicRegistrar final : public CacheBackend {
   // Lowers the accounts; `at_nic`: a registration the NIC held was let go (not a reservation
   // whose NIC call failed).
   void unreserve(uint64_t pinned, bool at_nic);
-  // Asks the relief for idle registrations; true when the caller should try again: some were
-  // given back, by this thread or another, or `generation` (lowered_ or returned_to_nic_)
-  // moved past `before`, read before the attempt that failed, so what was let go between
-  // that attempt and this look is not missed.
-  bool give_back(size_t* released, const std::atomic<uint64_t>& generation, uint64_t before);
+  // Asks the relief for idle registrations that can cure `shortage`; true when the caller
+  // should try again: some were given back, by this thread or another, or `generation`
+  // (lowered_ or returned_to_nic_) moved past `before`, read before the attempt that failed,
+  // so what was let go between that attempt and this look is not missed.
+  bool give_back(size_t* released, const std::atomic<uint64_t>& generation, uint64_t before,
+                 Shortage shortage = Shortage::any);
   Status refusal(const Status& cause, size_t released);
   // After the NIC re-registered `registration` over `translation` (its pages replace the
   // old ones): the pinned bytes follow.  The NIC decided; no bound is checked here.

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Builds hmr's Debian packages into OUTDIR with CPack (cmake/HmrPackaging.cmake) and checks them
-# with lintian: libhmr0, libhmr-dev, hmr-tools, libnccl-net-hmr.  The build is a user's
-# Release build with the default options (the tests and benchmarks compile too), for the
-# system prefix (/usr: no RUNPATH, the loader finds libhmr).
+# with lintian: libhmr0, libhmr-dev, hmr-tools, libnccl-net-hmr (and python3-hmr).  The build
+# is a Release build of what the packages hold, for the system prefix (/usr: no RUNPATH, the
+# loader finds libhmr), with warnings not made errors, as a user's own build has them.  Tests,
+# benchmarks and examples are not packaged and not built here: scripts/test.sh compiles the
+# same sources with both compilers (RelWithDebInfo defines NDEBUG as Release does, so what
+# compiles there compiles here), and this build was a third full compile of them in CI.
 #
 #   usage: scripts/package.sh OUTDIR [BUILD_DIR]      (BUILD_DIR: build-release)
 set -euo pipefail
@@ -17,7 +20,7 @@ build=${2:-build-release}
 jobs=${HMR_JOBS:-2}
 
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=/usr \
-  -DHMR_INSTALL_RPATH=OFF
+  -DHMR_INSTALL_RPATH=OFF -DHMR_BUILD_TESTS=OFF -DHMR_BUILD_BENCH=OFF -DHMR_BUILD_EXAMPLES=OFF
 cmake --build "$build" -j "$jobs"
 staging=$(cd "$build" && pwd)/_packages
 rm -rf "$staging"

@@ -74,9 +74,8 @@ run_build "ThreadSanitizer build, clang (RelWithDebInfo)" build-clang-tsan \
   -DCMAKE_CXX_COMPILER=clang++ -- hmr_unit_tests hmr_api_tests hmr_verbs_tests hmr_hmem_api_tests \
   hmr_nccl_net_comm_tests
 
-# A user's own build and the packages: a Release build with the default options (warnings
-# are not errors there; the tests and benchmarks compile, the builds above run them), for
-# /usr, packaged with CPack, checked with lintian, unpacked and used.
+# The packages: a Release build of what they hold (warnings are not errors there, as in a
+# user's own build), for /usr, packaged with CPack, checked with lintian, unpacked and used.
 echo
 echo "== Release build with default options and the Debian packages: build-release/"
 release_start=$SECONDS

@@ -412,21 +412,10 @@ int gated_deregister(void*, const hmr_nic_mr*, char*, size_t) { return 0; }
 // another file's: the registration named the wrong buffer.
 TEST(AsyncRegistration, TheCallersDmabufIsKeptUntilTheWorkerRegistersIt) {
   GatedNic nic;
-  hmr_nic_callbacks callbacks;
-  std::memset(&callbacks, 0, sizeof callbacks);
-  callbacks.size = sizeof callbacks;
-  callbacks.context = &nic;
-  callbacks.key_size = 8;
-  callbacks.caps = HMR_NIC_CB_DMABUF;
-  callbacks.reg_va = gated_register;
-  callbacks.reg_dmabuf = gated_register;
-  callbacks.dereg = gated_deregister;
-  hmr_domain_attr attr;
-  std::memset(&attr, 0, sizeof attr);
-  attr.size = sizeof attr;
-  attr.nic = "callback";
-  attr.nic_handle = &callbacks;
-  attr.mr_mode = HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR;
+  hmr_nic_callbacks callbacks =
+      hmr_test::callback_nic(&nic, HMR_NIC_CB_DMABUF, gated_register, gated_deregister);
+  hmr_domain_attr attr =
+      hmr_test::callback_domain_attr(callbacks, HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR);
   hmr_eq* eq = nullptr;
   ASSERT_EQ(hmr_eq_open(nullptr, &eq), 0) << hmr_last_error();
   EqPtr queue(eq);

@@ -122,9 +122,7 @@ hmr_nic_callbacks toy_callbacks(ToyNic& nic, size_t key_size = 4) {
 }
 
 hmr_domain* open_callback_domain(hmr_nic_callbacks& callbacks, const char* monitor = nullptr) {
-  hmr_domain_attr attr = domain_attr(HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR);
-  attr.nic = "callback";
-  attr.nic_handle = &callbacks;
+  hmr_domain_attr attr = callback_domain_attr(callbacks, HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR);
   attr.cache_monitor = monitor;
   hmr_domain* domain = nullptr;
   EXPECT_EQ(hmr_domain_open(&attr, &domain), 0) << hmr_last_error();
@@ -387,9 +385,7 @@ void* unmap_deep_in_a_small_stack(void* argument) {
 TEST(CallbackNic, AMemoryHookInAThreadWithASmallStackReturns) {
   ToyNic nic;
   hmr_nic_callbacks callbacks = toy_callbacks(nic);
-  hmr_domain_attr hooked = domain_attr(HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR);
-  hooked.nic = "callback";
-  hooked.nic_handle = &callbacks;
+  hmr_domain_attr hooked = callback_domain_attr(callbacks, HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR);
   hooked.cache_monitor = "memhooks";
   hmr_domain* raw = nullptr;
   if (hmr_domain_open(&hooked, &raw) != 0) {
@@ -516,9 +512,7 @@ void reenter_same_domain(ToyNic& nic) {
 // A callback domain over `callbacks` whose cache watches memory with `monitor`; null (with
 // hmr_last_error) when it cannot open.
 hmr_domain* open_monitored_callback_domain(hmr_nic_callbacks& callbacks, const char* monitor) {
-  hmr_domain_attr attr = domain_attr(HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR);
-  attr.nic = "callback";
-  attr.nic_handle = &callbacks;
+  hmr_domain_attr attr = callback_domain_attr(callbacks, HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR);
   attr.cache_monitor = monitor;
   hmr_domain* raw = nullptr;
   return hmr_domain_open(&attr, &raw) == 0 ? raw : nullptr;

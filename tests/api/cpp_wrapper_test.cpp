@@ -694,19 +694,10 @@ int failing_deregistration(void*, const hmr_nic_mr*, char* reason, size_t reason
 // closed it again: the freed handle's storage was by then the next MR's (handle storage is a
 // free list, last freed first reused), so an unrelated MR was closed under its owner.
 TEST(CppWrapper, AFailedCloseThatFreedTheObjectLetsGoOfTheHandle) {
-  hmr_nic_callbacks callbacks;
-  std::memset(&callbacks, 0, sizeof callbacks);
-  callbacks.size = sizeof callbacks;
-  callbacks.key_size = 8;
-  callbacks.reg_va = keyed_registration;
-  callbacks.dereg = failing_deregistration;
-  hmr_domain_attr attr;
-  std::memset(&attr, 0, sizeof attr);
-  attr.size = sizeof attr;
-  attr.nic = "callback";
-  attr.nic_handle = &callbacks;
+  hmr_nic_callbacks callbacks =
+      hmr_test::callback_nic(nullptr, 0, keyed_registration, failing_deregistration);
+  hmr_domain_attr attr = hmr_test::callback_domain_attr(callbacks, HMR_MR_PROV_KEY);  // NIC's keys
   attr.cache_monitor = "disabled";  // every close deregisters
-  attr.mr_mode = HMR_MR_PROV_KEY;    // keys the NIC chooses
   hmr::Domain domain(attr);
   Pages pages(2 * 4096);
   auto first = hmr::MemoryRegion::reg(domain, pages.data(), 4096, HMR_REMOTE_READ);

@@ -41,9 +41,7 @@ TEST(MdQueryOp, CallbackNicHasNone) {
     return 0;
   };
   callbacks.dereg = [](void*, const hmr_nic_mr*, char*, size_t) { return 0; };
-  hmr_domain_attr attr = domain_attr(kVirtProvKey);
-  attr.nic = "callback";
-  attr.nic_handle = &callbacks;
+  hmr_domain_attr attr = callback_domain_attr(callbacks, kVirtProvKey);
   hmr_domain* raw_domain = nullptr;
   ASSERT_HMR_OK(hmr_domain_open(&attr, &raw_domain));
   DomainPtr domain(raw_domain);

@@ -130,9 +130,7 @@ TEST(MdQuery, SaysHowManyRegistrationsTheNicHoldsAndWhoSaidSo) {
       return 0;
     };
     callbacks.dereg = [](void*, const hmr_nic_mr*, char*, size_t) { return 0; };
-    hmr_domain_attr attr_in = domain_attr(HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR);
-    attr_in.nic = "callback";
-    attr_in.nic_handle = &callbacks;
+    hmr_domain_attr attr_in = callback_domain_attr(callbacks, HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR);
     hmr_domain* raw = nullptr;
     ASSERT_HMR_OK(hmr_domain_open(&attr_in, &raw));
     DomainPtr unlimited(raw);

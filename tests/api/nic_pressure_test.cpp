@@ -133,9 +133,7 @@ class PressureDomain {
     callbacks_ = callback_nic(&nic, nic.byte_capacity != 0 ? HMR_NIC_CB_PINS_HOST_MEMORY : 0,
                               bounded_register, bounded_deregister);
     callbacks_.mr_cnt = stated ? nic.capacity : 0;
-    hmr_domain_attr attr = domain_attr(HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR);
-    attr.nic = "callback";
-    attr.nic_handle = &callbacks_;
+    hmr_domain_attr attr = callback_domain_attr(callbacks_, HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR);
     attr.cache_monitor = monitor;
     attr.cache_max_count = 100000;  // the NIC, not the cache's own count, is the bound here
     hmr_domain* raw = nullptr;

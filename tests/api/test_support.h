@@ -68,6 +68,14 @@ inline hmr_domain_attr domain_attr(uint64_t app_mode, const char* nic_options = 
   return attr;
 }
 
+// The same for the callback NIC `callbacks` (which must outlive the domain).
+inline hmr_domain_attr callback_domain_attr(hmr_nic_callbacks& callbacks, uint64_t app_mode) {
+  hmr_domain_attr attr = domain_attr(app_mode);
+  attr.nic = "callback";
+  attr.nic_handle = &callbacks;
+  return attr;
+}
+
 // Opens a sim domain or fails the test; `attr_out` receives the negotiated attributes.
 hmr_domain* open_sim_domain(uint64_t app_mode, const char* nic_options = nullptr,
                             hmr_domain_attr* attr_out = nullptr);

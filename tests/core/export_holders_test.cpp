@@ -22,7 +22,7 @@ namespace {
 // a call runs in it.
 class BlockingHolder final : public hmr::core::NicPressureRelief {
  public:
-  size_t release_unused(size_t) override { return 0; }
+  size_t release_unused(size_t, hmr::core::Shortage) override { return 0; }
   size_t release_unused_exports(size_t count, hmr::core::ExportRelief) override {
     entered.store(true);
     while (!let_go.load()) std::this_thread::yield();
@@ -95,7 +95,7 @@ TEST(ExportHolders, RemoveWaitsForACallRunningInTheHolder) {
 class RemovingHolder final : public hmr::core::NicPressureRelief {
  public:
   explicit RemovingHolder(hmr::core::NicPressureRelief* other) : other_(other) {}
-  size_t release_unused(size_t) override { return 0; }
+  size_t release_unused(size_t, hmr::core::Shortage) override { return 0; }
   size_t release_unused_exports(size_t, hmr::core::ExportRelief) override {
     if (other_ != nullptr) {
       hmr::core::ExportHolders::instance().remove(*other_);
@@ -112,7 +112,7 @@ class RemovingHolder final : public hmr::core::NicPressureRelief {
 
 class IdleHolder final : public hmr::core::NicPressureRelief {
  public:
-  size_t release_unused(size_t) override { return 0; }
+  size_t release_unused(size_t, hmr::core::Shortage) override { return 0; }
   size_t release_unused_exports(size_t, hmr::core::ExportRelief) override { return 0; }
 };
 

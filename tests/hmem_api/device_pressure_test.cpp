@@ -2,6 +2,8 @@
 // registrations of fake CUDA memory on a callback NIC that holds 8 registrations and refuses
 // the next one, as an RDMA NIC out of keys does.  Idle cached exports are given back (the
 // device cache's entries, and the host cache's first), and the registration is tried again.
+// Past the bound on pinned host bytes only what pins host pages goes (a host shadow; never a
+// dma-buf registration, which pins none).
 #include <atomic>
 #include <cstdio>
 #include <cstring>
@@ -176,6 +178,71 @@ TEST(DevicePressure, WhenEveryPathFailsTheCodeIsTheFirstPaths) {
   const std::string reason = hmr_last_error();
   EXPECT_NE(reason.find("the dma-buf import broke"), std::string::npos) << reason;
   EXPECT_NE(reason.find("no host pages"), std::string::npos) << reason;
+}
+
+constexpr size_t kPage = 4096;
+
+// A host registration past the pinned-byte bound (a sim NIC holding at most 64 KiB pinned,
+// every pinned byte in an open MR) gives back no idle dma-buf registration: it pins nothing,
+// so the refusal stood anyway, and the allocation's next registration paid a new export and
+// NIC registration.  It did, for every refusal.
+TEST(DevicePressure, PastThePinnedBoundIdleDmabufRegistrationsStay) {
+  DomainPtr domain = open_domain("max_pinned=65536");
+  ASSERT_TRUE(domain);
+  std::vector<std::unique_ptr<FakeAllocation>> allocations;
+  for (int i = 0; i < 4; ++i) {
+    allocations.push_back(std::make_unique<FakeAllocation>(0, 65536));
+    MrPtr mr = register_ok(domain.get(), allocations.back()->get(), 65536);
+    ASSERT_TRUE(mr);
+    EXPECT_EQ(mr_info(mr.get()).path, HMR_MR_PATH_DMABUF);
+  }
+  hmr_test::Pages pages(17 * kPage);
+  std::vector<MrPtr> open;
+  for (size_t i = 0; i < 16; ++i) {
+    open.push_back(register_ok(domain.get(), pages.data() + i * kPage, kPage));
+    ASSERT_TRUE(open.back()) << "page " << i;
+  }
+  const hmr_domain_stats before = stats_of(domain.get());
+  EXPECT_EQ(before.nic_pinned_bytes, 65536u);
+  hmr_mr* refused = nullptr;
+  EXPECT_EQ(register_attr(domain.get(), pages.data() + 16 * kPage, kPage, HMR_HMEM_SYSTEM, 0, 0,
+                          &refused),
+            -HMR_ENOMEM);
+  EXPECT_EQ(refused, nullptr);
+  const hmr_domain_stats after = stats_of(domain.get());
+  EXPECT_EQ(after.cache_pressure_evictions, before.cache_pressure_evictions)
+      << "idle dma-buf registrations were given back for pinned host bytes";
+  EXPECT_EQ(after.nic_registrations_held, before.nic_registrations_held);
+  // Each allocation is still a hit: no new registration at the NIC.
+  for (const auto& allocation : allocations) {
+    MrPtr again = register_ok(domain.get(), allocation->get(), 65536);
+    ASSERT_TRUE(again);
+  }
+  EXPECT_EQ(stats_of(domain.get()).nic_registrations, after.nic_registrations);
+}
+
+// What does pin host pages in the device cache, an idle host shadow (the sim NIC imports no
+// dma-buf here, and copies are allowed), is given back for a host registration past the bound.
+TEST(DevicePressure, PastThePinnedBoundAnIdleHostShadowIsGivenBack) {
+  DomainPtr domain = open_domain("max_pinned=131072;dmabuf=0", HMR_DOMAIN_ALLOW_HMEM_COPY);
+  ASSERT_TRUE(domain);
+  FakeAllocation allocation(0, 65536);
+  {
+    MrPtr shadowed = register_ok(domain.get(), allocation.get(), 65536);
+    ASSERT_TRUE(shadowed);
+    ASSERT_EQ(mr_info(shadowed.get()).path, HMR_MR_PATH_HOST_SHADOW);
+  }
+  EXPECT_EQ(stats_of(domain.get()).nic_pinned_bytes, 65536u);
+  hmr_test::Pages pages(17 * kPage);
+  std::vector<MrPtr> open;
+  for (size_t i = 0; i < 17; ++i) {  // the last one fits only once the shadow has gone
+    open.push_back(register_ok(domain.get(), pages.data() + i * kPage, kPage));
+    ASSERT_TRUE(open.back()) << "page " << i;
+  }
+  const hmr_domain_stats stats = stats_of(domain.get());
+  EXPECT_EQ(stats.cache_pressure_evictions, 1u);
+  EXPECT_EQ(stats.nic_pinned_bytes, 17 * kPage);
+  EXPECT_EQ(stats.nic_refusals, 0u);
 }
 
 }  // namespace

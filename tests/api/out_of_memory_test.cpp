@@ -1,0 +1,248 @@
+// Out of memory inside hmr (DESIGN.md: bad luck gets a clear error code and a reason, never a
+// crash or a leak).  This binary's allocator (failing_allocator.h) fails the n-th allocation
+// the calling thread makes, for n = 1, 2, ... until a call meets no failure at all: every
+// allocation of the call fails once.  Each call then fails with HMR_ENOMEM and a reason, or
+// succeeds; either way the NIC (a callback NIC counting what it holds) holds nothing once the
+// domain is closed, and the domain closes (no MR left open behind the caller's back).
+#include <gtest/gtest.h>
+#include <hmr/hmr.h>
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tests/api/failing_allocator.h"
+#include "tests/api/test_support.h"
+#include "tests/hmem_api/fake_cuda_driver.h"
+
+namespace {
+
+using hmr_test::allocation_failure::disarm;
+using hmr_test::allocation_failure::fail_at_least;
+using hmr_test::allocation_failure::fail_nth;
+
+constexpr uint64_t kAppMode = HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR | HMR_MR_LOCAL;
+constexpr uint64_t kAccess = HMR_READ | HMR_WRITE | HMR_REMOTE_READ | HMR_REMOTE_WRITE;
+constexpr size_t kPage = 4096;
+// More rounds than any call has allocations: a loop that never meets a call without a
+// failure stops here, with a test failure.
+constexpr uint64_t kMostRounds = 5000;
+
+struct CountingNic {
+  std::atomic<int64_t> held{0};
+  std::atomic<uint64_t> next_key{1};
+};
+
+int counting_register(void* context, const hmr_nic_reg_request*, hmr_nic_mr* mr, char*, size_t) {
+  static_cast<CountingNic*>(context)->held.fetch_add(1);
+  return hmr_test::hand_out_key(mr, static_cast<CountingNic*>(context)->next_key);
+}
+
+int counting_deregister(void* context, const hmr_nic_mr*, char*, size_t) {
+  static_cast<CountingNic*>(context)->held.fetch_sub(1);
+  return 0;
+}
+
+// A domain on `nic`, opened with nothing armed.
+hmr_domain* open_counting_domain(hmr_nic_callbacks& callbacks) {
+  hmr_domain_attr attr = hmr_test::callback_domain_attr(callbacks, kAppMode);
+  hmr_domain* domain = nullptr;
+  EXPECT_EQ(hmr_domain_open(&attr, &domain), 0) << hmr_last_error();
+  return domain;
+}
+
+// The outcome of one call under an armed failure: 0, or -HMR_ENOMEM with a reason.
+void expect_success_or_enomem(int rc, uint64_t nth, const char* call) {
+  if (rc == 0) return;
+  EXPECT_EQ(rc, -HMR_ENOMEM) << call << ", allocation " << nth << " failed: " << hmr_last_error();
+  EXPECT_STRNE(hmr_last_error(), "") << call << ", allocation " << nth;
+}
+
+// Closes the domain (which must succeed: nothing may be left open) and checks the NIC holds
+// nothing.
+void close_and_check(hmr_domain* domain, const CountingNic& nic, uint64_t nth) {
+  EXPECT_EQ(hmr_domain_close(domain), 0) << "allocation " << nth << ": " << hmr_last_error();
+  EXPECT_EQ(nic.held.load(), 0) << "allocation " << nth << " failed: registrations left at the NIC";
+}
+
+// What the process does once, before any test arms a failure: the first domain loads the
+// vendor runtimes (the real ROCr's constructors allocate, and abort on bad_alloc: not hmr's to
+// answer for) and starts the monitor.  Each test then fails what every call does.
+class OutOfMemory : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    CountingNic nic;
+    hmr_nic_callbacks callbacks =
+        hmr_test::callback_nic(&nic, 0, counting_register, counting_deregister);
+    hmr_domain* domain = open_counting_domain(callbacks);
+    ASSERT_NE(domain, nullptr);
+    hmr_test::Pages pages(kPage);
+    { hmr_test::MrPtr mr = hmr_test::reg(domain, pages.data(), kPage, kAccess); }
+    close_and_check(domain, nic, 0);
+    // And the first device registration loads the (fake) CUDA driver.
+    hmr_nic_callbacks dmabuf_callbacks =
+        hmr_test::callback_nic(&nic, HMR_NIC_CB_DMABUF, counting_register, counting_deregister);
+    domain = open_counting_domain(dmabuf_callbacks);
+    ASSERT_NE(domain, nullptr);
+    hmr_hmem_test::FakeAllocation allocation(0, 65536);
+    { hmr_test::MrPtr mr = hmr_hmem_test::register_ok(domain, allocation.get(), 65536); }
+    close_and_check(domain, nic, 0);
+  }
+};
+
+// Opening a domain (its NIC, caches, monitor, pools): a domain is made whole or not at all.
+TEST_F(OutOfMemory, EachAllocationOfADomainOpenFailsCleanly) {
+  uint64_t nth = 1;
+  for (; nth < kMostRounds; ++nth) {
+    CountingNic nic;
+    hmr_nic_callbacks callbacks =
+        hmr_test::callback_nic(&nic, 0, counting_register, counting_deregister);
+    hmr_domain_attr attr = hmr_test::callback_domain_attr(callbacks, kAppMode);
+    hmr_domain* domain = nullptr;
+    fail_nth(nth);
+    const int rc = hmr_domain_open(&attr, &domain);
+    const bool failed = disarm();
+    expect_success_or_enomem(rc, nth, "hmr_domain_open");
+    if (rc == 0) {
+      EXPECT_EQ(hmr_domain_close(domain), 0) << hmr_last_error();
+    } else {
+      EXPECT_EQ(domain, nullptr);
+    }
+    if (HasFailure() || !failed) break;
+  }
+  EXPECT_LT(nth, kMostRounds);
+  EXPECT_GT(nth, 1u) << "the open allocated nothing: this test proves nothing";
+}
+
+// A miss: the first registration of a range (the cache's entry, the index, the monitor's
+// subscription, the MR's handle).
+TEST_F(OutOfMemory, EachAllocationOfARegistrationMissFailsCleanly) {
+  hmr_test::Pages pages(4 * kPage);
+  uint64_t nth = 1;
+  for (; nth < kMostRounds; ++nth) {
+    CountingNic nic;
+    hmr_nic_callbacks callbacks =
+        hmr_test::callback_nic(&nic, 0, counting_register, counting_deregister);
+    hmr_domain* domain = open_counting_domain(callbacks);
+    ASSERT_NE(domain, nullptr);
+    hmr_mr* mr = nullptr;
+    fail_nth(nth);
+    const int rc = hmr_mr_reg(domain, pages.data(), 2 * kPage, kAccess, 0, 0, 0, &mr, nullptr);
+    const bool failed = disarm();
+    expect_success_or_enomem(rc, nth, "hmr_mr_reg");
+    if (rc == 0) {
+      EXPECT_EQ(hmr_mr_close(mr), 0) << hmr_last_error();
+    } else {
+      EXPECT_EQ(mr, nullptr);
+    }
+    close_and_check(domain, nic, nth);
+    if (HasFailure() || !failed) break;
+  }
+  EXPECT_LT(nth, kMostRounds);
+  EXPECT_GT(nth, 1u) << "the registration allocated nothing: this test proves nothing";
+}
+
+// A miss of device memory (fake CUDA): the allocation's dma-buf export, shared by every
+// registration of it, and the record of what the registration holds.  That record's failure
+// left the NIC's registration behind, over an export closed under it.
+TEST_F(OutOfMemory, EachAllocationOfADeviceRegistrationMissFailsCleanly) {
+  hmr_hmem_test::FakeAllocation allocation(0, 65536);
+  uint64_t nth = 1;
+  for (; nth < kMostRounds; ++nth) {
+    CountingNic nic;
+    hmr_nic_callbacks callbacks =
+        hmr_test::callback_nic(&nic, HMR_NIC_CB_DMABUF, counting_register, counting_deregister);
+    hmr_domain* domain = open_counting_domain(callbacks);
+    ASSERT_NE(domain, nullptr);
+    hmr_mr* mr = nullptr;
+    fail_nth(nth);
+    const int rc = hmr_hmem_test::register_attr(domain, allocation.get(), 65536, HMR_HMEM_SYSTEM,
+                                                0, 0, &mr);
+    const bool failed = disarm();
+    expect_success_or_enomem(rc, nth, "hmr_mr_regattr (device memory)");
+    if (rc == 0) {
+      EXPECT_EQ(hmr_hmem_test::mr_info(mr).path, HMR_MR_PATH_DMABUF);
+      EXPECT_EQ(hmr_mr_close(mr), 0) << hmr_last_error();
+    } else {
+      EXPECT_EQ(mr, nullptr);
+    }
+    close_and_check(domain, nic, nth);
+    if (HasFailure() || !failed) break;
+  }
+  EXPECT_LT(nth, kMostRounds);
+  EXPECT_GT(nth, 1u) << "the registration allocated nothing: this test proves nothing";
+}
+
+// A hit and its close, on a domain whose cache holds the range: a failed hit leaves the entry
+// as it was (counted by nobody), and a close that fails for memory still closes.
+TEST_F(OutOfMemory, EachAllocationOfAHitAndItsCloseFailsCleanly) {
+  hmr_test::Pages pages(4 * kPage);
+  CountingNic nic;
+  hmr_nic_callbacks callbacks =
+      hmr_test::callback_nic(&nic, 0, counting_register, counting_deregister);
+  hmr_domain* domain = open_counting_domain(callbacks);
+  ASSERT_NE(domain, nullptr);
+  {
+    hmr_test::MrPtr first = hmr_test::reg(domain, pages.data(), 2 * kPage, kAccess);
+    ASSERT_TRUE(first);
+  }
+  uint64_t nth = 1;
+  for (; nth < kMostRounds; ++nth) {
+    hmr_mr* mr = nullptr;
+    fail_nth(nth);
+    int rc = hmr_mr_reg(domain, pages.data(), 2 * kPage, kAccess, 0, 0, 0, &mr, nullptr);
+    const int close_rc = rc == 0 ? hmr_mr_close(mr) : 0;
+    const bool failed = disarm();
+    expect_success_or_enomem(rc, nth, "hmr_mr_reg (a hit)");
+    // The close rule (hmr.h): only EBUSY leaves the MR open.
+    EXPECT_NE(close_rc, -HMR_EBUSY) << "allocation " << nth;
+    if (HasFailure() || !failed) break;
+  }
+  EXPECT_LT(nth, kMostRounds);
+  EXPECT_EQ(nic.held.load(), 1) << "the cached registration is held once, whatever failed";
+  close_and_check(domain, nic, nth);
+}
+
+// The cache's index grows (a new table, allocated while a registration is being filed) with
+// no memory for it: the registration is still made and handed out, uncached.  An exception out
+// of the growth left the NIC's registration behind (nothing deregistered it, not even the
+// domain's close), and the caller got HMR_ENOMEM for it.  Each MR is closed at once, so the
+// entries that were filed stay idle in the cache and the MR records are reused: the index is
+// the one thing that grows.
+TEST_F(OutOfMemory, AnIndexThatCannotGrowStillHandsOutRegistrations) {
+  constexpr size_t kRegions = 256;  // far past the first table's room (48 slots)
+  hmr_test::Pages pages(2 * kRegions * kPage);
+  CountingNic nic;
+  hmr_nic_callbacks callbacks =
+      hmr_test::callback_nic(&nic, 0, counting_register, counting_deregister);
+  hmr_domain* domain = open_counting_domain(callbacks);
+  ASSERT_NE(domain, nullptr);
+  // The cache's first slab of entries (room for 512) comes with its first registration.
+  {
+    hmr_test::MrPtr first = hmr_test::reg(domain, pages.data(), kPage, kAccess);
+    ASSERT_TRUE(first);
+  }
+  std::vector<int> outcomes;  // (recorded while armed; looked at after)
+  outcomes.reserve(2 * kRegions);
+  // Every allocation of 3 KiB or more fails: the index's first larger table is 97 slots of
+  // 32 bytes; the records an MR needs are far smaller.
+  fail_at_least(3000);
+  for (size_t i = 1; i < kRegions; ++i) {
+    hmr_mr* mr = nullptr;
+    const int rc = hmr_mr_reg(domain, pages.data() + 2 * i * kPage, kPage, kAccess, 0, 0, 0, &mr,
+                              nullptr);
+    outcomes.push_back(rc);
+    outcomes.push_back(rc == 0 ? hmr_mr_close(mr) : 0);
+  }
+  const bool failed = disarm();
+  EXPECT_TRUE(failed) << "no allocation was large enough to fail: this test proves nothing";
+  for (size_t i = 0; i < outcomes.size(); ++i) {
+    EXPECT_EQ(outcomes[i], 0) << (i % 2 ? "hmr_mr_close" : "hmr_mr_reg") << " of region "
+                              << i / 2 + 1;
+  }
+  EXPECT_GT(hmr_test::domain_stats(domain).cache_uncached, 0u) << "nothing was handed out uncached";
+  close_and_check(domain, nic, 0);
+}
+
+}  // namespace
