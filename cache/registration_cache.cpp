@@ -92,7 +92,14 @@ Result<CacheHandle> RegistrationCache::register_and_insert(uintptr_t start, uint
   // A range that is changing now (after subscribing: see monitor/changing_ranges.h) may be
   // registered with its old pages: handed out, never filed.
   const bool changing_at_start = subscribed && monitor_->changing(start, start + len);
-  Result<nic::Registration> registered = backend_.register_range(start, len, key);
+  Result<nic::Registration> registered = [&] {
+    try {
+      return backend_.register_range(start, len, key);
+    } catch (...) {  // (out of memory in the backend or the NIC): nothing is left watched
+      if (subscribed) monitor_->unsubscribe(start, len);
+      throw;
+    }
+  }();
   if (!registered.ok()) {
     if (subscribed) monitor_->unsubscribe(start, len);
     return registered.status();

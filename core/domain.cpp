@@ -505,6 +505,13 @@ void Domain::release_mr_slot() {
   mr_credits_.give();
 }
 
+Domain::MrSlotReservation::~MrSlotReservation() {
+  if (handed_out_) return;
+  if (holds_key_) domain_.requested_keys_.release(key_);
+  domain_.release_mr_slot();
+  domain_.stats_.record_registration(false);
+}
+
 Result<Domain::Registered> Domain::register_memory(const hmr_mr_attr& attr, uint64_t flags,
                                                    RegistrationCache::Probe probed) {
   Result<MrRequest> request = validate_mr_request(attr, flags, rules_);
@@ -520,23 +527,10 @@ Result<Domain::Registered> Domain::register_memory(const hmr_mr_attr& attr, uint
     stats_.record_registration(false);
     return status;
   }
-  // The slot, and a requested key once reserved, go back unless the MR is handed out: on any
-  // return below, and when a step throws (out of memory: the slot stayed taken, and the
-  // domain, counting an MR nobody could close, never closed).
-  struct Reservation {
-    Domain& domain;
-    std::optional<uint64_t> key;
-    bool handed_out = false;
-    ~Reservation() {
-      if (handed_out) return;
-      if (key) domain.requested_keys_.release(*key);
-      domain.release_mr_slot();
-      domain.stats_.record_registration(false);
-    }
-  } reservation{*this, std::nullopt};
+  MrSlotReservation reservation(*this);
   if (request->requested_key) {
     HMR_RETURN_IF_ERROR(requested_keys_.reserve(*request->requested_key));
-    reservation.key = request->requested_key;
+    reservation.hold_key(*request->requested_key);
   }
   const uint64_t length = request->counted_bytes();
   auto region = std::make_unique<MemoryRegion>(*this, std::move(*request));
@@ -544,15 +538,15 @@ Result<Domain::Registered> Domain::register_memory(const hmr_mr_attr& attr, uint
     std::lock_guard<std::mutex> lock(bind_mutex_);
     if (registrar_) {
       HMR_RETURN_IF_ERROR(region->keep_caller_dmabuf());
-      region->mark_submitted();
+      region->mark_submitted(EventQueue::reserve());
       registrar_->submit(region.get());
-      reservation.handed_out = true;
+      reservation.handed_out();
       stats_.record_mr_open(length);
       return Registered{region.release(), nullptr};
     }
   }
   HMR_RETURN_IF_ERROR(region->register_now());
-  reservation.handed_out = true;
+  reservation.handed_out();
   stats_.record_registration(true);
   stats_.record_mr_open(length);
   return Registered{region.release(), nullptr};

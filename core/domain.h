@@ -170,6 +170,28 @@ class Domain : public Tagged<ObjectClass::domain> {
   Status reserve_mr_slot();
   void release_mr_slot();
   Status mr_cnt_reached() const;
+  // A full-path MR's slot (taken with reserve_mr_slot) and its requested key once reserved,
+  // given back with a failed registration counted unless handed_out(): on every return, and
+  // when a step throws (out of memory: the slot stayed taken, and the domain, counting an MR
+  // nobody could close, never closed).
+  class MrSlotReservation {
+   public:
+    explicit MrSlotReservation(Domain& domain) : domain_(domain) {}
+    ~MrSlotReservation();
+    MrSlotReservation(const MrSlotReservation&) = delete;
+    MrSlotReservation& operator=(const MrSlotReservation&) = delete;
+    void hold_key(uint64_t key) {
+      key_ = key;
+      holds_key_ = true;
+    }
+    void handed_out() { handed_out_ = true; }
+
+   private:
+    Domain& domain_;
+    uint64_t key_ = 0;  // (no std::optional: GCC 12 warns it may be read uninitialized)
+    bool holds_key_ = false;
+    bool handed_out_ = false;
+  };
   // Whether a validated, resolved request is one the hit path would serve: plain host memory
   // the cache shares, in a synchronous domain (core/hit_path.cpp).
   bool shared_like_a_hit(const MrRequest& request) const;

@@ -5,18 +5,23 @@
 
 namespace hmr::core {
 
-void EventQueue::post_completion(hmr_fid* fid, void* context) {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    events_.push_back(Event{HMR_MR_COMPLETE, fid, context, 0, {}});
-  }
-  arrived_.notify_all();
+EventQueue::Reserved EventQueue::reserve() {
+  Reserved room;
+  room.node_.emplace_back();
+  return room;
 }
 
-void EventQueue::post_error(hmr_fid* fid, void* context, const Status& failure) {
+void EventQueue::post(Reserved&& room, hmr_fid* fid, void* context, Status&& failure) {
+  Event& event = room.node_.front();
+  event.fid = fid;
+  event.context = context;
+  if (!failure.ok()) {
+    event.error = failure.code();
+    event.reason = std::move(failure).take_reason();
+  }
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    events_.push_back(Event{HMR_MR_COMPLETE, fid, context, failure.code(), failure.reason()});
+    events_.splice(events_.end(), room.node_);
   }
   arrived_.notify_all();
 }

@@ -5,7 +5,7 @@
 
 #include <atomic>
 #include <condition_variable>
-#include <deque>
+#include <list>
 #include <mutex>
 #include <string>
 
@@ -15,11 +15,32 @@
 namespace hmr::core {
 
 class EventQueue : public Tagged<ObjectClass::event_queue> {
+  struct Event {
+    uint32_t kind = HMR_MR_COMPLETE;
+    hmr_fid* fid = nullptr;
+    void* context = nullptr;
+    int error = 0;  // positive HMR_E* for an error entry
+    std::string reason;
+  };
+
  public:
   EventQueue() = default;
 
-  void post_completion(hmr_fid* fid, void* context);
-  void post_error(hmr_fid* fid, void* context, const Status& failure);
+  // The room for one event, taken where running out of memory can still be answered (the
+  // registration's call), so that posting it later, on hmr's own thread, allocates nothing
+  // and cannot fail: an event lost there left the application waiting for it for ever.
+  class Reserved {
+   public:
+    explicit operator bool() const { return !node_.empty(); }
+
+   private:
+    friend class EventQueue;
+    std::list<Event> node_;  // one node, spliced into the queue by post()
+  };
+  static Reserved reserve();  // may throw std::bad_alloc
+  // Posts the completion of `fid`'s registration into the reserved room: an error entry with
+  // `failure`'s code and reason (moved, not copied) when it failed.
+  void post(Reserved&& room, hmr_fid* fid, void* context, Status&& failure);
   // Removes every unread event that names `fid` (its MR is being closed).
   void withdraw(hmr_fid* fid);
 
@@ -39,13 +60,6 @@ class EventQueue : public Tagged<ObjectClass::event_queue> {
   bool has_bound_domains() const { return bound_domains_.load() != 0; }
 
  private:
-  struct Event {
-    uint32_t kind = HMR_MR_COMPLETE;
-    hmr_fid* fid = nullptr;
-    void* context = nullptr;
-    int error = 0;  // positive HMR_E* for an error entry
-    std::string reason;
-  };
   int read_locked(uint32_t* event, hmr_eq_entry* entry);
 
   std::mutex mutex_;
@@ -53,7 +67,7 @@ class EventQueue : public Tagged<ObjectClass::event_queue> {
   std::condition_variable waiter_left_;
   int waiters_ = 0;       // threads inside wait_and_read (under mutex_)
   bool closing_ = false;  // hmr_eq_close began (under mutex_)
-  std::deque<Event> events_;
+  std::list<Event> events_;
   std::atomic<int> bound_domains_{0};
 };
 

@@ -61,14 +61,12 @@ Result<MemoryRegion*> Domain::register_indirect(std::span<const IndirectPiece> p
     request.segments.push_back({reinterpret_cast<void*>(pieces[i].addr), pieces[i].len});
   }
   HMR_RETURN_IF_ERROR(reserve_mr_slot());
+  MrSlotReservation reservation(*this);
   const uint64_t length = request.length();
   auto region = std::make_unique<MemoryRegion>(*this, std::move(request));
-  Status status = region->register_indirect(std::move(parts), segments);
-  stats_.record_registration(status.ok());
-  if (!status.ok()) {
-    release_mr_slot();
-    return status;
-  }
+  HMR_RETURN_IF_ERROR(region->register_indirect(std::move(parts), segments));
+  reservation.handed_out();
+  stats_.record_registration(true);
   stats_.record_mr_open(length);
   return region.release();
 }

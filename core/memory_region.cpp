@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <new>
 
 #include "core/async_registrar.h"
 #include "core/cached_mr.h"
@@ -261,16 +262,19 @@ Status MemoryRegion::query(hmr_mr_info& info) const {
 }
 
 void MemoryRegion::complete_async_registration() {
-  Status status = register_now();
+  // On hmr's thread, where an exception would end the process: out of memory is this
+  // registration's failure (register_now leaves nothing registered when it throws).
+  Status status = [this] {
+    try {
+      return register_now();
+    } catch (const std::bad_alloc&) {
+      return Status(HMR_ENOMEM, "out of memory");
+    }
+  }();
   if (!status.ok()) state_.store(State::failed, std::memory_order_release);
   domain_.stats().record_registration(status.ok());
-  EventQueue* queue = domain_.event_queue();
-  auto* fid = to_handle<hmr_fid>(this);
-  if (status.ok()) {
-    queue->post_completion(fid, request_.context);
-  } else {
-    queue->post_error(fid, request_.context, status);
-  }
+  domain_.event_queue()->post(std::move(completion_), to_handle<hmr_fid>(this), request_.context,
+                              std::move(status));
   // Notify under the lock: once it is released, close() may delete this MR at any moment.
   std::lock_guard<std::mutex> lock(mutex_);
   async_done_ = true;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cache/cache_handle.h"
+#include "core/event_queue.h"
 #include "core/packed_rkey.h"
 #include "nic/nic.h"
 #include "registration/device_registration.h"
@@ -51,8 +52,13 @@ class MemoryRegion : public Tagged<ObjectClass::memory_region> {
   // Run by the async worker: registers, posts the completion, then lets close() proceed.
   void complete_async_registration();
   // Waits for (or cancels) a pending asynchronous registration and withdraws its event.
-  // Before it is handed to the asynchronous registrar (under the domain's bind lock).
-  void mark_submitted() { submitted_ = true; }
+  // Before it is handed to the asynchronous registrar (under the domain's bind lock), with the
+  // room its completion event will take (EventQueue::reserve(): the worker posts it without
+  // allocating).
+  void mark_submitted(EventQueue::Reserved completion) {
+    completion_ = std::move(completion);
+    submitted_ = true;
+  }
   // Before submitting: the caller's dma-buf (HMR_MR_DMABUF) is registered later, on the
   // worker's thread, after hmr_mr_regattr returned and the caller may have closed its fd (as
   // it may after a synchronous call, and as libfabric's verbs and EFA register at once even
@@ -141,6 +147,7 @@ class MemoryRegion : public Tagged<ObjectClass::memory_region> {
   // completion to settle at close.  An indirect key registers at once even in a domain bound
   // to an event queue, and waiting for a completion it never gets hung its close.
   bool submitted_ = false;
+  EventQueue::Reserved completion_;  // a submitted MR's completion event, posted by the worker
   bool enabled_ = false;
   Endpoint* endpoint_ = nullptr;
   struct CounterBinding {

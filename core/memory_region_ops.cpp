@@ -2,6 +2,7 @@
 // prefetch advice (UCX's mem_advise), indirect keys over other MRs, and the use count that
 // windows and indirect keys hold on an MR.
 #include <cstring>
+#include <new>
 
 #include "core/cached_mr.h"
 #include "core/domain.h"
@@ -207,9 +208,22 @@ Status MemoryRegion::register_indirect(std::vector<MemoryRegion*> parts,
   indirect_parts_ = std::move(parts);
   state_.store(State::registered, std::memory_order_release);
   // Reachable at once unless the domain's rules say otherwise (MR_ENDPOINT: bind, then enable).
-  std::lock_guard<std::mutex> lock(mutex_);
-  enabled_ = starts_enabled();
-  return enabled_ ? ok_status() : publish_remote_access();
+  Status published = ok_status();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    enabled_ = starts_enabled();
+    if (!enabled_) {
+      try {
+        published = publish_remote_access();
+      } catch (const std::bad_alloc&) {
+        published = Status(HMR_ENOMEM, "out of memory");
+      }
+    }
+  }
+  // A failed key goes here, not with the MR object (which the caller frees without a close):
+  // the NIC's registration and the parts' counts were left behind.
+  if (!published.ok()) (void)release();
+  return published;
 }
 
 }  // namespace hmr::core

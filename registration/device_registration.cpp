@@ -152,12 +152,16 @@ Result<nic::Registration> DeviceCacheBackend::register_range(uintptr_t start, ui
   if (!registered.ok()) return registered;
   try {
     std::lock_guard<std::mutex> lock(mutex_);
-    holds_.emplace(registered->handle, std::move(hold));
+    // (try_emplace first, then the move: emplace moved the hold into a node it then freed when
+    // the table could not grow, closing the export while the NIC still held it.)
+    auto [record, inserted] = holds_.try_emplace(registered->handle);
+    if (inserted) record->second = std::move(hold);
   } catch (const std::bad_alloc&) {
-    // No memory for the record: the NIC lets go now (an exception out of here left the
-    // registration at the NIC, with nothing left to deregister it).
+    // No memory for the record: the NIC lets go first, then `hold` (untouched) closes the
+    // export or unmaps the shadow; the call fails as out of memory does anywhere, and no other
+    // path is tried for it (an exception out of here had left the registration at the NIC).
     (void)registrar_.deregister_memory(*registered);
-    return make_error(HMR_ENOMEM, "no memory for the record of a device registration");
+    throw;
   }
   return registered;
 }

@@ -22,6 +22,8 @@ class [[nodiscard]] Status {
   bool ok() const { return code_ == HMR_SUCCESS; }
   int code() const { return code_; }
   const std::string& reason() const { return reason_; }
+  // The reason itself, for a failure that is handed on and not kept (no copy to allocate).
+  std::string take_reason() && { return std::move(reason_); }
 
   // Marks a NIC's refusal for resources (out of keys, of pinnable memory), where the NIC was
   // called: a caller choosing among ways to register (device memory's export paths) stops

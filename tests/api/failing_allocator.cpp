@@ -1,9 +1,12 @@
 // Replacement operator new and delete ([new.delete] lets a program define them): malloc and
 // free, with the calling thread's armed failure (failing_allocator.h).  Every form is replaced
 // (plain, array, nothrow, aligned, sized delete), so no allocation passes by the arming.
-// Not built under ThreadSanitizer, whose runtime defines these operators itself.
+// Not built under ThreadSanitizer: its runtime's operators are not replaceable (the link fails
+// with multiple definitions), where ASan's are (this binary then loses ASan's new/delete
+// mismatch checks; its leak checks, through malloc, stay).
 #include "tests/api/failing_allocator.h"
 
+#include <cstdint>
 #include <cstdlib>
 #include <new>
 
@@ -31,6 +34,7 @@ void* allocate(size_t bytes, size_t alignment) {
   if (should_fail(bytes)) return nullptr;
   if (bytes == 0) bytes = 1;
   if (alignment <= alignof(std::max_align_t)) return std::malloc(bytes);
+  if (bytes > SIZE_MAX - alignment) return nullptr;  // (rounding up would wrap to a tiny block)
   const size_t rounded = (bytes + alignment - 1) / alignment * alignment;  // aligned_alloc's rule
   return std::aligned_alloc(alignment, rounded);
 }

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/api/failing_allocator.h"
@@ -115,68 +116,64 @@ TEST_F(OutOfMemory, EachAllocationOfADomainOpenFailsCleanly) {
   EXPECT_GT(nth, 1u) << "the open allocated nothing: this test proves nothing";
 }
 
+// Fails each allocation of one registration miss in turn, on a fresh domain over a callback
+// NIC with `caps` each time: `reg` registers (returning its rc), and a success must take
+// `path`.  Returns how many rounds it took (the last met no failure).
+template <typename Register>
+uint64_t fail_each_allocation_of_a_miss(uint64_t caps, hmr_mr_path path, Register&& reg) {
+  uint64_t nth = 1;
+  for (; nth < kMostRounds; ++nth) {
+    CountingNic nic;
+    hmr_nic_callbacks callbacks =
+        hmr_test::callback_nic(&nic, caps, counting_register, counting_deregister);
+    hmr_domain* domain = open_counting_domain(callbacks);
+    if (domain == nullptr) break;
+    hmr_mr* mr = nullptr;
+    fail_nth(nth);
+    const int rc = reg(domain, &mr);
+    const bool failed = disarm();
+    expect_success_or_enomem(rc, nth, "the registration");
+    if (rc == 0) {
+      EXPECT_EQ(hmr_hmem_test::mr_info(mr).path, path);
+      EXPECT_EQ(hmr_mr_close(mr), 0) << hmr_last_error();
+    } else {
+      EXPECT_EQ(mr, nullptr);
+    }
+    close_and_check(domain, nic, nth);
+    if (::testing::Test::HasFailure() || !failed) break;
+  }
+  EXPECT_LT(nth, kMostRounds);
+  EXPECT_GT(nth, 1u) << "the registration allocated nothing: this test proves nothing";
+  return nth;
+}
+
 // A miss: the first registration of a range (the cache's entry, the index, the monitor's
 // subscription, the MR's handle).
 TEST_F(OutOfMemory, EachAllocationOfARegistrationMissFailsCleanly) {
   hmr_test::Pages pages(4 * kPage);
-  uint64_t nth = 1;
-  for (; nth < kMostRounds; ++nth) {
-    CountingNic nic;
-    hmr_nic_callbacks callbacks =
-        hmr_test::callback_nic(&nic, 0, counting_register, counting_deregister);
-    hmr_domain* domain = open_counting_domain(callbacks);
-    ASSERT_NE(domain, nullptr);
-    hmr_mr* mr = nullptr;
-    fail_nth(nth);
-    const int rc = hmr_mr_reg(domain, pages.data(), 2 * kPage, kAccess, 0, 0, 0, &mr, nullptr);
-    const bool failed = disarm();
-    expect_success_or_enomem(rc, nth, "hmr_mr_reg");
-    if (rc == 0) {
-      EXPECT_EQ(hmr_mr_close(mr), 0) << hmr_last_error();
-    } else {
-      EXPECT_EQ(mr, nullptr);
-    }
-    close_and_check(domain, nic, nth);
-    if (HasFailure() || !failed) break;
-  }
-  EXPECT_LT(nth, kMostRounds);
-  EXPECT_GT(nth, 1u) << "the registration allocated nothing: this test proves nothing";
+  fail_each_allocation_of_a_miss(0, HMR_MR_PATH_ADDRESS, [&](hmr_domain* domain, hmr_mr** mr) {
+    return hmr_mr_reg(domain, pages.data(), 2 * kPage, kAccess, 0, 0, 0, mr, nullptr);
+  });
 }
 
 // A miss of device memory (fake CUDA): the allocation's dma-buf export, shared by every
 // registration of it, and the record of what the registration holds.  That record's failure
-// left the NIC's registration behind, over an export closed under it.
+// left the NIC's registration behind, over an export closed under it; and a failure after the
+// MR's slot was taken left the domain counting an MR nobody could close.
 TEST_F(OutOfMemory, EachAllocationOfADeviceRegistrationMissFailsCleanly) {
   hmr_hmem_test::FakeAllocation allocation(0, 65536);
-  uint64_t nth = 1;
-  for (; nth < kMostRounds; ++nth) {
-    CountingNic nic;
-    hmr_nic_callbacks callbacks =
-        hmr_test::callback_nic(&nic, HMR_NIC_CB_DMABUF, counting_register, counting_deregister);
-    hmr_domain* domain = open_counting_domain(callbacks);
-    ASSERT_NE(domain, nullptr);
-    hmr_mr* mr = nullptr;
-    fail_nth(nth);
-    const int rc = hmr_hmem_test::register_attr(domain, allocation.get(), 65536, HMR_HMEM_SYSTEM,
-                                                0, 0, &mr);
-    const bool failed = disarm();
-    expect_success_or_enomem(rc, nth, "hmr_mr_regattr (device memory)");
-    if (rc == 0) {
-      EXPECT_EQ(hmr_hmem_test::mr_info(mr).path, HMR_MR_PATH_DMABUF);
-      EXPECT_EQ(hmr_mr_close(mr), 0) << hmr_last_error();
-    } else {
-      EXPECT_EQ(mr, nullptr);
-    }
-    close_and_check(domain, nic, nth);
-    if (HasFailure() || !failed) break;
-  }
-  EXPECT_LT(nth, kMostRounds);
-  EXPECT_GT(nth, 1u) << "the registration allocated nothing: this test proves nothing";
+  fail_each_allocation_of_a_miss(HMR_NIC_CB_DMABUF, HMR_MR_PATH_DMABUF,
+                                 [&](hmr_domain* domain, hmr_mr** mr) {
+    return hmr_hmem_test::register_attr(domain, allocation.get(), 65536, HMR_HMEM_SYSTEM, 0, 0,
+                                        mr);
+  });
 }
 
-// A hit and its close, on a domain whose cache holds the range: a failed hit leaves the entry
-// as it was (counted by nobody), and a close that fails for memory still closes.
-TEST_F(OutOfMemory, EachAllocationOfAHitAndItsCloseFailsCleanly) {
+// A hit and its close, on a domain whose cache holds the range, each round on a thread of its
+// own: a thread's first hit fills its pool of MR records (what later hits take without
+// allocating anything).  A failed hit leaves the entry as it was, counted by nobody, and a
+// close that fails for memory still closes (the close rule, hmr.h: only EBUSY leaves it open).
+TEST_F(OutOfMemory, EachAllocationOfAThreadsFirstHitAndItsCloseFailsCleanly) {
   hmr_test::Pages pages(4 * kPage);
   CountingNic nic;
   hmr_nic_callbacks callbacks =
@@ -189,18 +186,29 @@ TEST_F(OutOfMemory, EachAllocationOfAHitAndItsCloseFailsCleanly) {
   }
   uint64_t nth = 1;
   for (; nth < kMostRounds; ++nth) {
-    hmr_mr* mr = nullptr;
-    fail_nth(nth);
-    int rc = hmr_mr_reg(domain, pages.data(), 2 * kPage, kAccess, 0, 0, 0, &mr, nullptr);
-    const int close_rc = rc == 0 ? hmr_mr_close(mr) : 0;
-    const bool failed = disarm();
-    expect_success_or_enomem(rc, nth, "hmr_mr_reg (a hit)");
-    // The close rule (hmr.h): only EBUSY leaves the MR open.
+    int rc = 0, close_rc = 0;
+    bool failed = false;
+    std::thread([&] {
+      hmr_mr* mr = nullptr;
+      fail_nth(nth);
+      rc = hmr_mr_reg(domain, pages.data(), 2 * kPage, kAccess, 0, 0, 0, &mr, nullptr);
+      close_rc = rc == 0 ? hmr_mr_close(mr) : 0;
+      failed = disarm();
+      if (rc != 0) {
+        EXPECT_STRNE(hmr_last_error(), "") << "allocation " << nth;
+      }
+    }).join();
+    if (rc != 0) {
+      EXPECT_EQ(rc, -HMR_ENOMEM) << "hmr_mr_reg (a hit), allocation " << nth;
+    }
     EXPECT_NE(close_rc, -HMR_EBUSY) << "allocation " << nth;
+    EXPECT_EQ(nic.held.load(), 1) << "allocation " << nth << ": the cached registration";
     if (HasFailure() || !failed) break;
   }
   EXPECT_LT(nth, kMostRounds);
-  EXPECT_EQ(nic.held.load(), 1) << "the cached registration is held once, whatever failed";
+  EXPECT_GT(nth, 1u) << "a thread's first hit allocated nothing: this test proves nothing";
+  const hmr_domain_stats stats = hmr_test::domain_stats(domain);
+  EXPECT_EQ(stats.nic_registrations, 1u) << "a failed hit registered the range again";
   close_and_check(domain, nic, nth);
 }
 

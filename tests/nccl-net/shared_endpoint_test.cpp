@@ -212,7 +212,7 @@ TEST_F(SharedSendEndpoint, ACommClosedBesideALongLivedOneLeavesNoConnectionBehin
   const size_t peers = device(keeper).shared_endpoints().peers;
   EXPECT_EQ(peers, 2u) << "the keeper's recv comm's endpoint, and the shared endpoint itself (the "
                           "keeper's listener, and its recv comm's sender)";
-  constexpr int kRounds = 5;
+  constexpr int kRounds = 10;
   for (int round = 0; round < kRounds; ++round) {
     Pair p = connect();
     ASSERT_FALSE(HasFailure());
@@ -222,8 +222,8 @@ TEST_F(SharedSendEndpoint, ACommClosedBesideALongLivedOneLeavesNoConnectionBehin
   // A connection left behind per round grows the count by kRounds at least.  The provider
   // tears connections down at its own pace, so one closed a moment ago may still be counted
   // here, or one counted after the first round may have gone since: CI saw 30 after 31 (ASan)
-  // and 35 after 34 (TSan).  Fewer than kRounds more tells those apart from a leak.
-  EXPECT_LT(hmr::testing::open_fd_count(), after_first + kRounds)
+  // and 35 after 34 (TSan).  Up to 3 more is that; a leak in 4 rounds of the 10 is not.
+  EXPECT_LT(hmr::testing::open_fd_count(), after_first + 4)
       << "closed send comms left their connections on the shared endpoint";
   EXPECT_EQ(device(keeper).shared_endpoints().endpoints, 1u);
   EXPECT_EQ(device(keeper).shared_endpoints().peers, peers) << "closed comms' peers are still inserted";
