@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <future>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -27,6 +28,32 @@ namespace {
 constexpr size_t kPage = 4096;
 constexpr uint64_t kRemote = HMR_REMOTE_READ | HMR_REMOTE_WRITE;
 
+// A record of calls that hmr's own threads make too: dereg runs on hmr's reaper thread for
+// memory unmapped under the cache, ordered after the test's earlier looks only through the
+// kernel's userfaultfd (munmap waits for the monitor's read), which ThreadSanitizer cannot see.
+// A real NIC's bookkeeping is locked for the same reason.
+template <typename T>
+class LockedLog {
+ public:
+  void push_back(const T& item) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    items_.push_back(item);
+  }
+  size_t size() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return items_.size();
+  }
+  bool empty() const { return size() == 0; }
+  T operator[](size_t i) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return items_.at(i);
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::vector<T> items_;
+};
+
 // A toy NIC: keys from a counter, desc = a fixed cookie, every call recorded.
 struct ToyNic {
   struct Call {
@@ -36,7 +63,7 @@ struct ToyNic {
     int dmabuf_fd;
   };
   std::vector<Call> registrations;
-  std::vector<hmr_nic_mr> deregistrations;
+  LockedLog<hmr_nic_mr> deregistrations;
   uint64_t next_key = 100;
   int fail_reg = 0;    // a negative HMR code: reg_* fails with it
   int fail_dereg = 0;
