@@ -45,9 +45,10 @@ int counting_deregister(void* context, const hmr_nic_mr*, char*, size_t) {
   return 0;
 }
 
-// A domain on `nic`, opened with nothing armed.
-hmr_domain* open_counting_domain(hmr_nic_callbacks& callbacks) {
+// A domain on `nic` with hmr_domain_attr.flags `flags`, opened with nothing armed.
+hmr_domain* open_counting_domain(hmr_nic_callbacks& callbacks, uint64_t flags = 0) {
   hmr_domain_attr attr = hmr_test::callback_domain_attr(callbacks, kAppMode);
+  attr.flags = flags;
   hmr_domain* domain = nullptr;
   EXPECT_EQ(hmr_domain_open(&attr, &domain), 0) << hmr_last_error();
   return domain;
@@ -117,16 +118,18 @@ TEST_F(OutOfMemory, EachAllocationOfADomainOpenFailsCleanly) {
 }
 
 // Fails each allocation of one registration miss in turn, on a fresh domain over a callback
-// NIC with `caps` each time: `reg` registers (returning its rc), and a success must take
-// `path`.  Returns how many rounds it took (the last met no failure).
+// NIC with `caps` (and hmr_domain_attr.flags `flags`) each time: `reg` registers (returning its
+// rc), and a success must take `path`.  Returns how many rounds it took (the last met no
+// failure).
 template <typename Register>
-uint64_t fail_each_allocation_of_a_miss(uint64_t caps, hmr_mr_path path, Register&& reg) {
+uint64_t fail_each_allocation_of_a_miss(uint64_t caps, hmr_mr_path path, Register&& reg,
+                                        uint64_t flags = 0) {
   uint64_t nth = 1;
   for (; nth < kMostRounds; ++nth) {
     CountingNic nic;
     hmr_nic_callbacks callbacks =
         hmr_test::callback_nic(&nic, caps, counting_register, counting_deregister);
-    hmr_domain* domain = open_counting_domain(callbacks);
+    hmr_domain* domain = open_counting_domain(callbacks, flags);
     if (domain == nullptr) break;
     hmr_mr* mr = nullptr;
     fail_nth(nth);
@@ -167,6 +170,20 @@ TEST_F(OutOfMemory, EachAllocationOfADeviceRegistrationMissFailsCleanly) {
     return hmr_hmem_test::register_attr(domain, allocation.get(), 65536, HMR_HMEM_SYSTEM, 0, 0,
                                         mr);
   });
+}
+
+// The same where copies are allowed: out of memory on the dma-buf path is the call's answer,
+// not a reason to try the next path (a host shadow, a copy that would then stay cached for the
+// allocation): every success is still a dma-buf registration.
+TEST_F(OutOfMemory, OutOfMemoryOnTheDmabufPathTakesNoHostShadow) {
+  hmr_hmem_test::FakeAllocation allocation(0, 65536);
+  fail_each_allocation_of_a_miss(
+      HMR_NIC_CB_DMABUF, HMR_MR_PATH_DMABUF,
+      [&](hmr_domain* domain, hmr_mr** mr) {
+        return hmr_hmem_test::register_attr(domain, allocation.get(), 65536, HMR_HMEM_SYSTEM, 0,
+                                            0, mr);
+      },
+      HMR_DOMAIN_ALLOW_HMEM_COPY);
 }
 
 // A hit and its close, on a domain whose cache holds the range, each round on a thread of its
