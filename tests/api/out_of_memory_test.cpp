@@ -150,6 +150,31 @@ uint64_t fail_each_allocation_of_a_miss(uint64_t caps, hmr_mr_path path, Registe
   return nth;
 }
 
+// The same for a libfabric domain (tcp on the loopback), which hmr opens itself: its fabric,
+// domain and address vector are closed again whatever allocation failed.  (libfabric's own
+// allocations are malloc's, not failed here; the ofi adapter's are.)
+TEST_F(OutOfMemory, EachAllocationOfAnOfiDomainOpenFailsCleanly) {
+  uint64_t nth = 1;
+  for (; nth < kMostRounds; ++nth) {
+    hmr_domain_attr attr = hmr_test::domain_attr(kAppMode | HMR_MR_ALLOCATED,
+                                                 "provider=tcp;domain=lo;fabric=127.0.0.1/32");
+    attr.nic = "ofi";
+    hmr_domain* domain = nullptr;
+    fail_nth(nth);
+    const int rc = hmr_domain_open(&attr, &domain);
+    const bool failed = disarm();
+    expect_success_or_enomem(rc, nth, "hmr_domain_open (ofi)");
+    if (rc == 0) {
+      EXPECT_EQ(hmr_domain_close(domain), 0) << hmr_last_error();
+    } else {
+      EXPECT_EQ(domain, nullptr);
+    }
+    if (HasFailure() || !failed) break;
+  }
+  EXPECT_LT(nth, kMostRounds);
+  EXPECT_GT(nth, 1u) << "the open allocated nothing: this test proves nothing";
+}
+
 // A miss: the first registration of a range (the cache's entry, the index, the monitor's
 // subscription, the MR's handle).
 TEST_F(OutOfMemory, EachAllocationOfARegistrationMissFailsCleanly) {
