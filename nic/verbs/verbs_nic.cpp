@@ -478,6 +478,7 @@ Result<nic::Registration> VerbsNic::register_memory(const nic::RegistrationReque
   const std::vector<Chunk> chunks = plan_chunks(layout.length, chunk_len_);
   HMR_RETURN_IF_ERROR(check_chunking(request, layout, chunks.size()));
   auto record = std::make_unique<VerbsRegistration>(library_->symbols(), layout);
+  record->reserve_chunks(chunks.size());
   if (chunks.size() > 1 && request.parallelism > 1) {
     HMR_RETURN_IF_ERROR(register_chunks_in_parallel(request, layout, chunks, *record));
   } else {
@@ -533,6 +534,9 @@ Result<nic::Registration> VerbsNic::register_implicit(const nic::RegistrationReq
   // optional access bits (relaxed ordering) a kernel lacks, where the exported ibv_reg_mr of
   // rdma-core 28-31 passed them as given (it goes through iova2 only from rdma-core 32).
   const IbverbsSymbols& verbs = library_->symbols();
+  // The record first: made after the MR, its allocation could fail with the MR made.
+  auto record = std::make_unique<VerbsRegistration>(library_->symbols(), layout);
+  record->reserve_chunks(1);
   errno = 0;
   const unsigned int access = layout.ibv_access;
   ibv_mr* mr = verbs.reg_mr_iova2 != nullptr
@@ -543,7 +547,6 @@ Result<nic::Registration> VerbsNic::register_implicit(const nic::RegistrationReq
                          verbs.reg_mr_iova2 != nullptr ? "ibv_reg_mr_iova2" : "ibv_reg_mr",
                          layout.ibv_access, probe_.name.c_str());
   }
-  auto record = std::make_unique<VerbsRegistration>(library_->symbols(), layout);
   record->add_chunk(mr);
   nic::Registration registration = describe(*record);
   record.release();  // owned by the registration's handle until deregister

@@ -7,6 +7,8 @@
 // leaks.
 #include <gtest/gtest.h>
 #include <hmr/hmr.h>
+#include <dlfcn.h>
+#include <stdlib.h>
 #include <sys/uio.h>
 
 #include <array>
@@ -19,6 +21,7 @@
 
 #include "tests/api/failing_allocator.h"
 #include "tests/api/test_support.h"
+#include "tests/fakes/fake_ibverbs_control.h"
 
 namespace {
 
@@ -101,6 +104,24 @@ int reg(hmr_domain* domain, size_t page, size_t count, uint64_t access, Made& ma
   return rc;
 }
 
+// Before main(), so before the first verbs domain: the adapter reads it when it loads.
+[[maybe_unused]] const bool kFakeVerbsChosen = [] {
+  setenv("HMR_IBVERBS_LIBRARY", HMR_FAKE_IBVERBS_PATH, 1);
+  return true;
+}();
+
+// How many objects of `kind` ("mrs", "pds", "contexts") the fake libibverbs holds now (the
+// same library object the adapter loaded: dlopen of the same path).
+int fake_verbs_live(const char* kind) {
+  static const auto live = [] {
+    void* library = dlopen(HMR_FAKE_IBVERBS_PATH, RTLD_NOW | RTLD_LOCAL);
+    return library == nullptr
+               ? nullptr
+               : reinterpret_cast<fake_ibverbs_live_fn>(dlsym(library, "fake_ibverbs_live"));
+  }();
+  return live != nullptr ? live(kind) : -1;
+}
+
 class OutOfMemoryCalls : public ::testing::TestWithParam<Scenario> {
  protected:
   // What the process does once (the first domain loads the runtimes and starts the monitor).
@@ -135,6 +156,13 @@ TEST_P(OutOfMemoryCalls, EachAllocationFailsCleanly) {
     EXPECT_EQ(hmr_domain_close(domain), 0)
         << scenario.name << ", allocation " << nth << ": " << hmr_last_error();
     made.close_after_domain();
+    if (std::strcmp(scenario.nic, "verbs") == 0) {
+      // (The adapter's close only logs an ibv_dealloc_pd the fake refuses for a leaked MR.)
+      for (const char* kind : {"mrs", "pds", "contexts"}) {
+        EXPECT_EQ(fake_verbs_live(kind), 0) << scenario.name << ", allocation " << nth << ": "
+                                            << kind << " left at the fake libibverbs";
+      }
+    }
     if (HasFailure() || !failed) break;
   }
   EXPECT_LT(nth, kMostRounds);
@@ -272,7 +300,20 @@ const Scenario kScenarios[] = {
                       });
      },
      "provider=shm", kAppMode | HMR_MR_ALLOCATED, "ofi"},
+    // The fake libibverbs (HMR_IBVERBS_LIBRARY, set before main) refuses ibv_dealloc_pd while
+    // an MR is left on the PD, as the kernel does: a leaked ibv_mr fails the domain's close.
+    {"verbs (fake ConnectX): a registration and its packed key",
+     nullptr,
+     [](hmr_domain* domain, Made& made) {
+       std::array<uint8_t, 512> blob{};
+       size_t len = blob.size();
+       return in_turn([&] { return reg(domain, 0, 2, kRemote, made); },
+                      [&] { return hmr_rkey_pack(made.mrs[0], blob.data(), &len); });
+     },
+     "device=fake_mlx5_0;relaxed_ordering=off",
+     HMR_MR_LOCAL | HMR_MR_VIRT_ADDR | HMR_MR_ALLOCATED | HMR_MR_PROV_KEY, "verbs"},
 };
+
 
 INSTANTIATE_TEST_SUITE_P(Calls, OutOfMemoryCalls, ::testing::ValuesIn(kScenarios),
                          [](const ::testing::TestParamInfo<Scenario>& param) {
