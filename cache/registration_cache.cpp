@@ -107,8 +107,9 @@ Result<CacheHandle> RegistrationCache::register_and_insert(uintptr_t start, uint
   if (!entry->set_registration(*registered)) {
     backend_.deregister(*registered, start, len);
     if (subscribed) monitor_->unsubscribe(start, len);
-    return make_error(HMR_ENOMEM, "no memory for the record of a registration with a %zu-byte key",
-                      registered->key.size);
+    // As out of memory anywhere: the call ends (a device registration's search must not go on
+    // to a host shadow, a copy that would stay cached, for a moment's want of memory).
+    throw std::bad_alloc();
   }
   entry->subscribed = subscribed;
 

@@ -269,6 +269,8 @@ void MemoryRegion::complete_async_registration() {
       return register_now();
     } catch (const std::bad_alloc&) {
       return Status(HMR_ENOMEM, "out of memory");
+    } catch (...) {  // (as the C ABI's guard answers any other exception)
+      return Status(HMR_EIO, "internal error");
     }
   }();
   if (!status.ok()) state_.store(State::failed, std::memory_order_release);
@@ -469,7 +471,13 @@ Status MemoryRegion::enable() {
                                   "(the domain requires HMR_MR_ENDPOINT)");
   }
   enabled_ = true;
-  Status published = publish_remote_access();
+  Status published = [this] {
+    try {
+      return publish_remote_access();
+    } catch (const std::bad_alloc&) {  // (it left the MR reporting enabled, never published)
+      return Status(HMR_ENOMEM, "out of memory");
+    }
+  }();
   if (!published.ok()) enabled_ = false;
   return published;
 }

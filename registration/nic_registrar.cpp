@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <new>
 #include <string>
 #include <thread>
 
@@ -229,7 +230,14 @@ Status NicRegistrar::narrow_key(nic::Registration& registration) const {
 }
 
 Status NicRegistrar::fit_key(nic::Registration& registration, Tally tally) {
-  Status narrowed = narrow_key(registration);
+  Status narrowed = [&] {
+    try {
+      return narrow_key(registration);
+    } catch (const std::bad_alloc&) {  // (its reason's text): the registration goes anyway
+      (void)deregister_memory(registration, tally);
+      throw;
+    }
+  }();
   if (!narrowed.ok()) (void)deregister_memory(registration, tally);
   return narrowed;
 }

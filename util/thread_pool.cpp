@@ -100,7 +100,9 @@ void ThreadPool::work_through(Batch& batch) {
       try {
         status = batch.tasks[index]();
       } catch (const std::bad_alloc&) {
-        status = make_error(HMR_ENOMEM, "out of memory in a pool task");
+        // (A reason short enough for the string's own room: building it allocates nothing,
+        // and a throw from here would leave the batch's helpers behind on a dead stack.)
+        status = Status(HMR_ENOMEM, "out of memory");
       }
       if (!status.ok()) batch.failed.store(true, std::memory_order_relaxed);
     }
@@ -149,7 +151,15 @@ Status ThreadPool::run_batch(std::span<const Task> tasks) {
   if (helpers > 0) {
     std::lock_guard<std::mutex> lock(mutex_);
     start_workers_locked();
-    for (size_t i = 0; i < helpers && queue_.size() < queue_capacity_; ++i) queue_.push_back(&batch);
+    // A request that cannot be queued for want of memory is not made: the caller does the
+    // work itself.  (The throw left the batch, on this stack, named in the queue for a worker
+    // to reach after it was gone; what was pushed is withdrawn below as always.)
+    try {
+      for (size_t i = 0; i < helpers && queue_.size() < queue_capacity_; ++i) {
+        queue_.push_back(&batch);
+      }
+    } catch (const std::bad_alloc&) {
+    }
   }
   if (helpers > 0) wake_.notify_all();
   work_through(batch);

@@ -153,19 +153,21 @@ Result<Registration> CallbackNic::register_memory(const RegistrationRequest& req
   HMR_RETURN_IF_ERROR(callback_status(rc, call_name, reason));
   // A key hmr cannot hand out as it came: the registration exists on the NIC but cannot be
   // described, so it goes straight back.
-  Status refused = ok_status();
-  if (callbacks_.key_size < sizeof(uint64_t) && (mr.key >> (8 * callbacks_.key_size)) != 0) {
-    refused = make_error(HMR_EINVAL, "callback NIC: %s returned key %#llx, wider than key_size %zu",
-                         call_name, static_cast<unsigned long long>(mr.key), callbacks_.key_size);
-  } else if (request.requested_key && mr.key != *request.requested_key) {
-    refused = make_error(HMR_EINVAL, "callback NIC: the application asked for key %#llx and %s "
-                         "returned %#llx", static_cast<unsigned long long>(*request.requested_key),
-                         call_name, static_cast<unsigned long long>(mr.key));
-  }
-  if (!refused.ok()) {
+  const bool too_wide =
+      callbacks_.key_size < sizeof(uint64_t) && (mr.key >> (8 * callbacks_.key_size)) != 0;
+  const bool not_asked = request.requested_key && mr.key != *request.requested_key;
+  if (too_wide || not_asked) {
+    // Deregistered before the reason is built: building it allocates, and out of memory there
+    // left the registration at the NIC.
     char ignored[kReasonSize] = {};
     callbacks_.dereg(callbacks_.context, &mr, ignored, sizeof ignored);
-    return refused;
+    if (too_wide) {
+      return make_error(HMR_EINVAL, "callback NIC: %s returned key %#llx, wider than key_size %zu",
+                        call_name, static_cast<unsigned long long>(mr.key), callbacks_.key_size);
+    }
+    return make_error(HMR_EINVAL, "callback NIC: the application asked for key %#llx and %s "
+                      "returned %#llx", static_cast<unsigned long long>(*request.requested_key),
+                      call_name, static_cast<unsigned long long>(mr.key));
   }
   auto* record = new (std::nothrow) CallbackRegistration{mr.handle};
   if (record == nullptr) {

@@ -259,7 +259,14 @@ Result<Registration> SimNic::register_memory(const RegistrationRequest& request)
   Registration registration;
   registration.key = region->key;
   registration.base_addr = region->base_addr;
-  SimRegion* inserted = table_.insert(std::move(region));
+  const uint64_t pinned = region->pinned_bytes;
+  SimRegion* inserted = nullptr;
+  try {
+    inserted = table_.insert(std::move(region));
+  } catch (...) {  // (out of memory): the pages it pinned are the NIC's to give back
+    pinned_bytes_ -= pinned;
+    throw;
+  }
   registration.handle = inserted;
   registration.desc = inserted;
   return registration;

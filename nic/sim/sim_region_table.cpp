@@ -8,8 +8,17 @@ DmabufMapping::~DmabufMapping() { munmap(address_, length_); }
 
 SimRegion* SimRegionTable::insert(std::unique_ptr<SimRegion> region) {
   SimRegion* raw = region.get();
-  descriptors_.insert(raw);
-  by_key_.emplace(region->key.low_u64(), std::move(region));
+  // Both or neither: a throw (out of memory) between the two left a descriptor naming a
+  // region the failed emplace had freed.
+  const uint64_t key = region->key.low_u64();
+  auto [slot, inserted] = by_key_.try_emplace(key);
+  try {
+    descriptors_.insert(raw);
+  } catch (...) {
+    if (inserted) by_key_.erase(slot);
+    throw;
+  }
+  if (inserted) slot->second = std::move(region);
   return raw;
 }
 

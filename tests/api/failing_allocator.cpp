@@ -6,6 +6,7 @@
 // mismatch checks; its leak checks, through malloc, stay).
 #include "tests/api/failing_allocator.h"
 
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <new>
@@ -17,14 +18,13 @@ namespace {
 thread_local uint64_t countdown = 0;       // 0: no nth failure armed
 thread_local size_t smallest_failing = 0;  // 0: no size failure armed
 thread_local bool failed = false;
+std::atomic<uint64_t> failures{0};
 
 bool should_fail(size_t bytes) {
-  if (smallest_failing != 0 && bytes >= smallest_failing) {
+  if ((smallest_failing != 0 && bytes >= smallest_failing) ||
+      (countdown != 0 && --countdown == 0)) {
     failed = true;
-    return true;
-  }
-  if (countdown != 0 && --countdown == 0) {
-    failed = true;
+    failures.fetch_add(1, std::memory_order_relaxed);
     return true;
   }
   return false;
@@ -62,6 +62,8 @@ bool disarm() {
   smallest_failing = 0;
   return failed;
 }
+
+uint64_t failures_made() { return failures.load(std::memory_order_relaxed); }
 
 }  // namespace hmr_test::allocation_failure
 

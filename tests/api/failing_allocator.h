@@ -17,5 +17,8 @@ void fail_nth(uint64_t nth);
 void fail_at_least(size_t bytes);
 // Stops failing; whether a failure was made since the thread armed.
 bool disarm();
+// Failures made so far by every thread (for a thread the test does not run, such as hmr's
+// asynchronous worker armed from inside a NIC callback).
+uint64_t failures_made();
 
 }  // namespace hmr_test::allocation_failure

@@ -93,28 +93,45 @@ class OutOfMemory : public ::testing::Test {
   }
 };
 
-// Opening a domain (its NIC, caches, monitor, pools): a domain is made whole or not at all.
-TEST_F(OutOfMemory, EachAllocationOfADomainOpenFailsCleanly) {
+// Fails each allocation of hmr_domain_open(`attr`) in turn: a domain is made whole or not
+// at all, and one that opened closes.
+void fail_each_allocation_of_a_domain_open(const hmr_domain_attr& attr, const char* what) {
   uint64_t nth = 1;
   for (; nth < kMostRounds; ++nth) {
-    CountingNic nic;
-    hmr_nic_callbacks callbacks =
-        hmr_test::callback_nic(&nic, 0, counting_register, counting_deregister);
-    hmr_domain_attr attr = hmr_test::callback_domain_attr(callbacks, kAppMode);
+    hmr_domain_attr in = attr;
     hmr_domain* domain = nullptr;
     fail_nth(nth);
-    const int rc = hmr_domain_open(&attr, &domain);
+    const int rc = hmr_domain_open(&in, &domain);
     const bool failed = disarm();
-    expect_success_or_enomem(rc, nth, "hmr_domain_open");
+    expect_success_or_enomem(rc, nth, what);
     if (rc == 0) {
       EXPECT_EQ(hmr_domain_close(domain), 0) << hmr_last_error();
     } else {
       EXPECT_EQ(domain, nullptr);
     }
-    if (HasFailure() || !failed) break;
+    if (::testing::Test::HasFailure() || !failed) break;
   }
   EXPECT_LT(nth, kMostRounds);
-  EXPECT_GT(nth, 1u) << "the open allocated nothing: this test proves nothing";
+  EXPECT_GT(nth, 1u) << what << " allocated nothing: this test proves nothing";
+}
+
+// A domain on a callback NIC: its caches, monitor and pools.
+TEST_F(OutOfMemory, EachAllocationOfADomainOpenFailsCleanly) {
+  CountingNic nic;
+  hmr_nic_callbacks callbacks =
+      hmr_test::callback_nic(&nic, 0, counting_register, counting_deregister);
+  fail_each_allocation_of_a_domain_open(hmr_test::callback_domain_attr(callbacks, kAppMode),
+                                        "hmr_domain_open");
+}
+
+// A libfabric domain (tcp on the loopback), which hmr opens itself: its fabric, domain and
+// address vector are closed again whatever allocation failed.  (libfabric's own allocations
+// are malloc's, not failed here; the ofi adapter's are.)
+TEST_F(OutOfMemory, EachAllocationOfAnOfiDomainOpenFailsCleanly) {
+  hmr_domain_attr attr = hmr_test::domain_attr(kAppMode | HMR_MR_ALLOCATED,
+                                               "provider=tcp;domain=lo;fabric=127.0.0.1/32");
+  attr.nic = "ofi";
+  fail_each_allocation_of_a_domain_open(attr, "hmr_domain_open (ofi)");
 }
 
 // Fails each allocation of one registration miss in turn, on a fresh domain over a callback
@@ -148,31 +165,6 @@ uint64_t fail_each_allocation_of_a_miss(uint64_t caps, hmr_mr_path path, Registe
   EXPECT_LT(nth, kMostRounds);
   EXPECT_GT(nth, 1u) << "the registration allocated nothing: this test proves nothing";
   return nth;
-}
-
-// The same for a libfabric domain (tcp on the loopback), which hmr opens itself: its fabric,
-// domain and address vector are closed again whatever allocation failed.  (libfabric's own
-// allocations are malloc's, not failed here; the ofi adapter's are.)
-TEST_F(OutOfMemory, EachAllocationOfAnOfiDomainOpenFailsCleanly) {
-  uint64_t nth = 1;
-  for (; nth < kMostRounds; ++nth) {
-    hmr_domain_attr attr = hmr_test::domain_attr(kAppMode | HMR_MR_ALLOCATED,
-                                                 "provider=tcp;domain=lo;fabric=127.0.0.1/32");
-    attr.nic = "ofi";
-    hmr_domain* domain = nullptr;
-    fail_nth(nth);
-    const int rc = hmr_domain_open(&attr, &domain);
-    const bool failed = disarm();
-    expect_success_or_enomem(rc, nth, "hmr_domain_open (ofi)");
-    if (rc == 0) {
-      EXPECT_EQ(hmr_domain_close(domain), 0) << hmr_last_error();
-    } else {
-      EXPECT_EQ(domain, nullptr);
-    }
-    if (HasFailure() || !failed) break;
-  }
-  EXPECT_LT(nth, kMostRounds);
-  EXPECT_GT(nth, 1u) << "the open allocated nothing: this test proves nothing";
 }
 
 // A miss: the first registration of a range (the cache's entry, the index, the monitor's
@@ -252,6 +244,64 @@ TEST_F(OutOfMemory, EachAllocationOfAThreadsFirstHitAndItsCloseFailsCleanly) {
   const hmr_domain_stats stats = hmr_test::domain_stats(domain);
   EXPECT_EQ(stats.nic_registrations, 1u) << "a failed hit registered the range again";
   close_and_check(domain, nic, nth);
+}
+
+// An asynchronous registration runs on hmr's worker thread, where an exception would end the
+// process and a lost completion would leave the application waiting for it.  The NIC's reg_va,
+// which runs there, arms the worker's `arm`-th allocation after it (its record, the cache's
+// entry, the MR's state: everything but posting the completion, whose room the registering
+// call took).  Each in turn: the event is a completion or an error entry with HMR_ENOMEM, and
+// the NIC holds nothing once the domain (and with it the worker) is gone.
+struct WorkerArmingNic : CountingNic {
+  uint64_t arm = 0;
+};
+
+int arming_register(void* context, const hmr_nic_reg_request* request, hmr_nic_mr* mr,
+                    char* reason, size_t reason_size) {
+  const int rc = counting_register(context, request, mr, reason, reason_size);
+  fail_nth(static_cast<WorkerArmingNic*>(context)->arm);
+  return rc;
+}
+
+TEST_F(OutOfMemory, EachAllocationOfAnAsynchronousRegistrationOnTheWorkerFailsCleanly) {
+  hmr_test::Pages pages(4 * kPage);
+  uint64_t nth = 1;
+  for (; nth < kMostRounds; ++nth) {
+    WorkerArmingNic nic;
+    nic.arm = nth;
+    hmr_nic_callbacks callbacks =
+        hmr_test::callback_nic(&nic, 0, arming_register, counting_deregister);
+    hmr_eq_attr queue_attr{};
+    queue_attr.size = sizeof queue_attr;
+    hmr_eq* queue = nullptr;
+    ASSERT_EQ(hmr_eq_open(&queue_attr, &queue), 0) << hmr_last_error();
+    hmr_domain* domain = open_counting_domain(callbacks);
+    ASSERT_NE(domain, nullptr);
+    ASSERT_EQ(hmr_domain_bind(domain, reinterpret_cast<hmr_fid*>(queue), HMR_REG_MR), 0)
+        << hmr_last_error();
+    const uint64_t failures_before = hmr_test::allocation_failure::failures_made();
+    hmr_mr* mr = nullptr;
+    ASSERT_EQ(hmr_mr_reg(domain, pages.data(), 2 * kPage, kAccess, 0, 0, 0, &mr, nullptr), 0)
+        << hmr_last_error();
+    uint32_t event = 0;
+    hmr_eq_entry entry{};
+    const int read = hmr_eq_sread(queue, &event, &entry, 10000, 0);
+    if (read == -HMR_EAVAIL) {
+      hmr_eq_err_entry error{};
+      ASSERT_EQ(hmr_eq_readerr(queue, &error, 0), 1);
+      EXPECT_EQ(error.err, HMR_ENOMEM) << "allocation " << nth << " on the worker";
+    } else {
+      EXPECT_EQ(read, 1) << "allocation " << nth << " on the worker: " << hmr_last_error();
+      EXPECT_EQ(event, static_cast<uint32_t>(HMR_MR_COMPLETE));
+    }
+    EXPECT_EQ(hmr_mr_close(mr), 0) << hmr_last_error();
+    close_and_check(domain, nic, nth);
+    EXPECT_EQ(hmr_eq_close(queue), 0) << hmr_last_error();
+    const bool failed = hmr_test::allocation_failure::failures_made() != failures_before;
+    if (HasFailure() || !failed) break;
+  }
+  EXPECT_LT(nth, kMostRounds);
+  EXPECT_GT(nth, 1u) << "the worker allocated nothing after the NIC: this test proves nothing";
 }
 
 // The cache's index grows (a new table, allocated while a registration is being filed) with
