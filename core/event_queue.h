@@ -30,10 +30,6 @@ class EventQueue : public Tagged<ObjectClass::event_queue> {
   // registration's call), so that posting it later, on hmr's own thread, allocates nothing
   // and cannot fail: an event lost there left the application waiting for it for ever.
   class Reserved {
-   public:
-    explicit operator bool() const { return !node_.empty(); }
-
-   private:
     friend class EventQueue;
     std::list<Event> node_;  // one node, spliced into the queue by post()
   };

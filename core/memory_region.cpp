@@ -268,7 +268,7 @@ void MemoryRegion::complete_async_registration() {
     try {
       return register_now();
     } catch (const std::bad_alloc&) {
-      return Status(HMR_ENOMEM, "out of memory");
+      return out_of_memory();
     } catch (...) {  // (as the C ABI's guard answers any other exception)
       return Status(HMR_EIO, "internal error");
     }
@@ -399,14 +399,21 @@ Result<PackedRkey> MemoryRegion::packed_rkey() const {
 
 // Runs under this MR's own mutex, which orders the NIC's view of this one MR (enable and
 // bind racing on the same MR); nobody else ever waits for that mutex.
+// Out of memory is its answer, not an exception: each caller undoes what it did on a failure
+// (enable() left the MR reporting enabled, never published; an indirect key its NIC
+// registration).
 Status MemoryRegion::publish_remote_access() {
-  nic::RemoteAccess access;
-  access.enabled = enabled_;
-  access.endpoint = endpoint_;
-  for (const CounterBinding& binding : counters_) {
-    access.counters.push_back({binding.counter->sink(), binding.events});
+  try {
+    nic::RemoteAccess access;
+    access.enabled = enabled_;
+    access.endpoint = endpoint_;
+    for (const CounterBinding& binding : counters_) {
+      access.counters.push_back({binding.counter->sink(), binding.events});
+    }
+    return domain_.nic().set_remote_access(registration_, std::move(access));
+  } catch (const std::bad_alloc&) {
+    return out_of_memory();
   }
-  return domain_.nic().set_remote_access(registration_, std::move(access));
 }
 
 Status MemoryRegion::bind_endpoint(Endpoint& endpoint, uint64_t flags) {
@@ -471,13 +478,7 @@ Status MemoryRegion::enable() {
                                   "(the domain requires HMR_MR_ENDPOINT)");
   }
   enabled_ = true;
-  Status published = [this] {
-    try {
-      return publish_remote_access();
-    } catch (const std::bad_alloc&) {  // (it left the MR reporting enabled, never published)
-      return Status(HMR_ENOMEM, "out of memory");
-    }
-  }();
+  Status published = publish_remote_access();
   if (!published.ok()) enabled_ = false;
   return published;
 }

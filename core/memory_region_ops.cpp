@@ -2,7 +2,6 @@
 // prefetch advice (UCX's mem_advise), indirect keys over other MRs, and the use count that
 // windows and indirect keys hold on an MR.
 #include <cstring>
-#include <new>
 
 #include "core/cached_mr.h"
 #include "core/domain.h"
@@ -212,13 +211,7 @@ Status MemoryRegion::register_indirect(std::vector<MemoryRegion*> parts,
   {
     std::lock_guard<std::mutex> lock(mutex_);
     enabled_ = starts_enabled();
-    if (!enabled_) {
-      try {
-        published = publish_remote_access();
-      } catch (const std::bad_alloc&) {
-        published = Status(HMR_ENOMEM, "out of memory");
-      }
-    }
+    if (!enabled_) published = publish_remote_access();
   }
   // A failed key goes here, not with the MR object (which the caller frees without a close):
   // the NIC's registration and the parts' counts were left behind.

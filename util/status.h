@@ -54,6 +54,11 @@ inline Status ok_status() { return Status(); }
 
 // Builds a failure with a printf-style reason and logs it at debug level: this is the one
 // place an error is classified.
+// The failure for a std::bad_alloc caught where no exception may pass (hmr's own threads, a
+// call that must give back what it took).  Building it allocates nothing: the reason fits the
+// string's own room.
+inline Status out_of_memory() { return Status(HMR_ENOMEM, "out of memory"); }
+
 Status make_error(int code, const char* format, ...) __attribute__((format(printf, 2, 3)));
 Status make_error_v(int code, const char* format, va_list args) __attribute__((format(printf, 2, 0)));
 

@@ -100,9 +100,9 @@ void ThreadPool::work_through(Batch& batch) {
       try {
         status = batch.tasks[index]();
       } catch (const std::bad_alloc&) {
-        // (A reason short enough for the string's own room: building it allocates nothing,
-        // and a throw from here would leave the batch's helpers behind on a dead stack.)
-        status = Status(HMR_ENOMEM, "out of memory");
+        // (out_of_memory() allocates nothing: a throw from here would leave the batch's
+        // helpers behind on a dead stack.)
+        status = out_of_memory();
       }
       if (!status.ok()) batch.failed.store(true, std::memory_order_relaxed);
     }

@@ -32,10 +32,10 @@ class VerbsRegistration {
   VerbsRegistration& operator=(const VerbsRegistration&) = delete;
   ~VerbsRegistration();
 
-  // Takes ownership of the next chunk's MR.
   // Room for `count` chunks, taken before the first ibv_reg_mr: add_chunk then never
   // allocates, so an MR the kernel made is never lost to out of memory before it is recorded.
   void reserve_chunks(size_t count) { chunks_.reserve(count); }
+  // Takes ownership of the next chunk's MR.
   void add_chunk(ibv_mr* mr);
   // Makes this the registration of an indirect key (no chunks).
   void set_indirect(std::unique_ptr<IndirectMkey> mkey);
