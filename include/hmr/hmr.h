@@ -295,7 +295,9 @@ HMR_API int hmr_domain_open(struct hmr_domain_attr *attr, hmr_domain **domain);
  * first (hmr_last_error() gives the counts); the domain stays open and usable.  Close what
  * you opened on a libfabric domain hmr opened for you (nic_handle: endpoints, CQs, AVs) before
  * the hmr domain: libfabric refuses to close a domain under them, and hmr_domain_close then
- * closes the hmr domain but says -HMR_EIO, leaving libfabric's domain open.
+ * closes the hmr domain but says -HMR_EIO, leaving libfabric's domain open.  The same with
+ * QPs, MRs or windows left on a verbs PD hmr allocated: -HMR_EIO, the device closed all the
+ * same (which destroys them).
  * Of every close: -HMR_EBUSY means nothing was closed (the handle is still yours); other
  * failures say what went wrong while the object went all the same (a bad handle aside),
  * except hmr_mw_close's, whose window stays open when the NIC refuses to free it;

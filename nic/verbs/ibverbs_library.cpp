@@ -131,18 +131,42 @@ DeviceHandle::DeviceHandle(DeviceHandle&& other) noexcept
 
 DeviceHandle::~DeviceHandle() {
   if (!owned_) return;
-  const IbverbsSymbols& verbs = library_->symbols();
-  // Deallocating fails (EBUSY) while objects of the PD remain: that is a bug hmr reports but
-  // must not crash on; closing the device then releases them.
-  if (const int err = verbs.dealloc_pd(pd_); err != 0) {
-    log_message(LogLevel::warn, "ibv_dealloc_pd(%s) failed: %s", name_.c_str(),
-                std::strerror(err));
+  if (const Status status = close(); !status.ok()) {
+    log_message(LogLevel::warn, "%s", status.reason().c_str());
   }
+}
+
+Status DeviceHandle::close() {
+  if (!owned_) return ok_status();
+  owned_ = false;
+  const IbverbsSymbols& verbs = library_->symbols();
+  // ibv_dealloc_pd fails (EBUSY: the kernel's uverbs_free_pd while the PD's usecnt is not 0)
+  // while a QP, MR, MW, SRQ or AH of the PD remains.  Not hmr's (they were deregistered before
+  // this), so the application's, made through nic_handle.  Closing the context all the same
+  // releases them: the kernel destroys every object of the uverbs file as it closes
+  // (uverbs_destroy_ufile_hw), so nothing stays pinned; the application's handles to them are
+  // dead.
+  const int dealloc_err = verbs.dealloc_pd(pd_);
+  // rdma-core's ibv_close_device returns 0 whatever happens (its provider's free_context
+  // returns nothing); a failure of another library's is logged.
   errno = 0;
   if (verbs.close_device(context_) != 0) {
     log_message(LogLevel::warn, "ibv_close_device(%s) failed: %s", name_.c_str(),
-                std::strerror(errno));
+                errno != 0 ? std::strerror(errno) : "no errno");
   }
+  pd_ = nullptr;
+  context_ = nullptr;
+  if (dealloc_err != 0) {
+    return make_error(HMR_EIO,
+                      "ibv_dealloc_pd(%s) failed: %s%s; the device context was closed all the "
+                      "same, which destroyed what was left on the PD",
+                      name_.c_str(), std::strerror(dealloc_err),
+                      dealloc_err == EBUSY ? ": objects you made on it through nic_handle "
+                                             "(QPs, MRs, memory windows) were still there; "
+                                             "destroy them before hmr_domain_close"
+                                           : "");
+  }
+  return ok_status();
 }
 
 }  // namespace hmr::verbs

@@ -68,7 +68,14 @@ class DeviceHandle {
   DeviceHandle(DeviceHandle&& other) noexcept;
   DeviceHandle& operator=(DeviceHandle&&) = delete;
   DeviceHandle(const DeviceHandle&) = delete;
+  // Closes what close() has not.
   ~DeviceHandle();
+
+  // Deallocates the PD and closes the context, where they are ours; nothing to do for a
+  // borrowed PD.  HMR_EIO when the PD could not be deallocated (EBUSY: objects the
+  // application made on it, QPs or MRs, were still there): the context is closed all the
+  // same, and the kernel destroys what was left on it with it.  Once only.
+  Status close();
 
   ibv_context* context() const { return context_; }
   ibv_pd* pd() const { return pd_; }

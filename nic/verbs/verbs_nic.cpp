@@ -156,6 +156,14 @@ VerbsNic::VerbsNic(std::shared_ptr<const IbverbsLibrary> library, DeviceHandle d
 
 VerbsNic::~VerbsNic() = default;
 
+Status VerbsNic::close_native() {
+  {
+    std::lock_guard<std::mutex> lock(umr_mutex_);
+    umr_.reset();
+  }
+  return device_.close();
+}
+
 Status VerbsNic::apply_options() {
   if (options_.odp && !probe_.on_demand_paging.supported) {
     return make_error(HMR_EOPNOTSUPP, "verbs option odp=on, but %s cannot: %s",

@@ -47,6 +47,9 @@ class VerbsNic final : public nic::Nic {
   // The PD registrations are made in: the application's, or the one the adapter allocated
   // (for the application's QPs on a device hmr opened).
   void* native_handle() const override { return device_.pd(); }
+  // Destroys the UMR queue (a QP on the PD), then deallocates the PD and closes the device
+  // hmr opened: HMR_EIO when the application's objects were left on the PD.
+  Status close_native() override;
   Status rereg(nic::Registration& registration, const nic::ReregRequest& request) override;
   bool usable_after_failed_rereg(const nic::Registration& registration) const override;
   Result<nic::MemoryWindow> alloc_window(nic::WindowType type) override;

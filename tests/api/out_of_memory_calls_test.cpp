@@ -157,7 +157,7 @@ TEST_P(OutOfMemoryCalls, EachAllocationFailsCleanly) {
         << scenario.name << ", allocation " << nth << ": " << hmr_last_error();
     made.close_after_domain();
     if (std::strcmp(scenario.nic, "verbs") == 0) {
-      // (The adapter's close only logs an ibv_dealloc_pd the fake refuses for a leaked MR.)
+      // (A leaked MR failed the close above; closing the context destroyed it.)
       for (const char* kind : {"mrs", "pds", "contexts"}) {
         EXPECT_EQ(fake_verbs_live(kind), 0) << scenario.name << ", allocation " << nth << ": "
                                             << kind << " left at the fake libibverbs";
@@ -301,7 +301,8 @@ const Scenario kScenarios[] = {
      },
      "provider=shm", kAppMode | HMR_MR_ALLOCATED, "ofi"},
     // The fake libibverbs (HMR_IBVERBS_LIBRARY, set before main) refuses ibv_dealloc_pd while
-    // an MR is left on the PD, as the kernel does: a leaked ibv_mr fails the domain's close.
+    // an MR is left on the PD, as the kernel does: a leaked ibv_mr fails the domain's close
+    // (-HMR_EIO).
     {"verbs (fake ConnectX): a registration and its packed key",
      nullptr,
      [](hmr_domain* domain, Made& made) {

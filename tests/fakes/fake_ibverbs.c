@@ -739,12 +739,50 @@ EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device) {
   return context != NULL ? &context->vctx.context : NULL;
 }
 
+static void undo_dontfork_locked(const struct fake_mr *gone);
+
+/* What closing a context does to the objects still on it: rdma-core's ibv_close_device closes
+ * the uverbs file, and the kernel's release of it (ib_uverbs_close -> uverbs_destroy_ufile_hw)
+ * destroys every object made through it, windows, MRs (their pages unpinned), QPs, CQs and
+ * PDs, whatever the application still holds.  (libibverbs leaks its own structs of them; the
+ * fake frees them, so a later use is caught by AddressSanitizer.) */
+static void destroy_objects_of_locked(const struct ibv_context *context) {
+  for (int i = 0; i < MAX_OBJECTS; ++i) {
+    if (mws[i] != NULL && mws[i]->mw.pd->context == context) {
+      free(mws[i]);
+      mws[i] = NULL;
+    }
+  }
+  for (int i = 0; i < MAX_OBJECTS; ++i) {
+    struct fake_mr *mr = mrs[i];
+    if (mr == NULL || mr->mr.pd->context != context) continue;
+    mrs[i] = NULL;
+    pinned_vm_pages -= mr->pinned_pages;
+    if (mr->dontfork) undo_dontfork_locked(mr);
+    free(mr);
+  }
+  umr_destroy_context_locked(context);
+  for (int i = 0; i < MAX_OBJECTS; ++i) {
+    if (qps[i] != NULL && qps[i]->qp.context == context) {
+      free(qps[i]);
+      qps[i] = NULL;
+    }
+  }
+  for (int i = 0; i < MAX_OBJECTS; ++i) {
+    if (pds[i] != NULL && pds[i]->context == context) {
+      free(pds[i]);
+      pds[i] = NULL;
+    }
+  }
+}
+
 EXPORT int ibv_close_device(struct ibv_context *context) {
   pthread_mutex_lock(&fake_lock);
   int err = fake_calls_enter(&fake_verbs_calls, "ibv_close_device");
   struct fake_context *owner =
       (struct fake_context *)(void *)((char *)context - offsetof(struct verbs_context, context));
   if (err == 0 && !remove_object((void **)contexts, owner)) err = EINVAL;
+  if (err == 0) destroy_objects_of_locked(context);
   pthread_mutex_unlock(&fake_lock);
   if (err != 0) {
     errno = err;
@@ -787,11 +825,15 @@ EXPORT int ibv_dealloc_pd(struct ibv_pd *pd) {
   pthread_mutex_lock(&fake_lock);
   int err = fake_calls_enter(&fake_verbs_calls, "ibv_dealloc_pd");
   if (err == 0 && !has_object((void *const *)pds, pd)) err = EINVAL;
+  /* The kernel's uverbs_free_pd refuses while the PD's usecnt is not 0: every QP, MR, MW
+   * (and SRQ, AH, mkey) made on it counts. */
   for (int i = 0; err == 0 && i < MAX_OBJECTS; ++i) {
-    if ((mrs[i] != NULL && mrs[i]->mr.pd == pd) || (mws[i] != NULL && mws[i]->mw.pd == pd)) {
+    if ((mrs[i] != NULL && mrs[i]->mr.pd == pd) || (mws[i] != NULL && mws[i]->mw.pd == pd) ||
+        (qps[i] != NULL && qps[i]->qp.pd == pd)) {
       err = EBUSY;
     }
   }
+  if (err == 0 && umr_objects_on_pd(pd) != 0) err = EBUSY;
   if (err == 0) remove_object((void **)pds, pd);
   pthread_mutex_unlock(&fake_lock);
   if (err == 0) free(pd);
@@ -936,7 +978,6 @@ EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *a
   return result;
 }
 
-static void undo_dontfork_locked(const struct fake_mr *gone);
 
 EXPORT int ibv_dereg_mr(struct ibv_mr *mr) {
   pthread_mutex_lock(&fake_lock);

@@ -66,6 +66,32 @@ int umr_live(const char *kind) {
   return -1;
 }
 
+int umr_objects_on_pd(const struct ibv_pd *pd) {
+  int count = 0;
+  for (int i = 0; i < MAX_OBJECTS; ++i) {
+    count += umr_qps[i] != NULL && umr_qps[i]->qpx.qp_base.pd == pd;
+    count += mkeys[i] != NULL && mkeys[i]->pd == pd;
+  }
+  return count;
+}
+
+void umr_destroy_context_locked(const struct ibv_context *context) {
+  for (int i = 0; i < MAX_OBJECTS; ++i) {
+    if (mkeys[i] != NULL && mkeys[i]->pd->context == context) {
+      free(mkeys[i]);
+      mkeys[i] = NULL;
+    }
+    if (umr_qps[i] != NULL && umr_qps[i]->qpx.qp_base.context == context) {
+      free(umr_qps[i]);
+      umr_qps[i] = NULL;
+    }
+    if (cqs[i] != NULL && cqs[i]->cq.context == context) {
+      free(cqs[i]);
+      cqs[i] = NULL;
+    }
+  }
+}
+
 int umr_mkeys_of(struct ibv_context *context) {
   int count = 0;
   for (int i = 0; i < MAX_OBJECTS; ++i) {

@@ -56,6 +56,36 @@ TEST_F(VerbsDomainTest, OpensTheNamedDevice) {
   EXPECT_EQ(fake().live("pds"), 0);
 }
 
+// A QP the application made on the PD hmr allocated (nic_handle) and did not destroy before
+// hmr_domain_close: ibv_dealloc_pd refuses (EBUSY), as the kernel does while the PD is in use.
+// The hmr domain and the device context are closed all the same (which destroys the QP) and
+// the close says so with -HMR_EIO and a reason, as for a libfabric domain hmr opened.  It
+// returned 0, and only logged the refusal.
+TEST_F(VerbsDomainTest, AQpLeftOnThePdHmrAllocatedFailsTheCloseWithAReason) {
+  ASSERT_EQ(open_domain("device=fake_mlx5_0", nullptr, kBasicMode), 0) << hmr_last_error();
+  void* qp = fake().create_qp(attr_.nic_handle);
+  ASSERT_NE(qp, nullptr);
+  EXPECT_EQ(hmr_domain_close(domain_), -HMR_EIO);
+  domain_ = nullptr;
+  const std::string reason = hmr_last_error();
+  EXPECT_NE(reason.find("ibv_dealloc_pd(fake_mlx5_0)"), std::string::npos) << reason;
+  EXPECT_NE(reason.find("destroy them before hmr_domain_close"), std::string::npos) << reason;
+  // Nothing is left: the context's close took the PD and the QP with it.
+  EXPECT_EQ(fake().live("contexts"), 0);
+  EXPECT_EQ(fake().live("pds"), 0);
+  EXPECT_EQ(fake().live("qps"), 0);
+  fake().destroy_qp(qp);  // (already gone with the context: the fake ignores it)
+
+  // Destroyed first, the close is clean.
+  ASSERT_EQ(open_domain("device=fake_mlx5_0", nullptr, kBasicMode), 0) << hmr_last_error();
+  qp = fake().create_qp(attr_.nic_handle);
+  ASSERT_NE(qp, nullptr);
+  fake().destroy_qp(qp);
+  EXPECT_EQ(hmr_domain_close(domain_), 0) << hmr_last_error();
+  domain_ = nullptr;
+  EXPECT_EQ(fake().live("pds"), 0);
+}
+
 TEST_F(VerbsDomainTest, ErrorsReachTheApplicationWithReasons) {
   EXPECT_EQ(open_domain("device=nope", nullptr, kBasicMode), -HMR_ENODEV);
   EXPECT_NE(std::string(hmr_last_error()).find("nope"), std::string::npos) << hmr_last_error();
