@@ -105,7 +105,7 @@ class NoopBackend final : public hmr::core::CacheBackend {
     registration.key = hmr::KeyBytes::from_u64(key, sizeof key);
     return registration;
   }
-  void deregister(hmr::nic::Registration&, uintptr_t, uint64_t) override {}
+  void deregister(hmr::nic::Registration&, uintptr_t, uint64_t) noexcept override {}
   uint64_t registrations() const { return registrations_.load(std::memory_order_relaxed); }
 
  private:

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <new>
 #include <thread>
 
 #include "cache/registration_cache.h"
@@ -34,6 +35,18 @@ DeferredReaper& DeferredReaper::instance() {
 
 Status DeferredReaper::add(RegistrationCache* cache) {
   std::lock_guard<std::mutex> lock(mutex_);
+  // Room first, so that nothing below can fail after the thread started or the cache is
+  // listed (a cache that attach() took for unlisted would be left on its monitor).
+  try {
+    caches_.reserve(caches_.size() + 1);
+    if (spare_.capacity() < caches_.size() + 1) {
+      std::vector<RegistrationCache*> larger;
+      larger.reserve(2 * (caches_.size() + 1));
+      spare_.swap(larger);
+    }
+  } catch (const std::bad_alloc&) {
+    return out_of_memory();
+  }
   if (thread_pid_ != getpid()) {
     if (wakeup_.load(std::memory_order_relaxed) < 0) {
       const int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -47,6 +60,8 @@ Status DeferredReaper::add(RegistrationCache* cache) {
       std::thread(&DeferredReaper::run, this).detach();
     } catch (const std::system_error& e) {
       return make_error(HMR_EAGAIN, "cannot start the deferred-deregistration thread: %s", e.what());
+    } catch (const std::bad_alloc&) {  // (the thread's state)
+      return out_of_memory();
     }
     thread_pid_ = getpid();
   }
@@ -83,12 +98,13 @@ void DeferredReaper::run() {
     // Every cache listed when the wake was read, one at a time, each marked as served while
     // the mutex is released.  From a copy: a cache removed meanwhile shifts the list, and
     // walking it by index would skip the one after.  One removed before its turn is skipped.
-    std::vector<RegistrationCache*> round;
+    // (The copy allocates nothing: see round_.)
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      round = caches_;
+      if (round_.capacity() < caches_.size()) round_.swap(spare_);
+      round_.assign(caches_.begin(), caches_.end());
     }
-    for (RegistrationCache* cache : round) {
+    for (RegistrationCache* cache : round_) {
       {
         std::lock_guard<std::mutex> lock(mutex_);
         if (std::find(caches_.begin(), caches_.end(), cache) == caches_.end()) continue;

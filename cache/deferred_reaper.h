@@ -49,6 +49,14 @@ class DeferredReaper {
 
   std::mutex mutex_;
   std::vector<RegistrationCache*> caches_;
+  // The reaper's copy of caches_ for one round, and its spare.  The thread allocates nothing
+  // (a bad_alloc there would end the process): add() makes the room, on the application's
+  // thread, where running out of memory is an error code.  Invariant, under mutex_:
+  // round_.capacity() >= caches_.size() or spare_.capacity() >= caches_.size().  The thread
+  // swaps them under mutex_ at a round's start when round_ is too small, and walks round_
+  // outside it; add() touches only spare_, and only under mutex_.
+  std::vector<RegistrationCache*> round_;
+  std::vector<RegistrationCache*> spare_;
   RegistrationCache* serving_ = nullptr;
   pid_t thread_pid_ = 0;  // the process whose reaper thread runs (0: none)
   // An eventfd, made with the thread and kept for the life of the process; a forked child

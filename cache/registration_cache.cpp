@@ -49,6 +49,11 @@ void RegistrationCache::watch_lost_by_fork() {
   finalizing_.store(0, std::memory_order_relaxed);
 }
 
+void RegistrationCache::finish_invalidations_later() noexcept {
+  // (A cache whose NIC only the application may call keeps them for its next call anyway.)
+  DeferredReaper::instance().wake();
+}
+
 void RegistrationCache::detach() {
   if (!attached_) return;
   monitor_->remove_sink(this);  // waits for a notification in flight

@@ -51,8 +51,11 @@ class CacheBackend {
   virtual Result<nic::Registration> register_range(uintptr_t start, uint64_t len,
                                                    const CacheKey& key) = 0;
   // `registration` as the entry kept it, for the range register_range was given (an entry
-  // keeps only what it must: a backend rebuilds the rest, such as the bytes it pins).
-  virtual void deregister(nic::Registration& registration, uintptr_t start, uint64_t len) = 0;
+  // keeps only what it must: a backend rebuilds the rest, such as the bytes it pins).  Never
+  // throws: it runs on hmr's reaper thread and in the cache's destructor, and the cache's
+  // books (finalizing, in transit) are kept around it.
+  virtual void deregister(nic::Registration& registration, uintptr_t start,
+                          uint64_t len) noexcept = 0;
 
  protected:
   ~CacheBackend() = default;
@@ -97,6 +100,7 @@ class RegistrationCache final : public InvalidationSink {
     finalize_deferred();
     wait_for_finalizing();
   }
+  void finish_invalidations_later() noexcept override;
 
   // What a caller already knows of [start, start+len) when it calls get() after find() in the
   // same request.  `absent`: find() met no entry that could serve it (none, or only dead ones

@@ -1,6 +1,7 @@
 #include "monitor/device_monitor.h"
 
 #include <mutex>
+#include <new>
 #include <span>
 #include <utility>
 #include <vector>
@@ -62,7 +63,12 @@ void DeviceMonitor::observe(hmem::Iface& iface, const hmem::PointerInfo& memory)
   }
   if (all_known) return;  // the common case: nothing new
   std::vector<std::pair<uint64_t, uint64_t>> stale;
-  {
+  // Out of memory midway, what was found stale and forgotten is still notified before the
+  // caller hears of it: a record is erased only once its range is in `stale` (a forgotten
+  // record's caches would never be told again), and a piece left unrecorded is seen again
+  // at its next registration.
+  bool ran_out_of_memory = false;
+  try {
     std::unique_lock<std::shared_mutex> lock(mutex_);
     for (const Piece& piece : pieces) {
       const uint64_t end = piece.base + piece.length;
@@ -83,12 +89,15 @@ void DeviceMonitor::observe(hmem::Iface& iface, const hmem::PointerInfo& memory)
       }
       known_.emplace(piece.base, Known{piece.length, piece.alloc_id, memory.iface});
     }
+  } catch (const std::bad_alloc&) {
+    ran_out_of_memory = true;
   }
   for (const auto& [start, stop] : stale) {
     generation_.fetch_add(1, std::memory_order_acq_rel);
     DmabufShares::instance().forget_range(start, stop);
     notify(start, stop);
   }
+  if (ran_out_of_memory) throw std::bad_alloc();
 }
 
 bool DeviceMonitor::watch(hmem::Iface& iface, const hmem::PointerInfo& memory) {

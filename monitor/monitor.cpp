@@ -201,7 +201,14 @@ void Monitor::notify_from_application(uintptr_t start, uintptr_t end) {
       if (sink == nullptr) continue;
       sink->invalidate(start, end);
       if (!sink->has_deferred()) continue;
-      pinned.push_back(Pinned{slot, sink});  // (first: a pin is never taken and then lost)
+      try {
+        pinned.push_back(Pinned{slot, sink});  // (first: a pin is never taken and then lost)
+      } catch (const std::bad_alloc&) {
+        // The range is dropped already; only its deregistrations wait, for the reaper, and
+        // the other sinks are still told.  (A throw here lost their invalidations.)
+        sink->finish_invalidations_later();
+        continue;
+      }
       pins_[slot].fetch_add(1, std::memory_order_relaxed);  // (the unlock publishes it)
     }
   }

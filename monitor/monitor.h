@@ -31,6 +31,10 @@ class InvalidationSink {
   // Whether invalidate() deferred any is what has_deferred() says.
   virtual bool has_deferred() const { return false; }
   virtual void finish_invalidations() {}
+  // Instead of finish_invalidations(), when the notifying thread could not keep the sink for
+  // it (out of memory): the deregistrations it deferred are left to whoever deregisters the
+  // sink's dead entries next (hmr's reaper).  Allocates nothing, throws nothing.
+  virtual void finish_invalidations_later() noexcept {}
 
  protected:
   ~InvalidationSink() = default;

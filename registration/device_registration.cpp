@@ -167,7 +167,7 @@ Result<nic::Registration> DeviceCacheBackend::register_range(uintptr_t start, ui
 }
 
 void DeviceCacheBackend::deregister(nic::Registration& registration, uintptr_t /*start*/,
-                                    uint64_t /*len*/) {
+                                    uint64_t /*len*/) noexcept {
   // The hold closes its export or unmaps its shadow after the NIC let go, outside the lock.
   DeviceHold released;
   {

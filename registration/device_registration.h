@@ -44,7 +44,7 @@ class DeviceCacheBackend final : public CacheBackend {
   explicit DeviceCacheBackend(NicRegistrar& registrar) : registrar_(registrar) {}
   Result<nic::Registration> register_range(uintptr_t start, uint64_t len,
                                            const CacheKey& key) override;
-  void deregister(nic::Registration& registration, uintptr_t start, uint64_t len) override;
+  void deregister(nic::Registration& registration, uintptr_t start, uint64_t len) noexcept override;
 
   // The export of a cached registration (for hmr_mr_query and hmr_mr_sync): fd and offset of
   // its first byte, or its host shadow, which every MR inside the entry shares (valid while

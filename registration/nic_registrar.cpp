@@ -251,7 +251,7 @@ Result<nic::Registration> NicRegistrar::register_indirect(
   return registered;
 }
 
-Status NicRegistrar::deregister_memory(nic::Registration& registration, Tally tally) {
+Status NicRegistrar::deregister_memory(nic::Registration& registration, Tally tally) noexcept {
   const uint64_t pinned = registration.pinned_bytes;  // (the NIC may clear the record)
   const Stopwatch stopwatch;
   ++deregistering_here;
@@ -259,7 +259,13 @@ Status NicRegistrar::deregister_memory(nic::Registration& registration, Tally ta
     struct Leave {
       ~Leave() { --deregistering_here; }
     } leave;
-    return nic_.deregister(registration);
+    try {
+      return nic_.deregister(registration);
+    } catch (const std::bad_alloc&) {
+      return out_of_memory();
+    } catch (...) {
+      return Status(HMR_EIO, "NIC dereg threw");  // (as short: nothing allocated)
+    }
   }();
   unreserve(pinned, /*at_nic=*/true);  // dropped either way (see the header)
   if (status.ok()) {
@@ -340,7 +346,8 @@ Result<nic::Registration> NicRegistrar::register_range(uintptr_t start, uint64_t
   return register_memory(request);
 }
 
-void NicRegistrar::deregister(nic::Registration& registration, uintptr_t start, uint64_t len) {
+void NicRegistrar::deregister(nic::Registration& registration, uintptr_t start,
+                              uint64_t len) noexcept {
   // A cache entry does not keep the pinned bytes; register_range's request pinned these.
   const iovec segment = {reinterpret_cast<void*>(start), len};
   registration.pinned_bytes =

@@ -81,8 +81,11 @@ class NicRegistrar final : public CacheBackend {
   // a NIC registration is made: a cache hit proves the range was mapped and still is.
   Status check_allocated(std::span<const iovec> segments) const;
   // A failure is logged (with the NIC's reason) and returned; the registration is dropped
-  // either way, since hmr cannot make a NIC let go.
-  Status deregister_memory(nic::Registration& registration, Tally tally = Tally::counted);
+  // either way, since hmr cannot make a NIC let go.  Never throws (the caches deregister on
+  // hmr's reaper thread and in destructors): an exception from the NIC's code, such as
+  // std::bad_alloc while it builds its reason, is its failure.
+  Status deregister_memory(nic::Registration& registration,
+                           Tally tally = Tally::counted) noexcept;
   // Re-registers `registration` in place on the NIC (new range, protection domain and/or
   // access), giving back idle registrations while the NIC refuses for resources and leaves the
   // registration as it was (a new key, more pinned pages); then its pinned bytes follow (its
@@ -101,7 +104,7 @@ class NicRegistrar final : public CacheBackend {
   // CacheBackend: a host-memory cache miss.
   Result<nic::Registration> register_range(uintptr_t start, uint64_t len,
                                            const CacheKey& key) override;
-  void deregister(nic::Registration& registration, uintptr_t start, uint64_t len) override;
+  void deregister(nic::Registration& registration, uintptr_t start, uint64_t len) noexcept override;
 
   nic::Nic& nic() const { return nic_; }
   NicCounters counters() const;

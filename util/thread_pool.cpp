@@ -103,6 +103,8 @@ void ThreadPool::work_through(Batch& batch) {
         // (out_of_memory() allocates nothing: a throw from here would leave the batch's
         // helpers behind on a dead stack.)
         status = out_of_memory();
+      } catch (...) {
+        status = Status(HMR_EIO, "task threw");  // (as short: nothing allocated)
       }
       if (!status.ok()) batch.failed.store(true, std::memory_order_relaxed);
     }
@@ -115,8 +117,9 @@ void ThreadPool::work_through(Batch& batch) {
 void ThreadPool::start_workers_locked() {
   try {
     while (threads_.size() < worker_count_) threads_.emplace_back([this] { worker_loop(); });
-  } catch (const std::system_error&) {
-    // No more threads for now: the callers do the work themselves.
+  } catch (const std::exception&) {
+    // No more threads for now (std::system_error), or no memory for one (std::bad_alloc):
+    // the callers do the work themselves.
   }
 }
 

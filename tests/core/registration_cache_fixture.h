@@ -106,7 +106,7 @@ class FakeBackend final : public CacheBackend {
     live.insert(id);
     return registration;
   }
-  void deregister(nic::Registration& registration, uintptr_t, uint64_t) override {
+  void deregister(nic::Registration& registration, uintptr_t, uint64_t) noexcept override {
     const auto id = reinterpret_cast<uint64_t>(registration.handle);
     if (during_deregister) during_deregister(id);
     std::lock_guard<std::mutex> lock(mutex);
