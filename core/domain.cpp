@@ -509,24 +509,22 @@ Domain::MrSlotReservation::~MrSlotReservation() {
   if (handed_out_) return;
   if (holds_key_) domain_.requested_keys_.release(key_);
   domain_.release_mr_slot();
-  domain_.stats_.record_registration(false);
 }
 
 Result<Domain::Registered> Domain::register_memory(const hmr_mr_attr& attr, uint64_t flags,
                                                    RegistrationCache::Probe probed) {
+  RegistrationFailureTally tally(stats_);
   Result<MrRequest> request = validate_mr_request(attr, flags, rules_);
   Status status = request.ok() ? check_paging(*request) : request.status();
   if (status.ok()) status = resolve(*request);
   if (status.ok() && shared_like_a_hit(*request)) {
     if (std::optional<Result<Registered>> shared = register_shared(*request, probed)) {
+      if (shared->ok()) tally.settle();
       return std::move(*shared);
     }  // else an event queue was bound meanwhile: the MR below is asynchronous
   }
   if (status.ok()) status = reserve_mr_slot();
-  if (!status.ok()) {
-    stats_.record_registration(false);
-    return status;
-  }
+  if (!status.ok()) return status;
   MrSlotReservation reservation(*this);
   if (request->requested_key) {
     HMR_RETURN_IF_ERROR(requested_keys_.reserve(*request->requested_key));
@@ -541,12 +539,14 @@ Result<Domain::Registered> Domain::register_memory(const hmr_mr_attr& attr, uint
       region->mark_submitted(EventQueue::reserve());
       registrar_->submit(region.get());
       reservation.handed_out();
+      tally.settle();  // (its completion counts it)
       stats_.record_mr_open(length);
       return Registered{region.release(), nullptr};
     }
   }
   HMR_RETURN_IF_ERROR(region->register_now());
   reservation.handed_out();
+  tally.settle();
   stats_.record_registration(true);
   stats_.record_mr_open(length);
   return Registered{region.release(), nullptr};

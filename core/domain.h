@@ -171,8 +171,8 @@ class Domain : public Tagged<ObjectClass::domain> {
   void release_mr_slot();
   Status mr_cnt_reached() const;
   // A full-path MR's slot (taken with reserve_mr_slot) and its requested key once reserved,
-  // given back with a failed registration counted unless handed_out(): on every return, and
-  // when a step throws (out of memory: the slot stayed taken, and the domain, counting an MR
+  // given back unless handed_out() (the failure is counted by the call's
+  // RegistrationFailureTally): on every return, and when a step throws (out of memory: the slot stayed taken, and the domain, counting an MR
   // nobody could close, never closed).
   class MrSlotReservation {
    public:

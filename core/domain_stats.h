@@ -36,6 +36,25 @@ class DomainStats {
       rma_ops_{0}, rma_bytes_{0}, rma_errors_{0};
 };
 
+// A registration call's failure, counted once however the call ends: with a failure it
+// returns, or with an exception (out of memory) from anywhere in it.  The call settle()s it
+// where it succeeded, or where something else counts the outcome (an asynchronous
+// registration's completion).
+class RegistrationFailureTally {
+ public:
+  explicit RegistrationFailureTally(DomainStats& stats) : stats_(stats) {}
+  ~RegistrationFailureTally() {
+    if (!settled_) stats_.record_registration(false);
+  }
+  RegistrationFailureTally(const RegistrationFailureTally&) = delete;
+  RegistrationFailureTally& operator=(const RegistrationFailureTally&) = delete;
+  void settle() { settled_ = true; }
+
+ private:
+  DomainStats& stats_;
+  bool settled_ = false;
+};
+
 inline hmr_domain_stats DomainStats::snapshot() const {
   hmr_domain_stats stats{};
   stats.size = sizeof stats;

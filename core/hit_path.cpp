@@ -248,10 +248,7 @@ std::optional<Result<Domain::Registered>> Domain::register_shared(
   const uint64_t length = segment.iov_len;
   CachedMr::reserve();  // may throw bad_alloc: nothing is taken yet
   const ThreadSlot slot = this_thread_slot();
-  if (!mr_credits_.take(slot)) {
-    stats_.record_registration(false);
-    return Result<Registered>(mr_cnt_reached());
-  }
+  if (!mr_credits_.take(slot)) return Result<Registered>(mr_cnt_reached());
   // Open from before the NIC is called, as a MemoryRegion is: binding an event queue or
   // closing the domain meanwhile sees it.
   if (!open_shared(slot, length)) {
@@ -275,10 +272,7 @@ std::optional<Result<Domain::Registered>> Domain::register_shared(
   const CacheKey key = cache_key(request);
   if (!(key == hit_key(request.access))) probed = RegistrationCache::Probe::not_done;
   Result<CacheHandle> handle = cache_->get(start, length, key, probed);
-  if (!handle.ok()) {
-    stats_.record_registration(false);
-    return Result<Registered>(handle.status());
-  }
+  if (!handle.ok()) return Result<Registered>(handle.status());
   give_back.armed = false;
   return Result<Registered>(Registered{
       nullptr, hand_out(*cache_, *handle, start, length, request.access, request.context, slot)});

@@ -43,6 +43,7 @@ Status check_piece(const Domain& domain, const Domain::IndirectPiece& piece, siz
 
 Result<MemoryRegion*> Domain::register_indirect(std::span<const IndirectPiece> pieces,
                                                 uint64_t access) {
+  RegistrationFailureTally tally(stats_);
   const nic::Support available = operation_support(HMR_MD_OP_INDIRECT);
   if (!available.available) return make_error(HMR_ENOSYS, "%s", available.reason.c_str());
   MrRequest request;
@@ -66,6 +67,7 @@ Result<MemoryRegion*> Domain::register_indirect(std::span<const IndirectPiece> p
   auto region = std::make_unique<MemoryRegion>(*this, std::move(request));
   HMR_RETURN_IF_ERROR(region->register_indirect(std::move(parts), segments));
   reservation.handed_out();
+  tally.settle();
   stats_.record_registration(true);
   stats_.record_mr_open(length);
   return region.release();

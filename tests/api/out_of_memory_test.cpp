@@ -153,6 +153,13 @@ uint64_t fail_each_allocation_of_a_miss(uint64_t caps, hmr_mr_path path, Registe
     const int rc = reg(domain, &mr);
     const bool failed = disarm();
     expect_success_or_enomem(rc, nth, "the registration");
+    // Counted as what it was: a failed registration is an error in the statistics (the
+    // shared-handle path's give-back did not count one when the cache threw).
+    hmr_domain_stats stats{};
+    stats.size = sizeof stats;
+    EXPECT_EQ(hmr_domain_query_stats(domain, &stats), 0) << hmr_last_error();
+    EXPECT_EQ(stats.registrations, rc == 0 ? 1u : 0u) << "allocation " << nth;
+    EXPECT_EQ(stats.registration_errors, rc == 0 ? 0u : 1u) << "allocation " << nth;
     if (rc == 0) {
       EXPECT_EQ(hmr_hmem_test::mr_info(mr).path, path);
       EXPECT_EQ(hmr_mr_close(mr), 0) << hmr_last_error();
