@@ -38,7 +38,7 @@ Status DeferredReaper::add(RegistrationCache* cache) {
   // Room first, so that nothing below can fail after the thread started or the cache is
   // listed (a cache that attach() took for unlisted would be left on its monitor).
   try {
-    caches_.reserve(caches_.size() + 1);
+    if (caches_.size() == caches_.capacity()) caches_.reserve(2 * caches_.size() + 1);
     if (spare_.capacity() < caches_.size() + 1) {
       std::vector<RegistrationCache*> larger;
       larger.reserve(2 * (caches_.size() + 1));

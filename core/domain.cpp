@@ -417,14 +417,25 @@ size_t Domain::CachePressureRelief::release_unused_exports(size_t count, ExportR
                                                which == ExportRelief::any_holders);
 }
 
-Domain::~Domain() {
-  // First: another domain's registration may be giving back this one's idle registrations.
-  if (listed_as_export_holder_) ExportHolders::instance().remove(pressure_relief_);
+Domain::~Domain() { release_caches(); }
+
+void Domain::release_caches() {
+  // First: another domain's registration may be giving back this one's idle registrations,
+  // retired here and deregistered on that thread after this cache's lock; remove() waits for
+  // that call to end.  (Before, the NIC was closed under that deregistration: ofi's fi_close
+  // of the domain met the MR.)
+  if (listed_as_export_holder_) {
+    ExportHolders::instance().remove(pressure_relief_);
+    listed_as_export_holder_ = false;
+  }
   nic_registrar_.set_pressure_relief(nullptr);  // the caches go first
   if (cache_) DeviceMonitor::instance().remove_sink(cache_.get());
   device_cache_.reset();
-  cache_.reset();  // deregisters what it holds, leaves the monitor
-  if (monitor_ != nullptr) release_monitor(monitor_);
+  cache_.reset();  // deregisters what it holds, leaves the monitor and the reaper
+  if (monitor_ != nullptr) {
+    release_monitor(monitor_);
+    monitor_ = nullptr;
+  }
 }
 
 Status Domain::prepare_close() {
@@ -451,15 +462,11 @@ Status Domain::prepare_close() {
 }
 
 Status Domain::close_nic() {
-  // Off the list first: another domain's registration may be giving back this one's idle
-  // device registrations, retired here and deregistered on that thread after this cache's
-  // lock (its flush below does not see them); remove() waits for that call to end.  Before,
-  // the NIC was closed under that deregistration (ofi: fi_close of the domain met the MR).
-  if (listed_as_export_holder_) {
-    ExportHolders::instance().remove(pressure_relief_);
-    listed_as_export_holder_ = false;
-  }
-  flush_cache();  // nothing of ours may be left registered on what the NIC closes
+  // Nothing of ours may be left registered on what the NIC closes, nor deregistered after it:
+  // the caches go whole, not only flushed (what a flush could not finalize, and the reaper or
+  // a monitor's notification still reaching a cache, deregistered on a closed verbs context:
+  // found by a review).
+  release_caches();
   return nic_->close_native();
 }
 

@@ -156,6 +156,10 @@ class Domain : public Tagged<ObjectClass::domain> {
  private:
   Domain(std::unique_ptr<nic::Nic> nic, const DomainRules& rules, const Environment& environment);
   Status open_cache(const hmr_domain_attr& attr, hmr_domain_attr* negotiated);
+  // Leaves the export holders' list, destroys both caches (each deregisters what it holds and
+  // leaves its monitor and the reaper) and releases the monitor.  Once only matters: the
+  // domain's close, before the NIC closes; the destructor again (nothing left to do then).
+  void release_caches();
   // The host cache under one monitor; leaves cache_ and monitor_ unset when it cannot start.
   // A cache of this domain's NIC (kept off hmr's own threads where the application
   // serializes the NIC's calls), not yet attached.

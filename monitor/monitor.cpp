@@ -195,6 +195,11 @@ void Monitor::notify_from_application(uintptr_t start, uintptr_t end) {
   std::vector<Pinned> pinned;
   {
     std::lock_guard<std::recursive_mutex> lock(sinks_mutex_);
+    // Room for every sink first, so that the fallback below is for a heap already full.
+    try {
+      pinned.reserve(sinks_end_);
+    } catch (const std::bad_alloc&) {
+    }
     const DeferScope defer;
     for (unsigned slot = 0; slot < sinks_end_; ++slot) {
       InvalidationSink* sink = sinks_[slot];

@@ -185,10 +185,11 @@ class Nic {
   // hmr_domain_attr.nic_handle; null when the NIC has none to show.
   virtual void* native_handle() const { return nullptr; }
   // Closes the native objects the NIC opened itself, once nothing of hmr's is registered on
-  // them (the domain's close; the NIC is destroyed next, whatever this returns).  An error
-  // (HMR_EBUSY: objects the application opened on native_handle() were still open) says what
-  // could not be closed and was left open.  Nothing to do for a NIC that opened nothing or
-  // wraps the application's objects.
+  // them (the domain's close, after its caches are gone; the NIC is destroyed next, whatever
+  // this returns).  An error (HMR_EIO: objects the application made on native_handle() were
+  // still there) says what went wrong: ofi leaves libfabric's domain open, verbs closes the
+  // device all the same.  Nothing to do for a NIC that opened nothing or wraps the
+  // application's objects.
   virtual Status close_native() { return ok_status(); }
 
   // Re-reads the translation of [segments] after the application changed the pages.

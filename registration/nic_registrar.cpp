@@ -274,8 +274,8 @@ Status NicRegistrar::deregister_memory(nic::Registration& registration, Tally ta
       deregistration_ns_.fetch_add(stopwatch.elapsed_ns(), std::memory_order_relaxed);
     }
   } else {
-    log_message(LogLevel::warn, "NIC deregistration failed, registration dropped: %s",
-                status.reason().c_str());
+    log_message(LogLevel::warn, "NIC deregistration failed (%s), registration dropped: %s",
+                hmr_strerror(status.code()), status.reason().c_str());
   }
   return status;
 }

@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <new>
 
 #include "hmem/page_range.h"
 #include "util/log.h"
@@ -37,9 +38,15 @@ Result<std::unique_ptr<ShadowBuffer>> ShadowBuffer::create(hmem::Iface& iface, v
 
 ShadowBuffer::~ShadowBuffer() {
   if (host_registered_) {
-    Status unpinned = iface_.host_unregister(host_);
-    if (!unpinned.ok()) {
-      log_message(LogLevel::warn, "host shadow at %p: %s", host_, unpinned.reason().c_str());
+    // (A runtime's failure is described in strings: out of memory for them must not end the
+    // process from a destructor, which runs on hmr's reaper too.)
+    try {
+      Status unpinned = iface_.host_unregister(host_);
+      if (!unpinned.ok()) {
+        log_message(LogLevel::warn, "host shadow at %p: %s", host_, unpinned.reason().c_str());
+      }
+    } catch (const std::bad_alloc&) {
+      log_message(LogLevel::warn, "host shadow at %p: unpinning failed, out of memory", host_);
     }
   }
   munmap(host_, mapped_);

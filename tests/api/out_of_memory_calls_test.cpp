@@ -158,7 +158,7 @@ TEST_P(OutOfMemoryCalls, EachAllocationFailsCleanly) {
     made.close_after_domain();
     if (std::strcmp(scenario.nic, "verbs") == 0) {
       // (A leaked MR failed the close above; closing the context destroyed it.)
-      for (const char* kind : {"mrs", "pds", "contexts"}) {
+      for (const char* kind : {"mrs", "pds", "contexts", "destroyed_by_close"}) {
         EXPECT_EQ(fake_verbs_live(kind), 0) << scenario.name << ", allocation " << nth << ": "
                                             << kind << " left at the fake libibverbs";
       }

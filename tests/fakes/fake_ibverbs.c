@@ -54,6 +54,9 @@ struct fake_mr *mrs[MAX_OBJECTS];
 static struct fake_mw *mws[MAX_OBJECTS];
 static struct fake_qp *qps[MAX_OBJECTS];
 static int device_lists;
+/* Objects a context's close destroyed because their owner had not (see
+ * destroy_objects_of_locked): a leak the kernel would have cleaned up, which tests count. */
+static int destroyed_by_close;
 
 static struct fake_ibverbs_registration registrations[MAX_REGISTRATIONS];
 static int registration_count;
@@ -193,6 +196,7 @@ static void reset_locked(void) {
   rereg_result = rereg_errno = 0;
   next_key = 1;
   device_lists = 0;
+  destroyed_by_close = 0;
   registration_count = 0;
   pinned_vm_pages = 0;
   fork_kernel_copies = 1;
@@ -751,6 +755,7 @@ static void destroy_objects_of_locked(const struct ibv_context *context) {
     if (mws[i] != NULL && mws[i]->mw.pd->context == context) {
       free(mws[i]);
       mws[i] = NULL;
+      ++destroyed_by_close;
     }
   }
   for (int i = 0; i < MAX_OBJECTS; ++i) {
@@ -760,18 +765,21 @@ static void destroy_objects_of_locked(const struct ibv_context *context) {
     pinned_vm_pages -= mr->pinned_pages;
     if (mr->dontfork) undo_dontfork_locked(mr);
     free(mr);
+    ++destroyed_by_close;
   }
-  umr_destroy_context_locked(context);
+  destroyed_by_close += umr_destroy_context_locked(context);
   for (int i = 0; i < MAX_OBJECTS; ++i) {
     if (qps[i] != NULL && qps[i]->qp.context == context) {
       free(qps[i]);
       qps[i] = NULL;
+      ++destroyed_by_close;
     }
   }
   for (int i = 0; i < MAX_OBJECTS; ++i) {
     if (pds[i] != NULL && pds[i]->context == context) {
       free(pds[i]);
       pds[i] = NULL;
+      ++destroyed_by_close;
     }
   }
 }
@@ -1104,6 +1112,7 @@ EXPORT int fake_ibverbs_live(const char *kind) {
   if (strcmp(kind, "mws") == 0) count = count_objects((void *const *)mws);
   if (strcmp(kind, "qps") == 0) count = count_objects((void *const *)qps);
   if (strcmp(kind, "device_lists") == 0) count = device_lists;
+  if (strcmp(kind, "destroyed_by_close") == 0) count = destroyed_by_close;
   if (strcmp(kind, "pinned_pages") == 0) count = (int)pinned_vm_pages;
   if (count < 0) count = umr_live(kind);
   pthread_mutex_unlock(&fake_lock);

@@ -132,7 +132,8 @@ typedef void (*fake_ibverbs_set_rereg_result_fn)(int result, int err);
 typedef int (*fake_ibverbs_call_count_fn)(const char *name);
 /* Objects alive now: "contexts", "pds", "mrs", "mws", "qps", "device_lists", "pinned_pages"
  * (the process's pinned_vm as the fake keeps it, in pages), and the UMR
- * side's "cqs", "umr_qps", "mkeys". */
+ * side's "cqs", "umr_qps", "mkeys"; and "destroyed_by_close", the objects (of any kind)
+ * ibv_close_device destroyed since reset because nobody had (as the kernel does). */
 typedef int (*fake_ibverbs_live_fn)(const char *kind);
 /* The registrations made since reset: copies up to `max`, returns how many there were. */
 typedef int (*fake_ibverbs_registrations_fn)(struct fake_ibverbs_registration *out, int max);

@@ -69,8 +69,9 @@ extern const struct fake_mlx5_ops fake_mlx5_ops;
 int umr_live(const char *kind); /* -1 for a kind it does not keep */
 int umr_mkeys_of(struct ibv_context *context); /* indirect mkeys made on `context` */
 int umr_objects_on_pd(const struct ibv_pd *pd); /* UMR QPs and mkeys made on `pd` */
-/* Frees the CQs, UMR QPs and mkeys of `context` (its close: the kernel destroys them). */
-void umr_destroy_context_locked(const struct ibv_context *context);
+/* Frees the CQs, UMR QPs and mkeys of `context` (its close: the kernel destroys them); how
+ * many there were. */
+int umr_destroy_context_locked(const struct ibv_context *context);
 /* Whether `context` has no key left for one more MR (`window` 0) or memory window (1). */
 int mkeys_full(struct ibv_context *context, int window);
 

@@ -75,21 +75,26 @@ int umr_objects_on_pd(const struct ibv_pd *pd) {
   return count;
 }
 
-void umr_destroy_context_locked(const struct ibv_context *context) {
+int umr_destroy_context_locked(const struct ibv_context *context) {
+  int destroyed = 0;
   for (int i = 0; i < MAX_OBJECTS; ++i) {
     if (mkeys[i] != NULL && mkeys[i]->pd->context == context) {
       free(mkeys[i]);
       mkeys[i] = NULL;
+      ++destroyed;
     }
     if (umr_qps[i] != NULL && umr_qps[i]->qpx.qp_base.context == context) {
       free(umr_qps[i]);
       umr_qps[i] = NULL;
+      ++destroyed;
     }
     if (cqs[i] != NULL && cqs[i]->cq.context == context) {
       free(cqs[i]);
       cqs[i] = NULL;
+      ++destroyed;
     }
   }
+  return destroyed;
 }
 
 int umr_mkeys_of(struct ibv_context *context) {

@@ -1,6 +1,7 @@
 #include "tests/nic/fake_ibverbs_library.h"
 
 #include <dlfcn.h>
+#include <gtest/gtest.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -85,8 +86,10 @@ AppPd::AppPd(const FakeIbverbs& fake, int index) : fake_(fake) {
 }
 
 AppPd::~AppPd() {
-  if (fake_.dealloc_pd(pd_) != 0) std::fprintf(stderr, "AppPd: ibv_dealloc_pd failed\n");
-  if (fake_.close_device(context_) != 0) std::fprintf(stderr, "AppPd: ibv_close_device failed\n");
+  // (A refusal means something was left on the application's PD: hmr's, since the tests
+  // destroy their own first.  The fixture's "destroyed_by_close" check then fails too.)
+  if (fake_.dealloc_pd(pd_) != 0) ADD_FAILURE() << "AppPd: ibv_dealloc_pd failed: objects left on it";
+  if (fake_.close_device(context_) != 0) ADD_FAILURE() << "AppPd: ibv_close_device failed";
 }
 
 int open_fd_count() {

@@ -74,6 +74,8 @@ TEST_F(VerbsDomainTest, AQpLeftOnThePdHmrAllocatedFailsTheCloseWithAReason) {
   EXPECT_EQ(fake().live("contexts"), 0);
   EXPECT_EQ(fake().live("pds"), 0);
   EXPECT_EQ(fake().live("qps"), 0);
+  EXPECT_EQ(fake().live("destroyed_by_close"), 2) << "the QP and the PD";
+  expected_destroyed_by_close_ = 2;
   fake().destroy_qp(qp);  // (already gone with the context: the fake ignores it)
 
   // Destroyed first, the close is clean.

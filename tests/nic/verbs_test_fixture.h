@@ -40,12 +40,20 @@ class VerbsTest : public ::testing::Test {
     fds_before_ = open_fd_count();
   }
   void TearDown() override {
+    if (nic_ != nullptr) {
+      const Status closed = nic_->close_native();
+      EXPECT_TRUE(closed.ok()) << closed.reason();
+    }
     nic_.reset();
     app_.reset();
     for (const char* kind : {"contexts", "pds", "mrs", "mws", "qps", "device_lists", "cqs",
                              "umr_qps", "mkeys"}) {
       EXPECT_EQ(fake_->live(kind), 0) << kind << " left behind";
     }
+    // A context's close destroys what is left on it, as the kernel does: what it found is a
+    // leak all the same.
+    EXPECT_EQ(fake_->live("destroyed_by_close"), expected_destroyed_by_close_)
+        << "objects left on a PD until its device closed";
     EXPECT_EQ(open_fd_count(), fds_before_) << "an fd leaked";
     unsetenv("HMR_IBVERBS_LIBRARY");
     unsetenv("HMR_MLX5_LIBRARY");
@@ -128,6 +136,7 @@ class VerbsTest : public ::testing::Test {
   }
 
   const FakeIbverbs* fake_ = nullptr;
+  int expected_destroyed_by_close_ = 0;  // (a test that leaves objects on purpose says how many)
   std::unique_ptr<AppPd> app_;
   std::unique_ptr<nic::Nic> nic_;
   int fds_before_ = 0;
