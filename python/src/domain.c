@@ -36,8 +36,10 @@ void hmr_py_close_in_dealloc(PyObject *child, int (*close)(PyObject *))
 {
 	PyObject *type, *value, *trace; /* (an exception on its way stays as it was) */
 	PyErr_Fetch(&type, &value, &trace);
+	/* (Reported against the type: the object itself is being freed, and the hook would take
+	 * a reference to it and drop it, running this dealloc a second time.) */
 	if (close(child) != 0)
-		PyErr_WriteUnraisable(child);
+		PyErr_WriteUnraisable((PyObject *)Py_TYPE(child));
 	PyErr_Restore(type, value, trace);
 }
 
@@ -124,10 +126,14 @@ static PyObject *domain_close(HmrPyDomain *self, PyObject *unused)
 	Py_BEGIN_ALLOW_THREADS
 	rc = hmr_domain_close(handle);
 	Py_END_ALLOW_THREADS
-	if (rc != 0) {
+	if (rc == -HMR_EBUSY) { /* nothing was closed (hmr.h): still open, still ours */
 		self->handle = handle;
 		return hmr_py_raise(rc, "hmr_domain_close");
 	}
+	/* Any other failure closed the domain all the same (hmr.h: a NIC's close that went
+	 * wrong, -HMR_EIO): the handle is gone, and only the error is left to say. */
+	if (rc != 0)
+		return hmr_py_raise(rc, "hmr_domain_close");
 	Py_RETURN_NONE;
 }
 
@@ -217,7 +223,7 @@ static void domain_dealloc(HmrPyDomain *self)
 		Py_END_ALLOW_THREADS
 		if (rc != 0) {
 			hmr_py_raise(rc, "hmr_domain_close (Domain collected)");
-			PyErr_WriteUnraisable((PyObject *)self);
+			PyErr_WriteUnraisable((PyObject *)type); /* (not self: see above) */
 		}
 		PyErr_Restore(error_type, error, trace);
 	}

@@ -68,16 +68,21 @@ int hmr_py_endpoint_close(PyObject *obj)
 	Py_END_ALLOW_THREADS
 	--domain->in_flight;
 	self->closing = 0;
-	if (rc != 0) {
+	if (rc == -HMR_EBUSY) { /* nothing was closed (hmr.h): still open, still ours */
 		hmr_py_raise(rc, "hmr_ep_close");
 		return -1;
 	}
+	/* Any other failure closed it all the same (hmr.h): the handle is let go. */
 	self->ep = NULL;
 	/* Unlinked before the peer is let go: dropping it can run any code (its domain's
 	 * dealloc releases the GIL), and Domain.close on another thread must not find a closed
 	 * endpoint on its list (it looped for ever, or took a dying one for alive). */
 	hmr_py_unlink_child((HmrPyChild *)self);
 	Py_CLEAR(self->peer);
+	if (rc != 0) {
+		hmr_py_raise(rc, "hmr_ep_close");
+		return -1;
+	}
 	return 0;
 }
 

@@ -19,6 +19,11 @@ typedef struct {
 } HmrPyRegion;
 
 static const uint64_t kDefaultAccess = HMR_REMOTE_READ | HMR_REMOTE_WRITE;
+/* The access bits under which the NIC writes into the memory (fi_mr(3)): READ (the local end
+ * of an RMA read: the result lands here), RECV and REMOTE_WRITE.  WRITE and SEND make it the
+ * source the NIC reads; REMOTE_READ lets a peer read it.  Only these need a writable export
+ * (as core/memory_region_ops.cpp's write-prefetch and verbs' LOCAL_WRITE read them). */
+static const uint64_t kNicWrites = HMR_READ | HMR_RECV | HMR_REMOTE_WRITE;
 
 static HmrPyHint *hint_slot(HmrPyDomain *domain, const void *address)
 {
@@ -87,7 +92,7 @@ PyObject *hmr_py_region_new(HmrPyDomain *domain, PyObject *const *args, Py_ssize
 	Py_INCREF((PyObject *)domain);
 	self->domain = domain;
 	self->access = access;
-	if (hmr_py_source_get(args[0], (access & (HMR_WRITE | HMR_REMOTE_WRITE)) != 0,
+	if (hmr_py_source_get(args[0], (access & kNicWrites) != 0,
 			      &self->source) != 0)
 		goto fail;
 	if ((offset || length) && hmr_py_source_narrow(&self->source, offset, length) != 0)

@@ -37,7 +37,8 @@ static int buffer_refused(PyObject *obj, int write)
 	if (PyObject_GetBuffer(obj, &view, PyBUF_ANY_CONTIGUOUS) == 0) {
 		PyBuffer_Release(&view);
 		code = write ? HMR_EACCES : HMR_EINVAL;
-		why = write ? "the buffer is read-only and the access asks for WRITE or REMOTE_WRITE"
+		why = write ? "the buffer is read-only and the access lets the NIC write it (READ, RECV or "
+			      "REMOTE_WRITE)"
 			    : "the object refused its buffer, then gave it when asked again (an "
 			      "exporter that changes its mind cannot be registered)";
 	} else {
@@ -409,8 +410,8 @@ readonly_check:
 	if (write && source->readonly) {
 		hmr_py_source_release(source);
 		hmr_py_raise_code(HMR_EACCES, kWhat,
-				  "the memory is read-only and the access asks for WRITE or "
-				  "REMOTE_WRITE");
+				  "the memory is read-only and the access lets the NIC write it (READ, "
+				  "RECV or REMOTE_WRITE)");
 		return -1;
 	}
 	return 0;

@@ -92,8 +92,15 @@ def test_read_only_buffer_with_remote_write_is_refused(domain):
     with pytest.raises(hmr.AccessError, match="read-only") as caught:
         domain.register(data)
     assert caught.value.code == errno.EACCES
-    with pytest.raises(hmr.AccessError):
-        domain.register(data, hmr.WRITE)
+    # The access bits under which the NIC writes the memory (fi_mr(3)): READ (an RDMA read's
+    # result lands here), RECV, REMOTE_WRITE.  WRITE and SEND make it a source the NIC reads,
+    # which read-only memory can be (the package asked for a writable export under WRITE and
+    # took READ's read-only one: an RDMA read could then overwrite immutable bytes).
+    for nic_writes in (hmr.READ, hmr.RECV, hmr.REMOTE_WRITE, hmr.READ | hmr.WRITE):
+        with pytest.raises(hmr.AccessError, match="read-only"):
+            domain.register(data, nic_writes)
+    for nic_reads in (hmr.WRITE, hmr.SEND, hmr.REMOTE_READ, hmr.WRITE | hmr.SEND | hmr.REMOTE_READ):
+        domain.register(data, nic_reads).close()
     frozen = numpy.zeros(100)
     frozen.flags.writeable = False
     with pytest.raises(hmr.AccessError):
