@@ -82,6 +82,9 @@ static int close_children(HmrPyDomain *self)
 			 * holds makes close() raise BusyError after the loop. */
 			if (child->kind == HMR_PY_ENDPOINT && hmr_py_endpoint_closing((PyObject *)child))
 				continue;
+			/* So is a region whose close deregisters without the GIL. */
+			if (child->kind == HMR_PY_REGION && hmr_py_region_closing((PyObject *)child))
+				continue;
 			/* Closing may run Python code (a DLPack deleter, a source's finaliser) that
 			 * closes other children: start again from the head each time. */
 			Py_INCREF((PyObject *)child);

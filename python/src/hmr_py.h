@@ -168,6 +168,8 @@ int hmr_py_remote_key_close(PyObject *rkey);
 int hmr_py_endpoint_close(PyObject *endpoint);
 /* Whether another thread (or a dealloc) is inside the endpoint's close, without the GIL. */
 int hmr_py_endpoint_closing(PyObject *endpoint);
+/* A region whose close (a NIC deregistration) runs without the GIL on another thread. */
+int hmr_py_region_closing(PyObject *obj);
 PyObject *hmr_py_remote_key_new(HmrPyDomain *domain, PyObject *blob);
 PyObject *hmr_py_endpoint_new(HmrPyDomain *domain);
 /* For Endpoint.write/read: the MR behind a region object (its descriptor), or NULL. */

@@ -13,6 +13,9 @@ typedef struct {
 	Py_ssize_t in_flight; /* sync() and Endpoint transfers using it, running without the
 			       * GIL: close() refuses while any runs (it would free the MR) */
 	uint64_t access;
+	int deregisters_on_close; /* the cache does not keep it: its close is a NIC deregistration,
+				   * made without the GIL as its miss was */
+	int closing; /* such a close is running without the GIL (mr is NULL meanwhile) */
 	int queried; /* info below read (hmr_mr_query) */
 	struct hmr_mr_info info;
 	HmrPySource source;
@@ -121,10 +124,14 @@ PyObject *hmr_py_region_new(HmrPyDomain *domain, PyObject *const *args, Py_ssize
 		struct hmr_mr_info info;
 		memset(&info, 0, sizeof info);
 		info.size = sizeof info;
-		if (rc == 0 && hmr_mr_query(self->mr, &info) == 0 && info.cached) {
-			hint->address = (uintptr_t)address;
-			hint->length = bytes;
-			hint->access = access;
+		if (rc == 0 && hmr_mr_query(self->mr, &info) == 0) {
+			if (info.cached) {
+				hint->address = (uintptr_t)address;
+				hint->length = bytes;
+				hint->access = access;
+			} else {
+				self->deregisters_on_close = 1;
+			}
 		}
 	}
 	if (rc != 0) {
@@ -152,8 +159,26 @@ int hmr_py_region_close(PyObject *obj)
 				  "is running on another thread");
 		return -1;
 	}
-	int rc = hmr_mr_close(self->mr);
+	hmr_mr *mr = self->mr;
+	int rc;
+	if (self->deregisters_on_close) {
+		/* As long as the miss that made it: without the GIL.  Meanwhile the region reads as
+		 * closed (its MR is NULL: no transfer or sync starts on it), Domain.close refuses
+		 * (in flight) and passes it by if it runs already (closing). */
+		HmrPyDomain *domain = self->domain;
+		self->mr = NULL;
+		self->closing = 1;
+		++domain->in_flight;
+		Py_BEGIN_ALLOW_THREADS
+		rc = hmr_mr_close(mr);
+		Py_END_ALLOW_THREADS
+		--domain->in_flight;
+		self->closing = 0;
+	} else {
+		rc = hmr_mr_close(mr);
+	}
 	if (rc == -HMR_EBUSY) { /* nothing was closed (hmr.h): still open, still ours */
+		self->mr = mr;
 		hmr_py_raise(rc, "hmr_mr_close");
 		return -1;
 	}
@@ -165,6 +190,11 @@ int hmr_py_region_close(PyObject *obj)
 	hmr_py_unlink_child((HmrPyChild *)self);
 	hmr_py_source_release(&self->source); /* (keeps an exception set aside while it runs) */
 	return rc != 0 ? -1 : 0;
+}
+
+int hmr_py_region_closing(PyObject *obj)
+{
+	return ((HmrPyRegion *)obj)->closing;
 }
 
 hmr_mr *hmr_py_region_mr(PyObject *obj)

@@ -341,3 +341,53 @@ def test_sync_reads_its_numbers_before_it_looks_at_the_region():
 
         with pytest.raises(hmr.ClosedError):
             region.sync(hmr.SYNC_TO_DEVICE, 0, ClosesTheRegion())
+
+
+def test_closing_a_registration_the_cache_does_not_keep_releases_the_gil():
+    # Its close is a NIC deregistration, as long as the miss that made it: made with the GIL
+    # held before, while every other thread waited.  A cached one's close only drops a
+    # reference, with the GIL held.  A Domain.close meanwhile refuses (the close is in
+    # flight), and the region reads as closed.
+    # (The sim NIC deregisters in microseconds, so the other thread does not always get in
+    # while the GIL is let go; with the GIL held it never can.  At least once in 50.)
+    big = numpy.zeros(256 << 20, numpy.uint8)
+    with hmr.Domain("sim", cache_monitor="disabled") as domain:
+        released = 0
+        for _ in range(50):
+            region = domain.register(big)
+            released += _lets_other_threads_run(region.close)
+            region.close()  # (a second close is harmless)
+            if released:
+                break
+        assert released, "every close of an uncached registration held the GIL"
+        assert domain.stats()["nic_deregistrations"] == domain.stats()["nic_registrations"]
+    with hmr.Domain("sim") as domain:
+        region = domain.register(big)
+        assert not _lets_other_threads_run(region.close)
+        assert domain.stats()["nic_deregistrations"] == 0
+
+
+def test_a_domain_close_waits_for_no_region_closing_without_the_gil():
+    # While a region's close deregisters without the GIL on one thread, Domain.close on
+    # another refuses (BusyError) instead of closing the domain under it, and succeeds after.
+    big = numpy.zeros(256 << 20, numpy.uint8)
+    with hmr.Domain("sim", cache_monitor="disabled") as domain:
+        outcomes = []
+        for _ in range(20):
+            region = domain.register(big)
+            started = threading.Event()
+
+            def close_region():
+                started.set()
+                region.close()
+
+            thread = threading.Thread(target=close_region)
+            thread.start()
+            started.wait()
+            try:
+                domain.register(b"x" * 8, hmr.REMOTE_READ).close()
+                outcomes.append("ran")
+            except hmr.Error as error:
+                outcomes.append(type(error).__name__)
+            thread.join()
+        assert all(outcome in ("ran", "BusyError") for outcome in outcomes), outcomes
