@@ -17,6 +17,11 @@ class Error(Exception):
         self.reason = reason
         super().__init__(message if message is not None else f"hmr error {code}: {reason}")
 
+    def __reduce__(self):
+        # Pickled with what __init__ takes (args holds only the message): a worker process's
+        # error reaches its parent (multiprocessing, concurrent.futures) as itself.
+        return (type(self), (self.code, self.reason, str(self)))
+
 
 class InvalidArgumentError(Error, ValueError):
     """HMR_EINVAL: a bad argument — also non-contiguous memory and objects exposing none."""

@@ -36,6 +36,9 @@ def cuda_array_interface(obj: Any) -> tuple[int, int, bool]:
         raise _invalid(f"__cuda_array_interface__ typestr {typestr!r} has no item size")
     if any(n < 0 for n in shape):
         raise _invalid(f"__cuda_array_interface__ shape {shape} has a negative dimension")
+    if strides is not None and len(strides) != len(shape):
+        raise _invalid(f"__cuda_array_interface__ strides {tuple(strides)} do not match shape "
+                       f"{shape}")
     elements = math.prod(shape)
     if strides is not None and elements > 1:
         dims = sorted((s, n) for s, n in zip(strides, shape) if n != 1)

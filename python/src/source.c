@@ -105,7 +105,9 @@ static int dlpack_dense(const DLTensor *t)
 	for (int k = 0; k < n; ++k) {
 		if (t->strides[order[k]] != expected)
 			return 0;
-		expected *= t->shape[order[k]];
+		/* (A shape whose elements overflow 64 bits is no memory at all.) */
+		if (__builtin_mul_overflow(expected, t->shape[order[k]], &expected))
+			return 0;
 	}
 	return 1;
 }

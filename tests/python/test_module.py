@@ -69,3 +69,16 @@ def test_pointer_rejects_negative():
 def test_everything_in_all_exists():
     for name in hmr.__all__:
         assert hasattr(hmr, name), name
+
+
+def test_errors_survive_pickling():
+    # What a worker process raises reaches its parent (multiprocessing, concurrent.futures)
+    # as the same error: args held only the message, and unpickling called Error(message).
+    import pickle
+    with hmr.Domain("sim") as domain:
+        with pytest.raises(hmr.Error) as caught:
+            domain.register(memoryview(bytearray(100))[::2])
+    again = pickle.loads(pickle.dumps(caught.value))
+    assert type(again) is type(caught.value)
+    assert (again.code, again.reason, str(again)) == (caught.value.code, caught.value.reason,
+                                                      str(caught.value))

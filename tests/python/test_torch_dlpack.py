@@ -158,6 +158,9 @@ def test_cuda_array_interface_errors(domain):
     del broken.__cuda_array_interface__["typestr"]
     with pytest.raises(hmr.InvalidArgumentError, match="malformed"):
         domain.register(broken)
+    # Fewer strides than dimensions: zip() cut them to size, and the rest went unchecked.
+    with pytest.raises(hmr.InvalidArgumentError, match="do not match"):
+        domain.register(FakeCudaArray(array, strides=(64,)))
 
 
 @needs_cuda
