@@ -46,4 +46,21 @@ typedef struct DLManagedTensor {
 	void (*deleter)(struct DLManagedTensor *self);
 } DLManagedTensor;
 
+/* DLPack 1.0: the versioned tensor a "dltensor_versioned" capsule holds, with flags (the
+ * array API's __dlpack__(max_version=...)). */
+typedef struct {
+	uint32_t major;
+	uint32_t minor;
+} DLPackVersion;
+
+#define HMR_DLPACK_FLAG_READ_ONLY (1ULL << 0)
+
+typedef struct DLManagedTensorVersioned {
+	DLPackVersion version;
+	void *manager_ctx;
+	void (*deleter)(struct DLManagedTensorVersioned *self);
+	uint64_t flags;
+	DLTensor dl_tensor;
+} DLManagedTensorVersioned;
+
 #endif

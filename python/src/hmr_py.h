@@ -72,7 +72,7 @@ typedef struct {
 enum hmr_py_source_kind {
 	HMR_PY_SOURCE_NONE = 0,
 	HMR_PY_SOURCE_BUFFER,  /* view holds a buffer export (and a reference to the object) */
-	HMR_PY_SOURCE_DLPACK,  /* owner is the object, dl the consumed DLManagedTensor */
+	HMR_PY_SOURCE_DLPACK,  /* owner is the object, dl (or dl_versioned) the consumed tensor */
 	HMR_PY_SOURCE_OBJECT,  /* owner is the object (torch's data_ptr route, CUDA array
 	                        * interface, hmr.Pointer's keepalive) */
 };
@@ -83,7 +83,8 @@ typedef struct {
 	void *address;
 	size_t length;
 	PyObject *owner;
-	DLManagedTensor *dl;
+	DLManagedTensor *dl;                     /* (one of these two, for a DLPACK source) */
+	DLManagedTensorVersioned *dl_versioned;
 	Py_buffer view;
 } HmrPySource;
 

@@ -134,51 +134,103 @@ static const char *dlpack_bytes(const DLTensor *t, size_t *out)
 	return NULL;
 }
 
+/* Calls the producer's deleter of a consumed DLPack tensor, of either version. */
+static void dlpack_delete(HmrPySource *source)
+{
+	if (source->dl && source->dl->deleter)
+		source->dl->deleter(source->dl);
+	if (source->dl_versioned && source->dl_versioned->deleter)
+		source->dl_versioned->deleter(source->dl_versioned);
+	source->dl = NULL;
+	source->dl_versioned = NULL;
+}
+
+/* obj.__dlpack__(max_version=(1, 0)): DLPack 1.0's versioned capsule says whether the memory
+ * is read-only (an immutable JAX array must not be registered for the NIC to write).  A
+ * producer that predates it refuses the keyword (TypeError, as the array API has consumers
+ * expect) and is asked again without it. */
+static PyObject *call_dlpack(PyObject *method)
+{
+	PyObject *kwargs = Py_BuildValue("{s:(ii)}", "max_version", 1, 0);
+	if (!kwargs)
+		return NULL;
+	PyObject *no_args = PyTuple_New(0);
+	PyObject *capsule = no_args ? PyObject_Call(method, no_args, kwargs) : NULL;
+	Py_XDECREF(no_args);
+	Py_DECREF(kwargs);
+	if (!capsule && PyErr_ExceptionMatches(PyExc_TypeError)) {
+		PyErr_Clear();
+		capsule = PyObject_CallNoArgs(method);
+	}
+	return capsule;
+}
+
+/* Takes the tensor out of `capsule` (consumed: renamed, so that its destructor leaves it to
+ * us); NULL with an error raised when it holds none hmr can read. */
+static const DLTensor *consume_capsule(PyObject *capsule, HmrPySource *source)
+{
+	if (PyCapsule_IsValid(capsule, "dltensor_versioned")) {
+		DLManagedTensorVersioned *managed = PyCapsule_GetPointer(capsule, "dltensor_versioned");
+		if (!managed || PyCapsule_SetName(capsule, "used_dltensor_versioned") != 0)
+			return NULL;
+		source->dl_versioned = managed;
+		if (managed->version.major != 1) {
+			dlpack_delete(source);
+			hmr_py_raise_code(HMR_EINVAL, kWhat,
+					  "the DLPack tensor is of version %u.%u; hmr reads 1.x",
+					  managed->version.major, managed->version.minor);
+			return NULL;
+		}
+		source->readonly = (managed->flags & HMR_DLPACK_FLAG_READ_ONLY) != 0;
+		return &managed->dl_tensor;
+	}
+	DLManagedTensor *managed = PyCapsule_GetPointer(capsule, "dltensor");
+	if (!managed) {
+		PyErr_Clear();
+		hmr_py_raise_code(HMR_EINVAL, kWhat,
+				  "__dlpack__ did not return a capsule named \"dltensor\" or "
+				  "\"dltensor_versioned\" (a capsule may be consumed once)");
+		return NULL;
+	}
+	/* DLPack: the consumer renames the capsule "used_dltensor" and from then on calls the
+	 * deleter itself; the capsule's destructor leaves a renamed capsule alone. */
+	if (PyCapsule_SetName(capsule, "used_dltensor") != 0)
+		return NULL;
+	source->dl = managed;
+	source->readonly = 0; /* DLPack before 1.0 says nothing about it */
+	return &managed->dl_tensor;
+}
+
 static int from_dlpack(PyObject *obj, PyObject *method, HmrPySource *source)
 {
-	PyObject *capsule = PyObject_CallNoArgs(method);
+	PyObject *capsule = call_dlpack(method);
 	if (!capsule) { /* (a tensor that needs grad, a conjugate view, a sparse layout, ...) */
 		hmr_py_raise_from_current(HMR_EINVAL, kWhat, "the object's __dlpack__() refused");
 		return -1;
 	}
-	DLManagedTensor *managed = PyCapsule_GetPointer(capsule, "dltensor");
-	if (!managed) {
-		Py_DECREF(capsule);
-		PyErr_Clear();
-		hmr_py_raise_code(HMR_EINVAL, kWhat,
-				  "__dlpack__ did not return a capsule named \"dltensor\" (a capsule "
-				  "may be consumed once)");
-		return -1;
-	}
-	/* DLPack: the consumer renames the capsule "used_dltensor" and from then on calls the
-	 * deleter itself; the capsule's destructor leaves a renamed capsule alone. */
-	if (PyCapsule_SetName(capsule, "used_dltensor") != 0) {
-		Py_DECREF(capsule);
-		return -1;
-	}
+	source->dl = NULL;
+	source->dl_versioned = NULL;
+	const DLTensor *t = consume_capsule(capsule, source);
 	Py_DECREF(capsule);
-	const DLTensor *t = &managed->dl_tensor;
+	if (!t)
+		return -1;
 	size_t length = 0;
 	const char *no_size = dlpack_bytes(t, &length);
 	if (no_size) {
-		if (managed->deleter)
-			managed->deleter(managed);
+		dlpack_delete(source);
 		hmr_py_raise_code(HMR_EINVAL, kWhat, "the DLPack tensor has %s", no_size);
 		return -1;
 	}
 	if (!dlpack_dense(t)) {
-		if (managed->deleter)
-			managed->deleter(managed);
+		dlpack_delete(source);
 		hmr_py_raise_code(HMR_EINVAL, kWhat,
 				  "the DLPack tensor is not contiguous (strides leave gaps or repeat "
 				  "elements): register a contiguous copy");
 		return -1;
 	}
 	source->kind = HMR_PY_SOURCE_DLPACK;
-	source->dl = managed;
 	source->address = (char *)t->data + t->byte_offset;
 	source->length = length;
-	source->readonly = 0; /* DLPack before 1.0 says nothing about it */
 	source->device_memory = t->device.device_type != HMR_DL_CPU;
 	Py_INCREF(obj);
 	source->owner = obj;
@@ -457,9 +509,7 @@ void hmr_py_source_release(HmrPySource *source)
 		PyBuffer_Release(&source->view);
 		break;
 	case HMR_PY_SOURCE_DLPACK:
-		if (source->dl && source->dl->deleter)
-			source->dl->deleter(source->dl);
-		source->dl = NULL;
+		dlpack_delete(source);
 		break;
 	default:
 		break;

@@ -1,6 +1,7 @@
 """PyTorch tensors (data_ptr route), DLPack producers (__dlpack__, with the capsule's deleter
 called exactly once at close) and __cuda_array_interface__ objects; CUDA when torch sees a
 GPU."""
+import ctypes
 import errno
 import gc
 import weakref
@@ -218,3 +219,93 @@ def test_cuda_tensor_through_dlpack_and_cai():
 
         with domain.register(Cai()) as region:
             assert region.address == tensor.data_ptr()
+
+
+# DLPack 1.0 through ctypes, as a producer that speaks it (NumPy 2, JAX, CuPy 13) hands it
+# out: a "dltensor_versioned" capsule whose flags say whether the memory is read-only.
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
+                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+class _DLPackVersion(ctypes.Structure):
+    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
+
+
+class _DLManagedTensorVersioned(ctypes.Structure):
+    pass
+
+
+_Deleter = ctypes.CFUNCTYPE(None, ctypes.POINTER(_DLManagedTensorVersioned))
+_DLManagedTensorVersioned._fields_ = [
+    ("version", _DLPackVersion), ("manager_ctx", ctypes.c_void_p), ("deleter", _Deleter),
+    ("flags", ctypes.c_uint64), ("dl_tensor", _DLTensor)]
+_capsule_new = ctypes.pythonapi.PyCapsule_New
+_capsule_new.restype = ctypes.py_object
+_capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+_VERSIONED = b"dltensor_versioned"
+
+
+class VersionedProducer:
+    """__dlpack__(max_version=...) answered with a DLPack 1.x capsule over a NumPy array."""
+
+    def __init__(self, array, read_only, version=(1, 0)):
+        self.array = array
+        self.deleted = 0
+        self.asked = []
+        self.shape = (ctypes.c_int64 * 1)(array.size)
+        self.deleter = _Deleter(self._delete)
+        self.managed = _DLManagedTensorVersioned()
+        self.managed.version = _DLPackVersion(*version)
+        self.managed.deleter = self.deleter
+        self.managed.flags = 1 if read_only else 0
+        tensor = self.managed.dl_tensor
+        tensor.data = array.ctypes.data
+        tensor.device = _DLDevice(1, 0)
+        tensor.ndim = 1
+        tensor.dtype = _DLDataType(1, 8, 1)  # uint8
+        tensor.shape = self.shape
+
+    def _delete(self, managed):
+        self.deleted += 1
+
+    def __dlpack__(self, stream=None, max_version=None):
+        self.asked.append(max_version)
+        return _capsule_new(ctypes.addressof(self.managed), _VERSIONED, None)
+
+    def __dlpack_device__(self):
+        return (1, 0)
+
+
+def test_dlpack_1_read_only_memory_is_not_registered_for_the_nic_to_write(domain):
+    # Before, every DLPack tensor was taken for writable (the old capsule says nothing), and a
+    # versioned capsule was refused outright.
+    array = numpy.arange(4096, dtype=numpy.uint8)
+    frozen = VersionedProducer(array, read_only=True)
+    with pytest.raises(hmr.AccessError, match="read-only"):
+        domain.register(frozen)  # REMOTE_WRITE by default
+    assert frozen.asked == [(1, 0)] and frozen.deleted == 1
+    with domain.register(frozen, hmr.REMOTE_READ) as region:
+        assert region.address == array.ctypes.data and region.length == 4096
+        assert frozen.deleted == 1, "the tensor was given back while registered"
+    assert frozen.deleted == 2
+    writable = VersionedProducer(array, read_only=False)
+    with domain.register(writable) as region:
+        assert region.length == 4096
+    assert writable.deleted == 1
+
+
+def test_dlpack_of_an_unknown_major_version_is_refused(domain):
+    producer = VersionedProducer(numpy.zeros(64, numpy.uint8), read_only=False, version=(2, 0))
+    with pytest.raises(hmr.InvalidArgumentError, match="version 2.0"):
+        domain.register(producer)
+    assert producer.deleted == 1
