@@ -32,13 +32,16 @@ typedef struct HmrPyLink {
  * cache's key: the same range with another access is another entry): a hint that
  * a registration will be a cache hit, which is then made with the GIL held (releasing and retaking it costs more
  * than the hit, and under contention it can wait a whole switch interval).  An unseen range
- * is probably a miss, which may block: that one runs without the GIL.  A wrong hint costs
- * only that choice, never correctness. */
+ * is probably a miss, which may block: that one runs without the GIL.  A hint is trusted
+ * only once a second registration found the same entry (the same key), and no longer once a
+ * hinted one did not.  A wrong hint costs only that choice, never correctness. */
 #define HMR_PY_HINT_SLOTS 512
 typedef struct {
 	uintptr_t address;
 	size_t length;
 	uint64_t access; /* part of the cache's key: another access is another entry */
+	uint64_t key;    /* the key the last registration of the range got */
+	int trusted;     /* the range's registrations find one entry: the next is made with the GIL */
 } HmrPyHint;
 
 typedef struct {

@@ -109,8 +109,18 @@ PyObject *hmr_py_region_new(HmrPyDomain *domain, PyObject *const *args, Py_ssize
 	size_t bytes = self->source.length;
 	HmrPyHint *hint = hint_slot(domain, address);
 	int rc;
-	if (hint->address == (uintptr_t)address && hint->length == bytes && hint->access == access) {
+	const int same_range =
+		hint->address == (uintptr_t)address && hint->length == bytes && hint->access == access;
+	if (same_range && hint->trusted) {
 		rc = hmr_mr_reg(handle, address, bytes, access, 0, 0, 0, &self->mr, NULL);
+		/* Another key: not the entry the hint stood for, so a miss after all (the memory
+		 * was freed and mapped again at the same address).  No longer trusted: memory
+		 * reallocated at one address on every step made each step's registration with the
+		 * GIL held. */
+		if (rc == 0 && hmr_mr_key(self->mr) != hint->key) {
+			hint->trusted = 0;
+			hint->key = hmr_mr_key(self->mr);
+		}
 	} else {
 		/* Probably a miss: the NIC registers, which may take long. */
 		++domain->in_flight;
@@ -126,9 +136,14 @@ PyObject *hmr_py_region_new(HmrPyDomain *domain, PyObject *const *args, Py_ssize
 		info.size = sizeof info;
 		if (rc == 0 && hmr_mr_query(self->mr, &info) == 0) {
 			if (info.cached) {
+				/* Trusted once a registration finds the entry the one before it made
+				 * (its key): the next is then probably a hit. */
+				const uint64_t key = hmr_mr_key(self->mr);
+				hint->trusted = same_range && hint->key == key;
 				hint->address = (uintptr_t)address;
 				hint->length = bytes;
 				hint->access = access;
+				hint->key = key;
 			} else {
 				self->deregisters_on_close = 1;
 			}

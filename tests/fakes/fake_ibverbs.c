@@ -58,6 +58,12 @@ static int device_lists;
  * destroy_objects_of_locked): a leak the kernel would have cleaned up, which tests count. */
 static int destroyed_by_close;
 
+/* A function of the test's that ibv_dereg_mr calls (outside the fake's lock), and what it
+ * answered last: a Python test gives CPython's PyGILState_Check, which says whether the
+ * thread deregistering holds the GIL. */
+static int (*dereg_probe)(void);
+static int last_dereg_probe = -1;
+
 static struct fake_ibverbs_registration registrations[MAX_REGISTRATIONS];
 static int registration_count;
 static uint64_t pinned_vm_pages; /* the process's pinned_vm, in pages: see charge_pinned */
@@ -197,6 +203,8 @@ static void reset_locked(void) {
   next_key = 1;
   device_lists = 0;
   destroyed_by_close = 0;
+  dereg_probe = NULL;
+  last_dereg_probe = -1;
   registration_count = 0;
   pinned_vm_pages = 0;
   fork_kernel_copies = 1;
@@ -989,6 +997,11 @@ EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *a
 
 EXPORT int ibv_dereg_mr(struct ibv_mr *mr) {
   pthread_mutex_lock(&fake_lock);
+  int (*probe)(void) = dereg_probe;
+  pthread_mutex_unlock(&fake_lock);
+  const int probed = probe != NULL ? probe() : -1;
+  pthread_mutex_lock(&fake_lock);
+  if (probe != NULL) last_dereg_probe = probed;
   int err = fake_calls_enter(&fake_verbs_calls, "ibv_dereg_mr");
   struct fake_mr *fake = (struct fake_mr *)(void *)mr;
   if (err == 0 && !has_object((void *const *)mrs, fake)) err = EINVAL;
@@ -1131,6 +1144,20 @@ EXPORT void fake_ibverbs_last_rereg(struct fake_ibverbs_rereg *out) {
   pthread_mutex_lock(&fake_lock);
   *out = last_rereg;
   pthread_mutex_unlock(&fake_lock);
+}
+
+EXPORT void fake_ibverbs_set_dereg_probe(int (*probe)(void)) {
+  pthread_mutex_lock(&fake_lock);
+  dereg_probe = probe;
+  last_dereg_probe = -1;
+  pthread_mutex_unlock(&fake_lock);
+}
+
+EXPORT int fake_ibverbs_last_dereg_probe(void) {
+  pthread_mutex_lock(&fake_lock);
+  const int answer = last_dereg_probe;
+  pthread_mutex_unlock(&fake_lock);
+  return answer;
 }
 
 EXPORT void fake_ibverbs_last_window_op(struct fake_ibverbs_window_op *out) {
