@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "tests/api/failing_allocator.h"
+#include "tests/api/out_of_memory_common.h"
 #include "tests/api/test_support.h"
 #include "tests/hmem_api/fake_cuda_driver.h"
 
@@ -23,9 +24,9 @@ using hmr_test::allocation_failure::disarm;
 using hmr_test::allocation_failure::fail_at_least;
 using hmr_test::allocation_failure::fail_nth;
 
-constexpr uint64_t kAppMode = HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR | HMR_MR_LOCAL;
-constexpr uint64_t kAccess = HMR_READ | HMR_WRITE | HMR_REMOTE_READ | HMR_REMOTE_WRITE;
-constexpr size_t kPage = 4096;
+using hmr_test::out_of_memory::kAccess;
+using hmr_test::out_of_memory::kAppMode;
+using hmr_test::out_of_memory::kPage;
 // More rounds than any call has allocations: a loop that never meets a call without a
 // failure stops here, with a test failure.
 constexpr uint64_t kMostRounds = 5000;

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "tests/api/failing_allocator.h"
+#include "tests/api/out_of_memory_common.h"
 #include "tests/api/test_support.h"
 
 namespace {
@@ -25,9 +26,9 @@ using hmr_test::allocation_failure::fail_at_least;
 using hmr_test::allocation_failure::fail_nth;
 using hmr_test::allocation_failure::failures_made;
 
-constexpr uint64_t kAppMode = HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR | HMR_MR_LOCAL;
-constexpr uint64_t kAccess = HMR_READ | HMR_WRITE | HMR_REMOTE_READ | HMR_REMOTE_WRITE;
-constexpr size_t kPage = 4096;
+using hmr_test::out_of_memory::kAccess;
+using hmr_test::out_of_memory::kAppMode;
+using hmr_test::out_of_memory::kPage;
 
 // Waits (yielding) until `done` says so; false after ~10 s of waiting: the event never came.
 template <typename Done>

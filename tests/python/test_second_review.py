@@ -196,11 +196,8 @@ def test_memory_mapped_again_at_one_address_is_never_registered_with_the_gil_hel
     # pages.  The hint of the first kept every later one under the GIL, for good.
     import ctypes
     import mmap
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mmap.restype = ctypes.c_void_p
-    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
-                          ctypes.c_int, ctypes.c_long]
-    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    from test_register import _libc
+    libc = _libc()
     size = 64 << 20
     flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
     address = libc.mmap(None, size, mmap.PROT_READ | mmap.PROT_WRITE, flags, -1, 0)
