@@ -20,7 +20,7 @@ class Error(Exception):
     def __reduce__(self):
         # Pickled with what __init__ takes (args holds only the message): a worker process's
         # error reaches its parent (multiprocessing, concurrent.futures) as itself.
-        return (type(self), (self.code, self.reason, str(self)))
+        return (type(self), (self.code, self.reason, str(self)), self.__dict__)
 
 
 class InvalidArgumentError(Error, ValueError):

@@ -54,6 +54,7 @@ typedef struct {
 } DLPackVersion;
 
 #define HMR_DLPACK_FLAG_READ_ONLY (1ULL << 0)
+#define HMR_DLPACK_FLAG_IS_COPIED (1ULL << 1) /* the producer made a copy for this export */
 
 typedef struct DLManagedTensorVersioned {
 	DLPackVersion version;

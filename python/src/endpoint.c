@@ -72,17 +72,21 @@ int hmr_py_endpoint_close(PyObject *obj)
 		hmr_py_raise(rc, "hmr_ep_close");
 		return -1;
 	}
-	/* Any other failure closed it all the same (hmr.h): the handle is let go. */
+	/* Any other failure closed it all the same (hmr.h): the handle is let go, and the error
+	 * raised now, with this close's reason (the peer's close below would say its own). */
+	if (rc != 0)
+		hmr_py_raise(rc, "hmr_ep_close");
 	self->ep = NULL;
 	/* Unlinked before the peer is let go: dropping it can run any code (its domain's
 	 * dealloc releases the GIL), and Domain.close on another thread must not find a closed
 	 * endpoint on its list (it looped for ever, or took a dying one for alive). */
 	hmr_py_unlink_child((HmrPyChild *)self);
+	PyObject *type, *value, *trace; /* (the error survives what the peer's dealloc runs) */
+	PyErr_Fetch(&type, &value, &trace);
 	Py_CLEAR(self->peer);
-	if (rc != 0) {
-		hmr_py_raise(rc, "hmr_ep_close");
+	PyErr_Restore(type, value, trace);
+	if (rc != 0)
 		return -1;
-	}
 	return 0;
 }
 

@@ -33,15 +33,17 @@ typedef struct HmrPyLink {
  * a registration will be a cache hit, which is then made with the GIL held (releasing and retaking it costs more
  * than the hit, and under contention it can wait a whole switch interval).  An unseen range
  * is probably a miss, which may block: that one runs without the GIL.  A hint is trusted
- * only once a second registration found the same entry (the same key), and no longer once a
- * hinted one did not.  A wrong hint costs only that choice, never correctness. */
+ * only once a registration of the range found the entry the one before it made (the same
+ * key) as quickly as a hit, and no longer once a hinted one got another key or took longer
+ * (a miss).  A wrong hint costs only that choice, never correctness. */
 #define HMR_PY_HINT_SLOTS 512
 typedef struct {
 	uintptr_t address;
 	size_t length;
 	uint64_t access; /* part of the cache's key: another access is another entry */
 	uint64_t key;    /* the key the last registration of the range got */
-	int trusted;     /* the range's registrations find one entry: the next is made with the GIL */
+	int trusted;     /* the last registration found the entry before it, quickly: the next
+			  * is made with the GIL held */
 } HmrPyHint;
 
 typedef struct {
@@ -82,6 +84,7 @@ enum hmr_py_source_kind {
 typedef struct {
 	int kind;
 	int readonly;
+	int copied;         /* a DLPack 1.x export of a copy: what the NIC writes there is lost */
 	int device_memory;  /* the producer said it is not CPU memory (may block longer) */
 	void *address;
 	size_t length;

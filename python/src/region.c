@@ -3,6 +3,7 @@
  * export's release; everything else a region can say (key, descriptor, what the memory is)
  * is asked of hmr only when read. */
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "hmr_py.h"
@@ -27,6 +28,27 @@ static const uint64_t kDefaultAccess = HMR_REMOTE_READ | HMR_REMOTE_WRITE;
  * source the NIC reads; REMOTE_READ lets a peer read it.  Only these need a writable export
  * (as core/memory_region_ops.cpp's write-prefetch and verbs' LOCAL_WRITE read them). */
 static const uint64_t kNicWrites = HMR_READ | HMR_RECV | HMR_REMOTE_WRITE;
+
+/* What a registration that took longer cannot have been: a cache hit (a few hundred
+ * nanoseconds to a few microseconds here); a NIC registration of the smallest range takes
+ * longer, of a large one milliseconds.  Holding the GIL this long by mistake is harmless. */
+static const uint64_t kQuickNs = 20000;
+
+static uint64_t monotonic_ns(void)
+{
+	struct timespec now;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
+}
+
+/* Whether the cache keeps the MR's registration (its close then only drops a reference). */
+static int kept_by_the_cache(hmr_mr *mr)
+{
+	struct hmr_mr_info info;
+	memset(&info, 0, sizeof info);
+	info.size = sizeof info;
+	return hmr_mr_query(mr, &info) == 0 && info.cached;
+}
 
 static HmrPyHint *hint_slot(HmrPyDomain *domain, const void *address)
 {
@@ -109,37 +131,43 @@ PyObject *hmr_py_region_new(HmrPyDomain *domain, PyObject *const *args, Py_ssize
 	size_t bytes = self->source.length;
 	HmrPyHint *hint = hint_slot(domain, address);
 	int rc;
-	const int same_range =
-		hint->address == (uintptr_t)address && hint->length == bytes && hint->access == access;
-	if (same_range && hint->trusted) {
+	if (hint->address == (uintptr_t)address && hint->length == bytes && hint->access == access &&
+	    hint->trusted) {
+		const uint64_t began = monotonic_ns();
 		rc = hmr_mr_reg(handle, address, bytes, access, 0, 0, 0, &self->mr, NULL);
-		/* Another key: not the entry the hint stood for, so a miss after all (the memory
-		 * was freed and mapped again at the same address).  No longer trusted: memory
-		 * reallocated at one address on every step made each step's registration with the
-		 * GIL held. */
-		if (rc == 0 && hmr_mr_key(self->mr) != hint->key) {
+		/* Another key than the entry the hint stood for, or longer than a hit takes: a miss
+		 * after all (the memory was freed and mapped again at the same address), made with
+		 * the GIL held.  No longer trusted: memory reallocated at one address on every step
+		 * had each step's registration made so. */
+		if (rc == 0 && (hmr_mr_key(self->mr) != hint->key ||
+				monotonic_ns() - began > kQuickNs)) {
 			hint->trusted = 0;
 			hint->key = hmr_mr_key(self->mr);
+			if (!kept_by_the_cache(self->mr))
+				self->deregisters_on_close = 1; /* (its close without the GIL too) */
 		}
 	} else {
 		/* Probably a miss: the NIC registers, which may take long. */
+		uint64_t took = 0;
 		++domain->in_flight;
 		Py_BEGIN_ALLOW_THREADS
+		const uint64_t began = monotonic_ns();
 		rc = hmr_mr_reg(handle, address, bytes, access, 0, 0, 0, &self->mr, NULL);
+		took = monotonic_ns() - began;
 		Py_END_ALLOW_THREADS
 		--domain->in_flight;
 		/* Hinted only when the cache kept it: a registration it does not keep (a domain
 		 * without a cache, memory it cannot watch) is a NIC registration every time, and
-		 * must never run with the GIL held. */
-		struct hmr_mr_info info;
-		memset(&info, 0, sizeof info);
-		info.size = sizeof info;
-		if (rc == 0 && hmr_mr_query(self->mr, &info) == 0) {
-			if (info.cached) {
-				/* Trusted once a registration finds the entry the one before it made
-				 * (its key): the next is then probably a hit. */
+		 * must never run with the GIL held.  Trusted once a registration found the entry
+		 * the one before it made (its key) and was as quick as a hit: the next is then
+		 * probably one too.  (The slot is looked at again: another thread may have filled
+		 * it while the GIL was let go.) */
+		if (rc == 0) {
+			if (kept_by_the_cache(self->mr)) {
 				const uint64_t key = hmr_mr_key(self->mr);
-				hint->trusted = same_range && hint->key == key;
+				hint->trusted = hint->address == (uintptr_t)address &&
+						hint->length == bytes && hint->access == access &&
+						hint->key == key && took <= kQuickNs;
 				hint->address = (uintptr_t)address;
 				hint->length = bytes;
 				hint->access = access;
@@ -164,6 +192,13 @@ fail:
 int hmr_py_region_close(PyObject *obj)
 {
 	HmrPyRegion *self = (HmrPyRegion *)obj;
+	/* Another thread's close deregisters without the GIL: this one is not done before it is
+	 * (the memory stays registered, its export held, and the close may yet fail). */
+	if (self->closing && self->domain->pid == getpid()) {
+		hmr_py_raise_code(HMR_EBUSY, "MemoryRegion.close",
+				  "another thread is closing this region");
+		return -1;
+	}
 	if (!self->mr)
 		return 0;
 	/* sync() uses the MR and the memory without the GIL; closing under it would free both.

@@ -175,13 +175,16 @@ static const DLTensor *consume_capsule(PyObject *capsule, HmrPySource *source)
 			return NULL;
 		source->dl_versioned = managed;
 		if (managed->version.major != 1) {
+			/* (Read before the deleter, which frees the struct itself.) */
+			const unsigned major = managed->version.major, minor = managed->version.minor;
 			dlpack_delete(source);
 			hmr_py_raise_code(HMR_EINVAL, kWhat,
-					  "the DLPack tensor is of version %u.%u; hmr reads 1.x",
-					  managed->version.major, managed->version.minor);
+					  "the DLPack tensor is of version %u.%u; hmr reads 1.x", major,
+					  minor);
 			return NULL;
 		}
 		source->readonly = (managed->flags & HMR_DLPACK_FLAG_READ_ONLY) != 0;
+		source->copied = (managed->flags & HMR_DLPACK_FLAG_IS_COPIED) != 0;
 		return &managed->dl_tensor;
 	}
 	DLManagedTensor *managed = PyCapsule_GetPointer(capsule, "dltensor");
@@ -466,6 +469,13 @@ readonly_check:
 		hmr_py_raise_code(HMR_EACCES, kWhat,
 				  "the memory is read-only and the access lets the NIC write it (READ, "
 				  "RECV or REMOTE_WRITE)");
+		return -1;
+	}
+	if (write && source->copied) {
+		hmr_py_source_release(source);
+		hmr_py_raise_code(HMR_EINVAL, kWhat,
+				  "the DLPack export is a copy the producer made (IS_COPIED): what the "
+				  "NIC writes there would never reach the object");
 		return -1;
 	}
 	return 0;

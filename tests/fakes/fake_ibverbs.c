@@ -58,11 +58,23 @@ static int device_lists;
  * destroy_objects_of_locked): a leak the kernel would have cleaned up, which tests count. */
 static int destroyed_by_close;
 
-/* A function of the test's that ibv_dereg_mr calls (outside the fake's lock), and what it
- * answered last: a Python test gives CPython's PyGILState_Check, which says whether the
- * thread deregistering holds the GIL. */
-static int (*dereg_probe)(void);
-static int last_dereg_probe = -1;
+/* A function of the test's that the registering calls and ibv_dereg_mr call (outside the
+ * fake's lock), and what it answered last for each: a Python test gives CPython's
+ * PyGILState_Check, which says whether the calling thread holds the GIL. */
+static int (*probe_fn)(void);
+static int last_reg_probe = -1, last_dereg_probe = -1;
+
+/* Runs the probe, if any, and keeps its answer in *last. */
+static void run_probe(int *last) {
+  pthread_mutex_lock(&fake_lock);
+  int (*probe)(void) = probe_fn;
+  pthread_mutex_unlock(&fake_lock);
+  if (probe == NULL) return;
+  const int answer = probe();
+  pthread_mutex_lock(&fake_lock);
+  *last = answer;
+  pthread_mutex_unlock(&fake_lock);
+}
 
 static struct fake_ibverbs_registration registrations[MAX_REGISTRATIONS];
 static int registration_count;
@@ -203,8 +215,8 @@ static void reset_locked(void) {
   next_key = 1;
   device_lists = 0;
   destroyed_by_close = 0;
-  dereg_probe = NULL;
-  last_dereg_probe = -1;
+  probe_fn = NULL;
+  last_reg_probe = last_dereg_probe = -1;
   registration_count = 0;
   pinned_vm_pages = 0;
   fork_kernel_copies = 1;
@@ -857,6 +869,7 @@ EXPORT int ibv_dealloc_pd(struct ibv_pd *pd) {
 }
 
 EXPORT struct ibv_mr *(ibv_reg_mr)(struct ibv_pd *pd, void *addr, size_t length, int access) {
+  run_probe(&last_reg_probe);
   pthread_mutex_lock(&fake_lock);
   const int err = fake_calls_enter(&fake_verbs_calls, "ibv_reg_mr");
   struct ibv_mr *mr = NULL;
@@ -871,6 +884,7 @@ EXPORT struct ibv_mr *(ibv_reg_mr)(struct ibv_pd *pd, void *addr, size_t length,
 
 EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length,
                                        uint64_t iova, unsigned int access) {
+  run_probe(&last_reg_probe);
   pthread_mutex_lock(&fake_lock);
   const int err = fake_calls_enter(&fake_verbs_calls, "ibv_reg_mr_iova2");
   struct ibv_mr *mr = NULL;
@@ -883,6 +897,7 @@ EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t len
 
 EXPORT struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t length,
                                         uint64_t iova, int fd, int access) {
+  run_probe(&last_reg_probe);
   pthread_mutex_lock(&fake_lock);
   int err = fake_calls_enter(&fake_verbs_calls, "ibv_reg_dmabuf_mr");
   struct ibv_mr *mr = NULL;
@@ -996,12 +1011,8 @@ EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *a
 
 
 EXPORT int ibv_dereg_mr(struct ibv_mr *mr) {
+  run_probe(&last_dereg_probe);
   pthread_mutex_lock(&fake_lock);
-  int (*probe)(void) = dereg_probe;
-  pthread_mutex_unlock(&fake_lock);
-  const int probed = probe != NULL ? probe() : -1;
-  pthread_mutex_lock(&fake_lock);
-  if (probe != NULL) last_dereg_probe = probed;
   int err = fake_calls_enter(&fake_verbs_calls, "ibv_dereg_mr");
   struct fake_mr *fake = (struct fake_mr *)(void *)mr;
   if (err == 0 && !has_object((void *const *)mrs, fake)) err = EINVAL;
@@ -1146,16 +1157,19 @@ EXPORT void fake_ibverbs_last_rereg(struct fake_ibverbs_rereg *out) {
   pthread_mutex_unlock(&fake_lock);
 }
 
-EXPORT void fake_ibverbs_set_dereg_probe(int (*probe)(void)) {
+EXPORT void fake_ibverbs_set_probe(int (*probe)(void)) {
   pthread_mutex_lock(&fake_lock);
-  dereg_probe = probe;
-  last_dereg_probe = -1;
+  probe_fn = probe;
+  last_reg_probe = last_dereg_probe = -1;
   pthread_mutex_unlock(&fake_lock);
 }
 
-EXPORT int fake_ibverbs_last_dereg_probe(void) {
+EXPORT int fake_ibverbs_last_probe(const char *call) {
   pthread_mutex_lock(&fake_lock);
-  const int answer = last_dereg_probe;
+  const int answer = strcmp(call, "reg") == 0     ? last_reg_probe
+                     : strcmp(call, "dereg") == 0 ? last_dereg_probe
+                                                  : -2;
+  last_reg_probe = last_dereg_probe = -1;  /* (read once: the next answer is a new call's) */
   pthread_mutex_unlock(&fake_lock);
   return answer;
 }

@@ -135,11 +135,12 @@ typedef int (*fake_ibverbs_call_count_fn)(const char *name);
  * side's "cqs", "umr_qps", "mkeys"; and "destroyed_by_close", the objects (of any kind)
  * ibv_close_device destroyed since reset because nobody had (as the kernel does). */
 typedef int (*fake_ibverbs_live_fn)(const char *kind);
-/* ibv_dereg_mr calls `probe` (NULL: nothing) outside the fake's lock and keeps its answer,
- * which the second returns (-1: no call since it was set).  A Python test passes CPython's
- * PyGILState_Check: whether the deregistering thread held the GIL. */
-typedef void (*fake_ibverbs_set_dereg_probe_fn)(int (*probe)(void));
-typedef int (*fake_ibverbs_last_dereg_probe_fn)(void);
+/* The registering calls (ibv_reg_mr, _iova2, ibv_reg_dmabuf_mr) and ibv_dereg_mr call `probe`
+ * (NULL: nothing) outside the fake's lock and keep its answer, which the second returns for
+ * "reg" or "dereg" (-1: no such call since the last read; both are then forgotten).  A Python
+ * test passes CPython's PyGILState_Check: whether the calling thread held the GIL. */
+typedef void (*fake_ibverbs_set_probe_fn)(int (*probe)(void));
+typedef int (*fake_ibverbs_last_probe_fn)(const char *call);
 /* The registrations made since reset: copies up to `max`, returns how many there were. */
 typedef int (*fake_ibverbs_registrations_fn)(struct fake_ibverbs_registration *out, int max);
 typedef void (*fake_ibverbs_last_rereg_fn)(struct fake_ibverbs_rereg *out);

@@ -78,7 +78,9 @@ def test_errors_survive_pickling():
     with hmr.Domain("sim") as domain:
         with pytest.raises(hmr.Error) as caught:
             domain.register(memoryview(bytearray(100))[::2])
+    caught.value.add_note("a note the worker added")
     again = pickle.loads(pickle.dumps(caught.value))
+    assert again.__notes__ == ["a note the worker added"]
     assert type(again) is type(caught.value)
     assert (again.code, again.reason, str(again)) == (caught.value.code, caught.value.reason,
                                                       str(caught.value))

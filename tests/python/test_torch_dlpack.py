@@ -258,16 +258,16 @@ _VERSIONED = b"dltensor_versioned"
 class VersionedProducer:
     """__dlpack__(max_version=...) answered with a DLPack 1.x capsule over a NumPy array."""
 
-    def __init__(self, array, read_only, version=(1, 0)):
+    def __init__(self, array, read_only, version=(1, 0), copied=False):
         self.array = array
         self.deleted = 0
         self.asked = []
         self.shape = (ctypes.c_int64 * 1)(array.size)
         self.deleter = _Deleter(self._delete)
         self.managed = _DLManagedTensorVersioned()
-        self.managed.version = _DLPackVersion(*version)
+        self.version = version
         self.managed.deleter = self.deleter
-        self.managed.flags = 1 if read_only else 0
+        self.managed.flags = (1 if read_only else 0) | (2 if copied else 0)
         tensor = self.managed.dl_tensor
         tensor.data = array.ctypes.data
         tensor.device = _DLDevice(1, 0)
@@ -277,9 +277,12 @@ class VersionedProducer:
 
     def _delete(self, managed):
         self.deleted += 1
+        # As a producer's deleter frees the struct: what a consumer reads after is garbage.
+        managed.contents.version = _DLPackVersion(0xDEAD, 0xBEEF)
 
     def __dlpack__(self, stream=None, max_version=None):
         self.asked.append(max_version)
+        self.managed.version = _DLPackVersion(*self.version)  # (the last deleter scribbled)
         return _capsule_new(ctypes.addressof(self.managed), _VERSIONED, None)
 
     def __dlpack_device__(self):
@@ -309,3 +312,14 @@ def test_dlpack_of_an_unknown_major_version_is_refused(domain):
     with pytest.raises(hmr.InvalidArgumentError, match="version 2.0"):
         domain.register(producer)
     assert producer.deleted == 1
+
+
+def test_dlpack_1_copy_is_not_registered_for_the_nic_to_write(domain):
+    # IS_COPIED: the producer exported a copy; what the NIC writes there never reaches the
+    # object.  Reading it is fine.
+    producer = VersionedProducer(numpy.zeros(64, numpy.uint8), read_only=False, copied=True)
+    with pytest.raises(hmr.InvalidArgumentError, match="IS_COPIED"):
+        domain.register(producer)
+    assert producer.deleted == 1
+    domain.register(producer, hmr.REMOTE_READ).close()
+    assert producer.deleted == 2
