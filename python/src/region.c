@@ -55,13 +55,15 @@ static uint64_t coarse_ns(void)
 	return clock_ns(CLOCK_MONOTONIC_COARSE);
 }
 
-/* Whether the cache keeps the MR's registration (its close then only drops a reference). */
-static int kept_by_the_cache(hmr_mr *mr)
+/* Whether the cache keeps the region's registration (its close then only drops a
+ * reference).  The answer fills the region's info, which its getters then read without
+ * asking hmr again. */
+static int kept_by_the_cache(HmrPyRegion *self)
 {
-	struct hmr_mr_info info;
-	memset(&info, 0, sizeof info);
-	info.size = sizeof info;
-	return hmr_mr_query(mr, &info) == 0 && info.cached;
+	memset(&self->info, 0, sizeof self->info);
+	self->info.size = sizeof self->info;
+	self->queried = hmr_mr_query(self->mr, &self->info) == 0;
+	return self->queried && self->info.cached;
 }
 
 static HmrPyHint *hint_slot(HmrPyDomain *domain, const void *address)
@@ -156,7 +158,7 @@ PyObject *hmr_py_region_new(HmrPyDomain *domain, PyObject *const *args, Py_ssize
 		if (rc == 0 && (hmr_mr_key(self->mr) != hint->key || coarse_ns() != began)) {
 			hint->trusted = 0;
 			hint->key = hmr_mr_key(self->mr);
-			if (!kept_by_the_cache(self->mr))
+			if (!kept_by_the_cache(self))
 				self->deregisters_on_close = 1; /* (its close without the GIL too) */
 		}
 	} else {
@@ -176,7 +178,7 @@ PyObject *hmr_py_region_new(HmrPyDomain *domain, PyObject *const *args, Py_ssize
 		 * probably one too.  (The slot is looked at again: another thread may have filled
 		 * it while the GIL was let go.) */
 		if (rc == 0) {
-			if (kept_by_the_cache(self->mr)) {
+			if (kept_by_the_cache(self)) {
 				const uint64_t key = hmr_mr_key(self->mr);
 				hint->trusted = hint->address == (uintptr_t)address &&
 						hint->length == bytes && hint->access == access &&

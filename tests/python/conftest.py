@@ -1,7 +1,10 @@
 """Shared fixtures of the hmr Python tests.  Run with Debian's interpreter, which has numpy,
 torch and pytest:  PYTHONPATH=<build>/python /usr/bin/python3 -m pytest tests/python
 (ctest's hmr_python_tests does exactly that)."""
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,6 +13,23 @@ import hmr
 
 SOURCE_TREE = Path(__file__).resolve().parents[2]
 HEADER = SOURCE_TREE / "include" / "hmr" / "hmr.h"
+
+
+FAKE_IBVERBS = os.environ.get("HMR_FAKE_IBVERBS_PATH")
+needs_fake_ibverbs = pytest.mark.skipif(
+    not FAKE_IBVERBS or not os.path.exists(FAKE_IBVERBS),
+    reason="HMR_FAKE_IBVERBS_PATH names no fake libibverbs (ctest's hmr_python_tests sets it "
+           "to the build's tests/fakes/ibverbs/libibverbs.so.1)")
+
+
+def run_child(args, **env):
+    """Runs this interpreter with `args` in a process of its own, with `env` added to the
+    environment (a vendor library a process uses is chosen when hmr first loads it), and
+    fails the test unless it exits 0 with "ok" last on its output.  Its output."""
+    run = subprocess.run([sys.executable, *args], env=dict(os.environ, **env),
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stdout + run.stderr
+    return run.stdout
 
 
 @pytest.fixture

@@ -6,13 +6,7 @@ The package put the handle back after any failure, so a second close, or any cal
 freed domain; and a Domain collected with such a close reported the error against the object
 being freed (the unraisable hook took a reference to it and dropped it: a second dealloc).
 A process of its own: the verbs library a process uses is chosen when hmr first loads it."""
-import os
-import subprocess
-import sys
-
-import pytest
-
-FAKE = os.environ.get("HMR_FAKE_IBVERBS_PATH")
+from conftest import FAKE_IBVERBS, needs_fake_ibverbs, run_child
 
 CHILD = r"""
 import ctypes, errno, gc, os, sys
@@ -62,12 +56,6 @@ print("ok")
 """
 
 
-@pytest.mark.skipif(not FAKE or not os.path.exists(FAKE),
-                    reason="HMR_FAKE_IBVERBS_PATH names no fake libibverbs (ctest's "
-                           "hmr_python_tests sets it to the build's fake)")
+@needs_fake_ibverbs
 def test_a_close_that_fails_after_closing_lets_go_of_the_handle():
-    env = dict(os.environ, HMR_IBVERBS_LIBRARY=FAKE)
-    run = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True,
-                         timeout=120)
-    assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stdout + run.stderr
-
+    run_child(["-c", CHILD], HMR_IBVERBS_LIBRARY=FAKE_IBVERBS)

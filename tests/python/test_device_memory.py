@@ -5,11 +5,11 @@ MemoryRegion.sync both ways, bad arguments), without allow_hmem_copy (refused, w
 through the dma-buf path.  A process of its own because the driver a process uses is chosen
 when hmr first loads it.  The same on a real GPU: test_torch_dlpack.py's CUDA tests."""
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from conftest import run_child
 
 FAKE = os.environ.get("HMR_FAKE_CUDA_PATH")
 
@@ -18,8 +18,4 @@ FAKE = os.environ.get("HMR_FAKE_CUDA_PATH")
                     reason="HMR_FAKE_CUDA_PATH names no fake CUDA driver (ctest's "
                            "hmr_python_tests sets it to the build's tests/fakes/cuda/libcuda.so.1)")
 def test_cuda_memory_on_the_fake_driver():
-    env = dict(os.environ, HMR_CUDA_LIBRARY=FAKE)
-    child = Path(__file__).with_name("fake_cuda_child.py")
-    run = subprocess.run([sys.executable, str(child)], env=env, capture_output=True, text=True,
-                         timeout=120)
-    assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stdout + run.stderr
+    run_child([str(Path(__file__).with_name("fake_cuda_child.py"))], HMR_CUDA_LIBRARY=FAKE)

@@ -4,13 +4,7 @@ the test gives it, CPython's own PyGILState_Check (through ctypes), and keep its
 when the NIC call ran without the GIL.  (On the software NIC a registration of pages already
 in takes microseconds, too quick for another thread to be sure to get in: timing cannot tell.)
 A process of its own: the verbs library a process uses is chosen when hmr first loads it."""
-import os
-import subprocess
-import sys
-
-import pytest
-
-FAKE = os.environ.get("HMR_FAKE_IBVERBS_PATH")
+from conftest import FAKE_IBVERBS, needs_fake_ibverbs, run_child
 
 CHILD = r"""
 import ctypes, mmap, os
@@ -99,12 +93,7 @@ print("ok")
 """
 
 
-@pytest.mark.skipif(not FAKE or not os.path.exists(FAKE),
-                    reason="HMR_FAKE_IBVERBS_PATH names no fake libibverbs (ctest's "
-                           "hmr_python_tests sets it to the build's fake)")
+@needs_fake_ibverbs
 def test_nic_calls_that_may_block_run_without_the_gil():
-    env = dict(os.environ, HMR_IBVERBS_LIBRARY=FAKE)
-    run = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True,
-                         timeout=120)
-    assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stdout + run.stderr
-    assert "skipped" not in run.stdout, run.stdout
+    output = run_child(["-c", CHILD], HMR_IBVERBS_LIBRARY=FAKE_IBVERBS)
+    assert "skipped" not in output, output
