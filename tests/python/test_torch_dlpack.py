@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import hmr
+from test_review_findings import _DataType, _Device, _Tensor, _capsule_new
 
 CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="torch.cuda.is_available() is False: no GPU "
@@ -222,21 +223,8 @@ def test_cuda_tensor_through_dlpack_and_cai():
 
 
 # DLPack 1.0 through ctypes, as a producer that speaks it (NumPy 2, JAX, CuPy 13) hands it
-# out: a "dltensor_versioned" capsule whose flags say whether the memory is read-only.
-class _DLDevice(ctypes.Structure):
-    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
-
-
-class _DLDataType(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
-
-
-class _DLTensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
-                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
-                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
-
-
+# out: a "dltensor_versioned" capsule whose flags say whether the memory is read-only.  (The
+# DLTensor, its device and dtype are test_review_findings' ctypes structs of DLPack 0.x.)
 class _DLPackVersion(ctypes.Structure):
     _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
 
@@ -248,10 +236,7 @@ class _DLManagedTensorVersioned(ctypes.Structure):
 _Deleter = ctypes.CFUNCTYPE(None, ctypes.POINTER(_DLManagedTensorVersioned))
 _DLManagedTensorVersioned._fields_ = [
     ("version", _DLPackVersion), ("manager_ctx", ctypes.c_void_p), ("deleter", _Deleter),
-    ("flags", ctypes.c_uint64), ("dl_tensor", _DLTensor)]
-_capsule_new = ctypes.pythonapi.PyCapsule_New
-_capsule_new.restype = ctypes.py_object
-_capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+    ("flags", ctypes.c_uint64), ("dl_tensor", _Tensor)]
 _VERSIONED = b"dltensor_versioned"
 
 
@@ -270,9 +255,9 @@ class VersionedProducer:
         self.managed.flags = (1 if read_only else 0) | (2 if copied else 0)
         tensor = self.managed.dl_tensor
         tensor.data = array.ctypes.data
-        tensor.device = _DLDevice(1, 0)
+        tensor.device = _Device(1, 0)
         tensor.ndim = 1
-        tensor.dtype = _DLDataType(1, 8, 1)  # uint8
+        tensor.dtype = _DataType(1, 8, 1)  # uint8
         tensor.shape = self.shape
 
     def _delete(self, managed):
