@@ -103,8 +103,12 @@ static PyObject *domain_close(HmrPyDomain *self, PyObject *unused)
 	(void)unused;
 	if (!self->handle)
 		Py_RETURN_NONE;
-	if (self->closing) /* a finaliser run by the close below called close() again */
-		return hmr_py_raise_code(HMR_EBUSY, "Domain.close", "the domain is being closed");
+	/* Another thread is inside this close (its hmr_domain_close runs without the GIL and may
+	 * yet fail with EBUSY), or a finaliser run by the close below called close() again. */
+	if (self->closing)
+		return hmr_py_raise_code(HMR_EBUSY, "Domain.close",
+					 "the domain is being closed (by another thread, or by a "
+					 "finaliser that its close ran)");
 	/* In a fork child the threads that were inside calls in the parent do not exist. */
 	const int here = self->pid == getpid();
 	if (self->in_flight > 0 && here)
@@ -123,16 +127,19 @@ static PyObject *domain_close(HmrPyDomain *self, PyObject *unused)
 		return hmr_py_raise_code(HMR_EBUSY, "Domain.close",
 					 "%zd call(s) into the domain started on other threads while its "
 					 "regions were being closed", self->in_flight);
+	/* The handle stays until the close has ended: a close() on another thread meanwhile must
+	 * not return as if the domain were closed (this one may yet fail with EBUSY and keep it
+	 * open); marked closing, no call starts on it and that close() raises BusyError. */
 	hmr_domain *handle = self->handle;
-	self->handle = NULL; /* no new call starts from here on */
+	self->closing = 1;
 	int rc;
 	Py_BEGIN_ALLOW_THREADS
 	rc = hmr_domain_close(handle);
 	Py_END_ALLOW_THREADS
-	if (rc == -HMR_EBUSY) { /* nothing was closed (hmr.h): still open, still ours */
-		self->handle = handle;
+	self->closing = 0;
+	if (rc == -HMR_EBUSY) /* nothing was closed (hmr.h): still open, still ours */
 		return hmr_py_raise(rc, "hmr_domain_close");
-	}
+	self->handle = NULL;
 	/* Any other failure closed the domain all the same (hmr.h: a NIC's close that went
 	 * wrong, -HMR_EIO): the handle is gone, and only the error is left to say. */
 	if (rc != 0)

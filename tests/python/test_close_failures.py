@@ -59,3 +59,52 @@ print("ok")
 @needs_fake_ibverbs
 def test_a_close_that_fails_after_closing_lets_go_of_the_handle():
     run_child(["-c", CHILD], HMR_IBVERBS_LIBRARY=FAKE_IBVERBS)
+
+
+# A close() on another thread while Domain.close is inside hmr_domain_close without the GIL:
+# asked from the fake's probe, which ibv_dereg_mr calls with the cache's last registration
+# (taking the GIL, as another thread would).  It returned None at once, as if the domain were
+# closed, while that close could still fail with EBUSY and keep it open.
+RACING_CHILD = r"""
+import ctypes, os
+import hmr
+
+fake = ctypes.CDLL(os.environ["HMR_IBVERBS_LIBRARY"])
+domain = hmr.Domain("verbs", nic_options="device=fake_mlx5_0")
+if domain.cache_monitor == "disabled":
+    print("no cache monitor here: skipped")
+    raise SystemExit(0)
+domain.register(bytearray(1 << 16), hmr.REMOTE_READ).close()  # kept by the cache
+outcomes = []
+
+def close_meanwhile():
+    outcomes.append(domain.closed)
+    try:
+        domain.close()
+        outcomes.append("returned")
+    except hmr.BusyError as error:
+        outcomes.append("busy: " + error.reason)
+    try:
+        domain.register(bytearray(64))
+        outcomes.append("registered")
+    except hmr.Error as error:
+        outcomes.append(type(error).__name__)
+    return 0
+
+probe = ctypes.CFUNCTYPE(ctypes.c_int)(close_meanwhile)
+fake.fake_ibverbs_set_probe(probe)
+domain.close()
+fake.fake_ibverbs_set_probe(None)
+assert outcomes[0] is False, outcomes
+assert outcomes[1].startswith("busy: the domain is being closed"), outcomes
+assert outcomes[2] == "ClosedError", outcomes
+assert len(outcomes) == 3, outcomes
+assert domain.closed
+print("ok")
+"""
+
+
+@needs_fake_ibverbs
+def test_a_close_racing_the_first_is_told_it_is_busy():
+    output = run_child(["-c", RACING_CHILD], HMR_IBVERBS_LIBRARY=FAKE_IBVERBS)
+    assert "skipped" not in output, output
