@@ -634,12 +634,11 @@ size_t RegistrationCache::release_unused(size_t count, const VictimFilter* wante
   // (A filtered call counts only what it chose, those being of any kind, but in its last pass.)
   const bool count_others = wanted == nullptr || then_wait_for_others;
   size_t released = count_others ? deferred : 0;
-  // Its deregistrations lower the NIC's accounts too, but not from inside a deregistration
-  // of any cache (a registration a dereg callback makes): the other thread may be inside a
-  // dereg callback itself, registering in a cache this thread is finalizing, and each would
-  // wait for the other for ever (docs/semantics.md: such a registration never waits for a
-  // giving back).  wait_for_in_transit below keeps to the same rule.
-  if (finalizing_here == nullptr) wait_for_finalizing();
+  // Dead entries another thread took (hmr's reaper) are not waited for here, before the idle
+  // ones: that thread is inside the NIC's dereg, which may be slow, or (a callback NIC's) wait
+  // for a lock the caller holds while it registers, and the caller then waited for ever with
+  // idle entries to give.  They count as in transit: when nothing idle is left,
+  // wait_for_in_transit below waits for them, bounded.
   sweep_held();
   if (released >= count) return released;
   Retired retired;
@@ -656,11 +655,15 @@ size_t RegistrationCache::release_unused(size_t count, const VictimFilter* wante
   // registered until that thread's put() (it was not idle after all) but leaves the cache.
   finish(retired);
   if (released != 0 || finalizing_here != nullptr || !count_others) return released;
-  // Nothing idle is left here, but what another thread let go may be on its way out (a flush,
-  // an invalidation or an eviction between retire() and finish(); the put() that dropped the
-  // last reference of an entry retired under it): those give their resources back without
-  // the application, so the caller's retry can succeed once they did.  An entry an open MR
-  // keeps is not among them: only its close lets it go.
+  // Nothing idle is left here, but what another thread let go may be on its way out (dead
+  // entries the reaper is deregistering; a flush, an invalidation or an eviction between
+  // retire() and finish(); the put() that dropped the last reference of an entry retired
+  // under it): those give their resources back without the application, so the caller's
+  // retry can succeed once they did.  An entry an open MR keeps is not among them: only its
+  // close lets it go.  Not from inside a deregistration of any cache (a registration a dereg
+  // callback makes, above): the other thread may be inside a dereg callback itself,
+  // registering in a cache this thread is finalizing, and each would wait for the other
+  // (docs/semantics.md: such a registration never waits for a giving back).
   return wait_for_in_transit();
 }
 

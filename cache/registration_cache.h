@@ -145,6 +145,9 @@ class RegistrationCache final : public InvalidationSink {
   void invalidate(uintptr_t start, uintptr_t end) override;
   // Drops every unused entry (domain close, tests).
   void flush();
+  // Deregisters now what invalidations left to deregister (the reaper's work, done by the
+  // caller: under pressure, before any cache gives back entries still wanted).  How many.
+  size_t release_dead() { return finalize_deferred(); }
   // Under NIC pressure (registration/nic_pressure.h): deregisters what invalidations left
   // to deregister, then drops up to `count` unused entries, least recently used first (the
   // CLOCK hand of the limits).  How many it dropped or deregistered; 0: nothing idle is left.

@@ -381,11 +381,18 @@ Domain::Domain(std::unique_ptr<nic::Nic> nic, const DomainRules& rules,
 }
 
 size_t Domain::CachePressureRelief::release_unused(size_t count, Shortage shortage) {
-  // The host cache first (its entries are the cheapest to make again, and each pins host
-  // pages on a NIC that pins), then the device cache's exports and shadows: past the pinned
-  // bound only those that pin host pages (a dma-buf registration given back for it made room
-  // for nothing, and its next user paid a new export and registration).
-  size_t released = domain_.cache_ ? domain_.cache_->release_unused(count) : 0;
+  // Registrations of memory already freed first, in both caches: they help nobody, and a
+  // device cache's dead entries (an allocation freed, seen by its monitor) kept their keys,
+  // exports and shadows while the host cache gave back entries still wanted.  Counted for any
+  // shortage (what a dead entry pins, if anything, is not known here; a wrong count only
+  // costs a retry).  Then the host cache (its entries are the cheapest to make again, and
+  // each pins host pages on a NIC that pins), then the device cache's exports and shadows:
+  // past the pinned bound only those that pin host pages (a dma-buf registration given back
+  // for it made room for nothing, and its next user paid a new export and registration).
+  size_t released = domain_.cache_ ? domain_.cache_->release_dead() : 0;
+  if (domain_.device_cache_) released += domain_.device_cache_->release_dead();
+  if (released >= count) return released;
+  if (domain_.cache_) released += domain_.cache_->release_unused(count - released);
   if (released >= count || !domain_.device_cache_) return released;
   if (shortage == Shortage::any) {
     return released + domain_.device_cache_->release_unused(count - released);

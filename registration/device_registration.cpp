@@ -9,10 +9,13 @@ namespace hmr::core {
 namespace {
 
 // Idle device registrations given back at a time while an export finds the descriptor table
-// full (as many as for a NIC's refusal), and how often an export failing with room in the
-// table is tried again because descriptors were let go meanwhile (which may have been why).
+// full (as many as for a NIC's refusal), and how often an export is tried again only because
+// other threads let descriptors go meanwhile (which may have been why it failed): bounded, as
+// a NIC's refusal is (NicRegistrar::kRetriesOnOthers), since a thread exporting and closing
+// over and over lets one go during every look.
 constexpr size_t kExportsReleasedPerTry = 8;
-constexpr int kRetriesAfterOthersCloses = 8;
+constexpr int kRetriesAfterOthersCloses = 8;          // with room in the table
+constexpr int kRetriesAfterOthersClosesWhenFull = 64;  // threads at the bound together
 
 // The export of the allocation `memory` describes (shared with every registration inside
 // it), giving back idle device registrations while the driver cannot make it for want of
@@ -51,7 +54,10 @@ Result<std::shared_ptr<const SharedExport>> acquire_export(NicRegistrar& registr
       continue;
     }
     // (Only exports' closes move the count while the table is full: each retry follows one.)
-    if (shares.settled_closed_descriptors() != closed) continue;
+    if (shares.settled_closed_descriptors() != closed &&
+        ++retries_after_others <= kRetriesAfterOthersClosesWhenFull) {
+      continue;
+    }
     Status refused = make_error(
         HMR_ENOMEM, "%s: %s; hmr holds %zu dma-buf exports (one per allocation registered) and "
         "gave back %zu idle device registrations for this one, with none left: close MRs",

@@ -67,7 +67,7 @@ Status NicRegistrar::over_pinned_bound(uint64_t pinned, const char* what, const 
                     advice);
 }
 
-Status NicRegistrar::reserve(uint64_t pinned, size_t* released) {
+Status NicRegistrar::reserve(uint64_t pinned, GivingBack* giving_back) {
   using ull = unsigned long long;
   // (no eviction can make room for a registration over the bound on its own)
   HMR_RETURN_IF_ERROR(over_pinned_bound(pinned, "registration", "raise ulimit -l"));
@@ -79,7 +79,7 @@ Status NicRegistrar::reserve(uint64_t pinned, size_t* released) {
     // At a bound: what is idle goes back (its deregistration lowers the accounts) before the
     // NIC is asked for more than it, or the process's limit, allows.  Past the pinned bound
     // only what pins host pages can make room.
-    if (give_back(released, lowered_, lowered,
+    if (give_back(giving_back, lowered_, lowered,
                   counted ? Shortage::pinned_host_memory : Shortage::any)) {
       continue;
     }
@@ -91,7 +91,7 @@ Status NicRegistrar::reserve(uint64_t pinned, size_t* released) {
                            : make_error(HMR_ENOSPC, "the NIC '%s' holds at most %zu "
                                         "registrations (mr_cnt)",
                                         nic_.capabilities().name.c_str(), limit_),
-                   *released);
+                   giving_back->released);
   }
 }
 
@@ -112,7 +112,7 @@ thread_local unsigned deregistering_here = 0;
 
 }  // namespace
 
-bool NicRegistrar::give_back(size_t* released, const std::atomic<uint64_t>& generation,
+bool NicRegistrar::give_back(GivingBack* progress, const std::atomic<uint64_t>& generation,
                              uint64_t before, Shortage shortage) {
   if (relief_ == nullptr) return false;
   giving_back_.fetch_add(1, std::memory_order_acq_rel);
@@ -126,7 +126,7 @@ bool NicRegistrar::give_back(size_t* released, const std::atomic<uint64_t>& gene
     given = relief_->release_unused(kReleasedPerRefusal, shortage);
   }
   if (given != 0) {
-    *released += given;
+    progress->released += given;
     return true;
   }
   // Nothing idle was left for this thread, but another one may have taken the last idle
@@ -135,14 +135,17 @@ bool NicRegistrar::give_back(size_t* released, const std::atomic<uint64_t>& gene
   // (also what a close made idle and another refused thread deregistered between that
   // attempt and this look).  Otherwise two threads at the bound would fail where one alone
   // succeeds.  Every retry follows a deregistration someone else made, so threads that all
-  // meet a full NIC end with its refusal.  (Every release_unused call ends, so the wait
-  // does; a hit never comes here.)  Not from inside a NIC deregistration (a callback NIC's
+  // meet a full NIC end with its refusal; and one thread deregistering over and over cannot
+  // keep a request that does not fit retrying: kRetriesOnOthers.  (Every release_unused
+  // call ends, so the wait does; a hit never comes here.)  Not from inside a NIC deregistration (a callback NIC's
   // dereg registering): the giving back it runs inside, or another thread's waiting for it,
   // ends only after it returns, so it takes the NIC's refusal instead (two threads each in
   // such a dereg waited for each other for ever).
-  if (deregistering_here != 0) return generation.load(std::memory_order_acquire) != before;
-  while (giving_back_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
-  return generation.load(std::memory_order_acquire) != before;
+  if (deregistering_here == 0) {
+    while (giving_back_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+  }
+  if (generation.load(std::memory_order_acquire) == before) return false;
+  return ++progress->retries_on_others <= kRetriesOnOthers;
 }
 
 size_t NicRegistrar::give_back_exports(size_t count) {
@@ -169,9 +172,9 @@ Status NicRegistrar::refusal(const Status& cause, size_t released) {
 template <typename RegisterCall>
 Result<nic::Registration> NicRegistrar::under_pressure(uint64_t pinned,
                                                        RegisterCall&& register_call, Tally tally) {
-  size_t released = 0;
+  GivingBack giving_back;
   for (;;) {
-    Status reserved = reserve(pinned, &released);
+    Status reserved = reserve(pinned, &giving_back);
     if (!reserved.ok()) return marked(std::move(reserved));
     const uint64_t returned = returned_to_nic_.load(std::memory_order_acquire);
     const Stopwatch stopwatch;
@@ -194,7 +197,9 @@ Result<nic::Registration> NicRegistrar::under_pressure(uint64_t pinned,
     unreserve(pinned, /*at_nic=*/false);
     const Status& cause = registered.status();
     if (!is_resource_refusal(cause.code()) || relief_ == nullptr) return marked(cause);
-    if (!give_back(&released, returned_to_nic_, returned)) return marked(refusal(cause, released));
+    if (!give_back(&giving_back, returned_to_nic_, returned)) {
+      return marked(refusal(cause, giving_back.released));
+    }
     refusal_retries_.fetch_add(1, std::memory_order_relaxed);
   }
 }
@@ -293,7 +298,7 @@ void NicRegistrar::account_rereg(nic::Registration& registration,
 
 template <typename NicCall, typename Usable>
 Status NicRegistrar::retry_after_giving_back(NicCall&& nic_call, Usable&& still_usable) {
-  size_t released = 0;
+  GivingBack giving_back;
   for (;;) {
     const uint64_t returned = returned_to_nic_.load(std::memory_order_acquire);
     Status answer = nic_call();
@@ -301,7 +306,9 @@ Status NicRegistrar::retry_after_giving_back(NicCall&& nic_call, Usable&& still_
         !still_usable()) {
       return marked(std::move(answer));
     }
-    if (!give_back(&released, returned_to_nic_, returned)) return marked(refusal(answer, released));
+    if (!give_back(&giving_back, returned_to_nic_, returned)) {
+      return marked(refusal(answer, giving_back.released));
+    }
     refusal_retries_.fetch_add(1, std::memory_order_relaxed);
   }
 }

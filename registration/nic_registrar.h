@@ -117,6 +117,20 @@ class NicRegistrar final : public CacheBackend {
   // narrow_key, with the registration given back when the key does not fit.
   Status fit_key(nic::Registration& registration, Tally tally);
 
+  // One request's giving back so far: how many idle registrations it gave back (said in its
+  // refusal), and how often it tried again only because other threads had let registrations
+  // go meanwhile (bounded: give_back).
+  struct GivingBack {
+    size_t released = 0;
+    unsigned retries_on_others = 0;
+  };
+  // Retries a request makes on what other threads let go, with nothing given back by its own
+  // look: a thread that registers and deregisters over and over lets go of something during
+  // every look, and a request that cannot fit while the MRs it competes with stay open tried
+  // again for as long as that thread went on (docs/semantics.md: such a refusal comes at once).
+  // Threads meeting a bound together need a few; 64 is far past what they were seen to need.
+  static constexpr unsigned kRetriesOnOthers = 64;
+
   // `register_call`'s answer (a NIC registration), after giving back idle registrations for
   // as long as the NIC refuses for resources and there are any; counted and timed.
   template <typename RegisterCall>
@@ -125,7 +139,7 @@ class NicRegistrar final : public CacheBackend {
   // Counts one more registration held against limit_ and `pinned` bytes against max_pinned_,
   // giving back unused ones first when a bound would be passed; the refusal when none could
   // be given back.
-  Status reserve(uint64_t pinned, size_t* released);
+  Status reserve(uint64_t pinned, GivingBack* giving_back);
   // `nic_call`'s answer (a Status, for a NIC call that reserves nothing here: a
   // re-registration, a window), after giving back idle registrations for as long as the NIC
   // refuses for resources, `still_usable()` holds (what was refused is as it was) and
@@ -141,8 +155,9 @@ class NicRegistrar final : public CacheBackend {
   // Asks the relief for idle registrations that can cure `shortage`; true when the caller
   // should try again: some were given back, by this thread or another, or `generation`
   // (lowered_ or returned_to_nic_) moved past `before`, read before the attempt that failed,
-  // so what was let go between that attempt and this look is not missed.
-  bool give_back(size_t* released, const std::atomic<uint64_t>& generation, uint64_t before,
+  // so what was let go between that attempt and this look is not missed (at most
+  // kRetriesOnOthers times a request).
+  bool give_back(GivingBack* progress, const std::atomic<uint64_t>& generation, uint64_t before,
                  Shortage shortage = Shortage::any);
   Status refusal(const Status& cause, size_t released);
   // After the NIC re-registered `registration` over `translation` (its pages replace the

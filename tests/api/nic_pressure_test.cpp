@@ -55,6 +55,8 @@ struct BoundedNic {
   // Run (once) by the next deregistration, before it lets go: the application's own code in
   // its NIC's dereg (a callback may call hmr).
   std::function<void()> during_next_deregistration;
+  // Run by every refusal, before it returns (set before the registering starts).
+  std::function<void()> on_refusal;
 
   bool draw(unsigned one_in) {
     if (one_in == 0) return false;
@@ -87,6 +89,7 @@ int bounded_register(void* context, const hmr_nic_reg_request* request, hmr_nic_
       if (bytes + request->len > nic.byte_capacity) {
         nic.held.fetch_sub(1);
         nic.refused.fetch_add(1);
+        if (nic.on_refusal) nic.on_refusal();
         std::snprintf(reason, reason_size, "bounded NIC: %zu of %zu bytes pinned", bytes,
                       nic.byte_capacity);
         return -HMR_ENOMEM;
@@ -878,6 +881,122 @@ TEST_P(NicPressure, AZeroByteRegistrationMovedOntoPagesCountsThem) {
   mr.reset();
   ASSERT_EQ(hmr_domain_query_stats(domain.get(), &s), 0);
   EXPECT_EQ(s.nic_pinned_bytes, 0u);
+}
+
+// A refusal gives back the idle entries it finds without first waiting for a deregistration
+// of freed memory that another thread (hmr's reaper; under memhooks the unmapping thread) has
+// under way.  That deregistration is held open here until the registration returned, or a
+// watchdog lets it go.  Before, the registration waited for it with three idle entries to give
+// back, and for ever when a callback NIC's dereg waited for a lock the registering thread held
+// (found by a review).
+TEST_P(NicPressure, ARefusalGivesBackIdleEntriesWithoutWaitingForAnotherThreadsDeregistration) {
+  for (const bool stated : {false, true}) {
+    SCOPED_TRACE(stated ? "limit stated (mr_cnt)" : "limit learned from refusals");
+    BoundedNic nic;
+    nic.capacity = 4;
+    open(nic, stated);
+    if (HasFatalFailure() || IsSkipped()) return;
+    void* freed = mmap(nullptr, kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(freed, MAP_FAILED);
+    std::memset(freed, 1, kPage);
+    Buffers buffers(4);
+    ASSERT_TRUE(reg(domain_->get(), freed, kPage, kAccess));
+    for (size_t i = 0; i < 3; ++i) ASSERT_TRUE(reg(domain_->get(), buffers.at(i), kPage, kAccess));
+    ASSERT_EQ(nic.held.load(), 4u) << "four idle registrations cached";
+
+    std::atomic<bool> entered{false}, let_go{false};
+    nic.during_next_deregistration = [&] {
+      entered.store(true);
+      while (!let_go.load()) std::this_thread::yield();
+    };
+    std::thread unmapping([&] { EXPECT_EQ(munmap(freed, kPage), 0); });
+    while (!entered.load()) std::this_thread::yield();  // its deregistration is under way
+
+    std::atomic<bool> returned{false};
+    bool watchdog_let_go = false;
+    std::thread watchdog([&] {
+      // (Only the failure waits this long: a registrar that does not wait returns at once.)
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (!returned.load() && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::yield();
+      }
+      watchdog_let_go = !returned.load();
+      let_go.store(true);
+    });
+    MrPtr mr = reg(domain_->get(), buffers.at(3), kPage, kAccess);
+    const std::string reason = mr ? "" : hmr_last_error();
+    returned.store(true);
+    watchdog.join();
+    unmapping.join();
+    EXPECT_TRUE(mr) << reason;
+    EXPECT_FALSE(watchdog_let_go)
+        << "the registration waited for another thread's deregistration with idle entries to give";
+    EXPECT_LE(nic.most_held.load(), nic.capacity);
+    mr.reset();
+    domain_.reset();
+    EXPECT_EQ(nic.held.load(), 0u);
+  }
+}
+
+// A registration that cannot fit (its bytes over the NIC's bound while the MR holding the rest
+// stays open) is refused while another thread registers and deregisters over and over: each
+// of that thread's deregistrations moved the account during the refused one's attempt, which
+// tried again for as long as the other thread went on (found by a review).  Here the other
+// thread makes one round (a registration, its close, and hmr_mem_invalidate, which
+// deregisters it) inside each of the NIC's refusals, so every attempt sees one; it stops
+// after kChurnRounds.  Now a request retries on others' deregistrations a bounded number of
+// times (NicRegistrar::kRetriesOnOthers).
+TEST_P(NicPressure, ARequestThatCannotFitIsRefusedWhileAnotherThreadKeepsDeregistering) {
+  BoundedNic nic;
+  nic.byte_capacity = 16 * kPage;
+  open(nic, /*stated=*/false);
+  if (HasFatalFailure() || IsSkipped()) return;
+  std::vector<uint8_t> pages(15 * kPage, 1), wanted(5 * kPage, 1), other(2 * kPage, 1);
+  const auto page_aligned = [](std::vector<uint8_t>& bytes) {
+    return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(bytes.data()) + kPage - 1) &
+                                      ~(kPage - 1));
+  };
+  MrPtr keeper = reg(domain_->get(), page_aligned(pages), 14 * kPage, kAccess);  // open throughout
+  ASSERT_TRUE(keeper) << hmr_last_error();
+
+  constexpr uint64_t kChurnRounds = 1000;
+  std::atomic<uint64_t> asked{0}, rounds{0};
+  std::atomic<bool> stop{false};
+  std::thread churning([&] {
+    while (!stop.load()) {
+      if (rounds.load() == asked.load() || rounds.load() == kChurnRounds) {
+        std::this_thread::yield();
+        continue;
+      }
+      MrPtr mr = reg(domain_->get(), page_aligned(other), kPage, kAccess);  // 15 of 16 pages
+      EXPECT_TRUE(mr) << hmr_last_error();
+      mr.reset();
+      EXPECT_EQ(hmr_mem_invalidate(domain_->get(), page_aligned(other), kPage), 0);
+      rounds.fetch_add(1);
+    }
+  });
+  nic.on_refusal = [&] {
+    if (rounds.load() == kChurnRounds) return;
+    const uint64_t round = asked.fetch_add(1) + 1;
+    while (rounds.load() < round) std::this_thread::yield();
+  };
+  hmr_mr* refused = nullptr;
+  const int rc = hmr_mr_reg(domain_->get(), page_aligned(wanted), 4 * kPage, kAccess, 0, 0, 0,
+                            &refused, nullptr);
+  const std::string reason = hmr_last_error();
+  const uint64_t rounds_at_return = rounds.load();
+  stop.store(true);
+  churning.join();
+  nic.on_refusal = nullptr;
+  EXPECT_EQ(rc, -HMR_ENOMEM) << reason;
+  EXPECT_EQ(refused, nullptr);
+  EXPECT_LT(rounds_at_return, kChurnRounds)
+      << "the refusal came only when the other thread stopped deregistering";
+  EXPECT_LE(nic.refused.load(), 80u) << "the NIC was asked again and again for what could not fit";
+  keeper.reset();
+  domain_.reset();
+  EXPECT_EQ(nic.held.load(), 0u);
+  EXPECT_EQ(nic.held_bytes.load(), 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Monitors, NicPressure, ::testing::Values("memhooks", "userfaultfd"),

@@ -32,6 +32,16 @@ using hmr_test::MrPtr;
 // RLIMIT_NOFILE is lowered to one past the highest open fd, and the holes below it are taken
 // by eventfds, `spare` of which are closed again.  Restored (fillers closed, limit back) when
 // it goes.  Meanwhile only hmr opens descriptors: exports, and its look at the table.
+// Lets a thread that waits for `start` go, and joins it: on every way out of a test.
+struct StartAndJoinOnExit {
+  std::atomic<bool>& start;
+  std::thread& thread;
+  ~StartAndJoinOnExit() {
+    start.store(true);
+    if (thread.joinable()) thread.join();
+  }
+};
+
 class FullDescriptorTable {
  public:
   explicit FullDescriptorTable(size_t spare) {
@@ -308,6 +318,28 @@ TEST(DeviceDescriptorPressure, AnotherDomainsIdleRegistrationsAreGivenBackToo) {
     ASSERT_TRUE(a && b);
   }
   const uint64_t second_evictions = stats_of(second.get()).cache_pressure_evictions;
+  // The thread that registers in the first domain below, started before the table fills:
+  // UndefinedBehaviorSanitizer checks the new thread's std::thread state on its first call
+  // (-fsanitize=vptr), and that check needs a pipe, which a full table refuses (a false
+  // "invalid vptr" report, seen once in CI).
+  std::atomic<bool> start_registering{false};
+  std::atomic<int> unexplained{0};
+  std::string first_unexplained;
+  std::thread registering([&] {
+    while (!start_registering.load()) std::this_thread::yield();
+    for (size_t i = 24; i < memory.size(); ++i) {
+      hmr_mr* made = nullptr;
+      const int rc = register_attr(first.get(), memory[i]->get(), kAllocationSize,
+                                   HMR_HMEM_SYSTEM, 0, 0, &made);
+      if (rc == 0) {
+        EXPECT_EQ(hmr_mr_close(made), 0);
+      } else if (rc != -HMR_ENOMEM ||
+                 std::string(hmr_last_error()).find("no file descriptor left") == std::string::npos) {
+        if (unexplained.fetch_add(1) == 0) first_unexplained = hmr_last_error();
+      }
+    }
+  });
+  const StartAndJoinOnExit registering_ends{start_registering, registering};  // (an ASSERT's return)
   {
     const FullDescriptorTable full(0);
     hmr_mr* mr = nullptr;
@@ -329,21 +361,7 @@ TEST(DeviceDescriptorPressure, AnotherDomainsIdleRegistrationsAreGivenBackToo) {
         EXPECT_EQ(hmr_mr_close(again), 0);
       }
     }
-    std::atomic<int> unexplained{0};
-    std::string first_unexplained;
-    std::thread registering([&] {
-      for (size_t i = 24; i < memory.size(); ++i) {
-        hmr_mr* made = nullptr;
-        const int rc = register_attr(first.get(), memory[i]->get(), kAllocationSize,
-                                     HMR_HMEM_SYSTEM, 0, 0, &made);
-        if (rc == 0) {
-          EXPECT_EQ(hmr_mr_close(made), 0);
-        } else if (rc != -HMR_ENOMEM ||
-                   std::string(hmr_last_error()).find("no file descriptor left") == std::string::npos) {
-          if (unexplained.fetch_add(1) == 0) first_unexplained = hmr_last_error();
-        }
-      }
-    });
+    start_registering.store(true);
     second.reset();
     registering.join();
     EXPECT_EQ(unexplained.load(), 0) << first_unexplained;
@@ -369,10 +387,12 @@ TEST(DeviceDescriptorPressure, ThreadsAtTheLimitAllRegister) {
   std::string first_failure;
   std::atomic<bool> reported{false};
   {
-    const FullDescriptorTable full(kThreads);
+    // The threads start before the table fills (see AnotherDomainsIdleRegistrationsAreGivenBackToo).
+    std::atomic<bool> start{false};
     std::vector<std::thread> threads;
     for (size_t t = 0; t < kThreads; ++t) {
       threads.emplace_back([&, t] {
+        while (!start.load()) std::this_thread::yield();
         for (size_t round = 0; round < 6; ++round) {
           for (size_t i = t; i < memory.size(); i += kThreads / 2) {
             hmr_mr* mr = nullptr;
@@ -387,7 +407,11 @@ TEST(DeviceDescriptorPressure, ThreadsAtTheLimitAllRegister) {
         }
       });
     }
-    for (std::thread& thread : threads) thread.join();
+    {
+      const FullDescriptorTable full(kThreads);
+      start.store(true);
+      for (std::thread& thread : threads) thread.join();
+    }
   }
   EXPECT_EQ(failures.load(), 0) << first_failure;
   EXPECT_EQ(nic.bad_fds.load(), 0);
