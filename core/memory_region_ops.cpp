@@ -135,7 +135,8 @@ Status MemoryRegion::rereg(uint64_t flags, const hmr_mr_rereg_attr& attr) {
     if (!own.ok()) return own.status();
     nic::Registration copy = *own;
     if (in_place.protection_domain != nullptr) {
-      Status changed = domain_.nic_registrar().rereg(copy, *request, pins_pages);
+      bool usable = true;  // (the copy is deregistered either way)
+      Status changed = domain_.nic_registrar().rereg(copy, *request, pins_pages, &usable);
       if (changed.ok()) changed = domain_.nic_registrar().narrow_key(copy);
       if (!changed.ok()) {
         (void)domain_.nic_registrar().deregister_memory(copy);
@@ -147,7 +148,8 @@ Status MemoryRegion::rereg(uint64_t flags, const hmr_mr_rereg_attr& attr) {
     handle_cache_ = nullptr;
     registration_ = copy;
   } else {
-    Status changed = domain_.nic_registrar().rereg(registration_, *request, pins_pages);
+    bool usable = true;
+    Status changed = domain_.nic_registrar().rereg(registration_, *request, pins_pages, &usable);
     if (changed.ok()) {
       // A key wider than the domain's: the MR is registered under a key no peer of this
       // domain can be given, so it cannot be used any more.
@@ -159,7 +161,8 @@ Status MemoryRegion::rereg(uint64_t flags, const hmr_mr_rereg_attr& attr) {
       }
     }
     if (!changed.ok()) {
-      if (!domain_.nic().usable_after_failed_rereg(registration_)) {
+      // (A refusal of hmr's, before the NIC was asked, left it as it was.)
+      if (!usable) {
         state_.store(State::unusable, std::memory_order_release);
         publish_to_hit();
       }

@@ -35,7 +35,10 @@ constexpr size_t kReleasedPerRefusal = 8;
 
 // Adds `amount` to `account` unless that passes `bound` (0: none); a compare-and-swap, so
 // threads reserving at once never pass the bound together, and none fails while room is left.
+// Nothing added never fails: an account already past its bound (a re-registration the NIC
+// accepted past it, before hmr reserved a growth) refused even what pins nothing.
 bool take(std::atomic<uint64_t>& account, uint64_t amount, uint64_t bound) {
+  if (amount == 0) return true;
   uint64_t now = account.load(std::memory_order_relaxed);
   do {
     if (bound != 0 && (now + amount > bound || now + amount < now)) return false;
@@ -67,15 +70,15 @@ Status NicRegistrar::over_pinned_bound(uint64_t pinned, const char* what, const 
                     advice);
 }
 
-Status NicRegistrar::reserve(uint64_t pinned, GivingBack* giving_back) {
+Status NicRegistrar::reserve(uint64_t registrations, uint64_t pinned, GivingBack* giving_back) {
   using ull = unsigned long long;
   // (no eviction can make room for a registration over the bound on its own)
   HMR_RETURN_IF_ERROR(over_pinned_bound(pinned, "registration", "raise ulimit -l"));
   for (;;) {
     const uint64_t lowered = lowered_.load(std::memory_order_acquire);
-    const bool counted = take(held_, 1, limit_);
+    const bool counted = take(held_, registrations, limit_);
     if (counted && take(pinned_, pinned, max_pinned_)) return ok_status();
-    if (counted) held_.fetch_sub(1, std::memory_order_relaxed);
+    if (counted) held_.fetch_sub(registrations, std::memory_order_relaxed);
     // At a bound: what is idle goes back (its deregistration lowers the accounts) before the
     // NIC is asked for more than it, or the process's limit, allows.  Past the pinned bound
     // only what pins host pages can make room.
@@ -95,8 +98,8 @@ Status NicRegistrar::reserve(uint64_t pinned, GivingBack* giving_back) {
   }
 }
 
-void NicRegistrar::unreserve(uint64_t pinned, bool at_nic) {
-  held_.fetch_sub(1, std::memory_order_relaxed);
+void NicRegistrar::unreserve(uint64_t registrations, uint64_t pinned, bool at_nic) {
+  held_.fetch_sub(registrations, std::memory_order_relaxed);
   pinned_.fetch_sub(pinned, std::memory_order_relaxed);
   lowered_.fetch_add(1, std::memory_order_release);
   if (at_nic) returned_to_nic_.fetch_add(1, std::memory_order_release);
@@ -174,7 +177,7 @@ Result<nic::Registration> NicRegistrar::under_pressure(uint64_t pinned,
                                                        RegisterCall&& register_call, Tally tally) {
   GivingBack giving_back;
   for (;;) {
-    Status reserved = reserve(pinned, &giving_back);
+    Status reserved = reserve(1, pinned, &giving_back);
     if (!reserved.ok()) return marked(std::move(reserved));
     const uint64_t returned = returned_to_nic_.load(std::memory_order_acquire);
     const Stopwatch stopwatch;
@@ -182,7 +185,7 @@ Result<nic::Registration> NicRegistrar::under_pressure(uint64_t pinned,
       try {
         return register_call();
       } catch (...) {  // (out of memory in an adapter): the reservation goes with it
-        unreserve(pinned, /*at_nic=*/false);
+        unreserve(1, pinned, /*at_nic=*/false);
         throw;
       }
     }();
@@ -194,7 +197,7 @@ Result<nic::Registration> NicRegistrar::under_pressure(uint64_t pinned,
       }
       return registered;
     }
-    unreserve(pinned, /*at_nic=*/false);
+    unreserve(1, pinned, /*at_nic=*/false);
     const Status& cause = registered.status();
     if (!is_resource_refusal(cause.code()) || relief_ == nullptr) return marked(cause);
     if (!give_back(&giving_back, returned_to_nic_, returned)) {
@@ -272,7 +275,7 @@ Status NicRegistrar::deregister_memory(nic::Registration& registration, Tally ta
       return Status(HMR_EIO, "NIC dereg threw");  // (as short: nothing allocated)
     }
   }();
-  unreserve(pinned, /*at_nic=*/true);  // dropped either way (see the header)
+  unreserve(1, pinned, /*at_nic=*/true);  // dropped either way (see the header)
   if (status.ok()) {
     if (tally == Tally::counted) {
       deregistrations_.fetch_add(1, std::memory_order_relaxed);
@@ -285,15 +288,14 @@ Status NicRegistrar::deregister_memory(nic::Registration& registration, Tally ta
   return status;
 }
 
-void NicRegistrar::account_rereg(nic::Registration& registration,
-                                 std::span<const iovec> translation, bool pins) {
+uint64_t NicRegistrar::pinned_after_rereg(const nic::Registration& registration,
+                                          std::span<const iovec> translation, bool pins) const {
   // (`pins`, not pinned_bytes != 0: a registration of zero bytes pinned nothing before and
   // pins its new range after.)
-  if (translation.empty() || !pins || !nic_.capabilities().pins_host_memory) return;
-  const uint64_t pinned = nic::pinned_bytes_of(translation);
-  pinned_.fetch_add(pinned, std::memory_order_relaxed);
-  pinned_.fetch_sub(registration.pinned_bytes, std::memory_order_relaxed);
-  registration.pinned_bytes = pinned;
+  if (translation.empty() || !pins || !nic_.capabilities().pins_host_memory) {
+    return registration.pinned_bytes;
+  }
+  return nic::pinned_bytes_of(translation);
 }
 
 template <typename NicCall, typename Usable>
@@ -314,19 +316,38 @@ Status NicRegistrar::retry_after_giving_back(NicCall&& nic_call, Usable&& still_
 }
 
 Status NicRegistrar::rereg(nic::Registration& registration, const nic::ReregRequest& request,
-                           bool pins) {
+                           bool pins, bool* usable) {
+  *usable = true;  // until the NIC is asked
   // A new range over the pinned-byte bound on its own: nothing given back could make room.
-  const bool pins_pages = pins && nic_.capabilities().pins_host_memory;
-  const uint64_t pinned =
-      pins_pages && !request.translation.empty() ? nic::pinned_bytes_of(request.translation) : 0;
-  HMR_RETURN_IF_ERROR(over_pinned_bound(pinned, "re-registration", "the MR is unchanged"));
+  const uint64_t pinned = pinned_after_rereg(registration, request.translation, pins);
+  if (pinned != registration.pinned_bytes) {
+    HMR_RETURN_IF_ERROR(over_pinned_bound(pinned, "re-registration", "the MR is unchanged"));
+  }
+  // A range that pins more than the old one reserves the growth first, giving back idle
+  // registrations as a registration does: hmr keeps the bound for a NIC that says it pins
+  // (a callback NIC need not enforce RLIMIT_MEMLOCK), and a growth the NIC accepted past it
+  // left every later registration refused until this MR closed.
+  const uint64_t growth = pinned > registration.pinned_bytes ? pinned - registration.pinned_bytes : 0;
+  if (growth != 0) {
+    GivingBack giving_back;
+    HMR_RETURN_IF_ERROR(marked(reserve(0, growth, &giving_back)));
+  }
   // Refused for resources with the registration as it was: what is idle goes back and the NIC
   // is asked again, as for a registration.  A refusal that cost the registration (the NIC's
   // answer) is the caller's to see at once.
-  HMR_RETURN_IF_ERROR(retry_after_giving_back(
+  Status answer = retry_after_giving_back(
       [&] { return nic_.rereg(registration, request); },
-      [&] { return nic_.usable_after_failed_rereg(registration); }));
-  account_rereg(registration, request.translation, pins);
+      [&] { return nic_.usable_after_failed_rereg(registration); });
+  if (!answer.ok()) {
+    if (growth != 0) unreserve(0, growth, /*at_nic=*/false);
+    *usable = nic_.usable_after_failed_rereg(registration);
+    return answer;
+  }
+  // The pages follow (the growth was counted above; a range that pins less gives back the rest).
+  if (pinned < registration.pinned_bytes) {
+    pinned_.fetch_sub(registration.pinned_bytes - pinned, std::memory_order_relaxed);
+  }
+  registration.pinned_bytes = pinned;
   return ok_status();
 }
 

@@ -90,9 +90,11 @@ class NicRegistrar final : public CacheBackend {
   // access), giving back idle registrations while the NIC refuses for resources and leaves the
   // registration as it was (a new key, more pinned pages); then its pinned bytes follow (its
   // key is the caller's to narrow_key).  `pins`: whether it pins host pages (not ODP; a
-  // zero-byte one does, once it has a range).  On failure the NIC's answer decides whether it
-  // is usable.
-  Status rereg(nic::Registration& registration, const nic::ReregRequest& request, bool pins);
+  // zero-byte one does, once it has a range).  On failure, `*usable` says whether the
+  // registration is as it was: always when hmr refused before asking the NIC (a bound), else
+  // as the NIC's answer decides (Nic::usable_after_failed_rereg).
+  Status rereg(nic::Registration& registration, const nic::ReregRequest& request, bool pins,
+               bool* usable);
   // A memory window at the NIC.  Where windows take their keys from the table registrations
   // use (Capabilities::windows_take_registration_keys: mlx5's mkeys), a refusal for resources
   // gives back idle registrations and tries again, as a registration does; elsewhere it is
@@ -136,10 +138,10 @@ class NicRegistrar final : public CacheBackend {
   template <typename RegisterCall>
   Result<nic::Registration> under_pressure(uint64_t pinned, RegisterCall&& register_call,
                                            Tally tally = Tally::counted);
-  // Counts one more registration held against limit_ and `pinned` bytes against max_pinned_,
-  // giving back unused ones first when a bound would be passed; the refusal when none could
-  // be given back.
-  Status reserve(uint64_t pinned, GivingBack* giving_back);
+  // Counts `registrations` more (1, or 0 for a re-registration's growth) held against limit_
+  // and `pinned` bytes against max_pinned_, giving back unused ones first when a bound would
+  // be passed; the refusal when none could be given back.
+  Status reserve(uint64_t registrations, uint64_t pinned, GivingBack* giving_back);
   // `nic_call`'s answer (a Status, for a NIC call that reserves nothing here: a
   // re-registration, a window), after giving back idle registrations for as long as the NIC
   // refuses for resources, `still_usable()` holds (what was refused is as it was) and
@@ -151,7 +153,7 @@ class NicRegistrar final : public CacheBackend {
   Status over_pinned_bound(uint64_t pinned, const char* what, const char* advice);
   // Lowers the accounts; `at_nic`: a registration the NIC held was let go (not a reservation
   // whose NIC call failed).
-  void unreserve(uint64_t pinned, bool at_nic);
+  void unreserve(uint64_t registrations, uint64_t pinned, bool at_nic);
   // Asks the relief for idle registrations that can cure `shortage`; true when the caller
   // should try again: some were given back, by this thread or another, or `generation`
   // (lowered_ or returned_to_nic_) moved past `before`, read before the attempt that failed,
@@ -160,9 +162,10 @@ class NicRegistrar final : public CacheBackend {
   bool give_back(GivingBack* progress, const std::atomic<uint64_t>& generation, uint64_t before,
                  Shortage shortage = Shortage::any);
   Status refusal(const Status& cause, size_t released);
-  // After the NIC re-registered `registration` over `translation` (its pages replace the
-  // old ones): the pinned bytes follow.  The NIC decided; no bound is checked here.
-  void account_rereg(nic::Registration& registration, std::span<const iovec> translation, bool pins);
+  // The host bytes `registration` pins once re-registered over `translation` (its pages
+  // replace the old ones; none given: the range stays, and so do they).
+  uint64_t pinned_after_rereg(const nic::Registration& registration,
+                              std::span<const iovec> translation, bool pins) const;
   uint64_t pinned_bytes_of(const nic::RegistrationRequest& request) const;
 
   nic::Nic& nic_;

@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <new>
 #include <vector>
 
 #include "hmem/hmem_registry.h"
@@ -157,11 +158,26 @@ VerbsNic::VerbsNic(std::shared_ptr<const IbverbsLibrary> library, DeviceHandle d
 VerbsNic::~VerbsNic() = default;
 
 Status VerbsNic::close_native() {
+  Status retried = ok_status();
+  {
+    std::lock_guard<std::mutex> lock(abandoned_mutex_);
+    for (const std::unique_ptr<VerbsRegistration>& record : abandoned_) {
+      Status again = record->deregister_all();
+      if (!again.ok() && retried.ok()) {
+        retried = Status(again.code(), "a registration whose deregistration had failed still "
+                         "could not be deregistered at close (the device's close destroyed it): " +
+                         again.reason());
+      }
+    }
+    abandoned_.clear();
+  }
   {
     std::lock_guard<std::mutex> lock(umr_mutex_);
     umr_.reset();
   }
-  return device_.close();
+  // (The PD's dealloc then fails too, for that MR: the MR is the reason to give.)
+  Status closed = device_.close();
+  return retried.ok() ? closed : retried;
 }
 
 Status VerbsNic::apply_options() {
@@ -564,11 +580,22 @@ Result<nic::Registration> VerbsNic::register_implicit(const nic::RegistrationReq
 Status VerbsNic::deregister(nic::Registration& registration) {
   VerbsRegistration* record = record_of(registration);
   if (record == nullptr) return make_error(HMR_EINVAL, "not a verbs registration");
-  HMR_RETURN_IF_ERROR(record->deregister_all());
-  delete record;
+  Status status = record->deregister_all();
   registration.handle = nullptr;
   registration.desc = nullptr;
-  return ok_status();
+  if (status.ok()) {
+    delete record;
+    return ok_status();
+  }
+  // Dropped by hmr all the same: kept for close_native() to try again (the record held what
+  // the NIC kept, and was leaked with it).
+  try {
+    std::lock_guard<std::mutex> lock(abandoned_mutex_);
+    abandoned_.emplace_back(record);
+  } catch (const std::bad_alloc&) {
+    delete record;  // (its destructor tries once more, and logs what stays on the NIC)
+  }
+  return status;
 }
 
 Status VerbsNic::rereg(nic::Registration& registration, const nic::ReregRequest& request) {

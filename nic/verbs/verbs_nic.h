@@ -17,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "nic/nic.h"
 #include "nic/verbs/chunk_plan.h"
@@ -121,6 +122,12 @@ class VerbsNic final : public nic::Nic {
   Mlx5Access mlx5_;
   std::mutex umr_mutex_;  // creating the UMR queue
   std::unique_ptr<UmrQueue> umr_;  // destroyed before the device
+  // Registrations whose ibv_dereg_mr failed: hmr drops them and never asks again
+  // (NicRegistrar::deregister_memory), so what the NIC kept is tried once more at close,
+  // before the PD (which ibv_dealloc_pd will not free while MRs are on it).  Destroyed before
+  // the device (a record's destructor tries again too, and logs what stays).
+  std::mutex abandoned_mutex_;
+  std::vector<std::unique_ptr<VerbsRegistration>> abandoned_;
 };
 
 }  // namespace hmr::verbs

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -57,6 +58,11 @@ struct BoundedNic {
   std::function<void()> during_next_deregistration;
   // Run by every refusal, before it returns (set before the registering starts).
   std::function<void()> on_refusal;
+  // The deregistration of the registration made at `hold_address` (its handle) waits, on
+  // whichever thread makes it: `held_entered` is set, then it waits for `let_go_held`.
+  // Atomics, unlike during_next_deregistration: hmr's reaper may be deregistering meanwhile.
+  std::atomic<const void*> hold_address{nullptr};
+  std::atomic<bool> held_entered{false}, let_go_held{false};
 
   bool draw(unsigned one_in) {
     if (one_in == 0) return false;
@@ -113,6 +119,10 @@ int bounded_deregister(void* context, const hmr_nic_mr* mr, char* reason, size_t
     const std::function<void()> run = std::move(nic.during_next_deregistration);
     nic.during_next_deregistration = nullptr;
     run();
+  }
+  if (mr->handle != nullptr && mr->handle == nic.hold_address.load()) {
+    nic.held_entered.store(true);
+    while (!nic.let_go_held.load()) std::this_thread::yield();
   }
   if (nic.hold_deregistrations.load()) {
     nic.deregistrations_waiting.fetch_add(1);
@@ -904,13 +914,9 @@ TEST_P(NicPressure, ARefusalGivesBackIdleEntriesWithoutWaitingForAnotherThreadsD
     for (size_t i = 0; i < 3; ++i) ASSERT_TRUE(reg(domain_->get(), buffers.at(i), kPage, kAccess));
     ASSERT_EQ(nic.held.load(), 4u) << "four idle registrations cached";
 
-    std::atomic<bool> entered{false}, let_go{false};
-    nic.during_next_deregistration = [&] {
-      entered.store(true);
-      while (!let_go.load()) std::this_thread::yield();
-    };
+    nic.hold_address.store(freed);
     std::thread unmapping([&] { EXPECT_EQ(munmap(freed, kPage), 0); });
-    while (!entered.load()) std::this_thread::yield();  // its deregistration is under way
+    while (!nic.held_entered.load()) std::this_thread::yield();  // its deregistration is under way
 
     std::atomic<bool> returned{false};
     bool watchdog_let_go = false;
@@ -921,7 +927,7 @@ TEST_P(NicPressure, ARefusalGivesBackIdleEntriesWithoutWaitingForAnotherThreadsD
         std::this_thread::yield();
       }
       watchdog_let_go = !returned.load();
-      let_go.store(true);
+      nic.let_go_held.store(true);
     });
     MrPtr mr = reg(domain_->get(), buffers.at(3), kPage, kAccess);
     const std::string reason = mr ? "" : hmr_last_error();
@@ -997,6 +1003,81 @@ TEST_P(NicPressure, ARequestThatCannotFitIsRefusedWhileAnotherThreadKeepsDeregis
   domain_.reset();
   EXPECT_EQ(nic.held.load(), 0u);
   EXPECT_EQ(nic.held_bytes.load(), 0u);
+}
+
+// hmr keeps RLIMIT_MEMLOCK for a callback NIC that says it pins (HMR_NIC_CB_PINS_HOST_MEMORY)
+// and need not enforce it: a re-registration onto more pages reserves the growth, giving back
+// idle registrations, and is refused when it cannot fit.  Before, the NIC's acceptance took
+// hmr's account past the bound, and every later registration was refused, even one that pins
+// nothing (ODP), until that MR closed (found by a review).  In a child of its own, without
+// CAP_IPC_LOCK (which root here has, and which lifts the bound), RLIMIT_MEMLOCK at 16 pages.
+int accepting_rereg(void*, hmr_nic_mr*, const hmr_nic_rereg_request*, char*, size_t) { return 0; }
+
+TEST(NicPressurePinned, AReregistrationOntoMorePagesKeepsToTheBound) {
+  constexpr const char* kChild = "HMR_TEST_PRESSURE_MEMLOCK_CHILD";
+  if (std::getenv(kChild) == nullptr) {
+    EXPECT_EQ(run_self({"--gtest_filter=NicPressurePinned.AReregistrationOntoMorePagesKeepsToTheBound"},
+                       {std::string(kChild) + "=1"}),
+              0)
+        << "the child failed (its output is above)";
+    return;
+  }
+  ASSERT_TRUE(drop_cap_ipc_lock()) << std::strerror(errno);
+  ASSERT_TRUE(set_memlock(16 * kPage)) << std::strerror(errno);
+  BoundedNic nic;  // no bound of its own: hmr's is the only one
+  hmr_nic_callbacks callbacks = callback_nic(&nic, HMR_NIC_CB_PINS_HOST_MEMORY | HMR_NIC_CB_ODP,
+                                             bounded_register, bounded_deregister);
+  callbacks.rereg = accepting_rereg;
+  hmr_domain_attr attr = callback_domain_attr(callbacks, HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR);
+  attr.cache_monitor = "disabled";  // every MR its own registration
+  hmr_domain* raw = nullptr;
+  ASSERT_EQ(hmr_domain_open(&attr, &raw), 0) << hmr_last_error();
+  DomainPtr domain(raw);
+  const auto pinned = [&] { return domain_stats(domain.get()).nic_pinned_bytes; };
+
+  std::vector<uint8_t> bytes(40 * kPage, 1);
+  uint8_t* pages = reinterpret_cast<uint8_t*>(
+      (reinterpret_cast<uintptr_t>(bytes.data()) + kPage - 1) & ~(kPage - 1));
+  MrPtr growing = reg(domain.get(), pages, 4 * kPage, kAccess);
+  MrPtr other = reg(domain.get(), pages + 8 * kPage, 8 * kPage, kAccess);
+  ASSERT_TRUE(growing && other) << hmr_last_error();
+  ASSERT_EQ(pinned(), 12 * kPage);
+
+  // 4 pages onto 12: 20 pinned would pass the 16.  Refused, the MR as it was.
+  iovec twelve{pages + 20 * kPage, 12 * kPage};
+  hmr_mr_rereg_attr rereg{};
+  rereg.size = sizeof rereg;
+  rereg.mr_iov = &twelve;
+  rereg.iov_count = 1;
+  EXPECT_EQ(hmr_mr_rereg(growing.get(), HMR_MR_REREG_TRANSLATION, &rereg), -HMR_ENOMEM);
+  EXPECT_NE(std::string(hmr_last_error()).find("RLIMIT_MEMLOCK"), std::string::npos)
+      << hmr_last_error();
+  EXPECT_EQ(pinned(), 12 * kPage);
+  EXPECT_LE(pinned(), 16 * kPage);
+
+  // Onto 8 pages: 16, at the bound exactly.  Then a registration that pins nothing is made.
+  iovec eight{pages + 20 * kPage, 8 * kPage};
+  rereg.mr_iov = &eight;
+  EXPECT_EQ(hmr_mr_rereg(growing.get(), HMR_MR_REREG_TRANSLATION, &rereg), 0) << hmr_last_error();
+  EXPECT_EQ(pinned(), 16 * kPage);
+  hmr_mr* on_demand = nullptr;
+  EXPECT_EQ(hmr_mr_reg(domain.get(), pages + 34 * kPage, 2 * kPage, kAccess, 0, 0, HMR_MR_ODP,
+                       &on_demand, nullptr),
+            0)
+      << hmr_last_error();
+  if (on_demand != nullptr) {
+    EXPECT_EQ(hmr_mr_close(on_demand), 0);
+  }
+  // Onto fewer pages: what it leaves is given back.
+  iovec two{pages + 20 * kPage, 2 * kPage};
+  rereg.mr_iov = &two;
+  EXPECT_EQ(hmr_mr_rereg(growing.get(), HMR_MR_REREG_TRANSLATION, &rereg), 0) << hmr_last_error();
+  EXPECT_EQ(pinned(), 10 * kPage);
+  growing.reset();
+  other.reset();
+  EXPECT_EQ(pinned(), 0u);
+  domain.reset();
+  EXPECT_EQ(nic.held.load(), 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Monitors, NicPressure, ::testing::Values("memhooks", "userfaultfd"),

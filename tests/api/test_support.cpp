@@ -1,9 +1,13 @@
 #include "test_support.h"
 
+#include <linux/capability.h>
 #include <spawn.h>
-#include <cerrno>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 extern char** environ;
 
@@ -72,6 +76,22 @@ hmr_domain_stats domain_stats(hmr_domain* domain) {
   stats.size = sizeof stats;
   EXPECT_EQ(hmr_domain_query_stats(domain, &stats), 0) << hmr_last_error();
   return stats;
+}
+
+bool drop_cap_ipc_lock() {
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2] = {};
+  if (syscall(SYS_capget, &header, data) != 0) return false;
+  data[0].effective &= ~(1u << CAP_IPC_LOCK);
+  data[0].permitted &= ~(1u << CAP_IPC_LOCK);
+  return syscall(SYS_capset, &header, data) == 0;
+}
+
+bool set_memlock(uint64_t bytes) {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_MEMLOCK, &limit) != 0) return false;
+  limit.rlim_cur = bytes;
+  return setrlimit(RLIMIT_MEMLOCK, &limit) == 0;
 }
 
 int run_self(const std::vector<std::string>& arguments, const std::vector<std::string>& environment) {

@@ -138,13 +138,20 @@ class Pages {
   size_t bytes_;
 };
 
+// hmr_domain_query_stats, a test failure (and zeros) when it fails.
+hmr_domain_stats domain_stats(hmr_domain* domain);
+
+// Takes CAP_IPC_LOCK out of this process's effective and permitted sets (capset(2)), so that
+// RLIMIT_MEMLOCK applies to it as to an unprivileged process (root here has it).  Nothing gives
+// it back: for a child of its own (run_self).  false (errno set) when capget or capset fails.
+bool drop_cap_ipc_lock();
+// Sets RLIMIT_MEMLOCK's soft limit to `bytes`; false (errno set) when setrlimit refuses.
+bool set_memlock(uint64_t bytes);
+
 // Runs this test binary again in a new process with `arguments` (e.g. a --gtest_filter) and
 // `environment` ("NAME=value") added to this process's environment; returns its exit status
 // (-1 when it could not run or died of a signal).  For tests whose effects must not outlive
 // them, such as a library that patches libc.
-// hmr_domain_query_stats, a test failure (and zeros) when it fails.
-hmr_domain_stats domain_stats(hmr_domain* domain);
-
 int run_self(const std::vector<std::string>& arguments, const std::vector<std::string>& environment);
 // Runs `body` in a child forked from this process as it is, without exec (for tests of what a
 // forked child inherits), and returns the status `body` returns, which the child exits with;

@@ -6,10 +6,7 @@
 // count what it holds pinned (idle cached registrations included), give back idle ones
 // before passing the limit, retry after a refusal it did not foresee, refuse with a reason when
 // everything is in use, and never fail threads that stay below the limit.
-#include <linux/capability.h>
 #include <sys/mman.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -31,24 +28,6 @@ constexpr const char* kChildMonitor = "HMR_TEST_MEMLOCK_MONITOR";
 constexpr uint64_t kLimit = 256 * 1024;
 constexpr size_t kBuffer = 16 * 1024;  // 4 pages: 16 fit under the limit
 constexpr size_t kBuffers = 64;
-
-// Takes CAP_IPC_LOCK out of the effective and permitted sets (capset(2)), so RLIMIT_MEMLOCK
-// applies to this process as to an unprivileged one.
-bool drop_cap_ipc_lock() {
-  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
-  __user_cap_data_struct data[2] = {};
-  if (syscall(SYS_capget, &header, data) != 0) return false;
-  data[0].effective &= ~(1u << CAP_IPC_LOCK);
-  data[0].permitted &= ~(1u << CAP_IPC_LOCK);
-  return syscall(SYS_capset, &header, data) == 0;
-}
-
-bool set_memlock(uint64_t soft) {
-  rlimit limit{};
-  if (getrlimit(RLIMIT_MEMLOCK, &limit) != 0) return false;
-  limit.rlim_cur = soft;
-  return setrlimit(RLIMIT_MEMLOCK, &limit) == 0;
-}
 
 class VerbsPinnedMemory : public VerbsDomainTest {
  protected:
@@ -74,9 +53,9 @@ TEST_F(VerbsPinnedMemory, RlimitMemlockBoundsWhatHmrHoldsPinned) {
     return;
   }
   const char* monitor = std::getenv(kChildMonitor);
-  ASSERT_TRUE(drop_cap_ipc_lock()) << std::strerror(errno);
+  ASSERT_TRUE(hmr_test::drop_cap_ipc_lock()) << std::strerror(errno);
   ASSERT_FALSE(has_cap_ipc_lock());
-  ASSERT_TRUE(set_memlock(kLimit)) << std::strerror(errno);
+  ASSERT_TRUE(hmr_test::set_memlock(kLimit)) << std::strerror(errno);
 
   attr_ = hmr_domain_attr{};
   attr_.size = sizeof attr_;
@@ -160,7 +139,7 @@ TEST_F(VerbsPinnedMemory, RlimitMemlockBoundsWhatHmrHoldsPinned) {
 
   // 4. A refusal hmr did not foresee: the limit is lowered after the domain read it, so the
   //    kernel refuses first; hmr gives back idle registrations and tries again.
-  ASSERT_TRUE(set_memlock(kLimit / 2));
+  ASSERT_TRUE(hmr_test::set_memlock(kLimit / 2));
   {
     const uint64_t retries_before = stats().nic_refusal_retries;
     for (size_t i = kBuffers - 4; i < kBuffers; ++i) {
@@ -170,7 +149,7 @@ TEST_F(VerbsPinnedMemory, RlimitMemlockBoundsWhatHmrHoldsPinned) {
     }
     EXPECT_GT(stats().nic_refusal_retries, retries_before);
   }
-  ASSERT_TRUE(set_memlock(kLimit));
+  ASSERT_TRUE(hmr_test::set_memlock(kLimit));
 
   // 5. Four threads, each holding at most three buffers open (192 KiB together, under the
   //    limit), over all 64 buffers: no registration fails, whatever is idle.
