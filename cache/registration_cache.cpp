@@ -466,8 +466,12 @@ void RegistrationCache::add_marks(uint64_t (&marks)[kThreadSlots], uint64_t thre
 
 CacheEntry* RegistrationCache::clock_victim(const VictimFilter* wanted) {
   // The hand judges an entry at its first slot.  Three passes at most: two bring any
-  // recency to 0, the third finds an unused entry if there is one.
+  // recency to 0, the third finds an unused entry if there is one.  Hits on other threads
+  // (lock-free) can mark an unused entry again between the hand's visits: then the first
+  // unused one the hand met is the victim all the same (it went on failing as if every entry
+  // were in use, with one idle: found by a review).
   const size_t capacity = index_.capacity();
+  CacheEntry* kept_recent = nullptr;
   for (size_t step = 0; step < 3 * capacity; ++step) {
     if (clock_hand_ >= capacity) clock_hand_ = 0;
     BlockIndex::Slot& first = index_.slot_at(clock_hand_++);
@@ -476,8 +480,11 @@ CacheEntry* RegistrationCache::clock_victim(const VictimFilter* wanted) {
     if (entry->references() != 0) continue;
     if (wanted != nullptr && !(*wanted)(*entry)) continue;
     if (!index_.take_recency(first)) return entry;  // no recency left
+    if (kept_recent == nullptr) kept_recent = entry;
   }
-  return nullptr;
+  // (Still in the index: only a writer, under writer_, takes entries out.  In use again
+  // meanwhile, it is not idle after all.)
+  return kept_recent != nullptr && kept_recent->references() == 0 ? kept_recent : nullptr;
 }
 
 bool RegistrationCache::make_room(uint64_t bytes, Retired& retired) {

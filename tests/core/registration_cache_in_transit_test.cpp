@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <thread>
 
 namespace hmr::core {
@@ -18,6 +19,38 @@ namespace {
 using namespace cache_test;
 
 using Peer = RegistrationCacheTestPeer;
+
+// An idle entry that hits on another thread mark recent again between the CLOCK hand's visits
+// (here: one hit each time the hand meets it) is still given back under pressure.  The hand
+// gave up after its three passes, and the refusal said every registration was in use.
+TEST_F(RegistrationCacheTest, AnIdleEntryHitsKeepRecentIsStillGivenBack) {
+  RegistrationCache& cache = make(limits(16));
+  const uint64_t id = touch(page(0), kPage);
+  std::atomic<int> asked{0}, hit{0};
+  std::atomic<bool> stop{false};
+  std::thread hitting([&] {
+    while (!stop.load()) {
+      if (hit.load() == asked.load()) {
+        std::this_thread::yield();
+        continue;
+      }
+      CacheHandle handle = get(page(0), kPage);
+      if (handle) cache.put(handle);
+      hit.fetch_add(1);
+    }
+  });
+  const RegistrationCache::VictimFilter hit_first = [&](const CacheEntry&) {
+    const int wanted = asked.fetch_add(1) + 1;
+    while (hit.load() < wanted) std::this_thread::yield();
+    return true;
+  };
+  EXPECT_EQ(cache.release_unused(1, &hit_first, /*then_wait_for_others=*/false), 1u);
+  stop.store(true);
+  hitting.join();
+  EXPECT_GE(asked.load(), 2) << "the hand met the entry once: the test shows nothing";
+  EXPECT_FALSE(backend_.is_live(id)) << "the idle entry was not given back";
+  EXPECT_EQ(cache.statistics().cached_regions, 0u);
+}
 
 // Entries invalidated while held, by each kind of reference a holder may have: the miss's own
 // (shared) reference, a hit counted in the owner's table, a hit counted in another thread's
