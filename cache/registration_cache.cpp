@@ -18,7 +18,11 @@ struct PoolDeleter {
 }  // namespace
 
 RegistrationCache::RegistrationCache(CacheBackend& backend, CacheLimits limits, Monitor* monitor)
-    : backend_(backend), limits_(limits), monitor_(monitor) {}
+    : backend_(backend),
+      limits_(limits),
+      monitor_(monitor),
+      made_in_fork_(forks_counted()),
+      deregistrations_end_by_themselves_(!backend.deregistration_may_wait_for_application()) {}
 
 RegistrationCache::~RegistrationCache() {
   detach();  // no notification can run after this, so nothing more gets deferred
@@ -578,7 +582,9 @@ void RegistrationCache::finalize(CacheEntry* entry) {
   nic::Registration registration = entry->registration();
   const FinalizingFrame frame{this, finalizing_here};
   finalizing_here = &frame;
+  nic_deregistrations_.fetch_add(1, std::memory_order_relaxed);
   backend_.deregister(registration, entry->start, entry->length);
+  nic_deregistrations_.fetch_sub(1, std::memory_order_release);
   finalizing_here = frame.outer;
   // After the NIC let go: in transit until then (claim()).
   finalized_.fetch_add(1, std::memory_order_release);
@@ -685,13 +691,19 @@ size_t RegistrationCache::wait_for_in_transit() {
   }
   // Until as many entries were deregistered as were in transit (by anyone: new ones may keep
   // the account above 0), or none is left.  Each is deregistered, or handed to its holders, by
-  // a thread that needs nothing from us.  The bound on rounds without progress is a safety
-  // net, not a timing rule: a process forked while an entry was in transit never sees it end
-  // (the thread that claimed it is not there), though a forked child cannot reach its
-  // parent's caches through the C ABI (api/bad_handle.h).
-  constexpr unsigned kRoundsWithoutProgress = 1u << 20;
+  // a thread that needs nothing from us.  While one is inside a NIC's deregistration that
+  // needs nothing from the application either, the wait has no bound: that call ends by
+  // itself, however long it takes (a verbs dereg of hundreds of GiB unpins for seconds; the
+  // bound below used to end the wait first, and the caller was refused with the resources on
+  // their way back).  Otherwise the bound on rounds without progress is a safety net, not a
+  // timing rule: a callback NIC's dereg may wait for a lock the caller holds while it
+  // registers (a refusal then, rather than a deadlock), and a process forked while an entry
+  // was in transit never sees it end (the thread that claimed it is not there), though a
+  // forked child cannot reach its parent's caches through the C ABI (api/bad_handle.h).
+  const bool ends_by_itself =
+      deregistrations_end_by_themselves_ && forks_counted() == made_in_fork_;
   uint64_t seen = finalized;
-  for (unsigned idle_rounds = 0; idle_rounds < kRoundsWithoutProgress; ++idle_rounds) {
+  for (unsigned idle_rounds = 0; idle_rounds < rounds_without_progress_; ++idle_rounds) {
     (void)finalize_deferred();  // (what a monitor's thread left, if the reaper is behind)
     const uint64_t now = finalized_.load(std::memory_order_acquire);
     if (now - finalized >= in_transit || in_transit_.load(std::memory_order_acquire) == 0) {
@@ -700,6 +712,8 @@ size_t RegistrationCache::wait_for_in_transit() {
     if (now != seen) {
       seen = now;
       idle_rounds = 0;
+    } else if (ends_by_itself && nic_deregistrations_.load(std::memory_order_acquire) != 0) {
+      idle_rounds = 0;  // a NIC call under way: progress to come, without anyone's help
     }
     std::this_thread::yield();
   }

@@ -56,6 +56,12 @@ class CacheBackend {
   // books (finalizing, in transit) are kept around it.
   virtual void deregister(nic::Registration& registration, uintptr_t start,
                           uint64_t len) noexcept = 0;
+  // Whether a deregistration may wait for the application (a callback NIC's code may take a
+  // lock the application holds while it registers): a refusal under pressure then waits for
+  // another thread's deregistration only for a while.  One that needs nothing from the
+  // application (a kernel's or libfabric's dereg, however slow for a large region) is waited
+  // for until it ends (RegistrationCache::wait_for_in_transit).
+  virtual bool deregistration_may_wait_for_application() const { return true; }
 
  protected:
   ~CacheBackend() = default;
@@ -372,6 +378,13 @@ class RegistrationCache final : public InvalidationSink {
   // Every claim adds one before its finalize() takes it off; settle() takes off its own.
   std::atomic<uint64_t> in_transit_{0};
   std::atomic<uint64_t> finalized_{0};  // entries ever deregistered (their NIC calls ended)
+  // Threads inside backend_.deregister now (finalize()): wait_for_in_transit() waits for them
+  // without a bound when their calls need nothing from the application.
+  std::atomic<uint32_t> nic_deregistrations_{0};
+  const uint32_t made_in_fork_;  // forks_counted() at construction: a child's copy is stale
+  const bool deregistrations_end_by_themselves_;  // !backend_.deregistration_may_wait_for_...
+  // wait_for_in_transit()'s bound on rounds without progress (a test lowers it).
+  unsigned rounds_without_progress_ = 1u << 20;
   std::atomic<bool> held_listed_{false};  // held_ is not empty, for drop_shared() to ask
   // Per thread (id - 1), the held_mark() of each entry on held_ it may still count: its put()
   // of such an entry sweeps, and its other puts do not.  Read by every put() of a counted

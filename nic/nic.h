@@ -73,6 +73,11 @@ struct Capabilities {
   // application serializes its calls (a wrapped libfabric domain opened FI_THREAD_DOMAIN), so
   // hmr's own threads (the deferred reaper, the asynchronous registrar) must not call it.
   bool serialized_by_application = false;
+  // Its calls run the application's code (a callback NIC): a deregistration on one thread may
+  // wait for something the application holds on another, such as a lock it keeps around its
+  // hmr_mr_reg, so hmr never waits for a deregistration of this NIC's without a bound
+  // (RegistrationCache::wait_for_in_transit).
+  bool runs_application_code = false;
   // The registration cost when the NIC knows it (a vendor figure); empty: hmr measures it on
   // the first hmr_md_query of a domain (core/registration_cost.h).
   std::optional<LinearCost> reg_cost;

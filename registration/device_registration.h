@@ -45,6 +45,10 @@ class DeviceCacheBackend final : public CacheBackend {
   Result<nic::Registration> register_range(uintptr_t start, uint64_t len,
                                            const CacheKey& key) override;
   void deregister(nic::Registration& registration, uintptr_t start, uint64_t len) noexcept override;
+  // (Its driver calls, an export's close or a shadow's unmap, need nothing from the application.)
+  bool deregistration_may_wait_for_application() const override {
+    return registrar_.deregistration_may_wait_for_application();
+  }
 
   // The export of a cached registration (for hmr_mr_query and hmr_mr_sync): fd and offset of
   // its first byte, or its host shadow, which every MR inside the entry shares (valid while

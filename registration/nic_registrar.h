@@ -107,6 +107,9 @@ class NicRegistrar final : public CacheBackend {
   Result<nic::Registration> register_range(uintptr_t start, uint64_t len,
                                            const CacheKey& key) override;
   void deregister(nic::Registration& registration, uintptr_t start, uint64_t len) noexcept override;
+  bool deregistration_may_wait_for_application() const override {
+    return nic_.capabilities().runs_application_code;
+  }
 
   nic::Nic& nic() const { return nic_; }
   NicCounters counters() const;

@@ -83,6 +83,7 @@ Result<std::unique_ptr<Nic>> CallbackNic::open(const char* options, void* handle
 CallbackNic::CallbackNic(const hmr_nic_callbacks& callbacks, void* user_handle)
     : callbacks_(callbacks), user_handle_(user_handle) {
   capabilities_.name = "callback";
+  capabilities_.runs_application_code = true;  // every call is one of the application's
   capabilities_.required_mr_mode = callbacks.required_mr_mode;
   capabilities_.key_size = callbacks.key_size;
   capabilities_.iov_limit = 1;  // one range per callback

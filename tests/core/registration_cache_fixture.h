@@ -56,6 +56,11 @@ class RegistrationCacheTestPeer {
   static uint64_t in_transit(const RegistrationCache& cache) {
     return cache.in_transit_.load(std::memory_order_acquire);
   }
+  // wait_for_in_transit()'s bound on rounds without progress (2^20), lowered so that a test
+  // sees at once whether a wait ended at it.
+  static void set_rounds_without_progress(RegistrationCache& cache, unsigned rounds) {
+    cache.rounds_without_progress_ = rounds;
+  }
 };
 
 namespace cache_test {
@@ -115,6 +120,9 @@ class FakeBackend final : public CacheBackend {
     deregistrations.fetch_add(1);
     registration = nic::Registration();
   }
+  bool deregistration_may_wait_for_application() const override {
+    return dereg_may_wait_for_application;
+  }
 
   static uint64_t id_of(const CacheHandle& handle) {
     return reinterpret_cast<uint64_t>(handle.registration().handle);
@@ -132,6 +140,8 @@ class FakeBackend final : public CacheBackend {
   bool fail_next = false;
   bool long_keys = false;  // 16-byte keys, as some RAW-key providers give
   bool odd_base = false;   // a base_addr that is neither the start nor 0
+  // As a callback NIC's (read by the cache when it is made): false, as verbs' and libfabric's.
+  bool dereg_may_wait_for_application = false;
   std::function<void(uintptr_t, uint64_t)> during_register;
   std::function<void(uint64_t)> during_deregister;  // with the registration's id, before it goes
 };

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <thread>
@@ -128,6 +129,69 @@ TEST_F(RegistrationCacheTest, ADeregistrationUnderWayIsInTransitUntilTheNicLetsG
   EXPECT_FALSE(backend_.is_live(idle));
   EXPECT_EQ(Peer::in_transit(cache), 0u);
   backend_.during_deregister = nullptr;
+}
+
+// Another thread's deregistration (the last close of an invalidated entry) under way while a
+// refusal finds nothing idle: the refusal waits for it and reports it given back.  `slow`
+// stands for a NIC's dereg that needs nothing from the application but takes long (a verbs
+// dereg of hundreds of GiB unpins for seconds): it ends when the refusal has returned, or
+// after 300 ms.  With the wait's bound lowered to 64 rounds, a wait that ends at the bound
+// returns within microseconds, with nothing given back (it did, for a dereg that outlasted
+// 2^20 rounds, 0.1-2 s here); one that waits for the NIC call returns 1.  With
+// `callback_nic` the dereg may wait for the application (a lock the refused caller holds):
+// the wait ends at its bound, nothing given back, and the dereg waits for that return.
+struct SlowDeregistration {
+  std::atomic<bool> deregistering{false}, refusal_returned{false}, outlasted{false};
+  void run() {
+    deregistering.store(true);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+    while (!refusal_returned.load()) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        outlasted.store(true);
+        return;
+      }
+      std::this_thread::yield();
+    }
+  }
+};
+
+TEST_F(RegistrationCacheTest, ARefusalWaitsForAnotherThreadsSlowDeregistrationToEnd) {
+  RegistrationCache& cache = make(limits(16));
+  Peer::set_rounds_without_progress(cache, 64);
+  CacheHandle held = get(page(0), kPage);
+  const uint64_t id = FakeBackend::id_of(held);
+  monitor_.notify(page(0), page(1));  // out of the index: nothing idle is left
+  SlowDeregistration slow;
+  backend_.during_deregister = [&](uint64_t) { slow.run(); };
+  std::thread closer([&] { cache.put(held); });
+  while (!slow.deregistering.load()) std::this_thread::yield();
+  const size_t released = cache.release_unused(1);
+  slow.refusal_returned.store(true);
+  closer.join();
+  backend_.during_deregister = nullptr;
+  EXPECT_EQ(released, 1u) << "the refusal gave up on a deregistration under way";
+  EXPECT_TRUE(slow.outlasted.load()) << "the deregistration ended before the refusal returned";
+  EXPECT_FALSE(backend_.is_live(id));
+  EXPECT_EQ(Peer::in_transit(cache), 0u);
+}
+
+TEST_F(RegistrationCacheTest, ARefusalWaitsForACallbackNicsDeregistrationOnlyAWhile) {
+  backend_.dereg_may_wait_for_application = true;
+  RegistrationCache& cache = make(limits(16));
+  Peer::set_rounds_without_progress(cache, 64);
+  CacheHandle held = get(page(0), kPage);
+  monitor_.notify(page(0), page(1));
+  SlowDeregistration slow;
+  backend_.during_deregister = [&](uint64_t) { slow.run(); };
+  std::thread closer([&] { cache.put(held); });
+  while (!slow.deregistering.load()) std::this_thread::yield();
+  const size_t released = cache.release_unused(1);
+  slow.refusal_returned.store(true);
+  closer.join();
+  backend_.during_deregister = nullptr;
+  EXPECT_EQ(released, 0u);
+  EXPECT_FALSE(slow.outlasted.load()) << "the refusal waited for the application's dereg";
+  EXPECT_EQ(Peer::in_transit(cache), 0u);
 }
 
 // Under threads: hits, closes on other threads, invalidations and evictions beside pressure

@@ -32,14 +32,42 @@ using hmr_test::MrPtr;
 // RLIMIT_NOFILE is lowered to one past the highest open fd, and the holes below it are taken
 // by eventfds, `spare` of which are closed again.  Restored (fillers closed, limit back) when
 // it goes.  Meanwhile only hmr opens descriptors: exports, and its look at the table.
-// Lets a thread that waits for `start` go, and joins it: on every way out of a test.
-struct StartAndJoinOnExit {
-  std::atomic<bool>& start;
-  std::thread& thread;
-  ~StartAndJoinOnExit() {
-    start.store(true);
-    if (thread.joinable()) thread.join();
+// Threads held at their start until the test lets them go, and joined on every way out of a
+// test (an ASSERT's return included).  `all_running()` waits until each has begun to run, not
+// only been created: UndefinedBehaviorSanitizer checks a new thread's std::thread state
+// (-fsanitize=vptr) when the thread first runs, and that check opens a pipe, which a full
+// table refuses -- a false "invalid vptr" report.  CI saw it twice: once with the thread
+// created after the table filled, once with it created before but first scheduled after.
+class HeldThreads {
+ public:
+  HeldThreads() = default;
+  HeldThreads(const HeldThreads&) = delete;
+  HeldThreads& operator=(const HeldThreads&) = delete;
+  ~HeldThreads() { let_go_and_join(); }
+
+  template <typename Body>
+  void add(Body body) {
+    threads_.emplace_back([this, body] {
+      running_.fetch_add(1);
+      while (!go_.load()) std::this_thread::yield();
+      body();
+    });
   }
+  void all_running() const {
+    while (running_.load() < threads_.size()) std::this_thread::yield();
+  }
+  void let_go() { go_.store(true); }
+  void let_go_and_join() {
+    let_go();
+    for (std::thread& thread : threads_) {
+      if (thread.joinable()) thread.join();
+    }
+  }
+
+ private:
+  std::atomic<bool> go_{false};
+  std::atomic<size_t> running_{0};
+  std::vector<std::thread> threads_;
 };
 
 class FullDescriptorTable {
@@ -95,12 +123,17 @@ class FullDescriptorTable {
 // dma_buf_get does) and registers host memory too, counting both.
 struct ImportingNic {
   std::atomic<int> dmabuf_calls{0}, bad_fds{0}, va_calls{0};
+  std::atomic<int> refusals_to_come{0};  // registrations refused for resources (HMR_ENOMEM)
   std::atomic<uint64_t> next_key{1};
 };
 
 int importing_register(void* context, const hmr_nic_reg_request* request, hmr_nic_mr* mr,
                        char* reason, size_t reason_size) {
   auto& nic = *static_cast<ImportingNic*>(context);
+  if (nic.refusals_to_come.load() > 0 && nic.refusals_to_come.fetch_sub(1) > 0) {
+    std::snprintf(reason, reason_size, "importing NIC: out of keys, for a moment");
+    return -HMR_ENOMEM;
+  }
   if (request->dmabuf_fd >= 0) {
     struct stat st {};
     if (fstat(request->dmabuf_fd, &st) != 0) {
@@ -125,7 +158,31 @@ std::vector<std::unique_ptr<FakeAllocation>> allocations(size_t count) {
   return made;
 }
 
-TEST(DeviceDescriptorPressure, IdleExportsAreGivenBackWhenTheTableIsFull) {
+// Before the first test, a giving back with descriptors to spare: a NIC's refusal for
+// resources, answered by giving back an idle device registration and its export.  Under
+// UndefinedBehaviorSanitizer every virtual call's type is checked (-fsanitize=vptr) the first
+// time its pair of static and dynamic types is seen, and that check opens a pipe, which a
+// full table refuses: a false "invalid vptr" report.  The giving back's calls (the domain's
+// pressure relief, its device cache's backend) were first made with the table full when these
+// tests ran alone; run with the others, the earlier DevicePressure tests made them first.
+class DeviceDescriptorPressure : public ::testing::Test {
+ public:
+  static void SetUpTestSuite() {
+    ImportingNic nic;
+    hmr_nic_callbacks callbacks =
+        callback_nic(&nic, HMR_NIC_CB_DMABUF, importing_register, importing_deregister);
+    DomainPtr domain = open_callback_domain(callbacks);
+    ASSERT_TRUE(domain);
+    auto memory = allocations(2);
+    ASSERT_TRUE(register_ok(domain.get(), memory[0]->get(), kAllocationSize));
+    nic.refusals_to_come.store(1);
+    ASSERT_TRUE(register_ok(domain.get(), memory[1]->get(), kAllocationSize));
+    EXPECT_EQ(stats_of(domain.get()).cache_pressure_evictions, 1u)
+        << "the warm-up gave nothing back: the giving back's first calls may meet a full table";
+  }
+};
+
+TEST_F(DeviceDescriptorPressure, IdleExportsAreGivenBackWhenTheTableIsFull) {
   ImportingNic nic;
   hmr_nic_callbacks callbacks =
       callback_nic(&nic, HMR_NIC_CB_DMABUF, importing_register, importing_deregister);
@@ -167,7 +224,7 @@ TEST(DeviceDescriptorPressure, IdleExportsAreGivenBackWhenTheTableIsFull) {
 // code and a reason that names the cause and what to do, and no host shadow is registered in
 // its place although copies are allowed.  Once one MR closes, its idle registration goes back
 // for the next.
-TEST(DeviceDescriptorPressure, ExportsAllInUseFailWithTheReasonAndNoShadow) {
+TEST_F(DeviceDescriptorPressure, ExportsAllInUseFailWithTheReasonAndNoShadow) {
   ImportingNic nic;
   hmr_nic_callbacks callbacks =
       callback_nic(&nic, HMR_NIC_CB_DMABUF, importing_register, importing_deregister);
@@ -199,7 +256,7 @@ TEST(DeviceDescriptorPressure, ExportsAllInUseFailWithTheReasonAndNoShadow) {
 
 // Peer-direct needs no descriptor: with the table full and every export in use, a NIC that
 // also registers device addresses gets the memory that way (a host shadow it would not).
-TEST(DeviceDescriptorPressure, PeerDirectIsStillTriedWhenNoExportCanBeMade) {
+TEST_F(DeviceDescriptorPressure, PeerDirectIsStillTriedWhenNoExportCanBeMade) {
   ImportingNic nic;
   hmr_nic_callbacks callbacks = callback_nic(&nic, HMR_NIC_CB_DMABUF | HMR_NIC_CB_PEER_DIRECT,
                                              importing_register, importing_deregister);
@@ -242,7 +299,7 @@ struct PartsOfOneExport {
 // that hold an export alone go first (up to 8 a try), before any of the many that share one:
 // here the one such registration goes for the new export, and the sixteen parts of the pool
 // stay cached (before, eight went at a time in CLOCK order, whoever held what).
-TEST(DeviceDescriptorPressure, ARegistrationHoldingAnExportAloneGoesBeforeSharedOnes) {
+TEST_F(DeviceDescriptorPressure, ARegistrationHoldingAnExportAloneGoesBeforeSharedOnes) {
   PartsOfOneExport parts;
   ASSERT_TRUE(parts.domain);
   auto single = allocations(2);
@@ -268,7 +325,7 @@ TEST(DeviceDescriptorPressure, ARegistrationHoldingAnExportAloneGoesBeforeShared
 // With every idle export shared, those holding one go (a shared export closes with its last
 // idle holder), never a registration that holds no descriptor: here the pinned host memory
 // of the runtime (registered by address) stays cached.
-TEST(DeviceDescriptorPressure, SharedExportsGoWhenNoneIsHeldAloneAndHostMemoryStays) {
+TEST_F(DeviceDescriptorPressure, SharedExportsGoWhenNoneIsHeldAloneAndHostMemoryStays) {
   PartsOfOneExport parts;
   ASSERT_TRUE(parts.domain);
   std::vector<std::unique_ptr<FakeAllocation>> pinned;
@@ -302,7 +359,7 @@ TEST(DeviceDescriptorPressure, SharedExportsGoWhenNoneIsHeldAloneAndHostMemorySt
 // idle registrations of the same allocations each keep their exports open, so the refused
 // domain's own giving back closes no fd; the other domain's idle registrations are given back
 // too.  Then the other domain closes while a thread of the first needs its exports' room.
-TEST(DeviceDescriptorPressure, AnotherDomainsIdleRegistrationsAreGivenBackToo) {
+TEST_F(DeviceDescriptorPressure, AnotherDomainsIdleRegistrationsAreGivenBackToo) {
   ImportingNic first_nic, second_nic;
   hmr_nic_callbacks first_callbacks =
       callback_nic(&first_nic, HMR_NIC_CB_DMABUF, importing_register, importing_deregister);
@@ -318,15 +375,12 @@ TEST(DeviceDescriptorPressure, AnotherDomainsIdleRegistrationsAreGivenBackToo) {
     ASSERT_TRUE(a && b);
   }
   const uint64_t second_evictions = stats_of(second.get()).cache_pressure_evictions;
-  // The thread that registers in the first domain below, started before the table fills:
-  // UndefinedBehaviorSanitizer checks the new thread's std::thread state on its first call
-  // (-fsanitize=vptr), and that check needs a pipe, which a full table refuses (a false
-  // "invalid vptr" report, seen once in CI).
-  std::atomic<bool> start_registering{false};
+  // The thread that registers in the first domain below, running before the table fills
+  // (see HeldThreads).
   std::atomic<int> unexplained{0};
   std::string first_unexplained;
-  std::thread registering([&] {
-    while (!start_registering.load()) std::this_thread::yield();
+  HeldThreads registering;
+  registering.add([&] {
     for (size_t i = 24; i < memory.size(); ++i) {
       hmr_mr* made = nullptr;
       const int rc = register_attr(first.get(), memory[i]->get(), kAllocationSize,
@@ -339,7 +393,7 @@ TEST(DeviceDescriptorPressure, AnotherDomainsIdleRegistrationsAreGivenBackToo) {
       }
     }
   });
-  const StartAndJoinOnExit registering_ends{start_registering, registering};  // (an ASSERT's return)
+  registering.all_running();
   {
     const FullDescriptorTable full(0);
     hmr_mr* mr = nullptr;
@@ -361,9 +415,9 @@ TEST(DeviceDescriptorPressure, AnotherDomainsIdleRegistrationsAreGivenBackToo) {
         EXPECT_EQ(hmr_mr_close(again), 0);
       }
     }
-    start_registering.store(true);
+    registering.let_go();
     second.reset();
-    registering.join();
+    registering.let_go_and_join();
     EXPECT_EQ(unexplained.load(), 0) << first_unexplained;
   }
   EXPECT_EQ(first_nic.bad_fds.load() + second_nic.bad_fds.load(), 0);
@@ -375,7 +429,7 @@ TEST(DeviceDescriptorPressure, AnotherDomainsIdleRegistrationsAreGivenBackToo) {
 // table, which holds a slot for a moment) between one's failed export and its own look must
 // not read as the driver's failure.  Threads 0 and 2, 1 and 3 take the same allocations, so
 // two threads also export one allocation at once.
-TEST(DeviceDescriptorPressure, ThreadsAtTheLimitAllRegister) {
+TEST_F(DeviceDescriptorPressure, ThreadsAtTheLimitAllRegister) {
   ImportingNic nic;
   hmr_nic_callbacks callbacks =
       callback_nic(&nic, HMR_NIC_CB_DMABUF, importing_register, importing_deregister);
@@ -387,12 +441,10 @@ TEST(DeviceDescriptorPressure, ThreadsAtTheLimitAllRegister) {
   std::string first_failure;
   std::atomic<bool> reported{false};
   {
-    // The threads start before the table fills (see AnotherDomainsIdleRegistrationsAreGivenBackToo).
-    std::atomic<bool> start{false};
-    std::vector<std::thread> threads;
+    // The threads run before the table fills (see HeldThreads).
+    HeldThreads threads;
     for (size_t t = 0; t < kThreads; ++t) {
-      threads.emplace_back([&, t] {
-        while (!start.load()) std::this_thread::yield();
+      threads.add([&, t] {
         for (size_t round = 0; round < 6; ++round) {
           for (size_t i = t; i < memory.size(); i += kThreads / 2) {
             hmr_mr* mr = nullptr;
@@ -408,9 +460,9 @@ TEST(DeviceDescriptorPressure, ThreadsAtTheLimitAllRegister) {
       });
     }
     {
+      threads.all_running();
       const FullDescriptorTable full(kThreads);
-      start.store(true);
-      for (std::thread& thread : threads) thread.join();
+      threads.let_go_and_join();
     }
   }
   EXPECT_EQ(failures.load(), 0) << first_failure;
