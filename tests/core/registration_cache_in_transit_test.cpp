@@ -135,16 +135,19 @@ TEST_F(RegistrationCacheTest, ADeregistrationUnderWayIsInTransitUntilTheNicLetsG
 // refusal finds nothing idle: the refusal waits for it and reports it given back.  `slow`
 // stands for a NIC's dereg that needs nothing from the application but takes long (a verbs
 // dereg of hundreds of GiB unpins for seconds): it ends when the refusal has returned, or
-// after 300 ms.  With the wait's bound lowered to 64 rounds, a wait that ends at the bound
+// after `lasts_at_most` (300 ms).  With the wait's bound lowered to 64 rounds, a wait that ends at the bound
 // returns within microseconds, with nothing given back (it did, for a dereg that outlasted
-// 2^20 rounds, 0.1-2 s here); one that waits for the NIC call returns 1.  With
-// `callback_nic` the dereg may wait for the application (a lock the refused caller holds):
-// the wait ends at its bound, nothing given back, and the dereg waits for that return.
+// 2^20 rounds, 0.1-2 s here); one that waits for the NIC call returns 1.  A callback NIC's
+// dereg may wait for the application (a lock the refused caller holds): the wait for it ends
+// at its bound, nothing given back, and the dereg waits for that return (at most 10 s: a
+// safety net, should the refusal wait for it).
 struct SlowDeregistration {
+  explicit SlowDeregistration(std::chrono::milliseconds most) : lasts_at_most(most) {}
+  const std::chrono::milliseconds lasts_at_most;
   std::atomic<bool> deregistering{false}, refusal_returned{false}, outlasted{false};
   void run() {
     deregistering.store(true);
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+    const auto deadline = std::chrono::steady_clock::now() + lasts_at_most;
     while (!refusal_returned.load()) {
       if (std::chrono::steady_clock::now() > deadline) {
         outlasted.store(true);
@@ -155,20 +158,28 @@ struct SlowDeregistration {
   }
 };
 
+// `held`'s last close on another thread, its deregistration slow, while this thread's refusal
+// finds nothing idle: how many the refusal reports given back.
+size_t refusal_beside_slow_close(RegistrationCache& cache, FakeBackend& backend,
+                                 CacheHandle& held, SlowDeregistration& slow) {
+  backend.during_deregister = [&](uint64_t) { slow.run(); };
+  std::thread closer([&] { cache.put(held); });
+  while (!slow.deregistering.load()) std::this_thread::yield();
+  const size_t released = cache.release_unused(1);
+  slow.refusal_returned.store(true);
+  closer.join();
+  backend.during_deregister = nullptr;
+  return released;
+}
+
 TEST_F(RegistrationCacheTest, ARefusalWaitsForAnotherThreadsSlowDeregistrationToEnd) {
   RegistrationCache& cache = make(limits(16));
   Peer::set_rounds_without_progress(cache, 64);
   CacheHandle held = get(page(0), kPage);
   const uint64_t id = FakeBackend::id_of(held);
   monitor_.notify(page(0), page(1));  // out of the index: nothing idle is left
-  SlowDeregistration slow;
-  backend_.during_deregister = [&](uint64_t) { slow.run(); };
-  std::thread closer([&] { cache.put(held); });
-  while (!slow.deregistering.load()) std::this_thread::yield();
-  const size_t released = cache.release_unused(1);
-  slow.refusal_returned.store(true);
-  closer.join();
-  backend_.during_deregister = nullptr;
+  SlowDeregistration slow{std::chrono::milliseconds(300)};
+  const size_t released = refusal_beside_slow_close(cache, backend_, held, slow);
   EXPECT_EQ(released, 1u) << "the refusal gave up on a deregistration under way";
   EXPECT_TRUE(slow.outlasted.load()) << "the deregistration ended before the refusal returned";
   EXPECT_FALSE(backend_.is_live(id));
@@ -181,14 +192,8 @@ TEST_F(RegistrationCacheTest, ARefusalWaitsForACallbackNicsDeregistrationOnlyAWh
   Peer::set_rounds_without_progress(cache, 64);
   CacheHandle held = get(page(0), kPage);
   monitor_.notify(page(0), page(1));
-  SlowDeregistration slow;
-  backend_.during_deregister = [&](uint64_t) { slow.run(); };
-  std::thread closer([&] { cache.put(held); });
-  while (!slow.deregistering.load()) std::this_thread::yield();
-  const size_t released = cache.release_unused(1);
-  slow.refusal_returned.store(true);
-  closer.join();
-  backend_.during_deregister = nullptr;
+  SlowDeregistration slow{std::chrono::seconds(10)};
+  const size_t released = refusal_beside_slow_close(cache, backend_, held, slow);
   EXPECT_EQ(released, 0u);
   EXPECT_FALSE(slow.outlasted.load()) << "the refusal waited for the application's dereg";
   EXPECT_EQ(Peer::in_transit(cache), 0u);
