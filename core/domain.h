@@ -126,6 +126,10 @@ class Domain : public Tagged<ObjectClass::domain> {
   DeviceCacheBackend& device_backend() { return device_backend_; }
   // How device memory may reach this domain's NIC (the export decision, core/export_policy.h).
   ExportPlan plan_export(const hmem::PointerInfo& memory, ExportInputs& inputs) const;
+  // HMR_HMEM_IFACE_BIT set of the loaded runtimes whose device memory reaches the NIC by
+  // `mode` (dma-buf or peer-direct) on every one of their devices, as plan_export decides it
+  // (hmr_md_attr.dmabuf_mem_types, peer_direct_mem_types).  Asks each device's capabilities.
+  uint64_t device_memory_reaching_nic_by(ExportMode mode) const;
   // Drops this domain's cached registrations overlapping [start, end) (hmr_mem_invalidate).
   void invalidate(uintptr_t start, uintptr_t end);
   hmr_domain_stats statistics();

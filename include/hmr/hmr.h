@@ -430,6 +430,17 @@ struct hmr_md_attr {
 	 * memory: ODP, software NICs, libfabric's tcp and shm). */
 	uint64_t max_pinned_bytes;
 	const char *max_pinned_bytes_source;
+	/* Added after max_pinned_bytes_source: HMR_HMEM_IFACE_BIT sets of the loaded runtimes'
+	 * device memory that reaches this NIC without a host shadow, on every device of the
+	 * runtime, by each path.  dmabuf_mem_types: hmr exports it as a dma-buf and the NIC
+	 * imports that (the device can export, e.g. CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED; the
+	 * NIC imports dma-bufs; FI_HMEM_<VENDOR>_USE_DMABUF is not 0; FI_HMEM_DISABLE_P2P is
+	 * not set).  peer_direct_mem_types: the NIC registers its device addresses (nvidia-peermem
+	 * and the device's GPUDirect RDMA support; P2P not disabled).  Memory in neither takes a
+	 * host shadow (HMR_DOMAIN_ALLOW_HMEM_COPY) or fails to register: what a GPU-direct
+	 * transport tells its caller (the NCCL plugin's NCCL_PTR_CUDA). */
+	uint64_t dmabuf_mem_types;
+	uint64_t peer_direct_mem_types;
 };
 /* What the domain can register and what a registration costs (UCX md_query). */
 HMR_API int hmr_md_query(hmr_domain *domain, struct hmr_md_attr *attr);

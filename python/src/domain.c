@@ -343,7 +343,11 @@ static PyObject *domain_md_query(HmrPyDomain *self, PyObject *args, PyObject *kw
 			 PyLong_FromUnsignedLongLong(attr.max_pinned_bytes)) ||
 		set_item(dict, "max_pinned_bytes_source",
 			 PyUnicode_FromString(attr.max_pinned_bytes_source
-						      ? attr.max_pinned_bytes_source : ""));
+						      ? attr.max_pinned_bytes_source : "")) ||
+		set_item(dict, "dmabuf_mem_types",
+			 PyLong_FromUnsignedLongLong(attr.dmabuf_mem_types)) ||
+		set_item(dict, "peer_direct_mem_types",
+			 PyLong_FromUnsignedLongLong(attr.peer_direct_mem_types));
 	if (!failed && reg_cost) {
 		failed = set_item(dict, "reg_cost_overhead_ns",
 				  PyFloat_FromDouble(attr.reg_cost.overhead_ns)) ||

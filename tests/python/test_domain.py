@@ -75,6 +75,11 @@ def test_md_query(domain):
     assert attr["rkey_packed_size"] > 0
     assert attr["reg_mem_types"] & 1  # system memory
     assert attr["max_registrations_source"] in ("nic", "application", "none")
+    # Device memory of loaded runtimes only (none here; a GPU machine's CUDA may export
+    # dma-bufs the sim NIC imports); sim registers device addresses only with peer_direct=1.
+    assert attr["dmabuf_mem_types"] & ~attr["reg_mem_types"] == 0
+    assert attr["dmabuf_mem_types"] & 1 == 0  # never system memory
+    assert attr["peer_direct_mem_types"] == 0
     with_cost = domain.md_query(reg_cost=True)
     assert with_cost["reg_cost_overhead_ns"] >= 0
     assert "reg_cost_measured" in with_cost

@@ -5,6 +5,7 @@
 #include "../wire/limits.h"
 #include "nic_selection.h"
 #include "nic_sysfs.h"
+#include "pointer_support.h"
 #include "shared_endpoint.h"
 
 namespace hmr::nccl {
@@ -82,14 +83,10 @@ bool Device::open_registrations(std::string* why) {
 int Device::query_ptr_support() const {
   hmr_md_attr md{};
   md.size = sizeof md;
-  int support = NCCL_PTR_HOST;
-  if (hmr_md_query(hmr_, &md) != 0) return support;
-  // GPU memory only where the NIC reaches it itself: a dma-buf import or peer-direct.  No host
+  if (hmr_md_query(hmr_, &md) != 0) return NCCL_PTR_HOST;
+  // GPU memory only where the NIC reaches it itself: a dma-buf or peer-direct.  No host
   // shadow: NCCL stages through host memory on its own when the plugin says host only.
-  const bool cuda = (md.reg_mem_types & HMR_HMEM_IFACE_BIT(HMR_HMEM_CUDA)) != 0;
-  if (cuda && (md.flags & (HMR_MD_FLAG_DMABUF | HMR_MD_FLAG_PEER_DIRECT))) support |= NCCL_PTR_CUDA;
-  if (cuda && (md.flags & HMR_MD_FLAG_DMABUF)) support |= NCCL_PTR_DMABUF;
-  return support;
+  return pointer_support(md, nccl_dmabuf_enabled());
 }
 
 std::unique_ptr<SharedEndpoint::Port> Device::attach_comm(std::string* why) {

@@ -1,7 +1,7 @@
 // regMr / regMrDmaBuf / deregMr: the plugin's whole memory registration, done by hmr.  hmr
 // works out what the memory is, exports a dma-buf or registers peer-direct where the NIC can
-// take device memory, and caches registrations (so NCCL registering the same buffer again, as
-// it does with regIsGlobal, costs a lookup) with monitors that drop an entry when its memory
+// take device memory, and caches registrations (so NCCL registering the same buffer again
+// costs a lookup) with monitors that drop an entry when its memory
 // goes away.  What is left here is bookkeeping: where the buffer is, and how a peer addresses it.
 #pragma once
 

@@ -21,6 +21,8 @@ namespace {
 
 struct Context {
   uint64_t comm_id = 0;
+  // The communicator's ncclConfig_t.trafficClass: kept, not applied (docs/nccl-plugin.md, "not
+  // supported"): comms share their device's endpoint, whatever their class.
   int traffic_class = NCCL_NET_TRAFFIC_CLASS_UNDEF;
 };
 
@@ -42,10 +44,11 @@ struct Plugin {
   };
   std::unordered_map<uint64_t, Connecting> connecting;
   uint64_t next_connect_id = 1;
-  // The open listen comms of v11 contexts, with their context.  NCCL closes a listener only
-  // after its accept returned a comm (an abort while connecting, or a failed accept, leaves it
-  // open), and a listener holds a port on its device's shared endpoint, which then stays open
-  // with every peer address it keeps: the context's finalize closes them.
+  // The open listen comms of v11 contexts, with their context.  NCCL may leave a listener
+  // open (an abort while connecting, a failed accept), and a listener holds a port on its
+  // device's shared endpoint, which then stays open with every peer address it keeps: the
+  // context's finalize closes them.  (NCCL also closes listeners whose accept never returned
+  // a comm, when connections share comms: close_listen takes those as any other.)
   std::unordered_map<void*, void*> listening;
 };
 
@@ -256,9 +259,12 @@ ncclResult_t get_properties(int dev, ncclNetProperties_v11_t* props) {
   props->pciPath = d.pci_path.empty() ? nullptr : const_cast<char*>(d.pci_path.c_str());
   props->guid = d.guid;
   props->ptrSupport = d.ptr_support;
-  props->regIsGlobal = 1;  // hmr's cache makes registering a registered range again a lookup
-  // NCCL (2.28, sm90 and later) calls iflush only when forceFlush is 1: the variable would
-  // otherwise change nothing NCCL does.
+  // What NCCL's own IB transport says; 2.28's core reads it nowhere, and hmr's cache makes
+  // registering a registered range again a lookup either way.
+  props->regIsGlobal = 1;
+  // NCCL 2.28 on sm90 and later, without NCCL_NET_FORCE_FLUSH or a C2C link, calls iflush
+  // only when forceFlush is 1 (ncclTopoNeedFlush): the variable would otherwise change
+  // nothing NCCL does there.
   props->forceFlush = device->settings().force_flush ? 1 : 0;
   props->speed = d.speed_mbps;
   props->port = 1;

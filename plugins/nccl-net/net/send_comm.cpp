@@ -323,8 +323,12 @@ ncclResult_t SendComm::isend(void* data, size_t size, int tag, MemoryHandle* mha
     return fail(failure_result_, "isend on a send comm that failed earlier: %s", failure_.c_str());
   }
   if (!connected_) return fail(ncclInvalidUsage, "isend before connect returned the comm");
-  if (size > kMaxMessageSize) {
-    return fail(ncclInvalidArgument, "isend of %zu bytes: over the plugin's maxP2pBytes", size);
+  // The provider's max_msg_size (at most the plugin's own 1 TiB - 1), told to NCCL as
+  // maxP2pBytes; NCCL 2.28 only checks that value's range, so a message over it is refused
+  // here, before anything is written, rather than by the provider's write.
+  if (const size_t limit = device_->properties().max_message; size > limit) {
+    return fail(ncclInvalidArgument, "isend of %zu bytes: over this NIC's message limit of %zu "
+                "bytes (the provider's max_msg_size, told to NCCL as maxP2pBytes)", size, limit);
   }
   if (size > 0 && (mhandle == nullptr || !mhandle->contains(data, size))) {
     return fail(ncclInvalidArgument, "isend of %zu bytes at %p: the buffer is not inside the "
