@@ -214,7 +214,17 @@ bool Domain::device_cacheable(const MrRequest& request) const {
   if (!environment_.device_cache[static_cast<size_t>(iface)]) return false;  // FI_MR_*_CACHE_...
   Result<hmem::Iface*> runtime = hmem::Registry::global().loaded_iface(iface);
   // A runtime that reports frees in none of the three ways cannot have its memory cached.
-  return runtime.ok() && (*runtime)->free_tracking() != hmem::Iface::FreeTracking::none;
+  if (!runtime.ok()) return false;
+  const hmem::Iface::FreeTracking tracking = (*runtime)->free_tracking();
+  if (tracking == hmem::Iface::FreeTracking::none) return false;
+  // Memory told apart by its allocation id alone, with none given (0: a driver that left
+  // CU_POINTER_ATTRIBUTE_BUFFER_ID unset), would share its key with the next allocation at
+  // the address: a stale hit.  Unless the application reports its frees.
+  if (tracking == hmem::Iface::FreeTracking::alloc_id && request.memory.alloc_id == 0 &&
+      request.memory.pieces.empty() && !frees_reported_by_application(iface)) {
+    return false;
+  }
+  return true;
 }
 
 CacheKey Domain::device_cache_key(const MrRequest& request, ExportMode mode) const {
@@ -281,7 +291,12 @@ Status Domain::resolve(MrRequest& request) {
 }
 
 void Domain::invalidate(uintptr_t start, uintptr_t end) {
-  DmabufShares::instance().forget_range(start, end);  // the memory may have been freed
+  // The memory may have been freed, and other domains' caches still hold it: their threads'
+  // hints (core/recent_device_ranges.h) are not trusted any more, so their next hit asks the
+  // runtime who is at the address.  (A free reported to one domain only served another
+  // domain the freed allocation's registration, under HMR_CUDA_FREES_REPORTED.)
+  DeviceMonitor::instance().distrust_hints();
+  DmabufShares::instance().forget_range(start, end);
   if (cache_) cache_->invalidate(start, end);
   if (device_cache_) device_cache_->invalidate(start, end);
 }

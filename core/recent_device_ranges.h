@@ -4,7 +4,8 @@
 // — the registration served with no question to the runtime (Domain::hit_from_hint) — only
 // when this allocation's free is reported (ROCr's deallocation callback registered for it:
 // DeviceMonitor::frees_reported; CUDA memory in a process that set HMR_CUDA_FREES_REPORTED,
-// whose application reports each free through hmr_mem_invalidate or hmr_mem_free) and
+// whose application reports each free through hmr_mem_invalidate or hmr_mem_free: a report
+// to one domain moves the generation for all, DeviceMonitor::distrust_hints) and
 // DeviceMonitor::generation() still has the value it had when the hint was taken: every
 // reported free moves it, so a trusted hint names an allocation that has not been freed
 // since, and a registration still cached under its key is that allocation's (the report

@@ -55,6 +55,9 @@ class DeviceMonitor final : public Monitor {
   // taken under one value (core/recent_device_ranges.h) is trusted without asking the runtime
   // only while it still holds.
   uint64_t generation() const { return generation_.load(std::memory_order_acquire); }
+  // Moves the generation on without dropping anything: memory was reported freed to one
+  // domain only (hmr_mem_invalidate with a domain), and no hint taken before is trusted.
+  void distrust_hints() { generation_.fetch_add(1, std::memory_order_acq_rel); }
   // Its lock, held across fork() (util/fork_held_lock.h).
   static std::shared_mutex& fork_lock() { return instance().mutex_; }
 

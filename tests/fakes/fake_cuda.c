@@ -131,7 +131,12 @@ static CUresult pointer_attribute(void *data, int attribute, const struct locate
     case 6: /* SYNC_MEMOPS */
       *(unsigned int *)data = at->place == PLACE_ALLOCATION && allocations[at->index].sync_memops;
       break;
-    case 7: *(unsigned long long *)data = at->buffer_id; break;
+    case 7: /* BUFFER_ID.  The pseudo-failure "cuPointerGetAttributes:no_buffer_id" answers 0,
+             * as a driver that gave memory no id would (not seen on a real one: it tests hmr's
+             * guard against caching what nothing tells apart). */
+      *(unsigned long long *)data =
+          fake_calls_failure(&calls, "cuPointerGetAttributes:no_buffer_id") != 0 ? 0 : at->buffer_id;
+      break;
     case 8: *(unsigned int *)data = at->memory == FAKE_CUDA_MEM_MANAGED; break;
     case 9: *(int *)data = at->device; break;
     case 11: *(CUdeviceptr *)data = at->range_base; break;

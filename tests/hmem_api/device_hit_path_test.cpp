@@ -137,6 +137,63 @@ TEST(DeviceHitPath, WithFreesReportedThreadsHitWhileAnotherFreesAndReallocates) 
   EXPECT_EQ(stats_of(domain.get()).mr_open, 0u);
 }
 
+// The promise kept by reporting a free to one domain only (a process with a domain per NIC):
+// another domain that still holds the freed allocation's registration, and whose thread hit
+// it (a hint, trusted while no free was reported), asks the driver at its next registration
+// and registers the new allocation at the address.  It served the freed allocation's
+// registration from its hint: the report to one domain did not move the generation.
+TEST(DeviceHitPath, AFreeReportedToOneDomainSendsTheOthersBackToTheDriver) {
+  setenv("HMR_CUDA_FREES_REPORTED", "1", 1);
+  auto first = open_domain(nullptr);
+  auto second = open_domain(nullptr);
+  unsetenv("HMR_CUDA_FREES_REPORTED");
+  ASSERT_TRUE(first && second);
+  FakeAllocation device(0, kAlloc);
+  reg_key_close(first.get(), device.get(), 8192);
+  const uint64_t key = reg_key_close(second.get(), device.get(), 8192);  // the miss
+  EXPECT_EQ(reg_key_close(second.get(), device.get(), 8192), key);      // asks once, remembers
+  const int calls = driver_calls();
+  EXPECT_EQ(reg_key_close(second.get(), device.get(), 8192), key);
+  ASSERT_EQ(driver_calls() - calls, 0) << "the second domain's hint is not trusted: no test";
+  void* const address = device.get();
+  ASSERT_EQ(hmr_mem_invalidate(first.get(), address, kAlloc), 0) << hmr_last_error();
+  device.free_now();
+  FakeAllocation again(0, kAlloc);
+  ASSERT_EQ(again.get(), address) << "the fake hands a freed address out first";
+  const uint64_t registrations = stats_of(second.get()).nic_registrations;
+  EXPECT_NE(reg_key_close(second.get(), again.get(), 8192), key)
+      << "STALE HIT: the freed allocation's registration, from the second domain's hint";
+  EXPECT_EQ(stats_of(second.get()).nic_registrations, registrations + 1);
+}
+
+// CUDA memory whose BUFFER_ID reads 0 (the fake's pseudo-failure; no driver seen does it) is
+// told apart from the next allocation at its address by nothing: it is registered without the
+// cache, and a free and an allocation at the address get a registration of their own.
+TEST(DeviceHitPath, CudaMemoryWithoutABufferIdIsNotCached) {
+  auto domain = open_domain(nullptr);
+  ASSERT_TRUE(domain);
+  struct NoBufferIds {
+    NoBufferIds() { fake_cuda().set_failure("cuPointerGetAttributes:no_buffer_id", 1); }
+    ~NoBufferIds() { fake_cuda().set_failure("cuPointerGetAttributes:no_buffer_id", 0); }
+  } no_buffer_ids;
+  FakeAllocation device(0, kAlloc);
+  hmr_mr* mr = nullptr;
+  ASSERT_EQ(hmr_mr_reg(domain.get(), device.get(), 8192, kAccess, 0, 0, 0, &mr, nullptr), 0)
+      << hmr_last_error();
+  MrPtr owned(mr);
+  EXPECT_EQ(mr_info(mr).cached, 0) << "cached with nothing to tell its allocation apart";
+  const uint64_t key = hmr_mr_key(mr);
+  void* const address = device.get();
+  const uint64_t registrations = stats_of(domain.get()).nic_registrations;
+  EXPECT_NE(reg_key_close(domain.get(), address, 8192), key);  // its own registration
+  owned.reset();
+  device.free_now();
+  FakeAllocation again(0, kAlloc);
+  ASSERT_EQ(again.get(), address) << "the fake hands a freed address out first";
+  reg_key_close(domain.get(), again.get(), 8192);
+  EXPECT_EQ(stats_of(domain.get()).nic_registrations, registrations + 2);
+}
+
 // A host miss in a process whose device cache is empty asks nothing more than before; a host
 // hit asks nothing at all (DeviceCache.HostHitsDoNotAskTheLoadedDeviceRuntime).
 TEST(DeviceHitPath, NothingCachedOnTheDeviceNothingAsked) {
