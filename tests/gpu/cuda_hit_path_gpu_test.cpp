@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -425,48 +426,68 @@ std::string exporter_program() {
   return HMR_CUDA_IPC_EXPORTER_PATH;
 }
 
+// The driver's CUDA IPC calls, where it has them.
+struct IpcHandle {
+  char bytes[64];
+};
+struct IpcCalls {
+  CUresult (*open)(CUdeviceptr*, IpcHandle, unsigned) = nullptr;
+  CUresult (*close)(CUdeviceptr) = nullptr;
+};
+std::optional<IpcCalls> ipc_calls() {
+  void* library = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  if (library == nullptr) return std::nullopt;
+  IpcCalls calls;
+  calls.open = reinterpret_cast<decltype(calls.open)>(dlsym(library, "cuIpcOpenMemHandle_v2"));
+  calls.close = reinterpret_cast<decltype(calls.close)>(dlsym(library, "cuIpcCloseMemHandle"));
+  dlclose(library);  // (NOLOAD: hmr and the lane keep it loaded)
+  if (calls.open == nullptr || calls.close == nullptr) return std::nullopt;
+  return calls;
+}
+
+// An open import of another process's export, closed however the test leaves.
+struct Import {
+  const IpcCalls& calls;
+  CUdeviceptr address = 0;
+  ~Import() {
+    if (address != 0) calls.close(address);
+  }
+  CUresult open(const hmr::testing::IpcExporter::Export& exported) {
+    IpcHandle handle;
+    std::memcpy(handle.bytes, exported.handle.data(), sizeof handle.bytes);
+    return calls.open(&address, handle, 1 /* CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS */);
+  }
+  CUresult close_now() {
+    const CUresult result = calls.close(address);
+    address = 0;
+    return result;
+  }
+};
+
+// CU_POINTER_ATTRIBUTE_BUFFER_ID of `address` (0 when the driver does not answer).
+unsigned long long buffer_id_of(const CudaSymbols& driver, CUdeviceptr address) {
+  unsigned long long id = 0;
+  CUpointer_attribute attribute = CU_POINTER_ATTRIBUTE_BUFFER_ID;
+  void* data[] = {&id};
+  if (driver.cuPointerGetAttributes(1, &attribute, data, address) != CUDA_SUCCESS) return 0;
+  return id;
+}
+
 // CUDA IPC: another process's allocation mapped here (cuIpcOpenMemHandle), as NCCL's and vLLM's
 // peers share buffers.  Cached hits while the import is open; after it is closed and the
 // exporter freed and exported a new allocation, the new import (usually at the same address)
 // never hits the old one's registration.  Also printed: what the driver answers when the
 // exporting process opens its own handle (the fake driver assumes INVALID_CONTEXT, 201).
 TEST_F(CudaHitPath, IpcImportedMemoryNeverHitsAnEarlierImportsRegistration) {
-  void* library = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-  ASSERT_NE(library, nullptr) << dlerror();
-  struct Handle {
-    char bytes[64];
-  };
-  using Open = CUresult (*)(CUdeviceptr*, Handle, unsigned);
-  using Close = CUresult (*)(CUdeviceptr);
-  auto open_handle = reinterpret_cast<Open>(dlsym(library, "cuIpcOpenMemHandle_v2"));
-  auto close_handle = reinterpret_cast<Close>(dlsym(library, "cuIpcCloseMemHandle"));
-  dlclose(library);
-  if (!open_handle || !close_handle) GTEST_SKIP() << "the driver has no CUDA IPC";
+  const std::optional<IpcCalls> ipc = ipc_calls();
+  if (!ipc) GTEST_SKIP() << "the driver has no CUDA IPC";
   std::string why;
   auto exporter = hmr::testing::IpcExporter::start(exporter_program(), "", &why);
   ASSERT_TRUE(exporter) << why;
   auto first = exporter->allocate(kAlloc, 0x11, &why);
   ASSERT_TRUE(first) << why;
-  // An open import, closed however the test leaves.
-  struct Import {
-    Close close;
-    CUdeviceptr address = 0;
-    ~Import() {
-      if (address != 0) close(address);
-    }
-    CUresult close_now() {
-      const CUresult result = close(address);
-      address = 0;
-      return result;
-    }
-  };
-  auto import = [&](const hmr::testing::IpcExporter::Export& exported, Import* out) {
-    Handle handle;
-    std::memcpy(handle.bytes, exported.handle.data(), sizeof handle.bytes);
-    return open_handle(&out->address, handle, 1 /* CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS */);
-  };
-  Import first_import{close_handle};
-  HMR_CU_ASSERT(import(*first, &first_import));
+  Import first_import{*ipc};
+  HMR_CU_ASSERT(first_import.open(*first));
   const CUdeviceptr imported = first_import.address;
   uint8_t byte = 0;
   HMR_CU_ASSERT(driver().cuMemcpyDtoH(&byte, imported + 100, 1));
@@ -493,8 +514,8 @@ TEST_F(CudaHitPath, IpcImportedMemoryNeverHitsAnEarlierImportsRegistration) {
   ASSERT_TRUE(exporter->free(&why)) << why;
   auto second = exporter->allocate(kAlloc, 0x22, &why);
   ASSERT_TRUE(second) << why;
-  Import second_import{close_handle};
-  HMR_CU_ASSERT(import(*second, &second_import));
+  Import second_import{*ipc};
+  HMR_CU_ASSERT(second_import.open(*second));
   const CUdeviceptr again = second_import.address;
   const bool same_address = again == imported;
   if (same_address) {
@@ -516,6 +537,66 @@ TEST_F(CudaHitPath, IpcImportedMemoryNeverHitsAnEarlierImportsRegistration) {
     GTEST_SKIP() << "the second import is at 0x" << std::hex << again << ", the first was at 0x"
                  << imported << ": the stale-hit check did not run";
   }
+}
+
+// Two exporting processes (NCCL peers, vLLM workers), whose allocations are imported in turn,
+// usually at one address: the second import never hits the first's registration.  Each
+// process numbers its allocations alike, so were an import's BUFFER_ID the exporter's own
+// (the fake driver assumes an id of the importer's, tests/fakes/fake_cuda_ipc.c), both
+// imports would carry the same id and the second would be served the first's registration.
+// The ids are printed: what the driver answers is the fact this records.
+TEST_F(CudaHitPath, ImportsFromTwoExportersAtOneAddressNeverShareARegistration) {
+  const std::optional<IpcCalls> ipc = ipc_calls();
+  if (!ipc) GTEST_SKIP() << "the driver has no CUDA IPC";
+  std::string why;
+  auto exporter_a = hmr::testing::IpcExporter::start(exporter_program(), "", &why);
+  ASSERT_TRUE(exporter_a) << why;
+  auto exporter_b = hmr::testing::IpcExporter::start(exporter_program(), "", &why);
+  ASSERT_TRUE(exporter_b) << why;
+  auto from_a = exporter_a->allocate(kAlloc, 0x33, &why);
+  ASSERT_TRUE(from_a) << why;
+  auto from_b = exporter_b->allocate(kAlloc, 0x44, &why);
+  ASSERT_TRUE(from_b) << why;
+
+  auto domain = open_domain();
+  ASSERT_TRUE(domain);
+  Import a{*ipc};
+  HMR_CU_ASSERT(a.open(*from_a));
+  const CUdeviceptr first = a.address;
+  const unsigned long long id_a = buffer_id_of(driver(), first);
+  hmr_mr* mr = nullptr;
+  if (hmr_mr_reg(domain.get(), as_device_pointer(first), 8192, kAccess, 0, 0, 0, &mr, nullptr) !=
+      0) {
+    const std::string reason = hmr_last_error();
+    domain.reset();
+    GTEST_SKIP() << "IPC-imported memory could not be registered: " << reason;
+  }
+  const uint64_t key = hmr_mr_key(mr);
+  ASSERT_EQ(hmr_mr_close(mr), 0);
+  EXPECT_EQ(reg_key_close(domain.get(), first, 4096), key) << "a repeated registration hits";
+  HMR_CU_ASSERT(a.close_now());
+
+  Import b{*ipc};
+  HMR_CU_ASSERT(b.open(*from_b));
+  const unsigned long long id_b = buffer_id_of(driver(), b.address);
+  std::printf("BUFFER_ID of the import from exporter A: %llu, from exporter B: %llu (%s "
+              "address); the allocations in the exporters: A 0x%llx, B 0x%llx\n",
+              id_a, id_b, b.address == first ? "same" : "another",
+              static_cast<unsigned long long>(from_a->address),
+              static_cast<unsigned long long>(from_b->address));
+  uint8_t byte = 0;
+  HMR_CU_ASSERT(driver().cuMemcpyDtoH(&byte, b.address + 100, 1));
+  EXPECT_EQ(byte, 0x44) << "not exporter B's bytes";
+  if (b.address != first) {
+    domain.reset();
+    GTEST_SKIP() << "the second import is at 0x" << std::hex << b.address
+                 << ", the first was at 0x" << first << ": the stale-hit check did not run";
+  }
+  const hmr_domain_stats before = domain_stats(domain.get());
+  EXPECT_NE(reg_key_close(domain.get(), b.address, 8192), key)
+      << "STALE HIT: exporter A's import's registration for exporter B's memory";
+  EXPECT_EQ(domain_stats(domain.get()).cache_hits, before.cache_hits);
+  domain.reset();
 }
 
 }  // namespace
