@@ -100,9 +100,9 @@ HMR_API int hmr_md_query(hmr_domain* handle, hmr_md_attr* attr) {
                                                                             : "application";
     result.max_pinned_bytes = domain->pinned_limit().bytes;
     result.max_pinned_bytes_source = domain->pinned_limit().source;
-    result.dmabuf_mem_types = domain->device_memory_reaching_nic_by(hmr::core::ExportMode::dmabuf);
-    result.peer_direct_mem_types =
-        domain->device_memory_reaching_nic_by(hmr::core::ExportMode::peer_direct);
+    const Domain::DeviceMemoryPaths paths = domain->device_memory_paths();
+    result.dmabuf_mem_types = paths.dmabuf;
+    result.peer_direct_mem_types = paths.peer_direct;
     hmr::core::write_extensible(attr, result);
     return 0;
   });

@@ -21,8 +21,7 @@ RegistrationCache::RegistrationCache(CacheBackend& backend, CacheLimits limits, 
     : backend_(backend),
       limits_(limits),
       monitor_(monitor),
-      made_in_fork_(forks_counted()),
-      deregistrations_end_by_themselves_(!backend.deregistration_may_wait_for_application()) {}
+      made_in_fork_(forks_counted()) {}
 
 RegistrationCache::~RegistrationCache() {
   detach();  // no notification can run after this, so nothing more gets deferred
@@ -701,7 +700,7 @@ size_t RegistrationCache::wait_for_in_transit() {
   // was in transit never sees it end (the thread that claimed it is not there), though a
   // forked child cannot reach its parent's caches through the C ABI (api/bad_handle.h).
   const bool ends_by_itself =
-      deregistrations_end_by_themselves_ && forks_counted() == made_in_fork_;
+      !backend_.deregistration_may_wait_for_application() && forks_counted() == made_in_fork_;
   uint64_t seen = finalized;
   for (unsigned idle_rounds = 0; idle_rounds < rounds_without_progress_; ++idle_rounds) {
     (void)finalize_deferred();  // (what a monitor's thread left, if the reaper is behind)

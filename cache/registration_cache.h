@@ -382,7 +382,6 @@ class RegistrationCache final : public InvalidationSink {
   // without a bound when their calls need nothing from the application.
   std::atomic<uint32_t> nic_deregistrations_{0};
   const uint32_t made_in_fork_;  // forks_counted() at construction: a child's copy is stale
-  const bool deregistrations_end_by_themselves_;  // !backend_.deregistration_may_wait_for_...
   // wait_for_in_transit()'s bound on rounds without progress (a test lowers it).
   unsigned rounds_without_progress_ = 1u << 20;
   std::atomic<bool> held_listed_{false};  // held_ is not empty, for drop_shared() to ask

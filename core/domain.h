@@ -126,10 +126,14 @@ class Domain : public Tagged<ObjectClass::domain> {
   DeviceCacheBackend& device_backend() { return device_backend_; }
   // How device memory may reach this domain's NIC (the export decision, core/export_policy.h).
   ExportPlan plan_export(const hmem::PointerInfo& memory, ExportInputs& inputs) const;
-  // HMR_HMEM_IFACE_BIT set of the loaded runtimes whose device memory reaches the NIC by
-  // `mode` (dma-buf or peer-direct) on every one of their devices, as plan_export decides it
-  // (hmr_md_attr.dmabuf_mem_types, peer_direct_mem_types).  Asks each device's capabilities.
-  uint64_t device_memory_reaching_nic_by(ExportMode mode) const;
+  // HMR_HMEM_IFACE_BIT sets of the loaded runtimes whose device memory reaches the NIC by
+  // each path on every one of their devices, as plan_export decides it (hmr_md_attr's
+  // dmabuf_mem_types and peer_direct_mem_types).  One plan per device answers both.
+  struct DeviceMemoryPaths {
+    uint64_t dmabuf = 0;
+    uint64_t peer_direct = 0;
+  };
+  DeviceMemoryPaths device_memory_paths() const;
   // Drops this domain's cached registrations overlapping [start, end) (hmr_mem_invalidate).
   void invalidate(uintptr_t start, uintptr_t end);
   hmr_domain_stats statistics();

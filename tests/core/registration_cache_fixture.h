@@ -140,7 +140,7 @@ class FakeBackend final : public CacheBackend {
   bool fail_next = false;
   bool long_keys = false;  // 16-byte keys, as some RAW-key providers give
   bool odd_base = false;   // a base_addr that is neither the start nor 0
-  // As a callback NIC's (read by the cache when it is made): false, as verbs' and libfabric's.
+  // As a callback NIC's: false, as verbs' and libfabric's.
   bool dereg_may_wait_for_application = false;
   std::function<void(uintptr_t, uint64_t)> during_register;
   std::function<void(uint64_t)> during_deregister;  // with the registration's id, before it goes

@@ -131,9 +131,12 @@ static CUresult pointer_attribute(void *data, int attribute, const struct locate
     case 6: /* SYNC_MEMOPS */
       *(unsigned int *)data = at->place == PLACE_ALLOCATION && allocations[at->index].sync_memops;
       break;
-    case 7: /* BUFFER_ID.  The pseudo-failure "cuPointerGetAttributes:no_buffer_id" answers 0,
-             * as a driver that gave memory no id would (not seen on a real one: it tests hmr's
-             * guard against caching what nothing tells apart). */
+    case 7: /* BUFFER_ID: cuda.h, "a buffer ID which is guaranteed to be unique within the
+             * process" for memory "obtained from a CUDA memory allocation API"; for any other
+             * pointer cuPointerGetAttributes assigns "default NULL values" instead of failing.
+             * The pseudo-failure "cuPointerGetAttributes:no_buffer_id" answers that 0 for memory
+             * the fake otherwise calls device memory (as for a range the driver does not count
+             * as allocated through it: hmr's guard against caching what nothing tells apart). */
       *(unsigned long long *)data =
           fake_calls_failure(&calls, "cuPointerGetAttributes:no_buffer_id") != 0 ? 0 : at->buffer_id;
       break;

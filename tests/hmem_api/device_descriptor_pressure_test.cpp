@@ -28,10 +28,6 @@ namespace {
 using hmr_test::DomainPtr;
 using hmr_test::MrPtr;
 
-// The process's descriptor table made full, with `spare` numbers left free: the soft
-// RLIMIT_NOFILE is lowered to one past the highest open fd, and the holes below it are taken
-// by eventfds, `spare` of which are closed again.  Restored (fillers closed, limit back) when
-// it goes.  Meanwhile only hmr opens descriptors: exports, and its look at the table.
 // Threads held at their start until the test lets them go, and joined on every way out of a
 // test (an ASSERT's return included).  `all_running()` waits until each has begun to run, not
 // only been created: UndefinedBehaviorSanitizer checks a new thread's std::thread state
@@ -70,6 +66,10 @@ class HeldThreads {
   std::vector<std::thread> threads_;
 };
 
+// The process's descriptor table made full, with `spare` numbers left free: the soft
+// RLIMIT_NOFILE is lowered to one past the highest open fd, and the holes below it are taken
+// by eventfds, `spare` of which are closed again.  Restored (fillers closed, limit back) when
+// it goes.  Meanwhile only hmr opens descriptors: exports, and its look at the table.
 class FullDescriptorTable {
  public:
   explicit FullDescriptorTable(size_t spare) {
@@ -150,6 +150,14 @@ int importing_register(void* context, const hmr_nic_reg_request* request, hmr_ni
 
 int importing_deregister(void*, const hmr_nic_mr*, char*, size_t) { return 0; }
 
+// A callback domain on `nic` (importing dma-bufs, and whatever else `caps` names), opened with
+// hmr_domain_attr.flags `flags`; null (and a test failure) on error.
+DomainPtr open_importing_domain(ImportingNic& nic, uint64_t caps = HMR_NIC_CB_DMABUF,
+                                uint64_t flags = 0) {
+  hmr_nic_callbacks callbacks = callback_nic(&nic, caps, importing_register, importing_deregister);
+  return open_callback_domain(callbacks, flags);
+}
+
 constexpr size_t kAllocationSize = 65536;
 
 std::vector<std::unique_ptr<FakeAllocation>> allocations(size_t count) {
@@ -169,9 +177,7 @@ class DeviceDescriptorPressure : public ::testing::Test {
  public:
   static void SetUpTestSuite() {
     ImportingNic nic;
-    hmr_nic_callbacks callbacks =
-        callback_nic(&nic, HMR_NIC_CB_DMABUF, importing_register, importing_deregister);
-    DomainPtr domain = open_callback_domain(callbacks);
+    DomainPtr domain = open_importing_domain(nic);
     ASSERT_TRUE(domain);
     auto memory = allocations(2);
     ASSERT_TRUE(register_ok(domain.get(), memory[0]->get(), kAllocationSize));
@@ -184,9 +190,7 @@ class DeviceDescriptorPressure : public ::testing::Test {
 
 TEST_F(DeviceDescriptorPressure, IdleExportsAreGivenBackWhenTheTableIsFull) {
   ImportingNic nic;
-  hmr_nic_callbacks callbacks =
-      callback_nic(&nic, HMR_NIC_CB_DMABUF, importing_register, importing_deregister);
-  DomainPtr domain = open_callback_domain(callbacks);
+  DomainPtr domain = open_importing_domain(nic);
   ASSERT_TRUE(domain);
   auto memory = allocations(25);
   // 24 of them registered and closed: idle in the device cache, an export (an fd) each.
@@ -226,9 +230,7 @@ TEST_F(DeviceDescriptorPressure, IdleExportsAreGivenBackWhenTheTableIsFull) {
 // for the next.
 TEST_F(DeviceDescriptorPressure, ExportsAllInUseFailWithTheReasonAndNoShadow) {
   ImportingNic nic;
-  hmr_nic_callbacks callbacks =
-      callback_nic(&nic, HMR_NIC_CB_DMABUF, importing_register, importing_deregister);
-  DomainPtr domain = open_callback_domain(callbacks, HMR_DOMAIN_ALLOW_HMEM_COPY);
+  DomainPtr domain = open_importing_domain(nic, HMR_NIC_CB_DMABUF, HMR_DOMAIN_ALLOW_HMEM_COPY);
   ASSERT_TRUE(domain);
   auto memory = allocations(9);
   std::vector<MrPtr> open;
@@ -258,9 +260,8 @@ TEST_F(DeviceDescriptorPressure, ExportsAllInUseFailWithTheReasonAndNoShadow) {
 // also registers device addresses gets the memory that way (a host shadow it would not).
 TEST_F(DeviceDescriptorPressure, PeerDirectIsStillTriedWhenNoExportCanBeMade) {
   ImportingNic nic;
-  hmr_nic_callbacks callbacks = callback_nic(&nic, HMR_NIC_CB_DMABUF | HMR_NIC_CB_PEER_DIRECT,
-                                             importing_register, importing_deregister);
-  DomainPtr domain = open_callback_domain(callbacks, HMR_DOMAIN_ALLOW_HMEM_COPY);
+  DomainPtr domain = open_importing_domain(nic, HMR_NIC_CB_DMABUF | HMR_NIC_CB_PEER_DIRECT,
+                                           HMR_DOMAIN_ALLOW_HMEM_COPY);
   ASSERT_TRUE(domain);
   auto memory = allocations(3);
   std::vector<MrPtr> open;
@@ -280,9 +281,7 @@ TEST_F(DeviceDescriptorPressure, PeerDirectIsStillTriedWhenNoExportCanBeMade) {
 struct PartsOfOneExport {
   static constexpr size_t kParts = 16;
   ImportingNic nic;
-  hmr_nic_callbacks callbacks =
-      callback_nic(&nic, HMR_NIC_CB_DMABUF, importing_register, importing_deregister);
-  DomainPtr domain = open_callback_domain(callbacks);
+  DomainPtr domain = open_importing_domain(nic);
   FakeAllocation pool{0, kParts * kAllocationSize};
   void* part(size_t i) const { return static_cast<char*>(pool.get()) + i * kAllocationSize; }
   // Each part registered and closed (idle, cached); false at the first that fails.
@@ -361,12 +360,8 @@ TEST_F(DeviceDescriptorPressure, SharedExportsGoWhenNoneIsHeldAloneAndHostMemory
 // too.  Then the other domain closes while a thread of the first needs its exports' room.
 TEST_F(DeviceDescriptorPressure, AnotherDomainsIdleRegistrationsAreGivenBackToo) {
   ImportingNic first_nic, second_nic;
-  hmr_nic_callbacks first_callbacks =
-      callback_nic(&first_nic, HMR_NIC_CB_DMABUF, importing_register, importing_deregister);
-  hmr_nic_callbacks second_callbacks =
-      callback_nic(&second_nic, HMR_NIC_CB_DMABUF, importing_register, importing_deregister);
-  DomainPtr first = open_callback_domain(first_callbacks);
-  DomainPtr second = open_callback_domain(second_callbacks);
+  DomainPtr first = open_importing_domain(first_nic);
+  DomainPtr second = open_importing_domain(second_nic);
   ASSERT_TRUE(first && second);
   auto memory = allocations(40);
   for (size_t i = 0; i < 16; ++i) {
@@ -431,9 +426,7 @@ TEST_F(DeviceDescriptorPressure, AnotherDomainsIdleRegistrationsAreGivenBackToo)
 // two threads also export one allocation at once.
 TEST_F(DeviceDescriptorPressure, ThreadsAtTheLimitAllRegister) {
   ImportingNic nic;
-  hmr_nic_callbacks callbacks =
-      callback_nic(&nic, HMR_NIC_CB_DMABUF, importing_register, importing_deregister);
-  DomainPtr domain = open_callback_domain(callbacks);
+  DomainPtr domain = open_importing_domain(nic);
   ASSERT_TRUE(domain);
   auto memory = allocations(48);
   constexpr size_t kThreads = 4;
