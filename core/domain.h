@@ -122,6 +122,13 @@ class Domain : public Tagged<ObjectClass::domain> {
   // through `mode`: a cache of its own, whose monitor is the device runtimes' (DeviceMonitor).
   bool device_cacheable(const MrRequest& request) const;
   CacheKey device_cache_key(const MrRequest& request, ExportMode mode) const;
+  // Before an entry of this iface's memory may be filed in the device cache (device_ifaces_filed_).
+  void note_device_iface_filed(int iface) {
+    const uint32_t bit = 1u << iface;
+    if ((device_ifaces_filed_.load(std::memory_order_relaxed) & bit) == 0) {
+      device_ifaces_filed_.fetch_or(bit, std::memory_order_relaxed);
+    }
+  }
   RegistrationCache* device_cache() const { return device_cache_.get(); }
   DeviceCacheBackend& device_backend() { return device_backend_; }
   // How device memory may reach this domain's NIC (the export decision, core/export_policy.h).
@@ -269,6 +276,11 @@ class Domain : public Tagged<ObjectClass::domain> {
   ShardedCounters<kHitCounters> hit_counters_;
   std::unique_ptr<RegistrationCache> device_cache_;  // after its backend: destroyed first
   RecentDeviceRanges recent_device_;  // device hits a thread may repeat without the runtime
+  // The runtimes (bit 1 << iface) whose memory this domain's device cache was ever asked to
+  // hold, set before the entry is filed and never cleared: a hit asks only these runtimes
+  // (another's memory cannot be found cached), so it costs one question to its own runtime
+  // whatever else is loaded.  Read relaxed: a bit seen late is a miss, never a wrong hit.
+  std::atomic<uint32_t> device_ifaces_filed_{0};
   CacheKey device_hit_key(uint64_t access, const DeviceDeclaration& declared, int iface,
                           uint64_t device, uint64_t alloc_id) const;
   // try_device_hit's answer from a hint that needs no question to the runtime, or nullptr.
@@ -282,7 +294,7 @@ class Domain : public Tagged<ObjectClass::domain> {
   }
   // Records the calling thread's device hit on `entry` (found under `key`) as a hint.
   void remember_device_hit(ThreadSlot slot, const CacheEntry& entry, const CacheKey& key,
-                           uint64_t generation);
+                           uint64_t generation, bool any_device);
 
   // Gives back the caches' unused registrations, host and device, when the NIC refuses one
   // for resources, and the device cache's when a dma-buf export finds no file descriptor

@@ -122,6 +122,21 @@ CacheKey Domain::device_hit_key(uint64_t access, const DeviceDeclaration& declar
   return key;
 }
 
+namespace {
+
+// Whether a declaration contradicts what the runtime says the memory is: the full path's to
+// refuse, with its reason (hmem::Registry::verify's rules).  Another runtime, or another
+// device — except for pinned host memory, which every device reaches, so a declaration of
+// any device is none (one staging pool shared by several GPUs; verify() accepts it and files
+// the registration under the device the runtime names, which the hit's key uses too).
+bool contradicts(const DeviceDeclaration& declared, int iface, uint64_t device,
+                 bool any_device) {
+  return declared.iface != HMR_HMEM_SYSTEM &&
+         (declared.iface != iface || (declared.device != device && !any_device));
+}
+
+}  // namespace
+
 CachedMr* Domain::try_device_hit(const void* buf, size_t len, uint64_t access, void* context,
                                  const DeviceDeclaration& declared) {
   if (!device_hit_path_ || async_bound_.load(std::memory_order_relaxed)) return nullptr;
@@ -149,18 +164,21 @@ CachedMr* Domain::try_device_hit(const void* buf, size_t len, uint64_t access, v
   // again at the same address, the memory has another identity and finds nothing.
   // (The generation is read before the question: a free reported after it makes the hint
   // recorded below one that is not trusted.)
+  // Only the runtimes whose memory was filed here are asked (another's cannot be found
+  // cached), and of declared memory only the declared runtime, as the full path's verify()
+  // asks it alone: so a hit asks its own runtime once, whichever others are loaded before it.
   const uint64_t generation = DeviceMonitor::instance().generation();
+  uint32_t asked = device_ifaces_filed_.load(std::memory_order_relaxed);
+  if (declared.iface != HMR_HMEM_SYSTEM) asked &= 1u << declared.iface;
+  if (asked == 0) return nullptr;
   hmem::AllocationIdentity memory;
-  if (!hmem::Registry::global().identify(buf, len, memory).ok() ||
+  if (!hmem::Registry::global().identify(buf, len, memory, asked).ok() ||
       memory.iface == HMR_HMEM_SYSTEM ||
       !environment_.device_cache[static_cast<size_t>(memory.iface)]) {
     return nullptr;
   }
-  // A declaration the runtime contradicts is the full path's to refuse, with its reason.
-  if (declared.iface != HMR_HMEM_SYSTEM &&
-      (declared.iface != memory.iface || declared.device != memory.device)) {
-    return nullptr;
-  }
+  const bool any_device = memory.kind == hmem::MemoryKind::host_alloc;
+  if (contradicts(declared, memory.iface, memory.device, any_device)) return nullptr;
   CachedMr::reserve();  // the one step that may fail for want of memory, before any is taken
   CacheKey key = device_hit_key(access, declared, memory.iface, memory.device, memory.alloc_id);
   CacheHandle handle;
@@ -178,24 +196,25 @@ CachedMr* Domain::try_device_hit(const void* buf, size_t len, uint64_t access, v
   // application where it promised so (HMR_CUDA_FREES_REPORTED) — a hint can then serve
   // without this question.
   if (memory.alloc_id == 0 || frees_reported_by_application(memory.iface)) {
-    remember_device_hit(slot, *handle.entry, key, generation);
+    remember_device_hit(slot, *handle.entry, key, generation, any_device);
   }
   return claim_hit(*device_cache_, handle, start, len, access, context, slot);
 }
 
 void Domain::remember_device_hit(ThreadSlot slot, const CacheEntry& entry, const CacheKey& key,
-                                 uint64_t generation) {
+                                 uint64_t generation, bool any_device) {
   RecentDeviceRanges::Identity identity;
   identity.iface = key.iface;
   identity.export_mode = key.export_mode;
   identity.device = static_cast<uint32_t>(key.device);
+  identity.any_device = any_device;
   identity.generation = generation;
   identity.alloc_id = key.alloc_id;
   RecentDeviceRanges::Identity known;
   if (recent_device_.contains(slot, entry.start, entry.length, &known) &&
       known.iface == identity.iface && known.export_mode == identity.export_mode &&
-      known.device == identity.device && known.generation == generation &&
-      known.alloc_id == identity.alloc_id) {
+      known.device == identity.device && known.any_device == any_device &&
+      known.generation == generation && known.alloc_id == identity.alloc_id) {
     return;  // (already so: no lock taken below)
   }
   // Trusted without the runtime later only where this allocation's free is reported (by the
@@ -217,10 +236,7 @@ CachedMr* Domain::hit_from_hint(uintptr_t start, size_t len, uint64_t access, vo
     return nullptr;
   }
   // A declaration the hint contradicts is for the runtime's answer to settle.
-  if (declared.iface != HMR_HMEM_SYSTEM &&
-      (declared.iface != known.iface || declared.device != known.device)) {
-    return nullptr;
-  }
+  if (contradicts(declared, known.iface, known.device, known.any_device)) return nullptr;
   CachedMr::reserve();
   CacheKey key = device_hit_key(access, declared, known.iface, known.device, known.alloc_id);
   key.export_mode = known.export_mode;

@@ -139,6 +139,7 @@ Status MemoryRegion::register_device() {
     }
     Status failure;
     if (domain_.device_cacheable(request_)) {
+      domain_.note_device_iface_filed(request_.memory.iface);
       Result<CacheHandle> handle = domain_.device_cache()->get(
           reinterpret_cast<uintptr_t>(segment.iov_base), segment.iov_len,
           domain_.device_cache_key(request_, mode), RegistrationCache::Probe::not_done,

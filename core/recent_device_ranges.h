@@ -32,17 +32,18 @@ class RecentDeviceRanges {
     uint8_t export_mode = 0;
     uint32_t device = 0;
     bool frees_reported = false;  // this allocation's free is reported to hmr
+    bool any_device = false;      // pinned host memory: a declaration of any device is no contradiction
     uint64_t generation = 0;      // DeviceMonitor::generation() when this was learned
     uint64_t alloc_id = 0;        // the cache key's allocation id (0: none)
 
     uint64_t packed() const {
       return uint64_t{iface} | uint64_t{export_mode} << 8 | uint64_t{device} << 16 |
-             uint64_t{frees_reported} << 48;
+             uint64_t{frees_reported} << 48 | uint64_t{any_device} << 49;
     }
     static Identity unpacked(uint64_t bits, uint64_t generation, uint64_t alloc_id) {
       return Identity{static_cast<uint8_t>(bits), static_cast<uint8_t>(bits >> 8),
-                      static_cast<uint32_t>(bits >> 16), ((bits >> 48) & 1) != 0, generation,
-                      alloc_id};
+                      static_cast<uint32_t>(bits >> 16), ((bits >> 48) & 1) != 0,
+                      ((bits >> 49) & 1) != 0, generation, alloc_id};
     }
   };
 

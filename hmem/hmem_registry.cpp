@@ -133,6 +133,7 @@ void Registry::load_all() {
     }
     load_slot(slot);
     if (slot.iface) {
+      detect_bit_[static_cast<size_t>(detect_count_)] = 1u << iface;
       detect_[static_cast<size_t>(detect_count_++)] = slot.iface.get();
     } else if (slot.resident && unverifiable_.ok()) {
       // The application has this runtime loaded, so it may hold memory of it that hmr cannot
@@ -167,12 +168,14 @@ Result<PointerInfo> Registry::classify_slow(const void* ptr, size_t len) {
   return host_pointer_info(ptr, len);
 }
 
-Status Registry::identify(const void* ptr, size_t len, AllocationIdentity& out) {
+Status Registry::identify(const void* ptr, size_t len, AllocationIdentity& out,
+                          uint32_t asked) {
   if (!loaded_.load(std::memory_order_acquire)) HMR_RETURN_IF_ERROR(load());
   const auto start = reinterpret_cast<uintptr_t>(ptr);
   if (ptr == nullptr || len == 0 || start + len < start) return bad_range(ptr, len);
   if (!unverifiable_.ok()) return unverifiable_;
   for (int i = 0; i < detect_count_; ++i) {
+    if ((detect_bit_[static_cast<size_t>(i)] & asked) == 0) continue;
     Status found = detect_[static_cast<size_t>(i)]->identify(ptr, len, out);
     if (found.ok() || found.code() != HMR_ENOENT) return found;  // (a failure: fail closed)
   }

@@ -89,8 +89,13 @@ class Registry {
   }
 
   // classify(), with each runtime's identify(): what the device cache's hit path asks.
-  // Host memory is iface HMR_HMEM_SYSTEM.
-  Status identify(const void* ptr, size_t len, AllocationIdentity& out);
+  // Host memory is iface HMR_HMEM_SYSTEM.  Only the runtimes in `asked` (bit 1 << iface) are
+  // asked, in detection order: the hit path asks those whose memory it may find cached, so a
+  // hit costs one question to its own runtime whatever else is loaded.  Memory no asked
+  // runtime claims reads as host memory, which to that caller means "no hit here".
+  static constexpr uint32_t kEveryIface = (1u << HMR_HMEM_IFACE_COUNT) - 1;
+  Status identify(const void* ptr, size_t len, AllocationIdentity& out,
+                  uint32_t asked = kEveryIface);
 
   // Verification of a declaration: the declared iface must be loaded and must own the range
   // on the declared device; declared system memory must not be claimed by a device runtime.
@@ -128,6 +133,7 @@ class Registry {
   std::atomic<bool> loaded_{false};
   // Written once inside load_all(), read after loaded_ is seen true.
   std::array<Iface*, HMR_HMEM_IFACE_COUNT> detect_{};
+  std::array<uint32_t, HMR_HMEM_IFACE_COUNT> detect_bit_{};  // 1 << detect_[i]->iface()
   int detect_count_ = 0;
   Status unverifiable_;
 };

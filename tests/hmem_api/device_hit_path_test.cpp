@@ -361,6 +361,46 @@ TEST(DeviceHitPath, DeclaredRegistrationsHitAndWrongDeclarationsAreRefused) {
   EXPECT_NE(std::string(hmr_last_error()).find("device"), std::string::npos) << hmr_last_error();
 }
 
+// Pinned host memory from the driver (cuMemHostAlloc) is reachable from every device, so the
+// full path accepts a declaration of any device for it (one staging pool shared by several
+// GPUs, as a transport declares it with the GPU of each peer): its hits take the one-pass path
+// with one driver call too, declared with the device it was allocated on or another.  (They
+// paid the full path when another device was declared.)
+TEST(DeviceHitPath, PinnedHostMemoryDeclaredWithAnyDeviceHits) {
+  FakeAllocation pinned(0, kAlloc, FAKE_CUDA_MEM_HOST);
+  auto domain = open_domain(nullptr);
+  ASSERT_TRUE(domain);
+  MrPtr first = register_ok(domain.get(), pinned.get(), 8192, HMR_HMEM_CUDA, 1);
+  ASSERT_TRUE(first);
+  ASSERT_EQ(mr_info(first.get()).kind, HMR_MEM_HOST_ALLOC);
+  ASSERT_EQ(mr_info(first.get()).cached, 1);
+  const uint64_t key = hmr_mr_key(first.get());
+  first.reset();
+  const hmr_domain_stats before = stats_of(domain.get());
+  const int calls_before = driver_calls();
+  constexpr int kHits = 12;
+  for (int i = 0; i < kHits; ++i) {
+    hmr_mr* mr = nullptr;
+    ASSERT_EQ(register_attr(domain.get(), at(pinned.get(), (i % 4) * 1024), 4096, HMR_HMEM_CUDA,
+                            i % 2, 0, &mr),
+              0)
+        << hmr_last_error();
+    EXPECT_EQ(hmr_mr_key(mr), key);
+    EXPECT_EQ(hmr_mr_close(mr), 0);
+  }
+  EXPECT_EQ(driver_calls() - calls_before, kHits) << "driver calls per hit of pinned host memory";
+  const hmr_domain_stats after = stats_of(domain.get());
+  EXPECT_EQ(after.cache_hits, before.cache_hits + kHits);
+  EXPECT_EQ(after.nic_registrations, before.nic_registrations);
+  // Device memory declared with another device is still refused, hit or not.
+  FakeAllocation device(0, kAlloc);
+  MrPtr cached = register_ok(domain.get(), device.get(), 4096, HMR_HMEM_CUDA, 0);
+  ASSERT_TRUE(cached);
+  hmr_mr* wrong = nullptr;
+  EXPECT_EQ(register_attr(domain.get(), device.get(), 4096, HMR_HMEM_CUDA, 1, 0, &wrong),
+            -HMR_EINVAL);
+}
+
 // An HMR_MR_HMEM application declares its memory: hmr_mr_reg (which declares nothing, so
 // system memory) of device memory is refused, also when that memory is cached.
 TEST(DeviceHitPath, AnHmemDomainNeverTakesUndeclaredDeviceMemoryForAHit) {

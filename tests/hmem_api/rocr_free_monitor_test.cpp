@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <vector>
 
 #include "tests/fakes/fake_hsa_control.h"
 #include "tests/hmem_api/fake_cuda_driver.h"
@@ -267,6 +268,45 @@ TEST(RocrFreeMonitor, MonitorDisabledByEnvironmentLeavesRocrMemoryUncached) {
   }
   EXPECT_EQ(stats_of(domain.get()).cache_regions, 0u);
   ASSERT_HMR_OK(hmr_mem_free(HMR_HMEM_ROCR, memory));
+}
+
+// Issue 26's "at most one driver query per hit", with two runtimes loaded: this binary loads
+// the fake CUDA driver and the fake ROCr runtime, and CUDA comes first in detection order.  A
+// hit of ROCr memory asks ROCr once and the CUDA driver nothing: a domain asks only the
+// runtimes whose memory it has cached, and for declared memory only the declared one (as the
+// full path verifies a declaration with that runtime alone).  Before, each such hit asked the
+// CUDA driver first.  (A hint is not trusted after hmr_mem_invalidate, so every hit here asks.)
+TEST(RocrFreeMonitor, AHitOfRocrMemoryAsksNoOtherRuntime) {
+  std::vector<char> unrelated(4096);
+  for (const bool cuda_cached_too : {false, true}) {
+    SCOPED_TRACE(cuda_cached_too ? "CUDA memory cached too" : "only ROCr memory cached");
+    auto domain = open_domain("peer_direct=1");
+    ASSERT_TRUE(domain);
+    FakeAllocation cuda(0, kAlloc);
+    if (cuda_cached_too) reg_key_close(domain.get(), cuda.get(), 4096);
+    void* memory = rocr_alloc(0);
+    ASSERT_NE(memory, nullptr);
+    const uint64_t key = reg_key_close(domain.get(), memory, 8192);  // the miss
+    const hmr_domain_stats before = stats_of(domain.get());
+    const int cuda_before = fake_cuda().call_count("*");
+    const int rocr_before = pointer_queries();
+    constexpr int kRounds = 10;
+    for (int i = 0; i < kRounds; ++i) {
+      ASSERT_EQ(hmr_mem_invalidate(domain.get(), unrelated.data(), unrelated.size()), 0);
+      EXPECT_EQ(reg_key_close(domain.get(), memory, 4096), key);  // undeclared
+      ASSERT_EQ(hmr_mem_invalidate(domain.get(), unrelated.data(), unrelated.size()), 0);
+      MrPtr declared = register_ok(domain.get(), memory, 4096, HMR_HMEM_ROCR, 0);
+      ASSERT_TRUE(declared);
+      EXPECT_EQ(hmr_mr_key(declared.get()), key);
+    }
+    EXPECT_EQ(stats_of(domain.get()).cache_hits, before.cache_hits + 2 * kRounds);
+    EXPECT_EQ(pointer_queries() - rocr_before, 2 * kRounds) << "ROCr questions per hit";
+    // With CUDA memory cached in the domain too, an undeclared hit asks CUDA first (detection
+    // order); a declared one never does.
+    EXPECT_EQ(fake_cuda().call_count("*") - cuda_before, cuda_cached_too ? kRounds : 0)
+        << "CUDA driver calls in " << 2 * kRounds << " hits of ROCr memory";
+    ASSERT_EQ(fake_hsa_free()(memory), 0);
+  }
 }
 
 }  // namespace
