@@ -4,9 +4,10 @@
 //
 // A host key — every field other than access and exact_start as a default CacheKey has it —
 // is encoded exactly, so host keys that differ (in access, say) never share a tag.  Any other
-// key (device memory, an allocation id, whatever fields CacheKey grows) gets a hash with
-// kHashed set.  "Simple" is decided by comparing with a default key, so a new CacheKey field
-// is covered without touching this file.
+// key (device memory, an allocation id) gets a hash with kHashed set.  "Simple" is decided
+// field by field, in registers: a copy of the key with two fields cleared, compared whole,
+// made every lookup wait for its own stores (a 16-byte load over narrower stores is not
+// forwarded).  A field CacheKey grows must be added to of(): the size check below fails first.
 #pragma once
 
 #include <cstdint>
@@ -24,10 +25,9 @@ struct KeyTag {
   static constexpr uint32_t kHashBits = kExactStart | kAccessBits;
 
   static uint32_t of(const CacheKey& key) {
-    CacheKey rest = key;
-    rest.access = 0;
-    rest.exact_start = false;
-    if (rest == CacheKey{} && (key.access & ~kAccessBits) == 0) {
+    static_assert(sizeof(CacheKey) == 16, "a new CacheKey field: add it to the test below");
+    if (key.alloc_id == 0 && key.device == 0 && key.iface == 0 && key.export_mode == 0 &&
+        (key.access & ~kAccessBits) == 0) {
       return key.access | (key.exact_start ? kExactStart : 0);
     }
     return kHashed | (hash(key) & kHashBits);

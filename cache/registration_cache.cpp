@@ -720,6 +720,10 @@ size_t RegistrationCache::wait_for_in_transit() {
 }
 
 CacheStatistics RegistrationCache::statistics() {
+  // An unmap whose event the monitor has read but not yet delivered (munmap() has returned)
+  // is counted first, as a lookup would see it gone: statistics taken after munmap() returns
+  // include its invalidation (they did not, now and then, on a loaded machine).
+  wait_for_monitor();
   finalize_deferred();
   wait_for_finalizing();  // so the counts include dead entries another thread is releasing
   CacheStatistics stats;

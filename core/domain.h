@@ -282,7 +282,7 @@ class Domain : public Tagged<ObjectClass::domain> {
   // whatever else is loaded.  Read relaxed: a bit seen late is a miss, never a wrong hit.
   std::atomic<uint32_t> device_ifaces_filed_{0};
   CacheKey device_hit_key(uint64_t access, const DeviceDeclaration& declared, int iface,
-                          uint64_t device, uint64_t alloc_id) const;
+                          uint64_t device, uint64_t alloc_id, ExportMode mode) const;
   // try_device_hit's answer from a hint that needs no question to the runtime, or nullptr.
   CachedMr* hit_from_hint(uintptr_t start, size_t len, uint64_t access, void* context,
                           const DeviceDeclaration& declared,
@@ -292,9 +292,9 @@ class Domain : public Tagged<ObjectClass::domain> {
   bool frees_reported_by_application(int iface) const {
     return iface == HMR_HMEM_CUDA && environment_.cuda_frees_reported;
   }
-  // Records the calling thread's device hit on `entry` (found under `key`) as a hint.
-  void remember_device_hit(ThreadSlot slot, const CacheEntry& entry, const CacheKey& key,
-                           uint64_t generation, bool any_device);
+  // Records the calling thread's device hit on `entry` as a hint.
+  void remember_device_hit(ThreadSlot slot, const CacheEntry& entry, uint64_t generation,
+                           bool any_device);
 
   // Gives back the caches' unused registrations, host and device, when the NIC refuses one
   // for resources, and the device cache's when a dma-buf export finds no file descriptor

@@ -110,15 +110,20 @@ CachedMr* Domain::try_cached_hit(const void* buf, size_t len, uint64_t access, v
   return claim_hit(*cache_, handle, start, len, access, context, slot);
 }
 
-// The device cache's key for a hit of `access` on this allocation, as device_cache_key()
-// builds it for a resolved request (the export path is the caller's to set).
-CacheKey Domain::device_hit_key(uint64_t access, const DeviceDeclaration& declared, int iface,
-                                uint64_t device, uint64_t alloc_id) const {
-  CacheKey key = hit_key(access);
-  if (declared.reported_base) key.exact_start = false;
-  key.iface = static_cast<uint8_t>(iface);
-  key.device = static_cast<int32_t>(device);
+// The device cache's key for a hit of `access` on this allocation by export path `mode`, as
+// device_cache_key() builds it for a resolved request.  Built whole, field by field, each
+// time: changing one field of a key held in memory and then passing it on (a 16-byte load
+// over a 1-byte store, which the CPU does not forward) stalled every lookup.
+[[gnu::always_inline]] inline CacheKey Domain::device_hit_key(
+    uint64_t access, const DeviceDeclaration& declared, int iface, uint64_t device,
+    uint64_t alloc_id, ExportMode mode) const {
+  CacheKey key;
   key.alloc_id = alloc_id;
+  key.device = static_cast<int32_t>(device);
+  key.access = static_cast<uint16_t>(access);
+  key.iface = static_cast<uint8_t>(iface);
+  key.export_mode = static_cast<uint8_t>(mode);
+  key.exact_start = hit_key_.exact_start && !declared.reported_base;
   return key;
 }
 
@@ -180,15 +185,17 @@ CachedMr* Domain::try_device_hit(const void* buf, size_t len, uint64_t access, v
   const bool any_device = memory.kind == hmem::MemoryKind::host_alloc;
   if (contradicts(declared, memory.iface, memory.device, any_device)) return nullptr;
   CachedMr::reserve();  // the one step that may fail for want of memory, before any is taken
-  CacheKey key = device_hit_key(access, declared, memory.iface, memory.device, memory.alloc_id);
   CacheHandle handle;
   // Whichever path the registration took (the export plan's choice for this memory then):
-  // each is a registration of this allocation with this access, and serves alike.
+  // each is a registration of this allocation with this access, and serves alike.  (The key
+  // is made afresh inside the loop, so it stays in registers: see device_hit_key().)
   for (const ExportMode mode : {ExportMode::dmabuf, ExportMode::peer_direct, ExportMode::host_va,
                                 ExportMode::host_shadow}) {
-    key.export_mode = static_cast<uint8_t>(mode);
     RegistrationCache::Probe probed = RegistrationCache::Probe::not_done;
-    handle = device_cache_->find(start, len, key, slot, probed);
+    handle = device_cache_->find(
+        start, len,
+        device_hit_key(access, declared, memory.iface, memory.device, memory.alloc_id, mode),
+        slot, probed);
     if (handle) break;
   }
   if (!handle) return nullptr;
@@ -196,13 +203,14 @@ CachedMr* Domain::try_device_hit(const void* buf, size_t len, uint64_t access, v
   // application where it promised so (HMR_CUDA_FREES_REPORTED) — a hint can then serve
   // without this question.
   if (memory.alloc_id == 0 || frees_reported_by_application(memory.iface)) {
-    remember_device_hit(slot, *handle.entry, key, generation, any_device);
+    remember_device_hit(slot, *handle.entry, generation, any_device);
   }
   return claim_hit(*device_cache_, handle, start, len, access, context, slot);
 }
 
-void Domain::remember_device_hit(ThreadSlot slot, const CacheEntry& entry, const CacheKey& key,
-                                 uint64_t generation, bool any_device) {
+void Domain::remember_device_hit(ThreadSlot slot, const CacheEntry& entry, uint64_t generation,
+                                 bool any_device) {
+  const CacheKey& key = entry.key;  // (the hit's key but for access, which a hint leaves out)
   RecentDeviceRanges::Identity identity;
   identity.iface = key.iface;
   identity.export_mode = key.export_mode;
@@ -238,8 +246,8 @@ CachedMr* Domain::hit_from_hint(uintptr_t start, size_t len, uint64_t access, vo
   // A declaration the hint contradicts is for the runtime's answer to settle.
   if (contradicts(declared, known.iface, known.device, known.any_device)) return nullptr;
   CachedMr::reserve();
-  CacheKey key = device_hit_key(access, declared, known.iface, known.device, known.alloc_id);
-  key.export_mode = known.export_mode;
+  const CacheKey key = device_hit_key(access, declared, known.iface, known.device,
+                                      known.alloc_id, static_cast<ExportMode>(known.export_mode));
   RegistrationCache::Probe probed = RegistrationCache::Probe::not_done;
   const CacheHandle handle = device_cache_->find(start, len, key, slot, probed);
   if (!handle) return nullptr;

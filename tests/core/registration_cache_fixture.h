@@ -173,6 +173,10 @@ class FakeMonitor final : public Monitor {
     return answer_valid.load();
   }
   bool checks_on_hit() const override { return check_on_hit; }
+  // As userfaultfd's event thread between reading an unmap (the unmapping thread goes on) and
+  // delivering it (uffd_watcher.cpp).
+  void raise_pending() { pending_counter().fetch_add(1, std::memory_order_seq_cst); }
+  void lower_pending() { pending_counter().fetch_sub(1, std::memory_order_seq_cst); }
 
   std::atomic<int> starts{0}, stops{0}, subscribes{0}, unsubscribes{0}, valid_calls{0};
   std::atomic<bool> answer_valid{true};
