@@ -14,6 +14,7 @@
 
 #include "cache/registration_cache.h"
 #include "util/log.h"
+#include "util/wait_readable.h"
 
 namespace hmr::core {
 
@@ -89,10 +90,13 @@ void DeferredReaper::wake() {
 }
 
 void DeferredReaper::run() {
+  bool poll_refused = false;
   for (;;) {
     const int fd = wakeup_.load(std::memory_order_acquire);
     pollfd ready{fd, POLLIN, 0};
-    if (poll(&ready, 1, -1) < 0 && errno != EINTR) return;
+    // (Where poll refuses, a round every millisecond: freed memory is still unpinned,
+    // util/wait_readable.h.)
+    wait_readable(&ready, 1, "hmr's deferred-deregistration thread", poll_refused);
     uint64_t wakes = 0;
     (void)!read(fd, &wakes, sizeof wakes);
     // Every cache listed when the wake was read, one at a time, each marked as served while

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "monitor/monitor.h"
+#include "util/wait_readable.h"
 
 namespace hmr::core {
 
@@ -41,7 +42,9 @@ UffdWatcher::~UffdWatcher() {
 
 bool UffdWatcher::event_waiting() const {
   pollfd ready{uffd_.fd(), POLLIN, 0};
-  return poll(&ready, 1, 0) > 0 && (ready.revents & POLLIN) != 0;
+  const int polled = poll(&ready, 1, 0);
+  // A poll that failed (RLIMIT_NOFILE lowered to 0) cannot say there is none.
+  return polled < 0 || (polled > 0 && (ready.revents & POLLIN) != 0);
 }
 
 bool UffdWatcher::read_ahead() {
@@ -71,8 +74,11 @@ bool UffdWatcher::read_ahead() {
 void UffdWatcher::run() {
   const Monitor::EventScope event_thread;
   pollfd fds[2] = {{uffd_.fd(), POLLIN, 0}, {wake_.get(), POLLIN, 0}};
+  bool poll_refused = false;
   for (;;) {
-    if (poll(fds, 2, -1) < 0 && errno != EINTR) break;
+    // (Where poll refuses, both fds are read without waiting each millisecond: stopping here
+    // would leave unmappers waiting and the caches deaf, util/wait_readable.h.)
+    wait_readable(fds, 2, "userfaultfd event thread", poll_refused);
     // Events before a stop request: an unmapping thread may be blocked on one.
     if (fds[0].revents & POLLIN) {
       pending_.fetch_add(1, std::memory_order_seq_cst);
@@ -89,9 +95,9 @@ void UffdWatcher::run() {
       // Read the stop request, not only poll for it: the read is what orders everything the
       // stopping thread did before its write (watch() calls included) before the close below,
       // for ThreadSanitizer as for the reader of this code.
+      // (Nothing to read, EAGAIN, only where poll refused: not a stop request.)
       uint64_t stop = 0;
-      (void)!::read(wake_.get(), &stop, sizeof stop);
-      break;
+      if (::read(wake_.get(), &stop, sizeof stop) == sizeof stop) break;
     }
   }
   uffd_.close();

@@ -4,10 +4,12 @@
 // a page unmapped since, and never while an event is read but not yet applied.  Each test
 // ends by unmapping the page in question: only a watched page makes that raise an event.
 #include "monitor/uffd_monitor.h"
+#include "monitor/uffd_watcher.h"
 
 #include <gtest/gtest.h>
 #include <sys/ipc.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/shm.h>
 
 #include <unistd.h>
@@ -362,6 +364,45 @@ TEST_F(UffdMonitorTest, OnlyPrivateAnonymousMappingsAreWatched) {
   EXPECT_FALSE(monitor_.subscribe(reinterpret_cast<uintptr_t>(mapped), kPage).ok());
   munmap(mapped, kPage);
   std::fclose(file);
+}
+
+// poll(2) refused (the application lowered RLIMIT_NOFILE below the event thread's two fds):
+// the thread reads on without waiting instead of stopping, so a watched page's unmap is still
+// delivered.  It used to stop and close the userfaultfd: the unmap went unheard, and a cache
+// would have gone on handing out the registration of pages that were gone.
+TEST(UffdWatcherTest, UnmapsAreDeliveredWhilePollIsRefused) {
+  std::atomic<uint32_t> pending{0};
+  std::atomic<uintptr_t> watched{0};
+  std::atomic<int> delivered{0};
+  Result<std::unique_ptr<UffdWatcher>> watcher = UffdWatcher::start(
+      pending,
+      [&](const AddressRangeEvent& change) {
+        const uintptr_t page = watched.load();
+        if (change.start <= page && page < change.end) delivered.fetch_add(1);
+      },
+      "test's userfaultfd watcher");
+  if (!watcher.ok()) GTEST_SKIP() << watcher.status().reason();
+  auto* area = static_cast<uint8_t*>(
+      mmap(nullptr, 2 * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(area, MAP_FAILED);
+  ASSERT_TRUE((*watcher)->watch(reinterpret_cast<uintptr_t>(area), 2 * kPage).ok());
+  rlimit saved{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
+  rlimit lowered = saved;
+  lowered.rlim_cur = 1;  // poll(2): EINVAL for more fds than this
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &lowered), 0);
+  // The thread waits in a poll it began before; the first unmap brings it round to the next,
+  // which is refused.  Each munmap() returns once its event is read, and `pending` falls once
+  // it was delivered.
+  for (int i = 0; i < 2; ++i) {
+    uint8_t* page = area + i * kPage;
+    watched.store(reinterpret_cast<uintptr_t>(page));
+    ASSERT_EQ(munmap(page, kPage), 0);
+    while (pending.load() != 0) std::this_thread::yield();
+    EXPECT_EQ(delivered.load(), i + 1) << "page " << i << "'s unmap was not delivered";
+  }
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &saved), 0);
+  watcher->reset();  // and its thread stops when asked, poll refused or not
 }
 
 }  // namespace
