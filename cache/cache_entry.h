@@ -26,6 +26,25 @@ struct CacheKey {
   bool exact_start : 1 = false;  // 0-based addressing: byte 0 must be the request's own start
 
   bool operator==(const CacheKey&) const = default;
+
+  // The same key, built in two 64-bit registers and stored whole: a hit path that builds its
+  // key field by field (narrow stores) and then reads fields of it together (one wide load,
+  // as compilers merge the comparisons of KeyTag::of) waits for the stores to drain, since
+  // the CPU forwards a load only from one store that contains it.  The layout is the x86-64
+  // and AArch64 psABIs' (fields in order, bit-fields from the low bit);
+  // CacheKeyTest.BuiltWholeEqualsBuiltFieldByField checks it on the compiler at hand.
+  static CacheKey whole(uint64_t alloc_id, int32_t device, uint16_t access, uint8_t iface,
+                        uint8_t export_mode, bool exact_start) {
+    const uint64_t words[2] = {
+        alloc_id, uint64_t{static_cast<uint32_t>(device)} | uint64_t{access} << 32 |
+                      uint64_t{iface} << 48 |
+                      uint64_t{static_cast<uint8_t>((export_mode & 0x7f) |
+                                                    (exact_start ? 0x80 : 0))}
+                          << 56};
+    CacheKey key;
+    std::memcpy(static_cast<void*>(&key), words, sizeof key);
+    return key;
+  }
 };
 static_assert(sizeof(CacheKey) == 16);
 

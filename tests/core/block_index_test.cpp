@@ -376,11 +376,46 @@ TEST(KeyTag, AnyOtherKeyIsHashed) {
   allocation.alloc_id = 42;
   CacheKey iface = key_with_access(HMR_READ);
   iface.iface = 2;
-  for (const CacheKey& key : {device, allocation, iface}) {
+  CacheKey path = key_with_access(HMR_READ);
+  path.export_mode = 3;
+  for (const CacheKey& key : {device, allocation, iface, path}) {
     const uint32_t tag = KeyTag::of(key);
     EXPECT_FALSE(KeyTag::is_exact(tag));
     EXPECT_EQ(tag & KeyTag::kIndexBits, 0u);
     EXPECT_EQ(KeyTag::of(key), tag) << "a key's tag must not change";
+  }
+}
+
+// CacheKey::whole (the device hit path's key, built in two registers) lays the fields out as
+// the compiler does: were the bit-field or field order other than it assumes, a hit would look
+// for a key no entry has (a miss every time) or for another entry's.
+TEST(CacheKeyTest, BuiltWholeEqualsBuiltFieldByField) {
+  struct Fields {
+    uint64_t alloc_id;
+    int32_t device;
+    uint16_t access;
+    uint8_t iface;
+    uint8_t export_mode;
+    bool exact_start;
+  };
+  const Fields cases[] = {{0, 0, 0, 0, 0, false},
+                          {42, 1, HMR_READ | HMR_REMOTE_WRITE, 1, 2, true},
+                          {~0ull, -1, 0xffff, 0xff, 0x7f, true},
+                          {1ull << 63, INT32_MIN, 1, 5, 3, false},
+                          {0x0123456789abcdefull, 0x7fffffff, 0x8000, 2, 1, true}};
+  for (const Fields& f : cases) {
+    CacheKey fieldwise;
+    fieldwise.alloc_id = f.alloc_id;
+    fieldwise.device = f.device;
+    fieldwise.access = f.access;
+    fieldwise.iface = f.iface;
+    fieldwise.export_mode = f.export_mode;
+    fieldwise.exact_start = f.exact_start;
+    const CacheKey whole =
+        CacheKey::whole(f.alloc_id, f.device, f.access, f.iface, f.export_mode, f.exact_start);
+    EXPECT_TRUE(whole == fieldwise) << "alloc_id " << f.alloc_id << " device " << f.device;
+    EXPECT_EQ(std::memcmp(&whole, &fieldwise, sizeof whole), 0) << "alloc_id " << f.alloc_id;
+    EXPECT_EQ(KeyTag::of(whole), KeyTag::of(fieldwise));
   }
 }
 
