@@ -25,8 +25,9 @@ int register_attr(hmr_domain* handle, const hmr_mr_attr& attr, uint64_t flags, h
   Domain* domain = from_handle<Domain>(handle);
   if (domain == nullptr) return hmr::report_bad_handle(handle, "not a domain handle");
   if (mr == nullptr) return hmr::report_error(HMR_EINVAL, "mr output pointer is NULL");
-  auto registered = domain->register_memory(attr, flags, probed);
+  auto registered = domain->register_memory(attr, flags, probed, mr);
   if (!registered.ok()) return hmr::report(registered.status());
+  if (registered->written) return 0;  // (asynchronous: *mr may be the application's again)
   *mr = registered->shared != nullptr ? hmr::core::to_handle<hmr_mr>(registered->shared)
                                       : hmr::core::to_handle<hmr_mr>(registered->region);
   return 0;

@@ -17,10 +17,17 @@ AsyncRegistrar::~AsyncRegistrar() {
   thread_.join();
 }
 
-void AsyncRegistrar::submit(MemoryRegion* region) {
+AsyncRegistrar::Ticket AsyncRegistrar::reserve() {
+  Ticket room;
+  room.node_.emplace_back(nullptr);
+  return room;
+}
+
+void AsyncRegistrar::submit(Ticket&& room, MemoryRegion* region) noexcept {
+  room.node_.front() = region;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    queue_.push_back(region);
+    queue_.splice(queue_.end(), room.node_);
   }
   work_.notify_one();
 }

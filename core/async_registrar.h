@@ -4,7 +4,7 @@
 #pragma once
 
 #include <condition_variable>
-#include <deque>
+#include <list>
 #include <mutex>
 #include <thread>
 
@@ -17,7 +17,15 @@ class AsyncRegistrar {
   AsyncRegistrar();
   ~AsyncRegistrar();  // finishes queued work first
 
-  void submit(MemoryRegion* region);
+  // Room for one submission, taken before anything is handed out, so that submit() cannot
+  // fail: the caller writes the application's MR handle first, and an MR submitted may
+  // complete (and its event be read) at once.
+  class Ticket {
+    friend class AsyncRegistrar;
+    std::list<MemoryRegion*> node_;  // one node, spliced into the queue by submit()
+  };
+  static Ticket reserve();  // may throw std::bad_alloc
+  void submit(Ticket&& room, MemoryRegion* region) noexcept;
   // True when `region` was still queued and is now removed: it will never be registered.
   bool cancel(MemoryRegion* region);
 
@@ -26,7 +34,7 @@ class AsyncRegistrar {
 
   std::mutex mutex_;
   std::condition_variable work_;
-  std::deque<MemoryRegion*> queue_;
+  std::list<MemoryRegion*> queue_;
   bool stopping_ = false;
   std::thread thread_;
 };

@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <string>
+#include <system_error>
 
 #include "core/async_registrar.h"
 #include "core/event_queue.h"
@@ -504,6 +505,16 @@ Status Domain::bind_event_queue(EventQueue& queue, uint64_t flags) {
   }
   std::lock_guard<std::mutex> lock(bind_mutex_);
   if (event_queue_ != nullptr) return make_error(HMR_EBUSY, "domain is already bound to an event queue");
+  // The worker first: a failure to start it (out of memory; no thread, std::system_error)
+  // leaves the domain as it was.  (It was made after the flag below, which then stayed set:
+  // no event queue bound, and every registration off the hit path for good.)
+  std::unique_ptr<AsyncRegistrar> registrar;
+  try {
+    registrar = std::make_unique<AsyncRegistrar>();
+  } catch (const std::system_error& error) {
+    return make_error(HMR_EAGAIN, "cannot start the asynchronous registration thread: %s",
+                      error.what());
+  }
   // From now on every MR is asynchronous.  The hit path and its misses count an MR open with
   // plain stores and a light fence before they read this flag (Domain::open_shared); after
   // the heavy fence we see their counts, or they see the flag and take the path below.
@@ -513,7 +524,7 @@ Status Domain::bind_event_queue(EventQueue& queue, uint64_t flags) {
     async_bound_.store(false, std::memory_order_release);
     return make_error(HMR_EBUSY, "bind the event queue before registering memory");
   }
-  registrar_ = std::make_unique<AsyncRegistrar>();
+  registrar_ = std::move(registrar);
   event_queue_ = &queue;
   queue.bind_domain();
   return ok_status();
@@ -541,7 +552,8 @@ Domain::MrSlotReservation::~MrSlotReservation() {
 }
 
 Result<Domain::Registered> Domain::register_memory(const hmr_mr_attr& attr, uint64_t flags,
-                                                   RegistrationCache::Probe probed) {
+                                                   RegistrationCache::Probe probed,
+                                                   hmr_mr** out) {
   RegistrationFailureTally tally(stats_);
   Result<MrRequest> request = validate_mr_request(attr, flags, rules_);
   Status status = request.ok() ? check_paging(*request) : request.status();
@@ -566,11 +578,16 @@ Result<Domain::Registered> Domain::register_memory(const hmr_mr_attr& attr, uint
     if (registrar_) {
       HMR_RETURN_IF_ERROR(region->keep_caller_dmabuf());
       region->mark_submitted(EventQueue::reserve());
-      registrar_->submit(region.get());
+      AsyncRegistrar::Ticket room = AsyncRegistrar::reserve();
+      // Nothing below fails.  Everything the call hands out is out before the submission:
+      // the worker may complete it, and another thread read its event and close it, at once.
       reservation.handed_out();
       tally.settle();  // (its completion counts it)
       stats_.record_mr_open(length);
-      return Registered{region.release(), nullptr};
+      MemoryRegion* submitted = region.release();
+      *out = to_handle<hmr_mr>(submitted);
+      registrar_->submit(std::move(room), submitted);
+      return Registered{submitted, nullptr, /*written=*/true};
     }
   }
   HMR_RETURN_IF_ERROR(region->register_now());

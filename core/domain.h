@@ -69,12 +69,16 @@ class Domain : public Tagged<ObjectClass::domain> {
   struct Registered {
     MemoryRegion* region = nullptr;
     CachedMr* shared = nullptr;
+    bool written = false;  // the handle is in the caller's `out` already (asynchronous MRs)
   };
   // `probed`: what try_cached_hit() learnt of this same request, so a miss it already looked
-  // up is not looked up again (RegistrationCache::Probe).
+  // up is not looked up again (RegistrationCache::Probe).  `out`: the application's MR
+  // handle, which an asynchronous registration writes before it is submitted, since its
+  // completion may be read at once, by a thread that then uses *out (docs/semantics.md);
+  // nothing of the call may touch *out after the submission (that thread may have closed the
+  // MR and reused the memory).
   Result<Registered> register_memory(const hmr_mr_attr& attr, uint64_t flags,
-                                     RegistrationCache::Probe probed =
-                                         RegistrationCache::Probe::not_done);
+                                     RegistrationCache::Probe probed, hmr_mr** out);
   Status close_memory_region(MemoryRegion* region);
 
   // The cache hit path (core/hit_path.cpp): hmr_mr_reg of host memory that the cache holds,

@@ -2,6 +2,7 @@
 // registration through HMR_MR_COMPLETE events (docs/semantics.md, "Asynchronous registration").
 // Every wait is bounded by an event-queue timeout or a deadline; nothing sleeps.
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
@@ -151,6 +152,73 @@ TEST(AsyncRegistration, ManyRegistrationsEachCompleteOnce) {
   EXPECT_EQ(stats.registrations, kCount);
   EXPECT_EQ(stats.mr_open, kCount);
   EXPECT_EQ(stats.mr_bytes, kCount * kPage);
+}
+
+// The MR handle is written before its completion can be read (docs/semantics.md): a thread
+// that reads the event and uses the handle the registering call wrote (libfabric's pattern:
+// the context names the request, the request holds the MR) must find it there.  hmr wrote it
+// after it had handed the MR to its worker, so the event could be read first (found by a
+// review: 10-95 of 20000 completions on a loaded machine).  Here the write itself is held up:
+// the application's slot is on a read-only page, and the fault handler lets the write go on
+// only once a reader thread has read the event, or after 200 ms.  Written first, the reader
+// finds the handle; written after the submission, it finds the slot empty.
+namespace written_late {
+char* slot_page = nullptr;
+std::atomic<bool> event_read{false};
+void hold_the_write(int, siginfo_t* info, void*) {
+  auto* address = static_cast<char*>(info->si_addr);
+  if (address < slot_page || address >= slot_page + kPage) abort();  // not the test's fault
+  timespec now{};
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  const int64_t deadline = now.tv_sec * 1000000000LL + now.tv_nsec + 200 * 1000000LL;
+  while (!event_read.load()) {
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (now.tv_sec * 1000000000LL + now.tv_nsec > deadline) break;
+    sched_yield();
+  }
+  mprotect(slot_page, kPage, PROT_READ | PROT_WRITE);
+}
+}  // namespace written_late
+
+TEST(AsyncRegistration, TheHandleIsWrittenBeforeItsCompletionCanBeRead) {
+  Pages pages(kPage);
+  AsyncDomain async = open_async_domain();
+  ASSERT_TRUE(async);
+  void* page = mmap(nullptr, kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(page, MAP_FAILED);
+  written_late::slot_page = static_cast<char*>(page);
+  written_late::event_read = false;
+  auto* slot = reinterpret_cast<hmr_mr* volatile*>(page);
+  *slot = nullptr;
+  struct sigaction hold {};
+  hold.sa_sigaction = written_late::hold_the_write;
+  hold.sa_flags = SA_SIGINFO;
+  struct sigaction saved {};
+  ASSERT_EQ(sigaction(SIGSEGV, &hold, &saved), 0);
+
+  hmr_fid* completed = nullptr;
+  hmr_mr* found = nullptr;
+  std::thread reader([&] {
+    uint32_t event = 0;
+    struct hmr_eq_entry entry = empty_entry();
+    if (hmr_eq_sread(async.eq.get(), &event, &entry, kTimeoutMs, 0) == 1) {
+      completed = entry.fid;
+      found = *slot;  // what the application finds when its event arrives
+    }
+    written_late::event_read = true;
+  });
+  ASSERT_EQ(mprotect(page, kPage, PROT_READ), 0);
+  const int rc = hmr_mr_reg(async.domain.get(), pages.data(), kPage, kRemote, 0, 7, 0,
+                            const_cast<hmr_mr**>(slot), nullptr);
+  reader.join();
+  EXPECT_EQ(sigaction(SIGSEGV, &saved, nullptr), 0);
+  ASSERT_HMR_OK(rc);
+  MrPtr owned(*slot);
+  ASSERT_NE(completed, nullptr) << "no completion";
+  EXPECT_EQ(found, reinterpret_cast<hmr_mr*>(completed))
+      << "the completion was read before the handle was written";
+  owned.reset();
+  munmap(page, kPage);
 }
 
 // Both ends of a pipe, closed by the test, never by hmr.

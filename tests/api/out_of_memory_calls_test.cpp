@@ -243,6 +243,19 @@ const Scenario kScenarios[] = {
                          return rc < 0 ? rc : 0;
                        });
      }},
+    // The bind itself under each failure (its worker thread, the thread's state): a failed
+    // bind leaves the domain unbound, and a registration then completes at once.
+    {"hmr_domain_bind, then a registration",
+     [](hmr_domain*, Made& made) {
+       hmr_eq_attr attr{};
+       attr.size = sizeof attr;
+       EXPECT_EQ(hmr_eq_open(&attr, &made.queue), 0) << hmr_last_error();
+     },
+     [](hmr_domain* domain, Made& made) {
+       return in_turn(
+           [&] { return hmr_domain_bind(domain, reinterpret_cast<hmr_fid*>(made.queue), HMR_REG_MR); },
+           [&] { return reg(domain, 0, 2, kRemote, made); });
+     }},
     {"hmr_mr_rereg onto another range",
      [](hmr_domain* domain, Made& made) { EXPECT_EQ(reg(domain, 0, 1, kRemote, made), 0); },
      [](hmr_domain*, Made& made) {
