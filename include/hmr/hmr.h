@@ -416,7 +416,8 @@ struct hmr_md_attr {
 	/* Added after reg_cost_measured (a caller built with the shorter struct is still served):
 	 * the most registrations hmr holds at the NIC at once, idle cached ones included, and
 	 * where that bound comes from: "nic" (the NIC's own limit: verbs max_mr, libfabric
-	 * mr_cnt, the callback's mr_cnt, sim's mr_cnt option), "application" (a smaller
+	 * mr_cnt of a provider registering through a kernel driver, the callback's mr_cnt,
+	 * sim's mr_cnt option), "application" (a smaller
 	 * hmr_domain_attr.mr_cnt), or "none" (0: the NIC states no limit; hmr then learns it from
 	 * refusals).  docs/semantics.md, "Under pressure". */
 	size_t max_registrations;

@@ -104,6 +104,16 @@ uint64_t chosen_key(uint64_t count, size_t key_size) {
   return 1 + (count == 0 ? 0 : count - 1) % keys;
 }
 
+uint64_t chosen_key_stride(int attempt, size_t key_size) {
+  const uint64_t keys =
+      key_size >= sizeof(uint64_t) ? ~uint64_t{0} : (uint64_t{1} << (8 * key_size)) - 1;
+  const uint64_t most = keys / 128 > 0 ? keys / 128 : 1;
+  const int doubling = attempt - 1;
+  if (doubling >= 63) return most;
+  const uint64_t stride = uint64_t{1} << doubling;
+  return stride < most ? stride : most;
+}
+
 Status build_mr_attr(const RegistrationRequest& request, uint64_t key, uint32_t api_version,
                      const std::string& who, MrAttr& out) {
   if (request.flags & HMR_RMA_EVENT) {

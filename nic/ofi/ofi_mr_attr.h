@@ -62,6 +62,12 @@ struct MrAttr {
 // -FI_EKEYREJECTED) gets keys released long ago again instead of numbers it cannot hold, and
 // keys still in use are skipped by the provider's -FI_ENOKEY.
 uint64_t chosen_key(uint64_t count, size_t key_size);
+// How far the count moves on after the `attempt`-th collision (1, 2, ...): 1, 2, 4, ... keys,
+// so a block of keys the application uses is passed in a few attempts, but never more than
+// 1/128 of the key space, so the first 64 attempts are 64 different keys spread over at most
+// half of it.  (Doubling alone came round mod 2^16 - 1 after 16 attempts for 2-byte keys, 32
+// for 4-byte ones: most of the space was never tried, found by a review.)
+uint64_t chosen_key_stride(int attempt, size_t key_size);
 
 // Fills `out` from `request` with `key` as requested_key.  `api_version` is the version the
 // domain's fabric speaks; `who` names libfabric and the provider in reasons.  Fails with

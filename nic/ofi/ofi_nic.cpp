@@ -49,13 +49,13 @@ std::string describe_memory(const RegistrationRequest& request) {
 }
 
 // Providers that register through a kernel RDMA driver pin host pages (and so count against
-// RLIMIT_MEMLOCK): verbs, efa, psm2/psm3, opx, cxi, usnic.  tcp, udp, sockets and shm keep a
+// RLIMIT_MEMLOCK): verbs, efa, psm2/psm3, opx, cxi, usnic, and ucx (through UCX's verbs).  tcp, udp, sockets and shm keep a
 // key table in the process and pin nothing.  The core provider is the part of prov_name
 // before the utility one ("verbs;ofi_rxm").
 bool provider_pins_memory(const char* prov_name) {
   const std::string name(prov_name != nullptr ? prov_name : "");
   const std::string core = name.substr(0, name.find(';'));
-  for (const char* pinning : {"verbs", "efa", "psm2", "psm3", "opx", "cxi", "usnic"}) {
+  for (const char* pinning : {"verbs", "efa", "psm2", "psm3", "opx", "cxi", "usnic", "ucx"}) {
     if (core == pinning) return true;
   }
   return false;
@@ -111,7 +111,13 @@ Status OfiNic::describe() {
   capabilities_.key_size = key_size;
   const size_t iov_limit = info.domain_attr->mr_iov_limit;
   capabilities_.iov_limit = iov_limit != 0 ? iov_limit : 1;
-  capabilities_.mr_cnt = info.domain_attr->mr_cnt;
+  // fi_domain(3)'s mr_cnt is "the optimal number of memory regions", a fixed hardware maximum
+  // or a figure the provider derived: a bound hmr enforces (refusing past it) only where it is
+  // the device's, on the providers that register through a kernel driver.  A software
+  // provider's (sockets: 65535) is no limit: libfabric registers past it (found by a review:
+  // hmr refused the 65536th MR).
+  capabilities_.mr_cnt = provider_pins_memory(info.fabric_attr->prov_name)
+                             ? info.domain_attr->mr_cnt : 0;
   const bool hmem = (info.caps & FI_HMEM) != 0;
   capabilities_.peer_direct = hmem;
   capabilities_.dmabuf_import =
@@ -174,6 +180,18 @@ Result<Registration> OfiNic::register_memory(const RegistrationRequest& request)
     return register_memory(as_host);
   }
   HMR_RETURN_IF_ERROR(check_device_memory(request));
+  // What libfabric would take and ignore: no window can ever be bound (libfabric has none),
+  // and a provider without FI_RMA_PMEM gives no persistent-memory write semantics.
+  if (request.access & HMR_MW_BIND) {
+    return make_error(HMR_ENOSYS, "%s has no memory windows (libfabric has none), so "
+                      "HMR_MW_BIND access means nothing here: register without it",
+                      domain_->who().c_str());
+  }
+  if ((request.flags & HMR_RMA_PMEM) && !capabilities_.persistent_memory) {
+    return make_error(HMR_EOPNOTSUPP, "%s does not support FI_RMA_PMEM: HMR_RMA_PMEM "
+                      "registrations would not get persistent-memory write semantics",
+                      domain_->who().c_str());
+  }
   MrAttr attr;
   HMR_RETURN_IF_ERROR(build_mr_attr(request, request.requested_key.value_or(0),
                                     library_.api_version, domain_->who(), attr));
@@ -182,16 +200,27 @@ Result<Registration> OfiNic::register_memory(const RegistrationRequest& request)
   const bool choose_key = !request.requested_key && !provider_keys_;
   fid_mr* mr = nullptr;
   int rc = 0;
-  // After each collision the next key is taken further away (1, 2, 4, ... keys on), so a
-  // block of keys the application uses is passed in a few attempts.
-  uint64_t stride = 1;
-  for (int attempt = 1;; ++attempt, stride *= 2) {
+  // After each collision the next key is taken further away (chosen_key_stride), so a block
+  // of keys the application uses is passed in a few attempts.
+  int attempt = 1;
+  for (;; ++attempt) {
     if (choose_key) {
-      attr.attr.requested_key = chosen_key(
-          next_chosen_key.fetch_add(stride, std::memory_order_relaxed), capabilities_.key_size);
+      attr.attr.requested_key =
+          chosen_key(next_chosen_key.fetch_add(chosen_key_stride(attempt, capabilities_.key_size),
+                                               std::memory_order_relaxed),
+                     capabilities_.key_size);
     }
     rc = fi_mr_regattr(domain_->domain(), &attr.attr, attr.flags, &mr);
     if (!(choose_key && rc == -FI_ENOKEY && attempt < kKeyAttempts)) break;
+  }
+  if (choose_key && rc == -FI_ENOKEY) {
+    // Out of keys as far as hmr looked: a shortage of a NIC resource, which idle cached
+    // registrations (each holding a key) may relieve (registration/nic_pressure.h), not the
+    // caller's "requested key in use" (it requested none).
+    return make_error(HMR_ENOSPC, "%s: fi_mr_regattr of %s: the %d keys hmr chose in turn "
+                      "(%zu-byte keys, the last %#llx) are all in use on the libfabric domain",
+                      domain_->who().c_str(), describe_memory(request).c_str(), attempt,
+                      capabilities_.key_size, static_cast<ull>(attr.attr.requested_key));
   }
   if (rc != 0) return failure(request, attr.attr.requested_key, rc);
   return describe_registration(request, mr);

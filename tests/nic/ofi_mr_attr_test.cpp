@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <set>
+
 #include <string>
 
 namespace hmr::nic::ofi {
@@ -45,6 +48,44 @@ TEST(OfiChosenKey, StaysWithinTheKeySizeAndComesRound) {
       EXPECT_EQ(key >> (8 * size), 0u) << count << " at " << size << " bytes";
     }
   }
+}
+
+// The keys 64 collisions in a row make hmr try are 64 different keys for every key size, and
+// reach past a block of used keys as long as 1/128 of the space.  (Doubling strides came round
+// mod 2^16 - 1: 16 different 2-byte keys in 64 attempts, none more than 32768 on.)
+TEST(OfiChosenKey, SixtyFourCollisionsTrySixtyFourDifferentKeys) {
+  for (size_t size : {1, 2, 4, 8}) {
+    for (uint64_t start : {uint64_t{1}, uint64_t{40000}, uint64_t{1} << 40}) {
+      std::set<uint64_t> tried;
+      uint64_t count = start;
+      uint64_t farthest = 0;
+      for (int attempt = 1; attempt <= 64; ++attempt) {
+        tried.insert(chosen_key(count, size));
+        farthest = count - start;
+        count += chosen_key_stride(attempt, size);
+      }
+      const uint64_t keys = size >= 8 ? ~uint64_t{0} : (uint64_t{1} << (8 * size)) - 1;
+      EXPECT_EQ(tried.size(), std::min<uint64_t>(64, keys)) << size << "-byte keys from " << start;
+      if (keys > 128) {
+        EXPECT_GE(farthest, keys / 128) << size << "-byte keys: a block this long is never passed";
+        EXPECT_LT(farthest, keys) << size << "-byte keys: came round";
+      }
+    }
+  }
+}
+
+// What a provider of a newer libfabric reads past fi_mr_attr (hmem_data, page_size, base_mr,
+// sub_mr_cnt) is zero, also when hmr passes flags (which once followed the struct).
+TEST(OfiMrAttr, NothingFollowsTheAttr) {
+  char buffer[256];
+  const iovec segment = {buffer, sizeof buffer};
+  RegistrationRequest request = host_request(&segment, 1);
+  request.flags = HMR_RMA_PMEM;
+  MrAttr attr;
+  ASSERT_TRUE(build_mr_attr(request, 0, kApi117, kWho, attr).ok());
+  EXPECT_NE(attr.flags, 0u);
+  const auto* past = reinterpret_cast<const unsigned char*>(&attr.attr) + sizeof(fi_mr_attr);
+  for (size_t i = 0; i < 64; ++i) EXPECT_EQ(past[i], 0) << "byte " << i << " past fi_mr_attr";
 }
 
 TEST(OfiMrAttr, HostSegmentsAccessAndKeyPassThrough) {
