@@ -47,6 +47,24 @@ void expect_open_error(hmr_domain_attr attr, int code, const char* part) {
       << "reason: " << hmr_last_error();
 }
 
+// hmr's domain around the application's `app` (its provider, mode and threading), or null
+// with a failure; `cache_monitor` as hmr_domain_attr's (null: the default).
+DomainPtr open_around(const AppDomain& app, const char* cache_monitor = nullptr) {
+  const std::string options = app.wrap_options();
+  hmr_domain_attr attr = ofi_attr(options.c_str(), kAppMode, app.domain());
+  attr.cache_monitor = cache_monitor;
+  hmr_domain* raw = nullptr;
+  EXPECT_EQ(hmr_domain_open(&attr, &raw), 0) << hmr_last_error();
+  return DomainPtr(raw);
+}
+
+// The key of a registration of one page made and closed: left idle in the cache.
+uint64_t idle_registration_key(hmr_domain* domain, void* page) {
+  MrPtr mr = reg(domain, page, kPage, HMR_REMOTE_READ);
+  EXPECT_TRUE(mr);
+  return mr ? hmr_mr_key(mr.get()) : HMR_KEY_NOTAVAIL;
+}
+
 // ------------------------------------------------------- hmr opens the domain itself ----
 
 void expect_own_domain_moves_bytes(const char* options,
@@ -230,12 +248,10 @@ TEST(OfiOwnDomain, RegistrationCostWithRequestedKeys) {
 TEST(OfiWrappedDomain, ADomainTheApplicationSerializesIsCalledOnlyFromItsCalls) {
   AppDomain app(hmr_ofi_test::tcp_loopback(), FI_THREAD_DOMAIN);
   ASSERT_TRUE(app);
-  const std::string options = app.wrap_options();
-  ASSERT_NE(options.find("threading=" + std::to_string(FI_THREAD_DOMAIN)), std::string::npos);
-  hmr_domain_attr attr = ofi_attr(options.c_str(), kAppMode, app.domain());
-  hmr_domain* raw = nullptr;
-  ASSERT_HMR_OK(hmr_domain_open(&attr, &raw));
-  DomainPtr domain(raw);
+  ASSERT_NE(app.wrap_options().find("threading=" + std::to_string(FI_THREAD_DOMAIN)),
+            std::string::npos);
+  DomainPtr domain = open_around(app);
+  ASSERT_TRUE(domain);
   // Whether the key is still registered on the application's domain: tcp refuses a requested
   // key in use (-FI_ENOKEY).  (Asking hmr would be a call on the domain, which may deregister.)
   Pages probe(kPage);
@@ -251,12 +267,7 @@ TEST(OfiWrappedDomain, ADomainTheApplicationSerializesIsCalledOnlyFromItsCalls) 
   };
   Pages first(kPage);
   Pages second(kPage);
-  uint64_t key = HMR_KEY_NOTAVAIL;
-  {
-    MrPtr mr = reg(domain.get(), first.data(), kPage, HMR_REMOTE_READ);  // cached once closed
-    ASSERT_TRUE(mr);
-    key = hmr_mr_key(mr.get());
-  }
+  const uint64_t key = idle_registration_key(domain.get(), first.data());
   ASSERT_TRUE(key_in_use(key));
   // Another thread drops it: the deregistration is left for this domain's next call.
   std::thread other([&] { EXPECT_EQ(hmr_mem_invalidate(nullptr, first.data(), kPage), 0); });
@@ -285,18 +296,11 @@ TEST(OfiWrappedDomain, ChosenKeysAllInUseAreAShortageTheCacheRelieves) {
     GTEST_SKIP() << "this libfabric's tcp uses provider keys: hmr chooses none";
   }
   const size_t key_size = app.info()->domain_attr->mr_key_size;
-  const std::string options = app.wrap_options();
-  hmr_domain_attr attr = ofi_attr(options.c_str(), kAppMode, app.domain());
-  hmr_domain* raw = nullptr;
-  ASSERT_HMR_OK(hmr_domain_open(&attr, &raw));
-  DomainPtr domain(raw);
+  DomainPtr domain = open_around(app);
+  ASSERT_TRUE(domain);
   Pages first(kPage);
-  uint64_t key = HMR_KEY_NOTAVAIL;
-  {
-    MrPtr mr = reg(domain.get(), first.data(), kPage, HMR_REMOTE_READ);  // idle once closed
-    ASSERT_TRUE(mr);
-    key = hmr_mr_key(mr.get());
-  }
+  const uint64_t key = idle_registration_key(domain.get(), first.data());
+  ASSERT_NE(key, HMR_KEY_NOTAVAIL);
   // The 64 keys hmr's next registration will try (its count went on by one from `key`),
   // registered by the application first.
   Pages probe(kPage);
@@ -432,12 +436,8 @@ TEST(OfiWrappedDomain, WhatANewerProviderReadsPastTheMrAttrIsZero) {
   fi_ops_mr interposed = *original;
   interposed.regattr = regattr_reading_past_the_struct;
   app.domain()->mr = &interposed;
-  const std::string options = app.wrap_options();
-  hmr_domain_attr attr = ofi_attr(options.c_str(), kAppMode, app.domain());
-  attr.cache_monitor = "disabled";
-  hmr_domain* raw = nullptr;
-  ASSERT_HMR_OK(hmr_domain_open(&attr, &raw));
-  DomainPtr domain(raw);
+  DomainPtr domain = open_around(app, "disabled");
+  ASSERT_TRUE(domain);
   Pages page(kPage);
   // Flags that reach fi_mr_regattr (HMR_RMA_PMEM passes through): hmr's flags word followed
   // the struct.  Whether tcp takes them does not matter here, only what it was given.
