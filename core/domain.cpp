@@ -205,7 +205,7 @@ static bool asks_for_particulars(const MrRequest& request) {
 }
 
 bool Domain::device_cacheable(const MrRequest& request) const {
-  if (device_cache_ == nullptr || request.free_unheard) return false;
+  if (device_cache_ == nullptr) return false;
   if (!has_mode(HMR_MR_PROV_KEY) || has_mode(HMR_MR_ENDPOINT) || request.dmabuf ||
       request.length() == 0 || (request.flags & ~(HMR_HMEM_DEVICE_ONLY | HMR_HMEM_HOST_ALLOC)) != 0 ||
       (request.access & ~kCacheableAccess) != 0 || asks_for_particulars(request)) {
@@ -213,19 +213,21 @@ bool Domain::device_cacheable(const MrRequest& request) const {
   }
   const int iface = request.memory.iface;
   if (!environment_.device_cache[static_cast<size_t>(iface)]) return false;  // FI_MR_*_CACHE_...
-  Result<hmem::Iface*> runtime = hmem::Registry::global().loaded_iface(iface);
-  // A runtime that reports frees in none of the three ways cannot have its memory cached.
+  return allocation_told_apart(request);
+}
+
+bool Domain::allocation_told_apart(const MrRequest& request) const {
+  if (request.free_unheard) return false;
+  Result<hmem::Iface*> runtime = hmem::Registry::global().loaded_iface(request.memory.iface);
+  // A runtime that reports frees in none of the three ways: nothing tells its allocations apart.
   if (!runtime.ok()) return false;
   const hmem::Iface::FreeTracking tracking = (*runtime)->free_tracking();
   if (tracking == hmem::Iface::FreeTracking::none) return false;
   // Memory told apart by its allocation id alone, with none given (0: a driver that left
-  // CU_POINTER_ATTRIBUTE_BUFFER_ID unset), would share its key with the next allocation at
-  // the address: a stale hit.  Unless the application reports its frees.
-  if (tracking == hmem::Iface::FreeTracking::alloc_id && request.memory.alloc_id == 0 &&
-      request.memory.pieces.empty() && !frees_reported_by_application(iface)) {
-    return false;
-  }
-  return true;
+  // CU_POINTER_ATTRIBUTE_BUFFER_ID unset), names the next allocation at the address too.
+  // Unless the application reports its frees.
+  return !(tracking == hmem::Iface::FreeTracking::alloc_id && request.memory.alloc_id == 0 &&
+           request.memory.pieces.empty() && !frees_reported_by_application(request.memory.iface));
 }
 
 CacheKey Domain::device_cache_key(const MrRequest& request, ExportMode mode) const {

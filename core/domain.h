@@ -125,6 +125,12 @@ class Domain : public Tagged<ObjectClass::domain> {
   // The same for device memory (and runtime memory the CPU can reach), reaching the NIC
   // through `mode`: a cache of its own, whose monitor is the device runtimes' (DeviceMonitor).
   bool device_cacheable(const MrRequest& request) const;
+  // Whether what names the request's allocation (iface, base, id, length) names no later
+  // allocation at the address: it has an id that is never reused (CUDA's BUFFER_ID, Level
+  // Zero's), or hmr hears of its free (ROCr's callback set; the application's reports, where
+  // it promised them or the runtime reports nothing).  Only such memory is cached, and only
+  // its dma-buf export is shared with other registrations.
+  bool allocation_told_apart(const MrRequest& request) const;
   CacheKey device_cache_key(const MrRequest& request, ExportMode mode) const;
   // Before an entry of this iface's memory may be filed in the device cache (device_ifaces_filed_).
   void note_device_iface_filed(int iface) {

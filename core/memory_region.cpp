@@ -157,7 +157,8 @@ Status MemoryRegion::register_device() {
     } else {
       DeviceHold hold;
       Result<nic::Registration> registered = register_device_range(
-          domain_.nic_registrar(), nic_request, memory, **iface, segment, mode, hold);
+          domain_.nic_registrar(), nic_request, memory, **iface, segment, mode, hold,
+          domain_.allocation_told_apart(request_));
       if (registered.ok()) {
         registration_ = *registered;
         device_hold_ = std::move(hold);

@@ -27,11 +27,14 @@ namespace {
 }  // namespace
 
 Result<std::shared_ptr<const SharedExport>> DmabufShares::acquire(hmem::Iface& iface,
-                                                                   const hmem::PointerInfo& memory) {
+                                                                   const hmem::PointerInfo& memory,
+                                                                   bool shareable) {
   const Key key{memory.iface, memory.base, memory.alloc_id, memory.alloc_len};
+  uint64_t forgets_before = 0;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto found = exports_.find(key);
+    forgets_before = forgets_;
+    auto found = shareable ? exports_.find(key) : exports_.end();
     if (found != exports_.end()) {
       if (std::shared_ptr<const SharedExport> live = found->second.lock()) return live;
     }
@@ -49,6 +52,8 @@ Result<std::shared_ptr<const SharedExport>> DmabufShares::acquire(hmem::Iface& i
       });
 
   std::lock_guard<std::mutex> lock(mutex_);
+  // (Its deleter's forget() erases only an expired slot, so an unlisted export touches none.)
+  if (!shareable || forgets_ != forgets_before) return made;
   std::weak_ptr<const SharedExport>& slot = exports_[key];
   if (std::shared_ptr<const SharedExport> raced = slot.lock()) {
     return raced;  // another thread exported meanwhile: ours closes when `made` goes
@@ -66,6 +71,7 @@ void DmabufShares::forget(const Key& key) {
 
 void DmabufShares::forget_range(uintptr_t start, uintptr_t end) {
   std::lock_guard<std::mutex> lock(mutex_);
+  ++forgets_;
   std::erase_if(exports_, [&](const auto& entry) {
     const uint64_t base = std::get<1>(entry.first);
     return base >= start && base < end;

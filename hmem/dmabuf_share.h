@@ -37,9 +37,14 @@ class DmabufShares {
   static DmabufShares& instance();
 
   // The export of the allocation `memory` describes, made through `iface` on first use.  No
-  // lock is held while the driver exports.
+  // lock is held while the driver exports.  `shareable` false (what names the allocation may
+  // name a later one at the same address: ROCr memory whose free hmr cannot hear) makes an
+  // export of this caller's own, never found by another: a new allocation at a freed one's
+  // address was registered against the freed one's dma-buf (found by a review).  Nor is an
+  // export shared that was made while forget_range() ran: its allocation may be the freed one.
   Result<std::shared_ptr<const SharedExport>> acquire(hmem::Iface& iface,
-                                                      const hmem::PointerInfo& memory);
+                                                      const hmem::PointerInfo& memory,
+                                                      bool shareable = true);
   // The allocations starting in [start, end) are gone (freed, or invalidated by the
   // application): later registrations export anew.  Registrations holding an old export keep
   // it until they go.  Needed where an allocation has no id (ROCr, declared memory), so a new
@@ -70,6 +75,7 @@ class DmabufShares {
 
   std::mutex mutex_;
   std::map<Key, std::weak_ptr<const SharedExport>> exports_;
+  uint64_t forgets_ = 0;  // forget_range() calls so far, under mutex_
   // Closes begun and finished (begun before the fd is opened or closed, finished after).
   // Invariant: begun >= finished, equal when no close is under way.  A child of fork() may
   // inherit a close under way in another thread: its handler makes them equal again.

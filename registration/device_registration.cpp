@@ -32,13 +32,14 @@ constexpr int kRetriesAfterOthersClosesWhenFull = 64;  // threads at the bound t
 // (core/memory_region.cpp).
 Result<std::shared_ptr<const SharedExport>> acquire_export(NicRegistrar& registrar,
                                                            hmem::Iface& iface,
-                                                           const hmem::PointerInfo& memory) {
+                                                           const hmem::PointerInfo& memory,
+                                                           bool shareable) {
   DmabufShares& shares = DmabufShares::instance();
   size_t released = 0;
   int retries_after_others = 0;
   for (;;) {
     const uint64_t closed = shares.closed_descriptors();
-    Result<std::shared_ptr<const SharedExport>> share = shares.acquire(iface, memory);
+    Result<std::shared_ptr<const SharedExport>> share = shares.acquire(iface, memory, shareable);
     if (share.ok()) return share;
     const int shortage = shares.descriptor_shortage();
     if (shortage == 0) {
@@ -72,7 +73,8 @@ Result<std::shared_ptr<const SharedExport>> acquire_export(NicRegistrar& registr
 Result<nic::Registration> register_device_range(NicRegistrar& registrar, nic::RegistrationRequest request,
                                                 const hmem::PointerInfo& memory,
                                                 hmem::Iface& iface, const iovec& segment,
-                                                ExportMode mode, DeviceHold& hold) {
+                                                ExportMode mode, DeviceHold& hold,
+                                                bool share_export) {
   constexpr uint64_t kKindFlags = HMR_HMEM_DEVICE_ONLY | HMR_HMEM_HOST_ALLOC;
   request.iface = static_cast<hmr_hmem_iface>(memory.iface);
   request.device = memory.device.value;
@@ -89,7 +91,8 @@ Result<nic::Registration> register_device_range(NicRegistrar& registrar, nic::Re
       if (memory.kind == hmem::MemoryKind::host_alloc) request.flags |= HMR_HMEM_HOST_ALLOC;
       break;
     case ExportMode::dmabuf: {
-      Result<std::shared_ptr<const SharedExport>> share = acquire_export(registrar, iface, memory);
+      Result<std::shared_ptr<const SharedExport>> share =
+          acquire_export(registrar, iface, memory, share_export);
       if (!share.ok()) return share.status();
       made.dmabuf = std::move(*share);
       made.dmabuf_offset = made.dmabuf->offset_of(reinterpret_cast<uintptr_t>(segment.iov_base));
@@ -154,7 +157,8 @@ Result<nic::Registration> DeviceCacheBackend::register_range(uintptr_t start, ui
   DeviceHold hold;
   Result<nic::Registration> registered =
       register_device_range(registrar_, registrar_.request_for({&segment, 1}, key.access), *memory,
-                            **iface, segment, static_cast<ExportMode>(key.export_mode), hold);
+                            **iface, segment, static_cast<ExportMode>(key.export_mode), hold,
+                            /*share_export=*/true);  // (cached: told apart, or not cached)
   if (!registered.ok()) return registered;
   try {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -30,11 +30,14 @@ struct DeviceHold {
 
 // Registers `segment` (inside the allocation `memory` of `iface`) through `mode`, with the
 // rest of `request` (access, keys, flags, ...) as given.  On success `hold` owns what the NIC
-// registration needs for as long as it lives.
+// registration needs for as long as it lives.  `share_export`: whether the allocation's
+// dma-buf export may be shared with other registrations (DmabufShares::acquire), i.e. what
+// names the allocation names no later one (Domain::allocation_told_apart).
 Result<nic::Registration> register_device_range(NicRegistrar& registrar, nic::RegistrationRequest request,
                                                 const hmem::PointerInfo& memory,
                                                 hmem::Iface& iface, const iovec& segment,
-                                                ExportMode mode, DeviceHold& hold);
+                                                ExportMode mode, DeviceHold& hold,
+                                                bool share_export);
 
 // The backend of a domain's device-memory cache: entries are keyed by iface, device,
 // allocation id and export mode; a miss re-resolves the range (the allocation must still be

@@ -7,10 +7,12 @@
 // which counts every entry point.  (VMM unmap and remap: tests/hmem/cuda_vmm_range_test.cpp
 // checks that identify() sees it, which is all this path relies on.)
 #include <sys/mman.h>
+#include <sys/stat.h>
 
 #include <array>
 #include <atomic>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -192,6 +194,39 @@ TEST(DeviceHitPath, CudaMemoryWithoutABufferIdIsNotCached) {
   ASSERT_EQ(again.get(), address) << "the fake hands a freed address out first";
   reg_key_close(domain.get(), again.get(), 8192);
   EXPECT_EQ(stats_of(domain.get()).nic_registrations, registrations + 2);
+}
+
+// The same memory's dma-buf export is not shared either: an MR of a freed allocation still
+// open keeps its export, and a new allocation at the address and length (the same name with no
+// id) was registered against it — the freed allocation's pages (found by a review, for ROCr
+// memory whose free hmr cannot hear: DmabufShares.AnAllocationNotToldApartGetsAnExportOfItsOwn).
+TEST(DeviceHitPath, CudaMemoryWithoutABufferIdGetsAnExportOfItsOwn) {
+  auto domain = open_domain(nullptr);
+  ASSERT_TRUE(domain);
+  struct NoBufferIds {
+    NoBufferIds() { fake_cuda().set_failure("cuPointerGetAttributes:no_buffer_id", 1); }
+    ~NoBufferIds() { fake_cuda().set_failure("cuPointerGetAttributes:no_buffer_id", 0); }
+  } no_buffer_ids;
+  auto old_allocation = std::make_unique<FakeAllocation>(0, kAlloc);
+  void* const address = old_allocation->get();
+  hmr_mr* mr = nullptr;
+  ASSERT_EQ(hmr_mr_reg(domain.get(), address, kAlloc, kAccess, 0, 0, 0, &mr, nullptr), 0)
+      << hmr_last_error();
+  MrPtr old_mr(mr);
+  const hmr_mr_info old_info = mr_info(old_mr.get());
+  ASSERT_EQ(old_info.path, HMR_MR_PATH_DMABUF);
+  old_allocation->free_now();  // the application frees it with its MR still open
+  FakeAllocation again(0, kAlloc);
+  ASSERT_EQ(again.get(), address) << "the fake hands a freed address out first";
+  const int exports = export_calls();
+  ASSERT_EQ(hmr_mr_reg(domain.get(), again.get(), kAlloc, kAccess, 0, 0, 0, &mr, nullptr), 0)
+      << hmr_last_error();
+  MrPtr new_mr(mr);
+  EXPECT_EQ(export_calls(), exports + 1) << "STALE: the new allocation used the old one's export";
+  struct stat old_buf {}, new_buf {};
+  ASSERT_EQ(fstat(old_info.dmabuf_fd, &old_buf), 0);
+  ASSERT_EQ(fstat(mr_info(new_mr.get()).dmabuf_fd, &new_buf), 0);
+  EXPECT_NE(old_buf.st_ino, new_buf.st_ino) << "STALE: the same dma-buf";
 }
 
 // A host miss in a process whose device cache is empty asks nothing more than before; a host
