@@ -253,6 +253,12 @@ nic::Support Domain::operation_support(hmr_md_op op) const {
       if (ops.memory_windows.available && raw_keys()) {
         return {false, "memory windows give 64-bit keys; this domain's keys are raw (HMR_MR_RAW)"};
       }
+      if (ops.memory_windows.available && rules_.key_size < nic_->capabilities().key_size) {
+        return {false, "a window's key is the NIC's choice, " +
+                           std::to_string(nic_->capabilities().key_size) +
+                           " bytes, and this domain's mr_key_size is " +
+                           std::to_string(rules_.key_size)};
+      }
       return ops.memory_windows;
     case HMR_MD_OP_ODP: return ops.odp;
     case HMR_MD_OP_IMPLICIT_ODP:

@@ -140,7 +140,11 @@ Status MemoryRegion::rereg(uint64_t flags, const hmr_mr_rereg_attr& attr) {
       if (changed.ok()) changed = domain_.nic_registrar().narrow_key(copy);
       if (!changed.ok()) {
         (void)domain_.nic_registrar().deregister_memory(copy);
-        return changed;
+        // What the NIC said of the copy ("usable only for deregistration; close it") is not
+        // true of this MR, which never left the shared registration (hmr.h: a failure leaves
+        // the MR as it was).
+        return Status(changed.code(), changed.reason() + " (said of a private copy, now "
+                      "deregistered: this MR is as it was, cached and usable)");
       }
     }
     handle_cache_->put_and_drop_if_unused(cache_handle_);

@@ -854,6 +854,14 @@ Result<nic::Registration> VerbsNic::register_indirect(
                         "registration", i, static_cast<ull>(segment.addr),
                         static_cast<ull>(segment.len));
     }
+    // The mkey is made in hmr's PD, and a UMR reaches only MRs of its own PD (the device fails
+    // the UMR, and the queue must be reset): an MR a re-registration moved to another PD is
+    // refused here, as a window's bind refuses it.  (All chunks of a registration are in one PD.)
+    if (record->chunk_count() != 0 && record->chunk(0)->pd != device_.pd()) {
+      return make_error(HMR_EINVAL, "indirect segment %zu: its registration is in another "
+                        "protection domain than hmr's (moved by a re-registration, "
+                        "HMR_MR_REREG_PD): an indirect key reaches MRs of hmr's PD only", i);
+    }
     if (__builtin_add_overflow(length, segment.len, &length) || length > kMaxIndirectLength) {
       return make_error(HMR_EINVAL, "the indirect key's segments add up to 2 GiB or more; "
                         "libmlx5 before rdma-core 61 sums a UMR's lengths in an int "

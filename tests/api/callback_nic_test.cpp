@@ -763,6 +763,34 @@ TEST(CallbackNic, ReregGoesToTheRereregCallbackWithTheNewRangeAndKey) {
   EXPECT_EQ(toy.nic.deregistrations.size(), before + 1);
 }
 
+// A cached MR moved to another protection domain goes through a private copy: when the NIC
+// refuses to move the copy, the MR never left the shared registration, and the reason says so
+// rather than pass on what the NIC said of the copy ("only closable") as if of the MR (found
+// by a review).  The MR keeps its key and is still a cached registration.
+TEST(CallbackNic, AFailedMoveOfACachedMrLeavesItAsItWasAndSaysSo) {
+  ToyNic nic;
+  hmr_nic_callbacks callbacks = toy_callbacks(nic);
+  callbacks.rereg = toy_rereg;
+  DomainPtr domain(open_callback_domain(callbacks));
+  ASSERT_TRUE(domain);
+  Pages buffer(kPage);
+  MrPtr mr = reg(domain.get(), buffer.data(), kPage, kRemote);
+  ASSERT_TRUE(mr);
+  const uint64_t key = hmr_mr_key(mr.get());
+  nic.fail_rereg = -HMR_EIO;
+  int some_pd = 0;
+  hmr_mr_rereg_attr attr = rereg_attr();
+  attr.nic_pd = &some_pd;
+  EXPECT_HMR_ERROR(hmr_mr_rereg(mr.get(), HMR_MR_REREG_PD, &attr), HMR_EIO);
+  EXPECT_NE(std::strstr(hmr_last_error(), "toy NIC cannot move"), nullptr) << hmr_last_error();
+  EXPECT_NE(std::strstr(hmr_last_error(), "this MR is as it was"), nullptr) << hmr_last_error();
+  EXPECT_EQ(hmr_mr_key(mr.get()), key);
+  hmr_mr_info info{};
+  info.size = sizeof info;
+  ASSERT_HMR_OK(hmr_mr_query(mr.get(), &info));
+  EXPECT_EQ(info.cached, 1);
+}
+
 int toy_rereg_to_a_wide_key(void* context, hmr_nic_mr* mr, const hmr_nic_rereg_request*, char*,
                             size_t) {
   auto& nic = *static_cast<ToyNic*>(context);

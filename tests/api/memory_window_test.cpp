@@ -80,6 +80,25 @@ TEST(MemoryWindow, SimDomainsHaveThemRawKeyDomainsDoNot) {
   }
 }
 
+// A window's key is the NIC's choice, as wide as its keys: a domain whose mr_key_size is
+// narrower (keys the application requests) has no windows, and hmr_md_query_op says so with
+// the reason hmr_mw_alloc gives (-HMR_ENOSYS).  The query said "available" and the alloc then
+// failed with -HMR_EINVAL (found by a review).
+TEST(MemoryWindow, ADomainOfNarrowerKeysHasNone) {
+  hmr_domain_attr attr = domain_attr(HMR_MR_VIRT_ADDR | HMR_MR_ALLOCATED, nullptr);
+  attr.mr_key_size = 4;
+  hmr_domain* raw = nullptr;
+  ASSERT_HMR_OK(hmr_domain_open(&attr, &raw));
+  DomainPtr narrow(raw);
+  expect_unavailable(narrow.get(), HMR_MD_OP_MEMORY_WINDOWS);
+  char reason[256] = {};
+  EXPECT_EQ(hmr_md_query_op(narrow.get(), HMR_MD_OP_MEMORY_WINDOWS, reason, sizeof reason), 0);
+  EXPECT_NE(std::string(reason).find("mr_key_size is 4"), std::string::npos) << reason;
+  for (const hmr_mw_type type : {HMR_MW_TYPE_1, HMR_MW_TYPE_2}) {
+    expect_alloc_window_refused(narrow.get(), type, HMR_ENOSYS);
+  }
+}
+
 // ============================================================== what a window's key reaches
 
 TEST(MemoryWindow, KeyReachesOnlyTheBoundRange) {

@@ -310,6 +310,30 @@ TEST_F(VerbsIndirectKeyTest, KeysAreNotReregisteredOrNested) {
   EXPECT_EQ(twice, sentinel<hmr_mr>());
 }
 
+// An indirect key is made in hmr's PD, and its UMR reaches MRs of that PD only: an MR a
+// re-registration moved to another PD is refused with the reason before anything is posted.
+// It used to fail late, -HMR_EIO from the UMR's completion, and leave the UMR queue broken for
+// the next key (found by a review).
+TEST_F(VerbsIndirectKeyTest, AnMrMovedToAnotherPdIsNoSegment) {
+  open_domain();
+  TwoPieces pieces;
+  ASSERT_TRUE(register_pieces(pieces));
+  auto* pd = static_cast<ibv_pd*>(attr_.nic_handle);
+  ASSERT_NE(pd, nullptr);
+  ibv_pd* other = fake().alloc_pd(pd->context);
+  ASSERT_NE(other, nullptr);
+  hmr_mr_rereg_attr attr;
+  std::memset(&attr, 0, sizeof attr);
+  attr.size = sizeof attr;
+  attr.nic_pd = other;
+  ASSERT_HMR_OK(hmr_mr_rereg(pieces.a.get(), HMR_MR_REREG_PD, &attr));
+  const int umrs = fake().call_count("wr_complete");
+  expect_refused(pieces, HMR_EINVAL, "protection domain");
+  EXPECT_EQ(fake().call_count("wr_complete"), umrs) << "a UMR was posted";
+  pieces.a.reset();
+  EXPECT_EQ(fake().dealloc_pd(other), 0);
+}
+
 // The application's PD, from ibv_open_device (no DEVX): nothing public says whether a context
 // has DEVX, and on one without it the kernel refuses an indirect mkey with a bare EINVAL.  hmr
 // makes and destroys a probe key when it opens the domain, so hmr_md_query_op says the truth
