@@ -50,6 +50,16 @@ uintptr_t end_of(uintptr_t start, size_t length) {
   return start + rounded;
 }
 
+// `length` rounded up to whole huge pages of the size MAP_HUGETLB's flags name (log2 in bits
+// 26-31), or of 1 GiB, the largest x86-64 has, where they name none: too much costs misses.
+size_t huge_length(size_t length, int flags) {
+  constexpr int kHugeShift = 26;  // MAP_HUGE_SHIFT
+  const unsigned log2 = (static_cast<unsigned>(flags) >> kHugeShift) & 0x3f;
+  const uintptr_t huge = uintptr_t{1} << (log2 >= 21 && log2 < 48 ? log2 : 30);
+  const uintptr_t rounded = (static_cast<uintptr_t>(length) + huge - 1) & ~(huge - 1);
+  return rounded < length ? SIZE_MAX : static_cast<size_t>(rounded);
+}
+
 // Tells the caches that [start, end) is about to change (ChangeScope).  errno is the
 // caller's: only the syscall that follows may set it.
 void report(uintptr_t start, uintptr_t end) {
@@ -67,8 +77,10 @@ void report(uintptr_t start, uintptr_t end) {
 // segment's file that lies within the segment's size from `start`, across holes and other
 // mappings between them (ipc/shm.c, ksys_shmdt); hmr does not know that size, so every later
 // mapping of the inode counts (a later attachment too: reporting too much costs misses only).
-// `start` when no mapping begins there (shmdt then fails with EINVAL and unmaps nothing); 0
-// when /proc/self/maps cannot be read.  Raw syscalls and a stack buffer: nothing here may
+// When no file's mapping begins at `start` the kernel still looks further up, for a mapping of
+// a segment attached at `start` whose first pages were unmapped since (ksys_shmdt matches
+// (vm_start - addr) / PAGE_SIZE == vm_pgoff): everything above then (UINTPTR_MAX).  0 when
+// /proc/self/maps cannot be read.  Raw syscalls and a stack buffer: nothing here may
 // allocate or call a hooked function.
 uintptr_t shm_attachment_end(uintptr_t start) {
   const int fd = static_cast<int>(syscall(SYS_openat, AT_FDCWD, "/proc/self/maps",
@@ -91,12 +103,12 @@ uintptr_t shm_attachment_end(uintptr_t start) {
       const char c = buffer[i];
       if (c == '\n') {
         if (!in_run) {
-          if (low == start) {
+          if (low == start && inode != 0) {
             in_run = true;
             end = high;
             run_inode = inode;
-            done = inode == 0;  // not a file's mapping: no segment
-          } else if (low > start) {
+          } else if (low >= start) {
+            end = UINTPTR_MAX;  // a hole or another mapping at `start`: see above
             done = true;
           }
         } else if (inode == run_inode) {
@@ -172,7 +184,10 @@ void* mmap_hook(void* address, size_t length, int prot, int flags, int fd, off_t
   }
   // MAP_FIXED replaces whatever was mapped there; MAP_FIXED_NOREPLACE fails instead.
   const bool replaces = (flags & MAP_FIXED) != 0 && (flags & MAP_FIXED_NOREPLACE) == 0;
-  const ChangeScope change(address, length, replaces);
+  // A hugetlb mapping is as long as whole huge pages (ksys_mmap_pgoff: ALIGN(len,
+  // huge_page_size)): the size the flags name, or where they name none the largest there is.
+  const size_t replaced = (flags & MAP_HUGETLB) != 0 ? huge_length(length, flags) : length;
+  const ChangeScope change(address, replaced, replaces);
   return reinterpret_cast<void*>(syscall(SYS_mmap, address, length, prot, flags, fd, offset));
 }
 
@@ -221,6 +236,17 @@ bool advice_drops_pages(int advice) {
 int madvise_hook(void* address, size_t length, int advice) {
   const ChangeScope change(address, length, advice_drops_pages(advice));
   return static_cast<int>(syscall(SYS_madvise, address, length, advice));
+}
+
+// glibc's posix_madvise makes the madvise syscall itself, not through madvise (found by a
+// review: posix_madvise(p, len, MADV_DONTNEED_LOCKED) dropped cached pages unheard).  It
+// ignores POSIX_MADV_DONTNEED (4), passes any other advice on, and returns the error number.
+int posix_madvise_hook(void* address, size_t length, int advice) {
+  constexpr int kPosixDontneed = 4;
+  if (advice == kPosixDontneed) return 0;
+  const ChangeScope change(address, length, advice_drops_pages(advice));
+  const long result = syscall(SYS_madvise, address, length, advice);
+  return result < 0 ? errno : 0;
 }
 
 // The span from the lowest start to the highest end of `count` ranges at `ranges` (the
@@ -277,7 +303,10 @@ int brk_hook(void* address) {
   const bool shrinks = wanted != 0 && current != 0 && wanted < current;
   long now = 0;
   {
-    const ChangeScope change(wanted, shrinks ? end_of(current, 0) : 0);
+    // The kernel unmaps [PAGE_ALIGN(wanted), PAGE_ALIGN(current)): the page holding the old
+    // break goes too.
+    const ChangeScope change(wanted, shrinks ? end_of(current & ~(kPage - 1), current & (kPage - 1))
+                                             : 0);
     now = syscall(SYS_brk, address);
   }
   *curbrk = reinterpret_cast<void*>(now);
@@ -311,7 +340,11 @@ void* shmat_hook(int id, const void* address, int flags) {
     shmid_ds segment{};
     if (g_subscriptions.load(std::memory_order_seq_cst) != 0 &&
         syscall(SYS_shmctl, id, IPC_STAT, &segment) == 0) {
-      end = end_of(start, segment.shm_segsz);
+      // A SHM_HUGETLB segment is mapped as whole huge pages (do_shmat maps its file's rounded
+      // size, not shm_segsz), and IPC_STAT does not say whether it is one: whole 1 GiB pages,
+      // the largest there is, for any segment (a SHM_REMAP attach is rare; too much costs
+      // misses).
+      end = end_of(start, huge_length(segment.shm_segsz, 0));
     }
   }
   const ChangeScope change(start, end);
@@ -327,7 +360,9 @@ struct Patch {
   uint8_t* at = nullptr;  // where the jump is written: the entry, or just after endbr64
   size_t length = 0;      // 0: not written
   uint8_t original[MemhooksMonitor::kMaxPatch] = {};
+  uint8_t written[MemhooksMonitor::kMaxPatch] = {};  // hmr's jump, as long as `length`
 };
+
 
 Patch g_patches[] = {
     {"munmap", reinterpret_cast<uintptr_t>(&munmap_hook)},
@@ -338,8 +373,30 @@ Patch g_patches[] = {
     {"shmdt", reinterpret_cast<uintptr_t>(&shmdt_hook)},
     {"shmat", reinterpret_cast<uintptr_t>(&shmat_hook)},
     {"process_madvise", reinterpret_cast<uintptr_t>(&process_madvise_hook), true},
+    {"posix_madvise", reinterpret_cast<uintptr_t>(&posix_madvise_hook), true},
 };
 constexpr size_t kPatches = sizeof g_patches / sizeof g_patches[0];
+
+// Whether every jump hmr wrote is still there.  Another patcher loaded later (UCX's UCM, whose
+// libucm patches munmap and madvise when it is loaded) writes its own over hmr's, and hmr's
+// hooks then never run: from that moment unmaps go unheard.  Read as data (libc's code is
+// readable); called under start_mutex_, on each subscription and start.
+bool hooks_intact() {
+  for (const Patch& patch : g_patches) {
+    if (patch.length != 0 && std::memcmp(patch.at, patch.written, patch.length) != 0) return false;
+  }
+  return true;
+}
+
+// The first of hmr's patched functions someone else rewrote, for the reason.
+const char* overwritten_symbol() {
+  for (const Patch& patch : g_patches) {
+    if (patch.length != 0 && std::memcmp(patch.at, patch.written, patch.length) != 0) {
+      return patch.symbol;
+    }
+  }
+  return "none";
+}
 
 // Whether `symbol` is patched now (an optional one may be missing from libc).
 bool hooked(const char* symbol) {
@@ -526,7 +583,10 @@ Status MemhooksMonitor::start() {
                     "memhooks: not available under ThreadSanitizer; use the userfaultfd monitor");
 #endif
   std::lock_guard<std::mutex> lock(start_mutex_);
-  if (installed_.load(std::memory_order_relaxed)) return ok_status();
+  if (installed_.load(std::memory_order_relaxed)) {
+    // (A default monitor then falls back to userfaultfd: see subscribe().)
+    return hooks_intact() ? ok_status() : overwritten_reason();
+  }
   // Across fork() (Monitor's handlers, which a failed pthread_atfork makes add_sink refuse):
   // the child gets libc's code back, below.
   return install();
@@ -627,6 +687,7 @@ Status MemhooksMonitor::install() {
       restore();
       return written;
     }
+    std::memcpy(patch.written, code[i], lengths[i]);
     patch.length = lengths[i];
   }
   installed_.store(true, std::memory_order_release);
@@ -641,6 +702,10 @@ Status MemhooksMonitor::install() {
 void MemhooksMonitor::restore() {
   for (Patch& patch : g_patches) {
     if (patch.length == 0) continue;
+    if (std::memcmp(patch.at, patch.written, patch.length) != 0) {
+      patch.length = 0;  // another patcher's jump is there now: theirs to keep (and undo)
+      continue;
+    }
     Status written = write_code(patch.at, patch.original, patch.length, patch.symbol);
     if (!written.ok()) {
       log_message(LogLevel::error, "%s", written.reason().c_str());
@@ -666,13 +731,40 @@ void MemhooksMonitor::stop() {
 Status MemhooksMonitor::subscribe(uintptr_t start, size_t len) {
   (void)start;
   (void)len;
-  // Under the lock, so stop() cannot take the hooks away between the check and the count.
-  std::lock_guard<std::mutex> lock(start_mutex_);
-  if (!installed_.load(std::memory_order_relaxed)) {
-    return make_error(HMR_EINVAL, "memhooks monitor is not started");
+  bool newly_overwritten = false;
+  Status refused;
+  {
+    // Under the lock, so stop() cannot take the hooks away between the check and the count.
+    std::lock_guard<std::mutex> lock(start_mutex_);
+    if (!installed_.load(std::memory_order_relaxed)) {
+      return make_error(HMR_EINVAL, "memhooks monitor is not started");
+    }
+    if (hooks_intact()) {
+      overwritten_ = false;
+      g_subscriptions.fetch_add(1, std::memory_order_seq_cst);
+      return ok_status();
+    }
+    newly_overwritten = !overwritten_;
+    overwritten_ = true;
+    refused = overwritten_reason();
   }
-  g_subscriptions.fetch_add(1, std::memory_order_seq_cst);
-  return ok_status();
+  // What the caches hold may have been unmapped unheard since the jump was overwritten: all of
+  // it goes (once; as the hooks report, the deregistrations are deferred), and from now on
+  // nothing is filed (registrations are handed out uncached) while hmr's jumps are not there.
+  if (newly_overwritten) {
+    log_message(LogLevel::warn, "%s: every cached registration is dropped, and memory is "
+                "registered without the cache from now on", refused.reason().c_str());
+    const EventScope scope;
+    notify(0, UINTPTR_MAX);
+  }
+  return refused;
+}
+
+Status MemhooksMonitor::overwritten_reason() const {
+  return make_error(HMR_EBUSY, "memhooks: libc's %s was patched again after hmr hooked it "
+                    "(UCX's UCM loaded after hmr does this), so hmr no longer hears of unmaps; "
+                    "load such libraries before hmr, or use the userfaultfd monitor "
+                    "(cache_monitor=\"userfaultfd\")", overwritten_symbol());
 }
 
 void MemhooksMonitor::unsubscribe(uintptr_t start, size_t len) {

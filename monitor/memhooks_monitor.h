@@ -80,12 +80,17 @@ class MemhooksMonitor final : public Monitor {
 
   Status install();  // start_mutex_ held
   void restore();    // start_mutex_ held (or the only thread, in a forked child)
+  // Why nothing is subscribed while another patcher's jump is over one of hmr's (HMR_EBUSY).
+  Status overwritten_reason() const;
   void before_fork() override;
   void after_fork_in_parent() override;
   void after_fork_in_child() override;
 
   mutable std::mutex start_mutex_;
   std::atomic<bool> installed_{false};
+  // Another patcher's jump was found over one of hmr's at the last subscription (start_mutex_):
+  // the caches were told to drop everything then, once.
+  bool overwritten_ = false;
 };
 
 }  // namespace hmr::core

@@ -7,6 +7,7 @@
 #include <sys/ipc.h>
 #include <sys/mman.h>
 #include <sys/shm.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -86,6 +87,13 @@ class RecordingSink final : public InvalidationSink {
   bool saw_overlap(uintptr_t start, uintptr_t end) const {
     for (size_t i = 0; i < count(); ++i) {
       if (ranges_[i].start < end && start < ranges_[i].end) return true;
+    }
+    return false;
+  }
+  // A notice of all of [start, end) at once (and maybe more).
+  bool saw_covering(uintptr_t start, uintptr_t end) const {
+    for (size_t i = 0; i < count(); ++i) {
+      if (ranges_[i].start <= start && end <= ranges_[i].end) return true;
     }
     return false;
   }
@@ -400,9 +408,105 @@ TEST_F(MemhooksMonitorTest, ShmatRemapOverSubscribedRange) {
   void* attached = shmat(id, memory, SHM_REMAP);
   shmctl(id, IPC_RMID, nullptr);
   ASSERT_EQ(attached, static_cast<void*>(memory));
-  EXPECT_TRUE(sink_.saw_exact(address_of(memory), address_of(memory + size)));
+  // (Whole 1 GiB pages from the attach point: a SHM_HUGETLB segment is mapped as whole huge
+  // pages, and IPC_STAT does not tell one.)
+  EXPECT_TRUE(sink_.saw_covering(address_of(memory), address_of(memory + size)));
   EXPECT_TRUE(sink_.probe_intact_when_told());
   ASSERT_EQ(shmdt(memory), 0);
+}
+
+// glibc's posix_madvise makes the madvise syscall itself: advice that drops pages is reported
+// (it dropped cached pages unheard: found by a review); POSIX_MADV_DONTNEED, which glibc
+// ignores, is not, and errors come back as posix_madvise's error number.
+TEST_F(MemhooksMonitorTest, PosixMadviseThatDropsPagesIsReported) {
+  uint8_t* memory = map_anonymous(2 * kPage);
+  memory[0] = kMarker;
+  subscribe(memory, 2 * kPage);
+  sink_.reset(address_of(memory));
+  EXPECT_EQ(posix_madvise(memory, 2 * kPage, POSIX_MADV_DONTNEED), 0);
+  EXPECT_FALSE(sink_.saw_overlap(address_of(memory), address_of(memory + 2 * kPage)));
+  EXPECT_EQ(memory[0], kMarker) << "glibc ignores POSIX_MADV_DONTNEED";
+  // MADV_DONTNEED_LOCKED (24, Linux 5.18): MADV_DONTNEED is 4 too, which glibc ignores.
+  constexpr int kDontneedLocked = 24;
+  const int dropped = posix_madvise(memory, 2 * kPage, kDontneedLocked);
+  if (dropped == EINVAL) GTEST_SKIP() << "this kernel has no MADV_DONTNEED_LOCKED";
+  EXPECT_EQ(dropped, 0);
+  EXPECT_TRUE(sink_.saw_exact(address_of(memory), address_of(memory + 2 * kPage)));
+  EXPECT_TRUE(sink_.probe_intact_when_told());
+  EXPECT_EQ(memory[0], 0) << "the pages were dropped";
+  EXPECT_EQ(posix_madvise(memory + 1, kPage, kDontneedLocked), EINVAL);
+  ASSERT_EQ(munmap(memory, 2 * kPage), 0);
+}
+
+// shmdt at an attach point whose first pages were unmapped since: the kernel still detaches
+// the rest of the segment (ksys_shmdt looks further up for its mappings), so everything above
+// is reported.  Nothing was (found by a review).
+TEST_F(MemhooksMonitorTest, ShmdtAfterTheFirstPagesWereUnmapped) {
+  const size_t size = 8 * kPage;
+  const int id = shmget(IPC_PRIVATE, size, IPC_CREAT | 0600);
+  if (id < 0) GTEST_SKIP() << "no SysV shared memory here: " << std::strerror(errno);
+  void* attached = shmat(id, nullptr, 0);
+  shmctl(id, IPC_RMID, nullptr);
+  ASSERT_NE(attached, reinterpret_cast<void*>(-1));
+  auto* memory = static_cast<uint8_t*>(attached);
+  memory[size - 1] = kMarker;
+  ASSERT_EQ(munmap(memory, kPage), 0);
+  subscribe(memory + kPage, size - kPage);
+  sink_.reset(address_of(memory + size - 1));
+  ASSERT_EQ(shmdt(memory), 0);
+  EXPECT_TRUE(sink_.saw_covering(address_of(memory + kPage), address_of(memory + size)));
+  EXPECT_TRUE(sink_.probe_intact_when_told());
+  EXPECT_FALSE(mapped(address_of(memory + size - 1)));
+}
+
+// Another patcher loaded after hmr (UCX's UCM patches munmap and madvise when libucm loads)
+// writes its jump over hmr's, and hmr's hooks never run again.  The next subscription finds
+// it: it is refused (the cache then hands registrations out uncached), everything cached is
+// dropped at once, and start() refuses too (a default monitor falls back to userfaultfd).
+// Unheard before: every later unmap could be a stale hit (found by a review).  The stand-in
+// patcher here jumps to a function that makes the syscall itself, as UCM's handler does.
+extern "C" int another_patchers_munmap(void* address, size_t length) {
+  return static_cast<int>(syscall(SYS_munmap, address, length));
+}
+
+TEST_F(MemhooksMonitorTest, AnotherPatcherAfterUsStopsTheCachingAndDropsWhatWasCached) {
+#if defined(__x86_64__)
+  uint8_t* memory = map_anonymous(kPage);
+  subscribe(memory, kPage);
+  const uint8_t* entry = nullptr;
+  uint8_t original[MemhooksMonitor::kMaxPatch];
+  size_t length = 0;
+  ASSERT_TRUE(monitor_.original_code("munmap", &entry, original, &length));
+  // movabs $another_patchers_munmap, %rax; jmp *%rax: 12 bytes over hmr's jump (and what
+  // follows it), put back at the end.
+  uint8_t jump[12] = {0x48, 0xb8};
+  const auto target = reinterpret_cast<uint64_t>(&another_patchers_munmap);
+  std::memcpy(jump + 2, &target, sizeof target);
+  jump[10] = 0xff;
+  jump[11] = 0xe0;
+  auto* code = const_cast<uint8_t*>(entry);
+  uint8_t saved[sizeof jump];
+  std::memcpy(saved, code, sizeof saved);
+  const auto page = reinterpret_cast<uintptr_t>(code) & ~(kPage - 1);
+  const size_t span = (reinterpret_cast<uintptr_t>(code) + sizeof jump - page + kPage - 1) &
+                      ~(kPage - 1);
+  ASSERT_EQ(mprotect(reinterpret_cast<void*>(page), span, PROT_READ | PROT_WRITE | PROT_EXEC), 0);
+  std::memcpy(code, jump, sizeof jump);
+  sink_.reset();
+  const Status refused = monitor_.subscribe(address_of(memory), kPage);
+  const Status restart = monitor_.start();
+  std::memcpy(code, saved, sizeof saved);  // hmr's jump again
+  ASSERT_EQ(mprotect(reinterpret_cast<void*>(page), span, PROT_READ | PROT_EXEC), 0);
+  EXPECT_EQ(refused.code(), HMR_EBUSY);
+  EXPECT_NE(refused.reason().find("munmap"), std::string::npos) << refused.reason();
+  EXPECT_TRUE(sink_.saw_covering(0, UINTPTR_MAX)) << "what was cached was not dropped";
+  EXPECT_EQ(restart.code(), HMR_EBUSY) << "start() must not say the hooks work";
+  // hmr's jump back, subscriptions are taken again.
+  subscribe(memory, kPage);
+  ASSERT_EQ(munmap(memory, kPage), 0);
+#else
+  GTEST_SKIP() << "memhooks patches x86-64 only";
+#endif
 }
 
 TEST_F(MemhooksMonitorTest, FreeOfLargeMallocBlock) {
