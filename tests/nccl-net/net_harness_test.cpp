@@ -346,6 +346,8 @@ void transfer_scenario(Rank& rank, OobChannel* oob, Failures* f) {
   phase("finalize");
 }
 
+ncclResult_t send_to_the_end(Rank& rank, void* comm, void* data, size_t size, int tag, void* mh);
+
 int run_peer(const std::string& scenario, int version) {
   OobChannel oob(kPeerChannelFd);
   Failures f;
@@ -373,6 +375,25 @@ int run_peer(const std::string& scenario, int version) {
         std::fflush(nullptr);
         raise(SIGKILL);
       }
+    }
+  } else if (scenario == "sends-then-exits") {
+    // Connects both ways, sends four 8-byte messages of tag 1 (eager: they leave before any
+    // receive is posted) to their end, closes everything and exits normally.
+    Link link;
+    if (rank.start(library(), &f) && rank.connect_both(&oob, &link, &f)) {
+      HostBuffer buffer(4096);
+      void* mh = nullptr;
+      f.check(rank.net().reg_mr(link.send, buffer.data(), 4096, NCCL_PTR_HOST, &mh) == ncclSuccess,
+              "regMr failed");
+      for (int m = 0; m < 4 && f.ok(); ++m) {
+        uint8_t* message = static_cast<uint8_t*>(buffer.data()) + m * 64;
+        std::memset(message, 0x10 + m, 8);
+        f.check(send_to_the_end(rank, link.send, message, 8, 1, mh) == ncclSuccess,
+                "send " + std::to_string(m) + " did not complete");
+      }
+      rank.net().dereg_mr(link.send, mh);
+      rank.close(&link, &f);
+      f.check(rank.net().finalize() == ncclSuccess, "finalize failed");
     }
   } else {
     f.add("unknown peer scenario " + scenario);
@@ -1081,6 +1102,57 @@ TEST(PeerDeath, ARankKilledAfterConnectingFailsTheOtherSidesCommsNeverHangs) {
   rank.net().close_recv(link.recv);
   // (Left open, the listener's port would keep the device's shared endpoint, and its peers,
   // for the rest of this process: the later tests' descriptor counts saw them.)
+  EXPECT_EQ(rank.net().close_listen(link.listen), ncclSuccess);
+  EXPECT_EQ(rank.net().finalize(), ncclSuccess);
+}
+
+// A sender that delivers its last messages and exits normally (ncclCommDestroy, then the
+// process ends): what it delivered still reaches NCCL here, and only a receive it never sent
+// fails.  The receiver learnt of the exit before it read what had come and failed the comm:
+// the delivered messages were lost (found by a review).  A receive of another tag is tested
+// first, for as long as it takes the exit to be noticed (the watch looks every 256 calls and
+// 100 ms at most).
+TEST(PeerDeath, WhatASenderDeliveredBeforeItExitedIsStillReceived) {
+  PeerProcess peer = start_peer("sends-then-exits", 11);
+  Failures f;
+  Rank rank(table(11), 0, kScenarioBudget);
+  ASSERT_TRUE(rank.start(library(), &f)) << f.text();
+  Link link;
+  ASSERT_TRUE(rank.connect_both(&peer.channel(), &link, &f)) << f.text();
+  ASSERT_EQ(peer.wait(rank.deadline()), std::optional<int>(0)) << "the sender did not end well";
+  HostBuffer buffer(4096);
+  void* mh = nullptr;
+  ASSERT_EQ(rank.net().reg_mr(link.recv, buffer.data(), 4096, NCCL_PTR_HOST, &mh), ncclSuccess);
+  void* mhs[1] = {mh};
+  size_t sizes[1] = {64};
+  int never_sent[1] = {7};
+  void* data[1] = {static_cast<uint8_t*>(buffer.data()) + 2048};
+  void* orphan = nullptr;
+  ASSERT_EQ(rank.net().irecv(link.recv, 1, data, sizes, never_sent, mhs, &orphan), ncclSuccess);
+  ncclResult_t rc = ncclSuccess;
+  int done = 0;
+  while (rc == ncclSuccess && !done && !rank.expired()) rc = rank.net().test(orphan, &done, nullptr);
+  EXPECT_EQ(rc, ncclRemoteError) << "a receive the exited sender never sent did not fail";
+  for (int m = 0; m < 4; ++m) {
+    SCOPED_TRACE(m);
+    int tags[1] = {1};
+    data[0] = static_cast<uint8_t*>(buffer.data()) + m * 64;
+    void* request = nullptr;
+    ASSERT_EQ(rank.net().irecv(link.recv, 1, data, sizes, tags, mhs, &request), ncclSuccess)
+        << "the delivered message's receive was refused";
+    ASSERT_NE(request, nullptr);
+    done = 0;
+    int received[1] = {-1};
+    rc = ncclSuccess;
+    while (rc == ncclSuccess && !done && !rank.expired()) rc = rank.net().test(request, &done, received);
+    EXPECT_EQ(rc, ncclSuccess);
+    EXPECT_EQ(done, 1);
+    EXPECT_EQ(received[0], 8);
+    EXPECT_EQ(static_cast<uint8_t*>(buffer.data())[m * 64], 0x10 + m);
+  }
+  rank.net().dereg_mr(link.recv, mh);
+  rank.net().close_send(link.send);
+  rank.net().close_recv(link.recv);
   EXPECT_EQ(rank.net().close_listen(link.listen), ncclSuccess);
   EXPECT_EQ(rank.net().finalize(), ncclSuccess);
 }

@@ -192,10 +192,6 @@ ncclResult_t RecvComm::poll_accepted(bool* accepted) {
 
 ncclResult_t RecvComm::progress() {
   if (!failure_.empty()) return failure_result_;
-  if (peer_watch_.gone()) {
-    return fail_comm(ncclRemoteError, "the sending process (pid " +
-                                          std::to_string(peer_watch_.pid()) + ") exited");
-  }
   std::string why;
   if (!control_out().flush(&why)) return fail_comm(ncclSystemError, why);
   // Copies into device memory the provider could not take yet (copies() is empty unless some
@@ -217,7 +213,20 @@ ncclResult_t RecvComm::progress() {
   }
   size_t taken = 0;
   if (const ncclResult_t rc = progress_received(&taken); rc != ncclSuccess) return rc;
-  if (taken == 0 && !awaited && control_out().busy()) return progress_posted();
+  if (taken == 0 && !awaited && control_out().busy()) {
+    if (const ncclResult_t rc = progress_posted(); rc != ncclSuccess) return rc;
+  }
+  // The sender's exit, looked at only once what it sent was read (it may exit as soon as its
+  // last messages were delivered, a normal end: they must still reach NCCL, found by a
+  // review): with nothing more arriving, a receive that needs more fails (test()), and the
+  // comm fails once no early message it delivered is left for a receive to take.
+  if (taken == 0 && peer_watch_.gone()) {
+    peer_exited_ = true;
+    if (unexpected_.empty()) {
+      return fail_comm(ncclRemoteError, "the sending process (pid " +
+                                            std::to_string(peer_watch_.pid()) + ") exited");
+    }
+  }
   return ncclSuccess;
 }
 
@@ -777,13 +786,26 @@ bool RecvComm::post_flush(FlushRequest& request) {
 
 ncclResult_t RecvComm::test(ReceiveRequest* request, int* done, int* sizes) {
   if (done != nullptr) *done = 0;
+  const uint32_t all = (1u << request->count) - 1;
+  // Complete already (irecv took early messages): done, whatever became of the comm since.
+  if (request->state == RequestState::pending && request->done_mask == all) {
+    request->state = RequestState::done;
+  }
   if (request->state == RequestState::pending) {
     const ncclResult_t rc = progress();
     if (rc != ncclSuccess) {
       request->state = RequestState::idle;
       return rc;
     }
-    if (request->done_mask == (1u << request->count) - 1) {
+    if (request->done_mask != all && peer_exited_ &&
+        (request->done_mask | request->copying_mask) != all) {
+      // (The sender exited with early messages of other receives still here: those are
+      // delivered, this one can never complete.)
+      request->state = RequestState::idle;
+      return fail(ncclRemoteError, "the sending process (pid %d) exited before this receive's "
+                  "message came", static_cast<int>(peer_watch_.pid()));
+    }
+    if (request->done_mask == all) {
       request->state = RequestState::done;
     } else if (!request->announced && ++request->pending_tests == kTestsBeforeLateAnnouncement) {
       if (const ncclResult_t announced = announce(*request); announced != ncclSuccess) {

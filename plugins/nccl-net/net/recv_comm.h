@@ -191,6 +191,7 @@ class RecvComm {
   bool connector_ready_ = false;  // its ready came (wire/control_message.h)
   bool connector_spoke_ = false;  // a message or write of the connector's arrived here
   PeerWatch peer_watch_;  // the peer's process, on shm (peer_watch.h)
+  bool peer_exited_ = false;  // seen gone once all it sent was read (progress())
   std::string failure_;
   ncclResult_t failure_result_ = ncclSuccess;
   std::array<ReceiveRequest, kMaxRequests> receives_;
