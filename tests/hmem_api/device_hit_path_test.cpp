@@ -168,16 +168,19 @@ TEST(DeviceHitPath, AFreeReportedToOneDomainSendsTheOthersBackToTheDriver) {
   EXPECT_EQ(stats_of(second.get()).nic_registrations, registrations + 1);
 }
 
+// While it lives, the fake driver answers BUFFER_ID 0 (cuda.h's "default NULL value").
+struct NoBufferIds {
+  NoBufferIds() { fake_cuda().set_failure("cuPointerGetAttributes:no_buffer_id", 1); }
+  ~NoBufferIds() { fake_cuda().set_failure("cuPointerGetAttributes:no_buffer_id", 0); }
+};
+
 // CUDA memory whose BUFFER_ID reads 0 (the fake's pseudo-failure; no driver seen does it) is
 // told apart from the next allocation at its address by nothing: it is registered without the
 // cache, and a free and an allocation at the address get a registration of their own.
 TEST(DeviceHitPath, CudaMemoryWithoutABufferIdIsNotCached) {
   auto domain = open_domain(nullptr);
   ASSERT_TRUE(domain);
-  struct NoBufferIds {
-    NoBufferIds() { fake_cuda().set_failure("cuPointerGetAttributes:no_buffer_id", 1); }
-    ~NoBufferIds() { fake_cuda().set_failure("cuPointerGetAttributes:no_buffer_id", 0); }
-  } no_buffer_ids;
+  const NoBufferIds no_buffer_ids;
   FakeAllocation device(0, kAlloc);
   hmr_mr* mr = nullptr;
   ASSERT_EQ(hmr_mr_reg(domain.get(), device.get(), 8192, kAccess, 0, 0, 0, &mr, nullptr), 0)
@@ -203,10 +206,7 @@ TEST(DeviceHitPath, CudaMemoryWithoutABufferIdIsNotCached) {
 TEST(DeviceHitPath, CudaMemoryWithoutABufferIdGetsAnExportOfItsOwn) {
   auto domain = open_domain(nullptr);
   ASSERT_TRUE(domain);
-  struct NoBufferIds {
-    NoBufferIds() { fake_cuda().set_failure("cuPointerGetAttributes:no_buffer_id", 1); }
-    ~NoBufferIds() { fake_cuda().set_failure("cuPointerGetAttributes:no_buffer_id", 0); }
-  } no_buffer_ids;
+  const NoBufferIds no_buffer_ids;
   auto old_allocation = std::make_unique<FakeAllocation>(0, kAlloc);
   void* const address = old_allocation->get();
   hmr_mr* mr = nullptr;
