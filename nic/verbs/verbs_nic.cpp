@@ -497,7 +497,13 @@ Result<nic::Registration> VerbsNic::register_memory(const nic::RegistrationReque
   if (!iova.ok()) return iova.status();
   layout.iova = *iova;
   layout.chunk_len = chunk_len_;
-  layout.ibv_access = ibv_access_for(request.access, access_extras(on_demand, system_memory));
+  // Relaxed ordering under `auto` is for device memory reached directly only (dma-buf and
+  // peer-direct: DEVICE_ONLY): a runtime's pinned host memory (cudaHostAlloc, registered by
+  // address with its iface and HOST_ALLOC) and managed memory are polled by the CPU as host
+  // memory is, and got it (found by a review).
+  const bool device_direct =
+      request.dmabuf != nullptr || (request.flags & HMR_HMEM_DEVICE_ONLY) != 0;
+  layout.ibv_access = ibv_access_for(request.access, access_extras(on_demand, !device_direct));
 
   const std::vector<Chunk> chunks = plan_chunks(layout.length, chunk_len_);
   HMR_RETURN_IF_ERROR(check_chunking(request, layout, chunks.size()));

@@ -233,8 +233,8 @@ TEST_F(VerbsNicTest, DmabufIovaKeepsTheOffsetsInPageOffset) {
 
 // Relaxed ordering lets PCIe writes land out of order, so a CPU that polls the last byte of an
 // RDMA-written host buffer can see it before the bytes before it.  auto (the default) gives it
-// to device memory only (a dma-buf here); on to host memory too.  Before, auto gave it to
-// every registration.
+// to device memory reached directly only (a dma-buf here); on to host memory too.  Before,
+// auto gave it to every registration.
 TEST_F(VerbsNicTest, RelaxedOrderingAutoIsForDeviceMemoryOnly) {
   for (const char* options : {"", "relaxed_ordering=on"}) {
     SCOPED_TRACE(options);
@@ -246,6 +246,16 @@ TEST_F(VerbsNicTest, RelaxedOrderingAutoIsForDeviceMemoryOnly) {
     ASSERT_TRUE(host.ok()) << host.status().reason();
     EXPECT_EQ((registrations().back().access & verbs::IBV_ACCESS_RELAXED_ORDERING) != 0, on);
     EXPECT_TRUE(nic_->deregister(*host).ok());
+    // A runtime's pinned host memory (cudaHostAlloc), registered by address with its iface:
+    // host memory to the CPU that polls it (it got relaxed ordering under auto: a review).
+    nic::RegistrationRequest pinned = host_request(segment, kRemote);
+    pinned.iface = HMR_HMEM_CUDA;
+    pinned.flags = HMR_HMEM_HOST_ALLOC;
+    Result<nic::Registration> host_alloc = nic_->register_memory(pinned);
+    ASSERT_TRUE(host_alloc.ok()) << host_alloc.status().reason();
+    EXPECT_EQ((registrations().back().access & verbs::IBV_ACCESS_RELAXED_ORDERING) != 0, on)
+        << "pinned host memory of a GPU runtime";
+    EXPECT_TRUE(nic_->deregister(*host_alloc).ok());
 
     const FakeDmabuf file(8192);
     ASSERT_GE(file.fd, 0);
