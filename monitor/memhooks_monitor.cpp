@@ -356,7 +356,8 @@ void* shmat_hook(int id, const void* address, int flags) {
 struct Patch {
   const char* symbol;
   uintptr_t hook;
-  bool optional = false;  // a libc without it is hooked without it (process_madvise: 2.36)
+  bool optional = false;  // a libc without it, or where it cannot be patched, is hooked
+                          // without it (process_madvise: 2.36; posix_madvise)
   uint8_t* at = nullptr;  // where the jump is written: the entry, or just after endbr64
   size_t length = 0;      // 0: not written
   uint8_t original[MemhooksMonitor::kMaxPatch] = {};
@@ -620,8 +621,15 @@ Status MemhooksMonitor::install() {
     if (dladdr1(function, &info, &symbol, RTLD_DL_SYMENT) != 0 && symbol != nullptr) {
       sizes[i] = static_cast<const ElfW(Sym)*>(symbol)->st_size;
     }
+    Status patchable = check_patchable(function, g_patches[i].symbol);
+    if (!patchable.ok() && g_patches[i].optional) {
+      // (An optional function that cannot be patched is left as libc has it: the rest still
+      // serve, as for a libc that lacks it.)
+      log_message(LogLevel::info, "%s; left unhooked", patchable.reason().c_str());
+      continue;
+    }
     entries[i] = static_cast<uint8_t*>(function);
-    found = check_patchable(function, g_patches[i].symbol);
+    found = std::move(patchable);
   }
   void* curbrk = found.ok() ? dlsym(libc, "__curbrk") : nullptr;
   dlclose(libc);
@@ -664,6 +672,11 @@ Status MemhooksMonitor::install() {
     } else {
       encode_absolute_jump(code[i], g_patches[i].hook);
       lengths[i] = kAbsoluteJump;
+    }
+    if (sizes[i] < skip + lengths[i] && g_patches[i].optional) {
+      log_message(LogLevel::info, "memhooks: libc's %s is too short for a %zu-byte jump; left "
+                  "unhooked", g_patches[i].symbol, lengths[i]);
+      continue;  // (targets[i] stays null: not patched)
     }
     if (sizes[i] < skip + lengths[i]) {
       return make_error(HMR_EOPNOTSUPP,
