@@ -378,26 +378,20 @@ Patch g_patches[] = {
 };
 constexpr size_t kPatches = sizeof g_patches / sizeof g_patches[0];
 
-// Whether every jump hmr wrote is still there.  Another patcher loaded later (UCX's UCM, whose
-// libucm patches munmap and madvise when it is loaded) writes its own over hmr's, and hmr's
-// hooks then never run: from that moment unmaps go unheard.  Read as data (libc's code is
-// readable); called under start_mutex_, on each subscription and start.
-bool hooks_intact() {
-  for (const Patch& patch : g_patches) {
-    if (patch.length != 0 && std::memcmp(patch.at, patch.written, patch.length) != 0) return false;
-  }
-  return true;
-}
-
-// The first of hmr's patched functions someone else rewrote, for the reason.
+// The first of hmr's patched functions whose jump is not there any more, or nullptr.  Another
+// patcher loaded later (UCX's UCM, whose libucm patches munmap and madvise when it is loaded)
+// writes its own over hmr's, and hmr's hooks then never run: from that moment unmaps go
+// unheard.  Read as data (libc's code is readable); called under start_mutex_, on each
+// subscription and start.
 const char* overwritten_symbol() {
   for (const Patch& patch : g_patches) {
     if (patch.length != 0 && std::memcmp(patch.at, patch.written, patch.length) != 0) {
       return patch.symbol;
     }
   }
-  return "none";
+  return nullptr;
 }
+bool hooks_intact() { return overwritten_symbol() == nullptr; }
 
 // Whether `symbol` is patched now (an optional one may be missing from libc).
 bool hooked(const char* symbol) {

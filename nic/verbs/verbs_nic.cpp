@@ -278,13 +278,13 @@ nic::Support VerbsNic::indirect_support() const {
   return {true, ""};
 }
 
-AccessExtras VerbsNic::access_extras(bool on_demand, bool system_memory) const {
+AccessExtras VerbsNic::access_extras(bool on_demand, bool device_direct) const {
   AccessExtras extras;
   // Atomics on pages the NIC faults in need the device's ODP atomic support.
   extras.atomics =
       probe_.atomics && (!on_demand || (probe_.odp_rc_caps & IBV_ODP_SUPPORT_ATOMIC) != 0);
   extras.on_demand_paging = on_demand;
-  extras.relaxed_ordering = system_memory ? relaxed_ordering_host_ : relaxed_ordering_;
+  extras.relaxed_ordering = device_direct ? relaxed_ordering_ : relaxed_ordering_host_;
   extras.iwarp = probe_.iwarp;
   return extras;
 }
@@ -503,7 +503,7 @@ Result<nic::Registration> VerbsNic::register_memory(const nic::RegistrationReque
   // memory is, and got it (found by a review).
   const bool device_direct =
       request.dmabuf != nullptr || (request.flags & HMR_HMEM_DEVICE_ONLY) != 0;
-  layout.ibv_access = ibv_access_for(request.access, access_extras(on_demand, !device_direct));
+  layout.ibv_access = ibv_access_for(request.access, access_extras(on_demand, device_direct));
 
   const std::vector<Chunk> chunks = plan_chunks(layout.length, chunk_len_);
   HMR_RETURN_IF_ERROR(check_chunking(request, layout, chunks.size()));
@@ -559,7 +559,7 @@ Result<nic::Registration> VerbsNic::register_implicit(const nic::RegistrationReq
   layout.chunk_len = SIZE_MAX;
   // The whole address space is the CPU's own memory: the host rules apply.
   layout.ibv_access = ibv_access_for(request.access,
-                                     access_extras(/*on_demand=*/true, /*system_memory=*/true));
+                                     access_extras(/*on_demand=*/true, /*device_direct=*/false));
   // Through ibv_reg_mr_iova2 where there is one, as every other registration: it drops the
   // optional access bits (relaxed ordering) a kernel lacks, where the exported ibv_reg_mr of
   // rdma-core 28-31 passed them as given (it goes through iova2 only from rdma-core 32).
@@ -667,7 +667,7 @@ Status VerbsNic::rereg(nic::Registration& registration, const nic::ReregRequest&
   if (request.access) {
     const bool on_demand = (old_layout.ibv_access & IBV_ACCESS_ON_DEMAND) != 0;
     if (on_demand) HMR_RETURN_IF_ERROR(check_odp_access(*request.access));
-    AccessExtras extras = access_extras(on_demand, /*system_memory=*/true);
+    AccessExtras extras = access_extras(on_demand, /*device_direct=*/false);
     // ibv_rereg_mr passes access bits as given: unlike ibv_reg_mr_iova2 it does not drop the
     // optional ones a kernel lacks, and such a kernel refuses them (EINVAL).
     extras.relaxed_ordering = false;
@@ -884,7 +884,7 @@ Result<nic::Registration> VerbsNic::register_indirect(
                       UmrQueue::kMaxEntries);
   }
   // The mkey only points at MRs: they page, or not.
-  AccessExtras extras = access_extras(/*on_demand=*/false, /*system_memory=*/false);
+  AccessExtras extras = access_extras(/*on_demand=*/false, /*device_direct=*/true);
   extras.relaxed_ordering = false;
   const unsigned int ibv_access = ibv_access_for(access, extras);
 

@@ -102,9 +102,10 @@ class VerbsNic final : public nic::Nic {
                         const VerbsRegistration::Layout& layout, size_t chunks) const;
   Status check_odp_access(uint64_t access) const;
   Status check_device_memory(const nic::RegistrationRequest& request) const;
-  // The device's extras for a registration that is (or not) on-demand paging, of system
-  // memory (relaxed ordering only as the host rule allows) or of device memory.
-  AccessExtras access_extras(bool on_demand, bool system_memory) const;
+  // The device's extras for a registration that is (or not) on-demand paging, of device
+  // memory the NIC reaches directly (dma-buf, peer-direct: relaxed ordering as the device rule
+  // allows) or of memory the CPU may poll (the host rule).
+  AccessExtras access_extras(bool on_demand, bool device_direct) const;
   KeyBytes key_of(std::span<const uint32_t> rkeys) const;
   nic::Registration describe(VerbsRegistration& record) const;
 
