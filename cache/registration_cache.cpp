@@ -703,6 +703,7 @@ size_t RegistrationCache::wait_for_in_transit() {
       !backend_.deregistration_may_wait_for_application() && forks_counted() == made_in_fork_;
   uint64_t seen = finalized;
   for (unsigned idle_rounds = 0; idle_rounds < rounds_without_progress_; ++idle_rounds) {
+    rounds_waited_.fetch_add(1, std::memory_order_relaxed);
     (void)finalize_deferred();  // (what a monitor's thread left, if the reaper is behind)
     const uint64_t now = finalized_.load(std::memory_order_acquire);
     if (now - finalized >= in_transit || in_transit_.load(std::memory_order_acquire) == 0) {

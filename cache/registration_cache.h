@@ -384,6 +384,9 @@ class RegistrationCache final : public InvalidationSink {
   const uint32_t made_in_fork_;  // forks_counted() at construction: a child's copy is stale
   // wait_for_in_transit()'s bound on rounds without progress (a test lowers it).
   unsigned rounds_without_progress_ = 1u << 20;
+  // Rounds wait_for_in_transit() ever went through, for a test to see a wait go on past its
+  // bound without timing it (a refusal is rare: one relaxed add a round costs nothing).
+  std::atomic<uint64_t> rounds_waited_{0};
   std::atomic<bool> held_listed_{false};  // held_ is not empty, for drop_shared() to ask
   // Per thread (id - 1), the held_mark() of each entry on held_ it may still count: its put()
   // of such an entry sweeps, and its other puts do not.  Read by every put() of a counted

@@ -61,6 +61,10 @@ class RegistrationCacheTestPeer {
   static void set_rounds_without_progress(RegistrationCache& cache, unsigned rounds) {
     cache.rounds_without_progress_ = rounds;
   }
+  // Rounds wait_for_in_transit() went through in this cache's life.
+  static uint64_t rounds_waited(const RegistrationCache& cache) {
+    return cache.rounds_waited_.load(std::memory_order_relaxed);
+  }
 };
 
 namespace cache_test {

@@ -134,23 +134,33 @@ TEST_F(RegistrationCacheTest, ADeregistrationUnderWayIsInTransitUntilTheNicLetsG
 // Another thread's deregistration (the last close of an invalidated entry) under way while a
 // refusal finds nothing idle: the refusal waits for it and reports it given back.  `slow`
 // stands for a NIC's dereg that needs nothing from the application but takes long (a verbs
-// dereg of hundreds of GiB unpins for seconds): it ends when the refusal has returned, or
-// after `lasts_at_most` (300 ms).  With the wait's bound lowered to 64 rounds, a wait that ends at the bound
-// returns within microseconds, with nothing given back (it did, for a dereg that outlasted
-// 2^20 rounds, 0.1-2 s here); one that waits for the NIC call returns 1.  A callback NIC's
+// dereg of hundreds of GiB unpins for seconds).  With the wait's bound lowered to 64 rounds, a
+// refusal that ends its wait at the bound returns after 64 rounds with nothing given back (it
+// did, for a dereg that outlasted 2^20 rounds, 0.1-2 s here); one that waits for the NIC call
+// returns 1.  So the dereg ends once the refusal has waited 16 times its bound, counted, not
+// timed (under a 300 ms timer, a refusal kept off the CPU before it began to wait once found
+// the dereg over, on a loaded CI machine), or once the refusal returned.  A callback NIC's
 // dereg may wait for the application (a lock the refused caller holds): the wait for it ends
-// at its bound, nothing given back, and the dereg waits for that return (at most 10 s: a
-// safety net, should the refusal wait for it).
+// at its bound, nothing given back, and the dereg ends when the refusal returned.  Either way
+// 10 s is a safety net, should the two wait for each other.
 struct SlowDeregistration {
-  explicit SlowDeregistration(std::chrono::milliseconds most) : lasts_at_most(most) {}
-  const std::chrono::milliseconds lasts_at_most;
-  std::atomic<bool> deregistering{false}, refusal_returned{false}, outlasted{false};
-  void run() {
+  // 0: only the refusal's return ends the dereg.
+  explicit SlowDeregistration(uint64_t rounds) : ends_after_rounds_waited(rounds) {}
+  const uint64_t ends_after_rounds_waited;
+  std::atomic<bool> deregistering{false}, refusal_returned{false};
+  std::atomic<bool> waited_out{false}, stuck{false};  // why it ended, if not the return
+  void run(const RegistrationCache& cache) {
+    const uint64_t rounds_before = Peer::rounds_waited(cache);
     deregistering.store(true);
-    const auto deadline = std::chrono::steady_clock::now() + lasts_at_most;
+    const auto safety_net = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     while (!refusal_returned.load()) {
-      if (std::chrono::steady_clock::now() > deadline) {
-        outlasted.store(true);
+      if (ends_after_rounds_waited != 0 &&
+          Peer::rounds_waited(cache) - rounds_before >= ends_after_rounds_waited) {
+        waited_out.store(true);
+        return;
+      }
+      if (std::chrono::steady_clock::now() > safety_net) {
+        stuck.store(true);
         return;
       }
       std::this_thread::yield();
@@ -162,7 +172,7 @@ struct SlowDeregistration {
 // finds nothing idle: how many the refusal reports given back.
 size_t refusal_beside_slow_close(RegistrationCache& cache, FakeBackend& backend,
                                  CacheHandle& held, SlowDeregistration& slow) {
-  backend.during_deregister = [&](uint64_t) { slow.run(); };
+  backend.during_deregister = [&](uint64_t) { slow.run(cache); };
   std::thread closer([&] { cache.put(held); });
   while (!slow.deregistering.load()) std::this_thread::yield();
   const size_t released = cache.release_unused(1);
@@ -178,10 +188,11 @@ TEST_F(RegistrationCacheTest, ARefusalWaitsForAnotherThreadsSlowDeregistrationTo
   CacheHandle held = get(page(0), kPage);
   const uint64_t id = FakeBackend::id_of(held);
   monitor_.notify(page(0), page(1));  // out of the index: nothing idle is left
-  SlowDeregistration slow{std::chrono::milliseconds(300)};
+  SlowDeregistration slow{16 * 64};
   const size_t released = refusal_beside_slow_close(cache, backend_, held, slow);
   EXPECT_EQ(released, 1u) << "the refusal gave up on a deregistration under way";
-  EXPECT_TRUE(slow.outlasted.load()) << "the deregistration ended before the refusal returned";
+  EXPECT_TRUE(slow.waited_out.load()) << "the refusal returned before it waited past its bound";
+  EXPECT_FALSE(slow.stuck.load());
   EXPECT_FALSE(backend_.is_live(id));
   EXPECT_EQ(Peer::in_transit(cache), 0u);
 }
@@ -192,10 +203,10 @@ TEST_F(RegistrationCacheTest, ARefusalWaitsForACallbackNicsDeregistrationOnlyAWh
   Peer::set_rounds_without_progress(cache, 64);
   CacheHandle held = get(page(0), kPage);
   monitor_.notify(page(0), page(1));
-  SlowDeregistration slow{std::chrono::seconds(10)};
+  SlowDeregistration slow{0};
   const size_t released = refusal_beside_slow_close(cache, backend_, held, slow);
   EXPECT_EQ(released, 0u);
-  EXPECT_FALSE(slow.outlasted.load()) << "the refusal waited for the application's dereg";
+  EXPECT_FALSE(slow.stuck.load()) << "the refusal waited for the application's dereg";
   EXPECT_EQ(Peer::in_transit(cache), 0u);
 }
 
