@@ -135,9 +135,15 @@ void Registry::load_all() {
     if (slot.iface) {
       detect_bit_[static_cast<size_t>(detect_count_)] = 1u << iface;
       detect_[static_cast<size_t>(detect_count_++)] = slot.iface.get();
-    } else if (slot.resident && unverifiable_.ok()) {
+    } else if (slot.resident && slot.descriptor->detects_all &&
+               slot.status.code() != HMR_ENODEV && unverifiable_.ok()) {
       // The application has this runtime loaded, so it may hold memory of it that hmr cannot
-      // recognise: calling such a pointer "host memory" would be a guess.
+      // recognise: calling such a pointer "host memory" would be a guess.  Not so when the
+      // runtime's init said it has no device or driver: the application's init of the same
+      // library in the same process meets the same, and no memory of it can exist (a Level
+      // Zero loader that SYCL frameworks load on hosts without an Intel GPU); nor for a runtime whose
+      // iface recognises only the memory hmr allocated (Neuron, SynapseAI: declared memory
+      // is checked when it is registered, and its failed init takes no recognition away).
       unverifiable_ = make_error(
           HMR_ENOSYS,
           "the %s runtime is loaded in this process but hmr could not initialise it (%s), so "

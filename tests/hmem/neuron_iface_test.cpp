@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "hmem/dmabuf_share.h"
+#include "hmem/hmem_registry.h"
+#include "hmem/iface_list.h"
 #include "tests/hmem/export_checks.h"
 #include "tests/hmem/neuron_fake_library.h"
 
@@ -146,6 +148,25 @@ TEST_F(NeuronIfaceTest, InitErrorsFailClosedWithTheRuntimeText) {
 
   fake().set_failure("nrt_get_visible_vnc_count", 0);
   EXPECT_TRUE(iface_.init().ok());  // a failed init can be retried
+}
+
+// The Neuron iface recognises only memory hmr allocated, so a runtime the application loaded
+// but hmr could not start takes no recognition away: host memory is still host memory (it was
+// refused with HMR_ENOSYS, "cannot tell neuron memory from host memory").
+TEST_F(NeuronIfaceTest, AFailedInitOfTheApplicationsRuntimeLeavesHostMemoryHost) {
+  fake().set_failure("nrt_get_visible_vnc_count", NRT_FAILURE);
+  Result<hmem::IfaceSelection> neuron_only = hmem::parse_iface_list("neuron");
+  ASSERT_TRUE(neuron_only.ok());
+  hmem::Registry registry(*neuron_only);
+  ASSERT_TRUE(registry.load().ok());
+  int local = 0;
+  Result<PointerInfo> info = registry.classify(&local, sizeof local);
+  fake().set_failure("nrt_get_visible_vnc_count", 0);
+  ASSERT_TRUE(info.ok()) << info.status().reason();
+  EXPECT_EQ(info->iface, HMR_HMEM_SYSTEM);
+  const hmem::IfaceReport report = registry.describe().at(HMR_HMEM_NEURON);
+  EXPECT_TRUE(report.resident);
+  EXPECT_FALSE(report.loaded);
 }
 
 TEST_F(NeuronIfaceTest, QueryKnowsAllocationsOfEachCore) {

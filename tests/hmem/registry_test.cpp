@@ -164,7 +164,7 @@ TEST_F(RegistryTest, RuntimeErrorDuringDetectionFailsClosed) {
 TEST_F(RegistryTest, RuntimeTheApplicationLoadedButHmrCannotInitBlocksGuessing) {
   // The fake driver is already in this process (the test loaded it), as an application's own
   // libcuda would be; hmr's init of it fails.
-  fake_cuda().set_failure("cuInit", kCudaNoDevice);
+  fake_cuda().set_failure("cuInit", kCudaUnknownError);
   Registry registry(selection_of("cuda"));
   ASSERT_TRUE(registry.load().ok());
   Result<PointerInfo> info = registry.classify(host_.data(), 16);
@@ -176,6 +176,23 @@ TEST_F(RegistryTest, RuntimeTheApplicationLoadedButHmrCannotInitBlocksGuessing) 
   // Excluding the runtime is the caller's statement that it has no such memory.
   Registry excluded(selection_of("^cuda"));
   EXPECT_EQ(excluded.classify(host_.data(), 16)->iface, HMR_HMEM_SYSTEM);
+  fake_cuda().set_failure("cuInit", 0);
+}
+
+// A runtime whose init finds no device holds no memory here, loaded or not: the application's
+// init of the same library meets the same.  (A SYCL framework loads Level Zero's loader on hosts
+// without an Intel GPU; every registration failed there.)
+TEST_F(RegistryTest, ALoadedRuntimeWithNoDeviceLeavesHostMemoryHost) {
+  fake_cuda().set_failure("cuInit", kCudaNoDevice);
+  Registry registry(selection_of("cuda"));
+  ASSERT_TRUE(registry.load().ok());
+  Result<PointerInfo> info = registry.classify(host_.data(), 16);
+  ASSERT_TRUE(info.ok()) << info.status().reason();
+  EXPECT_EQ(info->iface, HMR_HMEM_SYSTEM);
+  const IfaceReport cuda = report_of(registry.describe(), HMR_HMEM_CUDA);
+  EXPECT_TRUE(cuda.resident);
+  EXPECT_FALSE(cuda.loaded);
+  EXPECT_TRUE(contains(cuda.reason, "CUDA_ERROR_NO_DEVICE")) << cuda.reason;
   fake_cuda().set_failure("cuInit", 0);
 }
 
