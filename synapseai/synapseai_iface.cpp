@@ -51,20 +51,20 @@ Status SynapseaiIface::init() {
     return Status(synapse.status().code(),
                   "synapseai iface unavailable: " + synapse.status().reason());
   }
+  // hl-thunk serves only the memory hmr allocates itself: without it, memory the application
+  // allocated is still exported through HCCL, and hmr_mem_alloc says why it cannot.
   Result<hmem::SymbolTable> hlthunk =
       hmem::SymbolTable::load("HLTHUNK", kHlthunkDefaultLibrary, hlthunk_symbol_specs());
-  if (!hlthunk.ok()) {
-    return Status(hlthunk.status().code(),
-                  "synapseai iface unavailable: " + hlthunk.status().reason());
-  }
   SynapseSymbols symbols;
   bind_synapse_symbols(*synapse, symbols);
   const char* path = synapse->path().c_str();
 
-  // A second synInitialize in a process whose application already called it succeeds and
-  // changes nothing, so hmr may call it whatever the application did.
+  // A second synInitialize in a process whose application already called it changes nothing
+  // and succeeds, or, with HABANA_DISABLE_DOUBLE_SYN_INITIALIZE set, answers
+  // synAlreadyInitialized (synapse_api.h): initialised either way.  (That setting also makes
+  // the application's own call fail if hmr's came first: docs/vendors.md.)
   synStatus status = symbols.synInitialize();
-  if (status != synSuccess) {
+  if (status != synSuccess && status != synAlreadyInitialized) {
     return make_error(hmr_code_for(status),
                       "synapseai iface unavailable: synInitialize in '%s' failed: %s", path,
                       describe_syn_status(status).c_str());
@@ -88,14 +88,20 @@ Status SynapseaiIface::init() {
   version[sizeof version - 1] = '\0';
 
   synapse_ = symbols;
-  bind_hlthunk_symbols(*hlthunk, hlthunk_);
   device_count_ = static_cast<int>(count);
   version_ = version;
   synapse_library_ = std::move(*synapse);
-  hlthunk_library_ = std::move(*hlthunk);
-  log_message(LogLevel::debug, "synapseai iface: '%s' (driver %s) and '%s', %d device(s)",
+  if (hlthunk.ok()) {
+    bind_hlthunk_symbols(*hlthunk, hlthunk_);
+    hlthunk_library_ = std::move(*hlthunk);
+  } else {
+    hlthunk_missing_ = hlthunk.status();
+  }
+  log_message(LogLevel::debug, "synapseai iface: '%s' (driver %s) and %s, %d device(s)",
               synapse_library_->path().c_str(), version_.empty() ? "?" : version_.c_str(),
-              hlthunk_library_->path().c_str(), device_count_);
+              hlthunk_library_.has_value() ? ("'" + hlthunk_library_->path() + "'").c_str()
+                                           : hlthunk_missing_.reason().c_str(),
+              device_count_);
   return ok_status();
 }
 
@@ -122,14 +128,19 @@ Result<int> SynapseaiIface::device_count() {
 Result<int> SynapseaiIface::open_device() {
   const int current = device_fd_.load(std::memory_order_acquire);
   if (current >= 0) return current;
-
-  Result<int> opened = open_own_device(hlthunk_, hlthunk_library_->path(), device_count_);
-  if (!opened.ok()) {
-    // Another thread may have opened it meanwhile (an exclusive device then reads as busy).
-    const int winner = device_fd_.load(std::memory_order_acquire);
-    if (winner >= 0) return winner;
-    return opened.status();
+  if (!hlthunk_library_.has_value()) {
+    return make_error(HMR_ENOSYS,
+                      "hmr allocates Gaudi memory through hl-thunk, which could not be loaded: %s",
+                      hlthunk_missing_.reason().c_str());
   }
+  // One opener at a time: Gaudi devices are exclusive, so a second thread's open while the
+  // first one's is not yet published read as busy and failed (EBUSY) a moment before the
+  // device was there to share.  A cold path, once per process.
+  const std::lock_guard<std::mutex> opening(open_mutex_);
+  const int opened_meanwhile = device_fd_.load(std::memory_order_acquire);
+  if (opened_meanwhile >= 0) return opened_meanwhile;
+  Result<int> opened = open_own_device(hlthunk_, hlthunk_library_->path(), device_count_);
+  if (!opened.ok()) return opened.status();
   const int fd = *opened;
   char bus_id[32] = {};
   if (hlthunk_.hlthunk_get_pci_bus_id_from_fd == nullptr ||
@@ -137,14 +148,11 @@ Result<int> SynapseaiIface::open_device() {
     bus_id[0] = '\0';
   }
   bus_id[sizeof bus_id - 1] = '\0';
-
-  int expected = -1;
-  if (!device_fd_.compare_exchange_strong(expected, fd, std::memory_order_acq_rel)) {
-    hlthunk_.hlthunk_close(fd);  // another thread won; use its device
-    return expected;
+  {
+    const std::lock_guard<std::mutex> guard(mutex_);
+    bus_id_ = bus_id;
   }
-  std::lock_guard<std::mutex> guard(mutex_);
-  bus_id_ = bus_id;
+  device_fd_.store(fd, std::memory_order_release);
   return fd;
 }
 
@@ -268,8 +276,11 @@ Result<DeviceCapabilities> SynapseaiIface::capabilities(DeviceId device) {
   if (declared_export || (device.value == 0 && own_export)) {
     caps.dmabuf = Capability::yes();
   } else if (device.value == 0) {
-    caps.dmabuf = Capability::no(name + ": '" + hlthunk_library_->path() +
-                                 "' lacks hlthunk_device_mapped_memory_export_dmabuf_fd and '" +
+    const std::string hlthunk_lacks =
+        hlthunk_library_.has_value()
+            ? "'" + hlthunk_library_->path() + "' lacks hlthunk_device_mapped_memory_export_dmabuf_fd"
+            : "hl-thunk could not be loaded (" + hlthunk_missing_.reason() + ")";
+    caps.dmabuf = Capability::no(name + ": " + hlthunk_lacks + " and '" +
                                  synapse_library_->path() + "' lacks hcclLookupDMABuff");
   } else {
     caps.dmabuf =

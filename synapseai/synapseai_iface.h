@@ -64,7 +64,8 @@ class SynapseaiIface final : public hmem::Iface {
 
   std::string library_path() const override;
   std::string runtime_version() const override;
-  // The hl-thunk library init loaded ("" before).
+  // The hl-thunk library init loaded ("" before, or when it could not: then hmr_mem_alloc
+  // refuses, and memory the application allocated is still exported through HCCL).
   std::string hlthunk_path() const;
 
  private:
@@ -85,8 +86,9 @@ class SynapseaiIface final : public hmem::Iface {
   Result<hmem::DmabufExport> export_declared(uintptr_t address, size_t length);
 
   // Declared first so they are unloaded last, after every allocation is freed.
-  std::optional<hmem::SymbolTable> synapse_library_;  // both set only once init fully succeeded
-  std::optional<hmem::SymbolTable> hlthunk_library_;
+  std::optional<hmem::SymbolTable> synapse_library_;  // set only once init fully succeeded
+  std::optional<hmem::SymbolTable> hlthunk_library_;  // optional: hmr's own allocations only
+  Status hlthunk_missing_;                            // why hlthunk_library_ is empty
   SynapseSymbols synapse_;
   HlthunkSymbols hlthunk_;
   int device_count_ = 0;
@@ -96,6 +98,7 @@ class SynapseaiIface final : public hmem::Iface {
   // application that acquires it through SynapseAI afterwards.
   std::atomic<int> device_fd_{-1};
 
+  std::mutex open_mutex_;      // held by open_device() around the first open only
   mutable std::mutex mutex_;  // guards bus_id_; never held across a driver call
   std::string bus_id_;        // of the device behind device_fd_ ("" if unknown)
   Allocations allocations_;   // the memory hmr allocated, keyed by device VA

@@ -28,6 +28,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -323,7 +325,17 @@ EXPORT int hlthunk_device_mapped_memory_export_dmabuf_fd(int fd, uint64_t addr, 
 }
 #endif
 
+/* Test control: while set, a bus id read waits here (outside the lock, so other calls go on),
+ * counted in bus_id_reads_waiting: the moment between a device's open and its first use. */
+static atomic_int hold_bus_id_reads;
+static atomic_int bus_id_reads_waiting;
+
 EXPORT int hlthunk_get_pci_bus_id_from_fd(int fd, char *pci_bus_id, int len) {
+  if (atomic_load(&hold_bus_id_reads)) {
+    atomic_fetch_add(&bus_id_reads_waiting, 1);
+    while (atomic_load(&hold_bus_id_reads)) sched_yield();
+    atomic_fetch_sub(&bus_id_reads_waiting, 1);
+  }
   pthread_mutex_lock(&lock);
   int injected = fake_calls_enter(&calls, "hlthunk_get_pci_bus_id_from_fd");
   if (injected != 0) FAIL(injected);
@@ -337,6 +349,7 @@ EXPORT int hlthunk_get_pci_bus_id_from_fd(int fd, char *pci_bus_id, int len) {
 /* ---- test-only control ------------------------------------------------------------------ */
 
 EXPORT void fake_hlthunk_reset(void) {
+  atomic_store(&hold_bus_id_reads, 0);
   pthread_mutex_lock(&lock);
   for (int i = 0; i < FAKE_HLTHUNK_DEVICE_COUNT; ++i) {
     if (devices[i].fd >= 0) close(devices[i].fd);
@@ -392,6 +405,10 @@ EXPORT void fake_hlthunk_last_export(uint64_t *address, uint64_t *size, uint64_t
   *flags = last_export_flags;
   pthread_mutex_unlock(&lock);
 }
+
+EXPORT void fake_hlthunk_hold_bus_id_reads(int hold) { atomic_store(&hold_bus_id_reads, hold); }
+
+EXPORT int fake_hlthunk_bus_id_reads_waiting(void) { return atomic_load(&bus_id_reads_waiting); }
 
 EXPORT int fake_hlthunk_set_busy(int index, int busy) {
   if (index < 0 || index >= FAKE_HLTHUNK_DEVICE_COUNT) return -EINVAL;

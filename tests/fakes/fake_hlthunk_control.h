@@ -33,6 +33,11 @@ typedef void (*fake_hlthunk_last_export_fn)(uint64_t *address, uint64_t *size, u
 /* Marks device `index` as held by another process (busy 1) or free again (busy 0), so
  * hlthunk_open passes it over.  Returns 0, or -EINVAL for a device that does not exist. */
 typedef int (*fake_hlthunk_set_busy_fn)(int index, int busy);
+/* While `hold` is non-zero, hlthunk_get_pci_bus_id_from_fd waits before it does anything (other
+ * calls go on); the count of reads waiting so, for a test to hold a thread between a device's
+ * open and its first use. */
+typedef void (*fake_hlthunk_hold_bus_id_reads_fn)(int hold);
+typedef int (*fake_hlthunk_bus_id_reads_waiting_fn)(void);
 
 #ifdef __cplusplus
 }

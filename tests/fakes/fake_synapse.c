@@ -17,7 +17,9 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -33,6 +35,7 @@ enum {
   synInvalidArgument = 1,
   synOutOfDeviceMemory = 4,
   synUninitialized = 28,
+  synAlreadyInitialized = 29,
 };
 
 #define HCCL_FAILURE 1       /* what hcclLookupDMABuff returns when it cannot export */
@@ -87,8 +90,18 @@ static int pool_of(int device, uint64_t *start, uint64_t *size) {
     return (result);             \
   } while (0)
 
+/* synapse_api.h: "The second invocation of synInitialize does not make any affect and returns
+ * synSuccess. if HABANA_DISABLE_DOUBLE_SYN_INITIALIZE environment variable is set then the
+ * second invocation of synInitialize returns synAlreadyInitialized."  (A GlobalConf boolean,
+ * off by default: "0" or "false" leave it off, as SynapseAI's own double_init_test sets it.) */
+static int double_initialize_disabled(void) {
+  const char *setting = getenv("HABANA_DISABLE_DOUBLE_SYN_INITIALIZE");
+  return setting != NULL && strcmp(setting, "0") != 0 && strcasecmp(setting, "false") != 0;
+}
+
 EXPORT synStatus synInitialize(void) {
   ENTER("synInitialize");
+  if (initialized && double_initialize_disabled()) LEAVE(synAlreadyInitialized);
   initialized = 1; /* a second call changes nothing, as the real one */
   LEAVE(synSuccess);
 }

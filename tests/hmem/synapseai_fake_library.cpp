@@ -36,6 +36,10 @@ FakeHlthunk load_hlthunk(const char* path) {
       library.function<fake_hlthunk_live_mappings_fn>("fake_hlthunk_live_mappings");
   fake.last_export = library.function<fake_hlthunk_last_export_fn>("fake_hlthunk_last_export");
   fake.set_busy = library.function<fake_hlthunk_set_busy_fn>("fake_hlthunk_set_busy");
+  fake.hold_bus_id_reads =
+      library.function<fake_hlthunk_hold_bus_id_reads_fn>("fake_hlthunk_hold_bus_id_reads");
+  fake.bus_id_reads_waiting =
+      library.function<fake_hlthunk_bus_id_reads_waiting_fn>("fake_hlthunk_bus_id_reads_waiting");
   return fake;
 }
 

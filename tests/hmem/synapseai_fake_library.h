@@ -30,6 +30,8 @@ struct FakeHlthunk {
   fake_hlthunk_live_mappings_fn live_mappings = nullptr;
   fake_hlthunk_last_export_fn last_export = nullptr;
   fake_hlthunk_set_busy_fn set_busy = nullptr;
+  fake_hlthunk_hold_bus_id_reads_fn hold_bus_id_reads = nullptr;
+  fake_hlthunk_bus_id_reads_waiting_fn bus_id_reads_waiting = nullptr;
 };
 
 const char* fake_synapse_path();

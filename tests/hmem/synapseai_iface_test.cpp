@@ -3,15 +3,19 @@
 // HMR_SYNAPSEAI_LIBRARY and HMR_HLTHUNK_LIBRARY.
 #include "synapseai/synapseai_iface.h"
 
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "hmem/page_range.h"
@@ -130,15 +134,81 @@ TEST_F(SynapseaiIfaceTest, MissingSynapseLibraryMeansIfaceUnavailable) {
   EXPECT_FALSE(iface().mem_alloc(DeviceId{0}, page_, MemoryKind::device_only).ok());
 }
 
-TEST_F(SynapseaiIfaceTest, MissingHlthunkMeansIfaceUnavailable) {
+// hl-thunk serves only the memory hmr allocates itself: without it, memory the application
+// allocated still exports through HCCL (the iface was unavailable, and with the application's
+// libSynapse loaded every registration, host memory's too, was refused).
+TEST_F(SynapseaiIfaceTest, MissingHlthunkLeavesOnlyHmrsOwnAllocationsUnavailable) {
   setenv("HMR_HLTHUNK_LIBRARY", "/nonexistent/hmr/libhl-thunk.so", 1);
-  Status status = iface().init();
-  ASSERT_FALSE(status.ok());
-  EXPECT_EQ(status.code(), HMR_ENOSYS);
-  EXPECT_TRUE(has(status.reason(), "/nonexistent/hmr/libhl-thunk.so")) << status.reason();
-  EXPECT_TRUE(has(status.reason(), "HMR_HLTHUNK_LIBRARY"));
-  EXPECT_TRUE(iface().library_path().empty());
-  EXPECT_FALSE(iface().device_count().ok());
+  ASSERT_TRUE(iface().init().ok());
+  EXPECT_EQ(iface().library_path(), fake_synapse_path());
+  EXPECT_TRUE(iface().hlthunk_path().empty());
+  EXPECT_EQ(*iface().device_count(), FAKE_SYNAPSE_DEVICE_COUNT);
+
+  Result<void*> own = iface().mem_alloc(DeviceId{0}, page_, MemoryKind::device_only);
+  ASSERT_FALSE(own.ok());
+  EXPECT_EQ(own.status().code(), HMR_ENOSYS);
+  EXPECT_TRUE(has(own.status().reason(), "/nonexistent/hmr/libhl-thunk.so"))
+      << own.status().reason();
+  EXPECT_TRUE(has(own.status().reason(), "HMR_HLTHUNK_LIBRARY"));
+
+  ASSERT_EQ(fake_synapse().acquire(0), 0);
+  const uint64_t app = app_alloc(0, 4 * page_);
+  Result<DmabufExport> exported = iface().export_dmabuf({as_pointer(app + page_), page_});
+  ASSERT_TRUE(exported.ok()) << exported.status().reason();
+  EXPECT_EQ(exported->offset, app + page_ - fake_synapse().pool_start(0));
+  Result<hmem::DeviceCapabilities> caps = iface().capabilities(DeviceId{0});
+  ASSERT_TRUE(caps.ok()) << caps.status().reason();
+  EXPECT_TRUE(caps->dmabuf.supported);  // through HCCL
+}
+
+// With HABANA_DISABLE_DOUBLE_SYN_INITIALIZE set, SynapseAI answers a second synInitialize with
+// synAlreadyInitialized (synapse_api.h): the runtime the application started is started, and
+// the iface was refused as if it were not.
+TEST_F(SynapseaiIfaceTest, AnApplicationThatRefusesADoubleInitializeHasItsRuntimeUsed) {
+  setenv("HABANA_DISABLE_DOUBLE_SYN_INITIALIZE", "1", 1);
+  using InitializeFn = int (*)();
+  void* library = dlopen(fake_synapse_path(), RTLD_NOW | RTLD_NOLOAD);
+  ASSERT_NE(library, nullptr);
+  auto application_initialize =
+      reinterpret_cast<InitializeFn>(dlsym(library, "synInitialize"));
+  ASSERT_NE(application_initialize, nullptr);
+  EXPECT_EQ(application_initialize(), synSuccess);  // the application's, first
+  EXPECT_EQ(application_initialize(), synAlreadyInitialized);  // what hmr's meets
+  const Status status = iface().init();
+  unsetenv("HABANA_DISABLE_DOUBLE_SYN_INITIALIZE");
+  dlclose(library);
+  ASSERT_TRUE(status.ok()) << status.reason();
+  EXPECT_EQ(*iface().device_count(), FAKE_SYNAPSE_DEVICE_COUNT);
+}
+
+// Gaudi devices are exclusive: a second thread's first allocation, while the first thread's
+// open of the device was not yet published, opened it again, met EBUSY, and failed.  The
+// fake holds the first thread between its open and its bus id read; the second thread is let
+// run until it returns (it failed so before) or, waiting for the first, for 50 ms.
+TEST_F(SynapseaiIfaceTest, FirstAllocationsOnTwoThreadsShareOneOpenOfTheDevice) {
+  init();
+  hlthunk().hold_bus_id_reads(1);
+  Result<void*> first = make_error(HMR_EIO, "not run");
+  Result<void*> second = make_error(HMR_EIO, "not run");
+  std::thread opener([&] { first = iface().mem_alloc(DeviceId{0}, page_, MemoryKind::device_only); });
+  while (hlthunk().bus_id_reads_waiting() == 0) std::this_thread::yield();
+  std::atomic<bool> second_returned{false};
+  std::thread other([&] {
+    second = iface().mem_alloc(DeviceId{0}, page_, MemoryKind::device_only);
+    second_returned.store(true);
+  });
+  const auto bound = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
+  while (!second_returned.load() && std::chrono::steady_clock::now() < bound) {
+    std::this_thread::yield();
+  }
+  hlthunk().hold_bus_id_reads(0);
+  opener.join();
+  other.join();
+  ASSERT_TRUE(first.ok()) << first.status().reason();
+  ASSERT_TRUE(second.ok()) << second.status().reason();
+  EXPECT_EQ(hlthunk().call_count("hlthunk_open_by_module_id"), 1);
+  EXPECT_EQ(hlthunk().open_devices(), 1);
+  EXPECT_EQ(iface().query(*second, 1)->sys_dev, "0000:33:00.0");
 }
 
 TEST_F(SynapseaiIfaceTest, InitErrorsFailClosedWithTheStatusName) {
