@@ -466,6 +466,12 @@ Result<DmabufExport> ZeIface::export_dmabuf(MemoryRange range) {
                       "request on ze device 0x%" PRIx64 " failed: %s", base, info->device.value,
                       describe_ze_result(result).c_str());
   }
+  if (properties.type == ZE_MEMORY_TYPE_UNKNOWN) {
+    // compute-runtime answers memory it does not know with SUCCESS and type UNKNOWN, before
+    // it looks at the export request: the memory was freed after it was identified.
+    return make_error(HMR_EFAULT, "ze dma-buf export of %p: the driver no longer knows the "
+                      "allocation at %p (freed after it was identified)", range.address, base);
+  }
   if (export_fd.fd < 0) {
     return make_error(HMR_EIO, "zeMemGetAllocProperties(%p) succeeded but exported fd %d", base,
                       export_fd.fd);

@@ -627,14 +627,20 @@ EXPORT ze_result_t zeMemGetAllocProperties(const void *context, const void *ptr,
   struct allocation *a = find_allocation(c->driver, (uintptr_t)ptr);
   /* NEO answers from the allocation data holding ptr: for pooled memory, the pool's. */
   struct allocation *buffer = a != NULL ? buffer_of(a) : NULL;
-  export_fd_t *export_fd = NULL;
-  for (const struct chain *ext = properties->pNext; ext != NULL; ext = ext->next) {
-    if (ext->stype == 0x1a) export_fd = (export_fd_t *)(uintptr_t)ext;
+  /* compute-runtime (ContextImp::getMemAllocProperties): memory it does not know is answered
+   * UNKNOWN with SUCCESS, before the extension, the id or the device are looked at: an export
+   * request leaves the fd, and the id and device are left, as the caller set them.  Only the
+   * first struct of the chain is looked at (handleAllocationExtensions). */
+  if (buffer == NULL) {
+    properties->type = TYPE_UNKNOWN;
+    LEAVE(SUCCESS);
   }
+  const struct chain *first = properties->pNext;
+  export_fd_t *export_fd =
+      first != NULL && first->stype == 0x1a ? (export_fd_t *)(uintptr_t)first : NULL;
   if (export_fd != NULL) {
     const int export_failure = fake_calls_failure(&calls, "zeMemGetAllocProperties:export");
     if (export_failure != 0) LEAVE(export_failure);
-    if (a == NULL) LEAVE(INVALID_ARGUMENT);
     if (export_fd->flags != DMA_BUF || a->type != TYPE_DEVICE || !can_export_dmabuf(a->device)) {
       LEAVE(UNSUPPORTED_FEATURE);
     }
@@ -654,14 +660,14 @@ EXPORT ze_result_t zeMemGetAllocProperties(const void *context, const void *ptr,
       export_fd->fd = buffer->export_fd;
     }
   }
-  properties->type = buffer != NULL ? buffer->type : TYPE_UNKNOWN;
-  properties->id = buffer != NULL ? buffer->id : 0;
-  properties->pageSize = buffer != NULL ? 4096 : 0;
+  properties->type = buffer->type;
+  properties->id = buffer->id;
+  properties->pageSize = 4096;
   if (device != NULL) {
     *device = NULL;
-    if (a != NULL && a->tile >= 0) {
+    if (a->tile >= 0) {
       *device = &tiles[a->tile];
-    } else if (a != NULL && a->device >= 0) {
+    } else if (a->device >= 0) {
       *device = &devices[a->device];
     }
   }
