@@ -1,6 +1,7 @@
 #include "monitor/uffd_monitor.h"
 
 #include <algorithm>
+#include <cinttypes>
 #include <cstdint>
 #include <iterator>
 #include <thread>
@@ -118,6 +119,15 @@ void UffdMonitor::file_blocks(uintptr_t start, uintptr_t end, std::unique_lock<s
 
 Status UffdMonitor::subscribe(uintptr_t start, size_t len) {
   if (!watcher_) return make_error(HMR_EINVAL, "userfaultfd monitor is not started");
+  // The block loops below step to `end` by kBlock: in the address space's last block the step
+  // wraps to 0, still below `end`, and they never ended (filing blocks until memory ran out).
+  // No user mapping is there (user space ends far below it), so there is nothing to watch.
+  if (start + len > UINTPTR_MAX - kBlock + 1) {
+    return make_error(HMR_EFAULT,
+                      "userfaultfd monitor: [0x%" PRIxPTR ", +%zu) reaches the address space's "
+                      "last %zu bytes, where no user memory can be",
+                      start, len, static_cast<size_t>(kBlock));
+  }
   std::map<uintptr_t, Block> spare;  // declared first: destroyed after the lock is let go
   std::unique_lock<std::mutex> lock(blocks_mutex_);
   file_blocks(start, start + len, lock, spare);

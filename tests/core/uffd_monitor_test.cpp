@@ -150,6 +150,17 @@ TEST_F(UffdMonitorTest, AFilledBlockIsLearntOnceAndThenCostsNoSystemCall) {
   EXPECT_TRUE(unmap_is_seen(page(40)));
 }
 
+// The address space's last block: stepping block by block to the range's end wrapped to 0,
+// still below the end, and subscribe() filed blocks until memory ran out (a registration of
+// [2^64 - 4096, +4095) in a domain without HMR_MR_ALLOCATED hung).
+TEST_F(UffdMonitorTest, ARangeInTheLastBlockOfTheAddressSpaceIsRefused) {
+  for (const uintptr_t start : {UINTPTR_MAX - 4095, UINTPTR_MAX - 100, UINTPTR_MAX - (4u << 20)}) {
+    const Status status = monitor_.subscribe(start, UINTPTR_MAX - start);
+    EXPECT_EQ(status.code(), HMR_EFAULT) << std::hex << start;
+    EXPECT_NE(status.reason().find("no user memory"), std::string::npos) << status.reason();
+  }
+}
+
 TEST_F(UffdMonitorTest, APageMappedIntoAHoleAfterTheScanIsRegisteredItself) {
   ASSERT_EQ(munmap(reinterpret_cast<void*>(page(9)), kPage), 0);
   fill(4);  // registers the block and scans it while page 9 is a hole
