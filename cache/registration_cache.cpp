@@ -1,6 +1,7 @@
 #include "cache/registration_cache.h"
 
 #include <algorithm>
+#include <chrono>
 #include <memory>
 #include <new>
 #include <thread>
@@ -694,14 +695,16 @@ size_t RegistrationCache::wait_for_in_transit() {
   // needs nothing from the application either, the wait has no bound: that call ends by
   // itself, however long it takes (a verbs dereg of hundreds of GiB unpins for seconds; the
   // bound below used to end the wait first, and the caller was refused with the resources on
-  // their way back).  Otherwise the bound on rounds without progress is a safety net, not a
-  // timing rule: a callback NIC's dereg may wait for a lock the caller holds while it
+  // their way back).  Otherwise the bound without progress (2^20 rounds, or 250 ms: a round
+  // of yield takes far longer while other threads spin, and a registration waited 20 s so on
+  // a loaded machine) is a safety net, not a timing rule: a callback NIC's dereg may wait for a lock the caller holds while it
   // registers (a refusal then, rather than a deadlock), and a process forked while an entry
   // was in transit never sees it end (the thread that claimed it is not there), though a
   // forked child cannot reach its parent's caches through the C ABI (api/bad_handle.h).
   const bool ends_by_itself =
       !backend_.deregistration_may_wait_for_application() && forks_counted() == made_in_fork_;
   uint64_t seen = finalized;
+  auto progress_at = std::chrono::steady_clock::now();
   for (unsigned idle_rounds = 0; idle_rounds < rounds_without_progress_; ++idle_rounds) {
     rounds_waited_.fetch_add(1, std::memory_order_relaxed);
     (void)finalize_deferred();  // (what a monitor's thread left, if the reaper is behind)
@@ -712,8 +715,13 @@ size_t RegistrationCache::wait_for_in_transit() {
     if (now != seen) {
       seen = now;
       idle_rounds = 0;
+      progress_at = std::chrono::steady_clock::now();
     } else if (ends_by_itself && nic_deregistrations_.load(std::memory_order_acquire) != 0) {
       idle_rounds = 0;  // a NIC call under way: progress to come, without anyone's help
+      progress_at = std::chrono::steady_clock::now();
+    } else if (idle_rounds % 1024 == 1023 &&
+               std::chrono::steady_clock::now() - progress_at > kMostWithoutProgress) {
+      break;
     }
     std::this_thread::yield();
   }

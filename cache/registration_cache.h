@@ -27,6 +27,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -384,6 +385,7 @@ class RegistrationCache final : public InvalidationSink {
   const uint32_t made_in_fork_;  // forks_counted() at construction: a child's copy is stale
   // wait_for_in_transit()'s bound on rounds without progress (a test lowers it).
   unsigned rounds_without_progress_ = 1u << 20;
+  static constexpr std::chrono::milliseconds kMostWithoutProgress{250};  // and its time bound
   // Rounds wait_for_in_transit() ever went through, for a test to see a wait go on past its
   // bound without timing it (a refusal is rare: one relaxed add a round costs nothing).
   std::atomic<uint64_t> rounds_waited_{0};

@@ -140,11 +140,16 @@ bool NicRegistrar::give_back(GivingBack* progress, const std::atomic<uint64_t>& 
   // succeeds.  Every retry follows a deregistration someone else made, so threads that all
   // meet a full NIC end with its refusal; and one thread deregistering over and over cannot
   // keep a request that does not fit retrying: kRetriesOnOthers.  (Every release_unused
-  // call ends, so the wait does; a hit never comes here.)  Not from inside a NIC deregistration (a callback NIC's
-  // dereg registering): the giving back it runs inside, or another thread's waiting for it,
-  // ends only after it returns, so it takes the NIC's refusal instead (two threads each in
-  // such a dereg waited for each other for ever).
-  if (deregistering_here == 0) {
+  // call ends, so the wait does; a hit never comes here.)  Not from inside a NIC
+  // deregistration (a callback NIC's dereg registering): the giving back it runs inside, or
+  // another thread's waiting for it, ends only after it returns, so it takes the NIC's
+  // refusal instead (two threads each in such a dereg waited for each other for ever).  Nor
+  // when the NIC's dereg runs the application's code (a callback NIC): another thread's
+  // giving back may be inside a dereg that waits for a lock this caller holds while it
+  // registers, and this wait never ended (a review's finding).  What that thread took out of
+  // the cache is in transit, and release_unused above already waited for it as long as the
+  // cache waits for such a dereg (RegistrationCache::wait_for_in_transit).
+  if (deregistering_here == 0 && !deregistration_may_wait_for_application()) {
     while (giving_back_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
   }
   if (generation.load(std::memory_order_acquire) == before) return false;

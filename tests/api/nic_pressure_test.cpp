@@ -944,6 +944,56 @@ TEST_P(NicPressure, ARefusalGivesBackIdleEntriesWithoutWaitingForAnotherThreadsD
   }
 }
 
+// Thread A's refusal gives back the idle registrations, and the callback NIC's dereg of the
+// first waits for something the main thread holds (an application lock) while the main
+// thread registers on the same full NIC.  The main thread waited for A's giving back to end,
+// which waited for it: for ever (a review's finding).  Now it is refused after the cache's
+// bounded wait for what A took (a callback dereg may wait for the caller), and A's giving
+// back then ends.
+TEST_P(NicPressure, ARefusalDoesNotWaitForAnotherThreadsGivingBackInsideACallbackDereg) {
+  BoundedNic nic;
+  nic.capacity = 2;
+  open(nic, /*stated=*/true);
+  if (HasFatalFailure() || IsSkipped()) return;
+  Buffers buffers(4);
+  ASSERT_TRUE(reg(domain_->get(), buffers.at(0), kPage, kAccess));
+  ASSERT_TRUE(reg(domain_->get(), buffers.at(1), kPage, kAccess));
+  ASSERT_EQ(nic.held.load(), 2u) << "two idle registrations cached: the NIC is full";
+
+  nic.hold_deregistrations.store(true);  // "until the main thread lets its lock go"
+  MrPtr first;
+  std::thread giving_back([&] { first = reg(domain_->get(), buffers.at(2), kPage, kAccess); });
+  while (nic.deregistrations_waiting.load() == 0) std::this_thread::yield();
+
+  std::atomic<bool> returned{false};
+  bool watchdog_let_go = false;
+  std::thread watchdog([&] {
+    // (Only the failure waits this long.)
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!returned.load() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::yield();
+    }
+    watchdog_let_go = !returned.load();
+    nic.hold_deregistrations.store(false);
+  });
+  hmr_mr* second = nullptr;
+  const int refused = hmr_mr_reg(domain_->get(), buffers.at(3), kPage, kAccess, 0, 0, 0,
+                                 &second, nullptr);
+  const std::string reason = refused != 0 ? hmr_last_error() : "";
+  returned.store(true);
+  watchdog.join();
+  giving_back.join();
+  EXPECT_FALSE(watchdog_let_go) << "the registration waited for a giving back that waited for it";
+  EXPECT_EQ(refused, -HMR_ENOSPC) << "nothing was idle for it";
+  EXPECT_NE(reason.find("in use by an open MR"), std::string::npos) << reason;
+  if (refused == 0) hmr_mr_close(second);
+  EXPECT_TRUE(first) << "the giving back that had to wait still served its registration";
+  EXPECT_LE(nic.most_held.load(), nic.capacity);
+  first.reset();
+  domain_.reset();
+  EXPECT_EQ(nic.held.load(), 0u);
+}
+
 // A registration that cannot fit (its bytes over the NIC's bound while the MR holding the rest
 // stays open) is refused while another thread registers and deregisters over and over: each
 // of that thread's deregistrations moved the account during the refused one's attempt, which
