@@ -92,7 +92,7 @@ Result<std::unique_ptr<Domain>> Domain::open(const hmr_domain_attr& attr,
   domain->mr_cnt_ = *mr_cnt;
   domain->nic_registrar_.set_registration_limit(*mr_cnt);
   domain->pinned_limit_ = pinned_limit_for(caps);
-  domain->nic_registrar_.set_pinned_limit(domain->pinned_limit_.bytes);
+  domain->nic_registrar_.set_pinned_limit(domain->pinned_limit_);
   domain->mr_credits_.reset(*mr_cnt);
   domain->copies_allowed_ = (attr.flags & HMR_DOMAIN_ALLOW_HMEM_COPY) != 0;
   // HMEM is emulated (cleared from the mode in force), but an application that supports it

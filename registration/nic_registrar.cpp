@@ -33,7 +33,7 @@ namespace {
 // does not lose the whole cache, and one that is full by much is not retried once per entry.
 constexpr size_t kReleasedPerRefusal = 8;
 
-// Adds `amount` to `account` unless that passes `bound` (0: none); a compare-and-swap, so
+// Adds `amount` to `account` unless that passes `bound` (UINT64_MAX: none); a compare-and-swap, so
 // threads reserving at once never pass the bound together, and none fails while room is left.
 // Nothing added never fails: an account already past its bound (a re-registration the NIC
 // accepted past it, before hmr reserved a growth) refused even what pins nothing.
@@ -41,7 +41,7 @@ bool take(std::atomic<uint64_t>& account, uint64_t amount, uint64_t bound) {
   if (amount == 0) return true;
   uint64_t now = account.load(std::memory_order_relaxed);
   do {
-    if (bound != 0 && (now + amount > bound || now + amount < now)) return false;
+    if (now + amount > bound || now + amount < now) return false;
   } while (!account.compare_exchange_weak(now, now + amount, std::memory_order_relaxed));
   return true;
 }
@@ -60,7 +60,7 @@ uint64_t NicRegistrar::pinned_bytes_of(const nic::RegistrationRequest& request) 
 }
 
 Status NicRegistrar::over_pinned_bound(uint64_t pinned, const char* what, const char* advice) {
-  if (max_pinned_ == 0 || pinned <= max_pinned_) return ok_status();
+  if (pinned <= max_pinned_) return ok_status();
   refusals_.fetch_add(1, std::memory_order_relaxed);
   return make_error(HMR_ENOMEM, "the %s would pin %llu bytes, more than the %llu bytes hmr may "
                     "hold pinned at the NIC '%s' (RLIMIT_MEMLOCK or the NIC's bound: "
@@ -76,7 +76,7 @@ Status NicRegistrar::reserve(uint64_t registrations, uint64_t pinned, GivingBack
   HMR_RETURN_IF_ERROR(over_pinned_bound(pinned, "registration", "raise ulimit -l"));
   for (;;) {
     const uint64_t lowered = lowered_.load(std::memory_order_acquire);
-    const bool counted = take(held_, registrations, limit_);
+    const bool counted = take(held_, registrations, limit_ != 0 ? limit_ : UINT64_MAX);
     if (counted && take(pinned_, pinned, max_pinned_)) return ok_status();
     if (counted) held_.fetch_sub(registrations, std::memory_order_relaxed);
     // At a bound: what is idle goes back (its deregistration lowers the accounts) before the

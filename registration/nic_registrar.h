@@ -16,6 +16,7 @@
 #include "cache/registration_cache.h"
 #include "nic/nic.h"
 #include "registration/nic_pressure.h"
+#include "registration/pinned_limit.h"
 #include "registration/prefault.h"
 #include "util/status.h"
 
@@ -55,8 +56,11 @@ class NicRegistrar final : public CacheBackend {
   // pass the limit, unused ones are given back, and with none left the registration fails.
   void set_registration_limit(size_t limit) { limit_ = limit; }
   // The most host bytes hmr may hold pinned at the NIC (the smaller of the NIC's own bound and
-  // RLIMIT_MEMLOCK, read at domain open); 0: no bound.  Counted like registrations.
-  void set_pinned_limit(uint64_t bytes) { max_pinned_ = bytes; }
+  // RLIMIT_MEMLOCK, read at domain open; 0 is a bound too); none when not `limit.bounded`.
+  // Counted like registrations.
+  void set_pinned_limit(const PinnedLimit& limit) {
+    max_pinned_ = limit.bounded ? limit.bytes : UINT64_MAX;
+  }
 
   // Gives back up to `count` idle device registrations, which keep dma-buf exports (file
   // descriptors) open: for an export the driver could not make with the process's table full
@@ -174,8 +178,8 @@ class NicRegistrar final : public CacheBackend {
   nic::Nic& nic_;
   const NicRules rules_;
   NicPressureRelief* relief_ = nullptr;
-  size_t limit_ = 0;
-  uint64_t max_pinned_ = 0;
+  size_t limit_ = 0;                  // 0: none
+  uint64_t max_pinned_ = UINT64_MAX;  // UINT64_MAX: none
   // Registrations held at the NIC now and the host bytes they pin, with those being made
   // (reserved before the NIC call, so threads registering at once cannot pass a bound
   // together).

@@ -9,7 +9,8 @@
 namespace hmr::core {
 
 struct PinnedLimit {
-  uint64_t bytes = 0;                 // 0: no bound
+  bool bounded = false;
+  uint64_t bytes = 0;                 // when bounded (0 then: nothing may be pinned)
   const char* source = "not_pinned";  // "nic", "rlimit_memlock", "cap_ipc_lock", "unlimited"
 };
 

@@ -29,7 +29,8 @@ MemlockLimit memlock_limit_in_force() {
   if (getrlimit(RLIMIT_MEMLOCK, &memlock) != 0) return limit;  // (cannot fail for a valid resource)
   limit.soft = memlock.rlim_cur == RLIM_INFINITY ? UINT64_MAX : memlock.rlim_cur;
   limit.cap_ipc_lock = has_cap_ipc_lock();
-  if (!limit.cap_ipc_lock && memlock.rlim_cur != RLIM_INFINITY) limit.bytes = memlock.rlim_cur;
+  limit.bounded = !limit.cap_ipc_lock && memlock.rlim_cur != RLIM_INFINITY;
+  if (limit.bounded) limit.bytes = memlock.rlim_cur;
   return limit;
 }
 

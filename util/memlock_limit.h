@@ -9,8 +9,10 @@
 namespace hmr {
 
 struct MemlockLimit {
-  // Bytes this process may pin; 0 when there is no bound (RLIMIT_MEMLOCK is unlimited, or
-  // the process has CAP_IPC_LOCK).
+  // Whether the kernel bounds this process's pinning (no: RLIMIT_MEMLOCK is unlimited, or the
+  // process has CAP_IPC_LOCK), and the bytes it may pin then: 0 is a bound (ulimit -l 0, where
+  // every pin is refused), not the absence of one.
+  bool bounded = false;
   uint64_t bytes = 0;
   uint64_t soft = 0;       // RLIMIT_MEMLOCK's soft limit as read (UINT64_MAX: unlimited)
   bool cap_ipc_lock = false;

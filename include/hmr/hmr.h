@@ -426,7 +426,7 @@ struct hmr_md_attr {
 	 * at once (page-rounded, idle cached registrations included; before passing it hmr gives
 	 * back idle ones), and where that bound comes from: "nic" (the NIC's own, sim's
 	 * max_pinned), "rlimit_memlock" (RLIMIT_MEMLOCK's soft limit, read at domain open: the
-	 * kernel refuses pinning past it), "cap_ipc_lock" (0: the process may pin without limit),
+	 * kernel refuses pinning past it; 0 there is a bound of 0), "cap_ipc_lock" (0: the process may pin without limit),
 	 * "unlimited" (0: RLIMIT_MEMLOCK is unlimited) or "not_pinned" (0: the NIC pins no host
 	 * memory: ODP, software NICs, libfabric's tcp and shm). */
 	uint64_t max_pinned_bytes;

@@ -206,7 +206,7 @@ TEST_F(VerbsPinnedMemory, SaysWhereThePinningBoundComesFrom) {
   if (memlock.cap_ipc_lock) {
     EXPECT_STREQ(md.max_pinned_bytes_source, "cap_ipc_lock");
     EXPECT_EQ(md.max_pinned_bytes, 0u);
-  } else if (memlock.bytes == 0) {
+  } else if (!memlock.bounded) {
     EXPECT_STREQ(md.max_pinned_bytes_source, "unlimited");
   } else {
     EXPECT_STREQ(md.max_pinned_bytes_source, "rlimit_memlock");

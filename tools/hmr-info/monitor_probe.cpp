@@ -36,11 +36,14 @@ JsonValue pressure_json() {
   pinning.pins_host_memory = true;
   const core::PinnedLimit limit = core::pinned_limit_for(pinning);
   JsonValue pressure = JsonValue::object();
-  pressure.set("max_pinned_bytes", limit.bytes != 0 ? JsonValue(limit.bytes)
-                                                    : JsonValue());
+  pressure.set("max_pinned_bytes", limit.bounded ? JsonValue(limit.bytes) : JsonValue());
   pressure.set("source", limit.source);
   std::string reason =
-      limit.bytes != 0
+      limit.bounded && limit.bytes == 0
+          ? "RLIMIT_MEMLOCK is 0 and this process lacks CAP_IPC_LOCK: the kernel pins nothing "
+            "for it, so every registration on a NIC that pins host memory is refused (raise "
+            "ulimit -l)"
+      : limit.bounded
           ? "a domain on a NIC that pins holds at most " + std::to_string(limit.bytes >> 10) +
                 " KiB pinned (RLIMIT_MEMLOCK), idle cached registrations included; past it, "
                 "and whenever the NIC refuses for resources, idle ones are given back first"
