@@ -100,8 +100,9 @@ void touch_pages(uintptr_t start, uintptr_t end, const Protection& protection) {
 }
 
 // Populates one chunk with madvise; returns whether its pages are now present.
-bool populate_chunk(uintptr_t start, size_t len) {
+bool populate_chunk(uintptr_t start, size_t len, bool for_write) {
   void* addr = reinterpret_cast<void*>(start);
+  if (!for_write) return populate(addr, len, MADV_POPULATE_READ) == 0;
   const int error = populate(addr, len, MADV_POPULATE_WRITE);
   if (error == 0) return true;
   // EFAULT/EPERM: pages that may not be written (a read-only mapping): populate for reading.
@@ -112,9 +113,13 @@ bool populate_chunk(uintptr_t start, size_t len) {
 
 }  // namespace
 
+bool nic_may_write(uint64_t access) {
+  return (access & (HMR_READ | HMR_RECV | HMR_REMOTE_WRITE)) != 0;
+}
+
 bool wants_prefault(const nic::RegistrationRequest& request, uint64_t min_bytes,
-                    bool on_demand_paging) {
-  if (on_demand_paging) return false;
+                    bool pins_host_memory, bool on_demand_paging) {
+  if (!pins_host_memory || on_demand_paging) return false;
   if (request.dmabuf != nullptr || request.segments.empty()) return false;
   // Device memory, even memory the CPU can reach (host-alloc, managed), belongs to its
   // runtime: migrating or faulting it in from here is not hmr's call.
@@ -125,7 +130,8 @@ bool wants_prefault(const nic::RegistrationRequest& request, uint64_t min_bytes,
   return total >= min_bytes && total != 0;
 }
 
-PrefaultOutcome prefault_range(void* addr, size_t len, ThreadPool& pool, PrefaultMethod method) {
+PrefaultOutcome prefault_range(void* addr, size_t len, ThreadPool& pool, bool for_write,
+                               PrefaultMethod method) {
   PrefaultOutcome outcome;
   if (addr == nullptr || len == 0) return outcome;
   const size_t page = page_size();
@@ -139,6 +145,7 @@ PrefaultOutcome prefault_range(void* addr, size_t len, ThreadPool& pool, Prefaul
   Protection protection;
   if (!use_madvise) {
     protection = range_protection(first, end);
+    protection.writable = protection.writable && for_write;
     if (!protection.readable) {
       outcome.skipped_bytes = span;
       return outcome;
@@ -155,7 +162,9 @@ PrefaultOutcome prefault_range(void* addr, size_t len, ThreadPool& pool, Prefaul
     const size_t piece = std::min<size_t>(chunk, end - start);
     tasks.emplace_back([=, &populated]() -> Status {
       if (use_madvise) {
-        if (populate_chunk(start, piece)) populated.fetch_add(piece, std::memory_order_relaxed);
+        if (populate_chunk(start, piece, for_write)) {
+          populated.fetch_add(piece, std::memory_order_relaxed);
+        }
       } else {
         touch_pages(start, start + piece, protection);
         populated.fetch_add(piece, std::memory_order_relaxed);
@@ -170,11 +179,14 @@ PrefaultOutcome prefault_range(void* addr, size_t len, ThreadPool& pool, Prefaul
 }
 
 void prefault_for_registration(const nic::RegistrationRequest& request,
-                               const PrefaultSettings& settings, bool on_demand_paging) {
-  if (!wants_prefault(request, settings.min_bytes, on_demand_paging)) return;
+                               const PrefaultSettings& settings, bool pins_host_memory,
+                               bool on_demand_paging) {
+  if (!wants_prefault(request, settings.min_bytes, pins_host_memory, on_demand_paging)) return;
   ThreadPool& pool = ThreadPool::registration_pool(settings.threads);
+  const bool for_write = nic_may_write(request.access);
   for (const iovec& segment : request.segments) {
-    const PrefaultOutcome outcome = prefault_range(segment.iov_base, segment.iov_len, pool);
+    const PrefaultOutcome outcome =
+        prefault_range(segment.iov_base, segment.iov_len, pool, for_write);
     if (outcome.skipped_bytes != 0 && log_enabled(LogLevel::debug)) {
       log_message(LogLevel::debug, "pre-fault of %p +%zu left %" PRIu64 " bytes to the NIC",
                   segment.iov_base, segment.iov_len, outcome.skipped_bytes);

@@ -5,7 +5,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cinttypes>
 #include <cstddef>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -209,10 +211,35 @@ size_t resident_pages(const void* addr, size_t len) {
   return count;
 }
 
+// The bytes of private copies ("Anonymous:" in /proc/self/smaps) in the mapping at `start`.
+size_t anonymous_bytes_of(const void* start) {
+  std::FILE* smaps = std::fopen("/proc/self/smaps", "re");
+  if (smaps == nullptr) return SIZE_MAX;
+  char line[512];
+  bool in_mapping = false;
+  size_t bytes = SIZE_MAX;
+  while (std::fgets(line, sizeof line, smaps) != nullptr) {
+    uintptr_t low = 0;
+    uintptr_t high = 0;
+    if (std::sscanf(line, "%" SCNxPTR "-%" SCNxPTR, &low, &high) == 2 &&
+        std::strchr(line, '-') < std::strchr(line, ' ')) {
+      in_mapping = low == reinterpret_cast<uintptr_t>(start);
+      continue;
+    }
+    unsigned long long kib = 0;
+    if (in_mapping && std::sscanf(line, "Anonymous: %llu kB", &kib) == 1) {
+      bytes = static_cast<size_t>(kib) << 10;
+      break;
+    }
+  }
+  std::fclose(smaps);
+  return bytes;
+}
+
 TEST(LargeRegistration, PrefaultsAboveTheThresholdOnly) {
   ScopedEnv threshold("HMR_REG_PREFAULT_MIN", "16777216");
   ScopedEnv threads("HMR_REG_THREADS", "3");
-  DomainPtr domain = open_domain(HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR);
+  DomainPtr domain = open_domain(HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR, "pins=1");
   ASSERT_TRUE(domain);
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   Pages small(8 << 20);
@@ -224,6 +251,59 @@ TEST(LargeRegistration, PrefaultsAboveTheThresholdOnly) {
   ASSERT_TRUE(small_mr && large_mr);
   EXPECT_EQ(resident_pages(small.data(), small.size()), 0u);
   EXPECT_EQ(resident_pages(large.data(), large.size()), large.size() / page);
+}
+
+// Pre-faulting serves a pin: a NIC that pins nothing (a software NIC, libfabric's tcp and shm)
+// gets a sparse range as it is, and a range refused for the pinned bound is refused before
+// anything is populated (a review found 256 MiB made resident for either).
+TEST(LargeRegistration, OnlyWhatANicWillPinIsPrefaulted) {
+  ScopedEnv threshold("HMR_REG_PREFAULT_MIN", "16777216");
+  Pages sparse(32 << 20);
+  DomainPtr copying = open_domain(HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR);
+  ASSERT_TRUE(copying);
+  MrPtr mr = reg(copying.get(), sparse.data(), sparse.size(), HMR_READ | HMR_REMOTE_WRITE);
+  ASSERT_TRUE(mr);
+  EXPECT_EQ(resident_pages(sparse.data(), sparse.size()), 0u) << "a NIC that pins nothing";
+  mr.reset();
+
+  DomainPtr bounded = open_domain(HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR, "max_pinned=1048576");
+  ASSERT_TRUE(bounded);
+  hmr_mr* refused = nullptr;
+  EXPECT_EQ(hmr_mr_reg(bounded.get(), sparse.data(), sparse.size(), HMR_READ | HMR_REMOTE_WRITE,
+                       0, 0, 0, &refused, nullptr),
+            -HMR_ENOMEM);
+  EXPECT_EQ(resident_pages(sparse.data(), sparse.size()), 0u) << "populated, then refused";
+}
+
+// A read-only registration is populated for reading, as the kernel pins it (ib_umem_get asks
+// for write access only for a writable one): a private file mapping gets no copies of its
+// pages.  A writable one gets them, as its pin would make them.
+TEST(LargeRegistration, AReadOnlyRegistrationIsPrefaultedForReading) {
+  ScopedEnv threshold("HMR_REG_PREFAULT_MIN", "16777216");
+  constexpr size_t kLen = 16 << 20;
+  char path[] = "/tmp/hmr-prefault-XXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  unlink(path);
+  ASSERT_EQ(ftruncate(fd, kLen), 0);
+  DomainPtr domain = open_domain(HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR, "pins=1");
+  ASSERT_TRUE(domain);
+  for (const bool writable : {false, true}) {
+    void* file = mmap(nullptr, kLen, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+    ASSERT_NE(file, MAP_FAILED);
+    MrPtr mr = reg(domain.get(), file, kLen, writable ? HMR_REMOTE_WRITE : HMR_REMOTE_READ);
+    ASSERT_TRUE(mr);
+    const size_t copies = anonymous_bytes_of(file);
+    mr.reset();
+    ASSERT_EQ(hmr_domain_cache_flush(domain.get()), 0);
+    munmap(file, kLen);
+    if (writable) {
+      EXPECT_EQ(copies, kLen) << "a writable registration's pages are copied, as its pin's";
+    } else {
+      EXPECT_EQ(copies, 0u) << "a read-only registration copied the file's pages";
+    }
+  }
+  close(fd);
 }
 
 TEST(LargeRegistration, BadEnvironmentFailsTheOpen) {

@@ -53,27 +53,28 @@ nic::RegistrationRequest host_request(const iovec& segment) {
 TEST(Prefault, DecidesForLargeHostMemoryOnly) {
   const iovec big{reinterpret_cast<void*>(0x100000), 128 * kMiB};
   const iovec small{reinterpret_cast<void*>(0x100000), 1 * kMiB};
-  EXPECT_TRUE(wants_prefault(host_request(big), 64 * kMiB, false));
-  EXPECT_FALSE(wants_prefault(host_request(small), 64 * kMiB, false));
-  EXPECT_TRUE(wants_prefault(host_request(small), 1 * kMiB, false));  // the threshold counts
-  EXPECT_FALSE(wants_prefault(host_request(big), 64 * kMiB, true));   // ODP: never
+  EXPECT_TRUE(wants_prefault(host_request(big), 64 * kMiB, true, false));
+  EXPECT_FALSE(wants_prefault(host_request(small), 64 * kMiB, true, false));
+  EXPECT_TRUE(wants_prefault(host_request(small), 1 * kMiB, true, false));  // the threshold counts
+  EXPECT_FALSE(wants_prefault(host_request(big), 64 * kMiB, true, true));   // ODP: never
+  EXPECT_FALSE(wants_prefault(host_request(big), 64 * kMiB, false, false));  // nothing pinned
 
   nic::RegistrationRequest device = host_request(big);
   device.iface = HMR_HMEM_CUDA;  // device memory, even a host-alloc or managed range
-  EXPECT_FALSE(wants_prefault(device, 0, false));
+  EXPECT_FALSE(wants_prefault(device, 0, true, false));
   nic::RegistrationRequest device_only = host_request(big);
   device_only.flags = HMR_HMEM_DEVICE_ONLY;
-  EXPECT_FALSE(wants_prefault(device_only, 0, false));
+  EXPECT_FALSE(wants_prefault(device_only, 0, true, false));
   nic::RegistrationRequest dmabuf;
   hmr_mr_dmabuf buf{};
   dmabuf.dmabuf = &buf;
-  EXPECT_FALSE(wants_prefault(dmabuf, 0, false));
+  EXPECT_FALSE(wants_prefault(dmabuf, 0, true, false));
 
   const iovec halves[2] = {{reinterpret_cast<void*>(0x100000), 40 * kMiB},
                            {reinterpret_cast<void*>(0x8000000), 40 * kMiB}};
   nic::RegistrationRequest split;
   split.segments = halves;
-  EXPECT_TRUE(wants_prefault(split, 64 * kMiB, false));  // the whole request's size
+  EXPECT_TRUE(wants_prefault(split, 64 * kMiB, true, false));  // the whole request's size
 }
 
 class PrefaultMethods : public ::testing::TestWithParam<PrefaultMethod> {};
@@ -83,7 +84,7 @@ TEST_P(PrefaultMethods, MakesAnUntouchedRangeResident) {
   ASSERT_TRUE(mapping.ok());
   ASSERT_EQ(resident_pages(mapping), 0u);
   ThreadPool pool(3, 16);
-  const PrefaultOutcome outcome = prefault_range(mapping.addr(), mapping.len(), pool, GetParam());
+  const PrefaultOutcome outcome = prefault_range(mapping.addr(), mapping.len(), pool, true, GetParam());
   EXPECT_EQ(outcome.populated_bytes, mapping.len());
   EXPECT_EQ(outcome.skipped_bytes, 0u);
   EXPECT_EQ(resident_pages(mapping), pages(mapping.len()));
@@ -96,7 +97,7 @@ TEST_P(PrefaultMethods, KeepsTheDataOfAPartlyWrittenRange) {
   for (size_t i = 0; i < mapping.len(); i += 3 * 4096) bytes[i] = static_cast<unsigned char>(i >> 12);
   ThreadPool pool(2, 16);
   // An unaligned start and length: the pages covering them are populated.
-  const PrefaultOutcome outcome = prefault_range(bytes + 100, mapping.len() - 200, pool, GetParam());
+  const PrefaultOutcome outcome = prefault_range(bytes + 100, mapping.len() - 200, pool, true, GetParam());
   EXPECT_EQ(outcome.populated_bytes, mapping.len());
   for (size_t i = 0; i < mapping.len(); i += 4096) {
     const unsigned char expected = (i % (3 * 4096) == 0) ? static_cast<unsigned char>(i >> 12) : 0;
@@ -108,7 +109,7 @@ TEST_P(PrefaultMethods, ReadOnlyMappingIsNeverWritten) {
   Mapping mapping(64 * kMiB, PROT_READ);
   ASSERT_TRUE(mapping.ok());
   ThreadPool pool(2, 16);
-  const PrefaultOutcome outcome = prefault_range(mapping.addr(), mapping.len(), pool, GetParam());
+  const PrefaultOutcome outcome = prefault_range(mapping.addr(), mapping.len(), pool, true, GetParam());
   // Read-populated or left alone, but the process is still here and nothing was written.
   EXPECT_EQ(outcome.populated_bytes + outcome.skipped_bytes, mapping.len());
   EXPECT_EQ(static_cast<const unsigned char*>(mapping.addr())[0], 0);
@@ -119,7 +120,7 @@ TEST_P(PrefaultMethods, InaccessibleRangeIsSkipped) {
   Mapping mapping(32 * kMiB, PROT_NONE);
   ASSERT_TRUE(mapping.ok());
   ThreadPool pool(2, 16);
-  const PrefaultOutcome outcome = prefault_range(mapping.addr(), mapping.len(), pool, GetParam());
+  const PrefaultOutcome outcome = prefault_range(mapping.addr(), mapping.len(), pool, true, GetParam());
   EXPECT_EQ(outcome.populated_bytes, 0u);
   EXPECT_EQ(outcome.skipped_bytes, mapping.len());
   EXPECT_EQ(resident_pages(mapping), 0u);
@@ -135,13 +136,13 @@ TEST(Prefault, ForRegistrationHonoursTheThreshold) {
   Mapping mapping(8 * kMiB, PROT_READ | PROT_WRITE);
   ASSERT_TRUE(mapping.ok());
   const iovec segment{mapping.addr(), mapping.len()};
-  prefault_for_registration(host_request(segment), {16 * kMiB, 2}, false);
+  prefault_for_registration(host_request(segment), {16 * kMiB, 2}, true, false);
   EXPECT_EQ(resident_pages(mapping), 0u);
   nic::RegistrationRequest device = host_request(segment);
   device.flags = HMR_HMEM_DEVICE_ONLY;
-  prefault_for_registration(device, {1 * kMiB, 2}, false);
+  prefault_for_registration(device, {1 * kMiB, 2}, true, false);
   EXPECT_EQ(resident_pages(mapping), 0u);
-  prefault_for_registration(host_request(segment), {1 * kMiB, 2}, false);
+  prefault_for_registration(host_request(segment), {1 * kMiB, 2}, true, false);
   EXPECT_EQ(resident_pages(mapping), pages(mapping.len()));
 }
 
