@@ -42,16 +42,22 @@ Status resolve_memory(MrRequest& request, bool declared, hmem::Registry& registr
     request.memory.kind = MemoryKind::host;
     return ok_status();
   }
-  if (request.length() == 0 && request.iface == HMR_HMEM_SYSTEM && !declared) {
+  if (request.length() == 0 && request.iface == HMR_HMEM_SYSTEM) {
     // Zero bytes are nobody's allocation (and may be at any address, NULL included): host
-    // memory, registered as libfabric registers it, with nothing to classify.
+    // memory, registered as libfabric registers it, with nothing to classify or verify (an
+    // HMR_MR_HMEM domain's declared SYSTEM was refused as an empty range).
     request.memory = hmem::PointerInfo{};
     request.memory.kind = MemoryKind::host;
     return ok_status();
   }
   const bool verify = declared || request.iface != HMR_HMEM_SYSTEM;
+  bool classified = false;
   for (size_t i = 0; i < request.segments.size(); ++i) {
     const iovec& segment = request.segments[i];
+    // A zero-byte segment beside others names no memory (and may be at any address): nothing
+    // to ask about.  It was refused as an empty range, the whole registration with it.  (All
+    // of them empty reach here only declared as a device's: refused as an empty range.)
+    if (segment.iov_len == 0 && request.length() != 0) continue;
     Result<hmem::PointerInfo> memory =
         verify ? registry.verify(request.iface, request.device, segment.iov_base, segment.iov_len)
                : registry.classify(segment.iov_base, segment.iov_len);
@@ -62,7 +68,8 @@ Status resolve_memory(MrRequest& request, bool declared, hmem::Registry& registr
                         "segment per MR",
                         i, segment.iov_base, segment.iov_len, hmem::iface_name(memory->iface));
     }
-    if (i == 0) request.memory = std::move(*memory);
+    if (!classified) request.memory = std::move(*memory);
+    classified = true;
   }
   HMR_RETURN_IF_ERROR(check_declared_kind(request, request.memory));
   if (request.on_demand_paging() && request.memory.iface != HMR_HMEM_SYSTEM) {

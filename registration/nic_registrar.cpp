@@ -415,6 +415,9 @@ NicCounters NicRegistrar::counters() const {
 Status NicRegistrar::check_allocated(std::span<const iovec> segments) const {
   if (!rules_.check_allocated) return ok_status();
   for (const iovec& segment : segments) {
+    // Zero bytes name no memory: at base + 100 of an unmapped page they were refused, since
+    // msync looked at the 100 bytes before them (at the page's base they registered).
+    if (segment.iov_len == 0) continue;
     const auto start = reinterpret_cast<uintptr_t>(segment.iov_base);
     // msync wants an address on a page boundary: the kernel's page (64 KiB on some aarch64
     // kernels, where 4 KiB rounding failed with EINVAL for most buffers).

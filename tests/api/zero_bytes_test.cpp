@@ -2,6 +2,9 @@
 // both (fi_mr(3): access is an OR of the flags, none forbidden; its providers take a length of
 // 0; fabtests' unit/mr_test.c registers every access combination, none included), and so does
 // hmr, through every NIC that takes them.  What such an MR permits: nothing a peer can reach.
+#include <sys/mman.h>
+#include <sys/uio.h>
+
 #include <cstring>
 #include <string>
 #include <vector>
@@ -122,6 +125,59 @@ TEST(ZeroBytesAndNoAccess, ReachTheCallbackNicAsGiven) {
   EXPECT_EQ(seen.accesses[0], HMR_REMOTE_READ);
   EXPECT_EQ(seen.lengths[1], kPage);
   EXPECT_EQ(seen.accesses[1], 0u);
+}
+
+// Zero bytes wherever libfabric takes them (a review's findings): as a segment of a vector
+// beside others (each was refused, "memory query ... empty range"), declared SYSTEM in a
+// domain that offered HMR_MR_HMEM (the same), and at an unaligned address of an unmapped page
+// in an HMR_MR_ALLOCATED domain (refused as unmapped: its check looked at the bytes before it).
+TEST(ZeroBytesAndNoAccess, EmptySegmentsDeclaredMemoryAndUnmappedAddresses) {
+  Pages pages(2 * kPage);
+  std::memset(pages.data(), 1, 2 * kPage);
+  hmr_mr* mr = nullptr;
+  {
+    DomainPtr vectors = open_domain(HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR, "iov_limit=4");
+    ASSERT_TRUE(vectors);
+    const iovec empty_first[2] = {{pages.data(), 0}, {pages.data() + kPage, kPage}};
+    const iovec empty_last[2] = {{pages.data(), kPage}, {nullptr, 0}};
+    for (const iovec* iov : {empty_first, empty_last}) {
+      ASSERT_EQ(hmr_mr_regv(vectors.get(), iov, 2, HMR_REMOTE_READ, 0, 0, 0, &mr, nullptr), 0)
+          << hmr_last_error();
+      hmr_mr_info info{};
+      info.size = sizeof info;
+      EXPECT_EQ(hmr_mr_query(mr, &info), 0) << hmr_last_error();
+      EXPECT_EQ(info.iface, HMR_HMEM_SYSTEM);
+      EXPECT_EQ(hmr_mr_close(mr), 0);
+    }
+  }
+  {
+    DomainPtr declaring = open_domain(HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR | HMR_MR_HMEM);
+    ASSERT_TRUE(declaring);
+    for (const void* where : {static_cast<const void*>(pages.data()), static_cast<const void*>(nullptr)}) {
+      ASSERT_EQ(hmr_mr_reg(declaring.get(), where, 0, HMR_REMOTE_READ, 0, 0, 0, &mr, nullptr), 0)
+          << hmr_last_error();
+      EXPECT_EQ(hmr_mr_close(mr), 0);
+    }
+  }
+  {
+    DomainPtr allocated = open_domain(HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR | HMR_MR_ALLOCATED,
+                                      "require=ALLOCATED|PROV_KEY|VIRT_ADDR");
+    ASSERT_TRUE(allocated);
+    void* hole = mmap(nullptr, kPage, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(hole, MAP_FAILED);
+    ASSERT_EQ(munmap(hole, kPage), 0);
+    for (const size_t offset : {size_t{0}, size_t{100}}) {
+      ASSERT_EQ(hmr_mr_reg(allocated.get(), static_cast<char*>(hole) + offset, 0, HMR_REMOTE_READ,
+                           0, 0, 0, &mr, nullptr),
+                0)
+          << offset << ": " << hmr_last_error();
+      EXPECT_EQ(hmr_mr_close(mr), 0);
+    }
+    EXPECT_EQ(hmr_mr_reg(allocated.get(), static_cast<char*>(hole) + 100, 1, HMR_REMOTE_READ, 0,
+                         0, 0, &mr, nullptr),
+              -HMR_EFAULT)
+        << "one byte there is unmapped memory";
+  }
 }
 
 }  // namespace
