@@ -44,7 +44,9 @@ Result<nic::LinearCost> Domain::registration_cost() {
     if (!status.ok()) return status;
     return elapsed;
   };
-  return registration_cost_.get(nic_->capabilities(), register_once);
+  // Within the pinned-byte bound: a bound under the 4 MiB measured failed every query.
+  const uint64_t most_bytes = pinned_limit_.bounded ? pinned_limit_.bytes : UINT64_MAX;
+  return registration_cost_.get(nic_->capabilities(), register_once, most_bytes);
 }
 
 }  // namespace hmr::core

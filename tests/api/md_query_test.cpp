@@ -183,6 +183,30 @@ TEST(MdQuery, RegistrationCostIsMeasuredOnceAndKept) {
   EXPECT_EQ(stats.cache_regions, 0u);
 }
 
+// Under a pinned-byte bound below the 4 MiB it measured with (a NIC's own here; RLIMIT_MEMLOCK
+// alike), the measurement fits the bound: the query failed with HMR_ENOMEM, and the failure was
+// counted as a NIC refusal (a review's finding).
+TEST(MdQuery, RegistrationCostIsMeasuredWithinThePinnedBound) {
+  DomainPtr domain = open_domain(HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR, "max_pinned=1048576");
+  ASSERT_TRUE(domain);
+  hmr_md_attr attr = md_attr(HMR_MD_ATTR_REG_COST);
+  ASSERT_HMR_OK(hmr_md_query(domain.get(), &attr));
+  EXPECT_EQ(attr.reg_cost_measured, 1);
+  EXPECT_GT(attr.reg_cost.overhead_ns, 0.0);
+  hmr_domain_stats stats;
+  std::memset(&stats, 0, sizeof stats);
+  stats.size = sizeof stats;
+  ASSERT_HMR_OK(hmr_domain_query_stats(domain.get(), &stats));
+  EXPECT_EQ(stats.nic_refusals, 0u);
+  EXPECT_EQ(stats.nic_pinned_bytes, 0u);
+
+  DomainPtr too_small = open_domain(HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR, "max_pinned=4096");
+  ASSERT_TRUE(too_small);
+  hmr_md_attr refused = md_attr(HMR_MD_ATTR_REG_COST);
+  EXPECT_EQ(hmr_md_query(too_small.get(), &refused), -HMR_ENOMEM);
+  EXPECT_NE(std::strstr(hmr_last_error(), "max_pinned_bytes"), nullptr) << hmr_last_error();
+}
+
 TEST(MdQuery, RegistrationCostWithApplicationKeys) {
   // Without PROV_KEY the measurement picks keys of its own, never one an open MR holds.
   DomainPtr domain = open_domain(HMR_MR_VIRT_ADDR, "key_size=2");
