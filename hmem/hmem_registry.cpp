@@ -232,7 +232,13 @@ Result<PointerInfo> Registry::verify(int iface, uint64_t device, const void* ptr
   if (ptr == nullptr || len == 0 || start + len < start) return bad_range(ptr, len);
   if (iface == HMR_HMEM_SYSTEM) {
     Result<PointerInfo> found = classify(ptr, len);
-    if (!found.ok() || found->iface == HMR_HMEM_SYSTEM) return found;
+    // A runtime's pinned host memory (cudaHostAlloc, hipHostMalloc) is host memory: libfabric
+    // users register their staging buffers as FI_HMEM_SYSTEM, and it is registered by address
+    // as detection would have it (it was refused as a contradiction).  Device and managed
+    // memory are not: the CPU's view of them is not what the NIC would reach.
+    if (!found.ok() || found->iface == HMR_HMEM_SYSTEM || found->kind == MemoryKind::host_alloc) {
+      return found;
+    }
     return make_error(HMR_EINVAL,
                       "[%p, +%zu) is declared system memory, but the %s runtime reports %s memory "
                       "of device %llu there",

@@ -110,6 +110,17 @@ TEST_F(RegistryTest, DeclarationsAreVerifiedAndContradictionsAreErrors) {
 
   EXPECT_TRUE(registry.verify(HMR_HMEM_SYSTEM, 0, host_.data(), 16).ok());
   EXPECT_EQ(registry.verify(HMR_HMEM_SYSTEM, 3, host_.data(), 16).status().code(), HMR_EINVAL);
+
+  // The runtime's pinned host memory declared as system memory, as libfabric users declare
+  // their staging buffers: host memory, with the runtime's identity (it was refused).  Managed
+  // memory is not host memory to the NIC.
+  const unsigned long long pinned = alloc(0, 4096, FAKE_CUDA_MEM_HOST);
+  Result<PointerInfo> staging = registry.verify(HMR_HMEM_SYSTEM, 0, as_pointer(pinned), 4096);
+  ASSERT_TRUE(staging.ok()) << staging.status().reason();
+  EXPECT_EQ(staging->kind, MemoryKind::host_alloc);
+  const unsigned long long managed = alloc(0, 8192, FAKE_CUDA_MEM_MANAGED);
+  EXPECT_EQ(registry.verify(HMR_HMEM_SYSTEM, 0, as_pointer(managed), 4096).status().code(),
+            HMR_EINVAL);
   EXPECT_EQ(registry.verify(7, 0, host_.data(), 16).status().code(), HMR_EINVAL);
 }
 
