@@ -27,6 +27,14 @@ Status check_declared_kind(const MrRequest& request, const hmem::PointerInfo& me
 
 Status resolve_memory(MrRequest& request, bool declared, hmem::Registry& registry) {
   if (request.dmabuf) {
+    // The caller's dma-buf reaches the NIC without its runtime (its fd may come from another
+    // process), but FI_HMEM=^<name> is the caller's word that no such memory is here.
+    if (request.iface != HMR_HMEM_SYSTEM && request.iface >= 0 &&
+        request.iface < HMR_HMEM_IFACE_COUNT && !registry.selection().is_enabled(request.iface)) {
+      return make_error(HMR_ENOSYS, "a dma-buf declared as %s memory: the %s memory interface is "
+                        "disabled by FI_HMEM='%s'", hmem::iface_name(request.iface),
+                        hmem::iface_name(request.iface), registry.selection().text.c_str());
+    }
     request.memory = hmem::PointerInfo{};
     request.memory.iface = request.iface;
     request.memory.device = hmem::DeviceId{request.device};

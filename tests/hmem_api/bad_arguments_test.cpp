@@ -275,5 +275,50 @@ TEST(HmemBadArgs, BadFiHmemChild) {
   EXPECT_HMR_ERROR(hmr_detect_memory_type(host.data(), 64, &iface, &kind), HMR_EINVAL);
 }
 
+// FI_HMEM=^rocr is the caller's word that no ROCr memory is here: a dma-buf declared as ROCr
+// memory is refused with HMR_ENOSYS, as other memory declared so is (it was registered, a
+// review found).  In a fresh process: FI_HMEM is read once.
+TEST(HmemBadArgs, ADmabufOfADisabledIfaceIsRefused) {
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    setenv("FI_HMEM", "^rocr", 1);
+    setenv("HMR_HMEM_TEST_CHILD", "1", 1);
+    execl("/proc/self/exe", "hmr_hmem_api_tests",
+          "--gtest_filter=HmemBadArgs.ADmabufOfADisabledIfaceChild", "--gtest_brief=1",
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the child's checks failed (its output is above)";
+}
+
+TEST(HmemBadArgs, ADmabufOfADisabledIfaceChild) {
+  if (std::getenv("HMR_HMEM_TEST_CHILD") == nullptr) GTEST_SKIP() << "runs in a child only";
+  auto domain = open_domain("dmabuf=1");
+  ASSERT_TRUE(domain);
+  std::vector<char> backing(4096);
+  FILE* file = tmpfile();
+  ASSERT_NE(file, nullptr);
+  ASSERT_EQ(ftruncate(fileno(file), 4096), 0);
+  const hmr_mr_dmabuf dmabuf = {fileno(file), 0, 4096, backing.data()};
+  hmr_mr_attr attr;
+  std::memset(&attr, 0, sizeof attr);
+  attr.size = sizeof attr;
+  attr.dmabuf = &dmabuf;
+  attr.access = kAccess;
+  attr.iface = HMR_HMEM_ROCR;
+  hmr_mr* mr = nullptr;
+  EXPECT_HMR_ERROR(hmr_mr_regattr(domain.get(), &attr, HMR_MR_DMABUF, &mr), HMR_ENOSYS);
+  EXPECT_NE(std::string(hmr_last_error()).find("FI_HMEM='^rocr'"), std::string::npos)
+      << hmr_last_error();
+  attr.iface = HMR_HMEM_CUDA;  // enabled: registered, without asking its runtime
+  ASSERT_EQ(hmr_mr_regattr(domain.get(), &attr, HMR_MR_DMABUF, &mr), 0) << hmr_last_error();
+  EXPECT_EQ(hmr_mr_close(mr), 0);
+  fclose(file);
+}
+
 }  // namespace
 }  // namespace hmr_hmem_test
