@@ -119,6 +119,9 @@ Result<nic::Registration> register_device_range(NicRegistrar& registrar, nic::Re
       request.flags |= HMR_HMEM_DEVICE_ONLY;
       break;
     case ExportMode::host_shadow: {
+      // Over the pinned bound on its own: refused before a shadow is mapped and filled (it
+      // was copied whole, then refused).
+      HMR_RETURN_IF_ERROR(registrar.admits_pinned(segment.iov_len, "host shadow"));
       Result<std::unique_ptr<ShadowBuffer>> shadow =
           ShadowBuffer::create(iface, segment.iov_base, segment.iov_len);
       if (!shadow.ok()) return shadow.status();

@@ -70,6 +70,13 @@ Status NicRegistrar::over_pinned_bound(uint64_t pinned, const char* what, const 
                     advice);
 }
 
+Status NicRegistrar::admits_pinned(uint64_t host_bytes, const char* what) {
+  if (!nic_.capabilities().pins_host_memory) return ok_status();
+  const uint64_t page = hmem::host_page_size();
+  const uint64_t pages = host_bytes / page + (host_bytes % page != 0 ? 1 : 0);
+  return over_pinned_bound(pages * page, what, "raise ulimit -l");
+}
+
 Status NicRegistrar::reserve(uint64_t registrations, uint64_t pinned, GivingBack* giving_back) {
   using ull = unsigned long long;
   // (no eviction can make room for a registration over the bound on its own)

@@ -118,6 +118,11 @@ class NicRegistrar final : public CacheBackend {
   nic::Nic& nic() const { return nic_; }
   NicCounters counters() const;
 
+  // HMR_ENOMEM (counted as a refusal) when `host_bytes` of page-aligned host memory (`what`,
+  // a host shadow to be made) alone would pass the pinned-byte bound on a NIC that pins: so
+  // that it is refused before it is allocated and filled.
+  Status admits_pinned(uint64_t host_bytes, const char* what);
+
   // A registration's key at the domain's mr_key_size (NicRules::key_size); HMR_EKEYREJECTED
   // when the NIC's key is wider (what a re-registration gave back, for one).
   Status narrow_key(nic::Registration& registration) const;

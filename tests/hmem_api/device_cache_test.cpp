@@ -39,6 +39,27 @@ TEST(DeviceCache, RepeatedRegistrationHitsAndExportsOnce) {
 // hmr_mr_sync of the inner MR address its own part of it, and a free and reallocation at the
 // same address gets a new shadow filled from the new memory.  hmr-perftest --mem cuda on
 // libfabric tcp (an H100, docs/gpu.md) registered a new shadow for every message before.
+// A host shadow over the pinned-byte bound on its own (the NIC's max_pinned here; RLIMIT_MEMLOCK
+// alike) is refused before it is mapped and filled: it was copied whole from the device, then
+// refused (a review's finding).
+TEST(DeviceCache, AHostShadowOverThePinnedBoundIsRefusedBeforeItIsFilled) {
+  FakeAllocation device(0, 1 << 20);
+  ScopedEnv no_p2p("FI_HMEM_DISABLE_P2P", "1");
+  auto domain = open_domain("max_pinned=65536", HMR_DOMAIN_ALLOW_HMEM_COPY);
+  ASSERT_TRUE(domain);
+  const int copies_before = fake_cuda().call_count("cuMemcpyDtoH_v2");
+  hmr_mr* mr = nullptr;
+  EXPECT_EQ(register_attr(domain.get(), device.get(), 1 << 20, HMR_HMEM_SYSTEM, 0, 0, &mr),
+            -HMR_ENOMEM);
+  EXPECT_NE(std::string(hmr_last_error()).find("host shadow"), std::string::npos)
+      << hmr_last_error();
+  EXPECT_EQ(fake_cuda().call_count("cuMemcpyDtoH_v2"), copies_before) << "filled, then refused";
+  MrPtr fits = register_ok(domain.get(), device.get(), 16384);  // within the bound: a shadow
+  ASSERT_TRUE(fits);
+  EXPECT_GT(fake_cuda().call_count("cuMemcpyDtoH_v2"), copies_before) << "filled from the device";
+  EXPECT_EQ(mr_info(fits.get()).path, HMR_MR_PATH_HOST_SHADOW);
+}
+
 TEST(DeviceCache, HostShadowsAreCachedAndSharedByTheMrsInside) {
   auto device = std::make_unique<FakeAllocation>(0, kAlloc);
   const std::vector<uint8_t> initial(kAlloc, 0x11);
