@@ -59,3 +59,19 @@ def header_defines(prefix):
         except Exception:
             pass
     return out
+
+
+def pinning_sim(size, **options):
+    """A software-NIC domain that pins host memory (nic_options "pins=1"), so that a
+    registration of an untouched range of `size` bytes pre-faults it first and lasts long
+    enough for another thread to get in: the timing checks of where the GIL is let go need a
+    call that takes a while, and hmr pre-faults only for a NIC that pins.  Skipped where the
+    process may not pin `size` bytes (RLIMIT_MEMLOCK without CAP_IPC_LOCK); those places are
+    checked exactly, without timing, in test_gil_on_the_fake_nic.py."""
+    domain = hmr.Domain("sim", nic_options="pins=1", **options)
+    attr = domain.md_query()
+    if attr["max_pinned_bytes_source"] in ("rlimit_memlock", "nic") and \
+            attr["max_pinned_bytes"] < size:
+        domain.close()
+        pytest.skip(f"this process may pin only {attr['max_pinned_bytes']} bytes")
+    return domain

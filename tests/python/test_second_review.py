@@ -10,6 +10,7 @@ import numpy
 import pytest
 
 import hmr
+from conftest import pinning_sim
 
 
 def _peer_and_key(size):
@@ -171,7 +172,7 @@ def test_registrations_the_cache_does_not_keep_always_release_the_gil():
     # Each is a NIC registration (here 256 MiB on the sim NIC): none may hold every other
     # thread for its length.  From the second on they were made with the GIL held.
     big = numpy.zeros(256 << 20, numpy.uint8)
-    with hmr.Domain("sim", cache_monitor="disabled") as domain:
+    with pinning_sim(big.nbytes, cache_monitor="disabled") as domain:
         results = [_registered_with_the_gil_released(domain, big) for _ in range(3)]
         assert domain.stats()["nic_registrations"] == 3
     assert results == [True, True, True]
@@ -183,7 +184,7 @@ def test_a_cached_registration_is_hinted_and_its_hit_keeps_the_gil():
     # The hint is trusted once a registration of the range was as quick as a hit: from the
     # third on, unless the machine held up the second (then a later one).
     big = numpy.zeros(64 << 20, numpy.uint8)
-    with hmr.Domain("sim") as domain:
+    with pinning_sim(big.nbytes) as domain:
         assert _registered_with_the_gil_released(domain, big)
         assert _hinted_within(lambda: _registered_with_the_gil_released(domain, big))
         assert domain.stats()["nic_registrations"] == 1
