@@ -219,8 +219,15 @@ ncclResult_t RecvComm::progress() {
   // The sender's exit, looked at only once what it sent was read (it may exit as soon as its
   // last messages were delivered, a normal end: they must still reach NCCL, found by a
   // review): with nothing more arriving, a receive that needs more fails (test()), and the
-  // comm fails once no early message it delivered is left for a receive to take.
-  if (taken == 0 && peer_watch_.gone()) {
+  // comm fails once no early message it delivered is left for a receive to take.  "Nothing
+  // more" is kQuietPollsAfterExit reads in a row that found nothing: what the sender wrote
+  // before it exited is in this host's socket buffers, but the provider may need more than
+  // one progress call to hand it over (one empty read once failed the comm with four
+  // delivered messages still to come, on tcp under load).
+  if (peer_exited_ || peer_watch_.gone()) {
+    quiet_polls_after_exit_ = taken == 0 ? quiet_polls_after_exit_ + 1 : 0;
+  }
+  if (quiet_polls_after_exit_ >= kQuietPollsAfterExit) {
     peer_exited_ = true;
     if (unexpected_.empty()) {
       return fail_comm(ncclRemoteError, "the sending process (pid " +

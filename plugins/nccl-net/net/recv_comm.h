@@ -192,6 +192,10 @@ class RecvComm {
   bool connector_spoke_ = false;  // a message or write of the connector's arrived here
   PeerWatch peer_watch_;  // the peer's process, on shm (peer_watch.h)
   bool peer_exited_ = false;  // seen gone once all it sent was read (progress())
+  // Progress calls in a row that read nothing since the peer was seen gone; its exit counts
+  // once there were kQuietPollsAfterExit (progress()).
+  static constexpr unsigned kQuietPollsAfterExit = 32;
+  unsigned quiet_polls_after_exit_ = 0;
   std::string failure_;
   ncclResult_t failure_result_ = ncclSuccess;
   std::array<ReceiveRequest, kMaxRequests> receives_;
