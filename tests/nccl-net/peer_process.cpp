@@ -210,6 +210,22 @@ std::string tcp_socket_of(const std::string& target) {
 }
 }  // namespace
 
+std::set<std::string> open_fd_targets() {
+  std::set<std::string> targets;
+  DIR* dir = opendir("/proc/self/fd");
+  if (dir == nullptr) return targets;
+  while (const dirent* entry = readdir(dir)) {
+    if (entry->d_name[0] == '.' || std::atoi(entry->d_name) == dirfd(dir)) continue;
+    char target[256] = {};
+    const std::string path = std::string("/proc/self/fd/") + entry->d_name;
+    const ssize_t n = readlink(path.c_str(), target, sizeof target - 1);
+    targets.insert(std::string(entry->d_name) + ":" +
+                   (n > 0 ? std::string(target, static_cast<size_t>(n)) : "?"));
+  }
+  closedir(dir);
+  return targets;
+}
+
 std::string describe_open_fds() {
   DIR* dir = opendir("/proc/self/fd");
   if (dir == nullptr) return "(no /proc/self/fd)";

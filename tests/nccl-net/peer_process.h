@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -66,6 +67,10 @@ int count_open_fds();
 // [eventfd] ..."; a tcp socket with its addresses and state from /proc/net/tcp, hex), for a
 // failure's message.
 std::string describe_open_fds();
+// Each open descriptor as "fd:target" (the listing's own directory left out), for a leak check
+// that a descriptor closed meanwhile (another test's connection the provider let go late)
+// does not fail: what is open after must have been open before.
+std::set<std::string> open_fd_targets();
 
 // This program's own path (/proc/self/exe), to start its peer rank with.
 std::string self_executable();
