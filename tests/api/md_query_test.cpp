@@ -174,10 +174,7 @@ TEST(MdQuery, RegistrationCostIsMeasuredOnceAndKept) {
   EXPECT_EQ(second.reg_cost.ns_per_byte, first.reg_cost.ns_per_byte);
   // A measurement, not a registration of the application's: no MR, no cache entry, no
   // statistics left behind (it goes through the registrar for its limits only).
-  hmr_domain_stats stats;
-  std::memset(&stats, 0, sizeof stats);
-  stats.size = sizeof stats;
-  ASSERT_HMR_OK(hmr_domain_query_stats(domain.get(), &stats));
+  const hmr_domain_stats stats = domain_stats(domain.get());
   EXPECT_EQ(stats.nic_registrations, 0u);
   EXPECT_EQ(stats.mr_open, 0u);
   EXPECT_EQ(stats.cache_regions, 0u);
@@ -193,10 +190,7 @@ TEST(MdQuery, RegistrationCostIsMeasuredWithinThePinnedBound) {
   ASSERT_HMR_OK(hmr_md_query(domain.get(), &attr));
   EXPECT_EQ(attr.reg_cost_measured, 1);
   EXPECT_GT(attr.reg_cost.overhead_ns, 0.0);
-  hmr_domain_stats stats;
-  std::memset(&stats, 0, sizeof stats);
-  stats.size = sizeof stats;
-  ASSERT_HMR_OK(hmr_domain_query_stats(domain.get(), &stats));
+  const hmr_domain_stats stats = domain_stats(domain.get());
   EXPECT_EQ(stats.nic_refusals, 0u);
   EXPECT_EQ(stats.nic_pinned_bytes, 0u);
 

@@ -139,6 +139,37 @@ int bounded_deregister(void* context, const hmr_nic_mr* mr, char* reason, size_t
   return 0;
 }
 
+// Lets a NIC call the test holds go (`let_go`) once the calling thread says it returned, or
+// after `most` if it never does (a hang: the test fails, and ends).
+class Watchdog {
+ public:
+  Watchdog(std::chrono::seconds most, std::function<void()> let_go)
+      : thread_([this, most, let_go = std::move(let_go)] {
+          const auto deadline = std::chrono::steady_clock::now() + most;
+          while (!returned_.load() && std::chrono::steady_clock::now() < deadline) {
+            std::this_thread::yield();
+          }
+          had_to_ = !returned_.load();
+          let_go();
+        }) {}
+  ~Watchdog() {
+    if (thread_.joinable()) (void)returned();
+  }
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+  // The caller returned: whether the watchdog had to let go first.
+  bool returned() {
+    returned_.store(true);
+    thread_.join();
+    return had_to_;
+  }
+
+ private:
+  std::atomic<bool> returned_{false};
+  bool had_to_ = false;
+  std::thread thread_;
+};
+
 class PressureDomain {
  public:
   // `stated`: the NIC tells hmr its limit (mr_cnt); otherwise hmr learns it from refusals.
@@ -916,21 +947,11 @@ TEST_P(NicPressure, ARefusalGivesBackIdleEntriesWithoutWaitingForAnotherThreadsD
     std::thread unmapping([&] { EXPECT_EQ(munmap(freed, kPage), 0); });
     while (!nic.held_entered.load()) std::this_thread::yield();  // its deregistration is under way
 
-    std::atomic<bool> returned{false};
-    bool watchdog_let_go = false;
-    std::thread watchdog([&] {
-      // (Only the failure waits this long: a registrar that does not wait returns at once.)
-      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-      while (!returned.load() && std::chrono::steady_clock::now() < deadline) {
-        std::this_thread::yield();
-      }
-      watchdog_let_go = !returned.load();
-      nic.let_go_held.store(true);
-    });
+    // (Only the failure waits this long: a registrar that does not wait returns at once.)
+    Watchdog watchdog(std::chrono::seconds(10), [&] { nic.let_go_held.store(true); });
     MrPtr mr = reg(domain_->get(), buffers.at(3), kPage, kAccess);
     const std::string reason = mr ? "" : hmr_last_error();
-    returned.store(true);
-    watchdog.join();
+    const bool watchdog_let_go = watchdog.returned();
     unmapping.join();
     EXPECT_TRUE(mr) << reason;
     EXPECT_FALSE(watchdog_let_go)
@@ -963,23 +984,13 @@ TEST_P(NicPressure, ARefusalDoesNotWaitForAnotherThreadsGivingBackInsideACallbac
   std::thread giving_back([&] { first = reg(domain_->get(), buffers.at(2), kPage, kAccess); });
   while (nic.deregistrations_waiting.load() == 0) std::this_thread::yield();
 
-  std::atomic<bool> returned{false};
-  bool watchdog_let_go = false;
-  std::thread watchdog([&] {
-    // (Only the failure waits this long.)
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (!returned.load() && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::yield();
-    }
-    watchdog_let_go = !returned.load();
-    nic.hold_deregistrations.store(false);
-  });
+  // (Only the failure waits this long.)
+  Watchdog watchdog(std::chrono::seconds(20), [&] { nic.hold_deregistrations.store(false); });
   hmr_mr* second = nullptr;
   const int refused = hmr_mr_reg(domain_->get(), buffers.at(3), kPage, kAccess, 0, 0, 0,
                                  &second, nullptr);
   const std::string reason = refused != 0 ? hmr_last_error() : "";
-  returned.store(true);
-  watchdog.join();
+  const bool watchdog_let_go = watchdog.returned();
   giving_back.join();
   EXPECT_FALSE(watchdog_let_go) << "the registration waited for a giving back that waited for it";
   EXPECT_EQ(refused, -HMR_ENOSPC) << "nothing was idle for it";

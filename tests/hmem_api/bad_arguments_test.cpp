@@ -212,23 +212,65 @@ TEST(HmemBadArgs, SimDevicePathOptionsAreZeroOrOne) {
   }
 }
 
+// A caller's dma-buf of 4096 bytes as the sim NIC imports one (a temporary file's fd), and the
+// attributes that register it declared as `iface` memory.
+class CallersDmabuf {
+ public:
+  CallersDmabuf() : file_(tmpfile()) {
+    EXPECT_NE(file_, nullptr);
+    if (file_ != nullptr) {
+      EXPECT_EQ(ftruncate(fileno(file_), 4096), 0);
+    }
+    dmabuf_ = {file_ != nullptr ? fileno(file_) : -1, 0, 4096, backing_.data()};
+  }
+  ~CallersDmabuf() {
+    if (file_ != nullptr) fclose(file_);
+  }
+  CallersDmabuf(const CallersDmabuf&) = delete;
+  CallersDmabuf& operator=(const CallersDmabuf&) = delete;
+  hmr_mr_attr attr(hmr_hmem_iface iface) const {
+    hmr_mr_attr attr;
+    std::memset(&attr, 0, sizeof attr);
+    attr.size = sizeof attr;
+    attr.dmabuf = &dmabuf_;
+    attr.access = kAccess;
+    attr.iface = iface;
+    return attr;
+  }
+
+ private:
+  std::vector<char> backing_ = std::vector<char>(4096);
+  FILE* file_;
+  hmr_mr_dmabuf dmabuf_{};
+};
+
+// FI_HMEM is read once per process: a test of a value of it runs `child_test` in a fresh one,
+// this binary again with FI_HMEM=`fi_hmem`, and expects it to pass.
+void expect_child_passes(const char* child_test, const char* fi_hmem) {
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    setenv("FI_HMEM", fi_hmem, 1);
+    setenv("HMR_HMEM_TEST_CHILD", "1", 1);
+    const std::string filter = std::string("--gtest_filter=HmemBadArgs.") + child_test;
+    execl("/proc/self/exe", "hmr_hmem_api_tests", filter.c_str(), "--gtest_brief=1",
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the child's checks failed (its output is above)";
+}
+
 TEST(HmemBadArgs, ANicWithoutDmabufImportRefusesACallersDmabuf) {
   auto domain = open_domain("dmabuf=0");
   ASSERT_TRUE(domain);
-  std::vector<char> backing(4096);
-  FILE* file = tmpfile();
-  ASSERT_NE(file, nullptr);
-  ASSERT_EQ(ftruncate(fileno(file), 4096), 0);
-  const hmr_mr_dmabuf dmabuf = {fileno(file), 0, 4096, backing.data()};
-  hmr_mr_attr attr;
-  std::memset(&attr, 0, sizeof attr);
-  attr.size = sizeof attr;
-  attr.dmabuf = &dmabuf;
-  attr.access = kAccess;
+  const CallersDmabuf dmabuf;
+  const hmr_mr_attr attr = dmabuf.attr(HMR_HMEM_SYSTEM);
   hmr_mr* mr = nullptr;
   EXPECT_HMR_ERROR(hmr_mr_regattr(domain.get(), &attr, HMR_MR_DMABUF, &mr), HMR_EOPNOTSUPP);
   EXPECT_EQ(mr, nullptr);
-  fclose(file);
 }
 
 TEST(HmemBadArgs, DeviceEnvironmentValuesThatAreNotBooleansFailTheOpen) {
@@ -244,22 +286,9 @@ TEST(HmemBadArgs, DeviceEnvironmentValuesThatAreNotBooleansFailTheOpen) {
   }
 }
 
-// FI_HMEM is read once per process, so a bad value is tried in a fresh one: this binary again,
-// running only the test below.
+// A bad value, in a fresh process: the test below.
 TEST(HmemBadArgs, BadFiHmemFailsDomainOpenNamingTheValue) {
-  const pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    setenv("FI_HMEM", "cuda,gpu", 1);
-    setenv("HMR_HMEM_TEST_CHILD", "1", 1);
-    execl("/proc/self/exe", "hmr_hmem_api_tests", "--gtest_filter=HmemBadArgs.BadFiHmemChild",
-          "--gtest_brief=1", static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  int status = 0;
-  ASSERT_EQ(waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0) << "the child's checks failed (its output is above)";
+  expect_child_passes("BadFiHmemChild", "cuda,gpu");
 }
 
 TEST(HmemBadArgs, BadFiHmemChild) {
@@ -279,45 +308,22 @@ TEST(HmemBadArgs, BadFiHmemChild) {
 // memory is refused with HMR_ENOSYS, as other memory declared so is (it was registered, a
 // review found).  In a fresh process: FI_HMEM is read once.
 TEST(HmemBadArgs, ADmabufOfADisabledIfaceIsRefused) {
-  const pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    setenv("FI_HMEM", "^rocr", 1);
-    setenv("HMR_HMEM_TEST_CHILD", "1", 1);
-    execl("/proc/self/exe", "hmr_hmem_api_tests",
-          "--gtest_filter=HmemBadArgs.ADmabufOfADisabledIfaceChild", "--gtest_brief=1",
-          static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  int status = 0;
-  ASSERT_EQ(waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0) << "the child's checks failed (its output is above)";
+  expect_child_passes("ADmabufOfADisabledIfaceChild", "^rocr");
 }
 
 TEST(HmemBadArgs, ADmabufOfADisabledIfaceChild) {
   if (std::getenv("HMR_HMEM_TEST_CHILD") == nullptr) GTEST_SKIP() << "runs in a child only";
   auto domain = open_domain("dmabuf=1");
   ASSERT_TRUE(domain);
-  std::vector<char> backing(4096);
-  FILE* file = tmpfile();
-  ASSERT_NE(file, nullptr);
-  ASSERT_EQ(ftruncate(fileno(file), 4096), 0);
-  const hmr_mr_dmabuf dmabuf = {fileno(file), 0, 4096, backing.data()};
-  hmr_mr_attr attr;
-  std::memset(&attr, 0, sizeof attr);
-  attr.size = sizeof attr;
-  attr.dmabuf = &dmabuf;
-  attr.access = kAccess;
-  attr.iface = HMR_HMEM_ROCR;
+  const CallersDmabuf dmabuf;
+  const hmr_mr_attr rocr = dmabuf.attr(HMR_HMEM_ROCR);
   hmr_mr* mr = nullptr;
-  EXPECT_HMR_ERROR(hmr_mr_regattr(domain.get(), &attr, HMR_MR_DMABUF, &mr), HMR_ENOSYS);
+  EXPECT_HMR_ERROR(hmr_mr_regattr(domain.get(), &rocr, HMR_MR_DMABUF, &mr), HMR_ENOSYS);
   EXPECT_NE(std::string(hmr_last_error()).find("FI_HMEM='^rocr'"), std::string::npos)
       << hmr_last_error();
-  attr.iface = HMR_HMEM_CUDA;  // enabled: registered, without asking its runtime
-  ASSERT_EQ(hmr_mr_regattr(domain.get(), &attr, HMR_MR_DMABUF, &mr), 0) << hmr_last_error();
+  const hmr_mr_attr cuda = dmabuf.attr(HMR_HMEM_CUDA);  // enabled: no runtime asked
+  ASSERT_EQ(hmr_mr_regattr(domain.get(), &cuda, HMR_MR_DMABUF, &mr), 0) << hmr_last_error();
   EXPECT_EQ(hmr_mr_close(mr), 0);
-  fclose(file);
 }
 
 }  // namespace
