@@ -1068,30 +1068,47 @@ TEST_P(NicPressure, ARequestThatCannotFitIsRefusedWhileAnotherThreadKeepsDeregis
 // and need not enforce it: a re-registration onto more pages reserves the growth, giving back
 // idle registrations, and is refused when it cannot fit.  Before, the NIC's acceptance took
 // hmr's account past the bound, and every later registration was refused, even one that pins
-// nothing (ODP), until that MR closed (found by a review).  In a child of its own, without
-// CAP_IPC_LOCK (which root here has, and which lifts the bound), RLIMIT_MEMLOCK at 16 pages.
+// nothing (ODP), until that MR closed (found by a review).  RLIMIT_MEMLOCK at 16 pages.
 int accepting_rereg(void*, hmr_nic_mr*, const hmr_nic_rereg_request*, char*, size_t) { return 0; }
 
-TEST(NicPressurePinned, AReregistrationOntoMorePagesKeepsToTheBound) {
+// The NicPressurePinned test `name` again in a child of its own, without CAP_IPC_LOCK (which root
+// here has, and which lifts the bound) and with RLIMIT_MEMLOCK at `bytes`: false in the parent,
+// which checked the child's end, and in a child that could not set itself up (the test
+// failed); true in the child, where the test goes on.
+bool in_memlock_child(const char* name, uint64_t bytes) {
   constexpr const char* kChild = "HMR_TEST_PRESSURE_MEMLOCK_CHILD";
   if (std::getenv(kChild) == nullptr) {
-    EXPECT_EQ(run_self({"--gtest_filter=NicPressurePinned.AReregistrationOntoMorePagesKeepsToTheBound"},
+    EXPECT_EQ(run_self({std::string("--gtest_filter=NicPressurePinned.") + name},
                        {std::string(kChild) + "=1"}),
               0)
         << "the child failed (its output is above)";
-    return;
+    return false;
   }
-  ASSERT_TRUE(drop_cap_ipc_lock()) << std::strerror(errno);
-  ASSERT_TRUE(set_memlock(16 * kPage)) << std::strerror(errno);
+  if (!drop_cap_ipc_lock() || !set_memlock(bytes)) {
+    ADD_FAILURE() << "the child's CAP_IPC_LOCK or RLIMIT_MEMLOCK: " << std::strerror(errno);
+    return false;
+  }
+  return true;
+}
+
+// A domain on the callback NIC `callbacks` (pinning), caching nothing: every MR its own
+// registration.
+DomainPtr open_uncached(hmr_nic_callbacks& callbacks) {
+  hmr_domain_attr attr = callback_domain_attr(callbacks, HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR);
+  attr.cache_monitor = "disabled";
+  hmr_domain* raw = nullptr;
+  EXPECT_EQ(hmr_domain_open(&attr, &raw), 0) << hmr_last_error();
+  return DomainPtr(raw);
+}
+
+TEST(NicPressurePinned, AReregistrationOntoMorePagesKeepsToTheBound) {
+  if (!in_memlock_child("AReregistrationOntoMorePagesKeepsToTheBound", 16 * kPage)) return;
   BoundedNic nic;  // no bound of its own: hmr's is the only one
   hmr_nic_callbacks callbacks = callback_nic(&nic, HMR_NIC_CB_PINS_HOST_MEMORY | HMR_NIC_CB_ODP,
                                              bounded_register, bounded_deregister);
   callbacks.rereg = accepting_rereg;
-  hmr_domain_attr attr = callback_domain_attr(callbacks, HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR);
-  attr.cache_monitor = "disabled";  // every MR its own registration
-  hmr_domain* raw = nullptr;
-  ASSERT_EQ(hmr_domain_open(&attr, &raw), 0) << hmr_last_error();
-  DomainPtr domain(raw);
+  DomainPtr domain = open_uncached(callbacks);
+  ASSERT_TRUE(domain);
   const auto pinned = [&] { return domain_stats(domain.get()).nic_pinned_bytes; };
 
   std::vector<uint8_t> bytes(40 * kPage, 1);
@@ -1142,26 +1159,14 @@ TEST(NicPressurePinned, AReregistrationOntoMorePagesKeepsToTheBound) {
 // RLIMIT_MEMLOCK of 0 without CAP_IPC_LOCK: the kernel pins nothing for the process.  It was
 // taken for "no bound" (hmr_md_query said "unlimited", and a registration the NIC would refuse
 // went to it); now it is a bound of 0 bytes: a registration that pins is refused at once,
-// saying so, and one that pins nothing (ODP) is made.  In a child of its own.
+// saying so, and one that pins nothing (ODP) is made.
 TEST(NicPressurePinned, AMemlockLimitOfZeroIsABoundNotNone) {
-  constexpr const char* kChild = "HMR_TEST_PRESSURE_MEMLOCK_ZERO_CHILD";
-  if (std::getenv(kChild) == nullptr) {
-    EXPECT_EQ(run_self({"--gtest_filter=NicPressurePinned.AMemlockLimitOfZeroIsABoundNotNone"},
-                       {std::string(kChild) + "=1"}),
-              0)
-        << "the child failed (its output is above)";
-    return;
-  }
-  ASSERT_TRUE(drop_cap_ipc_lock()) << std::strerror(errno);
-  ASSERT_TRUE(set_memlock(0)) << std::strerror(errno);
+  if (!in_memlock_child("AMemlockLimitOfZeroIsABoundNotNone", 0)) return;
   BoundedNic nic;
   hmr_nic_callbacks callbacks = callback_nic(&nic, HMR_NIC_CB_PINS_HOST_MEMORY | HMR_NIC_CB_ODP,
                                              bounded_register, bounded_deregister);
-  hmr_domain_attr attr = callback_domain_attr(callbacks, HMR_MR_PROV_KEY | HMR_MR_VIRT_ADDR);
-  attr.cache_monitor = "disabled";
-  hmr_domain* raw = nullptr;
-  ASSERT_EQ(hmr_domain_open(&attr, &raw), 0) << hmr_last_error();
-  DomainPtr domain(raw);
+  DomainPtr domain = open_uncached(callbacks);
+  ASSERT_TRUE(domain);
   hmr_md_attr md{};
   md.size = sizeof md;
   ASSERT_EQ(hmr_md_query(domain.get(), &md), 0) << hmr_last_error();
