@@ -81,6 +81,23 @@ TEST(PeerMessage, BufferAndDoneRoundTrip) {
   EXPECT_EQ(decoded_done->value, 0xabcdefu);
 }
 
+// Version 3: the client of a bandwidth test tells the server it still moves bytes.
+TEST(PeerMessage, ProgressRoundTripsAndIsExact) {
+  std::string why;
+  const std::vector<uint8_t> message = encode(Progress{7});
+  size_t body = 0;
+  EXPECT_EQ(decode_header(std::span(message).first(kPeerHeaderSize), &body, &why),
+            MessageType::progress)
+      << why;
+  std::optional<Progress> decoded = decode_progress(body_of(message), &why);
+  ASSERT_TRUE(decoded) << why;
+  EXPECT_EQ(decoded->sequence, 7u);
+  std::vector<uint8_t> longer(body_of(message).begin(), body_of(message).end());
+  longer.push_back(0);
+  EXPECT_FALSE(decode_progress(longer, &why));
+  EXPECT_FALSE(decode_progress(std::span(longer).first(7), &why));
+}
+
 TEST(PeerMessage, HeaderRejectsWrongMagicVersionTypeAndSize) {
   const std::vector<uint8_t> good = encode(Done{1});
   size_t body = 0;
@@ -94,6 +111,9 @@ TEST(PeerMessage, HeaderRejectsWrongMagicVersionTypeAndSize) {
   bad[4] = 1;  // version 1: a peer from before the error message
   EXPECT_FALSE(decode_header(std::span(bad).first(kPeerHeaderSize), &body, &why));
   EXPECT_NE(why.find("version 1"), std::string::npos) << why;
+  bad[4] = 2;  // version 2: a peer from before the progress message
+  EXPECT_FALSE(decode_header(std::span(bad).first(kPeerHeaderSize), &body, &why));
+  EXPECT_NE(why.find("version 2"), std::string::npos) << why;
 
   bad = good;
   bad[6] = 9;  // type 9

@@ -149,27 +149,39 @@ bool Fabric::insert_peer(const std::vector<uint8_t>& address, std::string* why) 
 }
 
 bool Fabric::post(bool write, void* buf, size_t len, void* desc, uint64_t remote_addr,
-                  uint64_t key, void* context, std::vector<void*>* done, std::string* why) {
+                  uint64_t key, void* context, std::vector<void*>* done, PeerWatch& watch,
+                  std::string* why) {
+  const char* call = write ? "fi_write" : "fi_read";
   for (;;) {
     const ssize_t rc = write ? fi_write(ep_, buf, len, desc, peer_, remote_addr, key, context)
                              : fi_read(ep_, buf, len, desc, peer_, remote_addr, key, context);
-    if (rc == 0) return true;
-    if (rc != -FI_EAGAIN) {
-      return failed(why, write ? "fi_write" : "fi_read", static_cast<int>(rc));
+    if (rc == 0) {
+      watch.progressed();
+      return true;
     }
-    if (poll(done, why) < 0) return false;  // the queue is full: progress and retry
+    if (rc != -FI_EAGAIN) return failed(why, call, static_cast<int>(rc));
+    // The queue is full, or the provider is still reaching the peer: progress and retry.
+    const int completed = poll(done, why);
+    if (completed < 0) return false;
+    if (completed > 0) watch.progressed();
+    if (!watch.fine(why)) {
+      if (why != nullptr) *why = std::string(call) + " not accepted (EAGAIN): " + *why;
+      return false;
+    }
   }
 }
 
 bool Fabric::post_write(const void* buf, size_t len, void* desc, uint64_t remote_addr,
-                        uint64_t key, void* context, std::vector<void*>* done,
+                        uint64_t key, void* context, std::vector<void*>* done, PeerWatch& watch,
                         std::string* why) {
-  return post(true, const_cast<void*>(buf), len, desc, remote_addr, key, context, done, why);
+  return post(true, const_cast<void*>(buf), len, desc, remote_addr, key, context, done, watch,
+              why);
 }
 
 bool Fabric::post_read(void* buf, size_t len, void* desc, uint64_t remote_addr, uint64_t key,
-                       void* context, std::vector<void*>* done, std::string* why) {
-  return post(false, buf, len, desc, remote_addr, key, context, done, why);
+                       void* context, std::vector<void*>* done, PeerWatch& watch,
+                       std::string* why) {
+  return post(false, buf, len, desc, remote_addr, key, context, done, watch, why);
 }
 
 int Fabric::poll(std::vector<void*>* done, std::string* why) {
@@ -196,9 +208,15 @@ int Fabric::poll(std::vector<void*>* done, std::string* why) {
   return -1;
 }
 
-bool Fabric::wait(uint64_t count, std::string* why) {
+bool Fabric::wait(uint64_t count, PeerWatch& watch, std::string* why) {
   while (completed_ < count) {
-    if (poll(nullptr, why) < 0) return false;
+    const int completed = poll(nullptr, why);
+    if (completed < 0) return false;
+    if (completed > 0) watch.progressed();
+    if (!watch.fine(why)) {
+      if (why != nullptr) *why = "waiting for a completion: " + *why;
+      return false;
+    }
   }
   completed_ -= count;
   return true;

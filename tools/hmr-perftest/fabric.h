@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "peer_watch.h"
+
 namespace hmr::perftest {
 
 class Fabric {
@@ -38,17 +40,19 @@ class Fabric {
 
   // Posts one RMA operation whose completion carries `context`; retries while the provider
   // says EAGAIN, progressing the CQ meanwhile: completions read then go where poll() puts
-  // them (into `done` when given), so none is lost.
+  // them (into `done` when given), so none is lost.  A provider may say EAGAIN for ever (a
+  // peer that stopped progressing, an address it cannot reach): `watch` ends the retries.
   bool post_write(const void* buf, size_t len, void* desc, uint64_t remote_addr, uint64_t key,
-                  void* context, std::vector<void*>* done, std::string* why);
+                  void* context, std::vector<void*>* done, PeerWatch& watch, std::string* why);
   bool post_read(void* buf, size_t len, void* desc, uint64_t remote_addr, uint64_t key,
-                 void* context, std::vector<void*>* done, std::string* why);
+                 void* context, std::vector<void*>* done, PeerWatch& watch, std::string* why);
   // Reads completions once (this is also what progresses a manual-progress provider), adding
   // their contexts to `done` when given, else counting them for wait(); returns how many completed, or -1 with a reason on an
   // error completion.
   int poll(std::vector<void*>* done, std::string* why);
-  // Waits until `count` more operations completed (contexts are dropped).
-  bool wait(uint64_t count, std::string* why);
+  // Waits until `count` more operations completed (contexts are dropped), or `watch` says
+  // the wait is over (no completion within --timeout, or the peer gave up or died).
+  bool wait(uint64_t count, PeerWatch& watch, std::string* why);
 
   // fi_mr_reg without hmr, for the raw baseline; fi_close()d by the caller through close_mr.
   fid_mr* register_raw(void* buf, size_t len, uint64_t access, uint64_t requested_key,
@@ -60,7 +64,7 @@ class Fabric {
  private:
   Fabric() = default;
   bool post(bool write, void* buf, size_t len, void* desc, uint64_t remote_addr, uint64_t key,
-            void* context, std::vector<void*>* done, std::string* why);
+            void* context, std::vector<void*>* done, PeerWatch& watch, std::string* why);
   void close_all();
 
   fi_info* info_ = nullptr;

@@ -75,7 +75,9 @@ std::string usage() {
                                       several modes are run and compared in one run
   --provider NAME                     libfabric provider: tcp, shm, verbs, efa, ... (default tcp)
   --port N                            out-of-band TCP port (default 18515)
-  --timeout SECONDS                   out-of-band deadline (default 30)
+  --timeout SECONDS                   how long a side waits for its peer (default 30): to
+                                      connect, for each message, and in the data phase
+                                      without progress; a peer that hangs up ends it at once
   --json                              one JSON document instead of the table
   --quiet                             no progress lines
 

@@ -33,7 +33,7 @@ struct Options {
   std::vector<RegMode> reg_modes = {RegMode::once};  // several: compared in one run
   std::string provider = "tcp";
   bool json = false;
-  int timeout_ms = 30000;  // out-of-band exchange and connection deadline
+  int timeout_ms = 30000;  // connection, each message, and the data phase without progress
   bool quiet = false;      // no progress lines
 };
 

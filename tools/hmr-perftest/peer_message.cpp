@@ -67,6 +67,12 @@ std::vector<uint8_t> encode(const Done& done) {
   return message(MessageType::done, w);
 }
 
+std::vector<uint8_t> encode(const Progress& progress) {
+  wire::ByteWriter w;
+  w.u64(progress.sequence);
+  return message(MessageType::progress, w);
+}
+
 std::vector<uint8_t> encode(const PeerError& error) {
   std::string reason = error.reason.substr(0, kMaxReasonSize);
   for (char& c : reason) {
@@ -98,7 +104,7 @@ std::optional<MessageType> decode_header(std::span<const uint8_t> header, size_t
                   std::to_string(kPeerMessageVersion));
   }
   if (type < static_cast<uint16_t>(MessageType::hello) ||
-      type > static_cast<uint16_t>(MessageType::error)) {
+      type > static_cast<uint16_t>(MessageType::progress)) {
     return reject("unknown message type " + std::to_string(type));
   }
   if (size > kMaxBodySize) {
@@ -163,6 +169,14 @@ std::optional<Done> decode_done(std::span<const uint8_t> body, std::string* why)
   done.value = r.u64("value");
   if (!r.finish(why)) return std::nullopt;
   return done;
+}
+
+std::optional<Progress> decode_progress(std::span<const uint8_t> body, std::string* why) {
+  ByteReader r(body);
+  Progress progress;
+  progress.sequence = r.u64("sequence");
+  if (!r.finish(why)) return std::nullopt;
+  return progress;
 }
 
 std::optional<PeerError> decode_error(std::span<const uint8_t> body, std::string* why) {

@@ -14,8 +14,12 @@
 //   done (both ways):         u64 value (a checksum of what the sender saw, or 0)
 //   error (either way):       str reason (printable ASCII), sent instead of the message due
 //                             when the sender gives up, just before it closes the connection
+//   progress (client -> server, during the bandwidth tests): u64 sequence (1, 2, ...);
+//                             the server hears nothing else while the client measures, so
+//                             this is how it tells a slow run from a client that stalled
 //
-// Version 2 added the error message; a version-1 peer is refused by the header check.
+// Version 2 added the error message, version 3 the progress message; a peer of another
+// version is refused by the header check.
 #pragma once
 
 #include <cstddef>
@@ -27,7 +31,7 @@
 
 namespace hmr::perftest {
 
-inline constexpr uint16_t kPeerMessageVersion = 2;
+inline constexpr uint16_t kPeerMessageVersion = 3;
 inline constexpr size_t kPeerHeaderSize = 12;
 // Bounds on what a peer may send; generous for real providers, small enough that a hostile
 // peer cannot make us allocate much.
@@ -40,7 +44,7 @@ inline constexpr size_t kMaxReasonSize = 1024;
 inline constexpr uint64_t kMaxMessageSize = uint64_t{1} << 32;  // 4 GiB
 inline constexpr uint64_t kMaxIterations = uint64_t{1} << 32;
 
-enum class MessageType : uint16_t { hello = 1, buffer = 2, done = 3, error = 4 };
+enum class MessageType : uint16_t { hello = 1, buffer = 2, done = 3, error = 4, progress = 5 };
 enum class TestKind : uint16_t { write_bw = 1, read_bw = 2, write_lat = 3 };
 
 const char* test_name(TestKind test);
@@ -70,6 +74,11 @@ struct Done {
   uint64_t value = 0;
 };
 
+// The client still moves bytes: sent every 250 ms while it does (peer_watch.h).
+struct Progress {
+  uint64_t sequence = 0;
+};
+
 // Why the sender stopped: what its user would have read on its own terminal.
 struct PeerError {
   std::string reason;
@@ -78,6 +87,7 @@ struct PeerError {
 std::vector<uint8_t> encode(const Hello& hello);
 std::vector<uint8_t> encode(const BufferInfo& buffer);
 std::vector<uint8_t> encode(const Done& done);
+std::vector<uint8_t> encode(const Progress& progress);
 // Bytes that are not printable ASCII become '?', and a reason over kMaxReasonSize is cut.
 std::vector<uint8_t> encode(const PeerError& error);
 
@@ -89,6 +99,7 @@ std::optional<MessageType> decode_header(std::span<const uint8_t> header, size_t
 std::optional<Hello> decode_hello(std::span<const uint8_t> body, std::string* why);
 std::optional<BufferInfo> decode_buffer(std::span<const uint8_t> body, std::string* why);
 std::optional<Done> decode_done(std::span<const uint8_t> body, std::string* why);
+std::optional<Progress> decode_progress(std::span<const uint8_t> body, std::string* why);
 std::optional<PeerError> decode_error(std::span<const uint8_t> body, std::string* why);
 
 }  // namespace hmr::perftest

@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -215,7 +216,10 @@ bool PeerSocket::read_exactly(uint8_t* out, size_t size, int timeout_ms, std::st
   while (got < size) {
     if (!wait_for(fd_, POLLIN, deadline, "the peer's message", why)) return false;
     const ssize_t n = ::recv(fd_, out + got, size - got, 0);
-    if (n == 0) return set_why(why, "the peer closed the connection mid-message");
+    if (n == 0) {
+      return set_why(why, got == 0 ? "the peer closed the connection"
+                                   : "the peer closed the connection mid-message");
+    }
     if (n < 0) {
       if (errno == EINTR) continue;
       // A peer that exits with our message unread resets rather than closes.
@@ -229,6 +233,13 @@ bool PeerSocket::read_exactly(uint8_t* out, size_t size, int timeout_ms, std::st
 
 std::optional<std::vector<uint8_t>> PeerSocket::receive(MessageType expected, int timeout_ms,
                                                         std::string* why) {
+  std::optional<Received> received = receive_one_of({expected}, timeout_ms, why);
+  if (!received) return std::nullopt;
+  return std::move(received->body);
+}
+
+std::optional<PeerSocket::Received> PeerSocket::receive_one_of(
+    std::initializer_list<MessageType> expected, int timeout_ms, std::string* why) {
   if (fd_ < 0) {
     set_why(why, "receive on a socket that is not connected");
     return std::nullopt;
@@ -238,7 +249,8 @@ std::optional<std::vector<uint8_t>> PeerSocket::receive(MessageType expected, in
   size_t body_size = 0;
   std::optional<MessageType> type = decode_header(header, &body_size, why);
   if (!type) return std::nullopt;
-  if (*type == MessageType::error && expected != MessageType::error) {
+  const bool due = std::find(expected.begin(), expected.end(), *type) != expected.end();
+  if (*type == MessageType::error && !due) {
     // The peer gave up and says why: that reason, not "the connection closed", is the news.
     std::vector<uint8_t> body(body_size);
     if (!read_exactly(body.data(), body.size(), timeout_ms, why)) return std::nullopt;
@@ -246,15 +258,20 @@ std::optional<std::vector<uint8_t>> PeerSocket::receive(MessageType expected, in
     if (error) set_why(why, "the peer stopped: " + error->reason);
     return std::nullopt;
   }
-  if (*type != expected) {
+  if (!due) {
+    std::string names;
+    for (MessageType t : expected) {
+      names += (names.empty() ? "" : " or ") + std::to_string(static_cast<int>(t));
+    }
     set_why(why, "the peer sent message type " + std::to_string(static_cast<int>(*type)) +
-                     " where type " + std::to_string(static_cast<int>(expected)) +
-                     " was due");
+                     " where type " + names + " was due");
     return std::nullopt;
   }
-  std::vector<uint8_t> body(body_size);
-  if (!read_exactly(body.data(), body.size(), timeout_ms, why)) return std::nullopt;
-  return body;
+  Received received{*type, std::vector<uint8_t>(body_size)};
+  if (!read_exactly(received.body.data(), received.body.size(), timeout_ms, why)) {
+    return std::nullopt;
+  }
+  return received;
 }
 
 }  // namespace hmr::perftest

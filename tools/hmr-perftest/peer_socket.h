@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <span>
 #include <string>
@@ -38,6 +39,14 @@ class PeerSocket {
   // Reads one message of type `expected` and returns its body, checked by decode_header.
   std::optional<std::vector<uint8_t>> receive(MessageType expected, int timeout_ms,
                                               std::string* why);
+  // The same for a message that may be any of `expected` (the server of a bandwidth test
+  // hears progress until done).  An error message, unless expected, ends it with its reason.
+  struct Received {
+    MessageType type;
+    std::vector<uint8_t> body;
+  };
+  std::optional<Received> receive_one_of(std::initializer_list<MessageType> expected,
+                                         int timeout_ms, std::string* why);
 
  private:
   explicit PeerSocket(int fd) : fd_(fd) {}

@@ -11,6 +11,7 @@
 #include "buffer.h"
 #include "fabric.h"
 #include "peer_socket.h"
+#include "peer_watch.h"
 #include "registrar.h"
 #include "report.h"
 
@@ -81,43 +82,34 @@ std::optional<T> receive_as(PeerSocket& socket, MessageType type,
   return decode(*body, why);
 }
 
-// While waiting for the peer's bytes: false, with the reason, once `timeout_ms` has passed
-// or the peer has said something on the socket (a PeerError, or its end: during a block it
-// sends nothing), so a peer that died or gave up ends the run instead of a spin for ever.
-// Looked at every 4096 polls: a system call each time would be the latency measured.
-class PeerWatch {
- public:
-  PeerWatch(const PeerSocket& socket, int timeout_ms)
-      : socket_(socket), deadline_(Clock::now() + std::chrono::milliseconds(timeout_ms)) {}
-  bool fine(std::string* why) {
-    if (++polls_ % 4096 != 0) return true;
-    if (socket_.readable()) {
-      *why = "the peer spoke or closed its socket in the middle of a block (it stopped)";
-      return false;
-    }
-    if (Clock::now() > deadline_) {
-      *why = "no bytes from the peer within the timeout (--timeout)";
-      return false;
-    }
-    return true;
-  }
-
- private:
-  const PeerSocket& socket_;
-  Clock::time_point deadline_;
-  uint64_t polls_ = 0;
-};
-
 // Waits until byte `at` of `buffer` reads `tag`, progressing the CQ meanwhile (the provider
-// lands the peer's bytes only while someone reads the CQ).
-bool wait_for_tag(Fabric& fabric, const PeerSocket& socket, int timeout_ms, const uint8_t* at,
-                  uint8_t tag, std::string* why) {
+// lands the peer's bytes only while someone reads the CQ), until `watch` says the peer stopped.
+bool wait_for_tag(Fabric& fabric, PeerWatch& watch, const uint8_t* at, uint8_t tag,
+                  std::string* why) {
   std::atomic_ref<const uint8_t> byte(*at);
-  PeerWatch peer(socket, timeout_ms);
   while (byte.load(std::memory_order_acquire) != tag) {
-    if (fabric.poll(nullptr, why) < 0 || !peer.fine(why)) return false;
+    if (fabric.poll(nullptr, why) < 0 || !watch.fine(why)) return false;
   }
+  watch.progressed();
   return true;
+}
+
+// Waits for the peer's next message, of type `type`, while progressing the fabric: a
+// manual-progress provider moves what is still in flight only while this side reads its CQ.
+std::optional<std::vector<uint8_t>> receive_while_progressing(Fabric& fabric, PeerSocket& socket,
+                                                              MessageType type, int timeout_ms,
+                                                              std::string* why) {
+  const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (uint64_t polls = 1;; ++polls) {
+    if (fabric.poll(nullptr, why) < 0) return std::nullopt;
+    if (polls % PeerWatch::kCheckEvery != 0) continue;
+    if (socket.readable()) return socket.receive(type, timeout_ms, why);
+    if (Clock::now() > deadline) {
+      *why = "no answer from the peer within " +
+             duration_text(std::chrono::milliseconds(timeout_ms)) + " (--timeout)";
+      return std::nullopt;
+    }
+  }
 }
 
 uint8_t tag_for(uint64_t sequence) { return static_cast<uint8_t>(sequence % 255 + 1); }
@@ -128,9 +120,11 @@ int serve_latency(PeerSocket& socket, Fabric& fabric, Buffer& buffer, const Regi
                   const Remote& client, const Hello& hello, int timeout_ms) {
   std::string why;
   uint64_t sequence = 0;
+  PeerWatch watch(socket, timeout_ms);
   for (;;) {
     std::optional<Done> barrier = receive_as(socket, MessageType::done, decode_done, timeout_ms, &why);
     if (!barrier) return give_up("server", socket, why);
+    watch.progressed();
     const uint64_t size = barrier->value;
     if (size == 0) return 0;  // the client is finished
     if (size > buffer.size() || size > client.length) {
@@ -141,33 +135,54 @@ int serve_latency(PeerSocket& socket, Fabric& fabric, Buffer& buffer, const Regi
     if (!socket.send(encode(Done{size}), &why)) return give_up("server", socket, why);
     for (uint64_t i = 0; i < hello.iterations; ++i) {
       const uint8_t tag = tag_for(sequence++);
-      if (!wait_for_tag(fabric, socket, timeout_ms, buffer.data() + size - 1, tag, &why)) {
+      if (!wait_for_tag(fabric, watch, buffer.data() + size - 1, tag, &why)) {
         return give_up("server", socket, why);
       }
       if (!fabric.post_write(mine.local, size, mine.desc, client.base, client.key, nullptr,
-                             nullptr, &why) ||
-          !fabric.wait(1, &why)) {
+                             nullptr, watch, &why) ||
+          !fabric.wait(1, watch, &why)) {
         return give_up("server", socket, why);
       }
     }
   }
 }
 
-// Bandwidth: the client drives; this side only progresses until the client's Done arrives.
+// Bandwidth: the client drives; this side progresses the fabric (a manual-progress provider
+// lands the client's bytes only then) until the client's Done.  It sees no completion of the
+// client's operations, so the client's Progress messages (peer_watch.h) are how it tells a
+// long run from a client that stalled: silence for --timeout ends the run, and so does the
+// client's socket closing.
+std::optional<Done> await_client_done(PeerSocket& socket, Fabric& fabric, int timeout_ms,
+                                      std::string* why) {
+  const std::chrono::milliseconds timeout(timeout_ms);
+  Clock::time_point deadline = Clock::now() + timeout;
+  for (uint64_t polls = 1;; ++polls) {
+    if (fabric.poll(nullptr, why) < 0) return std::nullopt;
+    if (polls % PeerWatch::kCheckEvery != 0) continue;
+    if (!socket.readable()) {
+      if (Clock::now() <= deadline) continue;
+      *why = "the client reported no progress for " + duration_text(timeout) +
+             " (--timeout): it stalled, or it cannot reach this side";
+      return std::nullopt;
+    }
+    std::optional<PeerSocket::Received> message =
+        socket.receive_one_of({MessageType::progress, MessageType::done}, timeout_ms, why);
+    if (!message) return std::nullopt;
+    if (message->type == MessageType::done) return decode_done(message->body, why);
+    if (!decode_progress(message->body, why)) return std::nullopt;
+    deadline = Clock::now() + timeout;
+  }
+}
+
 int serve_bandwidth(PeerSocket& socket, Fabric& fabric, Buffer& buffer, Registrar& registrar,
                     const Registered& mine, const Hello& hello, int timeout_ms) {
   std::string why;
-  // Until the client's Done (a block may take long: no deadline); a client that died closed
-  // its socket, which reads as readable too, and receive_as below says so.
-  while (!socket.readable()) {
-    if (fabric.poll(nullptr, &why) < 0) return give_up("server", socket, why);
-  }
+  std::optional<Done> done = await_client_done(socket, fabric, timeout_ms, &why);
+  if (!done) return give_up("server", socket, why);
   // What the client wrote into a host shadow belongs in the device memory.
   if (hello.test == TestKind::write_bw && !registrar.sync(mine, buffer.size(), true, &why)) {
     return give_up("server", socket, why);
   }
-  std::optional<Done> done = receive_as(socket, MessageType::done, decode_done, timeout_ms, &why);
-  if (!done) return give_up("server", socket, why);
   const uint64_t held = buffer.host() ? buffer.checksum(hello.max_size) : 0;
   if (!socket.send(encode(Done{held}), &why)) return give_up("server", socket, why);
   if (hello.test == TestKind::write_bw && buffer.host() && done->value != 0 && done->value != held) {
@@ -256,6 +271,7 @@ struct Client {
   Remote server;
   std::vector<Registrar>& registrars;   // one per --reg mode, in order
   std::vector<Registered>& whole;       // each mode's whole-buffer registration (once/raw)
+  PeerWatch& watch;                     // one for the whole data phase
   Clock::time_point last_progress = Clock::now();
 
   void progress(uint64_t size, RegMode mode) {
@@ -306,6 +322,7 @@ struct Client {
       return std::nullopt;
     }
     while (completed < options.iterations && synced) {
+      if (!watch.fine(why)) return std::nullopt;
       while (posted < options.iterations && !free_slots.empty()) {
         Slot& slot = slots[free_slots.back()];
         free_slots.pop_back();
@@ -320,14 +337,15 @@ struct Client {
         slot.busy = true;
         const bool ok = write ? fabric.post_write(slot.registered.local, size,
                                                   slot.registered.desc, server.base, server.key,
-                                                  &slot, &done, why)
+                                                  &slot, &done, watch, why)
                               : fabric.post_read(slot.registered.local, size,
                                                  slot.registered.desc, server.base, server.key,
-                                                 &slot, &done, why);
+                                                 &slot, &done, watch, why);
         if (!ok) return std::nullopt;
         ++posted;
       }
       if (fabric.poll(&done, why) < 0) return std::nullopt;
+      if (!done.empty()) watch.progressed();
       for (void* context : done) retire(context);
       done.clear();
     }
@@ -370,6 +388,7 @@ struct Client {
       *why = "the server answered the barrier for a different block";
       return std::nullopt;
     }
+    watch.progressed();
     const hmr_domain_stats before = registrar.stats();
     std::vector<double> samples;
     samples.reserve(options.iterations);
@@ -384,9 +403,9 @@ struct Client {
         registered = *r;
       }
       if (!fabric.post_write(send, size, registered.desc, server.base, server.key, nullptr,
-                             nullptr, why) ||
-          !wait_for_tag(fabric, socket, options.timeout_ms, landing + size - 1, tag, why) ||
-          !fabric.wait(1, why)) {
+                             nullptr, watch, why) ||
+          !wait_for_tag(fabric, watch, landing + size - 1, tag, why) ||
+          !fabric.wait(1, watch, why)) {
         return std::nullopt;
       }
       if (per_message(mode)) registrar.release(registered);
@@ -464,7 +483,11 @@ int run_client(const Options& options) {
     return give_up("client", *socket, why);
   }
 
-  Client client{options, *socket, *fabric, *buffer, *server, registrars, whole};
+  // The data phase ends once --timeout passes without progress, or at once when the server
+  // gives up or dies (peer_watch.h); in the bandwidth tests it also hears that this side
+  // still moves bytes.
+  PeerWatch watch(*socket, options.timeout_ms, /*tell_progress=*/!latency);
+  Client client{options, *socket, *fabric, *buffer, *server, registrars, whole, watch};
   std::vector<Measurement> rows;
   uint64_t sequence = 0;
   int status = 0;
@@ -473,12 +496,12 @@ int run_client(const Options& options) {
   if (!latency) {
     const bool ok = options.test == TestKind::write_bw
                         ? fabric->post_write(whole.front().local, 1, whole.front().desc, server->base,
-                                             server->key, nullptr, nullptr, &why)
+                                             server->key, nullptr, nullptr, watch, &why)
                         : fabric->post_read(static_cast<uint8_t*>(whole.front().local) +
                                                 options.max_size - 1, 1,
                                             whole.front().desc, server->base, server->key,
-                                            nullptr, nullptr, &why);
-    if (!ok || !fabric->wait(1, &why)) return give_up("client", *socket, "warm-up: " + why);
+                                            nullptr, nullptr, watch, &why);
+    if (!ok || !fabric->wait(1, watch, &why)) return give_up("client", *socket, "warm-up: " + why);
   }
   // Sizes outer, modes inner: the modes of one size run back to back, under the same
   // conditions, so their comparison is fair.
@@ -501,10 +524,14 @@ int run_client(const Options& options) {
     } else {
       const uint64_t sent = buffer->host() && options.test == TestKind::write_bw
                                 ? buffer->checksum(options.max_size) : 0;
+      // The answer is awaited progressing: what this side's provider still has to send
+      // moves only then (manual progress), and the server's check waits for it.
+      std::optional<std::vector<uint8_t>> body;
       std::optional<Done> answer;
       if (!socket->send(encode(Done{sent}), &why) ||
-          !(answer = receive_as(*socket, MessageType::done, decode_done, options.timeout_ms,
-                                &why))) {
+          !(body = receive_while_progressing(*fabric, *socket, MessageType::done,
+                                             options.timeout_ms, &why)) ||
+          !(answer = decode_done(*body, &why))) {
         status = fail("client", why);
       } else if (sent != 0 && answer->value != 0 && answer->value != sent) {
         // (0 from the server: it cannot read its buffer, device memory; nothing to compare.)
