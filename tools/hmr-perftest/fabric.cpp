@@ -8,6 +8,8 @@
 #include <cstring>
 #include <utility>
 
+#include "peer_address.h"
+
 namespace hmr::perftest {
 namespace {
 
@@ -132,17 +134,8 @@ std::vector<uint8_t> Fabric::address() const {
 }
 
 bool Fabric::insert_peer(const std::vector<uint8_t>& address, std::string* why) {
-  // fi_av_insert takes no length: the provider reads an address of its own format's size.
-  // The peer's must be that size (ours: both sides open the same provider), or a peer could
-  // make it read past what was sent.
-  const size_t expected = this->address().size();
-  if (address.size() != expected) {
-    if (why != nullptr) {
-      *why = "the peer's fabric address is " + std::to_string(address.size()) +
-             " bytes; this provider's are " + std::to_string(expected);
-    }
-    return false;
-  }
+  // fi_av_insert takes no length: what the provider will read is checked first.
+  if (!acceptable_peer_address(info_->addr_format, this->address(), address, why)) return false;
   const int inserted = fi_av_insert(av_, address.data(), 1, &peer_, 0, nullptr);
   if (inserted != 1) return failed(why, "fi_av_insert of the peer's address", inserted < 0 ? inserted : FI_EINVAL);
   return true;

@@ -36,6 +36,8 @@ class Fabric {
   std::string fabric_version() const;
   std::vector<uint8_t> address() const;  // fi_getname of the endpoint
 
+  // The peer's address, as fi_getname gave it on its side; refused with the reason unless it
+  // fits this provider's address format (peer_address.h).
   bool insert_peer(const std::vector<uint8_t>& address, std::string* why);
 
   // Posts one RMA operation whose completion carries `context`; retries while the provider
