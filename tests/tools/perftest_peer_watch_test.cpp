@@ -8,7 +8,6 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
-#include <chrono>
 #include <optional>
 #include <string>
 #include <vector>
@@ -16,32 +15,15 @@
 #include "fabric.h"
 #include "peer_socket.h"
 #include "peer_watch.h"
+#include "perftest_test_sockets.h"
 
 namespace hmr::perftest {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-// Two ends of one loopback connection, as the server and the client hold them.
-struct Connected {
-  std::optional<PeerSocket> server, client;
-};
-
-Connected connected() {
-  std::string why;
-  Connected pair;
-  pair.server = PeerSocket::listen(0, &why);
-  EXPECT_TRUE(pair.server) << why;
-  if (!pair.server) return pair;
-  pair.client = PeerSocket::connect("127.0.0.1", pair.server->listening_port(), 5000, &why);
-  EXPECT_TRUE(pair.client) << why;
-  EXPECT_TRUE(pair.server->accept(5000, &why)) << why;
-  return pair;
-}
+using test_support::Clock;
+using test_support::connected;
+using test_support::Connected;
+using test_support::seconds_since;
 
 TEST(PerftestPeerWatch, AWaitWithoutProgressEndsAtItsTimeout) {
   Connected pair = connected();
