@@ -307,5 +307,27 @@ TEST(HmrInfoFirstScreen, ARefusedSettingComesFirstAndNothingIsOffered) {
       << screen;
 }
 
+// FI_MR_CACHE_MAX_COUNT=0 or FI_MR_CACHE_MAX_SIZE=0 turns every cache off, whatever monitor
+// would start: the Cache line says none, and why, and the one thing to do.
+TEST(HmrInfoFirstScreen, ACacheTurnedOffByALimitReadsNone) {
+  JsonValue report = working_report();
+  JsonValue& chosen = report.set("monitors", JsonValue::object()).set("chosen", JsonValue::object());
+  chosen.set("name", JsonValue());
+  chosen.set("source", "FI_MR_CACHE_MAX_SIZE");
+  chosen.set("reason", "no registration is cached: FI_MR_CACHE_MAX_SIZE is 0, which turns the "
+                       "cache off");
+  JsonValue& config = report.set("config", JsonValue::object());
+  config.set("environment", answer(true, "hmr_domain_open accepts every variable"));
+  config.set("set", JsonValue::object()).set("FI_MR_CACHE_MAX_SIZE", "0");
+  config.set("errors", JsonValue::array());
+  const JsonValue summary = first_screen(report);
+  EXPECT_EQ(summary.find("cache")->as_string(),
+            "none: FI_MR_CACHE_MAX_SIZE=0 turns the registration cache off");
+  const JsonValue& last = summary.find("missing")->items().back();
+  EXPECT_EQ(last.find("what")->as_string(), "registration cache");
+  EXPECT_EQ(last.find("fix")->as_string(),
+            "unset FI_MR_CACHE_MAX_SIZE (or set it above 0) to cache registrations");
+}
+
 }  // namespace
 }  // namespace hmr::info

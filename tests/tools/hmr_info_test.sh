@@ -197,6 +197,23 @@ expect(not d["nics"]["libfabric"]["loaded"] and "/nonexistent" in d["nics"]["lib
 # nowhere), which saves its ~0.8 s of provider start-up per run here.
 no_ofi=HMR_OFI_LIBRARY=/nonexistent/libfabric.so.1
 
+# A limit of 0 turns every cache off (hmr_domain_open looks at the limits before the monitor):
+# no monitor is chosen, device memory is not cached either, and the first screen says none.
+# (Before, the default monitor was reported as the one a domain gets.)
+for limit in FI_MR_CACHE_MAX_COUNT FI_MR_CACHE_MAX_SIZE; do
+  check "$limit=0" '
+limit = [v for v in ("FI_MR_CACHE_MAX_COUNT", "FI_MR_CACHE_MAX_SIZE") if d["config"]["set"].get(v) == "0"][0]
+chosen = d["monitors"]["chosen"]
+expect(chosen["name"] is None and chosen["source"] == limit, chosen)
+expect(d["summary"]["cache"] == f"none: {limit}=0 turns the registration cache off", d["summary"]["cache"])
+expect(any(m["what"] == "registration cache" and limit in m["fix"] for m in d["summary"]["missing"]),
+       d["summary"]["missing"])
+devices = [m for m in d["monitors"]["device"] if m["name"] == "cuda"]
+expect(devices and not devices[0]["cached"]["supported"] and limit in devices[0]["cached"]["reason"],
+       devices)
+' "$no_ofi" HMR_CUDA_LIBRARY="$fake_cuda" FI_MR_CACHE_MONITOR=userfaultfd "$limit=0"
+done
+
 check "HMR_CUDA_LIBRARY=/nonexistent" '
 cuda = d["ifaces"][1]
 expect(not cuda["loaded"] and "/nonexistent" in cuda["reason"], f"cuda: {cuda}")

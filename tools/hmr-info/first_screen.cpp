@@ -193,6 +193,11 @@ void describe_cache_and_settings(const JsonValue& report, Screen& screen) {
     screen.cache = monitor + (text_at(*chosen, "source") == "default"
                                   ? " (the default here)"
                                   : " (from " + text_at(*chosen, "source") + ")");
+  } else if (const std::string limit = chosen != nullptr ? text_at(*chosen, "source") : "";
+             limit == "FI_MR_CACHE_MAX_COUNT" || limit == "FI_MR_CACHE_MAX_SIZE") {
+    screen.cache = "none: " + limit + "=0 turns the registration cache off";
+    screen.missing.push_back({"registration cache", limit + " is 0, which turns it off",
+                              "unset " + limit + " (or set it above 0) to cache registrations"});
   } else {
     screen.cache = "none: registrations are not cached";
     if (parses && chosen != nullptr) {

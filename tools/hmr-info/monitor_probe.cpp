@@ -58,6 +58,14 @@ JsonValue pressure_json() {
   return pressure;
 }
 
+// The limit that turns every registration cache off (hmr_domain_open looks at the limits
+// before the monitor, core/domain.cpp: open_cache), or nullptr.
+const char* cache_turned_off_by(const core::Environment& environment) {
+  if (environment.cache_max_count == 0) return "FI_MR_CACHE_MAX_COUNT";
+  if (environment.cache_max_size == 0) return "FI_MR_CACHE_MAX_SIZE";
+  return nullptr;
+}
+
 JsonValue chosen_json(const Result<core::Environment>& environment, const HostMonitor* monitors,
                       size_t count) {
   JsonValue chosen = JsonValue::object();
@@ -70,6 +78,14 @@ JsonValue chosen_json(const Result<core::Environment>& environment, const HostMo
   }
   const char* name = environment.value().cache_monitor;
   const bool named = environment.value().cache_monitor_from_environment;
+  if (const char* limit = cache_turned_off_by(environment.value())) {
+    // Whatever FI_MR_CACHE_MONITOR says: no monitor is even looked for.
+    chosen.set("name", JsonValue());
+    chosen.set("source", limit);
+    chosen.set("reason", std::string("no registration is cached: ") + limit +
+                             " is 0, which turns the cache off");
+    return chosen;
+  }
   chosen.set("name", name);
   chosen.set("source", named ? "FI_MR_CACHE_MONITOR" : "default");
   std::string reason;
@@ -96,12 +112,8 @@ JsonValue chosen_json(const Result<core::Environment>& environment, const HostMo
     } else {
       reason = refused + "so userfaultfd, whose monitor thread the unmapping thread waits for";
     }
-  } else if (environment.value().cache_max_count == 0 || environment.value().cache_max_size == 0) {
-    reason = std::string("host registrations are not cached: ") +
-             (environment.value().cache_max_count == 0 ? "FI_MR_CACHE_MAX_COUNT" : "FI_MR_CACHE_MAX_SIZE") +
-             " is 0";
   } else if (std::strcmp(name, "disabled") == 0) {
-    reason = "FI_MR_CACHE_MONITOR=disabled: host registrations are not cached";
+    reason = "FI_MR_CACHE_MONITOR=disabled: no registration is cached";
   } else {
     const HostMonitor* known = nullptr;
     for (size_t i = 0; i < count; ++i) {
@@ -163,6 +175,11 @@ JsonValue device_monitor_json(const hmem::IfaceReport& report,
     reason = "not loaded: " + report.reason;
   } else if (!environment.ok()) {
     reason = "the environment does not parse: " + environment.status().reason();
+  } else if (const char* limit = cache_turned_off_by(environment.value())) {
+    reason = std::string(limit) + " is 0: no registration is cached";
+  } else if (std::strcmp(environment.value().cache_monitor, "disabled") == 0) {
+    // (hmr_domain_open opens no cache at all then, device caches included.)
+    reason = "FI_MR_CACHE_MONITOR=disabled: no registration is cached";
   } else if (!environment.value().device_cache[static_cast<size_t>(report.iface)]) {
     reason = std::string(variable != nullptr ? variable : "its variable") +
              "=0: registrations of this memory are not cached";
