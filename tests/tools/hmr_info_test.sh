@@ -117,7 +117,8 @@ if d["config"]["environment"]["supported"]:
     # A sim domain opens wherever the environment parses, and has all six (VIRT_ADDR offered).
     expect(all(sim_ops.values()), f"sim lacks an operation: {d['nics']['sim']['operations']}")
     expect("Memory operations: sim: all; callback: none" in flat, "the summary misreports sim")
-else:
+elif d["monitors"]["chosen"]["refusal"] is None:
+    # (A refused FI_MR_CACHE_MONITOR fails only domains that cache: the probes' do not.)
     expect(not any(sim_ops.values()), "sim answered although no domain can open")
 expect(answer(d["nics"]["dmabuf_import"]), "nics.dmabuf_import has no reason")
 expect(d["nics"]["memlock"]["soft"] == "unlimited" or isinstance(d["nics"]["memlock"]["soft"], int),
@@ -213,6 +214,24 @@ expect(devices and not devices[0]["cached"]["supported"] and limit in devices[0]
        devices)
 ' "$no_ofi" HMR_CUDA_LIBRARY="$fake_cuda" FI_MR_CACHE_MONITOR=userfaultfd "$limit=0"
 done
+
+# A monitor that is not built in makes hmr_domain_open fail (HMR_ENOENT, unless the
+# application imports one of that name): an error, not "every variable parses".  A limit of
+# 0 comes first: the monitor is never looked for then, and the domain opens.
+check "FI_MR_CACHE_MONITOR=bogus" '
+chosen = d["monitors"]["chosen"]
+expect(chosen["name"] is None and "unknown cache monitor \x27bogus\x27" in chosen["refusal"], chosen)
+expect(not d["config"]["environment"]["supported"], d["config"]["environment"])
+expect("FI_MR_CACHE_MONITOR=\x27bogus\x27" in d["config"]["environment"]["reason"], d["config"]["environment"])
+expect(any("unknown cache monitor" in e for e in d["config"]["errors"]), d["config"]["errors"])
+expect("refuses" in d["summary"]["settings"], d["summary"]["settings"])
+expect(any(m["what"] == "setting" and "FI_MR_CACHE_MONITOR=\x27bogus\x27" in m["why"]
+           for m in d["summary"]["missing"]), d["summary"]["missing"])
+' "$no_ofi" FI_MR_CACHE_MONITOR=bogus
+check "FI_MR_CACHE_MONITOR=bogus with FI_MR_CACHE_MAX_COUNT=0" '
+expect(d["monitors"]["chosen"]["refusal"] is None, d["monitors"]["chosen"])
+expect(d["config"]["environment"]["supported"], d["config"]["environment"])
+' "$no_ofi" FI_MR_CACHE_MONITOR=bogus FI_MR_CACHE_MAX_COUNT=0
 
 check "HMR_CUDA_LIBRARY=/nonexistent" '
 cuda = d["ifaces"][1]

@@ -174,7 +174,8 @@ void add_variable(Collector& config, const EnvironmentVariable& variable,
 
 }  // namespace
 
-JsonValue config_section(const Result<core::Environment>& environment) {
+JsonValue config_section(const Result<core::Environment>& environment,
+                         const std::string& monitor_refusal) {
   Collector config;
   const Result<hmem::IfaceSelection> selection = hmem::read_hmem_selection();
   JsonValue variables = JsonValue::object();
@@ -187,13 +188,16 @@ JsonValue config_section(const Result<core::Environment>& environment) {
   }
   // A refusal checked only when the whole environment is read (HMR_REG_THREADS' range).
   if (!environment.ok()) config.error(environment.status().reason());
+  if (!monitor_refusal.empty()) config.error(monitor_refusal);
 
   JsonValue section = JsonValue::object();
-  const bool parses = environment.ok() && selection.ok();
-  const Status& first_error = !selection.ok() ? selection.status() : environment.status();
+  const bool accepted = environment.ok() && selection.ok() && monitor_refusal.empty();
+  const std::string first_error = !selection.ok()     ? selection.status().reason()
+                                  : !environment.ok() ? environment.status().reason()
+                                                      : monitor_refusal;
   section.set("environment",
-              answer(parses, parses ? std::string("hmr_domain_open accepts every variable")
-                                    : "hmr_domain_open fails: " + first_error.reason()));
+              answer(accepted, accepted ? std::string("hmr_domain_open accepts every variable")
+                                        : "hmr_domain_open fails: " + first_error));
   section.set("effective", std::move(config.effective));
   section.set("set", std::move(config.set));
   section.set("errors", std::move(config.errors));

@@ -3,11 +3,17 @@
 // with the error hmr_domain_open would give.
 #pragma once
 
+#include <string>
+
 #include "json_value.h"
 #include "util/environment.h"
 
 namespace hmr::info {
 
-JsonValue config_section(const Result<core::Environment>& environment);
+// `monitor_refusal`: why hmr_domain_open fails for FI_MR_CACHE_MONITOR (a monitor that is not
+// built in, or cannot start here), from the monitors section; empty when it does not.  The
+// environment parses then, but is not accepted.
+JsonValue config_section(const Result<core::Environment>& environment,
+                         const std::string& monitor_refusal);
 
 }  // namespace hmr::info

@@ -198,9 +198,11 @@ void describe_cache_and_settings(const JsonValue& report, Screen& screen) {
     screen.cache = "none: " + limit + "=0 turns the registration cache off";
     screen.missing.push_back({"registration cache", limit + " is 0, which turns it off",
                               "unset " + limit + " (or set it above 0) to cache registrations"});
+  } else if (!parses) {
+    screen.cache = "none: no domain opens until the setting below is fixed";
   } else {
     screen.cache = "none: registrations are not cached";
-    if (parses && chosen != nullptr) {
+    if (chosen != nullptr) {
       screen.missing.push_back({"registration cache", text_at(*chosen, "reason"),
                                 "set FI_MR_CACHE_MONITOR to a monitor that starts here (--full: "
                                 "why each did not)"});

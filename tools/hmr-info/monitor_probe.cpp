@@ -66,6 +66,8 @@ const char* cache_turned_off_by(const core::Environment& environment) {
   return nullptr;
 }
 
+// {name, source, reason} and, when the setting makes hmr_domain_open fail, `refusal`: the
+// config section counts it as an error (config_probe.h).
 JsonValue chosen_json(const Result<core::Environment>& environment, const HostMonitor* monitors,
                       size_t count) {
   JsonValue chosen = JsonValue::object();
@@ -89,6 +91,7 @@ JsonValue chosen_json(const Result<core::Environment>& environment, const HostMo
   chosen.set("name", name);
   chosen.set("source", named ? "FI_MR_CACHE_MONITOR" : "default");
   std::string reason;
+  std::string refusal;  // why hmr_domain_open fails for this setting, when it does
   if (std::strcmp(name, core::kDefaultMonitorName) == 0) {
     // The chain a domain walks: the first that starts is the one it gets.
     const HostMonitor* first = nullptr;
@@ -121,19 +124,28 @@ JsonValue chosen_json(const Result<core::Environment>& environment, const HostMo
       if (std::strcmp(name, monitors[i].name) == 0 || alias) known = &monitors[i];
     }
     if (known == nullptr) {
+      // What hmr_domain_open says, from the registry it asks (nothing is imported here).
+      const Result<core::Monitor*> acquired = core::acquire_monitor(name);
       reason = std::string("'") + name + "' is not built in: a domain opens only if the "
                "application imported a monitor of that name (hmr_monitor_import)";
+      if (!acquired.ok()) refusal = acquired.status().reason();
     } else if (known->started.ok()) {
       reason = "it can start here, so host registrations are cached";
     } else if (named) {
       reason = "FI_MR_CACHE_MONITOR names it but it cannot start here, so hmr_domain_open "
                "fails: " + known->started.reason();
+      refusal = "it cannot start here: " + known->started.reason();
     } else {
       reason = "it cannot start here, so domains open without a host registration cache "
                "(hmr logs a warning): " + known->started.reason();
     }
   }
   chosen.set("reason", reason);
+  if (!refusal.empty()) {
+    // hmr_domain_open fails: no domain gets a monitor, and the setting is an error.
+    chosen.set("name", JsonValue());
+    chosen.set("refusal", std::string("FI_MR_CACHE_MONITOR='") + name + "': " + refusal);
+  }
   return chosen;
 }
 
@@ -220,7 +232,8 @@ JsonValue monitors_section(const std::vector<hmem::IfaceReport>& reports,
   host.push(std::move(uffd));
   host.push(host_monitor_json(monitors[1], "libc's munmap, mremap, madvise, brk, shmdt and "
                                            "MAP_FIXED mmap are hooked"));
-  section.set("chosen", chosen_json(environment, monitors, std::size(monitors)));
+  JsonValue& chosen = section.set("chosen", chosen_json(environment, monitors, std::size(monitors)));
+  if (chosen.find("refusal") == nullptr) chosen.set("refusal", JsonValue());
   section.set("under_pressure", pressure_json());
   JsonValue& devices = section.set("device", JsonValue::array());
   for (const hmem::IfaceReport& report : reports) {

@@ -34,8 +34,11 @@ JsonValue build_report() {
   report.set("ifaces", ifaces_section(ifaces));
   report.set("devices", devices_section(ifaces, environment));
   report.set("nics", nics_section());
-  report.set("monitors", monitors_section(ifaces, environment));
-  report.set("config", config_section(environment));
+  const JsonValue& monitors = report.set("monitors", monitors_section(ifaces, environment));
+  // A monitor setting hmr_domain_open fails on is the config section's error too.
+  const JsonValue* refused = monitors.at("chosen.refusal");
+  const std::string refusal = refused != nullptr && refused->is_string() ? refused->as_string() : "";
+  report.set("config", config_section(environment, refusal));
   // The first screen reads the finished tree; it goes right after "hmr", where a reader of
   // --json looks first.
   JsonValue ordered = JsonValue::object();
