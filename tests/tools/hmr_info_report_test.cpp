@@ -235,6 +235,60 @@ TEST(HmrInfoWidth, WrapsAtSpacesCutsLongWordsAndHidesControlCharacters) {
   }
 }
 
+// The first screen promised 100 columns with control characters shown as '?', but counted a
+// column per UTF-8 lead byte (a wide character takes two) and replaced only C0 and DEL (C1's
+// CSI, U+009B, starts an escape sequence too; a byte that is not UTF-8 reached the terminal).
+TEST(HmrInfoWidth, ReplacesC1ControlsAndBytesThatAreNotUtf8) {
+  EXPECT_EQ(printable("a\xc2\x9b" "31mb"), "a?31mb");  // CSI
+  EXPECT_EQ(printable("\xc2\x85\xc2\x80\xc2\x9f"), "???");  // NEL and C1's ends
+  EXPECT_EQ(printable("\x7f\x1b"), "??");
+  EXPECT_EQ(printable("\xff\xfe"), "??");
+  EXPECT_EQ(printable("\xc0\xaf"), "??");          // overlong '/'
+  EXPECT_EQ(printable("\xed\xa0\x80"), "???");     // a UTF-16 surrogate
+  EXPECT_EQ(printable("\xf4\x90\x80\x80"), "????");  // past U+10FFFF
+  EXPECT_EQ(printable("ab\xe2\x82"), "ab??");      // cut short at the end
+  EXPECT_EQ(printable("\x80x"), "?x");             // a stray continuation byte
+  const std::string kept = "caf\xc3\xa9 \xc2\xa0 \xe6\xbc\xa2 \xf0\x9f\x98\x80";
+  EXPECT_EQ(printable(kept), kept);
+  EXPECT_EQ(columns("\xff\xfe"), 2u);   // what is printed: two '?'
+  EXPECT_EQ(columns("\xc2\x9b"), 1u);
+}
+
+TEST(HmrInfoWidth, CountsEastAsianWideCharactersAsTwoColumns) {
+  EXPECT_EQ(columns("\xe6\xbc\xa2"), 2u);              // U+6F22, a CJK ideograph
+  EXPECT_EQ(columns("\xea\xb0\x80"), 2u);              // U+AC00, Hangul
+  EXPECT_EQ(columns("\xef\xbc\xa1"), 2u);              // U+FF21, fullwidth A
+  EXPECT_EQ(columns("\xef\xbd\xb1"), 1u);              // U+FF71, halfwidth katakana
+  EXPECT_EQ(columns("\xf0\x9f\x98\x80"), 2u);          // U+1F600, an emoji
+  EXPECT_EQ(columns("\xf0\xa0\x80\x80"), 2u);          // U+20000, CJK extension B
+  EXPECT_EQ(columns("caf\xc3\xa9"), 4u);
+  std::string wide;
+  for (int i = 0; i < 150; ++i) wide += "\xe6\xbc\xa2";
+  const std::vector<std::string> lines = wrap("FI_HMEM='" + wide + "'", kScreenWidth, "  ", "    ");
+  ASSERT_GE(lines.size(), 3u);
+  for (const std::string& line : lines) {
+    EXPECT_LE(columns(line), kScreenWidth) << line;
+    EXPECT_EQ(printable(line), line) << "a character was cut: " << line;
+  }
+  EXPECT_EQ(columns(lines[1]), kScreenWidth);  // 4 + 48 wide characters
+}
+
+// --full printed values as they were: an escape sequence in a variable reached the terminal.
+TEST(HmrInfoText, TheFullReportShowsEveryValuePrintable) {
+  JsonValue report = bare_report();
+  JsonValue& config = report.set("config", JsonValue::object());
+  config.set("set", JsonValue::object()).set("FI_HMEM", "a\x1b[31m\xc2\x9b\xffz\tq");
+  config.set("errors", JsonValue::array()).push("FI_HMEM='\x1b]0;title\x07': unknown");
+  const std::string text = render_text(report);
+  EXPECT_NE(text.find("FI_HMEM: a?[31m??z?q\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("  errors: FI_HMEM='?]0;title?': unknown\n"), std::string::npos) << text;
+  size_t start = 0;
+  for (size_t end; (end = text.find('\n', start)) != std::string::npos; start = end + 1) {
+    const std::string line = text.substr(start, end - start);
+    EXPECT_EQ(printable(line), line);
+  }
+}
+
 // A libfabric section as the probe writes it: tcp's row and its layered form reach the same
 // provider, udp's row offers nothing itself.
 JsonValue provider_row(const char* name, const char* use, const char* resolves_to) {

@@ -35,7 +35,7 @@ check() {
   [[ $status -eq 0 ]] || fail "$name: hmr-info --json exited $status"
   HMR_INFO_SCREEN=$screen HMR_INFO_TEXT=$text HMR_INFO_JSON=$json \
     python3 - "$name" "$check_code" <<'PY' ||
-import json, os, sys
+import json, os, sys, unicodedata
 name, code = sys.argv[1], sys.argv[2]
 screen = os.environ["HMR_INFO_SCREEN"]
 text = os.environ["HMR_INFO_TEXT"]
@@ -60,8 +60,19 @@ expect(list(d) == ["hmr", "summary", "ifaces", "devices", "nics", "monitors", "c
 summary = d["summary"]
 expect(screen.split("\n") == summary["lines"], "the first screen is not summary.lines")
 expect(text.startswith(screen + "\n"), "--full does not open with the first screen")
+def columns(line):  # as a terminal draws it: East Asian wide and fullwidth take two
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in line)
+
+def shown(c):  # no C0, DEL or C1 control, and no byte that was not UTF-8 (surrogateescape)
+    return not (ord(c) < 0x20 or 0x7f <= ord(c) <= 0x9f or 0xdc80 <= ord(c) <= 0xdcff)
+
+def printed(value):  # a JSON string as the text shows it ('\ufffd': a byte that was not UTF-8)
+    return "".join(c if shown(c) and c != "\ufffd" else "?" for c in value)
+
 for line in screen.split("\n"):
-    expect(len(line) <= 100, f"a first-screen line of {len(line)} columns: {line!r}")
+    expect(columns(line) <= 100, f"a first-screen line of {columns(line)} columns: {line!r}")
+for line in text.split("\n"):
+    expect(all(shown(c) for c in line), f"--full prints a control or a byte that is not UTF-8: {line!r}")
 expect(len(summary["lines"]) <= 24, f"the first screen has {len(summary['lines'])} lines")
 for key in ("use", "pass", "memory", "cache", "settings", "missing"):
     expect(key in summary, f"summary has no {key}")
@@ -138,7 +149,8 @@ else:
     expect("\n  No GPU: " in text, "no device in the JSON, no 'No GPU:' summary line")
     for i in d["ifaces"][1:]:
         if not i["loaded"]:
-            expect(" ".join(f"{i['name']}: {i['reason']}".split()) in flat,
+            # (Without spaces: a word longer than a line is cut where the line ends.)
+            expect("".join(printed(f"{i['name']}: {i['reason']}").split()) in "".join(text.split()),
                    f"the summary lacks {i['name']}'s reason")
 if d["nics"]["verbs"]["devices"]:
     expect("\n  RDMA: " in text, "RDMA devices in the JSON, no 'RDMA:' summary line")
@@ -352,6 +364,15 @@ expect("wrong" in d["summary"]["settings"] and "HMR_LOG_LEVEL" in screen, screen
 check "a very long value" '
 expect(any("FI_MR_CACHE_MAX_COUNT" in e for e in d["config"]["errors"]), d["config"]["errors"])
 ' "$no_ofi" FI_MR_CACHE_MAX_COUNT="$(printf "x%.0s" {1..300})"
+
+# Wide characters take two columns, and neither C1 controls (U+009B, CSI) nor bytes that are
+# not UTF-8 reach the terminal, on the first screen or in --full (each run above is checked
+# for both; these values would have broken them).
+check "wide characters and C1 controls" '
+expect(any("FI_HMEM" in e for e in d["config"]["errors"]), d["config"]["errors"])
+expect("\u6f22" * 10 in screen, "the wide characters are not shown")
+' "$no_ofi" FI_HMEM="$(printf '\xe6\xbc\xa2%.0s' {1..150})"$'\xc2\x9b''31m'$'\xff' \
+  HMR_LOG_LEVEL=$'\xc2\x9b''2J'
 
 check "HMR_LOG_LEVEL in upper case" '
 expect(d["config"]["effective"]["HMR_LOG_LEVEL"] == "debug", d["config"]["effective"]["HMR_LOG_LEVEL"])

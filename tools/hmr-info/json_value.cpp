@@ -3,36 +3,10 @@
 #include <cmath>
 #include <cstdio>
 
+#include "utf8.h"
+
 namespace hmr::info {
 namespace {
-
-// Length of the well-formed UTF-8 sequence at text[i], or 0 when it is not one (overlong
-// forms, surrogates and code points past U+10FFFF count as malformed, as RFC 3629 says).
-size_t utf8_sequence_length(std::string_view text, size_t i) {
-  const auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
-  const unsigned char lead = byte(i);
-  size_t length = 0;
-  unsigned char low = 0x80, high = 0xbf;  // allowed range of the first continuation byte
-  if (lead >= 0xc2 && lead <= 0xdf) {
-    length = 2;
-  } else if (lead >= 0xe0 && lead <= 0xef) {
-    length = 3;
-    if (lead == 0xe0) low = 0xa0;
-    if (lead == 0xed) high = 0x9f;
-  } else if (lead >= 0xf0 && lead <= 0xf4) {
-    length = 4;
-    if (lead == 0xf0) low = 0x90;
-    if (lead == 0xf4) high = 0x8f;
-  } else {
-    return 0;
-  }
-  if (i + length > text.size()) return 0;
-  if (byte(i + 1) < low || byte(i + 1) > high) return 0;
-  for (size_t k = 2; k < length; ++k) {
-    if (byte(i + k) < 0x80 || byte(i + k) > 0xbf) return 0;
-  }
-  return length;
-}
 
 void newline(std::string& out, int indent, int depth) {
   if (indent <= 0) return;

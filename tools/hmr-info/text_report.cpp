@@ -66,9 +66,11 @@ std::string inline_text(const JsonValue& value) {
   return scalar_text(value);
 }
 
+// Every line of the report goes through here: a value (an environment variable's, a
+// runtime's reason) is shown printable, as on the first screen.
 void line(std::string& out, int indent, const std::string& text) {
   out.append(static_cast<size_t>(indent), ' ');
-  out += text;
+  out += printable(text);
   out += '\n';
 }
 
