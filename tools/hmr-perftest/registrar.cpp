@@ -79,8 +79,7 @@ std::optional<Registered> Registrar::reg(void* buf, size_t len, uint64_t access,
       (void)fi_mr_raw_attr(out.raw_mr, &out.base, nullptr, &size, 0);
       out.raw_key.resize(size);
       if (fi_mr_raw_attr(out.raw_mr, &out.base, out.raw_key.data(), &size, 0) != 0) {
-        Fabric::close_mr(out.raw_mr);
-        if (why != nullptr) *why = "fi_mr_raw_attr failed";
+        if (why != nullptr) *why = "fi_mr_raw_attr failed";  // (out gives the MR back)
         return std::nullopt;
       }
     } else {
@@ -96,12 +95,10 @@ std::optional<Registered> Registrar::reg(void* buf, size_t len, uint64_t access,
   hmr_mr_info info{};
   info.size = sizeof info;
   if (const int queried = hmr_mr_query(out.mr, &info); queried != 0) {
-    hmr_mr_close(out.mr);
     hmr_failed(why, "hmr_mr_query", queried);
     return std::nullopt;
   }
   if (dmabuf_ && info.iface != HMR_HMEM_SYSTEM && info.path != HMR_MR_PATH_DMABUF) {
-    hmr_mr_close(out.mr);
     if (why != nullptr) *why = "--dmabuf: hmr registered the device memory another way";
     return std::nullopt;
   }
@@ -117,7 +114,6 @@ std::optional<Registered> Registrar::reg(void* buf, size_t len, uint64_t access,
     out.raw_key.resize(size);
     const int raw = hmr_mr_raw_attr(out.mr, &out.base, out.raw_key.data(), &size, 0);
     if (raw != 0) {
-      hmr_mr_close(out.mr);
       hmr_failed(why, "hmr_mr_raw_attr", raw);
       return std::nullopt;
     }
@@ -127,11 +123,36 @@ std::optional<Registered> Registrar::reg(void* buf, size_t len, uint64_t access,
   return out;
 }
 
-void Registrar::release(Registered& registered) {
-  if (registered.mr != nullptr) hmr_mr_close(registered.mr);
-  Fabric::close_mr(registered.raw_mr);
-  registered.mr = nullptr;
-  registered.raw_mr = nullptr;
+Registered::Registered(Registered&& other) noexcept
+    : local(other.local),
+      shadow(other.shadow),
+      desc(other.desc),
+      key(other.key),
+      raw_key(std::move(other.raw_key)),
+      base(other.base),
+      mr(std::exchange(other.mr, nullptr)),
+      raw_mr(std::exchange(other.raw_mr, nullptr)) {}
+
+Registered& Registered::operator=(Registered&& other) noexcept {
+  if (this != &other) {
+    reset();
+    local = other.local;
+    shadow = other.shadow;
+    desc = other.desc;
+    key = other.key;
+    raw_key = std::move(other.raw_key);
+    base = other.base;
+    mr = std::exchange(other.mr, nullptr);
+    raw_mr = std::exchange(other.raw_mr, nullptr);
+  }
+  return *this;
+}
+
+void Registered::reset() {
+  if (mr != nullptr) (void)hmr_mr_close(mr);
+  Fabric::close_mr(raw_mr);
+  mr = nullptr;
+  raw_mr = nullptr;
 }
 
 bool Registrar::sync(const Registered& registered, size_t len, bool to_device, std::string* why) {

@@ -265,7 +265,7 @@ int run_server(const Options& options) {
     status = serve_bandwidth(*socket, *fabric, *buffer, *registrar, *mine, *hello,
                              options.timeout_ms);
   }
-  registrar->release(*mine);
+  mine.reset();  // (before the registrar's domain: it owns an MR of it)
   if (status == 0 && !options.quiet) std::fprintf(stderr, "hmr-perftest server: done\n");
   return status;
 }
@@ -305,7 +305,8 @@ struct Client {
     const bool write = options.test == TestKind::write_bw;
     const hmr_domain_stats before = registrar.stats();
     struct Slot {
-      Registered registered;
+      std::optional<Registered> own;          // a per-message registration, given back at retire
+      const Registered* registered = nullptr;  // it, or the mode's whole-buffer one
       bool busy = false;
     };
     std::vector<Slot> slots(kWindow);
@@ -318,8 +319,8 @@ struct Client {
       Slot& slot = *static_cast<Slot*>(context);
       if (per_message(mode)) {
         // What a read landed in a host shadow belongs in the device memory.
-        if (!write) synced = synced && registrar.sync(slot.registered, size, true, why);
-        registrar.release(slot.registered);
+        if (!write) synced = synced && registrar.sync(*slot.registered, size, true, why);
+        slot.own.reset();
       }
       slot.busy = false;
       free_slots.push_back(static_cast<size_t>(&slot - slots.data()));
@@ -338,19 +339,18 @@ struct Client {
         Slot& slot = slots[free_slots.back()];
         free_slots.pop_back();
         if (per_message(mode)) {
-          std::optional<Registered> r = registrar.reg(buffer.data(), size, kAccess, why);
-          if (!r) return std::nullopt;
-          slot.registered = *r;
-          if (write && !registrar.sync(slot.registered, size, false, why)) return std::nullopt;
+          slot.own = registrar.reg(buffer.data(), size, kAccess, why);
+          if (!slot.own) return std::nullopt;
+          slot.registered = &*slot.own;
+          if (write && !registrar.sync(*slot.registered, size, false, why)) return std::nullopt;
         } else {
-          slot.registered = whole[mode_index];
+          slot.registered = &whole[mode_index];
         }
         slot.busy = true;
-        const bool ok = write ? fabric.post_write(slot.registered.local, size,
-                                                  slot.registered.desc, server.base, server.key,
+        const Registered& r = *slot.registered;
+        const bool ok = write ? fabric.post_write(r.local, size, r.desc, server.base, server.key,
                                                   &slot, &done, watch, why)
-                              : fabric.post_read(slot.registered.local, size,
-                                                 slot.registered.desc, server.base, server.key,
+                              : fabric.post_read(r.local, size, r.desc, server.base, server.key,
                                                  &slot, &done, watch, why);
         if (!ok) return std::nullopt;
         ++posted;
@@ -407,19 +407,19 @@ struct Client {
       const uint8_t tag = tag_for((*sequence)++);
       send[size - 1] = tag;
       const Clock::time_point start = Clock::now();
-      Registered registered = whole[mode_index];
+      std::optional<Registered> own;  // per message: given back inside the sample, as it costs
       if (per_message(mode)) {
-        std::optional<Registered> r = registrar.reg(send, size, kAccess, why);
-        if (!r) return std::nullopt;
-        registered = *r;
+        own = registrar.reg(send, size, kAccess, why);
+        if (!own) return std::nullopt;
       }
+      const Registered& registered = own ? *own : whole[mode_index];
       if (!fabric.post_write(send, size, registered.desc, server.base, server.key, nullptr,
                              nullptr, watch, why) ||
           !wait_for_tag(fabric, watch, landing + size - 1, tag, why) ||
           !fabric.wait(1, watch, why)) {
         return std::nullopt;
       }
-      if (per_message(mode)) registrar.release(registered);
+      own.reset();
       samples.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count() /
                         2);
     }
@@ -478,7 +478,7 @@ int run_client(const Options& options) {
   if (buffer->host()) buffer->fill_pattern(options.max_size);
 
   std::vector<Registrar> registrars;
-  std::vector<Registered> whole;
+  std::vector<Registered> whole;  // (after `registrars`: each goes before its hmr domain)
   for (RegMode mode : options.reg_modes) {
     std::optional<Registrar> registrar = Registrar::open(*fabric, mode, options.dmabuf, &why);
     if (!registrar) return give_up("client", *socket, why);
@@ -486,7 +486,7 @@ int run_client(const Options& options) {
     std::optional<Registered> r =
         registrars.back().reg(buffer->data(), buffer->size(), kAccess, &why);
     if (!r) return give_up("client", *socket, why);
-    whole.push_back(*r);
+    whole.push_back(std::move(*r));
   }
   // The landing area for write_lat answers, published through the first mode's registration.
   const uint64_t landing = whole.front().base + options.max_size;
@@ -550,7 +550,7 @@ int run_client(const Options& options) {
       }
     }
   }
-  for (size_t i = 0; i < registrars.size(); ++i) registrars[i].release(whole[i]);
+  whole.clear();  // (each gives its registration back, before its registrar's domain goes)
   if (status != 0) return status;
 
   RunInfo run;
