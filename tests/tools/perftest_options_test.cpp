@@ -63,6 +63,26 @@ TEST(PerftestOptions, SizeSweepIsPowersOfTwoEndingAtMax) {
   parsed = parse({"h", "--size", "1M"});
   ASSERT_TRUE(parsed.options);
   EXPECT_EQ(message_sizes(*parsed.options), (std::vector<uint64_t>{1u << 20}));
+  // --help says it as it is: MIN times powers of two, not powers of two, and MAX at the end.
+  EXPECT_NE(usage().find("MIN*2^k up to MAX"), std::string::npos) << usage();
+  EXPECT_NE(usage().find("ending at MAX"), std::string::npos) << usage();
+}
+
+TEST(PerftestOptions, WriteLatTakesUpTo16MIterations) {
+  Parsed parsed = parse({"h", "--test", "write_lat", "--iters", "16M"});
+  EXPECT_TRUE(parsed.options) << parsed.why;
+  parsed = parse({"h", "--iters", "32M"});  // the bandwidth tests keep no samples
+  EXPECT_TRUE(parsed.options) << parsed.why;
+  parsed = parse({"h", "--test", "write_lat", "--iters", "17M"});
+  EXPECT_FALSE(parsed.options);
+  EXPECT_NE(parsed.why.find("up to 16M"), std::string::npos) << parsed.why;
+}
+
+// A server takes its test, sizes, iterations and modes from the client: --help says which of
+// its own options it ignores.
+TEST(PerftestOptions, TheHelpSaysWhatAServerIgnores) {
+  EXPECT_NE(usage().find("a server uses only --provider, --port, --timeout, --mem, --dmabuf"),
+            std::string::npos) << usage();
 }
 
 TEST(PerftestOptions, BadInputIsRefusedWithAReason) {
@@ -88,6 +108,10 @@ TEST(PerftestOptions, BadInputIsRefusedWithAReason) {
       {"h", "extra"},                        // second host
       {"h", "--mem", "cuda:0", "--test", "write_lat"},  // polls device memory with the CPU
       {"h", "--mem", "cuda:0", "--reg", "once,raw"},    // fi_mr_reg of a device address
+      // write_lat keeps every sample: refused with the option errors (exit 2), where the
+      // client refused it only once it ran (exit 1).
+      {"h", "--test", "write_lat", "--iters", "16777217"},
+      {"h", "--iters", "32M", "--test", "write_lat"},
   };
   for (const auto& args : bad) {
     Parsed parsed = parse(args);

@@ -79,5 +79,29 @@ TEST(PerftestReport, TheHeaderNamesTheProviderOnceAndTheColumnsAreExplained) {
             std::string::npos) << json;
 }
 
+// docs/tools.md promised nic_regs and cache_hits for every test, but write_lat's table had
+// no cache_hits column.
+TEST(PerftestReport, TheLatencyTableHasCacheHitsToo) {
+  RunInfo run = tcp_run();
+  run.test = TestKind::write_lat;
+  Measurement m = at_1mib(RegMode::cached, 0);
+  m.lat_min_us = 12.5;
+  m.lat_median_us = 13;
+  m.lat_avg_us = 13.25;
+  m.lat_max_us = 99999.5;
+  m.nic_registrations = 1;
+  m.cache_hits = 999;
+  const std::string table = format_table(run, {m});
+  EXPECT_NE(table.find(" t_max     nic_regs  cache_hits\n"), std::string::npos) << table;
+  EXPECT_NE(table.find(" 12.50     13.00     13.25     99999.50  1         999\n"),
+            std::string::npos) << table;
+  EXPECT_NE(table.find("nic_regs, cache_hits: registrations that reached the provider"),
+            std::string::npos) << table;
+  for (size_t start = 0, end; (end = table.find('\n', start)) != std::string::npos; start = end + 1) {
+    if (table.compare(start, 14, " hmr-perftest ") == 0) continue;
+    EXPECT_LE(end - start, 96u) << table.substr(start, end - start);
+  }
+}
+
 }  // namespace
 }  // namespace hmr::perftest

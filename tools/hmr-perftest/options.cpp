@@ -65,8 +65,9 @@ std::string usage() {
 
   --test write_bw|read_bw|write_lat   what to measure (default write_bw)
   --size N                            one message size (K, M, G suffixes)
-  --sizes MIN:MAX                     sweep powers of two from MIN to MAX (default 2:8M)
-  --iters N                           messages per size (default 1000)
+  --sizes MIN:MAX                     sweep MIN, 2*MIN, 4*MIN, ... (MIN*2^k up to MAX),
+                                      ending at MAX (default 2:8M)
+  --iters N                           messages per size (default 1000; write_lat: up to 16M)
   --mem host|cuda:N|rocr:N|ze:N|neuron:N|synapseai:N   memory to register (default host)
   --dmabuf                            device memory must go through dma-buf
   --reg cached|per-iter|once|raw[,..] registration: through hmr per message (cached),
@@ -82,7 +83,9 @@ std::string usage() {
   --quiet                             no progress lines
 
 The server checks its options and opens the provider before it waits for a client; a side
-that gives up tells the other why.  Both sides must name the same --provider; the table and
+that gives up tells the other why.  The client names the test, the sizes, the iterations and
+the registration modes: a server uses only --provider, --port, --timeout, --mem, --dmabuf
+and --quiet, and ignores the rest (it registers its buffer once, as --reg once).  Both sides must name the same --provider; the table and
 the RESULT line report it by that name (the header adds what libfabric serves it as, e.g.
 tcp is served as tcp;ofi_rxm).
 
@@ -212,6 +215,11 @@ std::optional<Options> parse_options(int argc, const char* const* argv, std::str
     return fail(options.server ? "a server takes no HOST" : "give --server, or the server's HOST");
   }
   if (options.max_size > kMaxMessageSize) return fail("messages are limited to 4 GiB");
+  // Refused with the other option errors (exit 2), not once the run has begun.
+  if (!options.server && options.test == TestKind::write_lat &&
+      options.iterations > kMaxLatencyIterations) {
+    return fail("write_lat keeps every sample: use --iters up to 16M");
+  }
   // Refused here, on both sides, rather than by a server that then drops the connection.
   if (options.memory != "host") {
     if (options.test == TestKind::write_lat) {
@@ -228,6 +236,7 @@ std::optional<Options> parse_options(int argc, const char* const* argv, std::str
   return options;
 }
 
+// MIN * 2^k while it is below MAX, then MAX itself (3:20 is 3, 6, 12, 20).
 std::vector<uint64_t> message_sizes(const Options& options) {
   std::vector<uint64_t> sizes;
   for (uint64_t size = options.min_size; size <= options.max_size; size *= 2) {

@@ -20,6 +20,9 @@ enum class RegMode {
 
 const char* reg_mode_name(RegMode mode);
 
+// write_lat keeps every sample (8 bytes each) to report the median: 16M is 128 MiB.
+inline constexpr uint64_t kMaxLatencyIterations = uint64_t{1} << 24;
+
 struct Options {
   bool server = false;
   std::string host;       // client: the server to connect to
@@ -44,7 +47,7 @@ std::optional<Options> parse_options(int argc, const char* const* argv, std::str
 
 std::string usage();
 
-// The message sizes of a run: powers of two from min to max, plus max if it is not one.
+// The message sizes of a run: min, 2*min, 4*min, ... (min * 2^k below max), and max.
 std::vector<uint64_t> message_sizes(const Options& options);
 
 // "cuda:1" -> ("cuda", 1); "host" -> ("host", 0).  Nullopt when malformed.
