@@ -24,6 +24,7 @@ bool failed(std::string* why, const std::string& what, int code) {
 }  // namespace
 
 std::optional<Fabric> Fabric::open(const std::string& provider, std::string* why) {
+  StuckCallWatchdog::prepare();  // before the provider installs its own SIGTERM handler
   fi_info* hints = fi_allocinfo();
   if (hints == nullptr) {
     failed(why, "fi_allocinfo", FI_ENOMEM);
@@ -97,7 +98,8 @@ Fabric::Fabric(Fabric&& other) noexcept
       cq_(std::exchange(other.cq_, nullptr)),
       av_(std::exchange(other.av_, nullptr)),
       peer_(other.peer_),
-      completed_(other.completed_) {}
+      completed_(other.completed_),
+      watchdog_(std::move(other.watchdog_)) {}
 
 Fabric::~Fabric() { close_all(); }
 
@@ -141,13 +143,19 @@ bool Fabric::insert_peer(const std::vector<uint8_t>& address, std::string* why) 
   return true;
 }
 
+void Fabric::watch_calls(int timeout_ms, const char* role) {
+  watchdog_ = std::make_unique<StuckCallWatchdog>(std::chrono::milliseconds(timeout_ms), role);
+}
+
 bool Fabric::post(bool write, void* buf, size_t len, void* desc, uint64_t remote_addr,
                   uint64_t key, void* context, std::vector<void*>* done, PeerWatch& watch,
                   std::string* why) {
   const char* call = write ? "fi_write" : "fi_read";
   for (;;) {
+    if (watchdog_) watchdog_->entering();
     const ssize_t rc = write ? fi_write(ep_, buf, len, desc, peer_, remote_addr, key, context)
                              : fi_read(ep_, buf, len, desc, peer_, remote_addr, key, context);
+    if (watchdog_) watchdog_->left();
     if (rc == 0) {
       watch.progressed();
       return true;
@@ -179,7 +187,9 @@ bool Fabric::post_read(void* buf, size_t len, void* desc, uint64_t remote_addr, 
 
 int Fabric::poll(std::vector<void*>* done, std::string* why) {
   fi_cq_entry entries[64];
+  if (watchdog_) watchdog_->entering();
   const ssize_t n = fi_cq_read(cq_, entries, 64);
+  if (watchdog_) watchdog_->left();
   if (n > 0) {
     if (done != nullptr) {
       for (ssize_t i = 0; i < n; ++i) done->push_back(entries[i].op_context);

@@ -10,11 +10,13 @@
 #include <rdma/fi_domain.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "peer_watch.h"
+#include "stuck_call_watchdog.h"
 
 namespace hmr::perftest {
 
@@ -39,6 +41,10 @@ class Fabric {
   // The peer's address, as fi_getname gave it on its side; refused with the reason unless it
   // fits this provider's address format (peer_address.h).
   bool insert_peer(const std::vector<uint8_t>& address, std::string* why);
+
+  // From now on, a data-path call into the provider that lasts `timeout_ms` ends the process
+  // (stuck_call_watchdog.h): the waits above cannot end a call that never returns.
+  void watch_calls(int timeout_ms, const char* role);
 
   // Posts one RMA operation whose completion carries `context`; retries while the provider
   // says EAGAIN, progressing the CQ meanwhile: completions read then go where poll() puts
@@ -77,6 +83,7 @@ class Fabric {
   fid_av* av_ = nullptr;
   fi_addr_t peer_ = FI_ADDR_UNSPEC;
   uint64_t completed_ = 0;  // completions counted by poll(nullptr) and not yet waited for
+  std::unique_ptr<StuckCallWatchdog> watchdog_;
 };
 
 }  // namespace hmr::perftest

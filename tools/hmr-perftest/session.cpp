@@ -210,6 +210,7 @@ int run_server(const Options& options) {
   // libfabric's reason, not when a client arrives.
   std::optional<Fabric> fabric = Fabric::open(options.provider, &why);
   if (!fabric) return fail("server", why);
+  fabric->watch_calls(options.timeout_ms, "server");
   std::optional<PeerSocket> socket = PeerSocket::listen(options.port, &why);
   if (!socket) return fail("server", why);
   if (!options.quiet) {
@@ -448,6 +449,7 @@ int run_client(const Options& options) {
   // The provider first: one this host cannot open fails before the server is bothered.
   std::optional<Fabric> fabric = Fabric::open(options.provider, &why);
   if (!fabric) return fail("client", why);
+  fabric->watch_calls(options.timeout_ms, "client");
   std::optional<PeerSocket> socket =
       PeerSocket::connect(options.host, options.port, options.timeout_ms, &why);
   if (!socket) return fail("client", why);

@@ -1,0 +1,47 @@
+// A provider call that never returns (tools/hmr-perftest/stuck_call_watchdog.*): shm spun in
+// fi_cq_read on a lock a stopped peer held, past any --timeout, since the waits that end the
+// data phase run only between calls.  The watchdog ends the process with the reason and
+// exit status 1; calls that return keep it quiet however long the run.
+#include "stuck_call_watchdog.h"
+
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <chrono>
+
+namespace hmr::perftest {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+TEST(PerftestStuckCallWatchdogDeathTest, ACallThatNeverReturnsEndsTheProcessWithItsReason) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        StuckCallWatchdog::prepare();
+        StuckCallWatchdog watchdog(std::chrono::milliseconds(200), "server");
+        watchdog.entering();  // and never left, as fi_cq_read spinning on a peer's lock
+        for (;;) pause();
+      },
+      ::testing::ExitedWithCode(1),
+      "hmr-perftest server: a libfabric call has not returned for 200 ms \\(--timeout\\)");
+}
+
+// Calls that return, and time spent outside any call (waiting on the socket, computing a
+// checksum), are never taken for a stuck call.
+TEST(PerftestStuckCallWatchdog, CallsThatReturnAndTimeBetweenThemAreNotStuck) {
+  StuckCallWatchdog watchdog(std::chrono::milliseconds(100), "client");
+  const Clock::time_point start = Clock::now();
+  while (Clock::now() - start < std::chrono::milliseconds(500)) {
+    watchdog.entering();
+    watchdog.left();
+  }
+  const Clock::time_point idle = Clock::now();
+  while (Clock::now() - idle < std::chrono::milliseconds(300)) {
+  }
+  SUCCEED();  // (the process would have ended)
+}
+
+}  // namespace
+}  // namespace hmr::perftest

@@ -1,0 +1,88 @@
+#include "stuck_call_watchdog.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+
+namespace hmr::perftest {
+namespace {
+
+// Set by the watchdog just before it raises SIGTERM: the handler then exits 1.
+std::atomic<bool> giving_up{false};
+struct sigaction previous_action;
+
+void on_sigterm(int signal, siginfo_t*, void*) {
+  if (giving_up.load()) _exit(1);
+  // Not ours: what it would have been before prepare().
+  sigaction(signal, &previous_action, nullptr);
+  raise(signal);
+}
+
+std::string duration_words(std::chrono::milliseconds duration) {
+  const auto ms = duration.count();
+  return ms % 1000 == 0 ? std::to_string(ms / 1000) + " s" : std::to_string(ms) + " ms";
+}
+
+}  // namespace
+
+void StuckCallWatchdog::prepare() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction action;
+    std::memset(&action, 0, sizeof action);
+    action.sa_sigaction = &on_sigterm;
+    action.sa_flags = SA_SIGINFO;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGTERM, &action, &previous_action);
+  });
+}
+
+StuckCallWatchdog::StuckCallWatchdog(std::chrono::milliseconds limit, std::string role)
+    : limit_(limit), role_(std::move(role)), thread_([this] { run(); }) {}
+
+StuckCallWatchdog::~StuckCallWatchdog() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_one();
+  thread_.join();
+}
+
+void StuckCallWatchdog::run() {
+  // Looked at four times per limit: a call is given up on between 1 and 1.25 limits in.
+  const std::chrono::milliseconds period = std::max(limit_ / 4, std::chrono::milliseconds(1));
+  std::unique_lock<std::mutex> lock(mutex_);
+  uint64_t seen = calls_.load(std::memory_order_relaxed);
+  std::chrono::steady_clock::time_point since = std::chrono::steady_clock::now();
+  while (!wake_.wait_for(lock, period, [this] { return stopping_; })) {
+    const uint64_t now_calls = calls_.load(std::memory_order_relaxed);
+    const auto now = std::chrono::steady_clock::now();
+    if (now_calls != seen || now_calls % 2 == 0) {
+      seen = now_calls;
+      since = now;  // a call returned, or none is under way
+    } else if (now - since >= limit_) {
+      give_up();
+    }
+  }
+}
+
+void StuckCallWatchdog::give_up() const {
+  std::fprintf(stderr,
+               "hmr-perftest %s: a libfabric call has not returned for %s (--timeout): the "
+               "provider waits for the peer (shm spins on a lock the peer holds: was it "
+               "stopped?)\n",
+               role_.c_str(), duration_words(limit_).c_str());
+  std::fflush(stderr);
+  giving_up.store(true);
+  kill(getpid(), SIGTERM);
+  // (SIGTERM ends the process; should something hold it, this thread ends it anyway.)
+  sleep(5);
+  _exit(1);
+}
+
+}  // namespace hmr::perftest
