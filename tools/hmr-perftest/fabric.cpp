@@ -147,6 +147,10 @@ void Fabric::watch_calls(int timeout_ms, const char* role) {
   watchdog_ = std::make_unique<StuckCallWatchdog>(std::chrono::milliseconds(timeout_ms), role);
 }
 
+void Fabric::watch_peer(int fd) {
+  if (watchdog_) watchdog_->watch_peer(fd);
+}
+
 bool Fabric::post(bool write, void* buf, size_t len, void* desc, uint64_t remote_addr,
                   uint64_t key, void* context, std::vector<void*>* done, PeerWatch& watch,
                   std::string* why) {

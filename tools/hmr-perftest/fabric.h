@@ -45,6 +45,8 @@ class Fabric {
   // From now on, a data-path call into the provider that lasts `timeout_ms` ends the process
   // (stuck_call_watchdog.h): the waits above cannot end a call that never returns.
   void watch_calls(int timeout_ms, const char* role);
+  // The peer's connection, once there is one: a stuck call ends at once when it hangs up.
+  void watch_peer(int fd);
 
   // Posts one RMA operation whose completion carries `context`; retries while the provider
   // says EAGAIN, progressing the CQ meanwhile: completions read then go where poll() puts

@@ -47,6 +47,8 @@ class PeerSocket {
   };
   std::optional<Received> receive_one_of(std::initializer_list<MessageType> expected,
                                          int timeout_ms, std::string* why);
+  // The connection's descriptor (-1 while listening), for a watch of its hang-up.
+  int fd() const { return fd_; }
 
  private:
   explicit PeerSocket(int fd) : fd_(fd) {}

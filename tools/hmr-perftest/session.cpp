@@ -219,6 +219,7 @@ int run_server(const Options& options) {
                  socket->listening_port());
   }
   if (!socket->accept(options.timeout_ms, &why)) return fail("server", why);
+  fabric->watch_peer(socket->fd());
   std::optional<Hello> hello =
       receive_as(*socket, MessageType::hello, decode_hello, options.timeout_ms, &why);
   if (!hello) return give_up("server", *socket, why);
@@ -453,6 +454,7 @@ int run_client(const Options& options) {
   std::optional<PeerSocket> socket =
       PeerSocket::connect(options.host, options.port, options.timeout_ms, &why);
   if (!socket) return fail("client", why);
+  fabric->watch_peer(socket->fd());
   Hello hello;
   hello.test = options.test;
   hello.min_size = options.min_size;

@@ -1,5 +1,6 @@
 #include "stuck_call_watchdog.h"
 
+#include <poll.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -54,8 +55,12 @@ StuckCallWatchdog::~StuckCallWatchdog() {
 }
 
 void StuckCallWatchdog::run() {
-  // Looked at four times per limit: a call is given up on between 1 and 1.25 limits in.
-  const std::chrono::milliseconds period = std::max(limit_ / 4, std::chrono::milliseconds(1));
+  // Looked at four times per limit, and at least every 250 ms: a call is given up on between 1
+  // and 1.25 limits in, or, with the peer gone, once it has lasted a look's period (no call
+  // of the data path lasts that long while the peer is there to answer).
+  const std::chrono::milliseconds period = std::clamp(
+      std::chrono::milliseconds(limit_ / 4), std::chrono::milliseconds(1),
+      std::chrono::milliseconds(250));
   std::unique_lock<std::mutex> lock(mutex_);
   uint64_t seen = calls_.load(std::memory_order_relaxed);
   std::chrono::steady_clock::time_point since = std::chrono::steady_clock::now();
@@ -66,17 +71,25 @@ void StuckCallWatchdog::run() {
       seen = now_calls;
       since = now;  // a call returned, or none is under way
     } else if (now - since >= limit_) {
-      give_up();
+      give_up("has not returned for " + duration_words(limit_) +
+              " (--timeout): the provider waits for the peer (shm spins on a lock the peer "
+              "holds: was it stopped?)");
+    } else if (now - since >= period && peer_hung_up()) {
+      give_up("waits for a peer that hung up (a peer killed inside the provider leaves shm's "
+              "lock held)");
     }
   }
 }
 
-void StuckCallWatchdog::give_up() const {
-  std::fprintf(stderr,
-               "hmr-perftest %s: a libfabric call has not returned for %s (--timeout): the "
-               "provider waits for the peer (shm spins on a lock the peer holds: was it "
-               "stopped?)\n",
-               role_.c_str(), duration_words(limit_).c_str());
+bool StuckCallWatchdog::peer_hung_up() const {
+  const int fd = peer_fd_.load(std::memory_order_relaxed);
+  if (fd < 0) return false;
+  pollfd peer{fd, POLLRDHUP, 0};
+  return ::poll(&peer, 1, 0) == 1 && (peer.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
+
+void StuckCallWatchdog::give_up(const std::string& what) const {
+  std::fprintf(stderr, "hmr-perftest %s: a libfabric call %s\n", role_.c_str(), what.c_str());
   std::fflush(stderr);
   giving_up.store(true);
   kill(getpid(), SIGTERM);
