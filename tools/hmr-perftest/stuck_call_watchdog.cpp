@@ -9,6 +9,8 @@
 #include <cstring>
 #include <mutex>
 
+#include "peer_watch.h"
+
 namespace hmr::perftest {
 namespace {
 
@@ -21,11 +23,6 @@ void on_sigterm(int signal, siginfo_t*, void*) {
   // Not ours: what it would have been before prepare().
   sigaction(signal, &previous_action, nullptr);
   raise(signal);
-}
-
-std::string duration_words(std::chrono::milliseconds duration) {
-  const auto ms = duration.count();
-  return ms % 1000 == 0 ? std::to_string(ms / 1000) + " s" : std::to_string(ms) + " ms";
 }
 
 }  // namespace
@@ -71,7 +68,7 @@ void StuckCallWatchdog::run() {
       seen = now_calls;
       since = now;  // a call returned, or none is under way
     } else if (now - since >= limit_) {
-      give_up("has not returned for " + duration_words(limit_) +
+      give_up("has not returned for " + duration_text(limit_) +
               " (--timeout): the provider waits for the peer (shm spins on a lock the peer "
               "holds: was it stopped?)");
     } else if (now - since >= period && peer_hung_up()) {
