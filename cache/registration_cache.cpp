@@ -697,8 +697,10 @@ size_t RegistrationCache::wait_for_in_transit() {
   // bound below used to end the wait first, and the caller was refused with the resources on
   // their way back).  Otherwise the bound without progress (2^20 rounds, or 250 ms: a round
   // of yield takes far longer while other threads spin, and a registration waited 20 s so on
-  // a loaded machine) is a safety net, not a timing rule: a callback NIC's dereg may wait for a lock the caller holds while it
-  // registers (a refusal then, rather than a deadlock), and a process forked while an entry
+  // a loaded machine) is a safety net, not a timing rule: a callback NIC's dereg may wait for
+  // a lock the caller holds while it registers (a refusal then, rather than a deadlock; the
+  // registrar then does not wait for the giving back that dereg is inside either:
+  // NicRegistrar::give_back), and a process forked while an entry
   // was in transit never sees it end (the thread that claimed it is not there), though a
   // forked child cannot reach its parent's caches through the C ABI (api/bad_handle.h).
   const bool ends_by_itself =
