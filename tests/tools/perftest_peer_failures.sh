@@ -16,7 +16,9 @@ if [[ -z $python ]]; then
   exit 77
 fi
 peer=("$python" "$(dirname "$0")/perftest_peer.py")
-port=$((30000 + $$ % 20000))
+# Below the kernel's ephemeral range (32768 and up), where an outgoing connection of another
+# test could hold the port, and apart from perftest_loopback.sh's (20000-26100).
+port=$((26200 + $$ % 6000))
 net=${HMR_PERFTEST_SAFETY_NET:-90}  # seconds
 work=$(mktemp -d)
 pids=()
