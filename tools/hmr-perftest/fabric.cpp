@@ -155,6 +155,7 @@ bool Fabric::post(bool write, void* buf, size_t len, void* desc, uint64_t remote
                   uint64_t key, void* context, std::vector<void*>* done, PeerWatch& watch,
                   std::string* why) {
   const char* call = write ? "fi_write" : "fi_read";
+  const char* refused = write ? "fi_write not accepted (EAGAIN)" : "fi_read not accepted (EAGAIN)";
   for (;;) {
     if (watchdog_) watchdog_->entering();
     const ssize_t rc = write ? fi_write(ep_, buf, len, desc, peer_, remote_addr, key, context)
@@ -166,14 +167,18 @@ bool Fabric::post(bool write, void* buf, size_t len, void* desc, uint64_t remote
     }
     if (rc != -FI_EAGAIN) return failed(why, call, static_cast<int>(rc));
     // The queue is full, or the provider is still reaching the peer: progress and retry.
-    const int completed = poll(done, why);
-    if (completed < 0) return false;
-    if (completed > 0) watch.progressed();
-    if (!watch.fine(why)) {
-      if (why != nullptr) *why = std::string(call) + " not accepted (EAGAIN): " + *why;
-      return false;
-    }
+    if (!poll_watched(done, watch, refused, why)) return false;
   }
+}
+
+bool Fabric::poll_watched(std::vector<void*>* done, PeerWatch& watch, const char* waiting,
+                          std::string* why) {
+  const int completed = poll(done, why);
+  if (completed < 0) return false;
+  if (completed > 0) watch.progressed();
+  if (watch.fine(why)) return true;
+  if (why != nullptr) *why = std::string(waiting) + ": " + *why;
+  return false;
 }
 
 bool Fabric::post_write(const void* buf, size_t len, void* desc, uint64_t remote_addr,
@@ -217,13 +222,7 @@ int Fabric::poll(std::vector<void*>* done, std::string* why) {
 
 bool Fabric::wait(uint64_t count, PeerWatch& watch, std::string* why) {
   while (completed_ < count) {
-    const int completed = poll(nullptr, why);
-    if (completed < 0) return false;
-    if (completed > 0) watch.progressed();
-    if (!watch.fine(why)) {
-      if (why != nullptr) *why = "waiting for a completion: " + *why;
-      return false;
-    }
+    if (!poll_watched(nullptr, watch, "waiting for a completion", why)) return false;
   }
   completed_ -= count;
   return true;

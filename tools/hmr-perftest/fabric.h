@@ -75,6 +75,10 @@ class Fabric {
   Fabric() = default;
   bool post(bool write, void* buf, size_t len, void* desc, uint64_t remote_addr, uint64_t key,
             void* context, std::vector<void*>* done, PeerWatch& watch, std::string* why);
+  // poll() once, counting completions as progress for `watch`: false with the reason on an
+  // error completion, or once `watch` ends the wait (its reason after "`waiting`: ").
+  bool poll_watched(std::vector<void*>* done, PeerWatch& watch, const char* waiting,
+                    std::string* why);
   void close_all();
 
   fi_info* info_ = nullptr;

@@ -95,22 +95,32 @@ bool wait_for_tag(Fabric& fabric, PeerWatch& watch, const uint8_t* at, uint8_t t
   return true;
 }
 
-// Waits for the peer's next message, of type `type`, while progressing the fabric: a
-// manual-progress provider moves what is still in flight only while this side reads its CQ.
+// Reads the CQ (a manual-progress provider moves what is still in flight only while this side
+// does) until the peer's socket has something to read, an error completion comes, or
+// `deadline` passes; the socket and the clock are looked at every PeerWatch::kCheckEvery reads.
+enum class Heard { readable, failed, nothing };
+Heard progress_until_readable(Fabric& fabric, const PeerSocket& socket,
+                              Clock::time_point deadline, std::string* why) {
+  for (uint64_t polls = 1;; ++polls) {
+    if (fabric.poll(nullptr, why) < 0) return Heard::failed;
+    if (polls % PeerWatch::kCheckEvery != 0) continue;
+    if (socket.readable()) return Heard::readable;
+    if (Clock::now() > deadline) return Heard::nothing;
+  }
+}
+
+// Waits for the peer's next message, of type `type`, while progressing the fabric.
 std::optional<std::vector<uint8_t>> receive_while_progressing(Fabric& fabric, PeerSocket& socket,
                                                               MessageType type, int timeout_ms,
                                                               std::string* why) {
-  const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
-  for (uint64_t polls = 1;; ++polls) {
-    if (fabric.poll(nullptr, why) < 0) return std::nullopt;
-    if (polls % PeerWatch::kCheckEvery != 0) continue;
-    if (socket.readable()) return socket.receive(type, timeout_ms, why);
-    if (Clock::now() > deadline) {
-      *why = "no answer from the peer within " +
-             duration_text(std::chrono::milliseconds(timeout_ms)) + " (--timeout)";
-      return std::nullopt;
-    }
+  const std::chrono::milliseconds timeout(timeout_ms);
+  switch (progress_until_readable(fabric, socket, Clock::now() + timeout, why)) {
+    case Heard::readable: return socket.receive(type, timeout_ms, why);
+    case Heard::failed: return std::nullopt;
+    case Heard::nothing: break;
   }
+  *why = "no answer from the peer within " + duration_text(timeout) + " (--timeout)";
+  return std::nullopt;
 }
 
 uint8_t tag_for(uint64_t sequence) { return static_cast<uint8_t>(sequence % 255 + 1); }
@@ -156,12 +166,10 @@ int serve_latency(PeerSocket& socket, Fabric& fabric, Buffer& buffer, const Regi
 std::optional<Done> await_client_done(PeerSocket& socket, Fabric& fabric, int timeout_ms,
                                       std::string* why) {
   const std::chrono::milliseconds timeout(timeout_ms);
-  Clock::time_point deadline = Clock::now() + timeout;
-  for (uint64_t polls = 1;; ++polls) {
-    if (fabric.poll(nullptr, why) < 0) return std::nullopt;
-    if (polls % PeerWatch::kCheckEvery != 0) continue;
-    if (!socket.readable()) {
-      if (Clock::now() <= deadline) continue;
+  for (;;) {  // a Progress message starts the deadline again
+    const Heard heard = progress_until_readable(fabric, socket, Clock::now() + timeout, why);
+    if (heard == Heard::failed) return std::nullopt;
+    if (heard == Heard::nothing) {
       *why = "the client reported no progress for " + duration_text(timeout) +
              " (--timeout): it stalled, or it cannot reach this side";
       return std::nullopt;
@@ -171,7 +179,6 @@ std::optional<Done> await_client_done(PeerSocket& socket, Fabric& fabric, int ti
     if (!message) return std::nullopt;
     if (message->type == MessageType::done) return decode_done(message->body, why);
     if (!decode_progress(message->body, why)) return std::nullopt;
-    deadline = Clock::now() + timeout;
   }
 }
 
