@@ -71,30 +71,32 @@ std::optional<Registered> Registrar::reg(void* buf, size_t len, uint64_t access,
   out.base = (mr_mode_ & FI_MR_VIRT_ADDR) ? reinterpret_cast<uint64_t>(buf) : 0;
   const uint64_t requested_key = next_requested_key();
   if (mode_ == RegMode::raw) {
-    out.raw_mr = fabric_->register_raw(buf, len, access, requested_key, why);
+    out.raw_mr.reset(fabric_->register_raw(buf, len, access, requested_key, why));
     if (out.raw_mr == nullptr) return std::nullopt;
-    out.desc = fi_mr_desc(out.raw_mr);
+    out.desc = fi_mr_desc(out.raw_mr.get());
     if (mr_mode_ & FI_MR_RAW) {
       size_t size = 0;
-      (void)fi_mr_raw_attr(out.raw_mr, &out.base, nullptr, &size, 0);
+      (void)fi_mr_raw_attr(out.raw_mr.get(), &out.base, nullptr, &size, 0);
       out.raw_key.resize(size);
-      if (fi_mr_raw_attr(out.raw_mr, &out.base, out.raw_key.data(), &size, 0) != 0) {
+      if (fi_mr_raw_attr(out.raw_mr.get(), &out.base, out.raw_key.data(), &size, 0) != 0) {
         if (why != nullptr) *why = "fi_mr_raw_attr failed";  // (out gives the MR back)
         return std::nullopt;
       }
     } else {
-      out.key = fi_mr_key(out.raw_mr);
+      out.key = fi_mr_key(out.raw_mr.get());
     }
     return out;
   }
-  const int rc = hmr_mr_reg(domain_, buf, len, access, 0, requested_key, 0, &out.mr, nullptr);
+  hmr_mr* mr = nullptr;
+  const int rc = hmr_mr_reg(domain_, buf, len, access, 0, requested_key, 0, &mr, nullptr);
+  out.mr.reset(mr);
   if (rc != 0) {
     hmr_failed(why, "hmr_mr_reg of " + std::to_string(len) + " bytes", rc);
     return std::nullopt;
   }
   hmr_mr_info info{};
   info.size = sizeof info;
-  if (const int queried = hmr_mr_query(out.mr, &info); queried != 0) {
+  if (const int queried = hmr_mr_query(mr, &info); queried != 0) {
     hmr_failed(why, "hmr_mr_query", queried);
     return std::nullopt;
   }
@@ -107,57 +109,25 @@ std::optional<Registered> Registrar::reg(void* buf, size_t len, uint64_t access,
     out.local = info.shadow;
     if (mr_mode_ & FI_MR_VIRT_ADDR) out.base = reinterpret_cast<uint64_t>(info.shadow);
   }
-  out.desc = hmr_mr_desc(out.mr);
+  out.desc = hmr_mr_desc(mr);
   if (mr_mode_ & FI_MR_RAW) {
     size_t size = 0;
-    (void)hmr_mr_raw_attr(out.mr, &out.base, nullptr, &size, 0);
+    (void)hmr_mr_raw_attr(mr, &out.base, nullptr, &size, 0);
     out.raw_key.resize(size);
-    const int raw = hmr_mr_raw_attr(out.mr, &out.base, out.raw_key.data(), &size, 0);
+    const int raw = hmr_mr_raw_attr(mr, &out.base, out.raw_key.data(), &size, 0);
     if (raw != 0) {
       hmr_failed(why, "hmr_mr_raw_attr", raw);
       return std::nullopt;
     }
   } else {
-    out.key = hmr_mr_key(out.mr);
+    out.key = hmr_mr_key(mr);
   }
   return out;
 }
 
-Registered::Registered(Registered&& other) noexcept
-    : local(other.local),
-      shadow(other.shadow),
-      desc(other.desc),
-      key(other.key),
-      raw_key(std::move(other.raw_key)),
-      base(other.base),
-      mr(std::exchange(other.mr, nullptr)),
-      raw_mr(std::exchange(other.raw_mr, nullptr)) {}
-
-Registered& Registered::operator=(Registered&& other) noexcept {
-  if (this != &other) {
-    reset();
-    local = other.local;
-    shadow = other.shadow;
-    desc = other.desc;
-    key = other.key;
-    raw_key = std::move(other.raw_key);
-    base = other.base;
-    mr = std::exchange(other.mr, nullptr);
-    raw_mr = std::exchange(other.raw_mr, nullptr);
-  }
-  return *this;
-}
-
-void Registered::reset() {
-  if (mr != nullptr) (void)hmr_mr_close(mr);
-  Fabric::close_mr(raw_mr);
-  mr = nullptr;
-  raw_mr = nullptr;
-}
-
 bool Registrar::sync(const Registered& registered, size_t len, bool to_device, std::string* why) {
   if (!registered.shadow) return true;
-  const int rc = hmr_mr_sync(registered.mr, 0, len,
+  const int rc = hmr_mr_sync(registered.mr.get(), 0, len,
                              to_device ? HMR_SYNC_TO_DEVICE : HMR_SYNC_FROM_DEVICE);
   if (rc != 0) return hmr_failed(why, "hmr_mr_sync", rc);
   return true;

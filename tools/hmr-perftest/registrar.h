@@ -6,6 +6,7 @@
 #include <hmr/hmr.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -22,15 +23,11 @@ namespace hmr::perftest {
 // copied; it must go before the Registrar (the hmr domain) it came from.
 class Registered {
  public:
-  Registered() = default;
-  Registered(Registered&& other) noexcept;
-  Registered& operator=(Registered&& other) noexcept;
-  Registered(const Registered&) = delete;
-  Registered& operator=(const Registered&) = delete;
-  ~Registered() { reset(); }
-
   // Gives the registration back now (nothing, if it holds none).
-  void reset();
+  void reset() {
+    mr.reset();
+    raw_mr.reset();
+  }
 
   // The local buffer transfers use: the memory itself, or hmr's host shadow of device memory
   // the NIC cannot reach (which then needs hmr_mr_sync around transfers).
@@ -40,8 +37,14 @@ class Registered {
   uint64_t key = 0;
   std::vector<uint8_t> raw_key;  // when the provider uses FI_MR_RAW
   uint64_t base = 0;             // what a peer uses as the address of byte 0 (VA or 0)
-  hmr_mr* mr = nullptr;          // owned
-  fid_mr* raw_mr = nullptr;      // owned
+  struct CloseMr {
+    void operator()(hmr_mr* mr) const { (void)hmr_mr_close(mr); }
+  };
+  struct CloseRawMr {
+    void operator()(fid_mr* mr) const { Fabric::close_mr(mr); }
+  };
+  std::unique_ptr<hmr_mr, CloseMr> mr;
+  std::unique_ptr<fid_mr, CloseRawMr> raw_mr;
 };
 
 class Registrar {
