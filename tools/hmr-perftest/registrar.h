@@ -38,10 +38,10 @@ class Registered {
   std::vector<uint8_t> raw_key;  // when the provider uses FI_MR_RAW
   uint64_t base = 0;             // what a peer uses as the address of byte 0 (VA or 0)
   struct CloseMr {
-    void operator()(hmr_mr* mr) const { (void)hmr_mr_close(mr); }
+    void operator()(hmr_mr* handle) const { (void)hmr_mr_close(handle); }
   };
   struct CloseRawMr {
-    void operator()(fid_mr* mr) const { Fabric::close_mr(mr); }
+    void operator()(fid_mr* handle) const { Fabric::close_mr(handle); }
   };
   std::unique_ptr<hmr_mr, CloseMr> mr;
   std::unique_ptr<fid_mr, CloseRawMr> raw_mr;
