@@ -170,7 +170,7 @@ Result<Registration> CallbackNic::register_memory(const RegistrationRequest& req
                       "returned %#llx", static_cast<unsigned long long>(*request.requested_key),
                       call_name, static_cast<unsigned long long>(mr.key));
   }
-  auto* record = new (std::nothrow) CallbackRegistration{mr.handle};
+  auto* record = new (std::nothrow) CallbackRegistration{mr.handle, request.virt_addr};
   if (record == nullptr) {
     char ignored[kReasonSize] = {};
     callbacks_.dereg(callbacks_.context, &mr, ignored, sizeof ignored);
@@ -236,8 +236,9 @@ Status CallbackNic::rereg(Registration& registration, const ReregRequest& reques
                       static_cast<unsigned long long>(mr.key), callbacks_.key_size);
   }
   registration.key = KeyBytes::from_u64(mr.key, callbacks_.key_size);
-  if (call.addr != nullptr && registration.base_addr != 0) {
-    registration.base_addr = reinterpret_cast<uint64_t>(call.addr);  // VA-addressed
+  if (!request.translation.empty() &&
+      static_cast<const CallbackRegistration*>(registration.handle)->virt_addr) {
+    registration.base_addr = reinterpret_cast<uint64_t>(call.addr);
   }
   return ok_status();
 }

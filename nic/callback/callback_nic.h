@@ -34,6 +34,9 @@ class CallbackNic final : public Nic {
   // registration/device_registration.h).  Made at register_memory, freed at deregister.
   struct CallbackRegistration {
     void* handle;
+    // Whether peers address it by VA (else from 0).  Kept here, not read off a base of 0: a
+    // zero-byte MR at NULL is VA-addressed too, and a rereg must move its base.
+    bool virt_addr;
   };
   static hmr_nic_mr as_callback_mr(const Registration& registration);
   CallbackNic(const hmr_nic_callbacks& callbacks, void* user_handle);

@@ -763,6 +763,27 @@ TEST(CallbackNic, ReregGoesToTheRereregCallbackWithTheNewRangeAndKey) {
   EXPECT_EQ(toy.nic.deregistrations.size(), before + 1);
 }
 
+// A zero-byte MR at NULL (allowed: an exchange of every rank's keys may include one) is
+// VA-addressed all the same: moved by rereg, a peer addresses it by its new address.  The
+// adapter once told "VA-addressed" from "0-based" by a base of 0, and kept 0.
+TEST(CallbackNic, AZeroByteMrAtNullMovedByReregIsAddressedByItsNewAddress) {
+  ToyDomain toy([](hmr_nic_callbacks& callbacks) { callbacks.rereg = toy_rereg; });
+  ASSERT_TRUE(toy.domain);
+  MrPtr mr = reg(toy.domain.get(), nullptr, 0, kRemote);
+  ASSERT_TRUE(mr) << hmr_last_error();
+  Pages moved_to(kPage);
+  iovec moved = {moved_to.data(), kPage};
+  hmr_mr_rereg_attr attr = rereg_attr();
+  attr.mr_iov = &moved;
+  attr.iov_count = 1;
+  ASSERT_HMR_OK(hmr_mr_rereg(mr.get(), HMR_MR_REREG_TRANSLATION, &attr));
+  uint64_t base = 1;
+  uint8_t raw[8];
+  size_t raw_size = sizeof raw;
+  ASSERT_HMR_OK(hmr_mr_raw_attr(mr.get(), &base, raw, &raw_size, 0));
+  EXPECT_EQ(base, reinterpret_cast<uint64_t>(moved_to.data()));
+}
+
 // A cached MR moved to another protection domain goes through a private copy: when the NIC
 // refuses to move the copy, the MR never left the shared registration, and the reason says so
 // rather than pass on what the NIC said of the copy ("only closable") as if of the MR (found
