@@ -1166,9 +1166,14 @@ TEST_F(RegistrationCacheTest, HandlesClosedOnOtherThreadsBesideInvalidationsAreC
   std::mutex handoff_mutex;
   std::vector<CacheHandle> handoff[2];  // handles for worker t to close
   std::atomic<int> running{2};
+  // The workers start once the notifier has: started after them, it could otherwise find them
+  // all done on a loaded machine, and nothing would have been invalidated beside them.
+  std::atomic<bool> notifying{false};
+  std::atomic<uint64_t> notifications{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < 2; ++t) {
     threads.emplace_back([&, t] {
+      while (!notifying.load()) std::this_thread::yield();
       Draws draws(t + 3);
       for (int i = 0; i < 100000; ++i) {
         const uint64_t state = draws.next();
@@ -1193,10 +1198,13 @@ TEST_F(RegistrationCacheTest, HandlesClosedOnOtherThreadsBesideInvalidationsAreC
   threads.emplace_back([&] {
     for (uint64_t i = 0; !stop.load(); ++i) {
       monitor_.notify(page(i * 5 % kPages), page(i * 5 % kPages) + kPage);
+      notifications.fetch_add(1);
+      notifying.store(true);
       std::this_thread::yield();
     }
   });
-  while (running.load() != 0) std::this_thread::yield();
+  // It stops once every page was invalidated twice, however the threads were scheduled.
+  while (running.load() != 0 || notifications.load() < 2 * kPages) std::this_thread::yield();
   stop.store(true);
   for (std::thread& thread : threads) thread.join();
   for (const std::vector<CacheHandle>& left : handoff) {
