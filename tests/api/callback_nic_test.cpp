@@ -301,6 +301,11 @@ struct ClosingNics {
   std::atomic<bool> closed_while_inside{false};
   int close_rc = -1;
   hmr_domain* y = nullptr;
+  void reset() {  // as new: the NICs need a global (no context), and --gtest_repeat reruns
+    e_inside = closing = y_closed = closed_while_inside = false;
+    close_rc = -1;
+    y = nullptr;
+  }
 };
 ClosingNics closing_nics;
 int closing_reg(void*, const hmr_nic_reg_request*, hmr_nic_mr* mr, char*, size_t) {
@@ -344,6 +349,7 @@ int dereg_of_x(void*, const hmr_nic_mr*, char*, size_t) {
 }
 
 TEST(CallbackNic, ADomainClosedInADeregWaitsForAnotherThreadInItsNic) {
+  closing_nics.reset();
   hmr_nic_callbacks x_callbacks = counter_key_callbacks(dereg_of_x);
   hmr_nic_callbacks y_callbacks = counter_key_callbacks(dereg_of_y);
   DomainPtr x(open_callback_domain(x_callbacks));
@@ -378,6 +384,7 @@ int self_closing_dereg(void*, const hmr_nic_mr*, char*, size_t) {
 }
 
 TEST(CallbackNic, ADomainCannotBeClosedFromItsOwnDereg) {
+  self_closing = SelfClosingNic{};  // as new under --gtest_repeat
   hmr_nic_callbacks callbacks = counter_key_callbacks(self_closing_dereg);
   DomainPtr domain(open_callback_domain(callbacks));
   ASSERT_TRUE(domain);
