@@ -1,4 +1,7 @@
-// The dma-buf of Gaudi memory the application allocated, from HCCL.
+// The dma-buf of Gaudi memory the application allocated, from HCCL: used only where hl-thunk
+// cannot export it (hbm_pool_dmabuf.h) and the application says its HCCL has a communicator
+// (HMR_SYNAPSEAI_HCCL_DMABUF=1), since before one HCL's lookup calls through a device HCCL has
+// not made yet and the process dies (hccl_context.cpp hccl_lookup_dma_buff_ctx).
 //
 // hcclLookupDMABuff does not look at the address and size it is given: it returns the one
 // dma-buf HCCL exported for gaudi-direct when it set up its scale-out provider, which covers the

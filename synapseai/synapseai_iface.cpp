@@ -8,9 +8,11 @@
 #include <utility>
 
 #include "hmem/page_range.h"
+#include "synapseai/hbm_pool_dmabuf.h"
 #include "synapseai/hccl_dmabuf.h"
 #include "synapseai/hlthunk_device.h"
 #include "synapseai/synapseai_error.h"
+#include "util/environment.h"
 #include "util/log.h"
 
 namespace hmr::synapseai {
@@ -51,10 +53,18 @@ Status SynapseaiIface::init() {
     return Status(synapse.status().code(),
                   "synapseai iface unavailable: " + synapse.status().reason());
   }
-  // hl-thunk serves only the memory hmr allocates itself: without it, memory the application
-  // allocated is still exported through HCCL, and hmr_mem_alloc says why it cannot.
+  // hl-thunk and SCAL are optional: without hl-thunk hmr_mem_alloc says why it cannot, and
+  // without either, memory the application allocated is exported only through HCCL, where
+  // the application allows that.
   Result<hmem::SymbolTable> hlthunk =
       hmem::SymbolTable::load("HLTHUNK", kHlthunkDefaultLibrary, hlthunk_symbol_specs());
+  Result<hmem::SymbolTable> scal =
+      hmem::SymbolTable::load("SCAL", kScalDefaultLibrary, scal_symbol_specs());
+  Result<bool> hccl_dmabuf_allowed = core::env_bool(kHcclDmabufVariable, false);
+  if (!hccl_dmabuf_allowed.ok()) {
+    return Status(hccl_dmabuf_allowed.status().code(),
+                  "synapseai iface unavailable: " + hccl_dmabuf_allowed.status().reason());
+  }
   SynapseSymbols symbols;
   bind_synapse_symbols(*synapse, symbols);
   const char* path = synapse->path().c_str();
@@ -97,10 +107,19 @@ Status SynapseaiIface::init() {
   } else {
     hlthunk_missing_ = hlthunk.status();
   }
-  log_message(LogLevel::debug, "synapseai iface: '%s' (driver %s) and %s, %d device(s)",
+  if (scal.ok()) {
+    bind_scal_symbols(*scal, scal_);
+    scal_library_ = std::move(*scal);
+  } else {
+    scal_missing_ = scal.status();
+  }
+  hccl_dmabuf_allowed_ = *hccl_dmabuf_allowed;
+  log_message(LogLevel::debug, "synapseai iface: '%s' (driver %s), %s, %s, %d device(s)",
               synapse_library_->path().c_str(), version_.empty() ? "?" : version_.c_str(),
               hlthunk_library_.has_value() ? ("'" + hlthunk_library_->path() + "'").c_str()
                                            : hlthunk_missing_.reason().c_str(),
+              scal_library_.has_value() ? ("'" + scal_library_->path() + "'").c_str()
+                                        : scal_missing_.reason().c_str(),
               device_count_);
   return ok_status();
 }
@@ -111,6 +130,10 @@ std::string SynapseaiIface::library_path() const {
 
 std::string SynapseaiIface::hlthunk_path() const {
   return hlthunk_library_.has_value() ? hlthunk_library_->path() : std::string();
+}
+
+std::string SynapseaiIface::scal_path() const {
+  return scal_library_.has_value() ? scal_library_->path() : std::string();
 }
 
 std::string SynapseaiIface::runtime_version() const { return version_; }
@@ -248,14 +271,46 @@ Result<DmabufExport> SynapseaiIface::export_own(const MemorySpan& span, uintptr_
 }
 
 Result<DmabufExport> SynapseaiIface::export_declared(uintptr_t address, size_t length) {
-  if (synapse_.hcclLookupDMABuff == nullptr) {
-    return make_error(HMR_EOPNOTSUPP,
-                      "synapseai dma-buf export of 0x%" PRIxPTR ": it is not memory hmr "
-                      "allocated, and '%s' lacks hcclLookupDMABuff, which exports memory the "
-                      "application allocated",
-                      address, synapse_library_->path().c_str());
+  if (can_export_from_hbm_pool()) {
+    return export_from_hbm_pool(HbmPoolExporter{&synapse_, &hlthunk_, &scal_}, address, length);
   }
-  return export_through_hccl(synapse_, synapse_library_->path(), address, length);
+  if (can_export_through_hccl()) {
+    return export_through_hccl(synapse_, synapse_library_->path(), address, length);
+  }
+  return make_error(HMR_EOPNOTSUPP,
+                    "synapseai dma-buf export of 0x%" PRIxPTR ": it is not memory hmr "
+                    "allocated, and %s",
+                    address, why_declared_memory_cannot_export().c_str());
+}
+
+bool SynapseaiIface::can_export_from_hbm_pool() const {
+  return synapse_.synDeviceGetInfoV2 != nullptr && scal_library_.has_value() &&
+         hlthunk_.hlthunk_device_mapped_memory_export_dmabuf_fd != nullptr;
+}
+
+bool SynapseaiIface::can_export_through_hccl() const {
+  return hccl_dmabuf_allowed_ && synapse_.hcclLookupDMABuff != nullptr;
+}
+
+std::string SynapseaiIface::why_declared_memory_cannot_export() const {
+  std::string lacking;
+  if (synapse_.synDeviceGetInfoV2 == nullptr) {
+    lacking = "'" + synapse_library_->path() + "' lacks synDeviceGetInfoV2";
+  } else if (!hlthunk_library_.has_value()) {
+    lacking = "hl-thunk could not be loaded (" + hlthunk_missing_.reason() + ")";
+  } else if (hlthunk_.hlthunk_device_mapped_memory_export_dmabuf_fd == nullptr) {
+    lacking = "'" + hlthunk_library_->path() +
+              "' lacks hlthunk_device_mapped_memory_export_dmabuf_fd (Gaudi2 or newer)";
+  } else {
+    lacking = "SCAL could not be loaded (" + scal_missing_.reason() + ")";
+  }
+  std::string hccl = synapse_.hcclLookupDMABuff == nullptr
+                         ? "; '" + synapse_library_->path() + "' lacks hcclLookupDMABuff too"
+                         : std::string("; HCCL's own dma-buf is used only with ") +
+                               kHcclDmabufVariable + "=1, in a process whose HCCL has a "
+                               "communicator with gaudi-direct (before one, HCCL's lookup "
+                               "crashes)";
+  return lacking + hccl;
 }
 
 Result<DeviceCapabilities> SynapseaiIface::capabilities(DeviceId device) {
@@ -266,7 +321,7 @@ Result<DeviceCapabilities> SynapseaiIface::capabilities(DeviceId device) {
   }
   const std::string name = "device " + std::to_string(device.value);
   const bool own_export = hlthunk_.hlthunk_device_mapped_memory_export_dmabuf_fd != nullptr;
-  const bool declared_export = synapse_.hcclLookupDMABuff != nullptr;
+  const bool declared_export = can_export_from_hbm_pool() || can_export_through_hccl();
   DeviceCapabilities caps;
   caps.device = device;
   if (device.value == 0) {
@@ -275,18 +330,12 @@ Result<DeviceCapabilities> SynapseaiIface::capabilities(DeviceId device) {
   }
   if (declared_export || (device.value == 0 && own_export)) {
     caps.dmabuf = Capability::yes();
-  } else if (device.value == 0) {
-    const std::string hlthunk_lacks =
-        hlthunk_library_.has_value()
-            ? "'" + hlthunk_library_->path() + "' lacks hlthunk_device_mapped_memory_export_dmabuf_fd"
-            : "hl-thunk could not be loaded (" + hlthunk_missing_.reason() + ")";
-    caps.dmabuf = Capability::no(name + ": " + hlthunk_lacks + " and '" +
-                                 synapse_library_->path() + "' lacks hcclLookupDMABuff");
   } else {
-    caps.dmabuf =
-        Capability::no(name + ": hmr allocates and exports its own memory only on device 0, and '" +
-                       synapse_library_->path() +
-                       "' lacks hcclLookupDMABuff for memory the application allocated");
+    caps.dmabuf = Capability::no(name + ": for memory the application allocated, " +
+                                 why_declared_memory_cannot_export() +
+                                 (device.value == 0 ? ""
+                                                    : "; hmr allocates and exports its own "
+                                                      "memory only on device 0"));
   }
   caps.peer_direct = Capability::no(name + ": hmr hands Gaudi memory to NICs only as dma-buf");
   caps.ipc = Capability::no(name +

@@ -1,11 +1,15 @@
 // The Habana SynapseAI memory interface: libSynapse.so for the runtime (initialisation, device
-// count, HCCL's dma-buf lookup) and libhl-thunk.so for device memory hmr allocates itself, both
-// dlopen'ed at init.
+// count, the acquired device's fd), libhl-thunk.so for device memory hmr allocates itself and
+// for every dma-buf export, and libscal.so to find the pool the application's memory lies in,
+// all dlopen'ed at init (the last two optional).
 //
-// Neither library answers "what is this pointer", so hmr knows Gaudi memory only through its
-// own allocations (mem_alloc records each mapping with its device VA range) and answers
+// No library answers "what is this pointer", so hmr knows Gaudi memory only through its own
+// allocations (mem_alloc records each mapping with its device VA range) and answers
 // HMR_ENOENT for anything else.  Memory the application allocated with SynapseAI must be
-// declared by the caller (iface HMR_HMEM_SYNAPSEAI); export_dmabuf then asks HCCL for it.
+// declared by the caller (iface HMR_HMEM_SYNAPSEAI); export_dmabuf then exports it through
+// hl-thunk from the "global_hbm" pool's mapping (hbm_pool_dmabuf.h), or, only where the
+// application says its HCCL is set up (HMR_SYNAPSEAI_HCCL_DMABUF=1), through HCCL's own
+// dma-buf (hccl_dmabuf.h): HCCL's lookup crashes the process before a communicator exists.
 // Neither reports frees (explicit_only): an application must invalidate a range through hmr
 // before it frees that memory.  Gaudi device VAs are not CPU addresses: hmr never touches them.
 #pragma once
@@ -22,12 +26,17 @@
 #include "hmem/symbol_table.h"
 #include "synapseai/hlthunk_memory.h"
 #include "synapseai/hlthunk_symbols.h"
+#include "synapseai/scal_symbols.h"
 #include "synapseai/synapse_symbols.h"
 
 namespace hmr::synapseai {
 
 inline constexpr const char* kSynapseDefaultLibrary = "libSynapse.so";  // HMR_SYNAPSEAI_LIBRARY
 inline constexpr const char* kHlthunkDefaultLibrary = "libhl-thunk.so";  // HMR_HLTHUNK_LIBRARY
+inline constexpr const char* kScalDefaultLibrary = "libscal.so";  // HMR_SCAL_LIBRARY
+// Set to 1 by an application whose HCCL has a communicator with gaudi-direct: memory it
+// allocated may then be exported through HCCL where hl-thunk and SCAL cannot.
+inline constexpr const char* kHcclDmabufVariable = "HMR_SYNAPSEAI_HCCL_DMABUF";
 
 class SynapseaiIface final : public hmem::Iface {
  public:
@@ -65,8 +74,10 @@ class SynapseaiIface final : public hmem::Iface {
   std::string library_path() const override;
   std::string runtime_version() const override;
   // The hl-thunk library init loaded ("" before, or when it could not: then hmr_mem_alloc
-  // refuses, and memory the application allocated is still exported through HCCL).
+  // refuses, and memory the application allocated is exported only through HCCL, if allowed).
   std::string hlthunk_path() const;
+  // The SCAL library init loaded ("" before, or when it could not).
+  std::string scal_path() const;
 
  private:
   // SynapseAI memory needs nothing beyond its span: hmr allocates only on device 0.
@@ -82,15 +93,25 @@ class SynapseaiIface final : public hmem::Iface {
   Result<MemorySpan> memory_for_range(const void* address, size_t len, const char* what) const;
   // Through hl-thunk: the mapping `span` is named by its start, the range by an offset.
   Result<hmem::DmabufExport> export_own(const MemorySpan& span, uintptr_t address, size_t length);
-  // Through HCCL's gaudi-direct dma-buf (hccl_dmabuf.h).
+  // Memory the application allocated: through hl-thunk from its pool's mapping
+  // (hbm_pool_dmabuf.h), else through HCCL's gaudi-direct dma-buf where the application allows
+  // it (hccl_dmabuf.h).
   Result<hmem::DmabufExport> export_declared(uintptr_t address, size_t length);
+  // Which of those this process has, and why not where it has neither.
+  bool can_export_from_hbm_pool() const;
+  bool can_export_through_hccl() const;
+  std::string why_declared_memory_cannot_export() const;
 
   // Declared first so they are unloaded last, after every allocation is freed.
   std::optional<hmem::SymbolTable> synapse_library_;  // set only once init fully succeeded
   std::optional<hmem::SymbolTable> hlthunk_library_;  // optional: hmr's own allocations only
   Status hlthunk_missing_;                            // why hlthunk_library_ is empty
+  std::optional<hmem::SymbolTable> scal_library_;     // optional: the application's memory
+  Status scal_missing_;                               // why scal_library_ is empty
   SynapseSymbols synapse_;
   HlthunkSymbols hlthunk_;
+  ScalSymbols scal_;
+  bool hccl_dmabuf_allowed_ = false;  // HMR_SYNAPSEAI_HCCL_DMABUF, read at init
   int device_count_ = 0;
   std::string version_;
 

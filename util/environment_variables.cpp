@@ -51,6 +51,8 @@ constexpr EnvironmentVariable kVariables[] = {
     {"HMR_NEURON_LIBRARY", library, library_path, "a path", "libnrt.so.1", kRuntimeLoad},
     {"HMR_SYNAPSEAI_LIBRARY", library, library_path, "a path", "libSynapse.so", kRuntimeLoad},
     {"HMR_HLTHUNK_LIBRARY", library, library_path, "a path", "libhl-thunk.so", kRuntimeLoad},
+    {"HMR_SCAL_LIBRARY", library, library_path, "a path", "libscal.so", kRuntimeLoad},
+    {"HMR_SYNAPSEAI_HCCL_DMABUF", library, boolean, kBoolean, "0", kRuntimeLoad},
     {"HLS_MODULE_ID", library, other, "a Gaudi module id (SynapseAI's own variable)",
      "unset: the host's only Gaudi device, if it has one",
      "when hmr first opens a Gaudi device for hmr_mem_alloc"},

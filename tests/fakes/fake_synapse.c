@@ -12,9 +12,17 @@
  * pool, starting at the pool's start, hl_ofi_component.cpp initializeMemoryRegion).  The fd is
  * HCCL's (a FileDescriptor member, closed when HCCL tears down): every lookup returns the same
  * number, and a caller that closes it breaks HCCL.  Here it is a memfd sized to the pool, so
- * lseek(SEEK_END) tells its size as a real dma-buf does. */
+ * lseek(SEEK_END) tells its size as a real dma-buf does.  Before HCCL has made its device (no
+ * communicator yet) HCL's lookup calls through a device it does not have and the process dies
+ * (NIXL's libfabric backend avoids the call for that reason): so does the fake, with abort().
+ *
+ * A device may be acquired the way SynapseAI really holds one (fake_synapse_acquire_mapped): a
+ * device fd hl-thunk opened, whose "global_hbm" pool lies in a mapping of that device, reported
+ * by synDeviceGetInfoV2 (fd, globalHbmBaseAddress, dramSize); the application's allocations on
+ * it then come from that pool. */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <stdio.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -58,7 +66,11 @@ static struct fake_calls calls = FAKE_CALLS_INITIALIZER;
 static uint64_t last_lookup_address;
 static uint64_t last_lookup_size;
 static int acquired = -1; /* the device the application acquired through SynapseAI */
+static int hccl_ready;    /* HCCL has made its device and a communicator with gaudi-direct */
 static int hccl_fd = -1;  /* HCCL's gaudi-direct dma-buf, exported once and kept */
+/* fake_synapse_acquire_mapped: the hl-thunk device fd and the pool it reported (-1: none). */
+static int device_fd = -1;
+static uint64_t mapped_pool_start, mapped_pool_size;
 
 static uint64_t round_up(uint64_t value, uint64_t granule) {
   return (value + granule - 1) / granule * granule;
@@ -66,6 +78,11 @@ static uint64_t round_up(uint64_t value, uint64_t granule) {
 
 /* The HBM pool of `device`: its reserved range, from the first granule boundary. Lock held. */
 static int pool_of(int device, uint64_t *start, uint64_t *size) {
+  if (device == acquired && device_fd >= 0) {
+    *start = mapped_pool_start;
+    *size = mapped_pool_size;
+    return 0;
+  }
   if (regions[device] == NULL) {
     void *region = fake_reserve_device_range(REGION_SIZE);
     if (region == NULL) return -1;
@@ -157,6 +174,7 @@ EXPORT synStatus synDeviceGetInfoV2(uint32_t device_id, struct syn_device_info_v
   info->dramSize = size;
   info->dramEnabled = 1;
   info->deviceId = 0;
+  info->fd = (uint32_t)device_fd; /* -1 where no hl-thunk device stands behind it */
   info->deviceIndex = (uint8_t)acquired;
   info->globalHbmBaseAddress = start;
   LEAVE(synSuccess);
@@ -166,7 +184,12 @@ EXPORT int hcclLookupDMABuff(uint64_t address, uint64_t size, int *fd) {
   ENTER("hcclLookupDMABuff");
   /* HCL's RETURN_ON_INVALID_FD: a null fd pointer is refused, anything else is not looked at. */
   if (fd == NULL) LEAVE(HCCL_FAILURE);
-  if (!initialized || acquired < 0) LEAVE(HCCL_FAILURE); /* no HCCL device: no gaudi-direct fd */
+  if (!initialized || acquired < 0 || !hccl_ready) {
+    /* HCL: hccl_device()->getOfiComponent() before hccl_device_t::create: a null device. */
+    fprintf(stderr, "fake hcclLookupDMABuff: called before HCCL made its device; the real one "
+                    "crashes here\n");
+    abort();
+  }
   if (hccl_fd < 0) {
     uint64_t start = 0;
     uint64_t pool_size = 0;
@@ -195,6 +218,9 @@ EXPORT void fake_synapse_reset(void) {
   last_lookup_address = 0;
   last_lookup_size = 0;
   acquired = -1;
+  hccl_ready = 0;
+  device_fd = -1;
+  mapped_pool_start = mapped_pool_size = 0;
   if (hccl_fd >= 0) close(hccl_fd); /* HCCL tears down: its fd goes */
   hccl_fd = -1;
   pthread_mutex_unlock(&lock);
@@ -265,6 +291,20 @@ EXPORT int fake_synapse_acquire(int device) {
   if (device < 0 || device >= FAKE_SYNAPSE_DEVICE_COUNT) return -1;
   pthread_mutex_lock(&lock);
   acquired = device;
+  hccl_ready = 1;
+  device_fd = -1;
+  LEAVE(0);
+}
+
+EXPORT int fake_synapse_acquire_mapped(int device, int fd, uint64_t pool_start,
+                                       uint64_t pool_size) {
+  if (device < 0 || device >= FAKE_SYNAPSE_DEVICE_COUNT || fd < 0 || pool_size == 0) return -1;
+  pthread_mutex_lock(&lock);
+  acquired = device;
+  hccl_ready = 0;
+  device_fd = fd;
+  mapped_pool_start = pool_start;
+  mapped_pool_size = pool_size;
   LEAVE(0);
 }
 

@@ -29,6 +29,12 @@ typedef void (*fake_synapse_last_lookup_fn)(uint64_t *address, uint64_t *size);
 /* The application acquires `device` through SynapseAI and initialises HCCL with gaudi-direct:
  * synDeviceGetInfoV2(0) describes it and hcclLookupDMABuff exports its HBM pool.  0 or -1. */
 typedef int (*fake_synapse_acquire_fn)(int device);
+/* The application acquires `device` as SynapseAI really holds one: `fd` is the device hl-thunk
+ * opened, its "global_hbm" pool is [pool_start, +pool_size) (synDeviceGetInfoV2 reports all
+ * three), and its allocations come from that pool.  HCCL is not set up: hcclLookupDMABuff
+ * aborts, as the real one crashes.  0 or -1. */
+typedef int (*fake_synapse_acquire_mapped_fn)(int device, int fd, uint64_t pool_start,
+                                              uint64_t pool_size);
 /* The gaudi-direct fd HCCL holds (-1 before the first lookup); reset closes it. */
 typedef int (*fake_synapse_hccl_fd_fn)(void);
 /* Where the HBM pool of `device` starts: HCCL's dma-buf offset 0 for the acquired device. */

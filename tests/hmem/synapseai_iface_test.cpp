@@ -1,6 +1,6 @@
-// The SynapseAI iface against the fake libSynapse.so and libhl-thunk.so
-// (tests/fakes/fake_synapse.c, fake_hlthunk.c), loaded the way a user points hmr at them:
-// HMR_SYNAPSEAI_LIBRARY and HMR_HLTHUNK_LIBRARY.
+// The SynapseAI iface against the fake libSynapse.so, libhl-thunk.so and libscal.so
+// (tests/fakes/fake_synapse.c, fake_hlthunk.c, fake_scal.c), loaded the way a user points hmr
+// at them: HMR_SYNAPSEAI_LIBRARY, HMR_HLTHUNK_LIBRARY and HMR_SCAL_LIBRARY.
 #include "synapseai/synapseai_iface.h"
 
 #include <dlfcn.h>
@@ -32,6 +32,8 @@ using hmem::PointerInfo;
 using hmr::testing::fake_hlthunk;
 using hmr::testing::fake_hlthunk_noexport_path;
 using hmr::testing::fake_hlthunk_path;
+using hmr::testing::fake_scal;
+using hmr::testing::fake_scal_path;
 using hmr::testing::fake_synapse;
 using hmr::testing::fake_synapse_path;
 using hmr::testing::fd_size;
@@ -53,7 +55,10 @@ class SynapseaiIfaceTest : public ::testing::Test {
   void SetUp() override {
     setenv("HMR_SYNAPSEAI_LIBRARY", fake_synapse_path(), 1);
     use_hlthunk(fake_hlthunk_path());
+    setenv("HMR_SCAL_LIBRARY", fake_scal_path(), 1);
+    unsetenv(kHcclDmabufVariable);
     fake_synapse().reset();
+    fake_scal().reset();
     fake_hlthunk(fake_hlthunk_path()).reset();
     fake_hlthunk(fake_hlthunk_noexport_path()).reset();
     // Each rank names its device, as SynapseAI's launchers do: device 0 here.
@@ -64,10 +69,15 @@ class SynapseaiIfaceTest : public ::testing::Test {
     iface_.reset();
     for (uint64_t address : app_allocations_) fake_synapse().free(address);
     fake_synapse().reset();  // HCCL tears down, closing its own gaudi-direct fd
+    fake_scal().reset();
+    // The device a test held as SynapseAI does (acquire_as_synapse) is released.
+    fake_hlthunk(fake_hlthunk_path()).reset();
     EXPECT_EQ(open_fd_count(), fds_at_start_);  // the device fd and every export were closed
     EXPECT_EQ(fake_synapse().call_count("synDestroy"), 0);  // never: it hangs without a device
     unsetenv("HMR_SYNAPSEAI_LIBRARY");
     unsetenv("HMR_HLTHUNK_LIBRARY");
+    unsetenv("HMR_SCAL_LIBRARY");
+    unsetenv(kHcclDmabufVariable);
     unsetenv("HLS_MODULE_ID");
   }
 
@@ -84,6 +94,38 @@ class SynapseaiIfaceTest : public ::testing::Test {
     Result<void*> ptr = iface().mem_alloc(DeviceId{0}, len, MemoryKind::device_only);
     EXPECT_TRUE(ptr.ok()) << ptr.status().reason();
     return ptr.ok() ? *ptr : nullptr;
+  }
+  // The application acquires Gaudi device 0 as SynapseAI really holds one: a device fd opened
+  // through hl-thunk, the device's memory mapped once, its "global_hbm" pool set up by SCAL a
+  // granule above the mapping's start (so a caller that names the mapping by the pool's start
+  // is refused, as by the driver).  Its app_alloc(0, ...) memory then lies in that pool.
+  struct HeldDevice {
+    int fd = -1;
+    uint64_t mapping_start = 0;
+    uint64_t pool_base = 0;
+    uint64_t pool_size = 0;
+  };
+  HeldDevice acquire_as_synapse() {
+    constexpr uint64_t kGranule = 2ull << 20;
+    HeldDevice held;
+    held.pool_size = 16ull << 20;
+    const testing::FakeHlthunk& thunk = fake_hlthunk(fake_hlthunk_path());
+    held.fd = thunk.open(HLTHUNK_DEVICE_DONT_CARE, nullptr);
+    EXPECT_GE(held.fd, 0);
+    const uint64_t handle = thunk.memory_alloc(held.fd, held.pool_size + kGranule, 0, true, false);
+    EXPECT_NE(handle, 0u);
+    held.mapping_start = thunk.memory_map(held.fd, handle, 0);
+    EXPECT_NE(held.mapping_start, 0u);
+    held.pool_base = held.mapping_start + kGranule;
+    EXPECT_EQ(fake_scal().attach(held.fd, held.mapping_start, held.pool_base, held.pool_size), 0);
+    EXPECT_EQ(fake_synapse().acquire_mapped(0, held.fd, held.pool_base, held.pool_size), 0);
+    return held;
+  }
+  // Memory the application allocated is exported through HCCL only: SCAL missing, the
+  // application saying its HCCL is set up.  Before init().
+  void only_hccl_exports() {
+    setenv("HMR_SCAL_LIBRARY", "/nonexistent/hmr/libscal.so", 1);
+    setenv(kHcclDmabufVariable, "1", 1);
   }
   // Device memory as the application gets it from SynapseAI, not through hmr.
   uint64_t app_alloc(int device, size_t len) {
@@ -105,6 +147,7 @@ TEST_F(SynapseaiIfaceTest, InitLoadsBothLibrariesAndOpensNoDevice) {
   EXPECT_EQ(iface().iface(), HMR_HMEM_SYNAPSEAI);
   EXPECT_EQ(iface().library_path(), fake_synapse_path());
   EXPECT_EQ(iface().hlthunk_path(), fake_hlthunk_path());
+  EXPECT_EQ(iface().scal_path(), fake_scal_path());
   EXPECT_EQ(iface().runtime_version(), "1.19.0-fake");
   Result<int> count = iface().device_count();
   ASSERT_TRUE(count.ok());
@@ -134,11 +177,12 @@ TEST_F(SynapseaiIfaceTest, MissingSynapseLibraryMeansIfaceUnavailable) {
   EXPECT_FALSE(iface().mem_alloc(DeviceId{0}, page_, MemoryKind::device_only).ok());
 }
 
-// hl-thunk serves only the memory hmr allocates itself: without it, memory the application
-// allocated still exports through HCCL (the iface was unavailable, and with the application's
-// libSynapse loaded every registration, host memory's too, was refused).
+// hl-thunk is optional: without it hmr cannot allocate, and memory the application allocated
+// exports through HCCL where the application allows that (the iface was unavailable, and with
+// the application's libSynapse loaded every registration, host memory's too, was refused).
 TEST_F(SynapseaiIfaceTest, MissingHlthunkLeavesOnlyHmrsOwnAllocationsUnavailable) {
   setenv("HMR_HLTHUNK_LIBRARY", "/nonexistent/hmr/libhl-thunk.so", 1);
+  setenv(kHcclDmabufVariable, "1", 1);
   ASSERT_TRUE(iface().init().ok());
   EXPECT_EQ(iface().library_path(), fake_synapse_path());
   EXPECT_TRUE(iface().hlthunk_path().empty());
@@ -458,9 +502,14 @@ TEST_F(SynapseaiIfaceTest, OwnMemoryWithoutTheMappedExportIsUnsupportedWithAReas
   ASSERT_FALSE(exported.ok());
   EXPECT_EQ(exported.status().code(), HMR_EOPNOTSUPP);
   EXPECT_TRUE(has(exported.status().reason(), "hlthunk_device_mapped_memory_export_dmabuf_fd"));
+  // Nor can memory the application allocated be exported (that takes the same hl-thunk call),
+  // and HCCL is not asked unless the application says its HCCL is set up: the reason says so.
   Result<hmem::DeviceCapabilities> caps = iface().capabilities(DeviceId{0});
   ASSERT_TRUE(caps.ok());
-  EXPECT_TRUE(caps->dmabuf.supported);  // memory the application allocates still exports (HCCL)
+  EXPECT_FALSE(caps->dmabuf.supported);
+  EXPECT_TRUE(has(caps->dmabuf.reason, kHcclDmabufVariable)) << caps->dmabuf.reason;
+  EXPECT_TRUE(has(caps->dmabuf.reason, "hlthunk_device_mapped_memory_export_dmabuf_fd"))
+      << caps->dmabuf.reason;
 }
 
 TEST_F(SynapseaiIfaceTest, ExportFailuresAreMappedAndLeakNothing) {
@@ -480,6 +529,7 @@ TEST_F(SynapseaiIfaceTest, ExportFailuresAreMappedAndLeakNothing) {
 // it keeps, of the whole HBM pool from the pool's start (HCL hccl_context.cpp,
 // scaleout_provider.cpp).
 TEST_F(SynapseaiIfaceTest, DeclaredMemoryExportsThroughHcclsOneDmabufFromThePoolStart) {
+  only_hccl_exports();
   init();
   ASSERT_EQ(fake_synapse().acquire(0), 0);
   const uint64_t pool = fake_synapse().pool_start(0);
@@ -515,6 +565,7 @@ TEST_F(SynapseaiIfaceTest, DeclaredMemoryExportsThroughHcclsOneDmabufFromThePool
 }
 
 TEST_F(SynapseaiIfaceTest, DeclaredMemoryNeedsAnAcquiredDeviceAndHccl) {
+  only_hccl_exports();
   init();
   const uint64_t app = app_alloc(0, page_);
   Result<DmabufExport> refused = iface().export_dmabuf({as_pointer(app), 64});
@@ -526,6 +577,137 @@ TEST_F(SynapseaiIfaceTest, DeclaredMemoryNeedsAnAcquiredDeviceAndHccl) {
   Result<DmabufExport> no_hccl = iface().export_dmabuf({as_pointer(app), 64});
   EXPECT_EQ(no_hccl.status().code(), HMR_EIO);
   EXPECT_TRUE(has(no_hccl.status().reason(), "hcclLookupDMABuff")) << no_hccl.status().reason();
+}
+
+// Memory the application allocated is exported by hl-thunk from the device mapping that holds
+// the acquired device's "global_hbm" pool (libfabric's fabtests and UCX's Gaudi transport do
+// the same): the mapping is named by its start, which SCAL gives as the pool's
+// device_base_allocated_address, not the pool's own start; the range by its pages' offset.
+// HCCL is never asked: before it has a communicator its lookup crashes the process (the fake
+// aborts there, as the real one dies), and hmr cannot tell whether it has one.
+TEST_F(SynapseaiIfaceTest, DeclaredMemoryExportsFromThePoolsMappingThroughHlthunk) {
+  init();
+  const HeldDevice held = acquire_as_synapse();
+  const uint64_t first = app_alloc(0, 8 * page_);
+  app_alloc(0, page_);
+  const uint64_t later = app_alloc(0, 4 * page_);
+  ASSERT_EQ(first, held.pool_base);
+  ASSERT_GT(later, first);
+  const size_t start = 2 * page_ + 40;
+  for (uint64_t memory : {first, later}) {
+    Result<DmabufExport> exported = iface().export_dmabuf({as_pointer(memory + start), page_});
+    ASSERT_TRUE(exported.ok()) << exported.status().reason();
+    EXPECT_EQ(exported->offset, 40u);  // inside the dma-buf, which starts at the range's page
+    EXPECT_EQ(exported->len, page_);
+    EXPECT_EQ(exported->exported_len, 2 * page_);
+    EXPECT_EQ(fd_size(exported->fd.get()), 2 * page_);
+    uint64_t address = 0;
+    uint64_t size = 0;
+    uint64_t offset = 0;
+    uint32_t flags = 0;
+    hlthunk().last_export(&address, &size, &offset, &flags);
+    EXPECT_EQ(address, held.mapping_start);
+    EXPECT_EQ(size, 2 * page_);
+    EXPECT_EQ(offset, memory + 2 * page_ - held.mapping_start);
+    EXPECT_EQ(flags, static_cast<uint32_t>(O_RDWR | O_CLOEXEC));
+  }
+  EXPECT_EQ(fake_synapse().call_count("hcclLookupDMABuff"), 0);
+  EXPECT_EQ(hlthunk().call_count("hlthunk_open"), 1);  // the application's: hmr opened none
+  Result<hmem::DeviceCapabilities> caps = iface().capabilities(DeviceId{0});
+  ASSERT_TRUE(caps.ok());
+  EXPECT_TRUE(caps->dmabuf.supported) << caps->dmabuf.reason;
+
+  // Only the pool's memory: host memory and another device's are refused, and nothing leaks.
+  const int fds = open_fd_count();
+  std::vector<char> host(2 * page_);
+  Result<DmabufExport> outside = iface().export_dmabuf({host.data(), 64});
+  EXPECT_EQ(outside.status().code(), HMR_EINVAL);
+  EXPECT_TRUE(has(outside.status().reason(), "global_hbm")) << outside.status().reason();
+  const uint64_t other_device = app_alloc(1, page_);
+  EXPECT_EQ(iface().export_dmabuf({as_pointer(other_device), 64}).status().code(), HMR_EINVAL);
+  // The pool's last byte exports; one byte past it does not.
+  EXPECT_TRUE(iface().export_dmabuf({as_pointer(held.pool_base + held.pool_size - 1), 1}).ok());
+  EXPECT_EQ(iface().export_dmabuf({as_pointer(held.pool_base + held.pool_size - 1), 2})
+                .status()
+                .code(),
+            HMR_EINVAL);
+  EXPECT_EQ(open_fd_count(), fds);
+}
+
+// Each call the export makes can fail: each says which, with a code, and leaves no fd behind.
+TEST_F(SynapseaiIfaceTest, PoolExportFailuresSayWhichCallAndLeakNothing) {
+  init();
+  const int fds = open_fd_count();
+  Result<DmabufExport> not_acquired = iface().export_dmabuf({as_pointer(0x7f0000000000), 64});
+  EXPECT_FALSE(not_acquired.ok());
+  EXPECT_TRUE(has(not_acquired.status().reason(), "synDeviceGetInfoV2"))
+      << not_acquired.status().reason();
+
+  const HeldDevice held = acquire_as_synapse();
+  const uint64_t app = app_alloc(0, page_);
+  ASSERT_EQ(app, held.pool_base);
+  struct Injected {
+    const char* call;
+    int code;
+    int expected;
+    const char* reason;
+  };
+  for (const Injected& injected :
+       {Injected{"scal_get_handle_from_fd", 1, HMR_EIO, "scal_get_handle_from_fd"},
+        Injected{"scal_get_pool_handle_by_name", 3, HMR_EIO, "global_hbm"},
+        Injected{"scal_pool_get_infoV2", 2, HMR_EIO, "scal_pool_get_infoV2"}}) {
+    SCOPED_TRACE(injected.call);
+    fake_scal().set_failure(injected.call, injected.code);
+    Result<DmabufExport> failed = iface().export_dmabuf({as_pointer(app), 64});
+    EXPECT_EQ(failed.status().code(), injected.expected);
+    EXPECT_TRUE(has(failed.status().reason(), injected.reason)) << failed.status().reason();
+    fake_scal().set_failure(injected.call, 0);
+  }
+  for (const auto& [error, expected] : {std::pair{ENOMEM, HMR_ENOMEM}, std::pair{ENOTTY,
+                                                                                HMR_EOPNOTSUPP}}) {
+    hlthunk().set_failure("hlthunk_device_mapped_memory_export_dmabuf_fd", error);
+    Result<DmabufExport> failed = iface().export_dmabuf({as_pointer(app), 64});
+    EXPECT_EQ(failed.status().code(), expected);
+    EXPECT_TRUE(has(failed.status().reason(), "global_hbm")) << failed.status().reason();
+  }
+  hlthunk().set_failure("hlthunk_device_mapped_memory_export_dmabuf_fd", 0);
+  EXPECT_TRUE(iface().export_dmabuf({as_pointer(app), 64}).ok());
+
+  // A device SynapseAI holds without SCAL on its fd (here: none at all) is refused likewise.
+  ASSERT_EQ(fake_synapse().acquire(0), 0);
+  Result<DmabufExport> no_scal = iface().export_dmabuf({as_pointer(app), 64});
+  EXPECT_EQ(no_scal.status().code(), HMR_EIO);
+  EXPECT_TRUE(has(no_scal.status().reason(), "SCAL")) << no_scal.status().reason();
+  EXPECT_EQ(fake_synapse().call_count("hcclLookupDMABuff"), 0);
+  EXPECT_EQ(open_fd_count(), fds + 1);  // the application's device fd, and nothing of hmr's
+}
+
+// Without SCAL (or the mapped export) memory the application allocated cannot be placed in a
+// mapping, and HCCL's lookup is not tried unless the application says its HCCL is set up: the
+// refusal says what is missing and how to allow HCCL's dma-buf.
+TEST_F(SynapseaiIfaceTest, WithoutScalHcclIsAskedOnlyWhereTheApplicationAllowsIt) {
+  setenv("HMR_SCAL_LIBRARY", "/nonexistent/hmr/libscal.so", 1);
+  init();
+  EXPECT_TRUE(iface().scal_path().empty());
+  ASSERT_EQ(fake_synapse().acquire(0), 0);
+  const uint64_t app = app_alloc(0, page_);
+  Result<DmabufExport> refused = iface().export_dmabuf({as_pointer(app), 64});
+  EXPECT_EQ(refused.status().code(), HMR_EOPNOTSUPP);
+  EXPECT_TRUE(has(refused.status().reason(), "/nonexistent/hmr/libscal.so"))
+      << refused.status().reason();
+  EXPECT_TRUE(has(refused.status().reason(), kHcclDmabufVariable)) << refused.status().reason();
+  EXPECT_EQ(fake_synapse().call_count("hcclLookupDMABuff"), 0);
+  Result<hmem::DeviceCapabilities> caps = iface().capabilities(DeviceId{1});
+  ASSERT_TRUE(caps.ok());
+  EXPECT_FALSE(caps->dmabuf.supported);
+  EXPECT_TRUE(has(caps->dmabuf.reason, kHcclDmabufVariable)) << caps->dmabuf.reason;
+}
+
+TEST_F(SynapseaiIfaceTest, AnUnreadableHcclConsentLeavesTheIfaceUnavailableAndSaysWhy) {
+  setenv(kHcclDmabufVariable, "perhaps", 1);
+  Status status = iface().init();
+  EXPECT_EQ(status.code(), HMR_EINVAL);
+  EXPECT_TRUE(has(status.reason(), kHcclDmabufVariable)) << status.reason();
 }
 
 TEST_F(SynapseaiIfaceTest, ExportsLeakNoFd) {
