@@ -57,7 +57,7 @@ class LiveObjects {
   }
 
  private:
-  // One remembered answer per set and thread; the plugin has five sets.
+  // One remembered answer per set and thread; the plugin has six sets.
   static constexpr size_t kRemembered = 8;
   static inline std::atomic<size_t> next_id_{0};
   static inline thread_local RememberedLive remembered_[kRemembered];

@@ -35,6 +35,12 @@ struct Plugin {
   size_t contexts = 0;
   std::vector<std::unique_ptr<Device>> devices;  // each keeps the settings read at init
   LiveObjects live_contexts, listen_comms, send_comms, recv_comms, mhandles;
+  // Every request slot of every open send and recv comm.  test() is handed a bare pointer:
+  // without this it read a closed comm's freed pool (a use after free) or whatever a foreign
+  // pointer pointed to as a request (the audit of bad arguments found both); now it reads
+  // nothing through a pointer that is not one of these.  Filled when a comm is handed to
+  // NCCL and emptied before it is destroyed.
+  LiveObjects requests;
   // Connections in progress, by the id written into NCCL's handle, each with the context
   // that started it (nullptr for v8-v10).  NCCL calls connect() until it returns a comm; one
   // it stops calling (an abort while connecting) ends with its context's finalize.
@@ -159,6 +165,16 @@ Device* comm_device(void* comm) {
   if (p.send_comms.contains(comm)) return &static_cast<SendComm*>(comm)->device();
   if (p.recv_comms.contains(comm)) return &static_cast<RecvComm*>(comm)->device();
   return nullptr;
+}
+
+template <typename Comm>
+void add_requests(Plugin& p, const Comm& comm) {
+  for (const void* request : comm.request_addresses()) p.requests.add(request);
+}
+
+template <typename Comm>
+void remove_requests(Plugin& p, const Comm& comm) {
+  for (const void* request : comm.request_addresses()) (void)p.requests.remove(request);
 }
 
 std::span<uint8_t, kHandleSize> handle_bytes(void* handle) {
@@ -354,6 +370,7 @@ ncclResult_t connect(void* ctx, int dev, void* handle, void** send_comm,
       comm.reset();
       return rc;
     }
+    add_requests(p, *comm);
     p.send_comms.add(comm.get());
     *send_comm = comm.release();
   }
@@ -373,6 +390,7 @@ ncclResult_t accept(void* listen_comm, void** recv_comm, ncclNetDeviceHandle_t**
     return rc;
   }
   if (comm) {
+    add_requests(p, *comm);
     p.recv_comms.add(comm.get());
     *recv_comm = comm.release();
   }
@@ -471,7 +489,17 @@ ncclResult_t iflush(void* recv_comm, int n, void** data, const int* sizes, void*
 
 ncclResult_t test(void* request, int* done, int* sizes) {
   if (request == nullptr) return fail(ncclInvalidArgument, "test: request is NULL");
+  if (!plugin().requests.contains(request)) {
+    return fail(ncclInvalidArgument, "test of %p: not a request of an open comm of this plugin "
+                "(its comm is closed, or it never was one)", request);
+  }
   auto* r = static_cast<Request*>(request);
+  // An idle slot was already reported done or failed (or never handed out): answering
+  // "not done" would keep a caller that tests it again waiting forever.
+  if (r->state == RequestState::idle) {
+    return fail(ncclInvalidUsage, "test of %p: the request already completed (a request is "
+                "tested until done, then never again)", request);
+  }
   switch (r->kind) {
     case RequestKind::send: {
       auto* s = static_cast<SendRequest*>(r);
@@ -494,6 +522,7 @@ ncclResult_t close_send(void* send_comm) {
     return fail(ncclInvalidUsage, "closeSend of a send comm that is not open");
   }
   auto* comm = static_cast<SendComm*>(send_comm);
+  remove_requests(plugin(), *comm);
   comm->drain();  // a failure notice for the receiver may still be queued
   delete comm;
   return ncclSuccess;
@@ -503,6 +532,7 @@ ncclResult_t close_recv(void* recv_comm) {
   if (!plugin().recv_comms.remove(recv_comm)) {
     return fail(ncclInvalidUsage, "closeRecv of a recv comm that is not open");
   }
+  remove_requests(plugin(), *static_cast<RecvComm*>(recv_comm));
   delete static_cast<RecvComm*>(recv_comm);
   return ncclSuccess;
 }

@@ -791,6 +791,14 @@ bool RecvComm::post_flush(FlushRequest& request) {
   return true;
 }
 
+std::vector<const void*> RecvComm::request_addresses() const {
+  std::vector<const void*> out;
+  out.reserve(receives_.size() + posted_->flushes.size());
+  for (const ReceiveRequest& request : receives_) out.push_back(&request);
+  for (const FlushRequest& request : posted_->flushes) out.push_back(&request);
+  return out;
+}
+
 ncclResult_t RecvComm::test(ReceiveRequest* request, int* done, int* sizes) {
   if (done != nullptr) *done = 0;
   const uint32_t all = (1u << request->count) - 1;

@@ -59,6 +59,8 @@ class RecvComm {
   ncclResult_t test(ReceiveRequest* request, int* done, int* sizes);
   ncclResult_t test(FlushRequest* request, int* done);
   Device& device() const { return *device_; }
+  // Where each receive and flush request it can hand out lives (as SendComm's).
+  std::vector<const void*> request_addresses() const;
   // The endpoint what arrives for the comm comes to (which never sends: tests check it).
   const Endpoint& own_endpoint() const { return *endpoint_; }
 

@@ -594,6 +594,13 @@ ncclResult_t SendComm::test(SendRequest* request, int* done, int* size) {
   }
 }
 
+std::vector<const void*> SendComm::request_addresses() const {
+  std::vector<const void*> out;
+  out.reserve(requests().size());
+  for (const SendRequest& request : requests()) out.push_back(&request);
+  return out;
+}
+
 void SendComm::drain() {
   closing_ = true;
   const auto deadline = std::chrono::steady_clock::now() + kDrainTime;

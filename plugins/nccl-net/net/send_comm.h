@@ -50,6 +50,9 @@ class SendComm {
   // refused with -FI_EAGAIN): NCCL freed them before closing the comm.
   void drain();
   Device& device() const { return *device_; }
+  // Where each request it can hand out lives, for test() to tell one of them from a pointer
+  // that is stale (its comm closed) or foreign before it reads anything through it.
+  std::vector<const void*> request_addresses() const;
 
  private:
   // Tests that wait for the connect request to leave (tests/nccl-net/accept_race_test.cpp).
