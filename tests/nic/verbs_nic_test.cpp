@@ -1,12 +1,14 @@
 // The verbs adapter against the fake libibverbs: opening (device list, named device, the
 // application's PD), capabilities, registration (access, iova, dma-buf, device memory),
 // chunking above max_mr_size, and failures at every verb.
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -443,6 +445,49 @@ TEST_F(VerbsNicTest, DmabufRegistrationPassesFdOffsetAndIova) {
   const hmr_mr_dmabuf beyond{fd, 65536 - 4096, 8192, nullptr};
   request.dmabuf = &beyond;
   EXPECT_EQ(nic_->register_memory(request).status().code(), HMR_EINVAL);
+  close(fd);
+}
+
+// ibv_reg_dmabuf_mr refused (the audit found no test making it fail), from four threads at
+// once: each caller gets the verb's error with its name, the caller's fd stays the caller's
+// (open, not closed by hmr), and no MR is left; the next registration of the same fd works.
+TEST_F(VerbsNicTest, DmabufRegistrationFailuresUnderThreadsLeaveNothing) {
+  open();
+  const int fd = memfd_create("hmr-verbs-test", MFD_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, 65536), 0);
+  const hmr_mr_dmabuf dmabuf{fd, 0, 8192, reinterpret_cast<void*>(uintptr_t{0x7000000})};
+  nic::RegistrationRequest request;
+  request.dmabuf = &dmabuf;
+  request.access = HMR_REMOTE_READ;
+  request.flags = HMR_MR_DMABUF;
+  const int live_before = fake().live("mrs");
+  fake().set_failure("ibv_reg_dmabuf_mr", ENOMEM);
+  std::vector<std::string> failures(4);
+  {
+    std::vector<std::thread> threads;
+    for (size_t t = 0; t < failures.size(); ++t) {
+      threads.emplace_back([&, t] {
+        for (int round = 0; round < 100 && failures[t].empty(); ++round) {
+          Result<nic::Registration> failed = nic_->register_memory(request);
+          if (failed.ok()) {
+            failures[t] = "a refused registration succeeded";
+          } else if (failed.status().code() != HMR_ENOMEM ||
+                     !contains(failed.status().reason(), "ibv_reg_dmabuf_mr")) {
+            failures[t] = failed.status().reason();
+          }
+        }
+      });
+    }
+    for (std::thread& thread : threads) thread.join();
+  }
+  fake().set_failure("ibv_reg_dmabuf_mr", 0);
+  for (const std::string& why : failures) EXPECT_EQ(why, "");
+  EXPECT_EQ(fake().live("mrs"), live_before);
+  EXPECT_EQ(fcntl(fd, F_GETFD), FD_CLOEXEC) << "the caller's fd was closed or changed";
+  Result<nic::Registration> registered = nic_->register_memory(request);
+  ASSERT_TRUE(registered.ok()) << registered.status().reason();
+  EXPECT_TRUE(nic_->deregister(*registered).ok());
   close(fd);
 }
 
