@@ -168,6 +168,12 @@ TEST(ClosedHandles, CountersEndpointsEventQueuesAndDomains) {
   std::memset(&md, 0, sizeof md);
   md.size = sizeof md;
   EXPECT_HMR_ERROR(hmr_md_query(domain, &md), HMR_EINVAL);
+  // (The audit found hmr_domain_cache_flush tested with NULL only.)
+  EXPECT_HMR_ERROR(hmr_domain_cache_flush(domain), HMR_EINVAL);
+  hmr_domain_stats stats;
+  std::memset(&stats, 0, sizeof stats);
+  stats.size = sizeof stats;
+  EXPECT_HMR_ERROR(hmr_domain_query_stats(domain, &stats), HMR_EINVAL);
 }
 
 }  // namespace
