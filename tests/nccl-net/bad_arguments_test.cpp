@@ -230,5 +230,41 @@ TEST(BadArguments, TestOfARequestThatIsDoneClosedOrForeign) {
   EXPECT_TRUE(f.ok()) << f.text();
 }
 
+// ncclNet_v8 passes message sizes as int: a negative one is refused with its own reason before
+// it is widened (as size_t it would read as 16 EiB and fail later, or be taken for a size).
+TEST(BadArguments, NegativeSizesOfTheIntTableAreRefused) {
+  Failures f;
+  Rank rank(net_table(8), 0, kBudget);
+  ASSERT_TRUE(rank.start(plugin_library(), &f)) << f.text();
+  Link link;
+  ASSERT_TRUE(rank.connect_both(nullptr, &link, &f)) << f.text();
+  HostBuffer buffer(8192);
+  void* send_mh = nullptr;
+  void* recv_mh = nullptr;
+  ASSERT_EQ(rank.net().reg_mr(link.send, buffer.data(), 4096, NCCL_PTR_HOST, &send_mh), ncclSuccess);
+  ASSERT_EQ(rank.net().reg_mr(link.recv, buffer.data() + 4096, 4096, NCCL_PTR_HOST, &recv_mh),
+            ncclSuccess);
+  void* request = nullptr;
+  size_t mark = log_mark();
+  // The wrapper narrows to int as NCCL's own int would be: -1.
+  EXPECT_EQ(rank.net().isend(link.send, buffer.data(), static_cast<size_t>(-1), 3, send_mh, &request),
+            ncclInvalidArgument);
+  EXPECT_TRUE(warned_since(mark, "isend of -1 bytes")) << warnings_since(mark);
+  EXPECT_EQ(request, nullptr);
+  void* data[2] = {buffer.data() + 4096, buffer.data() + 4096};
+  size_t sizes[2] = {64, static_cast<size_t>(-5)};
+  int tags[2] = {3, 4};
+  void* mhs[2] = {recv_mh, recv_mh};
+  mark = log_mark();
+  EXPECT_EQ(rank.net().irecv(link.recv, 2, data, sizes, tags, mhs, &request), ncclInvalidArgument);
+  EXPECT_TRUE(warned_since(mark, "irecv buffer 1 of -5 bytes")) << warnings_since(mark);
+  EXPECT_EQ(request, nullptr);
+  EXPECT_EQ(rank.net().dereg_mr(link.send, send_mh), ncclSuccess);
+  EXPECT_EQ(rank.net().dereg_mr(link.recv, recv_mh), ncclSuccess);
+  rank.close(&link, &f);
+  EXPECT_EQ(rank.net().finalize(), ncclSuccess);
+  EXPECT_TRUE(f.ok()) << f.text();
+}
+
 }  // namespace
 }  // namespace hmr::nccl::test
