@@ -85,6 +85,16 @@ def test_md_query(domain):
     assert "reg_cost_measured" in with_cost
 
 
+def test_md_query_and_stats_refuse_arguments_they_do_not_take(domain):
+    # reg_cost is keyword-only, and nothing else is taken; stats and cache_flush take nothing.
+    for call in (lambda: domain.md_query(True), lambda: domain.md_query(reg_cost=True, extra=1),
+                 lambda: domain.md_query(cost=True), lambda: domain.stats(1),
+                 lambda: domain.stats(field="hits"), lambda: domain.cache_flush(0)):
+        with pytest.raises(TypeError):
+            call()
+    assert domain.stats()["mr_open"] == 0  # the domain is as it was
+
+
 def test_cache_flush(domain):
     array = numpy.zeros(8192, dtype=numpy.uint8)
     domain.register(array).close()
