@@ -46,7 +46,8 @@ struct scal_device {
   uint64_t mapping_start;
   uint64_t pool_base;
   uint64_t pool_size;
-  char pool; /* its "global_hbm" pool's handle is this member's address */
+  /* Its "global_hbm" pool's handle is this member's address; it points back to the device. */
+  struct scal_device *pool_owner;
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -83,15 +84,14 @@ EXPORT int scal_get_pool_handle_by_name(void *scal, const char *pool_name, void 
   if (scal == NULL || pool_name == NULL || pool == NULL) LEAVE(SCAL_INVALID_PARAM);
   struct scal_device *device = scal;
   if (strcmp(pool_name, "global_hbm") != 0) LEAVE(SCAL_NOT_FOUND);
-  *pool = &device->pool;
+  *pool = &device->pool_owner;
   LEAVE(SCAL_SUCCESS);
 }
 
 EXPORT int scal_pool_get_infoV2(void *pool, struct scal_memory_pool_info_v2 *info) {
   ENTER("scal_pool_get_infoV2");
   if (pool == NULL || info == NULL) LEAVE(SCAL_INVALID_PARAM);
-  struct scal_device *device =
-      (struct scal_device *)((char *)pool - offsetof(struct scal_device, pool));
+  struct scal_device *device = *(struct scal_device *const *)pool;
   memset(info, 0, sizeof *info);
   info->scal = device;
   info->name = "global_hbm";
@@ -122,7 +122,8 @@ EXPORT int fake_scal_attach(int device_fd, uint64_t mapping_start, uint64_t pool
   pthread_mutex_lock(&lock);
   for (int i = 0; i < MAX_DEVICES; ++i) {
     if (!devices[i].live) {
-      devices[i] = (struct scal_device){1, device_fd, mapping_start, pool_base, pool_size, 0};
+      devices[i] = (struct scal_device){1, device_fd, mapping_start, pool_base, pool_size, NULL};
+      devices[i].pool_owner = &devices[i];
       LEAVE(0);
     }
   }
