@@ -25,11 +25,18 @@ Result<CUcontext> PrimaryContexts::get(int ordinal) {
   if (context != nullptr) return context;
 
   CUdevice device = 0;
+  // The reason names the call that failed: "cannot retain" alone sent readers to the retain
+  // when the device lookup had failed, and named neither entry point.
+  const char* call = "cuDeviceGet";
   CUresult result = symbols_->cuDeviceGet(&device, ordinal);
-  if (result == CUDA_SUCCESS) result = symbols_->cuDevicePrimaryCtxRetain(&context, device);
+  if (result == CUDA_SUCCESS) {
+    call = "cuDevicePrimaryCtxRetain";
+    result = symbols_->cuDevicePrimaryCtxRetain(&context, device);
+  }
   if (result != CUDA_SUCCESS || context == nullptr) {
     return make_error(result != CUDA_SUCCESS ? hmr_code_for(result) : HMR_EIO,
-                      "cannot retain the primary context of cuda device %d: %s", ordinal,
+                      "cannot retain the primary context of cuda device %d: %s failed: %s",
+                      ordinal, call,
                       result != CUDA_SUCCESS ? describe_cuda_error(*symbols_, result).c_str()
                                              : "the driver returned no context");
   }

@@ -201,8 +201,10 @@ Result<PointerInfo> CudaIface::query(const void* ptr, size_t len) {
     result = segment_at(symbols_, lookup, address, &first.base, &first.size);
   }
   if (result != CUDA_SUCCESS) {
-    return make_error(hmr_code_for(result), "finding the cuda segment of %p (device %d) failed: "
-                      "%s", ptr, ordinal, describe_cuda_error(symbols_, result).c_str());
+    // (Named: with the attributes refused, this is cuMemGetAddressRange's failure.)
+    return make_error(hmr_code_for(result), "finding the cuda segment of %p (device %d): %s "
+                      "failed: %s", ptr, ordinal, lookup_name(lookup),
+                      describe_cuda_error(symbols_, result).c_str());
   }
   // For VMM memory the segment may be only part of the range; cover it segment by segment.
   Result<MappedRange> mapped = cover_requested_range(symbols_, lookup, address, len, first);

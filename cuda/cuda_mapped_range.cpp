@@ -19,13 +19,6 @@ uint64_t combine(uint64_t identity, unsigned long long buffer_id) {
   return mix(identity ^ mix(buffer_id));
 }
 
-const char* lookup_name(SegmentLookup lookup) {
-  return lookup == SegmentLookup::attributes
-             ? "cuPointerGetAttributes(RANGE_START_ADDR, RANGE_SIZE, MAPPING_BASE_ADDR, "
-               "MAPPING_SIZE)"
-             : "cuMemGetAddressRange";
-}
-
 struct Reservation {
   CUdeviceptr start = 0;
   size_t size = 0;
@@ -126,6 +119,13 @@ Result<CUdeviceptr> next_segment_end(Walk& walk, CUdeviceptr cursor) {
 }
 
 }  // namespace
+
+const char* lookup_name(SegmentLookup lookup) {
+  return lookup == SegmentLookup::attributes
+             ? "cuPointerGetAttributes(RANGE_START_ADDR, RANGE_SIZE, MAPPING_BASE_ADDR, "
+               "MAPPING_SIZE)"
+             : "cuMemGetAddressRange";
+}
 
 CUresult segment_at(const CudaSymbols& symbols, SegmentLookup lookup, CUdeviceptr address,
                     CUdeviceptr* base, size_t* size) {

@@ -27,6 +27,8 @@ namespace hmr::cuda {
 //   address_range: cuMemGetAddressRange, for drivers without the mapping attributes (they
 //                  refuse them with CUDA_ERROR_INVALID_VALUE); needs a current context.
 enum class SegmentLookup { attributes, address_range };
+// The driver call a lookup makes, for reasons.
+const char* lookup_name(SegmentLookup lookup);
 
 // The segment holding `address`, by `lookup`: the driver's own result, so a caller can tell
 // CUDA_ERROR_INVALID_VALUE (no mapping attributes) from a hole (CUDA_ERROR_NOT_FOUND).

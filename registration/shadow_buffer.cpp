@@ -38,16 +38,25 @@ Result<std::unique_ptr<ShadowBuffer>> ShadowBuffer::create(hmem::Iface& iface, v
 
 ShadowBuffer::~ShadowBuffer() {
   if (host_registered_) {
+    bool unpinned = false;
     // (A runtime's failure is described in strings: out of memory for them must not end the
     // process from a destructor, which runs on hmr's reaper too.)
     try {
-      Status unpinned = iface_.host_unregister(host_);
-      if (!unpinned.ok()) {
-        log_message(LogLevel::warn, "host shadow at %p: %s", host_, unpinned.reason().c_str());
+      Status status = iface_.host_unregister(host_);
+      unpinned = status.ok();
+      if (!unpinned) {
+        log_message(LogLevel::warn, "host shadow at %p (%zu bytes): %s; left mapped", host_,
+                    mapped_, status.reason().c_str());
       }
     } catch (const std::bad_alloc&) {
-      log_message(LogLevel::warn, "host shadow at %p: unpinning failed, out of memory", host_);
+      log_message(LogLevel::warn, "host shadow at %p (%zu bytes): unpinning failed, out of "
+                  "memory; left mapped", host_, mapped_);
     }
+    // The runtime still holds these pages registered.  Unmapped, the address could be mapped
+    // again by anyone, and the runtime's stale registration would then cover the new mapping:
+    // it would call the application's fresh host memory its own (pointer queries) and copy
+    // from the old pages.  Leaking the shadow's pages is the lesser harm.
+    if (!unpinned) return;
   }
   munmap(host_, mapped_);
 }

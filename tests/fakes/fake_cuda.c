@@ -320,6 +320,10 @@ EXPORT void fake_cuda_set_failure(const char *name, int code) {
   fake_calls_set_failure(&calls, name, code, 0);
 }
 
+EXPORT void fake_cuda_set_failure_once(const char *name, int code, int nth) {
+  if (nth > 0) fake_calls_set_failure(&calls, name, code, nth);
+}
+
 EXPORT void fake_cuda_set_device_attribute(int device, int attribute, int value) {
   pthread_mutex_lock(&fake_lock);
   for (int i = 0; i < MAX_OVERRIDES; ++i) {

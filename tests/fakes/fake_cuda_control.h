@@ -35,6 +35,10 @@ typedef int (*fake_cuda_free_fn)(unsigned long long ptr);
 /* Makes every later call of entry point `name` return `code` (0 clears it).  The pseudo-name
  * "cuMemGetHandleForAddressRange:pcie" fails only calls that pass the PCIe mapping flag. */
 typedef void (*fake_cuda_set_failure_fn)(const char *name, int code);
+/* Makes only the `nth` call of `name` from now (1: the next) return `code`; the calls before
+ * and after it succeed.  For a failure in the middle of one hmr operation: the restore of the
+ * caller's context after a copy, the unmap of the second of two VMM segments. */
+typedef void (*fake_cuda_set_failure_once_fn)(const char *name, int code, int nth);
 /* Overrides cuDeviceGetAttribute(attribute) for one device. */
 typedef void (*fake_cuda_set_device_attribute_fn)(int device, int attribute, int value);
 /* How often an entry point was called since reset; "*": every entry point together. */
@@ -54,6 +58,9 @@ typedef int (*fake_cuda_sync_memops_fn)(unsigned long long ptr);
 /* The primary context's reference count on `device`; releasing the last one frees the memory
  * allocated in it (cuMemAlloc and friends), as a real driver does. */
 typedef int (*fake_cuda_primary_retains_fn)(int device);
+/* How many VMM reservations, mappings and physical allocations (cuMemCreate, not yet freed) are
+ * live now; any pointer may be null. */
+typedef void (*fake_cuda_vmm_live_fn)(int *reservations, int *mappings, int *physicals);
 /* The device of the calling thread's current context, or -1 when none is current. */
 typedef int (*fake_cuda_current_context_device_fn)(void);
 

@@ -234,3 +234,17 @@ EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
   }
   LEAVE(SUCCESS);
 }
+
+/* ---- test-only control ------------------------------------------------------------------ */
+
+EXPORT void fake_cuda_vmm_live(int *reservation_count, int *mapping_count, int *physical_count) {
+  pthread_mutex_lock(&fake_lock);
+  int counts[3] = {0, 0, 0};
+  for (int i = 0; i < MAX_RESERVATIONS; ++i) counts[0] += reservations[i].live;
+  for (int i = 0; i < MAX_MAPPINGS; ++i) counts[1] += mappings[i].live;
+  for (int i = 0; i < MAX_PHYSICAL; ++i) counts[2] += physicals[i].live;
+  pthread_mutex_unlock(&fake_lock);
+  if (reservation_count != NULL) *reservation_count = counts[0];
+  if (mapping_count != NULL) *mapping_count = counts[1];
+  if (physical_count != NULL) *physical_count = counts[2];
+}

@@ -87,8 +87,10 @@ Status VmmAllocation::map_segment(size_t index, int device) {
   // The mapping keeps the physical memory alive; the handle itself is not needed any more.
   const CUresult released = driver_->cuMemRelease(handle);
   if (result != CUDA_SUCCESS) return driver_error(*driver_, "cuMemMap", result);
-  if (released != CUDA_SUCCESS) return driver_error(*driver_, "cuMemRelease", released);
+  // Marked mapped before a refused release is reported: unmarked, the destructor skipped its
+  // unmap, so cuMemAddressFree was refused too and the reservation and mapping leaked.
   mapped_[index] = true;
+  if (released != CUDA_SUCCESS) return driver_error(*driver_, "cuMemRelease", released);
   CUmemAccessDesc access{};
   access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   access.location.id = device;

@@ -28,6 +28,9 @@ FakeCuda load() {
       library.function<fake_cuda_host_registration_count_fn>("fake_cuda_host_registration_count");
   fake.primary_retains =
       library.function<fake_cuda_primary_retains_fn>("fake_cuda_primary_retains");
+  fake.set_failure_once =
+      library.function<fake_cuda_set_failure_once_fn>("fake_cuda_set_failure_once");
+  fake.vmm_live = library.function<fake_cuda_vmm_live_fn>("fake_cuda_vmm_live");
   fake.current_context_device =
       library.function<fake_cuda_current_context_device_fn>("fake_cuda_current_context_device");
   return fake;

@@ -23,6 +23,8 @@ struct FakeCuda {
   fake_cuda_alloc_pooled_fn alloc_pooled = nullptr;
   fake_cuda_free_fn free = nullptr;
   fake_cuda_set_failure_fn set_failure = nullptr;
+  fake_cuda_set_failure_once_fn set_failure_once = nullptr;
+  fake_cuda_vmm_live_fn vmm_live = nullptr;
   fake_cuda_set_device_attribute_fn set_device_attribute = nullptr;
   fake_cuda_call_count_fn call_count = nullptr;
   fake_cuda_last_export_fn last_export = nullptr;

@@ -3,14 +3,12 @@
 // test, under threads).  Each caller gets the driver's error with a reason naming the call; no
 // output is written, no byte moves, nothing is left held; and once the driver works again the
 // same objects work, so no failure left hmr's state behind it.
-#include <atomic>
 #include <cstring>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
-#include "tests/hmem_api/fake_cuda_driver.h"
+#include "tests/hmem_api/failing_calls.h"
 
 namespace hmr_hmem_test {
 namespace {
@@ -18,74 +16,17 @@ namespace {
 using hmr_test::DomainPtr;
 using hmr_test::MrPtr;
 
-constexpr int kThreads = 4;
+constexpr int kThreads = kFailureThreads;
 constexpr size_t kBytes = 65536;
 constexpr int kCudaErrorOutOfMemory = 2;
 constexpr int kCudaErrorIllegalAddress = 700;
-
-// Makes one fake driver entry point fail until the end of the scope.
-class FailingCall {
- public:
-  FailingCall(const char* name, int code) : name_(name) { fake_cuda().set_failure(name, code); }
-  ~FailingCall() { fake_cuda().set_failure(name_, 0); }
-  FailingCall(const FailingCall&) = delete;
-  FailingCall& operator=(const FailingCall&) = delete;
-
- private:
-  const char* name_;
-};
-
-// Runs body(i) on kThreads threads started together; the failures each recorded.
-template <typename Body>
-std::vector<std::string> on_threads(Body body) {
-  std::vector<std::string> failures(kThreads);
-  std::atomic<int> ready{0};
-  std::vector<std::thread> threads;
-  for (int i = 0; i < kThreads; ++i) {
-    threads.emplace_back([&, i] {
-      ready.fetch_add(1);
-      while (ready.load() < kThreads) std::this_thread::yield();
-      failures[static_cast<size_t>(i)] = body(i);
-    });
-  }
-  for (std::thread& t : threads) t.join();
-  return failures;
-}
-
-std::string reason_unless(int rc, int code, const char* call) {
-  if (rc != -code) {
-    return std::string("rc ") + std::to_string(rc) + " (expected -" + std::to_string(code) +
-           "): " + hmr_last_error();
-  }
-  if (std::strstr(hmr_last_error(), call) == nullptr) {
-    return std::string("the reason does not name ") + call + ": " + hmr_last_error();
-  }
-  return {};
-}
-
-struct ShadowNic {
-  std::atomic<int> held{0};
-  std::atomic<uint64_t> next_key{1};
-};
-
-int shadow_reg(void* context, const hmr_nic_reg_request*, hmr_nic_mr* mr, char*, size_t) {
-  auto& nic = *static_cast<ShadowNic*>(context);
-  nic.held.fetch_add(1);
-  return hmr_test::hand_out_key(mr, nic.next_key);
-}
-
-int shadow_dereg(void* context, const hmr_nic_mr*, char*, size_t) {
-  static_cast<ShadowNic*>(context)->held.fetch_sub(1);
-  return 0;
-}
 
 // Host-shadow MRs (no dma-buf, no peer-direct) of device memory, one per thread: a sync that
 // the driver refuses in either direction fails with the driver's reason and moves no byte;
 // the next one, with the driver working, moves them all.
 TEST(CudaCallFailures, ShadowSyncsFailWithTheDriversReasonAndMoveNothing) {
-  ShadowNic nic;
-  hmr_nic_callbacks callbacks =
-      callback_nic(&nic, HMR_NIC_CB_PINS_HOST_MEMORY, shadow_reg, shadow_dereg);
+  CountingNic nic;
+  hmr_nic_callbacks callbacks = nic.callbacks(HMR_NIC_CB_PINS_HOST_MEMORY);
   DomainPtr domain = open_callback_domain(callbacks, HMR_DOMAIN_ALLOW_HMEM_COPY);
   ASSERT_TRUE(domain);
   std::vector<std::unique_ptr<FakeAllocation>> memory;

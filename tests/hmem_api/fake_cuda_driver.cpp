@@ -24,11 +24,19 @@ FakeCudaDriver load() {
   fake.alloc_pooled = library.function<fake_cuda_alloc_pooled_fn>("fake_cuda_alloc_pooled");
   fake.free = library.function<fake_cuda_free_fn>("fake_cuda_free");
   fake.set_failure = library.function<fake_cuda_set_failure_fn>("fake_cuda_set_failure");
+  fake.set_failure_once =
+      library.function<fake_cuda_set_failure_once_fn>("fake_cuda_set_failure_once");
   fake.call_count = library.function<fake_cuda_call_count_fn>("fake_cuda_call_count");
   fake.last_export = library.function<fake_cuda_last_export_fn>("fake_cuda_last_export");
   fake.peek = library.function<fake_cuda_peek_fn>("fake_cuda_peek");
   fake.poke = library.function<fake_cuda_poke_fn>("fake_cuda_poke");
   fake.sync_memops = library.function<fake_cuda_sync_memops_fn>("fake_cuda_sync_memops");
+  fake.host_registration_count = library.function<fake_cuda_host_registration_count_fn>(
+      "fake_cuda_host_registration_count");
+  fake.primary_retains =
+      library.function<fake_cuda_primary_retains_fn>("fake_cuda_primary_retains");
+  fake.current_context_device =
+      library.function<fake_cuda_current_context_device_fn>("fake_cuda_current_context_device");
   return fake;
 }
 

@@ -27,11 +27,15 @@ struct FakeCudaDriver {
   fake_cuda_alloc_pooled_fn alloc_pooled = nullptr;
   fake_cuda_free_fn free = nullptr;
   fake_cuda_set_failure_fn set_failure = nullptr;
+  fake_cuda_set_failure_once_fn set_failure_once = nullptr;
   fake_cuda_call_count_fn call_count = nullptr;
   fake_cuda_last_export_fn last_export = nullptr;
   fake_cuda_peek_fn peek = nullptr;
   fake_cuda_poke_fn poke = nullptr;
   fake_cuda_sync_memops_fn sync_memops = nullptr;
+  fake_cuda_host_registration_count_fn host_registration_count = nullptr;
+  fake_cuda_primary_retains_fn primary_retains = nullptr;
+  fake_cuda_current_context_device_fn current_context_device = nullptr;
 };
 const FakeCudaDriver& fake_cuda();
 
