@@ -539,7 +539,7 @@ inline CacheHandle RegistrationCache::find(uintptr_t start, uint64_t len, CacheK
   }
   if (!still_valid(hit)) return {};
   lookups_.add(slot, kHit, 1);
-  return hit.handle;
+  return hit.handle.through_registers();
 }
 
 inline void RegistrationCache::put(const CacheHandle& handle, ThreadSlot slot) {

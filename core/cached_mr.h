@@ -27,7 +27,8 @@ class CachedMr : public Tagged<ObjectClass::cached_memory_region> {
   // from taking the reference, so hmr_mr_key and hmr_mr_desc read only the handle.
   CachedMr(Domain& domain, RegistrationCache& cache, const CacheHandle& handle, uintptr_t start,
            uint64_t length, uint64_t access, void* context, bool raw_keys)
-      : domain_(domain), cache_(cache), handle_(handle), start_(start), length_(length),
+      : domain_(domain), cache_(cache), handle_(handle.through_registers()), start_(start),
+        length_(length),
         access_(access), context_(context),
         desc_(handle.desc()),
         key_(raw_keys ? HMR_KEY_NOTAVAIL : handle.key_low_u64()) {}
