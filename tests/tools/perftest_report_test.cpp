@@ -36,6 +36,26 @@ TEST(PerftestReport, TheMedianOfAnEvenCountIsTheMeanOfTheMiddleTwo) {
   EXPECT_EQ(hmr::perftest::median({}), 0.0);
 }
 
+// The bandwidth of a run is size * iterations bytes over its seconds.  That byte count was a
+// u64 product, converted after: at the protocol's bounds (4 GiB messages, 2^32 of them, which
+// the options allow with --max-size 4G) it is 2^64 and wrapped to 0, reported as 0 GB/s.
+TEST(PerftestReport, BandwidthIsComputedInFloatingPointWhereTheByteCountPassesU64) {
+  constexpr uint64_t kGiB = uint64_t{1} << 30;
+  const double bytes = 18446744073709551616.0;  // 2^64
+  EXPECT_DOUBLE_EQ(rate_gbytes_per_second(4 * kGiB, uint64_t{1} << 32, 1.0), bytes / 1e9);
+  // 9 * 2^61 bytes, which wrapped to 2^61.
+  EXPECT_DOUBLE_EQ(rate_gbytes_per_second(3 * kGiB, uint64_t{3} << 31, 4.0),
+                   9.0 * (uint64_t{1} << 61) / 4 / 1e9);
+  // Small sizes and short runs keep their fractions.
+  EXPECT_DOUBLE_EQ(rate_gbytes_per_second(2, 3, 1e-6), 6e-3);
+  EXPECT_DOUBLE_EQ(rate_gbytes_per_second(1 << 20, 1000, 0.5), 2.097152);
+  EXPECT_DOUBLE_EQ(rate_mmsgs_per_second(3, 2e-6), 1.5);
+  EXPECT_DOUBLE_EQ(rate_mmsgs_per_second(uint64_t{1} << 32, 1.0), 4294.967296);
+  // No rate from no time: --json must print a number, not inf.
+  EXPECT_EQ(rate_gbytes_per_second(8, 10, 0.0), 0.0);
+  EXPECT_EQ(rate_mmsgs_per_second(10, 0.0), 0.0);
+}
+
 TEST(PerftestReport, OneRoundIsASmokeRun) {
   const std::string result =
       format_results(tcp_run(), {at_1mib(RegMode::once, 2.0), at_1mib(RegMode::raw, 2.5)});

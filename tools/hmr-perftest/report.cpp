@@ -22,6 +22,16 @@ std::string rule() { return std::string(96, '-') + "\n"; }
 
 }  // namespace
 
+double rate_gbytes_per_second(uint64_t size, uint64_t iterations, double seconds) {
+  if (!(seconds > 0)) return 0;
+  return static_cast<double>(size) * static_cast<double>(iterations) / seconds / 1e9;
+}
+
+double rate_mmsgs_per_second(uint64_t iterations, double seconds) {
+  if (!(seconds > 0)) return 0;
+  return static_cast<double>(iterations) / seconds / 1e6;
+}
+
 double median_of_sorted(const std::vector<double>& sorted) {
   const size_t n = sorted.size();
   if (n == 0) return 0;

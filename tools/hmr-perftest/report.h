@@ -34,6 +34,14 @@ struct RunInfo {
   uint64_t mr_mode = 0;
 };
 
+// A bandwidth test's rates: payload in 10^9 bytes per second, and millions of messages per
+// second, for `iterations` messages of `size` bytes in `seconds`.  Floating point from the
+// first operation: the byte count size * iterations reaches 2^64 within the protocol's bounds
+// (4 GiB messages, 2^32 of them), where a u64 product wraps (to 0 there).  0 for a duration
+// of 0, which a rate cannot be computed from (and --json could not print as a number).
+double rate_gbytes_per_second(uint64_t size, uint64_t iterations, double seconds);
+double rate_mmsgs_per_second(uint64_t iterations, double seconds);
+
 // The median of `values` (the mean of the two middle ones when there are an even number);
 // 0 for none.
 double median(std::vector<double> values);

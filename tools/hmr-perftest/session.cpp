@@ -385,8 +385,8 @@ struct Client {
     m.mode = mode;
     m.iterations = options.iterations;
     m.seconds = seconds;
-    m.gbytes_per_second = static_cast<double>(size * options.iterations) / seconds / 1e9;
-    m.mmsgs_per_second = static_cast<double>(options.iterations) / seconds / 1e6;
+    m.gbytes_per_second = rate_gbytes_per_second(size, options.iterations, seconds);
+    m.mmsgs_per_second = rate_mmsgs_per_second(options.iterations, seconds);
     m.nic_registrations = after.nic_registrations - before.nic_registrations;
     m.cache_hits = after.cache_hits - before.cache_hits;
     return m;
