@@ -118,16 +118,25 @@ std::optional<PeerSocket> PeerSocket::listen(uint16_t port, std::string* why) {
 
 bool PeerSocket::accept(int timeout_ms, std::string* why) {
   if (listen_fd_ < 0) return set_why(why, "accept on a socket that is not listening");
+  hang_up();
   const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
   if (!wait_for(listen_fd_, POLLIN, deadline, "a client to connect", why)) return false;
   const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
   if (fd < 0) return set_why(why, errno_text("accept"));
-  ::close(listen_fd_);
-  listen_fd_ = -1;
   fd_ = fd;
   const int on = 1;
   ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
   return true;
+}
+
+void PeerSocket::stop_listening() {
+  if (listen_fd_ >= 0) ::close(listen_fd_);
+  listen_fd_ = -1;
+}
+
+void PeerSocket::hang_up() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
 }
 
 std::optional<PeerSocket> PeerSocket::connect(const std::string& host, uint16_t port,

@@ -18,8 +18,14 @@ class PeerSocket {
  public:
   // Server: listens on `port` (0 picks one; listening_port() tells which) on all addresses.
   static std::optional<PeerSocket> listen(uint16_t port, std::string* why);
-  // Server: waits up to `timeout_ms` for one client; the listening socket is closed after.
+  // Server: waits up to `timeout_ms` for one client.  The socket keeps listening until
+  // stop_listening(), so that a client refused at admission (admission.h) can be hung up on
+  // and the next one accepted; a connection still held is closed first.
   bool accept(int timeout_ms, std::string* why);
+  // Server: no more clients (a later one's connect is refused by the kernel, not queued).
+  void stop_listening();
+  // Closes the connection (the peer reads its end); a listening socket stays.
+  void hang_up();
   // Client: connects to host:port, retrying until `timeout_ms` passes (the server may start
   // a moment later than the client).
   static std::optional<PeerSocket> connect(const std::string& host, uint16_t port, int timeout_ms,
@@ -47,7 +53,7 @@ class PeerSocket {
   };
   std::optional<Received> receive_one_of(std::initializer_list<MessageType> expected,
                                          int timeout_ms, std::string* why);
-  // The connection's descriptor (-1 while listening), for a watch of its hang-up.
+  // The connection's descriptor (-1 until a client is accepted), for a watch of its hang-up.
   int fd() const { return fd_; }
 
  private:

@@ -226,6 +226,7 @@ int run_server(const Options& options) {
                  socket->listening_port());
   }
   if (!socket->accept(options.timeout_ms, &why)) return fail("server", why);
+  socket->stop_listening();  // one client: the next is refused, not queued
   fabric->watch_peer(socket->fd());
   std::optional<Hello> hello =
       receive_as(*socket, MessageType::hello, decode_hello, options.timeout_ms, &why);
