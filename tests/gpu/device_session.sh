@@ -120,19 +120,23 @@ if wanted perftest; then
     grep -q "use --mem host" <<<"$said" || failed+=("hmr-perftest --mem cuda:0 $refused: not refused by its options")
   done
   # A server with device memory never sees --test (the client names it): it refuses write_lat
-  # itself, and a host client's read_bw (its pattern check), with the reason on both sides.
+  # itself, and a host client's read_bw (its pattern check), with the reason on both sides,
+  # before allocating anything for them, and stays for the next client (a write_bw it runs).
+  port=$((port + 1))
+  run_hmr "$bundle/bin/hmr-perftest" --server --port "$port" --timeout 60 --quiet --mem cuda:0 \
+    >> "$out/perftest.log" 2>&1 &
+  server=$!
   for refused in "--test write_lat" "--test read_bw"; do
-    port=$((port + 1))
-    run_hmr "$bundle/bin/hmr-perftest" --server --port "$port" --timeout 60 --quiet --mem cuda:0 \
-      >> "$out/perftest.log" 2>&1 &
-    server=$!
     said=$(run_hmr "$bundle/bin/hmr-perftest" 127.0.0.1 --port "$port" --timeout 60 --size 4K \
            --iters 10 $refused 2>&1) && failed+=("a cuda:0 server ran a host client's $refused")
-    wait "$server" && failed+=("a cuda:0 server exited 0 after refusing $refused")
     echo "$said" >> "$out/perftest.log"
     grep -q "the peer stopped: server: .*--mem host" <<<"$said" ||
       failed+=("a cuda:0 server's refusal of $refused did not reach the client")
+    kill -0 "$server" 2>/dev/null || failed+=("a cuda:0 server ended after refusing $refused")
   done
+  run_hmr "$bundle/bin/hmr-perftest" 127.0.0.1 --port "$port" --timeout 60 --size 4K --iters 10 \
+    >> "$out/perftest.log" 2>&1 || failed+=("a cuda:0 server did not serve write_bw after its refusals")
+  wait "$server" || failed+=("a cuda:0 server exited non-zero after serving write_bw")
   # Without a host shadow there is no path to the GPU on this libfabric: the error must say why.
   port=$((port + 1))
   said=$(perftest $port --provider tcp --mem cuda:0 --dmabuf --size 64K --iters 10 2>&1)

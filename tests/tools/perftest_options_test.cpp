@@ -125,6 +125,77 @@ TEST(PerftestOptions, BadInputIsRefusedWithAReason) {
   EXPECT_NE(usage().find("--reg"), std::string::npos);
 }
 
+// --max-size bounds the messages a side takes: the client's own, when its options are read,
+// and (admission.h) what a client may ask of the server.
+TEST(PerftestOptions, MaxSizeBoundsTheClientsOwnMessages) {
+  Parsed parsed = parse({"h"});
+  ASSERT_TRUE(parsed.options) << parsed.why;
+  EXPECT_EQ(parsed.options->size_limit, uint64_t{1} << 30);  // 1G by default
+  parsed = parse({"--server", "--max-size", "64K"});
+  ASSERT_TRUE(parsed.options) << parsed.why;
+  EXPECT_EQ(parsed.options->size_limit, 65536u);
+  // A server's own --sizes are not its limit: it takes the client's (default 8M) and refuses
+  // it only when a client asks.
+  EXPECT_TRUE(parse({"--server", "--max-size", "1M"}).options);
+  parsed = parse({"h", "--max-size", "4G", "--size", "4G"});  // the protocol's bound
+  ASSERT_TRUE(parsed.options) << parsed.why;
+  EXPECT_EQ(parsed.options->size_limit, uint64_t{4} << 30);
+  EXPECT_EQ(parsed.options->max_size, uint64_t{4} << 30);
+  parsed = parse({"h", "--sizes", "1K:1M", "--max-size", "1M"});  // at the limit
+  EXPECT_TRUE(parsed.options) << parsed.why;
+  parsed = parse({"h", "--max-size", "1048576", "--size", "1M"});  // plain bytes too
+  EXPECT_TRUE(parsed.options) << parsed.why;
+
+  // Over it: refused with the option errors (exit 2), naming both sizes and the way out.
+  parsed = parse({"h", "--size", "2G"});
+  EXPECT_FALSE(parsed.options);
+  EXPECT_NE(parsed.why.find("messages up to 2G are over --max-size 1G"), std::string::npos)
+      << parsed.why;
+  EXPECT_NE(parsed.why.find("give a larger --max-size (up to 4G)"), std::string::npos)
+      << parsed.why;
+  parsed = parse({"h", "--max-size", "64K", "--sizes", "2:8M"});
+  EXPECT_FALSE(parsed.options);
+  EXPECT_NE(parsed.why.find("messages up to 8M are over --max-size 64K"), std::string::npos)
+      << parsed.why;
+  parsed = parse({"h", "--max-size", "1000", "--size", "1001"});
+  EXPECT_FALSE(parsed.options);
+  EXPECT_NE(parsed.why.find("messages up to 1001 bytes are over --max-size 1000 bytes"),
+            std::string::npos) << parsed.why;
+
+  const std::initializer_list<const char*> bad[] = {
+      {"h", "--max-size"},                 // missing value
+      {"h", "--max-size", "0"},            // no message fits
+      {"h", "--max-size", "5G"},           // over the protocol's 4 GiB
+      {"h", "--max-size", "4294967297"},
+      {"h", "--max-size", "-1"},
+      {"h", "--max-size", "1T"},           // not a suffix --size takes
+      {"h", "--max-size", "12X"},
+      {"h", "--max-size", ""},
+      {"h", "--max-size", "99999999999999999999999"},  // over u64
+      {"h", "--max-size", "18014398509481984K"},       // 2^64 once scaled
+      {"--server", "--max-size", "0"},
+      {"--server", "--max-size", "8G"},
+  };
+  for (const auto& args : bad) {
+    parsed = parse(args);
+    EXPECT_FALSE(parsed.options);
+    EXPECT_NE(parsed.why.find("--max-size"), std::string::npos) << parsed.why;
+    EXPECT_NE(parsed.why.find("--help"), std::string::npos) << parsed.why;
+  }
+  EXPECT_NE(usage().find("--max-size N"), std::string::npos) << usage();
+  EXPECT_NE(usage().find("waits for the next one"), std::string::npos) << usage();
+}
+
+TEST(PerftestOptions, SizesAreSaidAsTheOptionsTakeThem) {
+  EXPECT_EQ(size_text(uint64_t{1} << 30), "1G");
+  EXPECT_EQ(size_text(uint64_t{4} << 30), "4G");
+  EXPECT_EQ(size_text(uint64_t{3} << 29), "1536M");
+  EXPECT_EQ(size_text(65536), "64K");
+  EXPECT_EQ(size_text(1536), "1536 bytes");
+  EXPECT_EQ(size_text(1), "1 byte");
+  EXPECT_EQ(size_text(uint64_t{1} << 40), "1024G");
+}
+
 TEST(PerftestOptions, MemorySpecs) {
   EXPECT_EQ(parse_memory("host")->iface, "host");
   std::optional<MemorySpec> ze = parse_memory("ze:3");

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""A scripted hmr-perftest peer that misbehaves on purpose, for perftest_peer_failures.sh.
+"""A scripted hmr-perftest peer that misbehaves on purpose, for perftest_peer_failures.sh and
+perftest_admission.sh.
 
 It speaks the out-of-band protocol of tools/hmr-perftest/peer_message.h (version 3) and then
 does what a broken or stalled peer does, so the test can check that the real hmr-perftest on
@@ -8,6 +9,10 @@ the other side ends with a reason instead of waiting for ever:
   silent-client PORT TEST PROVIDER
       connects to a server, sends a valid Hello and Buffer (the server's own, echoed), then
       says nothing and moves no bytes; prints what the server says before it hangs up
+  asking-client PORT PROVIDER MAX_SIZE
+      connects to a server and sends a Hello for write_bw with messages up to MAX_SIZE bytes
+      (any u64: past the protocol's 4 GiB too); prints what the server answers (its reason,
+      or "peer sent message type 2" when it serves the request) until it hangs up
   unreachable-server PORT PROVIDER
       serves one client a Buffer whose fabric address nobody answers at (tcp: TEST-NET-1,
       192.0.2.1, RFC 5737; shm: a process that does not exist); prints what the client says
@@ -36,8 +41,8 @@ def string(data):
     return struct.pack("<I", len(data)) + data
 
 
-def hello(test, provider):
-    return message(HELLO, struct.pack("<HHQQQ", TESTS[test], 0, 8, 64, 10) +
+def hello(test, provider, max_size=64):
+    return message(HELLO, struct.pack("<HHQQQ", TESTS[test], 0, min(8, max_size), max_size, 10) +
                    string(provider) + string("host"))
 
 
@@ -114,6 +119,12 @@ def silent_client(port, test, provider):
     report_until_hangup(conn)
 
 
+def asking_client(port, provider, max_size):
+    conn = connect(port)
+    conn.sendall(hello("write_bw", provider, max_size))
+    report_until_hangup(conn)
+
+
 def unreachable_address(provider):
     if provider == "tcp":
         # struct sockaddr_in: family (host order), port and address (network order), padding
@@ -142,6 +153,8 @@ def main():
     role = sys.argv[1]
     if role == "silent-client":
         silent_client(int(sys.argv[2]), sys.argv[3], sys.argv[4])
+    elif role == "asking-client":
+        asking_client(int(sys.argv[2]), sys.argv[3], int(sys.argv[4]))
     elif role == "unreachable-server":
         unreachable_server(int(sys.argv[2]), sys.argv[3])
     else:

@@ -68,6 +68,9 @@ std::string usage() {
   --sizes MIN:MAX                     sweep MIN, 2*MIN, 4*MIN, ... (MIN*2^k up to MAX),
                                       ending at MAX (default 2:8M)
   --iters N                           messages per size (default 1000; write_lat: up to 16M)
+  --max-size N                        the largest message this side takes, up to 4G (default
+                                      1G): a client refuses a larger --size/--sizes, a server
+                                      a client that asks for larger, before allocating for it
   --mem host|cuda:N|rocr:N|ze:N|neuron:N|synapseai:N   memory to register (default host)
   --dmabuf                            device memory must go through dma-buf
   --reg cached|per-iter|once|raw[,..] registration: through hmr per message (cached),
@@ -84,10 +87,13 @@ std::string usage() {
 
 The server checks its options and opens the provider before it waits for a client; a side
 that gives up tells the other why.  The client names the test, the sizes, the iterations and
-the registration modes: a server uses only --provider, --port, --timeout, --mem, --dmabuf
-and --quiet, and ignores the rest (it registers its buffer once, as --reg once).  Both sides must name the same --provider; the table and
-the RESULT line report it by that name (the header adds what libfabric serves it as, e.g.
-tcp is served as tcp;ofi_rxm).
+the registration modes: a server uses only --provider, --port, --timeout, --mem, --dmabuf,
+--max-size and --quiet, and ignores the rest (it registers its buffer once, as --reg once).
+A client the server refuses before allocating for it (another --provider, messages over the
+server's --max-size, a test its --mem cannot serve, a malformed or missing hello) is told why
+and the server waits for the next one; it serves one client, then exits.  Both sides must name
+the same --provider; the table and the RESULT line report it by that name (the header adds
+what libfabric serves it as, e.g. tcp is served as tcp;ofi_rxm).
 
 Columns: reg is the registration mode; BW average is payload GB/s (10^9 bytes), MsgRate
 millions of messages per second; t_min/t_typical (median)/t_avg/t_max are one-way latencies
@@ -97,6 +103,19 @@ register before it.  With write_bw at 1 MiB in raw and once (or cached), a RESUL
 the medians and their ratio; name the modes several times (--reg once,raw,once,raw,once,raw)
 to get the spread of the per-round ratios: one round is a smoke run.
 )";
+}
+
+std::string size_text(uint64_t bytes) {
+  static constexpr struct {
+    uint64_t scale;
+    char suffix;
+  } kUnits[] = {{uint64_t{1} << 30, 'G'}, {uint64_t{1} << 20, 'M'}, {uint64_t{1} << 10, 'K'}};
+  for (const auto& unit : kUnits) {
+    if (bytes >= unit.scale && bytes % unit.scale == 0) {
+      return std::to_string(bytes / unit.scale) + unit.suffix;
+    }
+  }
+  return std::to_string(bytes) + (bytes == 1 ? " byte" : " bytes");
 }
 
 std::optional<MemorySpec> parse_memory(const std::string& text) {
@@ -166,6 +185,13 @@ std::optional<Options> parse_options(int argc, const char* const* argv, std::str
       if (!low || !high || *low == 0 || *low > *high) return fail("bad --sizes '" + v + "'");
       options.min_size = *low;
       options.max_size = *high;
+    } else if (arg == "--max-size") {
+      if (!value(&v)) return fail("--max-size needs a value");
+      std::optional<uint64_t> limit = parse_size(v);
+      if (!limit || *limit == 0 || *limit > kMaxMessageSize) {
+        return fail("bad --max-size '" + v + "' (1 byte up to 4G)");
+      }
+      options.size_limit = *limit;
     } else if (arg == "--iters") {
       if (!value(&v)) return fail("--iters needs a value");
       std::optional<uint64_t> iterations = parse_size(v);
@@ -215,6 +241,12 @@ std::optional<Options> parse_options(int argc, const char* const* argv, std::str
     return fail(options.server ? "a server takes no HOST" : "give --server, or the server's HOST");
   }
   if (options.max_size > kMaxMessageSize) return fail("messages are limited to 4 GiB");
+  // The client's own bound, as the server applies it to a client's hello (admission.h).
+  if (!options.server && options.max_size > options.size_limit) {
+    return fail("messages up to " + size_text(options.max_size) + " are over --max-size " +
+                size_text(options.size_limit) + ": give a larger --max-size (up to 4G), or "
+                "smaller --size/--sizes");
+  }
   // Refused with the other option errors (exit 2), not once the run has begun.
   if (!options.server && options.test == TestKind::write_lat &&
       options.iterations > kMaxLatencyIterations) {

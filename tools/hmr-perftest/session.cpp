@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "admission.h"
 #include "buffer.h"
 #include "fabric.h"
 #include "landing.h"
@@ -209,6 +210,36 @@ int serve_bandwidth(PeerSocket& socket, Fabric& fabric, Buffer& buffer, Registra
   return 0;
 }
 
+// The client the server serves: the first whose Hello it admits (admission.h).  One refused
+// before anything was allocated for it (its Hello missing, malformed, or not admitted) is
+// told why and hung up on, and the next one is awaited: no client can make the server
+// allocate more than its --max-size, nor end it by asking.  Each wait for a client lasts
+// --timeout; the server gives up when one passes with nobody.
+std::optional<Hello> admit_client(PeerSocket& socket, const Options& options, std::string* why) {
+  for (;;) {
+    if (!socket.accept(options.timeout_ms, why)) return std::nullopt;
+    std::string refusal;
+    std::optional<Hello> hello =
+        receive_as(socket, MessageType::hello, decode_hello, options.timeout_ms, &refusal);
+    if (!hello) {
+      refusal = "the client's hello: " + refusal;
+    } else {
+      std::optional<std::string> refused = admission_refusal(*hello, options);
+      if (!refused) {
+        socket.stop_listening();  // one client at a time: the next is refused, not queued
+        return hello;
+      }
+      refusal = std::move(*refused);
+    }
+    std::string ignored;  // (best effort: the client may be gone already)
+    (void)socket.send(encode(PeerError{"server: " + refusal}), &ignored);
+    socket.hang_up();
+    // Not --quiet's to silence: the server's user should learn why a client went unserved.
+    std::fprintf(stderr, "hmr-perftest server: refused a client: %s; waiting for the next one\n",
+                 refusal.c_str());
+  }
+}
+
 }  // namespace
 
 int run_server(const Options& options) {
@@ -225,33 +256,12 @@ int run_server(const Options& options) {
                  "on port %u\n", options.provider.c_str(), fabric->provider_name().c_str(),
                  socket->listening_port());
   }
-  if (!socket->accept(options.timeout_ms, &why)) return fail("server", why);
-  socket->stop_listening();  // one client: the next is refused, not queued
+  // Nothing is allocated for a client before it is admitted.
+  std::optional<Hello> hello = admit_client(*socket, options, &why);
+  if (!hello) return fail("server", why);
   fabric->watch_peer(socket->fd());
-  std::optional<Hello> hello =
-      receive_as(*socket, MessageType::hello, decode_hello, options.timeout_ms, &why);
-  if (!hello) return give_up("server", *socket, why);
-  if (hello->provider != options.provider) {
-    return give_up("server", *socket,
-                   "the client uses provider '" + hello->provider + "', this server '" +
-                       options.provider + "': start both with the same --provider");
-  }
   std::optional<Buffer> buffer = Buffer::allocate(options.memory, hello->max_size, &why);
   if (!buffer) return give_up("server", *socket, why);
-  // The server never learns the test from its own options (the client names it): what its
-  // memory cannot do is refused here.  write_lat polls the buffer with the CPU; a read_bw
-  // into a host buffer checks the bytes against a pattern this side cannot put into device
-  // memory (the client's own --mem check covers only its side).
-  if (!buffer->host() && hello->test == TestKind::write_lat) {
-    return give_up("server", *socket, "write_lat polls memory with the CPU, and this server's is " +
-                                          options.memory + ": start the server with --mem host");
-  }
-  if (!buffer->host() && hello->test == TestKind::read_bw && hello->memory == "host") {
-    return give_up("server", *socket, "read_bw into host memory checks the bytes read against "
-                                      "the server's pattern, which it cannot write into " +
-                                          options.memory + ": use device memory on both sides, "
-                                          "or --mem host on the server");
-  }
   if (hello->test == TestKind::read_bw && buffer->host()) buffer->fill_pattern(buffer->size());
   std::optional<Registrar> registrar = Registrar::open(*fabric, RegMode::once, options.dmabuf, &why);
   if (!registrar) return give_up("server", *socket, why);

@@ -3,7 +3,9 @@
 //
 // Schedule, over the out-of-band socket:
 //   client -> server  Hello        the test, sizes, iterations, provider, memory
-//   server -> client  BufferInfo   the server's registered buffer and endpoint address
+//   server -> client  BufferInfo   the server's registered buffer and endpoint address; or
+//   server -> client  PeerError    to a client it does not admit (admission.h), before it
+//                                  allocated anything, and it hangs up and awaits the next
 //   client -> server  BufferInfo   the client's (where write_lat's answers land)
 //   bandwidth: the client measures every (size, reg mode), then sends Done{checksum of what it
 //              wrote}; the server answers Done{checksum of its buffer} and both compare.
