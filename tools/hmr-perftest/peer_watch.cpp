@@ -20,7 +20,7 @@ PeerWatch::PeerWatch(PeerSocket& socket, int timeout_ms, bool tell_progress)
       last_told_(Clock::now()) {}
 
 bool PeerWatch::check(std::string* why) {
-  if (socket_.readable()) {
+  if (!peer_may_speak_ && socket_.readable()) {
     *why = what_the_peer_did();
     return false;
   }

@@ -38,6 +38,13 @@ class PeerWatch {
     return check(why);
   }
 
+  // From now until the watch ends, a readable socket is not the peer giving up: the peer may
+  // already have sent its next message.  A latency test's server calls this before it waits
+  // for the completion of a block's last write: the client sees those bytes land, and sends
+  // its next barrier, before this side's completion queue reports the write.  Only the
+  // deadline (and an error completion) can end such a wait.
+  void expect_peer_message() { peer_may_speak_ = true; }
+
   static constexpr uint64_t kCheckEvery = 4096;
   static constexpr std::chrono::milliseconds kTellProgressEvery{250};
 
@@ -55,6 +62,7 @@ class PeerWatch {
   uint64_t calls_ = 0;
   uint64_t told_ = 0;
   bool progressed_ = false;
+  bool peer_may_speak_ = false;
 };
 
 }  // namespace hmr::perftest

@@ -132,11 +132,10 @@ int serve_latency(PeerSocket& socket, Fabric& fabric, Buffer& buffer, const Regi
                   const Remote& client, const Hello& hello, int timeout_ms) {
   std::string why;
   uint64_t sequence = 0;
-  PeerWatch watch(socket, timeout_ms);
   for (;;) {
     std::optional<Done> barrier = receive_as(socket, MessageType::done, decode_done, timeout_ms, &why);
     if (!barrier) return give_up("server", socket, why);
-    watch.progressed();
+    PeerWatch watch(socket, timeout_ms);  // one per block: the last write ends it (below)
     const uint64_t size = barrier->value;
     if (size == 0) return 0;  // the client is finished
     if (size > buffer.size() || size > client.length) {
@@ -151,8 +150,13 @@ int serve_latency(PeerSocket& socket, Fabric& fabric, Buffer& buffer, const Regi
         return give_up("server", socket, why);
       }
       if (!fabric.post_write(mine.local, size, mine.desc, client.base, client.key, nullptr,
-                             nullptr, watch, &why) ||
-          !fabric.wait(1, watch, &why)) {
+                             nullptr, watch, &why)) {
+        return give_up("server", socket, why);
+      }
+      // The client may see this block's last write land, and send its next barrier, before
+      // the completion is read here.
+      if (i + 1 == hello.iterations) watch.expect_peer_message();
+      if (!fabric.wait(1, watch, &why)) {
         return give_up("server", socket, why);
       }
     }
