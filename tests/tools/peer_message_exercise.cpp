@@ -5,6 +5,9 @@
 #include <span>
 #include <vector>
 
+#include <rdma/fabric.h>
+
+#include "peer_address.h"
 #include "peer_message.h"
 
 namespace hmr::perftest::test {
@@ -25,13 +28,36 @@ std::string check(std::span<const uint8_t> body, std::optional<Message> decoded,
   return {};
 }
 
+// A peer's fabric address, which fi_av_insert will read with no length (peer_address.h): the
+// first byte picks the provider's format, a string one (shm's) or a 16-byte sockaddr_in
+// (tcp's).  An accepted string must end within the bytes received, at its only NUL.
+std::string check_address(std::span<const uint8_t> input) {
+  if (input.empty()) return {};
+  const bool string_format = input[0] % 2 == 0;
+  const std::vector<uint8_t> own(string_format ? 18 : 16, 0x41);
+  const std::span<const uint8_t> theirs = input.subspan(1);
+  std::string why;
+  const bool accepted = acceptable_peer_address(string_format ? FI_ADDR_STR : FI_SOCKADDR_IN,
+                                                own, theirs, &why);
+  if (!accepted) return why.empty() ? "an address rejected without a reason" : "";
+  if (!string_format) {
+    return theirs.size() == own.size() ? "" : "an accepted sockaddr is not the provider's size";
+  }
+  if (theirs.size() > kMaxStringAddress) return "an accepted string address is over its bound";
+  const auto nul = std::find(theirs.begin(), theirs.end(), uint8_t{0});
+  if (nul == theirs.end() || nul + 1 != theirs.end() || nul == theirs.begin()) {
+    return "an accepted string address is not one non-empty string ended by the last byte";
+  }
+  return {};
+}
+
 }  // namespace
 
 std::string exercise_peer_decoders(const uint8_t* data, size_t size) {
   if (size == 0) return {};
   const std::span<const uint8_t> input(data + 1, size - 1);
   std::string why;
-  switch (data[0] % 6) {
+  switch (data[0] % 7) {
     case 0: {
       if (input.size() < kPeerHeaderSize) return {};
       size_t body_size = 0;
@@ -53,6 +79,7 @@ std::string exercise_peer_decoders(const uint8_t* data, size_t size) {
     }
     case 3: return check(input, decode_done(input, &why), why, "done message");
     case 4: return check(input, decode_progress(input, &why), why, "progress message");
+    case 6: return check_address(input);
     default: {
       std::optional<PeerError> error = decode_error(input, &why);
       if (error) {

@@ -42,6 +42,14 @@ std::vector<std::vector<uint8_t>> seeds() {
     header.insert(header.end(), messages[i].begin(), messages[i].begin() + kPeerHeaderSize);
     out.push_back(header);
   }
+  // Fabric addresses (peer_address.h): shm's string (format byte even), tcp's sockaddr_in (odd).
+  const char shm[] = "fi_shm://4242:0:0";
+  std::vector<uint8_t> string_address{6, 0};
+  string_address.insert(string_address.end(), shm, shm + sizeof shm);
+  out.push_back(string_address);
+  std::vector<uint8_t> sockaddr{6, 1};
+  sockaddr.resize(2 + 16, 0x7f);
+  out.push_back(sockaddr);
   return out;
 }
 
