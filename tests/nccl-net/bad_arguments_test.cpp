@@ -19,33 +19,10 @@ namespace {
 
 constexpr auto kBudget = std::chrono::seconds(60);
 
-const PluginLibrary& plugin_library() {
-  static std::unique_ptr<PluginLibrary> lib = [] {
-    std::string why;
-    auto l = PluginLibrary::open(plugin_path(), &why);
-    if (!l) {
-      std::fprintf(stderr, "%s\n", why.c_str());
-      std::abort();
-    }
-    return l;
-  }();
-  return *lib;
-}
-
-std::unique_ptr<Net> net_table(int version) {
-  std::string why;
-  auto net = plugin_library().table(version, &why);
-  if (!net) {
-    std::fprintf(stderr, "ncclNetPlugin_v%d: %s\n", version, why.c_str());
-    std::abort();
-  }
-  return net;
-}
-
 // The v11 table itself, for the arguments the wrapper cannot pass (a NULL properties struct,
 // a context that is not one).
 const ncclNet_v11_t& raw_v11() {
-  return *static_cast<const ncclNet_v11_t*>(dlsym(plugin_library().handle(), "ncclNetPlugin_v11"));
+  return *static_cast<const ncclNet_v11_t*>(dlsym(plugin_library_or_abort().handle(), "ncclNetPlugin_v11"));
 }
 
 // One message over a loopback link, tested until both requests are done; the requests are
@@ -87,8 +64,8 @@ bool move_one_message(Rank& rank, Link& link, void* recv_mh, void* send_mh, Host
 
 TEST(BadArguments, DevicesPropertiesListenAndConnect) {
   Failures f;
-  Rank rank(net_table(11), 0, kBudget);
-  ASSERT_TRUE(rank.start(plugin_library(), &f)) << f.text();
+  Rank rank(plugin_table_or_abort(11), 0, kBudget);
+  ASSERT_TRUE(rank.start(plugin_library_or_abort(), &f)) << f.text();
   int ndev = 0;
   ASSERT_EQ(rank.net().devices(&ndev), ncclSuccess);
   size_t mark = log_mark();
@@ -148,8 +125,8 @@ TEST(BadArguments, ContextsThatAreNotOne) {
 
 TEST(BadArguments, FlushesOutOfRangeAndOnForeignComms) {
   Failures f;
-  Rank rank(net_table(11), 0, kBudget);
-  ASSERT_TRUE(rank.start(plugin_library(), &f)) << f.text();
+  Rank rank(plugin_table_or_abort(11), 0, kBudget);
+  ASSERT_TRUE(rank.start(plugin_library_or_abort(), &f)) << f.text();
   Link link;
   ASSERT_TRUE(rank.connect_both(nullptr, &link, &f)) << f.text();
   HostBuffer buffer(8192);
@@ -190,8 +167,8 @@ TEST(BadArguments, FlushesOutOfRangeAndOnForeignComms) {
 // read from freed memory).
 TEST(BadArguments, TestOfARequestThatIsDoneClosedOrForeign) {
   Failures f;
-  Rank rank(net_table(11), 0, kBudget);
-  ASSERT_TRUE(rank.start(plugin_library(), &f)) << f.text();
+  Rank rank(plugin_table_or_abort(11), 0, kBudget);
+  ASSERT_TRUE(rank.start(plugin_library_or_abort(), &f)) << f.text();
   Link link;
   ASSERT_TRUE(rank.connect_both(nullptr, &link, &f)) << f.text();
   HostBuffer buffer(8192);
@@ -234,8 +211,8 @@ TEST(BadArguments, TestOfARequestThatIsDoneClosedOrForeign) {
 // it is widened (as size_t it would read as 16 EiB and fail later, or be taken for a size).
 TEST(BadArguments, NegativeSizesOfTheIntTableAreRefused) {
   Failures f;
-  Rank rank(net_table(8), 0, kBudget);
-  ASSERT_TRUE(rank.start(plugin_library(), &f)) << f.text();
+  Rank rank(plugin_table_or_abort(8), 0, kBudget);
+  ASSERT_TRUE(rank.start(plugin_library_or_abort(), &f)) << f.text();
   Link link;
   ASSERT_TRUE(rank.connect_both(nullptr, &link, &f)) << f.text();
   HostBuffer buffer(8192);

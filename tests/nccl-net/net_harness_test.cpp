@@ -28,29 +28,6 @@ namespace {
 constexpr auto kScenarioBudget = std::chrono::seconds(60);
 constexpr size_t kMiB = size_t{1} << 20;
 
-const PluginLibrary& library() {
-  static std::unique_ptr<PluginLibrary> lib = [] {
-    std::string why;
-    auto l = PluginLibrary::open(plugin_path(), &why);
-    if (!l) {
-      std::fprintf(stderr, "%s\n", why.c_str());
-      std::abort();
-    }
-    return l;
-  }();
-  return *lib;
-}
-
-std::unique_ptr<Net> table(int version) {
-  std::string why;
-  auto net = library().table(version, &why);
-  if (!net) {
-    std::fprintf(stderr, "ncclNetPlugin_v%d: %s\n", version, why.c_str());
-    std::abort();
-  }
-  return net;
-}
-
 bool barrier(OobChannel* oob, Rank& rank, const std::string& name, Failures* f) {
   if (oob == nullptr) return true;
   std::string why;
@@ -141,13 +118,13 @@ void registers_once(Rank& rank, Link& link, Failures* f) {
   } buffer;
   if (!f->check(buffer.p != MAP_FAILED, "mmap failed")) return;
   hmr_domain_stats before, after_first, after_second;
-  if (!rank.stats(library(), &before, f)) return;
+  if (!rank.stats(plugin_library_or_abort(), &before, f)) return;
   void* mh1 = nullptr;
   void* mh2 = nullptr;
   f->check(rank.net().reg_mr(link.send, buffer.data(), kMiB, NCCL_PTR_HOST, &mh1) == ncclSuccess, "regMr failed");
-  rank.stats(library(), &after_first, f);
+  rank.stats(plugin_library_or_abort(), &after_first, f);
   f->check(rank.net().reg_mr(link.recv, buffer.data(), kMiB, NCCL_PTR_HOST, &mh2) == ncclSuccess, "regMr again failed");
-  rank.stats(library(), &after_second, f);
+  rank.stats(plugin_library_or_abort(), &after_second, f);
   f->check(after_first.nic_registrations == before.nic_registrations + 1,
            "the first regMr of a buffer made " +
                std::to_string(after_first.nic_registrations - before.nic_registrations) + " NIC registrations");
@@ -162,7 +139,7 @@ void registers_once(Rank& rank, Link& link, Failures* f) {
   f->check(rank.net().reg_mr(link.recv, static_cast<char*>(buffer.data()) + 65536, 128 * 1024,
                              NCCL_PTR_HOST, &inner) == ncclSuccess,
            "regMr of a sub-range failed");
-  rank.stats(library(), &after_inner, f);
+  rank.stats(plugin_library_or_abort(), &after_inner, f);
   f->check(after_inner.nic_registrations == after_second.nic_registrations,
            "a sub-range of a registered buffer reached the NIC (" +
                std::to_string(after_inner.nic_registrations - after_second.nic_registrations) +
@@ -198,7 +175,7 @@ struct PhaseTimer {
 // to itself (oob null).
 void transfer_scenario(Rank& rank, OobChannel* oob, Failures* f) {
   PhaseTimer phase;
-  if (!rank.start(library(), f)) return;
+  if (!rank.start(plugin_library_or_abort(), f)) return;
   phase("init");
   const int peer = oob != nullptr ? 1 - rank.id() : rank.id();
   const uint64_t seed_out = 1000 + static_cast<uint64_t>(rank.id()) + 100 * static_cast<uint64_t>(rank.net().version());
@@ -359,12 +336,12 @@ ncclResult_t send_to_the_end(Rank& rank, void* comm, void* data, size_t size, in
 int run_peer(const std::string& scenario, int version) {
   OobChannel oob(kPeerChannelFd);
   Failures f;
-  Rank rank(table(version), 1, kScenarioBudget);
+  Rank rank(plugin_table_or_abort(version), 1, kScenarioBudget);
   if (scenario == "transfer") {
     transfer_scenario(rank, &oob, &f);
   } else if (scenario == "went-away") {
     // Listens, hands the handle over, and goes away before anyone connects.
-    if (rank.start(library(), &f)) {
+    if (rank.start(plugin_library_or_abort(), &f)) {
       uint8_t handle[NCCL_NET_HANDLE_MAXSIZE];
       void* listen = nullptr;
       std::string why;
@@ -376,7 +353,7 @@ int run_peer(const std::string& scenario, int version) {
   } else if (scenario == "dies-connected") {
     // Connects both ways, says so, and dies as a killed rank does: no close, no finalize.
     Link link;
-    if (rank.start(library(), &f) && rank.connect_both(&oob, &link, &f)) {
+    if (rank.start(plugin_library_or_abort(), &f) && rank.connect_both(&oob, &link, &f)) {
       std::string why;
       f.check(oob.send(std::string("connected"), &why), why);
       if (f.ok()) {
@@ -388,7 +365,7 @@ int run_peer(const std::string& scenario, int version) {
     // Connects both ways, sends four 8-byte messages of tag 1 (eager: they leave before any
     // receive is posted) to their end, closes everything and exits normally.
     Link link;
-    if (rank.start(library(), &f) && rank.connect_both(&oob, &link, &f)) {
+    if (rank.start(plugin_library_or_abort(), &f) && rank.connect_both(&oob, &link, &f)) {
       HostBuffer buffer(4096);
       void* mh = nullptr;
       f.check(rank.net().reg_mr(link.send, buffer.data(), 4096, NCCL_PTR_HOST, &mh) == ncclSuccess,
@@ -447,13 +424,13 @@ ncclResult_t send_to_the_end(Rank& rank, void* comm, void* data, size_t size, in
 TEST(PluginTables, EveryVersionIsExportedComplete) {
   for (int version : kAbiVersions) {
     std::string why;
-    auto net = library().table(version, &why);
+    auto net = plugin_library_or_abort().table(version, &why);
     ASSERT_TRUE(net) << "ncclNetPlugin_v" << version << ": " << why;
     EXPECT_STREQ(net->name(), "hmr");
   }
   // Versions this plugin does not speak are not exported, so NCCL falls back to one it does.
   for (int version : {12, 7, 6}) {
-    EXPECT_EQ(dlsym(library().handle(), ("ncclNetPlugin_v" + std::to_string(version)).c_str()), nullptr);
+    EXPECT_EQ(dlsym(plugin_library_or_abort().handle(), ("ncclNetPlugin_v" + std::to_string(version)).c_str()), nullptr);
   }
 }
 
@@ -462,7 +439,7 @@ class AbiVersion : public ::testing::TestWithParam<int> {};
 TEST_P(AbiVersion, TwoProcessesMoveEveryByte) {
   PeerProcess peer = start_peer("transfer", GetParam());
   Failures f;
-  Rank rank(table(GetParam()), 0, kScenarioBudget);
+  Rank rank(plugin_table_or_abort(GetParam()), 0, kScenarioBudget);
   transfer_scenario(rank, &peer.channel(), &f);
   EXPECT_TRUE(f.ok()) << f.text();
   EXPECT_EQ(peer.wait(Clock::now() + std::chrono::seconds(30)), std::optional<int>(0))
@@ -474,8 +451,8 @@ INSTANTIATE_TEST_SUITE_P(NcclNetPlugin, AbiVersion, ::testing::ValuesIn(kAbiVers
 
 TEST(OneProcess, LoopbackConnection) {
   Failures f;
-  Rank rank(table(11), 0, kScenarioBudget);
-  ASSERT_TRUE(rank.start(library(), &f)) << f.text();
+  Rank rank(plugin_table_or_abort(11), 0, kScenarioBudget);
+  ASSERT_TRUE(rank.start(plugin_library_or_abort(), &f)) << f.text();
   Link link;
   ASSERT_TRUE(rank.connect_both(nullptr, &link, &f)) << f.text();
   rank.exchange(link, {{{kMiB, 5, kMiB}}, {{0, 6, 64}}}, {{kMiB, 5, kMiB}, {0, 6, 64}}, 77, 77, &f);
@@ -490,8 +467,8 @@ TEST(OneProcess, LoopbackConnection) {
 // fill.  Counted in calls, not time: far fewer than 16384 tests.
 TEST(OneProcess, ASmallMessageOfATagNoEagerMessageCanNameIsAnnouncedAtOnce) {
   Failures f;
-  Rank rank(table(11), 0, kScenarioBudget);
-  ASSERT_TRUE(rank.start(library(), &f)) << f.text();
+  Rank rank(plugin_table_or_abort(11), 0, kScenarioBudget);
+  ASSERT_TRUE(rank.start(plugin_library_or_abort(), &f)) << f.text();
   Link link;
   ASSERT_TRUE(rank.connect_both(nullptr, &link, &f)) << f.text();
   HostBuffer out(4096), in(4096);
@@ -543,8 +520,8 @@ TEST(OneProcess, ASmallMessageOfATagNoEagerMessageCanNameIsAnnouncedAtOnce) {
 // whether the messages move eagerly or by RMA (the ctest hmr_nccl_net_harness_*_no_eager).
 TEST(OneProcess, AGroupedReceiveIsFilledPerTagWhateverOrderItsSendersComeIn) {
   Failures f;
-  Rank rank(table(11), 0, kScenarioBudget);
-  ASSERT_TRUE(rank.start(library(), &f)) << f.text();
+  Rank rank(plugin_table_or_abort(11), 0, kScenarioBudget);
+  ASSERT_TRUE(rank.start(plugin_library_or_abort(), &f)) << f.text();
   Link link;
   ASSERT_TRUE(rank.connect_both(nullptr, &link, &f)) << f.text();
   constexpr size_t kSize = 4096;
@@ -696,7 +673,7 @@ int receive_one(Rank& rank, Link& link, void* data, size_t size, int tag, void* 
 class LoopbackLink : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_TRUE(rank.start(library(), &f)) << f.text();
+    ASSERT_TRUE(rank.start(plugin_library_or_abort(), &f)) << f.text();
     ASSERT_TRUE(rank.connect_both(nullptr, &link, &f)) << f.text();
   }
   void TearDown() override {
@@ -715,7 +692,7 @@ class LoopbackLink : public ::testing::Test {
   }
 
   Failures f;
-  Rank rank{table(11), 0, kScenarioBudget};
+  Rank rank{plugin_table_or_abort(11), 0, kScenarioBudget};
   Link link;
 
  private:
@@ -876,8 +853,8 @@ TEST_F(SilentTag, ASendWhoseTagIsNeverReceivedIsLogged) {
 // HMR_NCCL_IFNAME==lo.  Each device's GUID is its own.
 TEST(OneProcess, DevicesAreTheInterfacesChosen) {
   Failures f;
-  Rank rank(table(11), 0, kScenarioBudget);
-  ASSERT_TRUE(rank.start(library(), &f)) << f.text();
+  Rank rank(plugin_table_or_abort(11), 0, kScenarioBudget);
+  ASSERT_TRUE(rank.start(plugin_library_or_abort(), &f)) << f.text();
   int ndev = 0;
   ASSERT_EQ(rank.net().devices(&ndev), ncclSuccess);
   const char* chosen = std::getenv("HMR_NCCL_IFNAME");
@@ -914,8 +891,8 @@ TEST(OneProcess, FlushesAreNeverDropped) {
                     "HMR_NCCL_TEST_FLUSH_HOST_MEMORY=1 HMR_NCCL_TEST_FLUSH_EAGAIN=3)";
   }
   Failures f;
-  Rank rank(table(11), 0, kScenarioBudget);
-  ASSERT_TRUE(rank.start(library(), &f)) << f.text();
+  Rank rank(plugin_table_or_abort(11), 0, kScenarioBudget);
+  ASSERT_TRUE(rank.start(plugin_library_or_abort(), &f)) << f.text();
   EXPECT_EQ(rank.properties().force_flush, 1) << "HMR_NCCL_FORCE_FLUSH=1 must reach NCCL";
   Link link;
   ASSERT_TRUE(rank.connect_both(nullptr, &link, &f)) << f.text();
@@ -965,8 +942,8 @@ TEST(BadInput, RandomTruncatedAndCorruptedHandles) {
   for (int version : {11, 8}) {
     SCOPED_TRACE(std::string("v").append(std::to_string(version)));
     Failures f;
-    Rank rank(table(version), 0, kScenarioBudget);
-    ASSERT_TRUE(rank.start(library(), &f)) << f.text();
+    Rank rank(plugin_table_or_abort(version), 0, kScenarioBudget);
+    ASSERT_TRUE(rank.start(plugin_library_or_abort(), &f)) << f.text();
     uint8_t good[NCCL_NET_HANDLE_MAXSIZE];
     void* listen = nullptr;
     ASSERT_EQ(rank.net().listen(0, good, &listen), ncclSuccess);
@@ -1023,8 +1000,8 @@ TEST(BadInput, RandomTruncatedAndCorruptedHandles) {
 TEST(BadInput, HandleOfAPeerThatWentAway) {
   PeerProcess peer = start_peer("went-away", 11);
   Failures f;
-  Rank rank(table(11), 0, kScenarioBudget);
-  ASSERT_TRUE(rank.start(library(), &f)) << f.text();
+  Rank rank(plugin_table_or_abort(11), 0, kScenarioBudget);
+  ASSERT_TRUE(rank.start(plugin_library_or_abort(), &f)) << f.text();
   std::string why;
   auto handle = peer.channel().receive(rank.deadline(), &why);
   ASSERT_TRUE(handle && handle->size() == NCCL_NET_HANDLE_MAXSIZE) << why;
@@ -1052,8 +1029,8 @@ TEST(BadInput, HandleOfAPeerThatWentAway) {
 TEST(PeerDeath, ARankKilledAfterConnectingFailsTheOtherSidesCommsNeverHangs) {
   PeerProcess peer = start_peer("dies-connected", 11);
   Failures f;
-  Rank rank(table(11), 0, kScenarioBudget);
-  ASSERT_TRUE(rank.start(library(), &f)) << f.text();
+  Rank rank(plugin_table_or_abort(11), 0, kScenarioBudget);
+  ASSERT_TRUE(rank.start(plugin_library_or_abort(), &f)) << f.text();
   Link link;
   ASSERT_TRUE(rank.connect_both(&peer.channel(), &link, &f)) << f.text();
   std::string why;
@@ -1123,8 +1100,8 @@ TEST(PeerDeath, ARankKilledAfterConnectingFailsTheOtherSidesCommsNeverHangs) {
 TEST(PeerDeath, WhatASenderDeliveredBeforeItExitedIsStillReceived) {
   PeerProcess peer = start_peer("sends-then-exits", 11);
   Failures f;
-  Rank rank(table(11), 0, kScenarioBudget);
-  ASSERT_TRUE(rank.start(library(), &f)) << f.text();
+  Rank rank(plugin_table_or_abort(11), 0, kScenarioBudget);
+  ASSERT_TRUE(rank.start(plugin_library_or_abort(), &f)) << f.text();
   Link link;
   ASSERT_TRUE(rank.connect_both(&peer.channel(), &link, &f)) << f.text();
   ASSERT_EQ(peer.wait(rank.deadline()), std::optional<int>(0)) << "the sender did not end well";
@@ -1179,7 +1156,7 @@ class HostilePeer : public ::testing::Test {
     auto started = PeerProcess::start({hostile_peer_path()}, &why);
     ASSERT_TRUE(started) << why;
     peer.emplace(std::move(*started));
-    ASSERT_TRUE(rank.start(library(), &f)) << f.text();
+    ASSERT_TRUE(rank.start(plugin_library_or_abort(), &f)) << f.text();
   }
   // Listens on device 0 and hands the peer `step` and the handle, as a lying sender's
   // steps begin: the listen comm, or nullptr (with a failure).
@@ -1203,7 +1180,7 @@ class HostilePeer : public ::testing::Test {
   std::string why;
   std::optional<PeerProcess> peer;
   Failures f;
-  Rank rank{table(11), 0, kScenarioBudget};
+  Rank rank{plugin_table_or_abort(11), 0, kScenarioBudget};
 };
 
 TEST_F(HostilePeer, LyingAnnouncementsAndGarbageAreErrorsOnBothSides) {
@@ -1551,8 +1528,8 @@ TEST_F(HostilePeer, AMessageTooLargeForTheListenerIsDroppedAndTheNextConnectorAc
 
 TEST(BadInput, ForeignHandlesAndArguments) {
   Failures f;
-  Rank rank(table(11), 0, kScenarioBudget);
-  ASSERT_TRUE(rank.start(library(), &f)) << f.text();
+  Rank rank(plugin_table_or_abort(11), 0, kScenarioBudget);
+  ASSERT_TRUE(rank.start(plugin_library_or_abort(), &f)) << f.text();
   Link link;
   ASSERT_TRUE(rank.connect_both(nullptr, &link, &f)) << f.text();
   HostBuffer buffer(8192);

@@ -4,6 +4,7 @@
 #include <hmr/hmr.h>
 
 #include <cstddef>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -273,6 +274,29 @@ std::unique_ptr<Net> wrap_v11_table(const void* table, std::string* why) {
 std::string plugin_path() {
   if (const char* path = std::getenv("HMR_NCCL_PLUGIN"); path != nullptr && *path != '\0') return path;
   return HMR_NCCL_PLUGIN_PATH;
+}
+
+const PluginLibrary& plugin_library_or_abort() {
+  static std::unique_ptr<PluginLibrary> library = [] {
+    std::string why;
+    std::unique_ptr<PluginLibrary> opened = PluginLibrary::open(plugin_path(), &why);
+    if (!opened) {
+      std::fprintf(stderr, "%s\n", why.c_str());
+      std::abort();
+    }
+    return opened;
+  }();
+  return *library;
+}
+
+std::unique_ptr<Net> plugin_table_or_abort(int version) {
+  std::string why;
+  std::unique_ptr<Net> net = plugin_library_or_abort().table(version, &why);
+  if (!net) {
+    std::fprintf(stderr, "ncclNetPlugin_v%d: %s\n", version, why.c_str());
+    std::abort();
+  }
+  return net;
 }
 
 }  // namespace hmr::nccl::test

@@ -91,6 +91,12 @@ class PluginLibrary {
 // The built plugin: $HMR_NCCL_PLUGIN if set, else the path CMake compiled in.
 std::string plugin_path();
 
+// For tests: the built plugin, opened on first use and kept for the process's life, and its
+// ncclNetPlugin_v<version> table.  A plugin that cannot be opened, or lacks the table, aborts
+// the test binary with the reason (nothing after it could mean anything).
+const PluginLibrary& plugin_library_or_abort();
+std::unique_ptr<Net> plugin_table_or_abort(int version);
+
 // A v11 table found some other way (NCCL's own socket transport: nccl_socket_reference.h),
 // checked and wrapped as the plugin's are (setNetAttr may be NULL, as in NCCL's own tables);
 // nullptr and `why` when a mandatory member is NULL.
