@@ -65,6 +65,25 @@ std::string register_shadow(ShadowFixture& fixture, int i, hmr_mr** mr, uint8_t*
   return {};
 }
 
+// With the driver working: a shadow per thread registers and is pinned, and closing them
+// unpins every one and gives the NIC back its registrations.
+void expect_shadows_pin_and_unpin(ShadowFixture& fixture, std::vector<MrPtr>& mrs) {
+  const int pinned_before = fake_cuda().host_registration_count();
+  const std::vector<std::string> failures = on_threads([&](int i) -> std::string {
+    hmr_mr* mr = nullptr;
+    uint8_t* shadow = nullptr;
+    std::string why = register_shadow(fixture, i, &mr, &shadow);
+    mrs[static_cast<size_t>(i)].reset(mr);
+    return why;
+  });
+  for (int i = 0; i < kFailureThreads; ++i) EXPECT_EQ(failures[static_cast<size_t>(i)], "") << i;
+  EXPECT_EQ(fake_cuda().host_registration_count(), pinned_before + kFailureThreads);
+  for (MrPtr& held : mrs) held.reset();
+  fixture.flush();
+  EXPECT_EQ(fake_cuda().host_registration_count(), pinned_before);
+  EXPECT_EQ(fixture.nic.held.load(), 0);
+}
+
 // cuMemHostRegister refusing (no pinnable memory left) does not fail a shadow registration:
 // pinning only speeds the copies.  The shadows hold the device's bytes and sync; nothing is
 // pinned; and with the driver working again the next shadows are pinned, and unpinned when
@@ -92,19 +111,8 @@ TEST(CudaPinningFailures, ShadowsRegisterUnpinnedWhenCuMemHostRegisterFails) {
   EXPECT_EQ(fixture.nic.held.load(), 0);
 
   // The driver pins again: so do the next shadows, and their close unpins them.
-  const std::vector<std::string> failures = on_threads([&](int i) -> std::string {
-    hmr_mr* mr = nullptr;
-    uint8_t* shadow = nullptr;
-    std::string why = register_shadow(fixture, i, &mr, &shadow);
-    mrs[static_cast<size_t>(i)].reset(mr);
-    return why;
-  });
-  for (int i = 0; i < kFailureThreads; ++i) EXPECT_EQ(failures[static_cast<size_t>(i)], "") << i;
-  EXPECT_EQ(fake_cuda().host_registration_count(), pinned_before + kFailureThreads);
-  for (MrPtr& held : mrs) held.reset();
-  fixture.flush();
-  EXPECT_EQ(fake_cuda().host_registration_count(), pinned_before);
-  EXPECT_EQ(fixture.nic.held.load(), 0);
+  ASSERT_EQ(fake_cuda().host_registration_count(), pinned_before);
+  expect_shadows_pin_and_unpin(fixture, mrs);
 }
 
 // A shadow pinned and then not filled (the copy from the device fails): the registration fails
@@ -214,20 +222,7 @@ TEST(CudaPinningFailures, AShadowTheDriverWillNotUnpinStaysMapped) {
   }
 
   // The driver works again: new shadows register, pin and unpin as before.
-  const int pinned_now = fake_cuda().host_registration_count();
-  const std::vector<std::string> failures = on_threads([&](int i) -> std::string {
-    hmr_mr* mr = nullptr;
-    uint8_t* shadow = nullptr;
-    std::string why = register_shadow(fixture, i, &mr, &shadow);
-    mrs[static_cast<size_t>(i)].reset(mr);
-    return why;
-  });
-  for (int i = 0; i < kFailureThreads; ++i) EXPECT_EQ(failures[static_cast<size_t>(i)], "") << i;
-  EXPECT_EQ(fake_cuda().host_registration_count(), pinned_now + kFailureThreads);
-  for (MrPtr& held : mrs) held.reset();
-  fixture.flush();
-  EXPECT_EQ(fake_cuda().host_registration_count(), pinned_now);
-  EXPECT_EQ(fixture.nic.held.load(), 0);
+  expect_shadows_pin_and_unpin(fixture, mrs);
 }
 
 }  // namespace
