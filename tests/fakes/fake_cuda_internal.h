@@ -174,10 +174,13 @@ void fake_reset_contexts(void);
     return injected;                     \
   }
 
-#define LEAVE(result)                 \
-  do {                                \
-    pthread_mutex_unlock(&fake_lock); \
-    return (result);                  \
+/* The result is computed before the lock is released: LEAVE(allocate(...)) runs allocate
+ * under the lock. */
+#define LEAVE(result)                                 \
+  do {                                                \
+    const __typeof__(result) leave_result = (result); \
+    pthread_mutex_unlock(&fake_lock);                 \
+    return leave_result;                              \
   } while (0)
 
 /* For entry points that need a current context, as the real driver's do. */

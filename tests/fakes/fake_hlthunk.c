@@ -105,10 +105,13 @@ static int device_of(int fd) {
     errno = (error);             \
     return 0;                    \
   } while (0)
-#define LEAVE(result)            \
-  do {                           \
-    pthread_mutex_unlock(&lock); \
-    return (result);             \
+/* The result is computed before the lock is released: LEAVE(allocate(...)) runs allocate
+ * under the lock. */
+#define LEAVE(result)                                 \
+  do {                                                \
+    const __typeof__(result) leave_result = (result); \
+    pthread_mutex_unlock(&lock);                      \
+    return leave_result;                              \
   } while (0)
 
 EXPORT int hlthunk_open(int device_name, const char *busid) {

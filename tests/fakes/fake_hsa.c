@@ -139,10 +139,13 @@ static size_t last_export_size;
   ENTER(name);                  \
   if (init_count == 0) LEAVE(NOT_INITIALIZED)
 
-#define LEAVE(result)            \
-  do {                           \
-    pthread_mutex_unlock(&lock); \
-    return (result);             \
+/* The result is computed before the lock is released: LEAVE(allocate(...)) runs allocate
+ * under the lock. */
+#define LEAVE(result)                                 \
+  do {                                                \
+    const __typeof__(result) leave_result = (result); \
+    pthread_mutex_unlock(&lock);                      \
+    return leave_result;                              \
   } while (0)
 
 static size_t round_up(size_t value, size_t granule) {

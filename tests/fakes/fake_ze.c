@@ -223,10 +223,13 @@ static struct fake_calls calls = FAKE_CALLS_INITIALIZER;
   }                                                      \
   if (!initialized) LEAVE(UNINITIALIZED)
 
-#define LEAVE(result)            \
-  do {                           \
-    pthread_mutex_unlock(&lock); \
-    return (result);             \
+/* The result is computed before the lock is released: LEAVE(allocate(...)) runs allocate
+ * under the lock. */
+#define LEAVE(result)                                 \
+  do {                                                \
+    const __typeof__(result) leave_result = (result); \
+    pthread_mutex_unlock(&lock);                      \
+    return leave_result;                              \
   } while (0)
 
 static size_t round_up(size_t value, size_t granule) {
