@@ -1,6 +1,7 @@
 #include "rocr/rocr_free_watch.h"
 
 #include <algorithm>
+#include <new>
 #include <utility>
 
 namespace hmr::rocr {
@@ -91,6 +92,32 @@ std::vector<std::pair<uint64_t, int>> FreeWatchTable::take_registrations() {
   }
   allocations_.clear();
   return registrations;
+}
+
+namespace {
+
+struct KeptTables {
+  std::mutex mutex;
+  std::vector<std::unique_ptr<FreeWatchTable>> tables;
+};
+
+// Never destroyed: a runtime callback may come during the process's exit.
+KeptTables& kept_tables() {
+  static KeptTables* const kept = new KeptTables;
+  return *kept;
+}
+
+}  // namespace
+
+void FreeWatchTable::keep_for_late_callbacks(std::unique_ptr<FreeWatchTable> table) {
+  if (table == nullptr) return;
+  KeptTables& kept = kept_tables();
+  std::lock_guard lock(kept.mutex);
+  try {
+    kept.tables.push_back(std::move(table));
+  } catch (const std::bad_alloc&) {
+    (void)table.release();  // unreachable then, but never freed under a runtime's callback
+  }
 }
 
 }  // namespace hmr::rocr

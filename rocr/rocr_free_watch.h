@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
@@ -48,6 +49,11 @@ class FreeWatchTable {
 
   // Every base with how often the trampoline is registered on it; empties the table.
   std::vector<std::pair<uint64_t, int>> take_registrations();
+
+  // Keeps an emptied table (take_registrations) for the rest of the process: the runtime
+  // refused to deregister a callback naming it, and may still call the trampoline with it.
+  // Reachable from a list that is never freed, so leak checkers see no leak.
+  static void keep_for_late_callbacks(std::unique_ptr<FreeWatchTable> table);
 
  private:
   struct Watcher {

@@ -76,15 +76,42 @@ RocrIface::RocrIface(KernelConfigSources kernel_config)
 
 RocrIface::~RocrIface() {
   if (!library_.has_value()) return;
+  // Every registration hmr made must be gone from the runtime before the table it names as
+  // user_data is freed.  Only SUCCESS says so: the runtime deregisters under the lock its
+  // frees take the notifiers under (ROCR-Runtime runtime.cpp, DeregisterReleaseNotifier and
+  // FreeMemory), so afterwards no free can reach the trampoline.  Any other answer leaves a
+  // callback the runtime may still run: INVALID_ARGUMENT when it had none for the allocation
+  // (a free took it and may be running it right now, after dropping that lock), anything else
+  // when it did not look.  The table then outlives this iface (kept_after_refused_
+  // deregistration), emptied, so a late callback finds nothing to deliver.
+  int refused = 0;
+  std::string first_refusal;
   for (const auto& [base, registrations] : watches_->take_registrations()) {
     for (int i = 0; i < registrations; ++i) {
-      // Fails only when the allocation is already gone, and then the runtime forgot it itself.
-      (void)symbols_.hsa_amd_deregister_deallocation_callback(reinterpret_cast<void*>(base),
-                                                              &FreeWatchTable::trampoline);
+      const hsa_status_t status = symbols_.hsa_amd_deregister_deallocation_callback(
+          reinterpret_cast<void*>(base), &FreeWatchTable::trampoline);
+      if (status == HSA_STATUS_SUCCESS) continue;
+      if (refused++ == 0) {
+        char text[96];
+        std::snprintf(text, sizeof text, "0x%" PRIx64 ": ", base);
+        first_refusal = text + describe_hsa_status(symbols_, status);
+      }
     }
   }
+  if (refused > 0) {
+    log_message(LogLevel::warn, "rocr iface shutdown: hsa_amd_deregister_deallocation_callback "
+                "refused %d of hmr's free callbacks (first %s); the runtime may still call them, "
+                "so their table is kept for the rest of the process (it delivers nothing now)",
+                refused, first_refusal.c_str());
+    FreeWatchTable::keep_for_late_callbacks(std::move(watches_));
+  }
   // Pinned host memory the caller never freed stays the caller's; hsa_shut_down unpins it.
-  symbols_.hsa_shut_down();
+  const hsa_status_t shut = symbols_.hsa_shut_down();
+  if (shut != HSA_STATUS_SUCCESS) {
+    log_message(LogLevel::warn, "rocr iface shutdown: hsa_shut_down failed: %s (the runtime "
+                "keeps hmr's reference until the process exits)",
+                describe_hsa_status(symbols_, shut).c_str());
+  }
 }
 
 Status RocrIface::init() {

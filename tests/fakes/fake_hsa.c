@@ -662,6 +662,10 @@ EXPORT void fake_hsa_set_failure(const char *name, int status) {
   fake_calls_set_failure(&calls, name, status, 0);
 }
 
+EXPORT void fake_hsa_set_failure_once(const char *name, int status, int nth) {
+  if (nth > 0) fake_calls_set_failure(&calls, name, status, nth);
+}
+
 EXPORT int fake_hsa_call_count(const char *name) {
   return fake_calls_count(&calls, name);
 }

@@ -33,6 +33,10 @@ typedef int (*fake_hsa_free_fn)(void *ptr);
 typedef int (*fake_hsa_read_fn)(const void *ptr, void *out, size_t size);
 /* Makes every later call of entry point `name` return `status` (0 clears it). */
 typedef void (*fake_hsa_set_failure_fn)(const char *name, int status);
+/* Makes only the `nth` call of `name` from now (1: the next) return `status`; the calls before
+ * and after it succeed.  For a failure in the middle of one hmr operation (the BDFID query of
+ * the second GPU at init, the pool walk of one agent). */
+typedef void (*fake_hsa_set_failure_once_fn)(const char *name, int status, int nth);
 /* How often an entry point was called since reset. */
 typedef int (*fake_hsa_call_count_fn)(const char *name);
 /* hsa_init calls not yet balanced by hsa_shut_down. */

@@ -14,6 +14,8 @@ FakeHsa load(const char* path) {
   fake.free = library.function<fake_hsa_free_fn>("fake_hsa_free");
   fake.read = library.function<fake_hsa_read_fn>("fake_hsa_read");
   fake.set_failure = library.function<fake_hsa_set_failure_fn>("fake_hsa_set_failure");
+  fake.set_failure_once =
+      library.function<fake_hsa_set_failure_once_fn>("fake_hsa_set_failure_once");
   fake.call_count = library.function<fake_hsa_call_count_fn>("fake_hsa_call_count");
   fake.init_count = library.function<fake_hsa_init_count_fn>("fake_hsa_init_count");
   fake.notifier_count = library.function<fake_hsa_notifier_count_fn>("fake_hsa_notifier_count");

@@ -15,6 +15,7 @@ struct FakeHsa {
   fake_hsa_free_fn free = nullptr;
   fake_hsa_read_fn read = nullptr;
   fake_hsa_set_failure_fn set_failure = nullptr;
+  fake_hsa_set_failure_once_fn set_failure_once = nullptr;
   fake_hsa_call_count_fn call_count = nullptr;
   fake_hsa_init_count_fn init_count = nullptr;
   fake_hsa_notifier_count_fn notifier_count = nullptr;
