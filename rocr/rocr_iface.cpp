@@ -144,9 +144,9 @@ Status RocrIface::init() {
   init_fork_generation_ = fork_generation();
   cpu_agents_ = std::move(topology->cpu_agents);
   gpus_ = std::move(topology->gpus);
-  system_pool_ = topology->system_pool;
+  system_pool_ = std::move(topology->system_pool);
   version_ = read_version(symbols);
-  runtime_dmabuf_ = runtime_dmabuf_capability(symbols, path);
+  runtime_dmabuf_ = runtime_dmabuf_capability(symbols, path, runtime_dmabuf_known_);
   library_ = std::move(*table);
   log_message(LogLevel::debug, "rocr iface: '%s', %s, %zu GPU(s), dma-buf: %s",
               library_->path().c_str(), version_.c_str(), gpus_.size(),
@@ -179,41 +179,102 @@ Result<RocrIface::Topology> RocrIface::discover(const RocrSymbols& symbols, cons
     return make_error(HMR_ENODEV, "rocr iface unavailable: the ROCr runtime '%s' sees no GPU agent "
                       "(%zu agent(s), none a GPU)", path, agents.size());
   }
-  if (!topology.cpu_agents.empty()) {
-    topology.system_pool =
-        find_pool(symbols, topology.cpu_agents.front(), HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_FINE_GRAINED);
+  if (topology.cpu_agents.empty()) {
+    topology.system_pool.known = true;  // no CPU agent: no system pool, for certain
+  } else {
+    topology.system_pool = look_up_pool(symbols, topology.cpu_agents.front(),
+                                        HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_FINE_GRAINED);
   }
   return topology;
 }
 
-std::optional<hsa_amd_memory_pool_t> RocrIface::find_pool(const RocrSymbols& symbols,
-                                                          hsa_agent_t agent,
-                                                          uint32_t wanted_flag) {
+Result<std::optional<hsa_amd_memory_pool_t>> RocrIface::find_pool(const RocrSymbols& symbols,
+                                                                  hsa_agent_t agent,
+                                                                  uint32_t wanted_flag) {
   std::vector<hsa_amd_memory_pool_t> pools;
-  if (symbols.hsa_amd_agent_iterate_memory_pools(agent, &collect<hsa_amd_memory_pool_t>, &pools) !=
-      HSA_STATUS_SUCCESS) {
-    return std::nullopt;  // mem_alloc then says there is no pool; nothing else needs one
+  const hsa_status_t walked =
+      symbols.hsa_amd_agent_iterate_memory_pools(agent, &collect<hsa_amd_memory_pool_t>, &pools);
+  if (walked != HSA_STATUS_SUCCESS) {
+    return make_error(hmr_code_for(walked),
+                      "hsa_amd_agent_iterate_memory_pools(agent 0x%" PRIx64 ") failed: %s",
+                      agent.handle, describe_hsa_status(symbols, walked).c_str());
   }
+  // A pool the runtime would not describe may be the one wanted: if no other pool is, that
+  // refusal is the answer, not "there is no such pool".
+  Status undescribed = ok_status();
   for (hsa_amd_memory_pool_t pool : pools) {
     int segment = -1;
     uint32_t flags = 0;
     bool alloc_allowed = false;
-    if (symbols.hsa_amd_memory_pool_get_info(pool, HSA_AMD_MEMORY_POOL_INFO_SEGMENT, &segment) !=
-            HSA_STATUS_SUCCESS ||
-        symbols.hsa_amd_memory_pool_get_info(pool, HSA_AMD_MEMORY_POOL_INFO_GLOBAL_FLAGS,
-                                             &flags) != HSA_STATUS_SUCCESS ||
-        symbols.hsa_amd_memory_pool_get_info(
-            pool, HSA_AMD_MEMORY_POOL_INFO_RUNTIME_ALLOC_ALLOWED, &alloc_allowed) !=
-            HSA_STATUS_SUCCESS) {
+    const char* attribute = "SEGMENT";
+    hsa_status_t status =
+        symbols.hsa_amd_memory_pool_get_info(pool, HSA_AMD_MEMORY_POOL_INFO_SEGMENT, &segment);
+    if (status == HSA_STATUS_SUCCESS) {
+      attribute = "GLOBAL_FLAGS";
+      status = symbols.hsa_amd_memory_pool_get_info(pool, HSA_AMD_MEMORY_POOL_INFO_GLOBAL_FLAGS,
+                                                    &flags);
+    }
+    if (status == HSA_STATUS_SUCCESS) {
+      attribute = "RUNTIME_ALLOC_ALLOWED";
+      status = symbols.hsa_amd_memory_pool_get_info(
+          pool, HSA_AMD_MEMORY_POOL_INFO_RUNTIME_ALLOC_ALLOWED, &alloc_allowed);
+    }
+    if (status != HSA_STATUS_SUCCESS) {
+      if (undescribed.ok()) {
+        undescribed = make_error(hmr_code_for(status),
+                                 "hsa_amd_memory_pool_get_info(pool 0x%" PRIx64 " of agent "
+                                 "0x%" PRIx64 ", %s) failed: %s",
+                                 pool.handle, agent.handle, attribute,
+                                 describe_hsa_status(symbols, status).c_str());
+      }
       continue;
     }
     // The kernel-argument pool is fine-grained system memory too, but small and special.
     if (segment == HSA_AMD_SEGMENT_GLOBAL && alloc_allowed && (flags & wanted_flag) != 0 &&
         (flags & HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_KERNARG_INIT) == 0) {
-      return pool;
+      return std::optional<hsa_amd_memory_pool_t>(pool);
     }
   }
-  return std::nullopt;
+  if (!undescribed.ok()) return undescribed;
+  return std::optional<hsa_amd_memory_pool_t>();
+}
+
+RocrIface::PoolLookup RocrIface::look_up_pool(const RocrSymbols& symbols, hsa_agent_t agent,
+                                              uint32_t wanted_flag) {
+  PoolLookup lookup;
+  Result<std::optional<hsa_amd_memory_pool_t>> found = find_pool(symbols, agent, wanted_flag);
+  if (found.ok()) {
+    lookup.known = true;
+    lookup.pool = *found;
+  } else {
+    // Not fatal: only mem_alloc needs a pool, and it asks again.
+    log_message(LogLevel::warn, "rocr iface: finding the memory pool of agent 0x%" PRIx64
+                " failed (asked again at the next allocation from it): %s", agent.handle,
+                found.status().reason().c_str());
+  }
+  return lookup;
+}
+
+Result<std::optional<hsa_amd_memory_pool_t>> RocrIface::pool_of(PoolLookup& lookup,
+                                                                hsa_agent_t agent,
+                                                                uint32_t wanted_flag) {
+  {
+    std::lock_guard lock(rediscovery_mutex_);
+    if (lookup.known) return lookup.pool;
+  }
+  // Threads that get here together each ask; the answers agree, and the first one stays.
+  Result<std::optional<hsa_amd_memory_pool_t>> found = find_pool(symbols_, agent, wanted_flag);
+  if (!found.ok()) {
+    return Status(found.status().code(),
+                  found.status().reason() + " (finding the memory pool again, as init could "
+                  "not; asked again at the next allocation)");
+  }
+  std::lock_guard lock(rediscovery_mutex_);
+  if (!lookup.known) {
+    lookup.known = true;
+    lookup.pool = *found;
+  }
+  return lookup.pool;
 }
 
 RocrIface::Gpu RocrIface::describe_gpu(const RocrSymbols& symbols, hsa_agent_t agent) {
@@ -234,7 +295,7 @@ RocrIface::Gpu RocrIface::describe_gpu(const RocrSymbols& symbols, hsa_agent_t a
                   (bdfid >> 3) & 0x1fu, bdfid & 0x7u);
     gpu.pci_bus_id = text;
   }
-  gpu.vram_pool = find_pool(symbols, agent, HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_COARSE_GRAINED);
+  gpu.vram_pool = look_up_pool(symbols, agent, HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_COARSE_GRAINED);
   return gpu;
 }
 
@@ -255,7 +316,9 @@ std::string RocrIface::read_version(const RocrSymbols& symbols) {
   return version;
 }
 
-Capability RocrIface::runtime_dmabuf_capability(const RocrSymbols& symbols, const char* path) {
+Capability RocrIface::runtime_dmabuf_capability(const RocrSymbols& symbols, const char* path,
+                                                bool& known) {
+  known = true;
   if (symbols.hsa_amd_portable_export_dmabuf == nullptr) {
     return Capability::no(
         std::string("the ROCr runtime '") + path +
@@ -264,9 +327,13 @@ Capability RocrIface::runtime_dmabuf_capability(const RocrSymbols& symbols, cons
   bool supported = false;
   const hsa_status_t status =
       symbols.hsa_system_get_info(HSA_AMD_SYSTEM_INFO_DMABUF_SUPPORTED, &supported);
+  // ROCm 5.2 does not know the attribute (INVALID_ARGUMENT) and never will; any other failure
+  // may pass, so it is asked again at the next export rather than kept as a "no" for good.
   if (status != HSA_STATUS_SUCCESS) {
+    known = status == HSA_STATUS_ERROR_INVALID_ARGUMENT;
     return Capability::no("hsa_system_get_info(HSA_AMD_SYSTEM_INFO_DMABUF_SUPPORTED) failed: " +
-                          describe_hsa_status(symbols, status));
+                          describe_hsa_status(symbols, status) +
+                          (known ? "" : " (asked again at the next export)"));
   }
   if (!supported) {
     return Capability::no(
@@ -277,7 +344,23 @@ Capability RocrIface::runtime_dmabuf_capability(const RocrSymbols& symbols, cons
 }
 
 Capability RocrIface::dmabuf_capability() {
-  if (!runtime_dmabuf_.supported) return runtime_dmabuf_;
+  Capability runtime;
+  bool known = false;
+  {
+    std::lock_guard lock(rediscovery_mutex_);
+    runtime = runtime_dmabuf_;
+    known = runtime_dmabuf_known_;
+  }
+  if (!known) {
+    // init's question went unanswered: asked again, without the lock.
+    runtime = runtime_dmabuf_capability(symbols_, library_->path().c_str(), known);
+    if (known) {
+      std::lock_guard lock(rediscovery_mutex_);
+      runtime_dmabuf_ = runtime;
+      runtime_dmabuf_known_ = true;
+    }
+  }
+  if (!runtime.supported) return runtime;
   std::call_once(kernel_once_, [this] { kernel_dmabuf_ = kernel_dmabuf_capability(kernel_config_); });
   return kernel_dmabuf_;
 }
@@ -577,21 +660,39 @@ Result<void*> RocrIface::mem_alloc(DeviceId device, size_t len, MemoryKind kind)
     return make_error(HMR_EINVAL, "rocr allocation on device %" PRIu64 ", which does not exist "
                       "(this process sees %zu GPU(s))", device.value, gpus_.size());
   }
-  const Gpu& gpu = gpus_[device.value];
+  Gpu& gpu = gpus_[device.value];
   switch (kind) {
-    case MemoryKind::device_only:
-      if (!gpu.vram_pool.has_value()) {
+    case MemoryKind::device_only: {
+      Result<std::optional<hsa_amd_memory_pool_t>> pool =
+          pool_of(gpu.vram_pool, gpu.agent, HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_COARSE_GRAINED);
+      if (!pool.ok()) {
+        return Status(pool.status().code(), "rocr allocation on device " +
+                                                std::to_string(device.value) + " (" + gpu.name +
+                                                "): " + pool.status().reason());
+      }
+      if (!pool->has_value()) {
         return make_error(HMR_EOPNOTSUPP, "rocr device %" PRIu64 " (%s) has no coarse-grained "
                           "global memory pool that allows allocation", device.value,
                           gpu.name.c_str());
       }
-      return alloc_from_pool(*gpu.vram_pool, len, "device memory pool", false);
-    case MemoryKind::managed:
-      if (!system_pool_.has_value()) {
+      return alloc_from_pool(**pool, len, "device memory pool", false);
+    }
+    case MemoryKind::managed: {
+      Result<std::optional<hsa_amd_memory_pool_t>> pool =
+          cpu_agents_.empty() ? Result<std::optional<hsa_amd_memory_pool_t>>(
+                                    std::optional<hsa_amd_memory_pool_t>())
+                              : pool_of(system_pool_, cpu_agents_.front(),
+                                        HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_FINE_GRAINED);
+      if (!pool.ok()) {
+        return Status(pool.status().code(),
+                      "rocr managed allocation: " + pool.status().reason());
+      }
+      if (!pool->has_value()) {
         return make_error(HMR_EOPNOTSUPP, "the ROCr runtime has no fine-grained system memory "
                           "pool that allows allocation");
       }
-      return alloc_from_pool(*system_pool_, len, "system memory pool", true);
+      return alloc_from_pool(**pool, len, "system memory pool", true);
+    }
     case MemoryKind::host_alloc:
       return alloc_pinned_host(len);
     case MemoryKind::host:

@@ -70,29 +70,47 @@ class RocrIface final : public hmem::Iface {
   std::string runtime_version() const override;
 
  private:
+  // A memory pool as discovery left it: found, known to be absent, or unknown because a
+  // runtime call failed, in which case the next allocation that needs the pool asks again (a
+  // transient refusal at init must not disable mem_alloc for good, and the allocation's
+  // failure names the call).  Guarded by rediscovery_mutex_ once init has published it.
+  struct PoolLookup {
+    bool known = false;
+    std::optional<hsa_amd_memory_pool_t> pool;
+  };
+
   struct Gpu {
     hsa_agent_t agent{};
     std::string name;
     std::string pci_bus_id;  // "" when the runtime does not say
-    std::optional<hsa_amd_memory_pool_t> vram_pool;
+    PoolLookup vram_pool;
   };
 
   struct Topology {
     std::vector<hsa_agent_t> cpu_agents;
     std::vector<Gpu> gpus;
-    std::optional<hsa_amd_memory_pool_t> system_pool;
+    PoolLookup system_pool;
   };
 
   Status check_initialized() const;
   // query()'s answer, in a forked child, for a range ROCr does not know and nothing maps.
   Status unmapped_in_child(const void* ptr, size_t len) const;
   static Result<Topology> discover(const RocrSymbols& symbols, const char* path);
-  static std::optional<hsa_amd_memory_pool_t> find_pool(const RocrSymbols& symbols,
-                                                        hsa_agent_t agent, uint32_t wanted_flag);
+  // The agent's global pool with `wanted_flag` that allows allocation (nullopt: it has none);
+  // an error naming the call when the runtime would not say.
+  static Result<std::optional<hsa_amd_memory_pool_t>> find_pool(const RocrSymbols& symbols,
+                                                                hsa_agent_t agent,
+                                                                uint32_t wanted_flag);
+  static PoolLookup look_up_pool(const RocrSymbols& symbols, hsa_agent_t agent,
+                                 uint32_t wanted_flag);
+  // The pool `lookup` describes, asking the runtime again (no lock held) when init could not.
+  Result<std::optional<hsa_amd_memory_pool_t>> pool_of(PoolLookup& lookup, hsa_agent_t agent,
+                                                       uint32_t wanted_flag);
   static Gpu describe_gpu(const RocrSymbols& symbols, hsa_agent_t agent);
   static std::string read_version(const RocrSymbols& symbols);
+  // `known` is false when the runtime would not answer: the question is asked again later.
   static hmem::Capability runtime_dmabuf_capability(const RocrSymbols& symbols,
-                                                    const char* path);
+                                                    const char* path, bool& known);
   // Runtime support, then the kernel's build options (read once, on first need).
   hmem::Capability dmabuf_capability();
   Status copy(void* dst, const void* src, size_t len, const char* direction);
@@ -109,9 +127,13 @@ class RocrIface final : public hmem::Iface {
   RocrSymbols symbols_;
   std::vector<hsa_agent_t> cpu_agents_;
   std::vector<Gpu> gpus_;  // index = hmr's ROCr device id
-  std::optional<hsa_amd_memory_pool_t> system_pool_;
+  PoolLookup system_pool_;
+  // Guards what init could not learn and later calls ask again (every PoolLookup, the
+  // runtime's dma-buf answer); never held across a runtime call.
+  std::mutex rediscovery_mutex_;
   std::string version_;
-  hmem::Capability runtime_dmabuf_;
+  hmem::Capability runtime_dmabuf_;    // guarded by rediscovery_mutex_ while not known
+  bool runtime_dmabuf_known_ = false;  // guarded by rediscovery_mutex_
   // The process that initialised the runtime: in a child forked from it ROCr knows no address
   // (query() then asks the kernel whether the address is mapped at all).
   uint64_t init_fork_generation_ = 0;  // util/fork_generation.h, at init

@@ -1,0 +1,48 @@
+// What the vendor call-failure tests below the C ABI share (ROCr, Level Zero, SynapseAI): a
+// body run on several threads started together, and the check that a failed Status carries the
+// expected code and names the runtime call.
+#pragma once
+
+#include <atomic>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "util/status.h"
+
+namespace hmr::testing {
+
+inline constexpr int kCallFailureThreads = 4;
+
+// Runs body(i) on kCallFailureThreads threads started together; what each returned (empty:
+// fine).
+template <typename Body>
+std::vector<std::string> on_threads(Body body) {
+  std::vector<std::string> failures(kCallFailureThreads);
+  std::atomic<int> ready{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kCallFailureThreads; ++i) {
+    threads.emplace_back([&, i] {
+      ready.fetch_add(1);
+      while (ready.load() < kCallFailureThreads) std::this_thread::yield();
+      failures[static_cast<size_t>(i)] = body(i);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return failures;
+}
+
+// Empty when `status` failed with `code` and its reason names `call`; otherwise what was wrong.
+inline std::string unless_failed_naming(const Status& status, int code, const char* call) {
+  if (status.ok()) return std::string("succeeded; expected a failure naming ") + call;
+  if (status.code() != code) {
+    return "code " + std::to_string(status.code()) + " (expected " + std::to_string(code) +
+           "): " + status.reason();
+  }
+  if (status.reason().find(call) == std::string::npos) {
+    return std::string("the reason does not name ") + call + ": " + status.reason();
+  }
+  return {};
+}
+
+}  // namespace hmr::testing
