@@ -622,10 +622,16 @@ Result<void*> RocrIface::alloc_from_pool(hsa_amd_memory_pool_t pool, size_t len,
     status = symbols_.hsa_amd_agents_allow_access(static_cast<uint32_t>(agents.size()),
                                                   agents.data(), nullptr, ptr);
     if (status != HSA_STATUS_SUCCESS) {
-      (void)symbols_.hsa_amd_memory_pool_free(ptr);
+      const hsa_status_t freed = symbols_.hsa_amd_memory_pool_free(ptr);
       return make_error(hmr_code_for(status), "hsa_amd_agents_allow_access(%zu GPU(s), %p) for %s "
-                        "failed: %s", agents.size(), ptr, what,
-                        describe_hsa_status(symbols_, status).c_str());
+                        "failed: %s%s%s", agents.size(), ptr, what,
+                        describe_hsa_status(symbols_, status).c_str(),
+                        freed == HSA_STATUS_SUCCESS
+                            ? ""
+                            : "; hsa_amd_memory_pool_free of the unshared allocation failed "
+                              "too, so it stays allocated until the runtime shuts down: ",
+                        freed == HSA_STATUS_SUCCESS ? ""
+                                                    : describe_hsa_status(symbols_, freed).c_str());
     }
   }
   return ptr;
@@ -646,9 +652,18 @@ Result<void*> RocrIface::alloc_pinned_host(size_t len) {
     std::lock_guard lock(pinned_mutex_);
     pinned_allocations_.emplace(reinterpret_cast<uintptr_t>(ptr), mapped);
   } catch (const std::bad_alloc&) {
-    (void)symbols_.hsa_amd_memory_unlock(ptr);
-    munmap(ptr, mapped);
-    return make_error(HMR_ENOMEM, "rocr host allocation: out of memory for its bookkeeping");
+    // Unmapped only once unpinned: the runtime would otherwise still hold the range as
+    // pinned memory, and a later mapping there would read as ROCr's.
+    const hsa_status_t unlocked = symbols_.hsa_amd_memory_unlock(ptr);
+    if (unlocked == HSA_STATUS_SUCCESS) munmap(ptr, mapped);
+    return make_error(HMR_ENOMEM, "rocr host allocation: out of memory for its bookkeeping%s%s",
+                      unlocked == HSA_STATUS_SUCCESS
+                          ? ""
+                          : "; hsa_amd_memory_unlock of the new allocation failed too, so it "
+                            "stays pinned and mapped: ",
+                      unlocked == HSA_STATUS_SUCCESS
+                          ? ""
+                          : describe_hsa_status(symbols_, unlocked).c_str());
   }
   return ptr;
 }

@@ -280,6 +280,10 @@ EXPORT hsa_status_t hsa_shut_down(void) {
 }
 
 EXPORT hsa_status_t hsa_status_string(hsa_status_t status, const char **text) {
+  /* hsa.h: "HSA_STATUS_ERROR_NOT_INITIALIZED The HSA runtime has not been initialized" and
+   * INVALID_ARGUMENT for a NULL string or an unknown status: a caller must cope without text. */
+  const hsa_status_t injected = fake_calls_enter(&calls, "hsa_status_string");
+  if (injected != SUCCESS) return injected;
   if (text == NULL) return INVALID_ARGUMENT;
   switch (status) {
     case SUCCESS: *text = "HSA_STATUS_SUCCESS: The function has been executed successfully."; break;
