@@ -18,7 +18,8 @@ HlthunkMemory::HlthunkMemory(HlthunkMemory&& other) noexcept
 
 HlthunkMemory& HlthunkMemory::operator=(HlthunkMemory&& other) noexcept {
   if (this != &other) {
-    (void)release();
+    Status status = release();
+    if (!status.ok()) log_message(LogLevel::warn, "%s", status.reason().c_str());
     unmap_ = other.unmap_;
     free_ = other.free_;
     fd_ = other.fd_;
@@ -51,16 +52,19 @@ Status HlthunkMemory::release() {
     }
     va_ = 0;
   }
-  const uint64_t handle = std::exchange(handle_, 0);
-  if (handle != 0) {
+  if (handle_ != 0) {
     errno = 0;
-    const int rc = free_(fd_, handle);
+    const int rc = free_(fd_, handle_);
     if (rc != 0) {
+      // The handle is kept: dropped, the device memory would stay allocated with nothing left
+      // to free it by until the device is closed.
       const int error = hlthunk_errno(rc, errno);
       return make_error(hmr_code_for_errno(error),
-                        "hlthunk_device_memory_free(handle 0x%" PRIx64 ") failed: %s", handle,
-                        describe_errno(error).c_str());
+                        "hlthunk_device_memory_free(handle 0x%" PRIx64 ") failed: %s; the memory "
+                        "is unmapped but still allocated, and hmr keeps its handle: free it again",
+                        handle_, describe_errno(error).c_str());
     }
+    handle_ = 0;
   }
   return ok_status();
 }

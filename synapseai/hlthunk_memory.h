@@ -31,10 +31,12 @@ class HlthunkMemory {
   // Unmaps, then frees; says which step failed and why.  A refused unmap leaves both owned, so
   // the caller can retry: the driver refuses to unmap memory while a dma-buf of it is alive
   // (habanalabs memory.c unmap_device_va: "memory is exported"), which lasts until every fd of
-  // the export is closed and every NIC registration of it is gone.  After a refused free
-  // nothing is owned: the mapping is already gone, and the handle goes with the device.
+  // the export is closed and every NIC registration of it is gone.  A refused free leaves the
+  // handle owned (the mapping is gone): the device memory is still allocated, and only its
+  // handle can free it, so release() may be called again.
   Status release();
   bool owns_mapping() const { return va_ != 0; }
+  bool owns_handle() const { return handle_ != 0; }
 
  private:
   int (*unmap_)(int, uint64_t) = nullptr;

@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cinttypes>
 #include <climits>
+#include <new>
 #include <utility>
 
 #include "hmem/page_range.h"
@@ -40,8 +41,17 @@ constexpr uint32_t kExportFlags = O_RDWR | O_CLOEXEC;
 
 SynapseaiIface::~SynapseaiIface() {
   allocations_.clear();  // unmap + free each, while the device is still open
+  unfreed_.clear();      // free each again; a refusal is logged (closing the device frees it)
   const int fd = device_fd_.exchange(-1);
-  if (fd >= 0) hlthunk_.hlthunk_close(fd);
+  if (fd >= 0) {
+    errno = 0;
+    const int rc = hlthunk_.hlthunk_close(fd);
+    if (rc != 0) {
+      const int error = hlthunk_errno(rc, errno);
+      log_message(LogLevel::warn, "synapseai iface shutdown: hlthunk_close(%d) failed: %s", fd,
+                  describe_errno(error).c_str());
+    }
+  }
 }
 
 Status SynapseaiIface::init() {
@@ -434,6 +444,7 @@ Status SynapseaiIface::mem_free(void* ptr) {
   std::optional<MemorySpan> span = allocations_.find(address);
   std::optional<HlthunkMemory> memory = allocations_.take(address);
   if (!memory.has_value() || !span.has_value() || span->base != address) {
+    if (std::optional<Status> retried = free_unfreed(address)) return *retried;
     return make_error(HMR_EINVAL, "synapseai mem_free(%p): not the start of memory hmr allocated",
                       ptr);
   }
@@ -445,7 +456,37 @@ Status SynapseaiIface::mem_free(void* ptr) {
     log_message(LogLevel::warn, "synapseai mem_free(%p): memory the driver kept mapped could not "
                 "be put back", ptr);
   }
+  // A refused free (after the unmap) leaves a handle to allocated memory at no address: kept
+  // for the next mem_free of this address.
+  if (!released.ok() && !memory->owns_mapping() && memory->owns_handle()) {
+    try {
+      std::lock_guard<std::mutex> guard(unfreed_mutex_);
+      unfreed_.emplace(address, std::move(*memory));
+    } catch (const std::bad_alloc&) {
+      // (memory's destructor tries the free once more, and logs a refusal)
+    }
+  }
   return released;
+}
+
+std::optional<Status> SynapseaiIface::free_unfreed(uintptr_t address) {
+  std::optional<HlthunkMemory> memory;
+  {
+    std::lock_guard<std::mutex> guard(unfreed_mutex_);
+    auto found = unfreed_.find(address);
+    if (found == unfreed_.end()) return std::nullopt;
+    memory.emplace(std::move(found->second));
+    unfreed_.erase(found);
+  }
+  Status freed = memory->release();  // the free alone: it has no mapping
+  if (!freed.ok() && memory->owns_handle()) {
+    try {
+      std::lock_guard<std::mutex> guard(unfreed_mutex_);
+      unfreed_.emplace(address, std::move(*memory));
+    } catch (const std::bad_alloc&) {
+    }
+  }
+  return freed;
 }
 
 }  // namespace hmr::synapseai

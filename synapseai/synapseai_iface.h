@@ -17,6 +17,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -66,7 +67,8 @@ class SynapseaiIface final : public hmem::Iface {
   // allocation's sys_dev).  `len` is rounded up to host pages.
   Result<void*> mem_alloc(hmem::DeviceId device, size_t len, hmem::MemoryKind kind) override;
   // HMR_EBUSY, keeping the memory, while a dma-buf of it is alive (the driver refuses to unmap
-  // exported memory): free it again once its MRs and dma-buf fds are gone.
+  // exported memory): free it again once its MRs and dma-buf fds are gone.  A refused
+  // hlthunk_device_memory_free keeps the handle too: mem_free of the same address asks again.
   Status mem_free(void* ptr) override;
 
   FreeTracking free_tracking() const override { return FreeTracking::explicit_only; }
@@ -93,6 +95,9 @@ class SynapseaiIface final : public hmem::Iface {
   Result<MemorySpan> memory_for_range(const void* address, size_t len, const char* what) const;
   // Through hl-thunk: the mapping `span` is named by its start, the range by an offset.
   Result<hmem::DmabufExport> export_own(const MemorySpan& span, uintptr_t address, size_t length);
+  // mem_free of an address none of hmr's mappings starts at: frees memory there whose free
+  // was refused before, if any (nullopt: none).
+  std::optional<Status> free_unfreed(uintptr_t address);
   // Memory the application allocated: through hl-thunk from its pool's mapping
   // (hbm_pool_dmabuf.h), else through HCCL's gaudi-direct dma-buf where the application allows
   // it (hccl_dmabuf.h).
@@ -123,6 +128,11 @@ class SynapseaiIface final : public hmem::Iface {
   mutable std::mutex mutex_;  // guards bus_id_; never held across a driver call
   std::string bus_id_;        // of the device behind device_fd_ ("" if unknown)
   Allocations allocations_;   // the memory hmr allocated, keyed by device VA
+  // Memory hl-thunk unmapped but refused to free: no longer at any address, still allocated,
+  // kept by the address it had so that mem_free of that address asks again (the destructor
+  // does too).  Several may have had one address.  Never held across a driver call.
+  std::mutex unfreed_mutex_;
+  std::multimap<uintptr_t, HlthunkMemory> unfreed_;
 };
 
 }  // namespace hmr::synapseai
