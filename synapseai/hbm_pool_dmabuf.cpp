@@ -43,7 +43,8 @@ Result<ScalMemoryPoolInfoV2> global_hbm_pool(const ScalSymbols& scal, int device
   rc = scal.scal_get_pool_handle_by_name(handle, kGlobalHbmPool, &pool);
   if (rc != kScalSuccess || pool == nullptr) {
     return make_error(HMR_EIO,
-                      "synapseai dma-buf export of 0x%" PRIxPTR ": SCAL has no '%s' pool (%d)",
+                      "synapseai dma-buf export of 0x%" PRIxPTR ": scal_get_pool_handle_by_name"
+                      "('%s') failed (%d): SCAL has no such pool for the acquired device",
                       address, kGlobalHbmPool, rc);
   }
   ScalMemoryPoolInfoV2 info{};

@@ -371,6 +371,10 @@ EXPORT void fake_hlthunk_set_failure(const char *name, int error) {
   fake_calls_set_failure(&calls, name, error, 0);
 }
 
+EXPORT void fake_hlthunk_set_failure_once(const char *name, int error, int nth) {
+  if (nth > 0) fake_calls_set_failure(&calls, name, error, nth);
+}
+
 EXPORT int fake_hlthunk_call_count(const char *name) {
   return fake_calls_count(&calls, name);
 }

@@ -22,6 +22,9 @@ typedef void (*fake_hlthunk_reset_fn)(void);
 /* Makes every later call of entry point `name` fail with errno `error` (0 clears it): calls
  * that return int return -error, calls that return a handle or address return 0. */
 typedef void (*fake_hlthunk_set_failure_fn)(const char *name, int error);
+/* Makes only the `nth` call of `name` from now (1: the next) fail with errno `error`; the
+ * calls before and after it succeed. */
+typedef void (*fake_hlthunk_set_failure_once_fn)(const char *name, int error, int nth);
 typedef int (*fake_hlthunk_call_count_fn)(const char *name);
 /* Devices open, allocation handles not freed, mappings not unmapped. */
 typedef int (*fake_hlthunk_open_devices_fn)(void);

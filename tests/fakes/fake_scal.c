@@ -115,6 +115,10 @@ EXPORT void fake_scal_set_failure(const char *name, int code) {
   fake_calls_set_failure(&calls, name, code, 0);
 }
 
+EXPORT void fake_scal_set_failure_once(const char *name, int code, int nth) {
+  if (nth > 0) fake_calls_set_failure(&calls, name, code, nth);
+}
+
 EXPORT int fake_scal_call_count(const char *name) { return fake_calls_count(&calls, name); }
 
 EXPORT int fake_scal_attach(int device_fd, uint64_t mapping_start, uint64_t pool_base,

@@ -14,6 +14,9 @@ extern "C" {
 typedef void (*fake_scal_reset_fn)(void);
 /* Makes every later call of entry point `name` return `code` (0 clears it). */
 typedef void (*fake_scal_set_failure_fn)(const char *name, int code);
+/* Makes only the `nth` call of `name` from now (1: the next) return `code`; the calls
+ * before and after it succeed. */
+typedef void (*fake_scal_set_failure_once_fn)(const char *name, int code, int nth);
 typedef int (*fake_scal_call_count_fn)(const char *name);
 /* What SynapseAI does when the application acquires a device: SCAL is set up on the device
  * open as `device_fd`, whose "global_hbm" pool is [pool_base, +pool_size) inside the device

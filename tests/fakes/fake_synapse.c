@@ -230,6 +230,10 @@ EXPORT void fake_synapse_set_failure(const char *name, int code) {
   fake_calls_set_failure(&calls, name, code, 0);
 }
 
+EXPORT void fake_synapse_set_failure_once(const char *name, int code, int nth) {
+  if (nth > 0) fake_calls_set_failure(&calls, name, code, nth);
+}
+
 EXPORT int fake_synapse_call_count(const char *name) {
   return fake_calls_count(&calls, name);
 }

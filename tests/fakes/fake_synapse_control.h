@@ -19,6 +19,9 @@ typedef void (*fake_synapse_reset_fn)(void);
 /* Makes every later call of entry point `name` return `code` (a synStatus, or for
  * hcclLookupDMABuff its int result; 0 clears it). */
 typedef void (*fake_synapse_set_failure_fn)(const char *name, int code);
+/* Makes only the `nth` call of `name` from now (1: the next) return `code`; the calls
+ * before and after it succeed. */
+typedef void (*fake_synapse_set_failure_once_fn)(const char *name, int code, int nth);
 typedef int (*fake_synapse_call_count_fn)(const char *name);
 /* Device memory as an application gets it from SynapseAI: `size` bytes on `device` from that
  * device's own reserved (PROT_NONE) range.  Returns 0 or -1. */

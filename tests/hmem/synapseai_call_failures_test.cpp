@@ -1,6 +1,9 @@
-// hl-thunk calls the SynapseAI iface makes, made to fail (fake_hlthunk.c: set_failure): each
-// failure is an error code with a reason naming the call, never a crash, a leak or lost
-// device memory, and the same call works once the library does.
+// SynapseAI, hl-thunk and SCAL calls the iface makes, made to fail (fake_synapse.c,
+// fake_hlthunk.c, fake_scal.c: set_failure and set_failure_once): each failure is an error
+// code with a reason naming the call, never a crash, a leak or lost device memory, and the
+// same call works once the library does.  Calls on paths threads share (allocation, free,
+// exports) fail on four threads at once.  synInitialize, synDeviceGetCount, the allocation's
+// and mapping's and exports' single-thread refusals are in synapseai_iface_test.cpp.
 //
 // hl-thunk returns -errno (or 0 for a handle or an address) with errno set (hlthunk.h); the
 // habanalabs driver answers EBUSY to a device's ioctls while the device is being reset
@@ -8,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <optional>
@@ -24,6 +28,7 @@ namespace hmr::synapseai {
 namespace {
 
 using hmem::DeviceId;
+using hmem::DmabufExport;
 using hmem::MemoryKind;
 using hmr::testing::fake_hlthunk;
 using hmr::testing::fake_hlthunk_path;
@@ -37,6 +42,10 @@ using hmr::testing::open_fd_count;
 using hmr::testing::unless_failed_naming;
 
 const std::vector<std::string> kNoFailures(kCallFailureThreads);
+
+const void* as_pointer(uint64_t address) {
+  return reinterpret_cast<const void*>(static_cast<uintptr_t>(address));
+}
 
 class SynapseaiCallFailures : public ::testing::Test {
  protected:
@@ -52,6 +61,7 @@ class SynapseaiCallFailures : public ::testing::Test {
   }
   void TearDown() override {
     iface_.reset();
+    for (uint64_t address : app_allocations_) fake_synapse().free(address);
     fake_synapse().reset();
     fake_scal().reset();
     hlthunk().reset();
@@ -73,9 +83,32 @@ class SynapseaiCallFailures : public ::testing::Test {
     EXPECT_TRUE(ptr.ok()) << ptr.status().reason();
     return ptr.ok() ? *ptr : nullptr;
   }
+  // The application holds Gaudi device 0 as SynapseAI does (synapseai_iface_test.cpp's
+  // acquire_as_synapse): a device fd, its memory mapped, SCAL's "global_hbm" pool a granule
+  // above the mapping's start.  Returns where the pool starts.
+  uint64_t acquire_as_synapse() {
+    constexpr uint64_t kGranule = 2ull << 20;
+    constexpr uint64_t kPoolSize = 16ull << 20;
+    const int fd = hlthunk().open(HLTHUNK_DEVICE_DONT_CARE, nullptr);
+    EXPECT_GE(fd, 0);
+    const uint64_t handle = hlthunk().memory_alloc(fd, kPoolSize + kGranule, 0, true, false);
+    const uint64_t mapping = hlthunk().memory_map(fd, handle, 0);
+    EXPECT_NE(mapping, 0u);
+    EXPECT_EQ(fake_scal().attach(fd, mapping, mapping + kGranule, kPoolSize), 0);
+    EXPECT_EQ(fake_synapse().acquire_mapped(0, fd, mapping + kGranule, kPoolSize), 0);
+    return mapping + kGranule;
+  }
+  uint64_t app_alloc(size_t len) {
+    uint64_t address = 0;
+    EXPECT_EQ(fake_synapse().alloc(0, len, &address), 0);
+    app_allocations_.push_back(address);
+    return address;
+  }
+
   const size_t page_ = hmem::host_page_size();
   int fds_at_start_ = 0;
   std::optional<SynapseaiIface> iface_{std::in_place};
+  std::vector<uint64_t> app_allocations_;
 };
 
 // ---- hlthunk_device_memory_free --------------------------------------------------------------
@@ -163,6 +196,168 @@ TEST_F(SynapseaiCallFailures, ARefusedCloseIsLogged) {
   hlthunk().set_failure("hlthunk_close", 0);
   EXPECT_NE(log.find("hlthunk_close"), std::string::npos) << log;
   EXPECT_EQ(hlthunk().live_handles(), 0);  // freed before the close
+}
+
+// hlthunk_open_by_module_id refused on every thread: each allocation names it, no device is
+// left open, and the next allocation opens it.
+TEST_F(SynapseaiCallFailures, ARefusedOpenOnEveryThreadLeavesNothingOpen) {
+  init();
+  hlthunk().set_failure("hlthunk_open_by_module_id", EACCES);
+  std::vector<std::string> failures = on_threads([&](int) -> std::string {
+    return unless_failed_naming(
+        iface().mem_alloc(DeviceId{0}, page_, MemoryKind::device_only).status(), HMR_EPERM,
+        "hlthunk_open_by_module_id");
+  });
+  EXPECT_EQ(failures, kNoFailures);
+  EXPECT_EQ(hlthunk().open_devices(), 0);
+  hlthunk().set_failure("hlthunk_open_by_module_id", 0);
+  void* base = alloc(page_);
+  ASSERT_NE(base, nullptr);
+  EXPECT_EQ(hlthunk().open_devices(), 1);
+  EXPECT_TRUE(iface().mem_free(base).ok());
+}
+
+// hlthunk_get_pci_bus_id_from_fd refused: allocations work; the memory only has no sys_dev.
+TEST_F(SynapseaiCallFailures, AnUnreadableBusIdOnlyLeavesSysDevEmpty) {
+  init();
+  hlthunk().set_failure("hlthunk_get_pci_bus_id_from_fd", EIO);
+  void* base = alloc(page_);
+  hlthunk().set_failure("hlthunk_get_pci_bus_id_from_fd", 0);
+  ASSERT_NE(base, nullptr);
+  Result<hmem::PointerInfo> info = iface().query(base, 1);
+  ASSERT_TRUE(info.ok()) << info.status().reason();
+  EXPECT_EQ(info->sys_dev, "");
+  EXPECT_TRUE(iface().mem_free(base).ok());
+}
+
+// hlthunk_device_memory_alloc and hlthunk_device_memory_map refused on every thread: named,
+// no handle left.
+TEST_F(SynapseaiCallFailures, RefusedAllocationsOnEveryThreadLeaveNoHandle) {
+  init();
+  void* first = alloc(page_);  // the device is open
+  ASSERT_NE(first, nullptr);
+  struct Refusal {
+    const char* call;
+    int error;
+    int code;
+  };
+  // (Named fields, not a structured binding: clang before 16 cannot capture one in a lambda.)
+  for (const Refusal& refusal : {Refusal{"hlthunk_device_memory_alloc", ENOMEM, HMR_ENOMEM},
+                                 Refusal{"hlthunk_device_memory_map", EBUSY, HMR_EBUSY}}) {
+    SCOPED_TRACE(refusal.call);
+    hlthunk().set_failure(refusal.call, refusal.error);
+    std::vector<std::string> failures = on_threads([&](int) -> std::string {
+      return unless_failed_naming(
+          iface().mem_alloc(DeviceId{0}, page_, MemoryKind::device_only).status(), refusal.code,
+          refusal.call);
+    });
+    hlthunk().set_failure(refusal.call, 0);
+    EXPECT_EQ(failures, kNoFailures);
+    EXPECT_EQ(hlthunk().live_handles(), 1);
+  }
+  EXPECT_TRUE(iface().mem_free(first).ok());
+}
+
+// hlthunk_memory_unmap refused on every thread: the memory stays hmr's, mapped, and frees later.
+TEST_F(SynapseaiCallFailures, RefusedUnmapsOnEveryThreadKeepTheMemory) {
+  init();
+  std::vector<void*> bases(kCallFailureThreads);
+  for (void*& base : bases) base = alloc(page_);
+  hlthunk().set_failure("hlthunk_memory_unmap", EBUSY);
+  std::vector<std::string> failures = on_threads([&](int i) -> std::string {
+    void* base = bases[static_cast<size_t>(i)];
+    std::string why = unless_failed_naming(iface().mem_free(base), HMR_EBUSY,
+                                           "hlthunk_memory_unmap");
+    if (why.empty() && !iface().query(base, 1).ok()) why = "a refused unmap lost the memory";
+    return why;
+  });
+  hlthunk().set_failure("hlthunk_memory_unmap", 0);
+  EXPECT_EQ(failures, kNoFailures);
+  EXPECT_EQ(hlthunk().call_count("hlthunk_device_memory_free"), 0);
+  for (void* base : bases) EXPECT_TRUE(iface().mem_free(base).ok());
+  EXPECT_EQ(hlthunk().live_handles(), 0);
+}
+
+// The mapped-memory export of hmr's own memory refused on every thread: named, no fd left.
+TEST_F(SynapseaiCallFailures, RefusedOwnExportsOnEveryThreadLeakNoFd) {
+  init();
+  void* base = alloc(4 * page_);
+  ASSERT_NE(base, nullptr);
+  const int fds = open_fd_count();
+  hlthunk().set_failure("hlthunk_device_mapped_memory_export_dmabuf_fd", ENOMEM);
+  std::vector<std::string> failures = on_threads([&](int i) -> std::string {
+    return unless_failed_naming(
+        iface().export_dmabuf({static_cast<char*>(base) + static_cast<size_t>(i) * page_, 64})
+            .status(),
+        HMR_ENOMEM, "hlthunk_device_mapped_memory_export_dmabuf_fd");
+  });
+  hlthunk().set_failure("hlthunk_device_mapped_memory_export_dmabuf_fd", 0);
+  EXPECT_EQ(failures, kNoFailures);
+  EXPECT_EQ(open_fd_count(), fds);
+  EXPECT_TRUE(iface().mem_free(base).ok());
+}
+
+// ---- SynapseAI and SCAL ----------------------------------------------------------------------
+
+// synDriverGetVersion refused: the iface starts, with no version.
+TEST_F(SynapseaiCallFailures, AnUnreadableDriverVersionStillStarts) {
+  fake_synapse().set_failure("synDriverGetVersion", 26 /* synFail */);
+  init();
+  fake_synapse().set_failure("synDriverGetVersion", 0);
+  EXPECT_EQ(iface().runtime_version(), "");
+}
+
+// Exports of memory the application allocated, from four threads, each refused by one of the
+// calls on the way (synDeviceGetInfoV2, then SCAL's three): each names its call, no fd is
+// left; then only one call of the four fails (set_failure_once) and one thread sees it.
+TEST_F(SynapseaiCallFailures, RefusedPoolLookupsOnEveryThreadNameTheirCallAndLeakNoFd) {
+  init();
+  const uint64_t pool = acquire_as_synapse();
+  const uint64_t app = app_alloc(4 * page_);
+  ASSERT_EQ(app, pool);
+  const int fds = open_fd_count();
+  struct Refusal {
+    bool synapse;
+    const char* call;
+    int code;
+    int expected;
+  };
+  for (const Refusal& refusal :
+       {Refusal{true, "synDeviceGetInfoV2", 26 /* synFail */, HMR_EIO},
+        Refusal{false, "scal_get_handle_from_fd", 1, HMR_EIO},
+        Refusal{false, "scal_get_pool_handle_by_name", 3, HMR_EIO},
+        Refusal{false, "scal_pool_get_infoV2", 2, HMR_EIO}}) {
+    SCOPED_TRACE(refusal.call);
+    if (refusal.synapse) {
+      fake_synapse().set_failure(refusal.call, refusal.code);
+    } else {
+      fake_scal().set_failure(refusal.call, refusal.code);
+    }
+    std::vector<std::string> failures = on_threads([&](int i) -> std::string {
+      return unless_failed_naming(
+          iface().export_dmabuf({as_pointer(app + static_cast<size_t>(i) * page_), 64}).status(),
+          refusal.expected, refusal.call);
+    });
+    EXPECT_EQ(failures, kNoFailures);
+    EXPECT_EQ(open_fd_count(), fds);
+    if (refusal.synapse) {
+      fake_synapse().set_failure(refusal.call, 0);
+    } else {
+      fake_scal().set_failure(refusal.call, 0);
+    }
+  }
+  fake_scal().set_failure_once("scal_pool_get_infoV2", 2, 3);
+  std::atomic<int> refused{0};
+  std::vector<std::string> failures = on_threads([&](int i) -> std::string {
+    Result<DmabufExport> exported =
+        iface().export_dmabuf({as_pointer(app + static_cast<size_t>(i) * page_), 64});
+    if (exported.ok()) return {};
+    refused.fetch_add(1);
+    return unless_failed_naming(exported.status(), HMR_EIO, "scal_pool_get_infoV2");
+  });
+  EXPECT_EQ(failures, kNoFailures);
+  EXPECT_EQ(refused.load(), 1);
+  EXPECT_EQ(open_fd_count(), fds);
 }
 
 }  // namespace

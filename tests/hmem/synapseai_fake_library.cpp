@@ -14,6 +14,8 @@ FakeSynapse load_synapse(const char* path) {
   FakeSynapse fake;
   fake.reset = library.function<fake_synapse_reset_fn>("fake_synapse_reset");
   fake.set_failure = library.function<fake_synapse_set_failure_fn>("fake_synapse_set_failure");
+  fake.set_failure_once =
+      library.function<fake_synapse_set_failure_once_fn>("fake_synapse_set_failure_once");
   fake.call_count = library.function<fake_synapse_call_count_fn>("fake_synapse_call_count");
   fake.alloc = library.function<fake_synapse_alloc_fn>("fake_synapse_alloc");
   fake.free = library.function<fake_synapse_free_fn>("fake_synapse_free");
@@ -31,6 +33,8 @@ FakeHlthunk load_hlthunk(const char* path) {
   FakeHlthunk fake;
   fake.reset = library.function<fake_hlthunk_reset_fn>("fake_hlthunk_reset");
   fake.set_failure = library.function<fake_hlthunk_set_failure_fn>("fake_hlthunk_set_failure");
+  fake.set_failure_once =
+      library.function<fake_hlthunk_set_failure_once_fn>("fake_hlthunk_set_failure_once");
   fake.call_count = library.function<fake_hlthunk_call_count_fn>("fake_hlthunk_call_count");
   fake.open_devices = library.function<fake_hlthunk_open_devices_fn>("fake_hlthunk_open_devices");
   fake.live_handles = library.function<fake_hlthunk_live_handles_fn>("fake_hlthunk_live_handles");
@@ -53,6 +57,8 @@ FakeScal load_scal(const char* path) {
   FakeScal fake;
   fake.reset = library.function<fake_scal_reset_fn>("fake_scal_reset");
   fake.set_failure = library.function<fake_scal_set_failure_fn>("fake_scal_set_failure");
+  fake.set_failure_once =
+      library.function<fake_scal_set_failure_once_fn>("fake_scal_set_failure_once");
   fake.call_count = library.function<fake_scal_call_count_fn>("fake_scal_call_count");
   fake.attach = library.function<fake_scal_attach_fn>("fake_scal_attach");
   return fake;

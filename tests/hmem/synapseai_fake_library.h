@@ -15,6 +15,7 @@ namespace hmr::testing {
 struct FakeSynapse {
   fake_synapse_reset_fn reset = nullptr;
   fake_synapse_set_failure_fn set_failure = nullptr;
+  fake_synapse_set_failure_once_fn set_failure_once = nullptr;
   fake_synapse_call_count_fn call_count = nullptr;
   fake_synapse_alloc_fn alloc = nullptr;
   fake_synapse_free_fn free = nullptr;
@@ -28,6 +29,7 @@ struct FakeSynapse {
 struct FakeHlthunk {
   fake_hlthunk_reset_fn reset = nullptr;
   fake_hlthunk_set_failure_fn set_failure = nullptr;
+  fake_hlthunk_set_failure_once_fn set_failure_once = nullptr;
   fake_hlthunk_call_count_fn call_count = nullptr;
   fake_hlthunk_open_devices_fn open_devices = nullptr;
   fake_hlthunk_live_handles_fn live_handles = nullptr;
@@ -46,6 +48,7 @@ struct FakeHlthunk {
 struct FakeScal {
   fake_scal_reset_fn reset = nullptr;
   fake_scal_set_failure_fn set_failure = nullptr;
+  fake_scal_set_failure_once_fn set_failure_once = nullptr;
   fake_scal_call_count_fn call_count = nullptr;
   fake_scal_attach_fn attach = nullptr;
 };
