@@ -51,19 +51,33 @@ UmrQueue::UmrQueue(std::shared_ptr<const IbverbsLibrary> verbs,
       device_(std::move(device)) {}
 
 UmrQueue::~UmrQueue() {
+  const Status status = destroy();
+  if (!status.ok()) log_message(LogLevel::warn, "%s", status.reason().c_str());
+}
+
+Status UmrQueue::destroy() {
   const IbverbsSymbols& verbs = verbs_->symbols();
+  // ibv_destroy_qp and ibv_destroy_cq return an errno value (rdma-core verbs.h, "0 on
+  // success, or the value of errno on failure"); the kernel refuses a CQ a QP still uses
+  // (EBUSY, ib_destroy_cq_user's usecnt).
   if (qp_ != nullptr) {
     if (const int err = verbs.destroy_qp(qp_); err != 0) {
-      log_message(LogLevel::warn, "ibv_destroy_qp of the UMR queue on %s failed: %s",
-                  device_.c_str(), std::strerror(err));
+      return verbs_failure(err, "ibv_destroy_qp of the UMR queue's QP on %s failed (it and its "
+                           "CQ stay on the device until its context is closed)",
+                           device_.c_str());
     }
+    qp_ = nullptr;
+    qpx_ = nullptr;
+    mqpx_ = nullptr;
   }
   if (cq_ != nullptr) {
     if (const int err = verbs.destroy_cq(cq_); err != 0) {
-      log_message(LogLevel::warn, "ibv_destroy_cq of the UMR queue on %s failed: %s",
-                  device_.c_str(), std::strerror(err));
+      return verbs_failure(err, "ibv_destroy_cq of the UMR queue's CQ on %s failed (it stays on "
+                           "the device until its context is closed)", device_.c_str());
     }
+    cq_ = nullptr;
   }
+  return ok_status();
 }
 
 Status UmrQueue::build(ibv_pd* pd) {
@@ -215,9 +229,10 @@ Status UmrQueue::wait_for(uint64_t wr_id) {
     ibv_wc wc{};
     const int found = poll_cq(cq_, 1, &wc);
     if (found < 0) {
+      // ibv_poll_cq(3): "a negative value" on failure, with no errno.
       broken_ = true;
-      return make_error(HMR_EIO, "polling the UMR queue's CQ on %s failed (%d)", device_.c_str(),
-                        found);
+      return make_error(HMR_EIO, "ibv_poll_cq of the UMR queue's CQ on %s failed (returned %d)",
+                        device_.c_str(), found);
     }
     if (found == 1 && wc.wr_id == wr_id) {
       if (wc.status == IBV_WC_SUCCESS) return ok_status();

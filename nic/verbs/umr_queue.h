@@ -39,7 +39,13 @@ class UmrQueue {
                                                   const std::string& device);
   UmrQueue(const UmrQueue&) = delete;
   UmrQueue& operator=(const UmrQueue&) = delete;
+  // destroy(), logging a refusal.
   ~UmrQueue();
+
+  // Destroys the QP, then its CQ; the first refusal, naming the verb and its errno, with what
+  // it left on the device (a CQ is not destroyed while the QP that uses it is there).  What
+  // is left is tried again by the next call; closing the device context destroys it anyway.
+  Status destroy();
 
   // Posts mlx5dv_wr_mr_list(mkey, access, entries) and waits for its completion.
   Status fill(mlx5dv_mkey* mkey, unsigned int ibv_access, std::span<ibv_sge> entries);

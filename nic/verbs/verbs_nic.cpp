@@ -171,13 +171,28 @@ Status VerbsNic::close_native() {
     }
     abandoned_.clear();
   }
+  // The UMR queue's QP is on hmr's PD too: one the device would not destroy is the reason to
+  // give, not the PD's dealloc that it then makes fail (which blames the application's own
+  // objects).  Destroyed before the queue is dropped, so that its verb and errno are known.
+  Status umr_destroyed = ok_status();
   {
     std::lock_guard<std::mutex> lock(umr_mutex_);
-    umr_.reset();
+    if (umr_ != nullptr) {
+      umr_destroyed = umr_->destroy();
+      if (!umr_destroyed.ok()) {
+        umr_destroyed = Status(umr_destroyed.code(),
+                               umr_destroyed.reason() + (device_.owned()
+                                   ? "; the device context was closed all the same, which "
+                                     "destroyed it"
+                                   : "; it stays on the application's PD"));
+      }
+      umr_.reset();  // (its destructor tries once more)
+    }
   }
-  // (The PD's dealloc then fails too, for that MR: the MR is the reason to give.)
+  // (The PD's dealloc then fails too, for that MR or queue: they are the reason to give.)
   Status closed = device_.close();
-  return retried.ok() ? closed : retried;
+  if (!retried.ok()) return retried;
+  return umr_destroyed.ok() ? closed : umr_destroyed;
 }
 
 Status VerbsNic::apply_options() {
