@@ -202,32 +202,24 @@ Result<ZeIface::Device> ZeIface::describe_device(const ZeSymbols& symbols,
     }
   }
 
-  ze_device_external_memory_properties_t external{};
-  external.stype = ZE_STRUCTURE_TYPE_DEVICE_EXTERNAL_MEMORY_PROPERTIES;
-  result = symbols.zeDeviceGetExternalMemoryProperties(handle, &external);
-  char name[32];
-  std::snprintf(name, sizeof name, "ze device 0x%x", *encoded);
-  if (result != ZE_RESULT_SUCCESS) {
-    device.dmabuf = Capability::no(std::string("zeDeviceGetExternalMemoryProperties for ") + name +
-                                   " failed: " + describe_ze_result(result));
-  } else if ((external.memoryAllocationExportTypes & ZE_EXTERNAL_MEMORY_TYPE_FLAG_DMA_BUF) == 0) {
-    char flags[16];
-    std::snprintf(flags, sizeof flags, "0x%x", external.memoryAllocationExportTypes);
-    device.dmabuf =
-        Capability::no(std::string(name) + " (" + device.info.name +
-                       ") cannot export allocations as dma-buf (export types " + flags + ")");
-  } else {
-    device.dmabuf = Capability::yes();
-  }
+  device.dmabuf =
+      dmabuf_capability(symbols, handle, device.info.name, *encoded, device.dmabuf_known);
 
   // Tiles, so that memory placed on one is known as this device's (COMPOSITE hierarchy).
   uint32_t tiles = 0;
-  if (symbols.zeDeviceGetSubDevices != nullptr &&
-      symbols.zeDeviceGetSubDevices(handle, &tiles, nullptr) == ZE_RESULT_SUCCESS && tiles > 0) {
-    device.sub_devices.resize(tiles);
-    if (symbols.zeDeviceGetSubDevices(handle, &tiles, device.sub_devices.data()) !=
-        ZE_RESULT_SUCCESS) {
+  if (symbols.zeDeviceGetSubDevices != nullptr) {
+    result = symbols.zeDeviceGetSubDevices(handle, &tiles, nullptr);
+    if (result == ZE_RESULT_SUCCESS && tiles > 0) {
+      device.sub_devices.resize(tiles);
+      result = symbols.zeDeviceGetSubDevices(handle, &tiles, device.sub_devices.data());
+    }
+    if (result != ZE_RESULT_SUCCESS) {
+      // Not fatal: memory on a tile is recognised by asking again (device_of_handle).
       tiles = 0;
+      device.sub_devices_unknown = true;
+      log_message(LogLevel::warn, "ze iface: zeDeviceGetSubDevices for ze device 0x%x failed "
+                  "(asked again when memory on an unknown device is seen): %s", *encoded,
+                  describe_ze_result(result).c_str());
     }
     device.sub_devices.resize(tiles);
     for (ze_device_handle_t tile : device.sub_devices) {
@@ -242,26 +234,95 @@ Result<ZeIface::Device> ZeIface::describe_device(const ZeSymbols& symbols,
   return device;
 }
 
-std::optional<size_t> ZeIface::device_of_handle(size_t driver, ze_device_handle_t handle) const {
+Capability ZeIface::dmabuf_capability(const ZeSymbols& symbols, ze_device_handle_t handle,
+                                      const std::string& device_name, int encoded, bool& known) {
+  ze_device_external_memory_properties_t external{};
+  external.stype = ZE_STRUCTURE_TYPE_DEVICE_EXTERNAL_MEMORY_PROPERTIES;
+  const ze_result_t result = symbols.zeDeviceGetExternalMemoryProperties(handle, &external);
+  char name[32];
+  std::snprintf(name, sizeof name, "ze device 0x%x", encoded);
+  known = result == ZE_RESULT_SUCCESS;
+  if (result != ZE_RESULT_SUCCESS) {
+    // Asked again at the next question: a refusal need not last.
+    return Capability::no(std::string("zeDeviceGetExternalMemoryProperties for ") + name +
+                          " failed: " + describe_ze_result(result) +
+                          " (asked again at the next export)");
+  }
+  if ((external.memoryAllocationExportTypes & ZE_EXTERNAL_MEMORY_TYPE_FLAG_DMA_BUF) == 0) {
+    char flags[16];
+    std::snprintf(flags, sizeof flags, "0x%x", external.memoryAllocationExportTypes);
+    return Capability::no(std::string(name) + " (" + device_name +
+                          ") cannot export allocations as dma-buf (export types " + flags + ")");
+  }
+  return Capability::yes();
+}
+
+Capability ZeIface::dmabuf_of(size_t index) {
+  Device& device = devices_[index];
+  {
+    std::lock_guard lock(rediscovery_mutex_);
+    if (device.dmabuf_known) return device.dmabuf;
+  }
+  bool known = false;
+  Capability answer =
+      dmabuf_capability(symbols_, device.handle, device.info.name,
+                        static_cast<int>(device.info.device.value), known);
+  if (known) {
+    std::lock_guard lock(rediscovery_mutex_);
+    device.dmabuf = answer;
+    device.dmabuf_known = true;
+  }
+  return answer;
+}
+
+Result<std::optional<size_t>> ZeIface::device_of_handle(size_t driver,
+                                                        ze_device_handle_t handle) const {
   for (size_t index : drivers_[driver].devices) {
     const Device& device = devices_[index];
-    if (device.handle == handle) return index;
+    if (device.handle == handle) return std::optional<size_t>(index);
     for (ze_device_handle_t tile : device.sub_devices) {
-      if (tile == handle) return index;
+      if (tile == handle) return std::optional<size_t>(index);
     }
   }
   ze_device_properties_t properties{};
   properties.stype = ZE_STRUCTURE_TYPE_DEVICE_PROPERTIES;
-  if (symbols_.zeDeviceGetProperties(handle, &properties) != ZE_RESULT_SUCCESS) return {};
+  ze_result_t result = symbols_.zeDeviceGetProperties(handle, &properties);
+  if (result != ZE_RESULT_SUCCESS) {
+    return make_error(hmr_code_for(result), "zeDeviceGetProperties of device handle %p, which "
+                      "ze driver %zu reported for the memory, failed: %s",
+                      static_cast<void*>(handle), driver, describe_ze_result(result).c_str());
+  }
   const std::string uuid = format_uuid(properties.uuid);
   for (size_t index : drivers_[driver].devices) {
     const Device& device = devices_[index];
-    if (device.info.uuid == uuid) return index;
+    if (device.info.uuid == uuid) return std::optional<size_t>(index);
     for (const std::string& tile : device.sub_device_uuids) {
-      if (tile == uuid) return index;
+      if (tile == uuid) return std::optional<size_t>(index);
     }
   }
-  return {};
+  // Tiles init could not list: asked again (not kept: devices_ is read without a lock).
+  for (size_t index : drivers_[driver].devices) {
+    const Device& device = devices_[index];
+    if (!device.sub_devices_unknown) continue;
+    uint32_t count = 0;
+    std::vector<ze_device_handle_t> tiles;
+    result = symbols_.zeDeviceGetSubDevices(device.handle, &count, nullptr);
+    if (result == ZE_RESULT_SUCCESS && count > 0) {
+      tiles.resize(count);
+      result = symbols_.zeDeviceGetSubDevices(device.handle, &count, tiles.data());
+    }
+    if (result != ZE_RESULT_SUCCESS) {
+      return make_error(hmr_code_for(result), "zeDeviceGetSubDevices of ze device 0x%" PRIx64
+                        " (refused at init too), looking for the device of handle %p, failed: "
+                        "%s", device.info.device.value, static_cast<void*>(handle),
+                        describe_ze_result(result).c_str());
+    }
+    tiles.resize(count);
+    for (ze_device_handle_t tile : tiles) {
+      if (tile == handle) return std::optional<size_t>(index);
+    }
+  }
+  return std::optional<size_t>();
 }
 
 std::string ZeIface::library_path() const {
@@ -329,7 +390,12 @@ Result<ZeIface::Owner> ZeIface::owner_of(const void* ptr) const {
     owner.type = properties.type;
     owner.id = properties.id;
     if (device != nullptr) {
-      owner.device = device_of_handle(d, device);
+      Result<std::optional<size_t>> found = device_of_handle(d, device);
+      if (!found.ok()) {
+        return make_error(found.status().code(), "the device of Level Zero memory %p is not "
+                          "known: %s", ptr, found.status().reason().c_str());
+      }
+      owner.device = *found;
       if (!owner.device.has_value()) {
         return make_error(HMR_EIO, "%p is Level Zero memory of a device ze driver %zu did not "
                           "list at init", ptr, d);
@@ -441,9 +507,10 @@ Result<DmabufExport> ZeIface::export_dmabuf(MemoryRange range) {
   Result<size_t> device = find_device(info->device, "ze dma-buf export");
   if (!device.ok()) return device.status();
   const Device& owner = devices_[*device];
-  if (!owner.dmabuf.supported) {
+  const Capability dmabuf = dmabuf_of(*device);
+  if (!dmabuf.supported) {
     return make_error(HMR_EOPNOTSUPP, "ze dma-buf export of %p unavailable: %s", range.address,
-                      owner.dmabuf.reason.c_str());
+                      dmabuf.reason.c_str());
   }
 
   ze_external_memory_export_fd_t export_fd{};
@@ -544,7 +611,7 @@ Result<DeviceCapabilities> ZeIface::capabilities(DeviceId device) {
   DeviceCapabilities caps;
   caps.device = device;
   caps.sys_dev = devices_[*index].info.pci_bus_id;
-  caps.dmabuf = devices_[*index].dmabuf;
+  caps.dmabuf = dmabuf_of(*index);
   caps.peer_direct = Capability::no(
       "Level Zero memory reaches NICs through dma-buf; there is no "
       "peer-memory path for it");
@@ -607,7 +674,7 @@ Result<void*> ZeIface::mem_alloc(DeviceId device, size_t len, MemoryKind kind) {
   const char* call = nullptr;
   switch (kind) {
     case MemoryKind::device_only:
-      if (target.dmabuf.supported) device_desc.pNext = &export_desc;
+      if (dmabuf_of(*index).supported) device_desc.pNext = &export_desc;
       call = "zeMemAllocDevice";
       result = symbols_.zeMemAllocDevice(context, &device_desc, len, 0, target.handle, &ptr);
       break;

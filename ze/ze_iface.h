@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -81,11 +82,18 @@ class ZeIface final : public hmem::Iface {
   struct Device {
     ZeDeviceInfo info;
     ze_device_handle_t handle = nullptr;
+    // Whether it exports dma-bufs.  Not known when the driver would not say at init
+    // (zeDeviceGetExternalMemoryProperties refused): asked again by dmabuf_of, and guarded by
+    // rediscovery_mutex_ from then on.
     hmem::Capability dmabuf;
+    bool dmabuf_known = true;
     // Its tiles (COMPOSITE hierarchy): memory placed on one reports the tile's handle, which
     // zeDeviceGet does not list.  Handles, and UUIDs for handles hmr never saw.
     std::vector<ze_device_handle_t> sub_devices;
     std::vector<std::string> sub_device_uuids;
+    // zeDeviceGetSubDevices refused at init: the tiles are asked for again when memory reports
+    // a device handle hmr does not know.
+    bool sub_devices_unknown = false;
   };
   struct Driver {
     ze_driver_handle_t handle = nullptr;
@@ -108,8 +116,13 @@ class ZeIface final : public hmem::Iface {
   static void destroy_contexts(const ZeSymbols& symbols, std::vector<Driver>& drivers);
   Result<size_t> find_device(hmem::DeviceId device, const char* what) const;
   // Which listed device of driver `driver` a handle zeMemGetAllocProperties reported is, or
-  // holds as a tile: by handle, then by UUID (libfabric matches by UUID too).
-  std::optional<size_t> device_of_handle(size_t driver, ze_device_handle_t handle) const;
+  // holds as a tile: by handle, then by UUID (libfabric matches by UUID too), then among the
+  // tiles init could not list; nullopt for none, an error naming the call the driver refused.
+  Result<std::optional<size_t>> device_of_handle(size_t driver, ze_device_handle_t handle) const;
+  // Whether a device exports dma-bufs: its answer at init, or asked again if there was none.
+  static hmem::Capability dmabuf_capability(const ZeSymbols& symbols, ze_device_handle_t handle,
+                                            const std::string& name, int encoded, bool& known);
+  hmem::Capability dmabuf_of(size_t device);
   // Which driver owns ptr, or HMR_ENOENT; other failures are final.
   Result<Owner> owner_of(const void* ptr) const;
   // What kind of memory an owner's pointer is, or why hmr does not take it (a type it does not
@@ -125,6 +138,9 @@ class ZeIface final : public hmem::Iface {
   ZeSymbols symbols_;
   std::vector<Driver> drivers_;
   std::vector<Device> devices_;
+  // Guards what init could not learn and later calls ask again (Device::dmabuf); never held
+  // across a driver call.
+  std::mutex rediscovery_mutex_;
   std::string version_;
   std::unique_ptr<ZeCopyEngine> copies_;
   // Whose the fd of a dma-buf export is, per driver, learned at its first export

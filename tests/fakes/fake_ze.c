@@ -882,6 +882,10 @@ EXPORT void fake_ze_set_failure(const char *name, int result) {
   fake_calls_set_failure(&calls, name, result, 0);
 }
 
+EXPORT void fake_ze_set_failure_once(const char *name, int result, int nth) {
+  if (nth > 0) fake_calls_set_failure(&calls, name, result, nth);
+}
+
 EXPORT int fake_ze_call_count(const char *name) {
   return fake_calls_count(&calls, name);
 }

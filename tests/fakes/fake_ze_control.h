@@ -46,6 +46,9 @@ typedef int (*fake_ze_read_fn)(const void *ptr, void *out, size_t size);
 /* Makes every later call of entry point `name` return `result` (0 clears it).  The pseudo-name
  * "zeMemGetAllocProperties:export" fails only calls that ask for a dma-buf. */
 typedef void (*fake_ze_set_failure_fn)(const char *name, int result);
+/* Makes only the `nth` call of `name` from now (1: the next) return `result`; the calls
+ * before and after it succeed. */
+typedef void (*fake_ze_set_failure_once_fn)(const char *name, int result, int nth);
 typedef int (*fake_ze_call_count_fn)(const char *name);
 /* How many drivers zeDriverGet reports (0..FAKE_ZE_DRIVER_COUNT). */
 typedef void (*fake_ze_set_driver_count_fn)(int count);

@@ -14,6 +14,8 @@ FakeZe load(const char* path) {
   fake.free = library.function<fake_ze_free_fn>("fake_ze_free");
   fake.read = library.function<fake_ze_read_fn>("fake_ze_read");
   fake.set_failure = library.function<fake_ze_set_failure_fn>("fake_ze_set_failure");
+  fake.set_failure_once =
+      library.function<fake_ze_set_failure_once_fn>("fake_ze_set_failure_once");
   fake.call_count = library.function<fake_ze_call_count_fn>("fake_ze_call_count");
   fake.set_driver_count = library.function<fake_ze_set_driver_count_fn>("fake_ze_set_driver_count");
   fake.set_fd_per_export =

@@ -15,6 +15,7 @@ struct FakeZe {
   fake_ze_free_fn free = nullptr;
   fake_ze_read_fn read = nullptr;
   fake_ze_set_failure_fn set_failure = nullptr;
+  fake_ze_set_failure_once_fn set_failure_once = nullptr;
   fake_ze_call_count_fn call_count = nullptr;
   fake_ze_set_driver_count_fn set_driver_count = nullptr;
   fake_ze_set_fd_per_export_fn set_fd_per_export = nullptr;
