@@ -5,6 +5,7 @@
 #include <string>
 #include <utility>
 
+#include "util/log.h"
 #include "ze/ze_error.h"
 
 namespace hmr::ze {
@@ -13,8 +14,27 @@ ZeCopyEngine::ZeCopyEngine(const ZeSymbols& symbols, std::vector<Target> targets
     : symbols_(symbols), targets_(std::move(targets)), idle_(targets_.size()) {}
 
 ZeCopyEngine::~ZeCopyEngine() {
-  for (auto& lists : idle_) {
-    for (ze_command_list_handle_t list : lists) (void)symbols_.zeCommandListDestroy(list);
+  std::vector<ze_command_list_handle_t> lists = std::move(undestroyed_);
+  for (auto& idle : idle_) lists.insert(lists.end(), idle.begin(), idle.end());
+  for (ze_command_list_handle_t list : lists) {
+    const ze_result_t result = symbols_.zeCommandListDestroy(list);
+    if (result != ZE_RESULT_SUCCESS) {
+      log_message(LogLevel::warn, "ze copy engine: zeCommandListDestroy of %p failed: %s (the "
+                  "driver keeps it, and its context, until the process ends)",
+                  static_cast<void*>(list), describe_ze_result(result).c_str());
+    }
+  }
+}
+
+void ZeCopyEngine::destroy(ze_command_list_handle_t list) {
+  const ze_result_t result = symbols_.zeCommandListDestroy(list);
+  if (result == ZE_RESULT_SUCCESS) return;
+  try {
+    std::lock_guard lock(mutex_);
+    undestroyed_.push_back(list);
+  } catch (const std::bad_alloc&) {
+    log_message(LogLevel::warn, "ze copy engine: zeCommandListDestroy of %p failed: %s",
+                static_cast<void*>(list), describe_ze_result(result).c_str());
   }
 }
 
@@ -48,7 +68,7 @@ void ZeCopyEngine::release(size_t target, ze_command_list_handle_t list) {
     return;
   } catch (const std::bad_alloc&) {
   }
-  (void)symbols_.zeCommandListDestroy(list);  // could not keep it: do not leak it
+  destroy(list);  // could not keep it: do not leak it
 }
 
 Status ZeCopyEngine::copy(size_t target, void* dst, const void* src, size_t len, const char* what) {
@@ -66,7 +86,7 @@ Status ZeCopyEngine::copy(size_t target, void* dst, const void* src, size_t len,
   }
   if (result != ZE_RESULT_SUCCESS) {
     // A list whose command failed is not trusted again.
-    (void)symbols_.zeCommandListDestroy(*list);
+    destroy(*list);
     return make_error(hmr_code_for(result), "%s for the copy %s (%p <- %p, %zu bytes) failed: %s",
                       call, what, dst, src, len, describe_ze_result(result).c_str());
   }

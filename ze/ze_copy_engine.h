@@ -23,7 +23,8 @@ class ZeCopyEngine {
   };
 
   ZeCopyEngine(const ZeSymbols& symbols, std::vector<Target> targets);
-  // Destroys every list; no copy may be running.
+  // Destroys every list, and tries again those the driver refused to destroy before (a
+  // refusal is logged); no copy may be running.
   ~ZeCopyEngine();
   ZeCopyEngine(const ZeCopyEngine&) = delete;
   ZeCopyEngine& operator=(const ZeCopyEngine&) = delete;
@@ -34,11 +35,16 @@ class ZeCopyEngine {
  private:
   Result<ze_command_list_handle_t> acquire(size_t target);
   void release(size_t target, ze_command_list_handle_t list);
+  // zeCommandListDestroy, keeping a list the driver refuses for the destructor.
+  void destroy(ze_command_list_handle_t list);
 
   ZeSymbols symbols_;
   std::vector<Target> targets_;
   std::mutex mutex_;
   std::vector<std::vector<ze_command_list_handle_t>> idle_;  // per target
+  // Lists whose command failed and whose zeCommandListDestroy was refused: never used again,
+  // destroyed by the destructor (a context is not destroyed while a list of it lives).
+  std::vector<ze_command_list_handle_t> undestroyed_;
 };
 
 }  // namespace hmr::ze

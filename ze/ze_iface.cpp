@@ -50,8 +50,16 @@ ZeIface::~ZeIface() {
 }
 
 void ZeIface::destroy_contexts(const ZeSymbols& symbols, std::vector<Driver>& drivers) {
-  for (Driver& driver : drivers) {
-    if (driver.context != nullptr) (void)symbols.zeContextDestroy(driver.context);
+  for (size_t d = 0; d < drivers.size(); ++d) {
+    Driver& driver = drivers[d];
+    if (driver.context == nullptr) continue;
+    // Nothing else to do: the driver keeps a context it refuses to destroy until the process
+    // ends (HANDLE_OBJECT_IN_USE while a command list of it lives).
+    const ze_result_t result = symbols.zeContextDestroy(driver.context);
+    if (result != ZE_RESULT_SUCCESS) {
+      log_message(LogLevel::warn, "ze iface: zeContextDestroy of hmr's context on ze driver %zu "
+                  "failed: %s", d, describe_ze_result(result).c_str());
+    }
     driver.context = nullptr;
   }
 }
