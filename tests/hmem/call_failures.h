@@ -8,29 +8,14 @@
 #include <thread>
 #include <vector>
 
+#include "tests/threads_started_together.h"
 #include "util/status.h"
 
 namespace hmr::testing {
 
-inline constexpr int kCallFailureThreads = 4;
+inline constexpr int kCallFailureThreads = hmr_test::kThreadsStartedTogether;
 
-// Runs body(i) on kCallFailureThreads threads started together; what each returned (empty:
-// fine).
-template <typename Body>
-std::vector<std::string> on_threads(Body body) {
-  std::vector<std::string> failures(kCallFailureThreads);
-  std::atomic<int> ready{0};
-  std::vector<std::thread> threads;
-  for (int i = 0; i < kCallFailureThreads; ++i) {
-    threads.emplace_back([&, i] {
-      ready.fetch_add(1);
-      while (ready.load() < kCallFailureThreads) std::this_thread::yield();
-      failures[static_cast<size_t>(i)] = body(i);
-    });
-  }
-  for (std::thread& t : threads) t.join();
-  return failures;
-}
+using hmr_test::on_threads;
 
 // Empty when `status` failed with `code` and its reason names `call`; otherwise what was wrong.
 inline std::string unless_failed_naming(const Status& status, int code, const char* call) {

@@ -14,6 +14,7 @@
 #include "neuron/neuron_iface.h"
 #include "tests/hmem/fd_checks.h"
 #include "tests/hmem/neuron_fake_library.h"
+#include "tests/threads_started_together.h"
 
 namespace hmr::neuron {
 namespace {
@@ -27,7 +28,7 @@ using hmr::testing::fake_nrt_v1_path;
 using hmr::testing::open_fd_count;
 
 constexpr size_t kPage = kNeuronGranule;
-constexpr int kThreads = 4;
+constexpr int kThreads = hmr_test::kThreadsStartedTogether;
 
 bool names(const Status& status, const char* call) {
   return status.reason().find(call) != std::string::npos;
@@ -35,21 +36,7 @@ bool names(const Status& status, const char* call) {
 
 char* at(void* base, size_t offset) { return static_cast<char*>(base) + offset; }
 
-template <typename Body>
-std::vector<std::string> on_threads(Body body) {
-  std::vector<std::string> failures(kThreads);
-  std::atomic<int> ready{0};
-  std::vector<std::thread> threads;
-  for (int i = 0; i < kThreads; ++i) {
-    threads.emplace_back([&, i] {
-      ready.fetch_add(1);
-      while (ready.load() < kThreads) std::this_thread::yield();
-      failures[static_cast<size_t>(i)] = body(i);
-    });
-  }
-  for (std::thread& t : threads) t.join();
-  return failures;
-}
+using hmr_test::on_threads;
 
 class NeuronCallFailures : public ::testing::Test {
  protected:

@@ -12,10 +12,11 @@
 #include <vector>
 
 #include "tests/hmem_api/fake_cuda_driver.h"
+#include "tests/threads_started_together.h"
 
 namespace hmr_hmem_test {
 
-inline constexpr int kFailureThreads = 4;
+inline constexpr int kFailureThreads = hmr_test::kThreadsStartedTogether;
 
 // Makes one fake driver entry point fail until the end of the scope.
 class FailingCall {
@@ -29,22 +30,7 @@ class FailingCall {
   const char* name_;
 };
 
-// Runs body(i) on kFailureThreads threads started together; what each returned (empty: fine).
-template <typename Body>
-std::vector<std::string> on_threads(Body body) {
-  std::vector<std::string> failures(kFailureThreads);
-  std::atomic<int> ready{0};
-  std::vector<std::thread> threads;
-  for (int i = 0; i < kFailureThreads; ++i) {
-    threads.emplace_back([&, i] {
-      ready.fetch_add(1);
-      while (ready.load() < kFailureThreads) std::this_thread::yield();
-      failures[static_cast<size_t>(i)] = body(i);
-    });
-  }
-  for (std::thread& t : threads) t.join();
-  return failures;
-}
+using hmr_test::on_threads;
 
 // Empty when rc is -code and the last error names `call`; otherwise what was wrong.
 inline std::string reason_unless(int rc, int code, const char* call) {

@@ -18,6 +18,7 @@
 
 #include "tests/api/memory_ops_support.h"
 #include "tests/nic/verbs_test_fixture.h"
+#include "tests/threads_started_together.h"
 
 namespace hmr::testing {
 namespace {
@@ -25,7 +26,8 @@ namespace {
 using hmr_memops_test::contains;
 using hmr_memops_test::MrPtr;
 
-constexpr int kThreads = 4;
+constexpr int kThreads = hmr_test::kThreadsStartedTogether;
+using hmr_test::on_threads;
 constexpr int kGeneralError = 13;  // IBV_WC_GENERAL_ERR
 
 class VerbsCallFailures : public VerbsDomainTest {
@@ -73,22 +75,6 @@ class VerbsCallFailures : public VerbsDomainTest {
       if (!contains(reason, part)) return "the reason lacks '" + part + "': " + reason;
     }
     return {};
-  }
-  // Runs body(i) on kThreads threads started together.
-  template <typename Body>
-  std::vector<std::string> on_threads(Body body) {
-    std::vector<std::string> failures(kThreads);
-    std::atomic<int> ready{0};
-    std::vector<std::thread> threads;
-    for (int i = 0; i < kThreads; ++i) {
-      threads.emplace_back([&, i] {
-        ready.fetch_add(1);
-        while (ready.load() < kThreads) std::this_thread::yield();
-        failures[static_cast<size_t>(i)] = body(i);
-      });
-    }
-    for (std::thread& t : threads) t.join();
-    return failures;
   }
   void expect_nothing_of_the_queue_left() {
     EXPECT_EQ(fake().live("cqs"), 0);
