@@ -146,11 +146,13 @@ Status RocrIface::init() {
   gpus_ = std::move(topology->gpus);
   system_pool_ = std::move(topology->system_pool);
   version_ = read_version(symbols);
-  runtime_dmabuf_ = runtime_dmabuf_capability(symbols, path, runtime_dmabuf_known_);
+  bool dmabuf_known = false;
+  const Capability dmabuf = runtime_dmabuf_capability(symbols, path, dmabuf_known);
+  if (dmabuf_known) runtime_dmabuf_.keep(dmabuf);
   library_ = std::move(*table);
   log_message(LogLevel::debug, "rocr iface: '%s', %s, %zu GPU(s), dma-buf: %s",
               library_->path().c_str(), version_.c_str(), gpus_.size(),
-              runtime_dmabuf_.supported ? "runtime can export" : runtime_dmabuf_.reason.c_str());
+              dmabuf.supported ? "runtime can export" : dmabuf.reason.c_str());
   return ok_status();
 }
 
@@ -180,7 +182,7 @@ Result<RocrIface::Topology> RocrIface::discover(const RocrSymbols& symbols, cons
                       "(%zu agent(s), none a GPU)", path, agents.size());
   }
   if (topology.cpu_agents.empty()) {
-    topology.system_pool.known = true;  // no CPU agent: no system pool, for certain
+    topology.system_pool = PoolLookup::known(std::nullopt);  // no CPU agent: no system pool
   } else {
     topology.system_pool = look_up_pool(symbols, topology.cpu_agents.front(),
                                         HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_FINE_GRAINED);
@@ -241,27 +243,19 @@ Result<std::optional<hsa_amd_memory_pool_t>> RocrIface::find_pool(const RocrSymb
 
 RocrIface::PoolLookup RocrIface::look_up_pool(const RocrSymbols& symbols, hsa_agent_t agent,
                                               uint32_t wanted_flag) {
-  PoolLookup lookup;
   Result<std::optional<hsa_amd_memory_pool_t>> found = find_pool(symbols, agent, wanted_flag);
-  if (found.ok()) {
-    lookup.known = true;
-    lookup.pool = *found;
-  } else {
-    // Not fatal: only mem_alloc needs a pool, and it asks again.
-    log_message(LogLevel::warn, "rocr iface: finding the memory pool of agent 0x%" PRIx64
-                " failed (asked again at the next allocation from it): %s", agent.handle,
-                found.status().reason().c_str());
-  }
-  return lookup;
+  if (found.ok()) return PoolLookup::known(*found);
+  // Not fatal: only mem_alloc needs a pool, and it asks again.
+  log_message(LogLevel::warn, "rocr iface: finding the memory pool of agent 0x%" PRIx64
+              " failed (asked again at the next allocation from it): %s", agent.handle,
+              found.status().reason().c_str());
+  return PoolLookup();
 }
 
 Result<std::optional<hsa_amd_memory_pool_t>> RocrIface::pool_of(PoolLookup& lookup,
                                                                 hsa_agent_t agent,
                                                                 uint32_t wanted_flag) {
-  {
-    std::lock_guard lock(rediscovery_mutex_);
-    if (lookup.known) return lookup.pool;
-  }
+  if (const std::optional<hsa_amd_memory_pool_t>* known = lookup.get()) return *known;
   // Threads that get here together each ask; the answers agree, and the first one stays.
   Result<std::optional<hsa_amd_memory_pool_t>> found = find_pool(symbols_, agent, wanted_flag);
   if (!found.ok()) {
@@ -269,12 +263,8 @@ Result<std::optional<hsa_amd_memory_pool_t>> RocrIface::pool_of(PoolLookup& look
                   found.status().reason() + " (finding the memory pool again, as init could "
                   "not; asked again at the next allocation)");
   }
-  std::lock_guard lock(rediscovery_mutex_);
-  if (!lookup.known) {
-    lookup.known = true;
-    lookup.pool = *found;
-  }
-  return lookup.pool;
+  lookup.keep(*found);
+  return *found;
 }
 
 RocrIface::Gpu RocrIface::describe_gpu(const RocrSymbols& symbols, hsa_agent_t agent) {
@@ -344,23 +334,15 @@ Capability RocrIface::runtime_dmabuf_capability(const RocrSymbols& symbols, cons
 }
 
 Capability RocrIface::dmabuf_capability() {
-  Capability runtime;
-  bool known = false;
-  {
-    std::lock_guard lock(rediscovery_mutex_);
-    runtime = runtime_dmabuf_;
-    known = runtime_dmabuf_known_;
+  if (const Capability* known = runtime_dmabuf_.get()) {
+    if (!known->supported) return *known;
+  } else {
+    // init's question went unanswered: asked again.
+    bool answered = false;
+    Capability runtime = runtime_dmabuf_capability(symbols_, library_->path().c_str(), answered);
+    if (answered) runtime_dmabuf_.keep(runtime);
+    if (!runtime.supported) return runtime;
   }
-  if (!known) {
-    // init's question went unanswered: asked again, without the lock.
-    runtime = runtime_dmabuf_capability(symbols_, library_->path().c_str(), known);
-    if (known) {
-      std::lock_guard lock(rediscovery_mutex_);
-      runtime_dmabuf_ = runtime;
-      runtime_dmabuf_known_ = true;
-    }
-  }
-  if (!runtime.supported) return runtime;
   std::call_once(kernel_once_, [this] { kernel_dmabuf_ = kernel_dmabuf_capability(kernel_config_); });
   return kernel_dmabuf_;
 }

@@ -23,6 +23,7 @@
 #include "rocr/rocr_free_watch.h"
 #include "rocr/rocr_kernel_dmabuf.h"
 #include "rocr/rocr_symbols.h"
+#include "util/retried_answer.h"
 
 namespace hmr::rocr {
 
@@ -70,14 +71,11 @@ class RocrIface final : public hmem::Iface {
   std::string runtime_version() const override;
 
  private:
-  // A memory pool as discovery left it: found, known to be absent, or unknown because a
-  // runtime call failed, in which case the next allocation that needs the pool asks again (a
-  // transient refusal at init must not disable mem_alloc for good, and the allocation's
-  // failure names the call).  Guarded by rediscovery_mutex_ once init has published it.
-  struct PoolLookup {
-    bool known = false;
-    std::optional<hsa_amd_memory_pool_t> pool;
-  };
+  // A memory pool as discovery left it: found, known to be absent (nullopt), or not yet known
+  // because a runtime call failed, in which case the next allocation that needs the pool asks
+  // again (a transient refusal at init must not disable mem_alloc for good, and the
+  // allocation's failure names the call).
+  using PoolLookup = RetriedAnswer<std::optional<hsa_amd_memory_pool_t>>;
 
   struct Gpu {
     hsa_agent_t agent{};
@@ -128,12 +126,9 @@ class RocrIface final : public hmem::Iface {
   std::vector<hsa_agent_t> cpu_agents_;
   std::vector<Gpu> gpus_;  // index = hmr's ROCr device id
   PoolLookup system_pool_;
-  // Guards what init could not learn and later calls ask again (every PoolLookup, the
-  // runtime's dma-buf answer); never held across a runtime call.
-  std::mutex rediscovery_mutex_;
   std::string version_;
-  hmem::Capability runtime_dmabuf_;    // guarded by rediscovery_mutex_ while not known
-  bool runtime_dmabuf_known_ = false;  // guarded by rediscovery_mutex_
+  // Whether the runtime can export dma-bufs; asked again while it would not say.
+  RetriedAnswer<hmem::Capability> runtime_dmabuf_;
   // The process that initialised the runtime: in a child forked from it ROCr knows no address
   // (query() then asks the kernel whether the address is mapped at all).
   uint64_t init_fork_generation_ = 0;  // util/fork_generation.h, at init

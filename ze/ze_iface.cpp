@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
@@ -210,36 +211,50 @@ Result<ZeIface::Device> ZeIface::describe_device(const ZeSymbols& symbols,
     }
   }
 
-  device.dmabuf =
-      dmabuf_capability(symbols, handle, device.info.name, *encoded, device.dmabuf_known);
+  bool dmabuf_known = false;
+  Capability dmabuf = dmabuf_capability(symbols, handle, device.info.name, *encoded, dmabuf_known);
+  if (dmabuf_known) device.dmabuf.keep(dmabuf);
 
-  // Tiles, so that memory placed on one is known as this device's (COMPOSITE hierarchy).
-  uint32_t tiles = 0;
-  if (symbols.zeDeviceGetSubDevices != nullptr) {
-    result = symbols.zeDeviceGetSubDevices(handle, &tiles, nullptr);
-    if (result == ZE_RESULT_SUCCESS && tiles > 0) {
-      device.sub_devices.resize(tiles);
-      result = symbols.zeDeviceGetSubDevices(handle, &tiles, device.sub_devices.data());
-    }
-    if (result != ZE_RESULT_SUCCESS) {
-      // Not fatal: memory on a tile is recognised by asking again (device_of_handle).
-      tiles = 0;
-      device.sub_devices_unknown = true;
-      log_message(LogLevel::warn, "ze iface: zeDeviceGetSubDevices for ze device 0x%x failed "
-                  "(asked again when memory on an unknown device is seen): %s", *encoded,
-                  describe_ze_result(result).c_str());
-    }
-    device.sub_devices.resize(tiles);
-    for (ze_device_handle_t tile : device.sub_devices) {
-      ze_device_properties_t tile_properties{};
-      tile_properties.stype = ZE_STRUCTURE_TYPE_DEVICE_PROPERTIES;
-      device.sub_device_uuids.push_back(
-          symbols.zeDeviceGetProperties(tile, &tile_properties) == ZE_RESULT_SUCCESS
-              ? format_uuid(tile_properties.uuid)
-              : std::string());
-    }
+  // Tiles, so that memory placed on one is known as this device's.  Not fatal: memory on a
+  // tile is recognised by asking again (device_of_handle).
+  Result<Tiles> tiles = list_tiles(symbols, handle);
+  if (tiles.ok()) {
+    device.tiles.keep(*tiles);
+  } else {
+    log_message(LogLevel::warn, "ze iface: the tiles of ze device 0x%x are not known (asked "
+                "again when memory on an unknown device is seen): %s", *encoded,
+                tiles.status().reason().c_str());
   }
   return device;
+}
+
+Result<ZeIface::Tiles> ZeIface::list_tiles(const ZeSymbols& symbols, ze_device_handle_t handle) {
+  Tiles tiles;
+  if (symbols.zeDeviceGetSubDevices == nullptr) return tiles;
+  uint32_t count = 0;
+  ze_result_t result = symbols.zeDeviceGetSubDevices(handle, &count, nullptr);
+  if (result == ZE_RESULT_SUCCESS && count > 0) {
+    tiles.handles.resize(count);
+    result = symbols.zeDeviceGetSubDevices(handle, &count, tiles.handles.data());
+  }
+  if (result != ZE_RESULT_SUCCESS) {
+    return make_error(hmr_code_for(result), "zeDeviceGetSubDevices of device handle %p failed: "
+                      "%s", static_cast<void*>(handle), describe_ze_result(result).c_str());
+  }
+  tiles.handles.resize(count);
+  for (ze_device_handle_t tile : tiles.handles) {
+    ze_device_properties_t properties{};
+    properties.stype = ZE_STRUCTURE_TYPE_DEVICE_PROPERTIES;
+    tiles.uuids.push_back(symbols.zeDeviceGetProperties(tile, &properties) == ZE_RESULT_SUCCESS
+                              ? format_uuid(properties.uuid)
+                              : std::string());
+  }
+  return tiles;
+}
+
+bool ZeIface::Tiles::holds(ze_device_handle_t handle, const std::string& uuid) const {
+  return std::find(handles.begin(), handles.end(), handle) != handles.end() ||
+         (!uuid.empty() && std::find(uuids.begin(), uuids.end(), uuid) != uuids.end());
 }
 
 Capability ZeIface::dmabuf_capability(const ZeSymbols& symbols, ze_device_handle_t handle,
@@ -265,21 +280,14 @@ Capability ZeIface::dmabuf_capability(const ZeSymbols& symbols, ze_device_handle
   return Capability::yes();
 }
 
-Capability ZeIface::dmabuf_of(size_t index) {
-  Device& device = devices_[index];
-  {
-    std::lock_guard lock(rediscovery_mutex_);
-    if (device.dmabuf_known) return device.dmabuf;
-  }
-  bool known = false;
+Capability ZeIface::dmabuf_of(size_t index) const {
+  const Device& device = devices_[index];
+  if (const Capability* known = device.dmabuf.get()) return *known;
+  bool answered = false;
   Capability answer =
       dmabuf_capability(symbols_, device.handle, device.info.name,
-                        static_cast<int>(device.info.device.value), known);
-  if (known) {
-    std::lock_guard lock(rediscovery_mutex_);
-    device.dmabuf = answer;
-    device.dmabuf_known = true;
-  }
+                        static_cast<int>(device.info.device.value), answered);
+  if (answered) device.dmabuf.keep(answer);
   return answer;
 }
 
@@ -288,13 +296,14 @@ Result<std::optional<size_t>> ZeIface::device_of_handle(size_t driver,
   for (size_t index : drivers_[driver].devices) {
     const Device& device = devices_[index];
     if (device.handle == handle) return std::optional<size_t>(index);
-    for (ze_device_handle_t tile : device.sub_devices) {
-      if (tile == handle) return std::optional<size_t>(index);
+    const Tiles* tiles = device.tiles.get();
+    if (tiles != nullptr && tiles->holds(handle, std::string())) {
+      return std::optional<size_t>(index);
     }
   }
   ze_device_properties_t properties{};
   properties.stype = ZE_STRUCTURE_TYPE_DEVICE_PROPERTIES;
-  ze_result_t result = symbols_.zeDeviceGetProperties(handle, &properties);
+  const ze_result_t result = symbols_.zeDeviceGetProperties(handle, &properties);
   if (result != ZE_RESULT_SUCCESS) {
     return make_error(hmr_code_for(result), "zeDeviceGetProperties of device handle %p, which "
                       "ze driver %zu reported for the memory, failed: %s",
@@ -304,31 +313,22 @@ Result<std::optional<size_t>> ZeIface::device_of_handle(size_t driver,
   for (size_t index : drivers_[driver].devices) {
     const Device& device = devices_[index];
     if (device.info.uuid == uuid) return std::optional<size_t>(index);
-    for (const std::string& tile : device.sub_device_uuids) {
-      if (tile == uuid) return std::optional<size_t>(index);
-    }
+    const Tiles* tiles = device.tiles.get();
+    if (tiles != nullptr && tiles->holds(handle, uuid)) return std::optional<size_t>(index);
   }
-  // Tiles init could not list: asked again (not kept: devices_ is read without a lock).
+  // Tiles init could not list: asked again, and kept once the driver answers.
   for (size_t index : drivers_[driver].devices) {
     const Device& device = devices_[index];
-    if (!device.sub_devices_unknown) continue;
-    uint32_t count = 0;
-    std::vector<ze_device_handle_t> tiles;
-    result = symbols_.zeDeviceGetSubDevices(device.handle, &count, nullptr);
-    if (result == ZE_RESULT_SUCCESS && count > 0) {
-      tiles.resize(count);
-      result = symbols_.zeDeviceGetSubDevices(device.handle, &count, tiles.data());
+    if (device.tiles.get() != nullptr) continue;
+    Result<Tiles> tiles = list_tiles(symbols_, device.handle);
+    if (!tiles.ok()) {
+      return make_error(tiles.status().code(), "%s (ze device 0x%" PRIx64 ", refused at init "
+                        "too, looking for the device of handle %p)",
+                        tiles.status().reason().c_str(), device.info.device.value,
+                        static_cast<void*>(handle));
     }
-    if (result != ZE_RESULT_SUCCESS) {
-      return make_error(hmr_code_for(result), "zeDeviceGetSubDevices of ze device 0x%" PRIx64
-                        " (refused at init too), looking for the device of handle %p, failed: "
-                        "%s", device.info.device.value, static_cast<void*>(handle),
-                        describe_ze_result(result).c_str());
-    }
-    tiles.resize(count);
-    for (ze_device_handle_t tile : tiles) {
-      if (tile == handle) return std::optional<size_t>(index);
-    }
+    device.tiles.keep(*tiles);
+    if (tiles->holds(handle, uuid)) return std::optional<size_t>(index);
   }
   return std::optional<size_t>();
 }

@@ -10,7 +10,6 @@
 
 #include <atomic>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -19,6 +18,7 @@
 #include "hmem/symbol_table.h"
 #include "ze/ze_copy_engine.h"
 #include "ze/ze_symbols.h"
+#include "util/retried_answer.h"
 
 namespace hmr::ze {
 
@@ -79,21 +79,24 @@ class ZeIface final : public hmem::Iface {
   Result<std::vector<ZeDeviceInfo>> devices() const;
 
  private:
+  // A device's tiles (COMPOSITE hierarchy): memory placed on one reports the tile's handle,
+  // which zeDeviceGet does not list.  Handles, and UUIDs for handles hmr never saw ("" for a
+  // tile the driver would not describe).
+  struct Tiles {
+    std::vector<ze_device_handle_t> handles;
+    std::vector<std::string> uuids;
+    bool holds(ze_device_handle_t handle, const std::string& uuid) const;
+  };
   struct Device {
     ZeDeviceInfo info;
     ze_device_handle_t handle = nullptr;
     // Whether it exports dma-bufs.  Not known when the driver would not say at init
-    // (zeDeviceGetExternalMemoryProperties refused): asked again by dmabuf_of, and guarded by
-    // rediscovery_mutex_ from then on.
-    hmem::Capability dmabuf;
-    bool dmabuf_known = true;
-    // Its tiles (COMPOSITE hierarchy): memory placed on one reports the tile's handle, which
-    // zeDeviceGet does not list.  Handles, and UUIDs for handles hmr never saw.
-    std::vector<ze_device_handle_t> sub_devices;
-    std::vector<std::string> sub_device_uuids;
-    // zeDeviceGetSubDevices refused at init: the tiles are asked for again when memory reports
-    // a device handle hmr does not know.
-    bool sub_devices_unknown = false;
+    // (zeDeviceGetExternalMemoryProperties refused): asked again by dmabuf_of until it does.
+    // Mutable, as tiles: a cache of the driver's answer, filled in by const lookups.
+    mutable RetriedAnswer<hmem::Capability> dmabuf;
+    // Its tiles.  Not known when zeDeviceGetSubDevices was refused at init: asked again when
+    // memory reports a device handle hmr does not know, until the driver answers.
+    mutable RetriedAnswer<Tiles> tiles;
   };
   struct Driver {
     ze_driver_handle_t handle = nullptr;
@@ -119,10 +122,13 @@ class ZeIface final : public hmem::Iface {
   // holds as a tile: by handle, then by UUID (libfabric matches by UUID too), then among the
   // tiles init could not list; nullopt for none, an error naming the call the driver refused.
   Result<std::optional<size_t>> device_of_handle(size_t driver, ze_device_handle_t handle) const;
+  // The tiles of a device, or the refusal of zeDeviceGetSubDevices (none if the driver has no
+  // such call).
+  static Result<Tiles> list_tiles(const ZeSymbols& symbols, ze_device_handle_t handle);
   // Whether a device exports dma-bufs: its answer at init, or asked again if there was none.
   static hmem::Capability dmabuf_capability(const ZeSymbols& symbols, ze_device_handle_t handle,
                                             const std::string& name, int encoded, bool& known);
-  hmem::Capability dmabuf_of(size_t device);
+  hmem::Capability dmabuf_of(size_t device) const;
   // Which driver owns ptr, or HMR_ENOENT; other failures are final.
   Result<Owner> owner_of(const void* ptr) const;
   // What kind of memory an owner's pointer is, or why hmr does not take it (a type it does not
@@ -138,9 +144,6 @@ class ZeIface final : public hmem::Iface {
   ZeSymbols symbols_;
   std::vector<Driver> drivers_;
   std::vector<Device> devices_;
-  // Guards what init could not learn and later calls ask again (Device::dmabuf); never held
-  // across a driver call.
-  std::mutex rediscovery_mutex_;
   std::string version_;
   std::unique_ptr<ZeCopyEngine> copies_;
   // Whose the fd of a dma-buf export is, per driver, learned at its first export

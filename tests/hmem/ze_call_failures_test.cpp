@@ -174,6 +174,18 @@ TEST_F(ZeCallFailures, TilesInitCouldNotListAreAskedForAgain) {
   ASSERT_TRUE(info.ok()) << info.status().reason();
   EXPECT_EQ(info->device, kDriver0Device0);
   EXPECT_EQ(info->kind, MemoryKind::device_only);
+  // Answered now, so kept: memory on the other tile is found without listing them again
+  // (before, every lookup of tile memory listed the tiles of every such device anew).
+  void* on_other_tile = nullptr;
+  ASSERT_EQ(fake().alloc_on_tile(0, kSize, &on_other_tile), 0);
+  allocations_.push_back(on_other_tile);
+  const int listings = fake().call_count("zeDeviceGetSubDevices");
+  for (void* ptr : {on_tile, on_other_tile, on_tile}) {
+    Result<PointerInfo> again = iface_->query(ptr, 1);
+    ASSERT_TRUE(again.ok()) << again.status().reason();
+    EXPECT_EQ(again->device, kDriver0Device0);
+  }
+  EXPECT_EQ(fake().call_count("zeDeviceGetSubDevices"), listings);
 }
 
 // zeDeviceGetProperties refused while the device of such memory is looked up: the query
