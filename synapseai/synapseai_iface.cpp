@@ -175,18 +175,27 @@ Result<int> SynapseaiIface::open_device() {
   Result<int> opened = open_own_device(hlthunk_, hlthunk_library_->path(), device_count_);
   if (!opened.ok()) return opened.status();
   const int fd = *opened;
-  char bus_id[32] = {};
-  if (hlthunk_.hlthunk_get_pci_bus_id_from_fd == nullptr ||
-      hlthunk_.hlthunk_get_pci_bus_id_from_fd(fd, bus_id, static_cast<int>(sizeof bus_id)) != 0) {
-    bus_id[0] = '\0';
-  }
-  bus_id[sizeof bus_id - 1] = '\0';
-  {
-    const std::lock_guard<std::mutex> guard(mutex_);
-    bus_id_ = bus_id;
-  }
   device_fd_.store(fd, std::memory_order_release);
+  bus_id();  // asked now, while opening is slow anyway
   return fd;
+}
+
+std::string SynapseaiIface::bus_id() const {
+  if (const std::string* known = bus_id_.get()) return *known;
+  const int fd = device_fd_.load(std::memory_order_acquire);
+  if (fd < 0) return {};
+  if (hlthunk_.hlthunk_get_pci_bus_id_from_fd == nullptr) {
+    bus_id_.keep(std::string());  // this hl-thunk cannot say, now or later
+    return {};
+  }
+  char text[32] = {};
+  if (hlthunk_.hlthunk_get_pci_bus_id_from_fd(fd, text, static_cast<int>(sizeof text)) != 0) {
+    return {};  // asked again at the next question
+  }
+  text[sizeof text - 1] = '\0';
+  const std::string answer = text;
+  bus_id_.keep(answer);
+  return answer;
 }
 
 Result<SynapseaiIface::MemorySpan> SynapseaiIface::memory_for_range(const void* ptr, size_t len,
@@ -224,10 +233,7 @@ Result<PointerInfo> SynapseaiIface::query(const void* ptr, size_t len) {
   info.alloc_len = span->len;
   info.kind = MemoryKind::device_only;
   info.alloc_id = span->alloc_id;
-  {
-    std::lock_guard<std::mutex> guard(mutex_);
-    info.sys_dev = bus_id_;
-  }
+  info.sys_dev = bus_id();
   return info;
 }
 
@@ -334,10 +340,7 @@ Result<DeviceCapabilities> SynapseaiIface::capabilities(DeviceId device) {
   const bool declared_export = can_export_from_hbm_pool() || can_export_through_hccl();
   DeviceCapabilities caps;
   caps.device = device;
-  if (device.value == 0) {
-    std::lock_guard<std::mutex> guard(mutex_);
-    caps.sys_dev = bus_id_;  // known once hl-thunk has opened the device
-  }
+  if (device.value == 0) caps.sys_dev = bus_id();  // known once hl-thunk has opened the device
   if (declared_export || (device.value == 0 && own_export)) {
     caps.dmabuf = Capability::yes();
   } else {

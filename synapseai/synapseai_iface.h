@@ -29,6 +29,7 @@
 #include "synapseai/hlthunk_symbols.h"
 #include "synapseai/scal_symbols.h"
 #include "synapseai/synapse_symbols.h"
+#include "util/retried_answer.h"
 
 namespace hmr::synapseai {
 
@@ -90,6 +91,8 @@ class SynapseaiIface final : public hmem::Iface {
   Status check_initialized() const;
   // The device fd hl-thunk opened for hmr, opening it on first use.
   Result<int> open_device();
+  // The opened device's PCI location ("" while hl-thunk would not say, or before the open).
+  std::string bus_id() const;
   // The hmr allocation holding all of [address, address + len): HMR_ENOENT when none holds
   // `address`, HMR_EINVAL when the range runs past it.
   Result<MemorySpan> memory_for_range(const void* address, size_t len, const char* what) const;
@@ -125,8 +128,8 @@ class SynapseaiIface final : public hmem::Iface {
   std::atomic<int> device_fd_{-1};
 
   std::mutex open_mutex_;      // held by open_device() around the first open only
-  mutable std::mutex mutex_;  // guards bus_id_; never held across a driver call
-  std::string bus_id_;        // of the device behind device_fd_ ("" if unknown)
+  // The PCI location of the device behind device_fd_; asked again while hl-thunk would not say.
+  mutable RetriedAnswer<std::string> bus_id_;
   Allocations allocations_;   // the memory hmr allocated, keyed by device VA
   // Memory hl-thunk unmapped but refused to free: no longer at any address, still allocated,
   // kept by the address it had so that mem_free of that address asks again (the destructor

@@ -42,6 +42,7 @@ using hmr::testing::open_fd_count;
 using hmr::testing::unless_failed_naming;
 
 const std::vector<std::string> kNoFailures(kCallFailureThreads);
+const std::string kBusId = "0000:33:00.0";  // fake hl-thunk's device 0 (tests/fakes/fake_hlthunk.c)
 
 const void* as_pointer(uint64_t address) {
   return reinterpret_cast<const void*>(static_cast<uintptr_t>(address));
@@ -217,16 +218,29 @@ TEST_F(SynapseaiCallFailures, ARefusedOpenOnEveryThreadLeavesNothingOpen) {
   EXPECT_TRUE(iface().mem_free(base).ok());
 }
 
-// hlthunk_get_pci_bus_id_from_fd refused: allocations work; the memory only has no sys_dev.
-TEST_F(SynapseaiCallFailures, AnUnreadableBusIdOnlyLeavesSysDevEmpty) {
+// hlthunk_get_pci_bus_id_from_fd refused: allocations work; the memory has no sys_dev while
+// the refusal lasts, and the location is asked again (before, it stayed empty until the device
+// was reopened), then kept.
+TEST_F(SynapseaiCallFailures, AnUnreadableBusIdIsAskedAgainUntilRead) {
   init();
   hlthunk().set_failure("hlthunk_get_pci_bus_id_from_fd", EIO);
   void* base = alloc(page_);
-  hlthunk().set_failure("hlthunk_get_pci_bus_id_from_fd", 0);
   ASSERT_NE(base, nullptr);
   Result<hmem::PointerInfo> info = iface().query(base, 1);
   ASSERT_TRUE(info.ok()) << info.status().reason();
   EXPECT_EQ(info->sys_dev, "");
+  EXPECT_EQ(iface().capabilities(DeviceId{0})->sys_dev, "");
+  hlthunk().set_failure("hlthunk_get_pci_bus_id_from_fd", 0);
+  std::vector<std::string> failures = on_threads([&](int) -> std::string {
+    Result<hmem::PointerInfo> read = iface().query(base, 1);
+    if (!read.ok()) return read.status().reason();
+    return read->sys_dev == kBusId ? "" : "sys_dev '" + read->sys_dev + "'";
+  });
+  EXPECT_EQ(failures, kNoFailures);
+  const int asked = hlthunk().call_count("hlthunk_get_pci_bus_id_from_fd");
+  EXPECT_EQ(iface().capabilities(DeviceId{0})->sys_dev, kBusId);
+  EXPECT_EQ(iface().query(base, 1)->sys_dev, kBusId);
+  EXPECT_EQ(hlthunk().call_count("hlthunk_get_pci_bus_id_from_fd"), asked);  // kept
   EXPECT_TRUE(iface().mem_free(base).ok());
 }
 
