@@ -18,6 +18,7 @@
 #include "tests/hmem/call_failures.h"
 #include "tests/hmem/fd_checks.h"
 #include "tests/hmem/rocr_fake_library.h"
+#include "tests/hmem/rocr_iface_fixture.h"
 #include "tests/hmem/rocr_temp_file.h"
 
 namespace hmr::rocr {
@@ -32,7 +33,6 @@ using hmr::testing::fake_hsa;
 using hmr::testing::kCallFailureThreads;
 using hmr::testing::on_threads;
 using hmr::testing::open_fd_count;
-using hmr::testing::TempFile;
 using hmr::testing::unless_failed_naming;
 
 constexpr int kError = 0x1000;            // HSA_STATUS_ERROR
@@ -48,43 +48,7 @@ struct FreeCounter {
   }
 };
 
-class RocrCallFailures : public ::testing::Test {
- protected:
-  const FakeHsa& fake() const { return fake_hsa(); }
-
-  void SetUp() override {
-    setenv("HMR_ROCR_LIBRARY", fake().path, 1);
-    fake().reset();
-    iface_ = std::make_unique<RocrIface>(KernelConfigSources{config_.path(), "/nonexistent"});
-  }
-  void TearDown() override {
-    for (void* ptr : allocations_) fake().free(ptr);
-    iface_.reset();
-    fake().reset();
-    unsetenv("HMR_ROCR_LIBRARY");
-  }
-
-  void init() {
-    const Status started = iface_->init();
-    ASSERT_TRUE(started.ok()) << started.reason();
-  }
-  // Memory of GPU `gpu` (-1: the CPU's system pool) as the application allocates it.
-  void* alloc(int gpu, size_t size) {
-    void* ptr = nullptr;
-    EXPECT_EQ(fake().alloc(gpu, size, &ptr), 0);
-    allocations_.push_back(ptr);
-    return ptr;
-  }
-  void free_allocation(void* ptr) {
-    EXPECT_EQ(fake().free(ptr), 0);
-    std::erase(allocations_, ptr);
-  }
-
-  TempFile config_{"call-failures-config",
-                   "CONFIG_PCI=y\nCONFIG_DMABUF_MOVE_NOTIFY=y\nCONFIG_PCI_P2PDMA=y\n"};
-  std::unique_ptr<RocrIface> iface_;
-  std::vector<void*> allocations_;
-};
+class RocrCallFailures : public hmr::testing::RocrIfaceFixture {};
 
 // ---- shutdown --------------------------------------------------------------------------------
 
@@ -141,7 +105,7 @@ TEST_F(RocrCallFailures, ADeregistrationAnsweredInvalidArgumentKeepsTheTableToo)
   EXPECT_EQ(fake().notifier_count(), 0);
   EXPECT_EQ(counter.frees.load(), 0);
 
-  iface_ = std::make_unique<RocrIface>(KernelConfigSources{config_.path(), "/nonexistent"});
+  iface_ = new_iface();
   init();
   void* again = alloc(0, kPage);
   Result<PointerInfo> info = iface_->query(again, 1);
@@ -265,7 +229,7 @@ TEST_F(RocrCallFailures, SystemInfoRefusalsNarrowNothingForGood) {
   fake().set_failure_once("hsa_system_get_info", kError, 1);  // VERSION_MAJOR
   init();
   EXPECT_EQ(iface_->runtime_version(), "");
-  iface_ = std::make_unique<RocrIface>(KernelConfigSources{config_.path(), "/nonexistent"});
+  iface_ = new_iface();
 
   // VERSION_MAJOR, VERSION_MINOR, BUILD_VERSION, then DMABUF_SUPPORTED.
   fake().set_failure_once("hsa_system_get_info", kOutOfResources, 4);

@@ -16,6 +16,7 @@
 #include "hmem/page_range.h"
 #include "tests/hmem/export_checks.h"
 #include "tests/hmem/rocr_fake_library.h"
+#include "tests/hmem/rocr_iface_fixture.h"
 #include "tests/hmem/rocr_temp_file.h"
 
 namespace hmr::rocr {
@@ -49,40 +50,7 @@ struct FreeLog {
   }
 };
 
-class RocrIfaceTest : public ::testing::Test {
- protected:
-  virtual const FakeHsa& fake() const { return fake_hsa(); }
-
-  void SetUp() override {
-    setenv("HMR_ROCR_LIBRARY", fake().path, 1);
-    fake().reset();
-    // Both options on, so dma-buf export is allowed unless a test says otherwise.
-    iface_ = std::make_unique<RocrIface>(KernelConfigSources{trusted_config_.path(), "/nonexistent"});
-  }
-  void TearDown() override {
-    for (void* ptr : allocations_) fake().free(ptr);
-    iface_.reset();
-    unsetenv("HMR_ROCR_LIBRARY");
-  }
-
-  void init() { ASSERT_TRUE(iface_->init().ok()); }
-
-  void* alloc(int gpu, size_t size) {
-    void* ptr = nullptr;
-    EXPECT_EQ(fake().alloc(gpu, size, &ptr), 0);
-    allocations_.push_back(ptr);
-    return ptr;
-  }
-  void free_allocation(void* ptr) {
-    EXPECT_EQ(fake().free(ptr), 0);
-    std::erase(allocations_, ptr);
-  }
-
-  TempFile trusted_config_{"config-trusted",
-                           "CONFIG_PCI=y\nCONFIG_DMABUF_MOVE_NOTIFY=y\nCONFIG_PCI_P2PDMA=y\n"};
-  std::unique_ptr<RocrIface> iface_;
-  std::vector<void*> allocations_;
-};
+class RocrIfaceTest : public hmr::testing::RocrIfaceFixture {};
 
 class RocrIfaceRocm52Test : public RocrIfaceTest {
  protected:

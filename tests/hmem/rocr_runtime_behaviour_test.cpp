@@ -12,7 +12,7 @@
 
 #include "rocr/rocr_iface.h"
 #include "tests/hmem/rocr_fake_library.h"
-#include "tests/hmem/rocr_temp_file.h"
+#include "tests/hmem/rocr_iface_fixture.h"
 
 namespace hmr::rocr {
 namespace {
@@ -22,28 +22,15 @@ using hmem::MemoryKind;
 using hmem::PointerInfo;
 using hmr::testing::FakeHsa;
 using hmr::testing::fake_hsa;
-using hmr::testing::TempFile;
 
-class RocrRuntimeBehaviourTest : public ::testing::Test {
+class RocrRuntimeBehaviourTest : public hmr::testing::RocrIfaceFixture {
  protected:
-  const FakeHsa& fake() const { return fake_hsa(); }
-
   void SetUp() override {
-    setenv("HMR_ROCR_LIBRARY", fake().path, 1);
-    fake().reset();
-    iface_ = std::make_unique<RocrIface>(KernelConfigSources{config_.path(), "/nonexistent"});
-    ASSERT_TRUE(iface_->init().ok());
-  }
-  void TearDown() override {
-    iface_.reset();
-    fake().reset();
-    unsetenv("HMR_ROCR_LIBRARY");
+    RocrIfaceFixture::SetUp();
+    init();
   }
 
   static void no_op(void*, uint64_t, size_t) {}
-
-  TempFile config_{"rocr-behaviour-config", "CONFIG_DMABUF_MOVE_NOTIFY=y\nCONFIG_PCI_P2PDMA=y\n"};
-  std::unique_ptr<RocrIface> iface_;
 };
 
 TEST_F(RocrRuntimeBehaviourTest, ImportedAndGraphicsMemoryIsDeviceMemoryButNeverExported) {

@@ -21,6 +21,7 @@
 
 #include "tests/hmem/call_failures.h"
 #include "tests/hmem/ze_fake_library.h"
+#include "tests/hmem/ze_iface_fixture.h"
 #include "ze/ze_iface.h"
 
 namespace hmr::ze {
@@ -46,35 +47,15 @@ constexpr DeviceId kDriver1Device0{0x10000};
 
 const std::vector<std::string> kNoFailures(kCallFailureThreads);
 
-class ZeCallFailures : public ::testing::Test {
+class ZeCallFailures : public hmr::testing::ZeIfaceFixture {
  protected:
-  const FakeZe& fake() const { return fake_ze(); }
-
-  void SetUp() override {
-    setenv("HMR_ZE_LIBRARY", fake().path, 1);
-    fake().reset();
-    iface_ = std::make_unique<ZeIface>();
-  }
   void TearDown() override {
-    for (void* ptr : allocations_) fake().free(ptr);
-    iface_.reset();
+    close_iface();
     EXPECT_EQ(fake().live_contexts(), 0);
     EXPECT_EQ(fake().live_command_lists(), 0);
-    fake().reset();
-    unsetenv("HMR_ZE_LIBRARY");
+    ZeIfaceFixture::TearDown();
   }
 
-  void init() {
-    const Status started = iface_->init();
-    ASSERT_TRUE(started.ok()) << started.reason();
-  }
-  // Allocated as the application would, in a context of its own.
-  void* alloc(int driver, int device, size_t size, int memory = FAKE_ZE_MEM_DEVICE) {
-    void* ptr = nullptr;
-    EXPECT_EQ(fake().alloc(driver, device, size, memory, &ptr), 0);
-    allocations_.push_back(ptr);
-    return ptr;
-  }
   // Init refused by the `nth` call of `call` from now: the reason names it, and nothing the
   // failed init made is left.
   void expect_init_refused(const char* call, int nth, const char* also_named = nullptr) {
@@ -89,9 +70,6 @@ class ZeCallFailures : public ::testing::Test {
     EXPECT_EQ(fake().live_contexts(), 0);
     EXPECT_EQ(iface_->device_count().status().code(), HMR_EINVAL);  // not initialised
   }
-
-  std::unique_ptr<ZeIface> iface_;
-  std::vector<void*> allocations_;
 };
 
 // ---- init ------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@
 #include "hmem/ze_device.h"
 #include "tests/hmem/export_checks.h"
 #include "tests/hmem/ze_fake_library.h"
+#include "tests/hmem/ze_iface_fixture.h"
 
 namespace hmr::ze {
 namespace {
@@ -42,38 +43,7 @@ constexpr DeviceId kDriver0Device0{0x0};
 constexpr DeviceId kDriver0Device1{0x1};  // cannot export dma-bufs
 constexpr DeviceId kDriver1Device0{0x10000};
 
-class ZeIfaceTest : public ::testing::Test {
- protected:
-  virtual const FakeZe& fake() const { return fake_ze(); }
-
-  void SetUp() override {
-    setenv("HMR_ZE_LIBRARY", fake().path, 1);
-    fake().reset();
-    iface_ = std::make_unique<ZeIface>();
-  }
-  void TearDown() override {
-    for (void* ptr : allocations_) fake().free(ptr);
-    iface_.reset();
-    unsetenv("HMR_ZE_LIBRARY");
-  }
-
-  void init() { ASSERT_TRUE(iface_->init().ok()); }
-
-  // Allocated as the application would, in a context of its own.
-  void* alloc(int driver, int device, size_t size, int memory = FAKE_ZE_MEM_DEVICE) {
-    void* ptr = nullptr;
-    EXPECT_EQ(fake().alloc(driver, device, size, memory, &ptr), 0);
-    allocations_.push_back(ptr);
-    return ptr;
-  }
-  void free_allocation(void* ptr) {
-    EXPECT_EQ(fake().free(ptr), 0);
-    std::erase(allocations_, ptr);
-  }
-
-  std::unique_ptr<ZeIface> iface_;
-  std::vector<void*> allocations_;
-};
+class ZeIfaceTest : public hmr::testing::ZeIfaceFixture {};
 
 class ZeIfaceApi10Test : public ZeIfaceTest {
  protected:

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "tests/hmem/ze_fake_library.h"
+#include "tests/hmem/ze_iface_fixture.h"
 #include "ze/ze_iface.h"
 
 namespace hmr::ze {
@@ -27,29 +28,12 @@ constexpr DeviceId kDriver0Device0{0x0};
 
 bool fd_is_open(int fd) { return fd >= 0 && fcntl(fd, F_GETFD) != -1; }
 
-class ZeRuntimeBehaviourTest : public ::testing::Test {
+class ZeRuntimeBehaviourTest : public hmr::testing::ZeIfaceFixture {
  protected:
-  const FakeZe& fake() const { return fake_ze(); }
-
   void SetUp() override {
-    setenv("HMR_ZE_LIBRARY", fake().path, 1);
-    fake().reset();
-    iface_ = std::make_unique<ZeIface>();
-    ASSERT_TRUE(iface_->init().ok());
+    ZeIfaceFixture::SetUp();
+    init();
   }
-  void TearDown() override {
-    iface_.reset();
-    fake().reset();
-    unsetenv("HMR_ZE_LIBRARY");
-  }
-
-  void* alloc(int driver, int device, size_t size) {
-    void* ptr = nullptr;
-    EXPECT_EQ(fake().alloc(driver, device, size, FAKE_ZE_MEM_DEVICE, &ptr), 0);
-    return ptr;
-  }
-
-  std::unique_ptr<ZeIface> iface_;
 };
 
 // NEO returns the same cached fd on every export of an allocation and closes it at zeMemFree;
