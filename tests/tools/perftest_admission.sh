@@ -11,29 +11,17 @@
 # Usage: perftest_admission.sh <path to hmr-perftest>
 set -euo pipefail
 perftest=$1
-python=$(command -v /usr/bin/python3 || command -v python3 || true)
-if [[ -z $python ]]; then
-  echo "SKIP: python3 is needed for the scripted peer"
-  exit 77
-fi
-peer=("$python" "$(dirname "$0")/perftest_peer.py")
+source "$(dirname "$0")/scripted_peer_setup.sh"  # python, peer, work, fail
 # Below perftest_loopback.sh's ports (20000-26100) and perftest_peer_failures.sh's (26200-32300).
 port=$((19000 + $$ % 900))
 net=60  # seconds: only a net against hanging the test
 vm_kib=${HMR_PERFTEST_ADMISSION_VM_KIB:-3145728}  # 3 GiB
-work=$(mktemp -d)
 server=
 cleanup() {
   [[ -z $server ]] || kill "$server" 2>/dev/null || true
   rm -rf "$work"
 }
 trap cleanup EXIT
-
-fail() {
-  echo "FAILED: $*" >&2
-  for f in "$work"/*; do [[ -s $f ]] && { echo "--- $(basename "$f")"; cat "$f"; } >&2; done
-  exit 1
-}
 
 # A client's own --size over its --max-size is an option error (exit 2), before it connects.
 status=0

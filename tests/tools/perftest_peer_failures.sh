@@ -10,17 +10,11 @@
 # Usage: perftest_peer_failures.sh <path to hmr-perftest>
 set -euo pipefail
 perftest=$1
-python=$(command -v /usr/bin/python3 || command -v python3 || true)
-if [[ -z $python ]]; then
-  echo "SKIP: python3 is needed for the scripted peer"
-  exit 77
-fi
-peer=("$python" "$(dirname "$0")/perftest_peer.py")
+source "$(dirname "$0")/scripted_peer_setup.sh"  # python, peer, work, fail
 # Below the kernel's ephemeral range (32768 and up), where an outgoing connection of another
 # test could hold the port, and apart from perftest_loopback.sh's (20000-26100).
 port=$((26200 + $$ % 6000))
 net=${HMR_PERFTEST_SAFETY_NET:-90}  # seconds
-work=$(mktemp -d)
 pids=()
 cleanup() {
   for pid in "${pids[@]}"; do
@@ -32,12 +26,6 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-
-fail() {
-  echo "FAILED: $*" >&2
-  for f in "$work"/*; do [[ -s $f ]] && { echo "--- $(basename "$f")"; cat "$f"; } >&2; done
-  exit 1
-}
 
 # A new case: its name, its own port, and no files left from the one before (a line of the
 # last client's must not pass for this one's).
