@@ -49,6 +49,7 @@
 #include <thread>
 #include <vector>
 
+#include "huge_aligned_mapping.h"
 #include "paired_scaling.h"
 // Only UCX's types and constants are used at compile time: its functions are looked up with
 // dlsym in the child that measures UCX.
@@ -58,7 +59,6 @@ namespace {
 
 constexpr size_t kRegion = 4096;                  // bytes per registered region
 constexpr size_t kStride = 8192;                  // regions 8 KiB apart: none touch
-constexpr size_t kHugeBlock = size_t{2} << 20;
 constexpr size_t kOrderLength = size_t{1} << 20;  // random indexes per thread (a power of two)
 constexpr size_t kCountMargin = 1024;             // cache_max_count = regions + this
 constexpr size_t kThreadRegions = 100000;
@@ -108,29 +108,11 @@ void print_info(const char* text) {
 
 // ---- memory ---------------------------------------------------------------------------
 
-// Anonymous, 2 MiB-aligned, never touched (MAP_NORESERVE: nothing is committed).
-class Mapping {
+// Regions kStride apart in address space that costs nothing (huge_aligned_mapping.h).
+class Mapping : public hmr::bench::HugeAlignedMapping {
  public:
-  explicit Mapping(size_t bytes) : length_((bytes + kHugeBlock - 1) & ~(kHugeBlock - 1)) {
-    const size_t span = length_ + kHugeBlock;
-    void* raw = mmap(nullptr, span, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (raw == MAP_FAILED) die("mmap", std::strerror(errno));
-    const uintptr_t first = reinterpret_cast<uintptr_t>(raw);
-    base_ = (first + kHugeBlock - 1) & ~(kHugeBlock - 1);
-    if (base_ > first) munmap(raw, base_ - first);
-    const uintptr_t tail = first + span - (base_ + length_);
-    if (tail != 0) munmap(reinterpret_cast<void*>(base_ + length_), tail);
-  }
-  ~Mapping() { munmap(reinterpret_cast<void*>(base_), length_); }
-  Mapping(const Mapping&) = delete;
-  Mapping& operator=(const Mapping&) = delete;
-
-  uintptr_t region(size_t index) const { return base_ + index * kStride; }
-
- private:
-  size_t length_;
-  uintptr_t base_ = 0;
+  using HugeAlignedMapping::HugeAlignedMapping;
+  uintptr_t region(size_t index) const { return base() + index * kStride; }
 };
 
 // A fresh 4 KiB mapping, untouched unless `touch`.  (Untouched by default: on the guest this

@@ -46,13 +46,13 @@
 
 #include "cache/registration_cache.h"
 #include "monitor/uffd_monitor.h"
+#include "huge_aligned_mapping.h"
 #include "paired_scaling.h"
 #include "ucx_noop_rcache.h"
 
 namespace {
 
 constexpr size_t kPage = 4096;
-constexpr size_t kHugeBlock = size_t{2} << 20;
 constexpr size_t kLimitMargin = 1024;          // hmr's max_count = regions + this
 constexpr size_t kOrderLength = size_t{1} << 20;  // random indexes per thread (a power of two)
 constexpr int kRepetitions = 5;
@@ -68,30 +68,7 @@ const int64_t kHitRegions[] = {1, 1000, 100000, 1000000};
   std::exit(2);
 }
 
-// Anonymous, 2 MiB-aligned, never touched (MAP_NORESERVE: nothing is ever committed).
-class Mapping {
- public:
-  explicit Mapping(size_t bytes) : length_((bytes + kHugeBlock - 1) & ~(kHugeBlock - 1)) {
-    const size_t span = length_ + kHugeBlock;
-    void* raw = mmap(nullptr, span, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (raw == MAP_FAILED) die("mmap", std::strerror(errno));
-    const uintptr_t first = reinterpret_cast<uintptr_t>(raw);
-    base_ = (first + kHugeBlock - 1) & ~(kHugeBlock - 1);
-    if (base_ > first) munmap(raw, base_ - first);
-    const uintptr_t tail = first + span - (base_ + length_);
-    if (tail != 0) munmap(reinterpret_cast<void*>(base_ + length_), tail);
-  }
-  ~Mapping() { munmap(reinterpret_cast<void*>(base_), length_); }
-  Mapping(const Mapping&) = delete;
-  Mapping& operator=(const Mapping&) = delete;
-
-  uintptr_t base() const { return base_; }
-
- private:
-  size_t length_;
-  uintptr_t base_ = 0;
-};
+using Mapping = hmr::bench::HugeAlignedMapping;
 
 // ---- hmr ------------------------------------------------------------------------------
 
