@@ -63,8 +63,10 @@ run_build "ASan+UBSan build, clang (RelWithDebInfo)" build-clang-asan "${common[
 # monitors; hmr_api_tests: the C ABI with its threading, cache coherence (concurrent remaps
 # under each monitor) and asynchronous registration tests; hmr_verbs_tests: the verbs NIC
 # under pressure with threads; hmr_hmem_api_tests: device memory on the fake drivers, the
-# device hit path with threads beside frees; hmr_nccl_net_comm_tests: the NCCL plugin's comms
-# sharing one endpoint, driven from several threads.  memhooks refuses to start under
+# device hit path with threads beside frees; hmr_vendor_tests: the ROCr, Level Zero, Neuron and
+# SynapseAI ifaces with runtime calls failing on several threads at once, and the answers they
+# ask for again and then keep without a lock (util/retried_answer.h); hmr_nccl_net_comm_tests:
+# the NCCL plugin's comms sharing one endpoint, driven from several threads.  memhooks refuses to start under
 # TSan (its runtime calls libc's munmap from inside its interceptors, and rewriting that code
 # under it crashes it), so here the memhooks tests skip and the default monitor is userfaultfd;
 # the other two builds run them.
@@ -72,7 +74,7 @@ run_build "ThreadSanitizer build, clang (RelWithDebInfo)" build-clang-tsan \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHMR_BUILD_TESTS=ON -DHMR_BUILD_EXAMPLES=OFF \
   -DHMR_BUILD_BENCH=OFF -DHMR_WERROR=ON -DHMR_SANITIZE=thread -DCMAKE_C_COMPILER=clang \
   -DCMAKE_CXX_COMPILER=clang++ -- hmr_unit_tests hmr_api_tests hmr_verbs_tests hmr_hmem_api_tests \
-  hmr_nccl_net_comm_tests
+  hmr_vendor_tests hmr_nccl_net_comm_tests
 
 # The packages: a Release build of what they hold (warnings are not errors there, as in a
 # user's own build), for /usr, packaged with CPack, checked with lintian, unpacked and used.
