@@ -34,26 +34,27 @@ Result<ScalMemoryPoolInfoV2> global_hbm_pool(const ScalSymbols& scal, int device
   ScalHandle handle = nullptr;
   int rc = scal.scal_get_handle_from_fd(device_fd, &handle);
   if (rc != kScalSuccess || handle == nullptr) {
-    return make_error(HMR_EIO,
+    return make_error(rc != kScalSuccess ? hmr_code_for_scal(rc) : HMR_EIO,
                       "synapseai dma-buf export of 0x%" PRIxPTR ": scal_get_handle_from_fd(%d) "
-                      "failed (%d): SynapseAI has no SCAL instance for its device fd",
-                      address, device_fd, rc);
+                      "failed: %s: SynapseAI has no SCAL instance for its device fd",
+                      address, device_fd, describe_scal_result(rc).c_str());
   }
   ScalPoolHandle pool = nullptr;
   rc = scal.scal_get_pool_handle_by_name(handle, kGlobalHbmPool, &pool);
   if (rc != kScalSuccess || pool == nullptr) {
-    return make_error(HMR_EIO,
+    return make_error(rc != kScalSuccess ? hmr_code_for_scal(rc) : HMR_EIO,
                       "synapseai dma-buf export of 0x%" PRIxPTR ": scal_get_pool_handle_by_name"
-                      "('%s') failed (%d): SCAL has no such pool for the acquired device",
-                      address, kGlobalHbmPool, rc);
+                      "('%s') failed: %s%s", address, kGlobalHbmPool,
+                      describe_scal_result(rc).c_str(),
+                      rc == kScalNotFound ? ": SCAL has no such pool for the acquired device" : "");
   }
   ScalMemoryPoolInfoV2 info{};
   rc = scal.scal_pool_get_infoV2(pool, &info);
   if (rc != kScalSuccess) {
-    return make_error(HMR_EIO,
+    return make_error(hmr_code_for_scal(rc),
                       "synapseai dma-buf export of 0x%" PRIxPTR ": scal_pool_get_infoV2 of '%s' "
-                      "failed (%d)",
-                      address, kGlobalHbmPool, rc);
+                      "failed: %s",
+                      address, kGlobalHbmPool, describe_scal_result(rc).c_str());
   }
   if (info.device_base_allocated_address > info.device_base_address ||
       info.device_base_address + info.totalSize < info.device_base_address) {

@@ -3,7 +3,9 @@
 // memory the application allocated can be exported through hl-thunk (hbm_pool_dmabuf.h).
 // Declared in hmr's own minimal types; prototypes, the pool name and the struct layout follow
 // SCAL's scal.h as libfabric's fabtests (hmem_synapseai.c ft_synapseai_get_dmabuf_fd) and UCX's
-// Gaudi transport (gaudi_base.c uct_gaudi_base_get_info) use them.
+// Gaudi transport (gaudi_base.c uct_gaudi_base_get_info) use them, and were checked against
+// scal.h itself in Habana's SCAL sources (thirty-fourth session): the same prototypes, the
+// same 72-byte scal_memory_pool_infoV2, and the result codes below.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +16,15 @@
 namespace hmr::synapseai {
 
 inline constexpr int kScalSuccess = 0;  // SCAL_SUCCESS; any other value is a failure
+// scal.h's failures (negative), as describe_scal_result names them.
+inline constexpr int kScalFailure = -1;          // SCAL_FAILURE
+inline constexpr int kScalTimedOut = -2;         // SCAL_TIMED_OUT
+inline constexpr int kScalInvalidParam = -4;     // SCAL_INVALID_PARAM
+inline constexpr int kScalOutOfMemory = -5;      // SCAL_OUT_OF_MEMORY
+inline constexpr int kScalNotReady = -6;         // SCAL_NOT_READY
+inline constexpr int kScalResetRequired = -7;    // SCAL_RESET_REQUIRED
+inline constexpr int kScalNotFound = -11;        // SCAL_NOT_FOUND
+inline constexpr int kScalNotImplemented = -12;  // SCAL_NOT_IMPLEMENTED
 inline constexpr const char* kGlobalHbmPool = "global_hbm";
 
 using ScalHandle = void*;      // scal_handle_t, an opaque pointer

@@ -54,6 +54,27 @@ const char* errno_name(int error) {
   return "errno";
 }
 
+const char* scal_result_name(int result) {
+  switch (result) {
+    case kScalSuccess: return "SCAL_SUCCESS";
+    case kScalFailure: return "SCAL_FAILURE";
+    case kScalTimedOut: return "SCAL_TIMED_OUT";
+    case -3: return "SCAL_FW_FILE_LOAD_ERR";
+    case kScalInvalidParam: return "SCAL_INVALID_PARAM";
+    case kScalOutOfMemory: return "SCAL_OUT_OF_MEMORY";
+    case kScalNotReady: return "SCAL_NOT_READY";
+    case kScalResetRequired: return "SCAL_RESET_REQUIRED";
+    case -8: return "SCAL_INVALID_CONFIG";
+    case -9: return "SCAL_UNSUPPORTED_CONFIG_VERSION";
+    case -10: return "SCAL_FILE_NOT_FOUND";
+    case kScalNotFound: return "SCAL_NOT_FOUND";
+    case kScalNotImplemented: return "SCAL_NOT_IMPLEMENTED";
+    case -13: return "SCAL_EMPTY_PATH";
+    case -14: return "SCAL_UNSUPPORTED_TEST_CONFIG";
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 int hmr_code_for(synStatus status) {
@@ -106,6 +127,23 @@ std::string describe_errno(int error) {
   std::snprintf(buffer, sizeof buffer, "%s (%d: %s)", errno_name(error), error,
                 std::strerror(error));
   return buffer;
+}
+
+int hmr_code_for_scal(int result) {
+  switch (result) {
+    case kScalSuccess: return HMR_SUCCESS;
+    case kScalOutOfMemory: return HMR_ENOMEM;
+    case kScalTimedOut: return HMR_ETIMEDOUT;
+    case kScalNotReady: return HMR_EAGAIN;
+    case kScalNotImplemented: return HMR_EOPNOTSUPP;
+    default: return HMR_EIO;
+  }
+}
+
+std::string describe_scal_result(int result) {
+  const char* name = scal_result_name(result);
+  if (name == nullptr) return "SCAL result " + std::to_string(result);
+  return std::string(name) + " (" + std::to_string(result) + ")";
 }
 
 }  // namespace hmr::synapseai

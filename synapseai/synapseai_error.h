@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "synapseai/scal_symbols.h"
 #include "synapseai/synapse_symbols.h"
 
 namespace hmr::synapseai {
@@ -20,5 +21,12 @@ int hlthunk_errno(long long result, int saved_errno);
 int hmr_code_for_errno(int error);
 // "EBUSY (16: Device or resource busy)".
 std::string describe_errno(int error);
+
+// The HMR_E* code for a failed SCAL call's result (scal_symbols.h; HMR_EIO when nothing closer
+// fits: hmr passes SCAL only what SCAL handed it, so even SCAL_INVALID_PARAM is SCAL's state,
+// not the caller's argument).
+int hmr_code_for_scal(int result);
+// "SCAL_NOT_FOUND (-11)"; "SCAL result 7" for a value scal.h does not list.
+std::string describe_scal_result(int result);
 
 }  // namespace hmr::synapseai

@@ -21,10 +21,11 @@
 
 #define EXPORT __attribute__((visibility("default")))
 
+/* scal.h's result codes. */
 #define SCAL_SUCCESS 0
-#define SCAL_FAILURE 1 /* any non-zero value is a failure to its callers */
-#define SCAL_INVALID_PARAM 2
-#define SCAL_NOT_FOUND 3
+#define SCAL_FAILURE -1
+#define SCAL_INVALID_PARAM -4
+#define SCAL_NOT_FOUND -11
 #define MAX_DEVICES 4
 
 /* scal.h: struct scal_memory_pool_infoV2. */

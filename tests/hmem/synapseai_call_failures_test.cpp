@@ -335,22 +335,30 @@ TEST_F(SynapseaiCallFailures, RefusedPoolLookupsOnEveryThreadNameTheirCallAndLea
     const char* call;
     int code;
     int expected;
+    const char* named;  // how the reason names the result
   };
+  // SCAL's results as scal.h lists them (synapseai/scal_symbols.h), named in the reason.
   for (const Refusal& refusal :
-       {Refusal{true, "synDeviceGetInfoV2", 26 /* synFail */, HMR_EIO},
-        Refusal{false, "scal_get_handle_from_fd", 1, HMR_EIO},
-        Refusal{false, "scal_get_pool_handle_by_name", 3, HMR_EIO},
-        Refusal{false, "scal_pool_get_infoV2", 2, HMR_EIO}}) {
-    SCOPED_TRACE(refusal.call);
+       {Refusal{true, "synDeviceGetInfoV2", 26, HMR_EIO, "synFail (26)"},
+        Refusal{false, "scal_get_handle_from_fd", -1, HMR_EIO, "SCAL_FAILURE (-1)"},
+        Refusal{false, "scal_get_pool_handle_by_name", -11, HMR_EIO, "SCAL_NOT_FOUND (-11)"},
+        Refusal{false, "scal_pool_get_infoV2", -5, HMR_ENOMEM, "SCAL_OUT_OF_MEMORY (-5)"},
+        Refusal{false, "scal_pool_get_infoV2", -6, HMR_EAGAIN, "SCAL_NOT_READY (-6)"},
+        Refusal{false, "scal_pool_get_infoV2", 99, HMR_EIO, "SCAL result 99"}}) {
+    SCOPED_TRACE(refusal.named);
     if (refusal.synapse) {
       fake_synapse().set_failure(refusal.call, refusal.code);
     } else {
       fake_scal().set_failure(refusal.call, refusal.code);
     }
     std::vector<std::string> failures = on_threads([&](int i) -> std::string {
-      return unless_failed_naming(
-          iface().export_dmabuf({as_pointer(app + static_cast<size_t>(i) * page_), 64}).status(),
-          refusal.expected, refusal.call);
+      const Status refused =
+          iface().export_dmabuf({as_pointer(app + static_cast<size_t>(i) * page_), 64}).status();
+      std::string failure = unless_failed_naming(refused, refusal.expected, refusal.call);
+      if (failure.empty() && refused.reason().find(refusal.named) == std::string::npos) {
+        failure = "no '" + std::string(refusal.named) + "' in: " + refused.reason();
+      }
+      return failure;
     });
     EXPECT_EQ(failures, kNoFailures);
     EXPECT_EQ(open_fd_count(), fds);
@@ -360,7 +368,7 @@ TEST_F(SynapseaiCallFailures, RefusedPoolLookupsOnEveryThreadNameTheirCallAndLea
       fake_scal().set_failure(refusal.call, 0);
     }
   }
-  fake_scal().set_failure_once("scal_pool_get_infoV2", 2, 3);
+  fake_scal().set_failure_once("scal_pool_get_infoV2", -1, 3);
   std::atomic<int> refused{0};
   std::vector<std::string> failures = on_threads([&](int i) -> std::string {
     Result<DmabufExport> exported =
