@@ -12,7 +12,7 @@ package_dir=${1:?folder holding the hmr package}
 built_with=${2:?interpreter the package was built with}
 here=$(cd "$(dirname "$0")" && pwd)
 
-candidates=(${HMR_PYTHON_INTERPRETERS:-})
+read -r -a candidates <<<"${HMR_PYTHON_INTERPRETERS:-}"
 for version in 11 12 13 14 15 16 17 18 19; do
   found=$(command -v "python3.$version" 2>/dev/null) && candidates+=("$found")
 done
