@@ -237,8 +237,8 @@ Status UmrQueue::wait_for(uint64_t wr_id) {
     if (found == 1 && wc.wr_id == wr_id) {
       if (wc.status == IBV_WC_SUCCESS) return ok_status();
       broken_ = true;
-      return make_error(HMR_EIO, "the UMR filling the indirect key on %s completed with status "
-                        "%d (vendor error %#x)", device_.c_str(), static_cast<int>(wc.status),
+      return make_error(HMR_EIO, "the UMR filling the indirect key on %s completed with %s "
+                        "(vendor error %#x)", device_.c_str(), describe_wc_status(wc.status).c_str(),
                         wc.vendor_err);
     }
     // Only this queue's own signalled UMRs complete here, one at a time; anything else is a

@@ -43,4 +43,19 @@ Status verbs_failure(int err, const char* format, ...) {
                     err != 0 ? std::strerror(err) : "failed without errno", hint);
 }
 
+std::string describe_wc_status(uint32_t status) {
+  // enum ibv_wc_status in rdma-core's verbs.h, in its order (0 to 23).
+  static constexpr const char* kNames[] = {
+      "IBV_WC_SUCCESS",          "IBV_WC_LOC_LEN_ERR",        "IBV_WC_LOC_QP_OP_ERR",
+      "IBV_WC_LOC_EEC_OP_ERR",   "IBV_WC_LOC_PROT_ERR",       "IBV_WC_WR_FLUSH_ERR",
+      "IBV_WC_MW_BIND_ERR",      "IBV_WC_BAD_RESP_ERR",       "IBV_WC_LOC_ACCESS_ERR",
+      "IBV_WC_REM_INV_REQ_ERR",  "IBV_WC_REM_ACCESS_ERR",     "IBV_WC_REM_OP_ERR",
+      "IBV_WC_RETRY_EXC_ERR",    "IBV_WC_RNR_RETRY_EXC_ERR",  "IBV_WC_LOC_RDD_VIOL_ERR",
+      "IBV_WC_REM_INV_RD_REQ_ERR", "IBV_WC_REM_ABORT_ERR",    "IBV_WC_INV_EECN_ERR",
+      "IBV_WC_INV_EEC_STATE_ERR", "IBV_WC_FATAL_ERR",         "IBV_WC_RESP_TIMEOUT_ERR",
+      "IBV_WC_GENERAL_ERR",      "IBV_WC_TM_ERR",             "IBV_WC_TM_RNDV_INCOMPLETE"};
+  if (status >= sizeof kNames / sizeof kNames[0]) return "status " + std::to_string(status);
+  return std::string(kNames[status]) + " (" + std::to_string(status) + ")";
+}
+
 }  // namespace hmr::verbs

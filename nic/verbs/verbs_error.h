@@ -2,6 +2,9 @@
 // caller can do about it, and a reason that names the verb, the device and the range.
 #pragma once
 
+#include <cstdint>
+#include <string>
+
 #include "util/status.h"
 
 namespace hmr::verbs {
@@ -13,5 +16,9 @@ int hmr_code_for_errno(int err);
 // make_error with hmr_code_for_errno(err), the reason followed by ": <strerror(err)>" and, for
 // ENOMEM, the locked-memory limit that usually causes it.
 Status verbs_failure(int err, const char* format, ...) __attribute__((format(printf, 2, 3)));
+
+// A work completion's status as rdma-core's enum ibv_wc_status names it:
+// "IBV_WC_GENERAL_ERR (21)"; "status 42" for a value verbs.h does not list.
+std::string describe_wc_status(uint32_t status);
 
 }  // namespace hmr::verbs

@@ -15,7 +15,6 @@
 #include "fake_ibverbs_internal.h"
 
 #define FAKE_CQ_DEPTH 64
-#define FAKE_WC_GENERAL_ERR 13 /* IBV_WC_GENERAL_ERR */
 
 struct fake_cq {
   struct ibv_cq cq;
@@ -315,7 +314,7 @@ static int fake_wr_complete(struct ibv_qp_ex *qpx) {
   if (err == 0 && qp->qpx.qp_base.state != IBV_QPS_RTS) err = EINVAL;
   if (err == 0) {
     int status = fake_calls_failure(&fake_verbs_calls, "umr:completion");
-    if (status == 0 && qp->pending_error) status = FAKE_WC_GENERAL_ERR;
+    if (status == 0 && qp->pending_error) status = IBV_WC_GENERAL_ERR;
     qp->pending.status = status;
     last_umr = qp->pending;
     if (status != 0) qp->qpx.qp_base.state = IBV_QPS_ERR;

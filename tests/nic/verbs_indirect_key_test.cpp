@@ -32,7 +32,7 @@ constexpr uint64_t kRemote = kRemoteAccess;
 constexpr size_t kPage = kTestPage;
 const char* const kConnectX = kFakeConnectX;
 const char* const kEfa = kFakeEfa;
-constexpr int kGeneralError = 13;  // IBV_WC_GENERAL_ERR
+constexpr int kGeneralError = 21;  // IBV_WC_GENERAL_ERR (rdma-core verbs.h)
 
 uint64_t va(const void* p) { return reinterpret_cast<uint64_t>(p); }
 
@@ -257,7 +257,7 @@ TEST_F(VerbsIndirectKeyTest, FailuresReachTheCallerAndLeaveNothingBehind) {
 
   // A UMR that completes in error breaks the RC QP; the next key reconnects it first.
   fake().set_failure("umr:completion", kGeneralError);
-  expect_refused(pieces, HMR_EIO, "status 13");
+  expect_refused(pieces, HMR_EIO, "IBV_WC_GENERAL_ERR (21)");
   fake().set_failure("umr:completion", 0);
   const int transitions = fake().call_count("ibv_modify_qp");
   hmr_mr* key = nullptr;
