@@ -683,11 +683,13 @@ EXPORT ze_result_t zeMemGetAddressRange(const void *context, const void *ptr, vo
   const struct fake_context *c = context_of(context);
   if (c == NULL) LEAVE(INVALID_NULL_HANDLE);
   const struct allocation *a = find_allocation(c->driver, (uintptr_t)ptr);
-  if (a == NULL) LEAVE(INVALID_ARGUMENT);
-  /* Free space of a pool: compute-runtime answers ZE_RESULT_ERROR_ADDRESS_NOT_FOUND (its unit
-   * test "getMemAddressRange(notAllocatedPoolPtr) == ADDRESS_NOT_FOUND"; releases before the
-   * Level Zero 1.13 result code said UNKNOWN). */
-  if (a->is_pool) LEAVE(0x78000021);
+  /* An address in no allocation (freed, or never allocated), and the free space of a pool:
+   * compute-runtime's Context::getMemAddressRange answers ZE_RESULT_ERROR_ADDRESS_NOT_FOUND
+   * for both (its unit test "getMemAddressRange(notAllocatedPoolPtr) == ADDRESS_NOT_FOUND");
+   * releases before the Level Zero 1.13 result code said ZE_RESULT_ERROR_UNKNOWN.  Never
+   * INVALID_ARGUMENT, which the fake answered for the first case until an audit against the
+   * driver's source. */
+  if (a == NULL || a->is_pool) LEAVE(0x78000021);
   if (base != NULL) *base = (void *)a->base;
   if (size != NULL) *size = a->size;
   LEAVE(SUCCESS);
