@@ -578,9 +578,14 @@ EXPORT hsa_status_t hsa_amd_portable_export_dmabuf(const void *ptr, size_t size,
     runtime_crashes++; /* the runtime reads the missing region: a crash, not an error */
     LEAVE(ERROR);
   }
-  /* VRAM only, and the whole range inside the allocation's buffer object. */
-  if (a == NULL || a->memfd < 0) LEAVE(INVALID_ARGUMENT);
+  /* As Runtime::DmaBufExport (ROCR-Runtime runtime.cpp): memory the runtime allocated
+   * (allocation_map_; not pinned host memory or a reserved range) with the whole range inside
+   * the allocation, else INVALID_ALLOCATION; then only a GPU's allocation, else INVALID_AGENT
+   * (a CPU pool's).  Until an audit against that source the fake answered INVALID_ARGUMENT for
+   * all of them. */
+  if (a == NULL || a->type != TYPE_HSA) LEAVE(INVALID_ALLOCATION);
   if (size > a->mapped - ((uintptr_t)ptr - a->base)) LEAVE(INVALID_ALLOCATION);
+  if (a->gpu < 0 || a->memfd < 0) LEAVE(INVALID_AGENT);
   /* The dma-buf is the whole buffer object; the offset says where ptr lies in it. */
   const int fd = fcntl(a->memfd, F_DUPFD_CLOEXEC, 0);
   if (fd < 0) LEAVE(OUT_OF_RESOURCES);
