@@ -46,7 +46,11 @@ enum {
   synAlreadyInitialized = 29,
 };
 
-#define HCCL_FAILURE 1       /* what hcclLookupDMABuff returns when it cannot export */
+/* What HCL's hcclLookupDMABuff_Wrapper returns: hcclInvalidArgument (7 in hccl_types.h) for a
+ * null fd pointer (RETURN_ON_INVALID_FD), and, when HCCL has no dma-buf, the negative "fd"
+ * its context gave (-1 here), never a positive failure code. */
+#define HCCL_INVALID_ARGUMENT 7
+#define HCCL_NO_DMABUF (-1)
 #define REGION_SIZE (256ull << 20)
 #define GRANULE (2ull << 20) /* Gaudi device memory comes in 2 MiB pages */
 #define MAX_ALLOCATIONS 64
@@ -183,7 +187,7 @@ EXPORT synStatus synDeviceGetInfoV2(uint32_t device_id, struct syn_device_info_v
 EXPORT int hcclLookupDMABuff(uint64_t address, uint64_t size, int *fd) {
   ENTER("hcclLookupDMABuff");
   /* HCL's RETURN_ON_INVALID_FD: a null fd pointer is refused, anything else is not looked at. */
-  if (fd == NULL) LEAVE(HCCL_FAILURE);
+  if (fd == NULL) LEAVE(HCCL_INVALID_ARGUMENT);
   if (!initialized || acquired < 0 || !hccl_ready) {
     /* HCL: hccl_device()->getOfiComponent() before hccl_device_t::create: a null device. */
     fprintf(stderr, "fake hcclLookupDMABuff: called before HCCL made its device; the real one "
@@ -193,12 +197,12 @@ EXPORT int hcclLookupDMABuff(uint64_t address, uint64_t size, int *fd) {
   if (hccl_fd < 0) {
     uint64_t start = 0;
     uint64_t pool_size = 0;
-    if (pool_of(acquired, &start, &pool_size) != 0) LEAVE(HCCL_FAILURE);
+    if (pool_of(acquired, &start, &pool_size) != 0) LEAVE(HCCL_NO_DMABUF);
     const int exported = memfd_create("fake-hccl-gaudi-direct", MFD_CLOEXEC);
-    if (exported < 0) LEAVE(HCCL_FAILURE);
+    if (exported < 0) LEAVE(HCCL_NO_DMABUF);
     if (ftruncate(exported, (off_t)pool_size) != 0) {
       close(exported);
-      LEAVE(HCCL_FAILURE);
+      LEAVE(HCCL_NO_DMABUF);
     }
     hccl_fd = exported;
   }
