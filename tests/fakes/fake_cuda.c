@@ -128,8 +128,11 @@ static CUresult pointer_attribute(void *data, int attribute, const struct locate
     case 2: /* MEMORY_TYPE: managed memory reads as device memory, told apart by IS_MANAGED */
       *(unsigned int *)data = at->memory == FAKE_CUDA_MEM_MANAGED ? 2u : (unsigned)at->memory;
       break;
-    case 6: /* SYNC_MEMOPS */
-      *(unsigned int *)data = at->place == PLACE_ALLOCATION && allocations[at->index].sync_memops;
+    /* SYNC_MEMOPS, IS_MANAGED and MAPPED: cuda.h documents each as "a boolean", and NVIDIA's
+     * cuda-python reads them as one.  Written as one byte, the narrowest a driver may write,
+     * so a caller that reads a wider, unzeroed integer reads garbage here too. */
+    case 6:
+      *(unsigned char *)data = at->place == PLACE_ALLOCATION && allocations[at->index].sync_memops;
       break;
     case 7: /* BUFFER_ID: cuda.h, "a buffer ID which is guaranteed to be unique within the
              * process" for memory "obtained from a CUDA memory allocation API"; for any other
@@ -140,11 +143,11 @@ static CUresult pointer_attribute(void *data, int attribute, const struct locate
       *(unsigned long long *)data =
           fake_calls_failure(&calls, "cuPointerGetAttributes:no_buffer_id") != 0 ? 0 : at->buffer_id;
       break;
-    case 8: *(unsigned int *)data = at->memory == FAKE_CUDA_MEM_MANAGED; break;
+    case 8: *(unsigned char *)data = at->memory == FAKE_CUDA_MEM_MANAGED; break;
     case 9: *(int *)data = at->device; break;
     case 11: *(CUdeviceptr *)data = at->range_base; break;
     case 12: *(size_t *)data = at->range_size; break;
-    case 13: *(unsigned int *)data = (unsigned)mapped; break;
+    case 13: *(unsigned char *)data = (unsigned char)(mapped != 0); break;
     case 17: *(void **)data = at->pooled ? (void *)&fake_pool : NULL; break;
     case 18:
       *(size_t *)data = !mapped        ? 0
@@ -179,7 +182,7 @@ EXPORT CUresult cuPointerSetAttribute(const void *value, int attribute, CUdevice
   fake_locate(ptr, &at);
   if (at.place == PLACE_MAPPING) LEAVE(NOT_SUPPORTED);
   if (at.place != PLACE_ALLOCATION) LEAVE(INVALID_VALUE);
-  allocations[at.index].sync_memops = *(const unsigned int *)value != 0;
+  allocations[at.index].sync_memops = *(const unsigned char *)value != 0;  /* a boolean */
   LEAVE(SUCCESS);
 }
 
