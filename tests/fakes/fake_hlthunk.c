@@ -98,6 +98,13 @@ static int device_of(int fd) {
     errno = (error);             \
     return -(error);             \
   } while (0)
+/* ... or -1 with errno set, where hl-thunk passes on a failed open(2). */
+#define FAIL_MINUS_ONE(error)    \
+  do {                           \
+    pthread_mutex_unlock(&lock); \
+    errno = (error);             \
+    return -1;                   \
+  } while (0)
 /* ... and 0 from calls that return a handle or an address. */
 #define FAIL_ZERO(error)         \
   do {                           \
@@ -114,25 +121,31 @@ static int device_of(int fd) {
     return leave_result;                              \
   } while (0)
 
+/* As hl-thunk-open's libhlthunk.c: with a bus id (hlthunk_open_by_busid) the name is not looked
+ * at, an unknown bus id is -EINVAL, and a held device fails its open(2) (exclusive: -1, errno
+ * EBUSY); without one (hlthunk_open_device_by_name) the first free device of the named kind,
+ * else -1 with errno from the last failed open (EBUSY: every device is held). */
 EXPORT int hlthunk_open(int device_name, const char *busid) {
   pthread_mutex_lock(&lock);
   int injected = fake_calls_enter(&calls, "hlthunk_open");
   if (injected != 0) FAIL(injected);
-  if (device_name != DEVICE_DONT_CARE && device_name != DEVICE_GAUDI2) FAIL(ENODEV);
+  int held = 0;
   for (int i = 0; i < FAKE_HLTHUNK_DEVICE_COUNT; ++i) {
     if (busid != NULL && strcmp(busid, bus_ids[i]) != 0) continue;
-    if (devices[i].fd >= 0 || devices[i].busy) continue; /* exclusive */
+    if (busid == NULL && device_name != DEVICE_DONT_CARE && device_name != DEVICE_GAUDI2) continue;
+    if (devices[i].fd >= 0 || devices[i].busy) { /* exclusive */
+      held = 1;
+      continue;
+    }
     const int fd = open("/dev/null", O_RDWR | O_CLOEXEC);
     const int error = errno;
     if (fd < 0) FAIL(error);
     devices[i].fd = fd;
     LEAVE(fd);
   }
-  if (busid == NULL) FAIL(EBUSY);
-  for (int i = 0; i < FAKE_HLTHUNK_DEVICE_COUNT; ++i) {
-    if (strcmp(busid, bus_ids[i]) == 0) FAIL(EBUSY); /* exclusive: the open of a held device */
-  }
-  FAIL(ENODEV);
+  if (held) FAIL_MINUS_ONE(EBUSY);
+  if (busid != NULL) FAIL(EINVAL);
+  FAIL_MINUS_ONE(ENODEV); /* no device of that kind */
 }
 
 /* hl-thunk finds the device whose control node reports the module id and opens it by bus id;
