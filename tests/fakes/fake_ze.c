@@ -644,6 +644,12 @@ EXPORT ze_result_t zeMemGetAllocProperties(const void *context, const void *ptr,
   if (export_fd != NULL) {
     const int export_failure = fake_calls_failure(&calls, "zeMemGetAllocProperties:export");
     if (export_failure != 0) LEAVE(export_failure);
+    /* Drivers differ here (ContextImp::handleAllocationExtensions): older compute-runtime
+     * refuses an OPAQUE_FD request with UNSUPPORTED_ENUMERATION and memory other than device
+     * memory with UNSUPPORTED_FEATURE; newer ones never read the flags, refuse only shared
+     * memory, and export host memory too.  hmr asks only for DMA_BUF of device memory on a
+     * device that says it exports, where they all agree; the fake refuses the rest, as the
+     * stricter of them, so hmr cannot come to rely on a newer driver's laxness. */
     if (export_fd->flags != DMA_BUF || a->type != TYPE_DEVICE || !can_export_dmabuf(a->device)) {
       LEAVE(UNSUPPORTED_FEATURE);
     }
