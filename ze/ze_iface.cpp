@@ -252,7 +252,7 @@ Result<ZeIface::Tiles> ZeIface::list_tiles(const ZeSymbols& symbols, ze_device_h
   return tiles;
 }
 
-bool ZeIface::Tiles::holds(ze_device_handle_t handle, const std::string& uuid) const {
+bool ZeIface::Tiles::holds(ze_device_handle_t handle, std::string_view uuid) const {
   return std::find(handles.begin(), handles.end(), handle) != handles.end() ||
          (!uuid.empty() && std::find(uuids.begin(), uuids.end(), uuid) != uuids.end());
 }
@@ -297,7 +297,7 @@ Result<std::optional<size_t>> ZeIface::device_of_handle(size_t driver,
     const Device& device = devices_[index];
     if (device.handle == handle) return std::optional<size_t>(index);
     const Tiles* tiles = device.tiles.get();
-    if (tiles != nullptr && tiles->holds(handle, std::string())) {
+    if (tiles != nullptr && tiles->holds(handle)) {
       return std::optional<size_t>(index);
     }
   }

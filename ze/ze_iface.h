@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "hmem/iface.h"
@@ -85,7 +86,8 @@ class ZeIface final : public hmem::Iface {
   struct Tiles {
     std::vector<ze_device_handle_t> handles;
     std::vector<std::string> uuids;
-    bool holds(ze_device_handle_t handle, const std::string& uuid) const;
+    // Whether `handle` is one of them, or (where given) `uuid` one of theirs.
+    bool holds(ze_device_handle_t handle, std::string_view uuid = {}) const;
   };
   struct Device {
     ZeDeviceInfo info;

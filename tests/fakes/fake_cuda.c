@@ -3,7 +3,8 @@
  *
  * Two devices.  This file: initialisation, devices, pointer attributes, dma-buf export, error
  * strings and the test-only controls.  Memory (allocations, copies, host registration) is in
- * fake_cuda_memory.c, VMM in fake_cuda_vmm.c, contexts in fake_cuda_context.c; the memory model
+ * fake_cuda_memory.c, VMM in fake_cuda_vmm.c, stream-ordered pools in fake_cuda_pool.c, CUDA IPC
+ * in fake_cuda_ipc.c, contexts in fake_cuda_context.c; the memory model
  * is described in fake_cuda_internal.h.  dma-buf export returns a real fd (a memfd sized to the
  * exported range), so fd ownership is real. */
 #define _GNU_SOURCE
@@ -91,6 +92,7 @@ EXPORT CUresult cuDeviceGetAttribute(int *value, int attribute, CUdevice device)
     case 50: *value = 0; break;                        /* PCI_DOMAIN_ID */
     case 102: *value = 1; break;                       /* VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED */
     case 110: *value = 1; break;                       /* GPU_DIRECT_RDMA_WITH_CUDA_VMM */
+    case 115: *value = 1; break;                       /* MEMORY_POOLS_SUPPORTED */
     case 116: *value = 1; break;                       /* GPU_DIRECT_RDMA_SUPPORTED */
     /* DMA_BUF_SUPPORTED: only device 0, so "per device, not device 0 for all" is visible. */
     case 124: *value = device == 0; break;
@@ -106,15 +108,14 @@ EXPORT CUresult cuDeviceGetAttribute(int *value, int attribute, CUdevice device)
  *   MAPPING_BASE/SIZE the mapping (VMM segment), or for other allocations their physical
  *                    backing: the allocation rounded out to 2 MiB (as driver 580 on an H100
  *                    answers: 4 MiB for a 3 MiB + 123 B cuMemAlloc, docs/gpu.md); 0 where
- *                    nothing is mapped; for pool memory (fake_cuda_alloc_pooled) the pool's
+ *                    nothing is mapped; for pool memory (fake_cuda_pool.c) the pool's
  *                    32 MiB chunk that holds the address.  The failure
  *                    "cuPointerGetAttributes:mapping" makes them INVALID_VALUE, as a driver
  *                    without them answers
- *   MEMPOOL_HANDLE   non-null for pool memory, null otherwise
- *   MEMORY_BLOCK_ID  the cuMemCreate handle; the buffer id for other allocations (assumed)
+ *   MEMPOOL_HANDLE   the pool (cuDeviceGetDefaultMemPool's handle) for pool memory, else null
+ *   MEMORY_BLOCK_ID  the cuMemCreate handle; the pool chunk's for pool memory; the buffer id
+ *                    for other allocations (assumed)
  *   unmapped reservation: memory type 0, MAPPED 0, ordinal -1 (assumed). */
-static char fake_pool; /* what MEMPOOL_HANDLE points at */
-
 static CUresult pointer_attribute(void *data, int attribute, const struct located *at) {
   const int mapped = at->place != PLACE_NONE && at->place != PLACE_HOLE;
   const uint64_t backing = 2u << 20;
@@ -148,7 +149,7 @@ static CUresult pointer_attribute(void *data, int attribute, const struct locate
     case 11: *(CUdeviceptr *)data = at->range_base; break;
     case 12: *(size_t *)data = at->range_size; break;
     case 13: *(unsigned char *)data = (unsigned char)(mapped != 0); break;
-    case 17: *(void **)data = at->pooled ? (void *)&fake_pool : NULL; break;
+    case 17: *(void **)data = at->pooled ? fake_pool_handle(at->device) : NULL; break;
     case 18:
       *(size_t *)data = !mapped        ? 0
                         : at->pooled   ? pool_chunk
@@ -225,11 +226,13 @@ EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdevic
 
 /* Whether [ptr, ptr + size) may be exported, as cuda.h documents it: inside one allocation
  * (whole pages of it), or fully mapped VMM segments of one reservation, one device and the
- * same allocation properties.  Managed and registered memory are never exported.  Lock held. */
+ * same allocation properties; pool memory where its pool has backed every byte (assumed,
+ * fake_cuda_pool.c).  Managed and registered memory are never exported.  Lock held. */
 static int exportable(CUdeviceptr ptr, size_t size, uint64_t page) {
+  if (fake_pool_exportable(ptr, size)) return 1;
   struct located first;
   fake_locate(ptr, &first);
-  if (first.place == PLACE_ALLOCATION) {
+  if (first.place == PLACE_ALLOCATION && !first.pooled) {
     return first.memory != FAKE_CUDA_MEM_MANAGED &&
            ptr + size <= first.base + fake_round_up(first.size, page);
   }

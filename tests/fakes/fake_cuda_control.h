@@ -28,9 +28,14 @@ typedef void (*fake_cuda_reset_fn)(void);
  * context; a freed address is handed out again first.  Device memory stays PROT_NONE to the CPU;
  * host and managed memory is readable and writable, as on a real driver.  Returns a CUresult. */
 typedef int (*fake_cuda_alloc_fn)(int device, size_t size, int memory, unsigned long long *out);
-/* The same, as cuMemAllocAsync's stream-ordered pool hands device memory out: MEMPOOL_HANDLE
- * set, MAPPING_BASE/SIZE the pool's 32 MiB chunk holding the address.  Free with fake_cuda_free. */
+/* The same from `device`'s default stream-ordered pool, as cuMemAllocAsync hands memory out
+ * (fake_cuda_pool.c): MEMPOOL_HANDLE set, MAPPING_BASE/SIZE the pool's 32 MiB chunk holding
+ * the address, a freed address handed out first.  Free with fake_cuda_free, which gives the
+ * memory back to the pool, not to the OS. */
 typedef int (*fake_cuda_alloc_pooled_fn)(int device, size_t size, unsigned long long *out);
+/* Releases every pool's unused chunks, as a synchronisation does under the default release
+ * threshold (0): the next allocation at a freed pool address has new physical memory. */
+typedef void (*fake_cuda_release_pools_fn)(void);
 typedef int (*fake_cuda_free_fn)(unsigned long long ptr);
 /* Makes every later call of entry point `name` return `code` (0 clears it).  The pseudo-name
  * "cuMemGetHandleForAddressRange:pcie" fails only calls that pass the PCIe mapping flag. */

@@ -53,7 +53,7 @@ struct allocation {
   size_t size;
   unsigned long long buffer_id;
   char *alias; /* the bytes, GRANULE-rounded */
-  int pooled;  /* from fake_cuda_alloc_pooled: cuMemAllocAsync's stream-ordered pool */
+  int pooled;  /* from the device's stream-ordered pool (cuMemAllocAsync, fake_cuda_pool.c) */
   /* Once exported through CUDA IPC (and in the importer), the bytes are a memfd mapped
    * shared at alias, so both processes reach them (fake_cuda_ipc.c); -1 before.  Only then:
    * a real allocation holds no file descriptor of the process, and tests count those. */
@@ -160,9 +160,20 @@ CUresult fake_allocate(int device, size_t size, int memory, int context, CUdevic
  * or -1) an address on `device` and records the allocation; its index in *index. */
 CUresult fake_place_allocation(int device, size_t size, int memory, int context, char *alias,
                                int fd, CUdeviceptr *out, int *index);
+/* Records an allocation of `size` bytes at `base` whose bytes are at `alias`, with a new
+ * BUFFER_ID; its index in *index. */
+CUresult fake_record_allocation(int device, CUdeviceptr base, size_t size, int memory,
+                                int context, char *alias, int fd, int *index);
 void fake_release_allocation(struct allocation *a);
 void fake_free_context_allocations(int device);
 void fake_reset_memory(void);
+/* The stream-ordered pools (fake_cuda_pool.c). */
+CUresult fake_pool_allocate(int device, size_t size, int context, CUdeviceptr *out);
+void *fake_pool_handle(int device);                                /* MEMPOOL_HANDLE */
+unsigned long long fake_pool_block_id(int device, CUdeviceptr ptr); /* its chunk's */
+int fake_pool_exportable(CUdeviceptr ptr, size_t size);
+void fake_pool_release_unused(int device);
+void fake_reset_pools(void);
 void fake_reset_vmm(void);
 void fake_reset_contexts(void);
 

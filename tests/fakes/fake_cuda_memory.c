@@ -34,6 +34,7 @@ static void locate(CUdeviceptr ptr, struct located *out) {
       *out = (struct located){PLACE_ALLOCATION, i,       a->device,    a->memory,    a->base,
                               a->size,          a->base, a->size,      a->buffer_id, a->buffer_id,
                               a->alias,         a->pooled, ptr};
+      if (a->pooled) out->block_id = fake_pool_block_id(a->device, ptr);
       return;
     }
   }
@@ -98,19 +99,31 @@ CUresult fake_place_allocation(int device, size_t size, int memory, int context,
     }
   }
   if (candidate + span > region_end) return OUT_OF_MEMORY;
+  if (alias == NULL) {
+    /* CPU-accessible memory: its own address is the alias. */
+    if (mprotect((void *)(uintptr_t)candidate, span, PROT_READ | PROT_WRITE) != 0) {
+      return OUT_OF_MEMORY;
+    }
+    alias = (char *)(uintptr_t)candidate;
+  }
+  const CUresult result =
+      fake_record_allocation(device, candidate, size, memory, context, alias, fd, index);
+  if (result != SUCCESS) {
+    if (alias == (char *)(uintptr_t)candidate) mprotect(alias, span, PROT_NONE);
+    return result;
+  }
+  *out = candidate;
+  return SUCCESS;
+}
+
+/* Lock held. */
+CUresult fake_record_allocation(int device, CUdeviceptr base, size_t size, int memory,
+                                int context, char *alias, int fd, int *index) {
   for (int i = 0; i < MAX_ALLOCATIONS; ++i) {
     if (allocations[i].live) continue;
-    if (alias == NULL) {
-      /* CPU-accessible memory: its own address is the alias. */
-      if (mprotect((void *)(uintptr_t)candidate, span, PROT_READ | PROT_WRITE) != 0) {
-        return OUT_OF_MEMORY;
-      }
-      alias = (char *)(uintptr_t)candidate;
-    }
     allocations[i] = (struct allocation){.live = 1, .device = device, .memory = memory,
-                                         .context = context, .base = candidate, .size = size,
+                                         .context = context, .base = base, .size = size,
                                          .buffer_id = fake_next_id(), .alias = alias, .fd = fd};
-    *out = candidate;
     if (index != NULL) *index = i;
     return SUCCESS;
   }
@@ -134,12 +147,12 @@ CUresult fake_allocate(int device, size_t size, int memory, int context, CUdevic
   return result;
 }
 
-/* Lock held.  The bytes go away, as freed device memory does. */
+/* Lock held.  The bytes go away, as freed device memory does; pool memory goes back to its
+ * pool, which keeps the bytes until it releases the chunk (fake_cuda_pool.c). */
 void fake_release_allocation(struct allocation *a) {
-  if (a->pooled) { /* back to the block fake_allocate made (fake_cuda_alloc_pooled) */
-    a->base -= 4096;
-    a->alias -= 4096;
-    a->size += 4096;
+  if (a->pooled) {
+    memset(a, 0, sizeof *a);
+    return;
   }
   const size_t span = fake_round_up(a->size, GRANULE);
   if (cpu_accessible(a->memory)) {
@@ -158,12 +171,14 @@ void fake_free_context_allocations(int device) {
       fake_release_allocation(&allocations[i]);
     }
   }
+  fake_pool_release_unused(device);
 }
 
 void fake_reset_memory(void) {
   for (int i = 0; i < MAX_ALLOCATIONS; ++i) {
     if (allocations[i].live) fake_release_allocation(&allocations[i]);
   }
+  fake_reset_pools();
   memset(registrations, 0, sizeof registrations);
 }
 
@@ -305,28 +320,6 @@ EXPORT int fake_cuda_alloc(int device, size_t size, int memory, unsigned long lo
   }
   pthread_mutex_lock(&fake_lock);
   LEAVE(fake_allocate(device, size, memory, -1, out));
-}
-
-/* Device memory as cuMemAllocAsync hands it out from a stream-ordered pool: the same as
- * fake_cuda_alloc's, but MEMPOOL_HANDLE is set and MAPPING_BASE/SIZE name the pool's 32 MiB
- * chunk that holds the address (as driver 580 on an H100 answers), not the allocation.  The
- * allocation is placed 4 KiB past a granule so chunks and allocation never line up. */
-EXPORT int fake_cuda_alloc_pooled(int device, size_t size, unsigned long long *out) {
-  pthread_mutex_lock(&fake_lock);
-  CUdeviceptr padded = 0;
-  CUresult result = fake_allocate(device, size + 4096, FAKE_CUDA_MEM_DEVICE, -1, &padded);
-  if (result != SUCCESS) LEAVE(result);
-  for (int i = 0; i < MAX_ALLOCATIONS; ++i) {
-    struct allocation *a = &allocations[i];
-    if (a->live && a->base == padded) {
-      a->base += 4096;
-      a->size = size;
-      a->alias += 4096;
-      a->pooled = 1;
-      *out = a->base;
-    }
-  }
-  LEAVE(SUCCESS);
 }
 
 EXPORT int fake_cuda_free(unsigned long long ptr) {

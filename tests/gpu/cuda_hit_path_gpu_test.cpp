@@ -16,12 +16,14 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "tests/api/test_support.h"
@@ -205,74 +207,124 @@ TEST_F(CudaHitPath, TwoViewsOfOneReservationRegisteredInTurnAreEachRegisteredOnc
   EXPECT_NE(reg_key_close(domain.get(), memory.base(), 8192), HMR_KEY_NOTAVAIL);
 }
 
-// Stream-ordered pool memory (cuMemAllocAsync: PyTorch's cudaMallocAsync backend).  Handed
-// out again from the pool, an address keeps its physical memory, so a hit is not stale either
-// way (printed: whether the driver gave the new allocation a new BUFFER_ID).  Trimmed
-// (cuMemPoolTrimTo releases the pool's unused memory) and allocated again, the address has new
-// memory: the old registration must never be the answer.
-TEST_F(CudaHitPath, PoolMemoryTrimmedAndHandedOutAgainNeverHitsTheOldRegistration) {
+// The stream-ordered allocator's entry points, from the loaded driver; nullopt where it has none.
+struct PoolCalls {
+  CUresult (*alloc_async)(CUdeviceptr*, size_t, void*) = nullptr;
+  CUresult (*free_async)(CUdeviceptr, void*) = nullptr;
+  CUresult (*synchronize)(void*) = nullptr;
+  CUresult (*default_pool)(void**, int) = nullptr;
+  CUresult (*trim_to)(void*, size_t) = nullptr;
+  CUresult (*set_attribute)(void*, int, void*) = nullptr;
+  CUresult (*get_attribute)(void*, int, void*) = nullptr;
+};
+std::optional<PoolCalls> pool_calls() {
   void* library = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-  ASSERT_NE(library, nullptr) << dlerror();
-  using AllocAsync = CUresult (*)(CUdeviceptr*, size_t, void*);
-  using FreeAsync = CUresult (*)(CUdeviceptr, void*);
-  using Synchronize = CUresult (*)(void*);
-  using DefaultPool = CUresult (*)(void**, int);
-  using TrimTo = CUresult (*)(void*, size_t);
-  auto alloc_async = reinterpret_cast<AllocAsync>(dlsym(library, "cuMemAllocAsync"));
-  auto free_async = reinterpret_cast<FreeAsync>(dlsym(library, "cuMemFreeAsync"));
-  auto synchronize = reinterpret_cast<Synchronize>(dlsym(library, "cuStreamSynchronize"));
-  auto default_pool = reinterpret_cast<DefaultPool>(dlsym(library, "cuDeviceGetDefaultMemPool"));
-  auto trim_to = reinterpret_cast<TrimTo>(dlsym(library, "cuMemPoolTrimTo"));
+  if (library == nullptr) return std::nullopt;
+  PoolCalls calls;
+  auto find = [library](auto& slot, const char* name) {
+    slot = reinterpret_cast<std::remove_reference_t<decltype(slot)>>(dlsym(library, name));
+    return slot != nullptr;
+  };
+  const bool all = find(calls.alloc_async, "cuMemAllocAsync") &&
+                   find(calls.free_async, "cuMemFreeAsync") &&
+                   find(calls.synchronize, "cuStreamSynchronize") &&
+                   find(calls.default_pool, "cuDeviceGetDefaultMemPool") &&
+                   find(calls.trim_to, "cuMemPoolTrimTo") &&
+                   find(calls.set_attribute, "cuMemPoolSetAttribute") &&
+                   find(calls.get_attribute, "cuMemPoolGetAttribute");
   dlclose(library);  // (RTLD_NOLOAD: the driver stays loaded)
-  if (!alloc_async || !free_async || !synchronize || !default_pool || !trim_to) {
-    GTEST_SKIP() << "the driver has no stream-ordered allocator";
-  }
+  if (!all) return std::nullopt;
+  return calls;
+}
+
+constexpr int kPoolReleaseThreshold = 4;  // CU_MEMPOOL_ATTR_RELEASE_THRESHOLD (cuuint64_t)
+
+// Stream-ordered pool memory (cuMemAllocAsync: PyTorch's cudaMallocAsync backend).  A pool
+// keeps freed memory only up to its release threshold: above it, "the allocator will try to
+// release memory back to the OS on the next call to stream, event or context synchronize"
+// (cuda.h; the default threshold is 0).  So an address handed out again has its old physical
+// memory only while the pool kept it — a hit is then not stale either way (printed: whether
+// the driver gave the new allocation a new BUFFER_ID, as cuda.h says every allocation gets) —
+// and new memory after a free and a synchronisation under the default threshold, or after
+// cuMemPoolTrimTo: then the old registration must never be the answer.
+TEST_F(CudaHitPath, PoolMemoryReleasedAndHandedOutAgainNeverHitsTheOldRegistration) {
+  const std::optional<PoolCalls> calls = pool_calls();
+  if (!calls) GTEST_SKIP() << "the driver has no stream-ordered allocator";
   void* pool = nullptr;
-  HMR_CU_ASSERT(default_pool(&pool, 0));
+  HMR_CU_ASSERT(calls->default_pool(&pool, 0));
+  uint64_t threshold_before = 0;
+  HMR_CU_ASSERT(calls->get_attribute(pool, kPoolReleaseThreshold, &threshold_before));
+  auto set_threshold = [&](uint64_t bytes) {
+    HMR_CU_ASSERT(calls->set_attribute(pool, kPoolReleaseThreshold, &bytes));
+  };
   auto domain = open_domain();
   ASSERT_TRUE(domain);
   auto allocate = [&](CUdeviceptr* memory) {
-    HMR_CU_ASSERT(alloc_async(memory, kAlloc, nullptr));
-    HMR_CU_ASSERT(synchronize(nullptr));
+    HMR_CU_ASSERT(calls->alloc_async(memory, kAlloc, nullptr));
+    HMR_CU_ASSERT(calls->synchronize(nullptr));
   };
-  auto release = [&](CUdeviceptr memory, bool trim) {
-    HMR_CU_ASSERT(free_async(memory, nullptr));
-    HMR_CU_ASSERT(synchronize(nullptr));
-    if (trim) {
-      HMR_CU_ASSERT(trim_to(pool, 0));
+  auto release = [&](CUdeviceptr memory) {
+    HMR_CU_ASSERT(calls->free_async(memory, nullptr));
+    HMR_CU_ASSERT(calls->synchronize(nullptr));
+  };
+  // A miss (and no hit) for memory at `address` that is not the registration's any more.
+  auto expect_fresh = [&](CUdeviceptr address, const std::vector<uint64_t>& old_keys,
+                          const char* how) {
+    const hmr_domain_stats before = domain_stats(domain.get());
+    const uint64_t fresh_key = reg_key_close(domain.get(), address, 4096);
+    for (const uint64_t old : old_keys) {
+      EXPECT_NE(fresh_key, old) << "STALE HIT: pool memory " << how;
     }
+    EXPECT_EQ(domain_stats(domain.get()).cache_hits, before.cache_hits) << how;
+    return fresh_key;
   };
+
+  // 1. The pool keeps what is freed (threshold: everything).
+  ASSERT_NO_FATAL_FAILURE(set_threshold(UINT64_MAX));
   CUdeviceptr first = 0;
   ASSERT_NO_FATAL_FAILURE(allocate(&first));
   const uint64_t key = reg_key_close(domain.get(), first, 4096);
   EXPECT_EQ(reg_key_close(domain.get(), first, 4096), key) << "not a hit";
-
-  ASSERT_NO_FATAL_FAILURE(release(first, false));
+  ASSERT_NO_FATAL_FAILURE(release(first));
   CUdeviceptr reused = 0;
   ASSERT_NO_FATAL_FAILURE(allocate(&reused));
   const hmr_domain_stats before_reuse = domain_stats(domain.get());
   const uint64_t reused_key = reg_key_close(domain.get(), reused, 4096);
   const bool reuse_hit = domain_stats(domain.get()).cache_hits > before_reuse.cache_hits;
-  std::printf("pool memory handed out again %s: %s\n",
+  std::printf("pool memory kept and handed out again %s: %s\n",
               reused == first ? "at the same address" : "elsewhere",
               reuse_hit ? "a hit (the driver kept its BUFFER_ID)"
                         : "a miss (a new BUFFER_ID)");
   EXPECT_EQ(reuse_hit, reused_key == key);
+  std::vector<uint64_t> keys = {key, reused_key};
 
-  ASSERT_NO_FATAL_FAILURE(release(reused, true));
-  CUdeviceptr fresh = 0;
-  ASSERT_NO_FATAL_FAILURE(allocate(&fresh));
-  if (fresh == first) {
-    const hmr_domain_stats before = domain_stats(domain.get());
-    const uint64_t fresh_key = reg_key_close(domain.get(), fresh, 4096);
-    EXPECT_NE(fresh_key, key) << "STALE HIT: trimmed pool memory's old registration";
-    EXPECT_NE(fresh_key, reused_key) << "STALE HIT: trimmed pool memory's old registration";
-    EXPECT_EQ(domain_stats(domain.get()).cache_hits, before.cache_hits);
+  // 2. Freed and synchronised under the default threshold (0): released, new memory.
+  ASSERT_NO_FATAL_FAILURE(set_threshold(0));
+  ASSERT_NO_FATAL_FAILURE(release(reused));
+  CUdeviceptr after_sync = 0;
+  ASSERT_NO_FATAL_FAILURE(allocate(&after_sync));
+  bool checked = false;
+  if (after_sync == first) {
+    keys.push_back(expect_fresh(after_sync, keys, "released at a synchronisation"));
+    checked = true;
   }
-  ASSERT_NO_FATAL_FAILURE(release(fresh, true));
-  if (fresh != first) {
-    GTEST_SKIP() << "after the trim the pool handed out another address; the stale-hit check "
-                    "did not run";
+
+  // 3. Kept by the threshold, then trimmed (cuMemPoolTrimTo): new memory.
+  ASSERT_NO_FATAL_FAILURE(set_threshold(UINT64_MAX));
+  ASSERT_NO_FATAL_FAILURE(release(after_sync));
+  HMR_CU_ASSERT(calls->trim_to(pool, 0));
+  CUdeviceptr after_trim = 0;
+  ASSERT_NO_FATAL_FAILURE(allocate(&after_trim));
+  if (after_trim == first) {
+    expect_fresh(after_trim, keys, "trimmed");
+    checked = true;
+  }
+  ASSERT_NO_FATAL_FAILURE(release(after_trim));
+  ASSERT_NO_FATAL_FAILURE(set_threshold(threshold_before));
+  HMR_CU_ASSERT(calls->trim_to(pool, 0));
+  if (!checked) {
+    GTEST_SKIP() << "after each release the pool handed out another address; the stale-hit "
+                    "checks did not run";
   }
 }
 

@@ -5,12 +5,11 @@
 // these calls through the C ABI are in tests/hmem_api/cuda_*_failures_test.cpp.
 #include <gtest/gtest.h>
 
-#include <atomic>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "tests/hmem/fake_cuda_library.h"
+#include "tests/threads_started_together.h"
 
 namespace hmr::cuda {
 namespace {
@@ -31,24 +30,9 @@ constexpr int kNotInitialized = 3;
 constexpr int kDeinitialized = 4;
 constexpr int kInvalidDevice = 101;
 constexpr int kInvalidContext = 201;
-constexpr int kThreads = 4;
 
 bool names(const Status& status, const char* call) {
   return status.reason().find(call) != std::string::npos;
-}
-
-template <typename Body>
-void on_threads(Body body) {
-  std::atomic<int> ready{0};
-  std::vector<std::thread> threads;
-  for (int i = 0; i < kThreads; ++i) {
-    threads.emplace_back([&, i] {
-      ready.fetch_add(1);
-      while (ready.load() < kThreads) std::this_thread::yield();
-      body(i);
-    });
-  }
-  for (std::thread& t : threads) t.join();
 }
 
 using CudaDriverFailures = hmr::testing::FakeCudaTest;
@@ -131,30 +115,30 @@ TEST_F(CudaDriverFailures, ProbesSayNoNamingTheFailedCall) {
 TEST_F(CudaDriverFailures, PrimaryContextRetainFailsOnEveryThreadAndIsKeptOnceAfter) {
   init();
   const unsigned long long device = alloc(0, 1 << 20);
-  std::vector<std::string> failures(kThreads);
   fake_cuda().set_failure("cuDevicePrimaryCtxRetain", kOutOfMemory);
-  on_threads([&](int i) {
+  std::vector<std::string> failures = hmr_test::on_threads([&](int i) {
     const char byte = 1;
     const Status failed = iface_.copy_to_device(const_cast<void*>(as_pointer(device + 64 * i)),
                                                 &byte, 1);
-    std::string& why = failures[static_cast<size_t>(i)];
+    std::string why;
     if (failed.code() != HMR_ENOMEM) why = "code " + std::to_string(failed.code());
     if (!names(failed, "cuDevicePrimaryCtxRetain")) why += " reason: " + failed.reason();
     if (fake_cuda().current_context_device() != -1) why += " (a context left current)";
+    return why;
   });
   fake_cuda().set_failure("cuDevicePrimaryCtxRetain", 0);
-  for (int i = 0; i < kThreads; ++i) EXPECT_EQ(failures[static_cast<size_t>(i)], "") << i;
+  for (size_t i = 0; i < failures.size(); ++i) EXPECT_EQ(failures[i], "") << i;
   EXPECT_EQ(fake_cuda().primary_retains(0), 0);
 
   fake_cuda().set_failure("cuDevicePrimaryCtxRelease_v2", kInvalidDevice);
-  on_threads([&](int i) {
+  failures = hmr_test::on_threads([&](int i) {
     const char byte = 2;
     const Status copied = iface_.copy_to_device(const_cast<void*>(as_pointer(device + 64 * i)),
                                                 &byte, 1);
-    failures[static_cast<size_t>(i)] = copied.ok() ? "" : copied.reason();
+    return copied.ok() ? std::string() : copied.reason();
   });
   fake_cuda().set_failure("cuDevicePrimaryCtxRelease_v2", 0);
-  for (int i = 0; i < kThreads; ++i) EXPECT_EQ(failures[static_cast<size_t>(i)], "") << i;
+  for (size_t i = 0; i < failures.size(); ++i) EXPECT_EQ(failures[i], "") << i;
   EXPECT_GE(fake_cuda().primary_retains(0), 1);
 }
 

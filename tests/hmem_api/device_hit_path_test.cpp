@@ -296,27 +296,85 @@ TEST(DeviceHitPath, FreedAndAllocatedAgainAtTheSameAddressNeverHitsTheOldEntry) 
   }
 }
 
-// cuMemAllocAsync's pool memory: a pool hands out addresses again and again; each allocation
-// has its own identity, so a hit is only ever one of the allocation registered.
+// cuMemAllocAsync's pool memory (the fake models the pool: tests/fakes/fake_cuda_pool.c).  A
+// pool hands a freed address out again, with its old bytes while it keeps the memory and with
+// new memory once it released it (at a synchronisation, by its release threshold, or a trim);
+// either way the allocation is a new one with a new BUFFER_ID (cuda.h), so a hit is only ever
+// one of the allocation registered, and the hit asks the driver once.
 TEST(DeviceHitPath, StreamOrderedPoolMemoryHitsOnlyItsOwnAllocation) {
   auto domain = open_domain(nullptr);
   ASSERT_TRUE(domain);
-  unsigned long long first = 0;
-  ASSERT_EQ(fake_cuda().alloc_pooled(0, kAlloc, &first), 0);
-  const uint64_t key = reg_key_close(domain.get(), as_pointer(first), 4096);
-  const int calls_before = driver_calls();
-  EXPECT_EQ(reg_key_close(domain.get(), as_pointer(first), 4096), key);
-  EXPECT_EQ(driver_calls() - calls_before, 1);
-  ASSERT_EQ(fake_cuda().free(first), 0);
-  unsigned long long second = 0;
-  ASSERT_EQ(fake_cuda().alloc_pooled(0, kAlloc, &second), 0);
-  if (second == first) {
-    EXPECT_NE(reg_key_close(domain.get(), as_pointer(second), 4096), key)
-        << "STALE HIT: pool memory handed out again hit the freed allocation's registration";
-  } else {
-    EXPECT_NE(reg_key_close(domain.get(), as_pointer(second), 4096), key);
+  std::vector<uint64_t> keys;
+  const std::array<uint8_t, 4> marker = {1, 2, 3, 4};
+  for (const bool released : {false, true}) {
+    SCOPED_TRACE(released ? "the pool released the memory" : "the pool kept the memory");
+    unsigned long long first = 0;
+    ASSERT_EQ(fake_cuda().alloc_pooled(0, kAlloc, &first), 0);
+    ASSERT_EQ(fake_cuda().poke(first, marker.data(), marker.size()), 0);
+    const uint64_t key = reg_key_close(domain.get(), as_pointer(first), 4096);
+    for (const uint64_t old : keys) EXPECT_NE(key, old);
+    keys.push_back(key);
+    const int calls_before = driver_calls();
+    EXPECT_EQ(reg_key_close(domain.get(), as_pointer(first), 4096), key) << "not a hit";
+    EXPECT_EQ(driver_calls() - calls_before, 1) << "driver calls per pool-memory hit";
+    ASSERT_EQ(fake_cuda().free(first), 0);
+    if (released) fake_cuda().release_pools();
+
+    unsigned long long again = 0;
+    ASSERT_EQ(fake_cuda().alloc_pooled(0, kAlloc, &again), 0);
+    ASSERT_EQ(again, first) << "the pool hands a freed address out first";
+    std::array<uint8_t, 4> bytes{};
+    ASSERT_EQ(fake_cuda().peek(again, bytes.data(), bytes.size()), 0);
+    EXPECT_EQ(bytes == marker, !released) << "the pool's model: kept bytes, or new memory";
+    const hmr_domain_stats before = stats_of(domain.get());
+    const uint64_t new_key = reg_key_close(domain.get(), as_pointer(again), 4096);
+    EXPECT_NE(new_key, key) << "STALE HIT: an earlier pool allocation's registration";
+    EXPECT_EQ(stats_of(domain.get()).cache_hits, before.cache_hits);
+    EXPECT_EQ(reg_key_close(domain.get(), as_pointer(again), 4096), new_key) << "the new one hits";
+    keys.push_back(new_key);
+    ASSERT_EQ(fake_cuda().free(again), 0);
   }
-  ASSERT_EQ(fake_cuda().free(second), 0);
+}
+
+// Small pool allocations share pages (512-byte placement in the fake, as a real pool may pack
+// them): each is its own allocation with its own registration, though the dma-buf each export
+// is page-rounded over its neighbour's bytes.
+TEST(DeviceHitPath, SmallPoolAllocationsSharingAPageKeepTheirOwnRegistrations) {
+  auto domain = open_domain(nullptr);
+  ASSERT_TRUE(domain);
+  std::array<unsigned long long, 3> small{};
+  for (auto& address : small) ASSERT_EQ(fake_cuda().alloc_pooled(0, 1000, &address), 0);
+  ASSERT_EQ(small[1] / 4096, small[0] / 4096) << "the fake packs small pool allocations";
+  std::array<uint64_t, 3> keys{};
+  for (size_t i = 0; i < small.size(); ++i) {
+    keys[i] = reg_key_close(domain.get(), as_pointer(small[i]), 1000);
+    ASSERT_NE(keys[i], HMR_KEY_NOTAVAIL);
+    for (size_t j = 0; j < i; ++j) EXPECT_NE(keys[i], keys[j]);
+  }
+  for (int round = 0; round < 3; ++round) {
+    for (size_t i = 0; i < small.size(); ++i) {
+      EXPECT_EQ(reg_key_close(domain.get(), as_pointer(small[i]), 1000), keys[i]) << i;
+    }
+  }
+  // Bytes of one allocation and of its neighbour together are in no one allocation.
+  hmr_mr* across = nullptr;
+  EXPECT_EQ(hmr_mr_reg(domain.get(), as_pointer(small[0] + 900), small[1] - small[0], kAccess, 0,
+                       0, 0, &across, nullptr),
+            -HMR_EINVAL);
+  EXPECT_NE(std::string(hmr_last_error()).find("not inside one CUDA allocation"),
+            std::string::npos)
+      << hmr_last_error();
+  // The middle one freed and handed out again: the neighbours still hit, it misses.
+  ASSERT_EQ(fake_cuda().free(small[1]), 0);
+  unsigned long long again = 0;
+  ASSERT_EQ(fake_cuda().alloc_pooled(0, 1000, &again), 0);
+  ASSERT_EQ(again, small[1]);
+  const uint64_t new_key = reg_key_close(domain.get(), as_pointer(again), 1000);
+  EXPECT_NE(new_key, keys[1]) << "STALE HIT: the freed neighbour's registration";
+  EXPECT_EQ(reg_key_close(domain.get(), as_pointer(small[0]), 1000), keys[0]);
+  EXPECT_EQ(reg_key_close(domain.get(), as_pointer(small[2]), 1000), keys[2]);
+  small[1] = again;
+  for (const auto address : small) EXPECT_EQ(fake_cuda().free(address), 0);
 }
 
 // A child forked from the driver's process cannot use the driver (it answers

@@ -22,6 +22,7 @@ FakeCudaDriver load() {
   FakeCudaDriver fake;
   fake.alloc = library.function<fake_cuda_alloc_fn>("fake_cuda_alloc");
   fake.alloc_pooled = library.function<fake_cuda_alloc_pooled_fn>("fake_cuda_alloc_pooled");
+  fake.release_pools = library.function<fake_cuda_release_pools_fn>("fake_cuda_release_pools");
   fake.free = library.function<fake_cuda_free_fn>("fake_cuda_free");
   fake.set_failure = library.function<fake_cuda_set_failure_fn>("fake_cuda_set_failure");
   fake.set_failure_once =

@@ -25,6 +25,7 @@ namespace hmr_hmem_test {
 struct FakeCudaDriver {
   fake_cuda_alloc_fn alloc = nullptr;
   fake_cuda_alloc_pooled_fn alloc_pooled = nullptr;
+  fake_cuda_release_pools_fn release_pools = nullptr;
   fake_cuda_free_fn free = nullptr;
   fake_cuda_set_failure_fn set_failure = nullptr;
   fake_cuda_set_failure_once_fn set_failure_once = nullptr;
