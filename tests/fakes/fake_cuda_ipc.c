@@ -5,7 +5,11 @@
  *    inside an allocation) is INVALID_VALUE here, and so is memory this process imported
  *    itself (cuda.h does not say: assumed).  The handle is 64 opaque bytes.
  *  - cuIpcOpenMemHandle maps the exporter's memory into this process at an address of its
- *    own (here with a BUFFER_ID of its own, as every mapping has, fake_cuda.c).  Flags must be
+ *    own, here with a BUFFER_ID of the importer's own.  cuda.h does not say which id an import
+ *    has, but a BUFFER_ID is "guaranteed to be unique within the process" and "IDs are only
+ *    unique within a single process": the exporter's id may be one this process already gave
+ *    its own memory, so it cannot be the import's (the GPU lane prints what the driver gives:
+ *    ImportsFromTwoExportersAtOneAddressNeverShareARegistration).  Flags must be
  *    CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS (1).  "If the memory handle has already been opened by
  *    the current context, the reference count on the handle is incremented by 1 and the
  *    existing device pointer is returned."  The memory is released with cuIpcCloseMemHandle,

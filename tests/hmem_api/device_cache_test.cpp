@@ -3,6 +3,7 @@
 // the old entry; FI_MR_CUDA_CACHE_MONITOR_ENABLED=0 leaves device memory uncached; explicit
 // invalidation (hmr_mem_invalidate, hmr_mem_free) drops entries.  Host shadows are cached and
 // shared the same way.
+#include <array>
 #include <cstring>
 #include <vector>
 
@@ -266,6 +267,41 @@ TEST(DeviceCache, MemFreeDropsTheRegistrationsOfWhatItFrees) {
   EXPECT_EQ(stats_of(domain.get()).cache_regions, 0u);
   EXPECT_EQ(stats_of(domain.get()).cache_invalidations, 1u);
   EXPECT_EQ(open_fd_count(), fds - 1) << "the allocation's dma-buf closes with its last entry";
+}
+
+// Small pool allocations share pages (the fake packs them at 512 bytes, tests/fakes/
+// fake_cuda_pool.c).  A host shadow of one holds its bytes alone, and what the NIC wrote into
+// it reaches that allocation and never its neighbours in the same page.
+TEST(DeviceCache, AHostShadowOfASmallPoolAllocationNeverWritesItsNeighbours) {
+  std::array<unsigned long long, 3> small{};
+  for (auto& address : small) ASSERT_EQ(fake_cuda().alloc_pooled(0, 1000, &address), 0);
+  ASSERT_EQ(small[2] / 4096, small[0] / 4096) << "the fake packs small pool allocations";
+  for (size_t i = 0; i < small.size(); ++i) {
+    const std::vector<uint8_t> fill(1000, static_cast<uint8_t>(0x10 + i));
+    ASSERT_EQ(fake_cuda().poke(small[i], fill.data(), fill.size()), 0);
+  }
+  {
+    ScopedEnv no_p2p("FI_HMEM_DISABLE_P2P", "1");
+    auto domain = open_domain(nullptr, HMR_DOMAIN_ALLOW_HMEM_COPY);
+    ASSERT_TRUE(domain);
+    MrPtr mr = register_ok(domain.get(), as_pointer(small[1]), 1000);
+    ASSERT_TRUE(mr);
+    const hmr_mr_info info = mr_info(mr.get());
+    ASSERT_EQ(info.path, HMR_MR_PATH_HOST_SHADOW);
+    const auto* shadow = static_cast<uint8_t*>(info.shadow);
+    EXPECT_EQ(shadow[0], 0x11);
+    EXPECT_EQ(shadow[999], 0x11);
+    std::memset(info.shadow, 0x77, 1000);
+    ASSERT_HMR_OK(hmr_mr_sync(mr.get(), 0, 1000, HMR_SYNC_TO_DEVICE));
+  }
+  std::vector<uint8_t> seen(1000);
+  for (size_t i = 0; i < small.size(); ++i) {
+    ASSERT_EQ(fake_cuda().peek(small[i], seen.data(), seen.size()), 0);
+    const uint8_t expected = i == 1 ? 0x77 : static_cast<uint8_t>(0x10 + i);
+    EXPECT_EQ(seen.front(), expected) << i;
+    EXPECT_EQ(seen.back(), expected) << i;
+  }
+  for (const auto address : small) EXPECT_EQ(fake_cuda().free(address), 0);
 }
 
 }  // namespace
