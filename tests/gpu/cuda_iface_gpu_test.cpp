@@ -162,6 +162,86 @@ TEST_F(CudaGpuLane, PoolMemoryIsOneAllocationFromWhereverItIsAsked) {
   }
 }
 
+// Small allocations, from cuMemAlloc and from the stream-ordered pool: where the driver places
+// them (printed: whether they share pages and 2 MiB mappings, which the fake's models assume;
+// docs/gpu.md), and what hmr must make of them wherever they are — each one allocation with its
+// own base, length and id — and whether a page-rounded dma-buf export of one, which covers its
+// neighbours' bytes where they share a page, is accepted (printed: the fake accepts it).
+TEST_F(CudaGpuLane, SmallAllocationsAreOneAllocationEachWhereverTheDriverPlacesThem) {
+  void* library = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  ASSERT_NE(library, nullptr) << dlerror();
+  using AllocAsync = CUresult (*)(CUdeviceptr*, size_t, void*);
+  using FreeAsync = CUresult (*)(CUdeviceptr, void*);
+  using Synchronize = CUresult (*)(void*);
+  auto alloc_async = reinterpret_cast<AllocAsync>(dlsym(library, "cuMemAllocAsync"));
+  auto free_async = reinterpret_cast<FreeAsync>(dlsym(library, "cuMemFreeAsync"));
+  auto synchronize = reinterpret_cast<Synchronize>(dlsym(library, "cuStreamSynchronize"));
+  dlclose(library);  // (RTLD_NOLOAD: the driver stays loaded)
+  Result<hmem::DeviceCapabilities> caps = iface().capabilities(DeviceId{0});
+  ASSERT_TRUE(caps.ok()) << caps.status().reason();
+  constexpr size_t kSmall = 1000;
+  constexpr int kCount = 3;
+  for (const bool pooled : {false, true}) {
+    if (pooled && (alloc_async == nullptr || free_async == nullptr || synchronize == nullptr)) {
+      std::printf("the driver has no stream-ordered allocator: pool half not run\n");
+      break;
+    }
+    const char* what = pooled ? "cuMemAllocAsync" : "cuMemAlloc";
+    SCOPED_TRACE(what);
+    CUdeviceptr memory[kCount] = {};
+    for (CUdeviceptr& address : memory) {
+      if (pooled) {
+        HMR_CU_ASSERT(alloc_async(&address, kSmall, nullptr));
+      } else {
+        HMR_CU_ASSERT(driver().cuMemAlloc(&address, kSmall));
+      }
+    }
+    if (pooled) {
+      HMR_CU_ASSERT(synchronize(nullptr));
+    }
+    std::vector<uint64_t> ids;
+    for (int i = 0; i < kCount; ++i) {
+      CUdeviceptr mapping_base = 0;
+      size_t mapping_size = 0;
+      CUpointer_attribute attributes[] = {CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR,
+                                          CU_POINTER_ATTRIBUTE_MAPPING_SIZE};
+      void* data[] = {&mapping_base, &mapping_size};
+      const CUresult asked = driver().cuPointerGetAttributes(2, attributes, data, memory[i]);
+      std::printf("%s of %zu bytes #%d at 0x%llx (+%lld from the first): mapping [0x%llx, +%zu) "
+                  "(cuPointerGetAttributes -> %d)\n",
+                  what, kSmall, i, memory[i], static_cast<long long>(memory[i] - memory[0]),
+                  mapping_base, mapping_size, static_cast<int>(asked));
+      Result<PointerInfo> info = query(memory[i], kSmall);
+      ASSERT_TRUE(info.ok()) << info.status().reason();
+      EXPECT_EQ(info->base, memory[i]);
+      EXPECT_EQ(info->alloc_len, kSmall);
+      for (const uint64_t id : ids) EXPECT_NE(info->alloc_id, id);
+      ids.push_back(info->alloc_id);
+      if (!caps->dmabuf.supported) continue;
+      Result<DmabufExport> exported = iface().export_dmabuf({as_pointer(memory[i]), kSmall});
+      if (exported.ok()) {
+        std::printf("  its page-rounded dma-buf export: %zu bytes, the allocation at +%llu\n",
+                    exported->exported_len, static_cast<unsigned long long>(exported->offset));
+        EXPECT_EQ(exported->offset, memory[i] % hmem::host_page_size());
+      } else {
+        std::printf("  its page-rounded dma-buf export was refused: %s\n",
+                    exported.status().reason().c_str());
+        EXPECT_FALSE(exported.status().reason().empty());
+      }
+    }
+    for (const CUdeviceptr address : memory) {
+      if (pooled) {
+        HMR_CU_ASSERT(free_async(address, nullptr));
+      } else {
+        HMR_CU_ASSERT(driver().cuMemFree(address));
+      }
+    }
+    if (pooled) {
+      HMR_CU_ASSERT(synchronize(nullptr));
+    }
+  }
+}
+
 TEST_F(CudaGpuLane, VmmSegmentsAreDetectedAsTheWholeMappedRange) {
   bool rdma = false;
   if (!vmm_supported(0, &rdma)) GTEST_SKIP() << "device 0 has no VMM support";
