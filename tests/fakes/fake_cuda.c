@@ -226,10 +226,13 @@ EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdevic
 
 /* Whether [ptr, ptr + size) may be exported, as cuda.h documents it: inside one allocation
  * (whole pages of it), or fully mapped VMM segments of one reservation, one device and the
- * same allocation properties; pool memory where its pool has backed every byte (assumed,
- * fake_cuda_pool.c).  Managed and registered memory are never exported.  Lock held. */
+ * same allocation properties; pool memory where its pool has backed every byte, and a small
+ * cuMemAlloc inside its shared 2 MiB chunk (both assumed).  Managed and registered memory are never exported.  Lock held. */
 static int exportable(CUdeviceptr ptr, size_t size, uint64_t page) {
   if (fake_pool_exportable(ptr, size)) return 1;
+  /* A page-rounded range of a small cuMemAlloc may start in a neighbour or a gap of its
+   * shared chunk: accepted inside the chunk (assumed, as for pool memory). */
+  if (fake_packed_exportable(ptr, size)) return 1;
   struct located first;
   fake_locate(ptr, &first);
   if (first.place == PLACE_ALLOCATION && !first.pooled) {

@@ -54,6 +54,9 @@ struct allocation {
   unsigned long long buffer_id;
   char *alias; /* the bytes, GRANULE-rounded */
   int pooled;  /* from the device's stream-ordered pool (cuMemAllocAsync, fake_cuda_pool.c) */
+  /* A cuMemAlloc under 2 MiB, placed in a 2 MiB chunk it shares with other small ones, as
+   * driver 580 places them (fake_cuda_memory.c). */
+  int packed;
   /* Once exported through CUDA IPC (and in the importer), the bytes are a memfd mapped
    * shared at alias, so both processes reach them (fake_cuda_ipc.c); -1 before.  Only then:
    * a real allocation holds no file descriptor of the process, and tests count those. */
@@ -156,6 +159,8 @@ void fake_locate(CUdeviceptr ptr, struct located *out);
 /* The device of the calling thread's current, live primary context, or -1. */
 int fake_current_device(void);
 CUresult fake_allocate(int device, size_t size, int memory, int context, CUdeviceptr *out);
+/* Whether [ptr, +size) touches a packed cuMemAlloc and lies inside its 2 MiB chunk. */
+int fake_packed_exportable(CUdeviceptr ptr, size_t size);
 /* Gives `size` bytes whose bytes are already at `alias` (GRANULE-rounded, with `fd` behind it
  * or -1) an address on `device` and records the allocation; its index in *index. */
 CUresult fake_place_allocation(int device, size_t size, int memory, int context, char *alias,

@@ -70,6 +70,14 @@ static void locate(CUdeviceptr ptr, struct located *out) {
   }
 }
 
+/* The 2 MiB granules an allocation's backing spans: a packed one shares its granule. */
+static CUdeviceptr footprint_start(const struct allocation *a) {
+  return a->base / GRANULE * GRANULE;
+}
+static CUdeviceptr footprint_end(const struct allocation *a) {
+  return fake_round_up(a->base + a->size, GRANULE);
+}
+
 /* Lock held. */
 CUresult fake_place_allocation(int device, size_t size, int memory, int context, char *alias,
                                int fd, CUdeviceptr *out, int *index) {
@@ -91,9 +99,9 @@ CUresult fake_place_allocation(int device, size_t size, int memory, int context,
     moved = 0;
     for (int i = 0; i < MAX_ALLOCATIONS; ++i) {
       const struct allocation *a = &allocations[i];
-      if (a->live && a->device == device && candidate < a->base + fake_round_up(a->size, GRANULE) &&
-          a->base < candidate + span) {
-        candidate = a->base + fake_round_up(a->size, GRANULE);
+      if (a->live && a->device == device && candidate < footprint_end(a) &&
+          footprint_start(a) < candidate + span) {
+        candidate = footprint_end(a);
         moved = 1;
       }
     }
@@ -130,12 +138,80 @@ CUresult fake_record_allocation(int device, CUdeviceptr base, size_t size, int m
   return OUT_OF_MEMORY;
 }
 
+/* Small cuMemAlloc allocations.  Driver 580 on an H100 answered, for a 4 KiB cuMemAlloc,
+ * MAPPING_BASE/SIZE "the 2 MiB chunk holding it (the same base only for the first allocation in
+ * the chunk)" (docs/gpu.md): small allocations share 2 MiB chunks.  Here one under 2 MiB made
+ * through cuMemAlloc is placed first fit at 512-byte alignment (assumed: CUDA guarantees "at
+ * least 256 bytes") inside a 2 MiB chunk no larger allocation uses, never across a chunk's
+ * end; larger ones, and fake_cuda_alloc's (whose tests place host memory over a freed range),
+ * keep whole granules.  Its bytes are its own (a private alias): a copy never reaches a
+ * neighbour's.  Lock held. */
+#define PACKED_ALIGNMENT 512u
+
+static CUresult place_packed(int device, size_t size, int context, char *alias, CUdeviceptr *out) {
+  if (regions[device] == NULL) {
+    void *region = fake_reserve_device_range(REGION_SIZE);
+    if (region == NULL) return OUT_OF_MEMORY;
+    regions[device] = region;
+  }
+  const CUdeviceptr region_end = (uintptr_t)regions[device] + REGION_SIZE;
+  const uint64_t span = fake_round_up(size, PACKED_ALIGNMENT);
+  CUdeviceptr candidate = fake_round_up((uintptr_t)regions[device], GRANULE);
+  int moved = 1;
+  while (moved) {
+    moved = 0;
+    if (candidate / GRANULE != (candidate + span - 1) / GRANULE) {
+      candidate = fake_round_up(candidate, GRANULE);
+      moved = 1;
+    }
+    for (int i = 0; i < MAX_ALLOCATIONS; ++i) {
+      const struct allocation *a = &allocations[i];
+      if (!a->live || a->device != device || a->pooled) continue;
+      const CUdeviceptr start = a->packed ? a->base : footprint_start(a);
+      const CUdeviceptr end =
+          a->packed ? fake_round_up(a->base + a->size, PACKED_ALIGNMENT) : footprint_end(a);
+      if (candidate < end && start < candidate + span) {
+        candidate = end;
+        moved = 1;
+      }
+    }
+  }
+  if (candidate + span > region_end) return OUT_OF_MEMORY;
+  int index = -1;
+  const CUresult result = fake_record_allocation(device, candidate, size, FAKE_CUDA_MEM_DEVICE,
+                                                 context, alias, -1, &index);
+  if (result != SUCCESS) return result;
+  allocations[index].packed = 1;
+  *out = candidate;
+  return SUCCESS;
+}
+
+int fake_packed_exportable(CUdeviceptr ptr, size_t size) {
+  for (int i = 0; i < MAX_ALLOCATIONS; ++i) {
+    const struct allocation *a = &allocations[i];
+    if (a->live && a->packed && a->base < ptr + size && ptr < a->base + a->size) {
+      const CUdeviceptr chunk = footprint_start(a);
+      return ptr >= chunk && ptr + size <= chunk + GRANULE;
+    }
+  }
+  return 0;
+}
+
 /* Lock held. */
 CUresult fake_allocate(int device, size_t size, int memory, int context, CUdeviceptr *out) {
   if (cpu_accessible(memory)) {
     return fake_place_allocation(device, size, memory, context, NULL, -1, out, NULL);
   }
   if (size == 0 || size > REGION_SIZE - GRANULE) return INVALID_VALUE;
+  if (device < 0 || device >= FAKE_CUDA_DEVICE_COUNT) return INVALID_DEVICE;
+  if (context >= 0 && size < GRANULE) {
+    char *alias = mmap(NULL, GRANULE, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (alias == MAP_FAILED) return OUT_OF_MEMORY;
+    const CUresult result = place_packed(device, size, context, alias, out);
+    if (result != SUCCESS) munmap(alias, GRANULE);
+    return result;
+  }
   /* Device memory: private bytes only the fake touches (cuIpcGetMemHandle moves them to a
    * memfd when the allocation is exported, fake_cuda_ipc.c). */
   const size_t span = fake_round_up(size, GRANULE);
