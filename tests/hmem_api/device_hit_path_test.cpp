@@ -377,6 +377,41 @@ TEST(DeviceHitPath, SmallPoolAllocationsSharingAPageKeepTheirOwnRegistrations) {
   for (const auto address : small) EXPECT_EQ(fake_cuda().free(address), 0);
 }
 
+// Small cuMemAlloc allocations share 2 MiB chunks and pages (driver 580 packs them; so does the
+// fake, for cuMemAlloc: hmr_mem_alloc's path): each hits only its own registration, one driver
+// query a hit, and one freed and allocated again in its place misses.
+TEST(DeviceHitPath, SmallCuMemAllocsSharingAPageHitOnlyTheirOwnRegistrations) {
+  auto domain = open_domain(nullptr);
+  ASSERT_TRUE(domain);
+  std::array<void*, 3> small{};
+  for (void*& address : small) {
+    ASSERT_EQ(hmr_mem_alloc(HMR_HMEM_CUDA, 0, 1000, HMR_MEM_DEVICE_ONLY, &address), 0)
+        << hmr_last_error();
+  }
+  const auto page_of = [](const void* p) { return reinterpret_cast<uintptr_t>(p) / 4096; };
+  ASSERT_EQ(page_of(small[2]), page_of(small[0])) << "the fake packs small cuMemAllocs";
+  std::array<uint64_t, 3> keys{};
+  for (size_t i = 0; i < small.size(); ++i) {
+    keys[i] = reg_key_close(domain.get(), small[i], 1000);
+    for (size_t j = 0; j < i; ++j) EXPECT_NE(keys[i], keys[j]);
+  }
+  const int calls_before = driver_calls();
+  for (size_t i = 0; i < small.size(); ++i) {
+    EXPECT_EQ(reg_key_close(domain.get(), small[i], 1000), keys[i]) << i;
+  }
+  EXPECT_EQ(driver_calls() - calls_before, 3) << "driver calls for three hits";
+  ASSERT_EQ(hmr_mem_free(HMR_HMEM_CUDA, small[1]), 0) << hmr_last_error();
+  void* again = nullptr;
+  ASSERT_EQ(hmr_mem_alloc(HMR_HMEM_CUDA, 0, 1000, HMR_MEM_DEVICE_ONLY, &again), 0);
+  ASSERT_EQ(again, small[1]) << "the fake hands a freed place out first";
+  EXPECT_NE(reg_key_close(domain.get(), again, 1000), keys[1])
+      << "STALE HIT: the freed neighbour's registration";
+  EXPECT_EQ(reg_key_close(domain.get(), small[0], 1000), keys[0]);
+  EXPECT_EQ(reg_key_close(domain.get(), small[2], 1000), keys[2]);
+  small[1] = again;
+  for (void* address : small) EXPECT_EQ(hmr_mem_free(HMR_HMEM_CUDA, address), 0);
+}
+
 // A child forked from the driver's process cannot use the driver (it answers
 // NOT_INITIALIZED), and cannot use its parent's domain (HMR_EBADF): the parent's device
 // registration is never the child's answer, through the parent's domain or one of its own.
