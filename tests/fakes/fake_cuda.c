@@ -114,7 +114,8 @@ EXPORT CUresult cuDeviceGetAttribute(int *value, int attribute, CUdevice device)
  *                    without them answers
  *   MEMPOOL_HANDLE   the pool (cuDeviceGetDefaultMemPool's handle) for pool memory, else null
  *   MEMORY_BLOCK_ID  the cuMemCreate handle; the pool chunk's for pool memory; the buffer id
- *                    for other allocations (assumed)
+ *                    for other allocations, small cuMemAllocs sharing a chunk included
+ *                    (assumed: a real driver may name the shared chunk, as MAPPING does)
  *   unmapped reservation: memory type 0, MAPPED 0, ordinal -1 (assumed). */
 static CUresult pointer_attribute(void *data, int attribute, const struct located *at) {
   const int mapped = at->place != PLACE_NONE && at->place != PLACE_HOLE;
@@ -295,6 +296,7 @@ EXPORT CUresult cuGetErrorString(CUresult error, const char **text) {
     case 100: *text = "no CUDA-capable device is detected"; break;
     case INVALID_DEVICE: *text = "invalid device ordinal"; break;
     case INVALID_CONTEXT: *text = "invalid device context"; break;
+    case INVALID_HANDLE: *text = "invalid resource handle"; break;
     case NOT_FOUND: *text = "named symbol not found"; break;
     case HOST_MEMORY_ALREADY_REGISTERED:
       *text = "part or all of the requested memory range is already mapped";

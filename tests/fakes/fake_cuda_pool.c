@@ -24,6 +24,10 @@
  *    asynchronous allocations", and releases at its own granularity.
  *  - RESERVED_MEM_HIGH and USED_MEM_HIGH may only be set to zero; the *_CURRENT ones are read
  *    only.
+ *  - Destroying a primary context frees the pool memory allocated in it and releases the unused
+ *    chunks of that device's pool, whatever its threshold (assumed: cuda.h does not say; memory
+ *    allocated into another device's pool through cuMemAllocFromPoolAsync is freed, but that
+ *    pool is not trimmed).
  * Layout.  Driver 580 on an H100 reported a 100 MiB cuMemAllocAsync allocation at a 32 MiB
  * boundary and, as its MAPPING, the pool's 32 MiB chunk holding the address (docs/gpu.md), so
  * a pool here is one 32 MiB-aligned address reservation whose 32 MiB chunks are backed
@@ -88,10 +92,24 @@ unsigned long long fake_pool_block_id(int device, CUdeviceptr ptr) {
   return in_pool(pool, ptr) ? pool->chunk_block_id[chunk_of(pool, ptr)] : 0;
 }
 
+/* Backed chunks of one pool, and touching a live allocation of it: cuda.h wants "a valid CUDA
+ * device allocation", not a freed one whose chunk the pool still holds. */
+static int touches_live_allocation(int device, CUdeviceptr ptr, size_t size) {
+  for (int i = 0; i < MAX_ALLOCATIONS; ++i) {
+    const struct allocation *a = &allocations[i];
+    if (a->live && a->pooled && a->device == device && a->base < ptr + size &&
+        ptr < a->base + a->size) {
+      return 1;
+    }
+  }
+  return 0;
+}
+
 int fake_pool_exportable(CUdeviceptr ptr, size_t size) {
   for (int device = 0; device < FAKE_CUDA_DEVICE_COUNT; ++device) {
     const struct pool *pool = &pools[device];
     if (!in_pool(pool, ptr) || !in_pool(pool, ptr + size - 1)) continue;
+    if (!touches_live_allocation(device, ptr, size)) return 0;
     for (int chunk = chunk_of(pool, ptr); chunk <= chunk_of(pool, ptr + size - 1); ++chunk) {
       if (pool->chunk_block_id[chunk] == 0) return 0;
     }
@@ -138,7 +156,8 @@ static void trim_to(int device, uint64_t keep) {
   struct pool *pool = &pools[device];
   for (int chunk = POOL_CHUNKS - 1; chunk >= 0; --chunk) {
     if (pool->chunk_block_id[chunk] == 0 || chunk_in_use(device, chunk)) continue;
-    if (reserved_bytes(pool) < keep + POOL_CHUNK) return;
+    const uint64_t reserved = reserved_bytes(pool);
+    if (reserved <= keep || reserved - POOL_CHUNK < keep) return; /* (no keep + CHUNK: wraps) */
     /* New physical memory the next time: the old bytes are gone. */
     madvise(pool->alias + (size_t)chunk * POOL_CHUNK, POOL_CHUNK, MADV_DONTNEED);
     pool->chunk_block_id[chunk] = 0;
@@ -221,6 +240,9 @@ void fake_reset_pools(void) {
     *pool = (struct pool){.base = pool->base, .alias = pool->alias, .reuse = {1, 1, 1}};
   }
 }
+
+/* The REUSE switches start enabled (cuda.h: "default enabled"), before any reset too. */
+__attribute__((constructor)) static void fake_cuda_pools_load(void) { fake_reset_pools(); }
 
 static int is_stream(const void *stream) {
   return stream == NULL || stream == (const void *)1 || stream == (const void *)2;
@@ -334,7 +356,7 @@ EXPORT CUresult cuMemPoolGetAttribute(void *handle, int attribute, void *value) 
  * release above their thresholds. */
 EXPORT CUresult cuStreamSynchronize(void *stream) {
   ENTER("cuStreamSynchronize");
-  if (!is_stream(stream)) LEAVE(INVALID_VALUE);
+  if (!is_stream(stream)) LEAVE(INVALID_HANDLE); /* cuda.h lists no INVALID_VALUE here */
   REQUIRE_CONTEXT();
   release_above_thresholds();
   LEAVE(SUCCESS);

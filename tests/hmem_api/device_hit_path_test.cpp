@@ -394,6 +394,13 @@ TEST(DeviceHitPath, SmallCuMemAllocsSharingAPageHitOnlyTheirOwnRegistrations) {
   for (size_t i = 0; i < small.size(); ++i) {
     keys[i] = reg_key_close(domain.get(), small[i], 1000);
     for (size_t j = 0; j < i; ++j) EXPECT_NE(keys[i], keys[j]);
+    // Exported as the one page that holds it (page-rounded), never the shared chunk.
+    unsigned long long exported = 0;
+    size_t exported_size = 0;
+    unsigned long long flags = 0;
+    fake_cuda().last_export(&exported, &exported_size, &flags);
+    EXPECT_EQ(exported, reinterpret_cast<uintptr_t>(small[i]) / 4096 * 4096) << i;
+    EXPECT_EQ(exported_size, 4096u) << i;
   }
   const int calls_before = driver_calls();
   for (size_t i = 0; i < small.size(); ++i) {
