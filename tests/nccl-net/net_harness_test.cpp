@@ -333,6 +333,11 @@ void transfer_scenario(Rank& rank, OobChannel* oob, Failures* f) {
 
 ncclResult_t send_to_the_end(Rank& rank, void* comm, void* data, size_t size, int tag, void* mh);
 
+// The "receives-then-exits" peer's messages: two eager ones, then two written into its
+// announced buffers.
+constexpr size_t kDelivered = 64 * 1024;
+size_t delivered_size(int m) { return m < 2 ? 8 : kDelivered; }
+
 int run_peer(const std::string& scenario, int version) {
   OobChannel oob(kPeerChannelFd);
   Failures f;
@@ -377,6 +382,42 @@ int run_peer(const std::string& scenario, int version) {
                 "send " + std::to_string(m) + " did not complete");
       }
       rank.net().dereg_mr(link.send, mh);
+      rank.close(&link, &f);
+      f.check(rank.net().finalize() == ncclSuccess, "finalize failed");
+    }
+  } else if (scenario == "receives-then-exits") {
+    // Connects both ways, receives four messages of tag 1 (two of 8 bytes, eager; two of
+    // 64 KiB, written into its announced buffers), checks them, closes everything and exits
+    // normally, without waiting to hear that the sender saw its sends complete.
+    Link link;
+    if (rank.start(plugin_library_or_abort(), &f) && rank.connect_both(&oob, &link, &f)) {
+      HostBuffer buffer(4 * kDelivered);
+      void* mh = nullptr;
+      f.check(rank.net().reg_mr(link.recv, buffer.data(), 4 * kDelivered, NCCL_PTR_HOST, &mh) ==
+                  ncclSuccess,
+              "regMr failed");
+      for (int m = 0; m < 4 && f.ok(); ++m) {
+        uint8_t* place = static_cast<uint8_t*>(buffer.data()) + m * kDelivered;
+        void* data[1] = {place};
+        size_t sizes[1] = {kDelivered};
+        int tags[1] = {1};
+        void* mhs[1] = {mh};
+        void* request = nullptr;
+        ncclResult_t rc = ncclSuccess;
+        while (rc == ncclSuccess && request == nullptr && !rank.expired()) {
+          rc = rank.net().irecv(link.recv, 1, data, sizes, tags, mhs, &request);
+        }
+        int done = 0;
+        int received[1] = {-1};
+        while (rc == ncclSuccess && request != nullptr && !done && !rank.expired()) {
+          rc = rank.net().test(request, &done, received);
+        }
+        const size_t expected = delivered_size(m);
+        f.check(rc == ncclSuccess && done && received[0] == static_cast<int>(expected) &&
+                    place[0] == 0x20 + m && place[expected - 1] == 0x20 + m,
+                "receive " + std::to_string(m) + " did not complete with its bytes");
+      }
+      rank.net().dereg_mr(link.recv, mh);
       rank.close(&link, &f);
       f.check(rank.net().finalize() == ncclSuccess, "finalize failed");
     }
@@ -1136,6 +1177,47 @@ TEST(PeerDeath, WhatASenderDeliveredBeforeItExitedIsStillReceived) {
     EXPECT_EQ(static_cast<uint8_t*>(buffer.data())[m * 64], 0x10 + m);
   }
   rank.net().dereg_mr(link.recv, mh);
+  rank.net().close_send(link.send);
+  rank.net().close_recv(link.recv);
+  EXPECT_EQ(rank.net().close_listen(link.listen), ncclSuccess);
+  EXPECT_EQ(rank.net().finalize(), ncclSuccess);
+}
+
+// A receiver that takes its messages and exits normally (ncclCommDestroy, then the process
+// ends) while the sender is still testing its last send: each send it took completes here,
+// though what says so (the provider's acknowledgement) may reach this process after the exit
+// was noticed; only a send after its exit that needs it fails, with the reason.  Before, one empty read
+// once the exit was seen failed the comm.
+TEST(PeerDeath, WhatAReceiverTookBeforeItExitedCompletesHere) {
+  PeerProcess peer = start_peer("receives-then-exits", 11);
+  Failures f;
+  Rank rank(plugin_table_or_abort(11), 0, kScenarioBudget);
+  ASSERT_TRUE(rank.start(plugin_library_or_abort(), &f)) << f.text();
+  Link link;
+  ASSERT_TRUE(rank.connect_both(&peer.channel(), &link, &f)) << f.text();
+  HostBuffer buffer(4 * kDelivered);
+  void* mh = nullptr;
+  ASSERT_EQ(rank.net().reg_mr(link.send, buffer.data(), 4 * kDelivered, NCCL_PTR_HOST, &mh),
+            ncclSuccess);
+  for (int m = 0; m < 4; ++m) {
+    SCOPED_TRACE(m);
+    uint8_t* message = static_cast<uint8_t*>(buffer.data()) + m * kDelivered;
+    std::memset(message, 0x20 + m, delivered_size(m));
+    EXPECT_EQ(send_to_the_end(rank, link.send, message, delivered_size(m), 1, mh), ncclSuccess)
+        << "a send the receiver took failed";
+  }
+  ASSERT_EQ(peer.wait(rank.deadline()), std::optional<int>(0)) << "the receiver did not end well";
+  const size_t mark = log_mark();
+  const auto start = Clock::now();
+  // (A message that needs the receiver's announcement: an eager one may leave into the
+  // socket, as bytes would, until the tag's credits are spent.)
+  const ncclResult_t after_exit =
+      send_to_the_end(rank, link.send, buffer.data(), kDelivered, 1, mh);
+  EXPECT_EQ(after_exit, ncclRemoteError) << "a send after the receiver exited did not fail";
+  EXPECT_TRUE(warned_since(mark, "exited")) << warnings_since(mark);
+  std::printf("a send to an exited receiver failed after %.2f s\n",
+              std::chrono::duration<double>(Clock::now() - start).count());
+  rank.net().dereg_mr(link.send, mh);
   rank.net().close_send(link.send);
   rank.net().close_recv(link.recv);
   EXPECT_EQ(rank.net().close_listen(link.listen), ncclSuccess);

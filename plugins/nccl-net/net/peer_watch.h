@@ -49,4 +49,26 @@ class PeerWatch {
   bool gone_ = false;
 };
 
+// What a comm waits for after its peer was seen gone, before it counts the exit: the peer's
+// last messages, or the acknowledgement of ours it took.  A peer that ends normally exits as
+// soon as its side is done, with what it sent still on its way through this host's kernel,
+// which on a loaded host may hand it over milliseconds later and only over several progress
+// calls (32 empty reads in a row, about 30 us, once failed a recv comm with four delivered
+// messages still to come: 1 harness run in 6 with both cores busy).  So the exit counts once
+// kPolls progress calls in a row read nothing, over at least kTime; a killed peer is noticed
+// that much later, far inside HMR_NCCL_WRITE_TIMEOUT.
+class QuietAfterExit {
+ public:
+  static constexpr unsigned kPolls = 32;
+  static constexpr int64_t kTimeNs = 250'000'000;
+
+  // One progress call after the peer was seen gone; `arrived`: whether it read anything.
+  // True once the quiet is long enough (and for as long as nothing arrives).
+  bool settled(bool arrived);
+
+ private:
+  unsigned polls_ = 0;  // empty calls in a row
+  int64_t since_ns_ = 0;  // when the first of them was
+};
+
 }  // namespace hmr::nccl

@@ -218,21 +218,10 @@ ncclResult_t RecvComm::progress() {
   }
   // The sender's exit, looked at only once what it sent was read (it may exit as soon as its
   // last messages were delivered, a normal end: they must still reach NCCL, found by a
-  // review): with nothing more arriving, a receive that needs more fails (test()), and the
-  // comm fails once no early message it delivered is left for a receive to take.  "Nothing
-  // more" is kQuietPollsAfterExit reads in a row that found nothing, over at least
-  // kQuietTimeAfterExit: what the sender wrote before it exited is on its way through this
-  // host's kernel, but the provider may need more than one progress call to hand it over
-  // (one empty read once failed the comm with four delivered messages still to come, on tcp
-  // under load), and on a loaded host the kernel may take milliseconds to pass it on (32
-  // empty reads in a row, about 30 us, failed it too: 1 run in 6 with both cores busy).
-  // A killed sender is noticed that much later, far inside HMR_NCCL_WRITE_TIMEOUT.
-  if (peer_exited_ || peer_watch_.gone()) {
-    if (taken != 0 || quiet_polls_after_exit_ == 0) quiet_since_ = std::chrono::steady_clock::now();
-    quiet_polls_after_exit_ = taken == 0 ? quiet_polls_after_exit_ + 1 : 0;
-  }
-  if (quiet_polls_after_exit_ >= kQuietPollsAfterExit &&
-      std::chrono::steady_clock::now() - quiet_since_ >= kQuietTimeAfterExit) {
+  // review): with nothing more arriving (QuietAfterExit, peer_watch.h), a receive that needs
+  // more fails (test()), and the comm fails once no early message it delivered is left for a
+  // receive to take.
+  if ((peer_exited_ || peer_watch_.gone()) && quiet_after_exit_.settled(taken != 0)) {
     peer_exited_ = true;
     if (unexpected_.empty()) {
       return fail_comm(ncclRemoteError, "the sending process (pid " +

@@ -194,12 +194,7 @@ class RecvComm {
   bool connector_spoke_ = false;  // a message or write of the connector's arrived here
   PeerWatch peer_watch_;  // the peer's process, on shm (peer_watch.h)
   bool peer_exited_ = false;  // seen gone once all it sent was read (progress())
-  // Progress calls in a row that read nothing since the peer was seen gone, and since when;
-  // its exit counts once there were kQuietPollsAfterExit over kQuietTimeAfterExit (progress()).
-  static constexpr unsigned kQuietPollsAfterExit = 32;
-  static constexpr std::chrono::milliseconds kQuietTimeAfterExit{250};
-  unsigned quiet_polls_after_exit_ = 0;
-  std::chrono::steady_clock::time_point quiet_since_{};
+  QuietAfterExit quiet_after_exit_;  // when the seen exit counts (peer_watch.h)
   std::string failure_;
   ncclResult_t failure_result_ = ncclSuccess;
   std::array<ReceiveRequest, kMaxRequests> receives_;

@@ -105,9 +105,10 @@ ncclResult_t SendComm::progress() {
   for (bool first = true;; first = false) {
     CompletionError error;
     const int n = port().poll(completions, &error);
-    // The receiver's exit, looked at only when nothing more came: a write it took before it
-    // exited completes (its completion may still be unread here: found by a review).
-    if (n == 0 && first && peer_watch_.gone()) {
+    // The receiver's exit, looked at only once nothing more comes (QuietAfterExit,
+    // peer_watch.h): a write or eager message it took before it exited completes, though its
+    // completion may still be on its way here (found by a review).
+    if (first && peer_watch_.gone() && quiet_after_exit_.settled(n != 0)) {
       return fail_comm(ncclRemoteError, "the receiving process (pid " +
                                             std::to_string(peer_watch_.pid()) + ") exited");
     }

@@ -145,6 +145,7 @@ class SendComm {
   bool connected_ = false;
   bool closing_ = false;  // drain() began: nothing but control messages is posted
   PeerWatch peer_watch_;  // the peer's process, on shm (peer_watch.h)
+  QuietAfterExit quiet_after_exit_;  // when its seen exit counts (peer_watch.h)
   std::string failure_;  // why the comm can no longer be used; empty while it can
   ncclResult_t failure_result_ = ncclSuccess;
   // Announcements with buffers not yet filled, by the receiver's slot (a receiver reuses a slot
