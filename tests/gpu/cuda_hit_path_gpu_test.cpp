@@ -23,7 +23,6 @@
 #include <optional>
 #include <string>
 #include <thread>
-#include <type_traits>
 #include <vector>
 
 #include "tests/api/test_support.h"
@@ -207,40 +206,6 @@ TEST_F(CudaHitPath, TwoViewsOfOneReservationRegisteredInTurnAreEachRegisteredOnc
   EXPECT_NE(reg_key_close(domain.get(), memory.base(), 8192), HMR_KEY_NOTAVAIL);
 }
 
-// The stream-ordered allocator's entry points, from the loaded driver; nullopt where it has none.
-struct PoolCalls {
-  CUresult (*alloc_async)(CUdeviceptr*, size_t, void*) = nullptr;
-  CUresult (*free_async)(CUdeviceptr, void*) = nullptr;
-  CUresult (*synchronize)(void*) = nullptr;
-  CUresult (*default_pool)(void**, int) = nullptr;
-  CUresult (*trim_to)(void*, size_t) = nullptr;
-  CUresult (*set_attribute)(void*, int, void*) = nullptr;
-  CUresult (*get_attribute)(void*, int, void*) = nullptr;
-};
-std::optional<PoolCalls> pool_calls() {
-  void* library = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-  if (library == nullptr) {  // (the fixture loaded it)
-    ADD_FAILURE() << dlerror();
-    return std::nullopt;
-  }
-  PoolCalls calls;
-  auto find = [library](auto& slot, const char* name) {
-    slot = reinterpret_cast<std::remove_reference_t<decltype(slot)>>(dlsym(library, name));
-    return slot != nullptr;
-  };
-  const bool all = find(calls.alloc_async, "cuMemAllocAsync") &&
-                   find(calls.free_async, "cuMemFreeAsync") &&
-                   find(calls.synchronize, "cuStreamSynchronize") &&
-                   find(calls.default_pool, "cuDeviceGetDefaultMemPool") &&
-                   find(calls.trim_to, "cuMemPoolTrimTo") &&
-                   find(calls.set_attribute, "cuMemPoolSetAttribute") &&
-                   find(calls.get_attribute, "cuMemPoolGetAttribute");
-  dlclose(library);  // (RTLD_NOLOAD: the driver stays loaded)
-  if (!all) return std::nullopt;
-  return calls;
-}
-
-constexpr int kPoolReleaseThreshold = 4;  // CU_MEMPOOL_ATTR_RELEASE_THRESHOLD (cuuint64_t)
 
 // Stream-ordered pool memory (cuMemAllocAsync: PyTorch's cudaMallocAsync backend).  A pool
 // keeps freed memory only up to its release threshold: above it, "the allocator will try to
@@ -251,23 +216,23 @@ constexpr int kPoolReleaseThreshold = 4;  // CU_MEMPOOL_ATTR_RELEASE_THRESHOLD (
 // and new memory after a free and a synchronisation under the default threshold, or after
 // cuMemPoolTrimTo: then the old registration must never be the answer.
 TEST_F(CudaHitPath, PoolMemoryReleasedAndHandedOutAgainNeverHitsTheOldRegistration) {
-  const std::optional<PoolCalls> calls = pool_calls();
+  const std::optional<hmr::testing::PoolCalls> calls = hmr::testing::pool_calls();
   if (HasFailure()) return;
   if (!calls) GTEST_SKIP() << "the driver has no stream-ordered allocator";
   void* pool = nullptr;
   HMR_CU_ASSERT(calls->default_pool(&pool, 0));
   uint64_t threshold_before = 0;
-  HMR_CU_ASSERT(calls->get_attribute(pool, kPoolReleaseThreshold, &threshold_before));
+  HMR_CU_ASSERT(calls->get_attribute(pool, hmr::testing::kPoolReleaseThreshold, &threshold_before));
   auto set_threshold = [&](uint64_t bytes) {
-    HMR_CU_ASSERT(calls->set_attribute(pool, kPoolReleaseThreshold, &bytes));
+    HMR_CU_ASSERT(calls->set_attribute(pool, hmr::testing::kPoolReleaseThreshold, &bytes));
   };
   // The pool as the test found it, however the test ends (later tests use it too).
   struct Restore {
-    const PoolCalls& calls;
+    const hmr::testing::PoolCalls& calls;
     void* pool;
     uint64_t threshold;
     ~Restore() {
-      (void)calls.set_attribute(pool, kPoolReleaseThreshold, &threshold);
+      (void)calls.set_attribute(pool, hmr::testing::kPoolReleaseThreshold, &threshold);
       (void)calls.trim_to(pool, 0);
     }
   } restore{*calls, pool, threshold_before};

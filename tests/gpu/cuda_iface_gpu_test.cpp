@@ -1,6 +1,5 @@
 // The GPU lane, the CUDA iface itself: detection, VMM ranges, dma-buf export, alloc ids,
 // copies and capabilities against the real driver (tests/gpu/gpu_lane.h, README.md).
-#include <dlfcn.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
@@ -122,18 +121,12 @@ TEST_F(CudaGpuLane, HostAllocatedAndHostRegisteredMemoryIsHostAlloc) {
 // MAPPING attributes name the pool's chunk, not the allocation; hmr must still report one
 // allocation, with one id, from wherever in it it is asked.
 TEST_F(CudaGpuLane, PoolMemoryIsOneAllocationFromWhereverItIsAsked) {
-  void* library = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-  ASSERT_NE(library, nullptr) << dlerror();
-  using AllocAsync = CUresult (*)(CUdeviceptr*, size_t, void*);
-  using FreeAsync = CUresult (*)(CUdeviceptr, void*);
-  using Synchronize = CUresult (*)(void*);
-  auto alloc_async = reinterpret_cast<AllocAsync>(dlsym(library, "cuMemAllocAsync"));
-  auto free_async = reinterpret_cast<FreeAsync>(dlsym(library, "cuMemFreeAsync"));
-  auto synchronize = reinterpret_cast<Synchronize>(dlsym(library, "cuStreamSynchronize"));
-  if (alloc_async == nullptr || free_async == nullptr || synchronize == nullptr) {
-    dlclose(library);
-    GTEST_SKIP() << "the driver has no cuMemAllocAsync";
-  }
+  const std::optional<hmr::testing::PoolCalls> calls = hmr::testing::pool_calls();
+  if (HasFailure()) return;
+  if (!calls) GTEST_SKIP() << "the driver has no stream-ordered allocator";
+  const auto alloc_async = calls->alloc_async;
+  const auto free_async = calls->free_async;
+  const auto synchronize = calls->synchronize;
   const size_t size = size_t{100} << 20;
   CUdeviceptr memory = 0;
   HMR_CU_ASSERT(alloc_async(&memory, size, nullptr));
@@ -151,7 +144,6 @@ TEST_F(CudaGpuLane, PoolMemoryIsOneAllocationFromWhereverItIsAsked) {
               size, memory, mapping_base, mapping_size);
   HMR_CU_ASSERT(free_async(memory, nullptr));
   HMR_CU_ASSERT(synchronize(nullptr));
-  dlclose(library);
   ASSERT_TRUE(start.ok()) << start.status().reason();
   ASSERT_TRUE(middle.ok()) << middle.status().reason();
   ASSERT_TRUE(across.ok()) << across.status().reason();
@@ -168,21 +160,14 @@ TEST_F(CudaGpuLane, PoolMemoryIsOneAllocationFromWhereverItIsAsked) {
 // own base, length and id — and whether a page-rounded dma-buf export of one, which covers its
 // neighbours' bytes where they share a page, is accepted (printed: the fake accepts it).
 TEST_F(CudaGpuLane, SmallAllocationsAreOneAllocationEachWhereverTheDriverPlacesThem) {
-  void* library = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-  ASSERT_NE(library, nullptr) << dlerror();
-  using AllocAsync = CUresult (*)(CUdeviceptr*, size_t, void*);
-  using FreeAsync = CUresult (*)(CUdeviceptr, void*);
-  using Synchronize = CUresult (*)(void*);
-  auto alloc_async = reinterpret_cast<AllocAsync>(dlsym(library, "cuMemAllocAsync"));
-  auto free_async = reinterpret_cast<FreeAsync>(dlsym(library, "cuMemFreeAsync"));
-  auto synchronize = reinterpret_cast<Synchronize>(dlsym(library, "cuStreamSynchronize"));
-  dlclose(library);  // (RTLD_NOLOAD: the driver stays loaded)
+  const std::optional<hmr::testing::PoolCalls> calls = hmr::testing::pool_calls();
+  if (HasFailure()) return;
   Result<hmem::DeviceCapabilities> caps = iface().capabilities(DeviceId{0});
   ASSERT_TRUE(caps.ok()) << caps.status().reason();
   constexpr size_t kSmall = 1000;
   constexpr int kCount = 3;
   for (const bool pooled : {false, true}) {
-    if (pooled && (alloc_async == nullptr || free_async == nullptr || synchronize == nullptr)) {
+    if (pooled && !calls) {
       std::printf("the driver has no stream-ordered allocator: pool half not run\n");
       break;
     }
@@ -191,13 +176,13 @@ TEST_F(CudaGpuLane, SmallAllocationsAreOneAllocationEachWhereverTheDriverPlacesT
     CUdeviceptr memory[kCount] = {};
     for (CUdeviceptr& address : memory) {
       if (pooled) {
-        HMR_CU_ASSERT(alloc_async(&address, kSmall, nullptr));
+        HMR_CU_ASSERT(calls->alloc_async(&address, kSmall, nullptr));
       } else {
         HMR_CU_ASSERT(driver().cuMemAlloc(&address, kSmall));
       }
     }
     if (pooled) {
-      HMR_CU_ASSERT(synchronize(nullptr));
+      HMR_CU_ASSERT(calls->synchronize(nullptr));
     }
     std::vector<uint64_t> ids;
     for (int i = 0; i < kCount; ++i) {
@@ -231,13 +216,13 @@ TEST_F(CudaGpuLane, SmallAllocationsAreOneAllocationEachWhereverTheDriverPlacesT
     }
     for (const CUdeviceptr address : memory) {
       if (pooled) {
-        HMR_CU_ASSERT(free_async(address, nullptr));
+        HMR_CU_ASSERT(calls->free_async(address, nullptr));
       } else {
         HMR_CU_ASSERT(driver().cuMemFree(address));
       }
     }
     if (pooled) {
-      HMR_CU_ASSERT(synchronize(nullptr));
+      HMR_CU_ASSERT(calls->synchronize(nullptr));
     }
   }
 }

@@ -1,9 +1,12 @@
 #include "tests/gpu/gpu_lane.h"
 
+#include <dlfcn.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <string>
+#include <type_traits>
 
 #include "hmem/symbol_table.h"
 
@@ -87,6 +90,29 @@ bool CudaGpuLane::vmm_supported(int device, bool* gpu_direct_rdma) {
   }
   *gpu_direct_rdma = rdma != 0;
   return vmm != 0;
+}
+
+std::optional<PoolCalls> pool_calls() {
+  void* library = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  if (library == nullptr) {  // (the lane loaded it)
+    ADD_FAILURE() << dlerror();
+    return std::nullopt;
+  }
+  PoolCalls calls;
+  auto find = [library](auto& slot, const char* name) {
+    slot = reinterpret_cast<std::remove_reference_t<decltype(slot)>>(dlsym(library, name));
+    return slot != nullptr;
+  };
+  const bool all = find(calls.alloc_async, "cuMemAllocAsync") &&
+                   find(calls.free_async, "cuMemFreeAsync") &&
+                   find(calls.synchronize, "cuStreamSynchronize") &&
+                   find(calls.default_pool, "cuDeviceGetDefaultMemPool") &&
+                   find(calls.trim_to, "cuMemPoolTrimTo") &&
+                   find(calls.set_attribute, "cuMemPoolSetAttribute") &&
+                   find(calls.get_attribute, "cuMemPoolGetAttribute");
+  dlclose(library);  // (RTLD_NOLOAD: the driver stays loaded)
+  if (!all) return std::nullopt;
+  return calls;
 }
 
 }  // namespace hmr::testing

@@ -7,7 +7,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <optional>
 
 #include "cuda/cuda_iface.h"
 #include "cuda/cuda_symbols.h"
@@ -37,5 +39,19 @@ class CudaGpuLane : public ::testing::Test {
 
   cuda::CUcontext context_ = nullptr;
 };
+
+// The stream-ordered allocator's entry points (cuMemAllocAsync and friends), from the driver
+// the lane loaded; nullopt (and a test failure if the driver is not loaded) where it has none.
+struct PoolCalls {
+  cuda::CUresult (*alloc_async)(cuda::CUdeviceptr*, size_t, void*) = nullptr;
+  cuda::CUresult (*free_async)(cuda::CUdeviceptr, void*) = nullptr;
+  cuda::CUresult (*synchronize)(void*) = nullptr;  // cuStreamSynchronize
+  cuda::CUresult (*default_pool)(void**, int) = nullptr;
+  cuda::CUresult (*trim_to)(void*, size_t) = nullptr;
+  cuda::CUresult (*set_attribute)(void*, int, void*) = nullptr;
+  cuda::CUresult (*get_attribute)(void*, int, void*) = nullptr;
+};
+std::optional<PoolCalls> pool_calls();
+inline constexpr int kPoolReleaseThreshold = 4;  // CU_MEMPOOL_ATTR_RELEASE_THRESHOLD (cuuint64_t)
 
 }  // namespace hmr::testing
