@@ -92,12 +92,13 @@ bool PeerWatch::gone() {
   return gone_;
 }
 
-bool QuietAfterExit::settled(bool arrived) {
+bool QuietAfterExit::settled(bool arrived) { return settled(arrived, arrived ? 0 : now_ns()); }
+
+bool QuietAfterExit::settled(bool arrived, int64_t now) {
   if (arrived) {
     polls_ = 0;
     return false;
   }
-  const int64_t now = now_ns();
   if (polls_ == 0) since_ns_ = now;
   if (polls_ < kPolls) ++polls_;
   return polls_ >= kPolls && now - since_ns_ >= kTimeNs;

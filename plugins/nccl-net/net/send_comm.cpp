@@ -95,7 +95,7 @@ ncclResult_t SendComm::progress() {
   if (!control().flush(&why)) return fail_comm(ncclSystemError, why);
   // Nothing of NCCL's buffers goes out once the comm is closing: NCCL deregisters and frees
   // them before closeSend (sendProxyFree), and drain() only lets control messages go.
-  if (!closing_) {
+  if (!closing_ && !peer_watch_.gone()) {  // (nothing new to a receiver seen gone: isend())
     if (held_eager_ != nullptr && ++held_progress_ >= 2) {  // no eager send followed it
       if (const ncclResult_t rc = release_held_eager(); rc != ncclSuccess) return rc;
     }
@@ -107,7 +107,8 @@ ncclResult_t SendComm::progress() {
     const int n = port().poll(completions, &error);
     // The receiver's exit, looked at only once nothing more comes (QuietAfterExit,
     // peer_watch.h): a write or eager message it took before it exited completes, though its
-    // completion may still be on its way here (found by a review).
+    // completion may still be on its way here (found by a review).  What arrives is the
+    // completion of something posted before the exit was seen (nothing is posted after).
     if (first && peer_watch_.gone() && quiet_after_exit_.settled(n != 0)) {
       return fail_comm(ncclRemoteError, "the receiving process (pid " +
                                             std::to_string(peer_watch_.pid()) + ") exited");
@@ -340,6 +341,11 @@ ncclResult_t SendComm::isend(void* data, size_t size, int tag, MemoryHandle* mha
   if (mhandle != nullptr && mhandle->device != device_) {
     return fail(ncclInvalidArgument, "isend: the memory handle was registered on another device");
   }
+  // A receiver seen gone gets nothing new: a write or eager send to a process that exited may
+  // never complete (on shm 1.17 one held back the shared endpoint's later completions, other
+  // comms' included: shared_endpoint.h).  No request while what was posted before it exited
+  // settles; progress() then fails the comm (QuietAfterExit).
+  if (peer_watch_.gone()) return progress();
   Stream& stream = streams_.at(tag);
   // An announcement already here, or an eager send allowed, needs no progress first (the
   // request's test() runs it, as NCCL's IB transport's isend reads its FIFO and nothing
@@ -605,7 +611,9 @@ std::vector<const void*> SendComm::request_addresses() const {
 void SendComm::drain() {
   closing_ = true;
   const auto deadline = std::chrono::steady_clock::now() + kDrainTime;
-  while (posted_ && control().busy() && std::chrono::steady_clock::now() < deadline) {
+  // (A notice for a receiver seen gone would reach nobody: no waiting for it.)
+  while (posted_ && control().busy() && std::chrono::steady_clock::now() < deadline &&
+         !peer_watch_.gone()) {
     if (progress() != ncclSuccess) return;
   }
 }
