@@ -20,12 +20,14 @@ enum fake_cuda_memory {
   FAKE_CUDA_MEM_MANAGED = 4, /* migratable */
 };
 
-/* Frees every allocation, VMM reservation, mapping and physical allocation; forgets host
- * registrations, failures, attribute overrides, counters and primary-context retains; and
- * uninitialises the driver. */
+/* Frees every allocation, VMM reservation, mapping and physical allocation; empties the
+ * stream-ordered pools (their attributes back to the defaults); forgets host registrations,
+ * failures, attribute overrides, counters and primary-context retains; and uninitialises the
+ * driver. */
 typedef void (*fake_cuda_reset_fn)(void);
 /* Hands out `size` bytes on `device` from that device's own reserved address range, owned by no
- * context; a freed address is handed out again first.  Device memory stays PROT_NONE to the CPU;
+ * context, in whole 2 MiB granules (cuMemAlloc packs small ones; this does not, so a test may
+ * map host memory over a freed range); a freed address is handed out again first.  Device memory stays PROT_NONE to the CPU;
  * host and managed memory is readable and writable, as on a real driver.  Returns a CUresult. */
 typedef int (*fake_cuda_alloc_fn)(int device, size_t size, int memory, unsigned long long *out);
 /* The same from `device`'s default stream-ordered pool, as cuMemAllocAsync hands memory out

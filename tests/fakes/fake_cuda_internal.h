@@ -1,7 +1,9 @@
 /* State shared by the files of the fake CUDA driver (fake_cuda*.c, one libcuda.so.1).
  *
  * Memory model.  Device memory lives at addresses the CPU cannot touch: per device a PROT_NONE
- * address range for cuMemAlloc-style allocations, and a PROT_NONE range per VMM reservation.
+ * address range for cuMemAlloc-style allocations (small cuMemAllocs packed into shared 2 MiB
+ * chunks, fake_cuda_memory.c), one per device's stream-ordered pool (fake_cuda_pool.c), and a
+ * PROT_NONE range per VMM reservation.
  * Its bytes live in a private read-write "alias" mapping only the fake uses, so copies really
  * move data while any CPU access to the device address faults.  Host-allocated and managed
  * memory is CPU-accessible, as on a real driver: its device address range is made read-write
