@@ -70,6 +70,16 @@ static void locate(CUdeviceptr ptr, struct located *out) {
   }
 }
 
+/* The device's address range, reserved at its first allocation: never touched through this
+ * address unless CPU-accessible memory lives there.  Lock held. */
+static CUresult reserve_region(int device) {
+  if (regions[device] != NULL) return SUCCESS;
+  void *region = fake_reserve_device_range(REGION_SIZE);
+  if (region == NULL) return OUT_OF_MEMORY;
+  regions[device] = region;
+  return SUCCESS;
+}
+
 /* The 2 MiB granules an allocation's backing spans: a packed one shares its granule. */
 static CUdeviceptr footprint_start(const struct allocation *a) {
   return a->base / GRANULE * GRANULE;
@@ -83,12 +93,7 @@ CUresult fake_place_allocation(int device, size_t size, int memory, int context,
                                int fd, CUdeviceptr *out, int *index) {
   if (device < 0 || device >= FAKE_CUDA_DEVICE_COUNT) return INVALID_DEVICE;
   if (size == 0 || size > REGION_SIZE - GRANULE || out == NULL) return INVALID_VALUE;
-  if (regions[device] == NULL) {
-    /* Reserved, never touched through this address unless CPU-accessible memory lives there. */
-    void *region = fake_reserve_device_range(REGION_SIZE);
-    if (region == NULL) return OUT_OF_MEMORY;
-    regions[device] = region;
-  }
+  if (reserve_region(device) != SUCCESS) return OUT_OF_MEMORY;
   /* First fit from the start of the region, so a freed address is handed out again first. */
   const CUdeviceptr region_start = fake_round_up((uintptr_t)regions[device], GRANULE);
   const CUdeviceptr region_end = (uintptr_t)regions[device] + REGION_SIZE;
@@ -149,11 +154,7 @@ CUresult fake_record_allocation(int device, CUdeviceptr base, size_t size, int m
 #define PACKED_ALIGNMENT 512u
 
 static CUresult place_packed(int device, size_t size, int context, char *alias, CUdeviceptr *out) {
-  if (regions[device] == NULL) {
-    void *region = fake_reserve_device_range(REGION_SIZE);
-    if (region == NULL) return OUT_OF_MEMORY;
-    regions[device] = region;
-  }
+  if (reserve_region(device) != SUCCESS) return OUT_OF_MEMORY;
   const CUdeviceptr region_end = (uintptr_t)regions[device] + REGION_SIZE;
   const uint64_t span = fake_round_up(size, PACKED_ALIGNMENT);
   CUdeviceptr candidate = fake_round_up((uintptr_t)regions[device], GRANULE);

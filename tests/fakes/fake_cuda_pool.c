@@ -92,8 +92,7 @@ unsigned long long fake_pool_block_id(int device, CUdeviceptr ptr) {
   return in_pool(pool, ptr) ? pool->chunk_block_id[chunk_of(pool, ptr)] : 0;
 }
 
-/* Backed chunks of one pool, and touching a live allocation of it: cuda.h wants "a valid CUDA
- * device allocation", not a freed one whose chunk the pool still holds. */
+/* Whether a live allocation of `device`'s pool overlaps [ptr, +size). */
 static int touches_live_allocation(int device, CUdeviceptr ptr, size_t size) {
   for (int i = 0; i < MAX_ALLOCATIONS; ++i) {
     const struct allocation *a = &allocations[i];
@@ -105,6 +104,8 @@ static int touches_live_allocation(int device, CUdeviceptr ptr, size_t size) {
   return 0;
 }
 
+/* Backed chunks of one pool, and touching a live allocation of it: cuda.h wants "a valid CUDA
+ * device allocation", not a freed one whose chunk the pool still holds. */
 int fake_pool_exportable(CUdeviceptr ptr, size_t size) {
   for (int device = 0; device < FAKE_CUDA_DEVICE_COUNT; ++device) {
     const struct pool *pool = &pools[device];
@@ -138,16 +139,8 @@ static uint64_t used_bytes(int device) {
 }
 
 static int chunk_in_use(int device, int chunk) {
-  const struct pool *pool = &pools[device];
-  const CUdeviceptr start = pool->base + (CUdeviceptr)chunk * POOL_CHUNK;
-  for (int i = 0; i < MAX_ALLOCATIONS; ++i) {
-    const struct allocation *a = &allocations[i];
-    if (a->live && a->pooled && a->device == device && a->base < start + POOL_CHUNK &&
-        start < a->base + a->size) {
-      return 1;
-    }
-  }
-  return 0;
+  return touches_live_allocation(device, pools[device].base + (CUdeviceptr)chunk * POOL_CHUNK,
+                                 POOL_CHUNK);
 }
 
 /* Gives unused chunks back, the highest first, while the pool keeps at least `keep` bytes
