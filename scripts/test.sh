@@ -22,6 +22,20 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 # lists each race that is not hmr's, with the reason.
 export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/scripts/tsan.supp}
 
+# failure_recap TITLE DIR: after ctest failed, the failing cases again, last, where the tail
+# of a long log (all a CI summary may keep) still shows them: GoogleTest's FAILED lines and
+# sanitizer and crash headlines from ctest's log of the run, with the test binary each was in.
+failure_recap() {
+  local title=$1 log=$2/Testing/Temporary/LastTest.log
+  echo
+  echo "== $title: FAILED. What failed, from $log:"
+  [[ -f $log ]] || return 0
+  awk '/^[0-9]+\/[0-9]+ Testing: / { test = $0 }
+       /\[  FAILED  \]|ERROR: [A-Za-z]+Sanitizer|runtime error:|WARNING: ThreadSanitizer|Segmentation fault|Subprocess aborted|\*\*\*Timeout/ {
+         if (test != shown) { print "-- " test; shown = test }
+         print "   " $0 }' "$log" | head -60
+}
+
 # run_build TITLE DIR [cmake options...] [-- target...]: configures, builds the targets (all
 # when none are named) and runs the ctest entries of the same names (all when none).
 run_build() {
@@ -47,7 +61,10 @@ run_build() {
   cmake --build "$dir" -j "$jobs" "${target_args[@]}"
   echo "== $title: built in $((SECONDS - stage_start)) s; running the tests (ctest in $dir/)"
   local test_start=$SECONDS
-  (cd "$dir" && ctest --output-on-failure "${filter[@]}")
+  if ! (cd "$dir" && ctest --output-on-failure "${filter[@]}"); then
+    failure_recap "$title" "$dir"
+    exit 8
+  fi
   echo "== $title: all tests passed (tests $((SECONDS - test_start)) s, stage $((SECONDS - stage_start)) s)"
 }
 
