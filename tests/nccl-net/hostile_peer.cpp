@@ -29,6 +29,15 @@
 //   eager-far-ahead   an eager message 100 buffers ahead of the harness's postings (its
 //                     credits are 32)
 //   eager-flood       one eager message for each of 2100 tags the harness never posts
+//   closed-short      two eager messages of a tag the harness never posts, then a send_closed
+//                     saying one was delivered
+//   closed-twice      two send_closed
+// and two honest ends as a sender whose process is gone (the connect request names the pid of
+// a child that exited, so the harness's peer watch sees it gone at once):
+//   closed-then-late  a send_closed counting 3, and only once the harness says "go" (after it
+//                     waited longer than the quiet after an exit) three 64-byte eager messages
+//                     of tag 5, bytes 0x30, 0x31, 0x32
+//   closed-missing    a send_closed counting 2, and one 64-byte eager message of tag 5
 // and one honest connection after a lie to the listener ("send oversize-then-connect": 1000
 // bytes, more than any control message, before the connect request; "skip" on shm, whose
 // 1.17 never lets a raw send of this endpoint go).
@@ -37,6 +46,7 @@
 #include <rdma/fi_rma.h>
 #include <poll.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -50,6 +60,7 @@
 #include "fabric/provider_nics.h"
 #include "net/control_channel.h"
 #include "net/device.h"
+#include "net/peer_watch.h"
 #include "net/settings.h"
 #include "peer_process.h"
 #include "wire/control_message.h"
@@ -258,12 +269,17 @@ class Hostile {
   }
 
   // Connects to the listener of the harness's `handle` as a send comm would (eager max
-  // 8192 offered), and returns the accept.
-  ConnectAccept connect_to(const std::vector<uint8_t>& handle_bytes, Clock::time_point deadline) {
+  // 8192 offered; `pid`: the process it says it is, 0 for none), and returns the accept.
+  ConnectAccept connect_to(const std::vector<uint8_t>& handle_bytes, Clock::time_point deadline,
+                           uint32_t pid = 0) {
     std::string why;
     const auto [handle, listener] = reach(handle_bytes);
     ConnectRequest request{handle.nonce, endpoint_->address()};
     request.eager_max = 8192;
+    if (pid != 0) {
+      request.pid = pid;
+      request.process_space = own_process_space();
+    }
     if (!control_->send(request, listener, handle.port, &why)) die(why);
     for (;;) {
       auto bytes = next_message(deadline);
@@ -273,6 +289,7 @@ class Hostile {
       const auto* accept = message ? std::get_if<ConnectAccept>(&*message) : nullptr;
       if (accept == nullptr || accept->nonce != handle.nonce) continue;
       if (!endpoint_->insert(accept->address, &peer_, &why)) die(why);
+      peer_port_ = accept->port;  // (where send() addresses the recv comm)
       // (As a send comm does: the recv comm is handed to NCCL once this arrived.)
       if (!control_->send(ConnectReady{handle.nonce}, peer_, accept->port, &why)) die(why);
       return *accept;
@@ -333,6 +350,16 @@ class Hostile {
   uint64_t writes_landed_ = 0;
   uint64_t endpoint_errors_ = 0;
 };
+
+// The pid of a process that has exited (a child that ended at once, reaped).
+uint32_t exited_pid() {
+  const pid_t child = fork();
+  if (child < 0) die("fork");
+  if (child == 0) _exit(0);
+  int status = 0;
+  if (waitpid(child, &status, 0) != child) die("waitpid");
+  return static_cast<uint32_t>(child);
+}
 
 ReceiveAnnouncement announce(uint8_t slot, uint64_t address, uint64_t size, uint64_t key, int32_t tag) {
   ReceiveAnnouncement a;
@@ -403,7 +430,8 @@ int run() {
       const std::string lie = step->substr(5);
       auto handle = oob.receive(deadline, &why);
       if (!handle) die(why);
-      h.connect_to(*handle, deadline);
+      const bool gone = lie == "closed-then-late" || lie == "closed-missing";
+      h.connect_to(*handle, deadline, gone ? exited_pid() : 0);
       std::string answer = "ok";
       auto part = [](const ReceiveAnnouncement& a, WritePart p, uint32_t value) {
         return encode(WriteCompletion{a.slot, a.generation, 0, p, value});
@@ -420,6 +448,25 @@ int run() {
       } else if (lie == "eager-flood") {
         for (int32_t tag = 1000; tag < 3100; ++tag) {
           h.send_eager(source, source_desc, 64, encode(EagerAddress{tag, 0}), deadline);
+        }
+      } else if (lie == "closed-short") {
+        h.send_eager(source, source_desc, 64, encode(EagerAddress{6, 0}), deadline);
+        h.send_eager(source, source_desc, 64, encode(EagerAddress{6, 1}), deadline);
+        h.send(SendClosed{1});
+      } else if (lie == "closed-twice") {
+        h.send(SendClosed{5});
+        h.send(SendClosed{5});
+      } else if (lie == "closed-then-late" || lie == "closed-missing") {
+        const bool late = lie == "closed-then-late";
+        h.send(SendClosed{late ? 3u : 2u});
+        if (late) {
+          auto go = h.progress_until_the_harness_speaks(oob, deadline);
+          if (!go || *go != "go") die("expected go from the harness");
+        }
+        auto* bytes = static_cast<uint8_t*>(source);
+        for (uint32_t m = 0; m < (late ? 3u : 1u); ++m) {
+          std::memset(bytes + m * 64, 0x30 + static_cast<int>(m), 64);
+          h.send_eager(bytes + m * 64, source_desc, 64, encode(EagerAddress{5, m}), deadline);
         }
       } else {
         const ReceiveAnnouncement a = h.wait_for_announcement(deadline);

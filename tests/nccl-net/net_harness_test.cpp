@@ -19,6 +19,7 @@
 #include <cstring>
 #include <random>
 
+#include "net/peer_watch.h"
 #include "rank.h"
 #include "wire/limits.h"
 
@@ -1134,7 +1135,7 @@ TEST(PeerDeath, ARankKilledAfterConnectingFailsTheOtherSidesCommsNeverHangs) {
 
 // A sender that delivers its last messages and exits normally (ncclCommDestroy, then the
 // process ends): what it delivered still reaches NCCL here, and only a receive it never sent
-// fails.  The receiver learnt of the exit before it read what had come and failed the comm:
+// fails, as soon as its count of what it sent (send_closed) is met.  The receiver learnt of the exit before it read what had come and failed the comm:
 // the delivered messages were lost (found by a review).  A receive of another tag is tested
 // first, for as long as it takes the exit to be noticed (the watch looks every 256 calls and
 // 100 ms at most).
@@ -1154,11 +1155,16 @@ TEST(PeerDeath, WhatASenderDeliveredBeforeItExitedIsStillReceived) {
   int never_sent[1] = {7};
   void* data[1] = {static_cast<uint8_t*>(buffer.data()) + 2048};
   void* orphan = nullptr;
+  const size_t orphan_mark = log_mark();
   ASSERT_EQ(rank.net().irecv(link.recv, 1, data, sizes, never_sent, mhs, &orphan), ncclSuccess);
   ncclResult_t rc = ncclSuccess;
   int done = 0;
   while (rc == ncclSuccess && !done && !rank.expired()) rc = rank.net().test(orphan, &done, nullptr);
   EXPECT_EQ(rc, ncclRemoteError) << "a receive the exited sender never sent did not fail";
+  // Known from the sender's closeSend, which counted its four messages (send_closed), not
+  // guessed from a quiet after its exit.
+  EXPECT_TRUE(warned_since(orphan_mark, "the sender closed its comm (all 4 of its writes"))
+      << warnings_since(orphan_mark);
   for (int m = 0; m < 4; ++m) {
     SCOPED_TRACE(m);
     int tags[1] = {1};
@@ -1478,7 +1484,8 @@ TEST_F(HostilePeer, LyingSendsFailTheReceiveWithTheReason) {
                          Lie{"eager-wide-data", "wider than the 32 bits"},
                          Lie{"eager-twice", "has one waiting"},
                          Lie{"eager-far-ahead", "credits ahead of buffer"},
-                         Lie{"eager-flood", "ahead of their receives, over all tags"}}) {
+                         Lie{"eager-flood", "ahead of their receives, over all tags"},
+                         Lie{"closed-short", "send_closed"}, Lie{"closed-twice", "send_closed"}}) {
     SCOPED_TRACE(lie.step);
     const size_t connect_mark = log_mark();
     void* listen_comm = listen_for(std::string("send ") + lie.step);
@@ -1516,6 +1523,74 @@ TEST_F(HostilePeer, LyingSendsFailTheReceiveWithTheReason) {
                                      << " (size " << received[0] << ")";
       EXPECT_TRUE(warned_since(mark, lie.reason)) << warnings_since(mark);
     }
+    EXPECT_EQ(rank.net().dereg_mr(recv, mh), ncclSuccess);
+    EXPECT_EQ(rank.net().close_recv(recv), ncclSuccess);
+    EXPECT_EQ(rank.net().close_listen(listen_comm), ncclSuccess);
+  }
+  finish();
+}
+
+// A sender that closed says how many writes and eager messages it delivered (send_closed,
+// wire/control_message.h): its receiver takes exactly those, however late they come after its
+// process exited, and then fails a receive that needs more at once.  The hostile peer names a
+// process that has exited as its own, so the receiver sees the exit at once; it sends its
+// count first and its three messages only once this side has tested the first receive for
+// longer than the quiet after an exit (QuietAfterExit::kTimeNs), which alone failed the comm
+// before the count existed.  With a count that is never reached ("closed-missing": 2
+// counted, 1 sent) the receive that needs the second fails once HMR_NCCL_WRITE_TIMEOUT (2 s,
+// set by main()) passed without it.
+TEST_F(HostilePeer, AClosedSendersCountedMessagesAreReceivedHoweverLate) {
+  HostBuffer buffer(4096);
+  for (const char* step : {"closed-then-late", "closed-missing"}) {
+    SCOPED_TRACE(step);
+    const bool late = std::string(step) == "closed-then-late";
+    const size_t start_mark = log_mark();
+    void* listen_comm = listen_for(std::string("send ") + step);
+    ASSERT_NE(listen_comm, nullptr);
+    void* recv = nullptr;
+    while (recv == nullptr && !rank.expired()) ASSERT_EQ(rank.net().accept(listen_comm, &recv), ncclSuccess);
+    ASSERT_NE(recv, nullptr) << "the sender never connected";
+    void* mh = nullptr;
+    ASSERT_EQ(rank.net().reg_mr(recv, buffer.data(), 4096, NCCL_PTR_HOST, &mh), ncclSuccess);
+    void* mhs[1] = {mh};
+    size_t sizes[1] = {64};
+    int tags[1] = {5};
+    auto receive = [&](int m, int* done, int* received) {
+      void* data[1] = {static_cast<uint8_t*>(buffer.data()) + m * 64};
+      void* request = nullptr;
+      ncclResult_t rc = rank.net().irecv(recv, 1, data, sizes, tags, mhs, &request);
+      if (rc != ncclSuccess || request == nullptr) return rc == ncclSuccess ? ncclInternalError : rc;
+      const auto quiet_outlasted = Clock::now() + std::chrono::nanoseconds(QuietAfterExit::kTimeNs) +
+                                   std::chrono::milliseconds(500);
+      // The late messages come only when asked for: first the quiet is outlasted.
+      while (late && m == 0 && rc == ncclSuccess && !*done && Clock::now() < quiet_outlasted) {
+        rc = rank.net().test(request, done, received);
+      }
+      if (late && m == 0 && rc == ncclSuccess && !*done) {
+        if (!peer->channel().send(std::string("go"), &why)) return ncclInternalError;
+      }
+      while (rc == ncclSuccess && !*done && !rank.expired()) rc = rank.net().test(request, done, received);
+      return rc;
+    };
+    const int counted = late ? 3 : 1;
+    for (int m = 0; m < counted; ++m) {
+      SCOPED_TRACE(m);
+      int done = 0;
+      int received[1] = {-1};
+      EXPECT_EQ(receive(m, &done, received), ncclSuccess) << warnings_since(start_mark);
+      EXPECT_EQ(done, 1);
+      EXPECT_EQ(received[0], 64);
+      EXPECT_EQ(static_cast<uint8_t*>(buffer.data())[m * 64 + 63], 0x30 + m);
+    }
+    const size_t mark = log_mark();
+    int done = 0;
+    EXPECT_EQ(receive(counted, &done, nullptr), ncclRemoteError) << "a receive never sent did not fail";
+    EXPECT_TRUE(warned_since(mark, late ? "the sender closed its comm (all 3 of its writes"
+                                        : "exited with 1 of the 2 writes and eager messages"))
+        << warnings_since(mark);
+    ASSERT_TRUE(peer->channel().send(std::string("receiver-done"), &why)) << why;
+    auto answer = peer->channel().receive_text(rank.deadline(), &why);
+    EXPECT_TRUE(answer && *answer == "ok") << why;
     EXPECT_EQ(rank.net().dereg_mr(recv, mh), ncclSuccess);
     EXPECT_EQ(rank.net().close_recv(recv), ncclSuccess);
     EXPECT_EQ(rank.net().close_listen(listen_comm), ncclSuccess);

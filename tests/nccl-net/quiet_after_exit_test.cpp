@@ -56,5 +56,17 @@ TEST(QuietAfterExit, ManyEmptyCallsNeverWrapTheCount) {
   EXPECT_TRUE(quiet.settled(false, kStart + QuietAfterExit::kTimeNs));
 }
 
+// A recv comm whose sender said how much it sent, and exited with some of it still missing,
+// waits HMR_NCCL_WRITE_TIMEOUT instead of kTimeNs (recv_comm.cpp): set_time lengthens the
+// quiet already under way.
+TEST(QuietAfterExit, ALongerTimeHoldsTheQuietAlreadyUnderWay) {
+  QuietAfterExit quiet;
+  quiet_calls_short_of_the_count(quiet, kStart);
+  quiet.set_time(5 * QuietAfterExit::kTimeNs);
+  EXPECT_FALSE(quiet.settled(false, kStart + QuietAfterExit::kTimeNs));
+  EXPECT_FALSE(quiet.settled(false, kStart + 5 * QuietAfterExit::kTimeNs - 1));
+  EXPECT_TRUE(quiet.settled(false, kStart + 5 * QuietAfterExit::kTimeNs));
+}
+
 }  // namespace
 }  // namespace hmr::nccl

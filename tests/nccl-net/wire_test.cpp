@@ -64,7 +64,9 @@ std::vector<std::vector<uint8_t>> valid_messages() {
           encode(EagerFailure{-7, 0xffffffffu, EagerFailureReason::send_failed, kMaxEagerSize}),
           encode(ConnectReady{0x8877665544332211ull}),
           encode(ConnectRefused{0x8877665544332212ull, std::string(kMaxRefusalReason, '~')}),
-          encode(ConnectRefused{3, ""})};
+          encode(ConnectRefused{3, ""}),
+          encode(SendClosed{0}),
+          encode(SendClosed{0xfffffffffffffffeull})};
 }
 
 void expect_invariants(const std::vector<uint8_t>& bytes, const std::string& what) {

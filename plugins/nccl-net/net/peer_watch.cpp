@@ -101,7 +101,7 @@ bool QuietAfterExit::settled(bool arrived, int64_t now) {
   }
   if (polls_ == 0) since_ns_ = now;
   if (polls_ < kPolls) ++polls_;
-  return polls_ >= kPolls && now - since_ns_ >= kTimeNs;
+  return polls_ >= kPolls && now - since_ns_ >= time_ns_;
 }
 
 }  // namespace hmr::nccl

@@ -61,8 +61,11 @@ class PeerWatch {
 // noticed that much later (far inside HMR_NCCL_WRITE_TIMEOUT's default 60 s; a timeout set
 // below about 1.1 s fails a write to a killed peer first, as a timed-out write).  Meanwhile a
 // send comm posts nothing new towards the peer; a recv comm still announces its receives.
-// This is a bound on a delay, not a guarantee: the exact rule would be a "closed" notice from
-// the sender counting what it sent, after which nothing is waited for (not done yet).
+// This is a bound on a delay, not a guarantee, so it is the rule only for a peer that ended
+// without saying so (killed, crashed): a send comm that closes says how many writes and eager
+// messages it delivered (send_closed, wire/control_message.h) and its recv comm waits for
+// exactly those, however late they come, with the quiet lengthened to HMR_NCCL_WRITE_TIMEOUT
+// (set_time) for what the count says is still missing once the sender exited.
 class QuietAfterExit {
  public:
   static constexpr unsigned kPolls = 32;
@@ -73,10 +76,13 @@ class QuietAfterExit {
   bool settled(bool arrived);
   // The same at `now_ns` (steady clock), for tests.
   bool settled(bool arrived, int64_t now_ns);
+  // How long the quiet must last from now on (kTimeNs until set).
+  void set_time(int64_t time_ns) { time_ns_ = time_ns; }
 
  private:
   unsigned polls_ = 0;  // empty calls in a row
   int64_t since_ns_ = 0;  // when the first of them was
+  int64_t time_ns_ = kTimeNs;
 };
 
 }  // namespace hmr::nccl

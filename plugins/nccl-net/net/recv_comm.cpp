@@ -64,6 +64,7 @@ ncclResult_t RecvComm::start(Device& device, const ConnectRequest& request,
       settings.connect_timeout_ms != 0 ? settings.connect_timeout_ms : settings.write_timeout_ms;
   comm->eager_max_ = std::min(settings.eager_max, request.eager_max);
   comm->eager_through_nic_ = settings.eager_through_nic;
+  comm->write_timeout_ns_ = int64_t{settings.write_timeout_ms} * 1'000'000;
   const bool eager = comm->eager_max_ > 0;
   std::string why;
   comm->endpoint_ = Endpoint::open(device.libfabric(), device.info(), device.domain(), &why);
@@ -216,17 +217,40 @@ ncclResult_t RecvComm::progress() {
   if (taken == 0 && !awaited && control_out().busy()) {
     if (const ncclResult_t rc = progress_posted(); rc != ncclSuccess) return rc;
   }
-  // The sender's exit, looked at only once what it sent was read (it may exit as soon as its
-  // last messages were delivered, a normal end: they must still reach NCCL, found by a
-  // review): with nothing more arriving (QuietAfterExit, peer_watch.h), a receive that needs
-  // more fails (test()), and the comm fails once no early message it delivered is left for a
-  // receive to take.
-  if ((peer_exited_ || peer_watch_.gone()) && quiet_after_exit_.settled(taken != 0)) {
-    peer_exited_ = true;
-    if (unexpected_.empty()) {
-      return fail_comm(ncclRemoteError, "the sending process (pid " +
-                                            std::to_string(peer_watch_.pid()) + ") exited");
-    }
+  // Once the sender's messages end, a receive that needs more fails (test()); after an exit
+  // the comm fails too, once no early message the sender delivered is left for a receive.
+  if (sender_ended_.empty()) look_for_the_senders_end(taken != 0);
+  if (sender_exited_ && unexpected_.empty()) return fail_comm(ncclRemoteError, sender_ended_);
+  return ncclSuccess;
+}
+
+void RecvComm::look_for_the_senders_end(bool arrived) {
+  // Exactly, when the sender closed and said how much it delivered: all of it is here.
+  if (sender_delivered_ && arrived_ == *sender_delivered_) {
+    sender_ended_ = "the sender closed its comm (all " + std::to_string(arrived_) +
+                    " of its writes and eager messages arrived)";
+    return;
+  }
+  // Otherwise from its exit, looked at only once what it sent was read (it may exit as soon
+  // as its last messages were delivered, a normal end: they must still reach NCCL, found by a
+  // review): with nothing more arriving (QuietAfterExit, peer_watch.h; lengthened once its
+  // count came, on_message()).
+  if (!peer_watch_.gone() || !quiet_after_exit_.settled(arrived)) return;
+  sender_exited_ = true;
+  sender_ended_ = "the sending process (pid " + std::to_string(peer_watch_.pid()) + ") exited";
+  if (sender_delivered_) {
+    sender_ended_ += " with " + std::to_string(*sender_delivered_ - arrived_) + " of the " +
+                     std::to_string(*sender_delivered_) + " writes and eager messages it said " +
+                     "it delivered not arrived after " +
+                     std::to_string(write_timeout_ns_ / 1'000'000) + " ms";
+  }
+}
+
+ncclResult_t RecvComm::count_arrival() {
+  ++arrived_;
+  if (sender_delivered_ && arrived_ > *sender_delivered_) {
+    return fail_comm(ncclRemoteError, "the sender's writes and eager messages go on after its "
+                     "send_closed said it had delivered " + std::to_string(*sender_delivered_));
   }
   return ncclSuccess;
 }
@@ -249,6 +273,9 @@ ncclResult_t RecvComm::progress_received(size_t* taken) {
       if ((c.flags & FI_REMOTE_CQ_DATA) && c.data > UINT32_MAX) {  // (tcp and shm carry 8 bytes)
         return fail_comm(ncclRemoteError, "the sender's write or eager message carried remote CQ "
                                           "data wider than the 32 bits the plugin sends");
+      }
+      if (c.flags & FI_REMOTE_CQ_DATA) {
+        if (const ncclResult_t rc = count_arrival(); rc != ncclSuccess) return rc;
       }
       if ((c.flags & FI_REMOTE_CQ_DATA) && !(c.flags & FI_RECV)) {
         // A remote write's CQ data comes with no operation of ours (its context is whatever
@@ -403,6 +430,20 @@ ncclResult_t RecvComm::on_message(std::span<const uint8_t> bytes) {
       return fail_comm(ncclRemoteError, "the sender said ready twice, or for another connection");
     }
     connector_ready_ = true;
+    return ncclSuccess;
+  }
+  if (const auto* closed = std::get_if<SendClosed>(&*message)) {
+    if (sender_delivered_) return fail_comm(ncclRemoteError, "the sender sent send_closed twice");
+    if (closed->delivered < arrived_) {
+      return fail_comm(ncclRemoteError, "the sender's send_closed counted " +
+                                            std::to_string(closed->delivered) + " writes and eager " +
+                                            "messages when " + std::to_string(arrived_) + " had arrived");
+    }
+    sender_delivered_ = closed->delivered;
+    // What the count says is still to come is waited for however late it is, and past the
+    // sender's exit for as long as a write may take (not for good: a count that cannot be
+    // reached must not hold a receive for ever).
+    quiet_after_exit_.set_time(write_timeout_ns_);
     return ncclSuccess;
   }
   const auto* notice = std::get_if<SendFailure>(&*message);
@@ -806,13 +847,12 @@ ncclResult_t RecvComm::test(ReceiveRequest* request, int* done, int* sizes) {
       request->state = RequestState::idle;
       return rc;
     }
-    if (request->done_mask != all && peer_exited_ &&
+    if (request->done_mask != all && !sender_ended_.empty() &&
         (request->done_mask | request->copying_mask) != all) {
-      // (The sender exited with early messages of other receives still here: those are
-      // delivered, this one can never complete.)
+      // (The sender's messages ended with early messages of other receives still here: those
+      // are delivered, this one can never complete.)
       request->state = RequestState::idle;
-      return fail(ncclRemoteError, "the sending process (pid %d) exited before this receive's "
-                  "message came", static_cast<int>(peer_watch_.pid()));
+      return fail(ncclRemoteError, "%s before this receive's message came", sender_ended_.c_str());
     }
     if (request->done_mask == all) {
       request->state = RequestState::done;

@@ -160,6 +160,12 @@ class RecvComm {
   // host memory, of a tag eager messages can name.
   bool eager_only(size_t size, const MemoryHandle& mhandle, int32_t tag) const;
   ncclResult_t fail_comm(ncclResult_t result, const std::string& reason);
+  // Sets sender_ended_ once the sender's messages are all here and it closed, or once its
+  // process exited and progress calls found nothing more (`arrived`: whether this one did).
+  void look_for_the_senders_end(bool arrived);
+  // One write or eager message of the sender's arrived: a failure when its send_closed
+  // counted fewer.
+  ncclResult_t count_arrival();
   // The pending receive in `slot` whose generation's `generation_mask` are `generation` and
   // that has a buffer `index` (a write's CQ data carries 2 bits of it, a control message 8).
   ReceiveRequest* posted(uint8_t slot, uint8_t index, uint8_t generation, uint8_t generation_mask);
@@ -193,8 +199,16 @@ class RecvComm {
   bool connector_ready_ = false;  // its ready came (wire/control_message.h)
   bool connector_spoke_ = false;  // a message or write of the connector's arrived here
   PeerWatch peer_watch_;  // the peer's process, on shm (peer_watch.h)
-  bool peer_exited_ = false;  // seen gone once all it sent was read (progress())
   QuietAfterExit quiet_after_exit_;  // when the seen exit counts (peer_watch.h)
+  int64_t write_timeout_ns_ = 60'000'000'000;  // HMR_NCCL_WRITE_TIMEOUT
+  // Where the sender's messages end, once that is known: why a receive that needs more can
+  // never complete (empty while more may come).  Known when as many writes and eager
+  // messages arrived as its send_closed counted, or when its process exited and the quiet
+  // after that passed (look_for_the_senders_end()).
+  std::string sender_ended_;
+  bool sender_exited_ = false;  // the second way: the comm fails once no early message is left
+  uint64_t arrived_ = 0;  // the sender's writes and eager messages that arrived (remote CQ data)
+  std::optional<uint64_t> sender_delivered_;  // its send_closed count, once that came
   std::string failure_;
   ncclResult_t failure_result_ = ncclSuccess;
   std::array<ReceiveRequest, kMaxRequests> receives_;

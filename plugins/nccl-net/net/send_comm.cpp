@@ -116,6 +116,7 @@ ncclResult_t SendComm::progress() {
     if (n < 0) {
       auto* op = static_cast<Operation*>(error.context);
       if (op != nullptr && (op->kind == OperationKind::data_write || op->kind == OperationKind::eager_send)) {
+        --data_in_flight_;
         // The receiver's NIC refused the write (a key it does not know, a range outside its
         // registration), or the eager send failed: this message fails, and the receiver is
         // told which buffer.
@@ -140,7 +141,11 @@ ncclResult_t SendComm::progress() {
       switch (op->kind) {
         case OperationKind::control_send: control().sent(*op); break;
         case OperationKind::data_write:
-        case OperationKind::eager_send: part_ended(*static_cast<SendRequest*>(op->owner)); break;
+        case OperationKind::eager_send:
+          --data_in_flight_;
+          ++data_delivered_;
+          part_ended(*static_cast<SendRequest*>(op->owner));
+          break;
         case OperationKind::control_receive:  // (the shared endpoint's, never a port's)
         case OperationKind::eager_copy:
         case OperationKind::flush_read: break;
@@ -418,6 +423,7 @@ ncclResult_t SendComm::write_announced(void* data, size_t size, Stream& stream, 
     return fail(ncclSystemError, "fi_writedata of %zu bytes failed: %s", size,
                 device_->libfabric().describe(rc).c_str());
   }
+  ++data_in_flight_;
   ++stream.next_ordinal;
   stream.refused.reset();
   stream.warned = false;
@@ -455,6 +461,7 @@ void SendComm::post_tail(SendRequest& request) {
   request.tail_unposted = false;
   if (rc == 0) {
     ++request.in_flight;
+    ++data_in_flight_;
     return;
   }
   part_failed(request, fail(ncclSystemError, "fi_writedata of the last %llu bytes of a %zu-byte "
@@ -538,8 +545,10 @@ ncclResult_t SendComm::send_eagerly(void* data, size_t size, Stream& stream,
 }
 
 ssize_t SendComm::post_eager(SendRequest& request) {
-  return port().send_with_data(request.data, request.size, request.desc,
-                               encode(request.eager_target), peer_, &request.write);
+  const ssize_t rc = port().send_with_data(request.data, request.size, request.desc,
+                                           encode(request.eager_target), peer_, &request.write);
+  if (rc == 0) ++data_in_flight_;
+  return rc;
 }
 
 ncclResult_t SendComm::release_held_eager() {
@@ -612,8 +621,24 @@ void SendComm::drain() {
   closing_ = true;
   const auto deadline = std::chrono::steady_clock::now() + kDrainTime;
   // (A notice for a receiver seen gone would reach nobody: no waiting for it.)
-  while (posted_ && control().busy() && std::chrono::steady_clock::now() < deadline &&
-         !peer_watch_.gone()) {
+  auto may_wait = [&] {
+    return posted_ && std::chrono::steady_clock::now() < deadline && !peer_watch_.gone();
+  };
+  // send_closed counts what completed, so it goes once nothing is in flight (NCCL closes a
+  // comm whose sends all completed: at once).  A comm that failed, or whose writes are still
+  // in flight when the time is up, sends none, and the receiver falls back on the quiet after
+  // this process's exit (QuietAfterExit), as for a killed sender.
+  while (failure_.empty() && data_in_flight_ != 0 && may_wait()) {
+    if (progress() != ncclSuccess) return;
+  }
+  if (connected_ && failure_.empty() && data_in_flight_ == 0 && may_wait()) {
+    std::string why;
+    if (!control().send(SendClosed{data_delivered_}, peer_, peer_port_, &why)) {
+      log_info("closeSend: could not tell the receiver where this comm's messages end: %s",
+               why.c_str());
+    }
+  }
+  while (control().busy() && may_wait()) {
     if (progress() != ncclSuccess) return;
   }
 }

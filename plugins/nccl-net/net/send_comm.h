@@ -45,9 +45,10 @@ class SendComm {
 
   ncclResult_t isend(void* data, size_t size, int tag, MemoryHandle* mhandle, void** request);
   ncclResult_t test(SendRequest* request, int* done, int* size);
-  // Lets queued control messages (a failure notice to the receiver) go out, for a short while;
-  // from then on no byte of NCCL's buffers is posted (a held eager send, a tail the provider
-  // refused with -FI_EAGAIN): NCCL freed them before closing the comm.
+  // closeSend: tells the receiver where this comm's messages end (send_closed, once no write
+  // or eager message is in flight) and lets queued control messages (that, a failure notice)
+  // go out, for a short while; from then on no byte of NCCL's buffers is posted (a held eager
+  // send, a tail the provider refused with -FI_EAGAIN): NCCL freed them before closing the comm.
   void drain();
   Device& device() const { return *device_; }
   // Where each request it can hand out lives, for test() to tell one of them from a pointer
@@ -144,6 +145,10 @@ class SendComm {
   std::chrono::milliseconds write_timeout_{60000};
   bool connected_ = false;
   bool closing_ = false;  // drain() began: nothing but control messages is posted
+  // Writes and eager messages posted and not yet ended, and those that completed: what
+  // send_closed tells the receiver to expect (wire/control_message.h).
+  uint64_t data_in_flight_ = 0;
+  uint64_t data_delivered_ = 0;
   PeerWatch peer_watch_;  // the peer's process, on shm (peer_watch.h)
   QuietAfterExit quiet_after_exit_;  // when its seen exit counts (peer_watch.h)
   std::string failure_;  // why the comm can no longer be used; empty while it can

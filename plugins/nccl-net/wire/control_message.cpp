@@ -63,6 +63,7 @@ void write_body(wire::ByteWriter& w, const ConnectRefused& m) {
   w.u64(m.nonce);
   w.str(refusal_reason(m.reason));  // (what decode accepts, whoever filled it)
 }
+void write_body(wire::ByteWriter& w, const SendClosed& m) { w.u64(m.delivered); }
 
 template <typename Connection>
 Connection read_connection(wire::ByteReader& r) {
@@ -166,6 +167,12 @@ ConnectRefused read_refused(wire::ByteReader& r) {
   return m;
 }
 
+SendClosed read_closed(wire::ByteReader& r) {
+  SendClosed m;
+  m.delivered = r.u64("delivered");
+  return m;
+}
+
 }  // namespace
 
 namespace {
@@ -218,6 +225,7 @@ std::optional<ControlMessage> decode_control_message(std::span<const uint8_t> by
     case 6: message = read_eager_failure(r); break;
     case 7: message = read_ready(r); break;
     case 8: message = read_refused(r); break;
+    case 9: message = read_closed(r); break;
     default: return reject("unknown type " + std::to_string(type));
   }
   std::string reason;

@@ -13,6 +13,7 @@
 //   eager_failure:        u32 tag | u32 ordinal | u32 reason | u64 size sender -> receiver
 //   connect_ready:        u64 nonce                                 connector -> new recv comm
 //   connect_refused:      u64 nonce | str reason                    listener -> connector
+//   send_closed:          u64 delivered                             sender -> receiver
 //
 // A receive announcement is what NCCL's IB transport calls a clear-to-send: per posted buffer,
 // where it is (the address RMA uses), how large, its hmr key, the tag a send must carry, and
@@ -46,6 +47,11 @@
 // shared endpoint, whose provider connection to the connector already exists (the request
 // came over it), so a connector does not wait for an accept that will never come.  The reason is what the
 // listener logged, printable ASCII of at most kMaxRefusalReason bytes, for the connector's log.
+// Version 9 added send_closed, a send comm's last message (closeSend): how many RMA writes
+// and eager messages it posted that completed, each of which arrives at the recv comm with
+// remote CQ data.  Once that many arrived, nothing more will, whatever order they came in:
+// the receiver knows where the sender's messages end exactly, and need not guess from a
+// quiet after its process exited (net/peer_watch.h), which a loaded host may outlast.
 // The peer is another process: decode() checks the magic, version, type, exact length and the
 // bounds of every field, and rejects the message as a whole with a reason.
 #pragma once
@@ -61,7 +67,7 @@
 
 namespace hmr::nccl {
 
-inline constexpr uint16_t kControlVersion = 8;
+inline constexpr uint16_t kControlVersion = 9;
 // Room for the largest message (an announcement of kMaxRecvs buffers, or an address).
 inline constexpr size_t kControlBufferSize = 512;
 // The longest reason a refusal carries (longer ones are cut: refusal_reason()).
@@ -139,12 +145,19 @@ struct ConnectRefused {
   uint64_t nonce = 0;  // the listener's, as in the request
   std::string reason;  // printable ASCII, at most kMaxRefusalReason bytes
 };
+// The send comm is closing (closeSend) and sent all it will: `delivered` RMA writes and eager
+// messages, each completed on its side.  Sent only when none is still in flight.
+struct SendClosed {
+  uint64_t delivered = 0;
+};
+
 // `text` made fit for a refusal: bytes that are not printable ASCII become '?', and it is cut
 // to kMaxRefusalReason bytes.
 std::string refusal_reason(const std::string& text);
 
 using ControlMessage = std::variant<ConnectRequest, ConnectAccept, ReceiveAnnouncement, SendFailure,
-                                    EagerCredit, EagerFailure, ConnectReady, ConnectRefused>;
+                                    EagerCredit, EagerFailure, ConnectReady, ConnectRefused,
+                                    SendClosed>;
 
 // `port`: the receiving comm's port on its endpoint (the header's).
 std::vector<uint8_t> encode(const ControlMessage& message, uint64_t port = 0);
