@@ -24,6 +24,21 @@
 
 #include "memory_ops_support.h"
 
+// Set by a forked child just before it ends through exit(): LeakSanitizer's check at exit
+// cannot scan the parent's threads, which the child does not have ("Running thread N was not
+// suspended. False leaks are possible."), so a block only one of them held at the fork (the
+// thread-local last error of hmr's reaper after a failed call, an invalidation's list on the
+// watcher's stack) was reported as leaked and the child exited 1: the ASan build's
+// hmr_api_tests failed so once in CI (a helper reproduced it by making the reaper fail a call
+// at the fork).  The parent's own check is unaffected.
+namespace {
+volatile int leak_check_unsound_in_this_child = 0;
+}  // namespace
+// LeakSanitizer's documented hook (sanitizer/lsan_interface.h), read by its check at exit;
+// an ordinary unused function in the other builds.
+extern "C" int __lsan_is_turned_off();
+extern "C" int __lsan_is_turned_off() { return leak_check_unsound_in_this_child; }
+
 namespace {
 
 using hmr_test::Pages;
@@ -387,6 +402,7 @@ TEST(InheritedHandles, AChildOfAProcessThatRegisteredALargeRangeEndsThroughExit)
     hmr_mr* own_mr = nullptr;
     if (hmr_mr_reg(own, large.data(), length, kRemote, 0, 0, 0, &own_mr, nullptr) != 0) _exit(4);
     if (hmr_mr_close(own_mr) != 0 || hmr_domain_close(own) != 0) _exit(5);
+    leak_check_unsound_in_this_child = 1;
     exit(0);  // hung here, under its alarm
   }
   int status = 0;
@@ -401,7 +417,14 @@ TEST(InheritedHandles, AChildOfAProcessThatRegisteredALargeRangeEndsThroughExit)
 // The links between the software NIC's endpoints are process-wide (core/endpoint.cpp): a
 // parent's thread connecting or closing endpoints at the fork held their lock, and a child
 // connecting endpoints of its own domain waited for it for ever.
+// (Not under an AddressSanitizer runtime that leaves its allocator's locks held in a forked
+// child: the linking thread allocates, as AChildForkedWhileThreadsRegisterNeverHangs's do.)
 TEST(InheritedHandles, AChildConnectsItsOwnEndpointsWhileAParentThreadLinksOthers) {
+  if (hmr_test::kAddressSanitizerMayHangForkedChildren) {
+    GTEST_SKIP() << "this AddressSanitizer runtime does not hold its allocator's locks across "
+                    "fork(): a child of a thread that allocates can hang in malloc "
+                    "(tests/sanitizer_build.h); the GCC and ThreadSanitizer builds run this test";
+  }
   hmr_domain* domain = open_child_domain();  // (no cache: no thread of hmr's)
   ASSERT_NE(domain, nullptr) << hmr_last_error();
   std::atomic<bool> stop{false};

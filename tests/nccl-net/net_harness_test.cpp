@@ -13,6 +13,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <array>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -339,6 +340,10 @@ ncclResult_t send_to_the_end(Rank& rank, void* comm, void* data, size_t size, in
 constexpr size_t kDelivered = 64 * 1024;
 size_t delivered_size(int m) { return m < 2 ? 8 : kDelivered; }
 
+// The "sends-then-closes" peer's messages: eager, announced, and a head and a tail
+// (wire/write_completion.h): four writes and eager messages in all.
+constexpr std::array<size_t, 3> kClosingSends = {8, 64 * 1024, (size_t{1} << 20) + 3};
+
 int run_peer(const std::string& scenario, int version) {
   OobChannel oob(kPeerChannelFd);
   Failures f;
@@ -386,10 +391,37 @@ int run_peer(const std::string& scenario, int version) {
       rank.close(&link, &f);
       f.check(rank.net().finalize() == ncclSuccess, "finalize failed");
     }
-  } else if (scenario == "receives-then-exits") {
+  } else if (scenario == "sends-then-closes") {
+    // Connects both ways, sends kClosingSends messages of tag 1 (8 bytes eagerly, 64 KiB
+    // and 1 MiB + 3 written into announced buffers, the last as a head and a tail: four
+    // writes and eager messages), closes its send comm, says "send-closed", and closes the
+    // rest once the harness says "done".
+    Link link;
+    if (rank.start(plugin_library_or_abort(), &f) && rank.connect_both(&oob, &link, &f)) {
+      HostBuffer buffer(kClosingSends.back());
+      void* mh = nullptr;
+      f.check(rank.net().reg_mr(link.send, buffer.data(), buffer.size(), NCCL_PTR_HOST, &mh) ==
+                  ncclSuccess,
+              "regMr failed");
+      for (size_t m = 0; m < kClosingSends.size() && f.ok(); ++m) {
+        std::memset(buffer.data(), 0x40 + static_cast<int>(m), kClosingSends[m]);
+        f.check(send_to_the_end(rank, link.send, buffer.data(), kClosingSends[m], 1, mh) == ncclSuccess,
+                "send " + std::to_string(m) + " did not complete");
+      }
+      rank.net().dereg_mr(link.send, mh);
+      f.check(rank.net().close_send(link.send) == ncclSuccess, "closeSend failed");
+      link.send = nullptr;
+      barrier(&oob, rank, "send-closed", &f);
+      barrier(&oob, rank, "done", &f);
+      rank.close(&link, &f);
+      f.check(rank.net().finalize() == ncclSuccess, "finalize failed");
+    }
+  } else if (scenario == "receives-then-exits" || scenario == "receives-then-closes") {
     // Connects both ways, receives four messages of tag 1 (two of 8 bytes, eager; two of
     // 64 KiB, written into its announced buffers), checks them, closes everything and exits
     // normally, without waiting to hear that the sender saw its sends complete.
+    // "receives-then-closes": closes its recv comm, says "recv-closed", and closes the rest
+    // only once the harness says "done" (the harness closes its send comm in between).
     Link link;
     if (rank.start(plugin_library_or_abort(), &f) && rank.connect_both(&oob, &link, &f)) {
       HostBuffer buffer(4 * kDelivered);
@@ -419,6 +451,12 @@ int run_peer(const std::string& scenario, int version) {
                 "receive " + std::to_string(m) + " did not complete with its bytes");
       }
       rank.net().dereg_mr(link.recv, mh);
+      if (scenario == "receives-then-closes" && f.ok()) {
+        f.check(rank.net().close_recv(link.recv) == ncclSuccess, "closeRecv failed");
+        link.recv = nullptr;
+        barrier(&oob, rank, "recv-closed", &f);
+        barrier(&oob, rank, "done", &f);
+      }
       rank.close(&link, &f);
       f.check(rank.net().finalize() == ncclSuccess, "finalize failed");
     }
@@ -1228,6 +1266,104 @@ TEST(PeerDeath, WhatAReceiverTookBeforeItExitedCompletesHere) {
   rank.net().close_recv(link.recv);
   EXPECT_EQ(rank.net().close_listen(link.listen), ncclSuccess);
   EXPECT_EQ(rank.net().finalize(), ncclSuccess);
+}
+
+// The count a real send comm's closeSend sends (send_closed) covers each kind of data it
+// moves: an eager message, an announced write, and a message written as a head and a tail;
+// once all four arrived, a receive it never sent fails at once, saying so.
+TEST(PeerDeath, AClosedSendersCountCoversEagerAnnouncedAndSplitMessages) {
+  PeerProcess peer = start_peer("sends-then-closes", 11);
+  Failures f;
+  Rank rank(plugin_table_or_abort(11), 0, kScenarioBudget);
+  ASSERT_TRUE(rank.start(plugin_library_or_abort(), &f)) << f.text();
+  Link link;
+  ASSERT_TRUE(rank.connect_both(&peer.channel(), &link, &f)) << f.text();
+  HostBuffer buffer(kClosingSends.back());
+  void* mh = nullptr;
+  ASSERT_EQ(rank.net().reg_mr(link.recv, buffer.data(), buffer.size(), NCCL_PTR_HOST, &mh), ncclSuccess);
+  void* mhs[1] = {mh};
+  void* data[1] = {buffer.data()};
+  int tags[1] = {1};
+  auto receive = [&](size_t size, int* done, int* received) {
+    size_t sizes[1] = {size};
+    void* request = nullptr;
+    ncclResult_t rc = ncclSuccess;
+    while (rc == ncclSuccess && request == nullptr && !rank.expired()) {
+      rc = rank.net().irecv(link.recv, 1, data, sizes, tags, mhs, &request);
+    }
+    while (rc == ncclSuccess && request != nullptr && !*done && !rank.expired()) {
+      rc = rank.net().test(request, done, received);
+    }
+    return rc;
+  };
+  for (size_t m = 0; m < kClosingSends.size(); ++m) {
+    SCOPED_TRACE(m);
+    int done = 0;
+    int received[1] = {-1};
+    ASSERT_EQ(receive(kClosingSends[m], &done, received), ncclSuccess);
+    EXPECT_EQ(received[0], static_cast<int>(kClosingSends[m]));
+    EXPECT_EQ(static_cast<uint8_t*>(buffer.data())[kClosingSends[m] - 1], 0x40 + m);
+  }
+  ASSERT_TRUE(barrier(&peer.channel(), rank, "send-closed", &f)) << f.text();
+  const size_t mark = log_mark();
+  int done = 0;
+  EXPECT_EQ(receive(4096, &done, nullptr), ncclRemoteError) << "a receive never sent did not fail";
+  EXPECT_TRUE(warned_since(mark, "the sender closed its comm (all 4 of its writes and eager messages"))
+      << warnings_since(mark);
+  EXPECT_EQ(rank.net().dereg_mr(link.recv, mh), ncclSuccess);
+  ASSERT_TRUE(barrier(&peer.channel(), rank, "done", &f)) << f.text();
+  EXPECT_EQ(rank.net().close_send(link.send), ncclSuccess);
+  EXPECT_EQ(rank.net().close_recv(link.recv), ncclSuccess);
+  EXPECT_EQ(rank.net().close_listen(link.listen), ncclSuccess);
+  EXPECT_EQ(rank.net().finalize(), ncclSuccess);
+  EXPECT_EQ(peer.wait(rank.deadline()), std::optional<int>(0)) << "the peer did not end well";
+}
+
+// NCCL's ranks close their comms without waiting for each other, so a send comm's closeSend
+// may come after its receiver's closeRecv: its send_closed (wire/control_message.h) then goes
+// to an endpoint that is gone.  The close succeeds without a warning and without waiting for
+// it.
+TEST(PeerDeath, ASendCommClosedAfterItsReceiverClosedEndsQuietly) {
+  PeerProcess peer = start_peer("receives-then-closes", 11);
+  Failures f;
+  Rank rank(plugin_table_or_abort(11), 0, kScenarioBudget);
+  ASSERT_TRUE(rank.start(plugin_library_or_abort(), &f)) << f.text();
+  Link link;
+  ASSERT_TRUE(rank.connect_both(&peer.channel(), &link, &f)) << f.text();
+  HostBuffer buffer(4 * kDelivered);
+  void* mh = nullptr;
+  ASSERT_EQ(rank.net().reg_mr(link.send, buffer.data(), 4 * kDelivered, NCCL_PTR_HOST, &mh),
+            ncclSuccess);
+  for (int m = 0; m < 4; ++m) {
+    uint8_t* message = static_cast<uint8_t*>(buffer.data()) + m * kDelivered;
+    std::memset(message, 0x20 + m, delivered_size(m));
+    ASSERT_EQ(send_to_the_end(rank, link.send, message, delivered_size(m), 1, mh), ncclSuccess);
+  }
+  ASSERT_TRUE(barrier(&peer.channel(), rank, "recv-closed", &f)) << f.text();
+  // The provider's progress for a while first, so it has seen the peer's end of the
+  // connection go before the close (ofi_rxm then connects again to send): an isend that needs
+  // an announcement that never comes returns no request and progresses.
+  for (const auto until = Clock::now() + std::chrono::milliseconds(300); Clock::now() < until;) {
+    void* request = nullptr;
+    ASSERT_EQ(rank.net().isend(link.send, buffer.data(), kDelivered, 2, mh, &request), ncclSuccess);
+    ASSERT_EQ(request, nullptr) << "a send completed with no receive posted";
+  }
+  EXPECT_EQ(rank.net().dereg_mr(link.send, mh), ncclSuccess);
+  const size_t mark = log_mark();
+  const auto start = Clock::now();
+  EXPECT_EQ(rank.net().close_send(link.send), ncclSuccess);
+  const double took = std::chrono::duration<double>(Clock::now() - start).count();
+  std::printf("closeSend after its receiver's closeRecv took %.3f s\n", took);
+  // (Not a speed target: a close that waits for a notice the provider cannot send runs to
+  // the drain's bound, 2 s per comm, 2.000 s measured over ofi_rxm; one that does not takes
+  // about 1 ms, and at most the notice's 100 ms grace.)
+  EXPECT_LT(took, 1.0) << "closeSend waited for a send_closed its receiver could no longer take";
+  EXPECT_EQ(warnings_since(mark), " (none)") << "a normal close warned";
+  ASSERT_TRUE(barrier(&peer.channel(), rank, "done", &f)) << f.text();
+  EXPECT_EQ(rank.net().close_recv(link.recv), ncclSuccess);
+  EXPECT_EQ(rank.net().close_listen(link.listen), ncclSuccess);
+  EXPECT_EQ(rank.net().finalize(), ncclSuccess);
+  EXPECT_EQ(peer.wait(rank.deadline()), std::optional<int>(0)) << "the peer did not end well";
 }
 
 // A receiver that lies in what it announces (tests/nccl-net/hostile_peer.cpp): each lie ends

@@ -70,8 +70,10 @@ struct Pair {
 
 class SharedSendEndpoint : public ::testing::Test {
  protected:
+  // The provider the comms use (tcp: ofi_rxm over it).
+  virtual const char* provider() const { return "tcp"; }
   void SetUp() override {
-    setenv("HMR_NCCL_PROVIDER", "tcp", 1);
+    setenv("HMR_NCCL_PROVIDER", provider(), 1);
     ASSERT_EQ(api::init_context(&ctx_, 1, nullptr, quiet), ncclSuccess);
   }
   void TearDown() override {
@@ -113,6 +115,8 @@ class SharedSendEndpoint : public ::testing::Test {
     p = Pair{};
   }
   Device& device(const Pair& p) { return static_cast<SendComm*>(p.send)->device(); }
+  // The body of ASendCommClosedAfterItsReceiver... (below), on this fixture's provider.
+  void close_send_after_its_receiver();
 
   void* ctx_ = nullptr;
 };
@@ -465,6 +469,43 @@ TEST_F(SharedSendEndpoint, AMessageTooLongForItsBuffersFailsNoComm) {
   stranger.reset();
   hmr_mr_close(mr);
   close(p);
+}
+
+// NCCL's ranks close their comms without waiting for each other, so a send comm's closeSend
+// may come after its receiver's closeRecv: its send_closed (wire/control_message.h) then
+// goes to an endpoint that is gone.  The close neither fails nor waits for it, and leaves no
+// operation in flight behind (which would stall the shared endpoint for later comms).
+TEST_F(SharedSendEndpoint, ASendCommClosedAfterItsReceiverEndsAtOnceAndLeavesNothingInFlight) {
+  close_send_after_its_receiver();
+}
+// The same over shm, where libfabric 1.17 crashed (SIGSEGV in its send) when the send comm
+// sent its send_closed to the closed endpoint of its own process.
+class SharedShmEndpoint : public SharedSendEndpoint {
+  const char* provider() const override { return "shm"; }
+};
+TEST_F(SharedShmEndpoint, ASendCommClosedAfterItsReceiverEndsAtOnceAndLeavesNothingInFlight) {
+  close_send_after_its_receiver();
+}
+
+void SharedSendEndpoint::close_send_after_its_receiver() {
+  Pair kept = connect();  // (keeps the shared endpoint open, so a stall would show)
+  ASSERT_FALSE(HasFailure());
+  Pair p = connect();
+  ASSERT_FALSE(HasFailure());
+  ASSERT_EQ(move_messages(p, 1, 100, 2), "");
+  ASSERT_EQ(move_messages(p, 2, 200000, 2), "");
+  Device& dev = device(p);
+  EXPECT_EQ(api::close_recv(p.recv), ncclSuccess);
+  p.recv = nullptr;
+  const auto start = Clock::now();
+  EXPECT_EQ(api::close_send(p.send), ncclSuccess);
+  p.send = nullptr;
+  std::printf("closeSend after its receiver closed: %.3f s\n",
+              std::chrono::duration<double>(Clock::now() - start).count());
+  EXPECT_EQ(dev.shared_endpoints().stalled, 0u) << "the close left an operation in flight";
+  EXPECT_EQ(move_messages(kept, 3, 100000, 2), "");
+  close(kept);
+  EXPECT_EQ(dev.shared_endpoints().endpoints, 0u);
 }
 
 }  // namespace

@@ -123,6 +123,17 @@ bool ControlChannel::send(const ControlMessage& message, fi_addr_t peer, uint64_
   return flush(why);
 }
 
+ssize_t ControlChannel::send_now(const ControlMessage& message, fi_addr_t peer, uint64_t peer_port,
+                                 std::string* why) {
+  if (!queued_.empty() || held_ || free_sends_.empty()) return -FI_EAGAIN;
+  const size_t size = encode_into(message, peer_port, {buffer(free_sends_.back()), kControlBufferSize});
+  if (size == 0) {
+    *why = "a control message does not fit a buffer";
+    return -FI_EINVAL;
+  }
+  return post_free_buffer(size, peer, why);
+}
+
 ssize_t ControlChannel::post_free_buffer(size_t size, fi_addr_t peer, std::string* why) {
   const uint32_t index = free_sends_.back();
   const ssize_t rc = port_ != nullptr ? port_->send(buffer(index), size, desc_, peer, &slots_[index])

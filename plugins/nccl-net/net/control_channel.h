@@ -42,6 +42,11 @@ class ControlChannel {
   bool post_receives(std::string* why);
   // Sends `message` to the comm on port `peer_port` of `peer` now, or queues it for flush().
   bool send(const ControlMessage& message, fi_addr_t peer, uint64_t peer_port, std::string* why);
+  // Sends `message` now or not at all (never queued): 0 once posted, -FI_EAGAIN when a
+  // message is queued ahead, no buffer is free or the provider is busy, or the provider's
+  // failure (described in `why`).  For a message worth nothing later (net/send_comm.h).
+  ssize_t send_now(const ControlMessage& message, fi_addr_t peer, uint64_t peer_port,
+                   std::string* why);
   // Posts queued sends while buffers and the provider allow.
   bool flush(std::string* why);
   // The provider's code of the last send it refused (a negative FI_E*), 0 before any: what

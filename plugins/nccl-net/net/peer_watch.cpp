@@ -73,6 +73,10 @@ PeerWatch PeerWatch::of(uint32_t pid, uint64_t process_space) {
   return watch;
 }
 
+bool PeerWatch::is_this_process() const {
+  return pid_ != 0 && pid_ == static_cast<uint32_t>(getpid());
+}
+
 bool PeerWatch::exited_now() const {
   if (pidfd_ >= 0) {
     // A pidfd polls readable once its process has exited.

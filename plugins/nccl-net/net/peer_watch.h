@@ -37,6 +37,8 @@ class PeerWatch {
   // every 256 calls and asks the kernel at most every 100 ms.
   bool gone();
   bool watching() const { return pid_ != 0; }
+  // Whether the peer is this process (a comm connected to a comm of its own process).
+  bool is_this_process() const;
   uint32_t pid() const { return pid_; }
 
  private:

@@ -441,9 +441,9 @@ ncclResult_t RecvComm::on_message(std::span<const uint8_t> bytes) {
     }
     sender_delivered_ = closed->delivered;
     // What the count says is still to come is waited for however late it is, and past the
-    // sender's exit for as long as a write may take (not for good: a count that cannot be
-    // reached must not hold a receive for ever).
-    quiet_after_exit_.set_time(write_timeout_ns_);
+    // sender's exit for as long as a write may take, never less than the quiet without a
+    // count (not for good: a count that cannot be reached must not hold a receive for ever).
+    quiet_after_exit_.set_time(std::max(write_timeout_ns_, QuietAfterExit::kTimeNs));
     return ncclSuccess;
   }
   const auto* notice = std::get_if<SendFailure>(&*message);

@@ -19,6 +19,8 @@ namespace {
 constexpr size_t kControlSends = 8;
 // How long closeSend lets a queued failure notice reach the receiver.
 constexpr auto kDrainTime = std::chrono::seconds(2);
+// How long closeSend waits for its send_closed to complete (drain()).
+constexpr auto kClosedNoticeGrace = std::chrono::milliseconds(100);
 
 }  // namespace
 
@@ -66,7 +68,13 @@ ncclResult_t SendComm::fail_comm(ncclResult_t result, const std::string& reason)
   if (failure_.empty()) {
     failure_ = reason;
     failure_result_ = result;
-    log_warn("send comm failed: %s", reason.c_str());
+    // (In closeSend nobody is left to be told: its send_closed may find the receiver's
+    // endpoint gone, an ordinary end.)
+    if (closing_) {
+      log_info("send comm failed while closing: %s", reason.c_str());
+    } else {
+      log_warn("send comm failed: %s", reason.c_str());
+    }
   }
   return failure_result_;
 }
@@ -621,26 +629,41 @@ void SendComm::drain() {
   closing_ = true;
   const auto deadline = std::chrono::steady_clock::now() + kDrainTime;
   // (A notice for a receiver seen gone would reach nobody: no waiting for it.)
-  auto may_wait = [&] {
-    return posted_ && std::chrono::steady_clock::now() < deadline && !peer_watch_.gone();
+  auto may_wait = [&](std::chrono::steady_clock::time_point until) {
+    return posted_ && std::chrono::steady_clock::now() < until && !peer_watch_.gone();
   };
-  // send_closed counts what completed, so it goes once nothing is in flight (NCCL closes a
-  // comm whose sends all completed: at once).  A comm that failed, or whose writes are still
-  // in flight when the time is up, sends none, and the receiver falls back on the quiet after
-  // this process's exit (QuietAfterExit), as for a killed sender.
-  while (failure_.empty() && data_in_flight_ != 0 && may_wait()) {
+  // A failure notice queued for the receiver goes first (send_closed must not overtake it on
+  // a fabric that reorders messages: the receive it names would have failed already).
+  while (control().busy() && may_wait(deadline)) {
     if (progress() != ncclSuccess) return;
   }
-  if (connected_ && failure_.empty() && data_in_flight_ == 0 && may_wait()) {
-    std::string why;
-    if (!control().send(SendClosed{data_delivered_}, peer_, peer_port_, &why)) {
-      log_info("closeSend: could not tell the receiver where this comm's messages end: %s",
-               why.c_str());
-    }
-  }
-  while (control().busy() && may_wait()) {
+  if (!tell_where_messages_end()) return;
+  const auto grace = std::min(deadline, std::chrono::steady_clock::now() + kClosedNoticeGrace);
+  while (control().busy() && may_wait(grace)) {
     if (progress() != ncclSuccess) return;
   }
+}
+
+bool SendComm::tell_where_messages_end() {
+  // Only an exact count is worth sending: none while a write or eager message is in flight
+  // (an aborted comm's; NCCL closes a comm whose sends completed) or after one failed (it
+  // may have landed all the same), nor from a failed comm.  The receiver then falls back on
+  // the quiet after this process's exit (QuietAfterExit), as for a killed sender.
+  if (!connected_ || !failure_.empty() || data_in_flight_ != 0 || data_failed_ != 0 ||
+      !posted_ || control().busy() || peer_watch_.gone()) {
+    return false;
+  }
+  // Nor to a recv comm of this very process: it cannot outlive this one, and libfabric 1.17's
+  // shm crashed sending to an endpoint of its own process that had closed (its recv comm
+  // closed first: SharedSendEndpoint.ASendCommClosedAfterItsReceiver...).
+  if (peer_watch_.is_this_process()) return false;
+  // Sent now or never: where the provider's connection to the receiver is gone (its recv comm
+  // closed first; ranks close without waiting for each other) the send would wait for a new
+  // one that never comes (ofi_rxm: 2 s of the drain's bound per comm, measured).
+  std::string why;
+  const ssize_t rc = control().send_now(SendClosed{data_delivered_}, peer_, peer_port_, &why);
+  if (rc != 0 && rc != -FI_EAGAIN) log_info("closeSend: send_closed not sent: %s", why.c_str());
+  return rc == 0;
 }
 
 }  // namespace hmr::nccl

@@ -122,6 +122,9 @@ class SendComm {
   void end_if_over(SendRequest& request);
   // HMR_NCCL_TEST_REORDER_ANNOUNCEMENTS: posts the eager send held back, if any.
   ncclResult_t release_held_eager();
+  // closeSend: sends send_closed when its count is exact and the provider takes it at once
+  // (drain()); whether it was posted.
+  bool tell_where_messages_end();
   // Tells the receiver that `request`'s message failed on this side.
   void notify_failure(const SendRequest& request);
   ncclResult_t fail_comm(ncclResult_t result, const std::string& reason);
@@ -149,6 +152,7 @@ class SendComm {
   // send_closed tells the receiver to expect (wire/control_message.h).
   uint64_t data_in_flight_ = 0;
   uint64_t data_delivered_ = 0;
+  uint64_t data_failed_ = 0;
   PeerWatch peer_watch_;  // the peer's process, on shm (peer_watch.h)
   QuietAfterExit quiet_after_exit_;  // when its seen exit counts (peer_watch.h)
   std::string failure_;  // why the comm can no longer be used; empty while it can
