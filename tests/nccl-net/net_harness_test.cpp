@@ -1102,21 +1102,59 @@ TEST(BadInput, HandleOfAPeerThatWentAway) {
   EXPECT_EQ(rank.net().finalize(), ncclSuccess);
 }
 
+// A rank of the loaded plugin and a peer process running one of run_peer()'s scenarios,
+// connected both ways (PeerDeath.*).
+class PeerDeath : public ::testing::Test {
+ protected:
+  // Starts the peer running `scenario` and connects to it (ASSERT_NO_FATAL_FAILURE it).
+  void connect_to(const std::string& scenario) {
+    peer.emplace(start_peer(scenario, 11));
+    ASSERT_TRUE(rank.start(plugin_library_or_abort(), &f)) << f.text();
+    ASSERT_TRUE(rank.connect_both(&peer->channel(), &link, &f)) << f.text();
+  }
+  // Sends the "receives-then-*" peer its four messages of tag 1 (delivered_size(m) bytes of
+  // 0x20 + m) from `buffer` (4 * kDelivered bytes, registered as `mh` on the send comm).
+  void send_the_delivered_messages(HostBuffer& buffer, void* mh) {
+    for (int m = 0; m < 4; ++m) {
+      SCOPED_TRACE(m);
+      uint8_t* message = static_cast<uint8_t*>(buffer.data()) + m * kDelivered;
+      std::memset(message, 0x20 + m, delivered_size(m));
+      EXPECT_EQ(send_to_the_end(rank, link.send, message, delivered_size(m), 1, mh), ncclSuccess)
+          << "a send the receiver took failed";
+    }
+  }
+  // Closes this side's comms that are left and finalizes.  (Left open, the listener's port
+  // would keep the device's shared endpoint, and its peers, for the rest of this process: the
+  // later tests' descriptor counts saw them.)
+  void close_all() {
+    if (link.send != nullptr) {
+      EXPECT_EQ(rank.net().close_send(link.send), ncclSuccess);
+    }
+    if (link.recv != nullptr) {
+      EXPECT_EQ(rank.net().close_recv(link.recv), ncclSuccess);
+    }
+    if (link.listen != nullptr) {
+      EXPECT_EQ(rank.net().close_listen(link.listen), ncclSuccess);
+    }
+    link = Link{};
+    EXPECT_EQ(rank.net().finalize(), ncclSuccess);
+  }
+  std::optional<PeerProcess> peer;
+  Failures f;
+  Rank rank{plugin_table_or_abort(11), 0, kScenarioBudget};
+  Link link;
+};
+
 // A peer killed after connecting (NCCL's "a rank died mid-collective"): a send waiting for
 // announcements and a receive waiting for data both fail with a reason within a bounded time,
 // on every provider.  Over tcp the closed connection says so; over shm nothing does, and
 // before the comms watched each other's process (net/peer_watch.h) both waited for good.
-TEST(PeerDeath, ARankKilledAfterConnectingFailsTheOtherSidesCommsNeverHangs) {
-  PeerProcess peer = start_peer("dies-connected", 11);
-  Failures f;
-  Rank rank(plugin_table_or_abort(11), 0, kScenarioBudget);
-  ASSERT_TRUE(rank.start(plugin_library_or_abort(), &f)) << f.text();
-  Link link;
-  ASSERT_TRUE(rank.connect_both(&peer.channel(), &link, &f)) << f.text();
+TEST_F(PeerDeath, ARankKilledAfterConnectingFailsTheOtherSidesCommsNeverHangs) {
+  ASSERT_NO_FATAL_FAILURE(connect_to("dies-connected"));
   std::string why;
-  auto said = peer.channel().receive_text(rank.deadline(), &why);
+  auto said = peer->channel().receive_text(rank.deadline(), &why);
   ASSERT_TRUE(said && *said == "connected") << why;
-  ASSERT_TRUE(peer.wait(rank.deadline()).has_value()) << "the peer did not die";
+  ASSERT_TRUE(peer->wait(rank.deadline()).has_value()) << "the peer did not die";
 
   HostBuffer buffer(4096);
   void* send_mh = nullptr;
@@ -1163,12 +1201,7 @@ TEST(PeerDeath, ARankKilledAfterConnectingFailsTheOtherSidesCommsNeverHangs) {
               std::chrono::duration<double>(Clock::now() - start).count());
   rank.net().dereg_mr(link.send, send_mh);
   rank.net().dereg_mr(link.recv, recv_mh);
-  rank.net().close_send(link.send);
-  rank.net().close_recv(link.recv);
-  // (Left open, the listener's port would keep the device's shared endpoint, and its peers,
-  // for the rest of this process: the later tests' descriptor counts saw them.)
-  EXPECT_EQ(rank.net().close_listen(link.listen), ncclSuccess);
-  EXPECT_EQ(rank.net().finalize(), ncclSuccess);
+  close_all();
 }
 
 // A sender that delivers its last messages and exits normally (ncclCommDestroy, then the
@@ -1177,14 +1210,9 @@ TEST(PeerDeath, ARankKilledAfterConnectingFailsTheOtherSidesCommsNeverHangs) {
 // the delivered messages were lost (found by a review).  A receive of another tag is tested
 // first, for as long as it takes the exit to be noticed (the watch looks every 256 calls and
 // 100 ms at most).
-TEST(PeerDeath, WhatASenderDeliveredBeforeItExitedIsStillReceived) {
-  PeerProcess peer = start_peer("sends-then-exits", 11);
-  Failures f;
-  Rank rank(plugin_table_or_abort(11), 0, kScenarioBudget);
-  ASSERT_TRUE(rank.start(plugin_library_or_abort(), &f)) << f.text();
-  Link link;
-  ASSERT_TRUE(rank.connect_both(&peer.channel(), &link, &f)) << f.text();
-  ASSERT_EQ(peer.wait(rank.deadline()), std::optional<int>(0)) << "the sender did not end well";
+TEST_F(PeerDeath, WhatASenderDeliveredBeforeItExitedIsStillReceived) {
+  ASSERT_NO_FATAL_FAILURE(connect_to("sends-then-exits"));
+  ASSERT_EQ(peer->wait(rank.deadline()), std::optional<int>(0)) << "the sender did not end well";
   HostBuffer buffer(4096);
   void* mh = nullptr;
   ASSERT_EQ(rank.net().reg_mr(link.recv, buffer.data(), 4096, NCCL_PTR_HOST, &mh), ncclSuccess);
@@ -1221,10 +1249,7 @@ TEST(PeerDeath, WhatASenderDeliveredBeforeItExitedIsStillReceived) {
     EXPECT_EQ(static_cast<uint8_t*>(buffer.data())[m * 64], 0x10 + m);
   }
   rank.net().dereg_mr(link.recv, mh);
-  rank.net().close_send(link.send);
-  rank.net().close_recv(link.recv);
-  EXPECT_EQ(rank.net().close_listen(link.listen), ncclSuccess);
-  EXPECT_EQ(rank.net().finalize(), ncclSuccess);
+  close_all();
 }
 
 // A receiver that takes its messages and exits normally (ncclCommDestroy, then the process
@@ -1232,25 +1257,14 @@ TEST(PeerDeath, WhatASenderDeliveredBeforeItExitedIsStillReceived) {
 // though what says so (the provider's acknowledgement) may reach this process after the exit
 // was noticed; only a send after its exit that needs it fails, with the reason.  Before, one empty read
 // once the exit was seen failed the comm.
-TEST(PeerDeath, WhatAReceiverTookBeforeItExitedCompletesHere) {
-  PeerProcess peer = start_peer("receives-then-exits", 11);
-  Failures f;
-  Rank rank(plugin_table_or_abort(11), 0, kScenarioBudget);
-  ASSERT_TRUE(rank.start(plugin_library_or_abort(), &f)) << f.text();
-  Link link;
-  ASSERT_TRUE(rank.connect_both(&peer.channel(), &link, &f)) << f.text();
+TEST_F(PeerDeath, WhatAReceiverTookBeforeItExitedCompletesHere) {
+  ASSERT_NO_FATAL_FAILURE(connect_to("receives-then-exits"));
   HostBuffer buffer(4 * kDelivered);
   void* mh = nullptr;
   ASSERT_EQ(rank.net().reg_mr(link.send, buffer.data(), 4 * kDelivered, NCCL_PTR_HOST, &mh),
             ncclSuccess);
-  for (int m = 0; m < 4; ++m) {
-    SCOPED_TRACE(m);
-    uint8_t* message = static_cast<uint8_t*>(buffer.data()) + m * kDelivered;
-    std::memset(message, 0x20 + m, delivered_size(m));
-    EXPECT_EQ(send_to_the_end(rank, link.send, message, delivered_size(m), 1, mh), ncclSuccess)
-        << "a send the receiver took failed";
-  }
-  ASSERT_EQ(peer.wait(rank.deadline()), std::optional<int>(0)) << "the receiver did not end well";
+  send_the_delivered_messages(buffer, mh);
+  ASSERT_EQ(peer->wait(rank.deadline()), std::optional<int>(0)) << "the receiver did not end well";
   const size_t mark = log_mark();
   const auto start = Clock::now();
   // (A message that needs the receiver's announcement: an eager one may leave into the
@@ -1262,22 +1276,14 @@ TEST(PeerDeath, WhatAReceiverTookBeforeItExitedCompletesHere) {
   std::printf("a send to an exited receiver failed after %.2f s\n",
               std::chrono::duration<double>(Clock::now() - start).count());
   rank.net().dereg_mr(link.send, mh);
-  rank.net().close_send(link.send);
-  rank.net().close_recv(link.recv);
-  EXPECT_EQ(rank.net().close_listen(link.listen), ncclSuccess);
-  EXPECT_EQ(rank.net().finalize(), ncclSuccess);
+  close_all();
 }
 
 // The count a real send comm's closeSend sends (send_closed) covers each kind of data it
 // moves: an eager message, an announced write, and a message written as a head and a tail;
 // once all four arrived, a receive it never sent fails at once, saying so.
-TEST(PeerDeath, AClosedSendersCountCoversEagerAnnouncedAndSplitMessages) {
-  PeerProcess peer = start_peer("sends-then-closes", 11);
-  Failures f;
-  Rank rank(plugin_table_or_abort(11), 0, kScenarioBudget);
-  ASSERT_TRUE(rank.start(plugin_library_or_abort(), &f)) << f.text();
-  Link link;
-  ASSERT_TRUE(rank.connect_both(&peer.channel(), &link, &f)) << f.text();
+TEST_F(PeerDeath, AClosedSendersCountCoversEagerAnnouncedAndSplitMessages) {
+  ASSERT_NO_FATAL_FAILURE(connect_to("sends-then-closes"));
   HostBuffer buffer(kClosingSends.back());
   void* mh = nullptr;
   ASSERT_EQ(rank.net().reg_mr(link.recv, buffer.data(), buffer.size(), NCCL_PTR_HOST, &mh), ncclSuccess);
@@ -1304,42 +1310,31 @@ TEST(PeerDeath, AClosedSendersCountCoversEagerAnnouncedAndSplitMessages) {
     EXPECT_EQ(received[0], static_cast<int>(kClosingSends[m]));
     EXPECT_EQ(static_cast<uint8_t*>(buffer.data())[kClosingSends[m] - 1], 0x40 + m);
   }
-  ASSERT_TRUE(barrier(&peer.channel(), rank, "send-closed", &f)) << f.text();
+  ASSERT_TRUE(barrier(&peer->channel(), rank, "send-closed", &f)) << f.text();
   const size_t mark = log_mark();
   int done = 0;
   EXPECT_EQ(receive(4096, &done, nullptr), ncclRemoteError) << "a receive never sent did not fail";
   EXPECT_TRUE(warned_since(mark, "the sender closed its comm (all 4 of its writes and eager messages"))
       << warnings_since(mark);
   EXPECT_EQ(rank.net().dereg_mr(link.recv, mh), ncclSuccess);
-  ASSERT_TRUE(barrier(&peer.channel(), rank, "done", &f)) << f.text();
-  EXPECT_EQ(rank.net().close_send(link.send), ncclSuccess);
-  EXPECT_EQ(rank.net().close_recv(link.recv), ncclSuccess);
-  EXPECT_EQ(rank.net().close_listen(link.listen), ncclSuccess);
-  EXPECT_EQ(rank.net().finalize(), ncclSuccess);
-  EXPECT_EQ(peer.wait(rank.deadline()), std::optional<int>(0)) << "the peer did not end well";
+  ASSERT_TRUE(barrier(&peer->channel(), rank, "done", &f)) << f.text();
+  close_all();
+  EXPECT_EQ(peer->wait(rank.deadline()), std::optional<int>(0)) << "the peer did not end well";
 }
 
 // NCCL's ranks close their comms without waiting for each other, so a send comm's closeSend
 // may come after its receiver's closeRecv: its send_closed (wire/control_message.h) then goes
 // to an endpoint that is gone.  The close succeeds without a warning and without waiting for
 // it.
-TEST(PeerDeath, ASendCommClosedAfterItsReceiverClosedEndsQuietly) {
-  PeerProcess peer = start_peer("receives-then-closes", 11);
-  Failures f;
-  Rank rank(plugin_table_or_abort(11), 0, kScenarioBudget);
-  ASSERT_TRUE(rank.start(plugin_library_or_abort(), &f)) << f.text();
-  Link link;
-  ASSERT_TRUE(rank.connect_both(&peer.channel(), &link, &f)) << f.text();
+TEST_F(PeerDeath, ASendCommClosedAfterItsReceiverClosedEndsQuietly) {
+  ASSERT_NO_FATAL_FAILURE(connect_to("receives-then-closes"));
   HostBuffer buffer(4 * kDelivered);
   void* mh = nullptr;
   ASSERT_EQ(rank.net().reg_mr(link.send, buffer.data(), 4 * kDelivered, NCCL_PTR_HOST, &mh),
             ncclSuccess);
-  for (int m = 0; m < 4; ++m) {
-    uint8_t* message = static_cast<uint8_t*>(buffer.data()) + m * kDelivered;
-    std::memset(message, 0x20 + m, delivered_size(m));
-    ASSERT_EQ(send_to_the_end(rank, link.send, message, delivered_size(m), 1, mh), ncclSuccess);
-  }
-  ASSERT_TRUE(barrier(&peer.channel(), rank, "recv-closed", &f)) << f.text();
+  send_the_delivered_messages(buffer, mh);
+  ASSERT_FALSE(HasFailure());
+  ASSERT_TRUE(barrier(&peer->channel(), rank, "recv-closed", &f)) << f.text();
   // The provider's progress for a while first, so it has seen the peer's end of the
   // connection go before the close (ofi_rxm then connects again to send): an isend that needs
   // an announcement that never comes returns no request and progresses.
@@ -1352,6 +1347,7 @@ TEST(PeerDeath, ASendCommClosedAfterItsReceiverClosedEndsQuietly) {
   const size_t mark = log_mark();
   const auto start = Clock::now();
   EXPECT_EQ(rank.net().close_send(link.send), ncclSuccess);
+  link.send = nullptr;
   const double took = std::chrono::duration<double>(Clock::now() - start).count();
   std::printf("closeSend after its receiver's closeRecv took %.3f s\n", took);
   // (Not a speed target: a close that waits for a notice the provider cannot send runs to
@@ -1359,11 +1355,9 @@ TEST(PeerDeath, ASendCommClosedAfterItsReceiverClosedEndsQuietly) {
   // about 1 ms, and at most the notice's 100 ms grace.)
   EXPECT_LT(took, 1.0) << "closeSend waited for a send_closed its receiver could no longer take";
   EXPECT_EQ(warnings_since(mark), " (none)") << "a normal close warned";
-  ASSERT_TRUE(barrier(&peer.channel(), rank, "done", &f)) << f.text();
-  EXPECT_EQ(rank.net().close_recv(link.recv), ncclSuccess);
-  EXPECT_EQ(rank.net().close_listen(link.listen), ncclSuccess);
-  EXPECT_EQ(rank.net().finalize(), ncclSuccess);
-  EXPECT_EQ(peer.wait(rank.deadline()), std::optional<int>(0)) << "the peer did not end well";
+  ASSERT_TRUE(barrier(&peer->channel(), rank, "done", &f)) << f.text();
+  close_all();
+  EXPECT_EQ(peer->wait(rank.deadline()), std::optional<int>(0)) << "the peer did not end well";
 }
 
 // A receiver that lies in what it announces (tests/nccl-net/hostile_peer.cpp): each lie ends
