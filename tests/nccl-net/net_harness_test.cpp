@@ -1113,8 +1113,14 @@ class PeerDeath : public ::testing::Test {
     ASSERT_TRUE(rank.connect_both(&peer->channel(), &link, &f)) << f.text();
   }
   // Sends the "receives-then-*" peer its four messages of tag 1 (delivered_size(m) bytes of
-  // 0x20 + m) from `buffer` (4 * kDelivered bytes, registered as `mh` on the send comm).
-  void send_the_delivered_messages(HostBuffer& buffer, void* mh) {
+  // 0x20 + m) from `buffer` (4 * kDelivered bytes), which it registers on the send comm: the
+  // memory handle (nullptr, with a failure, when that failed).
+  void* send_the_delivered_messages(HostBuffer& buffer) {
+    void* mh = nullptr;
+    if (rank.net().reg_mr(link.send, buffer.data(), 4 * kDelivered, NCCL_PTR_HOST, &mh) != ncclSuccess) {
+      ADD_FAILURE() << "regMr failed";
+      return nullptr;
+    }
     for (int m = 0; m < 4; ++m) {
       SCOPED_TRACE(m);
       uint8_t* message = static_cast<uint8_t*>(buffer.data()) + m * kDelivered;
@@ -1122,6 +1128,7 @@ class PeerDeath : public ::testing::Test {
       EXPECT_EQ(send_to_the_end(rank, link.send, message, delivered_size(m), 1, mh), ncclSuccess)
           << "a send the receiver took failed";
     }
+    return mh;
   }
   // Closes this side's comms that are left and finalizes.  (Left open, the listener's port
   // would keep the device's shared endpoint, and its peers, for the rest of this process: the
@@ -1260,10 +1267,8 @@ TEST_F(PeerDeath, WhatASenderDeliveredBeforeItExitedIsStillReceived) {
 TEST_F(PeerDeath, WhatAReceiverTookBeforeItExitedCompletesHere) {
   ASSERT_NO_FATAL_FAILURE(connect_to("receives-then-exits"));
   HostBuffer buffer(4 * kDelivered);
-  void* mh = nullptr;
-  ASSERT_EQ(rank.net().reg_mr(link.send, buffer.data(), 4 * kDelivered, NCCL_PTR_HOST, &mh),
-            ncclSuccess);
-  send_the_delivered_messages(buffer, mh);
+  void* mh = send_the_delivered_messages(buffer);
+  ASSERT_NE(mh, nullptr);
   ASSERT_EQ(peer->wait(rank.deadline()), std::optional<int>(0)) << "the receiver did not end well";
   const size_t mark = log_mark();
   const auto start = Clock::now();
@@ -1329,10 +1334,8 @@ TEST_F(PeerDeath, AClosedSendersCountCoversEagerAnnouncedAndSplitMessages) {
 TEST_F(PeerDeath, ASendCommClosedAfterItsReceiverClosedEndsQuietly) {
   ASSERT_NO_FATAL_FAILURE(connect_to("receives-then-closes"));
   HostBuffer buffer(4 * kDelivered);
-  void* mh = nullptr;
-  ASSERT_EQ(rank.net().reg_mr(link.send, buffer.data(), 4 * kDelivered, NCCL_PTR_HOST, &mh),
-            ncclSuccess);
-  send_the_delivered_messages(buffer, mh);
+  void* mh = send_the_delivered_messages(buffer);
+  ASSERT_NE(mh, nullptr);
   ASSERT_FALSE(HasFailure());
   ASSERT_TRUE(barrier(&peer->channel(), rank, "recv-closed", &f)) << f.text();
   // The provider's progress for a while first, so it has seen the peer's end of the
