@@ -32,6 +32,8 @@
 //   closed-short      two eager messages of a tag the harness never posts, then a send_closed
 //                     saying one was delivered
 //   closed-twice      two send_closed
+//   closed-then-more  a send_closed counting 0, then an eager message of a tag the harness
+//                     never posts
 // and two honest ends as a sender whose process is gone (the connect request names the pid of
 // a child that exited, so the harness's peer watch sees it gone at once):
 //   closed-then-late  a send_closed counting 3, and only once the harness says "go" (after it
@@ -453,6 +455,10 @@ int run() {
         h.send_eager(source, source_desc, 64, encode(EagerAddress{6, 0}), deadline);
         h.send_eager(source, source_desc, 64, encode(EagerAddress{6, 1}), deadline);
         h.send(SendClosed{1});
+      } else if (lie == "closed-then-more") {
+        h.send(SendClosed{0});
+        h.flush_sends(deadline);
+        h.send_eager(source, source_desc, 64, encode(EagerAddress{6, 0}), deadline);
       } else if (lie == "closed-twice") {
         h.send(SendClosed{5});
         h.send(SendClosed{5});

@@ -1731,6 +1731,45 @@ TEST_F(HostilePeer, AClosedSendersCountedMessagesAreReceivedHoweverLate) {
   finish();
 }
 
+// A sender's data after its send_closed said there would be none fails the comm with the
+// reason (RecvComm::count_arrival).  Until it arrives, receives fail as after any sender's
+// end (its count, 0, is met), without failing the comm: they are posted until one finds it
+// failed.
+TEST_F(HostilePeer, DataAfterASendersCountFailsTheComm) {
+  HostBuffer buffer(4096);
+  const size_t mark = log_mark();  // (the comm may fail while accept progresses it)
+  void* listen_comm = listen_for("send closed-then-more");
+  ASSERT_NE(listen_comm, nullptr);
+  void* recv = nullptr;
+  while (recv == nullptr && !rank.expired()) ASSERT_EQ(rank.net().accept(listen_comm, &recv), ncclSuccess);
+  ASSERT_NE(recv, nullptr) << "the sender never connected";
+  void* mh = nullptr;
+  ASSERT_EQ(rank.net().reg_mr(recv, buffer.data(), 4096, NCCL_PTR_HOST, &mh), ncclSuccess);
+  void* data[1] = {buffer.data()};
+  size_t sizes[1] = {64};
+  int tags[1] = {7};  // (never sent)
+  void* mhs[1] = {mh};
+  bool comm_failed = false;
+  while (!comm_failed && !rank.expired()) {
+    void* request = nullptr;
+    ncclResult_t rc = rank.net().irecv(recv, 1, data, sizes, tags, mhs, &request);
+    int done = 0;
+    while (rc == ncclSuccess && request != nullptr && !done && !rank.expired()) {
+      rc = rank.net().test(request, &done, nullptr);
+    }
+    ASSERT_FALSE(done) << "a receive of a tag never sent completed";
+    comm_failed = warned_since(mark, "recv comm failed");
+  }
+  EXPECT_TRUE(warned_since(mark, "send_closed")) << warnings_since(mark);
+  ASSERT_TRUE(peer->channel().send(std::string("receiver-done"), &why)) << why;
+  auto answer = peer->channel().receive_text(rank.deadline(), &why);
+  EXPECT_TRUE(answer && *answer == "ok") << why;
+  EXPECT_EQ(rank.net().dereg_mr(recv, mh), ncclSuccess);
+  EXPECT_EQ(rank.net().close_recv(recv), ncclSuccess);
+  EXPECT_EQ(rank.net().close_listen(listen_comm), ncclSuccess);
+  finish();
+}
+
 // A message to a listener larger than any it expects (truncated by the provider) is dropped
 // with a warning: accept goes on and the next connector is accepted.  It failed accept for
 // good before.
