@@ -6,7 +6,7 @@
 #                      concurrency and C ABI tests (the code with threads in it), nothing else
 # Two compilers, so each one's warnings (errors here) are seen.
 # On a fresh Debian 12 machine, as root:  bash scripts/test.sh
-# HMR_JOBS sets build parallelism (default 2).
+# HMR_JOBS sets build and test parallelism (default 2).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
