@@ -242,7 +242,8 @@ void RecvComm::look_for_the_senders_end(bool arrived) {
     sender_ended_ += " with " + std::to_string(*sender_delivered_ - arrived_) + " of the " +
                      std::to_string(*sender_delivered_) + " writes and eager messages it said " +
                      "it delivered not arrived after " +
-                     std::to_string(write_timeout_ns_ / 1'000'000) + " ms";
+                     std::to_string(std::max(write_timeout_ns_, QuietAfterExit::kTimeNs) / 1'000'000) +
+                     " ms";
   }
 }
 
@@ -847,7 +848,8 @@ ncclResult_t RecvComm::test(ReceiveRequest* request, int* done, int* sizes) {
       request->state = RequestState::idle;
       return rc;
     }
-    if (request->done_mask != all && !sender_ended_.empty() &&
+    if (request->state == RequestState::pending && request->done_mask != all &&
+        !sender_ended_.empty() &&
         (request->done_mask | request->copying_mask) != all) {
       // (The sender's messages ended with early messages of other receives still here: those
       // are delivered, this one can never complete.)

@@ -125,6 +125,7 @@ ncclResult_t SendComm::progress() {
       auto* op = static_cast<Operation*>(error.context);
       if (op != nullptr && (op->kind == OperationKind::data_write || op->kind == OperationKind::eager_send)) {
         --data_in_flight_;
+        ++data_failed_;  // (it may have landed all the same: no exact count from now on)
         // The receiver's NIC refused the write (a key it does not know, a range outside its
         // registration), or the eager send failed: this message fails, and the receiver is
         // told which buffer.
@@ -634,12 +635,16 @@ void SendComm::drain() {
   };
   // A failure notice queued for the receiver goes first (send_closed must not overtake it on
   // a fabric that reorders messages: the receive it names would have failed already).
-  while (control().busy() && may_wait(deadline)) {
+  while (may_wait(deadline) && control().busy()) {
     if (progress() != ncclSuccess) return;
   }
+  // One progress first, so the provider has taken in a connection the receiver already
+  // closed (ofi_rxm handles its events in progress): the notice is then refused at once
+  // (-FI_EAGAIN) instead of posted on a dead connection and left in flight.
+  if (posted_ && progress() != ncclSuccess) return;
   if (!tell_where_messages_end()) return;
   const auto grace = std::min(deadline, std::chrono::steady_clock::now() + kClosedNoticeGrace);
-  while (control().busy() && may_wait(grace)) {
+  while (may_wait(grace) && control().busy()) {
     if (progress() != ncclSuccess) return;
   }
 }
