@@ -1392,6 +1392,36 @@ class HostilePeer : public ::testing::Test {
     }
     return listen_comm;
   }
+  // A connection from the peer as a lying sender (its "send <lie>" step): the recv comm, with
+  // `buffer` registered on it, and the listener it came through.
+  struct LyingSender {
+    void* listen = nullptr;
+    void* recv = nullptr;
+    void* mh = nullptr;
+  };
+  // Starts the step and accepts its connection (ASSERT_NO_FATAL_FAILURE it).
+  void accept_lying_sender(const std::string& lie, HostBuffer& buffer, LyingSender* out) {
+    const size_t mark = log_mark();
+    out->listen = listen_for("send " + lie);
+    ASSERT_NE(out->listen, nullptr);
+    while (out->recv == nullptr && !rank.expired()) {
+      ASSERT_EQ(rank.net().accept(out->listen, &out->recv), ncclSuccess);
+    }
+    ASSERT_NE(out->recv, nullptr) << "the lying sender never connected:" << warnings_since(mark);
+    ASSERT_EQ(rank.net().reg_mr(out->recv, buffer.data(), buffer.size(), NCCL_PTR_HOST, &out->mh),
+              ncclSuccess);
+  }
+  // Tells the peer this side's receive ended: its answer ("ok", "skip"), or nullopt.
+  std::optional<std::string> receiver_done() {
+    if (!peer->channel().send(std::string("receiver-done"), &why)) return std::nullopt;
+    return peer->channel().receive_text(rank.deadline(), &why);
+  }
+  void close_lying_sender(LyingSender& s) {
+    EXPECT_EQ(rank.net().dereg_mr(s.recv, s.mh), ncclSuccess);
+    EXPECT_EQ(rank.net().close_recv(s.recv), ncclSuccess);
+    EXPECT_EQ(rank.net().close_listen(s.listen), ncclSuccess);
+    s = LyingSender{};
+  }
   // Ends the peer (its "done") and the rank.
   void finish() {
     ASSERT_TRUE(peer->channel().send(std::string("done"), &why)) << why;
@@ -1620,29 +1650,22 @@ TEST_F(HostilePeer, LyingSendsFailTheReceiveWithTheReason) {
                          Lie{"eager-flood", "ahead of their receives, over all tags"},
                          Lie{"closed-short", "send_closed"}, Lie{"closed-twice", "send_closed"}}) {
     SCOPED_TRACE(lie.step);
-    const size_t connect_mark = log_mark();
-    void* listen_comm = listen_for(std::string("send ") + lie.step);
-    ASSERT_NE(listen_comm, nullptr);
-    void* recv = nullptr;
-    while (recv == nullptr && !rank.expired()) ASSERT_EQ(rank.net().accept(listen_comm, &recv), ncclSuccess);
-    ASSERT_NE(recv, nullptr) << "the lying sender never connected:" << warnings_since(connect_mark);
-    void* mh = nullptr;
-    ASSERT_EQ(rank.net().reg_mr(recv, buffer.data(), 4 * kMiB, NCCL_PTR_HOST, &mh), ncclSuccess);
+    LyingSender sender;
+    ASSERT_NO_FATAL_FAILURE(accept_lying_sender(lie.step, buffer, &sender));
     const size_t mark = log_mark();
     void* data[1] = {buffer.data()};
     size_t sizes[1] = {4 * kMiB};
     int tags[1] = {5};
-    void* mhs[1] = {mh};
+    void* mhs[1] = {sender.mh};
     void* request = nullptr;
     ncclResult_t rc = ncclSuccess;
     while (rc == ncclSuccess && request == nullptr && !rank.expired()) {
-      rc = rank.net().irecv(recv, 1, data, sizes, tags, mhs, &request);
+      rc = rank.net().irecv(sender.recv, 1, data, sizes, tags, mhs, &request);
     }
     int done = 0;
     int received[1] = {-1};
     while (rc == ncclSuccess && !done && !rank.expired()) rc = rank.net().test(request, &done, received);
-    ASSERT_TRUE(peer->channel().send(std::string("receiver-done"), &why)) << why;
-    auto answer = peer->channel().receive_text(rank.deadline(), &why);
+    auto answer = receiver_done();
     ASSERT_TRUE(answer) << why;
     if (*answer == "skip") {
       // A provider with 4 bytes of CQ data kept the low 32 bits: an honest message into the
@@ -1656,9 +1679,7 @@ TEST_F(HostilePeer, LyingSendsFailTheReceiveWithTheReason) {
                                      << " (size " << received[0] << ")";
       EXPECT_TRUE(warned_since(mark, lie.reason)) << warnings_since(mark);
     }
-    EXPECT_EQ(rank.net().dereg_mr(recv, mh), ncclSuccess);
-    EXPECT_EQ(rank.net().close_recv(recv), ncclSuccess);
-    EXPECT_EQ(rank.net().close_listen(listen_comm), ncclSuccess);
+    close_lying_sender(sender);
   }
   finish();
 }
@@ -1678,20 +1699,15 @@ TEST_F(HostilePeer, AClosedSendersCountedMessagesAreReceivedHoweverLate) {
     SCOPED_TRACE(step);
     const bool late = std::string(step) == "closed-then-late";
     const size_t start_mark = log_mark();
-    void* listen_comm = listen_for(std::string("send ") + step);
-    ASSERT_NE(listen_comm, nullptr);
-    void* recv = nullptr;
-    while (recv == nullptr && !rank.expired()) ASSERT_EQ(rank.net().accept(listen_comm, &recv), ncclSuccess);
-    ASSERT_NE(recv, nullptr) << "the sender never connected";
-    void* mh = nullptr;
-    ASSERT_EQ(rank.net().reg_mr(recv, buffer.data(), 4096, NCCL_PTR_HOST, &mh), ncclSuccess);
-    void* mhs[1] = {mh};
+    LyingSender sender;
+    ASSERT_NO_FATAL_FAILURE(accept_lying_sender(step, buffer, &sender));
+    void* mhs[1] = {sender.mh};
     size_t sizes[1] = {64};
     int tags[1] = {5};
     auto receive = [&](int m, int* done, int* received) {
       void* data[1] = {static_cast<uint8_t*>(buffer.data()) + m * 64};
       void* request = nullptr;
-      ncclResult_t rc = rank.net().irecv(recv, 1, data, sizes, tags, mhs, &request);
+      ncclResult_t rc = rank.net().irecv(sender.recv, 1, data, sizes, tags, mhs, &request);
       if (rc != ncclSuccess || request == nullptr) return rc == ncclSuccess ? ncclInternalError : rc;
       const auto quiet_outlasted = Clock::now() + std::chrono::nanoseconds(QuietAfterExit::kTimeNs) +
                                    std::chrono::milliseconds(500);
@@ -1721,12 +1737,9 @@ TEST_F(HostilePeer, AClosedSendersCountedMessagesAreReceivedHoweverLate) {
     EXPECT_TRUE(warned_since(mark, late ? "the sender closed its comm (all 3 of its writes"
                                         : "exited with 1 of the 2 writes and eager messages"))
         << warnings_since(mark);
-    ASSERT_TRUE(peer->channel().send(std::string("receiver-done"), &why)) << why;
-    auto answer = peer->channel().receive_text(rank.deadline(), &why);
+    auto answer = receiver_done();
     EXPECT_TRUE(answer && *answer == "ok") << why;
-    EXPECT_EQ(rank.net().dereg_mr(recv, mh), ncclSuccess);
-    EXPECT_EQ(rank.net().close_recv(recv), ncclSuccess);
-    EXPECT_EQ(rank.net().close_listen(listen_comm), ncclSuccess);
+    close_lying_sender(sender);
   }
   finish();
 }
@@ -1738,21 +1751,16 @@ TEST_F(HostilePeer, AClosedSendersCountedMessagesAreReceivedHoweverLate) {
 TEST_F(HostilePeer, DataAfterASendersCountFailsTheComm) {
   HostBuffer buffer(4096);
   const size_t mark = log_mark();  // (the comm may fail while accept progresses it)
-  void* listen_comm = listen_for("send closed-then-more");
-  ASSERT_NE(listen_comm, nullptr);
-  void* recv = nullptr;
-  while (recv == nullptr && !rank.expired()) ASSERT_EQ(rank.net().accept(listen_comm, &recv), ncclSuccess);
-  ASSERT_NE(recv, nullptr) << "the sender never connected";
-  void* mh = nullptr;
-  ASSERT_EQ(rank.net().reg_mr(recv, buffer.data(), 4096, NCCL_PTR_HOST, &mh), ncclSuccess);
+  LyingSender sender;
+  ASSERT_NO_FATAL_FAILURE(accept_lying_sender("closed-then-more", buffer, &sender));
   void* data[1] = {buffer.data()};
   size_t sizes[1] = {64};
   int tags[1] = {7};  // (never sent)
-  void* mhs[1] = {mh};
+  void* mhs[1] = {sender.mh};
   bool comm_failed = false;
   while (!comm_failed && !rank.expired()) {
     void* request = nullptr;
-    ncclResult_t rc = rank.net().irecv(recv, 1, data, sizes, tags, mhs, &request);
+    ncclResult_t rc = rank.net().irecv(sender.recv, 1, data, sizes, tags, mhs, &request);
     int done = 0;
     while (rc == ncclSuccess && request != nullptr && !done && !rank.expired()) {
       rc = rank.net().test(request, &done, nullptr);
@@ -1761,12 +1769,9 @@ TEST_F(HostilePeer, DataAfterASendersCountFailsTheComm) {
     comm_failed = warned_since(mark, "recv comm failed");
   }
   EXPECT_TRUE(warned_since(mark, "send_closed")) << warnings_since(mark);
-  ASSERT_TRUE(peer->channel().send(std::string("receiver-done"), &why)) << why;
-  auto answer = peer->channel().receive_text(rank.deadline(), &why);
+  auto answer = receiver_done();
   EXPECT_TRUE(answer && *answer == "ok") << why;
-  EXPECT_EQ(rank.net().dereg_mr(recv, mh), ncclSuccess);
-  EXPECT_EQ(rank.net().close_recv(recv), ncclSuccess);
-  EXPECT_EQ(rank.net().close_listen(listen_comm), ncclSuccess);
+  close_lying_sender(sender);
   finish();
 }
 
