@@ -334,6 +334,9 @@ void transfer_scenario(Rank& rank, OobChannel* oob, Failures* f) {
 }
 
 ncclResult_t send_to_the_end(Rank& rank, void* comm, void* data, size_t size, int tag, void* mh);
+// The same for one receive of `size` bytes at `data` (`received`: its size, or nullptr).
+ncclResult_t receive_to_the_end(Rank& rank, void* comm, void* data, size_t size, int tag, void* mh,
+                                int* received);
 
 // The "receives-then-exits" peer's messages: two eager ones, then two written into its
 // announced buffers.
@@ -431,22 +434,11 @@ int run_peer(const std::string& scenario, int version) {
               "regMr failed");
       for (int m = 0; m < 4 && f.ok(); ++m) {
         uint8_t* place = static_cast<uint8_t*>(buffer.data()) + m * kDelivered;
-        void* data[1] = {place};
-        size_t sizes[1] = {kDelivered};
-        int tags[1] = {1};
-        void* mhs[1] = {mh};
-        void* request = nullptr;
-        ncclResult_t rc = ncclSuccess;
-        while (rc == ncclSuccess && request == nullptr && !rank.expired()) {
-          rc = rank.net().irecv(link.recv, 1, data, sizes, tags, mhs, &request);
-        }
-        int done = 0;
         int received[1] = {-1};
-        while (rc == ncclSuccess && request != nullptr && !done && !rank.expired()) {
-          rc = rank.net().test(request, &done, received);
-        }
+        const ncclResult_t rc =
+            receive_to_the_end(rank, link.recv, place, kDelivered, 1, mh, received);
         const size_t expected = delivered_size(m);
-        f.check(rc == ncclSuccess && done && received[0] == static_cast<int>(expected) &&
+        f.check(rc == ncclSuccess && received[0] == static_cast<int>(expected) &&
                     place[0] == 0x20 + m && place[expected - 1] == 0x20 + m,
                 "receive " + std::to_string(m) + " did not complete with its bytes");
       }
@@ -493,6 +485,22 @@ ncclResult_t send_to_the_end(Rank& rank, void* comm, void* data, size_t size, in
   while (request != nullptr && !rank.expired()) {
     int done = 0;
     const ncclResult_t rc = rank.net().test(request, &done, nullptr);
+    if (rc != ncclSuccess) return rc;
+    if (done) return ncclSuccess;
+  }
+  return ncclInProgress;  // the deadline
+}
+
+ncclResult_t receive_to_the_end(Rank& rank, void* comm, void* data, size_t size, int tag, void* mh,
+                                int* received) {
+  void* request = nullptr;
+  while (request == nullptr && !rank.expired()) {
+    const ncclResult_t rc = rank.net().irecv(comm, 1, &data, &size, &tag, &mh, &request);
+    if (rc != ncclSuccess) return rc;
+  }
+  while (request != nullptr && !rank.expired()) {
+    int done = 0;
+    const ncclResult_t rc = rank.net().test(request, &done, received);
     if (rc != ncclSuccess) return rc;
     if (done) return ncclSuccess;
   }
@@ -1292,33 +1300,18 @@ TEST_F(PeerDeath, AClosedSendersCountCoversEagerAnnouncedAndSplitMessages) {
   HostBuffer buffer(kClosingSends.back());
   void* mh = nullptr;
   ASSERT_EQ(rank.net().reg_mr(link.recv, buffer.data(), buffer.size(), NCCL_PTR_HOST, &mh), ncclSuccess);
-  void* mhs[1] = {mh};
-  void* data[1] = {buffer.data()};
-  int tags[1] = {1};
-  auto receive = [&](size_t size, int* done, int* received) {
-    size_t sizes[1] = {size};
-    void* request = nullptr;
-    ncclResult_t rc = ncclSuccess;
-    while (rc == ncclSuccess && request == nullptr && !rank.expired()) {
-      rc = rank.net().irecv(link.recv, 1, data, sizes, tags, mhs, &request);
-    }
-    while (rc == ncclSuccess && request != nullptr && !*done && !rank.expired()) {
-      rc = rank.net().test(request, done, received);
-    }
-    return rc;
-  };
   for (size_t m = 0; m < kClosingSends.size(); ++m) {
     SCOPED_TRACE(m);
-    int done = 0;
     int received[1] = {-1};
-    ASSERT_EQ(receive(kClosingSends[m], &done, received), ncclSuccess);
+    ASSERT_EQ(receive_to_the_end(rank, link.recv, buffer.data(), kClosingSends[m], 1, mh, received),
+              ncclSuccess);
     EXPECT_EQ(received[0], static_cast<int>(kClosingSends[m]));
     EXPECT_EQ(static_cast<uint8_t*>(buffer.data())[kClosingSends[m] - 1], 0x40 + m);
   }
   ASSERT_TRUE(barrier(&peer->channel(), rank, "send-closed", &f)) << f.text();
   const size_t mark = log_mark();
-  int done = 0;
-  EXPECT_EQ(receive(4096, &done, nullptr), ncclRemoteError) << "a receive never sent did not fail";
+  EXPECT_EQ(receive_to_the_end(rank, link.recv, buffer.data(), 4096, 1, mh, nullptr), ncclRemoteError)
+      << "a receive never sent did not fail";
   EXPECT_TRUE(warned_since(mark, "the sender closed its comm (all 4 of its writes and eager messages"))
       << warnings_since(mark);
   EXPECT_EQ(rank.net().dereg_mr(link.recv, mh), ncclSuccess);
