@@ -38,6 +38,8 @@ import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import wrong_elements  # noqa: E402  (beside this script)
 
 # ---------------------------------------------------------------------------------- NCCL API
 # From nccl.h (NCCL 2.28): enums and prototypes used below.
@@ -165,6 +167,7 @@ class Rank:
              torch=torch.__version__, hostid=os.environ.get("NCCL_HOSTID"),
              net_plugin=os.environ.get("NCCL_NET_PLUGIN"), net=os.environ.get("NCCL_NET"))
         self.stream = torch.cuda.Stream(self.device)
+        self.problems = []  # what check_result found wrong, in order
         self.comm = ctypes.c_void_p()
         self.init_comm()
 
@@ -195,46 +198,54 @@ class Rank:
         return ctypes.c_void_p(self.stream.cuda_stream)
 
     def pattern(self, count, salt):
-        torch = self.torch
-        # Small integers: sums of two ranks stay exact in float32.
-        return ((torch.arange(count, device=self.device, dtype=torch.int64) * 7 + salt) % 4093
-                ).to(torch.float32)
+        # Small integers: sums of two ranks stay exact in float32 (wrong_elements.py).
+        return wrong_elements.pattern_values(self.torch, count, salt, self.device)
 
-    # Each collective: (buffers, launch, expected) for a message of `size` bytes.
-    def setup(self, name, size):
+    # Each collective: (send, recv, expected, launch, sources) for a message of `size` bytes.
+    # `variant` moves every salt, so each warm-up iteration sends other bytes than the one
+    # before: data left from an earlier step shows as wrong. `sources`: what each sender's
+    # part of the result is (wrong_elements.describe), empty where the result is a sum.
+    def setup(self, name, size, variant=0):
         torch, r, peer = self.torch, self.rank, self.peer
         n = max(1, size // 4)
         half = max(1, n // 2)
         lib, comm = self.nccl.lib, self.comm
+        def salt(sender, case):
+            return wrong_elements.salt_of(sender, case, variant)
+        sources = []
         if name == "all_reduce":
-            send = self.pattern(n, 1000 * r + 1)
+            send = self.pattern(n, salt(r, 1))
             recv = torch.empty(n, device=self.device)
-            expected = self.pattern(n, 1) + self.pattern(n, 1001)
+            expected = self.pattern(n, salt(0, 1)) + self.pattern(n, salt(1, 1))
             launch = lambda: lib.ncclAllReduce(send.data_ptr(), recv.data_ptr(), n, NCCL_FLOAT32,
                                                NCCL_SUM, comm, self.sptr)
         elif name == "all_gather":
-            send = self.pattern(half, 1000 * r + 2)
+            send = self.pattern(half, salt(r, 2))
             recv = torch.empty(2 * half, device=self.device)
-            expected = torch.cat([self.pattern(half, 2), self.pattern(half, 1002)])
+            expected = torch.cat([self.pattern(half, salt(0, 2)), self.pattern(half, salt(1, 2))])
+            sources = [("rank 0", salt(0, 2), 0), ("rank 1", salt(1, 2), half)]
             launch = lambda: lib.ncclAllGather(send.data_ptr(), recv.data_ptr(), half,
                                                NCCL_FLOAT32, comm, self.sptr)
         elif name == "reduce_scatter":
-            send = self.pattern(2 * half, 1000 * r + 3)
+            send = self.pattern(2 * half, salt(r, 3))
             recv = torch.empty(half, device=self.device)
-            total = self.pattern(2 * half, 3) + self.pattern(2 * half, 1003)
+            total = self.pattern(2 * half, salt(0, 3)) + self.pattern(2 * half, salt(1, 3))
             expected = total[r * half:(r + 1) * half].clone()
             launch = lambda: lib.ncclReduceScatter(send.data_ptr(), recv.data_ptr(), half,
                                                    NCCL_FLOAT32, NCCL_SUM, comm, self.sptr)
         elif name == "broadcast":
-            send = self.pattern(n, 4) if r == 0 else torch.zeros(n, device=self.device)
+            send = self.pattern(n, salt(0, 4)) if r == 0 else torch.zeros(n, device=self.device)
             recv = torch.empty(n, device=self.device)
-            expected = self.pattern(n, 4)
+            expected = self.pattern(n, salt(0, 4))
+            sources = [("rank 0", salt(0, 4), 0)]
             launch = lambda: lib.ncclBroadcast(send.data_ptr(), recv.data_ptr(), n, NCCL_FLOAT32,
                                                0, comm, self.sptr)
         elif name == "sendrecv":
-            send = self.pattern(n, 1000 * r + 5)
+            send = self.pattern(n, salt(r, 5))
             recv = torch.empty(n, device=self.device)
-            expected = self.pattern(n, 1000 * peer + 5)
+            expected = self.pattern(n, salt(peer, 5))
+            sources = [(f"rank {peer}", salt(peer, 5), 0),
+                       (f"rank {r} (its own)", salt(r, 5), 0)]
 
             def launch():
                 lib.ncclGroupStart()
@@ -244,7 +255,7 @@ class Rank:
                 return rc1 or rc2 or rc3
         else:
             raise ValueError(name)
-        return send, recv, expected, launch
+        return send, recv, expected, launch, sources
 
     def wait_stream(self, what, limit_s=120.0):
         """Waits for the stream while watching NCCL's asynchronous error."""
@@ -259,19 +270,37 @@ class Rank:
                 raise RuntimeError(f"{what}: not done after {limit_s} s")
             time.sleep(0.0002)
 
+    def check_result(self, name, size, when, recv, expected, sources, previous=()):
+        """Whether `recv` holds `expected`. If not, what is wrong (wrong_elements.describe,
+        with the previous iteration's senders as candidate sources too) goes to the log as a
+        BAD record and to self.problems, and the run goes on: the results after it say
+        whether it lasts, which a rank that died at the first would never tell."""
+        if self.torch.equal(recv, expected):
+            return True
+        candidates = list(sources) + [(f"{label}, previous iteration", salt, start)
+                                      for label, salt, start in previous]
+        found = wrong_elements.describe(self.torch, recv, expected, candidates)
+        text = f"{name} {size} B, {when}: {wrong_elements.summary(found)}"
+        emit("BAD", rank=self.rank, collective=name, bytes=size, when=when, text=text, **found)
+        self.problems.append(text)
+        return False
+
     def run_one(self, name, size):
         torch = self.torch
-        send, recv, expected, launch = self.setup(name, size)
         warmup, iters = iterations_for(size)
         torch.cuda.synchronize()
-        for _ in range(warmup):
-            recv.fill_(-1.0)
+        verified = True
+        previous = ()
+        # Each warm-up iteration sends other bytes (its own variant) and is checked.
+        for k in range(warmup):
+            send, recv, expected, launch, sources = self.setup(name, size, variant=k)
+            recv.fill_(wrong_elements.FILL)
             self.nccl.check(launch(), f"{name} {size}", self.comm)
             self.wait_stream(f"{name} {size} warm-up")
-        if not torch.equal(recv, expected):
-            bad = int((recv != expected).sum().item())
-            raise RuntimeError(f"{name} {size} B: {bad} of {recv.numel()} elements wrong")
-        recv.fill_(-1.0)
+            verified &= self.check_result(name, size, f"warm-up {k + 1} of {warmup}", recv,
+                                          expected, sources, previous)
+            previous = sources
+        recv.fill_(wrong_elements.FILL)
         torch.cuda.synchronize()
         start = torch.cuda.Event(enable_timing=True)
         stop = torch.cuda.Event(enable_timing=True)
@@ -283,13 +312,13 @@ class Rank:
         self.wait_stream(f"{name} {size} timed")
         wall = time.perf_counter() - wall
         seconds = start.elapsed_time(stop) / 1000.0 / iters
-        if not torch.equal(recv, expected):
-            raise RuntimeError(f"{name} {size} B: wrong after the timed iterations")
+        verified &= self.check_result(name, size, "after the timed iterations", recv,
+                                      expected, sources)
         algbw = size / seconds / 1e9
         emit("RES", rank=self.rank, collective=name, bytes=size, iters=iters,
              us=round(seconds * 1e6, 2), algbw_GBps=round(algbw, 4),
              busbw_GBps=round(algbw * BUS_FACTOR[name], 4), wall_us=round(wall / iters * 1e6, 1),
-             verified=True)
+             verified=verified)
 
     def bench(self):
         sizes = QUICK_SIZES if self.args.quick else SIZES
@@ -300,6 +329,9 @@ class Rank:
             for size in sizes:
                 for name in collectives:
                     self.run_one(name, size)
+        if self.problems:
+            raise RuntimeError(f"{len(self.problems)} results wrong (BAD lines); the first: "
+                               f"{self.problems[0]}")
 
     # ------------------------------------------------------------------ user registration
     def plugin_stats(self):
@@ -553,7 +585,10 @@ def bench_phase(args, failures):
         for line in lines[:4]:
             print("    " + line, flush=True)
         for r in range(2):
-            for fail in read_lines(os.path.join(args.out, f"{tag}-rank{r}.log"), "FAIL"):
+            log = os.path.join(args.out, f"{tag}-rank{r}.log")
+            for bad in read_lines(log, "BAD")[:12]:
+                print(f"    rank {r} BAD: {bad['text']}", flush=True)
+            for fail in read_lines(log, "FAIL"):
                 print(f"    rank {r} FAIL: {fail['error']}", flush=True)
         if codes != [0, 0] or not lines or not loaded:
             failures.append(f"bench {transport} run {round_index}: exit {codes}, "
@@ -563,6 +598,8 @@ def bench_phase(args, failures):
         per_rank = [read_lines(os.path.join(args.out, f"{tag}-rank{r}.log"), "RES")
                     for r in range(2)]
         for rec0, rec1 in zip(*per_rank):
+            if not (rec0.get("verified") and rec1.get("verified")):
+                continue  # (a wrong result times nothing worth a table: its BAD lines say why)
             slower = rec0 if rec0["us"] >= rec1["us"] else rec1
             results.setdefault((transport, slower["collective"], slower["bytes"]), []).append(
                 slower)
