@@ -69,6 +69,7 @@ constexpr EnvironmentVariable kVariables[] = {
     {"HMR_NCCL_FORCE_FLUSH", nccl_plugin, other, kPluginBoolean, "0", kPluginInit},
     {"HMR_NCCL_IFNAME", nccl_plugin, other, "NCCL_SOCKET_IFNAME's syntax",
      "lo and docker bridges excluded unless nothing else is left", kPluginInit},
+    {"HMR_NCCL_CHECK_LANDED", nccl_plugin, other, kPluginBoolean, "0", kPluginInit},
     {"HMR_NCCL_TEST_REORDER_ANNOUNCEMENTS", nccl_plugin, other, kPluginBoolean, "0", kPluginInit},
     {"HMR_NCCL_TEST_FLUSH_EAGAIN", nccl_plugin, other, "a count, 0 to 1000000", "0",
      kPluginInit},

@@ -166,3 +166,56 @@ def test_a_wrong_result_is_logged_and_the_rank_goes_on(capsys):
     assert bad["rank"] == 1 and bad["collective"] == "all_gather" and bad["never_written"] == 100
     assert bad["when"] == "warm-up 2 of 2" and "100 never written" in bad["text"]
     assert rank.problems == [bad["text"]]
+
+
+def fake_pair(tmp_path, launched, bad_for):
+    """launch_pair's stand-in: writes both ranks' logs as a run would, and records the call."""
+    def launch_pair(args, phase, transport, extra=None, tag=None, only=None):
+        tag = tag or f"{phase}-{transport}"
+        launched.append({"transport": transport, "extra": extra or {}, "tag": tag,
+                         "only": only})
+        net = "hmr" if transport.startswith("hmr") else "Socket"
+        for r in range(2):
+            lines = [f"NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/{net}/0",
+                     "NCCL INFO NET/Plugin: Loaded net plugin hmr (v11)",
+                     f"NCCL INFO Using network {net}"]
+            wrong = transport in bad_for and r == 1
+            for collective in ("all_reduce", "all_gather"):
+                record = {"rank": r, "collective": collective, "bytes": 1024, "us": 10.0 + r,
+                          "busbw_GBps": 1.0, "verified": not (wrong and collective == "all_gather")}
+                lines.append("RES " + json.dumps(record))
+            if wrong:
+                lines.append("BAD " + json.dumps({"rank": r, "collective": "all_gather",
+                                                  "bytes": 1024, "text": "3 of 256 elements wrong"}))
+                if extra and extra.get("HMR_NCCL_CHECK_LANDED") == "1":
+                    lines.append("NCCL WARN NET/hmr: HMR_NCCL_CHECK_LANDED: a receive into 0x1 "
+                                 "(tag 0) was reported done, and then ...")
+            (tmp_path / f"{tag}-rank{r}.log").write_text("\n".join(lines) + "\n")
+        return [], tag
+    return launch_pair
+
+
+def test_the_bench_keeps_wrong_results_out_of_its_table_and_reruns_them_checked(
+        tmp_path, monkeypatch, capsys):
+    launched = []
+    monkeypatch.setattr(ntr, "launch_pair", fake_pair(tmp_path, launched, {"hmr-shm"}))
+    monkeypatch.setattr(ntr, "wait_pair", lambda procs, limit: [0, 0])
+    args = types.SimpleNamespace(out=str(tmp_path), quick=False, transports="hmr-tcp,hmr-shm",
+                                 started=ntr.time.time(), budget=1000, pair_limit=1)
+    failures = []
+    ntr.bench_phase(args, failures)
+    out = capsys.readouterr().out
+    assert "rank 1 BAD: 3 of 256 elements wrong" in out
+    # The rerun: the plugin's transport that went wrong, only what went wrong, checked.
+    assert [c["transport"] for c in launched] == ["hmr-tcp", "hmr-shm", "hmr-shm"]
+    rerun = launched[-1]
+    assert rerun["extra"] == {"HMR_NCCL_CHECK_LANDED": "1"}
+    assert rerun["only"] == {"sizes": "1024", "collectives": "all_gather"}
+    assert "rank 1: 1 receives whose bytes changed after they were reported done" in out
+    # The table holds verified results only: hmr-shm's all_gather is not in it.
+    table = (tmp_path / "nccl_two_ranks.md").read_text()
+    gather = [row for row in table.splitlines() if row.startswith("| all_gather | 1 KiB")]
+    reduce = [row for row in table.splitlines() if row.startswith("| all_reduce | 1 KiB")]
+    assert gather and reduce
+    assert gather[0].split(" | ")[4] == "-"       # hmr shm µs: none
+    assert reduce[0].split(" | ")[4] == "11.0"    # (the slower rank's)

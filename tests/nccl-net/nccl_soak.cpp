@@ -21,7 +21,10 @@
 //     buffer's sends move on by themselves, so one is often a step ahead of another (NCCL's
 //     PXN and shared comms);
 //   - hmr's open MRs before the comms and after they closed, and file descriptors before the
-//     first init and after finalize, must be equal.
+//     first init and after finalize, must be equal;
+//   - with HMR_NCCL_CHECK_LANDED=1 a receiver leaves a slot as it arrived, and the plugin
+//     checks that its bytes stay so until it is posted again (net/landed_bytes_check.h):
+//     each warning it logs fails the run.
 //
 // With --net socket the same run drives NCCL's own socket transport (nccl_socket_reference.h)
 // instead of the plugin: the pattern checked against the reference, so that what the soak
@@ -37,6 +40,8 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
+#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -73,6 +78,31 @@ struct Options {
 
 void check(bool ok, const std::string& what) {
   if (!ok) die(what);
+}
+
+// The plugin's warnings go to stderr, as with no logger; those of HMR_NCCL_CHECK_LANDED
+// (bytes of a completed receive that changed before it was posted again) are counted: each is
+// an error of the run.
+std::atomic<int> g_landed_warnings{0};
+__attribute__((format(printf, 5, 6))) void soak_logger(ncclDebugLogLevel level, unsigned long,
+                                                       const char*, int, const char* fmt, ...) {
+  if (level != NCCL_LOG_WARN) return;
+  char line[1024];
+  va_list args;
+  va_start(args, fmt);
+  std::vsnprintf(line, sizeof line, fmt, args);
+  va_end(args);
+  std::fprintf(stderr, "%s\n", line);
+  if (std::strstr(line, "HMR_NCCL_CHECK_LANDED") != nullptr) ++g_landed_warnings;
+}
+
+// HMR_NCCL_CHECK_LANDED set (as the plugin reads a boolean): the plugin itself watches
+// received bytes until they are posted again, so the receiver does not scribble over them.
+bool plugin_checks_landed_bytes() {
+  const char* value = std::getenv("HMR_NCCL_CHECK_LANDED");
+  if (value == nullptr) return false;
+  const std::string v = value;
+  return v == "1" || v == "yes" || v == "true" || v == "on";
 }
 
 // Open file descriptors, less the GPU driver's and hmr's one process-lifetime eventfd.
@@ -155,6 +185,7 @@ struct ChannelState {
 class Soak {
  public:
   Soak(const Options& o, int rank, OobChannel& oob) : o_(o), rank_(rank), oob_(oob) {}
+  const bool checks_landed_ = plugin_checks_landed_bytes();
 
   int run() {
     int eventfds_before = 0;
@@ -173,7 +204,7 @@ class Soak {
       net_ = library_->table(11, &why);
       check(net_ != nullptr, why);
     }
-    check(net_->init(nullptr) == ncclSuccess, "init failed");
+    check(net_->init(soak_logger) == ncclSuccess, "init failed");
     Properties properties;
     check(net_->properties(0, &properties) == ncclSuccess, "getProperties failed");
     check(o_.group <= properties.max_recvs, "--group " + std::to_string(o_.group) + ": " + net_->name() +
@@ -193,6 +224,8 @@ class Soak {
               std::to_string(after.mr_open) + " after they closed (a registration was lost)");
     check(after.registration_errors == before.registration_errors, "a registration failed");
     check(net_->finalize() == ncclSuccess, "finalize failed");
+    check(g_landed_warnings == 0, std::to_string(g_landed_warnings.load()) + " receives' bytes "
+          "changed after test() reported them done (HMR_NCCL_CHECK_LANDED)");
     net_.reset();
     library_.reset();  // (the plugin stays mapped: it is linked -z nodelete)
     int eventfds_after = 0;
@@ -451,7 +484,8 @@ class Soak {
                                    std::to_string(spec.size) + " is not what was sent");
         *bytes += spec.size;
       }
-      std::memset(base, 0xee, o_.slot);  // the GPU consumed it; a late write shows next time
+      // The GPU consumed it; a late write shows next time (or in the plugin's own check).
+      if (!checks_landed_) std::memset(base, 0xee, o_.slot);
       slot.request = nullptr;
       ++d.done;
     }

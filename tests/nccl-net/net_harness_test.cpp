@@ -549,6 +549,76 @@ TEST(OneProcess, LoopbackConnection) {
   EXPECT_TRUE(f.ok()) << f.text();
 }
 
+// HMR_NCCL_CHECK_LANDED (plugins/nccl-net/net/landed_bytes_check.h): bytes of a receive that
+// change after test() reported it done, before its buffer is posted again, are logged with
+// how many changed and where; a buffer left as received, or one posted at another address,
+// is not.  One message eagerly (64 B), one announced and written (64 KiB), each into the
+// same buffer three times: the second time after the test changed one byte of it.
+TEST(OneProcess, WithCheckLandedBytesThatChangedAfterTheirReceiveAreReported) {
+  setenv("HMR_NCCL_CHECK_LANDED", "1", 1);
+  Failures f;
+  Rank rank(plugin_table_or_abort(11), 0, kScenarioBudget);
+  const bool started = rank.start(plugin_library_or_abort(), &f);
+  unsetenv("HMR_NCCL_CHECK_LANDED");  // (read by init: the later tests' ranks go without it)
+  ASSERT_TRUE(started) << f.text();
+  Link link;
+  ASSERT_TRUE(rank.connect_both(nullptr, &link, &f)) << f.text();
+  constexpr size_t kSize = 64 * 1024;
+  HostBuffer out(kSize), in(2 * kSize);
+  void* send_mh = nullptr;
+  void* recv_mh = nullptr;
+  ASSERT_EQ(rank.net().reg_mr(link.send, out.data(), kSize, NCCL_PTR_HOST, &send_mh), ncclSuccess);
+  ASSERT_EQ(rank.net().reg_mr(link.recv, in.data(), 2 * kSize, NCCL_PTR_HOST, &recv_mh), ncclSuccess);
+  // One message of `size` bytes of `value` into `at`.
+  auto move = [&](uint8_t* at, size_t size, uint8_t value) {
+    std::memset(out.data(), value, size);
+    void* data[1] = {at};
+    size_t sizes[1] = {kSize};
+    int tags[1] = {3};
+    void* mhs[1] = {recv_mh};
+    void* recv_request = nullptr;
+    ASSERT_EQ(rank.net().irecv(link.recv, 1, data, sizes, tags, mhs, &recv_request), ncclSuccess);
+    ASSERT_NE(recv_request, nullptr);
+    void* send_request = nullptr;
+    int recv_done = 0;
+    int send_done = 0;
+    int received[1] = {-1};
+    while (!(recv_done && send_done) && !rank.expired()) {
+      if (send_request == nullptr) {
+        ASSERT_EQ(rank.net().isend(link.send, out.data(), size, 3, send_mh, &send_request), ncclSuccess);
+      } else if (!send_done) {
+        ASSERT_EQ(rank.net().test(send_request, &send_done, nullptr), ncclSuccess);
+      }
+      if (!recv_done) {
+        ASSERT_EQ(rank.net().test(recv_request, &recv_done, received), ncclSuccess);
+      }
+    }
+    ASSERT_TRUE(recv_done && send_done) << "not done before the deadline";
+    EXPECT_EQ(received[0], static_cast<int>(size));
+    EXPECT_EQ(at[size - 1], value);
+  };
+  for (const size_t size : {size_t{64}, kSize}) {
+    SCOPED_TRACE(size);
+    const size_t mark = log_mark();
+    ASSERT_NO_FATAL_FAILURE(move(in.data(), size, 0x11));
+    ASSERT_NO_FATAL_FAILURE(move(in.data(), size, 0x22));  // left as received: nothing to say
+    EXPECT_EQ(warnings_since(mark), " (none)");
+    in.data()[size / 2] ^= 0xff;                    // a write after the receive was done
+    ASSERT_NO_FATAL_FAILURE(move(in.data() + kSize, size, 0x33));  // another address: nothing
+    EXPECT_EQ(warnings_since(mark), " (none)");
+    ASSERT_NO_FATAL_FAILURE(move(in.data(), size, 0x44));  // posted again: reported
+    EXPECT_TRUE(warned_since(mark, "HMR_NCCL_CHECK_LANDED: a receive into")) << warnings_since(mark);
+    EXPECT_TRUE(warned_since(mark, "1 of its " + std::to_string(size) + " received bytes changed (offsets " +
+                                       std::to_string(size / 2) + " to " + std::to_string(size / 2) + ")"))
+        << warnings_since(mark);
+  }
+  EXPECT_EQ(rank.net().dereg_mr(link.send, send_mh), ncclSuccess);
+  EXPECT_EQ(rank.net().dereg_mr(link.recv, recv_mh), ncclSuccess);
+  rank.close(&link, &f);
+  EXPECT_EQ(rank.net().finalize(), ncclSuccess);
+  EXPECT_TRUE(f.ok()) << f.text();
+}
+
 // A small message of a tag the eager CQ data cannot name (wire/eager_data.h: 0 to 2^20 - 1)
 // moves by announcement and RMA, announced at once: it waited for the late announcement
 // (16384 tests of the receive) before, since its receive counted as one only eager messages

@@ -86,6 +86,7 @@ ncclResult_t register_memory(Device& device, void* data, size_t size, int type, 
   }
   handle->needs_flush = info.path == HMR_MR_PATH_DMABUF || info.path == HMR_MR_PATH_PEER_DIRECT ||
                         info.path == HMR_MR_PATH_CALLER_DMABUF;
+  handle->host_memory = type == NCCL_PTR_HOST;
   *out = handle.release();
   return ncclSuccess;
 }

@@ -25,6 +25,7 @@ struct MemoryHandle {
   size_t size = 0;
   uint64_t rma_base = 0;  // a peer's address of byte `start`: hmr_mr_raw_attr's base
   bool needs_flush = false;  // the NIC writes this memory directly (device memory)
+  bool host_memory = false;  // NCCL_PTR_HOST: the CPU can read it
 
   bool contains(const void* data, size_t len) const {
     const uintptr_t p = reinterpret_cast<uintptr_t>(data);

@@ -65,6 +65,7 @@ ncclResult_t RecvComm::start(Device& device, const ConnectRequest& request,
   comm->eager_max_ = std::min(settings.eager_max, request.eager_max);
   comm->eager_through_nic_ = settings.eager_through_nic;
   comm->write_timeout_ns_ = int64_t{settings.write_timeout_ms} * 1'000'000;
+  if (settings.check_landed) comm->landed_check_.emplace();
   const bool eager = comm->eager_max_ > 0;
   std::string why;
   comm->endpoint_ = Endpoint::open(device.libfabric(), device.info(), device.domain(), &why);
@@ -711,6 +712,7 @@ ncclResult_t RecvComm::irecv(int n, void** data, const size_t* sizes, const int*
     }
     return ncclSuccess;
   }
+  if (landed_check_) check_untouched_since_received(n, data, sizes, tags, mhandles);
   ++slot->generation;  // a late completion for the slot's previous receive cannot match
   slot->count = static_cast<uint8_t>(n);
   slot->done_mask = 0;
@@ -751,6 +753,19 @@ ncclResult_t RecvComm::irecv(int n, void** data, const size_t* sizes, const int*
   }
   *request = slot;
   return ncclSuccess;
+}
+
+void RecvComm::check_untouched_since_received(int n, void* const* data, const size_t* sizes,
+                                              const int* tags, MemoryHandle* const* mhandles) {
+  for (int i = 0; i < n; ++i) {
+    if (!mhandles[i]->host_memory) continue;
+    if (std::optional<std::string> changed = landed_check_->posting_again(data[i], sizes[i])) {
+      log_warn("HMR_NCCL_CHECK_LANDED: a receive into %p (tag %d) was reported done, and then %s "
+               "before the buffer was posted again: bytes that landed after their completion "
+               "was reported, or a writer besides the sender", data[i], tags[i],
+               changed->c_str());
+    }
+  }
 }
 
 ncclResult_t RecvComm::iflush(int n, void** data, const int* sizes, MemoryHandle* const* mhandles,
@@ -874,6 +889,13 @@ ncclResult_t RecvComm::test(ReceiveRequest* request, int* done, int* sizes) {
   if (sizes != nullptr) {
     for (size_t i = 0; i < request->count; ++i) {
       sizes[i] = request->received[i] > INT_MAX ? INT_MAX : static_cast<int>(request->received[i]);
+    }
+  }
+  if (landed_check_) {
+    for (size_t i = 0; i < request->count; ++i) {
+      if (request->mhandle[i]->host_memory) {
+        landed_check_->received(request->data[i], request->received[i]);
+      }
     }
   }
   request->state = RequestState::idle;

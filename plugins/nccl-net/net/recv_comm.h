@@ -27,6 +27,7 @@
 #include "../wire/control_message.h"
 #include "control_channel.h"
 #include "eager.h"
+#include "landed_bytes_check.h"
 #include "request.h"
 #include "shared_endpoint.h"
 #include "tag_streams.h"
@@ -169,6 +170,10 @@ class RecvComm {
   // The pending receive in `slot` whose generation's `generation_mask` are `generation` and
   // that has a buffer `index` (a write's CQ data carries 2 bits of it, a control message 8).
   ReceiveRequest* posted(uint8_t slot, uint8_t index, uint8_t generation, uint8_t generation_mask);
+  // HMR_NCCL_CHECK_LANDED: warns for each host buffer of an irecv whose bytes changed since a
+  // receive into it was reported done.
+  void check_untouched_since_received(int n, void* const* data, const size_t* sizes,
+                                      const int* tags, MemoryHandle* const* mhandles);
   // Posts a flush's read-back: true once posted or failed, false when the provider is busy
   // (the request stays pending and test() tries again).
   bool post_flush(FlushRequest& request);
@@ -212,6 +217,7 @@ class RecvComm {
   std::string failure_;
   ncclResult_t failure_result_ = ncclSuccess;
   std::array<ReceiveRequest, kMaxRequests> receives_;
+  std::optional<LandedBytesCheck> landed_check_;  // HMR_NCCL_CHECK_LANDED
 };
 
 }  // namespace hmr::nccl

@@ -89,7 +89,8 @@ std::optional<Settings> read_settings(std::string* why) {
   if (!read_bool("HMR_NCCL_FORCE_FLUSH", &settings.force_flush, why) ||
       !read_bool("HMR_NCCL_TEST_REORDER_ANNOUNCEMENTS", &settings.reorder_announcements, why) ||
       !read_bool("HMR_NCCL_TEST_EAGER_THROUGH_NIC", &settings.eager_through_nic, why) ||
-      !read_bool("HMR_NCCL_TEST_FLUSH_HOST_MEMORY", &settings.flush_host_memory, why)) {
+      !read_bool("HMR_NCCL_TEST_FLUSH_HOST_MEMORY", &settings.flush_host_memory, why) ||
+      !read_bool("HMR_NCCL_CHECK_LANDED", &settings.check_landed, why)) {
     return std::nullopt;
   }
   return settings;

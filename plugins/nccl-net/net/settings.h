@@ -37,6 +37,10 @@ struct Settings {
   // send comm every other eager message, as a fabric that does not order messages (EFA's
   // SRD) may deliver them (the plugin must not depend on the order).
   bool reorder_announcements = false;
+  // HMR_NCCL_CHECK_LANDED: for diagnosis (slow). Each recv comm keeps a copy of every
+  // completed receive into host memory and warns when the bytes changed before NCCL posted the
+  // buffer again (net/landed_bytes_check.h).
+  bool check_landed = false;
   // HMR_NCCL_TEST_FLUSH_EAGAIN=N: fault injection for tests. The first N attempts to post
   // each iflush's read-back act as if the provider said -FI_EAGAIN.
   int flush_eagain = 0;
