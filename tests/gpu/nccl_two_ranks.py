@@ -30,6 +30,7 @@ import argparse
 import ctypes
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -615,6 +616,32 @@ def bench_phase(args, failures):
         check_landed_rerun(args, transport, cases)
 
 
+CHECK_SUM = re.compile(r"HMR_NCCL_CHECK_SUM (sent|received) (nonce=\w+ tag=-?\d+ ordinal=\d+) "
+                       r"bytes=(\d+) sum=(\w+)")
+
+
+def compare_checksums(logs):
+    """The plugin's HMR_NCCL_CHECK_SUM lines of both ranks (each message's checksum at isend and
+    at test(), net/landed_bytes_check.h), matched by connection, tag and ordinal: counts of
+    messages whose ends agree, differ, or were seen at one end only, and the first that
+    differ."""
+    sent, received = {}, {}
+    for path in logs:
+        with open(path, errors="replace") as f:
+            for line in f:
+                m = CHECK_SUM.search(line)
+                if m:
+                    (sent if m.group(1) == "sent" else received)[m.group(2)] = (
+                        int(m.group(3)), m.group(4))
+    both = sent.keys() & received.keys()
+    differ = sorted(k for k in both if sent[k] != received[k])
+    return {"agree": len(both) - len(differ), "differ": len(differ),
+            "sent_only": len(sent.keys() - received.keys()),
+            "received_only": len(received.keys() - sent.keys()),
+            "first_differing": [f"{k}: sent {sent[k][0]} B sum {sent[k][1]}, received "
+                                f"{received[k][0]} B sum {received[k][1]}" for k in differ[:5]]}
+
+
 def check_landed_rerun(args, transport, cases):
     """The plugin's transport gave wrong results: once more, only those collectives and sizes,
     with the plugin watching whether received bytes change after their receive was reported
@@ -629,9 +656,16 @@ def check_landed_rerun(args, transport, cases):
     codes = wait_pair(procs, args.pair_limit)
     print(f"rerun of {transport} with HMR_NCCL_CHECK_LANDED=1 ({collectives} at {sizes} B): "
           f"exit {codes} in {time.time() - began:.1f} s", flush=True)
+    logs = [os.path.join(args.out, f"{tag}-rank{r}.log") for r in range(2)]
+    sums = compare_checksums(logs)
+    print(f"    messages from host memory, checksummed at isend and at test(): {sums['agree']} "
+          f"agree, {sums['differ']} differ (corrupted between the two), {sums['sent_only']} "
+          f"sent only, {sums['received_only']} received only", flush=True)
+    for line in sums["first_differing"]:
+        print("    " + line, flush=True)
     for r in range(2):
-        log = os.path.join(args.out, f"{tag}-rank{r}.log")
-        landed = grep(log, "HMR_NCCL_CHECK_LANDED")
+        log = logs[r]
+        landed = grep(log, "HMR_NCCL_CHECK_LANDED:")
         print(f"    rank {r}: {len(landed)} receives whose bytes changed after they were "
               f"reported done", flush=True)
         for line in landed[:6]:

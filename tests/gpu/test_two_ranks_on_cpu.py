@@ -190,6 +190,17 @@ def fake_pair(tmp_path, launched, bad_for):
                 if extra and extra.get("HMR_NCCL_CHECK_LANDED") == "1":
                     lines.append("NCCL WARN NET/hmr: HMR_NCCL_CHECK_LANDED: a receive into 0x1 "
                                  "(tag 0) was reported done, and then ...")
+            if extra and extra.get("HMR_NCCL_CHECK_LANDED") == "1":
+                # Rank 0 sent three messages; rank 1 received the first as sent, the second
+                # otherwise, and one nobody logged sending.
+                key = "host:1:2 [0] NCCL INFO NET/hmr: HMR_NCCL_CHECK_SUM {} nonce=00000000000000aa tag={} ordinal={} bytes={} sum={}"
+                if r == 0:
+                    lines += [key.format("sent", 0, 0, 1024, "0123"), key.format("sent", 0, 1, 1024, "4567"),
+                              key.format("sent", 0, 2, 8, "89ab")]
+                else:
+                    lines += [key.format("received", 0, 0, 1024, "0123"),
+                              key.format("received", 0, 1, 1024, "ffff"),
+                              key.format("received", 1, 0, 8, "0000")]
             (tmp_path / f"{tag}-rank{r}.log").write_text("\n".join(lines) + "\n")
         return [], tag
     return launch_pair
@@ -212,6 +223,10 @@ def test_the_bench_keeps_wrong_results_out_of_its_table_and_reruns_them_checked(
     assert rerun["extra"] == {"HMR_NCCL_CHECK_LANDED": "1"}
     assert rerun["only"] == {"sizes": "1024", "collectives": "all_gather"}
     assert "rank 1: 1 receives whose bytes changed after they were reported done" in out
+    assert ("1 agree, 1 differ (corrupted between the two), 1 sent only, 1 received only"
+            in out)
+    assert ("nonce=00000000000000aa tag=0 ordinal=1: sent 1024 B sum 4567, received 1024 B "
+            "sum ffff") in out
     # The table holds verified results only: hmr-shm's all_gather is not in it.
     table = (tmp_path / "nccl_two_ranks.md").read_text()
     gather = [row for row in table.splitlines() if row.startswith("| all_gather | 1 KiB")]

@@ -45,6 +45,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -82,16 +83,34 @@ void check(bool ok, const std::string& what) {
 
 // The plugin's warnings go to stderr, as with no logger; those of HMR_NCCL_CHECK_LANDED
 // (bytes of a completed receive that changed before it was posted again) are counted: each is
-// an error of the run.
+// an error of the run.  Its checksum lines (one per message at each end: "HMR_NCCL_CHECK_SUM
+// sent|received <key and sum>") are folded into one digest per side, order-free, which the
+// ranks compare at the end: one rank's "sent" must be the other's "received".
 std::atomic<int> g_landed_warnings{0};
+struct ChecksumDigest {
+  std::atomic<uint64_t> digest{0};
+  std::atomic<uint64_t> count{0};
+  void add(const char* text) {
+    uint64_t h = 0;
+    for (const char* c = text; *c != '\0'; ++c) h = splitmix64(h ^ static_cast<uint8_t>(*c));
+    digest ^= h;
+    ++count;
+  }
+};
+ChecksumDigest g_sent_sums, g_received_sums;
 __attribute__((format(printf, 5, 6))) void soak_logger(ncclDebugLogLevel level, unsigned long,
                                                        const char*, int, const char* fmt, ...) {
-  if (level != NCCL_LOG_WARN) return;
   char line[1024];
   va_list args;
   va_start(args, fmt);
   std::vsnprintf(line, sizeof line, fmt, args);
   va_end(args);
+  if (const char* sum = std::strstr(line, "HMR_NCCL_CHECK_SUM ")) {
+    sum += 19;
+    if (std::strncmp(sum, "sent ", 5) == 0) g_sent_sums.add(sum + 5);
+    if (std::strncmp(sum, "received ", 9) == 0) g_received_sums.add(sum + 9);
+  }
+  if (level != NCCL_LOG_WARN) return;
   std::fprintf(stderr, "%s\n", line);
   if (std::strstr(line, "HMR_NCCL_CHECK_LANDED") != nullptr) ++g_landed_warnings;
 }
@@ -236,12 +255,33 @@ class Soak {
               std::to_string(fds_after) + " (and " + std::to_string(eventfds_after) +
               ") after finalize");
     // Both ranks report; rank 0 prints the run's line with the bytes both received.
+    // (With HMR_NCCL_CHECK_LANDED, rank 1's checksum digests too: rank 0 compares them.)
     if (rank_ == 1) {
-      oob_send(std::to_string(bytes));
+      oob_send(std::to_string(bytes) + " " + std::to_string(g_sent_sums.digest) + " " +
+               std::to_string(g_sent_sums.count) + " " + std::to_string(g_received_sums.digest) +
+               " " + std::to_string(g_received_sums.count));
       return 0;
     }
-    std::string peer_bytes = oob_receive();
-    bytes += std::stoull(peer_bytes);
+    std::istringstream peer(oob_receive());
+    uint64_t peer_bytes = 0;
+    uint64_t peer_sent = 0, peer_sent_count = 0, peer_received = 0, peer_received_count = 0;
+    peer >> peer_bytes >> peer_sent >> peer_sent_count >> peer_received >> peer_received_count;
+    bytes += peer_bytes;
+    if (checks_landed_ && o_.net == "hmr") {
+      check(g_sent_sums.count > 0 && g_sent_sums.count == peer_received_count &&
+                g_sent_sums.digest == peer_received,
+            "HMR_NCCL_CHECK_SUM: rank 0 sent " + std::to_string(g_sent_sums.count) +
+                " messages, rank 1 received " + std::to_string(peer_received_count) +
+                (g_sent_sums.digest == peer_received ? "" : ", with other checksums"));
+      check(peer_sent_count > 0 && peer_sent_count == g_received_sums.count &&
+                peer_sent == g_received_sums.digest,
+            "HMR_NCCL_CHECK_SUM: rank 1 sent " + std::to_string(peer_sent_count) +
+                " messages, rank 0 received " + std::to_string(g_received_sums.count.load()) +
+                (peer_sent == g_received_sums.digest ? "" : ", with other checksums"));
+      std::printf("info: HMR_NCCL_CHECK_SUM: %llu and %llu messages, both ends' checksums equal\n",
+                  static_cast<unsigned long long>(g_sent_sums.count.load()),
+                  static_cast<unsigned long long>(peer_sent_count));
+    }
     long received = 0;  // steps this rank verified, over every channel
     for (const ChannelState& ch : channels_) received += ch.recv.done;
     std::printf("RESULT metric=nccl_net_soak provider=%s channels=%d steps=%ld bytes=%zu "

@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <random>
 
 #include "net/peer_watch.h"
@@ -553,8 +554,10 @@ TEST(OneProcess, LoopbackConnection) {
 // change after test() reported it done, before its buffer is posted again, are logged with
 // how many changed and where; a buffer left as received, or one posted at another address,
 // is not.  One message eagerly (64 B), one announced and written (64 KiB), each into the
-// same buffer three times: the second time after the test changed one byte of it.
+// same buffer three times: the second time after the test changed one byte of it.  And each
+// message's checksum is logged by both ends under one key (connection, tag, ordinal), equal.
 TEST(OneProcess, WithCheckLandedBytesThatChangedAfterTheirReceiveAreReported) {
+  const size_t first_line = log_mark();
   setenv("HMR_NCCL_CHECK_LANDED", "1", 1);
   Failures f;
   Rank rank(plugin_table_or_abort(11), 0, kScenarioBudget);
@@ -612,6 +615,22 @@ TEST(OneProcess, WithCheckLandedBytesThatChangedAfterTheirReceiveAreReported) {
                                        std::to_string(size / 2) + " to " + std::to_string(size / 2) + ")"))
         << warnings_since(mark);
   }
+  // Both ends' checksum lines: "HMR_NCCL_CHECK_SUM sent|received nonce=.. tag=.. ordinal=..
+  // bytes=.. sum=..", one of each per message (eight), equal per key.
+  std::map<std::string, std::string> sent, received;
+  const std::vector<LogLine> lines = logged();
+  for (size_t i = first_line; i < lines.size(); ++i) {
+    const size_t at = lines[i].text.find("HMR_NCCL_CHECK_SUM ");
+    if (at == std::string::npos) continue;
+    const std::string rest = lines[i].text.substr(at + 19);
+    const bool was_sent = rest.rfind("sent ", 0) == 0;
+    const std::string fields = rest.substr(was_sent ? 5 : 9);  // "nonce=... sum=..."
+    const size_t bytes_at = fields.find(" bytes=");
+    ASSERT_NE(bytes_at, std::string::npos) << lines[i].text;
+    (was_sent ? sent : received)[fields.substr(0, bytes_at)] = fields.substr(bytes_at);
+  }
+  EXPECT_EQ(sent.size(), 8u);
+  EXPECT_EQ(sent, received);
   EXPECT_EQ(rank.net().dereg_mr(link.send, send_mh), ncclSuccess);
   EXPECT_EQ(rank.net().dereg_mr(link.recv, recv_mh), ncclSuccess);
   rank.close(&link, &f);

@@ -1,9 +1,36 @@
 #include "net/landed_bytes_check.h"
 
 #include <algorithm>
+#include <cinttypes>
+#include <cstdio>
 #include <cstring>
 
 namespace hmr::nccl {
+
+uint64_t message_checksum(const void* data, size_t len) {
+  constexpr uint64_t kPrime = 0x100000001b3ULL;
+  uint64_t h = 0xcbf29ce484222325ULL ^ len;
+  const auto* bytes = static_cast<const uint8_t*>(data);
+  size_t i = 0;
+  for (; i + 8 <= len; i += 8) {
+    uint64_t word;
+    std::memcpy(&word, bytes + i, 8);
+    h = (h ^ word) * kPrime;
+    h ^= h >> 29;  // (FNV's multiply moves bits up only: fold the high ones back down)
+  }
+  for (; i < len; ++i) h = (h ^ bytes[i]) * kPrime;
+  return h;
+}
+
+std::string message_checksum_line(const char* side, uint64_t nonce, int32_t tag,
+                                  uint32_t ordinal, size_t len, uint64_t sum) {
+  char line[200];
+  std::snprintf(line, sizeof line,
+                "HMR_NCCL_CHECK_SUM %s nonce=%016" PRIx64 " tag=%d ordinal=%u bytes=%zu "
+                "sum=%016" PRIx64,
+                side, nonce, tag, ordinal, len, sum);
+  return line;
+}
 
 void LandedBytesCheck::received(const void* data, size_t len) {
   if (len == 0) return;

@@ -9,6 +9,13 @@
 // The recv comm keeps a copy of each completed receive in host memory (NCCL_PTR_HOST: the CPU
 // can read it), and compares it when the buffer is posted again.  It costs a copy and a
 // comparison of every received byte, so it is off unless asked for.
+//
+// And what lands is what was sent: with the same setting each send comm logs a checksum of
+// every message from host memory as isend hands it to the provider, and each recv comm one of
+// every such buffer when test() reports it done, both as INFO lines naming the connection
+// (the listener's nonce), the tag and the message's ordinal in its tag, which is how the two
+// ends match a message to a buffer (net/eager.h).  Two logs whose lines differ for one key
+// locate a corruption between isend and test() (tests/gpu/nccl_two_ranks.py compares them).
 #pragma once
 
 #include <cstddef>
@@ -18,6 +25,13 @@
 #include <vector>
 
 namespace hmr::nccl {
+
+// The checksum of `len` bytes at `data` (FNV-1a over 8-byte words, then the tail bytes).
+uint64_t message_checksum(const void* data, size_t len);
+// The INFO line for one message: "HMR_NCCL_CHECK_SUM <side> nonce=... tag=... ordinal=...
+// bytes=... sum=..." (`side`: "sent" or "received").
+std::string message_checksum_line(const char* side, uint64_t nonce, int32_t tag,
+                                  uint32_t ordinal, size_t len, uint64_t sum);
 
 class LandedBytesCheck {
  public:

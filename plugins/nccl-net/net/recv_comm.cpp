@@ -893,9 +893,12 @@ ncclResult_t RecvComm::test(ReceiveRequest* request, int* done, int* sizes) {
   }
   if (landed_check_) {
     for (size_t i = 0; i < request->count; ++i) {
-      if (request->mhandle[i]->host_memory) {
-        landed_check_->received(request->data[i], request->received[i]);
-      }
+      if (!request->mhandle[i]->host_memory) continue;
+      landed_check_->received(request->data[i], request->received[i]);
+      log_info("%s", message_checksum_line("received", nonce_, request->address[i].tag,
+                                           request->address[i].ordinal, request->received[i],
+                                           message_checksum(request->data[i],
+                                                            request->received[i])).c_str());
     }
   }
   request->state = RequestState::idle;

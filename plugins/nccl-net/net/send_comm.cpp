@@ -9,6 +9,7 @@
 
 #include "../wire/write_completion.h"
 #include "device.h"
+#include "landed_bytes_check.h"
 #include "log.h"
 #include "memory_handle.h"
 
@@ -31,6 +32,7 @@ ncclResult_t SendComm::start(Device& device, const ListenHandle& handle,
   comm->write_timeout_ = std::chrono::milliseconds(settings.write_timeout_ms);
   comm->offered_eager_max_ = settings.eager_max;
   comm->reorder_eager_ = settings.reorder_announcements;
+  comm->check_landed_ = settings.check_landed;
   std::string why;
   auto port = device.attach_comm(&why);
   if (!port) return fail(ncclSystemError, "connect: %s", why.c_str());
@@ -368,10 +370,17 @@ ncclResult_t SendComm::isend(void* data, size_t size, int tag, MemoryHandle* mha
   for (int attempt = 0; attempt < 2; ++attempt) {
     size_t slot = 0;
     size_t index = 0;
+    const uint32_t ordinal = stream.next_ordinal;
     if (find_announced(tag, stream.next_ordinal, &slot, &index)) {
-      return write_announced(data, size, stream, slot, index, mhandle, request);
+      const ncclResult_t rc = write_announced(data, size, stream, slot, index, mhandle, request);
+      if (check_landed_) log_checksum(rc, *request, data, size, tag, ordinal, mhandle);
+      return rc;
     }
-    if (may_send_eagerly(size, stream)) return send_eagerly(data, size, stream, mhandle, request);
+    if (may_send_eagerly(size, stream)) {
+      const ncclResult_t rc = send_eagerly(data, size, stream, mhandle, request);
+      if (check_landed_) log_checksum(rc, *request, data, size, tag, ordinal, mhandle);
+      return rc;
+    }
     if (attempt == 0) {
       if (const ncclResult_t rc = progress(); rc != ncclSuccess) return rc;
     }
@@ -381,6 +390,13 @@ ncclResult_t SendComm::isend(void* data, size_t size, int tag, MemoryHandle* mha
   // is a step ahead of another simply fills its own buffer of the next receive.
   note_refusal(stream);
   return ncclSuccess;
+}
+
+void SendComm::log_checksum(ncclResult_t rc, const void* request, const void* data, size_t size,
+                            int tag, uint32_t ordinal, const MemoryHandle* mhandle) const {
+  if (rc != ncclSuccess || request == nullptr || (size != 0 && !mhandle->host_memory)) return;
+  log_info("%s", message_checksum_line("sent", nonce_, tag, ordinal, size,
+                                       message_checksum(data, size)).c_str());
 }
 
 void SendComm::note_refusal(Stream& stream) {

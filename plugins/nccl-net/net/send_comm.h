@@ -137,6 +137,10 @@ class SendComm {
   bool write_timed_out(SendRequest& request) const;
   // Logs once when a tag's isends have been refused for longer than write_timeout_.
   void note_refusal(Stream& stream);
+  // HMR_NCCL_CHECK_LANDED: the checksum of a message isend handed to the provider (`rc`
+  // ncclSuccess and a `request`), from host memory, as an INFO line (net/landed_bytes_check.h).
+  void log_checksum(ncclResult_t rc, const void* request, const void* data, size_t size, int tag,
+                    uint32_t ordinal, const MemoryHandle* mhandle) const;
 
   Device* device_;
   std::unique_ptr<Posted> posted_;
@@ -144,6 +148,7 @@ class SendComm {
   fi_addr_t peer_ = FI_ADDR_UNSPEC;  // the recv comm, once it accepted
   uint64_t peer_port_ = 0;           // and its port there
   uint64_t nonce_ = 0;
+  bool check_landed_ = false;  // HMR_NCCL_CHECK_LANDED: each message's checksum is logged
   std::chrono::steady_clock::time_point deadline_;
   std::chrono::milliseconds write_timeout_{60000};
   bool connected_ = false;
