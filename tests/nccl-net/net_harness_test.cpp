@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <climits>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -550,6 +551,44 @@ TEST(OneProcess, LoopbackConnection) {
   EXPECT_TRUE(f.ok()) << f.text();
 }
 
+// One message of `size` bytes with `tag` from `from` (`send_mh`) into a receive of `posted`
+// bytes at `into` (`recv_mh`), both comms of `link` in this process: the receive posted, then
+// isend, and both tested in turn until both are done, for `max_rounds` rounds of calls at most
+// (and before the deadline).  ASSERT_NO_FATAL_FAILURE it; `done` says whether both ended,
+// `received` the size the receive reported, `rounds` how many rounds it took.
+struct OneProcessMove {
+  bool done = false;
+  int received = -1;
+  int rounds = 0;
+};
+void move_in_one_process(Rank& rank, const Link& link, void* from, void* send_mh, size_t size,
+                         int tag, void* into, size_t posted, void* recv_mh, OneProcessMove* out,
+                         int max_rounds = INT_MAX) {
+  void* data[1] = {into};
+  size_t sizes[1] = {posted};
+  int tags[1] = {tag};
+  void* mhs[1] = {recv_mh};
+  void* recv_request = nullptr;
+  ASSERT_EQ(rank.net().irecv(link.recv, 1, data, sizes, tags, mhs, &recv_request), ncclSuccess);
+  ASSERT_NE(recv_request, nullptr);
+  void* send_request = nullptr;
+  int recv_done = 0;
+  int send_done = 0;
+  int received[1] = {-1};
+  for (; out->rounds < max_rounds && !(recv_done && send_done) && !rank.expired(); ++out->rounds) {
+    if (send_request == nullptr) {
+      ASSERT_EQ(rank.net().isend(link.send, from, size, tag, send_mh, &send_request), ncclSuccess);
+    } else if (!send_done) {
+      ASSERT_EQ(rank.net().test(send_request, &send_done, nullptr), ncclSuccess);
+    }
+    if (!recv_done) {
+      ASSERT_EQ(rank.net().test(recv_request, &recv_done, received), ncclSuccess);
+    }
+  }
+  out->done = recv_done && send_done;
+  out->received = received[0];
+}
+
 // HMR_NCCL_CHECK_LANDED (plugins/nccl-net/net/landed_bytes_check.h): bytes of a receive that
 // change after test() reported it done, before its buffer is posted again, are logged with
 // how many changed and where; a buffer left as received, or one posted at another address,
@@ -575,29 +614,11 @@ TEST(OneProcess, WithCheckLandedBytesThatChangedAfterTheirReceiveAreReported) {
   // One message of `size` bytes of `value` into `at`.
   auto move = [&](uint8_t* at, size_t size, uint8_t value) {
     std::memset(out.data(), value, size);
-    void* data[1] = {at};
-    size_t sizes[1] = {kSize};
-    int tags[1] = {3};
-    void* mhs[1] = {recv_mh};
-    void* recv_request = nullptr;
-    ASSERT_EQ(rank.net().irecv(link.recv, 1, data, sizes, tags, mhs, &recv_request), ncclSuccess);
-    ASSERT_NE(recv_request, nullptr);
-    void* send_request = nullptr;
-    int recv_done = 0;
-    int send_done = 0;
-    int received[1] = {-1};
-    while (!(recv_done && send_done) && !rank.expired()) {
-      if (send_request == nullptr) {
-        ASSERT_EQ(rank.net().isend(link.send, out.data(), size, 3, send_mh, &send_request), ncclSuccess);
-      } else if (!send_done) {
-        ASSERT_EQ(rank.net().test(send_request, &send_done, nullptr), ncclSuccess);
-      }
-      if (!recv_done) {
-        ASSERT_EQ(rank.net().test(recv_request, &recv_done, received), ncclSuccess);
-      }
-    }
-    ASSERT_TRUE(recv_done && send_done) << "not done before the deadline";
-    EXPECT_EQ(received[0], static_cast<int>(size));
+    OneProcessMove moved;
+    ASSERT_NO_FATAL_FAILURE(
+        move_in_one_process(rank, link, out.data(), send_mh, size, 3, at, kSize, recv_mh, &moved));
+    ASSERT_TRUE(moved.done) << "not done before the deadline";
+    EXPECT_EQ(moved.received, static_cast<int>(size));
     EXPECT_EQ(at[size - 1], value);
   };
   for (const size_t size : {size_t{64}, kSize}) {
@@ -656,30 +677,11 @@ TEST(OneProcess, ASmallMessageOfATagNoEagerMessageCanNameIsAnnouncedAtOnce) {
   ASSERT_EQ(rank.net().reg_mr(link.recv, in.data(), 4096, NCCL_PTR_HOST, &recv_mh), ncclSuccess);
   for (const int tag : {1 << 20, -3}) {
     SCOPED_TRACE(tag);
-    void* data[1] = {in.data()};
-    size_t sizes[1] = {4096};
-    int tags[1] = {tag};
-    void* mhs[1] = {recv_mh};
-    void* recv_request = nullptr;
-    ASSERT_EQ(rank.net().irecv(link.recv, 1, data, sizes, tags, mhs, &recv_request), ncclSuccess);
-    ASSERT_NE(recv_request, nullptr);
-    void* send_request = nullptr;
-    int recv_done = 0;
-    int send_done = 0;
-    int received[1] = {-1};
-    int calls = 0;
-    for (; calls < 4000 && !(recv_done && send_done); ++calls) {
-      if (send_request == nullptr) {
-        ASSERT_EQ(rank.net().isend(link.send, out.data(), 64, tag, send_mh, &send_request), ncclSuccess);
-      } else if (!send_done) {
-        ASSERT_EQ(rank.net().test(send_request, &send_done, nullptr), ncclSuccess);
-      }
-      if (!recv_done) {
-        ASSERT_EQ(rank.net().test(recv_request, &recv_done, received), ncclSuccess);
-      }
-    }
-    EXPECT_TRUE(recv_done && send_done) << "not done after " << calls << " rounds of calls";
-    EXPECT_EQ(received[0], 64);
+    OneProcessMove moved;
+    ASSERT_NO_FATAL_FAILURE(move_in_one_process(rank, link, out.data(), send_mh, 64, tag, in.data(),
+                                                4096, recv_mh, &moved, /*max_rounds=*/4000));
+    EXPECT_TRUE(moved.done) << "not done after " << moved.rounds << " rounds of calls";
+    EXPECT_EQ(moved.received, 64);
     EXPECT_EQ(std::memcmp(in.data(), out.data(), 64), 0);
   }
   EXPECT_EQ(rank.net().dereg_mr(link.send, send_mh), ncclSuccess);
