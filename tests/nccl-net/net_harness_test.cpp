@@ -631,7 +631,7 @@ TEST(OneProcess, WithCheckLandedBytesThatChangedAfterTheirReceiveAreReported) {
     ASSERT_NO_FATAL_FAILURE(move(in.data() + kSize, size, 0x33));  // another address: nothing
     EXPECT_EQ(warnings_since(mark), " (none)");
     ASSERT_NO_FATAL_FAILURE(move(in.data(), size, 0x44));  // posted again: reported
-    EXPECT_TRUE(warned_since(mark, "HMR_NCCL_CHECK_LANDED: a receive into")) << warnings_since(mark);
+    EXPECT_TRUE(warned_since(mark, "HMR_NCCL_CHECK_LANDED: the receive into")) << warnings_since(mark);
     EXPECT_TRUE(warned_since(mark, "1 of its " + std::to_string(size) + " received bytes changed (offsets " +
                                        std::to_string(size / 2) + " to " + std::to_string(size / 2) + ")"))
         << warnings_since(mark);

@@ -52,27 +52,34 @@ void LandedBytesCheck::received(const void* data, size_t len) {
 }
 
 std::optional<std::string> LandedBytesCheck::posting_again(const void* data, size_t len) {
-  auto it = std::find_if(kept_.begin(), kept_.end(), [&](const Kept& k) { return k.data == data; });
-  if (it == kept_.end()) return std::nullopt;
-  const auto* now = static_cast<const uint8_t*>(data);
-  const size_t compared = std::min(len, it->bytes.size());
+  // Every kept receive the new one covers (the same buffer, or one it overlaps: its bytes may
+  // be written from now on, legitimately) is compared now and dropped.
+  const auto start = reinterpret_cast<uintptr_t>(data);
+  const uintptr_t end = start + std::max<size_t>(len, 1);
   std::optional<std::string> changed;
-  if (std::memcmp(now, it->bytes.data(), compared) != 0) {
-    size_t count = 0;
-    size_t first = compared;
-    size_t last = 0;
-    for (size_t i = 0; i < compared; ++i) {
-      if (now[i] == it->bytes[i]) continue;
-      ++count;
-      first = std::min(first, i);
-      last = i;
+  for (Kept& k : kept_) {
+    if (k.data == nullptr) continue;
+    const auto at = reinterpret_cast<uintptr_t>(k.data);
+    if (k.data != data && !(at < end && start < at + k.bytes.size())) continue;
+    const auto* now = static_cast<const uint8_t*>(k.data);
+    if (!changed && std::memcmp(now, k.bytes.data(), k.bytes.size()) != 0) {
+      size_t count = 0;
+      size_t first = k.bytes.size();
+      size_t last = 0;
+      for (size_t i = 0; i < k.bytes.size(); ++i) {
+        if (now[i] == k.bytes[i]) continue;
+        ++count;
+        first = std::min(first, i);
+        last = i;
+      }
+      char where[64];
+      std::snprintf(where, sizeof where, "the receive into %p", k.data);
+      changed = std::string(where) + " was reported done, and then " + std::to_string(count) +
+                " of its " + std::to_string(k.bytes.size()) + " received bytes changed (offsets " +
+                std::to_string(first) + " to " + std::to_string(last) + ")";
     }
-    changed = std::to_string(count) + " of its " + std::to_string(it->bytes.size()) +
-              " received bytes changed (offsets " + std::to_string(first) + " to " +
-              std::to_string(last) + ")";
+    k.data = nullptr;  // dropped, its vector kept for the next copy (no allocation once warm)
   }
-  // Dropped, its vector kept for the next copy (no allocation per receive once warm).
-  it->data = nullptr;
   return changed;
 }
 

@@ -7,7 +7,7 @@
 // after their completion was reported (a transport that reports a write complete before its
 // data is in place) or came from a writer besides the sender; NCCL's GPU then read a mixture.
 // The recv comm keeps a copy of each completed receive in host memory (NCCL_PTR_HOST: the CPU
-// can read it), and compares it when the buffer is posted again.  It costs a copy and a
+// can read it), and compares it when a receive is posted into that buffer, or over any of it.  It costs a copy and a
 // comparison of every received byte, so it is off unless asked for.
 //
 // And what lands is what was sent: with the same setting each send comm logs a checksum of
@@ -41,9 +41,10 @@ class LandedBytesCheck {
 
   // A receive of `len` bytes at `data` was reported done: its bytes as they are now.
   void received(const void* data, size_t len);
-  // `data` (`len` bytes) is being posted again: what changed since a receive at the same
-  // address was reported done (how many bytes, the first and last offsets), or nullopt when
-  // nothing did or no copy was kept.  The copy is dropped either way.
+  // `data` (`len` bytes) is being posted: what changed in a kept receive at the same address,
+  // or one the new buffer overlaps, since it was reported done (which receive, how many bytes,
+  // the first and last offsets; the first such receive), or nullopt when nothing did.  Those
+  // copies are dropped either way: the new receive may write their bytes from now on.
   std::optional<std::string> posting_again(const void* data, size_t len);
 
  private:

@@ -760,10 +760,9 @@ void RecvComm::check_untouched_since_received(int n, void* const* data, const si
   for (int i = 0; i < n; ++i) {
     if (!mhandles[i]->host_memory) continue;
     if (std::optional<std::string> changed = landed_check_->posting_again(data[i], sizes[i])) {
-      log_warn("HMR_NCCL_CHECK_LANDED: a receive into %p (tag %d) was reported done, and then %s "
-               "before the buffer was posted again: bytes that landed after their completion "
-               "was reported, or a writer besides the sender", data[i], tags[i],
-               changed->c_str());
+      log_warn("HMR_NCCL_CHECK_LANDED: %s, before a receive into %p (tag %d) was posted over "
+               "it: bytes that landed after their completion was reported, or a writer besides "
+               "the sender", changed->c_str(), data[i], tags[i]);
     }
   }
 }
