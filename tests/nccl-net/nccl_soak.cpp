@@ -50,6 +50,7 @@
 #include <vector>
 
 #include "nccl_socket_reference.h"
+#include "net/boolean_setting.h"
 #include "peer_process.h"
 #include "plugin_under_test.h"
 #include "rank.h"
@@ -115,13 +116,11 @@ __attribute__((format(printf, 5, 6))) void soak_logger(ncclDebugLogLevel level, 
   if (std::strstr(line, "HMR_NCCL_CHECK_LANDED") != nullptr) ++g_landed_warnings;
 }
 
-// HMR_NCCL_CHECK_LANDED set (as the plugin reads a boolean): the plugin itself watches
-// received bytes until they are posted again, so the receiver does not scribble over them.
+// HMR_NCCL_CHECK_LANDED on, read as the plugin reads it: the plugin itself watches received
+// bytes until they are posted again, so the receiver does not scribble over them.
 bool plugin_checks_landed_bytes() {
   const char* value = std::getenv("HMR_NCCL_CHECK_LANDED");
-  if (value == nullptr) return false;
-  const std::string v = value;
-  return v == "1" || v == "yes" || v == "true" || v == "on";
+  return value != nullptr && parse_boolean_setting(value).value_or(false);
 }
 
 // Open file descriptors, less the GPU driver's and hmr's one process-lifetime eventfd.

@@ -7,8 +7,8 @@
 // after their completion was reported (a transport that reports a write complete before its
 // data is in place) or came from a writer besides the sender; NCCL's GPU then read a mixture.
 // The recv comm keeps a copy of each completed receive in host memory (NCCL_PTR_HOST: the CPU
-// can read it), and compares it when a receive is posted into that buffer, or over any of it.  It costs a copy and a
-// comparison of every received byte, so it is off unless asked for.
+// can read it), and compares it when a receive is posted into that buffer, or over any of it.
+// It costs a copy and a comparison of every received byte, so it is off unless asked for.
 //
 // And what lands is what was sent: with the same setting each send comm logs a checksum of
 // every message from host memory as isend hands it to the provider, and each recv comm one of

@@ -1,9 +1,9 @@
 #include "settings.h"
 
 #include <cstdlib>
-#include <strings.h>
 
 #include "../wire/limits.h"
+#include "boolean_setting.h"
 
 namespace hmr::nccl {
 
@@ -34,17 +34,9 @@ bool read_seconds(const char* name, int* out_ms, std::string* why, bool zero_all
 bool read_bool(const char* name, bool* out, std::string* why) {
   const char* text = std::getenv(name);
   if (text == nullptr) return true;
-  for (const char* yes : {"1", "yes", "true", "on", "y"}) {
-    if (strcasecmp(text, yes) == 0) {
-      *out = true;
-      return true;
-    }
-  }
-  for (const char* no : {"0", "no", "false", "off", "n"}) {
-    if (strcasecmp(text, no) == 0) {
-      *out = false;
-      return true;
-    }
+  if (const std::optional<bool> value = parse_boolean_setting(text)) {
+    *out = *value;
+    return true;
   }
   *why = std::string(name) + "='" + text + "' is not a boolean (1/0, yes/no, true/false, on/off, y/n)";
   return false;
