@@ -539,6 +539,15 @@ def read_lines(path, kind):
     return out
 
 
+def print_bad_lines(log, rank, limit):
+    """Prints the first `limit` of a rank's BAD lines (what check_result found wrong); returns
+    them all."""
+    bad = read_lines(log, "BAD")
+    for record in bad[:limit]:
+        print(f"    rank {rank} BAD: {record['text']}", flush=True)
+    return bad
+
+
 def grep(path, text):
     with open(path, errors="replace") as f:
         return [line.rstrip() for line in f if text in line]
@@ -590,8 +599,9 @@ def bench_phase(args, failures):
             print("    " + line, flush=True)
         for r in range(2):
             log = os.path.join(args.out, f"{tag}-rank{r}.log")
-            for bad in read_lines(log, "BAD")[:12]:
-                print(f"    rank {r} BAD: {bad['text']}", flush=True)
+            for bad in print_bad_lines(log, r, 12):
+                if transport.startswith("hmr"):
+                    wrong.setdefault(transport, set()).add((bad["collective"], bad["bytes"]))
             for fail in read_lines(log, "FAIL"):
                 print(f"    rank {r} FAIL: {fail['error']}", flush=True)
         if codes != [0, 0] or not lines or not loaded:
@@ -607,10 +617,6 @@ def bench_phase(args, failures):
             slower = rec0 if rec0["us"] >= rec1["us"] else rec1
             results.setdefault((transport, slower["collective"], slower["bytes"]), []).append(
                 slower)
-        if transport.startswith("hmr"):
-            for r in range(2):
-                for bad in read_lines(os.path.join(args.out, f"{tag}-rank{r}.log"), "BAD"):
-                    wrong.setdefault(transport, set()).add((bad["collective"], bad["bytes"]))
     write_table(args, results)
     for transport, cases in sorted(wrong.items()):
         check_landed_rerun(args, transport, cases)
@@ -670,8 +676,7 @@ def check_landed_rerun(args, transport, cases):
               f"reported done", flush=True)
         for line in landed[:6]:
             print("    " + line, flush=True)
-        for bad in read_lines(log, "BAD")[:6]:
-            print(f"    rank {r} BAD: {bad['text']}", flush=True)
+        print_bad_lines(log, r, 6)
 
 
 def fmt_size(n):

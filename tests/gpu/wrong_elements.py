@@ -18,7 +18,7 @@ two dividing every run's start and length (the granularity at which it went wron
 4 KiB page, a 512 KiB NCCL slot...) complete the picture.
 
 Works on CPU and CUDA tensors; the detail is computed on at most SAMPLE wrong elements (the
-counts are always exact). The GPU session's CPU-side check is tests/gpu/test_wrong_elements.py.
+counts are always exact). Checked on the CPU by tests/gpu/test_two_ranks_on_cpu.py.
 """
 
 PERIOD = 4093  # a prime: every multiplier below has an inverse
